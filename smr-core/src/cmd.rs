@@ -1,0 +1,374 @@
+//! The entries that travel through the rings, and their decoding.
+//!
+//! Entries are written by peers, so decoding is a pure function that checks every field against
+//! the receiver's own limits before anything acts on it (and a fuzzer can drive it).
+
+use crate::error::{Error, Result};
+use crate::pod::Pod;
+
+/// Inline payload capacity of a command entry: the whole tail of the 256-byte slot.
+pub const INLINE_MAX: usize = 208;
+/// At most this many remote iovecs ride in one command.
+pub const IOV_MAX: usize = (INLINE_MAX - 8) / 16;
+
+/// One command slot's contents (the ring's stamp precedes it, making the slot 256 bytes). The
+/// fields a small message needs, plus its first 16 payload bytes, share the slot's first line.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct CmdEntry {
+    pub op: u8,
+    pub proto: u8,
+    pub flags: u8,
+    /// Opaque to the engine: the provider's operation kind.
+    pub app: u8,
+    /// The sender's index in the receiver's peer table.
+    pub src: u32,
+    pub len: u64,
+    pub tag: u64,
+    pub data: u64,
+    /// The sender's cookie, echoed in responses.
+    pub msg_id: u64,
+    pub payload: [u8; INLINE_MAX],
+}
+
+impl Default for CmdEntry {
+    fn default() -> Self {
+        CmdEntry { op: 0, proto: 0, flags: 0, app: 0, src: 0, len: 0, tag: 0, data: 0, msg_id: 0, payload: [0; INLINE_MAX] }
+    }
+}
+
+impl std::fmt::Debug for CmdEntry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CmdEntry")
+            .field("op", &self.op)
+            .field("proto", &self.proto)
+            .field("src", &self.src)
+            .field("len", &self.len)
+            .field("msg_id", &self.msg_id)
+            .finish_non_exhaustive()
+    }
+}
+
+// SAFETY: integers and a byte array, no padding (checked below).
+unsafe impl Pod for CmdEntry {}
+
+/// A response from a receiver back to a sender, through the sender's response ring.
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct RespEntry {
+    pub kind: u32,
+    pub status: u32,
+    pub msg_id: u64,
+    pub value: u64,
+}
+
+// SAFETY: integers only, no padding.
+unsafe impl Pod for RespEntry {}
+
+const _: () = {
+    assert!(std::mem::size_of::<CmdEntry>() == 248);
+    assert!(std::mem::offset_of!(CmdEntry, payload) == 40);
+    assert!(std::mem::size_of::<RespEntry>() == 24);
+};
+
+pub mod op {
+    pub const CONNECT: u8 = 1;
+    pub const MSG: u8 = 2;
+    pub const SAR_SEG: u8 = 3;
+    pub const DISCONNECT: u8 = 4;
+}
+
+pub mod proto {
+    pub const INLINE: u8 = 1;
+    pub const INJECT: u8 = 2;
+    pub const IOV: u8 = 3;
+    pub const SAR: u8 = 4;
+}
+
+/// Command flag: the sender wants a response once the data is delivered.
+pub const FLAG_ACK: u8 = 1;
+
+pub mod resp {
+    /// `value` = the peer-table index that the receiver accepted.
+    pub const CONN_ACK: u32 = 1;
+    /// The message identified by `msg_id` is finished; `status` says how.
+    pub const DONE: u32 = 2;
+}
+
+/// How a message ended at the receiver, as reported in a `DONE` response.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u32)]
+pub enum Status {
+    Ok = 0,
+    /// Delivered in part; `value` holds how many bytes.
+    Truncated = 1,
+    /// The receiver could not read our memory with CMA: resend another way.
+    CmaFailed = 2,
+    /// The receiver dropped it (discarded, canceled, or bad).
+    Dropped = 3,
+}
+
+impl Status {
+    pub fn decode(v: u32) -> Result<Status> {
+        Ok(match v {
+            0 => Status::Ok,
+            1 => Status::Truncated,
+            2 => Status::CmaFailed,
+            3 => Status::Dropped,
+            _ => return Err(Error::Corrupt("unknown response status")),
+        })
+    }
+}
+
+/// Limits a receiver checks every command against.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub max_peers: u64,
+    pub inject_count: u64,
+    pub sar_count: u64,
+    pub sar_size: u64,
+    pub max_msg_size: u64,
+}
+
+/// Application-visible header of a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct MsgHeader {
+    pub app: u8,
+    pub tag: u64,
+    pub data: u64,
+    pub len: u64,
+}
+
+/// A memory range in the sender's address space.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RemoteIov {
+    pub addr: u64,
+    pub len: u64,
+}
+
+/// One SAR segment: which bounce buffer, where in the message, how long.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SarSeg {
+    pub buf: u32,
+    pub len: u32,
+    pub offset: u64,
+}
+
+/// Where a message's bytes are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Body {
+    Inline { bytes: [u8; INLINE_MAX], len: usize },
+    Inject { buf: u32 },
+    Iov { iovs: [RemoteIov; IOV_MAX], count: usize },
+    Sar(SarSeg),
+}
+
+/// A validated command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Command {
+    Connect { src: u32 },
+    Disconnect { src: u32 },
+    Msg { src: u32, msg_id: u64, ack: bool, hdr: MsgHeader, body: Body },
+    SarSeg { src: u32, msg_id: u64, seg: SarSeg },
+}
+
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+}
+
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+}
+
+fn decode_sar(entry: &CmdEntry, limits: &Limits) -> Result<SarSeg> {
+    let p = &entry.payload;
+    let seg = SarSeg { buf: u32_at(p, 0), len: u32_at(p, 4), offset: u64_at(p, 8) };
+    if u64::from(seg.buf) >= limits.sar_count {
+        return Err(Error::Corrupt("SAR buffer index out of range"));
+    }
+    if u64::from(seg.len) > limits.sar_size {
+        return Err(Error::Corrupt("SAR segment longer than a buffer"));
+    }
+    match seg.offset.checked_add(u64::from(seg.len)) {
+        Some(end) if end <= entry.len => Ok(seg),
+        _ => Err(Error::Corrupt("SAR segment beyond message end")),
+    }
+}
+
+/// Check a peer-written entry and turn it into a `Command`.
+pub fn decode(entry: &CmdEntry, limits: &Limits) -> Result<Command> {
+    let src = entry.src;
+    if u64::from(src) >= limits.max_peers {
+        return Err(Error::Corrupt("source index out of range"));
+    }
+    match entry.op {
+        op::CONNECT => return Ok(Command::Connect { src }),
+        op::DISCONNECT => return Ok(Command::Disconnect { src }),
+        op::MSG | op::SAR_SEG => {}
+        _ => return Err(Error::Corrupt("unknown command op")),
+    }
+    if entry.len > limits.max_msg_size {
+        return Err(Error::Corrupt("message longer than max_msg_size"));
+    }
+    if entry.op == op::SAR_SEG {
+        if entry.proto != proto::SAR {
+            return Err(Error::Corrupt("SAR segment with another protocol"));
+        }
+        return Ok(Command::SarSeg { src, msg_id: entry.msg_id, seg: decode_sar(entry, limits)? });
+    }
+    let len = entry.len;
+    let body = match entry.proto {
+        proto::INLINE => {
+            if len > INLINE_MAX as u64 {
+                return Err(Error::Corrupt("inline message too long"));
+            }
+            Body::Inline { bytes: entry.payload, len: len as usize }
+        }
+        proto::INJECT => {
+            let buf = u32_at(&entry.payload, 0);
+            if u64::from(buf) >= limits.inject_count {
+                return Err(Error::Corrupt("inject buffer index out of range"));
+            }
+            if len > crate::layout::INJECT_SIZE {
+                return Err(Error::Corrupt("inject message too long"));
+            }
+            Body::Inject { buf }
+        }
+        proto::IOV => {
+            let count = u32_at(&entry.payload, 0) as usize;
+            if count == 0 || count > IOV_MAX {
+                return Err(Error::Corrupt("iov count out of range"));
+            }
+            let mut iovs = [RemoteIov::default(); IOV_MAX];
+            let mut total: u64 = 0;
+            for (i, iov) in iovs.iter_mut().enumerate().take(count) {
+                let at = 8 + i * 16;
+                *iov = RemoteIov { addr: u64_at(&entry.payload, at), len: u64_at(&entry.payload, at + 8) };
+                total = total.checked_add(iov.len).ok_or(Error::Corrupt("iov lengths overflow"))?;
+            }
+            if total != len {
+                return Err(Error::Corrupt("iov lengths do not add up to the message length"));
+            }
+            Body::Iov { iovs, count }
+        }
+        proto::SAR => Body::Sar(decode_sar(entry, limits)?),
+        _ => return Err(Error::Corrupt("unknown protocol")),
+    };
+    let hdr = MsgHeader { app: entry.app, tag: entry.tag, data: entry.data, len };
+    Ok(Command::Msg { src, msg_id: entry.msg_id, ack: entry.flags & FLAG_ACK != 0, hdr, body })
+}
+
+/// Encoders used by senders: the inverse of `decode`.
+impl CmdEntry {
+    pub fn message(src: u32, msg_id: u64, hdr: &MsgHeader, ack: bool) -> CmdEntry {
+        CmdEntry {
+            op: op::MSG,
+            flags: if ack { FLAG_ACK } else { 0 },
+            app: hdr.app,
+            src,
+            len: hdr.len,
+            tag: hdr.tag,
+            data: hdr.data,
+            msg_id,
+            ..CmdEntry::default()
+        }
+    }
+
+    pub fn control(op: u8, src: u32) -> CmdEntry {
+        CmdEntry { op, src, ..CmdEntry::default() }
+    }
+
+    pub fn set_inject(&mut self, buf: u32) {
+        self.proto = proto::INJECT;
+        self.payload[0..4].copy_from_slice(&buf.to_le_bytes());
+    }
+
+    pub fn set_iovs(&mut self, iovs: &[RemoteIov]) {
+        debug_assert!(!iovs.is_empty() && iovs.len() <= IOV_MAX);
+        self.proto = proto::IOV;
+        self.payload[0..4].copy_from_slice(&(iovs.len() as u32).to_le_bytes());
+        for (i, iov) in iovs.iter().enumerate() {
+            let at = 8 + i * 16;
+            self.payload[at..at + 8].copy_from_slice(&iov.addr.to_le_bytes());
+            self.payload[at + 8..at + 16].copy_from_slice(&iov.len.to_le_bytes());
+        }
+    }
+
+    pub fn set_sar(&mut self, seg: SarSeg) {
+        self.proto = proto::SAR;
+        self.payload[0..4].copy_from_slice(&seg.buf.to_le_bytes());
+        self.payload[4..8].copy_from_slice(&seg.len.to_le_bytes());
+        self.payload[8..16].copy_from_slice(&seg.offset.to_le_bytes());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LIMITS: Limits = Limits { max_peers: 8, inject_count: 4, sar_count: 2, sar_size: 65536, max_msg_size: 1 << 30 };
+
+    fn hdr(len: u64) -> MsgHeader {
+        MsgHeader { app: 3, tag: 0xfeed, data: 42, len }
+    }
+
+    #[test]
+    fn encodings_round_trip() {
+        let mut e = CmdEntry::message(5, 77, &hdr(10), true);
+        e.proto = proto::INLINE;
+        e.payload[..10].copy_from_slice(b"0123456789");
+        match decode(&e, &LIMITS).unwrap() {
+            Command::Msg { src: 5, msg_id: 77, ack: true, hdr: h, body: Body::Inline { bytes, len: 10 } } => {
+                assert_eq!(h, hdr(10));
+                assert_eq!(&bytes[..10], b"0123456789");
+            }
+            other => panic!("{other:?}"),
+        }
+        let mut e = CmdEntry::message(1, 2, &hdr(300), false);
+        e.set_iovs(&[RemoteIov { addr: 0x1000, len: 100 }, RemoteIov { addr: 0x9000, len: 200 }]);
+        assert!(matches!(decode(&e, &LIMITS).unwrap(), Command::Msg { body: Body::Iov { count: 2, .. }, .. }));
+        let mut e = CmdEntry::message(1, 2, &hdr(100_000), false);
+        e.op = op::SAR_SEG;
+        e.set_sar(SarSeg { buf: 1, len: 65536, offset: 0 });
+        assert_eq!(decode(&e, &LIMITS).unwrap(), Command::SarSeg { src: 1, msg_id: 2, seg: SarSeg { buf: 1, len: 65536, offset: 0 } });
+    }
+
+    #[test]
+    fn every_bad_field_is_caught() {
+        let good = {
+            let mut e = CmdEntry::message(1, 2, &hdr(100), false);
+            e.set_inject(3);
+            e
+        };
+        assert!(decode(&good, &LIMITS).is_ok());
+        let cases: Vec<Box<dyn Fn(&mut CmdEntry)>> = vec![
+            Box::new(|e| e.src = 8),
+            Box::new(|e| e.op = 99),
+            Box::new(|e| e.proto = 0),
+            Box::new(|e| e.set_inject(4)),
+            Box::new(|e| e.len = 4097),
+            Box::new(|e| e.len = 1 << 31),
+            Box::new(|e| {
+                e.proto = proto::INLINE;
+                e.len = INLINE_MAX as u64 + 1
+            }),
+            Box::new(|e| e.set_iovs(&[RemoteIov { addr: 0, len: 99 }])),
+            Box::new(|e| {
+                e.set_iovs(&[RemoteIov { addr: 0, len: u64::MAX }, RemoteIov { addr: 0, len: 101 }])
+            }),
+            Box::new(|e| {
+                e.proto = proto::IOV;
+                e.payload[0..4].copy_from_slice(&13u32.to_le_bytes())
+            }),
+            Box::new(|e| e.set_sar(SarSeg { buf: 2, len: 10, offset: 0 })),
+            Box::new(|e| e.set_sar(SarSeg { buf: 0, len: 65537, offset: 0 })),
+            Box::new(|e| e.set_sar(SarSeg { buf: 0, len: 10, offset: 95 })),
+            Box::new(|e| e.set_sar(SarSeg { buf: 0, len: 10, offset: u64::MAX - 5 })),
+        ];
+        for (i, break_it) in cases.iter().enumerate() {
+            let mut e = good;
+            break_it(&mut e);
+            assert!(matches!(decode(&e, &LIMITS), Err(Error::Corrupt(_))), "case {i}");
+        }
+    }
+}

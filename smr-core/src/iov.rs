@@ -1,0 +1,162 @@
+//! Memory the caller lends the engine for the duration of an operation.
+//!
+//! # Safety
+//! `LocalIov::from_raw` is the one place where the engine accepts raw caller memory; its contract
+//! (valid, unaliased for writes, for as long as the operation is outstanding) is the same one
+//! libfabric states for every buffer passed to a data-transfer call.
+
+use crate::cmd::RemoteIov;
+
+/// A list of caller-owned byte ranges, or an owned buffer.
+#[derive(Debug)]
+pub enum LocalIov {
+    Lent { parts: Vec<(usize, usize)>, total: usize },
+    Owned(Vec<u8>),
+}
+
+// SAFETY: the lent ranges are plain memory the caller handed over for the operation; the engine
+// only copies bytes in and out of them.
+unsafe impl Send for LocalIov {}
+
+impl LocalIov {
+    /// Lend `parts` (address, length) to the engine.
+    ///
+    /// # Safety
+    /// Every range must be valid for reads (and for writes, if used as a receive buffer), and must
+    /// stay so, untouched by the caller, until the operation that takes it has completed.
+    pub unsafe fn from_raw(parts: &[(*mut u8, usize)]) -> LocalIov {
+        let parts: Vec<(usize, usize)> =
+            parts.iter().filter(|(_, len)| *len > 0).map(|&(p, len)| (p as usize, len)).collect();
+        let total = parts.iter().map(|p| p.1).sum();
+        LocalIov::Lent { parts, total }
+    }
+
+    pub fn owned(bytes: Vec<u8>) -> LocalIov {
+        LocalIov::Owned(bytes)
+    }
+
+    pub fn len(&self) -> usize {
+        match self {
+            LocalIov::Lent { total, .. } => *total,
+            LocalIov::Owned(v) => v.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The owned buffer back, if this is one.
+    pub fn into_owned(self) -> Option<Vec<u8>> {
+        match self {
+            LocalIov::Owned(v) => Some(v),
+            LocalIov::Lent { .. } => None,
+        }
+    }
+
+    fn for_each_range(&self, mut off: usize, mut len: usize, mut f: impl FnMut(*mut u8, usize, usize)) {
+        let mut done = 0;
+        let mut visit = |base: *mut u8, plen: usize| {
+            if len == 0 {
+                return;
+            }
+            if off >= plen {
+                off -= plen;
+                return;
+            }
+            let take = (plen - off).min(len);
+            // SAFETY: `off + take <= plen`, so the pointer stays inside this range.
+            f(unsafe { base.add(off) }, take, done);
+            done += take;
+            len -= take;
+            off = 0;
+        };
+        match self {
+            LocalIov::Lent { parts, .. } => {
+                for &(p, plen) in parts {
+                    visit(p as *mut u8, plen);
+                }
+            }
+            LocalIov::Owned(v) => visit(v.as_ptr() as *mut u8, v.len()),
+        }
+    }
+
+    /// Copy `src` in at byte `off`, as far as it fits. Returns how many bytes were copied.
+    pub fn write_at(&mut self, off: usize, src: &[u8]) -> usize {
+        let mut copied = 0;
+        self.for_each_range(off, src.len(), |dst, n, at| {
+            // SAFETY: `dst..dst+n` is inside a lent (writable per contract) or owned range;
+            // `at + n <= src.len()`.
+            unsafe { std::ptr::copy_nonoverlapping(src.as_ptr().add(at), dst, n) };
+            copied += n;
+        });
+        copied
+    }
+
+    /// Copy `dst.len()` bytes out from byte `off` (fewer if the iov ends). Returns the count.
+    pub fn read_at(&self, off: usize, dst: &mut [u8]) -> usize {
+        let mut copied = 0;
+        self.for_each_range(off, dst.len(), |src, n, at| {
+            // SAFETY: `src..src+n` is inside a lent or owned range; `at + n <= dst.len()`.
+            unsafe { std::ptr::copy_nonoverlapping(src, dst.as_mut_ptr().add(at), n) };
+            copied += n;
+        });
+        copied
+    }
+
+    /// Copy `len` bytes from `off` straight to raw memory (a shared-memory buffer).
+    pub(crate) fn read_to_raw(&self, off: usize, dst: *mut u8, len: usize) -> usize {
+        let mut copied = 0;
+        self.for_each_range(off, len, |src, n, at| {
+            // SAFETY: the caller checked `dst..dst+len` lies in a mapping; `at + n <= len`.
+            unsafe { std::ptr::copy_nonoverlapping(src, dst.add(at), n) };
+            copied += n;
+        });
+        copied
+    }
+
+    /// Copy `len` bytes from raw memory (a shared-memory buffer) in at byte `off`.
+    pub(crate) fn write_from_raw(&mut self, off: usize, src: *const u8, len: usize) -> usize {
+        let mut copied = 0;
+        self.for_each_range(off, len, |dst, n, at| {
+            // SAFETY: the caller checked `src..src+len` lies in a mapping; `dst..dst+n` is ours.
+            unsafe { std::ptr::copy_nonoverlapping(src.add(at), dst, n) };
+            copied += n;
+        });
+        copied
+    }
+
+    /// The ranges from byte `off` on, as iovecs for a syscall.
+    pub(crate) fn iovecs_from(&self, off: usize, out: &mut Vec<libc::iovec>) {
+        let len = self.len().saturating_sub(off);
+        self.for_each_range(off, len, |p, n, _| out.push(libc::iovec { iov_base: p.cast(), iov_len: n }));
+    }
+
+    /// The ranges as a peer sees them for CMA; `None` if there are too many to describe.
+    pub(crate) fn as_remote(&self, max: usize) -> Option<Vec<RemoteIov>> {
+        let mut v = Vec::new();
+        self.for_each_range(0, self.len(), |p, n, _| v.push(RemoteIov { addr: p as u64, len: n as u64 }));
+        (v.len() <= max && !v.is_empty()).then_some(v)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scattered_copies_cross_part_boundaries() {
+        let mut a = [0u8; 3];
+        let mut b = [0u8; 5];
+        // SAFETY: both arrays outlive `iov` and are not otherwise touched while it lives.
+        let mut iov = unsafe { LocalIov::from_raw(&[(a.as_mut_ptr(), 3), (std::ptr::null_mut(), 0), (b.as_mut_ptr(), 5)]) };
+        assert_eq!(iov.len(), 8);
+        assert_eq!(iov.write_at(2, b"hello world"), 6);
+        let mut out = [0u8; 4];
+        assert_eq!(iov.read_at(1, &mut out), 4);
+        assert_eq!(&out, b"\0hel");
+        drop(iov);
+        assert_eq!(&a, b"\0\0h");
+        assert_eq!(&b, b"ello ");
+    }
+}

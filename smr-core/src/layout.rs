@@ -1,0 +1,261 @@
+//! The shared layout of a region: header, geometry of its parts, peer table and wake word.
+//!
+//! A region is one file:
+//! ```text
+//! page 0   RegionHeader (magic, version, owner, geometry, ready flag)
+//!          WakeWord (own 128-byte block)
+//!          command ring: RingCtl + Slot<CmdEntry> x cmd_len        (peers -> owner)
+//!          response ring: RingCtl + Slot<RespEntry> x resp_len     (peers -> owner)
+//!          inject pool: StackHead + links + inject_count x INJECT_SIZE
+//!          SAR pool:    StackHead + links + sar_count x sar_size
+//!          peer table:  PeerSlot x max_peers
+//! ```
+//! Offsets are computed by one pure function from the counts, so a peer validates a header by
+//! recomputing the geometry from the counts and comparing it field by field.
+
+use crate::cmd::{CmdEntry, RespEntry};
+use crate::error::{Error, Result};
+use crate::free_stack::StackHead;
+use crate::pod::{CachePadded, Pod};
+use crate::ring::{RingCtl, Slot};
+use crate::shm::SharedSafe;
+use crate::sync::{AtomicU32, AtomicU64};
+use std::mem::{align_of, offset_of, size_of};
+
+pub const MAGIC: u64 = u64::from_le_bytes(*b"RSHMREG\0");
+pub const LAYOUT_VERSION: u32 = 1;
+/// Longest region name, without the terminating NUL.
+pub const NAME_MAX: usize = 63;
+/// Size of one inject buffer.
+pub const INJECT_SIZE: u64 = 4096;
+/// Alignment of every part, so data buffers start on page boundaries.
+const PART_ALIGN: u64 = 4096;
+
+/// Header flag: the owner may be read with process_vm_readv (CMA).
+pub const FLAG_CMA: u32 = 1;
+
+/// Counts that define a region's geometry. Chosen by the owner; read by peers from the header.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Counts {
+    pub cmd_len: u64,
+    pub resp_len: u64,
+    pub inject_count: u64,
+    pub sar_count: u64,
+    pub sar_size: u64,
+    pub max_peers: u64,
+}
+
+/// Where each part lives.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Geometry {
+    pub counts: Counts,
+    pub wake: u64,
+    pub cmd_ctl: u64,
+    pub cmd_slots: u64,
+    pub resp_ctl: u64,
+    pub resp_slots: u64,
+    pub inject_head: u64,
+    pub inject_links: u64,
+    pub inject_data: u64,
+    pub sar_head: u64,
+    pub sar_links: u64,
+    pub sar_data: u64,
+    pub peers: u64,
+    pub size: u64,
+}
+
+/// Limits that keep a hostile header from asking for absurd geometry.
+const MAX_RING: u64 = 1 << 20;
+const MAX_BUFFERS: u64 = 1 << 16;
+const MAX_SAR_SIZE: u64 = 1 << 24;
+const MAX_PEERS: u64 = 1 << 20;
+
+fn align_up(x: u64, a: u64) -> u64 {
+    x.div_ceil(a) * a
+}
+
+impl Geometry {
+    /// Lay out a region for `counts`, or say why the counts are unacceptable.
+    pub fn compute(counts: Counts) -> Result<Geometry> {
+        let ok_ring = |n: u64| n.is_power_of_two() && (2..=MAX_RING).contains(&n);
+        if !ok_ring(counts.cmd_len) || !ok_ring(counts.resp_len) {
+            return Err(Error::Invalid("queue lengths must be powers of two in 2..=2^20"));
+        }
+        if counts.inject_count == 0 || counts.inject_count > MAX_BUFFERS {
+            return Err(Error::Invalid("inject buffer count out of range"));
+        }
+        if counts.sar_count == 0 || counts.sar_count > MAX_BUFFERS {
+            return Err(Error::Invalid("SAR buffer count out of range"));
+        }
+        if counts.sar_size < 4096 || counts.sar_size > MAX_SAR_SIZE || counts.sar_size % 64 != 0 {
+            return Err(Error::Invalid("SAR buffer size out of range"));
+        }
+        if counts.max_peers == 0 || counts.max_peers > MAX_PEERS {
+            return Err(Error::Invalid("peer table size out of range"));
+        }
+        let mut at = align_up(size_of::<RegionHeader>() as u64, 128);
+        let mut part = |bytes: u64, align: u64| {
+            let off = align_up(at, align);
+            at = off + bytes;
+            off
+        };
+        let wake = part(size_of::<WakeWord>() as u64, 128);
+        let cmd_ctl = part(size_of::<RingCtl>() as u64, PART_ALIGN);
+        let cmd_slots = part(counts.cmd_len * size_of::<Slot<CmdEntry>>() as u64, 128);
+        let resp_ctl = part(size_of::<RingCtl>() as u64, PART_ALIGN);
+        let resp_slots = part(counts.resp_len * size_of::<Slot<RespEntry>>() as u64, 128);
+        let inject_head = part(size_of::<StackHead>() as u64, PART_ALIGN);
+        let inject_links = part(counts.inject_count * 4, 128);
+        let inject_data = part(counts.inject_count * INJECT_SIZE, PART_ALIGN);
+        let sar_head = part(size_of::<StackHead>() as u64, PART_ALIGN);
+        let sar_links = part(counts.sar_count * 4, 128);
+        let sar_data = part(counts.sar_count * counts.sar_size, PART_ALIGN);
+        let peers = part(counts.max_peers * size_of::<PeerSlot>() as u64, PART_ALIGN);
+        let size = align_up(at, PART_ALIGN);
+        Ok(Geometry {
+            counts,
+            wake,
+            cmd_ctl,
+            cmd_slots,
+            resp_ctl,
+            resp_slots,
+            inject_head,
+            inject_links,
+            inject_data,
+            sar_head,
+            sar_links,
+            sar_data,
+            peers,
+            size,
+        })
+    }
+
+    pub fn inject_offset(&self, index: u32) -> Result<u64> {
+        if u64::from(index) >= self.counts.inject_count {
+            return Err(Error::Corrupt("inject buffer index out of range"));
+        }
+        Ok(self.inject_data + u64::from(index) * INJECT_SIZE)
+    }
+
+    pub fn sar_offset(&self, index: u32) -> Result<u64> {
+        if u64::from(index) >= self.counts.sar_count {
+            return Err(Error::Corrupt("SAR buffer index out of range"));
+        }
+        Ok(self.sar_data + u64::from(index) * self.counts.sar_size)
+    }
+}
+
+/// Page 0 of every region.
+#[repr(C)]
+pub struct RegionHeader {
+    pub magic: u64,
+    pub layout_version: u32,
+    pub flags: u32,
+    pub owner_pid: u32,
+    pub _pad: u32,
+    pub owner_start: u64,
+    /// Random per creation: tells a restarted owner of the same name from the old one.
+    pub incarnation: u64,
+    pub name: [u8; NAME_MAX + 1],
+    pub geometry: Geometry,
+    /// Written last, with Release, by the owner: 1 = everything above is valid.
+    pub ready: AtomicU32,
+    pub _pad2: u32,
+}
+
+pub const READY: u32 = 1;
+
+/// The futex a blocked owner sleeps on; senders wake it only when `armed` is set.
+#[repr(C)]
+pub struct WakeWord {
+    pub seq: CachePadded<AtomicU32>,
+    pub armed: AtomicU32,
+}
+
+/// One entry of the peer table: a sender announces itself here before it sends.
+#[repr(C, align(128))]
+pub struct PeerSlot {
+    pub state: AtomicU32,
+    pub pid: AtomicU32,
+    pub start: AtomicU64,
+    pub incarnation: AtomicU64,
+    pub name: [AtomicU64; (NAME_MAX + 1) / 8],
+}
+
+pub const SLOT_FREE: u32 = 0;
+pub const SLOT_CLAIMED: u32 = 1;
+pub const SLOT_READY: u32 = 2;
+
+// SAFETY: integers and atomics only; every bit pattern is valid.
+unsafe impl SharedSafe for RegionHeader {}
+// SAFETY: atomics only.
+unsafe impl SharedSafe for WakeWord {}
+// SAFETY: atomics only.
+unsafe impl SharedSafe for PeerSlot {}
+// SAFETY: atomics only.
+unsafe impl SharedSafe for RingCtl {}
+// SAFETY: atomics only.
+unsafe impl SharedSafe for StackHead {}
+// SAFETY: an atomic.
+unsafe impl SharedSafe for AtomicU32 {}
+// SAFETY: an atomic stamp and a `Pod` value in a cell.
+unsafe impl<T: Pod> SharedSafe for Slot<T> {}
+
+// The shared layout is part of the wire format: pin it down at compile time.
+const _: () = {
+    assert!(size_of::<RegionHeader>() <= 4096);
+    assert!(offset_of!(RegionHeader, magic) == 0);
+    assert!(offset_of!(RegionHeader, layout_version) == 8);
+    assert!(offset_of!(RegionHeader, owner_pid) == 16);
+    assert!(offset_of!(RegionHeader, incarnation) == 32);
+    assert!(offset_of!(RegionHeader, name) == 40);
+    assert!(offset_of!(RegionHeader, geometry) == 104);
+    assert!(size_of::<Geometry>() == 19 * 8);
+    assert!(offset_of!(RegionHeader, ready) == 104 + 19 * 8);
+    assert!(size_of::<WakeWord>() == 256);
+    assert!(size_of::<PeerSlot>() == 128);
+    assert!(size_of::<RingCtl>() == 128);
+    assert!(size_of::<Slot<CmdEntry>>() == 256);
+    assert!(size_of::<Slot<RespEntry>>() == 32);
+    assert!(align_of::<Slot<CmdEntry>>() == 8);
+};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn counts() -> Counts {
+        Counts { cmd_len: 256, resp_len: 256, inject_count: 8, sar_count: 4, sar_size: 65536, max_peers: 16 }
+    }
+
+    #[test]
+    fn parts_are_ordered_aligned_and_inside() {
+        let g = Geometry::compute(counts()).unwrap();
+        let offs = [
+            g.wake, g.cmd_ctl, g.cmd_slots, g.resp_ctl, g.resp_slots, g.inject_head, g.inject_links,
+            g.inject_data, g.sar_head, g.sar_links, g.sar_data, g.peers,
+        ];
+        assert!(offs.windows(2).all(|w| w[0] < w[1]));
+        assert!(offs.iter().all(|o| o % 128 == 0));
+        assert_eq!(g.inject_data % 4096, 0);
+        assert!(g.peers + 16 * 128 <= g.size);
+        assert_eq!(g.sar_offset(3).unwrap(), g.sar_data + 3 * 65536);
+        assert!(g.sar_offset(4).is_err());
+        assert!(g.inject_offset(8).is_err());
+    }
+
+    #[test]
+    fn absurd_counts_are_rejected() {
+        for bad in [
+            Counts { cmd_len: 3, ..counts() },
+            Counts { resp_len: 1 << 30, ..counts() },
+            Counts { inject_count: 0, ..counts() },
+            Counts { sar_size: 100, ..counts() },
+            Counts { max_peers: u64::MAX, ..counts() },
+        ] {
+            assert!(Geometry::compute(bad).is_err(), "{bad:?}");
+        }
+    }
+}

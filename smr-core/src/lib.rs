@@ -1,0 +1,34 @@
+//! smr-core: rshm's shared-memory engine.
+//!
+//! One region per endpoint in /dev/shm holds a command ring (peers -> owner), a response ring,
+//! inject and SAR buffer pools and a peer table. Messages travel inline in a command, through an
+//! inject buffer, by CMA straight from the sender's memory, or in SAR segments. Nothing here
+//! knows libfabric; the provider builds libfabric's objects on top of `Endpoint`.
+#![deny(unsafe_op_in_unsafe_fn)]
+
+pub mod error;
+pub mod free_stack;
+pub mod pod;
+pub mod ring;
+pub(crate) mod sync;
+
+#[cfg(not(loom))]
+pub mod cma;
+#[cfg(not(loom))]
+pub mod cmd;
+#[cfg(not(loom))]
+pub mod endpoint;
+#[cfg(not(loom))]
+pub mod iov;
+#[cfg(not(loom))]
+pub mod layout;
+#[cfg(not(loom))]
+pub mod liveness;
+#[cfg(not(loom))]
+pub mod region;
+#[cfg(not(loom))]
+pub mod shm;
+#[cfg(not(loom))]
+pub mod wake;
+
+pub use error::{Error, Result};

@@ -1,0 +1,87 @@
+//! Who owns a region, and whether that process still lives.
+//!
+//! A process is identified by its pid and its start time (field 22 of /proc/<pid>/stat, in clock
+//! ticks since boot), so a recycled pid is not mistaken for the old owner. This works across
+//! `fork` (unlike a file lock, which the child would inherit) and needs no signal handlers.
+
+use crate::error::{Error, Result};
+
+/// A process, unambiguously.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProcessIdentity {
+    pub pid: u32,
+    pub start: u64,
+}
+
+impl ProcessIdentity {
+    /// The calling process.
+    pub fn current() -> Result<ProcessIdentity> {
+        let pid = std::process::id();
+        let start = start_time(pid)?.ok_or(Error::Invalid("cannot read own /proc/self/stat"))?;
+        Ok(ProcessIdentity { pid, start })
+    }
+
+    /// True while the process runs (a zombie counts as dead: it will never send again).
+    pub fn is_alive(&self) -> bool {
+        match read_stat(self.pid) {
+            Ok(Some(stat)) => stat.start == self.start && stat.state != 'Z' && stat.state != 'X',
+            Ok(None) => false,
+            // An unreadable /proc (hidepid) must not declare live peers dead.
+            Err(_) => true,
+        }
+    }
+}
+
+struct Stat {
+    state: char,
+    start: u64,
+}
+
+fn start_time(pid: u32) -> Result<Option<u64>> {
+    Ok(read_stat(pid)?.map(|s| s.start))
+}
+
+/// Parse /proc/<pid>/stat; `None` when no such process exists.
+fn read_stat(pid: u32) -> Result<Option<Stat>> {
+    let text = match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(Error::Os(e.raw_os_error().unwrap_or(libc::EIO))),
+    };
+    parse_stat(&text).map(Some).ok_or(Error::Corrupt("unparsable /proc stat"))
+}
+
+/// The command name may hold spaces and parentheses: fields are counted after the last ')'.
+fn parse_stat(text: &str) -> Option<Stat> {
+    let rest = &text[text.rfind(')')? + 1..];
+    let mut fields = rest.split_ascii_whitespace();
+    let state = fields.next()?.chars().next()?;
+    // After the state (field 3) the start time is field 22: skip fields 4..=21.
+    let start = fields.nth(18)?.parse().ok()?;
+    Some(Stat { state, start })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_names_with_spaces_and_parens() {
+        let line = "4242 (we ird) (name)) S 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 987654 20 21";
+        let s = parse_stat(line).unwrap();
+        assert_eq!(s.state, 'S');
+        assert_eq!(s.start, 987654);
+        assert!(parse_stat("garbage").is_none());
+    }
+
+    #[test]
+    fn self_is_alive_and_a_reaped_child_is_not() {
+        let me = ProcessIdentity::current().unwrap();
+        assert!(me.is_alive());
+        assert!(!ProcessIdentity { start: me.start + 1, ..me }.is_alive());
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let ident = ProcessIdentity { pid: child.id(), start: start_time(child.id()).unwrap().unwrap_or(0) };
+        child.wait().unwrap();
+        assert!(!ident.is_alive());
+    }
+}

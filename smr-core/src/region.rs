@@ -1,0 +1,294 @@
+//! A region: one endpoint's shared-memory file, created by its owner, mapped by its peers.
+//!
+//! The owner creates the file exclusively, writes the header, initialises every part, and sets
+//! `ready` last. A peer validates magic, version, `ready`, the geometry (recomputed from the
+//! counts) and the file size before it reads anything else, and from then on uses its private
+//! copy of the geometry: a peer rewriting the header later cannot move our view of the parts.
+
+use crate::cmd::{CmdEntry, RespEntry};
+use crate::error::{Error, Result};
+use crate::free_stack::{FreeStack, StackHead};
+use crate::layout::*;
+use crate::liveness::ProcessIdentity;
+use crate::ring::{Ring, RingCtl, Slot};
+use crate::shm::{self, Mapping};
+use crate::sync::{AtomicU32, Ordering};
+use std::time::{Duration, SystemTime};
+
+/// How old a region without a valid header must be before we take it for a crashed creation.
+const HALF_CREATED_GRACE: Duration = Duration::from_secs(2);
+
+/// Region names double as endpoint addresses: keep them printable and short.
+pub fn check_name(name: &str) -> Result<()> {
+    let ok = !name.is_empty()
+        && name.len() <= NAME_MAX
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"_-.:".contains(&b));
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::Invalid("region name must be 1..=63 characters of [A-Za-z0-9_.:-]"))
+    }
+}
+
+pub fn name_bytes(name: &str) -> [u8; NAME_MAX + 1] {
+    let mut out = [0u8; NAME_MAX + 1];
+    out[..name.len()].copy_from_slice(name.as_bytes());
+    out
+}
+
+/// A mapped region with a trusted copy of its geometry.
+pub struct Region {
+    map: Mapping,
+    geo: Geometry,
+    name: String,
+    owner: ProcessIdentity,
+    incarnation: u64,
+    flags: u32,
+    is_owner: bool,
+}
+
+impl Region {
+    /// Create `name` for this process, reclaiming a region a dead process left behind.
+    pub fn create(name: &str, counts: Counts, flags: u32) -> Result<Region> {
+        check_name(name)?;
+        let geo = Geometry::compute(counts)?;
+        let me = ProcessIdentity::current()?;
+        for _ in 0..4 {
+            match Mapping::create(name, geo.size as usize) {
+                Ok(map) => return Ok(Self::init(map, geo, name, me, flags)),
+                Err(Error::Os(libc::EEXIST)) => reclaim_if_stale(name)?,
+                Err(e) => return Err(e),
+            }
+        }
+        Err(Error::AddrInUse)
+    }
+
+    fn init(map: Mapping, geo: Geometry, name: &str, me: ProcessIdentity, flags: u32) -> Region {
+        let incarnation = random_u64();
+        let region = Region { map, geo, name: name.to_string(), owner: me, incarnation, flags, is_owner: true };
+        // SAFETY: the header page is ours alone until `ready` is set: nobody else has opened the
+        // file yet (O_EXCL) or, if one did, it waits for `ready` before reading.
+        let hdr = unsafe { &mut *region.map.bytes_ptr(0, 4096).expect("header page").cast::<RegionHeader>() };
+        hdr.magic = MAGIC;
+        hdr.layout_version = LAYOUT_VERSION;
+        hdr.flags = flags;
+        hdr.owner_pid = me.pid;
+        hdr.owner_start = me.start;
+        hdr.incarnation = incarnation;
+        hdr.name = name_bytes(name);
+        hdr.geometry = geo;
+        region.cmd_ring().reset();
+        region.resp_ring().reset();
+        region.inject_stack().fill();
+        region.sar_stack().fill();
+        region.header().ready.store(READY, Ordering::Release);
+        region
+    }
+
+    /// Map a peer's region and validate it.
+    pub fn open(name: &str) -> Result<Region> {
+        check_name(name)?;
+        let map = Mapping::open(name)?;
+        let hdr: &RegionHeader = map.at(0)?;
+        if hdr.magic != MAGIC {
+            return Err(Error::Corrupt("bad region magic"));
+        }
+        if hdr.layout_version != LAYOUT_VERSION {
+            return Err(Error::Corrupt("unsupported region layout version"));
+        }
+        if hdr.ready.load(Ordering::Acquire) != READY {
+            return Err(Error::Again);
+        }
+        let geo = hdr.geometry;
+        if Geometry::compute(geo.counts)? != geo {
+            return Err(Error::Corrupt("region geometry does not match its counts"));
+        }
+        if geo.size > map.len() as u64 {
+            return Err(Error::Corrupt("region smaller than its geometry"));
+        }
+        if hdr.name != name_bytes(name) {
+            return Err(Error::Corrupt("region header names another endpoint"));
+        }
+        let owner = ProcessIdentity { pid: hdr.owner_pid, start: hdr.owner_start };
+        let (incarnation, flags) = (hdr.incarnation, hdr.flags);
+        Ok(Region { map, geo, name: name.to_string(), owner, incarnation, flags, is_owner: false })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+    pub fn owner(&self) -> ProcessIdentity {
+        self.owner
+    }
+    pub fn incarnation(&self) -> u64 {
+        self.incarnation
+    }
+    pub fn flags(&self) -> u32 {
+        self.flags
+    }
+    pub fn geometry(&self) -> &Geometry {
+        &self.geo
+    }
+    pub fn mapping(&self) -> &Mapping {
+        &self.map
+    }
+
+    /// True unless the file shrank under us (touching a truncated tail would fault).
+    pub fn intact(&self) -> bool {
+        self.map.file_len().map(|l| l as u64 >= self.geo.size).unwrap_or(false)
+    }
+
+    pub fn header(&self) -> &RegionHeader {
+        self.map.at(0).expect("validated at open")
+    }
+
+    pub fn wake_word(&self) -> &WakeWord {
+        self.map.at(self.geo.wake).expect("validated geometry")
+    }
+
+    pub fn cmd_ring(&self) -> Ring<'_, CmdEntry> {
+        let ctl: &RingCtl = self.map.at(self.geo.cmd_ctl).expect("validated geometry");
+        let slots: &[Slot<CmdEntry>] = self.map.slice(self.geo.cmd_slots, self.geo.counts.cmd_len).expect("validated geometry");
+        Ring::new(ctl, slots)
+    }
+
+    pub fn resp_ring(&self) -> Ring<'_, RespEntry> {
+        let ctl: &RingCtl = self.map.at(self.geo.resp_ctl).expect("validated geometry");
+        let slots: &[Slot<RespEntry>] = self.map.slice(self.geo.resp_slots, self.geo.counts.resp_len).expect("validated geometry");
+        Ring::new(ctl, slots)
+    }
+
+    pub fn inject_stack(&self) -> FreeStack<'_> {
+        let head: &StackHead = self.map.at(self.geo.inject_head).expect("validated geometry");
+        let links: &[AtomicU32] = self.map.slice(self.geo.inject_links, self.geo.counts.inject_count).expect("validated geometry");
+        FreeStack::new(head, links)
+    }
+
+    pub fn sar_stack(&self) -> FreeStack<'_> {
+        let head: &StackHead = self.map.at(self.geo.sar_head).expect("validated geometry");
+        let links: &[AtomicU32] = self.map.slice(self.geo.sar_links, self.geo.counts.sar_count).expect("validated geometry");
+        FreeStack::new(head, links)
+    }
+
+    pub fn peer_slots(&self) -> &[PeerSlot] {
+        self.map.slice(self.geo.peers, self.geo.counts.max_peers).expect("validated geometry")
+    }
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        if self.is_owner {
+            // Unlink only our own incarnation: a successor may already own the name.
+            if let Ok(other) = Region::open(&self.name) {
+                if other.incarnation != self.incarnation {
+                    return;
+                }
+            }
+            let _ = shm::unlink(&self.name);
+        }
+    }
+}
+
+/// What a look at an existing region file found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Occupant {
+    Alive(ProcessIdentity),
+    Dead(Option<ProcessIdentity>),
+    /// No valid header yet and young: probably being created right now.
+    Creating,
+}
+
+/// Inspect a region file without trusting it.
+pub fn inspect(name: &str) -> Result<Occupant> {
+    let map = Mapping::open(name)?;
+    let hdr: std::result::Result<&RegionHeader, _> = map.at(0);
+    if let Ok(hdr) = hdr {
+        if hdr.magic == MAGIC && hdr.owner_pid != 0 {
+            let ident = ProcessIdentity { pid: hdr.owner_pid, start: hdr.owner_start };
+            return Ok(if ident.is_alive() { Occupant::Alive(ident) } else { Occupant::Dead(Some(ident)) });
+        }
+    }
+    let meta = std::fs::metadata(format!("/dev/shm/{name}")).map_err(|e| Error::Os(e.raw_os_error().unwrap_or(libc::EIO)))?;
+    let age = meta.modified().ok().and_then(|m| SystemTime::now().duration_since(m).ok()).unwrap_or_default();
+    Ok(if age > HALF_CREATED_GRACE { Occupant::Dead(None) } else { Occupant::Creating })
+}
+
+fn reclaim_if_stale(name: &str) -> Result<()> {
+    match inspect(name) {
+        Ok(Occupant::Dead(_)) | Err(Error::NoSuchPeer) | Err(Error::Corrupt(_)) => shm::unlink(name),
+        Ok(Occupant::Alive(_)) | Ok(Occupant::Creating) => Err(Error::AddrInUse),
+        Err(e) => Err(e),
+    }
+}
+
+fn random_u64() -> u64 {
+    let mut v = 0u64;
+    // SAFETY: getrandom writes at most 8 bytes into `v`.
+    let n = unsafe { libc::getrandom((&mut v as *mut u64).cast(), 8, 0) };
+    if n != 8 {
+        let t = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
+        v = t.as_nanos() as u64 ^ (u64::from(std::process::id()) << 32);
+    }
+    v | 1
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ring::Consumer;
+
+    fn counts() -> Counts {
+        Counts { cmd_len: 64, resp_len: 64, inject_count: 4, sar_count: 2, sar_size: 65536, max_peers: 8 }
+    }
+
+    fn unique(tag: &str) -> String {
+        format!("rshm_test_{}_{}_{}", tag, std::process::id(), random_u64() % 100000)
+    }
+
+    #[test]
+    fn create_open_exchange_unlink() {
+        let name = unique("region");
+        let owner = Region::create(&name, counts(), 0).unwrap();
+        assert!(matches!(Region::create(&name, counts(), 0), Err(Error::AddrInUse)));
+        let peer = Region::open(&name).unwrap();
+        assert_eq!(peer.incarnation(), owner.incarnation());
+        assert_eq!(peer.geometry(), owner.geometry());
+        let mut e = CmdEntry::default();
+        e.len = 99;
+        peer.cmd_ring().push(&e).unwrap();
+        let mut c = Consumer::new();
+        match c.pop(&owner.cmd_ring()) {
+            crate::ring::Pop::Item(got) => assert_eq!(got.len, 99),
+            other => panic!("{other:?}"),
+        }
+        drop(peer);
+        drop(owner);
+        assert!(matches!(Region::open(&name), Err(Error::NoSuchPeer)));
+    }
+
+    #[test]
+    fn corrupt_headers_are_refused() {
+        let name = unique("corrupt");
+        let owner = Region::create(&name, counts(), 0).unwrap();
+        let hdr = owner.mapping().bytes_ptr(0, 4096).unwrap().cast::<RegionHeader>();
+        // SAFETY: test-only scribbling on our own header, as a hostile peer might.
+        unsafe { (*hdr).geometry.counts.cmd_len = 1 << 19 };
+        assert!(matches!(Region::open(&name), Err(Error::Corrupt(_))));
+        // SAFETY: as above.
+        unsafe { (*hdr).magic = 0 };
+        assert!(matches!(Region::open(&name), Err(Error::Corrupt(_))));
+        assert!(Region::open("no/slash").is_err());
+    }
+
+    #[test]
+    fn stale_region_of_dead_owner_is_reclaimed() {
+        let name = unique("stale");
+        let owner = Region::create(&name, counts(), 0).unwrap();
+        let hdr = owner.mapping().bytes_ptr(0, 4096).unwrap().cast::<RegionHeader>();
+        // SAFETY: make the header claim a process that cannot exist, as after a SIGKILL.
+        unsafe { (*hdr).owner_start = 1 };
+        std::mem::forget(owner);
+        let again = Region::create(&name, counts(), 0).unwrap();
+        assert!(again.owner().is_alive());
+    }
+}

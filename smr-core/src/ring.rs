@@ -1,0 +1,290 @@
+//! Bounded many-producer, single-consumer ring with one sequence stamp per slot (Vyukov).
+//!
+//! Producers (peers) claim a slot with one CAS on `tail`, fill it, and publish it by moving the
+//! slot's stamp from `pos` to `pos + 1`. The consumer (the region's owner) keeps its `head` in
+//! private memory, so a peer cannot corrupt it; it reads a slot when the stamp says "published"
+//! and hands the slot to the next lap by setting the stamp to `pos + capacity`. The consumer never
+//! waits: it either takes an entry or reports that none is ready.
+//!
+//! A producer that died between its claim and its publish would stall the consumer forever; the
+//! consumer can `skip` such a slot after a time the caller chooses. Publishing is a CAS, so a
+//! producer that was merely slow learns that its entry was skipped instead of corrupting a later
+//! lap's entry.
+//!
+//! Everything here works on references handed in by the caller: slices of a shared mapping in
+//! the real engine, heap allocations under loom.
+
+use crate::pod::{CachePadded, Pod};
+use crate::sync::{spin_hint, AtomicU64, Ordering, UnsafeCell};
+
+/// How often a producer retries when other producers keep moving `tail` under it.
+const PRODUCER_RETRIES: u32 = 1 << 12;
+
+/// One slot: the stamp and the entry it guards.
+#[repr(C)]
+pub struct Slot<T> {
+    stamp: AtomicU64,
+    value: UnsafeCell<T>,
+}
+
+// SAFETY: the stamp protocol hands each slot's value to one thread at a time: a producer between
+// its claim and its publish, the consumer between the publish and the release.
+unsafe impl<T: Pod + Send> Sync for Slot<T> {}
+
+impl<T: Pod + Default> Slot<T> {
+    /// A slot as the owner initialises it (heap-backed instances and tests).
+    pub fn new(pos: u64) -> Self {
+        Slot { stamp: AtomicU64::new(pos), value: UnsafeCell::new(T::default()) }
+    }
+}
+
+/// The shared control block: only the producers' claim counter.
+#[repr(C)]
+pub struct RingCtl {
+    tail: CachePadded<AtomicU64>,
+}
+
+impl RingCtl {
+    pub fn new() -> Self {
+        RingCtl { tail: CachePadded(AtomicU64::new(0)) }
+    }
+}
+
+impl Default for RingCtl {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Why a push did not enqueue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PushError {
+    /// Every slot is in use: retry after the consumer made progress.
+    Full,
+    /// Other producers kept winning, or the stamps make no sense: retry later.
+    Busy,
+    /// The consumer skipped our claimed slot because we took too long; the entry was dropped.
+    Skipped,
+}
+
+/// What the consumer found at its head.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pop<T> {
+    Item(T),
+    /// Nothing claimed at the head.
+    Empty,
+    /// The head slot is claimed (or scribbled on) but not published.
+    Pending,
+}
+
+/// A view of one ring: its control block and its slots.
+pub struct Ring<'a, T> {
+    ctl: &'a RingCtl,
+    slots: &'a [Slot<T>],
+    mask: u64,
+}
+
+impl<'a, T: Pod> Ring<'a, T> {
+    /// `slots.len()` must be a power of two.
+    pub fn new(ctl: &'a RingCtl, slots: &'a [Slot<T>]) -> Self {
+        assert!(slots.len().is_power_of_two(), "ring capacity must be a power of two");
+        Ring { ctl, slots, mask: slots.len() as u64 - 1 }
+    }
+
+    pub fn capacity(&self) -> u64 {
+        self.slots.len() as u64
+    }
+
+    /// Owner only, before the ring is published: every slot free for lap 0.
+    pub fn reset(&self) {
+        self.ctl.tail.store(0, Ordering::Relaxed);
+        for (pos, slot) in self.slots.iter().enumerate() {
+            slot.stamp.store(pos as u64, Ordering::Relaxed);
+        }
+    }
+
+    /// Enqueue a copy of `value`.
+    pub fn push(&self, value: &T) -> Result<(), PushError> {
+        for _ in 0..PRODUCER_RETRIES {
+            let tail = self.ctl.tail.load(Ordering::Relaxed);
+            let slot = &self.slots[(tail & self.mask) as usize];
+            let stamp = slot.stamp.load(Ordering::Acquire);
+            let lead = stamp.wrapping_sub(tail) as i64;
+            if lead == 0 {
+                if self
+                    .ctl
+                    .tail
+                    .compare_exchange_weak(tail, tail + 1, Ordering::Relaxed, Ordering::Relaxed)
+                    .is_err()
+                {
+                    spin_hint();
+                    continue;
+                }
+                slot.value.with_mut(|cell| {
+                    // SAFETY: the successful CAS on `tail` gave this producer the slot for this
+                    // lap; the consumer does not read it before the stamp moves to `tail + 1`.
+                    unsafe { core::ptr::write_volatile(cell, *value) }
+                });
+                return slot
+                    .stamp
+                    .compare_exchange(tail, tail + 1, Ordering::Release, Ordering::Relaxed)
+                    .map(|_| ())
+                    .map_err(|_| PushError::Skipped);
+            }
+            if lead < 0 {
+                // The slot still holds last lap's entry: the ring is full.
+                return Err(PushError::Full);
+            }
+            // Another producer claimed this position after we read `tail`.
+            spin_hint();
+        }
+        Err(PushError::Busy)
+    }
+}
+
+/// The consumer's private state: where it reads next.
+#[derive(Debug, Default)]
+pub struct Consumer {
+    head: u64,
+}
+
+impl Consumer {
+    pub fn new() -> Self {
+        Consumer { head: 0 }
+    }
+
+    /// Take the entry at the head, if one is published. Wait-free.
+    pub fn pop<T: Pod>(&mut self, ring: &Ring<'_, T>) -> Pop<T> {
+        let slot = &ring.slots[(self.head & ring.mask) as usize];
+        let stamp = slot.stamp.load(Ordering::Acquire);
+        if stamp == self.head.wrapping_add(1) {
+            let value = slot.value.with(|cell| {
+                // SAFETY: the Acquire load saw the producer's Release publish, so the entry is
+                // complete; `T: Pod` makes any bytes a peer wrote a valid `T`.
+                unsafe { core::ptr::read_volatile(cell) }
+            });
+            slot.stamp.store(self.head.wrapping_add(ring.capacity()), Ordering::Release);
+            self.head = self.head.wrapping_add(1);
+            return Pop::Item(value);
+        }
+        let claimed_ahead = ring.ctl.tail.load(Ordering::Relaxed).wrapping_sub(self.head) as i64;
+        if stamp == self.head && claimed_ahead <= 0 {
+            Pop::Empty
+        } else {
+            Pop::Pending
+        }
+    }
+
+    /// Give up on a head slot that stayed `Pending`: hand it to the next lap and move on.
+    /// Returns false if the entry got published meanwhile (then `pop` it instead).
+    pub fn skip<T: Pod>(&mut self, ring: &Ring<'_, T>) -> bool {
+        let slot = &ring.slots[(self.head & ring.mask) as usize];
+        let stamp = slot.stamp.load(Ordering::Acquire);
+        if stamp == self.head.wrapping_add(1) {
+            return false;
+        }
+        let next_lap = self.head.wrapping_add(ring.capacity());
+        if slot.stamp.compare_exchange(stamp, next_lap, Ordering::AcqRel, Ordering::Acquire).is_err()
+        {
+            return false;
+        }
+        self.head = self.head.wrapping_add(1);
+        true
+    }
+
+    /// How many entries this consumer has taken or skipped.
+    pub fn position(&self) -> u64 {
+        self.head
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[derive(Clone, Copy, Default, Debug, PartialEq)]
+    #[repr(C)]
+    struct Val(u64);
+    // SAFETY: a single integer.
+    unsafe impl Pod for Val {}
+
+    fn ring_parts(cap: usize) -> (RingCtl, Vec<Slot<Val>>) {
+        (RingCtl::new(), (0..cap as u64).map(Slot::new).collect())
+    }
+
+    #[test]
+    fn fifo_until_full_then_drains() {
+        let (ctl, slots) = ring_parts(4);
+        let ring = Ring::new(&ctl, &slots);
+        let mut c = Consumer::new();
+        assert_eq!(c.pop(&ring), Pop::Empty);
+        for i in 0..4 {
+            ring.push(&Val(i)).unwrap();
+        }
+        assert_eq!(ring.push(&Val(9)), Err(PushError::Full));
+        for i in 0..4 {
+            assert_eq!(c.pop(&ring), Pop::Item(Val(i)));
+        }
+        assert_eq!(c.pop(&ring), Pop::Empty);
+        for lap in 0..10u64 {
+            ring.push(&Val(lap)).unwrap();
+            assert_eq!(c.pop(&ring), Pop::Item(Val(lap)));
+        }
+    }
+
+    #[test]
+    fn claimed_but_unpublished_slot_is_pending_and_skippable() {
+        let (ctl, slots) = ring_parts(4);
+        let ring = Ring::new(&ctl, &slots);
+        let mut c = Consumer::new();
+        // A producer claims position 0 and dies before publishing.
+        ctl.tail.store(1, Ordering::Relaxed);
+        ring.push(&Val(7)).unwrap();
+        assert_eq!(c.pop(&ring), Pop::Pending);
+        assert!(c.skip(&ring));
+        assert_eq!(c.pop(&ring), Pop::Item(Val(7)));
+        // The late producer's publish now fails instead of corrupting the next lap.
+        assert!(slots[0].stamp.compare_exchange(0, 1, Ordering::Release, Ordering::Relaxed).is_err());
+    }
+
+    #[test]
+    fn scribbled_stamp_never_yields_an_item() {
+        let (ctl, slots) = ring_parts(4);
+        let ring = Ring::new(&ctl, &slots);
+        let mut c = Consumer::new();
+        slots[0].stamp.store(u64::MAX - 3, Ordering::Relaxed);
+        assert_eq!(c.pop(&ring), Pop::Pending);
+        assert!(c.skip(&ring));
+        assert_eq!(c.pop(&ring), Pop::Empty);
+    }
+
+    #[test]
+    fn threads_push_every_value_exactly_once() {
+        let (ctl, slots) = ring_parts(64);
+        let ring = Ring::new(&ctl, &slots);
+        const PER: u64 = 20_000;
+        let mut seen = vec![0u8; (4 * PER) as usize];
+        std::thread::scope(|s| {
+            for t in 0..4u64 {
+                let ring = &ring;
+                s.spawn(move || {
+                    for i in 0..PER {
+                        let v = Val(t * PER + i);
+                        while ring.push(&v).is_err() {
+                            std::thread::yield_now();
+                        }
+                    }
+                });
+            }
+            let mut c = Consumer::new();
+            let mut got = 0;
+            while got < 4 * PER {
+                if let Pop::Item(Val(v)) = c.pop(&ring) {
+                    seen[v as usize] += 1;
+                    got += 1;
+                }
+            }
+        });
+        assert!(seen.iter().all(|&n| n == 1));
+    }
+}

@@ -1,0 +1,192 @@
+//! Shared-memory files in /dev/shm and their mappings. One of the few modules with raw memory.
+//!
+//! # Safety
+//! A `Mapping` owns one `mmap` of a whole file for its lifetime. Every typed view it hands out is
+//! range- and alignment-checked against the mapping, and only for types whose every bit pattern
+//! is valid (`Pod`) or that consist of atomics, so peer writes cannot create invalid values.
+
+use crate::error::{Error, Result};
+use std::ffi::CString;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+/// A `MAP_SHARED` read-write mapping of a whole shm file.
+pub struct Mapping {
+    base: *mut u8,
+    len: usize,
+    fd: OwnedFd,
+}
+
+// SAFETY: the mapping is plain shared memory; all concurrent access goes through atomics or
+// explicit byte copies, so the handle may move to and be shared between threads.
+unsafe impl Send for Mapping {}
+// SAFETY: as above.
+unsafe impl Sync for Mapping {}
+
+fn shm_path(name: &str) -> Result<CString> {
+    CString::new(format!("/{name}")).map_err(|_| Error::Invalid("region name contains NUL"))
+}
+
+impl Mapping {
+    /// Create `name` exclusively (mode 0600), size it and map it.
+    pub fn create(name: &str, len: usize) -> Result<Mapping> {
+        let path = shm_path(name)?;
+        // SAFETY: `path` is a valid NUL-terminated string.
+        let fd = unsafe {
+            libc::shm_open(path.as_ptr(), libc::O_CREAT | libc::O_EXCL | libc::O_RDWR | libc::O_CLOEXEC, 0o600)
+        };
+        if fd < 0 {
+            return Err(Error::last_os());
+        }
+        // SAFETY: `fd` was just returned by shm_open and is owned by nobody else.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        // SAFETY: plain syscall on an fd we own.
+        if unsafe { libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) } != 0 {
+            let err = Error::last_os();
+            let _ = unlink(name);
+            return Err(err);
+        }
+        Self::map(fd, len).inspect_err(|_| {
+            let _ = unlink(name);
+        })
+    }
+
+    /// Map an existing region file whole, at the size `fstat` reports.
+    pub fn open(name: &str) -> Result<Mapping> {
+        let path = shm_path(name)?;
+        // SAFETY: `path` is a valid NUL-terminated string.
+        let fd = unsafe { libc::shm_open(path.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC, 0) };
+        if fd < 0 {
+            let err = std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO);
+            return Err(if err == libc::ENOENT { Error::NoSuchPeer } else { Error::Os(err) });
+        }
+        // SAFETY: `fd` was just returned by shm_open and is owned by nobody else.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let len = file_size(&fd)?;
+        if len == 0 {
+            return Err(Error::Corrupt("region file is empty"));
+        }
+        Self::map(fd, len)
+    }
+
+    fn map(fd: OwnedFd, len: usize) -> Result<Mapping> {
+        // SAFETY: mapping a file we hold open; the kernel picks the address.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(Error::last_os());
+        }
+        Ok(Mapping { base: base.cast(), len, fd })
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The size of the file now: a peer may have truncated it (then touching the tail faults).
+    pub fn file_len(&self) -> Result<usize> {
+        file_size(&self.fd)
+    }
+
+    fn check(&self, off: u64, len: u64, align: usize) -> Result<usize> {
+        let end = off.checked_add(len).ok_or(Error::Corrupt("offset overflow"))?;
+        if end > self.len as u64 {
+            return Err(Error::Corrupt("offset beyond region"));
+        }
+        if (self.base as usize + off as usize) % align != 0 {
+            return Err(Error::Corrupt("misaligned offset"));
+        }
+        Ok(off as usize)
+    }
+
+    /// A shared reference to a `T` at `off`.
+    ///
+    /// `T` must be `Pod`, or be built only from atomics and `Pod` data in `UnsafeCell`s.
+    pub fn at<T: SharedSafe>(&self, off: u64) -> Result<&T> {
+        let off = self.check(off, size_of::<T>() as u64, align_of::<T>())?;
+        // SAFETY: in bounds and aligned (checked above); `T: SharedSafe` means any bytes form a
+        // valid `T` and all mutation goes through atomics or cells, so `&T` is sound even while
+        // other processes write.
+        Ok(unsafe { &*self.base.add(off).cast::<T>() })
+    }
+
+    /// `n` consecutive `T`s at `off`.
+    pub fn slice<T: SharedSafe>(&self, off: u64, n: u64) -> Result<&[T]> {
+        let bytes = n.checked_mul(size_of::<T>() as u64).ok_or(Error::Corrupt("length overflow"))?;
+        let off = self.check(off, bytes, align_of::<T>())?;
+        // SAFETY: as in `at`, for every element of the checked range.
+        Ok(unsafe { std::slice::from_raw_parts(self.base.add(off).cast::<T>(), n as usize) })
+    }
+
+    /// Copy `src` into the mapping at `off`.
+    pub fn write_bytes(&self, off: u64, src: &[u8]) -> Result<()> {
+        let off = self.check(off, src.len() as u64, 1)?;
+        // SAFETY: the destination range lies inside the mapping (checked); shared memory may be
+        // written concurrently by a misbehaving peer, which can only garble bytes.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.base.add(off), src.len()) };
+        Ok(())
+    }
+
+    /// Copy from the mapping at `off` into `dst`.
+    pub fn read_bytes(&self, off: u64, dst: &mut [u8]) -> Result<()> {
+        let off = self.check(off, dst.len() as u64, 1)?;
+        // SAFETY: the source range lies inside the mapping (checked).
+        unsafe { std::ptr::copy_nonoverlapping(self.base.add(off), dst.as_mut_ptr(), dst.len()) };
+        Ok(())
+    }
+
+    /// Raw pointer to `len` bytes at `off`, for copies to or from caller-owned memory.
+    pub fn bytes_ptr(&self, off: u64, len: u64) -> Result<*mut u8> {
+        let off = self.check(off, len, 1)?;
+        // SAFETY: in bounds (checked).
+        Ok(unsafe { self.base.add(off) })
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: `base`/`len` came from our own successful mmap; no references outlive `self`.
+        unsafe { libc::munmap(self.base.cast(), self.len) };
+    }
+}
+
+fn file_size(fd: &OwnedFd) -> Result<usize> {
+    // SAFETY: `stat` is plain data; fstat fills it on success.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: valid fd and a valid out-pointer.
+    if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
+        return Err(Error::last_os());
+    }
+    Ok(st.st_size as usize)
+}
+
+/// Remove a region file. Missing files are not an error.
+pub fn unlink(name: &str) -> Result<()> {
+    let path = shm_path(name)?;
+    // SAFETY: valid C string.
+    if unsafe { libc::shm_unlink(path.as_ptr()) } != 0 {
+        let err = std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO);
+        if err != libc::ENOENT {
+            return Err(Error::Os(err));
+        }
+    }
+    Ok(())
+}
+
+/// Types that may be viewed in place in shared memory.
+///
+/// # Safety
+/// Every bit pattern must be valid and all interior mutation must go through atomics or
+/// `UnsafeCell`s holding `Pod` data.
+pub unsafe trait SharedSafe {}

@@ -1,0 +1,43 @@
+//! The one place atomics and interior mutability come from.
+//!
+//! Under `--cfg loom` every atomic and cell is loom's, so the model checker sees every access the
+//! algorithms make; otherwise they are the std types, whose layout matches plain integers and can
+//! therefore live in shared memory. Nothing else in the crate may import `core::sync::atomic`.
+
+#[cfg(loom)]
+pub(crate) use loom::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+
+#[cfg(not(loom))]
+pub(crate) use core::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+
+#[cfg(loom)]
+pub(crate) use loom::cell::UnsafeCell;
+
+/// `core::cell::UnsafeCell` with loom's closure API, so both builds share one call shape.
+#[cfg(not(loom))]
+#[derive(Debug)]
+#[repr(transparent)]
+pub(crate) struct UnsafeCell<T>(core::cell::UnsafeCell<T>);
+
+#[cfg(not(loom))]
+impl<T> UnsafeCell<T> {
+    pub(crate) const fn new(value: T) -> Self {
+        Self(core::cell::UnsafeCell::new(value))
+    }
+
+    pub(crate) fn with<R>(&self, f: impl FnOnce(*const T) -> R) -> R {
+        f(self.0.get())
+    }
+
+    pub(crate) fn with_mut<R>(&self, f: impl FnOnce(*mut T) -> R) -> R {
+        f(self.0.get())
+    }
+}
+
+/// Tell the scheduler (or loom) that this thread is waiting for another one.
+pub(crate) fn spin_hint() {
+    #[cfg(loom)]
+    loom::thread::yield_now();
+    #[cfg(not(loom))]
+    core::hint::spin_loop();
+}

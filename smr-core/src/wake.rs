@@ -1,0 +1,44 @@
+//! Sleeping on a futex in shared memory, and waking a sleeper in another process.
+//!
+//! A waiter arms the word, re-checks its queues, and sleeps only if they are still empty; a
+//! producer pays for the wake syscall only when a waiter is armed. SeqCst fences on both sides
+//! order "publish entry, then read armed" against "arm, then read queues", so no wake-up is lost.
+
+use crate::layout::WakeWord;
+use crate::sync::{fence, Ordering};
+use std::time::Duration;
+
+/// Producer side: call after publishing an entry into the owner's region.
+pub fn notify(word: &WakeWord) {
+    fence(Ordering::SeqCst);
+    if word.armed.load(Ordering::Relaxed) != 0 {
+        word.seq.fetch_add(1, Ordering::SeqCst);
+        futex_wake(&word.seq);
+    }
+}
+
+/// Owner side: sleep until notified or `timeout` passes, unless `ready()` is already true.
+pub fn wait(word: &WakeWord, timeout: Option<Duration>, ready: impl Fn() -> bool) {
+    let seq = word.seq.load(Ordering::SeqCst);
+    word.armed.fetch_add(1, Ordering::SeqCst);
+    fence(Ordering::SeqCst);
+    if !ready() {
+        futex_wait(&word.seq, seq, timeout);
+    }
+    word.armed.fetch_sub(1, Ordering::SeqCst);
+}
+
+#[cfg(not(loom))]
+fn futex_wait(word: &crate::sync::AtomicU32, expected: u32, timeout: Option<Duration>) {
+    let ts = timeout.map(|t| libc::timespec { tv_sec: t.as_secs() as libc::time_t, tv_nsec: t.subsec_nanos() as _ });
+    let ts_ptr = ts.as_ref().map_or(std::ptr::null(), |t| t as *const libc::timespec);
+    // SAFETY: FUTEX_WAIT on a live, aligned u32 in a shared mapping (not PRIVATE: other processes
+    // wake it); the kernel only compares and sleeps.
+    unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAIT, expected, ts_ptr) };
+}
+
+#[cfg(not(loom))]
+fn futex_wake(word: &crate::sync::AtomicU32) {
+    // SAFETY: FUTEX_WAKE on a live, aligned u32; wakes every sleeper.
+    unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, i32::MAX) };
+}
