@@ -105,7 +105,10 @@ impl LocalIov {
     }
 
     /// Copy `len` bytes from `off` straight to raw memory (a shared-memory buffer).
-    pub(crate) fn read_to_raw(&self, off: usize, dst: *mut u8, len: usize) -> usize {
+    ///
+    /// # Safety
+    /// `dst..dst+len` must be valid for writes (a range checked against a mapping).
+    pub(crate) unsafe fn read_to_raw(&self, off: usize, dst: *mut u8, len: usize) -> usize {
         let mut copied = 0;
         self.for_each_range(off, len, |src, n, at| {
             // SAFETY: the caller checked `dst..dst+len` lies in a mapping; `at + n <= len`.
@@ -116,7 +119,10 @@ impl LocalIov {
     }
 
     /// Copy `len` bytes from raw memory (a shared-memory buffer) in at byte `off`.
-    pub(crate) fn write_from_raw(&mut self, off: usize, src: *const u8, len: usize) -> usize {
+    ///
+    /// # Safety
+    /// `src..src+len` must be valid for reads (a range checked against a mapping).
+    pub(crate) unsafe fn write_from_raw(&mut self, off: usize, src: *const u8, len: usize) -> usize {
         let mut copied = 0;
         self.for_each_range(off, len, |dst, n, at| {
             // SAFETY: the caller checked `src..src+len` lies in a mapping; `dst..dst+n` is ours.

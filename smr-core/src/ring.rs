@@ -192,6 +192,12 @@ impl Consumer {
         true
     }
 
+    /// True if `pop` would return an item now (for deciding whether to sleep).
+    pub fn ready<T: Pod>(&self, ring: &Ring<'_, T>) -> bool {
+        let slot = &ring.slots[(self.head & ring.mask) as usize];
+        slot.stamp.load(Ordering::Acquire) == self.head.wrapping_add(1)
+    }
+
     /// How many entries this consumer has taken or skipped.
     pub fn position(&self) -> u64 {
         self.head

@@ -1,0 +1,293 @@
+//! An engine endpoint: one owned region plus the peers it talks to, and the progress engine.
+//!
+//! The provider (or a test) drives it: `send` starts a message, `progress` drains the command
+//! and response rings, moves SAR segments, re-sends unanswered connection requests and checks
+//! peer liveness, reporting through a `Handler`. Received messages are offered to the handler
+//! first (`on_message`), which either gives a destination, asks the engine to hold the message
+//! (unexpected), or discards it; held messages are delivered later with `deliver`.
+
+mod peers;
+mod recv;
+mod send;
+#[cfg(test)]
+mod tests;
+
+use crate::cmd::{Limits, MsgHeader, RespEntry, INLINE_MAX};
+use crate::error::{Error, Result};
+use crate::iov::LocalIov;
+use crate::layout::{Counts, FLAG_CMA, INJECT_SIZE};
+use crate::liveness::ProcessIdentity;
+use crate::region::Region;
+use crate::ring::{Consumer, Pop};
+use peers::{InPeer, OutPeer};
+use recv::{Held, SarRx};
+use send::PendingSend;
+use std::collections::{HashMap, VecDeque};
+use std::time::{Duration, Instant};
+
+pub use crate::cmd::MsgHeader as Header;
+
+/// Handle of a peer we send to (index into our peer list).
+pub type PeerId = u32;
+/// Identity of a sender as this endpoint sees it: its index in our peer table.
+pub type SrcId = u32;
+/// Handle of a received message the engine holds.
+pub type MsgKey = u64;
+
+/// Tunables; the provider exposes them as FI_RSHM_* parameters.
+#[derive(Debug, Clone)]
+pub struct Params {
+    pub counts: Counts,
+    /// Allow CMA (it is still probed, and abandoned per peer when the kernel refuses it).
+    pub cma: bool,
+    /// Largest message carried inside the command entry.
+    pub inline_max: usize,
+    /// Largest message carried through one inject buffer.
+    pub inject_max: usize,
+    pub max_msg_size: u64,
+    /// A claimed but unpublished head slot is skipped after this long (its producer died).
+    pub stall_timeout: Duration,
+    /// How often peers with outstanding operations are checked for liveness.
+    pub liveness_interval: Duration,
+    /// An unacknowledged connection request is sent again after this long.
+    pub connect_retry: Duration,
+    /// How long sends to a name with no region keep answering "again" before failing.
+    pub absent_peer_timeout: Duration,
+}
+
+impl Default for Params {
+    fn default() -> Self {
+        Params {
+            counts: Counts {
+                cmd_len: 1024,
+                resp_len: 1024,
+                inject_count: 128,
+                sar_count: 32,
+                sar_size: 64 * 1024,
+                max_peers: 1024,
+            },
+            cma: true,
+            inline_max: INLINE_MAX,
+            inject_max: INJECT_SIZE as usize,
+            max_msg_size: 1 << 30,
+            stall_timeout: Duration::from_millis(500),
+            liveness_interval: Duration::from_millis(100),
+            connect_retry: Duration::from_millis(100),
+            absent_peer_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// A received message as the handler first sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct Incoming {
+    pub key: MsgKey,
+    pub src: SrcId,
+    pub hdr: MsgHeader,
+}
+
+/// What to do with an arriving message.
+pub enum Disposition {
+    /// Copy it into `dest`; `on_recv_done(ctx, ..)` follows.
+    Deliver { dest: LocalIov, ctx: u64 },
+    /// Keep it; the handler will `deliver` or `discard` it by key later.
+    Hold,
+    /// Drop it (the sender still completes normally).
+    Discard,
+}
+
+/// Callbacks from `progress`.
+pub trait Handler {
+    fn on_message(&mut self, msg: &Incoming) -> Disposition;
+    /// A delivery finished: bytes delivered, or why not. `dest` is handed back.
+    fn on_recv_done(&mut self, ctx: u64, result: Result<usize>, dest: LocalIov);
+    /// A send that returned `SendStatus::Pending` finished.
+    fn on_send_done(&mut self, cookie: u64, result: Result<()>);
+}
+
+/// How to send.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SendOpts {
+    pub cookie: u64,
+    /// Complete only once the receiver has taken the data (always so for CMA and SAR).
+    pub delivery_complete: bool,
+}
+
+/// What `send` did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SendStatus {
+    /// Done: the buffer may be reused, no callback follows.
+    Done,
+    /// `on_send_done(cookie, ..)` follows; the buffer must stay valid until then.
+    Pending,
+}
+
+/// What `deliver` did.
+#[derive(Debug)]
+pub enum Delivered {
+    /// Finished now: result and the destination back.
+    Now(Result<usize>, LocalIov),
+    /// The message is still arriving; `on_recv_done` follows.
+    Later,
+}
+
+/// Counters for tests, logs and benchmarks.
+#[derive(Debug, Default, Clone)]
+pub struct Stats {
+    pub corrupt_commands: u64,
+    pub skipped_slots: u64,
+    pub cma_fallbacks: u64,
+}
+
+pub struct Endpoint {
+    region: Region,
+    params: Params,
+    limits: Limits,
+    me: ProcessIdentity,
+    cma_ok: bool,
+    cmd_rx: Consumer,
+    resp_rx: Consumer,
+    stalled_since: Option<Instant>,
+    out: Vec<OutPeer>,
+    out_by_name: HashMap<String, PeerId>,
+    inp: HashMap<SrcId, InPeer>,
+    pending: HashMap<u64, PendingSend>,
+    sar_tx: VecDeque<u64>,
+    sar_rx: HashMap<(SrcId, u64), SarRx>,
+    held: HashMap<MsgKey, Held>,
+    resp_backlog: VecDeque<(SrcId, RespEntry)>,
+    next_msg_id: u64,
+    next_key: MsgKey,
+    last_liveness: Instant,
+    stats: Stats,
+}
+
+/// Commands handled per `progress` call, so one busy sender cannot starve the caller.
+const PROGRESS_BUDGET: usize = 256;
+
+impl Endpoint {
+    pub fn create(name: &str, params: Params) -> Result<Endpoint> {
+        if params.inline_max > INLINE_MAX || params.inject_max > INJECT_SIZE as usize {
+            return Err(Error::Invalid("inline_max or inject_max above the layout's capacity"));
+        }
+        let cma_ok = params.cma && crate::cma::probe();
+        let region = Region::create(name, params.counts, if cma_ok { FLAG_CMA } else { 0 })?;
+        let c = params.counts;
+        let limits = Limits {
+            max_peers: c.max_peers,
+            inject_count: c.inject_count,
+            sar_count: c.sar_count,
+            sar_size: c.sar_size,
+            max_msg_size: params.max_msg_size,
+        };
+        Ok(Endpoint {
+            region,
+            limits,
+            me: ProcessIdentity::current()?,
+            cma_ok,
+            params,
+            cmd_rx: Consumer::new(),
+            resp_rx: Consumer::new(),
+            stalled_since: None,
+            out: Vec::new(),
+            out_by_name: HashMap::new(),
+            inp: HashMap::new(),
+            pending: HashMap::new(),
+            sar_tx: VecDeque::new(),
+            sar_rx: HashMap::new(),
+            held: HashMap::new(),
+            resp_backlog: VecDeque::new(),
+            next_msg_id: 1,
+            next_key: 1,
+            last_liveness: Instant::now(),
+            stats: Stats::default(),
+        })
+    }
+
+    pub fn name(&self) -> &str {
+        self.region.name()
+    }
+
+    pub fn params(&self) -> &Params {
+        &self.params
+    }
+
+    /// Whether CMA is on for this endpoint (parameter and run-time probe).
+    pub fn cma_enabled(&self) -> bool {
+        self.cma_ok
+    }
+
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    /// Operations still waiting for a peer (sends not yet completed, partial receives).
+    pub fn outstanding(&self) -> usize {
+        self.pending.len() + self.sar_rx.len()
+    }
+
+    /// Run the engine once. Returns how many events it handled.
+    pub fn progress(&mut self, h: &mut impl Handler) -> usize {
+        let mut events = self.drain_responses(h);
+        events += self.drain_commands(h);
+        self.flush_resp_backlog();
+        self.push_sar_segments();
+        if self.last_liveness.elapsed() >= self.params.liveness_interval {
+            self.last_liveness = Instant::now();
+            events += self.check_peers(h);
+        }
+        events
+    }
+
+    fn drain_commands(&mut self, h: &mut impl Handler) -> usize {
+        let mut handled = 0;
+        while handled < PROGRESS_BUDGET {
+            let popped = self.cmd_rx.pop(&self.region.cmd_ring());
+            match popped {
+                Pop::Item(entry) => {
+                    self.stalled_since = None;
+                    self.handle_command(&entry, h);
+                    handled += 1;
+                }
+                Pop::Empty => {
+                    self.stalled_since = None;
+                    break;
+                }
+                Pop::Pending => {
+                    let since = *self.stalled_since.get_or_insert_with(Instant::now);
+                    if since.elapsed() >= self.params.stall_timeout && self.cmd_rx.skip(&self.region.cmd_ring()) {
+                        self.stats.skipped_slots += 1;
+                        self.stalled_since = None;
+                        continue;
+                    }
+                    break;
+                }
+            }
+        }
+        handled
+    }
+
+    /// Sleep until a command or response arrives, or `timeout` passes.
+    pub fn wait(&self, timeout: Option<Duration>) {
+        let ready = || self.cmd_rx.ready(&self.region.cmd_ring()) || self.resp_rx.ready(&self.region.resp_ring());
+        crate::wake::wait(self.region.wake_word(), timeout, ready);
+    }
+
+    fn new_msg_id(&mut self) -> u64 {
+        let id = self.next_msg_id;
+        self.next_msg_id += 1;
+        id
+    }
+
+    fn new_key(&mut self) -> MsgKey {
+        let k = self.next_key;
+        self.next_key += 1;
+        k
+    }
+}
+
+impl Drop for Endpoint {
+    fn drop(&mut self) {
+        self.disconnect_all();
+    }
+}

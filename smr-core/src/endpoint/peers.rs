@@ -1,0 +1,277 @@
+//! Both directions of the address exchange, and liveness.
+//!
+//! Sender side: a peer is a name until the first send maps its region, claims an entry in its
+//! peer table (our name, pid, start time, incarnation) and pushes a CONNECT. The request is
+//! idempotent and re-sent until a CONN_ACK arrives, so a lost request cannot hang anybody.
+//! Receiver side: a CONNECT (or any command from an unknown entry) makes us read the table entry,
+//! map the sender's region and check it is the process the entry claims to be.
+
+use super::{Endpoint, Handler, PeerId, SrcId};
+use crate::cmd::{op, resp, CmdEntry, RespEntry, Status};
+use crate::error::{Error, Result};
+use crate::layout::{PeerSlot, NAME_MAX, SLOT_CLAIMED, SLOT_FREE, SLOT_READY};
+use crate::liveness::ProcessIdentity;
+use crate::region::{check_name, name_bytes, Region};
+use crate::ring::PushError;
+use crate::sync::Ordering;
+use std::time::Instant;
+
+/// A peer we send to.
+pub(super) struct OutPeer {
+    pub name: String,
+    pub link: Option<Link>,
+    /// Set when the mapped owner died; cleared when a new owner of the name is connected.
+    pub dead: bool,
+    /// First failed attempt to find the region, for giving up on absent peers.
+    pub absent_since: Option<Instant>,
+}
+
+/// A mapped peer region and our entry in its peer table.
+pub(super) struct Link {
+    pub region: Region,
+    pub slot: u32,
+    pub acked: bool,
+    pub last_request: Instant,
+    /// Cleared when the peer's kernel refused CMA.
+    pub cma: bool,
+}
+
+/// A peer that sends to us.
+pub(super) struct InPeer {
+    pub name: String,
+    pub region: Region,
+    pub ident: ProcessIdentity,
+    pub incarnation: u64,
+}
+
+pub(super) fn push_cmd(region: &Region, entry: &CmdEntry) -> Result<()> {
+    match region.cmd_ring().push(entry) {
+        Ok(()) => {
+            crate::wake::notify(region.wake_word());
+            Ok(())
+        }
+        Err(PushError::Full | PushError::Busy) => Err(Error::Again),
+        Err(PushError::Skipped) => Err(Error::Again),
+    }
+}
+
+fn slot_name(slot: &PeerSlot) -> Option<String> {
+    let mut bytes = Vec::with_capacity(NAME_MAX + 1);
+    for word in &slot.name {
+        bytes.extend_from_slice(&word.load(Ordering::Relaxed).to_le_bytes());
+    }
+    let end = bytes.iter().position(|&b| b == 0)?;
+    let name = String::from_utf8(bytes[..end].to_vec()).ok()?;
+    check_name(&name).ok()?;
+    Some(name)
+}
+
+fn fill_slot(slot: &PeerSlot, name: &str, me: ProcessIdentity, incarnation: u64) {
+    let bytes = name_bytes(name);
+    for (word, chunk) in slot.name.iter().zip(bytes.chunks_exact(8)) {
+        word.store(u64::from_le_bytes(chunk.try_into().expect("8 bytes")), Ordering::Relaxed);
+    }
+    slot.pid.store(me.pid, Ordering::Relaxed);
+    slot.start.store(me.start, Ordering::Relaxed);
+    slot.incarnation.store(incarnation, Ordering::Relaxed);
+    slot.state.store(SLOT_READY, Ordering::Release);
+}
+
+impl Endpoint {
+    /// Register a peer by name. Nothing is mapped until the first send.
+    pub fn add_peer(&mut self, name: &str) -> Result<PeerId> {
+        check_name(name)?;
+        if let Some(&id) = self.out_by_name.get(name) {
+            return Ok(id);
+        }
+        let id = self.out.len() as PeerId;
+        self.out.push(OutPeer { name: name.to_string(), link: None, dead: false, absent_since: None });
+        self.out_by_name.insert(name.to_string(), id);
+        Ok(id)
+    }
+
+    pub fn peer_name(&self, peer: PeerId) -> Option<&str> {
+        self.out.get(peer as usize).map(|p| p.name.as_str())
+    }
+
+    /// The name of a sender, as it announced itself in our peer table.
+    pub fn src_name(&self, src: SrcId) -> Option<&str> {
+        self.inp.get(&src).map(|p| p.name.as_str())
+    }
+
+    /// The mapped, connected link to `peer`, establishing it on first use.
+    pub(super) fn link(&mut self, peer: PeerId) -> Result<&mut Link> {
+        let retry = self.params.connect_retry;
+        let absent_timeout = self.params.absent_peer_timeout;
+        let my_name = self.region.name().to_string();
+        let (me, my_inc) = (self.me, self.region.incarnation());
+        let p = self.out.get_mut(peer as usize).ok_or(Error::Invalid("unknown peer handle"))?;
+        if p.link.is_none() {
+            let region = match Region::open(&p.name) {
+                Ok(r) if r.owner().is_alive() => r,
+                Ok(_) | Err(Error::NoSuchPeer) | Err(Error::Again) => {
+                    if p.dead {
+                        return Err(Error::PeerDead);
+                    }
+                    let since = *p.absent_since.get_or_insert_with(Instant::now);
+                    return Err(if since.elapsed() > absent_timeout { Error::NoSuchPeer } else { Error::Again });
+                }
+                Err(e) => return Err(e),
+            };
+            let slot = claim_slot(&region, &my_name, me, my_inc)?;
+            let cma = region.flags() & crate::layout::FLAG_CMA != 0;
+            p.link = Some(Link { region, slot, acked: false, last_request: Instant::now(), cma });
+            p.dead = false;
+            p.absent_since = None;
+            let link = p.link.as_mut().expect("just set");
+            if push_cmd(&link.region, &CmdEntry::control(op::CONNECT, link.slot)).is_err() {
+                // The ring is full: the retry below sends the request later.
+                link.last_request = Instant::now() - retry;
+            }
+        }
+        let link = p.link.as_mut().expect("mapped above");
+        if !link.acked && link.last_request.elapsed() >= retry {
+            link.last_request = Instant::now();
+            let _ = push_cmd(&link.region, &CmdEntry::control(op::CONNECT, link.slot));
+        }
+        Ok(link)
+    }
+
+    /// Receiver side: learn (or re-learn) the sender behind table entry `src`.
+    pub(super) fn accept(&mut self, src: SrcId, h: &mut impl Handler) -> Result<()> {
+        let slots = self.region.peer_slots();
+        let slot = slots.get(src as usize).ok_or(Error::Corrupt("peer index out of range"))?;
+        if slot.state.load(Ordering::Acquire) != SLOT_READY {
+            return Err(Error::Corrupt("command from an unclaimed peer entry"));
+        }
+        let name = slot_name(slot).ok_or(Error::Corrupt("peer entry holds a bad name"))?;
+        let ident = ProcessIdentity { pid: slot.pid.load(Ordering::Relaxed), start: slot.start.load(Ordering::Relaxed) };
+        let incarnation = slot.incarnation.load(Ordering::Relaxed);
+        if let Some(known) = self.inp.get(&src) {
+            if known.incarnation == incarnation && known.name == name {
+                self.send_resp(src, RespEntry { kind: resp::CONN_ACK, status: Status::Ok as u32, msg_id: 0, value: src as u64 });
+                return Ok(());
+            }
+            self.forget_in_peer(src, h);
+        }
+        let region = Region::open(&name)?;
+        if region.incarnation() != incarnation || region.owner() != ident {
+            return Err(Error::Corrupt("peer entry does not match the region it names"));
+        }
+        self.inp.insert(src, InPeer { name, region, ident, incarnation });
+        self.send_resp(src, RespEntry { kind: resp::CONN_ACK, status: Status::Ok as u32, msg_id: 0, value: src as u64 });
+        Ok(())
+    }
+
+    /// Queue a response to sender `src`; it goes out now or from the backlog later.
+    pub(super) fn send_resp(&mut self, src: SrcId, entry: RespEntry) {
+        if self.resp_backlog.is_empty() && self.try_resp(src, &entry) != Err(Error::Again) {
+            return;
+        }
+        self.resp_backlog.push_back((src, entry));
+    }
+
+    fn try_resp(&self, src: SrcId, entry: &RespEntry) -> Result<()> {
+        let Some(peer) = self.inp.get(&src) else {
+            return Ok(()); // the sender is gone: nobody to tell
+        };
+        match peer.region.resp_ring().push(entry) {
+            Ok(()) => {
+                crate::wake::notify(peer.region.wake_word());
+                Ok(())
+            }
+            Err(PushError::Full | PushError::Busy) => Err(Error::Again),
+            Err(PushError::Skipped) => Ok(()),
+        }
+    }
+
+    pub(super) fn flush_resp_backlog(&mut self) {
+        while let Some((src, entry)) = self.resp_backlog.front().copied() {
+            if self.try_resp(src, &entry) == Err(Error::Again) {
+                if self.inp.get(&src).is_some_and(|p| !p.ident.is_alive()) {
+                    self.resp_backlog.pop_front();
+                    continue;
+                }
+                break;
+            }
+            self.resp_backlog.pop_front();
+        }
+    }
+
+    /// A CONN_ACK from the peer we connected to.
+    pub(super) fn on_conn_ack(&mut self, from_slot: u64) {
+        for p in &mut self.out {
+            if let Some(link) = &mut p.link {
+                if u64::from(link.slot) == from_slot && !link.acked {
+                    link.acked = true;
+                }
+            }
+        }
+    }
+
+    /// Check peers that operations wait on; fail what waits on the dead. Returns events raised.
+    pub(super) fn check_peers(&mut self, h: &mut impl Handler) -> usize {
+        let mut events = 0;
+        let waited: std::collections::HashSet<PeerId> = self.pending.values().map(|s| s.peer).collect();
+        for id in 0..self.out.len() as PeerId {
+            let p = &mut self.out[id as usize];
+            let Some(link) = &p.link else { continue };
+            if !waited.contains(&id) && link.acked {
+                continue;
+            }
+            if link.region.owner().is_alive() && link.region.intact() {
+                continue;
+            }
+            p.link = None;
+            p.dead = true;
+            events += self.fail_sends_to(id, h);
+        }
+        let dead: Vec<SrcId> = self.inp.iter().filter(|(_, p)| !p.ident.is_alive()).map(|(&s, _)| s).collect();
+        for src in dead {
+            events += self.forget_in_peer(src, h);
+        }
+        events
+    }
+
+    /// Drop a sender: fail its partial receives, free its table entry.
+    pub(super) fn forget_in_peer(&mut self, src: SrcId, h: &mut impl Handler) -> usize {
+        self.inp.remove(&src);
+        if let Some(slot) = self.region.peer_slots().get(src as usize) {
+            slot.state.store(SLOT_FREE, Ordering::Release);
+        }
+        self.fail_receives_from(src, h)
+    }
+
+    pub(super) fn disconnect_all(&mut self) {
+        for p in &self.out {
+            if let Some(link) = &p.link {
+                let _ = push_cmd(&link.region, &CmdEntry::control(op::DISCONNECT, link.slot));
+            }
+        }
+    }
+}
+
+/// Claim an entry in the peer's table: a free one, or one whose claimant died.
+fn claim_slot(region: &Region, name: &str, me: ProcessIdentity, incarnation: u64) -> Result<u32> {
+    let slots = region.peer_slots();
+    let n = slots.len();
+    let start = name.bytes().fold(0usize, |h, b| h.wrapping_mul(31).wrapping_add(b as usize)) % n;
+    for i in (0..n).map(|k| (start + k) % n) {
+        let slot = &slots[i];
+        let state = slot.state.load(Ordering::Acquire);
+        let reusable = match state {
+            SLOT_FREE => true,
+            SLOT_READY => {
+                let pid = slot.pid.load(Ordering::Relaxed);
+                let owner = ProcessIdentity { pid, start: slot.start.load(Ordering::Relaxed) };
+                slot.incarnation.load(Ordering::Relaxed) == incarnation || !owner.is_alive()
+            }
+            _ => false,
+        };
+        if reusable && slot.state.compare_exchange(state, SLOT_CLAIMED, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+            fill_slot(slot, name, me, incarnation);
+            return Ok(i as u32);
+        }
+    }
+    Err(Error::Again)
+}

@@ -1,0 +1,361 @@
+//! The receiving side: commands in, messages offered to the handler, held messages, SAR
+//! reassembly, and the responses that complete the senders.
+
+use super::{Delivered, Disposition, Endpoint, Handler, Incoming, MsgKey, SrcId};
+use crate::cmd::{decode, resp, Body, CmdEntry, Command, MsgHeader, RemoteIov, RespEntry, SarSeg, Status};
+use crate::error::{Error, Result};
+use crate::iov::LocalIov;
+
+/// A SAR message being reassembled.
+pub(super) struct SarRx {
+    hdr: MsgHeader,
+    received: u64,
+    sink: Sink,
+}
+
+enum Sink {
+    Deliver { dest: LocalIov, ctx: u64 },
+    Held(MsgKey),
+    Dropped,
+}
+
+/// A received message the engine keeps until the handler asks for it.
+pub(super) struct Held {
+    src: SrcId,
+    hdr: MsgHeader,
+    data: HeldData,
+}
+
+enum HeldData {
+    Bytes(Vec<u8>),
+    /// Still in the sender's memory; read with CMA on delivery.
+    Cma { iovs: Vec<RemoteIov>, msg_id: u64 },
+    /// SAR segments still arriving; `waiting` is a delivery asked for meanwhile.
+    Arriving { bytes: Vec<u8>, waiting: Option<(LocalIov, u64)> },
+    Failed(Error),
+}
+
+/// The result a receive reports: everything, or a truncation.
+fn outcome(sent: u64, delivered: usize) -> Result<usize> {
+    if (delivered as u64) < sent {
+        Err(Error::Truncated { delivered, sent: sent as usize })
+    } else {
+        Ok(delivered)
+    }
+}
+
+fn done(msg_id: u64, status: Status, value: u64) -> RespEntry {
+    RespEntry { kind: resp::DONE, status: status as u32, msg_id, value }
+}
+
+fn status_of(result: &Result<usize>) -> Status {
+    match result {
+        Ok(_) => Status::Ok,
+        Err(Error::Truncated { .. }) => Status::Truncated,
+        Err(_) => Status::Dropped,
+    }
+}
+
+fn cma_refused(e: &Error) -> bool {
+    matches!(e, Error::Os(libc::EPERM | libc::EACCES | libc::ENOSYS))
+}
+
+impl Endpoint {
+    pub(super) fn handle_command(&mut self, entry: &CmdEntry, h: &mut impl Handler) {
+        let cmd = match decode(entry, &self.limits) {
+            Ok(c) => c,
+            Err(_) => {
+                self.stats.corrupt_commands += 1;
+                return;
+            }
+        };
+        match cmd {
+            Command::Connect { src } => {
+                if self.accept(src, h).is_err() {
+                    self.stats.corrupt_commands += 1;
+                }
+            }
+            Command::Disconnect { src } => {
+                if self.inp.contains_key(&src) {
+                    self.forget_in_peer(src, h);
+                }
+            }
+            Command::Msg { src, msg_id, ack, hdr, body } => {
+                if !self.inp.contains_key(&src) && self.accept(src, h).is_err() {
+                    self.stats.corrupt_commands += 1;
+                    self.release_buffers(&body);
+                    return;
+                }
+                self.on_msg(src, msg_id, ack, hdr, body, h);
+            }
+            Command::SarSeg { src, msg_id, seg } => self.on_segment(src, msg_id, seg, h),
+        }
+    }
+
+    /// Give back our pool buffers a dropped command referred to.
+    fn release_buffers(&self, body: &Body) {
+        match body {
+            Body::Inject { buf } => {
+                let _ = self.region.inject_stack().push(*buf);
+            }
+            Body::Sar(seg) => {
+                let _ = self.region.sar_stack().push(seg.buf);
+            }
+            Body::Inline { .. } | Body::Iov { .. } => {}
+        }
+    }
+
+    fn offer(&mut self, src: SrcId, hdr: MsgHeader, h: &mut impl Handler) -> (MsgKey, Disposition) {
+        let key = self.new_key();
+        (key, h.on_message(&Incoming { key, src, hdr }))
+    }
+
+    fn on_msg(&mut self, src: SrcId, msg_id: u64, ack: bool, hdr: MsgHeader, body: Body, h: &mut impl Handler) {
+        let (key, disposition) = self.offer(src, hdr, h);
+        match body {
+            Body::Inline { bytes, len } => self.take_bytes(src, key, hdr, &bytes[..len], disposition, h),
+            Body::Inject { buf } => {
+                let geo = *self.region.geometry();
+                let mut bytes = vec![0u8; hdr.len as usize];
+                let copied = geo.inject_offset(buf).and_then(|off| self.region.mapping().read_bytes(off, &mut bytes));
+                let _ = self.region.inject_stack().push(buf);
+                if copied.is_err() {
+                    self.stats.corrupt_commands += 1;
+                    return;
+                }
+                self.take_bytes(src, key, hdr, &bytes, disposition, h);
+            }
+            Body::Iov { iovs, count } => {
+                let iovs = iovs[..count].to_vec();
+                match disposition {
+                    Disposition::Deliver { dest, ctx } => self.pull_cma(src, msg_id, hdr, &iovs, dest, ctx, h),
+                    Disposition::Hold => {
+                        self.held.insert(key, Held { src, hdr, data: HeldData::Cma { iovs, msg_id } });
+                    }
+                    Disposition::Discard => self.send_resp(src, done(msg_id, Status::Dropped, 0)),
+                }
+                return; // the CMA path answers for itself
+            }
+            Body::Sar(seg) => {
+                let sink = match disposition {
+                    Disposition::Deliver { dest, ctx } => Sink::Deliver { dest, ctx },
+                    Disposition::Hold => {
+                        let bytes = vec![0u8; hdr.len as usize];
+                        self.held.insert(key, Held { src, hdr, data: HeldData::Arriving { bytes, waiting: None } });
+                        Sink::Held(key)
+                    }
+                    Disposition::Discard => Sink::Dropped,
+                };
+                self.sar_rx.insert((src, msg_id), SarRx { hdr, received: 0, sink });
+                self.on_segment(src, msg_id, seg, h);
+                return; // the last segment answers
+            }
+        }
+        if ack {
+            self.send_resp(src, done(msg_id, Status::Ok, hdr.len));
+        }
+    }
+
+    fn take_bytes(&mut self, src: SrcId, key: MsgKey, hdr: MsgHeader, bytes: &[u8], d: Disposition, h: &mut impl Handler) {
+        match d {
+            Disposition::Deliver { mut dest, ctx } => {
+                let n = dest.write_at(0, bytes);
+                h.on_recv_done(ctx, outcome(hdr.len, n), dest);
+            }
+            Disposition::Hold => {
+                self.held.insert(key, Held { src, hdr, data: HeldData::Bytes(bytes.to_vec()) });
+            }
+            Disposition::Discard => {}
+        }
+    }
+
+    /// Read a message out of the sender with CMA and answer it; falls back to SAR if refused.
+    #[allow(clippy::too_many_arguments)]
+    fn pull_cma(&mut self, src: SrcId, msg_id: u64, hdr: MsgHeader, iovs: &[RemoteIov], dest: LocalIov, ctx: u64, h: &mut impl Handler) {
+        match self.cma_read(src, iovs, &dest) {
+            Ok(n) => {
+                let result = outcome(hdr.len, n);
+                self.send_resp(src, done(msg_id, status_of(&result), n as u64));
+                h.on_recv_done(ctx, result, dest);
+            }
+            Err(e) if cma_refused(&e) => {
+                self.refuse_cma(src, msg_id, hdr, Sink::Deliver { dest, ctx });
+            }
+            Err(e) => {
+                self.send_resp(src, done(msg_id, Status::Dropped, 0));
+                h.on_recv_done(ctx, Err(e), dest);
+            }
+        }
+    }
+
+    fn refuse_cma(&mut self, src: SrcId, msg_id: u64, hdr: MsgHeader, sink: Sink) {
+        self.stats.cma_fallbacks += 1;
+        self.sar_rx.insert((src, msg_id), SarRx { hdr, received: 0, sink });
+        self.send_resp(src, done(msg_id, Status::CmaFailed, 0));
+    }
+
+    fn cma_read(&self, src: SrcId, iovs: &[RemoteIov], dest: &LocalIov) -> Result<usize> {
+        let peer = self.inp.get(&src).ok_or(Error::PeerDead)?;
+        // A dead sender's pid may already belong to another process: never read it blindly.
+        if !peer.ident.is_alive() {
+            return Err(Error::PeerDead);
+        }
+        match crate::cma::read_from(peer.ident.pid, iovs, dest, 0) {
+            Err(Error::Os(libc::ESRCH)) => Err(Error::PeerDead),
+            other => other,
+        }
+    }
+
+    fn on_segment(&mut self, src: SrcId, msg_id: u64, seg: SarSeg, h: &mut impl Handler) {
+        let geo = *self.region.geometry();
+        let source = geo.sar_offset(seg.buf).and_then(|off| self.region.mapping().bytes_ptr(off, u64::from(seg.len)));
+        let Some(rx) = self.sar_rx.get_mut(&(src, msg_id)) else {
+            self.stats.corrupt_commands += 1;
+            let _ = self.region.sar_stack().push(seg.buf);
+            return;
+        };
+        if let Ok(ptr) = source {
+            let (off, len) = (seg.offset as usize, seg.len as usize);
+            match &mut rx.sink {
+                // SAFETY: `ptr` is `len` bytes inside our own mapping (bounds-checked above).
+                Sink::Deliver { dest, .. } => unsafe {
+                    dest.write_from_raw(off, ptr, len);
+                },
+                Sink::Held(key) => {
+                    if let Some(Held { data: HeldData::Arriving { bytes, .. }, .. }) = self.held.get_mut(key) {
+                        let mut tmp = LocalIov::owned(std::mem::take(bytes));
+                        // SAFETY: as above.
+                        unsafe { tmp.write_from_raw(off, ptr, len) };
+                        *bytes = tmp.into_owned().expect("owned");
+                    }
+                }
+                Sink::Dropped => {}
+            }
+            rx.received += u64::from(seg.len);
+        }
+        let _ = self.region.sar_stack().push(seg.buf);
+        if rx.received >= rx.hdr.len {
+            let rx = self.sar_rx.remove(&(src, msg_id)).expect("present");
+            self.finish_sar(src, msg_id, rx, h);
+        }
+    }
+
+    fn finish_sar(&mut self, src: SrcId, msg_id: u64, rx: SarRx, h: &mut impl Handler) {
+        let len = rx.hdr.len;
+        match rx.sink {
+            Sink::Deliver { dest, ctx } => {
+                let result = outcome(len, dest.len().min(len as usize));
+                self.send_resp(src, done(msg_id, status_of(&result), len));
+                h.on_recv_done(ctx, result, dest);
+            }
+            Sink::Held(key) => {
+                self.send_resp(src, done(msg_id, Status::Ok, len));
+                let Some(held) = self.held.get_mut(&key) else { return };
+                if let HeldData::Arriving { bytes, waiting } = &mut held.data {
+                    let bytes = std::mem::take(bytes);
+                    match waiting.take() {
+                        Some((mut dest, ctx)) => {
+                            self.held.remove(&key);
+                            let n = dest.write_at(0, &bytes);
+                            h.on_recv_done(ctx, outcome(len, n), dest);
+                        }
+                        None => held.data = HeldData::Bytes(bytes),
+                    }
+                }
+            }
+            Sink::Dropped => self.send_resp(src, done(msg_id, Status::Dropped, 0)),
+        }
+    }
+
+    /// Deliver a held message into `dest`.
+    pub fn deliver(&mut self, key: MsgKey, mut dest: LocalIov, ctx: u64) -> Result<Delivered> {
+        let Some(held) = self.held.remove(&key) else {
+            return Err(Error::Invalid("no held message with that key"));
+        };
+        let (src, hdr) = (held.src, held.hdr);
+        match held.data {
+            HeldData::Bytes(bytes) => {
+                let n = dest.write_at(0, &bytes);
+                Ok(Delivered::Now(outcome(hdr.len, n), dest))
+            }
+            HeldData::Cma { iovs, msg_id } => match self.cma_read(src, &iovs, &dest) {
+                Ok(n) => {
+                    let result = outcome(hdr.len, n);
+                    self.send_resp(src, done(msg_id, status_of(&result), n as u64));
+                    Ok(Delivered::Now(result, dest))
+                }
+                Err(e) if cma_refused(&e) => {
+                    self.refuse_cma(src, msg_id, hdr, Sink::Deliver { dest, ctx });
+                    Ok(Delivered::Later)
+                }
+                Err(e) => {
+                    self.send_resp(src, done(msg_id, Status::Dropped, 0));
+                    Ok(Delivered::Now(Err(e), dest))
+                }
+            },
+            HeldData::Arriving { bytes, .. } => {
+                let data = HeldData::Arriving { bytes, waiting: Some((dest, ctx)) };
+                self.held.insert(key, Held { src, hdr, data });
+                Ok(Delivered::Later)
+            }
+            HeldData::Failed(e) => Ok(Delivered::Now(Err(e), dest)),
+        }
+    }
+
+    /// Drop a held message; its sender completes normally.
+    pub fn discard(&mut self, key: MsgKey) -> Result<()> {
+        let held = self.held.remove(&key).ok_or(Error::Invalid("no held message with that key"))?;
+        match held.data {
+            HeldData::Cma { msg_id, .. } => self.send_resp(held.src, done(msg_id, Status::Dropped, 0)),
+            HeldData::Arriving { .. } => {
+                for rx in self.sar_rx.values_mut() {
+                    if matches!(rx.sink, Sink::Held(k) if k == key) {
+                        rx.sink = Sink::Dropped;
+                    }
+                }
+            }
+            HeldData::Bytes(_) | HeldData::Failed(_) => {}
+        }
+        Ok(())
+    }
+
+    /// Number of messages the engine holds for the handler.
+    pub fn held_count(&self) -> usize {
+        self.held.len()
+    }
+
+    /// Fail what waits on sender `src`. Returns the number of completions raised.
+    pub(super) fn fail_receives_from(&mut self, src: SrcId, h: &mut impl Handler) -> usize {
+        let mut events = 0;
+        let keys: Vec<(SrcId, u64)> = self.sar_rx.keys().filter(|k| k.0 == src).copied().collect();
+        for k in keys {
+            let rx = self.sar_rx.remove(&k).expect("listed");
+            match rx.sink {
+                Sink::Deliver { dest, ctx } => {
+                    h.on_recv_done(ctx, Err(Error::PeerDead), dest);
+                    events += 1;
+                }
+                Sink::Held(key) => {
+                    if let Some(held) = self.held.get_mut(&key) {
+                        if let HeldData::Arriving { waiting: Some(_), .. } = &held.data {
+                            let Some(Held { data: HeldData::Arriving { waiting: Some((dest, ctx)), .. }, .. }) = self.held.remove(&key) else {
+                                unreachable!("matched above")
+                            };
+                            h.on_recv_done(ctx, Err(Error::PeerDead), dest);
+                            events += 1;
+                        } else {
+                            held.data = HeldData::Failed(Error::PeerDead);
+                        }
+                    }
+                }
+                Sink::Dropped => {}
+            }
+        }
+        for held in self.held.values_mut() {
+            if held.src == src && matches!(held.data, HeldData::Cma { .. }) {
+                held.data = HeldData::Failed(Error::PeerDead);
+            }
+        }
+        events
+    }
+}

@@ -1,0 +1,202 @@
+//! The sending side: protocol choice, SAR segmentation, and completions from responses.
+//!
+//! | size                         | protocol | completes                                   |
+//! |------------------------------|----------|---------------------------------------------|
+//! | <= inline_max                | inline   | at once (or on the receiver's ack if asked) |
+//! | <= inject_max                | inject   | at once (or on the receiver's ack if asked) |
+//! | larger, CMA on both sides    | iov      | when the receiver acks its CMA read         |
+//! | larger otherwise             | SAR      | when the receiver acks the last segment     |
+
+use super::{Endpoint, Handler, PeerId, SendOpts, SendStatus};
+use crate::cmd::{op, proto, resp, CmdEntry, MsgHeader, RespEntry, SarSeg, Status, IOV_MAX};
+use crate::error::{Error, Result};
+use crate::iov::LocalIov;
+use crate::ring::Pop;
+
+/// A send waiting for the receiver.
+pub(super) struct PendingSend {
+    pub peer: PeerId,
+    pub cookie: u64,
+    pub hdr: MsgHeader,
+    pub buf: LocalIov,
+    /// Next byte to put in a SAR segment, while segments remain.
+    pub sar_next: Option<u64>,
+    /// After a CMA refusal every segment is a continuation of the already matched message.
+    pub sar_continuation: bool,
+}
+
+impl Endpoint {
+    /// Send `buf` with header `hdr` to `peer`.
+    ///
+    /// `Err(Error::Again)` means nothing was sent: run `progress` and retry.
+    pub fn send(&mut self, peer: PeerId, hdr: MsgHeader, buf: LocalIov, opts: SendOpts) -> Result<SendStatus> {
+        let len = buf.len();
+        if len as u64 != hdr.len {
+            return Err(Error::Invalid("header length differs from the buffer length"));
+        }
+        if hdr.len > self.params.max_msg_size {
+            return Err(Error::Invalid("message longer than max_msg_size"));
+        }
+        let (inline_max, inject_max, my_cma) = (self.params.inline_max, self.params.inject_max, self.cma_ok);
+        let msg_id = self.new_msg_id();
+        let link = self.link(peer)?;
+        let ack = opts.delivery_complete;
+        let mut entry = CmdEntry::message(link.slot, msg_id, &hdr, ack);
+        if len <= inline_max {
+            entry.proto = proto::INLINE;
+            buf.read_at(0, &mut entry.payload[..len]);
+            super::peers::push_cmd(&link.region, &entry)?;
+        } else if len <= inject_max {
+            let index = link.region.inject_stack().pop().map_err(|_| Error::Again)?;
+            let geo = *link.region.geometry();
+            let dst = link.region.mapping().bytes_ptr(geo.inject_offset(index)?, len as u64)?;
+            // SAFETY: `dst` is `len` bytes inside the peer's mapping (bounds-checked above).
+            unsafe { buf.read_to_raw(0, dst, len) };
+            entry.set_inject(index);
+            if let Err(e) = super::peers::push_cmd(&link.region, &entry) {
+                let _ = link.region.inject_stack().push(index);
+                return Err(e);
+            }
+        } else {
+            let remote = (my_cma && link.cma).then(|| buf.as_remote(IOV_MAX)).flatten();
+            let mut pending = PendingSend { peer, cookie: opts.cookie, hdr, buf, sar_next: None, sar_continuation: false };
+            match remote {
+                Some(iovs) => {
+                    entry.set_iovs(&iovs);
+                    entry.flags |= crate::cmd::FLAG_ACK;
+                    super::peers::push_cmd(&link.region, &entry)?;
+                }
+                None => {
+                    pending.sar_next = Some(0);
+                    self.sar_tx.push_back(msg_id);
+                }
+            }
+            self.pending.insert(msg_id, pending);
+            self.push_sar_segments();
+            return Ok(SendStatus::Pending);
+        }
+        if !ack {
+            return Ok(SendStatus::Done);
+        }
+        let pending = PendingSend { peer, cookie: opts.cookie, hdr, buf, sar_next: None, sar_continuation: false };
+        self.pending.insert(msg_id, pending);
+        Ok(SendStatus::Pending)
+    }
+
+    /// Move as many SAR segments as the receivers' pools and rings take.
+    pub(super) fn push_sar_segments(&mut self) {
+        let mut rounds = self.sar_tx.len();
+        while rounds > 0 {
+            rounds -= 1;
+            let Some(msg_id) = self.sar_tx.pop_front() else { break };
+            let Some(send) = self.pending.get(&msg_id) else { continue };
+            let peer = send.peer;
+            let Some(link) = self.out.get(peer as usize).and_then(|p| p.link.as_ref()) else {
+                continue; // the peer died; check_peers fails the send
+            };
+            let send = self.pending.get_mut(&msg_id).expect("looked up above");
+            let finished = push_segments(link, msg_id, send);
+            if !finished {
+                self.sar_tx.push_back(msg_id);
+            }
+        }
+    }
+
+    /// Drain our response ring: connection acks and finished sends.
+    pub(super) fn drain_responses(&mut self, h: &mut impl Handler) -> usize {
+        let mut events = 0;
+        loop {
+            let popped = self.resp_rx.pop(&self.region.resp_ring());
+            let entry: RespEntry = match popped {
+                Pop::Item(e) => e,
+                Pop::Empty => break,
+                Pop::Pending => {
+                    // A responder died mid-push: responses are few, skip at once if it persists.
+                    if self.resp_rx.skip(&self.region.resp_ring()) {
+                        self.stats.skipped_slots += 1;
+                        continue;
+                    }
+                    break;
+                }
+            };
+            match entry.kind {
+                resp::CONN_ACK => self.on_conn_ack(entry.value),
+                resp::DONE => events += self.on_done(&entry, h),
+                _ => self.stats.corrupt_commands += 1,
+            }
+        }
+        events
+    }
+
+    fn on_done(&mut self, entry: &RespEntry, h: &mut impl Handler) -> usize {
+        let Ok(status) = Status::decode(entry.status) else {
+            self.stats.corrupt_commands += 1;
+            return 0;
+        };
+        let Some(send) = self.pending.get_mut(&entry.msg_id) else {
+            self.stats.corrupt_commands += 1;
+            return 0;
+        };
+        if status == Status::CmaFailed {
+            // The receiver kept its match and now expects the same message as SAR segments.
+            self.stats.cma_fallbacks += 1;
+            send.sar_next = Some(0);
+            send.sar_continuation = true;
+            if let Some(link) = self.out.get_mut(send.peer as usize).and_then(|p| p.link.as_mut()) {
+                link.cma = false;
+            }
+            self.sar_tx.push_back(entry.msg_id);
+            return 0;
+        }
+        let send = self.pending.remove(&entry.msg_id).expect("looked up above");
+        h.on_send_done(send.cookie, Ok(()));
+        1
+    }
+
+    /// Fail every send waiting on `peer`.
+    pub(super) fn fail_sends_to(&mut self, peer: PeerId, h: &mut impl Handler) -> usize {
+        let ids: Vec<u64> = self.pending.iter().filter(|(_, s)| s.peer == peer).map(|(&id, _)| id).collect();
+        for id in &ids {
+            let send = self.pending.remove(id).expect("listed above");
+            h.on_send_done(send.cookie, Err(Error::PeerDead));
+        }
+        self.sar_tx.retain(|id| self.pending.contains_key(id));
+        ids.len()
+    }
+}
+
+/// Push segments of one SAR send until done or out of buffers. True when all are out.
+fn push_segments(link: &super::peers::Link, msg_id: u64, send: &mut PendingSend) -> bool {
+    let geo = *link.region.geometry();
+    let sar_size = geo.counts.sar_size;
+    while let Some(offset) = send.sar_next {
+        if offset >= send.hdr.len {
+            send.sar_next = None;
+            return true;
+        }
+        let Ok(index) = link.region.sar_stack().pop() else { return false };
+        let seg_len = (send.hdr.len - offset).min(sar_size);
+        let copied = geo
+            .sar_offset(index)
+            .and_then(|off| link.region.mapping().bytes_ptr(off, seg_len))
+            // SAFETY: `dst` is `seg_len` bytes inside the peer's mapping (bounds-checked).
+            .map(|dst| unsafe { send.buf.read_to_raw(offset as usize, dst, seg_len as usize) });
+        if copied.is_err() {
+            let _ = link.region.sar_stack().push(index);
+            return false;
+        }
+        let first = offset == 0 && !send.sar_continuation;
+        let mut entry = CmdEntry::message(link.slot, msg_id, &send.hdr, true);
+        if !first {
+            entry.op = op::SAR_SEG;
+        }
+        entry.set_sar(SarSeg { buf: index, len: seg_len as u32, offset });
+        if super::peers::push_cmd(&link.region, &entry).is_err() {
+            let _ = link.region.sar_stack().push(index);
+            return false;
+        }
+        let next = offset + seg_len;
+        send.sar_next = (next < send.hdr.len).then_some(next);
+    }
+    true
+}
