@@ -26,86 +26,93 @@ pub fn probe() -> bool {
     }
 }
 
+/// Linux refuses more iovecs than this in one call.
+const UIO_MAXIOV: usize = 1024;
+
 /// Copy the peer's `remote` ranges, in order, into `local` starting at byte `local_off`.
 /// Returns how many bytes were copied (the shorter of the two totals).
-pub fn read_from(pid: u32, remote: &[RemoteIov], local: &LocalIov, local_off: usize) -> Result<usize> {
+pub fn read_from(pid: u32, remote: &[RemoteIov], local: &mut LocalIov, local_off: usize) -> Result<usize> {
     let mut local_vecs = Vec::new();
     local.iovecs_from(local_off, &mut local_vecs);
-    let want: usize = remote.iter().map(|r| r.len as usize).sum::<usize>().min(local.len().saturating_sub(local_off));
-    let mut remote_vecs: Vec<libc::iovec> = Vec::with_capacity(remote.len());
-    let mut left = want;
-    for r in remote {
-        if left == 0 {
-            break;
-        }
-        let take = (r.len as usize).min(left);
-        remote_vecs.push(libc::iovec { iov_base: r.addr as *mut _, iov_len: take });
-        left -= take;
-    }
-    let mut done = 0usize;
-    // process_vm_readv copies at most IOV_MAX entries and may return short: loop until done.
-    let (mut li, mut ri) = (0usize, 0usize);
-    let (mut loff, mut roff) = (0usize, 0usize);
+    let remote_total = remote.iter().fold(0usize, |sum, r| sum.saturating_add(r.len as usize));
+    let want = remote_total.min(local.len().saturating_sub(local_off));
+    let mut remote_vecs: Vec<libc::iovec> =
+        remote.iter().map(|r| libc::iovec { iov_base: r.addr as *mut _, iov_len: r.len as usize }).collect();
+    trim(&mut local_vecs, want);
+    trim(&mut remote_vecs, want);
+    let (mut lv, mut rv) = (&mut local_vecs[..], &mut remote_vecs[..]);
+    let mut done = 0;
+    // The kernel may copy less than asked (page boundaries, iovec limits): continue from there.
     while done < want {
-        let mut lv: Vec<libc::iovec> = Vec::new();
-        let mut rv: Vec<libc::iovec> = Vec::new();
-        let mut budget = want - done;
-        let (mut i, mut o) = (li, loff);
-        while budget > 0 && i < local_vecs.len() && lv.len() < 1024 {
-            let v = local_vecs[i];
-            let take = (v.iov_len - o).min(budget);
-            // SAFETY: pointer arithmetic inside an iovec the caller lent us.
-            lv.push(libc::iovec { iov_base: unsafe { v.iov_base.cast::<u8>().add(o) }.cast(), iov_len: take });
-            budget -= take;
-            i += 1;
-            o = 0;
-        }
-        let mut budget = want - done;
-        let (mut j, mut p) = (ri, roff);
-        while budget > 0 && j < remote_vecs.len() && rv.len() < 1024 {
-            let v = remote_vecs[j];
-            let take = (v.iov_len - p).min(budget);
-            rv.push(libc::iovec { iov_base: (v.iov_base as usize + p) as *mut _, iov_len: take });
-            budget -= take;
-            j += 1;
-            p = 0;
-        }
-        // SAFETY: `lv` describes caller-lent writable memory within bounds; `rv` is remote and
-        // validated by the kernel.
-        let n = unsafe { libc::process_vm_readv(pid as libc::pid_t, lv.as_ptr(), lv.len() as _, rv.as_ptr(), rv.len() as _, 0) };
+        let (nl, nr) = (lv.len().min(UIO_MAXIOV), rv.len().min(UIO_MAXIOV));
+        // SAFETY: `lv` describes memory the caller lent us for writing (within its bounds); the
+        // remote side is checked by the kernel.
+        let n = unsafe { libc::process_vm_readv(pid as libc::pid_t, lv.as_ptr(), nl as _, rv.as_ptr(), nr as _, 0) };
         if n < 0 {
             return Err(Error::last_os());
         }
         if n == 0 {
             return Err(Error::Os(libc::EFAULT));
         }
-        let n = n as usize;
-        done += n;
-        // Advance both cursors by n bytes.
-        let mut adv = n;
-        while adv > 0 {
-            let rem = local_vecs[li].iov_len - loff;
-            if adv >= rem {
-                adv -= rem;
-                li += 1;
-                loff = 0;
-            } else {
-                loff += adv;
-                adv = 0;
-            }
-        }
-        let mut adv = n;
-        while adv > 0 {
-            let rem = remote_vecs[ri].iov_len - roff;
-            if adv >= rem {
-                adv -= rem;
-                ri += 1;
-                roff = 0;
-            } else {
-                roff += adv;
-                adv = 0;
-            }
-        }
+        done += n as usize;
+        lv = advance(lv, n as usize);
+        rv = advance(rv, n as usize);
     }
     Ok(done)
+}
+
+/// Cut an iovec list to `total` bytes.
+fn trim(vecs: &mut Vec<libc::iovec>, total: usize) {
+    let mut left = total;
+    vecs.retain_mut(|v| {
+        v.iov_len = v.iov_len.min(left);
+        left -= v.iov_len;
+        v.iov_len > 0
+    });
+}
+
+/// Drop the first `n` bytes from an iovec list.
+fn advance(mut vecs: &mut [libc::iovec], mut n: usize) -> &mut [libc::iovec] {
+    while n > 0 && !vecs.is_empty() {
+        let first = &mut vecs[0];
+        if n >= first.iov_len {
+            n -= first.iov_len;
+            vecs = &mut vecs[1..];
+        } else {
+            first.iov_base = (first.iov_base as usize + n) as *mut _;
+            first.iov_len -= n;
+            n = 0;
+        }
+    }
+    vecs
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_scattered_ranges_of_this_process() {
+        let src: Vec<u8> = (0..10_000u32).map(|i| i as u8).collect();
+        let remote = [
+            RemoteIov { addr: src.as_ptr() as u64, len: 3000 },
+            RemoteIov { addr: src.as_ptr() as u64 + 3000, len: 7000 },
+        ];
+        let mut a = vec![0u8; 4000];
+        let mut b = vec![0u8; 7000];
+        // SAFETY: `a` and `b` outlive `local` and are not touched while it lives.
+        let mut local = unsafe { LocalIov::from_raw(&[(a.as_mut_ptr(), a.len()), (b.as_mut_ptr(), b.len())]) };
+        let n = read_from(std::process::id(), &remote, &mut local, 500).unwrap();
+        assert_eq!(n, 10_000);
+        drop(local);
+        assert_eq!(&a[500..], &src[..3500]);
+        assert_eq!(&b[..6500], &src[3500..]);
+    }
+
+    #[test]
+    fn a_bad_remote_address_is_an_error_not_a_crash() {
+        let mut local = LocalIov::owned(vec![0; 64]);
+        let remote = [RemoteIov { addr: 8, len: 64 }];
+        assert_eq!(read_from(std::process::id(), &remote, &mut local, 0), Err(Error::Os(libc::EFAULT)));
+    }
 }

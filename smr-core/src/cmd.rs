@@ -164,6 +164,9 @@ pub enum Body {
 }
 
 /// A validated command.
+// Inline payloads make `Msg` large; commands live briefly on the stack, and boxing would cost an
+// allocation per small message.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Command {
     Connect { src: u32 },
@@ -341,29 +344,29 @@ mod tests {
             e
         };
         assert!(decode(&good, &LIMITS).is_ok());
-        let cases: Vec<Box<dyn Fn(&mut CmdEntry)>> = vec![
-            Box::new(|e| e.src = 8),
-            Box::new(|e| e.op = 99),
-            Box::new(|e| e.proto = 0),
-            Box::new(|e| e.set_inject(4)),
-            Box::new(|e| e.len = 4097),
-            Box::new(|e| e.len = 1 << 31),
-            Box::new(|e| {
+        let cases: &[fn(&mut CmdEntry)] = &[
+            |e| e.src = 8,
+            |e| e.op = 99,
+            |e| e.proto = 0,
+            |e| e.set_inject(4),
+            |e| e.len = 4097,
+            |e| e.len = 1 << 31,
+            |e| {
                 e.proto = proto::INLINE;
                 e.len = INLINE_MAX as u64 + 1
-            }),
-            Box::new(|e| e.set_iovs(&[RemoteIov { addr: 0, len: 99 }])),
-            Box::new(|e| {
+            },
+            |e| e.set_iovs(&[RemoteIov { addr: 0, len: 99 }]),
+            |e| {
                 e.set_iovs(&[RemoteIov { addr: 0, len: u64::MAX }, RemoteIov { addr: 0, len: 101 }])
-            }),
-            Box::new(|e| {
+            },
+            |e| {
                 e.proto = proto::IOV;
                 e.payload[0..4].copy_from_slice(&13u32.to_le_bytes())
-            }),
-            Box::new(|e| e.set_sar(SarSeg { buf: 2, len: 10, offset: 0 })),
-            Box::new(|e| e.set_sar(SarSeg { buf: 0, len: 65537, offset: 0 })),
-            Box::new(|e| e.set_sar(SarSeg { buf: 0, len: 10, offset: 95 })),
-            Box::new(|e| e.set_sar(SarSeg { buf: 0, len: 10, offset: u64::MAX - 5 })),
+            },
+            |e| e.set_sar(SarSeg { buf: 2, len: 10, offset: 0 }),
+            |e| e.set_sar(SarSeg { buf: 0, len: 65537, offset: 0 }),
+            |e| e.set_sar(SarSeg { buf: 0, len: 10, offset: 95 }),
+            |e| e.set_sar(SarSeg { buf: 0, len: 10, offset: u64::MAX - 5 }),
         ];
         for (i, break_it) in cases.iter().enumerate() {
             let mut e = good;

@@ -54,53 +54,42 @@ impl LocalIov {
         }
     }
 
-    fn for_each_range(&self, mut off: usize, mut len: usize, mut f: impl FnMut(*mut u8, usize, usize)) {
-        let mut done = 0;
-        let mut visit = |base: *mut u8, plen: usize| {
-            if len == 0 {
-                return;
-            }
-            if off >= plen {
-                off -= plen;
-                return;
-            }
-            let take = (plen - off).min(len);
-            // SAFETY: `off + take <= plen`, so the pointer stays inside this range.
-            f(unsafe { base.add(off) }, take, done);
-            done += take;
-            len -= take;
-            off = 0;
-        };
+    /// The ranges as (address, length), read-only view.
+    fn with_parts<R>(&self, f: impl FnOnce(&[(usize, usize)]) -> R) -> R {
         match self {
-            LocalIov::Lent { parts, .. } => {
-                for &(p, plen) in parts {
-                    visit(p as *mut u8, plen);
-                }
-            }
-            LocalIov::Owned(v) => visit(v.as_ptr() as *mut u8, v.len()),
+            LocalIov::Lent { parts, .. } => f(parts),
+            LocalIov::Owned(v) => f(&[(v.as_ptr() as usize, v.len())]),
+        }
+    }
+
+    /// The ranges as (address, length), derived from a mutable borrow so they may be written.
+    fn with_parts_mut<R>(&mut self, f: impl FnOnce(&[(usize, usize)]) -> R) -> R {
+        match self {
+            LocalIov::Lent { parts, .. } => f(parts),
+            LocalIov::Owned(v) => f(&[(v.as_mut_ptr() as usize, v.len())]),
         }
     }
 
     /// Copy `src` in at byte `off`, as far as it fits. Returns how many bytes were copied.
     pub fn write_at(&mut self, off: usize, src: &[u8]) -> usize {
         let mut copied = 0;
-        self.for_each_range(off, src.len(), |dst, n, at| {
+        self.with_parts_mut(|parts| walk(parts, off, src.len(), |dst, n, at| {
             // SAFETY: `dst..dst+n` is inside a lent (writable per contract) or owned range;
             // `at + n <= src.len()`.
             unsafe { std::ptr::copy_nonoverlapping(src.as_ptr().add(at), dst, n) };
             copied += n;
-        });
+        }));
         copied
     }
 
     /// Copy `dst.len()` bytes out from byte `off` (fewer if the iov ends). Returns the count.
     pub fn read_at(&self, off: usize, dst: &mut [u8]) -> usize {
         let mut copied = 0;
-        self.for_each_range(off, dst.len(), |src, n, at| {
+        self.with_parts(|parts| walk(parts, off, dst.len(), |src, n, at| {
             // SAFETY: `src..src+n` is inside a lent or owned range; `at + n <= dst.len()`.
             unsafe { std::ptr::copy_nonoverlapping(src, dst.as_mut_ptr().add(at), n) };
             copied += n;
-        });
+        }));
         copied
     }
 
@@ -110,11 +99,11 @@ impl LocalIov {
     /// `dst..dst+len` must be valid for writes (a range checked against a mapping).
     pub(crate) unsafe fn read_to_raw(&self, off: usize, dst: *mut u8, len: usize) -> usize {
         let mut copied = 0;
-        self.for_each_range(off, len, |src, n, at| {
+        self.with_parts(|parts| walk(parts, off, len, |src, n, at| {
             // SAFETY: the caller checked `dst..dst+len` lies in a mapping; `at + n <= len`.
             unsafe { std::ptr::copy_nonoverlapping(src, dst.add(at), n) };
             copied += n;
-        });
+        }));
         copied
     }
 
@@ -124,25 +113,44 @@ impl LocalIov {
     /// `src..src+len` must be valid for reads (a range checked against a mapping).
     pub(crate) unsafe fn write_from_raw(&mut self, off: usize, src: *const u8, len: usize) -> usize {
         let mut copied = 0;
-        self.for_each_range(off, len, |dst, n, at| {
+        self.with_parts_mut(|parts| walk(parts, off, len, |dst, n, at| {
             // SAFETY: the caller checked `src..src+len` lies in a mapping; `dst..dst+n` is ours.
             unsafe { std::ptr::copy_nonoverlapping(src.add(at), dst, n) };
             copied += n;
-        });
+        }));
         copied
     }
 
-    /// The ranges from byte `off` on, as iovecs for a syscall.
-    pub(crate) fn iovecs_from(&self, off: usize, out: &mut Vec<libc::iovec>) {
+    /// The ranges from byte `off` on, as iovecs a syscall may write through.
+    pub(crate) fn iovecs_from(&mut self, off: usize, out: &mut Vec<libc::iovec>) {
         let len = self.len().saturating_sub(off);
-        self.for_each_range(off, len, |p, n, _| out.push(libc::iovec { iov_base: p.cast(), iov_len: n }));
+        self.with_parts_mut(|parts| walk(parts, off, len, |p, n, _| out.push(libc::iovec { iov_base: p.cast(), iov_len: n })));
     }
 
     /// The ranges as a peer sees them for CMA; `None` if there are too many to describe.
     pub(crate) fn as_remote(&self, max: usize) -> Option<Vec<RemoteIov>> {
         let mut v = Vec::new();
-        self.for_each_range(0, self.len(), |p, n, _| v.push(RemoteIov { addr: p as u64, len: n as u64 }));
+        self.with_parts(|parts| walk(parts, 0, self.len(), |p, n, _| v.push(RemoteIov { addr: p as u64, len: n as u64 })));
         (v.len() <= max && !v.is_empty()).then_some(v)
+    }
+}
+
+/// Visit the pieces of `parts` covering bytes `off..off+len`: (address, length, bytes before).
+fn walk(parts: &[(usize, usize)], mut off: usize, mut len: usize, mut f: impl FnMut(*mut u8, usize, usize)) {
+    let mut done = 0;
+    for &(base, plen) in parts {
+        if len == 0 {
+            return;
+        }
+        if off >= plen {
+            off -= plen;
+            continue;
+        }
+        let take = (plen - off).min(len);
+        f((base + off) as *mut u8, take, done);
+        done += take;
+        len -= take;
+        off = 0;
     }
 }
 

@@ -253,8 +253,7 @@ mod tests {
         let peer = Region::open(&name).unwrap();
         assert_eq!(peer.incarnation(), owner.incarnation());
         assert_eq!(peer.geometry(), owner.geometry());
-        let mut e = CmdEntry::default();
-        e.len = 99;
+        let e = CmdEntry { len: 99, ..CmdEntry::default() };
         peer.cmd_ring().push(&e).unwrap();
         let mut c = Consumer::new();
         match c.pop(&owner.cmd_ring()) {

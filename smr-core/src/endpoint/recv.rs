@@ -116,14 +116,25 @@ impl Endpoint {
             Body::Inline { bytes, len } => self.take_bytes(src, key, hdr, &bytes[..len], disposition, h),
             Body::Inject { buf } => {
                 let geo = *self.region.geometry();
-                let mut bytes = vec![0u8; hdr.len as usize];
-                let copied = geo.inject_offset(buf).and_then(|off| self.region.mapping().read_bytes(off, &mut bytes));
-                let _ = self.region.inject_stack().push(buf);
-                if copied.is_err() {
-                    self.stats.corrupt_commands += 1;
-                    return;
+                let len = hdr.len as usize;
+                let source = geo.inject_offset(buf).and_then(|off| self.region.mapping().bytes_ptr(off, hdr.len));
+                match (source, disposition) {
+                    (Ok(ptr), Disposition::Deliver { mut dest, ctx }) => {
+                        // SAFETY: `ptr` is `len` bytes inside our own mapping (bounds-checked).
+                        let n = unsafe { dest.write_from_raw(0, ptr, len) };
+                        h.on_recv_done(ctx, outcome(hdr.len, n), dest);
+                    }
+                    (Ok(ptr), Disposition::Hold) => {
+                        let mut bytes = LocalIov::owned(vec![0u8; len]);
+                        // SAFETY: as above.
+                        unsafe { bytes.write_from_raw(0, ptr, len) };
+                        let data = HeldData::Bytes(bytes.into_owned().expect("owned"));
+                        self.held.insert(key, Held { src, hdr, data });
+                    }
+                    (Ok(_), Disposition::Discard) => {}
+                    (Err(_), _) => self.stats.corrupt_commands += 1,
                 }
-                self.take_bytes(src, key, hdr, &bytes, disposition, h);
+                let _ = self.region.inject_stack().push(buf);
             }
             Body::Iov { iovs, count } => {
                 let iovs = iovs[..count].to_vec();
@@ -171,8 +182,8 @@ impl Endpoint {
 
     /// Read a message out of the sender with CMA and answer it; falls back to SAR if refused.
     #[allow(clippy::too_many_arguments)]
-    fn pull_cma(&mut self, src: SrcId, msg_id: u64, hdr: MsgHeader, iovs: &[RemoteIov], dest: LocalIov, ctx: u64, h: &mut impl Handler) {
-        match self.cma_read(src, iovs, &dest) {
+    fn pull_cma(&mut self, src: SrcId, msg_id: u64, hdr: MsgHeader, iovs: &[RemoteIov], mut dest: LocalIov, ctx: u64, h: &mut impl Handler) {
+        match self.cma_read(src, iovs, &mut dest) {
             Ok(n) => {
                 let result = outcome(hdr.len, n);
                 self.send_resp(src, done(msg_id, status_of(&result), n as u64));
@@ -194,7 +205,7 @@ impl Endpoint {
         self.send_resp(src, done(msg_id, Status::CmaFailed, 0));
     }
 
-    fn cma_read(&self, src: SrcId, iovs: &[RemoteIov], dest: &LocalIov) -> Result<usize> {
+    fn cma_read(&self, src: SrcId, iovs: &[RemoteIov], dest: &mut LocalIov) -> Result<usize> {
         let peer = self.inp.get(&src).ok_or(Error::PeerDead)?;
         // A dead sender's pid may already belong to another process: never read it blindly.
         if !peer.ident.is_alive() {
@@ -278,7 +289,7 @@ impl Endpoint {
                 let n = dest.write_at(0, &bytes);
                 Ok(Delivered::Now(outcome(hdr.len, n), dest))
             }
-            HeldData::Cma { iovs, msg_id } => match self.cma_read(src, &iovs, &dest) {
+            HeldData::Cma { iovs, msg_id } => match self.cma_read(src, &iovs, &mut dest) {
                 Ok(n) => {
                     let result = outcome(hdr.len, n);
                     self.send_resp(src, done(msg_id, status_of(&result), n as u64));

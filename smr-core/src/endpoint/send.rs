@@ -12,6 +12,7 @@ use crate::cmd::{op, proto, resp, CmdEntry, MsgHeader, RespEntry, SarSeg, Status
 use crate::error::{Error, Result};
 use crate::iov::LocalIov;
 use crate::ring::Pop;
+use std::time::Instant;
 
 /// A send waiting for the receiver.
 pub(super) struct PendingSend {
@@ -111,14 +112,17 @@ impl Endpoint {
                 Pop::Item(e) => e,
                 Pop::Empty => break,
                 Pop::Pending => {
-                    // A responder died mid-push: responses are few, skip at once if it persists.
-                    if self.resp_rx.skip(&self.region.resp_ring()) {
+                    // A responder is mid-push, or died there: skip only once it has stalled.
+                    let since = *self.resp_stalled_since.get_or_insert_with(Instant::now);
+                    if since.elapsed() >= self.params.stall_timeout && self.resp_rx.skip(&self.region.resp_ring()) {
+                        self.resp_stalled_since = None;
                         self.stats.skipped_slots += 1;
                         continue;
                     }
                     break;
                 }
             };
+            self.resp_stalled_since = None;
             match entry.kind {
                 resp::CONN_ACK => self.on_conn_ack(entry.value),
                 resp::DONE => events += self.on_done(&entry, h),

@@ -108,17 +108,15 @@ fn held_messages_are_delivered_later_and_truncated_on_request() {
     assert!(ha.sends_done.len() < sizes.len());
     for (i, m) in hb.offered.clone().iter().enumerate() {
         let want = if i == 3 { 1000 } else { sizes[i] };
-        let result = loop {
-            match b.deliver(m.key, LocalIov::owned(vec![0; want]), i as u64).unwrap() {
-                Delivered::Now(r, dest) => break (r, dest.into_owned().unwrap()),
-                Delivered::Later => {
-                    while hb.received.is_empty() {
-                        a.progress(&mut ha);
-                        b.progress(&mut hb);
-                    }
-                    let (_, r, v) = hb.received.pop().unwrap();
-                    break (r, v);
+        let result = match b.deliver(m.key, LocalIov::owned(vec![0; want]), i as u64).unwrap() {
+            Delivered::Now(r, dest) => (r, dest.into_owned().unwrap()),
+            Delivered::Later => {
+                while hb.received.is_empty() {
+                    a.progress(&mut ha);
+                    b.progress(&mut hb);
                 }
+                let (_, r, v) = hb.received.pop().unwrap();
+                (r, v)
             }
         };
         if i == 3 {

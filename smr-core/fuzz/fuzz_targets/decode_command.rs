@@ -1,0 +1,48 @@
+//! Any bytes a peer can put in a command slot must decode to an error or to a command whose
+//! every index and length is inside the receiver's limits.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use smr_core::cmd::{decode, Body, CmdEntry, Command, Limits, INLINE_MAX};
+
+fn entry_from(bytes: &[u8]) -> CmdEntry {
+    let mut e = CmdEntry::default();
+    let take = |at: usize, n: usize| -> u64 {
+        let mut v = [0u8; 8];
+        for (i, b) in v.iter_mut().enumerate().take(n) {
+            *b = bytes.get(at + i).copied().unwrap_or(0);
+        }
+        u64::from_le_bytes(v)
+    };
+    e.op = take(0, 1) as u8;
+    e.proto = take(1, 1) as u8;
+    e.flags = take(2, 1) as u8;
+    e.app = take(3, 1) as u8;
+    e.src = take(4, 4) as u32;
+    e.len = take(8, 8);
+    e.tag = take(16, 8);
+    e.data = take(24, 8);
+    e.msg_id = take(32, 8);
+    for (i, b) in e.payload.iter_mut().enumerate() {
+        *b = bytes.get(40 + i).copied().unwrap_or(0);
+    }
+    e
+}
+
+fuzz_target!(|bytes: &[u8]| {
+    let limits = Limits { max_peers: 64, inject_count: 16, sar_count: 8, sar_size: 65536, max_msg_size: 1 << 30 };
+    let Ok(cmd) = decode(&entry_from(bytes), &limits) else { return };
+    match cmd {
+        Command::Connect { src } | Command::Disconnect { src } => assert!(u64::from(src) < limits.max_peers),
+        Command::SarSeg { seg, .. } => assert!(u64::from(seg.buf) < limits.sar_count),
+        Command::Msg { src, hdr, body, .. } => {
+            assert!(u64::from(src) < limits.max_peers && hdr.len <= limits.max_msg_size);
+            match body {
+                Body::Inline { len, .. } => assert!(len <= INLINE_MAX),
+                Body::Inject { buf } => assert!(u64::from(buf) < limits.inject_count && hdr.len <= 4096),
+                Body::Iov { iovs, count } => assert_eq!(iovs[..count].iter().map(|i| i.len).sum::<u64>(), hdr.len),
+                Body::Sar(seg) => assert!(seg.offset + u64::from(seg.len) <= hdr.len),
+            }
+        }
+    }
+});
