@@ -1,1 +1,74 @@
-//! The libfabric provider (issue 3): libfabric objects on top of smr-core. Empty until then.
+//! librshm-fi.so: libfabric's shared-memory provider on top of smr-core.
+//!
+//! libfabric loads this library as a DL provider and calls `fi_prov_ini`, which returns our
+//! `fi_provider`. Every libfabric object is a `#[repr(C)]` struct whose first field is the
+//! libfabric `fid_*`, so the `fid` pointer the application hands back converts to our object.
+//! Every `extern "C"` entry point is a thin trampoline (`guard`) that catches panics and turns
+//! errors into `-FI_E*` codes; the logic behind it is safe Rust.
+#![deny(unsafe_op_in_unsafe_fn)]
+
+pub mod core_api;
+pub mod error;
+pub mod getinfo;
+pub mod params;
+
+use rshm_ffi as ffi;
+use std::ffi::c_char;
+
+/// Provider version reported to the core: 1.0.
+pub const PROVIDER_VERSION: u32 = ffi::fi_version_make(1, 0);
+pub const PROVIDER_NAME: &std::ffi::CStr = c"rshm";
+
+/// The provider struct the core registers. It must be writable: the core stores into `context`.
+static mut PROVIDER: ffi::fi_provider = ffi::fi_provider {
+    version: PROVIDER_VERSION,
+    fi_version: ffi::fi_version_make(1, 17),
+    context: ffi::fi_context { internal: [std::ptr::null_mut(); 4] },
+    name: PROVIDER_NAME.as_ptr() as *const c_char,
+    getinfo: Some(getinfo::rshm_getinfo),
+    fabric: Some(rshm_fabric_stub),
+    cleanup: Some(rshm_cleanup),
+};
+
+/// Pointer to our provider struct, for logging and parameter calls.
+pub fn provider_ptr() -> *const ffi::fi_provider {
+    &raw const PROVIDER
+}
+
+/// The entry point libfabric looks up after `dlopen`.
+///
+/// # Safety
+/// Called by the libfabric core, once, before any other entry point.
+#[no_mangle]
+pub unsafe extern "C" fn fi_prov_ini() -> *mut ffi::fi_provider {
+    let prov = &raw mut PROVIDER;
+    let result = std::panic::catch_unwind(|| {
+        // Claim the running core's API version: the core skips providers older than the
+        // version a caller asks for, and callers ask for the core's own (see ABI.md).
+        let version = core_api::core_version().max(ffi::fi_version_make(1, 17));
+        // SAFETY: the core calls fi_prov_ini before using the struct; nothing else touches it.
+        unsafe { (*prov).fi_version = version };
+        params::define_all();
+    });
+    if result.is_err() {
+        return std::ptr::null_mut();
+    }
+    prov
+}
+
+unsafe extern "C" fn rshm_cleanup() {}
+
+unsafe extern "C" fn rshm_fabric_stub(_: *mut ffi::fi_fabric_attr, _: *mut *mut ffi::fid_fabric, _: *mut std::ffi::c_void) -> i32 {
+    error::FiError::NOSYS.code()
+}
+
+/// Run `f`, turning a panic into `-FI_EOTHER` (with a log line) instead of unwinding into C.
+pub fn guard<T>(what: &str, on_panic: T, f: impl FnOnce() -> T) -> T {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        Ok(v) => v,
+        Err(_) => {
+            warn!(Core, "{what}: internal error (panic caught at the C boundary)");
+            on_panic
+        }
+    }
+}

@@ -1,0 +1,113 @@
+//! What the provider calls in the libfabric core: logging, parameters, info allocation.
+//!
+//! # Safety
+//! These are thin wrappers over the core's exported C functions; strings passed down are
+//! NUL-terminated `CString`s that outlive the call.
+
+use crate::provider_ptr;
+use rshm_ffi as ffi;
+use std::ffi::{c_char, CStr, CString};
+
+/// Log levels, as libfabric's enum.
+#[derive(Clone, Copy)]
+pub enum Level {
+    Warn = ffi::FI_LOG_WARN as isize,
+    Info = ffi::FI_LOG_INFO as isize,
+    Debug = ffi::FI_LOG_DEBUG as isize,
+}
+
+/// Log subsystems we use.
+#[derive(Clone, Copy)]
+pub enum Subsys {
+    Core = ffi::FI_LOG_CORE as isize,
+    Fabric = ffi::FI_LOG_FABRIC as isize,
+    Domain = ffi::FI_LOG_DOMAIN as isize,
+    EpCtrl = ffi::FI_LOG_EP_CTRL as isize,
+    EpData = ffi::FI_LOG_EP_DATA as isize,
+    Av = ffi::FI_LOG_AV as isize,
+    Cq = ffi::FI_LOG_CQ as isize,
+    Mr = ffi::FI_LOG_MR as isize,
+}
+
+/// Log through the core, so FI_LOG_LEVEL and FI_LOG_PROV=rshm apply.
+pub fn log(level: Level, subsys: Subsys, func: &str, line: u32, msg: &str) {
+    let prov = provider_ptr();
+    // SAFETY: `prov` is our registered provider struct; the core only reads it here.
+    let enabled = unsafe { ffi::fi_log_enabled(prov, level as _, subsys as _) };
+    if enabled == 0 {
+        return;
+    }
+    let func = CString::new(func).unwrap_or_default();
+    let msg = CString::new(msg.replace('\0', " ")).unwrap_or_default();
+    // SAFETY: format "%s\n" with one NUL-terminated string argument.
+    unsafe {
+        ffi::fi_log(prov, level as _, subsys as _, func.as_ptr(), line as i32, c"%s\n".as_ptr(), msg.as_ptr())
+    };
+}
+
+#[macro_export]
+macro_rules! warn {
+    ($subsys:ident, $($arg:tt)*) => {
+        $crate::core_api::log($crate::core_api::Level::Warn, $crate::core_api::Subsys::$subsys,
+            module_path!(), line!(), &format!($($arg)*))
+    };
+}
+
+#[macro_export]
+macro_rules! info {
+    ($subsys:ident, $($arg:tt)*) => {
+        $crate::core_api::log($crate::core_api::Level::Info, $crate::core_api::Subsys::$subsys,
+            module_path!(), line!(), &format!($($arg)*))
+    };
+}
+
+/// The running core's API version (`fi_version()`).
+pub fn core_version() -> u32 {
+    // SAFETY: no arguments, returns a constant.
+    unsafe { ffi::fi_version() }
+}
+
+/// A core-allocated, core-sized `fi_info` with all sub-attributes (`fi_allocinfo`).
+pub fn alloc_info() -> *mut ffi::fi_info {
+    // SAFETY: fi_dupinfo(NULL) allocates a zeroed info with every attribute struct, sized by the
+    // running core (bound to FABRIC_1.3 at link time, see ffi/build.rs).
+    unsafe { ffi::fi_dupinfo(std::ptr::null()) }
+}
+
+/// Free an info list with the core's allocator.
+pub fn free_info(info: *mut ffi::fi_info) {
+    if !info.is_null() {
+        // SAFETY: `info` came from `alloc_info` (the core's allocator).
+        unsafe { ffi::fi_freeinfo(info) };
+    }
+}
+
+/// A string the core will `free()`: allocated with libc.
+pub fn c_strdup(s: &str) -> *mut c_char {
+    let c = CString::new(s).unwrap_or_default();
+    // SAFETY: `c` is NUL-terminated; strdup copies it into malloc'd memory.
+    unsafe { libc::strdup(c.as_ptr()) }
+}
+
+/// Copy `bytes` into malloc'd memory the core may `free()`.
+pub fn c_memdup(bytes: &[u8]) -> *mut std::ffi::c_void {
+    // SAFETY: malloc of a positive size; checked for NULL before writing.
+    let p = unsafe { libc::malloc(bytes.len().max(1)) };
+    if !p.is_null() {
+        // SAFETY: `p` holds at least `bytes.len()` bytes.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), p.cast(), bytes.len()) };
+    }
+    p
+}
+
+/// A borrowed C string as `&str`, if non-NULL and UTF-8.
+///
+/// # Safety
+/// `p` must be NULL or point to a NUL-terminated string valid for `'a`.
+pub unsafe fn opt_str<'a>(p: *const c_char) -> Option<&'a str> {
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: per the function contract.
+    unsafe { CStr::from_ptr(p) }.to_str().ok()
+}

@@ -1,0 +1,356 @@
+//! `fi_getinfo` for rshm: what we offer, filtered by the caller's hints.
+//!
+//! Everything returned is allocated by the core's allocator (`fi_dupinfo(NULL)` and libc
+//! strings), because the core frees it with `free()`. Hints are read only up to what the
+//! caller's API version defines; we write only fields libfabric 1.17 defines.
+
+use crate::core_api::{alloc_info, c_memdup, c_strdup, free_info, opt_str};
+use crate::error::{FiError, FiResult};
+use crate::params::config;
+use rshm_ffi as ffi;
+use std::ffi::c_char;
+
+/// Addresses are region names, NUL-padded to a fixed length so address arrays have one stride.
+pub const ADDR_LEN: usize = 64;
+pub const FABRIC_NAME: &str = "rshm";
+pub const DOMAIN_NAME: &str = "rshm";
+const TAG_GENERIC: u64 = 0xaaaa_aaaa_aaaa_aaaa;
+/// Flag bit with which utility providers (rxm, rxd) query core providers (libfabric's internal
+/// OFI_CORE_PROV_ONLY): we serve applications directly, not as a layer's transport.
+const UTIL_QUERY: u64 = 1 << 59;
+
+pub const PRIMARY_CAPS: u64 = (ffi::FI_MSG | ffi::FI_TAGGED) as u64;
+pub const SECONDARY_CAPS: u64 = (ffi::FI_SEND | ffi::FI_RECV | ffi::FI_MULTI_RECV) as u64
+    | ffi::FI_SOURCE
+    | ffi::FI_DIRECTED_RECV
+    | ffi::FI_LOCAL_COMM;
+pub const TX_OP_FLAGS: u64 = (ffi::FI_COMPLETION
+    | ffi::FI_INJECT
+    | ffi::FI_INJECT_COMPLETE
+    | ffi::FI_TRANSMIT_COMPLETE
+    | ffi::FI_DELIVERY_COMPLETE) as u64;
+pub const RX_OP_FLAGS: u64 = (ffi::FI_COMPLETION | ffi::FI_MULTI_RECV) as u64;
+/// Sends from one endpoint to one peer arrive in order (one FIFO ring per receiver).
+pub const MSG_ORDER: u64 = ffi::FI_ORDER_SAS as u64;
+pub const QUEUE_SIZE: usize = 1024;
+pub const IOV_LIMIT: usize = smr_core::cmd::IOV_MAX;
+pub const INJECT_SIZE: usize = 4096;
+
+/// Capabilities this load offers (FI_REMOTE_COMM only when asked for by parameter).
+pub fn all_caps() -> u64 {
+    let remote = if config().remote_comm { ffi::FI_REMOTE_COMM } else { 0 };
+    PRIMARY_CAPS | SECONDARY_CAPS | remote
+}
+
+/// Whether `node` names this machine: NULL, or an address we could bind to.
+pub fn node_is_local(node: Option<&str>) -> bool {
+    use std::net::{ToSocketAddrs, UdpSocket};
+    let Some(node) = node else { return true };
+    if node.is_empty() || node == "localhost" {
+        return true;
+    }
+    match (node, 0).to_socket_addrs() {
+        Ok(addrs) => addrs.into_iter().any(|a| UdpSocket::bind((a.ip(), 0)).is_ok()),
+        Err(_) => false,
+    }
+}
+
+/// The endpoint name a node/service pair stands for: the same on both sides of an
+/// out-of-band exchange (fabtests' `-s 127.0.0.1` plus a port), as shm's `fi_ns://` names.
+pub fn service_name(service: &str) -> FiResult<String> {
+    // SAFETY: getuid has no preconditions.
+    let uid = unsafe { libc::getuid() };
+    let name = format!("rshm_{uid}_ns_{service}");
+    smr_core::region::check_name(&name).map_err(|_| FiError::INVAL)?;
+    Ok(name)
+}
+
+/// An address buffer holding `name`, NUL-padded to `ADDR_LEN`.
+pub fn encode_addr(name: &str) -> [u8; ADDR_LEN] {
+    let mut out = [0u8; ADDR_LEN];
+    let n = name.len().min(ADDR_LEN - 1);
+    out[..n].copy_from_slice(&name.as_bytes()[..n]);
+    out
+}
+
+/// Read one address: a NUL-terminated name within `ADDR_LEN` bytes.
+///
+/// # Safety
+/// `addr` must be readable up to its NUL or `ADDR_LEN` bytes, whichever comes first.
+pub unsafe fn decode_addr(addr: *const u8) -> FiResult<String> {
+    if addr.is_null() {
+        return Err(FiError::INVAL);
+    }
+    let mut bytes = Vec::with_capacity(ADDR_LEN);
+    for i in 0..ADDR_LEN {
+        // SAFETY: per the contract, bytes up to the first NUL (or ADDR_LEN) are readable.
+        let b = unsafe { *addr.add(i) };
+        if b == 0 {
+            break;
+        }
+        bytes.push(b);
+    }
+    let name = String::from_utf8(bytes).map_err(|_| FiError::INVAL)?;
+    smr_core::region::check_name(&name).map_err(|_| FiError::INVAL)?;
+    Ok(name)
+}
+
+/// Hints, read defensively.
+struct Hints<'a> {
+    info: &'a ffi::fi_info,
+}
+
+impl Hints<'_> {
+    /// Why these hints rule out `ep_type`, if they do.
+    fn reject(&self, ep_type: ffi::fi_ep_type) -> Option<&'static str> {
+        let h = self.info;
+        let caps = h.caps;
+        if caps & !all_caps() != 0 {
+            return Some("hints ask for capabilities rshm does not offer");
+        }
+        if h.addr_format != ffi::FI_FORMAT_UNSPEC && h.addr_format != ffi::FI_ADDR_STR {
+            return Some("unsupported address format");
+        }
+        // SAFETY: attribute pointers in hints are NULL or valid for the duration of the call.
+        let ep = unsafe { h.ep_attr.as_ref() };
+        if let Some(ep) = ep {
+            if ep.type_ != ffi::FI_EP_UNSPEC && ep.type_ != ep_type {
+                return Some("endpoint type not served");
+            }
+            if ep.max_msg_size > config().engine.max_msg_size as usize {
+                return Some("max_msg_size too large");
+            }
+            if ep.tx_ctx_cnt > 1 || ep.rx_ctx_cnt > 1 {
+                return Some("scalable or shared contexts not supported");
+            }
+            if ep.protocol != ffi::FI_PROTO_UNSPEC && ep.protocol != ffi::FI_PROTO_SHM {
+                return Some("protocol not served");
+            }
+        }
+        // SAFETY: as above.
+        if let Some(tx) = unsafe { h.tx_attr.as_ref() } {
+            if tx.caps & !all_caps() != 0 || tx.inject_size > INJECT_SIZE || tx.size > QUEUE_SIZE * 64 || tx.iov_limit > IOV_LIMIT {
+                return Some("tx attributes beyond what rshm offers");
+            }
+            if tx.msg_order & !(MSG_ORDER | ffi::FI_ORDER_NONE as u64) != 0 {
+                return Some("message ordering not provided");
+            }
+        }
+        // SAFETY: as above.
+        if let Some(rx) = unsafe { h.rx_attr.as_ref() } {
+            if rx.caps & !all_caps() != 0 || rx.iov_limit > IOV_LIMIT || rx.total_buffered_recv > 0 && rx.total_buffered_recv > usize::MAX / 2 {
+                return Some("rx attributes beyond what rshm offers");
+            }
+            if rx.msg_order & !(MSG_ORDER | ffi::FI_ORDER_NONE as u64) != 0 {
+                return Some("message ordering not provided");
+            }
+        }
+        // SAFETY: as above.
+        if let Some(dom) = unsafe { h.domain_attr.as_ref() } {
+            // SAFETY: `name` is NULL or a C string owned by the caller.
+            if let Some(name) = unsafe { opt_str(dom.name) } {
+                if name != DOMAIN_NAME {
+                    return Some("domain name does not match");
+                }
+            }
+            if dom.av_type > ffi::FI_AV_TABLE {
+                return Some("AV type not served");
+            }
+        }
+        // SAFETY: as above.
+        if let Some(fab) = unsafe { h.fabric_attr.as_ref() } {
+            // SAFETY: C strings owned by the caller.
+            if unsafe { opt_str(fab.name) }.is_some_and(|n| n != FABRIC_NAME) {
+                return Some("fabric name does not match");
+            }
+            // SAFETY: as above.
+            if unsafe { opt_str(fab.prov_name) }.is_some_and(|n| n != "rshm") {
+                return Some("provider name does not match");
+            }
+        }
+        None
+    }
+}
+
+/// Addresses resolved from node/service and hints.
+struct Addrs {
+    src: Option<String>,
+    dest: Option<String>,
+}
+
+fn resolve(node: Option<&str>, service: Option<&str>, flags: u64, hints: Option<&ffi::fi_info>) -> FiResult<Addrs> {
+    if !node_is_local(node) {
+        return Err(FiError::NODATA);
+    }
+    let mut addrs = Addrs { src: None, dest: None };
+    if let Some(service) = service {
+        let name = service_name(service)?;
+        if flags & ffi::FI_SOURCE != 0 {
+            addrs.src = Some(name);
+        } else {
+            addrs.dest = Some(name);
+        }
+    }
+    if let Some(h) = hints {
+        if addrs.src.is_none() && !h.src_addr.is_null() {
+            // SAFETY: the caller's src_addr holds `src_addrlen` bytes of a NUL-terminated name.
+            addrs.src = Some(unsafe { decode_addr(h.src_addr.cast()) }?);
+        }
+        if addrs.dest.is_none() && !h.dest_addr.is_null() {
+            // SAFETY: as above, for dest_addr.
+            addrs.dest = Some(unsafe { decode_addr(h.dest_addr.cast()) }?);
+        }
+    }
+    Ok(addrs)
+}
+
+/// Fill one core-allocated info for `ep_type`.
+fn fill(info: &mut ffi::fi_info, ep_type: ffi::fi_ep_type, version: u32, hints: Option<&ffi::fi_info>, addrs: &Addrs) {
+    let requested = hints.map(|h| h.caps).filter(|&c| c != 0);
+    let mut caps = requested.unwrap_or_else(all_caps);
+    if caps & (ffi::FI_SEND | ffi::FI_RECV) as u64 == 0 {
+        caps |= (ffi::FI_SEND | ffi::FI_RECV) as u64;
+    }
+    if caps & PRIMARY_CAPS == 0 {
+        caps |= PRIMARY_CAPS;
+    }
+    info.caps = caps;
+    info.mode = 0;
+    info.addr_format = ffi::FI_ADDR_STR;
+    if let Some(src) = &addrs.src {
+        info.src_addr = c_memdup(&encode_addr(src));
+        info.src_addrlen = ADDR_LEN;
+    }
+    if let Some(dest) = &addrs.dest {
+        info.dest_addr = c_memdup(&encode_addr(dest));
+        info.dest_addrlen = ADDR_LEN;
+    }
+    // SAFETY: fi_dupinfo(NULL) allocated every attribute struct.
+    let (tx, rx, ep, dom, fab) = unsafe {
+        (&mut *info.tx_attr, &mut *info.rx_attr, &mut *info.ep_attr, &mut *info.domain_attr, &mut *info.fabric_attr)
+    };
+    // SAFETY: hint attribute pointers are NULL or valid for the call.
+    let (h_tx, h_rx, h_ep, h_dom) = match hints {
+        Some(h) => unsafe { (h.tx_attr.as_ref(), h.rx_attr.as_ref(), h.ep_attr.as_ref(), h.domain_attr.as_ref()) },
+        None => (None, None, None, None),
+    };
+    tx.caps = caps;
+    tx.mode = 0;
+    tx.op_flags = h_tx.map_or(0, |t| t.op_flags & TX_OP_FLAGS);
+    tx.msg_order = MSG_ORDER;
+    tx.comp_order = ffi::FI_ORDER_NONE as u64;
+    tx.inject_size = INJECT_SIZE;
+    tx.size = QUEUE_SIZE;
+    tx.iov_limit = IOV_LIMIT;
+    tx.rma_iov_limit = 0;
+    rx.caps = caps;
+    rx.mode = 0;
+    rx.op_flags = h_rx.map_or(0, |r| r.op_flags & RX_OP_FLAGS);
+    rx.msg_order = MSG_ORDER;
+    rx.comp_order = ffi::FI_ORDER_NONE as u64;
+    rx.total_buffered_recv = 0;
+    rx.size = QUEUE_SIZE;
+    rx.iov_limit = IOV_LIMIT;
+    ep.type_ = ep_type;
+    ep.protocol = ffi::FI_PROTO_SHM;
+    ep.protocol_version = 1;
+    ep.max_msg_size = config().engine.max_msg_size as usize;
+    ep.msg_prefix_size = 0;
+    ep.max_order_raw_size = 0;
+    ep.max_order_war_size = 0;
+    ep.max_order_waw_size = 0;
+    ep.mem_tag_format = h_ep.map(|e| e.mem_tag_format).filter(|&f| f != 0).unwrap_or(TAG_GENERIC);
+    ep.tx_ctx_cnt = 1;
+    ep.rx_ctx_cnt = 1;
+    dom.name = c_strdup(DOMAIN_NAME);
+    dom.threading = h_dom.map(|d| d.threading).filter(|&t| t != ffi::FI_THREAD_UNSPEC).unwrap_or(ffi::FI_THREAD_SAFE);
+    dom.control_progress = h_dom.map(|d| d.control_progress).filter(|&p| p != 0).unwrap_or(ffi::FI_PROGRESS_MANUAL);
+    dom.data_progress = h_dom.map(|d| d.data_progress).filter(|&p| p != 0).unwrap_or(ffi::FI_PROGRESS_MANUAL);
+    dom.resource_mgmt = ffi::FI_RM_ENABLED;
+    dom.av_type = h_dom.map_or(ffi::FI_AV_UNSPEC, |d| d.av_type);
+    // Before 1.5, mr_mode was an enum: say "scalable" (no local registration needed).
+    dom.mr_mode = if version < ffi::fi_version_make(1, 5) { ffi::FI_MR_SCALABLE as i32 } else { 0 };
+    dom.mr_key_size = 8;
+    dom.cq_data_size = 8;
+    dom.cq_cnt = 1024;
+    dom.ep_cnt = 1024;
+    dom.tx_ctx_cnt = 1024;
+    dom.rx_ctx_cnt = 1024;
+    dom.max_ep_tx_ctx = 1;
+    dom.max_ep_rx_ctx = 1;
+    dom.max_ep_stx_ctx = 0;
+    dom.max_ep_srx_ctx = 0;
+    dom.cntr_cnt = 1024;
+    dom.mr_iov_limit = IOV_LIMIT;
+    dom.caps = ffi::FI_LOCAL_COMM | if config().remote_comm { ffi::FI_REMOTE_COMM } else { 0 };
+    dom.mode = 0;
+    dom.max_err_data = 0;
+    dom.mr_cnt = 1 << 16;
+    fab.name = c_strdup(FABRIC_NAME);
+    fab.prov_name = std::ptr::null_mut();
+    fab.prov_version = crate::PROVIDER_VERSION;
+    fab.api_version = version;
+}
+
+/// Build the info list (RDM first, then DGRAM) for these arguments.
+pub fn getinfo(version: u32, node: Option<&str>, service: Option<&str>, flags: u64, hints: Option<&ffi::fi_info>) -> FiResult<*mut ffi::fi_info> {
+    if flags & UTIL_QUERY != 0 {
+        // A utility provider looking for a core provider to layer on: we serve applications.
+        return Err(FiError::NODATA);
+    }
+    let addrs = resolve(node, service, flags, hints)?;
+    let mut head: *mut ffi::fi_info = std::ptr::null_mut();
+    let mut tail: *mut ffi::fi_info = std::ptr::null_mut();
+    for ep_type in [ffi::FI_EP_RDM, ffi::FI_EP_DGRAM] {
+        if let Some(h) = hints {
+            if let Some(why) = (Hints { info: h }).reject(ep_type) {
+                crate::info!(Core, "{}: {why}", if ep_type == ffi::FI_EP_RDM { "RDM" } else { "DGRAM" });
+                continue;
+            }
+        }
+        let info = alloc_info();
+        if info.is_null() {
+            free_info(head);
+            return Err(FiError::NOMEM);
+        }
+        // SAFETY: freshly allocated by the core and exclusively ours.
+        fill(unsafe { &mut *info }, ep_type, version, hints, &addrs);
+        if tail.is_null() {
+            head = info;
+        } else {
+            // SAFETY: `tail` is the last info we allocated.
+            unsafe { (*tail).next = info };
+        }
+        tail = info;
+    }
+    if head.is_null() {
+        return Err(FiError::NODATA);
+    }
+    Ok(head)
+}
+
+/// `fi_provider::getinfo`.
+pub unsafe extern "C" fn rshm_getinfo(
+    version: u32,
+    node: *const c_char,
+    service: *const c_char,
+    flags: u64,
+    hints: *const ffi::fi_info,
+    info: *mut *mut ffi::fi_info,
+) -> i32 {
+    crate::guard("getinfo", FiError::OTHER.code(), || {
+        if info.is_null() {
+            return FiError::INVAL.code();
+        }
+        // SAFETY: the core passes NULL or valid C strings and hints for the call's duration.
+        let (node, service, hints) = unsafe { (opt_str(node), opt_str(service), hints.as_ref()) };
+        match getinfo(version, node, service, flags, hints) {
+            Ok(list) => {
+                // SAFETY: `info` is a valid out-pointer (checked non-NULL).
+                unsafe { *info = list };
+                0
+            }
+            Err(e) => e.code(),
+        }
+    })
+}

@@ -1,0 +1,83 @@
+//! FI_RSHM_* parameters, registered with the core so `fi_info -e` lists them.
+
+use crate::provider_ptr;
+use rshm_ffi as ffi;
+use std::ffi::{c_int, CString};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+/// Every parameter: name (without the FI_RSHM_ prefix), type, help.
+const DEFINITIONS: &[(&str, ffi::fi_param_type, &str)] = &[
+    ("CMA", ffi::FI_PARAM_BOOL, "Use cross-memory attach (process_vm_readv) for large messages; off forces SAR bounce buffers (default: on, if the kernel permits)"),
+    ("REMOTE_COMM", ffi::FI_PARAM_BOOL, "Advertise FI_REMOTE_COMM (Open MPI's mtl/ofi requires it; all peers are still on this node) (default: off)"),
+    ("QUEUE_LEN", ffi::FI_PARAM_SIZE_T, "Entries in each endpoint's command queue, a power of two (default: 1024)"),
+    ("INJECT_COUNT", ffi::FI_PARAM_SIZE_T, "4 KiB inject buffers per endpoint (default: 128)"),
+    ("SAR_COUNT", ffi::FI_PARAM_SIZE_T, "SAR bounce buffers per endpoint (default: 32)"),
+    ("SAR_SIZE", ffi::FI_PARAM_SIZE_T, "Bytes per SAR bounce buffer (default: 65536)"),
+    ("MAX_PEERS", ffi::FI_PARAM_SIZE_T, "Peers that may send to one endpoint (default: 1024)"),
+    ("PEER_TIMEOUT_MS", ffi::FI_PARAM_SIZE_T, "How long sends to an address with no endpoint behind it retry before failing (default: 30000)"),
+];
+
+/// Register the parameters (once per load).
+pub fn define_all() {
+    for (name, ty, help) in DEFINITIONS {
+        let name = CString::new(*name).expect("static name");
+        let help = CString::new(*help).expect("static help");
+        // SAFETY: valid provider and NUL-terminated strings; "%s" consumes `help`.
+        unsafe { ffi::fi_param_define(provider_ptr(), name.as_ptr(), *ty, c"%s".as_ptr(), help.as_ptr()) };
+    }
+}
+
+fn get_bool(name: &str) -> Option<bool> {
+    let name = CString::new(name).ok()?;
+    let mut v: c_int = 0;
+    // SAFETY: FI_PARAM_BOOL writes an int.
+    let rc = unsafe { ffi::fi_param_get(provider_ptr() as *mut _, name.as_ptr(), (&mut v as *mut c_int).cast()) };
+    (rc == 0).then_some(v != 0)
+}
+
+fn get_size(name: &str) -> Option<usize> {
+    let name = CString::new(name).ok()?;
+    let mut v: usize = 0;
+    // SAFETY: FI_PARAM_SIZE_T writes a size_t.
+    let rc = unsafe { ffi::fi_param_get(provider_ptr() as *mut _, name.as_ptr(), (&mut v as *mut usize).cast()) };
+    (rc == 0).then_some(v)
+}
+
+/// The parameters as read once from the environment.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub engine: smr_core::endpoint::Params,
+    pub remote_comm: bool,
+}
+
+pub fn config() -> &'static Config {
+    static CONFIG: OnceLock<Config> = OnceLock::new();
+    CONFIG.get_or_init(|| {
+        let mut engine = smr_core::endpoint::Params::default();
+        if let Some(cma) = get_bool("CMA") {
+            engine.cma = cma;
+        }
+        let c = &mut engine.counts;
+        if let Some(n) = get_size("QUEUE_LEN").filter(|n| n.is_power_of_two()) {
+            c.cmd_len = n as u64;
+            c.resp_len = n as u64;
+        }
+        if let Some(n) = get_size("INJECT_COUNT") {
+            c.inject_count = n as u64;
+        }
+        if let Some(n) = get_size("SAR_COUNT") {
+            c.sar_count = n as u64;
+        }
+        if let Some(n) = get_size("SAR_SIZE") {
+            c.sar_size = n as u64;
+        }
+        if let Some(n) = get_size("MAX_PEERS") {
+            c.max_peers = n as u64;
+        }
+        if let Some(ms) = get_size("PEER_TIMEOUT_MS") {
+            engine.absent_peer_timeout = Duration::from_millis(ms as u64);
+        }
+        Config { engine, remote_comm: get_bool("REMOTE_COMM").unwrap_or(false) }
+    })
+}
