@@ -1,0 +1,96 @@
+//! Back-pressure: three processes each send 5000 small (inline and inject) messages into one
+//! receiver that does not progress until every sender has been refused with `Again`. Then it
+//! drains: every (sender, seq) must arrive exactly once, in per-sender order, intact.
+
+use rshm_tests::*;
+
+const PEER: &str = env!("CARGO_BIN_EXE_rshm-peer");
+
+const SENDERS: u32 = 3;
+/// Inline (1, 208) and inject (209, 4096) sizes; 4 x 1250 = 5000 messages per sender.
+const SIZES: &str = "1,208,209,4096";
+const ROUNDS: u64 = 1250;
+
+fn backpressure(tag: &str, receiver_args: &[&str]) {
+    let mut sc = Scenario::new(PEER, tag);
+    let recv = sc.name("r");
+    let per_sender = ROUNDS * 4;
+    let total = (per_sender * u64::from(SENDERS)).to_string();
+    let mut args = vec![
+        "node",
+        "--name",
+        &recv,
+        "--expect",
+        &total,
+        "--check-order",
+        "--wait-go",
+    ];
+    args.extend(receiver_args);
+    let r = sc.spawn("receiver", &args);
+    let dl = deadline();
+    sc.child(r).expect_line("READY", dl);
+
+    let rounds = ROUNDS.to_string();
+    let mut senders = Vec::new();
+    for id in 1..=SENDERS {
+        let name = sc.name(&format!("s{id}"));
+        let id = id.to_string();
+        let args = [
+            "node", "--name", &name, "--id", &id, "--to", &recv, "--sizes", SIZES, "--count",
+            &rounds,
+        ];
+        senders.push(sc.spawn(&name, &args));
+    }
+    // Every sender fills the receiver's queue (or inject pool) and is told to come back later.
+    for &s in &senders {
+        let line = sc.child(s).expect_line("AGAIN", dl);
+        let sent = kv_u64(&parse_kv(&line), "sent");
+        assert!(sent < per_sender, "{line}");
+    }
+    sc.child(r).say("GO");
+
+    let line = sc.child(r).expect_line("RESULT", dl);
+    println!("{line}");
+    let kv = parse_kv(&line);
+    let ctx = || format!("{line}\n{}", sc.transcripts());
+    assert_eq!(
+        kv_u64(&kv, "received"),
+        per_sender * u64::from(SENDERS),
+        "{}",
+        ctx()
+    );
+    assert_eq!(kv_u64(&kv, "dups"), 0, "{}", ctx());
+    assert_eq!(kv_u64(&kv, "order_errors"), 0, "{}", ctx());
+    assert_eq!(kv_u64(&kv, "bad"), 0, "{}", ctx());
+    assert_eq!(kv_u64(&kv, "corrupt"), 0, "{}", ctx());
+    let want: Vec<String> = (1..=SENDERS)
+        .map(|id| format!("{id}:{per_sender}"))
+        .collect();
+    assert_eq!(kv["senders"], want.join(","), "{}", ctx());
+    let bytes_per_sender = ROUNDS * (1 + 208 + 209 + 4096);
+    assert_eq!(kv_u64(&kv, "bytes"), bytes_per_sender * u64::from(SENDERS));
+
+    for &s in &senders {
+        let line = sc.child(s).expect_line("RESULT", dl);
+        println!("{line}");
+        let kv = parse_kv(&line);
+        assert_eq!(kv_u64(&kv, "sent"), per_sender, "{line}");
+        assert_eq!(kv_u64(&kv, "send_errors"), 0, "{line}");
+        assert!(kv_u64(&kv, "again") > 0, "{line}");
+    }
+    for i in std::iter::once(r).chain(senders) {
+        sc.child(i).finish(dl);
+    }
+}
+
+/// A 64-entry command queue: the queue is what fills.
+#[test]
+fn three_senders_5000_small_messages_into_a_64_entry_queue() {
+    backpressure("bp64", &["--cmd-len", "64"]);
+}
+
+/// The default 1024-entry queue: the 128 inject buffers run out first, then the queue.
+#[test]
+fn three_senders_5000_small_messages_into_default_queues() {
+    backpressure("bpdf", &[]);
+}

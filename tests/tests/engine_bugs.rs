@@ -1,0 +1,224 @@
+//! Minimal reproductions of engine bugs these tests found. Each is `#[ignore]`d with a one-line
+//! description until smr-core is fixed; run them with `cargo test -p rshm-tests --test
+//! engine_bugs -- --ignored`.
+
+use rshm_tests::*;
+use smr_core::cmd::{op, CmdEntry, MsgHeader, SarSeg};
+use smr_core::region::{Occupant, Region};
+use smr_core::Error;
+use std::os::unix::fs::OpenOptionsExt;
+use std::time::{Duration, Instant};
+
+const PEER: &str = env!("CARGO_BIN_EXE_rshm-peer");
+
+/// Removes a /dev/shm file on drop.
+struct ShmFile(String);
+
+impl Drop for ShmFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(format!("/dev/shm/{}", self.0));
+    }
+}
+
+/// A peer's region between `shm_open(O_CREAT|O_EXCL)` and the header being written is a peer
+/// starting up (`region::inspect` itself says `Creating`), so a send to it must answer `Again`,
+/// as it does before the file exists and while `ready` is unset. Instead `send` fails hard with
+/// `Corrupt("region file is empty")` (before `ftruncate`) or `Corrupt("bad region magic")`
+/// (after it): `Region::open` checks the magic before `ready`, and `link()` passes every error
+/// other than `NoSuchPeer`/`Again` through. Processes started together hit this (the
+/// all-to-all test did, about one run in four, before it was made to wait for every `READY`).
+#[test]
+#[ignore = "engine bug: send to a region still being created fails with Corrupt instead of Again \
+            (region.rs Region::open checks magic before ready; shm.rs Mapping::open rejects the \
+            empty file; endpoint/peers.rs link() passes Corrupt through)"]
+fn send_to_a_peer_region_being_created_answers_again() {
+    let name = unique_name("halfc");
+    let path = format!("/dev/shm/{name}");
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&path)
+        .unwrap();
+    let _cleanup = ShmFile(name.clone());
+    let mut node = Node::create(&unique_name("halfs"), params(false)).unwrap();
+    let peer = node.ep.add_peer(&name).unwrap();
+    let data = pattern(1, 0, 8);
+
+    // Created, not yet sized.
+    let empty = node
+        .try_send(peer, header(1, 0, &data), data.clone(), false)
+        .map_err(|(e, _)| e);
+    // Sized, header not yet written: the engine itself sees a region being created.
+    file.set_len(1 << 20).unwrap();
+    assert_eq!(smr_core::region::inspect(&name), Ok(Occupant::Creating));
+    let zeroed = node
+        .try_send(peer, header(1, 0, &data), data, false)
+        .map_err(|(e, _)| e);
+    assert_eq!((empty, zeroed), (Err(Error::Again), Err(Error::Again)));
+}
+
+/// The creator's side of the same window: a young, still empty region file is a creation under
+/// way (`HALF_CREATED_GRACE`), so a second `Endpoint::create` of that name must fail with
+/// `AddrInUse`. Instead `region::inspect` fails with `Corrupt("region file is empty")` (from
+/// `Mapping::open`), and `reclaim_if_stale` (region.rs) unlinks on `Err(Corrupt(_))`: the second
+/// creator deletes the first one's file and both believe they own the name.
+#[test]
+#[ignore = "engine bug: Endpoint::create unlinks a young empty region file (another process             between shm_open and ftruncate) instead of answering AddrInUse (region.rs inspect /             reclaim_if_stale, shm.rs Mapping::open)"]
+fn creating_over_a_region_file_being_created_is_refused() {
+    let name = unique_name("halfe");
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(format!("/dev/shm/{name}"))
+        .unwrap();
+    let _cleanup = ShmFile(name.clone());
+    let inspected = smr_core::region::inspect(&name);
+    let created = Node::create(&name, params(false)).map(|_| ());
+    assert_eq!(
+        (inspected, created),
+        (Ok(Occupant::Creating), Err(Error::AddrInUse))
+    );
+}
+
+/// After a peer process dies, a sender whose link to it is acknowledged and has no operation
+/// pending (inline/inject sends without delivery-complete) never learns of it: `check_peers`
+/// (endpoint/peers.rs, `if !waited.contains(&id) && link.acked { continue; }`) skips the link
+/// and `link()` reuses it without checking the owner. The sends land in the dead region
+/// ("done") until its queue or inject pool is full, then answer `Again` forever; a new process
+/// that takes over the name is never mapped. (`kill.rs` has the `Again`-forever half as
+/// `receiver_killed_during_inject_stream_fails_the_sender`.)
+#[test]
+#[ignore = "engine bug: a stale acked link with nothing pending is never re-checked, so sends \
+            without delivery-complete never reach a restarted peer (endpoint/peers.rs \
+            check_peers skips acked idle links; link() reuses them)"]
+fn sends_without_pending_operations_reach_a_restarted_peer() {
+    let mut sc = Scenario::new(PEER, "bugre");
+    let victim = sc.name("r");
+    let r1 = sc.spawn("first", &["node", "--name", &victim, "--expect", "1"]);
+    let dl = deadline();
+    sc.child(r1).expect_line("READY", dl);
+    let mut node = Node::create(&sc.name("s"), params(false)).unwrap();
+    let peer = node.ep.add_peer(&victim).unwrap();
+    let data = pattern(1, 0, 100);
+    node.send_retry(peer, header(1, 0, &data), data, false, dl)
+        .unwrap();
+    sc.child(r1).expect_line_while("RESULT", dl, || {
+        node.pump_or_wait(Duration::from_millis(1));
+    });
+    sc.child(r1).kill();
+
+    let r2 = sc.spawn("second", &["node", "--name", &victim, "--expect", "1"]);
+    sc.child(r2).expect_line("READY", dl);
+    let mut seq = 1;
+    let mut last = Instant::now();
+    sc.child(r2)
+        .expect_line_while("RESULT", Instant::now() + Duration::from_secs(5), || {
+            if last.elapsed() >= Duration::from_millis(10) {
+                last = Instant::now();
+                let data = pattern(1, seq, 100);
+                if node
+                    .try_send(peer, header(1, seq, &data), data, false)
+                    .is_ok()
+                {
+                    seq += 1;
+                }
+            }
+            node.pump_or_wait(Duration::from_millis(1));
+        });
+}
+
+/// One bogus command from a process that never connected, naming a pool buffer.
+fn stranger_command(target: &str, entry: &CmdEntry) {
+    let region = Region::open(target).unwrap();
+    region.cmd_ring().push(entry).unwrap();
+}
+
+/// Pump two in-process nodes until `b` has received `n` messages.
+fn exchange(a: &mut Node, b: &mut Node, n: usize) {
+    let dl = deadline();
+    while b.h.received.len() < n || a.sends_in_flight() > 0 {
+        assert!(Instant::now() < dl, "timed out");
+        a.pump();
+        b.pump();
+    }
+}
+
+/// A SAR segment for a reassembly that does not exist still has its buffer pushed back onto the
+/// receiver's free stack (endpoint/recv.rs `on_segment`, the `sar_rx.get_mut(..) else` branch).
+/// Buffer 0 is already free, so the stack's top links to itself and every later pop hands out
+/// buffer 0: all segments of a real message then share it and the data is garbage. The same
+/// holds for MSG commands from an unconnected source (`handle_command` -> `release_buffers`).
+#[test]
+#[ignore = "engine bug: a stray SAR_SEG frees its (already free) SAR buffer again, making the \
+            free stack cyclic; later SAR messages are corrupted (endpoint/recv.rs on_segment)"]
+fn a_strangers_sar_segment_does_not_corrupt_later_sar_messages() {
+    let mut a = Node::create(&unique_name("dfsa"), params(true)).unwrap();
+    let mut b = Node::create(&unique_name("dfsb"), params(true)).unwrap();
+    let mut e = CmdEntry::message(
+        5,
+        1,
+        &MsgHeader {
+            len: 10,
+            ..Default::default()
+        },
+        false,
+    );
+    e.op = op::SAR_SEG;
+    e.set_sar(SarSeg {
+        buf: 0,
+        len: 10,
+        offset: 0,
+    });
+    stranger_command(b.ep.name(), &e);
+    b.pump();
+    assert_eq!(b.ep.stats().corrupt_commands, 1);
+
+    let peer = a.ep.add_peer(b.ep.name()).unwrap();
+    let data = pattern(1, 0, 1 << 20);
+    a.send_retry(peer, header(1, 0, &data), data, false, deadline())
+        .unwrap();
+    exchange(&mut a, &mut b, 1);
+    let r = &b.h.received[0];
+    assert_eq!(r.result, Ok(1 << 20));
+    verify(&r.hdr, &r.bytes).unwrap();
+}
+
+/// The inject analogue: an INJECT message from an unconnected source has its buffer freed by
+/// `release_buffers` (endpoint/recv.rs `handle_command`), although the buffer was never taken.
+/// Two real inject messages sent back to back then share a buffer and the first is overwritten.
+#[test]
+#[ignore = "engine bug: an INJECT command from an unconnected source frees its (already free) \
+            inject buffer again; later inject messages share buffers (endpoint/recv.rs \
+            handle_command -> release_buffers)"]
+fn a_strangers_inject_message_does_not_corrupt_later_inject_messages() {
+    let mut a = Node::create(&unique_name("dfia"), params(false)).unwrap();
+    let mut b = Node::create(&unique_name("dfib"), params(false)).unwrap();
+    let mut e = CmdEntry::message(
+        5,
+        1,
+        &MsgHeader {
+            len: 1000,
+            ..Default::default()
+        },
+        false,
+    );
+    e.set_inject(0);
+    stranger_command(b.ep.name(), &e);
+    b.pump();
+    assert_eq!(b.ep.stats().corrupt_commands, 1);
+
+    let peer = a.ep.add_peer(b.ep.name()).unwrap();
+    for seq in 0..2 {
+        let data = pattern(1, seq, 1000);
+        a.send_retry(peer, header(1, seq, &data), data, false, deadline())
+            .unwrap();
+    }
+    exchange(&mut a, &mut b, 2);
+    for r in &b.h.received {
+        assert_eq!(r.result, Ok(1000));
+        verify(&r.hdr, &r.bytes).unwrap();
+    }
+}
