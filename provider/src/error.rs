@@ -31,6 +31,11 @@ impl FiError {
     pub const AVAIL: FiError = FiError(ffi::FI_EAVAIL as u32);
     pub const TIMEDOUT: FiError = FiError(ffi::FI_ETIMEDOUT);
     pub const ACCES: FiError = FiError(ffi::FI_EACCES);
+    pub const NOKEY: FiError = FiError(ffi::FI_ENOKEY as u32);
+    pub const NOCQ: FiError = FiError(ffi::FI_ENOCQ as u32);
+    pub const NOPROTOOPT: FiError = FiError(ffi::FI_ENOPROTOOPT);
+    pub const NOMSG: FiError = FiError(ffi::FI_ENOMSG);
+    pub const NOAV: FiError = FiError(ffi::FI_ENOAV as u32);
     pub const KEYREJECTED: FiError = FiError(ffi::FI_EKEYREJECTED as u32);
 
     /// The value an `int`-returning entry point returns.

@@ -7,10 +7,21 @@
 //! errors into `-FI_E*` codes; the logic behind it is safe Rust.
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod av;
+pub mod cntr;
 pub mod core_api;
+pub mod cq;
+pub mod domain;
+pub mod ep;
+pub mod eq;
 pub mod error;
+pub mod fabric;
 pub mod getinfo;
+pub mod mr;
+pub mod object;
 pub mod params;
+pub mod wait;
+pub mod stubs;
 
 use rshm_ffi as ffi;
 use std::ffi::c_char;
@@ -26,7 +37,7 @@ static mut PROVIDER: ffi::fi_provider = ffi::fi_provider {
     context: ffi::fi_context { internal: [std::ptr::null_mut(); 4] },
     name: PROVIDER_NAME.as_ptr() as *const c_char,
     getinfo: Some(getinfo::rshm_getinfo),
-    fabric: Some(rshm_fabric_stub),
+    fabric: Some(fabric::fabric_open),
     cleanup: Some(rshm_cleanup),
 };
 
@@ -57,10 +68,6 @@ pub unsafe extern "C" fn fi_prov_ini() -> *mut ffi::fi_provider {
 }
 
 unsafe extern "C" fn rshm_cleanup() {}
-
-unsafe extern "C" fn rshm_fabric_stub(_: *mut ffi::fi_fabric_attr, _: *mut *mut ffi::fid_fabric, _: *mut std::ffi::c_void) -> i32 {
-    error::FiError::NOSYS.code()
-}
 
 /// Run `f`, turning a panic into `-FI_EOTHER` (with a log line) instead of unwinding into C.
 pub fn guard<T>(what: &str, on_panic: T, f: impl FnOnce() -> T) -> T {

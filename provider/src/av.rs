@@ -1,0 +1,304 @@
+//! Address vectors (FI_AV_TABLE and FI_AV_MAP): fi_addr_t values are indices into a table of
+//! peer names. Removal leaves a hole; the index is reused only by later inserts.
+
+use crate::domain::{self, DomainShared};
+use crate::error::{int_ret, FiError, FiResult};
+use crate::getinfo::{decode_addr, encode_addr, node_is_local, service_name, ADDR_LEN};
+use crate::object::{self, put};
+use crate::stubs;
+use rshm_ffi as ffi;
+use std::collections::HashMap;
+use std::ffi::{c_char, c_int, c_void};
+use std::sync::Arc;
+
+#[derive(Default)]
+pub struct AvState {
+    pub names: Vec<Option<String>>,
+    pub by_name: HashMap<String, u64>,
+    /// Endpoints bound to this AV, whose peer caches an AV change must reset.
+    pub eps: Vec<usize>,
+    free: Vec<u64>,
+}
+
+impl AvState {
+    pub fn name(&self, addr: u64) -> Option<&str> {
+        self.names.get(addr as usize)?.as_deref()
+    }
+
+    /// The fi_addr a peer name was inserted as (for FI_SOURCE).
+    pub fn addr_of(&self, name: &str) -> Option<u64> {
+        self.by_name.get(name).copied()
+    }
+
+    fn insert(&mut self, name: String) -> u64 {
+        if let Some(&addr) = self.by_name.get(&name) {
+            return addr;
+        }
+        let addr = match self.free.pop() {
+            Some(a) => {
+                self.names[a as usize] = Some(name.clone());
+                a
+            }
+            None => {
+                self.names.push(Some(name.clone()));
+                (self.names.len() - 1) as u64
+            }
+        };
+        self.by_name.insert(name, addr);
+        addr
+    }
+
+    fn remove(&mut self, addr: u64) -> FiResult<()> {
+        let slot = self.names.get_mut(addr as usize).ok_or(FiError::INVAL)?;
+        let name = slot.take().ok_or(FiError::INVAL)?;
+        self.by_name.remove(&name);
+        self.free.push(addr);
+        Ok(())
+    }
+}
+
+#[repr(C)]
+pub struct Av {
+    pub fid: ffi::fid_av,
+    pub shared: Arc<DomainShared>,
+    pub id: usize,
+}
+
+static FI_OPS: ffi::fi_ops = ffi::fi_ops {
+    size: size_of::<ffi::fi_ops>(),
+    close: Some(av_close),
+    bind: Some(av_bind),
+    control: Some(stubs::fi_control),
+    ops_open: Some(stubs::fi_ops_open),
+    tostr: Some(stubs::fi_tostr),
+    ops_set: Some(stubs::fi_ops_set),
+};
+
+static AV_OPS: ffi::fi_ops_av = ffi::fi_ops_av {
+    size: size_of::<ffi::fi_ops_av>(),
+    insert: Some(av_insert),
+    insertsvc: Some(av_insertsvc),
+    insertsym: Some(av_insertsym),
+    remove: Some(av_remove),
+    lookup: Some(av_lookup),
+    straddr: Some(av_straddr),
+    av_set: Some(stubs::av_set),
+};
+
+/// # Safety
+/// NULL or a live AV of ours.
+pub unsafe fn get<'a>(fid: *const ffi::fid) -> FiResult<&'a Av> {
+    // SAFETY: per the contract.
+    unsafe { object::get::<Av>(fid, ffi::FI_CLASS_AV) }
+}
+
+/// `fi_av_open`.
+pub unsafe extern "C" fn av_open(domain: *mut ffi::fid_domain, attr: *mut ffi::fi_av_attr, av: *mut *mut ffi::fid_av, context: *mut c_void) -> i32 {
+    crate::guard("fi_av_open", FiError::OTHER.code(), || {
+        int_ret((|| -> FiResult<()> {
+            // SAFETY: libfabric contract.
+            let dom = unsafe { domain::get(domain) }?;
+            // SAFETY: the caller's attr.
+            let attr = unsafe { attr.as_ref() }.ok_or(FiError::INVAL)?;
+            if attr.type_ > ffi::FI_AV_TABLE {
+                return Err(FiError::INVAL);
+            }
+            if !attr.name.is_null() {
+                crate::warn!(Av, "fi_av_open: named (shared) AVs are not supported");
+                return Err(FiError::NOSYS);
+            }
+            if attr.rx_ctx_bits != 0 {
+                return Err(FiError::NOSYS);
+            }
+            let id = dom.shared.lock().avs.insert(AvState::default());
+            let obj = object::into_raw(Av {
+                fid: ffi::fid_av { fid: object::fid(ffi::FI_CLASS_AV, context, &FI_OPS), ops: &AV_OPS as *const _ as *mut _ },
+                shared: Arc::clone(&dom.shared),
+                id,
+            });
+            // SAFETY: the caller's out-pointer.
+            unsafe { put(av, obj.cast::<ffi::fid_av>()) }
+        })())
+    })
+}
+
+unsafe extern "C" fn av_close(fid: *mut ffi::fid) -> i32 {
+    crate::guard("av close", FiError::OTHER.code(), || {
+        // SAFETY: libfabric contract.
+        let av = match unsafe { get(fid) } {
+            Ok(a) => a,
+            Err(e) => return e.code(),
+        };
+        {
+            let mut st = av.shared.lock();
+            if !st.avs[av.id].eps.is_empty() {
+                crate::warn!(Av, "fi_close(av): endpoints are still bound to it");
+                return FiError::BUSY.code();
+            }
+            st.avs.remove(av.id);
+        }
+        // SAFETY: created by `av_open`, closed once.
+        drop(unsafe { object::from_raw(fid.cast::<Av>()) });
+        0
+    })
+}
+
+unsafe extern "C" fn av_bind(_fid: *mut ffi::fid, _bfid: *mut ffi::fid, _flags: u64) -> i32 {
+    // Binding an EQ asks for asynchronous inserts; ours complete synchronously.
+    FiError::NOSYS.code()
+}
+
+/// Insert names; `out[i]` gets each fi_addr (FI_ADDR_NOTAVAIL for a bad one).
+fn insert_names(av: *mut ffi::fid_av, names: Vec<FiResult<String>>, out: *mut ffi::fi_addr_t, flags: u64, context: *mut c_void) -> FiResult<usize> {
+    // SAFETY: libfabric contract.
+    let av = unsafe { get(av.cast()) }?;
+    let mut st = av.shared.lock();
+    let eps = st.avs[av.id].eps.clone();
+    let mut inserted = 0;
+    for (i, name) in names.into_iter().enumerate() {
+        let addr = match name {
+            Ok(n) => {
+                inserted += 1;
+                st.avs[av.id].insert(n)
+            }
+            Err(_) => ffi::FI_ADDR_NOTAVAIL,
+        };
+        if !out.is_null() {
+            // SAFETY: the caller's fi_addr array has one slot per address.
+            unsafe { out.add(i).write(addr) };
+        }
+        if flags & ffi::FI_SYNC_ERR != 0 && !context.is_null() {
+            let err = if addr == ffi::FI_ADDR_NOTAVAIL { ffi::FI_EINVAL as c_int } else { 0 };
+            // SAFETY: with FI_SYNC_ERR, `context` is an int array of one slot per address.
+            unsafe { context.cast::<c_int>().add(i).write(err) };
+        }
+    }
+    for ep in eps {
+        crate::ep::av_changed(&mut st, ep);
+    }
+    Ok(inserted)
+}
+
+unsafe extern "C" fn av_insert(av: *mut ffi::fid_av, addr: *const c_void, count: usize, fi_addr: *mut ffi::fi_addr_t, flags: u64, context: *mut c_void) -> i32 {
+    crate::guard("fi_av_insert", FiError::OTHER.code(), || {
+        if addr.is_null() && count > 0 {
+            return FiError::INVAL.code();
+        }
+        if flags & !ffi::FI_SYNC_ERR != 0 && flags & !(ffi::FI_SYNC_ERR | ffi::FI_MORE as u64) != 0 {
+            return FiError::BADFLAGS.code();
+        }
+        let names = (0..count)
+            // SAFETY: the caller's array of `count` addresses, each ADDR_LEN bytes (or shorter
+            // and NUL-terminated).
+            .map(|i| unsafe { decode_addr(addr.cast::<u8>().add(i * ADDR_LEN)) })
+            .collect::<Vec<_>>();
+        match insert_names(av, names, fi_addr, flags, context) {
+            Ok(n) => n as i32,
+            Err(e) => e.code(),
+        }
+    })
+}
+
+unsafe extern "C" fn av_insertsvc(av: *mut ffi::fid_av, node: *const c_char, service: *const c_char, fi_addr: *mut ffi::fi_addr_t, flags: u64, context: *mut c_void) -> i32 {
+    crate::guard("fi_av_insertsvc", FiError::OTHER.code(), || {
+        // SAFETY: NULL or C strings of the caller.
+        let (node, service) = unsafe { (crate::core_api::opt_str(node), crate::core_api::opt_str(service)) };
+        let Some(service) = service else { return FiError::INVAL.code() };
+        let name = if node_is_local(node) { service_name(service) } else { Err(FiError::INVAL) };
+        match insert_names(av, vec![name], fi_addr, flags, context) {
+            Ok(n) => n as i32,
+            Err(e) => e.code(),
+        }
+    })
+}
+
+unsafe extern "C" fn av_insertsym(av: *mut ffi::fid_av, node: *const c_char, nodecnt: usize, service: *const c_char, svccnt: usize, fi_addr: *mut ffi::fi_addr_t, flags: u64, context: *mut c_void) -> i32 {
+    crate::guard("fi_av_insertsym", FiError::OTHER.code(), || {
+        // SAFETY: NULL or C strings of the caller.
+        let (node, service) = unsafe { (crate::core_api::opt_str(node), crate::core_api::opt_str(service)) };
+        let (Some(node), Some(service)) = (node, service) else { return FiError::INVAL.code() };
+        let Ok(first_port) = service.parse::<u64>() else { return FiError::INVAL.code() };
+        if nodecnt != 1 || !node_is_local(Some(node)) {
+            // Every endpoint is on this node: only one node can be named.
+            return FiError::INVAL.code();
+        }
+        let names = (0..svccnt as u64).map(|i| service_name(&(first_port + i).to_string())).collect();
+        match insert_names(av, names, fi_addr, flags, context) {
+            Ok(n) => n as i32,
+            Err(e) => e.code(),
+        }
+    })
+}
+
+unsafe extern "C" fn av_remove(av: *mut ffi::fid_av, fi_addr: *mut ffi::fi_addr_t, count: usize, _flags: u64) -> i32 {
+    crate::guard("fi_av_remove", FiError::OTHER.code(), || {
+        int_ret((|| -> FiResult<()> {
+            // SAFETY: libfabric contract.
+            let av = unsafe { get(av.cast()) }?;
+            if fi_addr.is_null() && count > 0 {
+                return Err(FiError::INVAL);
+            }
+            let mut st = av.shared.lock();
+            let mut result = Ok(());
+            for i in 0..count {
+                // SAFETY: the caller's array of `count` addresses.
+                let addr = unsafe { *fi_addr.add(i) };
+                if st.avs[av.id].remove(addr).is_err() {
+                    result = Err(FiError::INVAL);
+                }
+            }
+            for ep in st.avs[av.id].eps.clone() {
+                crate::ep::av_changed(&mut st, ep);
+            }
+            result
+        })())
+    })
+}
+
+unsafe extern "C" fn av_lookup(av: *mut ffi::fid_av, fi_addr: ffi::fi_addr_t, addr: *mut c_void, addrlen: *mut usize) -> i32 {
+    crate::guard("fi_av_lookup", FiError::OTHER.code(), || {
+        int_ret((|| -> FiResult<()> {
+            // SAFETY: libfabric contract.
+            let av = unsafe { get(av.cast()) }?;
+            if addrlen.is_null() {
+                return Err(FiError::INVAL);
+            }
+            let st = av.shared.lock();
+            let name = st.avs[av.id].name(fi_addr).ok_or(FiError::INVAL)?;
+            let bytes = encode_addr(name);
+            // SAFETY: `addrlen` is the caller's in/out length; `addr` holds that many bytes.
+            unsafe {
+                let room = *addrlen;
+                *addrlen = ADDR_LEN;
+                if !addr.is_null() {
+                    std::ptr::copy_nonoverlapping(bytes.as_ptr(), addr.cast::<u8>(), room.min(ADDR_LEN));
+                }
+                if room < ADDR_LEN {
+                    return Err(FiError::TOOSMALL);
+                }
+            }
+            Ok(())
+        })())
+    })
+}
+
+unsafe extern "C" fn av_straddr(_av: *mut ffi::fid_av, addr: *const c_void, buf: *mut c_char, len: *mut usize) -> *const c_char {
+    crate::guard("fi_av_straddr", std::ptr::null(), || {
+        if len.is_null() || addr.is_null() {
+            return std::ptr::null();
+        }
+        // SAFETY: an address of ours: NUL-terminated within ADDR_LEN bytes.
+        let text = unsafe { decode_addr(addr.cast()) }.unwrap_or_else(|_| "(invalid rshm address)".into());
+        // SAFETY: `len` is the caller's in/out size of `buf`.
+        unsafe {
+            let room = *len;
+            *len = text.len() + 1;
+            if !buf.is_null() && room > 0 {
+                let n = text.len().min(room - 1);
+                std::ptr::copy_nonoverlapping(text.as_ptr(), buf.cast::<u8>(), n);
+                *buf.add(n) = 0;
+            }
+        }
+        buf
+    })
+}

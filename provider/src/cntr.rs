@@ -1,0 +1,187 @@
+//! Counters: read, readerr, add, set, adderr, seterr, and wait with a threshold and timeout.
+
+use crate::domain::{self, DomainShared};
+use crate::error::{int_ret, FiError, FiResult};
+use crate::object::{self, put};
+use crate::stubs;
+use rshm_ffi as ffi;
+use std::ffi::{c_int, c_void};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+#[derive(Default)]
+pub struct CntrState {
+    pub value: u64,
+    pub errors: u64,
+    /// Endpoints bound to this counter: the ones reading it progresses.
+    pub eps: Vec<usize>,
+}
+
+#[repr(C)]
+pub struct Cntr {
+    pub fid: ffi::fid_cntr,
+    pub shared: Arc<DomainShared>,
+    pub id: usize,
+}
+
+static FI_OPS: ffi::fi_ops = ffi::fi_ops {
+    size: size_of::<ffi::fi_ops>(),
+    close: Some(cntr_close),
+    bind: Some(stubs::fi_bind),
+    control: Some(stubs::fi_control),
+    ops_open: Some(stubs::fi_ops_open),
+    tostr: Some(stubs::fi_tostr),
+    ops_set: Some(stubs::fi_ops_set),
+};
+
+static CNTR_OPS: ffi::fi_ops_cntr = ffi::fi_ops_cntr {
+    size: size_of::<ffi::fi_ops_cntr>(),
+    read: Some(cntr_read),
+    readerr: Some(cntr_readerr),
+    add: Some(cntr_add),
+    set: Some(cntr_set),
+    wait: Some(cntr_wait),
+    adderr: Some(cntr_adderr),
+    seterr: Some(cntr_seterr),
+};
+
+/// # Safety
+/// `fid` must be NULL or a live counter of ours.
+pub unsafe fn get<'a>(fid: *const ffi::fid) -> FiResult<&'a Cntr> {
+    // SAFETY: per the contract.
+    unsafe { object::get::<Cntr>(fid, ffi::FI_CLASS_CNTR) }
+}
+
+/// `fi_cntr_open`.
+pub unsafe extern "C" fn cntr_open(domain: *mut ffi::fid_domain, attr: *mut ffi::fi_cntr_attr, cntr: *mut *mut ffi::fid_cntr, context: *mut c_void) -> i32 {
+    crate::guard("fi_cntr_open", FiError::OTHER.code(), || {
+        int_ret((|| -> FiResult<()> {
+            // SAFETY: libfabric contract.
+            let dom = unsafe { domain::get(domain) }?;
+            // SAFETY: NULL or the caller's attr.
+            if let Some(attr) = unsafe { attr.as_ref() } {
+                if attr.events != ffi::FI_CNTR_EVENTS_COMP {
+                    return Err(FiError::NOSYS);
+                }
+                match attr.wait_obj {
+                    ffi::FI_WAIT_NONE | ffi::FI_WAIT_UNSPEC | ffi::FI_WAIT_YIELD | ffi::FI_WAIT_MUTEX_COND => {}
+                    other => {
+                        crate::warn!(Domain, "fi_cntr_open: wait object {other} not supported");
+                        return Err(FiError::NOSYS);
+                    }
+                }
+            }
+            let id = dom.shared.lock().cntrs.insert(CntrState::default());
+            let obj = object::into_raw(Cntr {
+                fid: ffi::fid_cntr { fid: object::fid(ffi::FI_CLASS_CNTR, context, &FI_OPS), ops: &CNTR_OPS as *const _ as *mut _ },
+                shared: Arc::clone(&dom.shared),
+                id,
+            });
+            // SAFETY: the caller's out-pointer.
+            unsafe { put(cntr, obj.cast::<ffi::fid_cntr>()) }
+        })())
+    })
+}
+
+unsafe extern "C" fn cntr_close(fid: *mut ffi::fid) -> i32 {
+    crate::guard("cntr close", FiError::OTHER.code(), || {
+        // SAFETY: libfabric contract.
+        let c = match unsafe { get(fid) } {
+            Ok(c) => c,
+            Err(e) => return e.code(),
+        };
+        {
+            let mut st = c.shared.lock();
+            if !st.cntrs[c.id].eps.is_empty() {
+                crate::warn!(Domain, "fi_close(cntr): endpoints are still bound to it");
+                return FiError::BUSY.code();
+            }
+            st.cntrs.remove(c.id);
+        }
+        // SAFETY: created by `cntr_open`, closed once.
+        drop(unsafe { object::from_raw(fid.cast::<Cntr>()) });
+        0
+    })
+}
+
+/// Progress the counter's endpoints, then look at it.
+fn with_counter<T>(cntr: *mut ffi::fid_cntr, progress: bool, f: impl FnOnce(&mut CntrState) -> T) -> FiResult<T> {
+    // SAFETY: libfabric contract.
+    let c = unsafe { get(cntr.cast()) }?;
+    let mut st = c.shared.lock();
+    if progress {
+        let eps = st.cntrs.get(c.id).ok_or(FiError::INVAL)?.eps.clone();
+        crate::ep::progress_eps(&mut st, &eps);
+    }
+    Ok(f(st.cntrs.get_mut(c.id).ok_or(FiError::INVAL)?))
+}
+
+unsafe extern "C" fn cntr_read(cntr: *mut ffi::fid_cntr) -> u64 {
+    crate::guard("fi_cntr_read", 0, || with_counter(cntr, true, |c| c.value).unwrap_or(0))
+}
+
+unsafe extern "C" fn cntr_readerr(cntr: *mut ffi::fid_cntr) -> u64 {
+    crate::guard("fi_cntr_readerr", 0, || with_counter(cntr, true, |c| c.errors).unwrap_or(0))
+}
+
+unsafe extern "C" fn cntr_add(cntr: *mut ffi::fid_cntr, value: u64) -> i32 {
+    crate::guard("fi_cntr_add", FiError::OTHER.code(), || int_ret(with_counter(cntr, false, |c| c.value = c.value.wrapping_add(value))))
+}
+
+unsafe extern "C" fn cntr_set(cntr: *mut ffi::fid_cntr, value: u64) -> i32 {
+    crate::guard("fi_cntr_set", FiError::OTHER.code(), || int_ret(with_counter(cntr, false, |c| c.value = value)))
+}
+
+unsafe extern "C" fn cntr_adderr(cntr: *mut ffi::fid_cntr, value: u64) -> i32 {
+    crate::guard("fi_cntr_adderr", FiError::OTHER.code(), || int_ret(with_counter(cntr, false, |c| c.errors = c.errors.wrapping_add(value))))
+}
+
+unsafe extern "C" fn cntr_seterr(cntr: *mut ffi::fid_cntr, value: u64) -> i32 {
+    crate::guard("fi_cntr_seterr", FiError::OTHER.code(), || int_ret(with_counter(cntr, false, |c| c.errors = value)))
+}
+
+/// Wait until the counter reaches `threshold`; an error count that moves ends the wait.
+fn wait(cntr: *mut ffi::fid_cntr, threshold: u64, timeout_ms: c_int) -> FiResult<()> {
+    // SAFETY: libfabric contract.
+    let c = unsafe { get(cntr.cast()) }?;
+    let deadline = (timeout_ms >= 0).then(|| Instant::now() + Duration::from_millis(timeout_ms as u64));
+    let start_errors = with_counter(cntr, false, |s| s.errors)?;
+    loop {
+        let (value, errors, armed) = {
+            let mut st = c.shared.lock();
+            let eps = st.cntrs.get(c.id).ok_or(FiError::INVAL)?.eps.clone();
+            let armed = crate::ep::wait_handle_for(&st, &eps).map(|h| {
+                let seq = h.arm();
+                (h, seq)
+            });
+            crate::ep::progress_eps(&mut st, &eps);
+            let s = &st.cntrs[c.id];
+            (s.value, s.errors, armed)
+        };
+        let done = if value >= threshold {
+            Some(Ok(()))
+        } else if errors != start_errors {
+            Some(Err(FiError::AVAIL))
+        } else {
+            deadline.filter(|d| Instant::now() >= *d).map(|_| Err(FiError::TIMEDOUT))
+        };
+        if let Some(result) = done {
+            if let Some((h, _)) = armed {
+                h.disarm();
+            }
+            return result;
+        }
+        let slice = deadline.map_or(Duration::from_millis(100), |d| d.saturating_duration_since(Instant::now())).min(Duration::from_millis(100));
+        match armed {
+            Some((h, seq)) => {
+                h.sleep(seq, Some(slice));
+                h.disarm();
+            }
+            None => std::thread::sleep(slice.min(Duration::from_millis(1))),
+        }
+    }
+}
+
+unsafe extern "C" fn cntr_wait(cntr: *mut ffi::fid_cntr, threshold: u64, timeout: c_int) -> i32 {
+    crate::guard("fi_cntr_wait", FiError::OTHER.code(), || int_ret(wait(cntr, threshold, timeout)))
+}

@@ -1,0 +1,355 @@
+//! Completion queues: every format, read/readfrom/readerr, sread with a timeout, signal.
+//!
+//! Reading a CQ first drives the endpoints bound to it (manual progress). `sread` arms the
+//! endpoint's futex before the last drain and sleeps only if that drain found nothing, so a
+//! completion that arrives meanwhile is never slept through.
+
+use crate::domain::{self, DomainShared, DomainState};
+use crate::error::{int_ret, ssize_ret, FiError, FiResult};
+use crate::object::{self, put};
+use crate::stubs;
+use rshm_ffi as ffi;
+use std::collections::VecDeque;
+use std::ffi::{c_char, c_int, c_void};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// One completion, in the widest form; formats copy the fields they have.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Completion {
+    pub op_context: usize,
+    pub flags: u64,
+    pub len: usize,
+    pub buf: usize,
+    pub data: u64,
+    pub tag: u64,
+    /// Source address for `fi_cq_readfrom` (FI_ADDR_NOTAVAIL when unknown).
+    pub src: u64,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub enum CqEvent {
+    Done(Completion),
+    Failed { entry: Completion, err: u32, olen: usize },
+}
+
+pub struct CqState {
+    pub format: ffi::fi_cq_format,
+    pub events: VecDeque<CqEvent>,
+    /// Endpoints bound to this CQ (domain slab keys): the ones its reads progress.
+    pub eps: Vec<usize>,
+}
+
+impl CqState {
+    pub fn push(&mut self, ev: CqEvent) {
+        self.events.push_back(ev);
+    }
+}
+
+#[repr(C)]
+pub struct Cq {
+    pub fid: ffi::fid_cq,
+    pub shared: Arc<DomainShared>,
+    pub id: usize,
+    signaled: AtomicBool,
+}
+
+static FI_OPS: ffi::fi_ops = ffi::fi_ops {
+    size: size_of::<ffi::fi_ops>(),
+    close: Some(cq_close),
+    bind: Some(stubs::fi_bind),
+    control: Some(cq_control),
+    ops_open: Some(stubs::fi_ops_open),
+    tostr: Some(stubs::fi_tostr),
+    ops_set: Some(stubs::fi_ops_set),
+};
+
+static CQ_OPS: ffi::fi_ops_cq = ffi::fi_ops_cq {
+    size: size_of::<ffi::fi_ops_cq>(),
+    read: Some(cq_read),
+    readfrom: Some(cq_readfrom),
+    readerr: Some(cq_readerr),
+    sread: Some(cq_sread),
+    sreadfrom: Some(cq_sreadfrom),
+    signal: Some(cq_signal),
+    strerror: Some(cq_strerror),
+};
+
+/// # Safety
+/// `cq` must be NULL or a live CQ of ours.
+pub unsafe fn get<'a>(cq: *const ffi::fid) -> FiResult<&'a Cq> {
+    // SAFETY: per the contract.
+    unsafe { object::get::<Cq>(cq, ffi::FI_CLASS_CQ) }
+}
+
+/// `fi_cq_open`.
+pub unsafe extern "C" fn cq_open(domain: *mut ffi::fid_domain, attr: *mut ffi::fi_cq_attr, cq: *mut *mut ffi::fid_cq, context: *mut c_void) -> i32 {
+    crate::guard("fi_cq_open", FiError::OTHER.code(), || {
+        int_ret((|| -> FiResult<()> {
+            // SAFETY: libfabric contract.
+            let dom = unsafe { domain::get(domain) }?;
+            // SAFETY: the caller's attr, valid for the call.
+            let attr = unsafe { attr.as_ref() }.ok_or(FiError::INVAL)?;
+            let format = match attr.format {
+                ffi::FI_CQ_FORMAT_UNSPEC => ffi::FI_CQ_FORMAT_CONTEXT,
+                f @ (ffi::FI_CQ_FORMAT_CONTEXT | ffi::FI_CQ_FORMAT_MSG | ffi::FI_CQ_FORMAT_DATA | ffi::FI_CQ_FORMAT_TAGGED) => f,
+                _ => {
+                    crate::warn!(Cq, "fi_cq_open: unsupported format {}", attr.format);
+                    return Err(FiError::NOSYS);
+                }
+            };
+            match attr.wait_obj {
+                ffi::FI_WAIT_NONE | ffi::FI_WAIT_UNSPEC | ffi::FI_WAIT_YIELD | ffi::FI_WAIT_MUTEX_COND => {}
+                other => {
+                    crate::warn!(Cq, "fi_cq_open: wait object {other} not supported (use FI_WAIT_UNSPEC)");
+                    return Err(FiError::NOSYS);
+                }
+            }
+            if attr.wait_cond != ffi::FI_CQ_COND_NONE && attr.wait_cond != ffi::FI_CQ_COND_THRESHOLD {
+                return Err(FiError::INVAL);
+            }
+            let id = dom.shared.lock().cqs.insert(CqState { format, events: VecDeque::new(), eps: Vec::new() });
+            let obj = object::into_raw(Cq {
+                fid: ffi::fid_cq { fid: object::fid(ffi::FI_CLASS_CQ, context, &FI_OPS), ops: &CQ_OPS as *const _ as *mut _ },
+                shared: Arc::clone(&dom.shared),
+                id,
+                signaled: AtomicBool::new(false),
+            });
+            // SAFETY: the caller's out-pointer.
+            unsafe { put(cq, obj.cast::<ffi::fid_cq>()) }
+        })())
+    })
+}
+
+unsafe extern "C" fn cq_close(fid: *mut ffi::fid) -> i32 {
+    crate::guard("cq close", FiError::OTHER.code(), || {
+        // SAFETY: libfabric contract.
+        let cq = match unsafe { get(fid) } {
+            Ok(c) => c,
+            Err(e) => return e.code(),
+        };
+        {
+            let mut st = cq.shared.lock();
+            if !st.cqs[cq.id].eps.is_empty() {
+                crate::warn!(Cq, "fi_close(cq): endpoints are still bound to it");
+                return FiError::BUSY.code();
+            }
+            st.cqs.remove(cq.id);
+        }
+        // SAFETY: created by `cq_open`, closed once.
+        drop(unsafe { object::from_raw(fid.cast::<Cq>()) });
+        0
+    })
+}
+
+unsafe extern "C" fn cq_control(fid: *mut ffi::fid, command: c_int, _arg: *mut c_void) -> i32 {
+    crate::guard("cq control", FiError::OTHER.code(), || {
+        // SAFETY: libfabric contract.
+        if let Err(e) = unsafe { get(fid) } {
+            return e.code();
+        }
+        match command as u32 {
+            ffi::FI_GETWAIT | ffi::FI_GETWAITOBJ => FiError::NOSYS.code(),
+            _ => FiError::NOSYS.code(),
+        }
+    })
+}
+
+/// Write one completion in `format` at index `i` of the caller's array.
+///
+/// # Safety
+/// `buf` must hold at least `i + 1` entries of `format`.
+unsafe fn write_entry(buf: *mut c_void, i: usize, format: ffi::fi_cq_format, c: &Completion) {
+    let ctx = c.op_context as *mut c_void;
+    // SAFETY (all arms): per the contract, entry `i` of the caller's array is writable.
+    unsafe {
+        match format {
+            ffi::FI_CQ_FORMAT_CONTEXT => buf.cast::<ffi::fi_cq_entry>().add(i).write_unaligned(ffi::fi_cq_entry { op_context: ctx }),
+            ffi::FI_CQ_FORMAT_MSG => buf
+                .cast::<ffi::fi_cq_msg_entry>()
+                .add(i)
+                .write_unaligned(ffi::fi_cq_msg_entry { op_context: ctx, flags: c.flags, len: c.len }),
+            ffi::FI_CQ_FORMAT_DATA => buf.cast::<ffi::fi_cq_data_entry>().add(i).write_unaligned(ffi::fi_cq_data_entry {
+                op_context: ctx,
+                flags: c.flags,
+                len: c.len,
+                buf: c.buf as *mut c_void,
+                data: c.data,
+            }),
+            _ => buf.cast::<ffi::fi_cq_tagged_entry>().add(i).write_unaligned(ffi::fi_cq_tagged_entry {
+                op_context: ctx,
+                flags: c.flags,
+                len: c.len,
+                buf: c.buf as *mut c_void,
+                data: c.data,
+                tag: c.tag,
+            }),
+        }
+    }
+}
+
+/// Drive the CQ's endpoints, then take up to `count` completions.
+fn read_locked(st: &mut DomainState, id: usize, buf: *mut c_void, count: usize, src: *mut u64) -> FiResult<usize> {
+    let eps = st.cqs.get(id).ok_or(FiError::INVAL)?.eps.clone();
+    crate::ep::progress_eps(st, &eps);
+    let cq = &mut st.cqs[id];
+    match cq.events.front() {
+        None => return Err(FiError::AGAIN),
+        Some(CqEvent::Failed { .. }) => return Err(FiError::AVAIL),
+        Some(CqEvent::Done(_)) => {}
+    }
+    let mut n = 0;
+    while n < count {
+        let Some(CqEvent::Done(c)) = cq.events.front().copied() else { break };
+        cq.events.pop_front();
+        // SAFETY: the caller's array holds `count` entries of the CQ's format.
+        unsafe { write_entry(buf, n, cq.format, &c) };
+        if !src.is_null() {
+            // SAFETY: the caller's src_addr array holds `count` entries.
+            unsafe { src.add(n).write(c.src) };
+        }
+        n += 1;
+    }
+    Ok(n)
+}
+
+fn read(cq: *mut ffi::fid_cq, buf: *mut c_void, count: usize, src: *mut u64) -> FiResult<usize> {
+    // SAFETY: libfabric contract.
+    let cq = unsafe { get(cq.cast()) }?;
+    if buf.is_null() && count > 0 {
+        return Err(FiError::INVAL);
+    }
+    let mut st = cq.shared.lock();
+    read_locked(&mut st, cq.id, buf, count, src)
+}
+
+/// Blocking read: sleep on the bound endpoint's futex until something arrives or time is up.
+fn sread(cq: *mut ffi::fid_cq, buf: *mut c_void, count: usize, src: *mut u64, timeout_ms: c_int) -> FiResult<usize> {
+    // SAFETY: libfabric contract.
+    let obj = unsafe { get(cq.cast()) }?;
+    let deadline = (timeout_ms >= 0).then(|| Instant::now() + Duration::from_millis(timeout_ms as u64));
+    loop {
+        let (result, handle) = {
+            let mut st = obj.shared.lock();
+            let handle = crate::ep::wait_handle_for(&st, &st.cqs.get(obj.id).ok_or(FiError::INVAL)?.eps);
+            let armed = handle.as_ref().map(|h| (h.clone(), h.arm()));
+            let result = read_locked(&mut st, obj.id, buf, count, src);
+            (result, armed)
+        };
+        if result != Err(FiError::AGAIN) {
+            if let Some((h, _)) = handle {
+                h.disarm();
+            }
+            return result;
+        }
+        if obj.signaled.swap(false, Ordering::AcqRel) {
+            if let Some((h, _)) = handle {
+                h.disarm();
+            }
+            return Err(FiError::AGAIN);
+        }
+        let left = match deadline {
+            Some(d) => match d.checked_duration_since(Instant::now()) {
+                Some(left) if !left.is_zero() => left,
+                _ => {
+                    if let Some((h, _)) = handle {
+                        h.disarm();
+                    }
+                    return Err(FiError::AGAIN);
+                }
+            },
+            None => Duration::from_millis(100),
+        };
+        // Sleep in slices, so fi_cq_signal and endpoints bound later are noticed.
+        let slice = left.min(Duration::from_millis(100));
+        match handle {
+            Some((h, seq)) => {
+                h.sleep(seq, Some(slice));
+                h.disarm();
+            }
+            None => std::thread::sleep(slice.min(Duration::from_millis(1))),
+        }
+    }
+}
+
+unsafe extern "C" fn cq_read(cq: *mut ffi::fid_cq, buf: *mut c_void, count: usize) -> isize {
+    crate::guard("fi_cq_read", FiError::OTHER.code() as isize, || ssize_ret(read(cq, buf, count, std::ptr::null_mut())))
+}
+
+unsafe extern "C" fn cq_readfrom(cq: *mut ffi::fid_cq, buf: *mut c_void, count: usize, src_addr: *mut ffi::fi_addr_t) -> isize {
+    crate::guard("fi_cq_readfrom", FiError::OTHER.code() as isize, || ssize_ret(read(cq, buf, count, src_addr)))
+}
+
+unsafe extern "C" fn cq_sread(cq: *mut ffi::fid_cq, buf: *mut c_void, count: usize, _cond: *const c_void, timeout: c_int) -> isize {
+    crate::guard("fi_cq_sread", FiError::OTHER.code() as isize, || ssize_ret(sread(cq, buf, count, std::ptr::null_mut(), timeout)))
+}
+
+unsafe extern "C" fn cq_sreadfrom(cq: *mut ffi::fid_cq, buf: *mut c_void, count: usize, src_addr: *mut ffi::fi_addr_t, _cond: *const c_void, timeout: c_int) -> isize {
+    crate::guard("fi_cq_sreadfrom", FiError::OTHER.code() as isize, || ssize_ret(sread(cq, buf, count, src_addr, timeout)))
+}
+
+unsafe extern "C" fn cq_readerr(cq: *mut ffi::fid_cq, buf: *mut ffi::fi_cq_err_entry, _flags: u64) -> isize {
+    crate::guard("fi_cq_readerr", FiError::OTHER.code() as isize, || {
+        ssize_ret((|| -> FiResult<usize> {
+            // SAFETY: libfabric contract.
+            let obj = unsafe { get(cq.cast()) }?;
+            if buf.is_null() {
+                return Err(FiError::INVAL);
+            }
+            let mut st = obj.shared.lock();
+            let state = st.cqs.get_mut(obj.id).ok_or(FiError::INVAL)?;
+            let Some(CqEvent::Failed { entry, err, olen }) = state.events.front().copied() else {
+                return Err(FiError::AGAIN);
+            };
+            state.events.pop_front();
+            // SAFETY: the caller's entry; we write only the fields of the 1.17 layout, which
+            // every newer layout starts with.
+            unsafe {
+                let e = &mut *buf;
+                e.op_context = entry.op_context as *mut c_void;
+                e.flags = entry.flags;
+                e.len = entry.len;
+                e.buf = entry.buf as *mut c_void;
+                e.data = entry.data;
+                e.tag = entry.tag;
+                e.olen = olen;
+                e.err = err as c_int;
+                e.prov_errno = err as c_int;
+                if obj.shared.config.api_version < ffi::fi_version_make(1, 5) {
+                    e.err_data = std::ptr::null_mut();
+                }
+                e.err_data_size = 0;
+            }
+            Ok(1)
+        })())
+    })
+}
+
+unsafe extern "C" fn cq_signal(cq: *mut ffi::fid_cq) -> i32 {
+    crate::guard("fi_cq_signal", FiError::OTHER.code(), || {
+        // SAFETY: libfabric contract.
+        match unsafe { get(cq.cast()) } {
+            Ok(obj) => {
+                obj.signaled.store(true, Ordering::Release);
+                0
+            }
+            Err(e) => e.code(),
+        }
+    })
+}
+
+unsafe extern "C" fn cq_strerror(_cq: *mut ffi::fid_cq, prov_errno: c_int, _err_data: *const c_void, buf: *mut c_char, len: usize) -> *const c_char {
+    // SAFETY: fi_strerror returns a static string for any value.
+    let msg = unsafe { ffi::fi_strerror(prov_errno) };
+    if !buf.is_null() && len > 0 {
+        // SAFETY: `msg` is NUL-terminated; `buf` holds `len` bytes; we copy at most len-1.
+        unsafe {
+            let n = libc::strlen(msg).min(len - 1);
+            std::ptr::copy_nonoverlapping(msg, buf, n);
+            *buf.add(n) = 0;
+        }
+        return buf;
+    }
+    msg
+}

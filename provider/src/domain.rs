@@ -1,0 +1,157 @@
+//! The domain: owns every other object's state behind one lock.
+//!
+//! All mutable state of a domain's endpoints, CQs, counters, AVs and MRs lives in one
+//! `DomainState` behind one mutex. That makes FI_THREAD_SAFE hold by construction, lets an
+//! endpoint's progress write straight into the CQs and counters it is bound to, and costs one
+//! uncontended lock per call for the common FI_THREAD_DOMAIN user.
+
+use crate::av::AvState;
+use crate::cntr::CntrState;
+use crate::cq::CqState;
+use crate::ep::EpState;
+use crate::error::{int_ret, FiError, FiResult};
+use crate::fabric::Fabric;
+use crate::mr::MrTable;
+use crate::object::{self, put};
+use crate::stubs;
+use rshm_ffi as ffi;
+use slab::Slab;
+use std::ffi::c_void;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// Domain-wide settings fixed at open.
+#[derive(Debug, Clone)]
+pub struct DomainConfig {
+    pub api_version: u32,
+    pub threading: ffi::fi_threading,
+    pub av_type: ffi::fi_av_type,
+}
+
+#[derive(Default)]
+pub struct DomainState {
+    pub eps: Slab<EpState>,
+    pub cqs: Slab<CqState>,
+    pub cntrs: Slab<CntrState>,
+    pub avs: Slab<AvState>,
+    pub mrs: MrTable,
+    /// Numbers endpoint names within this process.
+    pub next_ep_index: u32,
+}
+
+pub struct DomainShared {
+    state: Mutex<DomainState>,
+    pub config: DomainConfig,
+}
+
+impl DomainShared {
+    /// Lock the domain; a panic while locked does not wedge it forever.
+    pub fn lock(&self) -> MutexGuard<'_, DomainState> {
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+#[repr(C)]
+pub struct Domain {
+    pub fid: ffi::fid_domain,
+    pub fabric: *mut Fabric,
+    pub shared: Arc<DomainShared>,
+}
+
+/// Look up the domain behind a `fid_domain`.
+///
+/// # Safety
+/// `domain` must be NULL or a live domain of ours.
+pub unsafe fn get<'a>(domain: *mut ffi::fid_domain) -> FiResult<&'a Domain> {
+    // SAFETY: per the contract.
+    unsafe { object::get::<Domain>(domain.cast(), ffi::FI_CLASS_DOMAIN) }
+}
+
+static FI_OPS: ffi::fi_ops = ffi::fi_ops {
+    size: size_of::<ffi::fi_ops>(),
+    close: Some(domain_close),
+    bind: Some(stubs::fi_bind),
+    control: Some(stubs::fi_control),
+    ops_open: Some(stubs::fi_ops_open),
+    tostr: Some(stubs::fi_tostr),
+    ops_set: Some(stubs::fi_ops_set),
+};
+
+static DOMAIN_OPS: ffi::fi_ops_domain = ffi::fi_ops_domain {
+    size: size_of::<ffi::fi_ops_domain>(),
+    av_open: Some(crate::av::av_open),
+    cq_open: Some(crate::cq::cq_open),
+    endpoint: Some(crate::ep::endpoint_open),
+    scalable_ep: Some(stubs::scalable_ep),
+    cntr_open: Some(crate::cntr::cntr_open),
+    poll_open: Some(stubs::poll_open),
+    stx_ctx: Some(stubs::stx_ctx),
+    srx_ctx: Some(stubs::srx_ctx),
+    query_atomic: Some(stubs::query_atomic),
+    query_collective: Some(stubs::query_collective),
+    endpoint2: Some(stubs::endpoint2),
+};
+
+static MR_OPS: ffi::fi_ops_mr = ffi::fi_ops_mr {
+    size: size_of::<ffi::fi_ops_mr>(),
+    reg: Some(crate::mr::mr_reg),
+    regv: Some(crate::mr::mr_regv),
+    regattr: Some(crate::mr::mr_regattr),
+};
+
+/// `fi_domain`.
+pub unsafe extern "C" fn domain_open(fabric: *mut ffi::fid_fabric, info: *mut ffi::fi_info, domain: *mut *mut ffi::fid_domain, context: *mut c_void) -> i32 {
+    crate::guard("fi_domain", FiError::OTHER.code(), || {
+        int_ret((|| -> FiResult<()> {
+            // SAFETY: libfabric contract: a live fabric of ours.
+            let fab = unsafe { object::get::<Fabric>(fabric.cast(), ffi::FI_CLASS_FABRIC) }?;
+            // SAFETY: the caller's info, valid for the call.
+            let info = unsafe { info.as_ref() }.ok_or(FiError::INVAL)?;
+            // SAFETY: attribute pointers of a caller's info are NULL or valid.
+            let dom_attr = unsafe { info.domain_attr.as_ref() };
+            if let Some(attr) = dom_attr {
+                // SAFETY: C string or NULL.
+                if unsafe { crate::core_api::opt_str(attr.name) }.is_some_and(|n| n != crate::getinfo::DOMAIN_NAME) {
+                    return Err(FiError::NODATA);
+                }
+            }
+            let config = DomainConfig {
+                api_version: fab.fid.api_version,
+                threading: dom_attr.map_or(ffi::FI_THREAD_SAFE, |a| a.threading),
+                av_type: dom_attr.map_or(ffi::FI_AV_UNSPEC, |a| a.av_type),
+            };
+            let shared = Arc::new(DomainShared { state: Mutex::new(DomainState::default()), config });
+            let obj = object::into_raw(Domain {
+                fid: ffi::fid_domain {
+                    fid: object::fid(ffi::FI_CLASS_DOMAIN, context, &FI_OPS),
+                    ops: &DOMAIN_OPS as *const _ as *mut _,
+                    mr: &MR_OPS as *const _ as *mut _,
+                },
+                fabric: fabric.cast(),
+                shared,
+            });
+            fab.children.fetch_add(1, Ordering::AcqRel);
+            // SAFETY: the caller's out-pointer.
+            unsafe { put(domain, obj.cast::<ffi::fid_domain>()) }
+        })())
+    })
+}
+
+unsafe extern "C" fn domain_close(fid: *mut ffi::fid) -> i32 {
+    crate::guard("domain close", FiError::OTHER.code(), || {
+        // SAFETY: libfabric contract: a live domain fid.
+        let dom = match unsafe { object::get::<Domain>(fid, ffi::FI_CLASS_DOMAIN) } {
+            Ok(d) => d,
+            Err(e) => return e.code(),
+        };
+        if Arc::strong_count(&dom.shared) > 1 {
+            crate::warn!(Domain, "fi_close(domain): endpoints, CQs, counters, AVs or MRs still open");
+            return FiError::BUSY.code();
+        }
+        // SAFETY: the fabric outlives its domains (it refuses to close while we count).
+        unsafe { (*dom.fabric).children.fetch_sub(1, Ordering::AcqRel) };
+        // SAFETY: created by `domain_open`, closed exactly once.
+        drop(unsafe { object::from_raw(fid.cast::<Domain>()) });
+        0
+    })
+}

@@ -1,0 +1,577 @@
+//! Endpoints (FI_EP_RDM and FI_EP_DGRAM): lifecycle, bindings, names and options.
+//!
+//! An endpoint's state lives in the domain's slab (`EpState`); the `Ep` object handed to the
+//! application holds the domain handle and the slab key. The engine endpoint (and with it the
+//! shared-memory region) is created by `fi_enable`, under the name from `info->src_addr`,
+//! `fi_setname`, or a generated one.
+
+mod ops;
+mod rx;
+mod tx;
+
+use crate::cq::{Completion, CqEvent, CqState};
+use crate::cntr::CntrState;
+use crate::domain::{self, DomainShared, DomainState};
+use crate::error::{int_ret, FiError, FiResult};
+use crate::getinfo::{decode_addr, encode_addr, ADDR_LEN};
+use crate::object::{self, put};
+use crate::params::config;
+use crate::stubs;
+use rshm_ffi as ffi;
+use slab::Slab;
+use smr_core::endpoint::{Endpoint, PeerId, WaitHandle};
+use std::collections::HashMap;
+use std::ffi::{c_int, c_void};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+
+pub use rx::RxState;
+pub use tx::TxOp;
+
+/// The provider's bits in the engine's opaque `app` byte.
+pub const APP_TAGGED: u8 = 1;
+pub const APP_DATA: u8 = 2;
+
+/// Where an endpoint's completions go.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Bindings {
+    pub tx_cq: Option<usize>,
+    pub tx_selective: bool,
+    pub rx_cq: Option<usize>,
+    pub rx_selective: bool,
+    pub send_cntr: Option<usize>,
+    pub recv_cntr: Option<usize>,
+}
+
+/// CQs and counters an endpoint reports into, borrowed from the domain state.
+pub struct Sinks<'a> {
+    pub cqs: &'a mut Slab<CqState>,
+    pub cntrs: &'a mut Slab<CntrState>,
+    pub b: Bindings,
+}
+
+impl Sinks<'_> {
+    fn report(&mut self, cq: Option<usize>, cntr: Option<usize>, event: CqEvent, wanted: bool) {
+        let failed = matches!(event, CqEvent::Failed { .. });
+        if let Some(c) = cntr.and_then(|id| self.cntrs.get_mut(id)) {
+            if failed {
+                c.errors += 1;
+            } else {
+                c.value += 1;
+            }
+        }
+        if failed || wanted {
+            if let Some(q) = cq.and_then(|id| self.cqs.get_mut(id)) {
+                q.push(event);
+            }
+        }
+    }
+
+    /// A send finished; `wanted` is false for injects and unselected selective completions.
+    pub fn send_done(&mut self, event: CqEvent, wanted: bool) {
+        let (cq, cntr) = (self.b.tx_cq, self.b.send_cntr);
+        self.report(cq, cntr, event, wanted);
+    }
+
+    pub fn recv_done(&mut self, event: CqEvent, wanted: bool) {
+        let (cq, cntr) = (self.b.rx_cq, self.b.recv_cntr);
+        self.report(cq, cntr, event, wanted);
+    }
+}
+
+pub struct EpState {
+    pub engine: Option<Endpoint>,
+    pub name: String,
+    pub caps: u64,
+    pub tx_op_flags: u64,
+    pub rx_op_flags: u64,
+    pub av: Option<usize>,
+    pub bindings: Bindings,
+    /// fi_addr -> engine peer, filled on first send.
+    pub peers: HashMap<u64, PeerId>,
+    pub rx: RxState,
+    pub tx_ops: Slab<TxOp>,
+    pub tx_size: usize,
+    pub rx_size: usize,
+}
+
+impl EpState {
+    fn directed(&self) -> bool {
+        self.caps & ffi::FI_DIRECTED_RECV != 0
+    }
+}
+
+#[repr(C)]
+pub struct Ep {
+    pub fid: ffi::fid_ep,
+    pub shared: Arc<DomainShared>,
+    pub id: usize,
+}
+
+static FI_OPS: ffi::fi_ops = ffi::fi_ops {
+    size: size_of::<ffi::fi_ops>(),
+    close: Some(ep_close),
+    bind: Some(ep_bind),
+    control: Some(ep_control),
+    ops_open: Some(stubs::fi_ops_open),
+    tostr: Some(stubs::fi_tostr),
+    ops_set: Some(stubs::fi_ops_set),
+};
+
+static EP_OPS: ffi::fi_ops_ep = ffi::fi_ops_ep {
+    size: size_of::<ffi::fi_ops_ep>(),
+    cancel: Some(ep_cancel),
+    getopt: Some(ep_getopt),
+    setopt: Some(ep_setopt),
+    tx_ctx: Some(stubs::tx_ctx),
+    rx_ctx: Some(stubs::rx_ctx),
+    rx_size_left: Some(ep_rx_size_left),
+    tx_size_left: Some(ep_tx_size_left),
+};
+
+static CM_OPS: ffi::fi_ops_cm = ffi::fi_ops_cm {
+    size: size_of::<ffi::fi_ops_cm>(),
+    setname: Some(ep_setname),
+    getname: Some(ep_getname),
+    getpeer: Some(stubs::getpeer),
+    connect: Some(stubs::connect),
+    listen: Some(stubs::listen),
+    accept: Some(stubs::accept),
+    reject: Some(stubs::reject),
+    shutdown: Some(stubs::shutdown),
+    join: Some(stubs::join),
+};
+
+/// # Safety
+/// NULL or a live endpoint of ours.
+pub unsafe fn get<'a>(fid: *const ffi::fid) -> FiResult<&'a Ep> {
+    // SAFETY: per the contract.
+    unsafe { object::get::<Ep>(fid, ffi::FI_CLASS_EP) }
+}
+
+/// A process-unique default name: uid, pid and a counter.
+fn generated_name() -> String {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    // SAFETY: getuid has no preconditions.
+    let uid = unsafe { libc::getuid() };
+    format!("rshm_{uid}_{}_{n}", std::process::id())
+}
+
+/// `fi_endpoint`.
+pub unsafe extern "C" fn endpoint_open(domain: *mut ffi::fid_domain, info: *mut ffi::fi_info, ep: *mut *mut ffi::fid_ep, context: *mut c_void) -> i32 {
+    crate::guard("fi_endpoint", FiError::OTHER.code(), || {
+        int_ret((|| -> FiResult<()> {
+            // SAFETY: libfabric contract.
+            let dom = unsafe { domain::get(domain) }?;
+            // SAFETY: the caller's info.
+            let info = unsafe { info.as_ref() }.ok_or(FiError::INVAL)?;
+            // SAFETY: attribute pointers of the caller's info are NULL or valid.
+            let (ep_attr, tx_attr, rx_attr) = unsafe { (info.ep_attr.as_ref(), info.tx_attr.as_ref(), info.rx_attr.as_ref()) };
+            if let Some(a) = ep_attr {
+                if a.type_ != ffi::FI_EP_RDM && a.type_ != ffi::FI_EP_DGRAM {
+                    return Err(FiError::INVAL);
+                }
+            }
+            let caps = if info.caps != 0 { info.caps } else { crate::getinfo::all_caps() };
+            if caps & !crate::getinfo::all_caps() != 0 {
+                return Err(FiError::OPNOTSUPP);
+            }
+            let name = if info.src_addr.is_null() {
+                generated_name()
+            } else {
+                // SAFETY: the caller's src_addr of `src_addrlen` bytes, a NUL-terminated name.
+                unsafe { decode_addr(info.src_addr.cast()) }?
+            };
+            let state = EpState {
+                engine: None,
+                name,
+                caps,
+                tx_op_flags: tx_attr.map_or(0, |t| t.op_flags),
+                rx_op_flags: rx_attr.map_or(0, |r| r.op_flags),
+                av: None,
+                bindings: Bindings::default(),
+                peers: HashMap::new(),
+                rx: RxState::default(),
+                tx_ops: Slab::new(),
+                tx_size: tx_attr.map_or(0, |t| t.size).max(crate::getinfo::QUEUE_SIZE),
+                rx_size: rx_attr.map_or(0, |r| r.size).max(crate::getinfo::QUEUE_SIZE),
+            };
+            let id = dom.shared.lock().eps.insert(state);
+            let obj = object::into_raw(Ep {
+                fid: ffi::fid_ep {
+                    fid: object::fid(ffi::FI_CLASS_EP, context, &FI_OPS),
+                    ops: &EP_OPS as *const _ as *mut _,
+                    cm: &CM_OPS as *const _ as *mut _,
+                    msg: &ops::MSG_OPS as *const _ as *mut _,
+                    rma: &stubs::RMA_OPS as *const _ as *mut _,
+                    tagged: &ops::TAGGED_OPS as *const _ as *mut _,
+                    atomic: &stubs::ATOMIC_OPS as *const _ as *mut _,
+                    collective: std::ptr::null_mut(),
+                },
+                shared: Arc::clone(&dom.shared),
+                id,
+            });
+            // SAFETY: the caller's out-pointer.
+            unsafe { put(ep, obj.cast::<ffi::fid_ep>()) }
+        })())
+    })
+}
+
+fn unbind_all(st: &mut DomainState, id: usize) {
+    let ep = &st.eps[id];
+    let b = ep.bindings;
+    for cq in [b.tx_cq, b.rx_cq].into_iter().flatten() {
+        if let Some(c) = st.cqs.get_mut(cq) {
+            c.eps.retain(|&e| e != id);
+        }
+    }
+    for cntr in [b.send_cntr, b.recv_cntr].into_iter().flatten() {
+        if let Some(c) = st.cntrs.get_mut(cntr) {
+            c.eps.retain(|&e| e != id);
+        }
+    }
+    if let Some(av) = ep.av.and_then(|a| st.avs.get_mut(a)) {
+        av.eps.retain(|&e| e != id);
+    }
+}
+
+unsafe extern "C" fn ep_close(fid: *mut ffi::fid) -> i32 {
+    crate::guard("ep close", FiError::OTHER.code(), || {
+        // SAFETY: libfabric contract.
+        let ep = match unsafe { get(fid) } {
+            Ok(e) => e,
+            Err(e) => return e.code(),
+        };
+        {
+            let mut st = ep.shared.lock();
+            unbind_all(&mut st, ep.id);
+            // Dropping the engine endpoint tells connected peers and unlinks the region.
+            st.eps.remove(ep.id);
+        }
+        // SAFETY: created by `endpoint_open`, closed once.
+        drop(unsafe { object::from_raw(fid.cast::<Ep>()) });
+        0
+    })
+}
+
+fn bind(ep: &Ep, bfid: *mut ffi::fid, flags: u64) -> FiResult<()> {
+    if bfid.is_null() {
+        return Err(FiError::INVAL);
+    }
+    // SAFETY: a live fid of ours, per the libfabric contract.
+    let class = unsafe { (*bfid).fclass } as u32;
+    let mut st = ep.shared.lock();
+    if st.eps[ep.id].engine.is_some() {
+        crate::warn!(EpCtrl, "fi_ep_bind after fi_enable");
+        return Err(FiError::BUSY);
+    }
+    match class {
+        ffi::FI_CLASS_CQ => {
+            // SAFETY: class checked.
+            let cq = unsafe { crate::cq::get(bfid) }?;
+            if !Arc::ptr_eq(&cq.shared, &ep.shared) {
+                return Err(FiError::INVAL);
+            }
+            if flags & !(ffi::FI_TRANSMIT as u64 | ffi::FI_RECV as u64 | ffi::FI_SELECTIVE_COMPLETION) != 0 {
+                return Err(FiError::BADFLAGS);
+            }
+            let selective = flags & ffi::FI_SELECTIVE_COMPLETION != 0;
+            let b = &mut st.eps[ep.id].bindings;
+            if flags & ffi::FI_TRANSMIT as u64 != 0 {
+                b.tx_cq = Some(cq.id);
+                b.tx_selective = selective;
+            }
+            if flags & ffi::FI_RECV as u64 != 0 {
+                b.rx_cq = Some(cq.id);
+                b.rx_selective = selective;
+            }
+            let eps = &mut st.cqs[cq.id].eps;
+            if !eps.contains(&ep.id) {
+                eps.push(ep.id);
+            }
+        }
+        ffi::FI_CLASS_CNTR => {
+            // SAFETY: class checked.
+            let cntr = unsafe { crate::cntr::get(bfid) }?;
+            if !Arc::ptr_eq(&cntr.shared, &ep.shared) {
+                return Err(FiError::INVAL);
+            }
+            let b = &mut st.eps[ep.id].bindings;
+            if flags & ffi::FI_SEND as u64 != 0 {
+                b.send_cntr = Some(cntr.id);
+            }
+            if flags & ffi::FI_RECV as u64 != 0 {
+                b.recv_cntr = Some(cntr.id);
+            }
+            let eps = &mut st.cntrs[cntr.id].eps;
+            if !eps.contains(&ep.id) {
+                eps.push(ep.id);
+            }
+        }
+        ffi::FI_CLASS_AV => {
+            // SAFETY: class checked.
+            let av = unsafe { crate::av::get(bfid) }?;
+            if !Arc::ptr_eq(&av.shared, &ep.shared) {
+                return Err(FiError::INVAL);
+            }
+            if st.eps[ep.id].av.is_some() {
+                return Err(FiError::BUSY);
+            }
+            st.eps[ep.id].av = Some(av.id);
+            st.avs[av.id].eps.push(ep.id);
+        }
+        // An EQ is accepted: rshm endpoints raise no connection events. MRs bind to endpoints
+        // with FI_MR_ENDPOINT-style applications.
+        ffi::FI_CLASS_EQ | ffi::FI_CLASS_MR => {}
+        _ => return Err(FiError::INVAL),
+    }
+    Ok(())
+}
+
+unsafe extern "C" fn ep_bind(fid: *mut ffi::fid, bfid: *mut ffi::fid, flags: u64) -> i32 {
+    crate::guard("fi_ep_bind", FiError::OTHER.code(), || {
+        // SAFETY: libfabric contract.
+        int_ret(unsafe { get(fid) }.and_then(|ep| bind(ep, bfid, flags)))
+    })
+}
+
+fn enable(ep: &Ep) -> FiResult<()> {
+    let mut st = ep.shared.lock();
+    let state = &mut st.eps[ep.id];
+    if state.engine.is_some() {
+        return Ok(());
+    }
+    if state.bindings.tx_cq.is_none() && state.bindings.send_cntr.is_none() && state.caps & ffi::FI_SEND as u64 != 0 {
+        crate::warn!(EpCtrl, "fi_enable: no CQ or counter bound for transmit");
+        return Err(FiError::NOCQ);
+    }
+    let engine = Endpoint::create(&state.name, config().engine.clone()).map_err(|e| {
+        crate::warn!(EpCtrl, "fi_enable: cannot create region {}: {e}", state.name);
+        FiError::from(e)
+    })?;
+    crate::info!(EpCtrl, "endpoint {} enabled (CMA {})", state.name, if engine.cma_enabled() { "on" } else { "off" });
+    state.engine = Some(engine);
+    Ok(())
+}
+
+unsafe extern "C" fn ep_control(fid: *mut ffi::fid, command: c_int, arg: *mut c_void) -> i32 {
+    crate::guard("fi_control(ep)", FiError::OTHER.code(), || {
+        // SAFETY: libfabric contract.
+        let ep = match unsafe { get(fid) } {
+            Ok(e) => e,
+            Err(e) => return e.code(),
+        };
+        match command as u32 {
+            ffi::FI_ENABLE => int_ret(enable(ep)),
+            ffi::FI_GETOPSFLAG | ffi::FI_SETOPSFLAG => {
+                if arg.is_null() {
+                    return FiError::INVAL.code();
+                }
+                let mut st = ep.shared.lock();
+                let s = &mut st.eps[ep.id];
+                // SAFETY: `arg` points to the caller's u64 flags.
+                let flags = unsafe { &mut *arg.cast::<u64>() };
+                let tx = *flags & ffi::FI_TRANSMIT as u64 != 0;
+                let rx = *flags & ffi::FI_RECV as u64 != 0;
+                if tx == rx {
+                    return FiError::BADFLAGS.code();
+                }
+                let slot = if tx { &mut s.tx_op_flags } else { &mut s.rx_op_flags };
+                if command as u32 == ffi::FI_GETOPSFLAG {
+                    *flags = *slot;
+                } else {
+                    *slot = *flags & !(ffi::FI_TRANSMIT | ffi::FI_RECV) as u64;
+                }
+                0
+            }
+            _ => FiError::NOSYS.code(),
+        }
+    })
+}
+
+unsafe extern "C" fn ep_getname(fid: ffi::fid_t, addr: *mut c_void, addrlen: *mut usize) -> i32 {
+    crate::guard("fi_getname", FiError::OTHER.code(), || {
+        int_ret((|| -> FiResult<()> {
+            // SAFETY: libfabric contract.
+            let ep = unsafe { get(fid) }?;
+            if addrlen.is_null() {
+                return Err(FiError::INVAL);
+            }
+            let bytes = encode_addr(&ep.shared.lock().eps[ep.id].name);
+            // SAFETY: `addrlen` is the caller's in/out size of `addr`.
+            unsafe {
+                let room = *addrlen;
+                *addrlen = ADDR_LEN;
+                if !addr.is_null() {
+                    std::ptr::copy_nonoverlapping(bytes.as_ptr(), addr.cast::<u8>(), room.min(ADDR_LEN));
+                }
+                if room < ADDR_LEN {
+                    return Err(FiError::TOOSMALL);
+                }
+            }
+            Ok(())
+        })())
+    })
+}
+
+unsafe extern "C" fn ep_setname(fid: ffi::fid_t, addr: *mut c_void, addrlen: usize) -> i32 {
+    crate::guard("fi_setname", FiError::OTHER.code(), || {
+        int_ret((|| -> FiResult<()> {
+            // SAFETY: libfabric contract.
+            let ep = unsafe { get(fid) }?;
+            if addr.is_null() || addrlen == 0 {
+                return Err(FiError::INVAL);
+            }
+            // SAFETY: the caller's address of `addrlen` bytes holding a NUL-terminated name.
+            let name = unsafe { decode_addr(addr.cast()) }?;
+            let mut st = ep.shared.lock();
+            let s = &mut st.eps[ep.id];
+            if s.engine.is_some() {
+                crate::warn!(EpCtrl, "fi_setname after fi_enable");
+                return Err(FiError::BUSY);
+            }
+            s.name = name;
+            Ok(())
+        })())
+    })
+}
+
+unsafe extern "C" fn ep_getopt(fid: ffi::fid_t, level: c_int, optname: c_int, optval: *mut c_void, optlen: *mut usize) -> i32 {
+    crate::guard("fi_getopt", FiError::OTHER.code(), || {
+        int_ret((|| -> FiResult<()> {
+            // SAFETY: libfabric contract.
+            let ep = unsafe { get(fid) }?;
+            if level != ffi::FI_OPT_ENDPOINT as c_int || optval.is_null() || optlen.is_null() {
+                return Err(FiError::NOPROTOOPT);
+            }
+            let st = ep.shared.lock();
+            let s = &st.eps[ep.id];
+            let value = match optname as u32 {
+                ffi::FI_OPT_MIN_MULTI_RECV => s.rx.min_multi_recv,
+                ffi::FI_OPT_CM_DATA_SIZE => 0,
+                ffi::FI_OPT_TX_SIZE => s.tx_size,
+                ffi::FI_OPT_RX_SIZE => s.rx_size,
+                _ => return Err(FiError::NOPROTOOPT),
+            };
+            // SAFETY: the caller's option buffer and its length.
+            unsafe {
+                if *optlen < size_of::<usize>() {
+                    *optlen = size_of::<usize>();
+                    return Err(FiError::TOOSMALL);
+                }
+                optval.cast::<usize>().write_unaligned(value);
+                *optlen = size_of::<usize>();
+            }
+            Ok(())
+        })())
+    })
+}
+
+unsafe extern "C" fn ep_setopt(fid: ffi::fid_t, level: c_int, optname: c_int, optval: *const c_void, optlen: usize) -> i32 {
+    crate::guard("fi_setopt", FiError::OTHER.code(), || {
+        int_ret((|| -> FiResult<()> {
+            // SAFETY: libfabric contract.
+            let ep = unsafe { get(fid) }?;
+            if level != ffi::FI_OPT_ENDPOINT as c_int || optval.is_null() {
+                return Err(FiError::NOPROTOOPT);
+            }
+            if optlen < size_of::<usize>() {
+                return Err(FiError::INVAL);
+            }
+            // SAFETY: the caller's option value, at least a size_t (checked).
+            let value = unsafe { optval.cast::<usize>().read_unaligned() };
+            let mut st = ep.shared.lock();
+            let s = &mut st.eps[ep.id];
+            match optname as u32 {
+                ffi::FI_OPT_MIN_MULTI_RECV => s.rx.min_multi_recv = value,
+                ffi::FI_OPT_TX_SIZE => s.tx_size = value.max(1),
+                ffi::FI_OPT_RX_SIZE => s.rx_size = value.max(1),
+                _ => return Err(FiError::NOPROTOOPT),
+            }
+            Ok(())
+        })())
+    })
+}
+
+unsafe extern "C" fn ep_cancel(fid: ffi::fid_t, context: *mut c_void) -> isize {
+    crate::guard("fi_cancel", FiError::OTHER.code() as isize, || {
+        // SAFETY: libfabric contract.
+        let ep = match unsafe { get(fid) } {
+            Ok(e) => e,
+            Err(e) => return e.code() as isize,
+        };
+        let mut st = ep.shared.lock();
+        let DomainState { eps, cqs, cntrs, .. } = &mut *st;
+        let s = &mut eps[ep.id];
+        let mut sinks = Sinks { cqs, cntrs, b: s.bindings };
+        if s.rx.cancel(context as usize, &mut sinks) {
+            0
+        } else {
+            FiError::NOENT.code() as isize
+        }
+    })
+}
+
+unsafe extern "C" fn ep_rx_size_left(ep: *mut ffi::fid_ep) -> isize {
+    crate::guard("fi_rx_size_left", FiError::OTHER.code() as isize, || {
+        // SAFETY: libfabric contract.
+        match unsafe { get(ep.cast()) } {
+            Ok(ep) => {
+                let st = ep.shared.lock();
+                let s = &st.eps[ep.id];
+                s.rx_size.saturating_sub(s.rx.posted_count()) as isize
+            }
+            Err(e) => e.code() as isize,
+        }
+    })
+}
+
+unsafe extern "C" fn ep_tx_size_left(ep: *mut ffi::fid_ep) -> isize {
+    crate::guard("fi_tx_size_left", FiError::OTHER.code() as isize, || {
+        // SAFETY: libfabric contract.
+        match unsafe { get(ep.cast()) } {
+            Ok(ep) => {
+                let st = ep.shared.lock();
+                let s = &st.eps[ep.id];
+                s.tx_size.saturating_sub(s.tx_ops.len()) as isize
+            }
+            Err(e) => e.code() as isize,
+        }
+    })
+}
+
+/// Drive the engines of `eps` (manual progress), delivering into their CQs and counters.
+pub fn progress_eps(st: &mut DomainState, eps: &[usize]) {
+    for &id in eps {
+        progress(st, id);
+    }
+}
+
+/// Drive one endpoint.
+pub fn progress(st: &mut DomainState, id: usize) {
+    let DomainState { eps, cqs, cntrs, avs, .. } = st;
+    let Some(ep) = eps.get_mut(id) else { return };
+    let directed = ep.directed();
+    let Some(engine) = ep.engine.as_mut() else { return };
+    let av = ep.av.and_then(|a| avs.get(a));
+    let mut handler = rx::Handler { rx: &mut ep.rx, tx_ops: &mut ep.tx_ops, sinks: Sinks { cqs, cntrs, b: ep.bindings }, av, directed };
+    engine.progress(&mut handler);
+}
+
+/// Something to sleep on for these endpoints (the first enabled one).
+pub fn wait_handle_for(st: &DomainState, eps: &[usize]) -> Option<WaitHandle> {
+    eps.iter().filter_map(|&id| st.eps.get(id)?.engine.as_ref()).map(|e| e.wait_handle()).next()
+}
+
+/// The AV bound to `ep` changed: forget cached peers.
+pub fn av_changed(st: &mut DomainState, ep: usize) {
+    if let Some(s) = st.eps.get_mut(ep) {
+        s.peers.clear();
+    }
+}
+
+/// A completion entry with just a context and flags.
+pub fn ctx_completion(ctx: usize, flags: u64) -> Completion {
+    Completion { op_context: ctx, flags, src: ffi::FI_ADDR_NOTAVAIL, ..Completion::default() }
+}

@@ -1,0 +1,271 @@
+//! The data-transfer entry points (fi_ops_msg and fi_ops_tagged): argument checks, then
+//! `tx::send` or `rx::post`.
+
+use super::rx::{self, PostCtx, PostedRecv};
+use super::tx::{self, SendArgs};
+use super::{get, Ep, Sinks};
+use crate::domain::DomainState;
+use crate::error::{FiError, FiResult};
+use crate::getinfo::IOV_LIMIT;
+use rshm_ffi as ffi;
+use std::ffi::c_void;
+
+/// One buffer as an iov list.
+fn one(buf: *const c_void, len: usize) -> FiResult<Vec<(usize, usize)>> {
+    if buf.is_null() && len > 0 {
+        return Err(FiError::INVAL);
+    }
+    Ok(if len == 0 { Vec::new() } else { vec![(buf as usize, len)] })
+}
+
+/// The caller's iovec array as an iov list.
+///
+/// # Safety
+/// `iov` must be NULL or point to `count` iovecs.
+unsafe fn many(iov: *const ffi::iovec, count: usize) -> FiResult<Vec<(usize, usize)>> {
+    if count > IOV_LIMIT || (iov.is_null() && count > 0) {
+        return Err(FiError::INVAL);
+    }
+    let mut out = Vec::with_capacity(count);
+    for i in 0..count {
+        // SAFETY: per the contract, `count` readable iovecs.
+        let v = unsafe { *iov.add(i) };
+        if v.iov_base.is_null() && v.iov_len > 0 {
+            return Err(FiError::INVAL);
+        }
+        if v.iov_len > 0 {
+            out.push((v.iov_base as usize, v.iov_len));
+        }
+    }
+    Ok(out)
+}
+
+fn ret(r: FiResult<()>) -> isize {
+    match r {
+        Ok(()) => 0,
+        Err(e) => e.code() as isize,
+    }
+}
+
+/// Run `f` on the endpoint's locked state.
+fn with_ep(ep: *mut ffi::fid_ep, f: impl FnOnce(&Ep, &mut DomainState) -> FiResult<()>) -> isize {
+    // SAFETY: libfabric contract: a live endpoint of ours.
+    let ep = match unsafe { get(ep.cast()) } {
+        Ok(e) => e,
+        Err(e) => return e.code() as isize,
+    };
+    let mut st = ep.shared.lock();
+    ret(f(ep, &mut st))
+}
+
+fn send(ep: *mut ffi::fid_ep, make: impl FnOnce(u64) -> FiResult<SendArgs>, default_flags: bool) -> isize {
+    with_ep(ep, |ep, st| {
+        let ep_flags = st.eps[ep.id].tx_op_flags;
+        let mut args = make(if default_flags { ep_flags } else { 0 })?;
+        if default_flags {
+            args.flags |= ep_flags;
+        }
+        let result = tx::send(st, ep.id, args);
+        if result == Err(FiError::AGAIN) {
+            // Make room: drain our rings (responses free peers' buffers and our tx slots).
+            super::progress(st, ep.id);
+        }
+        result
+    })
+}
+
+fn recv(ep: *mut ffi::fid_ep, make: impl FnOnce(u64) -> FiResult<PostedRecv>, default_flags: bool) -> isize {
+    with_ep(ep, |ep, st| {
+        let DomainState { eps, cqs, cntrs, .. } = st;
+        let s = &mut eps[ep.id];
+        let flags = if default_flags { s.rx_op_flags } else { 0 };
+        let recv = make(flags)?;
+        if s.rx.posted_count() >= s.rx_size {
+            return Err(FiError::AGAIN);
+        }
+        let directed = s.directed();
+        let engine = s.engine.as_mut().ok_or(FiError::NOTCONN)?;
+        let mut sinks = Sinks { cqs, cntrs, b: s.bindings };
+        let ctx = PostCtx { rx: &mut s.rx, engine, sinks: &mut sinks, directed };
+        if recv.tagged && recv.flags & ffi::FI_PEEK as u64 != 0 {
+            rx::peek(ctx, &recv);
+            return Ok(());
+        }
+        if recv.tagged && recv.flags & ffi::FI_CLAIM != 0 {
+            return rx::claim(ctx, &recv);
+        }
+        rx::post(ctx, recv)
+    })
+}
+
+fn posted(iov: Vec<(usize, usize)>, src: u64, ctx: *mut c_void, tagged: bool, tag: u64, ignore: u64, flags: u64) -> PostedRecv {
+    PostedRecv { ctx: ctx as usize, iov, src, tag, ignore, tagged, flags, used: 0 }
+}
+
+fn args(iov: Vec<(usize, usize)>, dest: u64, ctx: *mut c_void, tag: Option<u64>, data: Option<u64>, flags: u64) -> SendArgs {
+    SendArgs { iov, dest, ctx: ctx as usize, tag, data, flags }
+}
+
+// ---- FI_MSG ----
+
+unsafe extern "C" fn msg_recv(ep: *mut ffi::fid_ep, buf: *mut c_void, len: usize, _desc: *mut c_void, src: ffi::fi_addr_t, ctx: *mut c_void) -> isize {
+    crate::guard("fi_recv", FiError::OTHER.code() as isize, || recv(ep, |f| Ok(posted(one(buf, len)?, src, ctx, false, 0, 0, f)), true))
+}
+
+unsafe extern "C" fn msg_recvv(ep: *mut ffi::fid_ep, iov: *const ffi::iovec, _desc: *mut *mut c_void, count: usize, src: ffi::fi_addr_t, ctx: *mut c_void) -> isize {
+    // SAFETY: the caller's iovec array.
+    crate::guard("fi_recvv", FiError::OTHER.code() as isize, || recv(ep, |f| Ok(posted(unsafe { many(iov, count) }?, src, ctx, false, 0, 0, f)), true))
+}
+
+unsafe extern "C" fn msg_recvmsg(ep: *mut ffi::fid_ep, msg: *const ffi::fi_msg, flags: u64) -> isize {
+    crate::guard("fi_recvmsg", FiError::OTHER.code() as isize, || {
+        recv(
+            ep,
+            |_| {
+                // SAFETY: the caller's message descriptor and its iovec array.
+                let m = unsafe { msg.as_ref() }.ok_or(FiError::INVAL)?;
+                // SAFETY: as above.
+                Ok(posted(unsafe { many(m.msg_iov, m.iov_count) }?, m.addr, m.context, false, 0, 0, flags))
+            },
+            false,
+        )
+    })
+}
+
+unsafe extern "C" fn msg_send(ep: *mut ffi::fid_ep, buf: *const c_void, len: usize, _desc: *mut c_void, dest: ffi::fi_addr_t, ctx: *mut c_void) -> isize {
+    crate::guard("fi_send", FiError::OTHER.code() as isize, || send(ep, |f| Ok(args(one(buf, len)?, dest, ctx, None, None, f)), true))
+}
+
+unsafe extern "C" fn msg_sendv(ep: *mut ffi::fid_ep, iov: *const ffi::iovec, _desc: *mut *mut c_void, count: usize, dest: ffi::fi_addr_t, ctx: *mut c_void) -> isize {
+    // SAFETY: the caller's iovec array.
+    crate::guard("fi_sendv", FiError::OTHER.code() as isize, || send(ep, |f| Ok(args(unsafe { many(iov, count) }?, dest, ctx, None, None, f)), true))
+}
+
+unsafe extern "C" fn msg_sendmsg(ep: *mut ffi::fid_ep, msg: *const ffi::fi_msg, flags: u64) -> isize {
+    crate::guard("fi_sendmsg", FiError::OTHER.code() as isize, || {
+        send(
+            ep,
+            |_| {
+                // SAFETY: the caller's message descriptor and its iovec array.
+                let m = unsafe { msg.as_ref() }.ok_or(FiError::INVAL)?;
+                let data = (flags & ffi::FI_REMOTE_CQ_DATA as u64 != 0).then_some(m.data);
+                // SAFETY: as above.
+                Ok(args(unsafe { many(m.msg_iov, m.iov_count) }?, m.addr, m.context, None, data, flags))
+            },
+            false,
+        )
+    })
+}
+
+unsafe extern "C" fn msg_inject(ep: *mut ffi::fid_ep, buf: *const c_void, len: usize, dest: ffi::fi_addr_t) -> isize {
+    crate::guard("fi_inject", FiError::OTHER.code() as isize, || {
+        send(ep, |_| Ok(args(one(buf, len)?, dest, std::ptr::null_mut(), None, None, ffi::FI_INJECT as u64)), false)
+    })
+}
+
+unsafe extern "C" fn msg_senddata(ep: *mut ffi::fid_ep, buf: *const c_void, len: usize, _desc: *mut c_void, data: u64, dest: ffi::fi_addr_t, ctx: *mut c_void) -> isize {
+    crate::guard("fi_senddata", FiError::OTHER.code() as isize, || send(ep, |f| Ok(args(one(buf, len)?, dest, ctx, None, Some(data), f)), true))
+}
+
+unsafe extern "C" fn msg_injectdata(ep: *mut ffi::fid_ep, buf: *const c_void, len: usize, data: u64, dest: ffi::fi_addr_t) -> isize {
+    crate::guard("fi_injectdata", FiError::OTHER.code() as isize, || {
+        send(ep, |_| Ok(args(one(buf, len)?, dest, std::ptr::null_mut(), None, Some(data), ffi::FI_INJECT as u64)), false)
+    })
+}
+
+pub static MSG_OPS: ffi::fi_ops_msg = ffi::fi_ops_msg {
+    size: size_of::<ffi::fi_ops_msg>(),
+    recv: Some(msg_recv),
+    recvv: Some(msg_recvv),
+    recvmsg: Some(msg_recvmsg),
+    send: Some(msg_send),
+    sendv: Some(msg_sendv),
+    sendmsg: Some(msg_sendmsg),
+    inject: Some(msg_inject),
+    senddata: Some(msg_senddata),
+    injectdata: Some(msg_injectdata),
+};
+
+// ---- FI_TAGGED ----
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn tagged_recv(ep: *mut ffi::fid_ep, buf: *mut c_void, len: usize, _desc: *mut c_void, src: ffi::fi_addr_t, tag: u64, ignore: u64, ctx: *mut c_void) -> isize {
+    crate::guard("fi_trecv", FiError::OTHER.code() as isize, || recv(ep, |f| Ok(posted(one(buf, len)?, src, ctx, true, tag, ignore, f)), true))
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn tagged_recvv(ep: *mut ffi::fid_ep, iov: *const ffi::iovec, _desc: *mut *mut c_void, count: usize, src: ffi::fi_addr_t, tag: u64, ignore: u64, ctx: *mut c_void) -> isize {
+    // SAFETY: the caller's iovec array.
+    crate::guard("fi_trecvv", FiError::OTHER.code() as isize, || recv(ep, |f| Ok(posted(unsafe { many(iov, count) }?, src, ctx, true, tag, ignore, f)), true))
+}
+
+unsafe extern "C" fn tagged_recvmsg(ep: *mut ffi::fid_ep, msg: *const ffi::fi_msg_tagged, flags: u64) -> isize {
+    crate::guard("fi_trecvmsg", FiError::OTHER.code() as isize, || {
+        recv(
+            ep,
+            |_| {
+                // SAFETY: the caller's message descriptor and its iovec array.
+                let m = unsafe { msg.as_ref() }.ok_or(FiError::INVAL)?;
+                // SAFETY: as above.
+                Ok(posted(unsafe { many(m.msg_iov, m.iov_count) }?, m.addr, m.context, true, m.tag, m.ignore, flags))
+            },
+            false,
+        )
+    })
+}
+
+unsafe extern "C" fn tagged_send(ep: *mut ffi::fid_ep, buf: *const c_void, len: usize, _desc: *mut c_void, dest: ffi::fi_addr_t, tag: u64, ctx: *mut c_void) -> isize {
+    crate::guard("fi_tsend", FiError::OTHER.code() as isize, || send(ep, |f| Ok(args(one(buf, len)?, dest, ctx, Some(tag), None, f)), true))
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn tagged_sendv(ep: *mut ffi::fid_ep, iov: *const ffi::iovec, _desc: *mut *mut c_void, count: usize, dest: ffi::fi_addr_t, tag: u64, ctx: *mut c_void) -> isize {
+    // SAFETY: the caller's iovec array.
+    crate::guard("fi_tsendv", FiError::OTHER.code() as isize, || send(ep, |f| Ok(args(unsafe { many(iov, count) }?, dest, ctx, Some(tag), None, f)), true))
+}
+
+unsafe extern "C" fn tagged_sendmsg(ep: *mut ffi::fid_ep, msg: *const ffi::fi_msg_tagged, flags: u64) -> isize {
+    crate::guard("fi_tsendmsg", FiError::OTHER.code() as isize, || {
+        send(
+            ep,
+            |_| {
+                // SAFETY: the caller's message descriptor and its iovec array.
+                let m = unsafe { msg.as_ref() }.ok_or(FiError::INVAL)?;
+                let data = (flags & ffi::FI_REMOTE_CQ_DATA as u64 != 0).then_some(m.data);
+                // SAFETY: as above.
+                Ok(args(unsafe { many(m.msg_iov, m.iov_count) }?, m.addr, m.context, Some(m.tag), data, flags))
+            },
+            false,
+        )
+    })
+}
+
+unsafe extern "C" fn tagged_inject(ep: *mut ffi::fid_ep, buf: *const c_void, len: usize, dest: ffi::fi_addr_t, tag: u64) -> isize {
+    crate::guard("fi_tinject", FiError::OTHER.code() as isize, || {
+        send(ep, |_| Ok(args(one(buf, len)?, dest, std::ptr::null_mut(), Some(tag), None, ffi::FI_INJECT as u64)), false)
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn tagged_senddata(ep: *mut ffi::fid_ep, buf: *const c_void, len: usize, _desc: *mut c_void, data: u64, dest: ffi::fi_addr_t, tag: u64, ctx: *mut c_void) -> isize {
+    crate::guard("fi_tsenddata", FiError::OTHER.code() as isize, || send(ep, |f| Ok(args(one(buf, len)?, dest, ctx, Some(tag), Some(data), f)), true))
+}
+
+unsafe extern "C" fn tagged_injectdata(ep: *mut ffi::fid_ep, buf: *const c_void, len: usize, data: u64, dest: ffi::fi_addr_t, tag: u64) -> isize {
+    crate::guard("fi_tinjectdata", FiError::OTHER.code() as isize, || {
+        send(ep, |_| Ok(args(one(buf, len)?, dest, std::ptr::null_mut(), Some(tag), Some(data), ffi::FI_INJECT as u64)), false)
+    })
+}
+
+pub static TAGGED_OPS: ffi::fi_ops_tagged = ffi::fi_ops_tagged {
+    size: size_of::<ffi::fi_ops_tagged>(),
+    recv: Some(tagged_recv),
+    recvv: Some(tagged_recvv),
+    recvmsg: Some(tagged_recvmsg),
+    send: Some(tagged_send),
+    sendv: Some(tagged_sendv),
+    sendmsg: Some(tagged_sendmsg),
+    inject: Some(tagged_inject),
+    senddata: Some(tagged_senddata),
+    injectdata: Some(tagged_injectdata),
+};

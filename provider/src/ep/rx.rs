@@ -1,0 +1,328 @@
+//! Receive side: posted receives, unexpected messages, matching, multi-receive buffers,
+//! peek/claim/discard, cancel, and the completions receives produce.
+//!
+//! The engine offers each arriving message once (`on_message_from`). A matching posted receive
+//! takes it at once; otherwise the engine holds it and we queue its header here as unexpected,
+//! so a receive posted later finds it. Unexpected messages are bounded by memory, not by
+//! rx_size: a receiver that posts late never makes a sender hang.
+
+use super::{ctx_completion, Sinks, TxOp, APP_DATA, APP_TAGGED};
+use crate::av::AvState;
+use crate::cq::{Completion, CqEvent};
+use crate::error::FiError;
+use rshm_ffi as ffi;
+use slab::Slab;
+use smr_core::cmd::MsgHeader;
+use smr_core::endpoint::{Delivered, Disposition, Endpoint, Incoming, MsgKey};
+use smr_core::iov::LocalIov;
+use smr_core::Error as EngineError;
+use std::collections::{HashMap, VecDeque};
+
+/// A receive the application posted.
+#[derive(Debug, Clone)]
+pub struct PostedRecv {
+    pub ctx: usize,
+    pub iov: Vec<(usize, usize)>,
+    pub src: u64,
+    pub tag: u64,
+    pub ignore: u64,
+    pub tagged: bool,
+    pub flags: u64,
+    /// Bytes of a multi-receive buffer already handed out.
+    pub used: usize,
+}
+
+impl PostedRecv {
+    fn multi(&self) -> bool {
+        self.flags & ffi::FI_MULTI_RECV as u64 != 0
+    }
+
+    fn total(&self) -> usize {
+        self.iov.iter().map(|p| p.1).sum()
+    }
+
+    fn matches(&self, src: u64, tag: u64, directed: bool) -> bool {
+        let src_ok = !directed || self.src == ffi::FI_ADDR_UNSPEC || self.src == src;
+        let tag_ok = !self.tagged || (tag | self.ignore) == (self.tag | self.ignore);
+        src_ok && tag_ok
+    }
+
+    /// The part of the buffer from `off` on, `len` bytes at most.
+    fn range(&self, mut off: usize, mut len: usize) -> Vec<(usize, usize)> {
+        let mut out = Vec::new();
+        for &(base, plen) in &self.iov {
+            if len == 0 {
+                break;
+            }
+            if off >= plen {
+                off -= plen;
+                continue;
+            }
+            let take = (plen - off).min(len);
+            out.push((base + off, take));
+            len -= take;
+            off = 0;
+        }
+        out
+    }
+}
+
+/// A message the engine holds because no receive matched it yet.
+#[derive(Debug, Clone, Copy)]
+pub struct Unexpected {
+    pub key: MsgKey,
+    pub src: u64,
+    pub hdr: MsgHeader,
+}
+
+/// A delivery under way: what its completion will say.
+#[derive(Debug, Clone, Copy)]
+struct RecvOp {
+    ctx: usize,
+    buf: usize,
+    src: u64,
+    hdr: MsgHeader,
+    wanted: bool,
+    /// This message used up a multi-receive buffer: its completion carries FI_MULTI_RECV.
+    retire: bool,
+}
+
+#[derive(Default)]
+pub struct RxState {
+    posted: [VecDeque<PostedRecv>; 2],
+    unexpected: [VecDeque<Unexpected>; 2],
+    in_flight: Slab<RecvOp>,
+    /// Messages claimed by FI_PEEK|FI_CLAIM, by the context of the peek.
+    claimed: HashMap<usize, Unexpected>,
+    pub min_multi_recv: usize,
+}
+
+fn queue(tagged: bool) -> usize {
+    usize::from(tagged)
+}
+
+fn recv_flags(hdr: &MsgHeader) -> u64 {
+    let kind = if hdr.app & APP_TAGGED != 0 { ffi::FI_TAGGED } else { ffi::FI_MSG } as u64;
+    let data = if hdr.app & APP_DATA != 0 { ffi::FI_REMOTE_CQ_DATA as u64 } else { 0 };
+    ffi::FI_RECV as u64 | kind | data
+}
+
+impl RxState {
+    pub fn posted_count(&self) -> usize {
+        self.posted[0].len() + self.posted[1].len()
+    }
+
+    /// Find and remove (or carve, for multi-receive) a posted receive for this message.
+    fn take_posted(&mut self, src: u64, hdr: &MsgHeader, directed: bool, wanted_by_default: bool) -> Option<(RecvOp, Vec<(usize, usize)>)> {
+        let tagged = hdr.app & APP_TAGGED != 0;
+        let q = &mut self.posted[queue(tagged)];
+        let at = q.iter().position(|r| r.matches(src, hdr.tag, directed))?;
+        let recv = &mut q[at];
+        let wanted = wanted_by_default || recv.flags & ffi::FI_COMPLETION as u64 != 0;
+        if recv.multi() {
+            let room = recv.total() - recv.used;
+            let len = (hdr.len as usize).min(room);
+            let dest = recv.range(recv.used, len);
+            let buf = dest.first().map_or(0, |p| p.0);
+            recv.used += len;
+            let retire = recv.total() - recv.used < self.min_multi_recv.max(1);
+            let op = RecvOp { ctx: recv.ctx, buf, src, hdr: *hdr, wanted, retire };
+            if retire {
+                q.remove(at);
+            }
+            return Some((op, dest));
+        }
+        let recv = q.remove(at).expect("found above");
+        let buf = recv.iov.first().map_or(0, |p| p.0);
+        Some((RecvOp { ctx: recv.ctx, buf, src, hdr: *hdr, wanted, retire: false }, recv.iov))
+    }
+
+    /// A delivery finished: report it.
+    fn complete(&mut self, key: usize, result: smr_core::Result<usize>, sinks: &mut Sinks) {
+        let Some(op) = self.in_flight.try_remove(key) else { return };
+        complete_op(&op, result, sinks);
+    }
+
+    /// Remove a posted receive by context and report it canceled.
+    pub fn cancel(&mut self, ctx: usize, sinks: &mut Sinks) -> bool {
+        for q in &mut self.posted {
+            if let Some(at) = q.iter().position(|r| r.ctx == ctx) {
+                let r = q.remove(at).expect("found");
+                let kind = if r.tagged { ffi::FI_TAGGED } else { ffi::FI_MSG } as u64;
+                let mut entry = ctx_completion(ctx, ffi::FI_RECV as u64 | kind);
+                entry.tag = r.tag;
+                sinks.recv_done(CqEvent::Failed { entry, err: ffi::FI_ECANCELED, olen: 0 }, true);
+                return true;
+            }
+        }
+        false
+    }
+}
+
+fn complete_op(op: &RecvOp, result: smr_core::Result<usize>, sinks: &mut Sinks) {
+    let mut flags = recv_flags(&op.hdr);
+    if op.retire {
+        flags |= ffi::FI_MULTI_RECV as u64;
+    }
+    let mut entry = Completion { op_context: op.ctx, flags, len: 0, buf: op.buf, data: op.hdr.data, tag: op.hdr.tag, src: op.src };
+    if op.hdr.app & APP_DATA == 0 {
+        entry.data = 0;
+    }
+    let event = match result {
+        Ok(n) => {
+            entry.len = n;
+            CqEvent::Done(entry)
+        }
+        Err(EngineError::Truncated { delivered, sent }) => {
+            entry.len = delivered;
+            CqEvent::Failed { entry, err: ffi::FI_ETRUNC, olen: sent - delivered }
+        }
+        Err(e) => CqEvent::Failed { entry, err: FiError::from(e).0, olen: 0 },
+    };
+    sinks.recv_done(event, op.wanted);
+}
+
+/// The engine's view of an endpoint's receive side, during progress.
+pub struct Handler<'a> {
+    pub rx: &'a mut RxState,
+    pub tx_ops: &'a mut Slab<TxOp>,
+    pub sinks: Sinks<'a>,
+    pub av: Option<&'a AvState>,
+    pub directed: bool,
+}
+
+impl smr_core::endpoint::Handler for Handler<'_> {
+    fn on_message(&mut self, msg: &Incoming) -> Disposition {
+        self.on_message_from(msg, "")
+    }
+
+    fn on_message_from(&mut self, msg: &Incoming, src_name: &str) -> Disposition {
+        let src = self.av.and_then(|av| av.addr_of(src_name)).unwrap_or(ffi::FI_ADDR_NOTAVAIL);
+        let wanted = !self.sinks.b.rx_selective;
+        match self.rx.take_posted(src, &msg.hdr, self.directed, wanted) {
+            Some((op, dest)) => {
+                let ctx = self.rx.in_flight.insert(op) as u64;
+                // SAFETY: the ranges are the application's posted receive buffer, which it may
+                // not touch until the receive completes (libfabric's buffer contract).
+                let dest = unsafe { lend(&dest) };
+                Disposition::Deliver { dest, ctx }
+            }
+            None => {
+                let tagged = msg.hdr.app & APP_TAGGED != 0;
+                self.rx.unexpected[queue(tagged)].push_back(Unexpected { key: msg.key, src, hdr: msg.hdr });
+                Disposition::Hold
+            }
+        }
+    }
+
+    fn on_recv_done(&mut self, ctx: u64, result: smr_core::Result<usize>, _dest: LocalIov) {
+        self.rx.complete(ctx as usize, result, &mut self.sinks);
+    }
+
+    fn on_send_done(&mut self, cookie: u64, result: smr_core::Result<()>) {
+        super::tx::send_finished(self.tx_ops, cookie as usize, result, &mut self.sinks);
+    }
+}
+
+/// Lend application ranges to the engine.
+///
+/// # Safety
+/// The ranges must stay valid and untouched until the operation completes.
+pub unsafe fn lend(parts: &[(usize, usize)]) -> LocalIov {
+    let raw: Vec<(*mut u8, usize)> = parts.iter().map(|&(p, l)| (p as *mut u8, l)).collect();
+    // SAFETY: per this function's contract.
+    unsafe { LocalIov::from_raw(&raw) }
+}
+
+/// Everything posting a receive needs from the endpoint state.
+pub struct PostCtx<'a, 'b> {
+    pub rx: &'a mut RxState,
+    pub engine: &'a mut Endpoint,
+    pub sinks: &'a mut Sinks<'b>,
+    pub directed: bool,
+}
+
+/// Post a receive: match it against unexpected messages first, else queue it.
+pub fn post(ctx: PostCtx, mut recv: PostedRecv) -> Result<(), FiError> {
+    let PostCtx { rx, engine, sinks, directed } = ctx;
+    let wanted = !sinks.b.rx_selective || recv.flags & ffi::FI_COMPLETION as u64 != 0;
+    let q = queue(recv.tagged);
+    loop {
+        let at = rx.unexpected[q].iter().position(|u| recv.matches(u.src, u.hdr.tag, directed));
+        let Some(at) = at else { break };
+        let u = rx.unexpected[q].remove(at).expect("found");
+        let (dest, retire) = if recv.multi() {
+            let len = (u.hdr.len as usize).min(recv.total() - recv.used);
+            let dest = recv.range(recv.used, len);
+            recv.used += len;
+            (dest, recv.total() - recv.used < rx.min_multi_recv.max(1))
+        } else {
+            (recv.iov.clone(), false)
+        };
+        let op = RecvOp { ctx: recv.ctx, buf: dest.first().map_or(0, |p| p.0), src: u.src, hdr: u.hdr, wanted, retire };
+        deliver(rx, engine, sinks, u.key, op, &dest);
+        if !recv.multi() || retire {
+            return Ok(());
+        }
+    }
+    rx.posted[q].push_back(recv);
+    Ok(())
+}
+
+fn deliver(rx: &mut RxState, engine: &mut Endpoint, sinks: &mut Sinks, key: MsgKey, op: RecvOp, dest: &[(usize, usize)]) {
+    let slot = rx.in_flight.insert(op);
+    // SAFETY: the application's receive buffer, lent until completion.
+    let lent = unsafe { lend(dest) };
+    match engine.deliver(key, lent, slot as u64) {
+        Ok(Delivered::Now(result, _)) => rx.complete(slot, result, sinks),
+        Ok(Delivered::Later) => {}
+        Err(e) => rx.complete(slot, Err(e), sinks),
+    }
+}
+
+/// FI_PEEK (optionally with FI_CLAIM or FI_DISCARD) on the tagged queue.
+pub fn peek(ctx: PostCtx, recv: &PostedRecv) {
+    let PostCtx { rx, engine, sinks, directed } = ctx;
+    let q = queue(true);
+    let found = rx.unexpected[q].iter().position(|u| recv.matches(u.src, u.hdr.tag, directed));
+    let Some(at) = found else {
+        let mut entry = ctx_completion(recv.ctx, ffi::FI_RECV as u64 | ffi::FI_TAGGED as u64);
+        entry.tag = recv.tag;
+        sinks.recv_done(CqEvent::Failed { entry, err: ffi::FI_ENOMSG, olen: 0 }, true);
+        return;
+    };
+    let u = rx.unexpected[q][at];
+    if recv.flags & ffi::FI_CLAIM != 0 {
+        rx.unexpected[q].remove(at);
+        rx.claimed.insert(recv.ctx, u);
+    } else if recv.flags & ffi::FI_DISCARD != 0 {
+        rx.unexpected[q].remove(at);
+        let _ = engine.discard(u.key);
+    }
+    let entry = Completion {
+        op_context: recv.ctx,
+        flags: recv_flags(&u.hdr),
+        len: u.hdr.len as usize,
+        buf: 0,
+        data: if u.hdr.app & APP_DATA != 0 { u.hdr.data } else { 0 },
+        tag: u.hdr.tag,
+        src: u.src,
+    };
+    sinks.recv_done(CqEvent::Done(entry), true);
+}
+
+/// FI_CLAIM without FI_PEEK: receive (or with FI_DISCARD, drop) the message a peek claimed.
+pub fn claim(ctx: PostCtx, recv: &PostedRecv) -> Result<(), FiError> {
+    let PostCtx { rx, engine, sinks, .. } = ctx;
+    let u = rx.claimed.remove(&recv.ctx).ok_or(FiError::INVAL)?;
+    if recv.flags & ffi::FI_DISCARD != 0 {
+        let _ = engine.discard(u.key);
+        let entry = Completion { op_context: recv.ctx, flags: recv_flags(&u.hdr), tag: u.hdr.tag, src: u.src, ..Completion::default() };
+        sinks.recv_done(CqEvent::Done(entry), true);
+        return Ok(());
+    }
+    let wanted = !sinks.b.rx_selective || recv.flags & ffi::FI_COMPLETION as u64 != 0;
+    let op = RecvOp { ctx: recv.ctx, buf: recv.iov.first().map_or(0, |p| p.0), src: u.src, hdr: u.hdr, wanted, retire: false };
+    deliver(rx, engine, sinks, u.key, op, &recv.iov);
+    Ok(())
+}

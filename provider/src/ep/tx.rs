@@ -1,0 +1,111 @@
+//! Send side: resolve the destination, hand the message to the engine, report completions.
+
+use super::{ctx_completion, EpState, Sinks, APP_DATA, APP_TAGGED};
+use crate::cq::CqEvent;
+use crate::domain::DomainState;
+use crate::error::{FiError, FiResult};
+use crate::getinfo::INJECT_SIZE;
+use rshm_ffi as ffi;
+use slab::Slab;
+use smr_core::cmd::MsgHeader;
+use smr_core::endpoint::{PeerId, SendOpts, SendStatus};
+
+/// A send waiting for the engine to finish it.
+#[derive(Debug, Clone, Copy)]
+pub struct TxOp {
+    ctx: usize,
+    flags: u64,
+    wanted: bool,
+}
+
+/// What a send call asks for.
+pub struct SendArgs {
+    pub iov: Vec<(usize, usize)>,
+    pub dest: u64,
+    pub ctx: usize,
+    pub tag: Option<u64>,
+    pub data: Option<u64>,
+    /// Operation flags (the endpoint's defaults for the short forms).
+    pub flags: u64,
+}
+
+fn peer_for(ep: &mut EpState, avs: &Slab<crate::av::AvState>, dest: u64) -> FiResult<PeerId> {
+    if let Some(&p) = ep.peers.get(&dest) {
+        return Ok(p);
+    }
+    let av = ep.av.and_then(|a| avs.get(a)).ok_or(FiError::NOAV)?;
+    let name = av.name(dest).ok_or_else(|| {
+        crate::warn!(EpData, "send to fi_addr {dest}, which is not in the AV");
+        FiError::ADDRNOTAVAIL
+    })?;
+    let engine = ep.engine.as_mut().ok_or(FiError::NOTCONN)?;
+    let peer = engine.add_peer(name).map_err(FiError::from)?;
+    ep.peers.insert(dest, peer);
+    Ok(peer)
+}
+
+/// Start a send on endpoint `id`.
+pub fn send(st: &mut DomainState, id: usize, args: SendArgs) -> FiResult<()> {
+    let DomainState { eps, cqs, cntrs, avs, .. } = st;
+    let ep = eps.get_mut(id).ok_or(FiError::INVAL)?;
+    if ep.engine.is_none() {
+        return Err(FiError::NOTCONN);
+    }
+    let len: usize = args.iov.iter().map(|p| p.1).sum();
+    let inject = args.flags & ffi::FI_INJECT as u64 != 0;
+    if inject && len > INJECT_SIZE {
+        return Err(FiError::MSGSIZE);
+    }
+    if len as u64 > crate::params::config().engine.max_msg_size {
+        return Err(FiError::MSGSIZE);
+    }
+    if ep.tx_ops.len() >= ep.tx_size {
+        return Err(FiError::AGAIN);
+    }
+    let peer = peer_for(ep, avs, args.dest)?;
+    let mut app = 0;
+    if args.tag.is_some() {
+        app |= APP_TAGGED;
+    }
+    if args.data.is_some() {
+        app |= APP_DATA;
+    }
+    let hdr = MsgHeader { app, tag: args.tag.unwrap_or(0), data: args.data.unwrap_or(0), len: len as u64 };
+    let kind = if args.tag.is_some() { ffi::FI_TAGGED } else { ffi::FI_MSG } as u64;
+    let wanted = !inject && (!ep.bindings.tx_selective || args.flags & ffi::FI_COMPLETION as u64 != 0);
+    let op = TxOp { ctx: args.ctx, flags: ffi::FI_SEND as u64 | kind, wanted };
+    let slot = ep.tx_ops.insert(op);
+    let opts = SendOpts { cookie: slot as u64, delivery_complete: !inject && args.flags & ffi::FI_DELIVERY_COMPLETE as u64 != 0 };
+    // SAFETY: the application's send buffer, which it keeps unchanged until the send
+    // completes (for injects the engine copies it before returning).
+    let buf = unsafe { super::rx::lend(&args.iov) };
+    let engine = ep.engine.as_mut().expect("checked above");
+    match engine.send(peer, hdr, buf, opts) {
+        Ok(SendStatus::Done) => {
+            ep.tx_ops.remove(slot);
+            let mut sinks = Sinks { cqs, cntrs, b: ep.bindings };
+            sinks.send_done(CqEvent::Done(ctx_completion(op.ctx, op.flags)), op.wanted);
+            Ok(())
+        }
+        Ok(SendStatus::Pending) => Ok(()),
+        Err(e) => {
+            ep.tx_ops.remove(slot);
+            if e == smr_core::Error::Again {
+                return Err(FiError::AGAIN);
+            }
+            crate::warn!(EpData, "send to fi_addr {} failed: {e}", args.dest);
+            Err(FiError::from(e))
+        }
+    }
+}
+
+/// The engine finished a pending send.
+pub fn send_finished(tx_ops: &mut Slab<TxOp>, slot: usize, result: smr_core::Result<()>, sinks: &mut Sinks) {
+    let Some(op) = tx_ops.try_remove(slot) else { return };
+    let entry = ctx_completion(op.ctx, op.flags);
+    let event = match result {
+        Ok(()) => CqEvent::Done(entry),
+        Err(e) => CqEvent::Failed { entry, err: FiError::from(e).0, olen: 0 },
+    };
+    sinks.send_done(event, op.wanted);
+}

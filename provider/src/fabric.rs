@@ -1,0 +1,77 @@
+//! The fabric: the root object. It only counts its domains, so it cannot close under them.
+
+use crate::error::{int_ret, FiError, FiResult};
+use crate::object::{self, put};
+use crate::stubs;
+use rshm_ffi as ffi;
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+#[repr(C)]
+pub struct Fabric {
+    pub fid: ffi::fid_fabric,
+    pub children: AtomicUsize,
+}
+
+static FI_OPS: ffi::fi_ops = ffi::fi_ops {
+    size: size_of::<ffi::fi_ops>(),
+    close: Some(fabric_close),
+    bind: Some(stubs::fi_bind),
+    control: Some(stubs::fi_control),
+    ops_open: Some(stubs::fi_ops_open),
+    tostr: Some(stubs::fi_tostr),
+    ops_set: Some(stubs::fi_ops_set),
+};
+
+static FABRIC_OPS: ffi::fi_ops_fabric = ffi::fi_ops_fabric {
+    size: size_of::<ffi::fi_ops_fabric>(),
+    domain: Some(crate::domain::domain_open),
+    passive_ep: Some(stubs::passive_ep),
+    eq_open: Some(crate::eq::eq_open),
+    wait_open: Some(stubs::wait_open),
+    trywait: Some(crate::wait::trywait),
+    domain2: Some(stubs::domain2),
+};
+
+/// `fi_provider::fabric`.
+pub unsafe extern "C" fn fabric_open(attr: *mut ffi::fi_fabric_attr, fabric: *mut *mut ffi::fid_fabric, context: *mut c_void) -> i32 {
+    crate::guard("fi_fabric", FiError::OTHER.code(), || {
+        int_ret((|| -> FiResult<()> {
+            // SAFETY: the core passes a valid attr (or NULL).
+            let attr = unsafe { attr.as_ref() }.ok_or(FiError::INVAL)?;
+            // SAFETY: attr.name is NULL or a C string.
+            if let Some(name) = unsafe { crate::core_api::opt_str(attr.name) } {
+                if name != crate::getinfo::FABRIC_NAME {
+                    return Err(FiError::NODATA);
+                }
+            }
+            let obj = object::into_raw(Fabric {
+                fid: ffi::fid_fabric {
+                    fid: object::fid(ffi::FI_CLASS_FABRIC, context, &FI_OPS),
+                    ops: &FABRIC_OPS as *const _ as *mut _,
+                    api_version: attr.api_version,
+                },
+                children: AtomicUsize::new(0),
+            });
+            // SAFETY: `fabric` is the caller's out-pointer.
+            unsafe { put(fabric, obj.cast::<ffi::fid_fabric>()) }
+        })())
+    })
+}
+
+unsafe extern "C" fn fabric_close(fid: *mut ffi::fid) -> i32 {
+    crate::guard("fabric close", FiError::OTHER.code(), || {
+        // SAFETY: libfabric contract: a live fabric fid.
+        let fab = match unsafe { object::get::<Fabric>(fid, ffi::FI_CLASS_FABRIC) } {
+            Ok(f) => f,
+            Err(e) => return e.code(),
+        };
+        if fab.children.load(Ordering::Acquire) != 0 {
+            crate::warn!(Fabric, "fi_close(fabric): domains or EQs still open");
+            return FiError::BUSY.code();
+        }
+        // SAFETY: the fid was created by `fabric_open` and is closed exactly once.
+        drop(unsafe { object::from_raw(fid.cast::<Fabric>()) });
+        0
+    })
+}

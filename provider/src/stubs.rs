@@ -1,0 +1,98 @@
+//! Entry points for operations rshm does not offer: each returns `-FI_ENOSYS` (or the
+//! ssize_t/u64 equivalent). libfabric's inline wrappers call ops through their pointers without
+//! checking for NULL, so every slot of every ops table must hold a function.
+
+use rshm_ffi as ffi;
+use std::ffi::{c_char, c_int, c_void};
+
+const NOSYS: c_int = -(ffi::FI_ENOSYS as c_int);
+
+macro_rules! nosys {
+    ($($name:ident($($arg:ty),*) -> $ret:ty;)*) => {
+        $(
+            pub unsafe extern "C" fn $name($(_: $arg),*) -> $ret {
+                NOSYS as $ret
+            }
+        )*
+    };
+}
+
+nosys! {
+    fi_bind(*mut ffi::fid, *mut ffi::fid, u64) -> c_int;
+    fi_control(*mut ffi::fid, c_int, *mut c_void) -> c_int;
+    fi_ops_open(*mut ffi::fid, *const c_char, u64, *mut *mut c_void, *mut c_void) -> c_int;
+    fi_tostr(*const ffi::fid, *mut c_char, usize) -> c_int;
+    fi_ops_set(*mut ffi::fid, *const c_char, u64, *mut c_void, *mut c_void) -> c_int;
+    passive_ep(*mut ffi::fid_fabric, *mut ffi::fi_info, *mut *mut ffi::fid_pep, *mut c_void) -> c_int;
+    wait_open(*mut ffi::fid_fabric, *mut ffi::fi_wait_attr, *mut *mut ffi::fid_wait) -> c_int;
+    domain2(*mut ffi::fid_fabric, *mut ffi::fi_info, *mut *mut ffi::fid_domain, u64, *mut c_void) -> c_int;
+    scalable_ep(*mut ffi::fid_domain, *mut ffi::fi_info, *mut *mut ffi::fid_ep, *mut c_void) -> c_int;
+    poll_open(*mut ffi::fid_domain, *mut ffi::fi_poll_attr, *mut *mut ffi::fid_poll) -> c_int;
+    stx_ctx(*mut ffi::fid_domain, *mut ffi::fi_tx_attr, *mut *mut ffi::fid_stx, *mut c_void) -> c_int;
+    srx_ctx(*mut ffi::fid_domain, *mut ffi::fi_rx_attr, *mut *mut ffi::fid_ep, *mut c_void) -> c_int;
+    query_atomic(*mut ffi::fid_domain, ffi::fi_datatype, ffi::fi_op, *mut ffi::fi_atomic_attr, u64) -> c_int;
+    query_collective(*mut ffi::fid_domain, ffi::fi_collective_op, *mut ffi::fi_collective_attr, u64) -> c_int;
+    endpoint2(*mut ffi::fid_domain, *mut ffi::fi_info, *mut *mut ffi::fid_ep, u64, *mut c_void) -> c_int;
+    tx_ctx(*mut ffi::fid_ep, c_int, *mut ffi::fi_tx_attr, *mut *mut ffi::fid_ep, *mut c_void) -> c_int;
+    rx_ctx(*mut ffi::fid_ep, c_int, *mut ffi::fi_rx_attr, *mut *mut ffi::fid_ep, *mut c_void) -> c_int;
+    getpeer(*mut ffi::fid_ep, *mut c_void, *mut usize) -> c_int;
+    connect(*mut ffi::fid_ep, *const c_void, *const c_void, usize) -> c_int;
+    listen(*mut ffi::fid_pep) -> c_int;
+    accept(*mut ffi::fid_ep, *const c_void, usize) -> c_int;
+    reject(*mut ffi::fid_pep, ffi::fid_t, *const c_void, usize) -> c_int;
+    shutdown(*mut ffi::fid_ep, u64) -> c_int;
+    join(*mut ffi::fid_ep, *const c_void, u64, *mut *mut ffi::fid_mc, *mut c_void) -> c_int;
+    av_set(*mut ffi::fid_av, *mut ffi::fi_av_set_attr, *mut *mut ffi::fid_av_set, *mut c_void) -> c_int;
+    rma_read(*mut ffi::fid_ep, *mut c_void, usize, *mut c_void, ffi::fi_addr_t, u64, u64, *mut c_void) -> isize;
+    rma_readv(*mut ffi::fid_ep, *const ffi::iovec, *mut *mut c_void, usize, ffi::fi_addr_t, u64, u64, *mut c_void) -> isize;
+    rma_readmsg(*mut ffi::fid_ep, *const ffi::fi_msg_rma, u64) -> isize;
+    rma_write(*mut ffi::fid_ep, *const c_void, usize, *mut c_void, ffi::fi_addr_t, u64, u64, *mut c_void) -> isize;
+    rma_writev(*mut ffi::fid_ep, *const ffi::iovec, *mut *mut c_void, usize, ffi::fi_addr_t, u64, u64, *mut c_void) -> isize;
+    rma_writemsg(*mut ffi::fid_ep, *const ffi::fi_msg_rma, u64) -> isize;
+    rma_inject(*mut ffi::fid_ep, *const c_void, usize, ffi::fi_addr_t, u64, u64) -> isize;
+    rma_writedata(*mut ffi::fid_ep, *const c_void, usize, *mut c_void, u64, ffi::fi_addr_t, u64, u64, *mut c_void) -> isize;
+    rma_injectdata(*mut ffi::fid_ep, *const c_void, usize, u64, ffi::fi_addr_t, u64, u64) -> isize;
+    atomic_write(*mut ffi::fid_ep, *const c_void, usize, *mut c_void, ffi::fi_addr_t, u64, u64, ffi::fi_datatype, ffi::fi_op, *mut c_void) -> isize;
+    atomic_writev(*mut ffi::fid_ep, *const ffi::fi_ioc, *mut *mut c_void, usize, ffi::fi_addr_t, u64, u64, ffi::fi_datatype, ffi::fi_op, *mut c_void) -> isize;
+    atomic_writemsg(*mut ffi::fid_ep, *const ffi::fi_msg_atomic, u64) -> isize;
+    atomic_inject(*mut ffi::fid_ep, *const c_void, usize, ffi::fi_addr_t, u64, u64, ffi::fi_datatype, ffi::fi_op) -> isize;
+    atomic_readwrite(*mut ffi::fid_ep, *const c_void, usize, *mut c_void, *mut c_void, *mut c_void, ffi::fi_addr_t, u64, u64, ffi::fi_datatype, ffi::fi_op, *mut c_void) -> isize;
+    atomic_readwritev(*mut ffi::fid_ep, *const ffi::fi_ioc, *mut *mut c_void, usize, *mut ffi::fi_ioc, *mut *mut c_void, usize, ffi::fi_addr_t, u64, u64, ffi::fi_datatype, ffi::fi_op, *mut c_void) -> isize;
+    atomic_readwritemsg(*mut ffi::fid_ep, *const ffi::fi_msg_atomic, *mut ffi::fi_ioc, *mut *mut c_void, usize, u64) -> isize;
+    atomic_compwrite(*mut ffi::fid_ep, *const c_void, usize, *mut c_void, *const c_void, *mut c_void, *mut c_void, *mut c_void, ffi::fi_addr_t, u64, u64, ffi::fi_datatype, ffi::fi_op, *mut c_void) -> isize;
+    atomic_compwritev(*mut ffi::fid_ep, *const ffi::fi_ioc, *mut *mut c_void, usize, *const ffi::fi_ioc, *mut *mut c_void, usize, *mut ffi::fi_ioc, *mut *mut c_void, usize, ffi::fi_addr_t, u64, u64, ffi::fi_datatype, ffi::fi_op, *mut c_void) -> isize;
+    atomic_compwritemsg(*mut ffi::fid_ep, *const ffi::fi_msg_atomic, *const ffi::fi_ioc, *mut *mut c_void, usize, *mut ffi::fi_ioc, *mut *mut c_void, usize, u64) -> isize;
+    atomic_writevalid(*mut ffi::fid_ep, ffi::fi_datatype, ffi::fi_op, *mut usize) -> c_int;
+    atomic_readwritevalid(*mut ffi::fid_ep, ffi::fi_datatype, ffi::fi_op, *mut usize) -> c_int;
+    atomic_compwritevalid(*mut ffi::fid_ep, ffi::fi_datatype, ffi::fi_op, *mut usize) -> c_int;
+}
+
+pub static RMA_OPS: ffi::fi_ops_rma = ffi::fi_ops_rma {
+    size: size_of::<ffi::fi_ops_rma>(),
+    read: Some(rma_read),
+    readv: Some(rma_readv),
+    readmsg: Some(rma_readmsg),
+    write: Some(rma_write),
+    writev: Some(rma_writev),
+    writemsg: Some(rma_writemsg),
+    inject: Some(rma_inject),
+    writedata: Some(rma_writedata),
+    injectdata: Some(rma_injectdata),
+};
+
+pub static ATOMIC_OPS: ffi::fi_ops_atomic = ffi::fi_ops_atomic {
+    size: size_of::<ffi::fi_ops_atomic>(),
+    write: Some(atomic_write),
+    writev: Some(atomic_writev),
+    writemsg: Some(atomic_writemsg),
+    inject: Some(atomic_inject),
+    readwrite: Some(atomic_readwrite),
+    readwritev: Some(atomic_readwritev),
+    readwritemsg: Some(atomic_readwritemsg),
+    compwrite: Some(atomic_compwrite),
+    compwritev: Some(atomic_compwritev),
+    compwritemsg: Some(atomic_compwritemsg),
+    writevalid: Some(atomic_writevalid),
+    readwritevalid: Some(atomic_readwritevalid),
+    compwritevalid: Some(atomic_compwritevalid),
+};
