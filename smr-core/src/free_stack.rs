@@ -10,6 +10,10 @@ use crate::pod::CachePadded;
 use crate::sync::{spin_hint, AtomicU32, AtomicU64, Ordering};
 
 const RETRIES: u32 = 1 << 14;
+/// Link value of a buffer that is popped (in use). A push first moves the link from this value,
+/// so returning a buffer that is not in use (a stray or repeated release) is refused instead of
+/// making the stack cyclic.
+const IN_USE: u32 = u32::MAX;
 const INDEX_MASK: u64 = 0xffff_ffff;
 
 /// Shared head word.
@@ -35,6 +39,8 @@ impl Default for StackHead {
 pub enum StackError {
     /// No free buffer.
     Empty,
+    /// The index pushed back was not popped (already free).
+    NotInUse,
     /// Contention never settled, or a peer wrote an impossible index.
     Corrupt,
 }
@@ -87,6 +93,7 @@ impl<'a> FreeStack<'a> {
                 .is_ok()
             {
                 // A garbage `next` becomes the head; the next pop range-checks it.
+                link.store(IN_USE, Ordering::Relaxed);
                 return Ok(index);
             }
             spin_hint();
@@ -99,8 +106,12 @@ impl<'a> FreeStack<'a> {
         let Some(link) = self.links.get(index as usize) else {
             return Err(StackError::Corrupt);
         };
-        for _ in 0..RETRIES {
-            let head = self.head.head.load(Ordering::Relaxed);
+        let head = self.head.head.load(Ordering::Relaxed);
+        if link.compare_exchange(IN_USE, (head & INDEX_MASK) as u32, Ordering::Relaxed, Ordering::Relaxed).is_err() {
+            return Err(StackError::NotInUse);
+        }
+        for attempt in 0..RETRIES {
+            let head = if attempt == 0 { head } else { self.head.head.load(Ordering::Relaxed) };
             link.store((head & INDEX_MASK) as u32, Ordering::Relaxed);
             let new = (((head >> 32) + 1) << 32) | u64::from(index + 1);
             if self
@@ -139,6 +150,21 @@ mod tests {
     }
 
     #[test]
+    fn releasing_a_free_buffer_is_refused() {
+        let (head, links) = parts(3);
+        let stack = FreeStack::new(&head, &links);
+        stack.fill();
+        assert_eq!(stack.push(1), Err(StackError::NotInUse));
+        let a = stack.pop().unwrap();
+        stack.push(a).unwrap();
+        assert_eq!(stack.push(a), Err(StackError::NotInUse));
+        let mut got: Vec<u32> = (0..3).map(|_| stack.pop().unwrap()).collect();
+        got.sort();
+        assert_eq!(got, vec![0, 1, 2]);
+        assert_eq!(stack.pop(), Err(StackError::Empty));
+    }
+
+    #[test]
     fn corrupt_head_and_links_give_errors() {
         let (head, links) = parts(3);
         let stack = FreeStack::new(&head, &links);
@@ -146,6 +172,7 @@ mod tests {
         head.head.store(77, Ordering::Relaxed);
         assert_eq!(stack.pop(), Err(StackError::Corrupt));
         assert_eq!(stack.push(3), Err(StackError::Corrupt));
+        assert_eq!(stack.push(1), Err(StackError::NotInUse));
         // A link pointing out of range: the pop succeeds, the next one reports corruption.
         stack.fill();
         links[0].store(1000, Ordering::Relaxed);

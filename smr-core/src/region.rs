@@ -89,7 +89,14 @@ impl Region {
     pub fn open(name: &str) -> Result<Region> {
         check_name(name)?;
         let map = Mapping::open(name)?;
+        if map.len() < size_of::<RegionHeader>() {
+            return Err(Error::Corrupt("region smaller than its header"));
+        }
         let hdr: &RegionHeader = map.at(0)?;
+        if hdr.magic == 0 {
+            // Sized but the header is not written yet: the owner is still creating it.
+            return Err(Error::Again);
+        }
         if hdr.magic != MAGIC {
             return Err(Error::Corrupt("bad region magic"));
         }
@@ -200,13 +207,18 @@ pub enum Occupant {
 
 /// Inspect a region file without trusting it.
 pub fn inspect(name: &str) -> Result<Occupant> {
-    let map = Mapping::open(name)?;
-    let hdr: std::result::Result<&RegionHeader, _> = map.at(0);
-    if let Ok(hdr) = hdr {
-        if hdr.magic == MAGIC && hdr.owner_pid != 0 {
-            let ident = ProcessIdentity { pid: hdr.owner_pid, start: hdr.owner_start };
-            return Ok(if ident.is_alive() { Occupant::Alive(ident) } else { Occupant::Dead(Some(ident)) });
+    match Mapping::open(name) {
+        Ok(map) => {
+            if let Ok(hdr) = map.at::<RegionHeader>(0) {
+                if hdr.magic == MAGIC && hdr.owner_pid != 0 {
+                    let ident = ProcessIdentity { pid: hdr.owner_pid, start: hdr.owner_start };
+                    return Ok(if ident.is_alive() { Occupant::Alive(ident) } else { Occupant::Dead(Some(ident)) });
+                }
+            }
         }
+        // Empty (not yet sized): judged by age below, like a header not yet written.
+        Err(Error::Again) => {}
+        Err(e) => return Err(e),
     }
     let meta = std::fs::metadata(format!("/dev/shm/{name}")).map_err(|e| Error::Os(e.raw_os_error().unwrap_or(libc::EIO)))?;
     let age = meta.modified().ok().and_then(|m| SystemTime::now().duration_since(m).ok()).unwrap_or_default();
@@ -215,7 +227,9 @@ pub fn inspect(name: &str) -> Result<Occupant> {
 
 fn reclaim_if_stale(name: &str) -> Result<()> {
     match inspect(name) {
-        Ok(Occupant::Dead(_)) | Err(Error::NoSuchPeer) | Err(Error::Corrupt(_)) => shm::unlink(name),
+        Ok(Occupant::Dead(_)) => shm::unlink(name),
+        // Gone meanwhile: just try to create again.
+        Err(Error::NoSuchPeer) => Ok(()),
         Ok(Occupant::Alive(_)) | Ok(Occupant::Creating) => Err(Error::AddrInUse),
         Err(e) => Err(e),
     }

@@ -63,7 +63,8 @@ impl Mapping {
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
         let len = file_size(&fd)?;
         if len == 0 {
-            return Err(Error::Corrupt("region file is empty"));
+            // Created but not yet sized: its creator is between shm_open and ftruncate.
+            return Err(Error::Again);
         }
         Self::map(fd, len)
     }

@@ -17,6 +17,25 @@ pub fn notify(word: &WakeWord) {
     }
 }
 
+/// Owner side, in three steps (see `endpoint::WaitHandle`): arm, returning the sequence to
+/// sleep on.
+pub fn arm(word: &WakeWord) -> u32 {
+    let seq = word.seq.load(Ordering::SeqCst);
+    word.armed.fetch_add(1, Ordering::SeqCst);
+    fence(Ordering::SeqCst);
+    seq
+}
+
+/// Sleep until the sequence moves past `seq` or `timeout` passes.
+pub fn sleep(word: &WakeWord, seq: u32, timeout: Option<Duration>) {
+    #[cfg(not(loom))]
+    futex_wait(&word.seq, seq, timeout);
+}
+
+pub fn disarm(word: &WakeWord) {
+    word.armed.fetch_sub(1, Ordering::SeqCst);
+}
+
 /// Owner side: sleep until notified or `timeout` passes, unless `ready()` is already true.
 pub fn wait(word: &WakeWord, timeout: Option<Duration>, ready: impl Fn() -> bool) {
     let seq = word.seq.load(Ordering::SeqCst);

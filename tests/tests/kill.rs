@@ -155,8 +155,6 @@ fn receiver_killed_during_inject_stream(tag: &str, dc: bool) {
 /// (b) Inject sends that complete locally: nothing is pending when the receiver dies, yet the
 /// sender must not be told "again" forever.
 #[test]
-#[ignore = "engine bug: sends to a dead peer whose link is acked and has nothing pending answer \
-            Again forever (check_peers skips such links; link() never re-checks the owner)"]
 fn receiver_killed_during_inject_stream_fails_the_sender() {
     receiver_killed_during_inject_stream("kbi", false);
 }

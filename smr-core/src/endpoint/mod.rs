@@ -23,6 +23,7 @@ use peers::{InPeer, OutPeer};
 use recv::{Held, SarRx};
 use send::PendingSend;
 use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub use crate::cmd::MsgHeader as Header;
@@ -99,6 +100,12 @@ pub enum Disposition {
 /// Callbacks from `progress`.
 pub trait Handler {
     fn on_message(&mut self, msg: &Incoming) -> Disposition;
+    /// As `on_message`, with the name the sender announced (its address). The engine calls
+    /// this one; override it when the sender's name matters (source addressing).
+    fn on_message_from(&mut self, msg: &Incoming, src_name: &str) -> Disposition {
+        let _ = src_name;
+        self.on_message(msg)
+    }
     /// A delivery finished: bytes delivered, or why not. `dest` is handed back.
     fn on_recv_done(&mut self, ctx: u64, result: Result<usize>, dest: LocalIov);
     /// A send that returned `SendStatus::Pending` finished.
@@ -140,7 +147,7 @@ pub struct Stats {
 }
 
 pub struct Endpoint {
-    region: Region,
+    region: Arc<Region>,
     params: Params,
     limits: Limits,
     me: ProcessIdentity,
@@ -152,6 +159,8 @@ pub struct Endpoint {
     out: Vec<OutPeer>,
     out_by_name: HashMap<String, PeerId>,
     inp: HashMap<SrcId, InPeer>,
+    /// Senders we dropped (dead or disconnected): their queued commands still hold our buffers.
+    forgotten: std::collections::HashSet<SrcId>,
     pending: HashMap<u64, PendingSend>,
     sar_tx: VecDeque<u64>,
     sar_rx: HashMap<(SrcId, u64), SarRx>,
@@ -182,7 +191,7 @@ impl Endpoint {
             max_msg_size: params.max_msg_size,
         };
         Ok(Endpoint {
-            region,
+            region: Arc::new(region),
             limits,
             me: ProcessIdentity::current()?,
             cma_ok,
@@ -194,6 +203,7 @@ impl Endpoint {
             out: Vec::new(),
             out_by_name: HashMap::new(),
             inp: HashMap::new(),
+            forgotten: std::collections::HashSet::new(),
             pending: HashMap::new(),
             sar_tx: VecDeque::new(),
             sar_rx: HashMap::new(),
@@ -275,6 +285,11 @@ impl Endpoint {
         crate::wake::wait(self.region.wake_word(), timeout, ready);
     }
 
+    /// A handle to sleep on this endpoint's wake word without holding the endpoint.
+    pub fn wait_handle(&self) -> WaitHandle {
+        WaitHandle { region: Arc::clone(&self.region) }
+    }
+
     fn new_msg_id(&mut self) -> u64 {
         let id = self.next_msg_id;
         self.next_msg_id += 1;
@@ -285,6 +300,30 @@ impl Endpoint {
         let k = self.next_key;
         self.next_key += 1;
         k
+    }
+}
+
+/// Sleeping on an endpoint from outside its lock. The protocol that loses no wake-up:
+/// `let seq = h.arm();` then drain the endpoint (`progress`) and, only if that found nothing,
+/// `h.sleep(seq, timeout)`; in every case `h.disarm()` afterwards. A sender that publishes after
+/// `arm` bumps the sequence, so `sleep` returns at once; one that published before is seen by
+/// the drain.
+#[derive(Clone)]
+pub struct WaitHandle {
+    region: Arc<Region>,
+}
+
+impl WaitHandle {
+    pub fn arm(&self) -> u32 {
+        crate::wake::arm(self.region.wake_word())
+    }
+
+    pub fn sleep(&self, seq: u32, timeout: Option<Duration>) {
+        crate::wake::sleep(self.region.wake_word(), seq, timeout)
+    }
+
+    pub fn disarm(&self) {
+        crate::wake::disarm(self.region.wake_word())
     }
 }
 

@@ -34,6 +34,17 @@ pub(super) struct Link {
     pub last_request: Instant,
     /// Cleared when the peer's kernel refused CMA.
     pub cma: bool,
+    /// Sent to since the last liveness check: a peer we talk to is watched even when nothing
+    /// waits on it, so sends to a dead one fail instead of filling its queue.
+    pub used: bool,
+    pub last_check: Instant,
+}
+
+impl Link {
+    /// The owner of the region we send to is gone (or its file was cut short).
+    pub fn owner_gone(&self) -> bool {
+        !(self.region.owner().is_alive() && self.region.intact())
+    }
 }
 
 /// A peer that sends to us.
@@ -120,7 +131,8 @@ impl Endpoint {
             };
             let slot = claim_slot(&region, &my_name, me, my_inc)?;
             let cma = region.flags() & crate::layout::FLAG_CMA != 0;
-            p.link = Some(Link { region, slot, acked: false, last_request: Instant::now(), cma });
+            let now = Instant::now();
+            p.link = Some(Link { region, slot, acked: false, last_request: now, cma, used: false, last_check: now });
             p.dead = false;
             p.absent_since = None;
             let link = p.link.as_mut().expect("just set");
@@ -158,6 +170,7 @@ impl Endpoint {
         if region.incarnation() != incarnation || region.owner() != ident {
             return Err(Error::Corrupt("peer entry does not match the region it names"));
         }
+        self.forgotten.remove(&src);
         self.inp.insert(src, InPeer { name, region, ident, incarnation });
         self.send_resp(src, RespEntry { kind: resp::CONN_ACK, status: Status::Ok as u32, msg_id: 0, value: src as u64 });
         Ok(())
@@ -209,22 +222,28 @@ impl Endpoint {
         }
     }
 
-    /// Check peers that operations wait on; fail what waits on the dead. Returns events raised.
+    /// Check peers we use or that operations wait on; fail what waits on the dead. Returns
+    /// the number of completions raised.
     pub(super) fn check_peers(&mut self, h: &mut impl Handler) -> usize {
         let mut events = 0;
         let waited: std::collections::HashSet<PeerId> = self.pending.values().map(|s| s.peer).collect();
-        for id in 0..self.out.len() as PeerId {
-            let p = &mut self.out[id as usize];
-            let Some(link) = &p.link else { continue };
-            if !waited.contains(&id) && link.acked {
+        for (id, p) in self.out.iter_mut().enumerate() {
+            let Some(link) = &mut p.link else { continue };
+            let watched = waited.contains(&(id as PeerId)) || !link.acked || link.used;
+            link.used = false;
+            if !watched {
                 continue;
             }
-            if link.region.owner().is_alive() && link.region.intact() {
-                continue;
+            link.last_check = Instant::now();
+            if link.owner_gone() {
+                p.link = None;
+                p.dead = true;
             }
-            p.link = None;
-            p.dead = true;
-            events += self.fail_sends_to(id, h);
+        }
+        for id in waited {
+            if self.out.get(id as usize).is_some_and(|p| p.dead) {
+                events += self.fail_sends_to(id, h);
+            }
         }
         let dead: Vec<SrcId> = self.inp.iter().filter(|(_, p)| !p.ident.is_alive()).map(|(&s, _)| s).collect();
         for src in dead {
@@ -233,9 +252,29 @@ impl Endpoint {
         events
     }
 
+    /// A send to `peer` found its queue or pool full: if its owner died, say so (rate-limited
+    /// to one check per liveness interval).
+    pub(super) fn check_full_peer(&mut self, peer: PeerId) -> Error {
+        let interval = self.params.liveness_interval;
+        let Some(p) = self.out.get_mut(peer as usize) else { return Error::Again };
+        let Some(link) = &mut p.link else { return Error::Again };
+        if link.last_check.elapsed() < interval {
+            return Error::Again;
+        }
+        link.last_check = Instant::now();
+        if link.owner_gone() {
+            p.link = None;
+            p.dead = true;
+            return Error::PeerDead;
+        }
+        Error::Again
+    }
+
     /// Drop a sender: fail its partial receives, free its table entry.
     pub(super) fn forget_in_peer(&mut self, src: SrcId, h: &mut impl Handler) -> usize {
-        self.inp.remove(&src);
+        if self.inp.remove(&src).is_some() {
+            self.forgotten.insert(src);
+        }
         if let Some(slot) = self.region.peer_slots().get(src as usize) {
             slot.state.store(SLOT_FREE, Ordering::Release);
         }

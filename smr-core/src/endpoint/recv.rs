@@ -83,7 +83,10 @@ impl Endpoint {
             Command::Msg { src, msg_id, ack, hdr, body } => {
                 if !self.inp.contains_key(&src) && self.accept(src, h).is_err() {
                     self.stats.corrupt_commands += 1;
-                    self.release_buffers(&body);
+                    // Only a sender we knew (now dead) really holds buffers of ours.
+                    if self.forgotten.contains(&src) {
+                        self.release_buffers(&body);
+                    }
                     return;
                 }
                 self.on_msg(src, msg_id, ack, hdr, body, h);
@@ -107,7 +110,8 @@ impl Endpoint {
 
     fn offer(&mut self, src: SrcId, hdr: MsgHeader, h: &mut impl Handler) -> (MsgKey, Disposition) {
         let key = self.new_key();
-        (key, h.on_message(&Incoming { key, src, hdr }))
+        let name = self.inp.get(&src).map_or("", |p| p.name.as_str());
+        (key, h.on_message_from(&Incoming { key, src, hdr }, name))
     }
 
     fn on_msg(&mut self, src: SrcId, msg_id: u64, ack: bool, hdr: MsgHeader, body: Body, h: &mut impl Handler) {
@@ -221,8 +225,12 @@ impl Endpoint {
         let geo = *self.region.geometry();
         let source = geo.sar_offset(seg.buf).and_then(|off| self.region.mapping().bytes_ptr(off, u64::from(seg.len)));
         let Some(rx) = self.sar_rx.get_mut(&(src, msg_id)) else {
+            // A segment of a message we gave up on (its sender died) still holds a buffer of
+            // ours; one from a stranger refers to a buffer that is not its own to return.
             self.stats.corrupt_commands += 1;
-            let _ = self.region.sar_stack().push(seg.buf);
+            if self.forgotten.contains(&src) {
+                let _ = self.region.sar_stack().push(seg.buf);
+            }
             return;
         };
         if let Ok(ptr) = source {

@@ -40,7 +40,18 @@ impl Endpoint {
         }
         let (inline_max, inject_max, my_cma) = (self.params.inline_max, self.params.inject_max, self.cma_ok);
         let msg_id = self.new_msg_id();
+        let result = self.start_send(peer, msg_id, hdr, buf, opts, (inline_max, inject_max, my_cma));
+        match result {
+            Err(Error::Again) => Err(self.check_full_peer(peer)),
+            other => other,
+        }
+    }
+
+    fn start_send(&mut self, peer: PeerId, msg_id: u64, hdr: MsgHeader, buf: LocalIov, opts: SendOpts, limits: (usize, usize, bool)) -> Result<SendStatus> {
+        let len = buf.len();
+        let (inline_max, inject_max, my_cma) = limits;
         let link = self.link(peer)?;
+        link.used = true;
         let ack = opts.delivery_complete;
         let mut entry = CmdEntry::message(link.slot, msg_id, &hdr, ack);
         if len <= inline_max {

@@ -1,6 +1,5 @@
-//! Minimal reproductions of engine bugs these tests found. Each is `#[ignore]`d with a one-line
-//! description until smr-core is fixed; run them with `cargo test -p rshm-tests --test
-//! engine_bugs -- --ignored`.
+//! Regression tests: minimal reproductions of engine bugs the multi-process tests found
+//! (regions opened while being created, stale links to dead peers, stray buffer releases).
 
 use rshm_tests::*;
 use smr_core::cmd::{op, CmdEntry, MsgHeader, SarSeg};
@@ -28,9 +27,6 @@ impl Drop for ShmFile {
 /// other than `NoSuchPeer`/`Again` through. Processes started together hit this (the
 /// all-to-all test did, about one run in four, before it was made to wait for every `READY`).
 #[test]
-#[ignore = "engine bug: send to a region still being created fails with Corrupt instead of Again \
-            (region.rs Region::open checks magic before ready; shm.rs Mapping::open rejects the \
-            empty file; endpoint/peers.rs link() passes Corrupt through)"]
 fn send_to_a_peer_region_being_created_answers_again() {
     let name = unique_name("halfc");
     let path = format!("/dev/shm/{name}");
@@ -65,7 +61,6 @@ fn send_to_a_peer_region_being_created_answers_again() {
 /// `Mapping::open`), and `reclaim_if_stale` (region.rs) unlinks on `Err(Corrupt(_))`: the second
 /// creator deletes the first one's file and both believe they own the name.
 #[test]
-#[ignore = "engine bug: Endpoint::create unlinks a young empty region file (another process             between shm_open and ftruncate) instead of answering AddrInUse (region.rs inspect /             reclaim_if_stale, shm.rs Mapping::open)"]
 fn creating_over_a_region_file_being_created_is_refused() {
     let name = unique_name("halfe");
     std::fs::OpenOptions::new()
@@ -91,9 +86,6 @@ fn creating_over_a_region_file_being_created_is_refused() {
 /// that takes over the name is never mapped. (`kill.rs` has the `Again`-forever half as
 /// `receiver_killed_during_inject_stream_fails_the_sender`.)
 #[test]
-#[ignore = "engine bug: a stale acked link with nothing pending is never re-checked, so sends \
-            without delivery-complete never reach a restarted peer (endpoint/peers.rs \
-            check_peers skips acked idle links; link() reuses them)"]
 fn sends_without_pending_operations_reach_a_restarted_peer() {
     let mut sc = Scenario::new(PEER, "bugre");
     let victim = sc.name("r");
@@ -152,8 +144,6 @@ fn exchange(a: &mut Node, b: &mut Node, n: usize) {
 /// buffer 0: all segments of a real message then share it and the data is garbage. The same
 /// holds for MSG commands from an unconnected source (`handle_command` -> `release_buffers`).
 #[test]
-#[ignore = "engine bug: a stray SAR_SEG frees its (already free) SAR buffer again, making the \
-            free stack cyclic; later SAR messages are corrupted (endpoint/recv.rs on_segment)"]
 fn a_strangers_sar_segment_does_not_corrupt_later_sar_messages() {
     let mut a = Node::create(&unique_name("dfsa"), params(true)).unwrap();
     let mut b = Node::create(&unique_name("dfsb"), params(true)).unwrap();
@@ -190,9 +180,6 @@ fn a_strangers_sar_segment_does_not_corrupt_later_sar_messages() {
 /// `release_buffers` (endpoint/recv.rs `handle_command`), although the buffer was never taken.
 /// Two real inject messages sent back to back then share a buffer and the first is overwritten.
 #[test]
-#[ignore = "engine bug: an INJECT command from an unconnected source frees its (already free) \
-            inject buffer again; later inject messages share buffers (endpoint/recv.rs \
-            handle_command -> release_buffers)"]
 fn a_strangers_inject_message_does_not_corrupt_later_inject_messages() {
     let mut a = Node::create(&unique_name("dfia"), params(false)).unwrap();
     let mut b = Node::create(&unique_name("dfib"), params(false)).unwrap();
