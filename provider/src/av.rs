@@ -93,7 +93,7 @@ pub unsafe fn get<'a>(fid: *const ffi::fid) -> FiResult<&'a Av> {
 }
 
 /// `fi_av_open`.
-pub unsafe extern "C" fn av_open(domain: *mut ffi::fid_domain, attr: *mut ffi::fi_av_attr, av: *mut *mut ffi::fid_av, context: *mut c_void) -> i32 {
+pub(crate) unsafe extern "C" fn av_open(domain: *mut ffi::fid_domain, attr: *mut ffi::fi_av_attr, av: *mut *mut ffi::fid_av, context: *mut c_void) -> i32 {
     crate::guard("fi_av_open", FiError::OTHER.code(), || {
         int_ret((|| -> FiResult<()> {
             // SAFETY: libfabric contract.

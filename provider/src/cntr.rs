@@ -53,7 +53,7 @@ pub unsafe fn get<'a>(fid: *const ffi::fid) -> FiResult<&'a Cntr> {
 }
 
 /// `fi_cntr_open`.
-pub unsafe extern "C" fn cntr_open(domain: *mut ffi::fid_domain, attr: *mut ffi::fi_cntr_attr, cntr: *mut *mut ffi::fid_cntr, context: *mut c_void) -> i32 {
+pub(crate) unsafe extern "C" fn cntr_open(domain: *mut ffi::fid_domain, attr: *mut ffi::fi_cntr_attr, cntr: *mut *mut ffi::fid_cntr, context: *mut c_void) -> i32 {
     crate::guard("fi_cntr_open", FiError::OTHER.code(), || {
         int_ret((|| -> FiResult<()> {
             // SAFETY: libfabric contract.

@@ -75,7 +75,10 @@ pub fn alloc_info() -> *mut ffi::fi_info {
 }
 
 /// Free an info list with the core's allocator.
-pub fn free_info(info: *mut ffi::fi_info) {
+///
+/// # Safety
+/// `info` must be NULL or a list allocated by the core (`alloc_info`), not used afterwards.
+pub unsafe fn free_info(info: *mut ffi::fi_info) {
     if !info.is_null() {
         // SAFETY: `info` came from `alloc_info` (the core's allocator).
         unsafe { ffi::fi_freeinfo(info) };

@@ -84,7 +84,7 @@ pub unsafe fn get<'a>(cq: *const ffi::fid) -> FiResult<&'a Cq> {
 }
 
 /// `fi_cq_open`.
-pub unsafe extern "C" fn cq_open(domain: *mut ffi::fid_domain, attr: *mut ffi::fi_cq_attr, cq: *mut *mut ffi::fid_cq, context: *mut c_void) -> i32 {
+pub(crate) unsafe extern "C" fn cq_open(domain: *mut ffi::fid_domain, attr: *mut ffi::fi_cq_attr, cq: *mut *mut ffi::fid_cq, context: *mut c_void) -> i32 {
     crate::guard("fi_cq_open", FiError::OTHER.code(), || {
         int_ret((|| -> FiResult<()> {
             // SAFETY: libfabric contract.
@@ -162,7 +162,7 @@ unsafe extern "C" fn cq_control(fid: *mut ffi::fid, command: c_int, _arg: *mut c
 /// `buf` must hold at least `i + 1` entries of `format`.
 unsafe fn write_entry(buf: *mut c_void, i: usize, format: ffi::fi_cq_format, c: &Completion) {
     let ctx = c.op_context as *mut c_void;
-    // SAFETY (all arms): per the contract, entry `i` of the caller's array is writable.
+    // SAFETY: (all arms) per the contract, entry `i` of the caller's array is writable.
     unsafe {
         match format {
             ffi::FI_CQ_FORMAT_CONTEXT => buf.cast::<ffi::fi_cq_entry>().add(i).write_unaligned(ffi::fi_cq_entry { op_context: ctx }),

@@ -45,7 +45,7 @@ static EQ_OPS: ffi::fi_ops_eq = ffi::fi_ops_eq {
 };
 
 /// `fi_eq_open`.
-pub unsafe extern "C" fn eq_open(fabric: *mut ffi::fid_fabric, attr: *mut ffi::fi_eq_attr, eq: *mut *mut ffi::fid_eq, context: *mut c_void) -> i32 {
+pub(crate) unsafe extern "C" fn eq_open(fabric: *mut ffi::fid_fabric, attr: *mut ffi::fi_eq_attr, eq: *mut *mut ffi::fid_eq, context: *mut c_void) -> i32 {
     crate::guard("fi_eq_open", FiError::OTHER.code(), || {
         int_ret((|| -> FiResult<()> {
             // SAFETY: libfabric contract.

@@ -16,27 +16,27 @@ impl FiError {
     pub const NODATA: FiError = FiError(ffi::FI_ENODATA);
     pub const NOSYS: FiError = FiError(ffi::FI_ENOSYS);
     pub const BUSY: FiError = FiError(ffi::FI_EBUSY);
-    pub const BADFLAGS: FiError = FiError(ffi::FI_EBADFLAGS as u32);
+    pub const BADFLAGS: FiError = FiError(ffi::FI_EBADFLAGS as _);
     pub const OPNOTSUPP: FiError = FiError(ffi::FI_EOPNOTSUPP);
     pub const NOENT: FiError = FiError(ffi::FI_ENOENT);
-    pub const TRUNC: FiError = FiError(ffi::FI_ETRUNC as u32);
+    pub const TRUNC: FiError = FiError(ffi::FI_ETRUNC as _);
     pub const IO: FiError = FiError(ffi::FI_EIO);
     pub const CANCELED: FiError = FiError(ffi::FI_ECANCELED);
-    pub const OTHER: FiError = FiError(ffi::FI_EOTHER as u32);
+    pub const OTHER: FiError = FiError(ffi::FI_EOTHER as _);
     pub const ADDRNOTAVAIL: FiError = FiError(ffi::FI_EADDRNOTAVAIL);
     pub const NOTCONN: FiError = FiError(ffi::FI_ENOTCONN);
-    pub const TOOSMALL: FiError = FiError(ffi::FI_ETOOSMALL as u32);
+    pub const TOOSMALL: FiError = FiError(ffi::FI_ETOOSMALL as _);
     pub const MSGSIZE: FiError = FiError(ffi::FI_EMSGSIZE);
     pub const ADDRINUSE: FiError = FiError(ffi::FI_EADDRINUSE);
-    pub const AVAIL: FiError = FiError(ffi::FI_EAVAIL as u32);
+    pub const AVAIL: FiError = FiError(ffi::FI_EAVAIL as _);
     pub const TIMEDOUT: FiError = FiError(ffi::FI_ETIMEDOUT);
     pub const ACCES: FiError = FiError(ffi::FI_EACCES);
-    pub const NOKEY: FiError = FiError(ffi::FI_ENOKEY as u32);
-    pub const NOCQ: FiError = FiError(ffi::FI_ENOCQ as u32);
+    pub const NOKEY: FiError = FiError(ffi::FI_ENOKEY as _);
+    pub const NOCQ: FiError = FiError(ffi::FI_ENOCQ as _);
     pub const NOPROTOOPT: FiError = FiError(ffi::FI_ENOPROTOOPT);
     pub const NOMSG: FiError = FiError(ffi::FI_ENOMSG);
-    pub const NOAV: FiError = FiError(ffi::FI_ENOAV as u32);
-    pub const KEYREJECTED: FiError = FiError(ffi::FI_EKEYREJECTED as u32);
+    pub const NOAV: FiError = FiError(ffi::FI_ENOAV as _);
+    pub const KEYREJECTED: FiError = FiError(ffi::FI_EKEYREJECTED as _);
 
     /// The value an `int`-returning entry point returns.
     pub fn code(self) -> i32 {

@@ -138,7 +138,7 @@ impl Hints<'_> {
         }
         // SAFETY: as above.
         if let Some(rx) = unsafe { h.rx_attr.as_ref() } {
-            if rx.caps & !all_caps() != 0 || rx.iov_limit > IOV_LIMIT || rx.total_buffered_recv > 0 && rx.total_buffered_recv > usize::MAX / 2 {
+            if rx.caps & !all_caps() != 0 || rx.iov_limit > IOV_LIMIT {
                 return Some("rx attributes beyond what rshm offers");
             }
             if rx.msg_order & !(MSG_ORDER | ffi::FI_ORDER_NONE as u64) != 0 {
@@ -229,8 +229,8 @@ fn fill(info: &mut ffi::fi_info, ep_type: ffi::fi_ep_type, version: u32, hints: 
     let (tx, rx, ep, dom, fab) = unsafe {
         (&mut *info.tx_attr, &mut *info.rx_attr, &mut *info.ep_attr, &mut *info.domain_attr, &mut *info.fabric_attr)
     };
-    // SAFETY: hint attribute pointers are NULL or valid for the call.
     let (h_tx, h_rx, h_ep, h_dom) = match hints {
+        // SAFETY: hint attribute pointers are NULL or valid for the call.
         Some(h) => unsafe { (h.tx_attr.as_ref(), h.rx_attr.as_ref(), h.ep_attr.as_ref(), h.domain_attr.as_ref()) },
         None => (None, None, None, None),
     };
@@ -310,7 +310,8 @@ pub fn getinfo(version: u32, node: Option<&str>, service: Option<&str>, flags: u
         }
         let info = alloc_info();
         if info.is_null() {
-            free_info(head);
+            // SAFETY: `head` is NULL or the list we built from core allocations.
+            unsafe { free_info(head) };
             return Err(FiError::NOMEM);
         }
         // SAFETY: freshly allocated by the core and exclusively ours.
@@ -330,7 +331,7 @@ pub fn getinfo(version: u32, node: Option<&str>, service: Option<&str>, flags: u
 }
 
 /// `fi_provider::getinfo`.
-pub unsafe extern "C" fn rshm_getinfo(
+pub(crate) unsafe extern "C" fn rshm_getinfo(
     version: u32,
     node: *const c_char,
     service: *const c_char,

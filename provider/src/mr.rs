@@ -71,7 +71,7 @@ fn register(fid: *mut ffi::fid, iov: Vec<(usize, usize)>, access: u64, requested
 }
 
 /// `fi_mr_reg`.
-pub unsafe extern "C" fn mr_reg(fid: *mut ffi::fid, buf: *const c_void, len: usize, access: u64, _offset: u64, requested_key: u64, flags: u64, mr: *mut *mut ffi::fid_mr, context: *mut c_void) -> i32 {
+pub(crate) unsafe extern "C" fn mr_reg(fid: *mut ffi::fid, buf: *const c_void, len: usize, access: u64, _offset: u64, requested_key: u64, flags: u64, mr: *mut *mut ffi::fid_mr, context: *mut c_void) -> i32 {
     crate::guard("fi_mr_reg", FiError::OTHER.code(), || {
         if buf.is_null() && len > 0 {
             return FiError::INVAL.code();
@@ -81,7 +81,7 @@ pub unsafe extern "C" fn mr_reg(fid: *mut ffi::fid, buf: *const c_void, len: usi
 }
 
 /// `fi_mr_regv`.
-pub unsafe extern "C" fn mr_regv(fid: *mut ffi::fid, iov: *const ffi::iovec, count: usize, access: u64, _offset: u64, requested_key: u64, flags: u64, mr: *mut *mut ffi::fid_mr, context: *mut c_void) -> i32 {
+pub(crate) unsafe extern "C" fn mr_regv(fid: *mut ffi::fid, iov: *const ffi::iovec, count: usize, access: u64, _offset: u64, requested_key: u64, flags: u64, mr: *mut *mut ffi::fid_mr, context: *mut c_void) -> i32 {
     crate::guard("fi_mr_regv", FiError::OTHER.code(), || {
         if iov.is_null() && count > 0 {
             return FiError::INVAL.code();
@@ -94,7 +94,7 @@ pub unsafe extern "C" fn mr_regv(fid: *mut ffi::fid, iov: *const ffi::iovec, cou
 
 /// `fi_mr_regattr`: reads only the fields every API version defines up to `requested_key` and
 /// `context` (the struct grew later).
-pub unsafe extern "C" fn mr_regattr(fid: *mut ffi::fid, attr: *const ffi::fi_mr_attr, flags: u64, mr: *mut *mut ffi::fid_mr) -> i32 {
+pub(crate) unsafe extern "C" fn mr_regattr(fid: *mut ffi::fid, attr: *const ffi::fi_mr_attr, flags: u64, mr: *mut *mut ffi::fid_mr) -> i32 {
     crate::guard("fi_mr_regattr", FiError::OTHER.code(), || {
         // SAFETY: the caller's attr.
         let Some(attr) = (unsafe { attr.as_ref() }) else { return FiError::INVAL.code() };

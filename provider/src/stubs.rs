@@ -10,7 +10,7 @@ const NOSYS: c_int = -(ffi::FI_ENOSYS as c_int);
 macro_rules! nosys {
     ($($name:ident($($arg:ty),*) -> $ret:ty;)*) => {
         $(
-            pub unsafe extern "C" fn $name($(_: $arg),*) -> $ret {
+            pub(crate) unsafe extern "C" fn $name($(_: $arg),*) -> $ret {
                 NOSYS as $ret
             }
         )*

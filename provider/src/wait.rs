@@ -5,7 +5,7 @@ use crate::error::FiError;
 use rshm_ffi as ffi;
 
 /// `fi_trywait`: `-FI_EAGAIN` if any CQ has completions ready, else 0.
-pub unsafe extern "C" fn trywait(_fabric: *mut ffi::fid_fabric, fids: *mut *mut ffi::fid, count: i32) -> i32 {
+pub(crate) unsafe extern "C" fn trywait(_fabric: *mut ffi::fid_fabric, fids: *mut *mut ffi::fid, count: i32) -> i32 {
     crate::guard("fi_trywait", FiError::OTHER.code(), || {
         if fids.is_null() || count < 0 {
             return FiError::INVAL.code();

@@ -159,7 +159,7 @@ fn generated_name() -> String {
 }
 
 /// `fi_endpoint`.
-pub unsafe extern "C" fn endpoint_open(domain: *mut ffi::fid_domain, info: *mut ffi::fi_info, ep: *mut *mut ffi::fid_ep, context: *mut c_void) -> i32 {
+pub(crate) unsafe extern "C" fn endpoint_open(domain: *mut ffi::fid_domain, info: *mut ffi::fi_info, ep: *mut *mut ffi::fid_ep, context: *mut c_void) -> i32 {
     crate::guard("fi_endpoint", FiError::OTHER.code(), || {
         int_ret((|| -> FiResult<()> {
             // SAFETY: libfabric contract.
