@@ -32,6 +32,47 @@ impl ProcessIdentity {
     }
 }
 
+/// A cheap, repeatable liveness check of one process: a pidfd (which pins the process, so a
+/// recycled pid cannot fool it) polled without blocking, or /proc where pidfds are unavailable.
+#[derive(Debug)]
+pub struct Watch {
+    ident: ProcessIdentity,
+    pidfd: Option<std::os::fd::OwnedFd>,
+}
+
+impl Watch {
+    pub fn new(ident: ProcessIdentity) -> Watch {
+        // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, ident.pid as libc::pid_t, 0) };
+        let pidfd = (fd >= 0).then(|| {
+            // SAFETY: a fresh fd returned by pidfd_open, owned by nobody else.
+            unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd as i32) }
+        });
+        // The pidfd names whatever process has the pid now: make sure it is the one we mean.
+        let pidfd = pidfd.filter(|_| ident.is_alive());
+        Watch { ident, pidfd }
+    }
+
+    pub fn ident(&self) -> ProcessIdentity {
+        self.ident
+    }
+
+    /// False once the process has exited (about a microsecond with a pidfd).
+    pub fn alive(&self) -> bool {
+        use std::os::fd::AsRawFd;
+        match &self.pidfd {
+            Some(fd) => {
+                let mut pfd = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+                // SAFETY: one valid pollfd, zero timeout.
+                let n = unsafe { libc::poll(&mut pfd, 1, 0) };
+                // A pidfd polls readable when its process exits.
+                !(n > 0 && pfd.revents & libc::POLLIN != 0)
+            }
+            None => self.ident.is_alive(),
+        }
+    }
+}
+
 struct Stat {
     state: char,
     start: u64,
@@ -83,5 +124,17 @@ mod tests {
         let ident = ProcessIdentity { pid: child.id(), start: start_time(child.id()).unwrap().unwrap_or(0) };
         child.wait().unwrap();
         assert!(!ident.is_alive());
+    }
+
+    #[test]
+    fn a_watch_sees_its_process_exit() {
+        let mut child = std::process::Command::new("sleep").arg("5").spawn().unwrap();
+        let ident = ProcessIdentity { pid: child.id(), start: start_time(child.id()).unwrap().unwrap() };
+        let watch = Watch::new(ident);
+        assert!(watch.alive());
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(!watch.alive());
+        assert!(!Watch::new(ProcessIdentity { start: 1, ..ident }).alive());
     }
 }

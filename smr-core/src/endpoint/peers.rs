@@ -10,7 +10,7 @@ use super::{Endpoint, Handler, PeerId, SrcId};
 use crate::cmd::{op, resp, CmdEntry, RespEntry, Status};
 use crate::error::{Error, Result};
 use crate::layout::{PeerSlot, NAME_MAX, SLOT_CLAIMED, SLOT_FREE, SLOT_READY};
-use crate::liveness::ProcessIdentity;
+use crate::liveness::{ProcessIdentity, Watch};
 use crate::region::{check_name, name_bytes, Region};
 use crate::ring::PushError;
 use crate::sync::Ordering;
@@ -38,12 +38,13 @@ pub(super) struct Link {
     /// waits on it, so sends to a dead one fail instead of filling its queue.
     pub used: bool,
     pub last_check: Instant,
+    pub owner: Watch,
 }
 
 impl Link {
     /// The owner of the region we send to is gone (or its file was cut short).
     pub fn owner_gone(&self) -> bool {
-        !(self.region.owner().is_alive() && self.region.intact())
+        !(self.owner.alive() && self.region.intact())
     }
 }
 
@@ -51,7 +52,7 @@ impl Link {
 pub(super) struct InPeer {
     pub name: String,
     pub region: Region,
-    pub ident: ProcessIdentity,
+    pub watch: Watch,
     pub incarnation: u64,
 }
 
@@ -132,7 +133,8 @@ impl Endpoint {
             let slot = claim_slot(&region, &my_name, me, my_inc)?;
             let cma = region.flags() & crate::layout::FLAG_CMA != 0;
             let now = Instant::now();
-            p.link = Some(Link { region, slot, acked: false, last_request: now, cma, used: false, last_check: now });
+            let owner = Watch::new(region.owner());
+            p.link = Some(Link { region, slot, acked: false, last_request: now, cma, used: false, last_check: now, owner });
             p.dead = false;
             p.absent_since = None;
             let link = p.link.as_mut().expect("just set");
@@ -171,7 +173,7 @@ impl Endpoint {
             return Err(Error::Corrupt("peer entry does not match the region it names"));
         }
         self.forgotten.remove(&src);
-        self.inp.insert(src, InPeer { name, region, ident, incarnation });
+        self.inp.insert(src, InPeer { name, region, watch: Watch::new(ident), incarnation });
         self.send_resp(src, RespEntry { kind: resp::CONN_ACK, status: Status::Ok as u32, msg_id: 0, value: src as u64 });
         Ok(())
     }
@@ -201,7 +203,7 @@ impl Endpoint {
     pub(super) fn flush_resp_backlog(&mut self) {
         while let Some((src, entry)) = self.resp_backlog.front().copied() {
             if self.try_resp(src, &entry) == Err(Error::Again) {
-                if self.inp.get(&src).is_some_and(|p| !p.ident.is_alive()) {
+                if self.inp.get(&src).is_some_and(|p| !p.watch.alive()) {
                     self.resp_backlog.pop_front();
                     continue;
                 }
@@ -245,7 +247,7 @@ impl Endpoint {
                 events += self.fail_sends_to(id, h);
             }
         }
-        let dead: Vec<SrcId> = self.inp.iter().filter(|(_, p)| !p.ident.is_alive()).map(|(&s, _)| s).collect();
+        let dead: Vec<SrcId> = self.inp.iter().filter(|(_, p)| !p.watch.alive()).map(|(&s, _)| s).collect();
         for src in dead {
             events += self.forget_in_peer(src, h);
         }

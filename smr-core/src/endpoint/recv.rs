@@ -212,10 +212,10 @@ impl Endpoint {
     fn cma_read(&self, src: SrcId, iovs: &[RemoteIov], dest: &mut LocalIov) -> Result<usize> {
         let peer = self.inp.get(&src).ok_or(Error::PeerDead)?;
         // A dead sender's pid may already belong to another process: never read it blindly.
-        if !peer.ident.is_alive() {
+        if !peer.watch.alive() {
             return Err(Error::PeerDead);
         }
-        match crate::cma::read_from(peer.ident.pid, iovs, dest, 0) {
+        match crate::cma::read_from(peer.watch.ident().pid, iovs, dest, 0) {
             Err(Error::Os(libc::ESRCH)) => Err(Error::PeerDead),
             other => other,
         }
