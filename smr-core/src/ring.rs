@@ -7,9 +7,13 @@
 //! waits: it either takes an entry or reports that none is ready.
 //!
 //! A producer that died between its claim and its publish would stall the consumer forever; the
-//! consumer can `skip` such a slot after a time the caller chooses. Publishing is a CAS, so a
-//! producer that was merely slow learns that its entry was skipped instead of corrupting a later
-//! lap's entry.
+//! consumer can `skip` such a slot after a time the caller chooses. Before it writes the entry, a
+//! producer moves the stamp from `pos` to `pos | WRITING` with a CAS; `skip` hands the slot to the
+//! next lap with a CAS from `pos`, so exactly one of them wins. A producer that was merely slow
+//! learns that its entry was skipped before it has touched the slot, instead of writing into a
+//! slot that may already hold a later lap's entry. The price: a slot whose producer is inside its
+//! copy (`WRITING`) cannot be skipped, so a producer that dies in the middle of its copy stalls
+//! the ring like a dead producer did before `skip` existed.
 //!
 //! Everything here works on references handed in by the caller: slices of a shared mapping in
 //! the real engine, heap allocations under loom.
@@ -19,6 +23,10 @@ use crate::sync::{spin_hint, AtomicU64, Ordering, UnsafeCell};
 
 /// How often a producer retries when other producers keep moving `tail` under it.
 const PRODUCER_RETRIES: u32 = 1 << 12;
+
+/// Stamp flag: the producer that claimed position `stamp & !WRITING` is copying its entry in.
+/// Positions never reach 2^63, so the flag cannot collide with a plain stamp.
+const WRITING: u64 = 1 << 63;
 
 /// One slot: the stamp and the entry it guards.
 #[repr(C)]
@@ -109,8 +117,11 @@ impl<'a, T: Pod> Ring<'a, T> {
             let tail = self.ctl.tail.load(Ordering::Relaxed);
             let slot = &self.slots[(tail & self.mask) as usize];
             let stamp = slot.stamp.load(Ordering::Acquire);
-            let lead = stamp.wrapping_sub(tail) as i64;
-            if lead == 0 {
+            // A producer copying into the slot for position `p` leaves `p | WRITING`: treat it as
+            // `p` for the lap arithmetic, but it is never free to claim.
+            let writing = stamp & WRITING != 0;
+            let lead = (stamp & !WRITING).wrapping_sub(tail) as i64;
+            if lead == 0 && !writing {
                 if self
                     .ctl
                     .tail
@@ -120,22 +131,36 @@ impl<'a, T: Pod> Ring<'a, T> {
                     spin_hint();
                     continue;
                 }
+                // Take the slot for writing *before* touching it. If the consumer skipped this
+                // position after our claim, its CAS moved the stamp to the next lap and this one
+                // fails: the slot may already belong to a later producer, so we must not write.
+                // (Writing first and publishing with a CAS, as this code once did, let a slow
+                // producer overwrite the next lap's entry: found by the loom model
+                // `ring_skipped_slot_reused_by_next_lap`.)
+                if slot
+                    .stamp
+                    .compare_exchange(tail, tail | WRITING, Ordering::Acquire, Ordering::Relaxed)
+                    .is_err()
+                {
+                    return Err(PushError::Skipped);
+                }
                 slot.value.with_mut(|cell| {
-                    // SAFETY: the successful CAS on `tail` gave this producer the slot for this
-                    // lap; the consumer does not read it before the stamp moves to `tail + 1`.
+                    // SAFETY: the CAS on `tail` gave this producer the position and the CAS to
+                    // `tail | WRITING` the slot: `skip` no longer takes it, no producer claims it
+                    // (its stamp is no lap's free stamp) and the consumer does not read it before
+                    // the stamp moves to `tail + 1`.
                     unsafe { core::ptr::write_volatile(cell, *value) }
                 });
-                return slot
-                    .stamp
-                    .compare_exchange(tail, tail + 1, Ordering::Release, Ordering::Relaxed)
-                    .map(|_| ())
-                    .map_err(|_| PushError::Skipped);
+                // Only this producer moves a stamp out of `WRITING`, so a plain store publishes.
+                slot.stamp.store(tail + 1, Ordering::Release);
+                return Ok(());
             }
             if lead < 0 {
-                // The slot still holds last lap's entry: the ring is full.
+                // The slot still holds (or is still receiving) last lap's entry: the ring is full.
                 return Err(PushError::Full);
             }
-            // Another producer claimed this position after we read `tail`.
+            // Another producer claimed this position after we read `tail` (it may still be
+            // copying its entry in, `lead == 0` with `WRITING`).
             spin_hint();
         }
         Err(PushError::Busy)
@@ -176,11 +201,12 @@ impl Consumer {
     }
 
     /// Give up on a head slot that stayed `Pending`: hand it to the next lap and move on.
-    /// Returns false if the entry got published meanwhile (then `pop` it instead).
+    /// Returns false if the entry got published meanwhile (then `pop` it instead), or if its
+    /// producer is copying the entry in right now (then it stays `Pending` until published).
     pub fn skip<T: Pod>(&mut self, ring: &Ring<'_, T>) -> bool {
         let slot = &ring.slots[(self.head & ring.mask) as usize];
         let stamp = slot.stamp.load(Ordering::Acquire);
-        if stamp == self.head.wrapping_add(1) {
+        if stamp == self.head.wrapping_add(1) || stamp == self.head | WRITING {
             return false;
         }
         let next_lap = self.head.wrapping_add(ring.capacity());
@@ -249,8 +275,12 @@ mod tests {
         assert_eq!(c.pop(&ring), Pop::Pending);
         assert!(c.skip(&ring));
         assert_eq!(c.pop(&ring), Pop::Item(Val(7)));
-        // The late producer's publish now fails instead of corrupting the next lap.
-        assert!(slots[0].stamp.compare_exchange(0, 1, Ordering::Release, Ordering::Relaxed).is_err());
+        // The late producer can no longer take the slot for writing, so it cannot corrupt the
+        // next lap's entry.
+        assert!(slots[0]
+            .stamp
+            .compare_exchange(0, WRITING, Ordering::Acquire, Ordering::Relaxed)
+            .is_err());
     }
 
     #[test]
