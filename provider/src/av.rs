@@ -30,10 +30,9 @@ impl AvState {
         self.by_name.get(name).copied()
     }
 
+    /// Every insert takes a new index, also for a name already present: with FI_AV_TABLE,
+    /// callers compute fi_addr values from insertion order (MPICH does).
     fn insert(&mut self, name: String) -> u64 {
-        if let Some(&addr) = self.by_name.get(&name) {
-            return addr;
-        }
         let addr = match self.free.pop() {
             Some(a) => {
                 self.names[a as usize] = Some(name.clone());
@@ -44,14 +43,21 @@ impl AvState {
                 (self.names.len() - 1) as u64
             }
         };
-        self.by_name.insert(name, addr);
+        // FI_SOURCE reports the first fi_addr a name was inserted as.
+        self.by_name.entry(name).or_insert(addr);
         addr
     }
 
     fn remove(&mut self, addr: u64) -> FiResult<()> {
         let slot = self.names.get_mut(addr as usize).ok_or(FiError::INVAL)?;
         let name = slot.take().ok_or(FiError::INVAL)?;
-        self.by_name.remove(&name);
+        if self.by_name.get(&name) == Some(&addr) {
+            self.by_name.remove(&name);
+            // Another entry of the same name, if any, now answers for it.
+            if let Some(other) = self.names.iter().position(|n| n.as_deref() == Some(name.as_str())) {
+                self.by_name.insert(name, other as u64);
+            }
+        }
         self.free.push(addr);
         Ok(())
     }

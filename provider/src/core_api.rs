@@ -61,6 +61,32 @@ macro_rules! info {
     };
 }
 
+#[macro_export]
+macro_rules! debug {
+    ($subsys:ident, $($arg:tt)*) => {
+        if $crate::core_api::debug_enabled() {
+            $crate::core_api::log($crate::core_api::Level::Debug, $crate::core_api::Subsys::$subsys,
+                module_path!(), line!(), &format!($($arg)*))
+        }
+    };
+}
+
+/// Whether debug logging is on for us: checked once, so data paths pay one load when off.
+pub fn debug_enabled() -> bool {
+    use std::sync::atomic::{AtomicU8, Ordering};
+    static STATE: AtomicU8 = AtomicU8::new(0);
+    match STATE.load(Ordering::Relaxed) {
+        1 => false,
+        2 => true,
+        _ => {
+            // SAFETY: our registered provider struct; the core only reads it.
+            let on = unsafe { ffi::fi_log_enabled(provider_ptr(), ffi::FI_LOG_DEBUG as _, ffi::FI_LOG_EP_DATA as _) } != 0;
+            STATE.store(if on { 2 } else { 1 }, Ordering::Relaxed);
+            on
+        }
+    }
+}
+
 /// The running core's API version (`fi_version()`).
 pub fn core_version() -> u32 {
     // SAFETY: no arguments, returns a constant.

@@ -43,6 +43,13 @@ pub struct Bindings {
     pub recv_cntr: Option<usize>,
 }
 
+/// Everything bound to an endpoint, so closing it unbinds all of it.
+#[derive(Debug, Default)]
+pub struct Bound {
+    pub cqs: Vec<usize>,
+    pub cntrs: Vec<usize>,
+}
+
 /// CQs and counters an endpoint reports into, borrowed from the domain state.
 pub struct Sinks<'a> {
     pub cqs: &'a mut Slab<CqState>,
@@ -52,6 +59,7 @@ pub struct Sinks<'a> {
 
 impl Sinks<'_> {
     fn report(&mut self, cq: Option<usize>, cntr: Option<usize>, event: CqEvent, wanted: bool) {
+        crate::debug!(EpData, "completion {event:?} wanted {wanted} cq {cq:?} cntr {cntr:?}");
         let failed = matches!(event, CqEvent::Failed { .. });
         if let Some(c) = cntr.and_then(|id| self.cntrs.get_mut(id)) {
             if failed {
@@ -87,6 +95,7 @@ pub struct EpState {
     pub rx_op_flags: u64,
     pub av: Option<usize>,
     pub bindings: Bindings,
+    pub bound: Bound,
     /// fi_addr -> engine peer, filled on first send.
     pub peers: HashMap<u64, PeerId>,
     pub rx: RxState,
@@ -191,6 +200,7 @@ pub(crate) unsafe extern "C" fn endpoint_open(domain: *mut ffi::fid_domain, info
                 rx_op_flags: rx_attr.map_or(0, |r| r.op_flags),
                 av: None,
                 bindings: Bindings::default(),
+                bound: Bound::default(),
                 peers: HashMap::new(),
                 rx: RxState::default(),
                 tx_ops: Slab::new(),
@@ -219,19 +229,20 @@ pub(crate) unsafe extern "C" fn endpoint_open(domain: *mut ffi::fid_domain, info
 }
 
 fn unbind_all(st: &mut DomainState, id: usize) {
-    let ep = &st.eps[id];
-    let b = ep.bindings;
-    for cq in [b.tx_cq, b.rx_cq].into_iter().flatten() {
+    let ep = &mut st.eps[id];
+    let bound = std::mem::take(&mut ep.bound);
+    let av = ep.av.take();
+    for cq in bound.cqs {
         if let Some(c) = st.cqs.get_mut(cq) {
             c.eps.retain(|&e| e != id);
         }
     }
-    for cntr in [b.send_cntr, b.recv_cntr].into_iter().flatten() {
+    for cntr in bound.cntrs {
         if let Some(c) = st.cntrs.get_mut(cntr) {
             c.eps.retain(|&e| e != id);
         }
     }
-    if let Some(av) = ep.av.and_then(|a| st.avs.get_mut(a)) {
+    if let Some(av) = av.and_then(|a| st.avs.get_mut(a)) {
         av.eps.retain(|&e| e != id);
     }
 }
@@ -289,6 +300,7 @@ fn bind(ep: &Ep, bfid: *mut ffi::fid, flags: u64) -> FiResult<()> {
             let eps = &mut st.cqs[cq.id].eps;
             if !eps.contains(&ep.id) {
                 eps.push(ep.id);
+                st.eps[ep.id].bound.cqs.push(cq.id);
             }
         }
         ffi::FI_CLASS_CNTR => {
@@ -307,6 +319,7 @@ fn bind(ep: &Ep, bfid: *mut ffi::fid, flags: u64) -> FiResult<()> {
             let eps = &mut st.cntrs[cntr.id].eps;
             if !eps.contains(&ep.id) {
                 eps.push(ep.id);
+                st.eps[ep.id].bound.cntrs.push(cntr.id);
             }
         }
         ffi::FI_CLASS_AV => {

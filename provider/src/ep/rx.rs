@@ -160,6 +160,7 @@ impl RxState {
 }
 
 fn complete_op(op: &RecvOp, result: smr_core::Result<usize>, sinks: &mut Sinks) {
+    crate::debug!(EpData, "recv done ctx {:#x} from {} tag {:#x} result {result:?} retire {}", op.ctx, op.src, op.hdr.tag, op.retire);
     let mut flags = recv_flags(&op.hdr);
     if op.retire {
         flags |= ffi::FI_MULTI_RECV as u64;
@@ -199,6 +200,7 @@ impl smr_core::endpoint::Handler for Handler<'_> {
     fn on_message_from(&mut self, msg: &Incoming, src_name: &str) -> Disposition {
         let src = self.av.and_then(|av| av.addr_of(src_name)).unwrap_or(ffi::FI_ADDR_NOTAVAIL);
         let wanted = !self.sinks.b.rx_selective;
+        crate::debug!(EpData, "arrived from {src} ({src_name}) len {} tag {:#x} app {}", msg.hdr.len, msg.hdr.tag, msg.hdr.app);
         match self.rx.take_posted(src, &msg.hdr, self.directed, wanted) {
             Some((op, dest)) => {
                 let ctx = self.rx.in_flight.insert(op) as u64;
@@ -245,6 +247,7 @@ pub struct PostCtx<'a, 'b> {
 /// Post a receive: match it against unexpected messages first, else queue it.
 pub fn post(ctx: PostCtx, mut recv: PostedRecv) -> Result<(), FiError> {
     let PostCtx { rx, engine, sinks, directed } = ctx;
+    crate::debug!(EpData, "post recv ctx {:#x} len {} src {} tagged {} tag {:#x} ignore {:#x} flags {:#x}", recv.ctx, recv.total(), recv.src, recv.tagged, recv.tag, recv.ignore, recv.flags);
     let wanted = !sinks.b.rx_selective || recv.flags & ffi::FI_COMPLETION as u64 != 0;
     let q = queue(recv.tagged);
     loop {

@@ -80,6 +80,7 @@ pub fn send(st: &mut DomainState, id: usize, args: SendArgs) -> FiResult<()> {
     // completes (for injects the engine copies it before returning).
     let buf = unsafe { super::rx::lend(&args.iov) };
     let engine = ep.engine.as_mut().expect("checked above");
+    crate::debug!(EpData, "send to {} len {len} tag {:?} data {:?} flags {:#x} ctx {:#x}", args.dest, args.tag, args.data, args.flags, args.ctx);
     match engine.send(peer, hdr, buf, opts) {
         Ok(SendStatus::Done) => {
             ep.tx_ops.remove(slot);
