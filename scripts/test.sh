@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Every test rshm has: formatting, lints, unit and multi-process tests, loom models.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step() { printf '\n== %s\n' "$*"; }
+
+step "cargo fmt --check"
+cargo fmt --all -- --check
+
+step "cargo clippy (-D warnings)"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+
+step "unit and multi-process tests"
+cargo test --workspace --locked
+
+step "loom models (LOOM_MAX_PREEMPTIONS=2)"
+LOOM_MAX_PREEMPTIONS=2 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
+    cargo test -p smr-core --release --locked --test loom_models
+
+step "real clients: fi_info, fi_pingpong, Open MPI and MPICH over rshm"
+bash scripts/build-provider.sh
+bash scripts/client-checks.sh
+
+step "rshm-regions: no stale regions left behind by the tests"
+cargo run -q -p smr-core --bin rshm-regions -- list
