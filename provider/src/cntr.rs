@@ -110,8 +110,7 @@ fn with_counter<T>(cntr: *mut ffi::fid_cntr, progress: bool, f: impl FnOnce(&mut
     let c = unsafe { get(cntr.cast()) }?;
     let mut st = c.shared.lock();
     if progress {
-        let eps = st.cntrs.get(c.id).ok_or(FiError::INVAL)?.eps.clone();
-        crate::ep::progress_eps(&mut st, &eps);
+        crate::ep::progress_cntr(&mut st, c.id);
     }
     Ok(f(st.cntrs.get_mut(c.id).ok_or(FiError::INVAL)?))
 }
@@ -149,12 +148,11 @@ fn wait(cntr: *mut ffi::fid_cntr, threshold: u64, timeout_ms: c_int) -> FiResult
     loop {
         let (value, errors, armed) = {
             let mut st = c.shared.lock();
-            let eps = st.cntrs.get(c.id).ok_or(FiError::INVAL)?.eps.clone();
-            let armed = crate::ep::wait_handle_for(&st, &eps).map(|h| {
+            let armed = crate::ep::wait_handle_for(&st, &st.cntrs.get(c.id).ok_or(FiError::INVAL)?.eps).map(|h| {
                 let seq = h.arm();
                 (h, seq)
             });
-            crate::ep::progress_eps(&mut st, &eps);
+            crate::ep::progress_cntr(&mut st, c.id);
             let s = &st.cntrs[c.id];
             (s.value, s.errors, armed)
         };

@@ -191,8 +191,10 @@ unsafe fn write_entry(buf: *mut c_void, i: usize, format: ffi::fi_cq_format, c: 
 
 /// Drive the CQ's endpoints, then take up to `count` completions.
 fn read_locked(st: &mut DomainState, id: usize, buf: *mut c_void, count: usize, src: *mut u64) -> FiResult<usize> {
-    let eps = st.cqs.get(id).ok_or(FiError::INVAL)?.eps.clone();
-    crate::ep::progress_eps(st, &eps);
+    if !st.cqs.contains(id) {
+        return Err(FiError::INVAL);
+    }
+    crate::ep::progress_cq(st, id);
     let cq = &mut st.cqs[id];
     match cq.events.front() {
         None => return Err(FiError::AGAIN),

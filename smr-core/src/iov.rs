@@ -7,10 +7,13 @@
 
 use crate::cmd::RemoteIov;
 
+/// (address, length) ranges; one or two live inline, so the common case allocates nothing.
+pub type Ranges = smallvec::SmallVec<[(usize, usize); 2]>;
+
 /// A list of caller-owned byte ranges, or an owned buffer.
 #[derive(Debug)]
 pub enum LocalIov {
-    Lent { parts: Vec<(usize, usize)>, total: usize },
+    Lent { parts: Ranges, total: usize },
     Owned(Vec<u8>),
 }
 
@@ -25,8 +28,17 @@ impl LocalIov {
     /// Every range must be valid for reads (and for writes, if used as a receive buffer), and must
     /// stay so, untouched by the caller, until the operation that takes it has completed.
     pub unsafe fn from_raw(parts: &[(*mut u8, usize)]) -> LocalIov {
-        let parts: Vec<(usize, usize)> =
-            parts.iter().filter(|(_, len)| *len > 0).map(|&(p, len)| (p as usize, len)).collect();
+        let parts: Ranges = parts.iter().filter(|(_, len)| *len > 0).map(|&(p, len)| (p as usize, len)).collect();
+        let total = parts.iter().map(|p| p.1).sum();
+        LocalIov::Lent { parts, total }
+    }
+
+    /// Lend (address, length) ranges to the engine.
+    ///
+    /// # Safety
+    /// As `from_raw`.
+    pub unsafe fn from_ranges(mut parts: Ranges) -> LocalIov {
+        parts.retain(|p| p.1 > 0);
         let total = parts.iter().map(|p| p.1).sum();
         LocalIov::Lent { parts, total }
     }

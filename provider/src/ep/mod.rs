@@ -20,7 +20,6 @@ use crate::stubs;
 use rshm_ffi as ffi;
 use slab::Slab;
 use smr_core::endpoint::{Endpoint, PeerId, WaitHandle};
-use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
@@ -96,8 +95,10 @@ pub struct EpState {
     pub av: Option<usize>,
     pub bindings: Bindings,
     pub bound: Bound,
-    /// fi_addr -> engine peer, filled on first send.
-    pub peers: HashMap<u64, PeerId>,
+    /// fi_addr -> engine peer, filled on first send (fi_addrs are dense AV indices).
+    pub peers: Vec<Option<PeerId>>,
+    /// Sender (engine source id) -> its name and fi_addr, for FI_SOURCE and directed receives.
+    pub src_addrs: Vec<Option<(Box<str>, u64)>>,
     pub rx: RxState,
     pub tx_ops: Slab<TxOp>,
     pub tx_size: usize,
@@ -201,7 +202,8 @@ pub(crate) unsafe extern "C" fn endpoint_open(domain: *mut ffi::fid_domain, info
                 av: None,
                 bindings: Bindings::default(),
                 bound: Bound::default(),
-                peers: HashMap::new(),
+                peers: Vec::new(),
+                src_addrs: Vec::new(),
                 rx: RxState::default(),
                 tx_ops: Slab::new(),
                 tx_size: tx_attr.map_or(0, |t| t.size).max(crate::getinfo::QUEUE_SIZE),
@@ -554,10 +556,22 @@ unsafe extern "C" fn ep_tx_size_left(ep: *mut ffi::fid_ep) -> isize {
     })
 }
 
-/// Drive the engines of `eps` (manual progress), delivering into their CQs and counters.
-pub fn progress_eps(st: &mut DomainState, eps: &[usize]) {
-    for &id in eps {
-        progress(st, id);
+/// Drive the endpoints bound to CQ `cq` (manual progress).
+pub fn progress_cq(st: &mut DomainState, cq: usize) {
+    let mut i = 0;
+    // Indexing instead of iterating: progress needs the state mutably, and the list is tiny.
+    while let Some(&ep) = st.cqs.get(cq).and_then(|c| c.eps.get(i)) {
+        progress(st, ep);
+        i += 1;
+    }
+}
+
+/// Drive the endpoints bound to counter `cntr`.
+pub fn progress_cntr(st: &mut DomainState, cntr: usize) {
+    let mut i = 0;
+    while let Some(&ep) = st.cntrs.get(cntr).and_then(|c| c.eps.get(i)) {
+        progress(st, ep);
+        i += 1;
     }
 }
 
@@ -568,7 +582,14 @@ pub fn progress(st: &mut DomainState, id: usize) {
     let directed = ep.directed();
     let Some(engine) = ep.engine.as_mut() else { return };
     let av = ep.av.and_then(|a| avs.get(a));
-    let mut handler = rx::Handler { rx: &mut ep.rx, tx_ops: &mut ep.tx_ops, sinks: Sinks { cqs, cntrs, b: ep.bindings }, av, directed };
+    let mut handler = rx::Handler {
+        rx: &mut ep.rx,
+        tx_ops: &mut ep.tx_ops,
+        sinks: Sinks { cqs, cntrs, b: ep.bindings },
+        av,
+        src_addrs: &mut ep.src_addrs,
+        directed,
+    };
     engine.progress(&mut handler);
 }
 
@@ -581,6 +602,7 @@ pub fn wait_handle_for(st: &DomainState, eps: &[usize]) -> Option<WaitHandle> {
 pub fn av_changed(st: &mut DomainState, ep: usize) {
     if let Some(s) = st.eps.get_mut(ep) {
         s.peers.clear();
+        s.src_addrs.clear();
     }
 }
 

@@ -8,25 +8,30 @@ use crate::domain::DomainState;
 use crate::error::{FiError, FiResult};
 use crate::getinfo::IOV_LIMIT;
 use rshm_ffi as ffi;
+use smr_core::iov::Ranges;
 use std::ffi::c_void;
 
 /// One buffer as an iov list.
-fn one(buf: *const c_void, len: usize) -> FiResult<Vec<(usize, usize)>> {
+fn one(buf: *const c_void, len: usize) -> FiResult<Ranges> {
     if buf.is_null() && len > 0 {
         return Err(FiError::INVAL);
     }
-    Ok(if len == 0 { Vec::new() } else { vec![(buf as usize, len)] })
+    let mut r = Ranges::new();
+    if len > 0 {
+        r.push((buf as usize, len));
+    }
+    Ok(r)
 }
 
 /// The caller's iovec array as an iov list.
 ///
 /// # Safety
 /// `iov` must be NULL or point to `count` iovecs.
-unsafe fn many(iov: *const ffi::iovec, count: usize) -> FiResult<Vec<(usize, usize)>> {
+unsafe fn many(iov: *const ffi::iovec, count: usize) -> FiResult<Ranges> {
     if count > IOV_LIMIT || (iov.is_null() && count > 0) {
         return Err(FiError::INVAL);
     }
-    let mut out = Vec::with_capacity(count);
+    let mut out = Ranges::with_capacity(count);
     for i in 0..count {
         // SAFETY: per the contract, `count` readable iovecs.
         let v = unsafe { *iov.add(i) };
@@ -98,11 +103,11 @@ fn recv(ep: *mut ffi::fid_ep, make: impl FnOnce(u64) -> FiResult<PostedRecv>, de
     })
 }
 
-fn posted(iov: Vec<(usize, usize)>, src: u64, ctx: *mut c_void, tagged: bool, tag: u64, ignore: u64, flags: u64) -> PostedRecv {
+fn posted(iov: Ranges, src: u64, ctx: *mut c_void, tagged: bool, tag: u64, ignore: u64, flags: u64) -> PostedRecv {
     PostedRecv { ctx: ctx as usize, iov, src, tag, ignore, tagged, flags, used: 0 }
 }
 
-fn args(iov: Vec<(usize, usize)>, dest: u64, ctx: *mut c_void, tag: Option<u64>, data: Option<u64>, flags: u64) -> SendArgs {
+fn args(iov: Ranges, dest: u64, ctx: *mut c_void, tag: Option<u64>, data: Option<u64>, flags: u64) -> SendArgs {
     SendArgs { iov, dest, ctx: ctx as usize, tag, data, flags }
 }
 

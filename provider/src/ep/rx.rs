@@ -14,7 +14,7 @@ use rshm_ffi as ffi;
 use slab::Slab;
 use smr_core::cmd::MsgHeader;
 use smr_core::endpoint::{Delivered, Disposition, Endpoint, Incoming, MsgKey};
-use smr_core::iov::LocalIov;
+use smr_core::iov::{LocalIov, Ranges};
 use smr_core::Error as EngineError;
 use std::collections::{HashMap, VecDeque};
 
@@ -22,7 +22,7 @@ use std::collections::{HashMap, VecDeque};
 #[derive(Debug, Clone)]
 pub struct PostedRecv {
     pub ctx: usize,
-    pub iov: Vec<(usize, usize)>,
+    pub iov: Ranges,
     pub src: u64,
     pub tag: u64,
     pub ignore: u64,
@@ -48,8 +48,8 @@ impl PostedRecv {
     }
 
     /// The part of the buffer from `off` on, `len` bytes at most.
-    fn range(&self, mut off: usize, mut len: usize) -> Vec<(usize, usize)> {
-        let mut out = Vec::new();
+    fn range(&self, mut off: usize, mut len: usize) -> Ranges {
+        let mut out = Ranges::new();
         for &(base, plen) in &self.iov {
             if len == 0 {
                 break;
@@ -113,7 +113,7 @@ impl RxState {
     }
 
     /// Find and remove (or carve, for multi-receive) a posted receive for this message.
-    fn take_posted(&mut self, src: u64, hdr: &MsgHeader, directed: bool, wanted_by_default: bool) -> Option<(RecvOp, Vec<(usize, usize)>)> {
+    fn take_posted(&mut self, src: u64, hdr: &MsgHeader, directed: bool, wanted_by_default: bool) -> Option<(RecvOp, Ranges)> {
         let tagged = hdr.app & APP_TAGGED != 0;
         let q = &mut self.posted[queue(tagged)];
         let at = q.iter().position(|r| r.matches(src, hdr.tag, directed))?;
@@ -189,7 +189,29 @@ pub struct Handler<'a> {
     pub tx_ops: &'a mut Slab<TxOp>,
     pub sinks: Sinks<'a>,
     pub av: Option<&'a AvState>,
+    pub src_addrs: &'a mut Vec<Option<(Box<str>, u64)>>,
     pub directed: bool,
+}
+
+impl Handler<'_> {
+    /// The fi_addr of a sender, cached per engine source id (checked against its name, since
+    /// a source id is reused after its sender goes away).
+    fn source(&mut self, src: smr_core::endpoint::SrcId, name: &str) -> u64 {
+        let at = src as usize;
+        if let Some(Some((cached, addr))) = self.src_addrs.get(at) {
+            if **cached == *name {
+                return *addr;
+            }
+        }
+        let addr = self.av.and_then(|av| av.addr_of(name)).unwrap_or(ffi::FI_ADDR_NOTAVAIL);
+        if at < 1 << 20 {
+            if self.src_addrs.len() <= at {
+                self.src_addrs.resize(at + 1, None);
+            }
+            self.src_addrs[at] = Some((name.into(), addr));
+        }
+        addr
+    }
 }
 
 impl smr_core::endpoint::Handler for Handler<'_> {
@@ -198,7 +220,7 @@ impl smr_core::endpoint::Handler for Handler<'_> {
     }
 
     fn on_message_from(&mut self, msg: &Incoming, src_name: &str) -> Disposition {
-        let src = self.av.and_then(|av| av.addr_of(src_name)).unwrap_or(ffi::FI_ADDR_NOTAVAIL);
+        let src = self.source(msg.src, src_name);
         let wanted = !self.sinks.b.rx_selective;
         crate::debug!(EpData, "arrived from {src} ({src_name}) len {} tag {:#x} app {}", msg.hdr.len, msg.hdr.tag, msg.hdr.app);
         match self.rx.take_posted(src, &msg.hdr, self.directed, wanted) {
@@ -206,7 +228,7 @@ impl smr_core::endpoint::Handler for Handler<'_> {
                 let ctx = self.rx.in_flight.insert(op) as u64;
                 // SAFETY: the ranges are the application's posted receive buffer, which it may
                 // not touch until the receive completes (libfabric's buffer contract).
-                let dest = unsafe { lend(&dest) };
+                let dest = unsafe { lend(dest) };
                 Disposition::Deliver { dest, ctx }
             }
             None => {
@@ -230,10 +252,9 @@ impl smr_core::endpoint::Handler for Handler<'_> {
 ///
 /// # Safety
 /// The ranges must stay valid and untouched until the operation completes.
-pub unsafe fn lend(parts: &[(usize, usize)]) -> LocalIov {
-    let raw: Vec<(*mut u8, usize)> = parts.iter().map(|&(p, l)| (p as *mut u8, l)).collect();
+pub unsafe fn lend(parts: Ranges) -> LocalIov {
     // SAFETY: per this function's contract.
-    unsafe { LocalIov::from_raw(&raw) }
+    unsafe { LocalIov::from_ranges(parts) }
 }
 
 /// Everything posting a receive needs from the endpoint state.
@@ -263,7 +284,7 @@ pub fn post(ctx: PostCtx, mut recv: PostedRecv) -> Result<(), FiError> {
             (recv.iov.clone(), false)
         };
         let op = RecvOp { ctx: recv.ctx, buf: dest.first().map_or(0, |p| p.0), src: u.src, hdr: u.hdr, wanted, retire };
-        deliver(rx, engine, sinks, u.key, op, &dest);
+        deliver(rx, engine, sinks, u.key, op, dest);
         if !recv.multi() || retire {
             return Ok(());
         }
@@ -272,7 +293,7 @@ pub fn post(ctx: PostCtx, mut recv: PostedRecv) -> Result<(), FiError> {
     Ok(())
 }
 
-fn deliver(rx: &mut RxState, engine: &mut Endpoint, sinks: &mut Sinks, key: MsgKey, op: RecvOp, dest: &[(usize, usize)]) {
+fn deliver(rx: &mut RxState, engine: &mut Endpoint, sinks: &mut Sinks, key: MsgKey, op: RecvOp, dest: Ranges) {
     let slot = rx.in_flight.insert(op);
     // SAFETY: the application's receive buffer, lent until completion.
     let lent = unsafe { lend(dest) };
@@ -326,6 +347,6 @@ pub fn claim(ctx: PostCtx, recv: &PostedRecv) -> Result<(), FiError> {
     }
     let wanted = !sinks.b.rx_selective || recv.flags & ffi::FI_COMPLETION as u64 != 0;
     let op = RecvOp { ctx: recv.ctx, buf: recv.iov.first().map_or(0, |p| p.0), src: u.src, hdr: u.hdr, wanted, retire: false };
-    deliver(rx, engine, sinks, u.key, op, &recv.iov);
+    deliver(rx, engine, sinks, u.key, op, recv.iov.clone());
     Ok(())
 }

@@ -8,6 +8,7 @@ use crate::getinfo::INJECT_SIZE;
 use rshm_ffi as ffi;
 use slab::Slab;
 use smr_core::cmd::MsgHeader;
+use smr_core::iov::Ranges;
 use smr_core::endpoint::{PeerId, SendOpts, SendStatus};
 
 /// A send waiting for the engine to finish it.
@@ -20,7 +21,7 @@ pub struct TxOp {
 
 /// What a send call asks for.
 pub struct SendArgs {
-    pub iov: Vec<(usize, usize)>,
+    pub iov: Ranges,
     pub dest: u64,
     pub ctx: usize,
     pub tag: Option<u64>,
@@ -30,7 +31,7 @@ pub struct SendArgs {
 }
 
 fn peer_for(ep: &mut EpState, avs: &Slab<crate::av::AvState>, dest: u64) -> FiResult<PeerId> {
-    if let Some(&p) = ep.peers.get(&dest) {
+    if let Some(&Some(p)) = ep.peers.get(dest as usize) {
         return Ok(p);
     }
     let av = ep.av.and_then(|a| avs.get(a)).ok_or(FiError::NOAV)?;
@@ -40,7 +41,11 @@ fn peer_for(ep: &mut EpState, avs: &Slab<crate::av::AvState>, dest: u64) -> FiRe
     })?;
     let engine = ep.engine.as_mut().ok_or(FiError::NOTCONN)?;
     let peer = engine.add_peer(name).map_err(FiError::from)?;
-    ep.peers.insert(dest, peer);
+    let at = dest as usize;
+    if ep.peers.len() <= at {
+        ep.peers.resize(at + 1, None);
+    }
+    ep.peers[at] = Some(peer);
     Ok(peer)
 }
 
@@ -76,11 +81,11 @@ pub fn send(st: &mut DomainState, id: usize, args: SendArgs) -> FiResult<()> {
     let op = TxOp { ctx: args.ctx, flags: ffi::FI_SEND as u64 | kind, wanted };
     let slot = ep.tx_ops.insert(op);
     let opts = SendOpts { cookie: slot as u64, delivery_complete: !inject && args.flags & ffi::FI_DELIVERY_COMPLETE as u64 != 0 };
+    crate::debug!(EpData, "send to {} len {len} tag {:?} data {:?} flags {:#x} ctx {:#x}", args.dest, args.tag, args.data, args.flags, args.ctx);
     // SAFETY: the application's send buffer, which it keeps unchanged until the send
     // completes (for injects the engine copies it before returning).
-    let buf = unsafe { super::rx::lend(&args.iov) };
+    let buf = unsafe { smr_core::iov::LocalIov::from_ranges(args.iov) };
     let engine = ep.engine.as_mut().expect("checked above");
-    crate::debug!(EpData, "send to {} len {len} tag {:?} data {:?} flags {:#x} ctx {:#x}", args.dest, args.tag, args.data, args.flags, args.ctx);
     match engine.send(peer, hdr, buf, opts) {
         Ok(SendStatus::Done) => {
             ep.tx_ops.remove(slot);
