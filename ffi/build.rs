@@ -27,7 +27,9 @@ fn main() {
         .header("wrapper.h")
         .clang_arg(format!("-I{include}"))
         .allowlist_type("fi_.*|fid.*|fi_ops.*")
-        .allowlist_function("fi_(dupinfo|freeinfo|version|log|log_enabled|param_define|param_get|strerror|tostr|tostr_r)")
+        .allowlist_function(
+            "fi_(dupinfo|freeinfo|version|log|log_enabled|param_define|param_get|strerror|tostr|tostr_r)",
+        )
         .allowlist_var("FI_.*|FID_.*|FI_E.*")
         .derive_default(true)
         .layout_tests(true)

@@ -99,7 +99,12 @@ pub unsafe fn get<'a>(fid: *const ffi::fid) -> FiResult<&'a Av> {
 }
 
 /// `fi_av_open`.
-pub(crate) unsafe extern "C" fn av_open(domain: *mut ffi::fid_domain, attr: *mut ffi::fi_av_attr, av: *mut *mut ffi::fid_av, context: *mut c_void) -> i32 {
+pub(crate) unsafe extern "C" fn av_open(
+    domain: *mut ffi::fid_domain,
+    attr: *mut ffi::fi_av_attr,
+    av: *mut *mut ffi::fid_av,
+    context: *mut c_void,
+) -> i32 {
     crate::guard("fi_av_open", FiError::OTHER.code(), || {
         int_ret((|| -> FiResult<()> {
             // SAFETY: libfabric contract.
@@ -118,7 +123,10 @@ pub(crate) unsafe extern "C" fn av_open(domain: *mut ffi::fid_domain, attr: *mut
             }
             let id = dom.shared.lock().avs.insert(AvState::default());
             let obj = object::into_raw(Av {
-                fid: ffi::fid_av { fid: object::fid(ffi::FI_CLASS_AV, context, &FI_OPS), ops: &AV_OPS as *const _ as *mut _ },
+                fid: ffi::fid_av {
+                    fid: object::fid(ffi::FI_CLASS_AV, context, &FI_OPS),
+                    ops: &AV_OPS as *const _ as *mut _,
+                },
                 shared: Arc::clone(&dom.shared),
                 id,
             });
@@ -155,7 +163,13 @@ unsafe extern "C" fn av_bind(_fid: *mut ffi::fid, _bfid: *mut ffi::fid, _flags: 
 }
 
 /// Insert names; `out[i]` gets each fi_addr (FI_ADDR_NOTAVAIL for a bad one).
-fn insert_names(av: *mut ffi::fid_av, names: Vec<FiResult<String>>, out: *mut ffi::fi_addr_t, flags: u64, context: *mut c_void) -> FiResult<usize> {
+fn insert_names(
+    av: *mut ffi::fid_av,
+    names: Vec<FiResult<String>>,
+    out: *mut ffi::fi_addr_t,
+    flags: u64,
+    context: *mut c_void,
+) -> FiResult<usize> {
     // SAFETY: libfabric contract.
     let av = unsafe { get(av.cast()) }?;
     let mut st = av.shared.lock();
@@ -185,7 +199,14 @@ fn insert_names(av: *mut ffi::fid_av, names: Vec<FiResult<String>>, out: *mut ff
     Ok(inserted)
 }
 
-unsafe extern "C" fn av_insert(av: *mut ffi::fid_av, addr: *const c_void, count: usize, fi_addr: *mut ffi::fi_addr_t, flags: u64, context: *mut c_void) -> i32 {
+unsafe extern "C" fn av_insert(
+    av: *mut ffi::fid_av,
+    addr: *const c_void,
+    count: usize,
+    fi_addr: *mut ffi::fi_addr_t,
+    flags: u64,
+    context: *mut c_void,
+) -> i32 {
     crate::guard("fi_av_insert", FiError::OTHER.code(), || {
         if addr.is_null() && count > 0 {
             return FiError::INVAL.code();
@@ -205,7 +226,14 @@ unsafe extern "C" fn av_insert(av: *mut ffi::fid_av, addr: *const c_void, count:
     })
 }
 
-unsafe extern "C" fn av_insertsvc(av: *mut ffi::fid_av, node: *const c_char, service: *const c_char, fi_addr: *mut ffi::fi_addr_t, flags: u64, context: *mut c_void) -> i32 {
+unsafe extern "C" fn av_insertsvc(
+    av: *mut ffi::fid_av,
+    node: *const c_char,
+    service: *const c_char,
+    fi_addr: *mut ffi::fi_addr_t,
+    flags: u64,
+    context: *mut c_void,
+) -> i32 {
     crate::guard("fi_av_insertsvc", FiError::OTHER.code(), || {
         // SAFETY: NULL or C strings of the caller.
         let (node, service) = unsafe { (crate::core_api::opt_str(node), crate::core_api::opt_str(service)) };
@@ -218,7 +246,16 @@ unsafe extern "C" fn av_insertsvc(av: *mut ffi::fid_av, node: *const c_char, ser
     })
 }
 
-unsafe extern "C" fn av_insertsym(av: *mut ffi::fid_av, node: *const c_char, nodecnt: usize, service: *const c_char, svccnt: usize, fi_addr: *mut ffi::fi_addr_t, flags: u64, context: *mut c_void) -> i32 {
+unsafe extern "C" fn av_insertsym(
+    av: *mut ffi::fid_av,
+    node: *const c_char,
+    nodecnt: usize,
+    service: *const c_char,
+    svccnt: usize,
+    fi_addr: *mut ffi::fi_addr_t,
+    flags: u64,
+    context: *mut c_void,
+) -> i32 {
     crate::guard("fi_av_insertsym", FiError::OTHER.code(), || {
         // SAFETY: NULL or C strings of the caller.
         let (node, service) = unsafe { (crate::core_api::opt_str(node), crate::core_api::opt_str(service)) };
@@ -261,7 +298,12 @@ unsafe extern "C" fn av_remove(av: *mut ffi::fid_av, fi_addr: *mut ffi::fi_addr_
     })
 }
 
-unsafe extern "C" fn av_lookup(av: *mut ffi::fid_av, fi_addr: ffi::fi_addr_t, addr: *mut c_void, addrlen: *mut usize) -> i32 {
+unsafe extern "C" fn av_lookup(
+    av: *mut ffi::fid_av,
+    fi_addr: ffi::fi_addr_t,
+    addr: *mut c_void,
+    addrlen: *mut usize,
+) -> i32 {
     crate::guard("fi_av_lookup", FiError::OTHER.code(), || {
         int_ret((|| -> FiResult<()> {
             // SAFETY: libfabric contract.
@@ -288,7 +330,12 @@ unsafe extern "C" fn av_lookup(av: *mut ffi::fid_av, fi_addr: ffi::fi_addr_t, ad
     })
 }
 
-unsafe extern "C" fn av_straddr(_av: *mut ffi::fid_av, addr: *const c_void, buf: *mut c_char, len: *mut usize) -> *const c_char {
+unsafe extern "C" fn av_straddr(
+    _av: *mut ffi::fid_av,
+    addr: *const c_void,
+    buf: *mut c_char,
+    len: *mut usize,
+) -> *const c_char {
     crate::guard("fi_av_straddr", std::ptr::null(), || {
         if len.is_null() || addr.is_null() {
             return std::ptr::null();

@@ -53,7 +53,12 @@ pub unsafe fn get<'a>(fid: *const ffi::fid) -> FiResult<&'a Cntr> {
 }
 
 /// `fi_cntr_open`.
-pub(crate) unsafe extern "C" fn cntr_open(domain: *mut ffi::fid_domain, attr: *mut ffi::fi_cntr_attr, cntr: *mut *mut ffi::fid_cntr, context: *mut c_void) -> i32 {
+pub(crate) unsafe extern "C" fn cntr_open(
+    domain: *mut ffi::fid_domain,
+    attr: *mut ffi::fi_cntr_attr,
+    cntr: *mut *mut ffi::fid_cntr,
+    context: *mut c_void,
+) -> i32 {
     crate::guard("fi_cntr_open", FiError::OTHER.code(), || {
         int_ret((|| -> FiResult<()> {
             // SAFETY: libfabric contract.
@@ -73,7 +78,10 @@ pub(crate) unsafe extern "C" fn cntr_open(domain: *mut ffi::fid_domain, attr: *m
             }
             let id = dom.shared.lock().cntrs.insert(CntrState::default());
             let obj = object::into_raw(Cntr {
-                fid: ffi::fid_cntr { fid: object::fid(ffi::FI_CLASS_CNTR, context, &FI_OPS), ops: &CNTR_OPS as *const _ as *mut _ },
+                fid: ffi::fid_cntr {
+                    fid: object::fid(ffi::FI_CLASS_CNTR, context, &FI_OPS),
+                    ops: &CNTR_OPS as *const _ as *mut _,
+                },
                 shared: Arc::clone(&dom.shared),
                 id,
             });
@@ -124,7 +132,9 @@ unsafe extern "C" fn cntr_readerr(cntr: *mut ffi::fid_cntr) -> u64 {
 }
 
 unsafe extern "C" fn cntr_add(cntr: *mut ffi::fid_cntr, value: u64) -> i32 {
-    crate::guard("fi_cntr_add", FiError::OTHER.code(), || int_ret(with_counter(cntr, false, |c| c.value = c.value.wrapping_add(value))))
+    crate::guard("fi_cntr_add", FiError::OTHER.code(), || {
+        int_ret(with_counter(cntr, false, |c| c.value = c.value.wrapping_add(value)))
+    })
 }
 
 unsafe extern "C" fn cntr_set(cntr: *mut ffi::fid_cntr, value: u64) -> i32 {
@@ -132,7 +142,9 @@ unsafe extern "C" fn cntr_set(cntr: *mut ffi::fid_cntr, value: u64) -> i32 {
 }
 
 unsafe extern "C" fn cntr_adderr(cntr: *mut ffi::fid_cntr, value: u64) -> i32 {
-    crate::guard("fi_cntr_adderr", FiError::OTHER.code(), || int_ret(with_counter(cntr, false, |c| c.errors = c.errors.wrapping_add(value))))
+    crate::guard("fi_cntr_adderr", FiError::OTHER.code(), || {
+        int_ret(with_counter(cntr, false, |c| c.errors = c.errors.wrapping_add(value)))
+    })
 }
 
 unsafe extern "C" fn cntr_seterr(cntr: *mut ffi::fid_cntr, value: u64) -> i32 {
@@ -169,7 +181,9 @@ fn wait(cntr: *mut ffi::fid_cntr, threshold: u64, timeout_ms: c_int) -> FiResult
             }
             return result;
         }
-        let slice = deadline.map_or(Duration::from_millis(100), |d| d.saturating_duration_since(Instant::now())).min(Duration::from_millis(100));
+        let slice = deadline
+            .map_or(Duration::from_millis(100), |d| d.saturating_duration_since(Instant::now()))
+            .min(Duration::from_millis(100));
         match armed {
             Some((h, seq)) => {
                 h.sleep(seq, Some(slice));

@@ -40,9 +40,7 @@ pub fn log(level: Level, subsys: Subsys, func: &str, line: u32, msg: &str) {
     let func = CString::new(func).unwrap_or_default();
     let msg = CString::new(msg.replace('\0', " ")).unwrap_or_default();
     // SAFETY: format "%s\n" with one NUL-terminated string argument.
-    unsafe {
-        ffi::fi_log(prov, level as _, subsys as _, func.as_ptr(), line as i32, c"%s\n".as_ptr(), msg.as_ptr())
-    };
+    unsafe { ffi::fi_log(prov, level as _, subsys as _, func.as_ptr(), line as i32, c"%s\n".as_ptr(), msg.as_ptr()) };
 }
 
 #[macro_export]
@@ -80,7 +78,8 @@ pub fn debug_enabled() -> bool {
         2 => true,
         _ => {
             // SAFETY: our registered provider struct; the core only reads it.
-            let on = unsafe { ffi::fi_log_enabled(provider_ptr(), ffi::FI_LOG_DEBUG as _, ffi::FI_LOG_EP_DATA as _) } != 0;
+            let on =
+                unsafe { ffi::fi_log_enabled(provider_ptr(), ffi::FI_LOG_DEBUG as _, ffi::FI_LOG_EP_DATA as _) } != 0;
             STATE.store(if on { 2 } else { 1 }, Ordering::Relaxed);
             on
         }

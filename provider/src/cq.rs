@@ -84,7 +84,12 @@ pub unsafe fn get<'a>(cq: *const ffi::fid) -> FiResult<&'a Cq> {
 }
 
 /// `fi_cq_open`.
-pub(crate) unsafe extern "C" fn cq_open(domain: *mut ffi::fid_domain, attr: *mut ffi::fi_cq_attr, cq: *mut *mut ffi::fid_cq, context: *mut c_void) -> i32 {
+pub(crate) unsafe extern "C" fn cq_open(
+    domain: *mut ffi::fid_domain,
+    attr: *mut ffi::fi_cq_attr,
+    cq: *mut *mut ffi::fid_cq,
+    context: *mut c_void,
+) -> i32 {
     crate::guard("fi_cq_open", FiError::OTHER.code(), || {
         int_ret((|| -> FiResult<()> {
             // SAFETY: libfabric contract.
@@ -93,7 +98,10 @@ pub(crate) unsafe extern "C" fn cq_open(domain: *mut ffi::fid_domain, attr: *mut
             let attr = unsafe { attr.as_ref() }.ok_or(FiError::INVAL)?;
             let format = match attr.format {
                 ffi::FI_CQ_FORMAT_UNSPEC => ffi::FI_CQ_FORMAT_CONTEXT,
-                f @ (ffi::FI_CQ_FORMAT_CONTEXT | ffi::FI_CQ_FORMAT_MSG | ffi::FI_CQ_FORMAT_DATA | ffi::FI_CQ_FORMAT_TAGGED) => f,
+                f @ (ffi::FI_CQ_FORMAT_CONTEXT
+                | ffi::FI_CQ_FORMAT_MSG
+                | ffi::FI_CQ_FORMAT_DATA
+                | ffi::FI_CQ_FORMAT_TAGGED) => f,
                 _ => {
                     crate::warn!(Cq, "fi_cq_open: unsupported format {}", attr.format);
                     return Err(FiError::NOSYS);
@@ -111,7 +119,10 @@ pub(crate) unsafe extern "C" fn cq_open(domain: *mut ffi::fid_domain, attr: *mut
             }
             let id = dom.shared.lock().cqs.insert(CqState { format, events: VecDeque::new(), eps: Vec::new() });
             let obj = object::into_raw(Cq {
-                fid: ffi::fid_cq { fid: object::fid(ffi::FI_CLASS_CQ, context, &FI_OPS), ops: &CQ_OPS as *const _ as *mut _ },
+                fid: ffi::fid_cq {
+                    fid: object::fid(ffi::FI_CLASS_CQ, context, &FI_OPS),
+                    ops: &CQ_OPS as *const _ as *mut _,
+                },
                 shared: Arc::clone(&dom.shared),
                 id,
                 signaled: AtomicBool::new(false),
@@ -165,18 +176,23 @@ unsafe fn write_entry(buf: *mut c_void, i: usize, format: ffi::fi_cq_format, c: 
     // SAFETY: (all arms) per the contract, entry `i` of the caller's array is writable.
     unsafe {
         match format {
-            ffi::FI_CQ_FORMAT_CONTEXT => buf.cast::<ffi::fi_cq_entry>().add(i).write_unaligned(ffi::fi_cq_entry { op_context: ctx }),
-            ffi::FI_CQ_FORMAT_MSG => buf
-                .cast::<ffi::fi_cq_msg_entry>()
-                .add(i)
-                .write_unaligned(ffi::fi_cq_msg_entry { op_context: ctx, flags: c.flags, len: c.len }),
-            ffi::FI_CQ_FORMAT_DATA => buf.cast::<ffi::fi_cq_data_entry>().add(i).write_unaligned(ffi::fi_cq_data_entry {
+            ffi::FI_CQ_FORMAT_CONTEXT => {
+                buf.cast::<ffi::fi_cq_entry>().add(i).write_unaligned(ffi::fi_cq_entry { op_context: ctx })
+            }
+            ffi::FI_CQ_FORMAT_MSG => buf.cast::<ffi::fi_cq_msg_entry>().add(i).write_unaligned(ffi::fi_cq_msg_entry {
                 op_context: ctx,
                 flags: c.flags,
                 len: c.len,
-                buf: c.buf as *mut c_void,
-                data: c.data,
             }),
+            ffi::FI_CQ_FORMAT_DATA => {
+                buf.cast::<ffi::fi_cq_data_entry>().add(i).write_unaligned(ffi::fi_cq_data_entry {
+                    op_context: ctx,
+                    flags: c.flags,
+                    len: c.len,
+                    buf: c.buf as *mut c_void,
+                    data: c.data,
+                })
+            }
             _ => buf.cast::<ffi::fi_cq_tagged_entry>().add(i).write_unaligned(ffi::fi_cq_tagged_entry {
                 op_context: ctx,
                 flags: c.flags,
@@ -279,16 +295,38 @@ unsafe extern "C" fn cq_read(cq: *mut ffi::fid_cq, buf: *mut c_void, count: usiz
     crate::guard("fi_cq_read", FiError::OTHER.code() as isize, || ssize_ret(read(cq, buf, count, std::ptr::null_mut())))
 }
 
-unsafe extern "C" fn cq_readfrom(cq: *mut ffi::fid_cq, buf: *mut c_void, count: usize, src_addr: *mut ffi::fi_addr_t) -> isize {
+unsafe extern "C" fn cq_readfrom(
+    cq: *mut ffi::fid_cq,
+    buf: *mut c_void,
+    count: usize,
+    src_addr: *mut ffi::fi_addr_t,
+) -> isize {
     crate::guard("fi_cq_readfrom", FiError::OTHER.code() as isize, || ssize_ret(read(cq, buf, count, src_addr)))
 }
 
-unsafe extern "C" fn cq_sread(cq: *mut ffi::fid_cq, buf: *mut c_void, count: usize, _cond: *const c_void, timeout: c_int) -> isize {
-    crate::guard("fi_cq_sread", FiError::OTHER.code() as isize, || ssize_ret(sread(cq, buf, count, std::ptr::null_mut(), timeout)))
+unsafe extern "C" fn cq_sread(
+    cq: *mut ffi::fid_cq,
+    buf: *mut c_void,
+    count: usize,
+    _cond: *const c_void,
+    timeout: c_int,
+) -> isize {
+    crate::guard("fi_cq_sread", FiError::OTHER.code() as isize, || {
+        ssize_ret(sread(cq, buf, count, std::ptr::null_mut(), timeout))
+    })
 }
 
-unsafe extern "C" fn cq_sreadfrom(cq: *mut ffi::fid_cq, buf: *mut c_void, count: usize, src_addr: *mut ffi::fi_addr_t, _cond: *const c_void, timeout: c_int) -> isize {
-    crate::guard("fi_cq_sreadfrom", FiError::OTHER.code() as isize, || ssize_ret(sread(cq, buf, count, src_addr, timeout)))
+unsafe extern "C" fn cq_sreadfrom(
+    cq: *mut ffi::fid_cq,
+    buf: *mut c_void,
+    count: usize,
+    src_addr: *mut ffi::fi_addr_t,
+    _cond: *const c_void,
+    timeout: c_int,
+) -> isize {
+    crate::guard("fi_cq_sreadfrom", FiError::OTHER.code() as isize, || {
+        ssize_ret(sread(cq, buf, count, src_addr, timeout))
+    })
 }
 
 unsafe extern "C" fn cq_readerr(cq: *mut ffi::fid_cq, buf: *mut ffi::fi_cq_err_entry, _flags: u64) -> isize {
@@ -341,7 +379,13 @@ unsafe extern "C" fn cq_signal(cq: *mut ffi::fid_cq) -> i32 {
     })
 }
 
-unsafe extern "C" fn cq_strerror(_cq: *mut ffi::fid_cq, prov_errno: c_int, _err_data: *const c_void, buf: *mut c_char, len: usize) -> *const c_char {
+unsafe extern "C" fn cq_strerror(
+    _cq: *mut ffi::fid_cq,
+    prov_errno: c_int,
+    _err_data: *const c_void,
+    buf: *mut c_char,
+    len: usize,
+) -> *const c_char {
     // SAFETY: fi_strerror returns a static string for any value.
     let msg = unsafe { ffi::fi_strerror(prov_errno) };
     if !buf.is_null() && len > 0 {

@@ -100,7 +100,12 @@ static MR_OPS: ffi::fi_ops_mr = ffi::fi_ops_mr {
 };
 
 /// `fi_domain`.
-pub(crate) unsafe extern "C" fn domain_open(fabric: *mut ffi::fid_fabric, info: *mut ffi::fi_info, domain: *mut *mut ffi::fid_domain, context: *mut c_void) -> i32 {
+pub(crate) unsafe extern "C" fn domain_open(
+    fabric: *mut ffi::fid_fabric,
+    info: *mut ffi::fi_info,
+    domain: *mut *mut ffi::fid_domain,
+    context: *mut c_void,
+) -> i32 {
     crate::guard("fi_domain", FiError::OTHER.code(), || {
         int_ret((|| -> FiResult<()> {
             // SAFETY: libfabric contract: a live fabric of ours.

@@ -45,20 +45,31 @@ static EQ_OPS: ffi::fi_ops_eq = ffi::fi_ops_eq {
 };
 
 /// `fi_eq_open`.
-pub(crate) unsafe extern "C" fn eq_open(fabric: *mut ffi::fid_fabric, attr: *mut ffi::fi_eq_attr, eq: *mut *mut ffi::fid_eq, context: *mut c_void) -> i32 {
+pub(crate) unsafe extern "C" fn eq_open(
+    fabric: *mut ffi::fid_fabric,
+    attr: *mut ffi::fi_eq_attr,
+    eq: *mut *mut ffi::fid_eq,
+    context: *mut c_void,
+) -> i32 {
     crate::guard("fi_eq_open", FiError::OTHER.code(), || {
         int_ret((|| -> FiResult<()> {
             // SAFETY: libfabric contract.
             let fab = unsafe { object::get::<Fabric>(fabric.cast(), ffi::FI_CLASS_FABRIC) }?;
             // SAFETY: NULL or the caller's attr.
             if let Some(attr) = unsafe { attr.as_ref() } {
-                if !matches!(attr.wait_obj, ffi::FI_WAIT_NONE | ffi::FI_WAIT_UNSPEC | ffi::FI_WAIT_YIELD | ffi::FI_WAIT_MUTEX_COND) {
+                if !matches!(
+                    attr.wait_obj,
+                    ffi::FI_WAIT_NONE | ffi::FI_WAIT_UNSPEC | ffi::FI_WAIT_YIELD | ffi::FI_WAIT_MUTEX_COND
+                ) {
                     crate::warn!(Fabric, "fi_eq_open: wait object {} not supported", attr.wait_obj);
                     return Err(FiError::NOSYS);
                 }
             }
             let obj = object::into_raw(Eq {
-                fid: ffi::fid_eq { fid: object::fid(ffi::FI_CLASS_EQ, context, &FI_OPS), ops: &EQ_OPS as *const _ as *mut _ },
+                fid: ffi::fid_eq {
+                    fid: object::fid(ffi::FI_CLASS_EQ, context, &FI_OPS),
+                    ops: &EQ_OPS as *const _ as *mut _,
+                },
                 fabric: fabric.cast(),
                 events: Mutex::new(VecDeque::new()),
                 ready: Condvar::new(),
@@ -92,7 +103,14 @@ unsafe extern "C" fn eq_close(fid: *mut ffi::fid) -> i32 {
     })
 }
 
-fn take(eq: &Eq, event: *mut u32, buf: *mut c_void, len: usize, flags: u64, timeout: Option<Duration>) -> FiResult<usize> {
+fn take(
+    eq: &Eq,
+    event: *mut u32,
+    buf: *mut c_void,
+    len: usize,
+    flags: u64,
+    timeout: Option<Duration>,
+) -> FiResult<usize> {
     let mut q = eq.events.lock().unwrap_or_else(|p| p.into_inner());
     if q.is_empty() {
         if let Some(t) = timeout {
@@ -124,7 +142,14 @@ unsafe extern "C" fn eq_read(eq: *mut ffi::fid_eq, event: *mut u32, buf: *mut c_
     })
 }
 
-unsafe extern "C" fn eq_sread(eq: *mut ffi::fid_eq, event: *mut u32, buf: *mut c_void, len: usize, timeout: c_int, flags: u64) -> isize {
+unsafe extern "C" fn eq_sread(
+    eq: *mut ffi::fid_eq,
+    event: *mut u32,
+    buf: *mut c_void,
+    len: usize,
+    timeout: c_int,
+    flags: u64,
+) -> isize {
     crate::guard("fi_eq_sread", FiError::OTHER.code() as isize, || {
         let t = if timeout < 0 { Duration::from_secs(3600) } else { Duration::from_millis(timeout as u64) };
         // SAFETY: libfabric contract.
@@ -164,7 +189,13 @@ unsafe extern "C" fn eq_write(eq: *mut ffi::fid_eq, event: u32, buf: *const c_vo
     })
 }
 
-unsafe extern "C" fn eq_strerror(_eq: *mut ffi::fid_eq, prov_errno: c_int, _err_data: *const c_void, buf: *mut c_char, len: usize) -> *const c_char {
+unsafe extern "C" fn eq_strerror(
+    _eq: *mut ffi::fid_eq,
+    prov_errno: c_int,
+    _err_data: *const c_void,
+    buf: *mut c_char,
+    len: usize,
+) -> *const c_char {
     // SAFETY: fi_strerror returns a static string for any value.
     let msg = unsafe { ffi::fi_strerror(prov_errno) };
     if !buf.is_null() && len > 0 {

@@ -34,7 +34,11 @@ static FABRIC_OPS: ffi::fi_ops_fabric = ffi::fi_ops_fabric {
 };
 
 /// `fi_provider::fabric`.
-pub(crate) unsafe extern "C" fn fabric_open(attr: *mut ffi::fi_fabric_attr, fabric: *mut *mut ffi::fid_fabric, context: *mut c_void) -> i32 {
+pub(crate) unsafe extern "C" fn fabric_open(
+    attr: *mut ffi::fi_fabric_attr,
+    fabric: *mut *mut ffi::fid_fabric,
+    context: *mut c_void,
+) -> i32 {
     crate::guard("fi_fabric", FiError::OTHER.code(), || {
         int_ret((|| -> FiResult<()> {
             // SAFETY: the core passes a valid attr (or NULL).

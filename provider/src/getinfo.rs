@@ -129,7 +129,11 @@ impl Hints<'_> {
         }
         // SAFETY: as above.
         if let Some(tx) = unsafe { h.tx_attr.as_ref() } {
-            if tx.caps & !all_caps() != 0 || tx.inject_size > INJECT_SIZE || tx.size > QUEUE_SIZE * 64 || tx.iov_limit > IOV_LIMIT {
+            if tx.caps & !all_caps() != 0
+                || tx.inject_size > INJECT_SIZE
+                || tx.size > QUEUE_SIZE * 64
+                || tx.iov_limit > IOV_LIMIT
+            {
                 return Some("tx attributes beyond what rshm offers");
             }
             if tx.msg_order & !(MSG_ORDER | ffi::FI_ORDER_NONE as u64) != 0 {
@@ -293,7 +297,13 @@ fn fill(info: &mut ffi::fi_info, ep_type: ffi::fi_ep_type, version: u32, hints: 
 }
 
 /// Build the info list (RDM first, then DGRAM) for these arguments.
-pub fn getinfo(version: u32, node: Option<&str>, service: Option<&str>, flags: u64, hints: Option<&ffi::fi_info>) -> FiResult<*mut ffi::fi_info> {
+pub fn getinfo(
+    version: u32,
+    node: Option<&str>,
+    service: Option<&str>,
+    flags: u64,
+    hints: Option<&ffi::fi_info>,
+) -> FiResult<*mut ffi::fi_info> {
     if flags & UTIL_QUERY != 0 {
         // A utility provider looking for a core provider to layer on: we serve applications.
         return Err(FiError::NODATA);

@@ -20,8 +20,8 @@ pub mod getinfo;
 pub mod mr;
 pub mod object;
 pub mod params;
-pub mod wait;
 pub mod stubs;
+pub mod wait;
 
 use rshm_ffi as ffi;
 use std::ffi::c_char;

@@ -39,9 +39,18 @@ static FI_OPS: ffi::fi_ops = ffi::fi_ops {
     ops_set: Some(stubs::fi_ops_set),
 };
 
-const ACCESS: u64 = (ffi::FI_SEND | ffi::FI_RECV | ffi::FI_READ | ffi::FI_WRITE | ffi::FI_REMOTE_READ | ffi::FI_REMOTE_WRITE) as u64;
+const ACCESS: u64 =
+    (ffi::FI_SEND | ffi::FI_RECV | ffi::FI_READ | ffi::FI_WRITE | ffi::FI_REMOTE_READ | ffi::FI_REMOTE_WRITE) as u64;
 
-fn register(fid: *mut ffi::fid, iov: Vec<(usize, usize)>, access: u64, requested_key: u64, flags: u64, mr: *mut *mut ffi::fid_mr, context: *mut c_void) -> FiResult<()> {
+fn register(
+    fid: *mut ffi::fid,
+    iov: Vec<(usize, usize)>,
+    access: u64,
+    requested_key: u64,
+    flags: u64,
+    mr: *mut *mut ffi::fid_mr,
+    context: *mut c_void,
+) -> FiResult<()> {
     // SAFETY: libfabric contract: the domain's fid.
     let dom = unsafe { object::get::<crate::domain::Domain>(fid, ffi::FI_CLASS_DOMAIN) }?;
     if access & !ACCESS != 0 {
@@ -61,7 +70,11 @@ fn register(fid: *mut ffi::fid, iov: Vec<(usize, usize)>, access: u64, requested
     st.mrs.by_key.insert(requested_key, MrEntry { iov, access });
     drop(st);
     let obj = object::into_raw(Mr {
-        fid: ffi::fid_mr { fid: object::fid(ffi::FI_CLASS_MR, context, &FI_OPS), mem_desc: std::ptr::null_mut(), key: requested_key },
+        fid: ffi::fid_mr {
+            fid: object::fid(ffi::FI_CLASS_MR, context, &FI_OPS),
+            mem_desc: std::ptr::null_mut(),
+            key: requested_key,
+        },
         shared: Arc::clone(&dom.shared),
     });
     // SAFETY: `obj` is ours; the descriptor points back at the MR so data calls can check it.
@@ -71,7 +84,17 @@ fn register(fid: *mut ffi::fid, iov: Vec<(usize, usize)>, access: u64, requested
 }
 
 /// `fi_mr_reg`.
-pub(crate) unsafe extern "C" fn mr_reg(fid: *mut ffi::fid, buf: *const c_void, len: usize, access: u64, _offset: u64, requested_key: u64, flags: u64, mr: *mut *mut ffi::fid_mr, context: *mut c_void) -> i32 {
+pub(crate) unsafe extern "C" fn mr_reg(
+    fid: *mut ffi::fid,
+    buf: *const c_void,
+    len: usize,
+    access: u64,
+    _offset: u64,
+    requested_key: u64,
+    flags: u64,
+    mr: *mut *mut ffi::fid_mr,
+    context: *mut c_void,
+) -> i32 {
     crate::guard("fi_mr_reg", FiError::OTHER.code(), || {
         if buf.is_null() && len > 0 {
             return FiError::INVAL.code();
@@ -81,7 +104,17 @@ pub(crate) unsafe extern "C" fn mr_reg(fid: *mut ffi::fid, buf: *const c_void, l
 }
 
 /// `fi_mr_regv`.
-pub(crate) unsafe extern "C" fn mr_regv(fid: *mut ffi::fid, iov: *const ffi::iovec, count: usize, access: u64, _offset: u64, requested_key: u64, flags: u64, mr: *mut *mut ffi::fid_mr, context: *mut c_void) -> i32 {
+pub(crate) unsafe extern "C" fn mr_regv(
+    fid: *mut ffi::fid,
+    iov: *const ffi::iovec,
+    count: usize,
+    access: u64,
+    _offset: u64,
+    requested_key: u64,
+    flags: u64,
+    mr: *mut *mut ffi::fid_mr,
+    context: *mut c_void,
+) -> i32 {
     crate::guard("fi_mr_regv", FiError::OTHER.code(), || {
         if iov.is_null() && count > 0 {
             return FiError::INVAL.code();
@@ -94,7 +127,12 @@ pub(crate) unsafe extern "C" fn mr_regv(fid: *mut ffi::fid, iov: *const ffi::iov
 
 /// `fi_mr_regattr`: reads only the fields every API version defines up to `requested_key` and
 /// `context` (the struct grew later).
-pub(crate) unsafe extern "C" fn mr_regattr(fid: *mut ffi::fid, attr: *const ffi::fi_mr_attr, flags: u64, mr: *mut *mut ffi::fid_mr) -> i32 {
+pub(crate) unsafe extern "C" fn mr_regattr(
+    fid: *mut ffi::fid,
+    attr: *const ffi::fi_mr_attr,
+    flags: u64,
+    mr: *mut *mut ffi::fid_mr,
+) -> i32 {
     crate::guard("fi_mr_regattr", FiError::OTHER.code(), || {
         // SAFETY: the caller's attr.
         let Some(attr) = (unsafe { attr.as_ref() }) else { return FiError::INVAL.code() };
@@ -102,7 +140,10 @@ pub(crate) unsafe extern "C" fn mr_regattr(fid: *mut ffi::fid, attr: *const ffi:
             return FiError::INVAL.code();
         }
         // SAFETY: the caller's iov array.
-        let list = (0..attr.iov_count).map(|i| unsafe { *attr.mr_iov.add(i) }).map(|v| (v.iov_base as usize, v.iov_len)).collect();
+        let list = (0..attr.iov_count)
+            .map(|i| unsafe { *attr.mr_iov.add(i) })
+            .map(|v| (v.iov_base as usize, v.iov_len))
+            .collect();
         int_ret(register(fid, list, attr.access, attr.requested_key, flags, mr, attr.context))
     })
 }

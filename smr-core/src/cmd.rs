@@ -33,7 +33,18 @@ pub struct CmdEntry {
 
 impl Default for CmdEntry {
     fn default() -> Self {
-        CmdEntry { op: 0, proto: 0, flags: 0, app: 0, src: 0, len: 0, tag: 0, data: 0, msg_id: 0, payload: [0; INLINE_MAX] }
+        CmdEntry {
+            op: 0,
+            proto: 0,
+            flags: 0,
+            app: 0,
+            src: 0,
+            len: 0,
+            tag: 0,
+            data: 0,
+            msg_id: 0,
+            payload: [0; INLINE_MAX],
+        }
     }
 }
 
@@ -309,7 +320,8 @@ impl CmdEntry {
 mod tests {
     use super::*;
 
-    const LIMITS: Limits = Limits { max_peers: 8, inject_count: 4, sar_count: 2, sar_size: 65536, max_msg_size: 1 << 30 };
+    const LIMITS: Limits =
+        Limits { max_peers: 8, inject_count: 4, sar_count: 2, sar_size: 65536, max_msg_size: 1 << 30 };
 
     fn hdr(len: u64) -> MsgHeader {
         MsgHeader { app: 3, tag: 0xfeed, data: 42, len }
@@ -333,7 +345,10 @@ mod tests {
         let mut e = CmdEntry::message(1, 2, &hdr(100_000), false);
         e.op = op::SAR_SEG;
         e.set_sar(SarSeg { buf: 1, len: 65536, offset: 0 });
-        assert_eq!(decode(&e, &LIMITS).unwrap(), Command::SarSeg { src: 1, msg_id: 2, seg: SarSeg { buf: 1, len: 65536, offset: 0 } });
+        assert_eq!(
+            decode(&e, &LIMITS).unwrap(),
+            Command::SarSeg { src: 1, msg_id: 2, seg: SarSeg { buf: 1, len: 65536, offset: 0 } }
+        );
     }
 
     #[test]
@@ -356,9 +371,7 @@ mod tests {
                 e.len = INLINE_MAX as u64 + 1
             },
             |e| e.set_iovs(&[RemoteIov { addr: 0, len: 99 }]),
-            |e| {
-                e.set_iovs(&[RemoteIov { addr: 0, len: u64::MAX }, RemoteIov { addr: 0, len: 101 }])
-            },
+            |e| e.set_iovs(&[RemoteIov { addr: 0, len: u64::MAX }, RemoteIov { addr: 0, len: 101 }]),
             |e| {
                 e.proto = proto::IOV;
                 e.payload[0..4].copy_from_slice(&13u32.to_le_bytes())

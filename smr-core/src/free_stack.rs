@@ -86,12 +86,7 @@ impl<'a> FreeStack<'a> {
             };
             let next = link.load(Ordering::Relaxed);
             let new = (((head >> 32) + 1) << 32) | u64::from(next);
-            if self
-                .head
-                .head
-                .compare_exchange_weak(head, new, Ordering::AcqRel, Ordering::Relaxed)
-                .is_ok()
-            {
+            if self.head.head.compare_exchange_weak(head, new, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
                 // A garbage `next` becomes the head; the next pop range-checks it.
                 link.store(IN_USE, Ordering::Relaxed);
                 return Ok(index);
@@ -114,12 +109,7 @@ impl<'a> FreeStack<'a> {
             let head = if attempt == 0 { head } else { self.head.head.load(Ordering::Relaxed) };
             link.store((head & INDEX_MASK) as u32, Ordering::Relaxed);
             let new = (((head >> 32) + 1) << 32) | u64::from(index + 1);
-            if self
-                .head
-                .head
-                .compare_exchange_weak(head, new, Ordering::Release, Ordering::Relaxed)
-                .is_ok()
-            {
+            if self.head.head.compare_exchange_weak(head, new, Ordering::Release, Ordering::Relaxed).is_ok() {
                 return Ok(());
             }
             spin_hint();

@@ -85,23 +85,27 @@ impl LocalIov {
     /// Copy `src` in at byte `off`, as far as it fits. Returns how many bytes were copied.
     pub fn write_at(&mut self, off: usize, src: &[u8]) -> usize {
         let mut copied = 0;
-        self.with_parts_mut(|parts| walk(parts, off, src.len(), |dst, n, at| {
-            // SAFETY: `dst..dst+n` is inside a lent (writable per contract) or owned range;
-            // `at + n <= src.len()`.
-            unsafe { std::ptr::copy_nonoverlapping(src.as_ptr().add(at), dst, n) };
-            copied += n;
-        }));
+        self.with_parts_mut(|parts| {
+            walk(parts, off, src.len(), |dst, n, at| {
+                // SAFETY: `dst..dst+n` is inside a lent (writable per contract) or owned range;
+                // `at + n <= src.len()`.
+                unsafe { std::ptr::copy_nonoverlapping(src.as_ptr().add(at), dst, n) };
+                copied += n;
+            })
+        });
         copied
     }
 
     /// Copy `dst.len()` bytes out from byte `off` (fewer if the iov ends). Returns the count.
     pub fn read_at(&self, off: usize, dst: &mut [u8]) -> usize {
         let mut copied = 0;
-        self.with_parts(|parts| walk(parts, off, dst.len(), |src, n, at| {
-            // SAFETY: `src..src+n` is inside a lent or owned range; `at + n <= dst.len()`.
-            unsafe { std::ptr::copy_nonoverlapping(src, dst.as_mut_ptr().add(at), n) };
-            copied += n;
-        }));
+        self.with_parts(|parts| {
+            walk(parts, off, dst.len(), |src, n, at| {
+                // SAFETY: `src..src+n` is inside a lent or owned range; `at + n <= dst.len()`.
+                unsafe { std::ptr::copy_nonoverlapping(src, dst.as_mut_ptr().add(at), n) };
+                copied += n;
+            })
+        });
         copied
     }
 
@@ -111,11 +115,13 @@ impl LocalIov {
     /// `dst..dst+len` must be valid for writes (a range checked against a mapping).
     pub(crate) unsafe fn read_to_raw(&self, off: usize, dst: *mut u8, len: usize) -> usize {
         let mut copied = 0;
-        self.with_parts(|parts| walk(parts, off, len, |src, n, at| {
-            // SAFETY: the caller checked `dst..dst+len` lies in a mapping; `at + n <= len`.
-            unsafe { std::ptr::copy_nonoverlapping(src, dst.add(at), n) };
-            copied += n;
-        }));
+        self.with_parts(|parts| {
+            walk(parts, off, len, |src, n, at| {
+                // SAFETY: the caller checked `dst..dst+len` lies in a mapping; `at + n <= len`.
+                unsafe { std::ptr::copy_nonoverlapping(src, dst.add(at), n) };
+                copied += n;
+            })
+        });
         copied
     }
 
@@ -125,24 +131,30 @@ impl LocalIov {
     /// `src..src+len` must be valid for reads (a range checked against a mapping).
     pub(crate) unsafe fn write_from_raw(&mut self, off: usize, src: *const u8, len: usize) -> usize {
         let mut copied = 0;
-        self.with_parts_mut(|parts| walk(parts, off, len, |dst, n, at| {
-            // SAFETY: the caller checked `src..src+len` lies in a mapping; `dst..dst+n` is ours.
-            unsafe { std::ptr::copy_nonoverlapping(src.add(at), dst, n) };
-            copied += n;
-        }));
+        self.with_parts_mut(|parts| {
+            walk(parts, off, len, |dst, n, at| {
+                // SAFETY: the caller checked `src..src+len` lies in a mapping; `dst..dst+n` is ours.
+                unsafe { std::ptr::copy_nonoverlapping(src.add(at), dst, n) };
+                copied += n;
+            })
+        });
         copied
     }
 
     /// The ranges from byte `off` on, as iovecs a syscall may write through.
     pub(crate) fn iovecs_from(&mut self, off: usize, out: &mut Vec<libc::iovec>) {
         let len = self.len().saturating_sub(off);
-        self.with_parts_mut(|parts| walk(parts, off, len, |p, n, _| out.push(libc::iovec { iov_base: p.cast(), iov_len: n })));
+        self.with_parts_mut(|parts| {
+            walk(parts, off, len, |p, n, _| out.push(libc::iovec { iov_base: p.cast(), iov_len: n }))
+        });
     }
 
     /// The ranges as a peer sees them for CMA; `None` if there are too many to describe.
     pub(crate) fn as_remote(&self, max: usize) -> Option<Vec<RemoteIov>> {
         let mut v = Vec::new();
-        self.with_parts(|parts| walk(parts, 0, self.len(), |p, n, _| v.push(RemoteIov { addr: p as u64, len: n as u64 })));
+        self.with_parts(|parts| {
+            walk(parts, 0, self.len(), |p, n, _| v.push(RemoteIov { addr: p as u64, len: n as u64 }))
+        });
         (v.len() <= max && !v.is_empty()).then_some(v)
     }
 }
@@ -175,7 +187,8 @@ mod tests {
         let mut a = [0u8; 3];
         let mut b = [0u8; 5];
         // SAFETY: both arrays outlive `iov` and are not otherwise touched while it lives.
-        let mut iov = unsafe { LocalIov::from_raw(&[(a.as_mut_ptr(), 3), (std::ptr::null_mut(), 0), (b.as_mut_ptr(), 5)]) };
+        let mut iov =
+            unsafe { LocalIov::from_raw(&[(a.as_mut_ptr(), 3), (std::ptr::null_mut(), 0), (b.as_mut_ptr(), 5)]) };
         assert_eq!(iov.len(), 8);
         assert_eq!(iov.write_at(2, b"hello world"), 6);
         let mut out = [0u8; 4];

@@ -234,8 +234,18 @@ mod tests {
     fn parts_are_ordered_aligned_and_inside() {
         let g = Geometry::compute(counts()).unwrap();
         let offs = [
-            g.wake, g.cmd_ctl, g.cmd_slots, g.resp_ctl, g.resp_slots, g.inject_head, g.inject_links,
-            g.inject_data, g.sar_head, g.sar_links, g.sar_data, g.peers,
+            g.wake,
+            g.cmd_ctl,
+            g.cmd_slots,
+            g.resp_ctl,
+            g.resp_slots,
+            g.inject_head,
+            g.inject_links,
+            g.inject_data,
+            g.sar_head,
+            g.sar_links,
+            g.sar_data,
+            g.peers,
         ];
         assert!(offs.windows(2).all(|w| w[0] < w[1]));
         assert!(offs.iter().all(|o| o % 128 == 0));

@@ -155,25 +155,29 @@ impl Region {
 
     pub fn cmd_ring(&self) -> Ring<'_, CmdEntry> {
         let ctl: &RingCtl = self.map.at(self.geo.cmd_ctl).expect("validated geometry");
-        let slots: &[Slot<CmdEntry>] = self.map.slice(self.geo.cmd_slots, self.geo.counts.cmd_len).expect("validated geometry");
+        let slots: &[Slot<CmdEntry>] =
+            self.map.slice(self.geo.cmd_slots, self.geo.counts.cmd_len).expect("validated geometry");
         Ring::new(ctl, slots)
     }
 
     pub fn resp_ring(&self) -> Ring<'_, RespEntry> {
         let ctl: &RingCtl = self.map.at(self.geo.resp_ctl).expect("validated geometry");
-        let slots: &[Slot<RespEntry>] = self.map.slice(self.geo.resp_slots, self.geo.counts.resp_len).expect("validated geometry");
+        let slots: &[Slot<RespEntry>] =
+            self.map.slice(self.geo.resp_slots, self.geo.counts.resp_len).expect("validated geometry");
         Ring::new(ctl, slots)
     }
 
     pub fn inject_stack(&self) -> FreeStack<'_> {
         let head: &StackHead = self.map.at(self.geo.inject_head).expect("validated geometry");
-        let links: &[AtomicU32] = self.map.slice(self.geo.inject_links, self.geo.counts.inject_count).expect("validated geometry");
+        let links: &[AtomicU32] =
+            self.map.slice(self.geo.inject_links, self.geo.counts.inject_count).expect("validated geometry");
         FreeStack::new(head, links)
     }
 
     pub fn sar_stack(&self) -> FreeStack<'_> {
         let head: &StackHead = self.map.at(self.geo.sar_head).expect("validated geometry");
-        let links: &[AtomicU32] = self.map.slice(self.geo.sar_links, self.geo.counts.sar_count).expect("validated geometry");
+        let links: &[AtomicU32] =
+            self.map.slice(self.geo.sar_links, self.geo.counts.sar_count).expect("validated geometry");
         FreeStack::new(head, links)
     }
 
@@ -220,7 +224,8 @@ pub fn inspect(name: &str) -> Result<Occupant> {
         Err(Error::Again) => {}
         Err(e) => return Err(e),
     }
-    let meta = std::fs::metadata(format!("/dev/shm/{name}")).map_err(|e| Error::Os(e.raw_os_error().unwrap_or(libc::EIO)))?;
+    let meta =
+        std::fs::metadata(format!("/dev/shm/{name}")).map_err(|e| Error::Os(e.raw_os_error().unwrap_or(libc::EIO)))?;
     let age = meta.modified().ok().and_then(|m| SystemTime::now().duration_since(m).ok()).unwrap_or_default();
     Ok(if age > HALF_CREATED_GRACE { Occupant::Dead(None) } else { Occupant::Creating })
 }

@@ -122,12 +122,7 @@ impl<'a, T: Pod> Ring<'a, T> {
             let writing = stamp & WRITING != 0;
             let lead = (stamp & !WRITING).wrapping_sub(tail) as i64;
             if lead == 0 && !writing {
-                if self
-                    .ctl
-                    .tail
-                    .compare_exchange_weak(tail, tail + 1, Ordering::Relaxed, Ordering::Relaxed)
-                    .is_err()
-                {
+                if self.ctl.tail.compare_exchange_weak(tail, tail + 1, Ordering::Relaxed, Ordering::Relaxed).is_err() {
                     spin_hint();
                     continue;
                 }
@@ -137,11 +132,7 @@ impl<'a, T: Pod> Ring<'a, T> {
                 // (Writing first and publishing with a CAS, as this code once did, let a slow
                 // producer overwrite the next lap's entry: found by the loom model
                 // `ring_skipped_slot_reused_by_next_lap`.)
-                if slot
-                    .stamp
-                    .compare_exchange(tail, tail | WRITING, Ordering::Acquire, Ordering::Relaxed)
-                    .is_err()
-                {
+                if slot.stamp.compare_exchange(tail, tail | WRITING, Ordering::Acquire, Ordering::Relaxed).is_err() {
                     return Err(PushError::Skipped);
                 }
                 slot.value.with_mut(|cell| {
@@ -210,8 +201,7 @@ impl Consumer {
             return false;
         }
         let next_lap = self.head.wrapping_add(ring.capacity());
-        if slot.stamp.compare_exchange(stamp, next_lap, Ordering::AcqRel, Ordering::Acquire).is_err()
-        {
+        if slot.stamp.compare_exchange(stamp, next_lap, Ordering::AcqRel, Ordering::Acquire).is_err() {
             return false;
         }
         self.head = self.head.wrapping_add(1);
@@ -277,10 +267,7 @@ mod tests {
         assert_eq!(c.pop(&ring), Pop::Item(Val(7)));
         // The late producer can no longer take the slot for writing, so it cannot corrupt the
         // next lap's entry.
-        assert!(slots[0]
-            .stamp
-            .compare_exchange(0, WRITING, Ordering::Acquire, Ordering::Relaxed)
-            .is_err());
+        assert!(slots[0].stamp.compare_exchange(0, WRITING, Ordering::Acquire, Ordering::Relaxed).is_err());
     }
 
     #[test]

@@ -49,10 +49,7 @@ struct RingParts {
 
 impl RingParts {
     fn new(cap: u64) -> Arc<Self> {
-        Arc::new(RingParts {
-            ctl: Box::new(RingCtl::new()),
-            slots: (0..cap).map(Slot::new).collect(),
-        })
+        Arc::new(RingParts { ctl: Box::new(RingCtl::new()), slots: (0..cap).map(Slot::new).collect() })
     }
 
     fn ring(&self) -> Ring<'_, Val> {
@@ -93,12 +90,7 @@ fn pop_waiting(c: &mut Consumer, ring: &Ring<'_, Val>) -> Val {
 
 /// `attempts` pops while producers run; with `impatient`, a `Pending` head is skipped at once
 /// (the consumer's timeout for a producer it believes dead, at its shortest).
-fn consume_some(
-    c: &mut Consumer,
-    ring: &Ring<'_, Val>,
-    attempts: u32,
-    impatient: bool,
-) -> Vec<Val> {
+fn consume_some(c: &mut Consumer, ring: &Ring<'_, Val>, attempts: u32, impatient: bool) -> Vec<Val> {
     let mut got = Vec::new();
     for _ in 0..attempts {
         match c.pop(ring) {
@@ -127,10 +119,7 @@ fn drain(c: &mut Consumer, ring: &Ring<'_, Val>, got: &mut Vec<Val>) {
 fn check_outcome(popped: &[Val], results: &[(Val, Result<(), PushError>)]) {
     for producer in [1, 2] {
         let mine: Vec<u64> = popped.iter().map(|v| v.0).filter(|v| v / 100 == producer).collect();
-        assert!(
-            mine.windows(2).all(|w| w[0] < w[1]),
-            "producer {producer} out of order: {popped:?}"
-        );
+        assert!(mine.windows(2).all(|w| w[0] < w[1]), "producer {producer} out of order: {popped:?}");
     }
     let mut popped_sorted = popped.to_vec();
     popped_sorted.sort_by_key(|v| v.0);

@@ -12,44 +12,27 @@ use std::sync::{Mutex, MutexGuard};
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 fn serialize() -> MutexGuard<'static, ()> {
-    ONE_AT_A_TIME
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
+    ONE_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 fn counts() -> Counts {
-    Counts {
-        cmd_len: 64,
-        resp_len: 64,
-        inject_count: 4,
-        sar_count: 2,
-        sar_size: 65536,
-        max_peers: 8,
-    }
+    Counts { cmd_len: 64, resp_len: 64, inject_count: 4, sar_count: 2, sar_size: 65536, max_peers: 8 }
 }
 
 fn unique(tag: &str) -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .subsec_nanos();
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
     format!("rshm_test_cli_{tag}_{}_{nanos}", std::process::id())
 }
 
 fn run(args: &[&str]) -> (Output, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_rshm-regions"))
-        .args(args)
-        .output()
-        .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_rshm-regions")).args(args).output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     (out, stdout)
 }
 
 /// The `list` line for `name`, if any.
 fn line_of<'a>(stdout: &'a str, name: &str) -> Option<&'a str> {
-    stdout
-        .lines()
-        .find(|line| line.split_whitespace().next() == Some(name))
+    stdout.lines().find(|line| line.split_whitespace().next() == Some(name))
 }
 
 #[test]
@@ -64,11 +47,7 @@ fn lists_a_live_region_then_cleans_it_once_its_owner_is_dead() {
     assert!(line.ends_with("alive"), "{line}");
     assert!(line.contains(&std::process::id().to_string()), "{line}");
 
-    let hdr = region
-        .mapping()
-        .bytes_ptr(0, 4096)
-        .unwrap()
-        .cast::<RegionHeader>();
+    let hdr = region.mapping().bytes_ptr(0, 4096).unwrap().cast::<RegionHeader>();
     // SAFETY: our own region's header page, mapped and in bounds; make it claim a process that
     // cannot exist, as after a SIGKILL.
     unsafe { (*hdr).owner_start = 1 };
@@ -77,19 +56,11 @@ fn lists_a_live_region_then_cleans_it_once_its_owner_is_dead() {
 
     let (out, stdout) = run(&["list"]);
     assert!(out.status.success(), "{out:?}");
-    assert!(
-        line_of(&stdout, &name).is_some_and(|line| line.ends_with("dead")),
-        "{stdout}"
-    );
+    assert!(line_of(&stdout, &name).is_some_and(|line| line.ends_with("dead")), "{stdout}");
 
     let (out, stdout) = run(&["clean"]);
     assert!(out.status.success(), "{out:?}");
-    assert!(
-        stdout
-            .lines()
-            .any(|line| line.starts_with(&format!("removed {name} "))),
-        "{stdout}"
-    );
+    assert!(stdout.lines().any(|line| line.starts_with(&format!("removed {name} "))), "{stdout}");
     assert!(!Path::new(&format!("/dev/shm/{name}")).exists());
 }
 
@@ -101,12 +72,7 @@ fn other_programs_files_are_neither_listed_nor_removed() {
     std::fs::write(&path, [0u8; 4096]).unwrap();
     // Old enough that `inspect` would call it a dead region, were the tool to ask.
     let old = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
-    std::fs::File::options()
-        .write(true)
-        .open(&path)
-        .unwrap()
-        .set_modified(old)
-        .unwrap();
+    std::fs::File::options().write(true).open(&path).unwrap().set_modified(old).unwrap();
 
     let (list_out, list_stdout) = run(&["list"]);
     let (all_out, all_stdout) = run(&["list", "--all"]);
@@ -117,8 +83,7 @@ fn other_programs_files_are_neither_listed_nor_removed() {
     assert!(list_out.status.success(), "{list_out:?}");
     assert!(line_of(&list_stdout, &name).is_none(), "{list_stdout}");
     assert!(all_out.status.success(), "{all_out:?}");
-    let line =
-        line_of(&all_stdout, &name).unwrap_or_else(|| panic!("{name} not in --all:\n{all_stdout}"));
+    let line = line_of(&all_stdout, &name).unwrap_or_else(|| panic!("{name} not in --all:\n{all_stdout}"));
     assert!(line.ends_with("not-rshm"), "{line}");
     assert!(clean_out.status.success(), "{clean_out:?}");
     assert!(!clean_stdout.contains(&name), "{clean_stdout}");

@@ -10,8 +10,7 @@
 
 use smr_core::cmd::MsgHeader;
 use smr_core::endpoint::{
-    Delivered, Disposition, Endpoint, Handler, Incoming, MsgKey, Params, PeerId, SendOpts,
-    SendStatus, SrcId,
+    Delivered, Disposition, Endpoint, Handler, Incoming, MsgKey, Params, PeerId, SendOpts, SendStatus, SrcId,
 };
 use smr_core::iov::LocalIov;
 use smr_core::{Error, Result};
@@ -37,10 +36,7 @@ pub fn deadline() -> Instant {
 
 /// Params in CMA mode (`sar == false`) or SAR-only mode.
 pub fn params(sar: bool) -> Params {
-    Params {
-        cma: !sar,
-        ..Default::default()
-    }
+    Params { cma: !sar, ..Default::default() }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -104,33 +100,20 @@ pub fn checksum(bytes: &[u8]) -> u64 {
 
 /// The header of message `seq` from `sender` carrying `data`: the checksum rides in `data`.
 pub fn header(sender: u32, seq: u32, data: &[u8]) -> MsgHeader {
-    MsgHeader {
-        app: 0,
-        tag: make_tag(sender, seq),
-        data: checksum(data),
-        len: data.len() as u64,
-    }
+    MsgHeader { app: 0, tag: make_tag(sender, seq), data: checksum(data), len: data.len() as u64 }
 }
 
 /// Check a received message against the pattern its tag and length name, and its checksum.
 pub fn verify(hdr: &MsgHeader, bytes: &[u8]) -> std::result::Result<(), String> {
     let (sender, seq) = split_tag(hdr.tag);
     if bytes.len() as u64 != hdr.len {
-        return Err(format!(
-            "sender {sender} seq {seq}: {} bytes received, header says {}",
-            bytes.len(),
-            hdr.len
-        ));
+        return Err(format!("sender {sender} seq {seq}: {} bytes received, header says {}", bytes.len(), hdr.len));
     }
     let mut words = pattern_words(sender, seq, bytes.len());
     for (i, chunk) in bytes.chunks(8).enumerate() {
         let want = words.next().expect("endless");
         if chunk != &want[..chunk.len()] {
-            let at = chunk
-                .iter()
-                .zip(want)
-                .position(|(a, b)| *a != b)
-                .unwrap_or(0);
+            let at = chunk.iter().zip(want).position(|(a, b)| *a != b).unwrap_or(0);
             return Err(format!(
                 "sender {sender} seq {seq} len {}: first wrong byte at offset {}",
                 bytes.len(),
@@ -194,17 +177,11 @@ impl Handler for Collector {
             return Disposition::Hold;
         }
         self.in_progress.insert(msg.key, *msg);
-        Disposition::Deliver {
-            dest: LocalIov::owned(vec![0; msg.hdr.len as usize]),
-            ctx: msg.key,
-        }
+        Disposition::Deliver { dest: LocalIov::owned(vec![0; msg.hdr.len as usize]), ctx: msg.key }
     }
 
     fn on_recv_done(&mut self, ctx: u64, result: Result<usize>, dest: LocalIov) {
-        let msg = self
-            .in_progress
-            .remove(&ctx)
-            .expect("on_recv_done for an unknown context");
+        let msg = self.in_progress.remove(&ctx).expect("on_recv_done for an unknown context");
         self.received.push(Received {
             src: msg.src,
             hdr: msg.hdr,
@@ -293,10 +270,7 @@ impl Node {
         // `pump`. If the send is done or failed, the engine is finished with the range when
         // `send` returns, before `data` is given back or dropped.
         let iov = unsafe { LocalIov::from_raw(&[(data.as_mut_ptr(), data.len())]) };
-        let opts = SendOpts {
-            cookie,
-            delivery_complete,
-        };
+        let opts = SendOpts { cookie, delivery_complete };
         match self.ep.send(peer, hdr, iov, opts) {
             Ok(SendStatus::Pending) => {
                 self.inflight.insert(cookie, data);
@@ -341,18 +315,9 @@ impl Node {
     }
 
     /// Progress until `cond` holds; panic with `what` at the deadline.
-    pub fn wait_until(
-        &mut self,
-        deadline: Instant,
-        what: &str,
-        mut cond: impl FnMut(&Node) -> bool,
-    ) {
+    pub fn wait_until(&mut self, deadline: Instant, what: &str, mut cond: impl FnMut(&Node) -> bool) {
         while !cond(self) {
-            assert!(
-                Instant::now() < deadline,
-                "{}: timed out waiting for {what}",
-                self.ep.name()
-            );
+            assert!(Instant::now() < deadline, "{}: timed out waiting for {what}", self.ep.name());
             self.pump_or_wait(Duration::from_millis(1));
         }
     }
@@ -395,17 +360,12 @@ pub fn unique_name(tag: &str) -> String {
 
 /// `key=value` pairs of a result line.
 pub fn parse_kv(line: &str) -> HashMap<String, String> {
-    line.split_whitespace()
-        .filter_map(|w| w.split_once('='))
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
+    line.split_whitespace().filter_map(|w| w.split_once('=')).map(|(k, v)| (k.to_string(), v.to_string())).collect()
 }
 
 /// A numeric field of a result line; panics with the line if missing.
 pub fn kv_u64(kv: &HashMap<String, String>, key: &str) -> u64 {
-    kv.get(key)
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no numeric {key}= in {kv:?}"))
+    kv.get(key).and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("no numeric {key}= in {kv:?}"))
 }
 
 /// A spawned `rshm-peer`.
@@ -436,9 +396,7 @@ impl Child {
         std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines() {
                 let Ok(line) = line else { break };
-                log.lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .push(line.clone());
+                log.lock().unwrap_or_else(|p| p.into_inner()).push(line.clone());
                 if tx.send(line).is_err() {
                     // Nobody reads lines any more; keep logging.
                 }
@@ -452,20 +410,10 @@ impl Child {
                 if n == 0 {
                     break;
                 }
-                log.lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .push_str(&String::from_utf8_lossy(&buf[..n]));
+                log.lock().unwrap_or_else(|p| p.into_inner()).push_str(&String::from_utf8_lossy(&buf[..n]));
             }
         });
-        Child {
-            label: label.to_string(),
-            stdin: proc.stdin.take(),
-            proc,
-            lines,
-            stdout_log,
-            stderr_log,
-            reaped: None,
-        }
+        Child { label: label.to_string(), stdin: proc.stdin.take(), proc, lines, stdout_log, stderr_log, reaped: None }
     }
 
     pub fn pid(&self) -> i32 {
@@ -474,31 +422,14 @@ impl Child {
 
     /// Everything the child printed so far, for failure messages.
     pub fn transcript(&self) -> String {
-        let out = self
-            .stdout_log
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .join("\n");
-        let err = self
-            .stderr_log
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
-        format!(
-            "--- {} (pid {}) stdout:\n{out}\n--- stderr:\n{err}",
-            self.label,
-            self.pid()
-        )
+        let out = self.stdout_log.lock().unwrap_or_else(|p| p.into_inner()).join("\n");
+        let err = self.stderr_log.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        format!("--- {} (pid {}) stdout:\n{out}\n--- stderr:\n{err}", self.label, self.pid())
     }
 
     /// The next stdout line starting with `prefix` (other lines are skipped), calling `pump`
     /// while waiting. Panics at `deadline` or if the child's stdout closes first.
-    pub fn expect_line_while(
-        &mut self,
-        prefix: &str,
-        deadline: Instant,
-        mut pump: impl FnMut(),
-    ) -> String {
+    pub fn expect_line_while(&mut self, prefix: &str, deadline: Instant, mut pump: impl FnMut()) -> String {
         loop {
             match self.lines.try_recv() {
                 Ok(line) if line.starts_with(prefix) => return line,
@@ -506,11 +437,7 @@ impl Child {
                 Err(TryRecvError::Empty) => {}
                 Err(TryRecvError::Disconnected) => {
                     std::thread::sleep(Duration::from_millis(50));
-                    panic!(
-                        "{} ended before printing {prefix}\n{}",
-                        self.label,
-                        self.transcript()
-                    )
+                    panic!("{} ended before printing {prefix}\n{}", self.label, self.transcript())
                 }
             }
             assert!(
@@ -530,18 +457,12 @@ impl Child {
             match self.lines.recv_timeout(left) {
                 Ok(line) if line.starts_with(prefix) => return line,
                 Ok(_) => continue,
-                Err(RecvTimeoutError::Timeout) => panic!(
-                    "timed out waiting for {} to print {prefix}\n{}",
-                    self.label,
-                    self.transcript()
-                ),
+                Err(RecvTimeoutError::Timeout) => {
+                    panic!("timed out waiting for {} to print {prefix}\n{}", self.label, self.transcript())
+                }
                 Err(RecvTimeoutError::Disconnected) => {
                     std::thread::sleep(Duration::from_millis(50));
-                    panic!(
-                        "{} ended before printing {prefix}\n{}",
-                        self.label,
-                        self.transcript()
-                    )
+                    panic!("{} ended before printing {prefix}\n{}", self.label, self.transcript())
                 }
             }
         }
@@ -569,12 +490,7 @@ impl Child {
                 self.reaped = Some(status);
                 return status;
             }
-            assert!(
-                Instant::now() < deadline,
-                "{} did not exit\n{}",
-                self.label,
-                self.transcript()
-            );
+            assert!(Instant::now() < deadline, "{} did not exit\n{}", self.label, self.transcript());
             std::thread::sleep(Duration::from_millis(5));
         }
     }
@@ -583,12 +499,7 @@ impl Child {
     pub fn finish(&mut self, deadline: Instant) {
         self.close_stdin();
         let status = self.wait_exit(deadline);
-        assert!(
-            status.success(),
-            "{} exited with {status}\n{}",
-            self.label,
-            self.transcript()
-        );
+        assert!(status.success(), "{} exited with {status}\n{}", self.label, self.transcript());
     }
 
     /// SIGKILL the child and reap it. Returns the instant just before the signal was sent.
@@ -639,12 +550,7 @@ pub struct Scenario {
 
 impl Scenario {
     pub fn new(exe: &'static str, tag: &str) -> Scenario {
-        Scenario {
-            exe,
-            tag: tag.to_string(),
-            names: Vec::new(),
-            children: Vec::new(),
-        }
+        Scenario { exe, tag: tag.to_string(), names: Vec::new(), children: Vec::new() }
     }
 
     /// A fresh endpoint name, cleaned up with the scenario.
@@ -667,11 +573,7 @@ impl Scenario {
 
     /// Transcripts of every child, for failure messages.
     pub fn transcripts(&self) -> String {
-        self.children
-            .iter()
-            .map(Child::transcript)
-            .collect::<Vec<_>>()
-            .join("\n")
+        self.children.iter().map(Child::transcript).collect::<Vec<_>>().join("\n")
     }
 }
 

@@ -16,15 +16,7 @@ fn backpressure(tag: &str, receiver_args: &[&str]) {
     let recv = sc.name("r");
     let per_sender = ROUNDS * 4;
     let total = (per_sender * u64::from(SENDERS)).to_string();
-    let mut args = vec![
-        "node",
-        "--name",
-        &recv,
-        "--expect",
-        &total,
-        "--check-order",
-        "--wait-go",
-    ];
+    let mut args = vec!["node", "--name", &recv, "--expect", &total, "--check-order", "--wait-go"];
     args.extend(receiver_args);
     let r = sc.spawn("receiver", &args);
     let dl = deadline();
@@ -35,10 +27,7 @@ fn backpressure(tag: &str, receiver_args: &[&str]) {
     for id in 1..=SENDERS {
         let name = sc.name(&format!("s{id}"));
         let id = id.to_string();
-        let args = [
-            "node", "--name", &name, "--id", &id, "--to", &recv, "--sizes", SIZES, "--count",
-            &rounds,
-        ];
+        let args = ["node", "--name", &name, "--id", &id, "--to", &recv, "--sizes", SIZES, "--count", &rounds];
         senders.push(sc.spawn(&name, &args));
     }
     // Every sender fills the receiver's queue (or inject pool) and is told to come back later.
@@ -53,19 +42,12 @@ fn backpressure(tag: &str, receiver_args: &[&str]) {
     println!("{line}");
     let kv = parse_kv(&line);
     let ctx = || format!("{line}\n{}", sc.transcripts());
-    assert_eq!(
-        kv_u64(&kv, "received"),
-        per_sender * u64::from(SENDERS),
-        "{}",
-        ctx()
-    );
+    assert_eq!(kv_u64(&kv, "received"), per_sender * u64::from(SENDERS), "{}", ctx());
     assert_eq!(kv_u64(&kv, "dups"), 0, "{}", ctx());
     assert_eq!(kv_u64(&kv, "order_errors"), 0, "{}", ctx());
     assert_eq!(kv_u64(&kv, "bad"), 0, "{}", ctx());
     assert_eq!(kv_u64(&kv, "corrupt"), 0, "{}", ctx());
-    let want: Vec<String> = (1..=SENDERS)
-        .map(|id| format!("{id}:{per_sender}"))
-        .collect();
+    let want: Vec<String> = (1..=SENDERS).map(|id| format!("{id}:{per_sender}")).collect();
     assert_eq!(kv["senders"], want.join(","), "{}", ctx());
     let bytes_per_sender = ROUNDS * (1 + 208 + 209 + 4096);
     assert_eq!(kv_u64(&kv, "bytes"), bytes_per_sender * u64::from(SENDERS));

@@ -51,15 +51,8 @@ fn ping_pong(tag: &str, sar: bool) {
         assert_eq!(back.hdr.len, len as u64);
         assert_eq!(back.hdr.data, hdr.data, "checksum carried back");
         assert_eq!(back.result, Ok(len), "echo of {len} bytes");
-        assert_eq!(
-            checksum(&back.bytes),
-            hdr.data,
-            "checksum of the echo of {len} bytes"
-        );
-        assert!(
-            back.bytes == data,
-            "echo of {len} bytes differs from what was sent"
-        );
+        assert_eq!(checksum(&back.bytes), hdr.data, "checksum of the echo of {len} bytes");
+        assert!(back.bytes == data, "echo of {len} bytes differs from what was sent");
         verify(&back.hdr, &back.bytes).unwrap();
     }
     for (cookie, result) in &node.h.sends_done {
@@ -74,16 +67,9 @@ fn ping_pong(tag: &str, sar: bool) {
     assert_eq!(kv_u64(&result, "received"), n, "{result:?}");
     assert_eq!(kv_u64(&result, "echoed"), n, "{result:?}");
     assert_eq!(kv_u64(&result, "bad"), 0, "{result:?}");
-    assert_eq!(
-        kv_u64(&result, "bytes"),
-        SIZES_ALL.iter().sum::<usize>() as u64
-    );
+    assert_eq!(kv_u64(&result, "bytes"), SIZES_ALL.iter().sum::<usize>() as u64);
     assert_eq!(kv_u64(&result, "corrupt"), 0, "{result:?}");
-    assert_eq!(
-        kv_u64(&result, "fallbacks"),
-        0,
-        "CMA was refused: {result:?}"
-    );
+    assert_eq!(kv_u64(&result, "fallbacks"), 0, "CMA was refused: {result:?}");
     sc.child(echo).finish(deadline());
 }
 
@@ -121,10 +107,7 @@ impl Expect {
     fn senders(&self) -> String {
         let mut v: Vec<_> = self.senders.iter().collect();
         v.sort();
-        v.iter()
-            .map(|(s, n)| format!("{s}:{n}"))
-            .collect::<Vec<_>>()
-            .join(",")
+        v.iter().map(|(s, n)| format!("{s}:{n}")).collect::<Vec<_>>().join(",")
     }
 }
 
@@ -145,12 +128,7 @@ fn check_result(label: &str, line: &str, sent: u64, expect: &Expect) {
 
 /// Run `nodes` (name, id, extra args), then check every RESULT and a clean exit. Every node
 /// has created its endpoint before any starts sending (see `engine_bugs.rs` for why).
-fn run_nodes(
-    sc: &mut Scenario,
-    nodes: &[(String, u32, Vec<String>)],
-    sent: &[u64],
-    expect: &[Expect],
-) {
+fn run_nodes(sc: &mut Scenario, nodes: &[(String, u32, Vec<String>)], sent: &[u64], expect: &[Expect]) {
     let mut idx = Vec::new();
     for (name, id, extra) in nodes {
         let id = id.to_string();
@@ -185,12 +163,7 @@ fn three_to_one(tag: &str, sar: bool) {
     let mut sent = Vec::new();
     for id in 1..=3u32 {
         let name = sc.name(&format!("s{id}"));
-        let mut args = vec![
-            "--to".into(),
-            recv.clone(),
-            "--sizes".into(),
-            join(SIZES_UP_TO_1M),
-        ];
+        let mut args = vec!["--to".into(), recv.clone(), "--sizes".into(), join(SIZES_UP_TO_1M)];
         for &len in SIZES_UP_TO_1M {
             expect.add(id, len);
         }
@@ -237,12 +210,7 @@ fn all_to_all(tag: &str, sar: bool) {
                 sent[i] += 1;
             }
         }
-        let mut args = vec![
-            "--to".into(),
-            others.join(","),
-            "--sizes".into(),
-            join(SIZES_UP_TO_1M),
-        ];
+        let mut args = vec!["--to".into(), others.join(","), "--sizes".into(), join(SIZES_UP_TO_1M)];
         if i == 0 {
             args.extend(["--also".into(), format!("{}:{BIG}", names[1])]);
             expects[1].add(0, BIG);

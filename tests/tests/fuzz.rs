@@ -7,13 +7,7 @@ use rshm_tests::*;
 const PEER: &str = env!("CARGO_BIN_EXE_rshm-peer");
 
 /// Fuzz receiver R from a separate process, then send it `rounds` of `sizes` for real.
-fn fuzz_then_send(
-    tag: &str,
-    fuzz_args: &[&str],
-    sender_args: &[&str],
-    sizes: &[usize],
-    rounds: u64,
-) {
+fn fuzz_then_send(tag: &str, fuzz_args: &[&str], sender_args: &[&str], sizes: &[usize], rounds: u64) {
     let mut sc = Scenario::new(PEER, tag);
     let recv = sc.name("r");
     let expect = (sizes.len() as u64 * rounds).to_string();
@@ -29,25 +23,10 @@ fn fuzz_then_send(
     sc.child(f).finish(dl);
 
     let s = sc.name("s");
-    let sizes_arg = sizes
-        .iter()
-        .map(usize::to_string)
-        .collect::<Vec<_>>()
-        .join(",");
+    let sizes_arg = sizes.iter().map(usize::to_string).collect::<Vec<_>>().join(",");
     let rounds_arg = rounds.to_string();
-    let mut args = vec![
-        "node",
-        "--name",
-        &s,
-        "--id",
-        "3",
-        "--to",
-        &recv,
-        "--sizes",
-        &sizes_arg,
-        "--count",
-        &rounds_arg,
-    ];
+    let mut args =
+        vec!["node", "--name", &s, "--id", "3", "--to", &recv, "--sizes", &sizes_arg, "--count", &rounds_arg];
     args.extend(sender_args);
     let c = sc.spawn("sender", &args);
 
@@ -55,20 +34,10 @@ fn fuzz_then_send(
     println!("receiver after {pushed} random commands: {line}");
     let kv = parse_kv(&line);
     let ctx = || format!("{line}\n{}", sc.transcripts());
-    assert_eq!(
-        kv_u64(&kv, "received"),
-        sizes.len() as u64 * rounds,
-        "{}",
-        ctx()
-    );
+    assert_eq!(kv_u64(&kv, "received"), sizes.len() as u64 * rounds, "{}", ctx());
     assert_eq!(kv_u64(&kv, "bad"), 0, "{}", ctx());
     assert_eq!(kv_u64(&kv, "dups"), 0, "{}", ctx());
-    assert_eq!(
-        kv["senders"],
-        format!("3:{}", sizes.len() as u64 * rounds),
-        "{}",
-        ctx()
-    );
+    assert_eq!(kv["senders"], format!("3:{}", sizes.len() as u64 * rounds), "{}", ctx());
     let corrupt = kv_u64(&kv, "corrupt");
     assert!(corrupt > 0 && corrupt <= pushed, "{}", ctx());
     let line = sc.child(c).expect_line("RESULT", dl);

@@ -21,13 +21,7 @@ const GIVE_UP: Duration = Duration::from_secs(6);
 /// reports the peer dead through `send` or `on_send_done` and nothing is left in flight. Returns
 /// when the first error came. Every error must be `PeerDead`, and no send issued after the kill
 /// may complete successfully (sends from before it may: their acks can still be in our queue).
-fn send_until_peer_dead(
-    node: &mut Node,
-    peer: PeerId,
-    len: usize,
-    dc: bool,
-    killed: Instant,
-) -> Duration {
+fn send_until_peer_dead(node: &mut Node, peer: PeerId, len: usize, dc: bool, killed: Instant) -> Duration {
     let done_before = node.h.sends_done.len();
     let mut after_kill = HashSet::new();
     let mut first_error = None;
@@ -65,10 +59,7 @@ fn send_until_peer_dead(
         node.pump_or_wait(Duration::from_millis(1));
         for (cookie, result) in &node.h.sends_done[done_before..] {
             match result {
-                Ok(()) => assert!(
-                    !after_kill.contains(cookie),
-                    "send {cookie} after the kill succeeded"
-                ),
+                Ok(()) => assert!(!after_kill.contains(cookie), "send {cookie} after the kill succeeded"),
                 Err(e) => {
                     assert_eq!(*e, Error::PeerDead, "completion of send {cookie}");
                     first_error.get_or_insert(killed.elapsed());
@@ -92,64 +83,40 @@ fn receiver_killed_during_handshake_fails_the_pending_cma_send() {
     let mut node = Node::create(&sc.name("s"), params(false)).unwrap();
     let peer = node.ep.add_peer(&victim).unwrap();
     let data = pattern(1, 0, 1 << 20);
-    let (status, _) = node
-        .try_send(peer, header(1, 0, &data), data, false)
-        .map_err(|(e, _)| e)
-        .unwrap();
+    let (status, _) = node.try_send(peer, header(1, 0, &data), data, false).map_err(|(e, _)| e).unwrap();
     assert_eq!(status, SendStatus::Pending);
     let until = Instant::now() + Duration::from_millis(100);
     while Instant::now() < until {
         node.pump_or_wait(Duration::from_millis(1));
     }
-    assert!(
-        node.h.sends_done.is_empty(),
-        "completed without a receiver: {:?}",
-        node.h.sends_done
-    );
+    assert!(node.h.sends_done.is_empty(), "completed without a receiver: {:?}", node.h.sends_done);
 
     let killed = sc.child(r).kill();
     let noticed = send_until_peer_dead(&mut node, peer, 1 << 20, false, killed);
     println!("death noticed after {noticed:?}");
-    assert!(
-        noticed < NOTICE,
-        "the sender learned of the death after {noticed:?}"
-    );
-    assert!(
-        !node.h.sends_done.is_empty(),
-        "the first send never completed"
-    );
+    assert!(noticed < NOTICE, "the sender learned of the death after {noticed:?}");
+    assert!(!node.h.sends_done.is_empty(), "the first send never completed");
     let data = pattern(1, 0, 1 << 20);
-    assert_eq!(
-        node.try_send(peer, header(1, 0, &data), data, false)
-            .map_err(|(e, _)| e),
-        Err(Error::PeerDead)
-    );
+    assert_eq!(node.try_send(peer, header(1, 0, &data), data, false).map_err(|(e, _)| e), Err(Error::PeerDead));
 }
 
 /// Stream inject-sized messages into a receiver process, then kill it mid-stream.
 fn receiver_killed_during_inject_stream(tag: &str, dc: bool) {
     let mut sc = Scenario::new(PEER, tag);
     let victim = sc.name("r");
-    let r = sc.spawn(
-        "receiver",
-        &["node", "--name", &victim, "--expect", "100000000"],
-    );
+    let r = sc.spawn("receiver", &["node", "--name", &victim, "--expect", "100000000"]);
     sc.child(r).expect_line("READY", deadline());
     let mut node = Node::create(&sc.name("s"), params(false)).unwrap();
     let peer = node.ep.add_peer(&victim).unwrap();
     let dl = deadline();
     for seq in 0..2_000 {
         let data = pattern(1, seq, 1000);
-        node.send_retry(peer, header(1, seq, &data), data, dc, dl)
-            .unwrap();
+        node.send_retry(peer, header(1, seq, &data), data, dc, dl).unwrap();
     }
     let killed = sc.child(r).kill();
     let noticed = send_until_peer_dead(&mut node, peer, 1000, dc, killed);
     println!("death noticed after {noticed:?}");
-    assert!(
-        noticed < NOTICE,
-        "the sender learned of the death after {noticed:?}"
-    );
+    assert!(noticed < NOTICE, "the sender learned of the death after {noticed:?}");
 }
 
 /// (b) Inject sends that complete locally: nothing is pending when the receiver dies, yet the
@@ -200,39 +167,17 @@ fn sender_killed_mid_stream_leaves_the_receiver_working() {
         node.pump_or_wait(Duration::from_millis(1));
     }
     let from_dead = std::mem::take(&mut node.h.received);
-    assert!(
-        from_dead.len() >= 500,
-        "only {} messages from the streamer",
-        from_dead.len()
-    );
+    assert!(from_dead.len() >= 500, "only {} messages from the streamer", from_dead.len());
     for (i, m) in from_dead.iter().enumerate() {
-        assert_eq!(
-            split_tag(m.hdr.tag),
-            (1, i as u32),
-            "streamer's messages in order"
-        );
+        assert_eq!(split_tag(m.hdr.tag), (1, i as u32), "streamer's messages in order");
         assert_eq!(m.result, Ok(m.hdr.len as usize));
         verify(&m.hdr, &m.bytes).unwrap();
     }
 
     let s2 = sc.name("s2");
-    let args = [
-        "node",
-        "--name",
-        &s2,
-        "--id",
-        "2",
-        "--to",
-        &me,
-        "--sizes",
-        "1,300,5000,100000",
-        "--count",
-        "2",
-    ];
+    let args = ["node", "--name", &s2, "--id", "2", "--to", &me, "--sizes", "1,300,5000,100000", "--count", "2"];
     let s = sc.spawn("second sender", &args);
-    node.wait_until(dl, "8 messages from the second sender", |n| {
-        n.h.received.len() >= 8
-    });
+    node.wait_until(dl, "8 messages from the second sender", |n| n.h.received.len() >= 8);
     for m in &node.h.received {
         assert_eq!(split_tag(m.hdr.tag).0, 2);
         assert_eq!(m.result, Ok(m.hdr.len as usize));
@@ -262,9 +207,7 @@ fn sender_killed_while_its_cma_messages_are_held() {
     let s = sc.name("s");
     let len = 1 << 20;
     let size = len.to_string();
-    let args = [
-        "node", "--name", &s, "--id", "1", "--to", &me, "--sizes", &size, "--count", "2",
-    ];
+    let args = ["node", "--name", &s, "--id", "1", "--to", &me, "--sizes", &size, "--count", "2"];
     let c = sc.spawn("sender", &args);
     let dl = deadline();
     node.wait_until(dl, "two held messages", |n| n.h.held.len() == 2);
@@ -293,15 +236,7 @@ fn sender_killed_while_its_cma_messages_are_held() {
 /// Receiver params whose progress calls move at most 1 MiB of SAR data (256 x 4 KiB).
 fn small_sar_params() -> Params {
     let d = Params::default();
-    Params {
-        cma: false,
-        counts: Counts {
-            sar_count: 4,
-            sar_size: 4096,
-            ..d.counts
-        },
-        ..d
-    }
+    Params { cma: false, counts: Counts { sar_count: 4, sar_size: 4096, ..d.counts }, ..d }
 }
 
 /// (c) The sender dies while an 8 MiB SAR message is being reassembled.
@@ -313,32 +248,23 @@ fn sender_killed_mid_sar_reassembly(tag: &str, hold: bool) {
     let s = sc.name("s");
     let len = 8 << 20;
     let size = len.to_string();
-    let args = [
-        "node", "--name", &s, "--id", "1", "--to", &me, "--sizes", &size, "--sar",
-    ];
+    let args = ["node", "--name", &s, "--id", "1", "--to", &me, "--sizes", &size, "--sar"];
     let c = sc.spawn("sender", &args);
     let dl = deadline();
     node.wait_until(dl, "the first segment", |n| !n.h.offered.is_empty());
     // Stop consuming: the sender is stuck mid-message.
-    assert!(
-        node.h.received.is_empty(),
-        "8 MiB arrived in one progress call"
-    );
+    assert!(node.h.received.is_empty(), "8 MiB arrived in one progress call");
     assert_eq!(node.ep.outstanding(), 1);
     let killed = sc.child(c).kill();
     if hold {
-        node.wait_until(killed + GIVE_UP, "the engine to drop the reassembly", |n| {
-            n.ep.outstanding() == 0
-        });
+        node.wait_until(killed + GIVE_UP, "the engine to drop the reassembly", |n| n.ep.outstanding() == 0);
         let key = node.h.held[0].key;
         match node.deliver(key, len) {
             Ok(Delivered::Now(Err(Error::PeerDead), dest)) => assert_eq!(dest.len(), len),
             other => panic!("deliver of the held partial message: {other:?}"),
         }
     } else {
-        node.wait_until(killed + GIVE_UP, "the failed receive", |n| {
-            !n.h.received.is_empty()
-        });
+        node.wait_until(killed + GIVE_UP, "the failed receive", |n| !n.h.received.is_empty());
         let r = &node.h.received[0];
         assert_eq!(r.result, Err(Error::PeerDead));
         assert_eq!(r.bytes.len(), len, "the destination comes back");
@@ -346,10 +272,7 @@ fn sender_killed_mid_sar_reassembly(tag: &str, hold: bool) {
     }
     let noticed = killed.elapsed();
     println!("death noticed after {noticed:?}");
-    assert!(
-        noticed < NOTICE,
-        "the receiver learned of the death after {noticed:?}"
-    );
+    assert!(noticed < NOTICE, "the receiver learned of the death after {noticed:?}");
 }
 
 #[test]
@@ -367,14 +290,7 @@ fn sender_killed_mid_sar_reassembly_fails_the_held_message() {
 fn receiver_killed_mid_transfer(tag: &str, sar: bool) {
     let mut sc = Scenario::new(PEER, tag);
     let victim = sc.name("r");
-    let mut args = vec![
-        "node",
-        "--name",
-        &victim,
-        "--expect",
-        "1",
-        "--stall-on-first",
-    ];
+    let mut args = vec!["node", "--name", &victim, "--expect", "1", "--stall-on-first"];
     if sar {
         args.extend(["--sar", "--sar-count", "4", "--sar-size", "4096"]);
     }
@@ -385,31 +301,20 @@ fn receiver_killed_mid_transfer(tag: &str, sar: bool) {
     let peer = node.ep.add_peer(&victim).unwrap();
     let len = 8 << 20;
     let data = pattern(1, 0, len);
-    let (status, _) = node
-        .send_retry(peer, header(1, 0, &data), data, false, dl)
-        .unwrap();
+    let (status, _) = node.send_retry(peer, header(1, 0, &data), data, false, dl).unwrap();
     assert_eq!(status, SendStatus::Pending);
     sc.child(r).expect_line_while("STARTED", dl, || {
         node.pump_or_wait(Duration::from_millis(1));
     });
     let killed = sc.child(r).kill();
-    node.wait_until(killed + GIVE_UP, "the failed send", |n| {
-        !n.h.sends_done.is_empty()
-    });
+    node.wait_until(killed + GIVE_UP, "the failed send", |n| !n.h.sends_done.is_empty());
     let noticed = killed.elapsed();
     assert_eq!(node.h.sends_done[0].1, Err(Error::PeerDead));
     println!("death noticed after {noticed:?}");
-    assert!(
-        noticed < NOTICE,
-        "the sender learned of the death after {noticed:?}"
-    );
+    assert!(noticed < NOTICE, "the sender learned of the death after {noticed:?}");
     assert_eq!(node.sends_in_flight(), 0);
     let data = pattern(1, 1, len);
-    assert_eq!(
-        node.try_send(peer, header(1, 1, &data), data, false)
-            .map_err(|(e, _)| e),
-        Err(Error::PeerDead)
-    );
+    assert_eq!(node.try_send(peer, header(1, 1, &data), data, false).map_err(|(e, _)| e), Err(Error::PeerDead));
 }
 
 #[test]
@@ -436,35 +341,20 @@ fn restarted_endpoint_takes_over_the_name_and_old_peers_reach_it() {
     // Inline and inject with delivery-complete, and a CMA-sized one: all acknowledged.
     for (seq, len) in [(0, 100), (1, 100_000), (2, 5000)] {
         let data = pattern(7, seq, len);
-        node.send_retry(peer, header(7, seq, &data), data, true, dl)
-            .unwrap();
+        node.send_retry(peer, header(7, seq, &data), data, true, dl).unwrap();
     }
     node.wait_until(dl, "three acknowledged sends", |n| n.sends_in_flight() == 0);
-    assert!(
-        node.h.sends_done.iter().all(|d| d.1.is_ok()),
-        "{:?}",
-        node.h.sends_done
-    );
+    assert!(node.h.sends_done.iter().all(|d| d.1.is_ok()), "{:?}", node.h.sends_done);
     let line = sc.child(r1).expect_line("RESULT", dl);
     let kv = parse_kv(&line);
-    assert_eq!(
-        (kv_u64(&kv, "received"), kv_u64(&kv, "bad")),
-        (3, 0),
-        "{line}"
-    );
+    assert_eq!((kv_u64(&kv, "received"), kv_u64(&kv, "bad")), (3, 0), "{line}");
 
     let killed = sc.child(r1).kill();
     let noticed = send_until_peer_dead(&mut node, peer, 100_000, false, killed);
     println!("death noticed after {noticed:?}");
+    assert!(noticed < NOTICE, "the sender learned of the death after {noticed:?}");
     assert!(
-        noticed < NOTICE,
-        "the sender learned of the death after {noticed:?}"
-    );
-    assert!(
-        matches!(
-            smr_core::region::inspect(&victim),
-            Ok(smr_core::region::Occupant::Dead(_))
-        ),
+        matches!(smr_core::region::inspect(&victim), Ok(smr_core::region::Occupant::Dead(_))),
         "the killed process's region should still be there, stale"
     );
 
@@ -481,27 +371,18 @@ fn restarted_endpoint_takes_over_the_name_and_old_peers_reach_it() {
                 Err((Error::Again | Error::PeerDead, _)) => refusals += 1,
                 Err((e, _)) => panic!("send to the new incarnation: {e}"),
             }
-            assert!(
-                Instant::now() < dl,
-                "the new incarnation never became reachable"
-            );
+            assert!(Instant::now() < dl, "the new incarnation never became reachable");
             node.pump_or_wait(Duration::from_millis(1));
         }
     }
-    node.wait_until(dl, "the new incarnation's acks", |n| {
-        n.sends_in_flight() == 0
-    });
+    node.wait_until(dl, "the new incarnation's acks", |n| n.sends_in_flight() == 0);
     let failed = node.h.sends_done.iter().filter(|d| d.1.is_err()).count();
     let ok = node.h.sends_done.iter().filter(|d| d.1.is_ok()).count();
     assert_eq!(ok, 5, "{:?}", node.h.sends_done);
     assert!(failed >= 1, "{:?}", node.h.sends_done);
     let line = sc.child(r2).expect_line("RESULT", dl);
     let kv = parse_kv(&line);
-    assert_eq!(
-        (kv_u64(&kv, "received"), kv_u64(&kv, "bad")),
-        (2, 0),
-        "{line}"
-    );
+    assert_eq!((kv_u64(&kv, "received"), kv_u64(&kv, "bad")), (2, 0), "{line}");
     assert_eq!(kv["senders"], "7:2", "{line}");
     println!("refusals before the new incarnation was reached: {refusals}");
     sc.child(r2).finish(dl);

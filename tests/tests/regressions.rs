@@ -30,28 +30,18 @@ impl Drop for ShmFile {
 fn send_to_a_peer_region_being_created_answers_again() {
     let name = unique_name("halfc");
     let path = format!("/dev/shm/{name}");
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&path)
-        .unwrap();
+    let file = std::fs::OpenOptions::new().read(true).write(true).create_new(true).mode(0o600).open(&path).unwrap();
     let _cleanup = ShmFile(name.clone());
     let mut node = Node::create(&unique_name("halfs"), params(false)).unwrap();
     let peer = node.ep.add_peer(&name).unwrap();
     let data = pattern(1, 0, 8);
 
     // Created, not yet sized.
-    let empty = node
-        .try_send(peer, header(1, 0, &data), data.clone(), false)
-        .map_err(|(e, _)| e);
+    let empty = node.try_send(peer, header(1, 0, &data), data.clone(), false).map_err(|(e, _)| e);
     // Sized, header not yet written: the engine itself sees a region being created.
     file.set_len(1 << 20).unwrap();
     assert_eq!(smr_core::region::inspect(&name), Ok(Occupant::Creating));
-    let zeroed = node
-        .try_send(peer, header(1, 0, &data), data, false)
-        .map_err(|(e, _)| e);
+    let zeroed = node.try_send(peer, header(1, 0, &data), data, false).map_err(|(e, _)| e);
     assert_eq!((empty, zeroed), (Err(Error::Again), Err(Error::Again)));
 }
 
@@ -63,19 +53,11 @@ fn send_to_a_peer_region_being_created_answers_again() {
 #[test]
 fn creating_over_a_region_file_being_created_is_refused() {
     let name = unique_name("halfe");
-    std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(format!("/dev/shm/{name}"))
-        .unwrap();
+    std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(format!("/dev/shm/{name}")).unwrap();
     let _cleanup = ShmFile(name.clone());
     let inspected = smr_core::region::inspect(&name);
     let created = Node::create(&name, params(false)).map(|_| ());
-    assert_eq!(
-        (inspected, created),
-        (Ok(Occupant::Creating), Err(Error::AddrInUse))
-    );
+    assert_eq!((inspected, created), (Ok(Occupant::Creating), Err(Error::AddrInUse)));
 }
 
 /// After a peer process dies, a sender whose link to it is acknowledged and has no operation
@@ -95,8 +77,7 @@ fn sends_without_pending_operations_reach_a_restarted_peer() {
     let mut node = Node::create(&sc.name("s"), params(false)).unwrap();
     let peer = node.ep.add_peer(&victim).unwrap();
     let data = pattern(1, 0, 100);
-    node.send_retry(peer, header(1, 0, &data), data, false, dl)
-        .unwrap();
+    node.send_retry(peer, header(1, 0, &data), data, false, dl).unwrap();
     sc.child(r1).expect_line_while("RESULT", dl, || {
         node.pump_or_wait(Duration::from_millis(1));
     });
@@ -106,20 +87,16 @@ fn sends_without_pending_operations_reach_a_restarted_peer() {
     sc.child(r2).expect_line("READY", dl);
     let mut seq = 1;
     let mut last = Instant::now();
-    sc.child(r2)
-        .expect_line_while("RESULT", Instant::now() + Duration::from_secs(5), || {
-            if last.elapsed() >= Duration::from_millis(10) {
-                last = Instant::now();
-                let data = pattern(1, seq, 100);
-                if node
-                    .try_send(peer, header(1, seq, &data), data, false)
-                    .is_ok()
-                {
-                    seq += 1;
-                }
+    sc.child(r2).expect_line_while("RESULT", Instant::now() + Duration::from_secs(5), || {
+        if last.elapsed() >= Duration::from_millis(10) {
+            last = Instant::now();
+            let data = pattern(1, seq, 100);
+            if node.try_send(peer, header(1, seq, &data), data, false).is_ok() {
+                seq += 1;
             }
-            node.pump_or_wait(Duration::from_millis(1));
-        });
+        }
+        node.pump_or_wait(Duration::from_millis(1));
+    });
 }
 
 /// One bogus command from a process that never connected, naming a pool buffer.
@@ -147,29 +124,16 @@ fn exchange(a: &mut Node, b: &mut Node, n: usize) {
 fn a_strangers_sar_segment_does_not_corrupt_later_sar_messages() {
     let mut a = Node::create(&unique_name("dfsa"), params(true)).unwrap();
     let mut b = Node::create(&unique_name("dfsb"), params(true)).unwrap();
-    let mut e = CmdEntry::message(
-        5,
-        1,
-        &MsgHeader {
-            len: 10,
-            ..Default::default()
-        },
-        false,
-    );
+    let mut e = CmdEntry::message(5, 1, &MsgHeader { len: 10, ..Default::default() }, false);
     e.op = op::SAR_SEG;
-    e.set_sar(SarSeg {
-        buf: 0,
-        len: 10,
-        offset: 0,
-    });
+    e.set_sar(SarSeg { buf: 0, len: 10, offset: 0 });
     stranger_command(b.ep.name(), &e);
     b.pump();
     assert_eq!(b.ep.stats().corrupt_commands, 1);
 
     let peer = a.ep.add_peer(b.ep.name()).unwrap();
     let data = pattern(1, 0, 1 << 20);
-    a.send_retry(peer, header(1, 0, &data), data, false, deadline())
-        .unwrap();
+    a.send_retry(peer, header(1, 0, &data), data, false, deadline()).unwrap();
     exchange(&mut a, &mut b, 1);
     let r = &b.h.received[0];
     assert_eq!(r.result, Ok(1 << 20));
@@ -183,15 +147,7 @@ fn a_strangers_sar_segment_does_not_corrupt_later_sar_messages() {
 fn a_strangers_inject_message_does_not_corrupt_later_inject_messages() {
     let mut a = Node::create(&unique_name("dfia"), params(false)).unwrap();
     let mut b = Node::create(&unique_name("dfib"), params(false)).unwrap();
-    let mut e = CmdEntry::message(
-        5,
-        1,
-        &MsgHeader {
-            len: 1000,
-            ..Default::default()
-        },
-        false,
-    );
+    let mut e = CmdEntry::message(5, 1, &MsgHeader { len: 1000, ..Default::default() }, false);
     e.set_inject(0);
     stranger_command(b.ep.name(), &e);
     b.pump();
@@ -200,8 +156,7 @@ fn a_strangers_inject_message_does_not_corrupt_later_inject_messages() {
     let peer = a.ep.add_peer(b.ep.name()).unwrap();
     for seq in 0..2 {
         let data = pattern(1, seq, 1000);
-        a.send_retry(peer, header(1, seq, &data), data, false, deadline())
-            .unwrap();
+        a.send_retry(peer, header(1, seq, &data), data, false, deadline()).unwrap();
     }
     exchange(&mut a, &mut b, 2);
     for r in &b.h.received {

@@ -9,8 +9,8 @@ mod ops;
 mod rx;
 mod tx;
 
-use crate::cq::{Completion, CqEvent, CqState};
 use crate::cntr::CntrState;
+use crate::cq::{Completion, CqEvent, CqState};
 use crate::domain::{self, DomainShared, DomainState};
 use crate::error::{int_ret, FiError, FiResult};
 use crate::getinfo::{decode_addr, encode_addr, ADDR_LEN};
@@ -169,7 +169,12 @@ fn generated_name() -> String {
 }
 
 /// `fi_endpoint`.
-pub(crate) unsafe extern "C" fn endpoint_open(domain: *mut ffi::fid_domain, info: *mut ffi::fi_info, ep: *mut *mut ffi::fid_ep, context: *mut c_void) -> i32 {
+pub(crate) unsafe extern "C" fn endpoint_open(
+    domain: *mut ffi::fid_domain,
+    info: *mut ffi::fi_info,
+    ep: *mut *mut ffi::fid_ep,
+    context: *mut c_void,
+) -> i32 {
     crate::guard("fi_endpoint", FiError::OTHER.code(), || {
         int_ret((|| -> FiResult<()> {
             // SAFETY: libfabric contract.
@@ -177,7 +182,8 @@ pub(crate) unsafe extern "C" fn endpoint_open(domain: *mut ffi::fid_domain, info
             // SAFETY: the caller's info.
             let info = unsafe { info.as_ref() }.ok_or(FiError::INVAL)?;
             // SAFETY: attribute pointers of the caller's info are NULL or valid.
-            let (ep_attr, tx_attr, rx_attr) = unsafe { (info.ep_attr.as_ref(), info.tx_attr.as_ref(), info.rx_attr.as_ref()) };
+            let (ep_attr, tx_attr, rx_attr) =
+                unsafe { (info.ep_attr.as_ref(), info.tx_attr.as_ref(), info.rx_attr.as_ref()) };
             if let Some(a) = ep_attr {
                 if a.type_ != ffi::FI_EP_RDM && a.type_ != ffi::FI_EP_DGRAM {
                     return Err(FiError::INVAL);
@@ -452,7 +458,13 @@ unsafe extern "C" fn ep_setname(fid: ffi::fid_t, addr: *mut c_void, addrlen: usi
     })
 }
 
-unsafe extern "C" fn ep_getopt(fid: ffi::fid_t, level: c_int, optname: c_int, optval: *mut c_void, optlen: *mut usize) -> i32 {
+unsafe extern "C" fn ep_getopt(
+    fid: ffi::fid_t,
+    level: c_int,
+    optname: c_int,
+    optval: *mut c_void,
+    optlen: *mut usize,
+) -> i32 {
     crate::guard("fi_getopt", FiError::OTHER.code(), || {
         int_ret((|| -> FiResult<()> {
             // SAFETY: libfabric contract.
@@ -483,7 +495,13 @@ unsafe extern "C" fn ep_getopt(fid: ffi::fid_t, level: c_int, optname: c_int, op
     })
 }
 
-unsafe extern "C" fn ep_setopt(fid: ffi::fid_t, level: c_int, optname: c_int, optval: *const c_void, optlen: usize) -> i32 {
+unsafe extern "C" fn ep_setopt(
+    fid: ffi::fid_t,
+    level: c_int,
+    optname: c_int,
+    optval: *const c_void,
+    optlen: usize,
+) -> i32 {
     crate::guard("fi_setopt", FiError::OTHER.code(), || {
         int_ret((|| -> FiResult<()> {
             // SAFETY: libfabric contract.

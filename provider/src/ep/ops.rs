@@ -113,13 +113,31 @@ fn args(iov: Ranges, dest: u64, ctx: *mut c_void, tag: Option<u64>, data: Option
 
 // ---- FI_MSG ----
 
-unsafe extern "C" fn msg_recv(ep: *mut ffi::fid_ep, buf: *mut c_void, len: usize, _desc: *mut c_void, src: ffi::fi_addr_t, ctx: *mut c_void) -> isize {
-    crate::guard("fi_recv", FiError::OTHER.code() as isize, || recv(ep, |f| Ok(posted(one(buf, len)?, src, ctx, false, 0, 0, f)), true))
+unsafe extern "C" fn msg_recv(
+    ep: *mut ffi::fid_ep,
+    buf: *mut c_void,
+    len: usize,
+    _desc: *mut c_void,
+    src: ffi::fi_addr_t,
+    ctx: *mut c_void,
+) -> isize {
+    crate::guard("fi_recv", FiError::OTHER.code() as isize, || {
+        recv(ep, |f| Ok(posted(one(buf, len)?, src, ctx, false, 0, 0, f)), true)
+    })
 }
 
-unsafe extern "C" fn msg_recvv(ep: *mut ffi::fid_ep, iov: *const ffi::iovec, _desc: *mut *mut c_void, count: usize, src: ffi::fi_addr_t, ctx: *mut c_void) -> isize {
+unsafe extern "C" fn msg_recvv(
+    ep: *mut ffi::fid_ep,
+    iov: *const ffi::iovec,
+    _desc: *mut *mut c_void,
+    count: usize,
+    src: ffi::fi_addr_t,
+    ctx: *mut c_void,
+) -> isize {
     // SAFETY: the caller's iovec array.
-    crate::guard("fi_recvv", FiError::OTHER.code() as isize, || recv(ep, |f| Ok(posted(unsafe { many(iov, count) }?, src, ctx, false, 0, 0, f)), true))
+    crate::guard("fi_recvv", FiError::OTHER.code() as isize, || {
+        recv(ep, |f| Ok(posted(unsafe { many(iov, count) }?, src, ctx, false, 0, 0, f)), true)
+    })
 }
 
 unsafe extern "C" fn msg_recvmsg(ep: *mut ffi::fid_ep, msg: *const ffi::fi_msg, flags: u64) -> isize {
@@ -137,13 +155,31 @@ unsafe extern "C" fn msg_recvmsg(ep: *mut ffi::fid_ep, msg: *const ffi::fi_msg, 
     })
 }
 
-unsafe extern "C" fn msg_send(ep: *mut ffi::fid_ep, buf: *const c_void, len: usize, _desc: *mut c_void, dest: ffi::fi_addr_t, ctx: *mut c_void) -> isize {
-    crate::guard("fi_send", FiError::OTHER.code() as isize, || send(ep, |f| Ok(args(one(buf, len)?, dest, ctx, None, None, f)), true))
+unsafe extern "C" fn msg_send(
+    ep: *mut ffi::fid_ep,
+    buf: *const c_void,
+    len: usize,
+    _desc: *mut c_void,
+    dest: ffi::fi_addr_t,
+    ctx: *mut c_void,
+) -> isize {
+    crate::guard("fi_send", FiError::OTHER.code() as isize, || {
+        send(ep, |f| Ok(args(one(buf, len)?, dest, ctx, None, None, f)), true)
+    })
 }
 
-unsafe extern "C" fn msg_sendv(ep: *mut ffi::fid_ep, iov: *const ffi::iovec, _desc: *mut *mut c_void, count: usize, dest: ffi::fi_addr_t, ctx: *mut c_void) -> isize {
+unsafe extern "C" fn msg_sendv(
+    ep: *mut ffi::fid_ep,
+    iov: *const ffi::iovec,
+    _desc: *mut *mut c_void,
+    count: usize,
+    dest: ffi::fi_addr_t,
+    ctx: *mut c_void,
+) -> isize {
     // SAFETY: the caller's iovec array.
-    crate::guard("fi_sendv", FiError::OTHER.code() as isize, || send(ep, |f| Ok(args(unsafe { many(iov, count) }?, dest, ctx, None, None, f)), true))
+    crate::guard("fi_sendv", FiError::OTHER.code() as isize, || {
+        send(ep, |f| Ok(args(unsafe { many(iov, count) }?, dest, ctx, None, None, f)), true)
+    })
 }
 
 unsafe extern "C" fn msg_sendmsg(ep: *mut ffi::fid_ep, msg: *const ffi::fi_msg, flags: u64) -> isize {
@@ -168,13 +204,33 @@ unsafe extern "C" fn msg_inject(ep: *mut ffi::fid_ep, buf: *const c_void, len: u
     })
 }
 
-unsafe extern "C" fn msg_senddata(ep: *mut ffi::fid_ep, buf: *const c_void, len: usize, _desc: *mut c_void, data: u64, dest: ffi::fi_addr_t, ctx: *mut c_void) -> isize {
-    crate::guard("fi_senddata", FiError::OTHER.code() as isize, || send(ep, |f| Ok(args(one(buf, len)?, dest, ctx, None, Some(data), f)), true))
+unsafe extern "C" fn msg_senddata(
+    ep: *mut ffi::fid_ep,
+    buf: *const c_void,
+    len: usize,
+    _desc: *mut c_void,
+    data: u64,
+    dest: ffi::fi_addr_t,
+    ctx: *mut c_void,
+) -> isize {
+    crate::guard("fi_senddata", FiError::OTHER.code() as isize, || {
+        send(ep, |f| Ok(args(one(buf, len)?, dest, ctx, None, Some(data), f)), true)
+    })
 }
 
-unsafe extern "C" fn msg_injectdata(ep: *mut ffi::fid_ep, buf: *const c_void, len: usize, data: u64, dest: ffi::fi_addr_t) -> isize {
+unsafe extern "C" fn msg_injectdata(
+    ep: *mut ffi::fid_ep,
+    buf: *const c_void,
+    len: usize,
+    data: u64,
+    dest: ffi::fi_addr_t,
+) -> isize {
     crate::guard("fi_injectdata", FiError::OTHER.code() as isize, || {
-        send(ep, |_| Ok(args(one(buf, len)?, dest, std::ptr::null_mut(), None, Some(data), ffi::FI_INJECT as u64)), false)
+        send(
+            ep,
+            |_| Ok(args(one(buf, len)?, dest, std::ptr::null_mut(), None, Some(data), ffi::FI_INJECT as u64)),
+            false,
+        )
     })
 }
 
@@ -194,14 +250,36 @@ pub static MSG_OPS: ffi::fi_ops_msg = ffi::fi_ops_msg {
 // ---- FI_TAGGED ----
 
 #[allow(clippy::too_many_arguments)]
-unsafe extern "C" fn tagged_recv(ep: *mut ffi::fid_ep, buf: *mut c_void, len: usize, _desc: *mut c_void, src: ffi::fi_addr_t, tag: u64, ignore: u64, ctx: *mut c_void) -> isize {
-    crate::guard("fi_trecv", FiError::OTHER.code() as isize, || recv(ep, |f| Ok(posted(one(buf, len)?, src, ctx, true, tag, ignore, f)), true))
+unsafe extern "C" fn tagged_recv(
+    ep: *mut ffi::fid_ep,
+    buf: *mut c_void,
+    len: usize,
+    _desc: *mut c_void,
+    src: ffi::fi_addr_t,
+    tag: u64,
+    ignore: u64,
+    ctx: *mut c_void,
+) -> isize {
+    crate::guard("fi_trecv", FiError::OTHER.code() as isize, || {
+        recv(ep, |f| Ok(posted(one(buf, len)?, src, ctx, true, tag, ignore, f)), true)
+    })
 }
 
 #[allow(clippy::too_many_arguments)]
-unsafe extern "C" fn tagged_recvv(ep: *mut ffi::fid_ep, iov: *const ffi::iovec, _desc: *mut *mut c_void, count: usize, src: ffi::fi_addr_t, tag: u64, ignore: u64, ctx: *mut c_void) -> isize {
+unsafe extern "C" fn tagged_recvv(
+    ep: *mut ffi::fid_ep,
+    iov: *const ffi::iovec,
+    _desc: *mut *mut c_void,
+    count: usize,
+    src: ffi::fi_addr_t,
+    tag: u64,
+    ignore: u64,
+    ctx: *mut c_void,
+) -> isize {
     // SAFETY: the caller's iovec array.
-    crate::guard("fi_trecvv", FiError::OTHER.code() as isize, || recv(ep, |f| Ok(posted(unsafe { many(iov, count) }?, src, ctx, true, tag, ignore, f)), true))
+    crate::guard("fi_trecvv", FiError::OTHER.code() as isize, || {
+        recv(ep, |f| Ok(posted(unsafe { many(iov, count) }?, src, ctx, true, tag, ignore, f)), true)
+    })
 }
 
 unsafe extern "C" fn tagged_recvmsg(ep: *mut ffi::fid_ep, msg: *const ffi::fi_msg_tagged, flags: u64) -> isize {
@@ -219,14 +297,34 @@ unsafe extern "C" fn tagged_recvmsg(ep: *mut ffi::fid_ep, msg: *const ffi::fi_ms
     })
 }
 
-unsafe extern "C" fn tagged_send(ep: *mut ffi::fid_ep, buf: *const c_void, len: usize, _desc: *mut c_void, dest: ffi::fi_addr_t, tag: u64, ctx: *mut c_void) -> isize {
-    crate::guard("fi_tsend", FiError::OTHER.code() as isize, || send(ep, |f| Ok(args(one(buf, len)?, dest, ctx, Some(tag), None, f)), true))
+unsafe extern "C" fn tagged_send(
+    ep: *mut ffi::fid_ep,
+    buf: *const c_void,
+    len: usize,
+    _desc: *mut c_void,
+    dest: ffi::fi_addr_t,
+    tag: u64,
+    ctx: *mut c_void,
+) -> isize {
+    crate::guard("fi_tsend", FiError::OTHER.code() as isize, || {
+        send(ep, |f| Ok(args(one(buf, len)?, dest, ctx, Some(tag), None, f)), true)
+    })
 }
 
 #[allow(clippy::too_many_arguments)]
-unsafe extern "C" fn tagged_sendv(ep: *mut ffi::fid_ep, iov: *const ffi::iovec, _desc: *mut *mut c_void, count: usize, dest: ffi::fi_addr_t, tag: u64, ctx: *mut c_void) -> isize {
+unsafe extern "C" fn tagged_sendv(
+    ep: *mut ffi::fid_ep,
+    iov: *const ffi::iovec,
+    _desc: *mut *mut c_void,
+    count: usize,
+    dest: ffi::fi_addr_t,
+    tag: u64,
+    ctx: *mut c_void,
+) -> isize {
     // SAFETY: the caller's iovec array.
-    crate::guard("fi_tsendv", FiError::OTHER.code() as isize, || send(ep, |f| Ok(args(unsafe { many(iov, count) }?, dest, ctx, Some(tag), None, f)), true))
+    crate::guard("fi_tsendv", FiError::OTHER.code() as isize, || {
+        send(ep, |f| Ok(args(unsafe { many(iov, count) }?, dest, ctx, Some(tag), None, f)), true)
+    })
 }
 
 unsafe extern "C" fn tagged_sendmsg(ep: *mut ffi::fid_ep, msg: *const ffi::fi_msg_tagged, flags: u64) -> isize {
@@ -245,20 +343,52 @@ unsafe extern "C" fn tagged_sendmsg(ep: *mut ffi::fid_ep, msg: *const ffi::fi_ms
     })
 }
 
-unsafe extern "C" fn tagged_inject(ep: *mut ffi::fid_ep, buf: *const c_void, len: usize, dest: ffi::fi_addr_t, tag: u64) -> isize {
+unsafe extern "C" fn tagged_inject(
+    ep: *mut ffi::fid_ep,
+    buf: *const c_void,
+    len: usize,
+    dest: ffi::fi_addr_t,
+    tag: u64,
+) -> isize {
     crate::guard("fi_tinject", FiError::OTHER.code() as isize, || {
-        send(ep, |_| Ok(args(one(buf, len)?, dest, std::ptr::null_mut(), Some(tag), None, ffi::FI_INJECT as u64)), false)
+        send(
+            ep,
+            |_| Ok(args(one(buf, len)?, dest, std::ptr::null_mut(), Some(tag), None, ffi::FI_INJECT as u64)),
+            false,
+        )
     })
 }
 
 #[allow(clippy::too_many_arguments)]
-unsafe extern "C" fn tagged_senddata(ep: *mut ffi::fid_ep, buf: *const c_void, len: usize, _desc: *mut c_void, data: u64, dest: ffi::fi_addr_t, tag: u64, ctx: *mut c_void) -> isize {
-    crate::guard("fi_tsenddata", FiError::OTHER.code() as isize, || send(ep, |f| Ok(args(one(buf, len)?, dest, ctx, Some(tag), Some(data), f)), true))
+unsafe extern "C" fn tagged_senddata(
+    ep: *mut ffi::fid_ep,
+    buf: *const c_void,
+    len: usize,
+    _desc: *mut c_void,
+    data: u64,
+    dest: ffi::fi_addr_t,
+    tag: u64,
+    ctx: *mut c_void,
+) -> isize {
+    crate::guard("fi_tsenddata", FiError::OTHER.code() as isize, || {
+        send(ep, |f| Ok(args(one(buf, len)?, dest, ctx, Some(tag), Some(data), f)), true)
+    })
 }
 
-unsafe extern "C" fn tagged_injectdata(ep: *mut ffi::fid_ep, buf: *const c_void, len: usize, data: u64, dest: ffi::fi_addr_t, tag: u64) -> isize {
+unsafe extern "C" fn tagged_injectdata(
+    ep: *mut ffi::fid_ep,
+    buf: *const c_void,
+    len: usize,
+    data: u64,
+    dest: ffi::fi_addr_t,
+    tag: u64,
+) -> isize {
     crate::guard("fi_tinjectdata", FiError::OTHER.code() as isize, || {
-        send(ep, |_| Ok(args(one(buf, len)?, dest, std::ptr::null_mut(), Some(tag), Some(data), ffi::FI_INJECT as u64)), false)
+        send(
+            ep,
+            |_| Ok(args(one(buf, len)?, dest, std::ptr::null_mut(), Some(tag), Some(data), ffi::FI_INJECT as u64)),
+            false,
+        )
     })
 }
 

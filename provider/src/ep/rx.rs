@@ -113,7 +113,13 @@ impl RxState {
     }
 
     /// Find and remove (or carve, for multi-receive) a posted receive for this message.
-    fn take_posted(&mut self, src: u64, hdr: &MsgHeader, directed: bool, wanted_by_default: bool) -> Option<(RecvOp, Ranges)> {
+    fn take_posted(
+        &mut self,
+        src: u64,
+        hdr: &MsgHeader,
+        directed: bool,
+        wanted_by_default: bool,
+    ) -> Option<(RecvOp, Ranges)> {
         let tagged = hdr.app & APP_TAGGED != 0;
         let q = &mut self.posted[queue(tagged)];
         let at = q.iter().position(|r| r.matches(src, hdr.tag, directed))?;
@@ -160,12 +166,20 @@ impl RxState {
 }
 
 fn complete_op(op: &RecvOp, result: smr_core::Result<usize>, sinks: &mut Sinks) {
-    crate::debug!(EpData, "recv done ctx {:#x} from {} tag {:#x} result {result:?} retire {}", op.ctx, op.src, op.hdr.tag, op.retire);
+    crate::debug!(
+        EpData,
+        "recv done ctx {:#x} from {} tag {:#x} result {result:?} retire {}",
+        op.ctx,
+        op.src,
+        op.hdr.tag,
+        op.retire
+    );
     let mut flags = recv_flags(&op.hdr);
     if op.retire {
         flags |= ffi::FI_MULTI_RECV as u64;
     }
-    let mut entry = Completion { op_context: op.ctx, flags, len: 0, buf: op.buf, data: op.hdr.data, tag: op.hdr.tag, src: op.src };
+    let mut entry =
+        Completion { op_context: op.ctx, flags, len: 0, buf: op.buf, data: op.hdr.data, tag: op.hdr.tag, src: op.src };
     if op.hdr.app & APP_DATA == 0 {
         entry.data = 0;
     }
@@ -222,7 +236,13 @@ impl smr_core::endpoint::Handler for Handler<'_> {
     fn on_message_from(&mut self, msg: &Incoming, src_name: &str) -> Disposition {
         let src = self.source(msg.src, src_name);
         let wanted = !self.sinks.b.rx_selective;
-        crate::debug!(EpData, "arrived from {src} ({src_name}) len {} tag {:#x} app {}", msg.hdr.len, msg.hdr.tag, msg.hdr.app);
+        crate::debug!(
+            EpData,
+            "arrived from {src} ({src_name}) len {} tag {:#x} app {}",
+            msg.hdr.len,
+            msg.hdr.tag,
+            msg.hdr.app
+        );
         match self.rx.take_posted(src, &msg.hdr, self.directed, wanted) {
             Some((op, dest)) => {
                 let ctx = self.rx.in_flight.insert(op) as u64;
@@ -268,7 +288,17 @@ pub struct PostCtx<'a, 'b> {
 /// Post a receive: match it against unexpected messages first, else queue it.
 pub fn post(ctx: PostCtx, mut recv: PostedRecv) -> Result<(), FiError> {
     let PostCtx { rx, engine, sinks, directed } = ctx;
-    crate::debug!(EpData, "post recv ctx {:#x} len {} src {} tagged {} tag {:#x} ignore {:#x} flags {:#x}", recv.ctx, recv.total(), recv.src, recv.tagged, recv.tag, recv.ignore, recv.flags);
+    crate::debug!(
+        EpData,
+        "post recv ctx {:#x} len {} src {} tagged {} tag {:#x} ignore {:#x} flags {:#x}",
+        recv.ctx,
+        recv.total(),
+        recv.src,
+        recv.tagged,
+        recv.tag,
+        recv.ignore,
+        recv.flags
+    );
     let wanted = !sinks.b.rx_selective || recv.flags & ffi::FI_COMPLETION as u64 != 0;
     let q = queue(recv.tagged);
     loop {
@@ -341,12 +371,25 @@ pub fn claim(ctx: PostCtx, recv: &PostedRecv) -> Result<(), FiError> {
     let u = rx.claimed.remove(&recv.ctx).ok_or(FiError::INVAL)?;
     if recv.flags & ffi::FI_DISCARD != 0 {
         let _ = engine.discard(u.key);
-        let entry = Completion { op_context: recv.ctx, flags: recv_flags(&u.hdr), tag: u.hdr.tag, src: u.src, ..Completion::default() };
+        let entry = Completion {
+            op_context: recv.ctx,
+            flags: recv_flags(&u.hdr),
+            tag: u.hdr.tag,
+            src: u.src,
+            ..Completion::default()
+        };
         sinks.recv_done(CqEvent::Done(entry), true);
         return Ok(());
     }
     let wanted = !sinks.b.rx_selective || recv.flags & ffi::FI_COMPLETION as u64 != 0;
-    let op = RecvOp { ctx: recv.ctx, buf: recv.iov.first().map_or(0, |p| p.0), src: u.src, hdr: u.hdr, wanted, retire: false };
+    let op = RecvOp {
+        ctx: recv.ctx,
+        buf: recv.iov.first().map_or(0, |p| p.0),
+        src: u.src,
+        hdr: u.hdr,
+        wanted,
+        retire: false,
+    };
     deliver(rx, engine, sinks, u.key, op, recv.iov.clone());
     Ok(())
 }

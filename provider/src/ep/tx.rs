@@ -8,8 +8,8 @@ use crate::getinfo::INJECT_SIZE;
 use rshm_ffi as ffi;
 use slab::Slab;
 use smr_core::cmd::MsgHeader;
-use smr_core::iov::Ranges;
 use smr_core::endpoint::{PeerId, SendOpts, SendStatus};
+use smr_core::iov::Ranges;
 
 /// A send waiting for the engine to finish it.
 #[derive(Debug, Clone, Copy)]
@@ -80,8 +80,19 @@ pub fn send(st: &mut DomainState, id: usize, args: SendArgs) -> FiResult<()> {
     let wanted = !inject && (!ep.bindings.tx_selective || args.flags & ffi::FI_COMPLETION as u64 != 0);
     let op = TxOp { ctx: args.ctx, flags: ffi::FI_SEND as u64 | kind, wanted };
     let slot = ep.tx_ops.insert(op);
-    let opts = SendOpts { cookie: slot as u64, delivery_complete: !inject && args.flags & ffi::FI_DELIVERY_COMPLETE as u64 != 0 };
-    crate::debug!(EpData, "send to {} len {len} tag {:?} data {:?} flags {:#x} ctx {:#x}", args.dest, args.tag, args.data, args.flags, args.ctx);
+    let opts = SendOpts {
+        cookie: slot as u64,
+        delivery_complete: !inject && args.flags & ffi::FI_DELIVERY_COMPLETE as u64 != 0,
+    };
+    crate::debug!(
+        EpData,
+        "send to {} len {len} tag {:?} data {:?} flags {:#x} ctx {:#x}",
+        args.dest,
+        args.tag,
+        args.data,
+        args.flags,
+        args.ctx
+    );
     // SAFETY: the application's send buffer, which it keeps unchanged until the send
     // completes (for injects the engine copies it before returning).
     let buf = unsafe { smr_core::iov::LocalIov::from_ranges(args.iov) };

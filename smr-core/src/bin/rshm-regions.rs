@@ -54,10 +54,7 @@ exit status: 0 ok, 1 error, 2 usage error";
                 return ExitCode::SUCCESS;
             }
             _ => {
-                eprintln!(
-                    "rshm-regions: unexpected arguments: {}\n{USAGE}",
-                    args.join(" ")
-                );
+                eprintln!("rshm-regions: unexpected arguments: {}\n{USAGE}", args.join(" "));
                 return ExitCode::from(2);
             }
         };
@@ -127,8 +124,8 @@ exit status: 0 ok, 1 error, 2 usage error";
     }
 
     fn still_dead(entry: &Entry) -> bool {
-        let same_file = std::fs::metadata(format!("{SHM_DIR}/{}", entry.name))
-            .is_ok_and(|meta| meta.ino() == entry.inode);
+        let same_file =
+            std::fs::metadata(format!("{SHM_DIR}/{}", entry.name)).is_ok_and(|meta| meta.ino() == entry.inode);
         same_file && matches!(inspect(&entry.name), Ok(Occupant::Dead(_)))
     }
 
@@ -149,12 +146,7 @@ exit status: 0 ok, 1 error, 2 usage error";
             }
             let is_rshm = name.starts_with(NAME_PREFIX) || has_magic(&dirent.path());
             let occupant = is_rshm.then(|| inspect(&name));
-            entries.push(Entry {
-                name,
-                size: meta.len(),
-                inode: meta.ino(),
-                occupant,
-            });
+            entries.push(Entry { name, size: meta.len(), inode: meta.ino(), occupant });
         }
         entries.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(entries)

@@ -134,7 +134,8 @@ impl Endpoint {
             let cma = region.flags() & crate::layout::FLAG_CMA != 0;
             let now = Instant::now();
             let owner = Watch::new(region.owner());
-            p.link = Some(Link { region, slot, acked: false, last_request: now, cma, used: false, last_check: now, owner });
+            p.link =
+                Some(Link { region, slot, acked: false, last_request: now, cma, used: false, last_check: now, owner });
             p.dead = false;
             p.absent_since = None;
             let link = p.link.as_mut().expect("just set");
@@ -159,11 +160,15 @@ impl Endpoint {
             return Err(Error::Corrupt("command from an unclaimed peer entry"));
         }
         let name = slot_name(slot).ok_or(Error::Corrupt("peer entry holds a bad name"))?;
-        let ident = ProcessIdentity { pid: slot.pid.load(Ordering::Relaxed), start: slot.start.load(Ordering::Relaxed) };
+        let ident =
+            ProcessIdentity { pid: slot.pid.load(Ordering::Relaxed), start: slot.start.load(Ordering::Relaxed) };
         let incarnation = slot.incarnation.load(Ordering::Relaxed);
         if let Some(known) = self.inp.get(&src) {
             if known.incarnation == incarnation && known.name == name {
-                self.send_resp(src, RespEntry { kind: resp::CONN_ACK, status: Status::Ok as u32, msg_id: 0, value: src as u64 });
+                self.send_resp(
+                    src,
+                    RespEntry { kind: resp::CONN_ACK, status: Status::Ok as u32, msg_id: 0, value: src as u64 },
+                );
                 return Ok(());
             }
             self.forget_in_peer(src, h);
@@ -174,7 +179,10 @@ impl Endpoint {
         }
         self.forgotten.remove(&src);
         self.inp.insert(src, InPeer { name, region, watch: Watch::new(ident), incarnation });
-        self.send_resp(src, RespEntry { kind: resp::CONN_ACK, status: Status::Ok as u32, msg_id: 0, value: src as u64 });
+        self.send_resp(
+            src,
+            RespEntry { kind: resp::CONN_ACK, status: Status::Ok as u32, msg_id: 0, value: src as u64 },
+        );
         Ok(())
     }
 

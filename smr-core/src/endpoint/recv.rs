@@ -29,9 +29,15 @@ pub(super) struct Held {
 enum HeldData {
     Bytes(Vec<u8>),
     /// Still in the sender's memory; read with CMA on delivery.
-    Cma { iovs: Vec<RemoteIov>, msg_id: u64 },
+    Cma {
+        iovs: Vec<RemoteIov>,
+        msg_id: u64,
+    },
     /// SAR segments still arriving; `waiting` is a delivery asked for meanwhile.
-    Arriving { bytes: Vec<u8>, waiting: Option<(LocalIov, u64)> },
+    Arriving {
+        bytes: Vec<u8>,
+        waiting: Option<(LocalIov, u64)>,
+    },
     Failed(Error),
 }
 
@@ -171,7 +177,15 @@ impl Endpoint {
         }
     }
 
-    fn take_bytes(&mut self, src: SrcId, key: MsgKey, hdr: MsgHeader, bytes: &[u8], d: Disposition, h: &mut impl Handler) {
+    fn take_bytes(
+        &mut self,
+        src: SrcId,
+        key: MsgKey,
+        hdr: MsgHeader,
+        bytes: &[u8],
+        d: Disposition,
+        h: &mut impl Handler,
+    ) {
         match d {
             Disposition::Deliver { mut dest, ctx } => {
                 let n = dest.write_at(0, bytes);
@@ -186,7 +200,16 @@ impl Endpoint {
 
     /// Read a message out of the sender with CMA and answer it; falls back to SAR if refused.
     #[allow(clippy::too_many_arguments)]
-    fn pull_cma(&mut self, src: SrcId, msg_id: u64, hdr: MsgHeader, iovs: &[RemoteIov], mut dest: LocalIov, ctx: u64, h: &mut impl Handler) {
+    fn pull_cma(
+        &mut self,
+        src: SrcId,
+        msg_id: u64,
+        hdr: MsgHeader,
+        iovs: &[RemoteIov],
+        mut dest: LocalIov,
+        ctx: u64,
+        h: &mut impl Handler,
+    ) {
         match self.cma_read(src, iovs, &mut dest) {
             Ok(n) => {
                 let result = outcome(hdr.len, n);
@@ -357,7 +380,9 @@ impl Endpoint {
                 Sink::Held(key) => {
                     if let Some(held) = self.held.get_mut(&key) {
                         if let HeldData::Arriving { waiting: Some(_), .. } = &held.data {
-                            let Some(Held { data: HeldData::Arriving { waiting: Some((dest, ctx)), .. }, .. }) = self.held.remove(&key) else {
+                            let Some(Held { data: HeldData::Arriving { waiting: Some((dest, ctx)), .. }, .. }) =
+                                self.held.remove(&key)
+                            else {
                                 unreachable!("matched above")
                             };
                             h.on_recv_done(ctx, Err(Error::PeerDead), dest);

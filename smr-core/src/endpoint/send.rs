@@ -47,7 +47,15 @@ impl Endpoint {
         }
     }
 
-    fn start_send(&mut self, peer: PeerId, msg_id: u64, hdr: MsgHeader, buf: LocalIov, opts: SendOpts, limits: (usize, usize, bool)) -> Result<SendStatus> {
+    fn start_send(
+        &mut self,
+        peer: PeerId,
+        msg_id: u64,
+        hdr: MsgHeader,
+        buf: LocalIov,
+        opts: SendOpts,
+        limits: (usize, usize, bool),
+    ) -> Result<SendStatus> {
         let len = buf.len();
         let (inline_max, inject_max, my_cma) = limits;
         let link = self.link(peer)?;
@@ -71,7 +79,8 @@ impl Endpoint {
             }
         } else {
             let remote = (my_cma && link.cma).then(|| buf.as_remote(IOV_MAX)).flatten();
-            let mut pending = PendingSend { peer, cookie: opts.cookie, hdr, buf, sar_next: None, sar_continuation: false };
+            let mut pending =
+                PendingSend { peer, cookie: opts.cookie, hdr, buf, sar_next: None, sar_continuation: false };
             match remote {
                 Some(iovs) => {
                     entry.set_iovs(&iovs);

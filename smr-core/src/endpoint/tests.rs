@@ -56,7 +56,12 @@ fn exchange_all_sizes(tag: &str, params: Params) -> (u64, u64) {
         let data = pattern(len, i as u8);
         let hdr = MsgHeader { app: 1, tag: i as u64, data: 7, len: len as u64 };
         let status = loop {
-            match a.send(to_b, hdr, LocalIov::owned(data.clone()), SendOpts { cookie: i as u64, delivery_complete: false }) {
+            match a.send(
+                to_b,
+                hdr,
+                LocalIov::owned(data.clone()),
+                SendOpts { cookie: i as u64, delivery_complete: false },
+            ) {
                 Err(Error::Again) => {
                     a.progress(&mut ha);
                     b.progress(&mut hb);
@@ -64,7 +69,9 @@ fn exchange_all_sizes(tag: &str, params: Params) -> (u64, u64) {
                 other => break other.unwrap(),
             }
         };
-        while hb.received.len() <= i || (status == SendStatus::Pending && !ha.sends_done.iter().any(|d| d.0 == i as u64)) {
+        while hb.received.len() <= i
+            || (status == SendStatus::Pending && !ha.sends_done.iter().any(|d| d.0 == i as u64))
+        {
             a.progress(&mut ha);
             b.progress(&mut hb);
         }
@@ -94,7 +101,8 @@ fn held_messages_are_delivered_later_and_truncated_on_request() {
     let sizes = [5usize, 3000, 100_000, 300_000];
     for (i, &len) in sizes.iter().enumerate() {
         let hdr = MsgHeader { app: 0, tag: i as u64, data: 0, len: len as u64 };
-        a.send(to_b, hdr, LocalIov::owned(pattern(len, 9)), SendOpts { cookie: i as u64, delivery_complete: true }).unwrap();
+        a.send(to_b, hdr, LocalIov::owned(pattern(len, 9)), SendOpts { cookie: i as u64, delivery_complete: true })
+            .unwrap();
     }
     while hb.offered.len() < sizes.len() {
         a.progress(&mut ha);

@@ -77,34 +77,18 @@ struct Opts {
     flags: HashSet<String>,
 }
 
-const FLAGS: &[&str] = &[
-    "sar",
-    "dc",
-    "hold",
-    "echo",
-    "check-order",
-    "stall-on-first",
-    "bias",
-    "wait-go",
-];
+const FLAGS: &[&str] = &["sar", "dc", "hold", "echo", "check-order", "stall-on-first", "bias", "wait-go"];
 
 impl Opts {
     fn parse(args: &[String]) -> Opts {
-        let mut o = Opts {
-            values: HashMap::new(),
-            flags: HashSet::new(),
-        };
+        let mut o = Opts { values: HashMap::new(), flags: HashSet::new() };
         let mut it = args.iter();
         while let Some(a) = it.next() {
-            let Some(key) = a.strip_prefix("--") else {
-                bail(2, &format!("unexpected argument {a}"))
-            };
+            let Some(key) = a.strip_prefix("--") else { bail(2, &format!("unexpected argument {a}")) };
             if FLAGS.contains(&key) {
                 o.flags.insert(key.to_string());
             } else {
-                let Some(v) = it.next() else {
-                    bail(2, &format!("--{key} needs a value"))
-                };
+                let Some(v) = it.next() else { bail(2, &format!("--{key} needs a value")) };
                 o.values.entry(key.to_string()).or_default().push(v.clone());
             }
         }
@@ -116,36 +100,22 @@ impl Opts {
     }
 
     fn get(&self, key: &str) -> Option<&str> {
-        self.values
-            .get(key)
-            .and_then(|v| v.last())
-            .map(String::as_str)
+        self.values.get(key).and_then(|v| v.last()).map(String::as_str)
     }
 
     fn req(&self, key: &str) -> String {
-        self.get(key)
-            .unwrap_or_else(|| bail(2, &format!("--{key} is required")))
-            .to_string()
+        self.get(key).unwrap_or_else(|| bail(2, &format!("--{key} is required"))).to_string()
     }
 
     fn num<T: std::str::FromStr>(&self, key: &str, default: T) -> T {
         match self.get(key) {
             None => default,
-            Some(v) => v
-                .parse()
-                .unwrap_or_else(|_| bail(2, &format!("bad --{key} {v}"))),
+            Some(v) => v.parse().unwrap_or_else(|_| bail(2, &format!("bad --{key} {v}"))),
         }
     }
 
     fn list(&self, key: &str) -> Vec<String> {
-        self.get(key)
-            .map(|v| {
-                v.split(',')
-                    .filter(|s| !s.is_empty())
-                    .map(String::from)
-                    .collect()
-            })
-            .unwrap_or_default()
+        self.get(key).map(|v| v.split(',').filter(|s| !s.is_empty()).map(String::from).collect()).unwrap_or_default()
     }
 
     fn all(&self, key: &str) -> Vec<String> {
@@ -173,10 +143,7 @@ fn create(o: &Opts) -> Node {
     match Node::create(&name, params(o)) {
         Ok(node) => {
             let _ = MY_REGION.set(name.clone());
-            say(&format!(
-                "READY name={name} cma={}",
-                u8::from(node.ep.cma_enabled())
-            ));
+            say(&format!("READY name={name} cma={}", u8::from(node.ep.cma_enabled())));
             node
         }
         Err(e) => {
@@ -207,10 +174,7 @@ impl Plan {
         let (target, len) = if per_round > 0 && self.next < self.rounds * per_round {
             let i = self.next % per_round;
             self.next += 1;
-            (
-                (i % self.peers.len() as u64) as usize,
-                self.sizes[(i / self.peers.len() as u64) as usize],
-            )
+            ((i % self.peers.len() as u64) as usize, self.sizes[(i / self.peers.len() as u64) as usize])
         } else {
             self.extras.pop_front()?
         };
@@ -249,9 +213,7 @@ impl Tally {
         *next = seq.wrapping_add(1);
         let outcome = match result {
             Ok(n) if *n as u64 == hdr.len => verify(hdr, bytes),
-            other => Err(format!(
-                "sender {sender} seq {seq}: receive result {other:?}"
-            )),
+            other => Err(format!("sender {sender} seq {seq}: receive result {other:?}")),
         };
         if let Err(e) = outcome {
             self.bad += 1;
@@ -268,10 +230,7 @@ impl Tally {
     fn senders(&self) -> String {
         let mut v: Vec<_> = self.per_sender.iter().collect();
         v.sort();
-        v.iter()
-            .map(|(s, n)| format!("{s}:{n}"))
-            .collect::<Vec<_>>()
-            .join(",")
+        v.iter().map(|(s, n)| format!("{s}:{n}")).collect::<Vec<_>>().join(",")
     }
 }
 
@@ -295,11 +254,7 @@ fn run_node(o: &Opts) -> i32 {
     }
     let mut plan = Plan {
         peers: Vec::new(),
-        sizes: o
-            .list("sizes")
-            .iter()
-            .map(|s| s.parse().unwrap_or_else(|_| bail(2, "bad size")))
-            .collect(),
+        sizes: o.list("sizes").iter().map(|s| s.parse().unwrap_or_else(|_| bail(2, "bad size"))).collect(),
         rounds: o.num("count", 1),
         next: 0,
         extras: VecDeque::new(),
@@ -310,10 +265,7 @@ fn run_node(o: &Opts) -> i32 {
         if let Some(i) = targets.iter().position(|t| t == name) {
             return i;
         }
-        let peer = node
-            .ep
-            .add_peer(name)
-            .unwrap_or_else(|e| bail(2, &format!("add_peer {name}: {e}")));
+        let peer = node.ep.add_peer(name).unwrap_or_else(|e| bail(2, &format!("add_peer {name}: {e}")));
         targets.push(name.to_string());
         plan.peers.push(peer);
         plan.seq.push(0);
@@ -323,9 +275,7 @@ fn run_node(o: &Opts) -> i32 {
         target_index(&mut node, &mut plan, &t);
     }
     for extra in o.all("also") {
-        let (t, size) = extra
-            .split_once(':')
-            .unwrap_or_else(|| bail(2, "--also wants TO:SIZE"));
+        let (t, size) = extra.split_once(':').unwrap_or_else(|| bail(2, "--also wants TO:SIZE"));
         let size = size.parse().unwrap_or_else(|_| bail(2, "bad --also size"));
         let i = target_index(&mut node, &mut plan, t);
         plan.extras.push_back((i, size));
@@ -384,10 +334,7 @@ fn run_node(o: &Opts) -> i32 {
                 Err((e, _)) => {
                     send_errors += 1;
                     refused += u64::from(!is_reply);
-                    say(&format!(
-                        "SENDERR tag={:#x} len={} err={e:?}",
-                        hdr.tag, hdr.len
-                    ));
+                    say(&format!("SENDERR tag={:#x} len={} err={e:?}", hdr.tag, hdr.len));
                 }
             }
         }
@@ -409,15 +356,8 @@ fn run_node(o: &Opts) -> i32 {
         for r in std::mem::take(&mut node.h.received) {
             tally.take(&r.hdr, &r.result, &r.bytes);
             if echo {
-                let name = node
-                    .ep
-                    .src_name(r.src)
-                    .unwrap_or_else(|| bail(1, "echo: unknown source"))
-                    .to_string();
-                let peer = node
-                    .ep
-                    .add_peer(&name)
-                    .unwrap_or_else(|e| bail(1, &format!("echo add_peer: {e}")));
+                let name = node.ep.src_name(r.src).unwrap_or_else(|| bail(1, "echo: unknown source")).to_string();
+                let peer = node.ep.add_peer(&name).unwrap_or_else(|e| bail(1, &format!("echo add_peer: {e}")));
                 replies.push_back((peer, MsgHeader { app: 1, ..r.hdr }, r.bytes));
             }
         }
@@ -561,9 +501,7 @@ fn run_fuzz(o: &Opts) -> i32 {
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let Some((role, rest)) = args.split_first() else {
-        bail(2, "usage: rshm-peer node|hang|fuzz --name N ...")
-    };
+    let Some((role, rest)) = args.split_first() else { bail(2, "usage: rshm-peer node|hang|fuzz --name N ...") };
     let o = Opts::parse(rest);
     let _ = GIVE_UP_AT.set(Instant::now() + Duration::from_secs(o.num("max-secs", 60)));
     std::thread::spawn(|| {
