@@ -61,7 +61,25 @@ impl std::fmt::Debug for CmdEntry {
 }
 
 // SAFETY: integers and a byte array, no padding (checked below).
-unsafe impl Pod for CmdEntry {}
+unsafe impl Pod for CmdEntry {
+    /// The header plus the part of the payload the protocol uses. Computed from fields in the
+    /// first 56 bytes (header and the first 16 payload bytes), which the ring copies first.
+    fn wire_len(&self) -> usize {
+        const HEADER: usize = std::mem::offset_of!(CmdEntry, payload);
+        let used = match (self.op, self.proto) {
+            (op::CONNECT | op::DISCONNECT, _) => 0,
+            (_, proto::INLINE) => (self.len as usize).min(INLINE_MAX),
+            (_, proto::INJECT) => 4,
+            (_, proto::IOV) => {
+                let count = u32::from_le_bytes(self.payload[0..4].try_into().expect("4 bytes")) as usize;
+                8 + count.min(IOV_MAX) * 16
+            }
+            (_, proto::SAR) => 16,
+            _ => INLINE_MAX,
+        };
+        HEADER + used
+    }
+}
 
 /// A response from a receiver back to a sender, through the sender's response ring.
 #[repr(C)]
@@ -168,16 +186,21 @@ pub struct SarSeg {
 /// Where a message's bytes are.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Body {
-    Inline { bytes: [u8; INLINE_MAX], len: usize },
-    Inject { buf: u32 },
-    Iov { iovs: [RemoteIov; IOV_MAX], count: usize },
+    /// The payload is the first `len` bytes of the entry's `payload`.
+    Inline {
+        len: usize,
+    },
+    Inject {
+        buf: u32,
+    },
+    /// `count` ranges of the sender's memory, in the entry's payload (see `CmdEntry::iov`).
+    Iov {
+        count: usize,
+    },
     Sar(SarSeg),
 }
 
 /// A validated command.
-// Inline payloads make `Msg` large; commands live briefly on the stack, and boxing would cost an
-// allocation per small message.
-#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Command {
     Connect { src: u32 },
@@ -236,7 +259,7 @@ pub fn decode(entry: &CmdEntry, limits: &Limits) -> Result<Command> {
             if len > INLINE_MAX as u64 {
                 return Err(Error::Corrupt("inline message too long"));
             }
-            Body::Inline { bytes: entry.payload, len: len as usize }
+            Body::Inline { len: len as usize }
         }
         proto::INJECT => {
             let buf = u32_at(&entry.payload, 0);
@@ -253,17 +276,14 @@ pub fn decode(entry: &CmdEntry, limits: &Limits) -> Result<Command> {
             if count == 0 || count > IOV_MAX {
                 return Err(Error::Corrupt("iov count out of range"));
             }
-            let mut iovs = [RemoteIov::default(); IOV_MAX];
             let mut total: u64 = 0;
-            for (i, iov) in iovs.iter_mut().enumerate().take(count) {
-                let at = 8 + i * 16;
-                *iov = RemoteIov { addr: u64_at(&entry.payload, at), len: u64_at(&entry.payload, at + 8) };
-                total = total.checked_add(iov.len).ok_or(Error::Corrupt("iov lengths overflow"))?;
+            for i in 0..count {
+                total = total.checked_add(entry.iov(i).len).ok_or(Error::Corrupt("iov lengths overflow"))?;
             }
             if total != len {
                 return Err(Error::Corrupt("iov lengths do not add up to the message length"));
             }
-            Body::Iov { iovs, count }
+            Body::Iov { count }
         }
         proto::SAR => Body::Sar(decode_sar(entry, limits)?),
         _ => return Err(Error::Corrupt("unknown protocol")),
@@ -308,6 +328,12 @@ impl CmdEntry {
         }
     }
 
+    /// The `i`-th remote range of an IOV command (`i < IOV_MAX`).
+    pub fn iov(&self, i: usize) -> RemoteIov {
+        let at = 8 + i * 16;
+        RemoteIov { addr: u64_at(&self.payload, at), len: u64_at(&self.payload, at + 8) }
+    }
+
     pub fn set_sar(&mut self, seg: SarSeg) {
         self.proto = proto::SAR;
         self.payload[0..4].copy_from_slice(&seg.buf.to_le_bytes());
@@ -333,9 +359,9 @@ mod tests {
         e.proto = proto::INLINE;
         e.payload[..10].copy_from_slice(b"0123456789");
         match decode(&e, &LIMITS).unwrap() {
-            Command::Msg { src: 5, msg_id: 77, ack: true, hdr: h, body: Body::Inline { bytes, len: 10 } } => {
+            Command::Msg { src: 5, msg_id: 77, ack: true, hdr: h, body: Body::Inline { len: 10 } } => {
                 assert_eq!(h, hdr(10));
-                assert_eq!(&bytes[..10], b"0123456789");
+                assert_eq!(&e.payload[..10], b"0123456789");
             }
             other => panic!("{other:?}"),
         }

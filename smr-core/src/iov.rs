@@ -28,9 +28,15 @@ impl LocalIov {
     /// Every range must be valid for reads (and for writes, if used as a receive buffer), and must
     /// stay so, untouched by the caller, until the operation that takes it has completed.
     pub unsafe fn from_raw(parts: &[(*mut u8, usize)]) -> LocalIov {
-        let parts: Ranges = parts.iter().filter(|(_, len)| *len > 0).map(|&(p, len)| (p as usize, len)).collect();
-        let total = parts.iter().map(|p| p.1).sum();
-        LocalIov::Lent { parts, total }
+        let mut ranges = Ranges::new();
+        let mut total = 0;
+        for &(p, len) in parts {
+            if len > 0 {
+                ranges.push((p as usize, len));
+                total += len;
+            }
+        }
+        LocalIov::Lent { parts: ranges, total }
     }
 
     /// Lend (address, length) ranges to the engine.

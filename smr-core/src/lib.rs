@@ -13,6 +13,8 @@ pub mod ring;
 pub(crate) mod sync;
 
 #[cfg(not(loom))]
+pub mod clock;
+#[cfg(not(loom))]
 pub mod cma;
 #[cfg(not(loom))]
 pub mod cmd;

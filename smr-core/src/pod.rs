@@ -5,7 +5,14 @@
 /// # Safety
 /// Implement only for `#[repr(C)]` structs made of integers and integer arrays, with no padding
 /// that matters: a peer may write any bytes into them.
-pub unsafe trait Pod: Copy + 'static {}
+pub unsafe trait Pod: Copy + 'static {
+    /// How many leading bytes of this value carry information. Rings copy only these, so a
+    /// small message touches one cache line instead of the whole slot. The answer may come
+    /// from peer-written bytes: callers clamp it to the size of the type.
+    fn wire_len(&self) -> usize {
+        core::mem::size_of::<Self>()
+    }
+}
 
 /// Cache-line padding for contended counters: 128 bytes, because x86_64 prefetches lines in pairs.
 #[repr(C, align(128))]

@@ -36,8 +36,60 @@ pub fn name_bytes(name: &str) -> [u8; NAME_MAX + 1] {
     out
 }
 
+/// Where one ring lives in the mapping: resolved once, because senders and the owner build a
+/// ring view for every message.
+struct RingParts<T> {
+    ctl: *const RingCtl,
+    slots: *const Slot<T>,
+    len: usize,
+}
+
+impl<T: crate::pod::Pod> RingParts<T> {
+    fn resolve(map: &Mapping, ctl: u64, slots: u64, len: u64) -> Result<RingParts<T>> {
+        let ctl: &RingCtl = map.at(ctl)?;
+        let slots: &[Slot<T>] = map.slice(slots, len)?;
+        Ok(RingParts { ctl, slots: slots.as_ptr(), len: slots.len() })
+    }
+
+    /// # Safety
+    /// The mapping these parts were resolved in must still be mapped (true while its `Region`
+    /// lives).
+    unsafe fn ring(&self) -> Ring<'_, T> {
+        // SAFETY: resolved (bounds- and alignment-checked) in the region's own mapping, which
+        // outlives the borrow of `self`.
+        unsafe { Ring::new(&*self.ctl, std::slice::from_raw_parts(self.slots, self.len)) }
+    }
+}
+
+/// Where one free stack lives in the mapping, resolved once like the rings.
+struct StackParts {
+    head: *const StackHead,
+    links: *const AtomicU32,
+    len: usize,
+}
+
+impl StackParts {
+    fn resolve(map: &Mapping, head: u64, links: u64, len: u64) -> Result<StackParts> {
+        let head: &StackHead = map.at(head)?;
+        let links: &[AtomicU32] = map.slice(links, len)?;
+        Ok(StackParts { head, links: links.as_ptr(), len: links.len() })
+    }
+
+    /// # Safety
+    /// The mapping these parts were resolved in must still be mapped.
+    unsafe fn stack(&self) -> FreeStack<'_> {
+        // SAFETY: resolved (bounds- and alignment-checked) in the region's own mapping, which
+        // outlives the borrow of `self`.
+        unsafe { FreeStack::new(&*self.head, std::slice::from_raw_parts(self.links, self.len)) }
+    }
+}
+
 /// A mapped region with a trusted copy of its geometry.
 pub struct Region {
+    cmd: RingParts<CmdEntry>,
+    resp: RingParts<RespEntry>,
+    inject: StackParts,
+    sar: StackParts,
     map: Mapping,
     geo: Geometry,
     name: String,
@@ -65,7 +117,20 @@ impl Region {
 
     fn init(map: Mapping, geo: Geometry, name: &str, me: ProcessIdentity, flags: u32) -> Region {
         let incarnation = random_u64();
-        let region = Region { map, geo, name: name.to_string(), owner: me, incarnation, flags, is_owner: true };
+        let (cmd, resp, inject, sar) = Self::parts(&map, &geo).expect("geometry computed for this mapping");
+        let region = Region {
+            cmd,
+            resp,
+            inject,
+            sar,
+            map,
+            geo,
+            name: name.to_string(),
+            owner: me,
+            incarnation,
+            flags,
+            is_owner: true,
+        };
         // SAFETY: the header page is ours alone until `ready` is set: nobody else has opened the
         // file yet (O_EXCL) or, if one did, it waits for `ready` before reading.
         let hdr = unsafe { &mut *region.map.bytes_ptr(0, 4096).expect("header page").cast::<RegionHeader>() };
@@ -118,7 +183,34 @@ impl Region {
         }
         let owner = ProcessIdentity { pid: hdr.owner_pid, start: hdr.owner_start };
         let (incarnation, flags) = (hdr.incarnation, hdr.flags);
-        Ok(Region { map, geo, name: name.to_string(), owner, incarnation, flags, is_owner: false })
+        let (cmd, resp, inject, sar) = Self::parts(&map, &geo)?;
+        Ok(Region {
+            cmd,
+            resp,
+            inject,
+            sar,
+            map,
+            geo,
+            name: name.to_string(),
+            owner,
+            incarnation,
+            flags,
+            is_owner: false,
+        })
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn parts(
+        map: &Mapping,
+        geo: &Geometry,
+    ) -> Result<(RingParts<CmdEntry>, RingParts<RespEntry>, StackParts, StackParts)> {
+        let c = &geo.counts;
+        Ok((
+            RingParts::resolve(map, geo.cmd_ctl, geo.cmd_slots, c.cmd_len)?,
+            RingParts::resolve(map, geo.resp_ctl, geo.resp_slots, c.resp_len)?,
+            StackParts::resolve(map, geo.inject_head, geo.inject_links, c.inject_count)?,
+            StackParts::resolve(map, geo.sar_head, geo.sar_links, c.sar_count)?,
+        ))
     }
 
     pub fn name(&self) -> &str {
@@ -154,37 +246,35 @@ impl Region {
     }
 
     pub fn cmd_ring(&self) -> Ring<'_, CmdEntry> {
-        let ctl: &RingCtl = self.map.at(self.geo.cmd_ctl).expect("validated geometry");
-        let slots: &[Slot<CmdEntry>] =
-            self.map.slice(self.geo.cmd_slots, self.geo.counts.cmd_len).expect("validated geometry");
-        Ring::new(ctl, slots)
+        // SAFETY: `self.map` stays mapped while `self` lives.
+        unsafe { self.cmd.ring() }
     }
 
     pub fn resp_ring(&self) -> Ring<'_, RespEntry> {
-        let ctl: &RingCtl = self.map.at(self.geo.resp_ctl).expect("validated geometry");
-        let slots: &[Slot<RespEntry>] =
-            self.map.slice(self.geo.resp_slots, self.geo.counts.resp_len).expect("validated geometry");
-        Ring::new(ctl, slots)
+        // SAFETY: `self.map` stays mapped while `self` lives.
+        unsafe { self.resp.ring() }
     }
 
     pub fn inject_stack(&self) -> FreeStack<'_> {
-        let head: &StackHead = self.map.at(self.geo.inject_head).expect("validated geometry");
-        let links: &[AtomicU32] =
-            self.map.slice(self.geo.inject_links, self.geo.counts.inject_count).expect("validated geometry");
-        FreeStack::new(head, links)
+        // SAFETY: `self.map` stays mapped while `self` lives.
+        unsafe { self.inject.stack() }
     }
 
     pub fn sar_stack(&self) -> FreeStack<'_> {
-        let head: &StackHead = self.map.at(self.geo.sar_head).expect("validated geometry");
-        let links: &[AtomicU32] =
-            self.map.slice(self.geo.sar_links, self.geo.counts.sar_count).expect("validated geometry");
-        FreeStack::new(head, links)
+        // SAFETY: `self.map` stays mapped while `self` lives.
+        unsafe { self.sar.stack() }
     }
 
     pub fn peer_slots(&self) -> &[PeerSlot] {
         self.map.slice(self.geo.peers, self.geo.counts.max_peers).expect("validated geometry")
     }
 }
+
+// SAFETY: the ring pointers point into `map`, which is Send and Sync; they are only turned into
+// shared references to atomics and cells that the ring protocol synchronises.
+unsafe impl Send for Region {}
+// SAFETY: as above.
+unsafe impl Sync for Region {}
 
 impl Drop for Region {
     fn drop(&mut self) {

@@ -24,6 +24,9 @@ use crate::sync::{spin_hint, AtomicU64, Ordering, UnsafeCell};
 /// How often a producer retries when other producers keep moving `tail` under it.
 const PRODUCER_RETRIES: u32 = 1 << 12;
 
+/// Bytes of an entry that share the cache line with its 8-byte stamp.
+const FIRST_LINE_BYTES: usize = 64 - 8;
+
 /// Stamp flag: the producer that claimed position `stamp & !WRITING` is copying its entry in.
 /// Positions never reach 2^63, so the flag cannot collide with a plain stamp.
 const WRITING: u64 = 1 << 63;
@@ -135,12 +138,13 @@ impl<'a, T: Pod> Ring<'a, T> {
                 if slot.stamp.compare_exchange(tail, tail | WRITING, Ordering::Acquire, Ordering::Relaxed).is_err() {
                     return Err(PushError::Skipped);
                 }
+                let len = value.wire_len().min(size_of::<T>());
                 slot.value.with_mut(|cell| {
                     // SAFETY: the CAS on `tail` gave this producer the position and the CAS to
                     // `tail | WRITING` the slot: `skip` no longer takes it, no producer claims it
                     // (its stamp is no lap's free stamp) and the consumer does not read it before
-                    // the stamp moves to `tail + 1`.
-                    unsafe { core::ptr::write_volatile(cell, *value) }
+                    // the stamp moves to `tail + 1`. `len` is at most the size of `T`.
+                    unsafe { core::ptr::copy_nonoverlapping((value as *const T).cast::<u8>(), cell.cast::<u8>(), len) }
                 });
                 // Only this producer moves a stamp out of `WRITING`, so a plain store publishes.
                 slot.stamp.store(tail + 1, Ordering::Release);
@@ -174,21 +178,45 @@ impl Consumer {
         let slot = &ring.slots[(self.head & ring.mask) as usize];
         let stamp = slot.stamp.load(Ordering::Acquire);
         if stamp == self.head.wrapping_add(1) {
-            let value = slot.value.with(|cell| {
+            // Copy what shares the stamp's cache line, learn from it how much more is in use,
+            // and copy only that: a small entry costs one line, not the whole slot.
+            // SAFETY: `T: Pod`: all-zero bytes are a valid `T`.
+            let mut value: T = unsafe { core::mem::zeroed() };
+            let out = (&mut value as *mut T).cast::<u8>();
+            let first = FIRST_LINE_BYTES.min(size_of::<T>());
+            slot.value.with(|cell| {
                 // SAFETY: the Acquire load saw the producer's Release publish, so the entry is
-                // complete; `T: Pod` makes any bytes a peer wrote a valid `T`.
-                unsafe { core::ptr::read_volatile(cell) }
+                // complete; `T: Pod` makes any bytes a peer wrote a valid `T`; `first` is at
+                // most the size of `T`.
+                unsafe { core::ptr::copy_nonoverlapping(cell.cast::<u8>(), out, first) }
             });
+            let len = value.wire_len().min(size_of::<T>());
+            if len > first {
+                slot.value.with(|cell| {
+                    // SAFETY: as above, for bytes `first..len` of the same entry.
+                    unsafe { core::ptr::copy_nonoverlapping(cell.cast::<u8>().add(first), out.add(first), len - first) }
+                });
+            }
             slot.stamp.store(self.head.wrapping_add(ring.capacity()), Ordering::Release);
             self.head = self.head.wrapping_add(1);
             return Pop::Item(value);
         }
-        let claimed_ahead = ring.ctl.tail.load(Ordering::Relaxed).wrapping_sub(self.head) as i64;
-        if stamp == self.head && claimed_ahead <= 0 {
+        // Not reading `tail` here keeps the producers' hot line out of the consumer's cache
+        // while it polls; `stalled` looks at it when the caller wants to know.
+        if stamp == self.head {
             Pop::Empty
         } else {
             Pop::Pending
         }
+    }
+
+    /// True if a producer claimed the head position but has not started writing it: with
+    /// `Pending`, the states `skip` may resolve. Reads the producers' counter, so call it
+    /// rarely (on a timer), not on every poll.
+    pub fn stalled<T: Pod>(&self, ring: &Ring<'_, T>) -> bool {
+        let slot = &ring.slots[(self.head & ring.mask) as usize];
+        let claimed_ahead = ring.ctl.tail.load(Ordering::Relaxed).wrapping_sub(self.head) as i64;
+        slot.stamp.load(Ordering::Acquire) == self.head && claimed_ahead > 0
     }
 
     /// Give up on a head slot that stayed `Pending`: hand it to the next lap and move on.
@@ -208,6 +236,12 @@ impl Consumer {
         true
     }
 
+    /// True if `pop` would find the head slot untouched (`Empty`): the cheapest poll.
+    pub fn idle<T: Pod>(&self, ring: &Ring<'_, T>) -> bool {
+        let slot = &ring.slots[(self.head & ring.mask) as usize];
+        slot.stamp.load(Ordering::Relaxed) == self.head
+    }
+
     /// True if `pop` would return an item now (for deciding whether to sleep).
     pub fn ready<T: Pod>(&self, ring: &Ring<'_, T>) -> bool {
         let slot = &ring.slots[(self.head & ring.mask) as usize];
@@ -217,6 +251,48 @@ impl Consumer {
     /// How many entries this consumer has taken or skipped.
     pub fn position(&self) -> u64 {
         self.head
+    }
+}
+
+/// Tracks a consumer whose head stopped advancing, and decides when to `skip` it: a producer
+/// that claimed the head position and died before writing it would otherwise block the ring.
+#[cfg(not(loom))]
+#[derive(Debug, Default)]
+pub struct StallWatch {
+    since: Option<(u64, crate::clock::Instant)>,
+}
+
+#[cfg(not(loom))]
+impl StallWatch {
+    /// The consumer saw `Pending` at its head: start the clock for this position.
+    pub fn note(&mut self, consumer: &Consumer) {
+        let head = consumer.position();
+        if !matches!(self.since, Some((at, _)) if at == head) {
+            self.since = Some((head, crate::clock::Instant::now()));
+        }
+    }
+
+    /// Called on a timer: also notices a claimed-but-unwritten head (which `pop` reports as
+    /// `Empty`), and skips a head stuck for `timeout`. True if it skipped.
+    pub fn check<T: Pod>(
+        &mut self,
+        consumer: &mut Consumer,
+        ring: &Ring<'_, T>,
+        timeout: core::time::Duration,
+    ) -> bool {
+        if consumer.stalled(ring) {
+            self.note(consumer);
+        }
+        let Some((at, since)) = self.since else { return false };
+        if at != consumer.position() {
+            self.since = None;
+            return false;
+        }
+        if since.elapsed() >= timeout && consumer.skip(ring) {
+            self.since = None;
+            return true;
+        }
+        false
     }
 }
 
@@ -262,8 +338,10 @@ mod tests {
         // A producer claims position 0 and dies before publishing.
         ctl.tail.store(1, Ordering::Relaxed);
         ring.push(&Val(7)).unwrap();
-        assert_eq!(c.pop(&ring), Pop::Pending);
+        assert_eq!(c.pop(&ring), Pop::Empty);
+        assert!(c.stalled(&ring));
         assert!(c.skip(&ring));
+        assert!(!c.stalled(&ring));
         assert_eq!(c.pop(&ring), Pop::Item(Val(7)));
         // The late producer can no longer take the slot for writing, so it cannot corrupt the
         // next lap's entry.

@@ -96,6 +96,7 @@ fn consume_some(c: &mut Consumer, ring: &Ring<'_, Val>, attempts: u32, impatient
         match c.pop(ring) {
             Pop::Item(v) => got.push(v),
             Pop::Pending if impatient && c.skip(ring) => {}
+            Pop::Empty if impatient && c.stalled(ring) && c.skip(ring) => {}
             Pop::Pending | Pop::Empty => thread::yield_now(),
         }
     }
@@ -263,6 +264,7 @@ fn ring_skip_races_with_publish() {
                     break true;
                 }
                 Pop::Pending if c.skip(&ring) => break false,
+                Pop::Empty if c.stalled(&ring) && c.skip(&ring) => break false,
                 // Not skipped: published meanwhile (popped next time round), or its producer is
                 // copying the entry in right now (a `WRITING` slot is never skipped).
                 Pop::Pending | Pop::Empty => thread::yield_now(),

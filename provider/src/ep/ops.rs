@@ -134,9 +134,16 @@ unsafe extern "C" fn msg_recvv(
     src: ffi::fi_addr_t,
     ctx: *mut c_void,
 ) -> isize {
-    // SAFETY: the caller's iovec array.
     crate::guard("fi_recvv", FiError::OTHER.code() as isize, || {
-        recv(ep, |f| Ok(posted(unsafe { many(iov, count) }?, src, ctx, false, 0, 0, f)), true)
+        recv(
+            ep,
+            |f| {
+                // SAFETY: the caller's iovec array.
+                let iov = unsafe { many(iov, count) }?;
+                Ok(posted(iov, src, ctx, false, 0, 0, f))
+            },
+            true,
+        )
     })
 }
 
@@ -176,9 +183,16 @@ unsafe extern "C" fn msg_sendv(
     dest: ffi::fi_addr_t,
     ctx: *mut c_void,
 ) -> isize {
-    // SAFETY: the caller's iovec array.
     crate::guard("fi_sendv", FiError::OTHER.code() as isize, || {
-        send(ep, |f| Ok(args(unsafe { many(iov, count) }?, dest, ctx, None, None, f)), true)
+        send(
+            ep,
+            |f| {
+                // SAFETY: the caller's iovec array.
+                let iov = unsafe { many(iov, count) }?;
+                Ok(args(iov, dest, ctx, None, None, f))
+            },
+            true,
+        )
     })
 }
 
@@ -276,9 +290,16 @@ unsafe extern "C" fn tagged_recvv(
     ignore: u64,
     ctx: *mut c_void,
 ) -> isize {
-    // SAFETY: the caller's iovec array.
     crate::guard("fi_trecvv", FiError::OTHER.code() as isize, || {
-        recv(ep, |f| Ok(posted(unsafe { many(iov, count) }?, src, ctx, true, tag, ignore, f)), true)
+        recv(
+            ep,
+            |f| {
+                // SAFETY: the caller's iovec array.
+                let iov = unsafe { many(iov, count) }?;
+                Ok(posted(iov, src, ctx, true, tag, ignore, f))
+            },
+            true,
+        )
     })
 }
 
@@ -321,9 +342,16 @@ unsafe extern "C" fn tagged_sendv(
     tag: u64,
     ctx: *mut c_void,
 ) -> isize {
-    // SAFETY: the caller's iovec array.
     crate::guard("fi_tsendv", FiError::OTHER.code() as isize, || {
-        send(ep, |f| Ok(args(unsafe { many(iov, count) }?, dest, ctx, Some(tag), None, f)), true)
+        send(
+            ep,
+            |f| {
+                // SAFETY: the caller's iovec array.
+                let iov = unsafe { many(iov, count) }?;
+                Ok(args(iov, dest, ctx, Some(tag), None, f))
+            },
+            true,
+        )
     })
 }
 

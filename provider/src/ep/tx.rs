@@ -79,7 +79,8 @@ pub fn send(st: &mut DomainState, id: usize, args: SendArgs) -> FiResult<()> {
     let kind = if args.tag.is_some() { ffi::FI_TAGGED } else { ffi::FI_MSG } as u64;
     let wanted = !inject && (!ep.bindings.tx_selective || args.flags & ffi::FI_COMPLETION as u64 != 0);
     let op = TxOp { ctx: args.ctx, flags: ffi::FI_SEND as u64 | kind, wanted };
-    let slot = ep.tx_ops.insert(op);
+    // The slot a pending send will take; most sends finish at once and never take it.
+    let slot = ep.tx_ops.vacant_key();
     let opts = SendOpts {
         cookie: slot as u64,
         delivery_complete: !inject && args.flags & ffi::FI_DELIVERY_COMPLETE as u64 != 0,
@@ -99,14 +100,16 @@ pub fn send(st: &mut DomainState, id: usize, args: SendArgs) -> FiResult<()> {
     let engine = ep.engine.as_mut().expect("checked above");
     match engine.send(peer, hdr, buf, opts) {
         Ok(SendStatus::Done) => {
-            ep.tx_ops.remove(slot);
             let mut sinks = Sinks { cqs, cntrs, b: ep.bindings };
             sinks.send_done(CqEvent::Done(ctx_completion(op.ctx, op.flags)), op.wanted);
             Ok(())
         }
-        Ok(SendStatus::Pending) => Ok(()),
+        Ok(SendStatus::Pending) => {
+            let taken = ep.tx_ops.insert(op);
+            debug_assert_eq!(taken, slot);
+            Ok(())
+        }
         Err(e) => {
-            ep.tx_ops.remove(slot);
             if e == smr_core::Error::Again {
                 return Err(FiError::AGAIN);
             }

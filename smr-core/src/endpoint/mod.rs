@@ -12,19 +12,20 @@ mod send;
 #[cfg(test)]
 mod tests;
 
+use crate::clock::Instant;
 use crate::cmd::{Limits, MsgHeader, RespEntry, INLINE_MAX};
 use crate::error::{Error, Result};
 use crate::iov::LocalIov;
 use crate::layout::{Counts, FLAG_CMA, INJECT_SIZE};
 use crate::liveness::ProcessIdentity;
 use crate::region::Region;
-use crate::ring::{Consumer, Pop};
-use peers::{InPeer, OutPeer};
+use crate::ring::{Consumer, Pop, StallWatch};
+use peers::{OutPeer, SrcTable};
 use recv::{Held, SarRx};
 use send::PendingSend;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 pub use crate::cmd::MsgHeader as Header;
 
@@ -154,11 +155,11 @@ pub struct Endpoint {
     cma_ok: bool,
     cmd_rx: Consumer,
     resp_rx: Consumer,
-    stalled_since: Option<Instant>,
-    resp_stalled_since: Option<Instant>,
+    cmd_stall: StallWatch,
+    resp_stall: StallWatch,
     out: Vec<OutPeer>,
     out_by_name: HashMap<String, PeerId>,
-    inp: HashMap<SrcId, InPeer>,
+    inp: SrcTable,
     /// Senders we dropped (dead or disconnected): their queued commands still hold our buffers.
     forgotten: std::collections::HashSet<SrcId>,
     pending: HashMap<u64, PendingSend>,
@@ -198,11 +199,11 @@ impl Endpoint {
             params,
             cmd_rx: Consumer::new(),
             resp_rx: Consumer::new(),
-            stalled_since: None,
-            resp_stalled_since: None,
+            cmd_stall: StallWatch::default(),
+            resp_stall: StallWatch::default(),
             out: Vec::new(),
             out_by_name: HashMap::new(),
-            inp: HashMap::new(),
+            inp: SrcTable::default(),
             forgotten: std::collections::HashSet::new(),
             pending: HashMap::new(),
             sar_tx: VecDeque::new(),
@@ -246,6 +247,7 @@ impl Endpoint {
         self.push_sar_segments();
         if self.last_liveness.elapsed() >= self.params.liveness_interval {
             self.last_liveness = Instant::now();
+            self.check_stalls();
             events += self.check_peers(h);
         }
         events
@@ -253,30 +255,36 @@ impl Endpoint {
 
     fn drain_commands(&mut self, h: &mut impl Handler) -> usize {
         let mut handled = 0;
+        // The common case, nothing there: answer without touching the Arc's counter.
+        if self.cmd_rx.idle(&self.region.cmd_ring()) {
+            return 0;
+        }
+        let region = Arc::clone(&self.region);
+        let ring = region.cmd_ring();
         while handled < PROGRESS_BUDGET {
-            let popped = self.cmd_rx.pop(&self.region.cmd_ring());
-            match popped {
+            match self.cmd_rx.pop(&ring) {
                 Pop::Item(entry) => {
-                    self.stalled_since = None;
                     self.handle_command(&entry, h);
                     handled += 1;
                 }
-                Pop::Empty => {
-                    self.stalled_since = None;
-                    break;
-                }
+                Pop::Empty => break,
                 Pop::Pending => {
-                    let since = *self.stalled_since.get_or_insert_with(Instant::now);
-                    if since.elapsed() >= self.params.stall_timeout && self.cmd_rx.skip(&self.region.cmd_ring()) {
-                        self.stats.skipped_slots += 1;
-                        self.stalled_since = None;
-                        continue;
-                    }
+                    self.cmd_stall.note(&self.cmd_rx);
                     break;
                 }
             }
         }
         handled
+    }
+
+    /// On the liveness tick: skip a head slot of either ring whose producer claimed it and
+    /// stalled for `stall_timeout` (it died between its claim and its write).
+    fn check_stalls(&mut self) {
+        let region = Arc::clone(&self.region);
+        let timeout = self.params.stall_timeout;
+        let skipped = u64::from(self.cmd_stall.check(&mut self.cmd_rx, &region.cmd_ring(), timeout))
+            + u64::from(self.resp_stall.check(&mut self.resp_rx, &region.resp_ring(), timeout));
+        self.stats.skipped_slots += skipped;
     }
 
     /// Sleep until a command or response arrives, or `timeout` passes.

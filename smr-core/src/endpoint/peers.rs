@@ -7,6 +7,7 @@
 //! map the sender's region and check it is the process the entry claims to be.
 
 use super::{Endpoint, Handler, PeerId, SrcId};
+use crate::clock::Instant;
 use crate::cmd::{op, resp, CmdEntry, RespEntry, Status};
 use crate::error::{Error, Result};
 use crate::layout::{PeerSlot, NAME_MAX, SLOT_CLAIMED, SLOT_FREE, SLOT_READY};
@@ -14,7 +15,6 @@ use crate::liveness::{ProcessIdentity, Watch};
 use crate::region::{check_name, name_bytes, Region};
 use crate::ring::PushError;
 use crate::sync::Ordering;
-use std::time::Instant;
 
 /// A peer we send to.
 pub(super) struct OutPeer {
@@ -54,6 +54,39 @@ pub(super) struct InPeer {
     pub region: Region,
     pub watch: Watch,
     pub incarnation: u64,
+}
+
+/// Senders by source id (their index in our peer table): a dense table, so the per-message
+/// lookup is an index, not a hash.
+#[derive(Default)]
+pub(super) struct SrcTable {
+    slots: Vec<Option<InPeer>>,
+}
+
+impl SrcTable {
+    pub fn get(&self, src: &SrcId) -> Option<&InPeer> {
+        self.slots.get(*src as usize)?.as_ref()
+    }
+
+    pub fn contains_key(&self, src: &SrcId) -> bool {
+        self.get(src).is_some()
+    }
+
+    pub fn insert(&mut self, src: SrcId, peer: InPeer) {
+        let at = src as usize;
+        if self.slots.len() <= at {
+            self.slots.resize_with(at + 1, || None);
+        }
+        self.slots[at] = Some(peer);
+    }
+
+    pub fn remove(&mut self, src: &SrcId) -> Option<InPeer> {
+        self.slots.get_mut(*src as usize)?.take()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (SrcId, &InPeer)> {
+        self.slots.iter().enumerate().filter_map(|(i, p)| Some((i as SrcId, p.as_ref()?)))
+    }
 }
 
 pub(super) fn push_cmd(region: &Region, entry: &CmdEntry) -> Result<()> {
@@ -115,7 +148,6 @@ impl Endpoint {
     pub(super) fn link(&mut self, peer: PeerId) -> Result<&mut Link> {
         let retry = self.params.connect_retry;
         let absent_timeout = self.params.absent_peer_timeout;
-        let my_name = self.region.name().to_string();
         let (me, my_inc) = (self.me, self.region.incarnation());
         let p = self.out.get_mut(peer as usize).ok_or(Error::Invalid("unknown peer handle"))?;
         if p.link.is_none() {
@@ -130,7 +162,7 @@ impl Endpoint {
                 }
                 Err(e) => return Err(e),
             };
-            let slot = claim_slot(&region, &my_name, me, my_inc)?;
+            let slot = claim_slot(&region, self.region.name(), me, my_inc)?;
             let cma = region.flags() & crate::layout::FLAG_CMA != 0;
             let now = Instant::now();
             let owner = Watch::new(region.owner());
@@ -255,7 +287,7 @@ impl Endpoint {
                 events += self.fail_sends_to(id, h);
             }
         }
-        let dead: Vec<SrcId> = self.inp.iter().filter(|(_, p)| !p.watch.alive()).map(|(&s, _)| s).collect();
+        let dead: Vec<SrcId> = self.inp.iter().filter(|(_, p)| !p.watch.alive()).map(|(s, _)| s).collect();
         for src in dead {
             events += self.forget_in_peer(src, h);
         }

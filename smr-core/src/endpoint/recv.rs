@@ -95,7 +95,7 @@ impl Endpoint {
                     }
                     return;
                 }
-                self.on_msg(src, msg_id, ack, hdr, body, h);
+                self.on_msg(entry, src, msg_id, ack, hdr, body, h);
             }
             Command::SarSeg { src, msg_id, seg } => self.on_segment(src, msg_id, seg, h),
         }
@@ -120,10 +120,20 @@ impl Endpoint {
         (key, h.on_message_from(&Incoming { key, src, hdr }, name))
     }
 
-    fn on_msg(&mut self, src: SrcId, msg_id: u64, ack: bool, hdr: MsgHeader, body: Body, h: &mut impl Handler) {
+    #[allow(clippy::too_many_arguments)]
+    fn on_msg(
+        &mut self,
+        entry: &CmdEntry,
+        src: SrcId,
+        msg_id: u64,
+        ack: bool,
+        hdr: MsgHeader,
+        body: Body,
+        h: &mut impl Handler,
+    ) {
         let (key, disposition) = self.offer(src, hdr, h);
         match body {
-            Body::Inline { bytes, len } => self.take_bytes(src, key, hdr, &bytes[..len], disposition, h),
+            Body::Inline { len } => self.take_bytes(src, key, hdr, &entry.payload[..len], disposition, h),
             Body::Inject { buf } => {
                 let geo = *self.region.geometry();
                 let len = hdr.len as usize;
@@ -146,8 +156,8 @@ impl Endpoint {
                 }
                 let _ = self.region.inject_stack().push(buf);
             }
-            Body::Iov { iovs, count } => {
-                let iovs = iovs[..count].to_vec();
+            Body::Iov { count } => {
+                let iovs: Vec<RemoteIov> = (0..count).map(|i| entry.iov(i)).collect();
                 match disposition {
                     Disposition::Deliver { dest, ctx } => self.pull_cma(src, msg_id, hdr, &iovs, dest, ctx, h),
                     Disposition::Hold => {

@@ -12,7 +12,6 @@ use crate::cmd::{op, proto, resp, CmdEntry, MsgHeader, RespEntry, SarSeg, Status
 use crate::error::{Error, Result};
 use crate::iov::LocalIov;
 use crate::ring::Pop;
-use std::time::Instant;
 
 /// A send waiting for the receiver.
 pub(super) struct PendingSend {
@@ -132,17 +131,11 @@ impl Endpoint {
                 Pop::Item(e) => e,
                 Pop::Empty => break,
                 Pop::Pending => {
-                    // A responder is mid-push, or died there: skip only once it has stalled.
-                    let since = *self.resp_stalled_since.get_or_insert_with(Instant::now);
-                    if since.elapsed() >= self.params.stall_timeout && self.resp_rx.skip(&self.region.resp_ring()) {
-                        self.resp_stalled_since = None;
-                        self.stats.skipped_slots += 1;
-                        continue;
-                    }
+                    // A responder is mid-push, or died there: the liveness tick skips it later.
+                    self.resp_stall.note(&self.resp_rx);
                     break;
                 }
             };
-            self.resp_stalled_since = None;
             match entry.kind {
                 resp::CONN_ACK => self.on_conn_ack(entry.value),
                 resp::DONE => events += self.on_done(&entry, h),
