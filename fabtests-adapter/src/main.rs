@@ -1,1 +1,167 @@
-fn main() { eprintln!("fabtests-adapter: not yet built (issue 4)"); std::process::exit(2); }
+//! fabtests-adapter: a conformance suite that drives libfabric providers only through
+//! libfabric's public API, as an application does, and compares rshm with the C `shm`.
+//!
+//! ```text
+//! fabtests-adapter suite [--providers rshm,shm] [--filter SUBSTR]... [--provider-path DIR]
+//!                        [--wait-ms N] [-v]
+//! fabtests-adapter list
+//! fabtests-adapter upstream ...      (part 2: run installed upstream fabtests; not yet)
+//! ```
+//! Each scenario runs in fresh processes (`__rank`, hidden) started by the suite, which also
+//! serves their out-of-band address exchange and barriers.
+
+// The wrapper covers more of the API than today's scenarios call (part 2 and later scenarios).
+#[allow(dead_code)]
+mod fabric;
+mod harness;
+mod pmi;
+mod runner;
+mod scenarios;
+mod upstream;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+const USAGE: &str = "usage:
+  fabtests-adapter suite [--providers rshm,shm] [--filter SUBSTR]... [--provider-path DIR] [--wait-ms N] [-v]
+  fabtests-adapter list
+  fabtests-adapter upstream    (not implemented yet: runs installed upstream fabtests binaries)
+
+  --providers      providers to run every scenario against (default rshm,shm)
+  --filter         run only scenarios whose name contains SUBSTR (repeatable, or comma-separated)
+  --provider-path  directory holding librshm-fi.so (sets FI_PROVIDER_PATH for the test processes;
+                   default: $FI_PROVIDER_PATH, else <dir of this binary>/../rshm if it has the library)
+  --wait-ms        deadline for any single wait inside a scenario (default 10000)
+  -v               show progress steps and failure details while running";
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let code = match args.first().map(String::as_str) {
+        Some("suite") => suite(&args[1..]),
+        Some("list") => {
+            for s in scenarios::all() {
+                println!("{:<32} {}p  {}", s.name, s.nprocs, s.about);
+            }
+            0
+        }
+        Some("upstream") => upstream::run(&args[1..]),
+        Some("__rank") => rank_main(&args[1..]),
+        Some("-h") | Some("--help") | Some("help") => {
+            println!("{USAGE}");
+            0
+        }
+        _ => {
+            eprintln!("{USAGE}");
+            2
+        }
+    };
+    std::process::exit(code);
+}
+
+fn take_value<'a>(args: &'a [String], i: &mut usize, flag: &str) -> Result<&'a str, String> {
+    *i += 1;
+    args.get(*i).map(String::as_str).ok_or_else(|| format!("{flag} needs a value"))
+}
+
+fn default_provider_path() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("FI_PROVIDER_PATH") {
+        return Some(PathBuf::from(p));
+    }
+    let exe = std::env::current_exe().ok()?;
+    let dir = exe.parent()?.parent()?.join("rshm");
+    dir.join("librshm-fi.so").exists().then_some(dir)
+}
+
+fn suite(args: &[String]) -> i32 {
+    let mut opts = runner::SuiteOpts {
+        providers: vec!["rshm".into(), "shm".into()],
+        filter: Vec::new(),
+        provider_path: None,
+        wait_timeout: Duration::from_secs(10),
+        verbose: false,
+    };
+    let mut i = 0;
+    while i < args.len() {
+        let r: Result<(), String> = (|| {
+            match args[i].as_str() {
+                "--providers" | "-p" => {
+                    opts.providers = take_value(args, &mut i, "--providers")?
+                        .split(',')
+                        .filter(|s| !s.is_empty())
+                        .map(str::to_string)
+                        .collect();
+                }
+                "--filter" | "-f" => {
+                    opts.filter.extend(take_value(args, &mut i, "--filter")?.split(',').map(str::to_string))
+                }
+                "--provider-path" => {
+                    opts.provider_path = Some(PathBuf::from(take_value(args, &mut i, "--provider-path")?))
+                }
+                "--wait-ms" => {
+                    let v = take_value(args, &mut i, "--wait-ms")?;
+                    opts.wait_timeout = Duration::from_millis(v.parse().map_err(|_| format!("bad --wait-ms {v}"))?);
+                }
+                "-v" | "--verbose" => opts.verbose = true,
+                other => return Err(format!("unknown argument {other}")),
+            }
+            Ok(())
+        })();
+        if let Err(e) = r {
+            eprintln!("fabtests-adapter: {e}\n{USAGE}");
+            return 2;
+        }
+        i += 1;
+    }
+    if opts.providers.is_empty() {
+        eprintln!("fabtests-adapter: --providers is empty");
+        return 2;
+    }
+    if opts.provider_path.is_none() {
+        opts.provider_path = default_provider_path();
+    }
+    if let Some(p) = &opts.provider_path {
+        if opts.providers.iter().any(|x| x == "rshm") && !p.join("librshm-fi.so").exists() {
+            eprintln!("fabtests-adapter: warning: {} has no librshm-fi.so", p.display());
+        }
+    }
+    runner::run_suite(&opts)
+}
+
+/// One rank of one scenario (started by the suite with its stdin/stdout as the OOB channel).
+fn rank_main(args: &[String]) -> i32 {
+    let (mut name, mut prov, mut rank, mut nprocs, mut wait_ms) =
+        (String::new(), String::new(), 0usize, 1usize, 10_000u64);
+    let mut i = 0;
+    while i + 1 < args.len() {
+        let v = args[i + 1].clone();
+        match args[i].as_str() {
+            "--scenario" => name = v,
+            "--provider" => prov = v,
+            "--rank" => rank = v.parse().unwrap_or(0),
+            "--nprocs" => nprocs = v.parse().unwrap_or(1),
+            "--wait-ms" => wait_ms = v.parse().unwrap_or(10_000),
+            _ => {}
+        }
+        i += 2;
+    }
+    let Some(scn) = scenarios::find(&name) else {
+        eprintln!("unknown scenario {name}");
+        return 3;
+    };
+    let mut r =
+        harness::Rank { prov, rank, nprocs, pmi: pmi::Pmi::connect(nprocs), timeout: Duration::from_millis(wait_ms) };
+    let res = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (scn.run)(&mut r)));
+    let res = match res {
+        Ok(r) => r,
+        Err(p) => {
+            let msg = p
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "panic".into());
+            Err(harness::TestErr::Fail(format!("panic: {msg}")))
+        }
+    };
+    r.pmi.result(&res);
+    0
+}

@@ -1,0 +1,285 @@
+//! Error paths: bad fi_addr, oversize inject, closing objects in use, operations towards a
+//! closed endpoint, and a peer that dies.
+
+use super::{scn, setup, wait2, Scenario};
+use crate::fabric::{self, ffi, Av, Cntr, Cq, Domain, Ep, FiAddr, Hints, EAGAIN, FI_ADDR_NOTAVAIL};
+use crate::harness::{fi_ok, pattern, FiCtx, Node, NodeCfg, Rank, TResult, Tx};
+use crate::{bail, ensure};
+use std::time::{Duration, Instant};
+
+pub fn scenarios() -> Vec<Scenario> {
+    vec![
+        scn("err/bad_fi_addr", 1, 40, bad_fi_addr, "send/inject to never-inserted, removed and NOTAVAIL fi_addrs"),
+        scn("err/oversize", 1, 30, oversize, "inject of inject_size+1, more iovs than iov_limit"),
+        scn("err/close_busy", 1, 20, close_busy, "fi_close of domain/fabric/CQ/AV/counter still in use"),
+        scn("err/send_after_peer_close", 2, 40, send_after_peer_close, "sends to an endpoint its owner closed"),
+        scn("err/peer_died", 2, 40, peer_died, "sends in flight to and after a SIGKILLed peer complete with errors"),
+    ]
+}
+
+/// A short deadline for error paths: a provider that hangs here fails quickly.
+const ERR_TIMEOUT: Duration = Duration::from_secs(8);
+
+/// What became of an operation that should fail.
+enum Fate {
+    Refused(i32),
+    ErrorCompletion(i32),
+    Succeeded,
+}
+
+fn describe(f: &Fate) -> String {
+    match f {
+        Fate::Refused(c) => format!("refused with {}", fabric::errname(*c)),
+        Fate::ErrorCompletion(e) => format!("error completion {}", fabric::errname(-*e)),
+        Fate::Succeeded => "completed successfully".into(),
+    }
+}
+
+/// Send once to `dest`; the fate of the operation (or a timeout failure).
+fn send_fate(a: &mut Node, mut other: Option<&mut Node>, dest: FiAddr, size: usize, what: &str) -> TResult<Fate> {
+    let id = match other.as_deref_mut() {
+        Some(b) => a.try_send_with(&pattern(1, size), dest, &Tx::default(), &mut b.progressor()),
+        None => a.try_send(&pattern(1, size), dest, &Tx::default()),
+    };
+    let id = match id {
+        Ok(Ok(id)) => id,
+        Ok(Err(code)) => return Ok(Fate::Refused(code)),
+        Err(crate::harness::TestErr::Fail(m)) => bail!("{what}: {m}"),
+        Err(e) => return Err(e),
+    };
+    let c = match other {
+        Some(b) => wait2(a, b, id),
+        None => a.wait_op(id),
+    };
+    let c = match c {
+        Ok(c) => c,
+        Err(crate::harness::TestErr::Fail(m)) => bail!("{what}: the send never completed ({m})"),
+        Err(e) => return Err(e),
+    };
+    Ok(if c.err != 0 { Fate::ErrorCompletion(c.err) } else { Fate::Succeeded })
+}
+
+fn bad_fi_addr(r: &mut Rank) -> TResult {
+    let mut a = Node::open(&r.prov, &NodeCfg::default(), ERR_TIMEOUT)?;
+    let mut b = Node::open(&r.prov, &NodeCfg::default(), ERR_TIMEOUT)?;
+    let good = a.insert(&b.name.clone())?;
+    let gone = a.insert(&b.name.clone())?;
+    fi_ok("fi_av_remove", a.av().remove(&mut [gone], 0))?;
+    for (dest, desc) in
+        [(4242u64, "never-inserted fi_addr 4242"), (FI_ADDR_NOTAVAIL, "FI_ADDR_NOTAVAIL"), (gone, "removed fi_addr")]
+    {
+        if dest == good {
+            continue; // a removed slot that got reused: not a bad address
+        }
+        for size in [64usize, 1 << 20] {
+            let what = format!("send of {size} B to {desc}");
+            crate::pmi::step(&what);
+            let f = send_fate(&mut a, Some(&mut b), dest, size, &what)?;
+            ensure!(!matches!(f, Fate::Succeeded), "{what}: {}", describe(&f));
+        }
+        crate::pmi::step(&format!("fi_inject to {desc}"));
+        let ret = match a.try_inject_with(&pattern(2, 16), dest, None, None, &mut b.progressor()) {
+            Ok(r) => r,
+            Err(crate::harness::TestErr::Fail(m)) => bail!("fi_inject to {desc}: {m}"),
+            Err(e) => return Err(e),
+        };
+        ensure!(ret < 0, "fi_inject to {desc} returned {ret} (the message went nowhere)");
+    }
+    // The endpoint still works.
+    let rid = b.recv(64, fabric::FI_ADDR_UNSPEC, &Default::default())?;
+    let sid = super::send2(&mut a, &mut b, &pattern(3, 64), good, &Tx::default())?;
+    wait2(&mut b, &mut a, rid)?.ok("receive after the bad sends")?;
+    wait2(&mut a, &mut b, sid)?.ok("send after the bad sends")?;
+    Ok(())
+}
+
+fn oversize(r: &mut Rank) -> TResult {
+    let mut a = Node::open(&r.prov, &NodeCfg::default(), ERR_TIMEOUT)?;
+    let mut b = Node::open(&r.prov, &NodeCfg::default(), ERR_TIMEOUT)?;
+    let dest = a.insert(&b.name.clone())?;
+    let isz = a.info.get().tx_attr().map_or(0, |t| t.inject_size);
+    let iov_limit = a.info.get().tx_attr().map_or(1, |t| t.iov_limit);
+    let big = pattern(4, isz + 1);
+    // Connect first (a first send may legitimately get -FI_EAGAIN during a handshake).
+    let rid = b.recv(8, fabric::FI_ADDR_UNSPEC, &Default::default())?;
+    let sid = super::send2(&mut a, &mut b, &pattern(0, 8), dest, &Tx::default())?;
+    wait2(&mut b, &mut a, rid)?.ok("first receive")?;
+    wait2(&mut a, &mut b, sid)?.ok("first send")?;
+    for (tag, data, name) in
+        [(None, None, "fi_inject"), (Some(1), None, "fi_tinject"), (None, Some(5), "fi_injectdata")]
+    {
+        let ret = match (tag, data) {
+            (Some(t), _) => a.ep().tinject(&big, dest, t),
+            (None, Some(d)) => a.ep().injectdata(&big, d, dest),
+            _ => a.ep().inject(&big, dest),
+        };
+        ensure!(
+            ret < 0 && ret != EAGAIN as isize,
+            "{name} of inject_size+1 ({} B) returned {}",
+            isz + 1,
+            fabric::errname(ret as i32)
+        );
+    }
+    if iov_limit < 64 {
+        let n = iov_limit + 1;
+        let tx = Tx { iov: n, ..Default::default() };
+        let res = a.try_send_with(&pattern(5, n * 8), dest, &tx, &mut b.progressor())?;
+        if let Ok(id) = res {
+            let c = wait2(&mut a, &mut b, id)?;
+            ensure!(c.err != 0, "fi_sendv with {n} iovs (iov_limit {iov_limit}) succeeded");
+        }
+    }
+    Ok(())
+}
+
+fn close_busy(r: &mut Rank) -> TResult {
+    let mut h = Hints::for_provider(&r.prov);
+    h.caps((ffi::FI_MSG | ffi::FI_TAGGED) as u64).mode(ffi::FI_CONTEXT | ffi::FI_CONTEXT2);
+    h.ep_attr().type_ = ffi::FI_EP_RDM;
+    let list = fabric::getinfo(Some(&h)).ctx("fi_getinfo")?;
+    let info = list.first().expect("non-empty").dup();
+    let mut fab = fabric::open_fabric(&info).ctx("fi_fabric")?;
+    let mut dom = Domain::open(&fab, &info).ctx("fi_domain")?;
+    let mut aa = ffi::fi_av_attr { type_: ffi::FI_AV_TABLE, count: 4, ..Default::default() };
+    let mut av = Av::open(&dom, &mut aa).ctx("fi_av_open")?;
+    let mut ca = ffi::fi_cq_attr { format: ffi::FI_CQ_FORMAT_TAGGED, ..Default::default() };
+    let mut cq = Cq::open(&dom, &mut ca).ctx("fi_cq_open")?;
+    let mut ta = ffi::fi_cntr_attr { events: ffi::FI_CNTR_EVENTS_COMP, ..Default::default() };
+    let mut cntr = Cntr::open(&dom, &mut ta).ctx("fi_cntr_open")?;
+    let ep = Ep::open(&dom, &info).ctx("fi_endpoint")?;
+    fi_ok("fi_ep_bind(av)", ep.bind(av.fid(), 0))?;
+    fi_ok("fi_ep_bind(cq)", ep.bind(cq.fid(), (ffi::FI_TRANSMIT | ffi::FI_RECV) as u64))?;
+    fi_ok("fi_ep_bind(cntr)", ep.bind(cntr.fid(), ffi::FI_SEND as u64))?;
+    fi_ok("fi_enable", ep.enable())?;
+    let mut wrongly_closed = Vec::new();
+    for (name, ret) in [
+        ("domain with an open endpoint", dom.try_close()),
+        ("fabric with an open domain", fab.try_close()),
+        ("CQ bound to an open endpoint", cq.try_close()),
+        ("AV bound to an open endpoint", av.try_close()),
+        ("counter bound to an open endpoint", cntr.try_close()),
+    ] {
+        if ret == 0 {
+            wrongly_closed.push(name);
+        }
+    }
+    if !wrongly_closed.is_empty() {
+        // Objects were freed under their users: do not touch (or close) anything again.
+        std::mem::forget((ep, av, cq, cntr, dom, fab, info));
+        bail!("fi_close returned 0 for: {}", wrongly_closed.join(", "));
+    }
+    ep.close().ctx("fi_close(ep)")?;
+    cntr.close().ctx("fi_close(cntr) after the endpoint")?;
+    cq.close().ctx("fi_close(cq) after the endpoint")?;
+    av.close().ctx("fi_close(av) after the endpoint")?;
+    dom.close().ctx("fi_close(domain) after its objects")?;
+    fab.close().ctx("fi_close(fabric) after its domain")?;
+    Ok(())
+}
+
+/// One message each way, so both sides are connected before the interesting part.
+fn handshake(r: &mut Rank, node: &mut Node, peer: FiAddr) -> TResult {
+    let rid = node.recv(16, peer, &Default::default())?;
+    let sid = node.send(&pattern(r.rank as u64, 16), peer, &Tx::default())?;
+    node.wait_ok(sid, "handshake send")?;
+    node.wait_ok(rid, "handshake receive")?;
+    r.pmi.barrier_with(&mut node.progressor())
+}
+
+fn send_after_peer_close(r: &mut Rank) -> TResult {
+    let (mut node, addrs) = setup(r, &NodeCfg::default())?;
+    let peer = addrs[1 - r.rank];
+    handshake(r, &mut node, peer)?;
+    node.timeout = ERR_TIMEOUT;
+    if r.rank == 1 {
+        let ret = node.close_ep();
+        ensure!(ret == 0, "fi_close(ep) returned {}", fabric::errname(ret));
+        r.pmi.set("closed", "1");
+        r.pmi.barrier()?;
+    } else {
+        r.pmi.wait_key_with("closed", &mut node.progressor())?;
+        // Post all three, then give them one shared deadline.
+        let sizes = [64usize, 65536, 1 << 20];
+        let mut ops = Vec::new();
+        for &size in &sizes {
+            ops.push(node.try_send(&pattern(size as u64, size), peer, &Tx::default())?);
+        }
+        let deadline = Instant::now() + ERR_TIMEOUT;
+        let mut fates = Vec::new();
+        let mut hung = Vec::new();
+        for (&size, op) in sizes.iter().zip(ops) {
+            let fate = match op {
+                Err(code) => Fate::Refused(code),
+                Ok(id) => loop {
+                    if let Some(c) = node.poll_op(id)? {
+                        break if c.err != 0 { Fate::ErrorCompletion(c.err) } else { Fate::Succeeded };
+                    }
+                    if Instant::now() > deadline {
+                        hung.push(size);
+                        break Fate::Succeeded;
+                    }
+                    std::thread::yield_now();
+                },
+            };
+            if !hung.contains(&size) {
+                fates.push(format!("{size} B {}", describe(&fate)));
+            }
+        }
+        r.pmi.step(&fates.join("; "));
+        let summary = if fates.is_empty() { String::new() } else { format!(" (others: {})", fates.join("; ")) };
+        ensure!(
+            hung.is_empty(),
+            "sends of {hung:?} B to an endpoint closed by its (live) owner never completed within {ERR_TIMEOUT:?}{summary}"
+        );
+        r.pmi.barrier()?;
+    }
+    Ok(())
+}
+
+fn peer_died(r: &mut Rank) -> TResult {
+    let (mut node, addrs) = setup(r, &NodeCfg::default())?;
+    let peer = addrs[1 - r.rank];
+    handshake(r, &mut node, peer)?;
+    if r.rank == 1 {
+        // No progress from here on: nothing sent to us can be received or acknowledged.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while r.pmi.get_with("posted", None)?.is_none() {
+            ensure!(Instant::now() < deadline, "rank 0 never posted its sends");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        r.pmi.killme();
+    }
+    let small = node.send(&pattern(1, 64), peer, &Tx::default())?;
+    let big = node.send(&pattern(2, 1 << 20), peer, &Tx::default())?;
+    r.pmi.set("posted", "1");
+    r.pmi.wait_exit_with(1, &mut node.progressor())?;
+    r.pmi.step("peer killed; waiting for the 1 MiB send in flight");
+    let t = Instant::now();
+    let c = node.wait_op(big).map_err(|e| match e {
+        crate::harness::TestErr::Fail(m) => {
+            crate::harness::TestErr::Fail(format!("1 MiB send in flight to a SIGKILLed peer: {m}"))
+        }
+        e => e,
+    })?;
+    ensure!(c.err != 0, "1 MiB send to a peer that never posted a receive and was SIGKILLed completed successfully");
+    let detect = t.elapsed();
+    let _ = node.wait_op(small)?; // inline: may have completed either way
+    node.timeout = ERR_TIMEOUT;
+    let mut fates = vec![format!("in-flight 1 MiB: {} after {detect:?}", describe(&Fate::ErrorCompletion(c.err)))];
+    for size in [64usize, 1 << 20] {
+        let what = format!("send of {size} B after the peer died");
+        let f = send_fate(&mut node, None, peer, size, &what)?;
+        if size > 4096 {
+            ensure!(!matches!(f, Fate::Succeeded), "{what}: completed successfully");
+        }
+        fates.push(format!("{size} B after: {}", describe(&f)));
+    }
+    let ret = match node.try_inject(&pattern(3, 16), peer, None, None) {
+        Ok(r) => r,
+        Err(crate::harness::TestErr::Fail(m)) => bail!("fi_inject after the peer died: {m}"),
+        Err(e) => return Err(e),
+    };
+    fates.push(format!("inject after: {}", fabric::errname(ret as i32)));
+    r.pmi.step(&fates.join("; "));
+    Ok(())
+}
