@@ -18,8 +18,11 @@ step "loom models (LOOM_MAX_PREEMPTIONS=2)"
 LOOM_MAX_PREEMPTIONS=2 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
     cargo test -p smr-core --release --locked --test loom_models
 
-step "real clients: fi_info, fi_pingpong, Open MPI and MPICH over rshm"
+step "conformance suite (fabtests-adapter): every scenario against rshm and the C shm"
 bash scripts/build-provider.sh
+cargo run --release --locked -q -p fabtests-adapter -- suite --providers rshm,shm --provider-path "$PWD/target/rshm"
+
+step "real clients: fi_info, fi_pingpong, Open MPI and MPICH over rshm"
 bash scripts/client-checks.sh
 
 step "rshm-regions: no stale regions left behind by the tests"

@@ -166,6 +166,8 @@ pub struct RegionHeader {
 }
 
 pub const READY: u32 = 1;
+/// Written by an owner that closed its endpoint: senders stop sending and fail what waits.
+pub const CLOSED: u32 = 2;
 
 /// The futex a blocked owner sleeps on; senders wake it only when `armed` is set.
 #[repr(C)]

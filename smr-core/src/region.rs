@@ -168,8 +168,11 @@ impl Region {
         if hdr.layout_version != LAYOUT_VERSION {
             return Err(Error::Corrupt("unsupported region layout version"));
         }
-        if hdr.ready.load(Ordering::Acquire) != READY {
-            return Err(Error::Again);
+        match hdr.ready.load(Ordering::Acquire) {
+            READY => {}
+            // Its owner closed it and is about to unlink it: as good as gone.
+            CLOSED => return Err(Error::NoSuchPeer),
+            _ => return Err(Error::Again),
         }
         let geo = hdr.geometry;
         if Geometry::compute(geo.counts)? != geo {
@@ -230,6 +233,18 @@ impl Region {
     }
     pub fn mapping(&self) -> &Mapping {
         &self.map
+    }
+
+    /// True once the owner closed its endpoint (or while it is not yet ready).
+    pub fn closed(&self) -> bool {
+        self.header().ready.load(Ordering::Acquire) != READY
+    }
+
+    /// Owner only: tell every sender that this endpoint is gone, before unlinking.
+    pub fn mark_closed(&self) {
+        if self.is_owner {
+            self.header().ready.store(CLOSED, Ordering::Release);
+        }
     }
 
     /// True unless the file shrank under us (touching a truncated tail would fault).

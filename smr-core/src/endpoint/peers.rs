@@ -42,9 +42,10 @@ pub(super) struct Link {
 }
 
 impl Link {
-    /// The owner of the region we send to is gone (or its file was cut short).
+    /// The owner of the region we send to is gone: it closed its endpoint, its process died,
+    /// or its file was cut short.
     pub fn owner_gone(&self) -> bool {
-        !(self.owner.alive() && self.region.intact())
+        self.region.closed() || !(self.owner.alive() && self.region.intact())
     }
 }
 
@@ -294,6 +295,14 @@ impl Endpoint {
         events
     }
 
+    /// Forget the mapping of a peer whose owner is gone; pending sends fail on the next tick.
+    pub(super) fn drop_link(&mut self, peer: PeerId) {
+        if let Some(p) = self.out.get_mut(peer as usize) {
+            p.link = None;
+            p.dead = true;
+        }
+    }
+
     /// A send to `peer` found its queue or pool full: if its owner died, say so (rate-limited
     /// to one check per liveness interval).
     pub(super) fn check_full_peer(&mut self, peer: PeerId) -> Error {
@@ -323,7 +332,10 @@ impl Endpoint {
         self.fail_receives_from(src, h)
     }
 
+    /// Closing: tell the peers we send to, and mark our region closed so that the peers that
+    /// send to us stop, and fail what they are waiting for.
     pub(super) fn disconnect_all(&mut self) {
+        self.region.mark_closed();
         for p in &self.out {
             if let Some(link) = &p.link {
                 let _ = push_cmd(&link.region, &CmdEntry::control(op::DISCONNECT, link.slot));

@@ -58,6 +58,12 @@ impl Endpoint {
         let len = buf.len();
         let (inline_max, inject_max, my_cma) = limits;
         let link = self.link(peer)?;
+        if link.region.closed() {
+            // The receiver closed its endpoint: nothing sent now would ever be received.
+            self.drop_link(peer);
+            return Err(Error::PeerDead);
+        }
+        let link = self.link(peer)?;
         link.used = true;
         let ack = opts.delivery_complete;
         let mut entry = CmdEntry::message(link.slot, msg_id, &hdr, ack);

@@ -177,3 +177,28 @@ fn garbage_commands_are_counted_and_survived() {
     }
     assert_eq!(hb.received[0].2, b"live");
 }
+
+#[test]
+fn closing_a_receiver_fails_pending_and_later_sends() {
+    let (mut a, b, to_b) = pair("closed", Params::default());
+    let mut ha = Collect::default();
+    let big = pattern(100_000, 1);
+    let hdr = MsgHeader { app: 0, tag: 1, data: 0, len: big.len() as u64 };
+    // Pending until b reads it with CMA, which it never will.
+    assert_eq!(
+        a.send(to_b, hdr, LocalIov::owned(big), SendOpts { cookie: 9, ..SendOpts::default() }),
+        Ok(SendStatus::Pending)
+    );
+    drop(b);
+    let start = std::time::Instant::now();
+    while ha.sends_done.is_empty() {
+        a.progress(&mut ha);
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(2),
+            "pending send not failed after the receiver closed"
+        );
+    }
+    assert_eq!(ha.sends_done, vec![(9, Err(Error::PeerDead))]);
+    let small = MsgHeader { app: 0, tag: 2, data: 0, len: 4 };
+    assert_eq!(a.send(to_b, small, LocalIov::owned(b"lost".to_vec()), SendOpts::default()), Err(Error::PeerDead));
+}
