@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
-# The main job: cross-process ping-pong over the engine, beside the bare cache-line handoff.
-# (Once the provider lands, this runs fi_pingpong with rshm beside the C shm provider.)
+# The main job: rshm under a real libfabric client (fi_pingpong from libfabric-bin) beside the
+# C shm provider, same run, same sizes; then the engine alone (cross-process ping-pong beside a
+# bare cache-line handoff). Arguments go to pingpong-compare.sh (-e, -m, -I, -s, -r).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --release --locked -p rshm-benches --bin rshm-engine-pingpong
-echo "== engine ping-pong, CMA for large messages"
-target/release/rshm-engine-pingpong "$@"
-echo "== engine ping-pong, SAR (bounce buffers) for large messages"
-target/release/rshm-engine-pingpong --sar "$@"
+bash scripts/build-provider.sh
+echo
+echo "== fi_pingpong: rshm vs the C shm provider"
+bash scripts/pingpong-compare.sh "$@"
+echo
+echo "== the engine alone (smr-core), two processes"
+cargo build --release --locked -q -p rshm-benches --bin rshm-engine-pingpong
+target/release/rshm-engine-pingpong --iters 20000
