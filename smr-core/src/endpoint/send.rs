@@ -57,13 +57,12 @@ impl Endpoint {
     ) -> Result<SendStatus> {
         let len = buf.len();
         let (inline_max, inject_max, my_cma) = limits;
-        let link = self.link(peer)?;
-        if link.region.closed() {
+        if self.link(peer)?.region.closed() {
             // The receiver closed its endpoint: nothing sent now would ever be received.
             self.drop_link(peer);
             return Err(Error::PeerDead);
         }
-        let link = self.link(peer)?;
+        let link = self.out[peer as usize].link.as_mut().expect("link() mapped it");
         link.used = true;
         let ack = opts.delivery_complete;
         let mut entry = CmdEntry::message(link.slot, msg_id, &hdr, ack);
