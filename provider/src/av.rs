@@ -137,24 +137,17 @@ pub(crate) unsafe extern "C" fn av_open(
 }
 
 unsafe extern "C" fn av_close(fid: *mut ffi::fid) -> i32 {
-    crate::guard("av close", FiError::OTHER.code(), || {
-        // SAFETY: libfabric contract.
-        let av = match unsafe { get(fid) } {
-            Ok(a) => a,
-            Err(e) => return e.code(),
-        };
-        {
-            let mut st = av.shared.lock();
-            if !st.avs[av.id].eps.is_empty() {
-                crate::warn!(Av, "fi_close(av): endpoints are still bound to it");
-                return FiError::BUSY.code();
-            }
-            st.avs.remove(av.id);
+    let release = |obj: &Av| -> FiResult<()> {
+        let mut st = obj.shared.lock();
+        if !st.avs[obj.id].eps.is_empty() {
+            crate::warn!(Av, "fi_close: endpoints are still bound to it");
+            return Err(FiError::BUSY);
         }
-        // SAFETY: created by `av_open`, closed once.
-        drop(unsafe { object::from_raw(fid.cast::<Av>()) });
-        0
-    })
+        st.avs.remove(obj.id);
+        Ok(())
+    };
+    // SAFETY: the libfabric contract: a live av of ours.
+    unsafe { object::close::<Av>(fid, ffi::FI_CLASS_AV, "fi_close(av)", release) }
 }
 
 unsafe extern "C" fn av_bind(_fid: *mut ffi::fid, _bfid: *mut ffi::fid, _flags: u64) -> i32 {

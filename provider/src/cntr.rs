@@ -92,24 +92,17 @@ pub(crate) unsafe extern "C" fn cntr_open(
 }
 
 unsafe extern "C" fn cntr_close(fid: *mut ffi::fid) -> i32 {
-    crate::guard("cntr close", FiError::OTHER.code(), || {
-        // SAFETY: libfabric contract.
-        let c = match unsafe { get(fid) } {
-            Ok(c) => c,
-            Err(e) => return e.code(),
-        };
-        {
-            let mut st = c.shared.lock();
-            if !st.cntrs[c.id].eps.is_empty() {
-                crate::warn!(Domain, "fi_close(cntr): endpoints are still bound to it");
-                return FiError::BUSY.code();
-            }
-            st.cntrs.remove(c.id);
+    let release = |obj: &Cntr| -> FiResult<()> {
+        let mut st = obj.shared.lock();
+        if !st.cntrs[obj.id].eps.is_empty() {
+            crate::warn!(Domain, "fi_close: endpoints are still bound to it");
+            return Err(FiError::BUSY);
         }
-        // SAFETY: created by `cntr_open`, closed once.
-        drop(unsafe { object::from_raw(fid.cast::<Cntr>()) });
-        0
-    })
+        st.cntrs.remove(obj.id);
+        Ok(())
+    };
+    // SAFETY: the libfabric contract: a live cntr of ours.
+    unsafe { object::close::<Cntr>(fid, ffi::FI_CLASS_CNTR, "fi_close(cntr)", release) }
 }
 
 /// Progress the counter's endpoints, then look at it.

@@ -139,3 +139,23 @@ pub unsafe fn opt_str<'a>(p: *const c_char) -> Option<&'a str> {
     // SAFETY: per the function contract.
     unsafe { CStr::from_ptr(p) }.to_str().ok()
 }
+
+/// `fi_strerror(prov_errno)`, copied into the caller's buffer when it gives one (the contract
+/// of both `fi_cq_strerror` and `fi_eq_strerror`).
+///
+/// # Safety
+/// `buf` must be NULL or hold `len` writable bytes.
+pub unsafe fn strerror_into(prov_errno: i32, buf: *mut c_char, len: usize) -> *const c_char {
+    // SAFETY: fi_strerror returns a static string for any value.
+    let msg = unsafe { ffi::fi_strerror(prov_errno) };
+    if buf.is_null() || len == 0 {
+        return msg;
+    }
+    // SAFETY: `msg` is NUL-terminated; we copy at most len-1 bytes into the caller's buffer.
+    unsafe {
+        let n = libc::strlen(msg).min(len - 1);
+        std::ptr::copy_nonoverlapping(msg, buf, n);
+        *buf.add(n) = 0;
+    }
+    buf
+}

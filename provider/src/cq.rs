@@ -134,24 +134,17 @@ pub(crate) unsafe extern "C" fn cq_open(
 }
 
 unsafe extern "C" fn cq_close(fid: *mut ffi::fid) -> i32 {
-    crate::guard("cq close", FiError::OTHER.code(), || {
-        // SAFETY: libfabric contract.
-        let cq = match unsafe { get(fid) } {
-            Ok(c) => c,
-            Err(e) => return e.code(),
-        };
-        {
-            let mut st = cq.shared.lock();
-            if !st.cqs[cq.id].eps.is_empty() {
-                crate::warn!(Cq, "fi_close(cq): endpoints are still bound to it");
-                return FiError::BUSY.code();
-            }
-            st.cqs.remove(cq.id);
+    let release = |obj: &Cq| -> FiResult<()> {
+        let mut st = obj.shared.lock();
+        if !st.cqs[obj.id].eps.is_empty() {
+            crate::warn!(Cq, "fi_close: endpoints are still bound to it");
+            return Err(FiError::BUSY);
         }
-        // SAFETY: created by `cq_open`, closed once.
-        drop(unsafe { object::from_raw(fid.cast::<Cq>()) });
-        0
-    })
+        st.cqs.remove(obj.id);
+        Ok(())
+    };
+    // SAFETY: the libfabric contract: a live cq of ours.
+    unsafe { object::close::<Cq>(fid, ffi::FI_CLASS_CQ, "fi_close(cq)", release) }
 }
 
 unsafe extern "C" fn cq_control(fid: *mut ffi::fid, command: c_int, _arg: *mut c_void) -> i32 {
@@ -386,16 +379,6 @@ unsafe extern "C" fn cq_strerror(
     buf: *mut c_char,
     len: usize,
 ) -> *const c_char {
-    // SAFETY: fi_strerror returns a static string for any value.
-    let msg = unsafe { ffi::fi_strerror(prov_errno) };
-    if !buf.is_null() && len > 0 {
-        // SAFETY: `msg` is NUL-terminated; `buf` holds `len` bytes; we copy at most len-1.
-        unsafe {
-            let n = libc::strlen(msg).min(len - 1);
-            std::ptr::copy_nonoverlapping(msg, buf, n);
-            *buf.add(n) = 0;
-        }
-        return buf;
-    }
-    msg
+    // SAFETY: the caller's buffer of `len` bytes, or NULL.
+    unsafe { crate::core_api::strerror_into(prov_errno, buf, len) }
 }

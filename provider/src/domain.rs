@@ -143,20 +143,15 @@ pub(crate) unsafe extern "C" fn domain_open(
 }
 
 unsafe extern "C" fn domain_close(fid: *mut ffi::fid) -> i32 {
-    crate::guard("domain close", FiError::OTHER.code(), || {
-        // SAFETY: libfabric contract: a live domain fid.
-        let dom = match unsafe { object::get::<Domain>(fid, ffi::FI_CLASS_DOMAIN) } {
-            Ok(d) => d,
-            Err(e) => return e.code(),
-        };
-        if Arc::strong_count(&dom.shared) > 1 {
+    let release = |obj: &Domain| -> FiResult<()> {
+        if Arc::strong_count(&obj.shared) > 1 {
             crate::warn!(Domain, "fi_close(domain): endpoints, CQs, counters, AVs or MRs still open");
-            return FiError::BUSY.code();
+            return Err(FiError::BUSY);
         }
         // SAFETY: the fabric outlives its domains (it refuses to close while we count).
-        unsafe { (*dom.fabric).children.fetch_sub(1, Ordering::AcqRel) };
-        // SAFETY: created by `domain_open`, closed exactly once.
-        drop(unsafe { object::from_raw(fid.cast::<Domain>()) });
-        0
-    })
+        unsafe { (*obj.fabric).children.fetch_sub(1, Ordering::AcqRel) };
+        Ok(())
+    };
+    // SAFETY: the libfabric contract: a live domain of ours.
+    unsafe { object::close::<Domain>(fid, ffi::FI_CLASS_DOMAIN, "fi_close(domain)", release) }
 }

@@ -89,18 +89,13 @@ unsafe fn get<'a>(fid: *const ffi::fid) -> FiResult<&'a Eq> {
 }
 
 unsafe extern "C" fn eq_close(fid: *mut ffi::fid) -> i32 {
-    crate::guard("eq close", FiError::OTHER.code(), || {
-        // SAFETY: libfabric contract.
-        let eq = match unsafe { get(fid) } {
-            Ok(e) => e,
-            Err(e) => return e.code(),
-        };
+    let release = |obj: &Eq| -> FiResult<()> {
         // SAFETY: the fabric refuses to close while its EQs are open.
-        unsafe { (*eq.fabric).children.fetch_sub(1, Ordering::AcqRel) };
-        // SAFETY: created by `eq_open`, closed once.
-        drop(unsafe { object::from_raw(fid.cast::<Eq>()) });
-        0
-    })
+        unsafe { (*obj.fabric).children.fetch_sub(1, Ordering::AcqRel) };
+        Ok(())
+    };
+    // SAFETY: the libfabric contract: a live eq of ours.
+    unsafe { object::close::<Eq>(fid, ffi::FI_CLASS_EQ, "fi_close(eq)", release) }
 }
 
 fn take(
@@ -196,16 +191,6 @@ unsafe extern "C" fn eq_strerror(
     buf: *mut c_char,
     len: usize,
 ) -> *const c_char {
-    // SAFETY: fi_strerror returns a static string for any value.
-    let msg = unsafe { ffi::fi_strerror(prov_errno) };
-    if !buf.is_null() && len > 0 {
-        // SAFETY: copy at most len-1 bytes of a NUL-terminated string into the caller's buffer.
-        unsafe {
-            let n = libc::strlen(msg).min(len - 1);
-            std::ptr::copy_nonoverlapping(msg, buf, n);
-            *buf.add(n) = 0;
-        }
-        return buf;
-    }
-    msg
+    // SAFETY: the caller's buffer of `len` bytes, or NULL.
+    unsafe { crate::core_api::strerror_into(prov_errno, buf, len) }
 }

@@ -64,18 +64,13 @@ pub(crate) unsafe extern "C" fn fabric_open(
 }
 
 unsafe extern "C" fn fabric_close(fid: *mut ffi::fid) -> i32 {
-    crate::guard("fabric close", FiError::OTHER.code(), || {
-        // SAFETY: libfabric contract: a live fabric fid.
-        let fab = match unsafe { object::get::<Fabric>(fid, ffi::FI_CLASS_FABRIC) } {
-            Ok(f) => f,
-            Err(e) => return e.code(),
-        };
-        if fab.children.load(Ordering::Acquire) != 0 {
+    let release = |obj: &Fabric| -> FiResult<()> {
+        if obj.children.load(Ordering::Acquire) != 0 {
             crate::warn!(Fabric, "fi_close(fabric): domains or EQs still open");
-            return FiError::BUSY.code();
+            return Err(FiError::BUSY);
         }
-        // SAFETY: the fid was created by `fabric_open` and is closed exactly once.
-        drop(unsafe { object::from_raw(fid.cast::<Fabric>()) });
-        0
-    })
+        Ok(())
+    };
+    // SAFETY: the libfabric contract: a live fabric of ours.
+    unsafe { object::close::<Fabric>(fid, ffi::FI_CLASS_FABRIC, "fi_close(fabric)", release) }
 }

@@ -149,17 +149,12 @@ pub(crate) unsafe extern "C" fn mr_regattr(
 }
 
 unsafe extern "C" fn mr_close(fid: *mut ffi::fid) -> i32 {
-    crate::guard("mr close", FiError::OTHER.code(), || {
-        // SAFETY: libfabric contract.
-        let mr = match unsafe { object::get::<Mr>(fid, ffi::FI_CLASS_MR) } {
-            Ok(m) => m,
-            Err(e) => return e.code(),
-        };
-        mr.shared.lock().mrs.by_key.remove(&mr.fid.key);
-        // SAFETY: created by `register`, closed once.
-        drop(unsafe { object::from_raw(fid.cast::<Mr>()) });
-        0
-    })
+    let release = |obj: &Mr| -> FiResult<()> {
+        obj.shared.lock().mrs.by_key.remove(&obj.fid.key);
+        Ok(())
+    };
+    // SAFETY: the libfabric contract: a live mr of ours.
+    unsafe { object::close::<Mr>(fid, ffi::FI_CLASS_MR, "fi_close(mr)", release) }
 }
 
 /// Binding an MR to an endpoint (FI_MR_ENDPOINT style) or to a counter (remote-access events)

@@ -44,6 +44,27 @@ pub unsafe fn from_raw<T>(ptr: *mut T) -> Box<T> {
     unsafe { Box::from_raw(ptr) }
 }
 
+/// `fi_close` for an object of type `T`: check the fid, let `release` refuse (`-FI_EBUSY`
+/// while others still use the object) or drop the object's shared state, then free it.
+///
+/// # Safety
+/// As `get`: `fid` is NULL or a live object of ours of type `T`.
+pub unsafe fn close<T>(fid: *mut ffi::fid, class: u32, what: &str, release: impl FnOnce(&T) -> FiResult<()>) -> i32 {
+    crate::guard(what, FiError::OTHER.code(), || {
+        // SAFETY: per this function's contract.
+        let obj = match unsafe { get::<T>(fid, class) } {
+            Ok(o) => o,
+            Err(e) => return e.code(),
+        };
+        if let Err(e) = release(obj) {
+            return e.code();
+        }
+        // SAFETY: created by `into_raw::<T>`; `release` agreed, so it is closed exactly once.
+        drop(unsafe { from_raw(fid.cast::<T>()) });
+        0
+    })
+}
+
 /// Write `value` through an out-pointer the caller passed, if non-NULL.
 ///
 /// # Safety

@@ -256,22 +256,15 @@ fn unbind_all(st: &mut DomainState, id: usize) {
 }
 
 unsafe extern "C" fn ep_close(fid: *mut ffi::fid) -> i32 {
-    crate::guard("ep close", FiError::OTHER.code(), || {
-        // SAFETY: libfabric contract.
-        let ep = match unsafe { get(fid) } {
-            Ok(e) => e,
-            Err(e) => return e.code(),
-        };
-        {
-            let mut st = ep.shared.lock();
-            unbind_all(&mut st, ep.id);
-            // Dropping the engine endpoint tells connected peers and unlinks the region.
-            st.eps.remove(ep.id);
-        }
-        // SAFETY: created by `endpoint_open`, closed once.
-        drop(unsafe { object::from_raw(fid.cast::<Ep>()) });
-        0
-    })
+    let release = |obj: &Ep| -> FiResult<()> {
+        let mut st = obj.shared.lock();
+        unbind_all(&mut st, obj.id);
+        // Dropping the engine endpoint tells connected peers and unlinks the region.
+        st.eps.remove(obj.id);
+        Ok(())
+    };
+    // SAFETY: the libfabric contract: a live ep of ours.
+    unsafe { object::close::<Ep>(fid, ffi::FI_CLASS_EP, "fi_close(ep)", release) }
 }
 
 fn bind(ep: &Ep, bfid: *mut ffi::fid, flags: u64) -> FiResult<()> {
