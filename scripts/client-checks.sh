@@ -110,5 +110,5 @@ if [ "$WITH_MPI" = 1 ]; then
     fi
 fi
 
-echo "client checks: $passed passed, $failed failed"
+echo "clients: $passed passed, $failed failed"
 [ "$failed" = 0 ]

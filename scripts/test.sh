@@ -22,8 +22,8 @@ step "conformance suite (fabtests-adapter): every scenario against rshm and the 
 bash scripts/build-provider.sh
 cargo run --release --locked -q -p fabtests-adapter -- suite --providers rshm,shm --provider-path "$PWD/target/rshm"
 
-step "real clients: fi_info, fi_pingpong, Open MPI and MPICH over rshm"
-bash scripts/client-checks.sh
-
 step "rshm-regions: no stale regions left behind by the tests"
 cargo run -q -p smr-core --bin rshm-regions -- list
+
+step "real clients: fi_info, fi_pingpong, Open MPI and MPICH over rshm"
+bash scripts/client-checks.sh
