@@ -44,8 +44,15 @@ impl LocalIov {
     /// # Safety
     /// As `from_raw`.
     pub unsafe fn from_ranges(mut parts: Ranges) -> LocalIov {
-        parts.retain(|p| p.1 > 0);
-        let total = parts.iter().map(|p| p.1).sum();
+        let mut total = 0;
+        let mut empty = false;
+        for p in &parts {
+            total += p.1;
+            empty |= p.1 == 0;
+        }
+        if empty {
+            parts.retain(|p| p.1 > 0);
+        }
         LocalIov::Lent { parts, total }
     }
 
