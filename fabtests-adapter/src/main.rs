@@ -5,10 +5,12 @@
 //! fabtests-adapter suite [--providers rshm,shm] [--filter SUBSTR]... [--provider-path DIR]
 //!                        [--wait-ms N] [-v]
 //! fabtests-adapter list
-//! fabtests-adapter upstream ...      (part 2: run installed upstream fabtests; not yet)
+//! fabtests-adapter upstream --bin DIR [--providers rshm,shm] [--jobs N] [--junit FILE] ...
 //! ```
 //! Each scenario runs in fresh processes (`__rank`, hidden) started by the suite, which also
-//! serves their out-of-band address exchange and barriers.
+//! serves their out-of-band address exchange and barriers. `upstream` runs an installed
+//! upstream fabtests the way its runfabtests.sh does (`__hold`, hidden, keeps one run's private
+//! namespaces alive).
 
 // The wrapper covers more of the API than today's scenarios call (part 2 and later scenarios).
 #[allow(dead_code)]
@@ -25,14 +27,18 @@ use std::time::Duration;
 const USAGE: &str = "usage:
   fabtests-adapter suite [--providers rshm,shm] [--filter SUBSTR]... [--provider-path DIR] [--wait-ms N] [-v]
   fabtests-adapter list
-  fabtests-adapter upstream    (not implemented yet: runs installed upstream fabtests binaries)
+  fabtests-adapter upstream --bin DIR ...   (installed upstream fabtests; options below)
 
+suite:
   --providers      providers to run every scenario against (default rshm,shm)
   --filter         run only scenarios whose name contains SUBSTR (repeatable, or comma-separated)
   --provider-path  directory holding librshm-fi.so (sets FI_PROVIDER_PATH for the test processes;
                    default: $FI_PROVIDER_PATH, else <dir of this binary>/../rshm if it has the library)
   --wait-ms        deadline for any single wait inside a scenario (default 10000)
-  -v               show progress steps and failure details while running";
+  -v               show progress steps and failure details while running
+
+upstream:
+{UPSTREAM}";
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -45,17 +51,22 @@ fn main() {
             0
         }
         Some("upstream") => upstream::run(&args[1..]),
+        Some("__hold") => upstream::hold_main(),
         Some("__rank") => rank_main(&args[1..]),
         Some("-h") | Some("--help") | Some("help") => {
-            println!("{USAGE}");
+            println!("{}", usage());
             0
         }
         _ => {
-            eprintln!("{USAGE}");
+            eprintln!("{}", usage());
             2
         }
     };
     std::process::exit(code);
+}
+
+fn usage() -> String {
+    USAGE.replace("{UPSTREAM}", upstream::USAGE)
 }
 
 fn take_value<'a>(args: &'a [String], i: &mut usize, flag: &str) -> Result<&'a str, String> {
@@ -107,7 +118,7 @@ fn suite(args: &[String]) -> i32 {
             Ok(())
         })();
         if let Err(e) = r {
-            eprintln!("fabtests-adapter: {e}\n{USAGE}");
+            eprintln!("fabtests-adapter: {e}\n{}", usage());
             return 2;
         }
         i += 1;

@@ -433,6 +433,43 @@ fn matches_filter(name: &str, filter: &[String]) -> bool {
     filter.is_empty() || filter.iter().any(|f| name.contains(f.as_str()))
 }
 
+/// A plain-text table: `head` names the first column, `cols` the others; every row is a label
+/// and one cell per column (shared by `suite` and `upstream`).
+pub fn render_table(head: &str, cols: &[String], rows: &[(String, Vec<String>)]) -> String {
+    let w0 = rows.iter().map(|(l, _)| l.chars().count()).max().unwrap_or(8).max(head.len());
+    let widths: Vec<usize> = (0..cols.len())
+        .map(|j| {
+            rows.iter().map(|(_, c)| c.get(j).map_or(0, |x| x.chars().count())).max().unwrap_or(4).max(cols[j].len())
+        })
+        .collect();
+    let mut out = String::new();
+    out.push_str(&format!("{head:<w0$}"));
+    for (j, p) in cols.iter().enumerate() {
+        out.push_str(&format!(" | {:<w$}", p, w = widths[j]));
+    }
+    while out.ends_with(' ') {
+        out.pop();
+    }
+    out.push('\n');
+    out.push_str(&"-".repeat(w0));
+    for w in &widths {
+        out.push_str(&format!("-+-{}", "-".repeat(*w)));
+    }
+    out.push('\n');
+    for (label, c) in rows {
+        out.push_str(&format!("{label:<w0$}"));
+        for (j, w) in widths.iter().enumerate() {
+            out.push_str(&format!(" | {:<w$}", c.get(j).map_or("", String::as_str), w = *w));
+        }
+        // No trailing blanks after the last column.
+        while out.ends_with(' ') {
+            out.pop();
+        }
+        out.push('\n');
+    }
+    out
+}
+
 /// Run the suite; returns the process exit code.
 pub fn run_suite(opts: &SuiteOpts) -> i32 {
     let list: Vec<Scenario> = scenarios::all().into_iter().filter(|s| matches_filter(s.name, &opts.filter)).collect();
@@ -479,29 +516,9 @@ pub fn run_suite(opts: &SuiteOpts) -> i32 {
         rows.push((s, reps));
     }
     // The table.
-    let w0 = rows.iter().map(|(s, _)| s.name.len()).max().unwrap_or(8).max(8);
-    let cells: Vec<Vec<String>> = rows.iter().map(|(_, r)| r.iter().map(|x| x.outcome.cell()).collect()).collect();
-    let widths: Vec<usize> = (0..opts.providers.len())
-        .map(|j| cells.iter().map(|c| c[j].len()).max().unwrap_or(4).max(opts.providers[j].len()))
-        .collect();
-    let mut out = String::new();
-    out.push_str(&format!("{:<w0$}", "scenario"));
-    for (j, p) in opts.providers.iter().enumerate() {
-        out.push_str(&format!(" | {:<w$}", p, w = widths[j]));
-    }
-    out.push('\n');
-    out.push_str(&"-".repeat(w0));
-    for w in &widths {
-        out.push_str(&format!("-+-{}", "-".repeat(*w)));
-    }
-    out.push('\n');
-    for ((s, _), c) in rows.iter().zip(&cells) {
-        out.push_str(&format!("{:<w0$}", s.name));
-        for (j, cell) in c.iter().enumerate() {
-            out.push_str(&format!(" | {:<w$}", cell, w = widths[j]));
-        }
-        out.push('\n');
-    }
+    let table_rows: Vec<(String, Vec<String>)> =
+        rows.iter().map(|(s, r)| (s.name.to_string(), r.iter().map(|x| x.outcome.cell()).collect())).collect();
+    let out = render_table("scenario", &opts.providers, &table_rows);
     // Details of everything that did not pass.
     let mut notes = String::new();
     for (s, reps) in &rows {
