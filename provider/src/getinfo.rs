@@ -24,6 +24,13 @@ pub const SECONDARY_CAPS: u64 = (ffi::FI_SEND | ffi::FI_RECV | ffi::FI_MULTI_REC
     | ffi::FI_SOURCE
     | ffi::FI_DIRECTED_RECV
     | ffi::FI_LOCAL_COMM;
+/// Capabilities that only make sense on one side of an endpoint.
+const RX_ONLY_CAPS: u64 = (ffi::FI_RECV | ffi::FI_MULTI_RECV | ffi::FI_REMOTE_READ | ffi::FI_REMOTE_WRITE) as u64
+    | ffi::FI_DIRECTED_RECV
+    | ffi::FI_SOURCE;
+const TX_ONLY_CAPS: u64 = (ffi::FI_SEND | ffi::FI_READ | ffi::FI_WRITE) as u64;
+/// Capabilities of the domain, reported in `caps` and `domain_attr`, not per side.
+const DOMAIN_CAPS: u64 = ffi::FI_LOCAL_COMM | ffi::FI_REMOTE_COMM;
 pub const TX_OP_FLAGS: u64 = (ffi::FI_COMPLETION
     | ffi::FI_INJECT
     | ffi::FI_INJECT_COMPLETE
@@ -71,6 +78,22 @@ pub fn encode_addr(name: &str) -> [u8; ADDR_LEN] {
     let n = name.len().min(ADDR_LEN - 1);
     out[..n].copy_from_slice(&name.as_bytes()[..n]);
     out
+}
+
+/// Read an address the caller gave with its length: at most `len` (and `ADDR_LEN`) bytes.
+///
+/// # Safety
+/// `addr` must be readable for `len` bytes.
+pub unsafe fn decode_addr_len(addr: *const u8, len: usize) -> FiResult<String> {
+    if addr.is_null() || len == 0 {
+        return Err(FiError::INVAL);
+    }
+    let mut buf = [0u8; ADDR_LEN];
+    let n = len.min(ADDR_LEN - 1);
+    // SAFETY: the caller's buffer holds `len >= n` bytes; `buf` has room for them and a NUL.
+    unsafe { std::ptr::copy_nonoverlapping(addr, buf.as_mut_ptr(), n) };
+    // SAFETY: `buf` is ours and NUL-terminated within ADDR_LEN.
+    unsafe { decode_addr(buf.as_ptr()) }
 }
 
 /// Read one address: a NUL-terminated name within `ADDR_LEN` bytes.
@@ -196,13 +219,14 @@ fn resolve(node: Option<&str>, service: Option<&str>, flags: u64, hints: Option<
         }
     }
     if let Some(h) = hints {
-        if addrs.src.is_none() && !h.src_addr.is_null() {
-            // SAFETY: the caller's src_addr holds `src_addrlen` bytes of a NUL-terminated name.
-            addrs.src = Some(unsafe { decode_addr(h.src_addr.cast()) }?);
+        // An empty address (fabtests copies a zero-length one from a first getinfo) is none.
+        if addrs.src.is_none() && !h.src_addr.is_null() && h.src_addrlen > 0 {
+            // SAFETY: the caller's src_addr holds `src_addrlen` bytes.
+            addrs.src = Some(unsafe { decode_addr_len(h.src_addr.cast(), h.src_addrlen) }?);
         }
-        if addrs.dest.is_none() && !h.dest_addr.is_null() {
+        if addrs.dest.is_none() && !h.dest_addr.is_null() && h.dest_addrlen > 0 {
             // SAFETY: as above, for dest_addr.
-            addrs.dest = Some(unsafe { decode_addr(h.dest_addr.cast()) }?);
+            addrs.dest = Some(unsafe { decode_addr_len(h.dest_addr.cast(), h.dest_addrlen) }?);
         }
     }
     Ok(addrs)
@@ -210,21 +234,21 @@ fn resolve(node: Option<&str>, service: Option<&str>, flags: u64, hints: Option<
 
 /// Fill one core-allocated info for `ep_type`.
 fn fill(info: &mut ffi::fi_info, ep_type: ffi::fi_ep_type, version: u32, hints: Option<&ffi::fi_info>, addrs: &Addrs) {
+    // With caps in the hints, return exactly those (plus FI_SEND|FI_RECV, which they imply
+    // when neither is named); callers check that no capability they did not ask for appears.
     let requested = hints.map(|h| h.caps).filter(|&c| c != 0);
     let mut caps = requested.unwrap_or_else(all_caps);
     if caps & (ffi::FI_SEND | ffi::FI_RECV) as u64 == 0 {
         caps |= (ffi::FI_SEND | ffi::FI_RECV) as u64;
     }
-    if caps & PRIMARY_CAPS == 0 {
-        caps |= PRIMARY_CAPS;
-    }
     info.caps = caps;
     info.mode = 0;
     info.addr_format = ffi::FI_ADDR_STR;
-    if let Some(src) = &addrs.src {
-        info.src_addr = c_memdup(&encode_addr(src));
-        info.src_addrlen = ADDR_LEN;
-    }
+    // Always name a source, as callers expect: a generated name stands for "any name of this
+    // process", and each endpoint opened with it gets a fresh one (see `ep::endpoint_open`).
+    let src = addrs.src.clone().unwrap_or_else(crate::ep::generated_name);
+    info.src_addr = c_memdup(&encode_addr(&src));
+    info.src_addrlen = ADDR_LEN;
     if let Some(dest) = &addrs.dest {
         info.dest_addr = c_memdup(&encode_addr(dest));
         info.dest_addrlen = ADDR_LEN;
@@ -238,7 +262,9 @@ fn fill(info: &mut ffi::fi_info, ep_type: ffi::fi_ep_type, version: u32, hints: 
         Some(h) => unsafe { (h.tx_attr.as_ref(), h.rx_attr.as_ref(), h.ep_attr.as_ref(), h.domain_attr.as_ref()) },
         None => (None, None, None, None),
     };
-    tx.caps = caps;
+    // Each side lists only what applies to it: no receive capabilities on the transmit side,
+    // no send capabilities on the receive side (callers check for extra caps).
+    tx.caps = caps & !(RX_ONLY_CAPS | DOMAIN_CAPS);
     tx.mode = 0;
     tx.op_flags = h_tx.map_or(0, |t| t.op_flags & TX_OP_FLAGS);
     tx.msg_order = MSG_ORDER;
@@ -247,7 +273,7 @@ fn fill(info: &mut ffi::fi_info, ep_type: ffi::fi_ep_type, version: u32, hints: 
     tx.size = QUEUE_SIZE;
     tx.iov_limit = IOV_LIMIT;
     tx.rma_iov_limit = 0;
-    rx.caps = caps;
+    rx.caps = caps & !(TX_ONLY_CAPS | DOMAIN_CAPS);
     rx.mode = 0;
     rx.op_flags = h_rx.map_or(0, |r| r.op_flags & RX_OP_FLAGS);
     rx.msg_order = MSG_ORDER;

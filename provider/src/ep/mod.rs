@@ -159,13 +159,17 @@ pub unsafe fn get<'a>(fid: *const ffi::fid) -> FiResult<&'a Ep> {
     unsafe { object::get::<Ep>(fid, ffi::FI_CLASS_EP) }
 }
 
-/// A process-unique default name: uid, pid and a counter.
-fn generated_name() -> String {
-    static NEXT: AtomicU32 = AtomicU32::new(0);
-    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+fn generated_prefix() -> String {
     // SAFETY: getuid has no preconditions.
     let uid = unsafe { libc::getuid() };
-    format!("rshm_{uid}_{}_{n}", std::process::id())
+    format!("rshm_{uid}_{}_", std::process::id())
+}
+
+/// A process-unique default name: uid, pid and a counter.
+pub fn generated_name() -> String {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    format!("{}{n}", generated_prefix())
 }
 
 /// `fi_endpoint`.
@@ -193,11 +197,17 @@ pub(crate) unsafe extern "C" fn endpoint_open(
             if caps & !crate::getinfo::all_caps() != 0 {
                 return Err(FiError::OPNOTSUPP);
             }
-            let name = if info.src_addr.is_null() {
-                generated_name()
+            let given = if info.src_addr.is_null() || info.src_addrlen == 0 {
+                None
             } else {
-                // SAFETY: the caller's src_addr of `src_addrlen` bytes, a NUL-terminated name.
-                unsafe { decode_addr(info.src_addr.cast()) }?
+                // SAFETY: the caller's src_addr of `src_addrlen` bytes.
+                Some(unsafe { crate::getinfo::decode_addr_len(info.src_addr.cast(), info.src_addrlen) }?)
+            };
+            // A name getinfo generated for this process stands for "any name": several
+            // endpoints may be opened from one info, so each gets its own.
+            let name = match given {
+                Some(n) if !n.starts_with(&generated_prefix()) => n,
+                _ => generated_name(),
             };
             let state = EpState {
                 engine: None,
