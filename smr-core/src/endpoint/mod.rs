@@ -160,8 +160,9 @@ pub struct Endpoint {
     out: Vec<OutPeer>,
     out_by_name: HashMap<String, PeerId>,
     inp: SrcTable,
-    /// Senders we dropped (dead or disconnected): their queued commands still hold our buffers.
-    forgotten: std::collections::HashSet<SrcId>,
+    /// Senders we dropped (dead or disconnected), by name: commands they queued before they
+    /// went still arrive, hold our buffers, and (inline and inject ones) still carry data.
+    forgotten: HashMap<SrcId, String>,
     pending: HashMap<u64, PendingSend>,
     sar_tx: VecDeque<u64>,
     sar_rx: HashMap<(SrcId, u64), SarRx>,
@@ -205,7 +206,7 @@ impl Endpoint {
             out: Vec::new(),
             out_by_name: HashMap::new(),
             inp: SrcTable::default(),
-            forgotten: std::collections::HashSet::new(),
+            forgotten: HashMap::new(),
             pending: HashMap::new(),
             sar_tx: VecDeque::new(),
             sar_rx: HashMap::new(),

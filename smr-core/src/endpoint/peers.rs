@@ -323,8 +323,8 @@ impl Endpoint {
 
     /// Drop a sender: fail its partial receives, free its table entry.
     pub(super) fn forget_in_peer(&mut self, src: SrcId, h: &mut impl Handler) -> usize {
-        if self.inp.remove(&src).is_some() {
-            self.forgotten.insert(src);
+        if let Some(peer) = self.inp.remove(&src) {
+            self.forgotten.insert(src, peer.name);
         }
         if let Some(slot) = self.region.peer_slots().get(src as usize) {
             slot.state.store(SLOT_FREE, Ordering::Release);

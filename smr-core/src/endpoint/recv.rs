@@ -88,9 +88,16 @@ impl Endpoint {
             }
             Command::Msg { src, msg_id, ack, hdr, body } => {
                 if !self.inp.contains_key(&src) && self.accept(src, h).is_err() {
+                    // A sender we knew that went away after queueing this: inline and inject
+                    // messages are complete in our memory and are delivered; anything else
+                    // needs the sender, so only its buffers come back.
+                    if self.forgotten.contains_key(&src) && matches!(body, Body::Inline { .. } | Body::Inject { .. }) {
+                        self.on_msg(entry, src, msg_id, false, hdr, body, h);
+                        return;
+                    }
                     self.stats.corrupt_commands += 1;
                     // Only a sender we knew (now dead) really holds buffers of ours.
-                    if self.forgotten.contains(&src) {
+                    if self.forgotten.contains_key(&src) {
                         self.release_buffers(&body);
                     }
                     return;
@@ -116,7 +123,10 @@ impl Endpoint {
 
     fn offer(&mut self, src: SrcId, hdr: MsgHeader, h: &mut impl Handler) -> (MsgKey, Disposition) {
         let key = self.new_key();
-        let name = self.inp.get(&src).map_or("", |p| p.name.as_str());
+        let name = match self.inp.get(&src) {
+            Some(p) => p.name.as_str(),
+            None => self.forgotten.get(&src).map_or("", String::as_str),
+        };
         (key, h.on_message_from(&Incoming { key, src, hdr }, name))
     }
 
@@ -261,7 +271,7 @@ impl Endpoint {
             // A segment of a message we gave up on (its sender died) still holds a buffer of
             // ours; one from a stranger refers to a buffer that is not its own to return.
             self.stats.corrupt_commands += 1;
-            if self.forgotten.contains(&src) {
+            if self.forgotten.contains_key(&src) {
                 let _ = self.region.sar_stack().push(seg.buf);
             }
             return;
