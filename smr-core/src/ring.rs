@@ -236,12 +236,6 @@ impl Consumer {
         true
     }
 
-    /// True if `pop` would find the head slot untouched (`Empty`): the cheapest poll.
-    pub fn idle<T: Pod>(&self, ring: &Ring<'_, T>) -> bool {
-        let slot = &ring.slots[(self.head & ring.mask) as usize];
-        slot.stamp.load(Ordering::Relaxed) == self.head
-    }
-
     /// True if `pop` would return an item now (for deciding whether to sleep).
     pub fn ready<T: Pod>(&self, ring: &Ring<'_, T>) -> bool {
         let slot = &ring.slots[(self.head & ring.mask) as usize];

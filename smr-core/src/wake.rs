@@ -12,13 +12,13 @@ use std::time::Duration;
 /// smp_mb() uses) and costs a fraction of an `mfence`; elsewhere a SeqCst fence.
 #[inline(always)]
 fn full_barrier() {
-    #[cfg(all(target_arch = "x86_64", not(loom)))]
+    #[cfg(target_arch = "x86_64")]
     // SAFETY: ORs zero into the word at the stack pointer with a lock prefix: no value changes,
     // no memory outside our own stack is touched.
     unsafe {
         core::arch::asm!("lock or dword ptr [rsp], 0", options(nostack))
     };
-    #[cfg(not(all(target_arch = "x86_64", not(loom))))]
+    #[cfg(not(target_arch = "x86_64"))]
     fence(Ordering::SeqCst);
 }
 
@@ -42,7 +42,6 @@ pub fn arm(word: &WakeWord) -> u32 {
 
 /// Sleep until the sequence moves past `seq` or `timeout` passes.
 pub fn sleep(word: &WakeWord, seq: u32, timeout: Option<Duration>) {
-    #[cfg(not(loom))]
     futex_wait(&word.seq, seq, timeout);
 }
 
@@ -52,16 +51,13 @@ pub fn disarm(word: &WakeWord) {
 
 /// Owner side: sleep until notified or `timeout` passes, unless `ready()` is already true.
 pub fn wait(word: &WakeWord, timeout: Option<Duration>, ready: impl Fn() -> bool) {
-    let seq = word.seq.load(Ordering::SeqCst);
-    word.armed.fetch_add(1, Ordering::SeqCst);
-    fence(Ordering::SeqCst);
+    let seq = arm(word);
     if !ready() {
-        futex_wait(&word.seq, seq, timeout);
+        sleep(word, seq, timeout);
     }
-    word.armed.fetch_sub(1, Ordering::SeqCst);
+    disarm(word);
 }
 
-#[cfg(not(loom))]
 fn futex_wait(word: &crate::sync::AtomicU32, expected: u32, timeout: Option<Duration>) {
     let ts = timeout.map(|t| libc::timespec { tv_sec: t.as_secs() as libc::time_t, tv_nsec: t.subsec_nanos() as _ });
     let ts_ptr = ts.as_ref().map_or(std::ptr::null(), |t| t as *const libc::timespec);
@@ -70,7 +66,6 @@ fn futex_wait(word: &crate::sync::AtomicU32, expected: u32, timeout: Option<Dura
     unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAIT, expected, ts_ptr) };
 }
 
-#[cfg(not(loom))]
 fn futex_wake(word: &crate::sync::AtomicU32) {
     // SAFETY: FUTEX_WAKE on a live, aligned u32; wakes every sleeper.
     unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, i32::MAX) };

@@ -265,14 +265,10 @@ impl Endpoint {
 
     fn drain_commands(&mut self, h: &mut impl Handler) -> usize {
         let mut handled = 0;
-        // The common case, nothing there: answer without touching the Arc's counter.
-        if self.cmd_rx.idle(&self.region.cmd_ring()) {
-            return 0;
-        }
-        let region = Arc::clone(&self.region);
-        let ring = region.cmd_ring();
         while handled < PROGRESS_BUDGET {
-            match self.cmd_rx.pop(&ring) {
+            // The ring view is three loads: building it per pop lets `handle_command` borrow
+            // `self` mutably, with no reference count to bump on the data path.
+            match self.cmd_rx.pop(&self.region.cmd_ring()) {
                 Pop::Item(entry) => {
                     self.handle_command(&entry, h);
                     handled += 1;
@@ -290,10 +286,9 @@ impl Endpoint {
     /// On the liveness tick: skip a head slot of either ring whose producer claimed it and
     /// stalled for `stall_timeout` (it died between its claim and its write).
     fn check_stalls(&mut self) {
-        let region = Arc::clone(&self.region);
         let timeout = self.params.stall_timeout;
-        let skipped = u64::from(self.cmd_stall.check(&mut self.cmd_rx, &region.cmd_ring(), timeout))
-            + u64::from(self.resp_stall.check(&mut self.resp_rx, &region.resp_ring(), timeout));
+        let skipped = u64::from(self.cmd_stall.check(&mut self.cmd_rx, &self.region.cmd_ring(), timeout))
+            + u64::from(self.resp_stall.check(&mut self.resp_rx, &self.region.resp_ring(), timeout));
         self.stats.skipped_slots += skipped;
     }
 

@@ -151,9 +151,19 @@ impl Endpoint {
         let absent_timeout = self.params.absent_peer_timeout;
         let (me, my_inc) = (self.me, self.region.incarnation());
         let p = self.out.get_mut(peer as usize).ok_or(Error::Invalid("unknown peer handle"))?;
+        // A receiver that closed its endpoint takes nothing more: its region is as good as a
+        // dead one's (a successor of the same name is found by the open below).
+        if p.link.as_ref().is_some_and(|l| l.region.closed()) {
+            p.link = None;
+            p.dead = true;
+        }
         if p.link.is_none() {
-            let region = match Region::open(&p.name) {
-                Ok(r) if r.owner().is_alive() => r,
+            let opened = Region::open(&p.name).map(|r| {
+                let owner = Watch::new(r.owner());
+                (r, owner)
+            });
+            let (region, owner) = match opened {
+                Ok((r, owner)) if owner.alive() => (r, owner),
                 Ok(_) | Err(Error::NoSuchPeer) | Err(Error::Again) => {
                     if p.dead {
                         return Err(Error::PeerDead);
@@ -166,7 +176,6 @@ impl Endpoint {
             let slot = claim_slot(&region, self.region.name(), me, my_inc)?;
             let cma = region.flags() & crate::layout::FLAG_CMA != 0;
             let now = Instant::now();
-            let owner = Watch::new(region.owner());
             p.link =
                 Some(Link { region, slot, acked: false, last_request: now, cma, used: false, last_check: now, owner });
             p.dead = false;
@@ -293,14 +302,6 @@ impl Endpoint {
             events += self.forget_in_peer(src, h);
         }
         events
-    }
-
-    /// Forget the mapping of a peer whose owner is gone; pending sends fail on the next tick.
-    pub(super) fn drop_link(&mut self, peer: PeerId) {
-        if let Some(p) = self.out.get_mut(peer as usize) {
-            p.link = None;
-            p.dead = true;
-        }
     }
 
     /// A send to `peer` found its queue or pool full: if its owner died, say so (rate-limited

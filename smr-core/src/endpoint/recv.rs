@@ -145,24 +145,27 @@ impl Endpoint {
         match body {
             Body::Inline { len } => self.take_bytes(src, key, hdr, &entry.payload[..len], disposition, h),
             Body::Inject { buf } => {
-                let geo = *self.region.geometry();
                 let len = hdr.len as usize;
-                let source = geo.inject_offset(buf).and_then(|off| self.region.mapping().bytes_ptr(off, hdr.len));
-                match (source, disposition) {
-                    (Ok(ptr), Disposition::Deliver { mut dest, ctx }) => {
+                let map = self.region.mapping();
+                let at = self.region.geometry().inject_offset(buf);
+                let copied = at.and_then(|off| match disposition {
+                    Disposition::Deliver { mut dest, ctx } => {
+                        let ptr = map.bytes_ptr(off, hdr.len)?;
                         // SAFETY: `ptr` is `len` bytes inside our own mapping (bounds-checked).
                         let n = unsafe { dest.write_from_raw(0, ptr, len) };
                         h.on_recv_done(ctx, outcome(hdr.len, n), dest);
+                        Ok(())
                     }
-                    (Ok(ptr), Disposition::Hold) => {
-                        let mut bytes = LocalIov::owned(vec![0u8; len]);
-                        // SAFETY: as above.
-                        unsafe { bytes.write_from_raw(0, ptr, len) };
-                        let data = HeldData::Bytes(bytes.into_owned().expect("owned"));
-                        self.held.insert(key, Held { src, hdr, data });
+                    Disposition::Hold => {
+                        let mut bytes = vec![0u8; len];
+                        map.read_bytes(off, &mut bytes)?;
+                        self.held.insert(key, Held { src, hdr, data: HeldData::Bytes(bytes) });
+                        Ok(())
                     }
-                    (Ok(_), Disposition::Discard) => {}
-                    (Err(_), _) => self.stats.corrupt_commands += 1,
+                    Disposition::Discard => Ok(()),
+                });
+                if copied.is_err() {
+                    self.stats.corrupt_commands += 1;
                 }
                 let _ = self.region.inject_stack().push(buf);
             }
@@ -265,8 +268,8 @@ impl Endpoint {
     }
 
     fn on_segment(&mut self, src: SrcId, msg_id: u64, seg: SarSeg, h: &mut impl Handler) {
-        let geo = *self.region.geometry();
-        let source = geo.sar_offset(seg.buf).and_then(|off| self.region.mapping().bytes_ptr(off, u64::from(seg.len)));
+        let map = self.region.mapping();
+        let at = self.region.geometry().sar_offset(seg.buf);
         let Some(rx) = self.sar_rx.get_mut(&(src, msg_id)) else {
             // A segment of a message we gave up on (its sender died) still holds a buffer of
             // ours; one from a stranger refers to a buffer that is not its own to return.
@@ -276,23 +279,25 @@ impl Endpoint {
             }
             return;
         };
-        if let Ok(ptr) = source {
-            let (off, len) = (seg.offset as usize, seg.len as usize);
-            match &mut rx.sink {
-                // SAFETY: `ptr` is `len` bytes inside our own mapping (bounds-checked above).
-                Sink::Deliver { dest, .. } => unsafe {
-                    dest.write_from_raw(off, ptr, len);
-                },
-                Sink::Held(key) => {
-                    if let Some(Held { data: HeldData::Arriving { bytes, .. }, .. }) = self.held.get_mut(key) {
-                        let mut tmp = LocalIov::owned(std::mem::take(bytes));
-                        // SAFETY: as above.
-                        unsafe { tmp.write_from_raw(off, ptr, len) };
-                        *bytes = tmp.into_owned().expect("owned");
-                    }
-                }
-                Sink::Dropped => {}
+        let (off, len) = (seg.offset as usize, seg.len as usize);
+        let copied = at.and_then(|at| match &mut rx.sink {
+            Sink::Deliver { dest, .. } => {
+                let ptr = map.bytes_ptr(at, u64::from(seg.len))?;
+                // SAFETY: `ptr` is `len` bytes inside our own mapping (bounds-checked).
+                unsafe { dest.write_from_raw(off, ptr, len) };
+                Ok(())
             }
+            Sink::Held(key) => match self.held.get_mut(key) {
+                // A segment command carries its own message length: check it against ours.
+                Some(Held { data: HeldData::Arriving { bytes, .. }, .. }) => match bytes.get_mut(off..off + len) {
+                    Some(part) => map.read_bytes(at, part),
+                    None => Err(Error::Corrupt("SAR segment beyond the message")),
+                },
+                _ => Ok(()),
+            },
+            Sink::Dropped => Ok(()),
+        });
+        if copied.is_ok() {
             rx.received += u64::from(seg.len);
         }
         let _ = self.region.sar_stack().push(seg.buf);

@@ -30,17 +30,14 @@ impl Endpoint {
     ///
     /// `Err(Error::Again)` means nothing was sent: run `progress` and retry.
     pub fn send(&mut self, peer: PeerId, hdr: MsgHeader, buf: LocalIov, opts: SendOpts) -> Result<SendStatus> {
-        let len = buf.len();
-        if len as u64 != hdr.len {
+        if buf.len() as u64 != hdr.len {
             return Err(Error::Invalid("header length differs from the buffer length"));
         }
         if hdr.len > self.params.max_msg_size {
             return Err(Error::Invalid("message longer than max_msg_size"));
         }
-        let (inline_max, inject_max, my_cma) = (self.params.inline_max, self.params.inject_max, self.cma_ok);
         let msg_id = self.new_msg_id();
-        let result = self.start_send(peer, msg_id, hdr, buf, opts, (inline_max, inject_max, my_cma));
-        match result {
+        match self.start_send(peer, msg_id, hdr, buf, opts) {
             Err(Error::Again) => Err(self.check_full_peer(peer)),
             other => other,
         }
@@ -53,16 +50,10 @@ impl Endpoint {
         hdr: MsgHeader,
         buf: LocalIov,
         opts: SendOpts,
-        limits: (usize, usize, bool),
     ) -> Result<SendStatus> {
         let len = buf.len();
-        let (inline_max, inject_max, my_cma) = limits;
-        if self.link(peer)?.region.closed() {
-            // The receiver closed its endpoint: nothing sent now would ever be received.
-            self.drop_link(peer);
-            return Err(Error::PeerDead);
-        }
-        let link = self.out[peer as usize].link.as_mut().expect("link() mapped it");
+        let (inline_max, inject_max, my_cma) = (self.params.inline_max, self.params.inject_max, self.cma_ok);
+        let link = self.link(peer)?;
         link.used = true;
         let ack = opts.delivery_complete;
         let mut entry = CmdEntry::message(link.slot, msg_id, &hdr, ack);
@@ -72,8 +63,7 @@ impl Endpoint {
             super::peers::push_cmd(&link.region, &entry)?;
         } else if len <= inject_max {
             let index = link.region.inject_stack().pop().map_err(|_| Error::Again)?;
-            let geo = *link.region.geometry();
-            let dst = link.region.mapping().bytes_ptr(geo.inject_offset(index)?, len as u64)?;
+            let dst = link.region.mapping().bytes_ptr(link.region.geometry().inject_offset(index)?, len as u64)?;
             // SAFETY: `dst` is `len` bytes inside the peer's mapping (bounds-checked above).
             unsafe { buf.read_to_raw(0, dst, len) };
             entry.set_inject(index);
