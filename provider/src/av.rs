@@ -70,15 +70,8 @@ pub struct Av {
     pub id: usize,
 }
 
-static FI_OPS: ffi::fi_ops = ffi::fi_ops {
-    size: size_of::<ffi::fi_ops>(),
-    close: Some(av_close),
-    bind: Some(av_bind),
-    control: Some(stubs::fi_control),
-    ops_open: Some(stubs::fi_ops_open),
-    tostr: Some(stubs::fi_tostr),
-    ops_set: Some(stubs::fi_ops_set),
-};
+// No bind: binding an EQ asks for asynchronous inserts, and ours complete synchronously.
+static FI_OPS: ffi::fi_ops = object::fi_ops(av_close, None, None);
 
 static AV_OPS: ffi::fi_ops_av = ffi::fi_ops_av {
     size: size_of::<ffi::fi_ops_av>(),
@@ -148,11 +141,6 @@ unsafe extern "C" fn av_close(fid: *mut ffi::fid) -> i32 {
     };
     // SAFETY: the libfabric contract: a live av of ours.
     unsafe { object::close::<Av>(fid, ffi::FI_CLASS_AV, "fi_close(av)", release) }
-}
-
-unsafe extern "C" fn av_bind(_fid: *mut ffi::fid, _bfid: *mut ffi::fid, _flags: u64) -> i32 {
-    // Binding an EQ asks for asynchronous inserts; ours complete synchronously.
-    FiError::NOSYS.code()
 }
 
 /// Insert names; `out[i]` gets each fi_addr (FI_ADDR_NOTAVAIL for a bad one).

@@ -3,11 +3,9 @@
 use crate::domain::{self, DomainShared};
 use crate::error::{int_ret, FiError, FiResult};
 use crate::object::{self, put};
-use crate::stubs;
 use rshm_ffi as ffi;
 use std::ffi::{c_int, c_void};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 #[derive(Default)]
 pub struct CntrState {
@@ -24,15 +22,7 @@ pub struct Cntr {
     pub id: usize,
 }
 
-static FI_OPS: ffi::fi_ops = ffi::fi_ops {
-    size: size_of::<ffi::fi_ops>(),
-    close: Some(cntr_close),
-    bind: Some(stubs::fi_bind),
-    control: Some(stubs::fi_control),
-    ops_open: Some(stubs::fi_ops_open),
-    tostr: Some(stubs::fi_tostr),
-    ops_set: Some(stubs::fi_ops_set),
-};
+static FI_OPS: ffi::fi_ops = object::fi_ops(cntr_close, None, None);
 
 static CNTR_OPS: ffi::fi_ops_cntr = ffi::fi_ops_cntr {
     size: size_of::<ffi::fi_ops_cntr>(),
@@ -148,43 +138,19 @@ unsafe extern "C" fn cntr_seterr(cntr: *mut ffi::fid_cntr, value: u64) -> i32 {
 fn wait(cntr: *mut ffi::fid_cntr, threshold: u64, timeout_ms: c_int) -> FiResult<()> {
     // SAFETY: libfabric contract.
     let c = unsafe { get(cntr.cast()) }?;
-    let deadline = (timeout_ms >= 0).then(|| Instant::now() + Duration::from_millis(timeout_ms as u64));
     let start_errors = with_counter(cntr, false, |s| s.errors)?;
-    loop {
-        let (value, errors, armed) = {
-            let mut st = c.shared.lock();
-            let armed = crate::ep::wait_handle_for(&st, &st.cntrs.get(c.id).ok_or(FiError::INVAL)?.eps).map(|h| {
-                let seq = h.arm();
-                (h, seq)
-            });
-            crate::ep::progress_cntr(&mut st, c.id);
-            let s = &st.cntrs[c.id];
-            (s.value, s.errors, armed)
-        };
-        let done = if value >= threshold {
-            Some(Ok(()))
-        } else if errors != start_errors {
-            Some(Err(FiError::AVAIL))
+    let eps = (crate::block::cntr_eps as crate::block::Bound, c.id);
+    crate::block::until(&c.shared, timeout_ms, FiError::TIMEDOUT, eps, |st| {
+        crate::ep::progress_cntr(st, c.id);
+        let s = &st.cntrs[c.id];
+        if s.value >= threshold {
+            Ok(Some(()))
+        } else if s.errors != start_errors {
+            Err(FiError::AVAIL)
         } else {
-            deadline.filter(|d| Instant::now() >= *d).map(|_| Err(FiError::TIMEDOUT))
-        };
-        if let Some(result) = done {
-            if let Some((h, _)) = armed {
-                h.disarm();
-            }
-            return result;
+            Ok(None)
         }
-        let slice = deadline
-            .map_or(Duration::from_millis(100), |d| d.saturating_duration_since(Instant::now()))
-            .min(Duration::from_millis(100));
-        match armed {
-            Some((h, seq)) => {
-                h.sleep(seq, Some(slice));
-                h.disarm();
-            }
-            None => std::thread::sleep(slice.min(Duration::from_millis(1))),
-        }
-    }
+    })
 }
 
 unsafe extern "C" fn cntr_wait(cntr: *mut ffi::fid_cntr, threshold: u64, timeout: c_int) -> i32 {

@@ -7,13 +7,11 @@
 use crate::domain::{self, DomainShared, DomainState};
 use crate::error::{int_ret, ssize_ret, FiError, FiResult};
 use crate::object::{self, put};
-use crate::stubs;
 use rshm_ffi as ffi;
 use std::collections::VecDeque;
 use std::ffi::{c_char, c_int, c_void};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 /// One completion, in the widest form; formats copy the fields they have.
 #[derive(Debug, Clone, Copy, Default)]
@@ -55,15 +53,7 @@ pub struct Cq {
     signaled: AtomicBool,
 }
 
-static FI_OPS: ffi::fi_ops = ffi::fi_ops {
-    size: size_of::<ffi::fi_ops>(),
-    close: Some(cq_close),
-    bind: Some(stubs::fi_bind),
-    control: Some(cq_control),
-    ops_open: Some(stubs::fi_ops_open),
-    tostr: Some(stubs::fi_tostr),
-    ops_set: Some(stubs::fi_ops_set),
-};
+static FI_OPS: ffi::fi_ops = object::fi_ops(cq_close, None, Some(cq_control));
 
 static CQ_OPS: ffi::fi_ops_cq = ffi::fi_ops_cq {
     size: size_of::<ffi::fi_ops_cq>(),
@@ -239,49 +229,12 @@ fn read(cq: *mut ffi::fid_cq, buf: *mut c_void, count: usize, src: *mut u64) -> 
 fn sread(cq: *mut ffi::fid_cq, buf: *mut c_void, count: usize, src: *mut u64, timeout_ms: c_int) -> FiResult<usize> {
     // SAFETY: libfabric contract.
     let obj = unsafe { get(cq.cast()) }?;
-    let deadline = (timeout_ms >= 0).then(|| Instant::now() + Duration::from_millis(timeout_ms as u64));
-    loop {
-        let (result, handle) = {
-            let mut st = obj.shared.lock();
-            let handle = crate::ep::wait_handle_for(&st, &st.cqs.get(obj.id).ok_or(FiError::INVAL)?.eps);
-            let armed = handle.as_ref().map(|h| (h.clone(), h.arm()));
-            let result = read_locked(&mut st, obj.id, buf, count, src);
-            (result, armed)
-        };
-        if result != Err(FiError::AGAIN) {
-            if let Some((h, _)) = handle {
-                h.disarm();
-            }
-            return result;
-        }
-        if obj.signaled.swap(false, Ordering::AcqRel) {
-            if let Some((h, _)) = handle {
-                h.disarm();
-            }
-            return Err(FiError::AGAIN);
-        }
-        let left = match deadline {
-            Some(d) => match d.checked_duration_since(Instant::now()) {
-                Some(left) if !left.is_zero() => left,
-                _ => {
-                    if let Some((h, _)) = handle {
-                        h.disarm();
-                    }
-                    return Err(FiError::AGAIN);
-                }
-            },
-            None => Duration::from_millis(100),
-        };
-        // Sleep in slices, so fi_cq_signal and endpoints bound later are noticed.
-        let slice = left.min(Duration::from_millis(100));
-        match handle {
-            Some((h, seq)) => {
-                h.sleep(seq, Some(slice));
-                h.disarm();
-            }
-            None => std::thread::sleep(slice.min(Duration::from_millis(1))),
-        }
-    }
+    let eps = (crate::block::cq_eps as crate::block::Bound, obj.id);
+    crate::block::until(&obj.shared, timeout_ms, FiError::AGAIN, eps, |st| match read_locked(st, obj.id, buf, count, src) {
+        Err(FiError::AGAIN) if obj.signaled.swap(false, Ordering::AcqRel) => Err(FiError::AGAIN),
+        Err(FiError::AGAIN) => Ok(None),
+        other => other.map(Some),
+    })
 }
 
 unsafe extern "C" fn cq_read(cq: *mut ffi::fid_cq, buf: *mut c_void, count: usize) -> isize {

@@ -67,15 +67,7 @@ pub unsafe fn get<'a>(domain: *mut ffi::fid_domain) -> FiResult<&'a Domain> {
     unsafe { object::get::<Domain>(domain.cast(), ffi::FI_CLASS_DOMAIN) }
 }
 
-static FI_OPS: ffi::fi_ops = ffi::fi_ops {
-    size: size_of::<ffi::fi_ops>(),
-    close: Some(domain_close),
-    bind: Some(stubs::fi_bind),
-    control: Some(stubs::fi_control),
-    ops_open: Some(stubs::fi_ops_open),
-    tostr: Some(stubs::fi_tostr),
-    ops_set: Some(stubs::fi_ops_set),
-};
+static FI_OPS: ffi::fi_ops = object::fi_ops(domain_close, None, None);
 
 static DOMAIN_OPS: ffi::fi_ops_domain = ffi::fi_ops_domain {
     size: size_of::<ffi::fi_ops_domain>(),

@@ -4,7 +4,6 @@
 use crate::error::{int_ret, ssize_ret, FiError, FiResult};
 use crate::fabric::Fabric;
 use crate::object::{self, put};
-use crate::stubs;
 use rshm_ffi as ffi;
 use std::collections::VecDeque;
 use std::ffi::{c_char, c_int, c_void};
@@ -25,15 +24,7 @@ pub struct Eq {
     ready: Condvar,
 }
 
-static FI_OPS: ffi::fi_ops = ffi::fi_ops {
-    size: size_of::<ffi::fi_ops>(),
-    close: Some(eq_close),
-    bind: Some(stubs::fi_bind),
-    control: Some(stubs::fi_control),
-    ops_open: Some(stubs::fi_ops_open),
-    tostr: Some(stubs::fi_tostr),
-    ops_set: Some(stubs::fi_ops_set),
-};
+static FI_OPS: ffi::fi_ops = object::fi_ops(eq_close, None, None);
 
 static EQ_OPS: ffi::fi_ops_eq = ffi::fi_ops_eq {
     size: size_of::<ffi::fi_ops_eq>(),

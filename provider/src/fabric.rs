@@ -13,15 +13,7 @@ pub struct Fabric {
     pub children: AtomicUsize,
 }
 
-static FI_OPS: ffi::fi_ops = ffi::fi_ops {
-    size: size_of::<ffi::fi_ops>(),
-    close: Some(fabric_close),
-    bind: Some(stubs::fi_bind),
-    control: Some(stubs::fi_control),
-    ops_open: Some(stubs::fi_ops_open),
-    tostr: Some(stubs::fi_tostr),
-    ops_set: Some(stubs::fi_ops_set),
-};
+static FI_OPS: ffi::fi_ops = object::fi_ops(fabric_close, None, None);
 
 static FABRIC_OPS: ffi::fi_ops_fabric = ffi::fi_ops_fabric {
     size: size_of::<ffi::fi_ops_fabric>(),

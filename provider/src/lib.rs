@@ -8,6 +8,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod av;
+pub mod block;
 pub mod cntr;
 pub mod core_api;
 pub mod cq;
@@ -17,6 +18,7 @@ pub mod eq;
 pub mod error;
 pub mod fabric;
 pub mod getinfo;
+pub mod iov;
 pub mod mr;
 pub mod object;
 pub mod params;

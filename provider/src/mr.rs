@@ -5,7 +5,6 @@
 use crate::domain::DomainShared;
 use crate::error::{int_ret, FiError, FiResult};
 use crate::object::{self, put};
-use crate::stubs;
 use rshm_ffi as ffi;
 use std::collections::HashMap;
 use std::ffi::c_void;
@@ -14,7 +13,7 @@ use std::sync::Arc;
 /// What one registration covers.
 #[derive(Debug, Clone)]
 pub struct MrEntry {
-    pub iov: Vec<(usize, usize)>,
+    pub iov: smr_core::iov::Ranges,
     pub access: u64,
 }
 
@@ -29,22 +28,14 @@ pub struct Mr {
     pub shared: Arc<DomainShared>,
 }
 
-static FI_OPS: ffi::fi_ops = ffi::fi_ops {
-    size: size_of::<ffi::fi_ops>(),
-    close: Some(mr_close),
-    bind: Some(mr_bind),
-    control: Some(mr_control),
-    ops_open: Some(stubs::fi_ops_open),
-    tostr: Some(stubs::fi_tostr),
-    ops_set: Some(stubs::fi_ops_set),
-};
+static FI_OPS: ffi::fi_ops = object::fi_ops(mr_close, Some(mr_bind), Some(mr_control));
 
 const ACCESS: u64 =
     (ffi::FI_SEND | ffi::FI_RECV | ffi::FI_READ | ffi::FI_WRITE | ffi::FI_REMOTE_READ | ffi::FI_REMOTE_WRITE) as u64;
 
 fn register(
     fid: *mut ffi::fid,
-    iov: Vec<(usize, usize)>,
+    iov: FiResult<smr_core::iov::Ranges>,
     access: u64,
     requested_key: u64,
     flags: u64,
@@ -59,9 +50,7 @@ fn register(
     if flags != 0 {
         return Err(FiError::BADFLAGS);
     }
-    if iov.len() > crate::getinfo::IOV_LIMIT {
-        return Err(FiError::INVAL);
-    }
+    let iov = iov?;
     let mut st = dom.shared.lock();
     if st.mrs.by_key.contains_key(&requested_key) {
         crate::warn!(Mr, "fi_mr_reg: key {requested_key} is already registered");
@@ -96,10 +85,7 @@ pub(crate) unsafe extern "C" fn mr_reg(
     context: *mut c_void,
 ) -> i32 {
     crate::guard("fi_mr_reg", FiError::OTHER.code(), || {
-        if buf.is_null() && len > 0 {
-            return FiError::INVAL.code();
-        }
-        int_ret(register(fid, vec![(buf as usize, len)], access, requested_key, flags, mr, context))
+        int_ret(register(fid, crate::iov::one(buf, len), access, requested_key, flags, mr, context))
     })
 }
 
@@ -116,11 +102,8 @@ pub(crate) unsafe extern "C" fn mr_regv(
     context: *mut c_void,
 ) -> i32 {
     crate::guard("fi_mr_regv", FiError::OTHER.code(), || {
-        if iov.is_null() && count > 0 {
-            return FiError::INVAL.code();
-        }
         // SAFETY: the caller's array of `count` iovecs.
-        let list = (0..count).map(|i| unsafe { *iov.add(i) }).map(|v| (v.iov_base as usize, v.iov_len)).collect();
+        let list = unsafe { crate::iov::many(iov, count) };
         int_ret(register(fid, list, access, requested_key, flags, mr, context))
     })
 }
@@ -136,14 +119,8 @@ pub(crate) unsafe extern "C" fn mr_regattr(
     crate::guard("fi_mr_regattr", FiError::OTHER.code(), || {
         // SAFETY: the caller's attr.
         let Some(attr) = (unsafe { attr.as_ref() }) else { return FiError::INVAL.code() };
-        if attr.mr_iov.is_null() && attr.iov_count > 0 {
-            return FiError::INVAL.code();
-        }
-        // SAFETY: the caller's iov array.
-        let list = (0..attr.iov_count)
-            .map(|i| unsafe { *attr.mr_iov.add(i) })
-            .map(|v| (v.iov_base as usize, v.iov_len))
-            .collect();
+        // SAFETY: the caller's iov array of `iov_count` entries.
+        let list = unsafe { crate::iov::many(attr.mr_iov, attr.iov_count) };
         int_ret(register(fid, list, attr.access, attr.requested_key, flags, mr, attr.context))
     })
 }

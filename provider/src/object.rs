@@ -25,6 +25,30 @@ pub unsafe fn get<'a, T>(fid: *const ffi::fid, class: u32) -> FiResult<&'a T> {
     Ok(unsafe { &*fid.cast::<T>() })
 }
 
+/// The generic `fi_ops` of an object: its own `close` (and `bind`/`control` where it has them),
+/// `-FI_ENOSYS` stubs for the rest.
+pub const fn fi_ops(
+    close: unsafe extern "C" fn(*mut ffi::fid) -> i32,
+    bind: Option<unsafe extern "C" fn(*mut ffi::fid, *mut ffi::fid, u64) -> i32>,
+    control: Option<unsafe extern "C" fn(*mut ffi::fid, i32, *mut c_void) -> i32>,
+) -> ffi::fi_ops {
+    ffi::fi_ops {
+        size: size_of::<ffi::fi_ops>(),
+        close: Some(close),
+        bind: match bind {
+            Some(f) => Some(f),
+            None => Some(crate::stubs::fi_bind),
+        },
+        control: match control {
+            Some(f) => Some(f),
+            None => Some(crate::stubs::fi_control),
+        },
+        ops_open: Some(crate::stubs::fi_ops_open),
+        tostr: Some(crate::stubs::fi_tostr),
+        ops_set: Some(crate::stubs::fi_ops_set),
+    }
+}
+
 /// Initialise the generic part of a fid.
 pub fn fid(class: u32, context: *mut c_void, ops: &'static ffi::fi_ops) -> ffi::fid {
     ffi::fid { fclass: class as usize, context, ops: ops as *const ffi::fi_ops as *mut ffi::fi_ops }

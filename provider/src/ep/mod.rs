@@ -118,15 +118,7 @@ pub struct Ep {
     pub id: usize,
 }
 
-static FI_OPS: ffi::fi_ops = ffi::fi_ops {
-    size: size_of::<ffi::fi_ops>(),
-    close: Some(ep_close),
-    bind: Some(ep_bind),
-    control: Some(ep_control),
-    ops_open: Some(stubs::fi_ops_open),
-    tostr: Some(stubs::fi_tostr),
-    ops_set: Some(stubs::fi_ops_set),
-};
+static FI_OPS: ffi::fi_ops = object::fi_ops(ep_close, Some(ep_bind), Some(ep_control));
 
 static EP_OPS: ffi::fi_ops_ep = ffi::fi_ops_ep {
     size: size_of::<ffi::fi_ops_ep>(),

@@ -6,44 +6,10 @@ use super::tx::{self, SendArgs};
 use super::{get, Ep, Sinks};
 use crate::domain::DomainState;
 use crate::error::{FiError, FiResult};
-use crate::getinfo::IOV_LIMIT;
+use crate::iov::{many, one};
 use rshm_ffi as ffi;
 use smr_core::iov::Ranges;
 use std::ffi::c_void;
-
-/// One buffer as an iov list.
-fn one(buf: *const c_void, len: usize) -> FiResult<Ranges> {
-    if buf.is_null() && len > 0 {
-        return Err(FiError::INVAL);
-    }
-    let mut r = Ranges::new();
-    if len > 0 {
-        r.push((buf as usize, len));
-    }
-    Ok(r)
-}
-
-/// The caller's iovec array as an iov list.
-///
-/// # Safety
-/// `iov` must be NULL or point to `count` iovecs.
-unsafe fn many(iov: *const ffi::iovec, count: usize) -> FiResult<Ranges> {
-    if count > IOV_LIMIT || (iov.is_null() && count > 0) {
-        return Err(FiError::INVAL);
-    }
-    let mut out = Ranges::with_capacity(count);
-    for i in 0..count {
-        // SAFETY: per the contract, `count` readable iovecs.
-        let v = unsafe { *iov.add(i) };
-        if v.iov_base.is_null() && v.iov_len > 0 {
-            return Err(FiError::INVAL);
-        }
-        if v.iov_len > 0 {
-            out.push((v.iov_base as usize, v.iov_len));
-        }
-    }
-    Ok(out)
-}
 
 fn ret(r: FiResult<()>) -> isize {
     match r {
@@ -65,11 +31,8 @@ fn with_ep(ep: *mut ffi::fid_ep, f: impl FnOnce(&Ep, &mut DomainState) -> FiResu
 
 fn send(ep: *mut ffi::fid_ep, make: impl FnOnce(u64) -> FiResult<SendArgs>, default_flags: bool) -> isize {
     with_ep(ep, |ep, st| {
-        let ep_flags = st.eps[ep.id].tx_op_flags;
-        let mut args = make(if default_flags { ep_flags } else { 0 })?;
-        if default_flags {
-            args.flags |= ep_flags;
-        }
+        // The short forms take the endpoint's default flags; *msg and inject calls bring theirs.
+        let args = make(if default_flags { st.eps[ep.id].tx_op_flags } else { 0 })?;
         let result = tx::send(st, ep.id, args);
         if result == Err(FiError::AGAIN) {
             // Make room: drain our rings (responses free peers' buffers and our tx slots).

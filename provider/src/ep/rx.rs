@@ -47,6 +47,23 @@ impl PostedRecv {
         src_ok && tag_ok
     }
 
+    /// Whether this receive reports a successful completion (errors always are).
+    fn wants_completion(&self, selective: bool) -> bool {
+        !selective || self.flags & ffi::FI_COMPLETION as u64 != 0
+    }
+
+    /// The destination of a `len`-byte message in this buffer. A multi-receive buffer hands out
+    /// its next bytes, and says whether what is left is too little to keep it posted.
+    fn carve(&mut self, len: usize, min_multi_recv: usize) -> (Ranges, bool) {
+        if !self.multi() {
+            return (self.iov.clone(), false);
+        }
+        let len = len.min(self.total() - self.used);
+        let dest = self.range(self.used, len);
+        self.used += len;
+        (dest, self.total() - self.used < min_multi_recv.max(1))
+    }
+
     /// The part of the buffer from `off` on, `len` bytes at most.
     fn range(&self, mut off: usize, mut len: usize) -> Ranges {
         let mut out = Ranges::new();
@@ -87,6 +104,13 @@ struct RecvOp {
     retire: bool,
 }
 
+impl RecvOp {
+    fn new(recv: &PostedRecv, src: u64, hdr: MsgHeader, dest: &Ranges, selective: bool, retire: bool) -> RecvOp {
+        let buf = dest.first().map_or(0, |p| p.0);
+        RecvOp { ctx: recv.ctx, buf, src, hdr, wanted: recv.wants_completion(selective), retire }
+    }
+}
+
 #[derive(Default)]
 pub struct RxState {
     posted: [VecDeque<PostedRecv>; 2],
@@ -112,35 +136,18 @@ impl RxState {
         self.posted[0].len() + self.posted[1].len()
     }
 
-    /// Find and remove (or carve, for multi-receive) a posted receive for this message.
-    fn take_posted(
-        &mut self,
-        src: u64,
-        hdr: &MsgHeader,
-        directed: bool,
-        wanted_by_default: bool,
-    ) -> Option<(RecvOp, Ranges)> {
+    /// Find a posted receive for this message; take it (or, for multi-receive, its next bytes).
+    fn take_posted(&mut self, src: u64, hdr: &MsgHeader, directed: bool, selective: bool) -> Option<(RecvOp, Ranges)> {
         let tagged = hdr.app & APP_TAGGED != 0;
         let q = &mut self.posted[queue(tagged)];
         let at = q.iter().position(|r| r.matches(src, hdr.tag, directed))?;
         let recv = &mut q[at];
-        let wanted = wanted_by_default || recv.flags & ffi::FI_COMPLETION as u64 != 0;
-        if recv.multi() {
-            let room = recv.total() - recv.used;
-            let len = (hdr.len as usize).min(room);
-            let dest = recv.range(recv.used, len);
-            let buf = dest.first().map_or(0, |p| p.0);
-            recv.used += len;
-            let retire = recv.total() - recv.used < self.min_multi_recv.max(1);
-            let op = RecvOp { ctx: recv.ctx, buf, src, hdr: *hdr, wanted, retire };
-            if retire {
-                q.remove(at);
-            }
-            return Some((op, dest));
+        let (dest, retire) = recv.carve(hdr.len as usize, self.min_multi_recv);
+        let op = RecvOp::new(recv, src, *hdr, &dest, selective, retire);
+        if !recv.multi() || retire {
+            q.remove(at);
         }
-        let recv = q.remove(at).expect("found above");
-        let buf = recv.iov.first().map_or(0, |p| p.0);
-        Some((RecvOp { ctx: recv.ctx, buf, src, hdr: *hdr, wanted, retire: false }, recv.iov))
+        Some((op, dest))
     }
 
     /// A delivery finished: report it.
@@ -235,7 +242,6 @@ impl smr_core::endpoint::Handler for Handler<'_> {
 
     fn on_message_from(&mut self, msg: &Incoming, src_name: &str) -> Disposition {
         let src = self.source(msg.src, src_name);
-        let wanted = !self.sinks.b.rx_selective;
         crate::debug!(
             EpData,
             "arrived from {src} ({src_name}) len {} tag {:#x} app {}",
@@ -243,7 +249,7 @@ impl smr_core::endpoint::Handler for Handler<'_> {
             msg.hdr.tag,
             msg.hdr.app
         );
-        match self.rx.take_posted(src, &msg.hdr, self.directed, wanted) {
+        match self.rx.take_posted(src, &msg.hdr, self.directed, self.sinks.b.rx_selective) {
             Some((op, dest)) => {
                 let ctx = self.rx.in_flight.insert(op) as u64;
                 // SAFETY: the ranges are the application's posted receive buffer, which it may
@@ -299,21 +305,13 @@ pub fn post(ctx: PostCtx, mut recv: PostedRecv) -> Result<(), FiError> {
         recv.ignore,
         recv.flags
     );
-    let wanted = !sinks.b.rx_selective || recv.flags & ffi::FI_COMPLETION as u64 != 0;
     let q = queue(recv.tagged);
     loop {
         let at = rx.unexpected[q].iter().position(|u| recv.matches(u.src, u.hdr.tag, directed));
         let Some(at) = at else { break };
         let u = rx.unexpected[q].remove(at).expect("found");
-        let (dest, retire) = if recv.multi() {
-            let len = (u.hdr.len as usize).min(recv.total() - recv.used);
-            let dest = recv.range(recv.used, len);
-            recv.used += len;
-            (dest, recv.total() - recv.used < rx.min_multi_recv.max(1))
-        } else {
-            (recv.iov.clone(), false)
-        };
-        let op = RecvOp { ctx: recv.ctx, buf: dest.first().map_or(0, |p| p.0), src: u.src, hdr: u.hdr, wanted, retire };
+        let (dest, retire) = recv.carve(u.hdr.len as usize, rx.min_multi_recv);
+        let op = RecvOp::new(&recv, u.src, u.hdr, &dest, sinks.b.rx_selective, retire);
         deliver(rx, engine, sinks, u.key, op, dest);
         if !recv.multi() || retire {
             return Ok(());
@@ -381,15 +379,7 @@ pub fn claim(ctx: PostCtx, recv: &PostedRecv) -> Result<(), FiError> {
         sinks.recv_done(CqEvent::Done(entry), true);
         return Ok(());
     }
-    let wanted = !sinks.b.rx_selective || recv.flags & ffi::FI_COMPLETION as u64 != 0;
-    let op = RecvOp {
-        ctx: recv.ctx,
-        buf: recv.iov.first().map_or(0, |p| p.0),
-        src: u.src,
-        hdr: u.hdr,
-        wanted,
-        retire: false,
-    };
+    let op = RecvOp::new(recv, u.src, u.hdr, &recv.iov, sinks.b.rx_selective, false);
     deliver(rx, engine, sinks, u.key, op, recv.iov.clone());
     Ok(())
 }

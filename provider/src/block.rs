@@ -1,0 +1,68 @@
+//! Blocking waits (`fi_cq_sread`, `fi_cntr_wait`): poll under the domain lock, sleep on an
+//! endpoint's futex in between.
+//!
+//! The wake word is armed before the poll that may find nothing, and the sleep is on the
+//! sequence read when arming, so a message that arrives after the poll still wakes us.
+
+use crate::domain::{DomainShared, DomainState};
+use crate::error::{FiError, FiResult};
+use std::ffi::c_int;
+use std::time::{Duration, Instant};
+
+/// The endpoints bound to a CQ or counter, by its id.
+pub type Bound = fn(&DomainState, usize) -> Option<&[usize]>;
+
+pub fn cq_eps(st: &DomainState, id: usize) -> Option<&[usize]> {
+    st.cqs.get(id).map(|c| c.eps.as_slice())
+}
+
+pub fn cntr_eps(st: &DomainState, id: usize) -> Option<&[usize]> {
+    st.cntrs.get(id).map(|c| c.eps.as_slice())
+}
+
+/// Longest single sleep: signals, and endpoints bound while we sleep, are noticed this often.
+const SLICE: Duration = Duration::from_millis(100);
+
+/// Repeat `poll` until it answers (`Ok(Some)` or an error) or `timeout_ms` passes (then
+/// `timed_out`; a negative timeout waits for ever). `eps` names the endpoints whose arrivals
+/// can satisfy `poll` (those bound to CQ or counter `id`).
+pub fn until<T>(
+    shared: &DomainShared,
+    timeout_ms: c_int,
+    timed_out: FiError,
+    (eps, id): (Bound, usize),
+    mut poll: impl FnMut(&mut DomainState) -> FiResult<Option<T>>,
+) -> FiResult<T> {
+    let deadline = (timeout_ms >= 0).then(|| Instant::now() + Duration::from_millis(timeout_ms as u64));
+    loop {
+        let (answer, armed) = {
+            let mut st = shared.lock();
+            let armed = crate::ep::wait_handle_for(&st, eps(&st, id).ok_or(FiError::INVAL)?).map(|h| {
+                let seq = h.arm();
+                (h, seq)
+            });
+            (poll(&mut st), armed)
+        };
+        let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+        let answer = match answer {
+            Ok(None) if left.is_some_and(|l| l.is_zero()) => Some(Err(timed_out)),
+            Ok(None) => None,
+            Ok(Some(v)) => Some(Ok(v)),
+            Err(e) => Some(Err(e)),
+        };
+        if let Some(answer) = answer {
+            if let Some((h, _)) = armed {
+                h.disarm();
+            }
+            return answer;
+        }
+        let slice = left.unwrap_or(SLICE).min(SLICE);
+        match armed {
+            Some((h, seq)) => {
+                h.sleep(seq, Some(slice));
+                h.disarm();
+            }
+            None => std::thread::sleep(slice.min(Duration::from_millis(1))),
+        }
+    }
+}

@@ -1,0 +1,41 @@
+//! Buffers the application passes, as the engine's `Ranges`: checked once, at the entry point.
+
+use crate::error::{FiError, FiResult};
+use crate::getinfo::IOV_LIMIT;
+use rshm_ffi as ffi;
+use smr_core::iov::Ranges;
+use std::ffi::c_void;
+
+/// One buffer as an iov list.
+pub fn one(buf: *const c_void, len: usize) -> FiResult<Ranges> {
+    if buf.is_null() && len > 0 {
+        return Err(FiError::INVAL);
+    }
+    let mut r = Ranges::new();
+    if len > 0 {
+        r.push((buf as usize, len));
+    }
+    Ok(r)
+}
+
+/// The caller's iovec array as an iov list.
+///
+/// # Safety
+/// `iov` must be NULL or point to `count` iovecs.
+pub unsafe fn many(iov: *const ffi::iovec, count: usize) -> FiResult<Ranges> {
+    if count > IOV_LIMIT || (iov.is_null() && count > 0) {
+        return Err(FiError::INVAL);
+    }
+    let mut out = Ranges::with_capacity(count);
+    for i in 0..count {
+        // SAFETY: per the contract, `count` readable iovecs.
+        let v = unsafe { *iov.add(i) };
+        if v.iov_base.is_null() && v.iov_len > 0 {
+            return Err(FiError::INVAL);
+        }
+        if v.iov_len > 0 {
+            out.push((v.iov_base as usize, v.iov_len));
+        }
+    }
+    Ok(out)
+}
