@@ -132,6 +132,24 @@ impl Geometry {
         })
     }
 
+    /// The start of every part, in layout order.
+    pub fn part_offsets(&self) -> [u64; 12] {
+        [
+            self.wake,
+            self.cmd_ctl,
+            self.cmd_slots,
+            self.resp_ctl,
+            self.resp_slots,
+            self.inject_head,
+            self.inject_links,
+            self.inject_data,
+            self.sar_head,
+            self.sar_links,
+            self.sar_data,
+            self.peers,
+        ]
+    }
+
     pub fn inject_offset(&self, index: u32) -> Result<u64> {
         if u64::from(index) >= self.counts.inject_count {
             return Err(Error::Corrupt("inject buffer index out of range"));
@@ -235,20 +253,7 @@ mod tests {
     #[test]
     fn parts_are_ordered_aligned_and_inside() {
         let g = Geometry::compute(counts()).unwrap();
-        let offs = [
-            g.wake,
-            g.cmd_ctl,
-            g.cmd_slots,
-            g.resp_ctl,
-            g.resp_slots,
-            g.inject_head,
-            g.inject_links,
-            g.inject_data,
-            g.sar_head,
-            g.sar_links,
-            g.sar_data,
-            g.peers,
-        ];
+        let offs = g.part_offsets();
         assert!(offs.windows(2).all(|w| w[0] < w[1]));
         assert!(offs.iter().all(|o| o % 128 == 0));
         assert_eq!(g.inject_data % 4096, 0);

@@ -15,20 +15,7 @@ fuzz_target!(|words: [u64; 6]| {
         max_peers: words[5],
     };
     let Ok(g) = Geometry::compute(counts) else { return };
-    let parts = [
-        g.wake,
-        g.cmd_ctl,
-        g.cmd_slots,
-        g.resp_ctl,
-        g.resp_slots,
-        g.inject_head,
-        g.inject_links,
-        g.inject_data,
-        g.sar_head,
-        g.sar_links,
-        g.sar_data,
-        g.peers,
-    ];
+    let parts = g.part_offsets();
     assert!(parts.windows(2).all(|w| w[0] < w[1]));
     assert!(parts.iter().all(|p| p % 128 == 0 && *p < g.size));
     let last = g.sar_offset((counts.sar_count - 1) as u32).unwrap();
