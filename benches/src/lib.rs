@@ -217,7 +217,7 @@ impl Pong {
 }
 
 impl Handler for Pong {
-    fn on_message(&mut self, msg: &Incoming) -> Disposition {
+    fn on_message(&mut self, msg: &Incoming, _src_name: &str) -> Disposition {
         let len = msg.hdr.len as usize;
         if len > self.recv.len {
             self.error = Some(format!("{len}-byte message exceeds the {}-byte receive buffer", self.recv.len));

@@ -230,10 +230,12 @@ fn sread(cq: *mut ffi::fid_cq, buf: *mut c_void, count: usize, src: *mut u64, ti
     // SAFETY: libfabric contract.
     let obj = unsafe { get(cq.cast()) }?;
     let eps = (crate::block::cq_eps as crate::block::Bound, obj.id);
-    crate::block::until(&obj.shared, timeout_ms, FiError::AGAIN, eps, |st| match read_locked(st, obj.id, buf, count, src) {
-        Err(FiError::AGAIN) if obj.signaled.swap(false, Ordering::AcqRel) => Err(FiError::AGAIN),
-        Err(FiError::AGAIN) => Ok(None),
-        other => other.map(Some),
+    crate::block::until(&obj.shared, timeout_ms, FiError::AGAIN, eps, |st| {
+        match read_locked(st, obj.id, buf, count, src) {
+            Err(FiError::AGAIN) if obj.signaled.swap(false, Ordering::AcqRel) => Err(FiError::AGAIN),
+            Err(FiError::AGAIN) => Ok(None),
+            other => other.map(Some),
+        }
     })
 }
 

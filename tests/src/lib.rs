@@ -167,7 +167,7 @@ pub struct Collector {
 }
 
 impl Handler for Collector {
-    fn on_message(&mut self, msg: &Incoming) -> Disposition {
+    fn on_message(&mut self, msg: &Incoming, _src_name: &str) -> Disposition {
         if let Some(hook) = &mut self.on_offer {
             hook(msg);
         }

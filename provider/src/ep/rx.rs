@@ -1,7 +1,7 @@
 //! Receive side: posted receives, unexpected messages, matching, multi-receive buffers,
 //! peek/claim/discard, cancel, and the completions receives produce.
 //!
-//! The engine offers each arriving message once (`on_message_from`). A matching posted receive
+//! The engine offers each arriving message once (`on_message`). A matching posted receive
 //! takes it at once; otherwise the engine holds it and we queue its header here as unexpected,
 //! so a receive posted later finds it. Unexpected messages are bounded by memory, not by
 //! rx_size: a receiver that posts late never makes a sender hang.
@@ -236,11 +236,7 @@ impl Handler<'_> {
 }
 
 impl smr_core::endpoint::Handler for Handler<'_> {
-    fn on_message(&mut self, msg: &Incoming) -> Disposition {
-        self.on_message_from(msg, "")
-    }
-
-    fn on_message_from(&mut self, msg: &Incoming, src_name: &str) -> Disposition {
+    fn on_message(&mut self, msg: &Incoming, src_name: &str) -> Disposition {
         let src = self.source(msg.src, src_name);
         crate::debug!(
             EpData,

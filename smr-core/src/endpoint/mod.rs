@@ -100,13 +100,9 @@ pub enum Disposition {
 
 /// Callbacks from `progress`.
 pub trait Handler {
-    fn on_message(&mut self, msg: &Incoming) -> Disposition;
-    /// As `on_message`, with the name the sender announced (its address). The engine calls
-    /// this one; override it when the sender's name matters (source addressing).
-    fn on_message_from(&mut self, msg: &Incoming, src_name: &str) -> Disposition {
-        let _ = src_name;
-        self.on_message(msg)
-    }
+    /// A message arrived from the sender named `src_name` (its address): deliver it, hold
+    /// it, or drop it.
+    fn on_message(&mut self, msg: &Incoming, src_name: &str) -> Disposition;
     /// A delivery finished: bytes delivered, or why not. `dest` is handed back.
     fn on_recv_done(&mut self, ctx: u64, result: Result<usize>, dest: LocalIov);
     /// A send that returned `SendStatus::Pending` finished.

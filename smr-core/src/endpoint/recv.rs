@@ -127,7 +127,7 @@ impl Endpoint {
             Some(p) => p.name.as_str(),
             None => self.forgotten.get(&src).map_or("", String::as_str),
         };
-        (key, h.on_message_from(&Incoming { key, src, hdr }, name))
+        (key, h.on_message(&Incoming { key, src, hdr }, name))
     }
 
     #[allow(clippy::too_many_arguments)]

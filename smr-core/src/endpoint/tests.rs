@@ -14,7 +14,7 @@ struct Collect {
 }
 
 impl Handler for Collect {
-    fn on_message(&mut self, msg: &Incoming) -> Disposition {
+    fn on_message(&mut self, msg: &Incoming, _src_name: &str) -> Disposition {
         self.offered.push(*msg);
         if self.hold {
             return Disposition::Hold;
