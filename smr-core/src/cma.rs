@@ -10,7 +10,13 @@ use crate::iov::LocalIov;
 
 /// Whether this process may use CMA at all: the syscall exists (no seccomp filter) and Yama
 /// does not restrict it to descendants. Permission for a given peer is only known on first use.
+/// Probed once per process.
 pub fn probe() -> bool {
+    static ALLOWED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ALLOWED.get_or_init(probe_now)
+}
+
+fn probe_now() -> bool {
     let src = [0x5au8; 8];
     let mut dst = [0u8; 8];
     let local = libc::iovec { iov_base: dst.as_mut_ptr().cast(), iov_len: dst.len() };

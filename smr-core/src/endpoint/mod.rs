@@ -181,6 +181,8 @@ impl Endpoint {
         }
         let cma_ok = params.cma && crate::cma::probe();
         let region = Region::create(name, params.counts, if cma_ok { FLAG_CMA } else { 0 })?;
+        // The region was created as this process: its owner is our identity.
+        let me = region.owner();
         let c = params.counts;
         let limits = Limits {
             max_peers: c.max_peers,
@@ -192,7 +194,7 @@ impl Endpoint {
         Ok(Endpoint {
             region: Arc::new(region),
             limits,
-            me: ProcessIdentity::current()?,
+            me,
             cma_ok,
             params,
             cmd_rx: Consumer::new(),
