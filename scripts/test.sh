@@ -5,6 +5,9 @@ cd "$(dirname "$0")/.."
 
 step() { printf '\n== %s\n' "$*"; }
 
+step "rshm-regions clean: dead regions left by earlier runs are not this run's leaks"
+cargo run -q --locked -p smr-core --bin rshm-regions -- clean
+
 step "cargo fmt --check"
 cargo fmt --all -- --check
 
@@ -22,8 +25,8 @@ step "conformance suite (fabtests-adapter): every scenario against rshm and the 
 bash scripts/build-provider.sh
 cargo run --release --locked -q -p fabtests-adapter -- suite --providers rshm,shm --provider-path "$PWD/target/rshm"
 
-step "rshm-regions: no stale regions left behind by the tests"
-cargo run -q -p smr-core --bin rshm-regions -- list
+step "rshm-regions: no region left behind by the tests (each one left is named, and fails)"
+cargo run -q --locked -p smr-core --bin rshm-regions -- list --fail-if-any
 
 step "real clients: fi_info, fi_pingpong, Open MPI and MPICH over rshm"
 bash scripts/client-checks.sh

@@ -90,11 +90,79 @@ fn other_programs_files_are_neither_listed_nor_removed() {
     assert!(survived, "clean removed {path}");
 }
 
+/// The stderr lines of `list --fail-if-any` that name a leaked region, by name.
+fn leaked(out: &Output) -> Vec<String> {
+    String::from_utf8_lossy(&out.stderr)
+        .lines()
+        .filter_map(|line| line.strip_prefix("rshm-regions: leaked region "))
+        .filter_map(|rest| rest.split_whitespace().next().map(str::to_string))
+        .collect()
+}
+
+#[test]
+fn fail_if_any_names_each_region_of_this_user_alive_or_dead_and_exits_3() {
+    let _guard = serialize();
+    let live = unique("leak_live");
+    let dead = unique("leak_dead");
+    let live_region = Region::create(&live, counts(), 0).unwrap();
+    let dead_region = Region::create(&dead, counts(), 0).unwrap();
+    let hdr = dead_region.mapping().bytes_ptr(0, 4096).unwrap().cast::<RegionHeader>();
+    // SAFETY: our own region's header page, mapped and in bounds; as after a SIGKILL.
+    unsafe { (*hdr).owner_start = 1 };
+    std::mem::forget(dead_region);
+
+    let (out, stdout) = run(&["list", "--fail-if-any"]);
+    let names = leaked(&out);
+    // Remove the dead one before asserting, so a failure leaves nothing behind.
+    smr_core::shm::unlink(&dead).unwrap();
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    assert!(names.contains(&live) && names.contains(&dead), "{names:?} lacks {live} or {dead}: {out:?}");
+    assert!(line_of(&stdout, &live).is_some_and(|line| line.ends_with("alive")), "{stdout}");
+    assert!(line_of(&stdout, &dead).is_some_and(|line| line.ends_with("dead")), "{stdout}");
+    // Both flags together.
+    let (out, _) = run(&["list", "--all", "--fail-if-any"]);
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    assert!(leaked(&out).contains(&live), "{out:?}");
+
+    drop(live_region);
+    let (out, _) = run(&["list", "--fail-if-any"]);
+    let names = leaked(&out);
+    assert!(!names.contains(&live) && !names.contains(&dead), "{names:?}");
+    // Other tests (or programs) may have regions right now, so the status may be 3, but it must
+    // agree with what was named: 0 exactly when nothing was.
+    let expected = if names.is_empty() { 0 } else { 3 };
+    assert_eq!(out.status.code(), Some(expected), "{out:?}");
+    // Without the flag, leftovers never fail the listing.
+    let (out, _) = run(&["list"]);
+    assert!(out.status.success() && leaked(&out).is_empty(), "{out:?}");
+}
+
+/// Another user's region is listed but is not this user's leak (needs root to give it away).
+#[test]
+fn fail_if_any_ignores_other_users_regions() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: needs root to create a file owned by another user");
+        return;
+    }
+    let _guard = serialize();
+    let name = unique("other_user");
+    let path = format!("/dev/shm/{name}");
+    std::fs::write(&path, b"").unwrap();
+    std::os::unix::fs::chown(&path, Some(65534), Some(65534)).unwrap();
+    let (out, stdout) = run(&["list", "--fail-if-any"]);
+    std::fs::remove_file(&path).unwrap();
+    assert!(line_of(&stdout, &name).is_some(), "{stdout}");
+    assert!(!leaked(&out).contains(&name), "{out:?}");
+}
+
 #[test]
 fn usage_errors_exit_2_and_help_exits_0() {
-    let (out, _) = run(&["--bogus"]);
-    assert_eq!(out.status.code(), Some(2));
+    for bad in [&["--bogus"][..], &["list", "--bogus"], &["clean", "--fail-if-any"]] {
+        let (out, _) = run(bad);
+        assert_eq!(out.status.code(), Some(2), "{bad:?}");
+    }
     let (out, stdout) = run(&["--help"]);
     assert_eq!(out.status.code(), Some(0));
-    assert!(stdout.contains("clean"), "{stdout}");
+    assert!(stdout.contains("clean") && stdout.contains("--fail-if-any"), "{stdout}");
 }

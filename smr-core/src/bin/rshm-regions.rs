@@ -24,30 +24,48 @@ mod cli {
     const SHM_DIR: &str = "/dev/shm";
     const NAME_PREFIX: &str = "rshm_";
     const USAGE: &str = "\
-usage: rshm-regions [list [--all] | clean | --help]
+usage: rshm-regions [list [--all] [--fail-if-any] | clean | --help]
 
   list        show every rshm region in /dev/shm: name, size, owner pid and status
               (alive, dead, creating; unknown if unreadable) (default)
   list --all  also show the other files in /dev/shm, as not-rshm
+  list --fail-if-any
+              also name, on stderr, each rshm region owned by this user (whatever its
+              status) and exit 3 if there is any: after a test run, every one is a leak
   clean       unlink the regions whose owner process is dead, and say which
   --help      show this text
 
-exit status: 0 ok, 1 error, 2 usage error";
+exit status: 0 ok, 1 error, 2 usage error, 3 regions found with --fail-if-any";
 
     /// One file in /dev/shm, as far as we could tell what it is.
     struct Entry {
         name: String,
         size: u64,
         inode: u64,
+        /// The file's owner.
+        uid: u32,
         /// `None` when the file is not an rshm region.
         occupant: Option<Result<Occupant, smr_core::Error>>,
     }
 
+    /// Exit status of `list --fail-if-any` when it found regions.
+    const FOUND: u8 = 3;
+
     pub fn main() -> ExitCode {
         let args: Vec<String> = std::env::args().skip(1).collect();
         let result = match args.iter().map(String::as_str).collect::<Vec<_>>()[..] {
-            [] | ["list"] => list(false),
-            ["list", "--all"] => list(true),
+            [] => list(false, false).map(drop),
+            ["list", ref flags @ ..] if flags.iter().all(|f| ["--all", "--fail-if-any"].contains(f)) => {
+                let leaked = list(flags.contains(&"--all"), flags.contains(&"--fail-if-any"));
+                match leaked {
+                    Ok(0) => Ok(()),
+                    Ok(n) => {
+                        eprintln!("rshm-regions: {n} rshm region(s) of this user exist (--fail-if-any)");
+                        return ExitCode::from(FOUND);
+                    }
+                    Err(e) => Err(e),
+                }
+            }
             ["clean"] => clean(),
             ["--help"] | ["-h"] => {
                 println!("{USAGE}");
@@ -67,7 +85,12 @@ exit status: 0 ok, 1 error, 2 usage error";
         }
     }
 
-    fn list(all: bool) -> Result<(), String> {
+    /// Print the table; with `leaks`, also name each rshm region of this user on stderr. Returns
+    /// how many were named.
+    fn list(all: bool, leaks: bool) -> Result<usize, String> {
+        // SAFETY: geteuid has no preconditions and cannot fail.
+        let me = unsafe { libc::geteuid() };
+        let mut leaked = 0;
         println!("{:<40} {:>12} {:>8}  STATUS", "NAME", "SIZE", "PID");
         for entry in scan()? {
             let (pid, status) = match &entry.occupant {
@@ -83,8 +106,12 @@ exit status: 0 ok, 1 error, 2 usage error";
                 }
             };
             println!("{:<40} {:>12} {:>8}  {status}", entry.name, entry.size, pid);
+            if leaks && entry.occupant.is_some() && entry.uid == me {
+                eprintln!("rshm-regions: leaked region {} ({} bytes, pid {pid}, {status})", entry.name, entry.size);
+                leaked += 1;
+            }
         }
-        Ok(())
+        Ok(leaked)
     }
 
     fn clean() -> Result<(), String> {
@@ -146,7 +173,7 @@ exit status: 0 ok, 1 error, 2 usage error";
             }
             let is_rshm = name.starts_with(NAME_PREFIX) || has_magic(&dirent.path());
             let occupant = is_rshm.then(|| inspect(&name));
-            entries.push(Entry { name, size: meta.len(), inode: meta.ino(), occupant });
+            entries.push(Entry { name, size: meta.len(), inode: meta.ino(), uid: meta.uid(), occupant });
         }
         entries.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(entries)
