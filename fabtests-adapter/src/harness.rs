@@ -995,6 +995,14 @@ impl Node {
         self.pending.get(&id).map(|p| p.bufs.iter().zip(&p.lens).flat_map(|(b, &l)| b[..l].to_vec()).collect())
     }
 
+    /// Overwrite the buffers of pending op `id` with `byte`: the application reusing a send
+    /// buffer that the provider promised to be done with (FI_INJECT). False if `id` is not pending.
+    pub fn scribble(&mut self, id: u64, byte: u8) -> bool {
+        let Some(p) = self.pending.get_mut(&id) else { return false };
+        p.bufs.iter_mut().for_each(|b| b.fill(byte));
+        true
+    }
+
     /// Is op `id` still outstanding?
     pub fn is_pending(&self, id: u64) -> bool {
         self.pending.contains_key(&id)

@@ -1,6 +1,7 @@
 //! The scenarios, modelled on fabtests' coverage. Each is a function run by every rank of its
 //! process group; ranks talk out of band through `Rank::pmi`.
 
+mod completion;
 mod errors;
 mod multi;
 mod pair;
@@ -35,6 +36,7 @@ pub fn all() -> Vec<Scenario> {
     let mut v = Vec::new();
     v.extend(unit::scenarios());
     v.extend(pair::scenarios());
+    v.extend(completion::scenarios());
     v.extend(multi::scenarios());
     v.extend(errors::scenarios());
     v.extend(rma::scenarios());

@@ -71,7 +71,13 @@ fn posted(iov: Ranges, src: u64, ctx: *mut c_void, tagged: bool, tag: u64, ignor
 }
 
 fn args(iov: Ranges, dest: u64, ctx: *mut c_void, tag: Option<u64>, data: Option<u64>, flags: u64) -> SendArgs {
-    SendArgs { iov, dest, ctx: ctx as usize, tag, data, flags }
+    SendArgs { iov, dest, ctx: ctx as usize, tag, data, flags, inject_call: false }
+}
+
+/// The fi_inject family: the buffer is free on return and no CQ entry is ever written (counters
+/// still count). The FI_INJECT *flag* on other calls only promises the first half.
+fn inject_args(iov: Ranges, dest: u64, tag: Option<u64>, data: Option<u64>) -> SendArgs {
+    SendArgs { iov, dest, ctx: 0, tag, data, flags: ffi::FI_INJECT as u64, inject_call: true }
 }
 
 // ---- FI_MSG ----
@@ -177,7 +183,7 @@ unsafe extern "C" fn msg_sendmsg(ep: *mut ffi::fid_ep, msg: *const ffi::fi_msg, 
 
 unsafe extern "C" fn msg_inject(ep: *mut ffi::fid_ep, buf: *const c_void, len: usize, dest: ffi::fi_addr_t) -> isize {
     crate::guard("fi_inject", FiError::OTHER.code() as isize, || {
-        send(ep, |_| Ok(args(one(buf, len)?, dest, std::ptr::null_mut(), None, None, ffi::FI_INJECT as u64)), false)
+        send(ep, |_| Ok(inject_args(one(buf, len)?, dest, None, None)), false)
     })
 }
 
@@ -203,11 +209,7 @@ unsafe extern "C" fn msg_injectdata(
     dest: ffi::fi_addr_t,
 ) -> isize {
     crate::guard("fi_injectdata", FiError::OTHER.code() as isize, || {
-        send(
-            ep,
-            |_| Ok(args(one(buf, len)?, dest, std::ptr::null_mut(), None, Some(data), ffi::FI_INJECT as u64)),
-            false,
-        )
+        send(ep, |_| Ok(inject_args(one(buf, len)?, dest, None, Some(data))), false)
     })
 }
 
@@ -342,11 +344,7 @@ unsafe extern "C" fn tagged_inject(
     tag: u64,
 ) -> isize {
     crate::guard("fi_tinject", FiError::OTHER.code() as isize, || {
-        send(
-            ep,
-            |_| Ok(args(one(buf, len)?, dest, std::ptr::null_mut(), Some(tag), None, ffi::FI_INJECT as u64)),
-            false,
-        )
+        send(ep, |_| Ok(inject_args(one(buf, len)?, dest, Some(tag), None)), false)
     })
 }
 
@@ -375,11 +373,7 @@ unsafe extern "C" fn tagged_injectdata(
     tag: u64,
 ) -> isize {
     crate::guard("fi_tinjectdata", FiError::OTHER.code() as isize, || {
-        send(
-            ep,
-            |_| Ok(args(one(buf, len)?, dest, std::ptr::null_mut(), Some(tag), Some(data), ffi::FI_INJECT as u64)),
-            false,
-        )
+        send(ep, |_| Ok(inject_args(one(buf, len)?, dest, Some(tag), Some(data))), false)
     })
 }
 

@@ -28,6 +28,9 @@ pub struct SendArgs {
     pub data: Option<u64>,
     /// Operation flags (the endpoint's defaults for the short forms).
     pub flags: u64,
+    /// fi_inject/fi_injectdata/fi_tinject/fi_tinjectdata: never a CQ entry, even on a CQ bound
+    /// without FI_SELECTIVE_COMPLETION (fi_msg(3)); counters still count the send.
+    pub inject_call: bool,
 }
 
 fn peer_for(ep: &mut EpState, avs: &Slab<crate::av::AvState>, dest: u64) -> FiResult<PeerId> {
@@ -77,13 +80,17 @@ pub fn send(st: &mut DomainState, id: usize, args: SendArgs) -> FiResult<()> {
     }
     let hdr = MsgHeader { app, tag: args.tag.unwrap_or(0), data: args.data.unwrap_or(0), len: len as u64 };
     let kind = if args.tag.is_some() { ffi::FI_TAGGED } else { ffi::FI_MSG } as u64;
-    let wanted = !inject && (!ep.bindings.tx_selective || args.flags & ffi::FI_COMPLETION as u64 != 0);
+    // The FI_INJECT flag (on fi_sendmsg or in the endpoint's op_flags) frees the buffer at once
+    // but still completes as usual; only the inject calls are silent.
+    let wanted = !args.inject_call && (!ep.bindings.tx_selective || args.flags & ffi::FI_COMPLETION as u64 != 0);
     let op = TxOp { ctx: args.ctx, flags: ffi::FI_SEND as u64 | kind, wanted };
     // The slot a pending send will take; most sends finish at once and never take it.
     let slot = ep.tx_ops.vacant_key();
     let opts = SendOpts {
         cookie: slot as u64,
-        delivery_complete: !inject && args.flags & ffi::FI_DELIVERY_COMPLETE as u64 != 0,
+        // The engine copies every message up to INJECT_SIZE before returning, so FI_INJECT and
+        // an acknowledged delivery go together.
+        delivery_complete: args.flags & ffi::FI_DELIVERY_COMPLETE as u64 != 0,
     };
     crate::debug!(
         EpData,
