@@ -49,6 +49,11 @@ pub fn all_caps() -> u64 {
     PRIMARY_CAPS | SECONDARY_CAPS | remote
 }
 
+/// The domain capabilities this load offers.
+fn domain_caps() -> u64 {
+    all_caps() & DOMAIN_CAPS
+}
+
 /// Whether `node` names this machine: NULL, or an address we could bind to.
 pub fn node_is_local(node: Option<&str>) -> bool {
     use std::net::{ToSocketAddrs, UdpSocket};
@@ -183,6 +188,9 @@ impl Hints<'_> {
             if dom.av_type > ffi::FI_AV_TABLE {
                 return Some("AV type not served");
             }
+            if dom.caps & !domain_caps() != 0 {
+                return Some("domain capabilities not offered (e.g. FI_SHARED_AV)");
+            }
         }
         // SAFETY: as above.
         if let Some(fab) = unsafe { h.fabric_attr.as_ref() } {
@@ -312,7 +320,7 @@ fn fill(info: &mut ffi::fi_info, ep_type: ffi::fi_ep_type, version: u32, hints: 
     dom.max_ep_srx_ctx = 0;
     dom.cntr_cnt = 1024;
     dom.mr_iov_limit = IOV_LIMIT;
-    dom.caps = ffi::FI_LOCAL_COMM | if config().remote_comm { ffi::FI_REMOTE_COMM } else { 0 };
+    dom.caps = domain_caps();
     dom.mode = 0;
     dom.max_err_data = 0;
     dom.mr_cnt = 1 << 16;

@@ -158,6 +158,24 @@ fn getinfo_caps(r: &mut Rank) -> TResult {
             Ok(l) => bail!("caps bit {bit} (undefined in 1.17) accepted: {} entries", l.len()),
         }
     }
+    // Domain capabilities in domain_attr->caps (fabtests getinfo_caps3): every combination is
+    // either refused or returned in each entry's domain caps.
+    let bits = [ffi::FI_LOCAL_COMM, ffi::FI_REMOTE_COMM, ffi::FI_SHARED_AV];
+    for combo in 1u32..(1 << bits.len()) {
+        let dcaps = bits.iter().enumerate().filter(|(i, _)| combo & (1 << i) != 0).fold(0, |a, (_, b)| a | b);
+        let mut h = hints(r);
+        h.domain_attr().caps = dcaps;
+        match fabric::getinfo(Some(&h)) {
+            Err(e) if e.code() == ENODATA => {}
+            Err(e) => bail!("domain caps {dcaps:#x}: fi_getinfo returned {e}"),
+            Ok(l) => {
+                for i in l.iter() {
+                    let got = i.domain_attr().map_or(0, |d| d.caps);
+                    ensure!(got & dcaps == dcaps, "domain caps hint {dcaps:#x} answered with domain caps {got:#x}");
+                }
+            }
+        }
+    }
     Ok(())
 }
 
