@@ -8,12 +8,21 @@ use crate::cmd::RemoteIov;
 use crate::error::{Error, Result};
 use crate::iov::LocalIov;
 
+/// Setting this environment variable to `1` makes `probe` answer `false`, as on a host where
+/// Yama or seccomp forbids CMA. It can only turn CMA off, never on: it exists so that the SAR
+/// fallback and the tests' handling of a CMA-less host can be exercised on any machine.
+pub const DENY_ENV: &str = "RSHM_TEST_DENY_CMA";
+
 /// Whether this process may use CMA at all: the syscall exists (no seccomp filter) and Yama
-/// does not restrict it to descendants. Permission for a given peer is only known on first use.
-/// Probed once per process.
+/// does not restrict it to descendants (and `DENY_ENV` is not set to `1`). Permission for a
+/// given peer is only known on first use. Probed once per process.
 pub fn probe() -> bool {
     static ALLOWED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ALLOWED.get_or_init(probe_now)
+    *ALLOWED.get_or_init(|| !denied_by_env() && probe_now())
+}
+
+fn denied_by_env() -> bool {
+    matches!(std::env::var_os(DENY_ENV), Some(v) if v == "1")
 }
 
 fn probe_now() -> bool {
