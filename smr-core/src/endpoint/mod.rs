@@ -141,6 +141,8 @@ pub struct Stats {
     pub corrupt_commands: u64,
     pub skipped_slots: u64,
     pub cma_fallbacks: u64,
+    /// Messages copied out of their sender with CMA (tests check that CMA really carried data).
+    pub cma_reads: u64,
 }
 
 pub struct Endpoint {

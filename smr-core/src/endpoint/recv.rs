@@ -255,7 +255,7 @@ impl Endpoint {
         self.send_resp(src, done(msg_id, Status::CmaFailed, 0));
     }
 
-    fn cma_read(&self, src: SrcId, iovs: &[RemoteIov], dest: &mut LocalIov) -> Result<usize> {
+    fn cma_read(&mut self, src: SrcId, iovs: &[RemoteIov], dest: &mut LocalIov) -> Result<usize> {
         let peer = self.inp.get(&src).ok_or(Error::PeerDead)?;
         // A dead sender's pid may already belong to another process: never read it blindly.
         if !peer.watch.alive() {
@@ -263,7 +263,10 @@ impl Endpoint {
         }
         match crate::cma::read_from(peer.watch.ident().pid, iovs, dest, 0) {
             Err(Error::Os(libc::ESRCH)) => Err(Error::PeerDead),
-            other => other,
+            other => {
+                self.stats.cma_reads += u64::from(other.is_ok());
+                other
+            }
         }
     }
 
