@@ -45,6 +45,23 @@ pub enum StackError {
     Corrupt,
 }
 
+/// Test hook for the loom models (`--cfg loom` only): how many pops the generation tag alone
+/// refused (the head's index was the one they loaded, but it had been popped and pushed back).
+/// Loom runs a model's threads as coroutines on the test's own OS thread, so this thread-local
+/// count is the sum over one test's executions, untouched by tests running in parallel.
+#[cfg(loom)]
+pub mod seen {
+    use std::cell::Cell;
+
+    std::thread_local! {
+        pub static ABA_CAUGHT: Cell<u64> = const { Cell::new(0) };
+    }
+
+    pub(crate) fn count(happened: bool) {
+        ABA_CAUGHT.with(|n| n.set(n.get() + u64::from(happened)));
+    }
+}
+
 /// A view of one free stack.
 pub struct FreeStack<'a> {
     head: &'a StackHead,
@@ -86,10 +103,17 @@ impl<'a> FreeStack<'a> {
             };
             let next = link.load(Ordering::Relaxed);
             let new = (((head >> 32) + 1) << 32) | u64::from(next);
-            if self.head.head.compare_exchange_weak(head, new, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
-                // A garbage `next` becomes the head; the next pop range-checks it.
-                link.store(IN_USE, Ordering::Relaxed);
-                return Ok(index);
+            match self.head.head.compare_exchange_weak(head, new, Ordering::AcqRel, Ordering::Relaxed) {
+                Ok(_) => {
+                    // A garbage `next` becomes the head; the next pop range-checks it.
+                    link.store(IN_USE, Ordering::Relaxed);
+                    return Ok(index);
+                }
+                // Same top index, other tag: popped and pushed back meanwhile (ABA).
+                #[cfg(loom)]
+                Err(now) => seen::count(now != head && now & INDEX_MASK == head & INDEX_MASK),
+                #[cfg(not(loom))]
+                Err(_) => {}
             }
             spin_hint();
         }

@@ -135,7 +135,12 @@ impl<'a, T: Pod> Ring<'a, T> {
                 // (Writing first and publishing with a CAS, as this code once did, let a slow
                 // producer overwrite the next lap's entry: found by the loom model
                 // `ring_skipped_slot_reused_by_next_lap`.)
-                if slot.stamp.compare_exchange(tail, tail | WRITING, Ordering::Acquire, Ordering::Relaxed).is_err() {
+                if let Err(_now) =
+                    slot.stamp.compare_exchange(tail, tail | WRITING, Ordering::Acquire, Ordering::Relaxed)
+                {
+                    // `_now` is the next lap's free stamp unless a later producer took the slot.
+                    #[cfg(loom)]
+                    seen::count(&seen::SKIPPED_AND_RETAKEN, _now != tail.wrapping_add(self.capacity()));
                     return Err(PushError::Skipped);
                 }
                 let len = value.wire_len().min(size_of::<T>());
@@ -152,6 +157,8 @@ impl<'a, T: Pod> Ring<'a, T> {
             }
             if lead < 0 {
                 // The slot still holds (or is still receiving) last lap's entry: the ring is full.
+                #[cfg(loom)]
+                seen::count(&seen::FULL_WHILE_WRITING, writing);
                 return Err(PushError::Full);
             }
             // Another producer claimed this position after we read `tail` (it may still be
@@ -159,6 +166,27 @@ impl<'a, T: Pod> Ring<'a, T> {
             spin_hint();
         }
         Err(PushError::Busy)
+    }
+}
+
+/// Test hooks for the loom models (`--cfg loom` only): how often `push` met the rare
+/// interleavings the models exist to reach, so that they can assert those happened. Loom runs a
+/// model's threads as coroutines on the test's own OS thread, so a thread-local count is the sum
+/// over one test's executions, untouched by tests running in parallel and unseen by the model.
+#[cfg(loom)]
+pub mod seen {
+    use std::cell::Cell;
+    use std::thread::LocalKey;
+
+    std::thread_local! {
+        /// `push` found the ring full while last lap's producer was still copying into the slot.
+        pub static FULL_WHILE_WRITING: Cell<u64> = const { Cell::new(0) };
+        /// `push` learned it was skipped after a later lap's producer had taken its slot.
+        pub static SKIPPED_AND_RETAKEN: Cell<u64> = const { Cell::new(0) };
+    }
+
+    pub(crate) fn count(key: &'static LocalKey<Cell<u64>>, happened: bool) {
+        key.with(|n| n.set(n.get() + u64::from(happened)));
     }
 }
 

@@ -7,7 +7,10 @@
 //! LOOM_MAX_PREEMPTIONS=2 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
 //!     cargo test -p smr-core --release --test loom_models
 //! ```
-//! `-- --nocapture` also prints how many executions each model explored.
+//! `-- --nocapture` also prints how many executions each model explored, and in how many of them
+//! each interleaving a model is there for occurred. Each model asserts that every such
+//! interleaving occurred at least once: a model that stops reaching its case (after a change to
+//! the code, the model or the preemption bound) fails instead of passing without checking it.
 //! Under `--cfg loom` the crate's atomics and cells are loom's (see `smr-core/src/sync.rs`), so
 //! the instances below are heap-backed and built inside each `loom::model` run. The free stack's
 //! links are `&[AtomicU32]` of the crate's `sync` flavour, which under loom is
@@ -19,9 +22,12 @@ use loom::cell::UnsafeCell;
 use loom::sync::atomic::{AtomicU32, Ordering};
 use loom::sync::Arc;
 use loom::thread;
-use smr_core::free_stack::{FreeStack, StackError, StackHead};
+use smr_core::free_stack::{self, FreeStack, StackError, StackHead};
 use smr_core::pod::Pod;
-use smr_core::ring::{Consumer, Pop, PushError, Ring, RingCtl, Slot};
+use smr_core::ring::{self, Consumer, Pop, PushError, Ring, RingCtl, Slot};
+use std::cell::Cell;
+use std::sync::atomic::AtomicU64;
+use std::thread::LocalKey;
 
 /// `loom::model`, and the number of executions it explored on stderr (`-- --nocapture`).
 fn model(name: &str, f: impl Fn() + Sync + Send + 'static) {
@@ -32,6 +38,37 @@ fn model(name: &str, f: impl Fn() + Sync + Send + 'static) {
         f();
     });
     eprintln!("{name}: {} executions", runs.load(std::sync::atomic::Ordering::Relaxed));
+}
+
+/// How often something happened, summed over all executions of one model. It lives outside the
+/// model (a std atomic, not loom's), so loom neither explores nor resets it; loom runs one
+/// execution at a time, so the sum is exact.
+#[derive(Clone, Default)]
+struct Tally(std::sync::Arc<AtomicU64>);
+
+impl Tally {
+    fn note(&self, happened: bool) {
+        self.0.fetch_add(u64::from(happened), std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Assert that `what` happened in at least one explored execution of `model`.
+    fn assert_seen(&self, model: &str, what: &str) {
+        assert_seen(model, what, self.0.load(std::sync::atomic::Ordering::Relaxed));
+    }
+}
+
+fn assert_seen(model: &str, what: &str, times: u64) {
+    eprintln!("{model}: {what}: {times} times");
+    assert!(times > 0, "{model}: no explored execution had {what}: the model no longer reaches its case");
+}
+
+/// `model`, and how many times one of the engine's loom-only hooks (`ring::seen`,
+/// `free_stack::seen`) fired during it. The hooks count per OS thread; loom runs all of a model's
+/// threads on the test's own, so the difference is this model's alone.
+fn model_counting(name: &str, hook: &'static LocalKey<Cell<u64>>, f: impl Fn() + Sync + Send + 'static) -> u64 {
+    let before = hook.with(Cell::get);
+    model(name, f);
+    hook.with(Cell::get) - before
 }
 
 /// The ring's entry in these models: one integer, `producer * 100 + sequence`.
@@ -65,15 +102,18 @@ impl RingParts {
 // results, which the models check after joining everyone and draining the ring single-threaded.
 // (Two-thread models may wait: each waits only for the other, which then always gets to run.)
 
-/// Push, retrying `Full` and `Busy` at most `tries` times in all; the last result.
-fn push_tries(ring: &Ring<'_, Val>, v: Val, tries: u32) -> Result<(), PushError> {
+/// Push, retrying `Full` and `Busy` at most `tries` times in all; the last result. Every `Full`
+/// met is noted in `full`.
+fn push_tries(ring: &Ring<'_, Val>, v: Val, tries: u32, full: &Tally) -> Result<(), PushError> {
     let mut result = ring.push(&v);
+    full.note(result == Err(PushError::Full));
     for _ in 1..tries {
         if !matches!(result, Err(PushError::Full | PushError::Busy)) {
             break;
         }
         thread::yield_now();
         result = ring.push(&v);
+        full.note(result == Err(PushError::Full));
     }
     result
 }
@@ -89,14 +129,24 @@ fn pop_waiting(c: &mut Consumer, ring: &Ring<'_, Val>) -> Val {
 }
 
 /// `attempts` pops while producers run; with `impatient`, a `Pending` head is skipped at once
-/// (the consumer's timeout for a producer it believes dead, at its shortest).
-fn consume_some(c: &mut Consumer, ring: &Ring<'_, Val>, attempts: u32, impatient: bool) -> Vec<Val> {
+/// (the consumer's timeout for a producer it believes dead, at its shortest). Every `Pending`
+/// met is noted in `pending`, every slot skipped in `skipped`.
+fn consume_some(
+    c: &mut Consumer,
+    ring: &Ring<'_, Val>,
+    attempts: u32,
+    impatient: bool,
+    pending: &Tally,
+    skipped: &Tally,
+) -> Vec<Val> {
     let mut got = Vec::new();
     for _ in 0..attempts {
-        match c.pop(ring) {
+        let pop = c.pop(ring);
+        pending.note(pop == Pop::Pending);
+        match pop {
             Pop::Item(v) => got.push(v),
-            Pop::Pending if impatient && c.skip(ring) => {}
-            Pop::Empty if impatient && c.stalled(ring) && c.skip(ring) => {}
+            Pop::Pending if impatient && c.skip(ring) => skipped.note(true),
+            Pop::Empty if impatient && c.stalled(ring) && c.skip(ring) => skipped.note(true),
             Pop::Pending | Pop::Empty => thread::yield_now(),
         }
     }
@@ -134,7 +184,10 @@ fn check_outcome(popped: &[Val], results: &[(Val, Result<(), PushError>)]) {
 /// once, each producer's values in the order it pushed them, and nothing else comes out.
 #[test]
 fn ring_two_producers_one_consumer() {
-    model("ring_two_producers_one_consumer", || {
+    const NAME: &str = "ring_two_producers_one_consumer";
+    let pending = Tally::default();
+    let seen_pending = pending.clone();
+    model(NAME, move || {
         let parts = RingParts::new(4);
         let producers: Vec<_> = [1u64, 2]
             .into_iter()
@@ -152,13 +205,14 @@ fn ring_two_producers_one_consumer() {
 
         let ring = parts.ring();
         let mut c = Consumer::new();
-        let mut popped = consume_some(&mut c, &ring, 4, false);
+        let mut popped = consume_some(&mut c, &ring, 4, false, &pending, &Tally::default());
         let results: Vec<_> = producers.into_iter().flat_map(|h| h.join().unwrap()).collect();
         drain(&mut c, &ring, &mut popped);
         check_outcome(&popped, &results);
         assert_eq!(popped.len(), 4);
         assert_eq!(c.position(), 4);
     });
+    seen_pending.assert_seen(NAME, "the consumer at a claimed, unpublished head (Pending)");
 }
 
 /// (1b) As (1a) with capacity 2, so four entries lap the ring and producers meet `Full`, also
@@ -166,18 +220,22 @@ fn ring_two_producers_one_consumer() {
 /// of times; the check is that exactly the successful ones come out, once each, in order.
 #[test]
 fn ring_two_producers_one_consumer_lapping() {
-    model("ring_two_producers_one_consumer_lapping", || {
+    const NAME: &str = "ring_two_producers_one_consumer_lapping";
+    let full = Tally::default();
+    let seen_full = full.clone();
+    let full_while_writing = model_counting(NAME, &ring::seen::FULL_WHILE_WRITING, move || {
         let parts = RingParts::new(2);
         let producers: Vec<_> = [1u64, 2]
             .into_iter()
             .map(|p| {
                 let parts = parts.clone();
+                let full = full.clone();
                 thread::spawn(move || {
                     let ring = parts.ring();
                     let a = Val(p * 100);
                     let b = Val(p * 100 + 1);
-                    let ra = push_tries(&ring, a, 2);
-                    let rb = push_tries(&ring, b, 2);
+                    let ra = push_tries(&ring, a, 2, &full);
+                    let rb = push_tries(&ring, b, 2, &full);
                     for r in [ra, rb] {
                         assert!(r != Err(PushError::Skipped), "nobody skips in this model");
                     }
@@ -188,20 +246,25 @@ fn ring_two_producers_one_consumer_lapping() {
 
         let ring = parts.ring();
         let mut c = Consumer::new();
-        let mut popped = consume_some(&mut c, &ring, 3, false);
+        let mut popped = consume_some(&mut c, &ring, 3, false, &Tally::default(), &Tally::default());
         let results: Vec<_> = producers.into_iter().flat_map(|h| h.join().unwrap()).collect();
         drain(&mut c, &ring, &mut popped);
         check_outcome(&popped, &results);
         // Nothing was claimed without being published: the position counts exactly the pushes.
         assert_eq!(c.position(), popped.len() as u64);
     });
+    seen_full.assert_seen(NAME, "a push refused with Full");
+    assert_seen(NAME, "Full while last lap's producer was still writing the slot", full_while_writing);
 }
 
 /// (2) A full ring refuses with `Full` (never `Busy` or `Skipped` with one producer) and takes the
 /// entry once the consumer has popped, across lap wraps; the consumer sees FIFO order throughout.
 #[test]
 fn ring_full_then_space_across_laps() {
-    model("ring_full_then_space_across_laps", || {
+    const NAME: &str = "ring_full_then_space_across_laps";
+    let full_while_popping = Tally::default();
+    let seen = full_while_popping.clone();
+    model(NAME, move || {
         let parts = RingParts::new(2);
         let ring = parts.ring();
         ring.push(&Val(0)).unwrap();
@@ -223,7 +286,10 @@ fn ring_full_then_space_across_laps() {
             loop {
                 match ring.push(&Val(v)) {
                     Ok(()) => break,
-                    Err(PushError::Full) => thread::yield_now(),
+                    Err(PushError::Full) => {
+                        full_while_popping.note(true);
+                        thread::yield_now();
+                    }
                     Err(e) => panic!("single producer got {e:?}"),
                 }
             }
@@ -239,6 +305,7 @@ fn ring_full_then_space_across_laps() {
         assert_eq!(c.pop(&ring), Pop::Empty);
         assert_eq!(c.position(), 6);
     });
+    seen.assert_seen(NAME, "a push refused with Full while the consumer was running");
 }
 
 /// (3a) A producer's publish races with the consumer skipping its claimed-but-unpublished slot
@@ -247,7 +314,10 @@ fn ring_full_then_space_across_laps() {
 /// neither. The ring keeps working afterwards.
 #[test]
 fn ring_skip_races_with_publish() {
-    model("ring_skip_races_with_publish", || {
+    const NAME: &str = "ring_skip_races_with_publish";
+    let (published, skipped, refused) = (Tally::default(), Tally::default(), Tally::default());
+    let seen = (published.clone(), skipped.clone(), refused.clone());
+    model(NAME, move || {
         let parts = RingParts::new(2);
         let producer = {
             let parts = parts.clone();
@@ -267,9 +337,14 @@ fn ring_skip_races_with_publish() {
                 Pop::Empty if c.stalled(&ring) && c.skip(&ring) => break false,
                 // Not skipped: published meanwhile (popped next time round), or its producer is
                 // copying the entry in right now (a `WRITING` slot is never skipped).
-                Pop::Pending | Pop::Empty => thread::yield_now(),
+                pop => {
+                    refused.note(pop == Pop::Pending);
+                    thread::yield_now();
+                }
             }
         };
+        published.note(popped);
+        skipped.note(!popped);
         let result = producer.join().unwrap();
         match result {
             Ok(()) => assert!(popped, "push succeeded but its entry was skipped"),
@@ -286,6 +361,9 @@ fn ring_skip_races_with_publish() {
         }
         assert_eq!(c.pop(&ring), Pop::Empty);
     });
+    seen.0.assert_seen(NAME, "the publish winning (entry popped)");
+    seen.1.assert_seen(NAME, "the skip winning (push got Skipped)");
+    seen.2.assert_seen(NAME, "a skip declined at a Pending head (its producer writing, or just done)");
 }
 
 /// (3b) As (3a), but a second producer keeps pushing while the first one may be skipped, so a
@@ -299,13 +377,16 @@ fn ring_skip_races_with_publish() {
 /// copy landed in a slot that already belonged to the next lap's producer.
 #[test]
 fn ring_skipped_slot_reused_by_next_lap() {
-    model("ring_skipped_slot_reused_by_next_lap", || {
+    const NAME: &str = "ring_skipped_slot_reused_by_next_lap";
+    let skipped = Tally::default();
+    let seen_skipped = skipped.clone();
+    let retaken = model_counting(NAME, &ring::seen::SKIPPED_AND_RETAKEN, move || {
         let parts = RingParts::new(2);
         let slow = {
             let parts = parts.clone();
             thread::spawn(move || {
                 let v = Val(100);
-                [(v, push_tries(&parts.ring(), v, 2))]
+                [(v, push_tries(&parts.ring(), v, 2, &Tally::default()))]
             })
         };
         let fast = {
@@ -313,20 +394,22 @@ fn ring_skipped_slot_reused_by_next_lap() {
             thread::spawn(move || {
                 let ring = parts.ring();
                 let (a, b) = (Val(200), Val(201));
-                let ra = push_tries(&ring, a, 2);
-                let rb = push_tries(&ring, b, 2);
+                let ra = push_tries(&ring, a, 2, &Tally::default());
+                let rb = push_tries(&ring, b, 2, &Tally::default());
                 [(a, ra), (b, rb)]
             })
         };
 
         let ring = parts.ring();
         let mut c = Consumer::new();
-        let mut popped = consume_some(&mut c, &ring, 3, true);
+        let mut popped = consume_some(&mut c, &ring, 3, true, &Tally::default(), &skipped);
         let mut results: Vec<_> = slow.join().unwrap().to_vec();
         results.extend(fast.join().unwrap());
         drain(&mut c, &ring, &mut popped);
         check_outcome(&popped, &results);
     });
+    seen_skipped.assert_seen(NAME, "a claimed slot skipped by the consumer");
+    assert_seen(NAME, "a skipped producer finding its slot already taken by the next lap", retaken);
 }
 
 /// Per-index bookkeeping for the free stack models: an ownership counter (must go 0 -> 1 -> 0)
@@ -415,7 +498,8 @@ impl StackParts {
 /// link now says 2; without the generation tag A's CAS would install 1, which B still holds.
 #[test]
 fn free_stack_aba() {
-    model("free_stack_aba", || {
+    const NAME: &str = "free_stack_aba";
+    let caught = model_counting(NAME, &free_stack::seen::ABA_CAUGHT, || {
         let parts = StackParts::new(3);
         let a = {
             let parts = parts.clone();
@@ -443,33 +527,39 @@ fn free_stack_aba() {
         b.join().unwrap();
         parts.assert_all_free();
     });
+    assert_seen(NAME, "a pop refused by the tag alone (its index popped and pushed back meanwhile)", caught);
 }
 
 /// (4b) Three threads each pop and push back concurrently on a two-entry stack, so one of them
 /// may find it empty: no index is ever held twice and all indices are there at the end.
 #[test]
 fn free_stack_three_threads() {
-    model("free_stack_three_threads", || {
+    const NAME: &str = "free_stack_three_threads";
+    let empty = Tally::default();
+    let seen_empty = empty.clone();
+    model(NAME, move || {
         let parts = StackParts::new(2);
         let others: Vec<_> = [1u32, 2]
             .into_iter()
             .map(|me| {
                 let parts = parts.clone();
-                thread::spawn(move || {
-                    if let Some(i) = parts.pop(me) {
-                        parts.push(i, me);
-                    }
+                let empty = empty.clone();
+                thread::spawn(move || match parts.pop(me) {
+                    Some(i) => parts.push(i, me),
+                    None => empty.note(true),
                 })
             })
             .collect();
-        if let Some(i) = parts.pop(3) {
-            parts.push(i, 3);
+        match parts.pop(3) {
+            Some(i) => parts.push(i, 3),
+            None => empty.note(true),
         }
         for h in others {
             h.join().unwrap();
         }
         parts.assert_all_free();
     });
+    seen_empty.assert_seen(NAME, "a pop finding the stack empty");
 }
 
 /// (4c) A buffer released twice at once (a repeated release racing with itself): the in-use mark
