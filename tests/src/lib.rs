@@ -40,6 +40,64 @@ pub fn params(sar: bool) -> Params {
 }
 
 // ---------------------------------------------------------------------------------------------
+// CMA
+
+/// The environment variable that makes the tests named for CMA fail where CMA is not
+/// permitted (`1`), instead of skipping (unset or `0`).
+pub const REQUIRE_CMA_ENV: &str = "RSHM_TEST_REQUIRE_CMA";
+
+/// Whether `RSHM_TEST_REQUIRE_CMA=1`. Any value other than unset, empty, `0` or `1` panics, so
+/// that a typo in CI does not quietly turn the requirement off.
+pub fn cma_required() -> bool {
+    match std::env::var(REQUIRE_CMA_ENV).as_deref() {
+        Ok("1") => true,
+        Ok("0") | Ok("") | Err(_) => false,
+        Ok(other) => panic!("{REQUIRE_CMA_ENV}={other}: expected 0 or 1"),
+    }
+}
+
+/// Whether a test of CMA can run: this process may use CMA (`smr_core::cma::probe`, which
+/// the helper processes share, as they inherit our environment). Where it may not (Yama
+/// ptrace_scope, seccomp, or `RSHM_TEST_DENY_CMA=1`), the test fails under
+/// `RSHM_TEST_REQUIRE_CMA=1`; otherwise this prints `SKIPPED: CMA not permitted here` and the
+/// caller returns, passing without having tested anything. The line goes straight to stderr,
+/// which the test harness does not capture, so it shows in every log.
+pub fn cma_or_skip(test: &str) -> bool {
+    let required = cma_required();
+    if smr_core::cma::probe() {
+        return true;
+    }
+    assert!(
+        !required,
+        "{test}: {REQUIRE_CMA_ENV}=1 but CMA is not permitted here (Yama ptrace_scope, seccomp, or {}=1)",
+        smr_core::cma::DENY_ENV
+    );
+    let _ = writeln!(std::io::stderr(), "SKIPPED: CMA not permitted here ({test})");
+    false
+}
+
+/// Messages longer than this travel by CMA (or SAR), not inline or inject.
+pub const INJECT_MAX: usize = smr_core::layout::INJECT_SIZE as usize;
+
+/// How many of endpoint `name`'s SAR buffers are free, and how many it has. Counts by popping
+/// every free buffer and pushing them all back: call it only while nothing else takes or
+/// returns that endpoint's buffers (its owner stalled or never progressing, and senders that
+/// use CMA), or where a miscount can only fail the check. A message that went by CMA leaves
+/// the receiver's SAR pool untouched.
+pub fn sar_buffers(name: &str) -> (usize, usize) {
+    let region = smr_core::region::Region::open(name).unwrap_or_else(|e| panic!("open {name}: {e}"));
+    let stack = region.sar_stack();
+    let mut taken = Vec::new();
+    while let Ok(i) = stack.pop() {
+        taken.push(i);
+    }
+    for &i in &taken {
+        stack.push(i).unwrap_or_else(|e| panic!("give back SAR buffer {i} of {name}: {e:?}"));
+    }
+    (taken.len(), region.geometry().counts.sar_count as usize)
+}
+
+// ---------------------------------------------------------------------------------------------
 // Payloads
 
 /// Tag layout: sender id in the high 32 bits, sequence number in the low 32.

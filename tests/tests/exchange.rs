@@ -6,11 +6,6 @@ use std::collections::HashMap;
 
 const PEER: &str = env!("CARGO_BIN_EXE_rshm-peer");
 
-/// CMA mode is only meaningful where the kernel lets us use it.
-fn cma_available() -> bool {
-    smr_core::cma::probe()
-}
-
 fn mode_args(sar: bool) -> Vec<&'static str> {
     if sar {
         vec!["--sar"]
@@ -19,8 +14,17 @@ fn mode_args(sar: bool) -> Vec<&'static str> {
     }
 }
 
-/// The test process sends each size to an echo process and compares what comes back.
-fn ping_pong(tag: &str, sar: bool) {
+/// How many of `sizes` travel by CMA (or SAR).
+fn large(sizes: &[usize]) -> u64 {
+    sizes.iter().filter(|&&len| len > INJECT_MAX).count() as u64
+}
+
+/// The test process sends each size to an echo process and compares what comes back. In CMA
+/// mode (`sar == false`) every large message and its echo must have been copied with CMA.
+fn ping_pong(test: &str, tag: &str, sar: bool) {
+    if !sar && !cma_or_skip(test) {
+        return;
+    }
     let mut sc = Scenario::new(PEER, tag);
     let echo_name = sc.name("e");
     let my_name = sc.name("c");
@@ -29,7 +33,7 @@ fn ping_pong(tag: &str, sar: bool) {
     let echo = sc.spawn("echo", &args);
     let ready = parse_kv(&sc.child(echo).expect_line("READY", deadline()));
     let mut node = Node::create(&my_name, params(sar)).expect("create client endpoint");
-    let cma = !sar && cma_available();
+    let cma = !sar;
     assert_eq!(node.ep.cma_enabled(), cma);
     assert_eq!(kv_u64(&ready, "cma"), u64::from(cma));
     let peer = node.ep.add_peer(&echo_name).unwrap();
@@ -58,8 +62,11 @@ fn ping_pong(tag: &str, sar: bool) {
     for (cookie, result) in &node.h.sends_done {
         assert_eq!(*result, Ok(()), "send {cookie}");
     }
-    assert_eq!(node.ep.stats().corrupt_commands, 0);
-    assert_eq!(node.ep.stats().cma_fallbacks, 0);
+    let large = large(SIZES_ALL);
+    let stats = node.ep.stats();
+    assert_eq!(stats.corrupt_commands, 0, "{stats:?}");
+    assert_eq!(stats.cma_fallbacks, 0, "{stats:?}");
+    assert_eq!(stats.cma_reads, if cma { large } else { 0 }, "echoes copied with CMA: {stats:?}");
 
     sc.child(echo).close_stdin();
     let result = parse_kv(&sc.child(echo).expect_line("RESULT", deadline()));
@@ -70,17 +77,18 @@ fn ping_pong(tag: &str, sar: bool) {
     assert_eq!(kv_u64(&result, "bytes"), SIZES_ALL.iter().sum::<usize>() as u64);
     assert_eq!(kv_u64(&result, "corrupt"), 0, "{result:?}");
     assert_eq!(kv_u64(&result, "fallbacks"), 0, "CMA was refused: {result:?}");
+    assert_eq!(kv_u64(&result, "cma_reads"), if cma { large } else { 0 }, "{result:?}");
     sc.child(echo).finish(deadline());
 }
 
 #[test]
 fn ping_pong_every_size_cma() {
-    ping_pong("ppc", false);
+    ping_pong("ping_pong_every_size_cma", "ppc", false);
 }
 
 #[test]
 fn ping_pong_every_size_sar() {
-    ping_pong("pps", true);
+    ping_pong("ping_pong_every_size_sar", "pps", true);
 }
 
 fn join(v: &[usize]) -> String {
@@ -89,11 +97,13 @@ fn join(v: &[usize]) -> String {
 
 const BIG: usize = 16 << 20;
 
-/// Expected per-receiver outcome: message count and byte total, by sender id.
+/// Expected per-receiver outcome: message count and byte total, by sender id, and how many
+/// messages are large (CMA or SAR).
 #[derive(Default)]
 struct Expect {
     messages: u64,
     bytes: u64,
+    large: u64,
     senders: HashMap<u32, u64>,
 }
 
@@ -101,6 +111,7 @@ impl Expect {
     fn add(&mut self, sender: u32, len: usize) {
         self.messages += 1;
         self.bytes += len as u64;
+        self.large += u64::from(len > INJECT_MAX);
         *self.senders.entry(sender).or_default() += 1;
     }
 
@@ -111,8 +122,9 @@ impl Expect {
     }
 }
 
-/// Check a node's RESULT line against what it should have sent and received.
-fn check_result(label: &str, line: &str, sent: u64, expect: &Expect) {
+/// Check a node's RESULT line against what it should have sent and received. In CMA mode every
+/// large message it received must have been copied with CMA, in SAR mode none.
+fn check_result(label: &str, line: &str, sent: u64, expect: &Expect, sar: bool) {
     let kv = parse_kv(line);
     assert_eq!(kv_u64(&kv, "sent"), sent, "{label}: {line}");
     assert_eq!(kv_u64(&kv, "send_errors"), 0, "{label}: {line}");
@@ -122,13 +134,15 @@ fn check_result(label: &str, line: &str, sent: u64, expect: &Expect) {
     assert_eq!(kv_u64(&kv, "dups"), 0, "{label}: {line}");
     assert_eq!(kv_u64(&kv, "corrupt"), 0, "{label}: {line}");
     assert_eq!(kv_u64(&kv, "fallbacks"), 0, "{label}: {line}");
+    assert_eq!(kv_u64(&kv, "cma"), u64::from(!sar), "{label}: {line}");
+    assert_eq!(kv_u64(&kv, "cma_reads"), if sar { 0 } else { expect.large }, "{label}: {line}");
     let senders = kv.get("senders").map(String::as_str).unwrap_or("");
     assert_eq!(senders, expect.senders(), "{label}: {line}");
 }
 
 /// Run `nodes` (name, id, extra args), then check every RESULT and a clean exit. Every node
 /// has created its endpoint before any starts sending (see `engine_bugs.rs` for why).
-fn run_nodes(sc: &mut Scenario, nodes: &[(String, u32, Vec<String>)], sent: &[u64], expect: &[Expect]) {
+fn run_nodes(sc: &mut Scenario, nodes: &[(String, u32, Vec<String>)], sent: &[u64], expect: &[Expect], sar: bool) {
     let mut idx = Vec::new();
     for (name, id, extra) in nodes {
         let id = id.to_string();
@@ -146,7 +160,7 @@ fn run_nodes(sc: &mut Scenario, nodes: &[(String, u32, Vec<String>)], sent: &[u6
     for (k, &i) in idx.iter().enumerate() {
         let line = sc.child(i).expect_line("RESULT", dl);
         let label = sc.child(i).transcript();
-        check_result(&label, &line, sent[k], &expect[k]);
+        check_result(&label, &line, sent[k], &expect[k], sar);
     }
     for &i in &idx {
         sc.child(i).finish(dl);
@@ -154,7 +168,10 @@ fn run_nodes(sc: &mut Scenario, nodes: &[(String, u32, Vec<String>)], sent: &[u6
 }
 
 /// Three senders, each sending every size up to 1 MiB (one of them also 16 MiB), into one.
-fn three_to_one(tag: &str, sar: bool) {
+fn three_to_one(test: &str, tag: &str, sar: bool) {
+    if !sar && !cma_or_skip(test) {
+        return;
+    }
     let mut sc = Scenario::new(PEER, tag);
     let recv = sc.name("r");
     let mode: Vec<String> = mode_args(sar).into_iter().map(String::from).collect();
@@ -181,22 +198,25 @@ fn three_to_one(tag: &str, sar: bool) {
     sent.insert(0, 0);
     let mut expects = vec![expect];
     expects.extend((1..=3).map(|_| Expect::default()));
-    run_nodes(&mut sc, &nodes, &sent, &expects);
+    run_nodes(&mut sc, &nodes, &sent, &expects, sar);
 }
 
 #[test]
 fn three_senders_into_one_cma() {
-    three_to_one("31c", false);
+    three_to_one("three_senders_into_one_cma", "31c", false);
 }
 
 #[test]
 fn three_senders_into_one_sar() {
-    three_to_one("31s", true);
+    three_to_one("three_senders_into_one_sar", "31s", true);
 }
 
 /// Four processes, each sending every size up to 1 MiB to the other three (node 0 also sends
 /// 16 MiB to node 1); receivers hold messages as unexpected and deliver them afterwards.
-fn all_to_all(tag: &str, sar: bool) {
+fn all_to_all(test: &str, tag: &str, sar: bool) {
+    if !sar && !cma_or_skip(test) {
+        return;
+    }
     let mut sc = Scenario::new(PEER, tag);
     let names: Vec<String> = (0..4).map(|i| sc.name(&format!("n{i}"))).collect();
     let mut expects: Vec<Expect> = (0..4).map(|_| Expect::default()).collect();
@@ -223,15 +243,15 @@ fn all_to_all(tag: &str, sar: bool) {
     for (node, e) in nodes.iter_mut().zip(&expects) {
         node.2.extend(["--expect".into(), e.messages.to_string()]);
     }
-    run_nodes(&mut sc, &nodes, &sent, &expects);
+    run_nodes(&mut sc, &nodes, &sent, &expects, sar);
 }
 
 #[test]
 fn all_to_all_four_processes_cma() {
-    all_to_all("a2ac", false);
+    all_to_all("all_to_all_four_processes_cma", "a2ac", false);
 }
 
 #[test]
 fn all_to_all_four_processes_sar() {
-    all_to_all("a2as", true);
+    all_to_all("all_to_all_four_processes_sar", "a2as", true);
 }

@@ -15,10 +15,11 @@
 //! of (I, seq, size)), plus the `--also` extras, and receives K messages, verifying each one's
 //! pattern and checksum. It prints `SENT` when every send is issued, `MARK` after M sends,
 //! `AGAIN` the first time a send answers `Again`, and
-//! `RESULT key=value..` when done; then it keeps progressing until its stdin closes and exits 0
-//! if everything checked out, 1 otherwise. `--echo` sends every received message back to its
-//! sender (and runs until stdin closes). `--stall-on-first` prints `STARTED` when the first
-//! message is offered and then stops dead inside the handler, to be killed mid-transfer.
+//! `RESULT key=value..` when done (`cma_reads` counts the messages it copied with CMA); then it
+//! keeps progressing until its stdin closes and exits 0 if everything checked out, 1 otherwise.
+//! `--echo` sends every received message back to its sender (and runs until stdin closes).
+//! `--stall-on-first` prints `STARTED` when the first message is offered and then stops dead
+//! inside the handler, to be killed mid-transfer.
 //!
 //! `hang` creates N, prints `READY` and never progresses. `fuzz` pushes K random commands into
 //! N's command ring and prints `FUZZED`.
@@ -379,7 +380,7 @@ fn run_node(o: &Opts) -> i32 {
     let stats = node.ep.stats().clone();
     say(&format!(
         "RESULT name={} sent={sent} echoed={echoed} received={} bytes={} bad={} dups={} order_errors={} \
-         again={} send_errors={send_errors} corrupt={} skipped={} fallbacks={} cma={} senders={}",
+         again={} send_errors={send_errors} corrupt={} skipped={} fallbacks={} cma={} cma_reads={} senders={}",
         node.ep.name(),
         tally.received,
         tally.bytes,
@@ -391,6 +392,7 @@ fn run_node(o: &Opts) -> i32 {
         stats.skipped_slots,
         stats.cma_fallbacks,
         u8::from(node.ep.cma_enabled()),
+        stats.cma_reads,
         tally.senders(),
     ));
     // Stay reachable (acks, echoes, CMA reads of our buffers) until the test lets go.
