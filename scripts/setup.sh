@@ -28,4 +28,10 @@ if ! command -v cargo >/dev/null 2>&1; then
         rustup default stable
     fi
 fi
+# cargo-fuzz: scripts/test.sh fuzzes smr-core's decoders with it (libFuzzer; on the stable
+# toolchain through RUSTC_BOOTSTRAP=1).
+if command -v cargo >/dev/null 2>&1 && ! command -v cargo-fuzz >/dev/null 2>&1; then
+    echo "setup: installing cargo-fuzz"
+    cargo install -q cargo-fuzz --version 0.13.2 --locked
+fi
 echo "setup: ok ($(cargo --version 2>/dev/null || echo 'cargo not on PATH'))"

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Every test rshm has: formatting, lints, unit and multi-process tests, loom models.
+# Every test rshm has: formatting, lints, unit and multi-process tests, loom models, fuzzing, the
+# conformance suite, leaked regions, real clients.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,6 +21,30 @@ cargo test --workspace --locked
 step "loom models (LOOM_MAX_PREEMPTIONS=2)"
 LOOM_MAX_PREEMPTIONS=2 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
     cargo test -p smr-core --release --locked --test loom_models
+
+step "fuzzing: every cargo-fuzz target in smr-core/fuzz, 20 s each (libFuzzer, ASan, overflow checks)"
+# cargo-fuzz passes nightly -Z flags; RUSTC_BOOTSTRAP=1 lets the stable toolchain take them.
+# RUSTC names the compiler itself rather than rustup's proxy (cargo-fuzz parses its --version).
+command -v cargo-fuzz >/dev/null || { echo "cargo-fuzz is not installed: run scripts/setup.sh"; exit 1; }
+(
+    cd smr-core/fuzz
+    export RUSTC_BOOTSTRAP=1 RUSTC="$(rustc --print sysroot)/bin/rustc"
+    targets=$(cargo fuzz list)
+    [ -n "$targets" ] || { echo "no fuzz targets"; exit 1; }
+    cargo fuzz build
+    mkdir -p target
+    for t in $targets; do
+        log=target/run-$t.log
+        if ! cargo fuzz run "$t" -- -max_total_time=20 >"$log" 2>&1; then
+            tail -40 "$log"
+            echo "fuzz target $t failed (log: smr-core/fuzz/$log; the input is under smr-core/fuzz/artifacts/$t)"
+            exit 1
+        fi
+        # Proof that it fuzzed: coverage-guided inputs and a final count of runs.
+        grep -q " cov: [1-9]" "$log" && grep -E "^Done [1-9][0-9]* runs" "$log" | sed "s/^/  $t: /" ||
+            { tail -20 "$log"; echo "fuzz target $t did not run"; exit 1; }
+    done
+)
 
 step "conformance suite (fabtests-adapter): every scenario against rshm and the C shm"
 bash scripts/build-provider.sh
