@@ -20,7 +20,17 @@ const GIVE_UP: Duration = Duration::from_secs(6);
 /// Keep sending `len`-byte messages to `peer` (one every 20 ms) after `killed`, until the engine
 /// reports the peer dead through `send` or `on_send_done` and nothing is left in flight. Returns
 /// when the first error came. Every error must be `PeerDead`, and no send issued after the kill
-/// may complete successfully (sends from before it may: their acks can still be in our queue).
+/// may complete successfully.
+///
+/// Sends from before the kill that were still pending may complete either way, but only so: a
+/// pending send completes successfully only on the receiver's acknowledgement, which it writes
+/// after taking the data, in the order the commands came, into our response queue (FIFO). The
+/// receiver died at one point of that sequence, so the sends it acknowledged are the first
+/// ones and we drain their acks before we fail the rest. Hence, over every completion of this
+/// node: each send completes exactly once, and no success follows a failure in send order.
+/// (Sends that returned `Done` at once are complete already: inline and inject data were
+/// copied into the peer's region, which is all that completion promises without
+/// delivery-complete. After the kill this can still happen until the death is noticed.)
 fn send_until_peer_dead(node: &mut Node, peer: PeerId, len: usize, dc: bool, killed: Instant) -> Duration {
     let done_before = node.h.sends_done.len();
     let mut after_kill = HashSet::new();
@@ -67,8 +77,22 @@ fn send_until_peer_dead(node: &mut Node, peer: PeerId, len: usize, dc: bool, kil
             }
         }
         if refused && node.sends_in_flight() == 0 {
+            check_completions(&node.h.sends_done);
             return first_error.expect("set on refusal");
         }
+    }
+}
+
+/// Each send completed once, and no successful one after (in send order) a failed one.
+fn check_completions(done: &[(u64, smr_core::Result<()>)]) {
+    let mut cookies: Vec<u64> = done.iter().map(|d| d.0).collect();
+    cookies.sort_unstable();
+    cookies.dedup();
+    assert_eq!(cookies.len(), done.len(), "a send completed twice: {done:?}");
+    let last_ok = done.iter().filter(|d| d.1.is_ok()).map(|d| d.0).max();
+    let first_err = done.iter().filter(|d| d.1.is_err()).map(|d| d.0).min();
+    if let (Some(ok), Some(err)) = (last_ok, first_err) {
+        assert!(ok < err, "send {ok} succeeded although the earlier send {err} failed: {done:?}");
     }
 }
 
@@ -76,26 +100,38 @@ fn send_until_peer_dead(node: &mut Node, peer: PeerId, len: usize, dc: bool, kil
 /// the sender's first, CMA-sized send.
 #[test]
 fn receiver_killed_during_handshake_fails_the_pending_cma_send() {
+    if !cma_or_skip("receiver_killed_during_handshake_fails_the_pending_cma_send") {
+        return;
+    }
     let mut sc = Scenario::new(PEER, "kha");
     let victim = sc.name("r");
     let r = sc.spawn("hang", &["hang", "--name", &victim]);
-    sc.child(r).expect_line("READY", deadline());
+    let ready = parse_kv(&sc.child(r).expect_line("READY", deadline()));
+    assert_eq!(kv_u64(&ready, "cma"), 1, "the receiver's region must offer CMA");
     let mut node = Node::create(&sc.name("s"), params(false)).unwrap();
+    assert!(node.ep.cma_enabled());
     let peer = node.ep.add_peer(&victim).unwrap();
     let data = pattern(1, 0, 1 << 20);
-    let (status, _) = node.try_send(peer, header(1, 0, &data), data, false).map_err(|(e, _)| e).unwrap();
+    let (status, first) = node.try_send(peer, header(1, 0, &data), data, false).map_err(|(e, _)| e).unwrap();
     assert_eq!(status, SendStatus::Pending);
     let until = Instant::now() + Duration::from_millis(100);
     while Instant::now() < until {
         node.pump_or_wait(Duration::from_millis(1));
     }
     assert!(node.h.sends_done.is_empty(), "completed without a receiver: {:?}", node.h.sends_done);
+    // The send went out as a CMA command: not one of the receiver's SAR buffers was taken.
+    let (free, total) = sar_buffers(&victim);
+    assert_eq!(free, total, "the 1 MiB send took SAR buffers: it did not go by CMA");
 
     let killed = sc.child(r).kill();
     let noticed = send_until_peer_dead(&mut node, peer, 1 << 20, false, killed);
     println!("death noticed after {noticed:?}");
     assert!(noticed < NOTICE, "the sender learned of the death after {noticed:?}");
-    assert!(!node.h.sends_done.is_empty(), "the first send never completed");
+    // The receiver never ran its progress: it neither read the data nor acknowledged anything,
+    // so the first send has one possible outcome.
+    let outcomes: Vec<_> = node.h.sends_done.iter().filter(|d| d.0 == first).collect();
+    assert_eq!(outcomes, [&(first, Err(Error::PeerDead))], "the first send: {:?}", node.h.sends_done);
+    assert!(node.h.sends_done.iter().all(|d| d.1 == Err(Error::PeerDead)), "{:?}", node.h.sends_done);
     let data = pattern(1, 0, 1 << 20);
     assert_eq!(node.try_send(peer, header(1, 0, &data), data, false).map_err(|(e, _)| e), Err(Error::PeerDead));
 }
@@ -196,8 +232,7 @@ fn sender_killed_mid_stream_leaves_the_receiver_working() {
 /// them reports the death, right away and after the engine's own liveness check.
 #[test]
 fn sender_killed_while_its_cma_messages_are_held() {
-    if !smr_core::cma::probe() {
-        eprintln!("CMA not available here: nothing to test");
+    if !cma_or_skip("sender_killed_while_its_cma_messages_are_held") {
         return;
     }
     let mut sc = Scenario::new(PEER, "kch");
@@ -214,6 +249,9 @@ fn sender_killed_while_its_cma_messages_are_held() {
     sc.child(c).expect_line("SENT", dl);
     let held = node.h.held.clone();
     assert!(held.iter().all(|m| m.hdr.len == len as u64));
+    // Held as CMA messages (still in the sender), not arriving through our SAR buffers.
+    let (free, total) = sar_buffers(&me);
+    assert_eq!(free, total, "the held 1 MiB messages took SAR buffers: they did not come by CMA");
 
     let killed = sc.child(c).kill();
     match node.deliver(held[0].key, len) {
@@ -231,6 +269,8 @@ fn sender_killed_while_its_cma_messages_are_held() {
     }
     assert!(node.h.received.is_empty());
     assert_eq!(node.ep.held_count(), 0);
+    let stats = node.ep.stats();
+    assert_eq!((stats.cma_reads, stats.cma_fallbacks), (0, 0), "nothing read from the dead: {stats:?}");
 }
 
 /// Receiver params whose progress calls move at most 1 MiB of SAR data (256 x 4 KiB).
@@ -287,7 +327,10 @@ fn sender_killed_mid_sar_reassembly_fails_the_held_message() {
 
 /// (d) The receiver stops dead in its handler at the first segment of an 8 MiB message and is
 /// killed there: the sender's send fails.
-fn receiver_killed_mid_transfer(tag: &str, sar: bool) {
+fn receiver_killed_mid_transfer(test: &str, tag: &str, sar: bool) {
+    if !sar && !cma_or_skip(test) {
+        return;
+    }
     let mut sc = Scenario::new(PEER, tag);
     let victim = sc.name("r");
     let mut args = vec!["node", "--name", &victim, "--expect", "1", "--stall-on-first"];
@@ -296,8 +339,10 @@ fn receiver_killed_mid_transfer(tag: &str, sar: bool) {
     }
     let r = sc.spawn("receiver", &args);
     let dl = deadline();
-    sc.child(r).expect_line("READY", dl);
+    let ready = parse_kv(&sc.child(r).expect_line("READY", dl));
+    assert_eq!(kv_u64(&ready, "cma"), u64::from(!sar));
     let mut node = Node::create(&sc.name("s"), params(sar)).unwrap();
+    assert_eq!(node.ep.cma_enabled(), !sar);
     let peer = node.ep.add_peer(&victim).unwrap();
     let len = 8 << 20;
     let data = pattern(1, 0, len);
@@ -306,6 +351,13 @@ fn receiver_killed_mid_transfer(tag: &str, sar: bool) {
     sc.child(r).expect_line_while("STARTED", dl, || {
         node.pump_or_wait(Duration::from_millis(1));
     });
+    // By CMA the receiver's SAR buffers stay free; by SAR the first segment holds one.
+    let (free, total) = sar_buffers(&victim);
+    if sar {
+        assert!(free < total, "no SAR buffer in use ({free} of {total} free): the send did not go by SAR");
+    } else {
+        assert_eq!(free, total, "the 8 MiB send took SAR buffers: it did not go by CMA");
+    }
     let killed = sc.child(r).kill();
     node.wait_until(killed + GIVE_UP, "the failed send", |n| !n.h.sends_done.is_empty());
     let noticed = killed.elapsed();
@@ -319,12 +371,12 @@ fn receiver_killed_mid_transfer(tag: &str, sar: bool) {
 
 #[test]
 fn sar_receiver_killed_mid_transfer_fails_the_send() {
-    receiver_killed_mid_transfer("kds", true);
+    receiver_killed_mid_transfer("sar_receiver_killed_mid_transfer_fails_the_send", "kds", true);
 }
 
 #[test]
 fn cma_receiver_killed_before_reading_fails_the_send() {
-    receiver_killed_mid_transfer("kdc", false);
+    receiver_killed_mid_transfer("cma_receiver_killed_before_reading_fails_the_send", "kdc", false);
 }
 
 /// (e) Kill an endpoint's process, start a new one under the same name: creation reclaims the
@@ -348,6 +400,9 @@ fn restarted_endpoint_takes_over_the_name_and_old_peers_reach_it() {
     let line = sc.child(r1).expect_line("RESULT", dl);
     let kv = parse_kv(&line);
     assert_eq!((kv_u64(&kv, "received"), kv_u64(&kv, "bad")), (3, 0), "{line}");
+    // The 100 000- and 5000-byte messages went by CMA wherever CMA is permitted.
+    let cma = u64::from(smr_core::cma::probe());
+    assert_eq!((kv_u64(&kv, "cma_reads"), kv_u64(&kv, "fallbacks")), (2 * cma, 0), "{line}");
 
     let killed = sc.child(r1).kill();
     let noticed = send_until_peer_dead(&mut node, peer, 100_000, false, killed);
@@ -383,6 +438,7 @@ fn restarted_endpoint_takes_over_the_name_and_old_peers_reach_it() {
     let line = sc.child(r2).expect_line("RESULT", dl);
     let kv = parse_kv(&line);
     assert_eq!((kv_u64(&kv, "received"), kv_u64(&kv, "bad")), (2, 0), "{line}");
+    assert_eq!((kv_u64(&kv, "cma_reads"), kv_u64(&kv, "fallbacks")), (cma, 0), "{line}");
     assert_eq!(kv["senders"], "7:2", "{line}");
     println!("refusals before the new incarnation was reached: {refusals}");
     sc.child(r2).finish(dl);
