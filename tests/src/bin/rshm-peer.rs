@@ -3,7 +3,7 @@
 //! ```text
 //! rshm-peer node  --name N [--id I] [--to A,B] [--sizes 0,1,..] [--count C] [--also TO:SIZE]..
 //!                 [--expect K] [--sar] [--dc] [--hold] [--echo] [--check-order]
-//!                 [--sleep-ms S] [--wait-go] [--stall-on-first] [--mark-after M]
+//!                 [--at-least] [--sleep-ms S] [--wait-go] [--stall-on-first] [--mark-after M]
 //!                 [--cmd-len L] [--inject-count L] [--sar-count L] [--sar-size B]
 //! rshm-peer hang  --name N [--sar]
 //! rshm-peer fuzz  --target N --count K [--seed S] [--bias]
@@ -16,10 +16,11 @@
 //! pattern and checksum. It prints `SENT` when every send is issued, `MARK` after M sends,
 //! `AGAIN` the first time a send answers `Again`, and
 //! `RESULT key=value..` when done (`cma_reads` counts the messages it copied with CMA); then it
-//! keeps progressing until its stdin closes and exits 0 if everything checked out, 1 otherwise.
-//! `--echo` sends every received message back to its sender (and runs until stdin closes).
-//! `--stall-on-first` prints `STARTED` when the first message is offered and then stops dead
-//! inside the handler, to be killed mid-transfer.
+//! keeps progressing until its stdin closes and exits 0 if everything checked out (exactly K
+//! messages received, or with `--at-least` K or more), 1 otherwise. `--echo` sends every
+//! received message back to its sender (and runs until stdin closes). `--stall-on-first` prints
+//! `STARTED` when the first message is offered and then stops dead inside the handler, to be
+//! killed mid-transfer.
 //!
 //! `hang` creates N, prints `READY` and never progresses. `fuzz` pushes K random commands into
 //! N's command ring and prints `FUZZED`.
@@ -78,7 +79,7 @@ struct Opts {
     flags: HashSet<String>,
 }
 
-const FLAGS: &[&str] = &["sar", "dc", "hold", "echo", "check-order", "stall-on-first", "bias", "wait-go"];
+const FLAGS: &[&str] = &["sar", "dc", "hold", "echo", "check-order", "stall-on-first", "bias", "wait-go", "at-least"];
 
 impl Opts {
     fn parse(args: &[String]) -> Opts {
@@ -243,6 +244,7 @@ fn run_node(o: &Opts) -> i32 {
     let check_order = o.flag("check-order");
     let expect: u64 = o.num("expect", 0);
     let mark_after: u64 = o.num("mark-after", 0);
+    let at_least = o.flag("at-least");
     node.h.hold = o.flag("hold");
     if o.flag("stall-on-first") {
         node.h.on_offer = Some(Box::new(|msg| {
@@ -410,7 +412,7 @@ fn run_node(o: &Opts) -> i32 {
         && tally.dups == 0
         && (!check_order || tally.order_errors == 0)
         && send_errors == 0
-        && (echo || tally.received == expect);
+        && (echo || tally.received == expect || (at_least && tally.received > expect));
     drop(node);
     i32::from(!ok)
 }
