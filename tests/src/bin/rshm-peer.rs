@@ -4,6 +4,7 @@
 //! rshm-peer node  --name N [--id I] [--to A,B] [--sizes 0,1,..] [--count C] [--also TO:SIZE]..
 //!                 [--expect K] [--sar] [--dc] [--hold] [--echo] [--check-order]
 //!                 [--at-least] [--sleep-ms S] [--wait-go] [--stall-on-first] [--mark-after M]
+//!                 [--exit-when-sent close|abandon]
 //!                 [--cmd-len L] [--inject-count L] [--sar-count L] [--sar-size B]
 //! rshm-peer hang  --name N [--sar]
 //! rshm-peer fuzz  --target N --count K [--seed S] [--bias]
@@ -17,10 +18,13 @@
 //! `AGAIN` the first time a send answers `Again`, and
 //! `RESULT key=value..` when done (`cma_reads` counts the messages it copied with CMA); then it
 //! keeps progressing until its stdin closes and exits 0 if everything checked out (exactly K
-//! messages received, or with `--at-least` K or more), 1 otherwise. `--echo` sends every
-//! received message back to its sender (and runs until stdin closes). `--stall-on-first` prints
-//! `STARTED` when the first message is offered and then stops dead inside the handler, to be
-//! killed mid-transfer.
+//! messages received, or with `--at-least` K or more), 1 otherwise. With `--exit-when-sent` it
+//! exits right after `RESULT` instead, without progressing again: `close` closes the endpoint
+//! first (as a process that calls `fi_close` and exits does), `abandon` leaves it as it is (as a
+//! process that exits without closing does, region file and all). `--echo` sends every received
+//! message back to its sender (and runs until stdin closes). `--stall-on-first` prints `STARTED`
+//! when the first message is offered and then stops dead inside the handler, to be killed
+//! mid-transfer.
 //!
 //! `hang` creates N, prints `READY` and never progresses. `fuzz` pushes K random commands into
 //! N's command ring and prints `FUZZED`.
@@ -245,6 +249,10 @@ fn run_node(o: &Opts) -> i32 {
     let expect: u64 = o.num("expect", 0);
     let mark_after: u64 = o.num("mark-after", 0);
     let at_least = o.flag("at-least");
+    let exit_when_sent = o.get("exit-when-sent").map(String::from);
+    if exit_when_sent.as_deref().is_some_and(|how| how != "close" && how != "abandon") {
+        bail(2, "--exit-when-sent wants close or abandon");
+    }
     node.h.hold = o.flag("hold");
     if o.flag("stall-on-first") {
         node.h.on_offer = Some(Box::new(|msg| {
@@ -397,6 +405,20 @@ fn run_node(o: &Opts) -> i32 {
         stats.cma_reads,
         tally.senders(),
     ));
+    let ok = tally.bad == 0
+        && tally.dups == 0
+        && (!check_order || tally.order_errors == 0)
+        && send_errors == 0
+        && (echo || tally.received == expect || (at_least && tally.received > expect));
+    match exit_when_sent.as_deref() {
+        Some("close") => {
+            drop(node);
+            std::process::exit(i32::from(!ok))
+        }
+        // No destructor runs: the region stays, marked ready, owned by a dead process.
+        Some(_) => std::process::exit(i32::from(!ok)),
+        None => {}
+    }
     // Stay reachable (acks, echoes, CMA reads of our buffers) until the test lets go.
     while !STDIN_CLOSED.load(Ordering::Relaxed) {
         if GIVE_UP_AT.get().is_some_and(|t| Instant::now() > *t) {
@@ -408,11 +430,6 @@ fn run_node(o: &Opts) -> i32 {
         }
         node.h.received.clear();
     }
-    let ok = tally.bad == 0
-        && tally.dups == 0
-        && (!check_order || tally.order_errors == 0)
-        && send_errors == 0
-        && (echo || tally.received == expect || (at_least && tally.received > expect));
     drop(node);
     i32::from(!ok)
 }
