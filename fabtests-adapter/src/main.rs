@@ -13,6 +13,7 @@
 //! namespaces alive).
 
 // The wrapper covers more of the API than today's scenarios call (part 2 and later scenarios).
+mod expected;
 #[allow(dead_code)]
 mod fabric;
 mod harness;

@@ -493,12 +493,19 @@ pub fn run_suite(opts: &SuiteOpts) -> i32 {
     );
     let total = list.len() * opts.providers.len();
     let mut rows: Vec<(&Scenario, Vec<RunReport>)> = Vec::new();
+    // (scenario, provider, reason) of expected-n/s entries that passed.
+    let mut stale_entries: Vec<(&str, String, &str)> = Vec::new();
     let mut k = 0;
     for s in &list {
         let mut reps = Vec::new();
         for p in &opts.providers {
             k += 1;
-            let rep = run_scenario(s, p, opts);
+            let mut rep = run_scenario(s, p, opts);
+            let (judged, stale) = judge(p, s.name, rep.outcome);
+            rep.outcome = judged;
+            if let Some(reason) = stale {
+                stale_entries.push((s.name, p.clone(), reason));
+            }
             eprintln!(
                 "[{k:3}/{total}] {:<32} {:<5} {} ({:.2}s)",
                 s.name,
@@ -561,13 +568,66 @@ pub fn run_suite(opts: &SuiteOpts) -> i32 {
     if !notes.is_empty() {
         let _ = write!(stdout, "\nDetails:{notes}");
     }
-    let _ = writeln!(stdout, "\n{primary}: {nos} not supported; suite time {:.1}s", t0.elapsed().as_secs_f64());
+    let judged = if crate::expected::not_supported_list(&primary).is_some() {
+        " (each on its expected-not-supported list)"
+    } else {
+        ""
+    };
+    let _ = writeln!(stdout, "\n{primary}: {nos} not supported{judged}; suite time {:.1}s", t0.elapsed().as_secs_f64());
+    let stale = stale_report(&stale_entries);
+    if !stale.is_empty() {
+        let _ = write!(stdout, "\n{stale}\n");
+        eprint!("\n{stale}");
+    }
     let _ = writeln!(stdout, "{passed} passed, {failed} failed");
-    if failed > 0 {
+    let stale_fatal = crate::expected::STALE_ENTRY_IS_FATAL && !stale_entries.is_empty();
+    if failed > 0 || stale_fatal {
         1
     } else {
         0
     }
+}
+
+/// A provider's "not supported" judged against its expected list (`expected.rs`): an n/s that is
+/// not on the list is a failure (declining is not passing); a pass of a listed scenario is
+/// returned as stale (its reason) so that the list shrinks. Providers without a list (shm) keep
+/// their outcome.
+fn judge(prov: &str, scenario: &str, outcome: Outcome) -> (Outcome, Option<&'static str>) {
+    let Some(list) = crate::expected::not_supported_list(prov) else { return (outcome, None) };
+    let listed = crate::expected::expected_reason(list, scenario);
+    match (outcome, listed) {
+        (Outcome::NotSupported(code, why), None) => (
+            Outcome::Fail(format!(
+                "declined with {} ({why}), but {scenario} is not on {prov}'s expected-not-supported list \
+                 (fabtests-adapter/src/expected.rs): {prov} must support it",
+                crate::fabric::errname(code)
+            )),
+            None,
+        ),
+        (Outcome::Pass, Some(reason)) => (Outcome::Pass, Some(reason)),
+        (o, _) => (o, None),
+    }
+}
+
+/// The loud notice for expected-n/s entries that now pass (empty if none).
+fn stale_report(stale: &[(&str, String, &str)]) -> String {
+    if stale.is_empty() {
+        return String::new();
+    }
+    let bar = "!".repeat(100);
+    let mut s = format!("{bar}\n");
+    for (name, prov, reason) in stale {
+        s.push_str(&format!(
+            "!! expected n/s now passes: remove it from the list: {name} [{prov}] (listed because: {reason})\n"
+        ));
+    }
+    s.push_str(&format!(
+        "!! ({} entr{} of RSHM_NOT_SUPPORTED in fabtests-adapter/src/expected.rs; {})\n{bar}\n",
+        stale.len(),
+        if stale.len() == 1 { "y" } else { "ies" },
+        if crate::expected::STALE_ENTRY_IS_FATAL { "this fails the run" } else { "not fatal yet" }
+    ));
+    s
 }
 
 #[cfg(test)]
@@ -581,6 +641,18 @@ mod tests {
         assert_eq!(Outcome::Fail("rankings: x".into()).cell(), "FAIL(rankings: x)");
         assert_eq!(Outcome::NotSupported(-61, String::new()).cell(), "n/s(-FI_ENODATA)");
         assert!(Outcome::Fail("x".repeat(200)).cell().len() < 70);
+    }
+
+    #[test]
+    fn declining_is_judged_for_rshm_only() {
+        let nos = || Outcome::NotSupported(-61, "fi_getinfo".into());
+        assert!(matches!(judge("rshm", "pair/multi_recv", nos()), (Outcome::Fail(_), None)));
+        assert!(matches!(judge("rshm", "rma/write_read", nos()), (Outcome::NotSupported(..), None)));
+        assert!(matches!(judge("rshm", "rma/write_read", Outcome::Pass), (Outcome::Pass, Some(_))));
+        assert!(matches!(judge("rshm", "pair/multi_recv", Outcome::Pass), (Outcome::Pass, None)));
+        assert!(matches!(judge("shm", "pair/multi_recv", nos()), (Outcome::NotSupported(..), None)));
+        assert!(stale_report(&[]).is_empty());
+        assert!(stale_report(&[("rma/mr_keys", "rshm".into(), "x")]).contains("remove it from the list"));
     }
 
     #[test]
