@@ -250,7 +250,7 @@ impl Handler for Pong {
 }
 
 fn header(len: usize, tag: u64) -> MsgHeader {
-    MsgHeader { app: 0, tag, data: 0, len: len as u64 }
+    MsgHeader { app: 0, tag, data: 0, aux: 0, len: len as u64 }
 }
 
 /// Send `len` bytes of `buf`, running progress while the peer's queues are full.

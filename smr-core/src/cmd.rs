@@ -7,12 +7,12 @@ use crate::error::{Error, Result};
 use crate::pod::Pod;
 
 /// Inline payload capacity of a command entry: the whole tail of the 256-byte slot.
-pub const INLINE_MAX: usize = 208;
+pub const INLINE_MAX: usize = 200;
 /// At most this many remote iovecs ride in one command.
 pub const IOV_MAX: usize = (INLINE_MAX - 8) / 16;
 
 /// One command slot's contents (the ring's stamp precedes it, making the slot 256 bytes). The
-/// fields a small message needs, plus its first 16 payload bytes, share the slot's first line.
+/// fields a small message needs, plus its first 8 payload bytes, share the slot's first line.
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct CmdEntry {
@@ -26,6 +26,8 @@ pub struct CmdEntry {
     pub len: u64,
     pub tag: u64,
     pub data: u64,
+    /// Opaque to the engine: a second word of the provider's (the remote address of RMA).
+    pub aux: u64,
     /// The sender's cookie, echoed in responses.
     pub msg_id: u64,
     pub payload: [u8; INLINE_MAX],
@@ -42,6 +44,7 @@ impl Default for CmdEntry {
             len: 0,
             tag: 0,
             data: 0,
+            aux: 0,
             msg_id: 0,
             payload: [0; INLINE_MAX],
         }
@@ -63,7 +66,7 @@ impl std::fmt::Debug for CmdEntry {
 // SAFETY: integers and a byte array, no padding (checked below).
 unsafe impl Pod for CmdEntry {
     /// The header plus the part of the payload the protocol uses. Computed from fields in the
-    /// first 56 bytes (header and the first 16 payload bytes), which the ring copies first.
+    /// first 56 bytes (header and the first 8 payload bytes), which the ring copies first.
     fn wire_len(&self) -> usize {
         const HEADER: usize = std::mem::offset_of!(CmdEntry, payload);
         let used = match (self.op, self.proto) {
@@ -96,7 +99,7 @@ unsafe impl Pod for RespEntry {}
 
 const _: () = {
     assert!(std::mem::size_of::<CmdEntry>() == 248);
-    assert!(std::mem::offset_of!(CmdEntry, payload) == 40);
+    assert!(std::mem::offset_of!(CmdEntry, payload) == 48);
     assert!(std::mem::size_of::<RespEntry>() == 24);
 };
 
@@ -135,6 +138,8 @@ pub enum Status {
     CmaFailed = 2,
     /// The receiver dropped it (discarded, canceled, or bad).
     Dropped = 3,
+    /// The receiver refused it (the handler said why: `value` holds a positive errno).
+    Refused = 4,
 }
 
 impl Status {
@@ -144,6 +149,7 @@ impl Status {
             1 => Status::Truncated,
             2 => Status::CmaFailed,
             3 => Status::Dropped,
+            4 => Status::Refused,
             _ => return Err(Error::Corrupt("unknown response status")),
         })
     }
@@ -165,6 +171,8 @@ pub struct MsgHeader {
     pub app: u8,
     pub tag: u64,
     pub data: u64,
+    /// A third word for the provider (RMA: the target address).
+    pub aux: u64,
     pub len: u64,
 }
 
@@ -288,7 +296,7 @@ pub fn decode(entry: &CmdEntry, limits: &Limits) -> Result<Command> {
         proto::SAR => Body::Sar(decode_sar(entry, limits)?),
         _ => return Err(Error::Corrupt("unknown protocol")),
     };
-    let hdr = MsgHeader { app: entry.app, tag: entry.tag, data: entry.data, len };
+    let hdr = MsgHeader { app: entry.app, tag: entry.tag, data: entry.data, aux: entry.aux, len };
     Ok(Command::Msg { src, msg_id: entry.msg_id, ack: entry.flags & FLAG_ACK != 0, hdr, body })
 }
 
@@ -303,6 +311,7 @@ impl CmdEntry {
             len: hdr.len,
             tag: hdr.tag,
             data: hdr.data,
+            aux: hdr.aux,
             msg_id,
             ..CmdEntry::default()
         }
@@ -350,7 +359,7 @@ mod tests {
         Limits { max_peers: 8, inject_count: 4, sar_count: 2, sar_size: 65536, max_msg_size: 1 << 30 };
 
     fn hdr(len: u64) -> MsgHeader {
-        MsgHeader { app: 3, tag: 0xfeed, data: 42, len }
+        MsgHeader { app: 3, tag: 0xfeed, data: 42, aux: 0x7000, len }
     }
 
     #[test]

@@ -21,6 +21,8 @@ pub enum Error {
     NoSuchPeer,
     /// The operation was cancelled by its owner.
     Canceled,
+    /// The receiver's handler refused the message (a positive errno says why, e.g. a bad key).
+    Refused(u32),
     /// An operating-system call failed.
     Os(i32),
 }
@@ -45,6 +47,9 @@ impl fmt::Display for Error {
             Error::AddrInUse => write!(f, "region name owned by a live process"),
             Error::NoSuchPeer => write!(f, "no such peer region"),
             Error::Canceled => write!(f, "operation canceled"),
+            Error::Refused(errno) => {
+                write!(f, "refused by the receiver: {}", std::io::Error::from_raw_os_error(*errno as i32))
+            }
             Error::Os(errno) => write!(f, "{}", std::io::Error::from_raw_os_error(*errno)),
         }
     }

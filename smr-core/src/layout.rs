@@ -23,7 +23,8 @@ use crate::sync::{AtomicU32, AtomicU64};
 use std::mem::{align_of, offset_of, size_of};
 
 pub const MAGIC: u64 = u64::from_le_bytes(*b"RSHMREG\0");
-pub const LAYOUT_VERSION: u32 = 1;
+/// 2: command entries carry a third provider word (`aux`); inline payload 200 bytes.
+pub const LAYOUT_VERSION: u32 = 2;
 /// Longest region name, without the terminating NUL.
 pub const NAME_MAX: usize = 63;
 /// Size of one inject buffer.

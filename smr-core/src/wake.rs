@@ -58,6 +58,55 @@ pub fn wait(word: &WakeWord, timeout: Option<Duration>, ready: impl Fn() -> bool
     disarm(word);
 }
 
+/// One word to wait on with `sleep_any`: a wake word's sequence (shared) or a private word.
+pub struct WaitOn<'a> {
+    pub word: &'a crate::sync::AtomicU32,
+    pub expected: u32,
+    /// The word lives in this process's private memory.
+    pub private: bool,
+}
+
+/// Sleep until any of `words` moves off its expected value or `timeout` passes (futex_waitv,
+/// Linux 5.16; false if the kernel lacks it or more than 128 words are given, and the caller
+/// then sleeps another way).
+pub fn sleep_any(words: &[WaitOn<'_>], timeout: Duration) -> bool {
+    #[repr(C)]
+    struct FutexWaitv {
+        val: u64,
+        uaddr: u64,
+        flags: u32,
+        reserved: u32,
+    }
+    const FUTEX_32: u32 = 2;
+    const FUTEX_PRIVATE: u32 = 128;
+    if words.is_empty() || words.len() > 128 {
+        return false;
+    }
+    let list: Vec<FutexWaitv> = words
+        .iter()
+        .map(|w| FutexWaitv {
+            val: u64::from(w.expected),
+            uaddr: w.word.as_ptr() as u64,
+            flags: FUTEX_32 | if w.private { FUTEX_PRIVATE } else { 0 },
+            reserved: 0,
+        })
+        .collect();
+    let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes one timespec we own.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
+    let nanos = now.tv_nsec as u64 + u64::from(timeout.subsec_nanos());
+    let deadline = libc::timespec {
+        tv_sec: now.tv_sec + timeout.as_secs() as libc::time_t + (nanos / 1_000_000_000) as libc::time_t,
+        tv_nsec: (nanos % 1_000_000_000) as _,
+    };
+    // SAFETY: `list` holds `words.len()` entries describing live, aligned u32 words (the
+    // caller's borrows keep them alive for the call); the kernel only compares and sleeps.
+    let rc = unsafe {
+        libc::syscall(libc::SYS_futex_waitv, list.as_ptr(), list.len() as u32, 0u32, &deadline, libc::CLOCK_MONOTONIC)
+    };
+    !(rc < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ENOSYS))
+}
+
 fn futex_wait(word: &crate::sync::AtomicU32, expected: u32, timeout: Option<Duration>) {
     let ts = timeout.map(|t| libc::timespec { tv_sec: t.as_secs() as libc::time_t, tv_nsec: t.subsec_nanos() as _ });
     let ts_ptr = ts.as_ref().map_or(std::ptr::null(), |t| t as *const libc::timespec);

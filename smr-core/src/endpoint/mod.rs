@@ -85,6 +85,8 @@ impl Default for Params {
 pub struct Incoming {
     pub key: MsgKey,
     pub src: SrcId,
+    /// The sender's id for this message; with `Disposition::Later`, `answer` takes it back.
+    pub msg_id: u64,
     pub hdr: MsgHeader,
 }
 
@@ -96,6 +98,14 @@ pub enum Disposition {
     Hold,
     /// Drop it (the sender still completes normally).
     Discard,
+    /// Refuse it: the sender's operation fails with `Error::Refused(errno)` (if it asked for an
+    /// acknowledgement, which senders of refusable messages do).
+    Refuse(u32),
+    /// Deliver it like `Deliver`, but leave the sender waiting: the handler answers later with
+    /// `Endpoint::answer(src, msg_id, ..)`, e.g. once a reply it sends back has arrived. Only
+    /// inline and inject messages (up to 4 KiB) can be answered later; larger ones are answered
+    /// when delivered, as with `Deliver`.
+    Later { dest: LocalIov, ctx: u64 },
 }
 
 /// Callbacks from `progress`.
@@ -337,6 +347,11 @@ impl WaitHandle {
 
     pub fn disarm(&self) {
         crate::wake::disarm(self.region.wake_word())
+    }
+
+    /// The word `arm` returned a sequence of, for `crate::wake::sleep_any`.
+    pub fn wait_on(&self, seq: u32) -> crate::wake::WaitOn<'_> {
+        crate::wake::WaitOn { word: &self.region.wake_word().seq, expected: seq, private: false }
     }
 }
 

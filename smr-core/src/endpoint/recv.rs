@@ -17,6 +17,7 @@ enum Sink {
     Deliver { dest: LocalIov, ctx: u64 },
     Held(MsgKey),
     Dropped,
+    Refused(u32),
 }
 
 /// A received message the engine keeps until the handler asks for it.
@@ -121,13 +122,13 @@ impl Endpoint {
         }
     }
 
-    fn offer(&mut self, src: SrcId, hdr: MsgHeader, h: &mut impl Handler) -> (MsgKey, Disposition) {
+    fn offer(&mut self, src: SrcId, msg_id: u64, hdr: MsgHeader, h: &mut impl Handler) -> (MsgKey, Disposition) {
         let key = self.new_key();
         let name = match self.inp.get(&src) {
             Some(p) => p.name.as_str(),
             None => self.forgotten.get(&src).map_or("", String::as_str),
         };
-        (key, h.on_message(&Incoming { key, src, hdr }, name))
+        (key, h.on_message(&Incoming { key, src, msg_id, hdr }, name))
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -141,7 +142,14 @@ impl Endpoint {
         body: Body,
         h: &mut impl Handler,
     ) {
-        let (key, disposition) = self.offer(src, hdr, h);
+        let (key, disposition) = self.offer(src, msg_id, hdr, h);
+        let refused = match disposition {
+            Disposition::Refuse(errno) => Some(errno),
+            _ => None,
+        };
+        // `Later` is delivered like `Deliver`; for the small protocols the handler answers.
+        let later = matches!(disposition, Disposition::Later { .. });
+        let ack = ack && !(later && matches!(body, Body::Inline { .. } | Body::Inject { .. }));
         match body {
             Body::Inline { len } => self.take_bytes(src, key, hdr, &entry.payload[..len], disposition, h),
             Body::Inject { buf } => {
@@ -149,7 +157,7 @@ impl Endpoint {
                 let map = self.region.mapping();
                 let at = self.region.geometry().inject_offset(buf);
                 let copied = at.and_then(|off| match disposition {
-                    Disposition::Deliver { mut dest, ctx } => {
+                    Disposition::Deliver { mut dest, ctx } | Disposition::Later { mut dest, ctx } => {
                         let ptr = map.bytes_ptr(off, hdr.len)?;
                         // SAFETY: `ptr` is `len` bytes inside our own mapping (bounds-checked).
                         let n = unsafe { dest.write_from_raw(0, ptr, len) };
@@ -162,7 +170,7 @@ impl Endpoint {
                         self.held.insert(key, Held { src, hdr, data: HeldData::Bytes(bytes) });
                         Ok(())
                     }
-                    Disposition::Discard => Ok(()),
+                    Disposition::Discard | Disposition::Refuse(_) => Ok(()),
                 });
                 if copied.is_err() {
                     self.stats.corrupt_commands += 1;
@@ -172,23 +180,29 @@ impl Endpoint {
             Body::Iov { count } => {
                 let iovs: Vec<RemoteIov> = (0..count).map(|i| entry.iov(i)).collect();
                 match disposition {
-                    Disposition::Deliver { dest, ctx } => self.pull_cma(src, msg_id, hdr, &iovs, dest, ctx, h),
+                    Disposition::Deliver { dest, ctx } | Disposition::Later { dest, ctx } => {
+                        self.pull_cma(src, msg_id, hdr, &iovs, dest, ctx, h)
+                    }
                     Disposition::Hold => {
                         self.held.insert(key, Held { src, hdr, data: HeldData::Cma { iovs, msg_id } });
                     }
                     Disposition::Discard => self.send_resp(src, done(msg_id, Status::Dropped, 0)),
+                    Disposition::Refuse(errno) => self.send_resp(src, done(msg_id, Status::Refused, errno.into())),
                 }
                 return; // the CMA path answers for itself
             }
             Body::Sar(seg) => {
                 let sink = match disposition {
-                    Disposition::Deliver { dest, ctx } => Sink::Deliver { dest, ctx },
+                    Disposition::Deliver { dest, ctx } | Disposition::Later { dest, ctx } => {
+                        Sink::Deliver { dest, ctx }
+                    }
                     Disposition::Hold => {
                         let bytes = vec![0u8; hdr.len as usize];
                         self.held.insert(key, Held { src, hdr, data: HeldData::Arriving { bytes, waiting: None } });
                         Sink::Held(key)
                     }
                     Disposition::Discard => Sink::Dropped,
+                    Disposition::Refuse(errno) => Sink::Refused(errno),
                 };
                 self.sar_rx.insert((src, msg_id), SarRx { hdr, received: 0, sink });
                 self.on_segment(src, msg_id, seg, h);
@@ -196,7 +210,11 @@ impl Endpoint {
             }
         }
         if ack {
-            self.send_resp(src, done(msg_id, Status::Ok, hdr.len));
+            let answer = match refused {
+                Some(errno) => done(msg_id, Status::Refused, errno.into()),
+                None => done(msg_id, Status::Ok, hdr.len),
+            };
+            self.send_resp(src, answer);
         }
     }
 
@@ -210,14 +228,14 @@ impl Endpoint {
         h: &mut impl Handler,
     ) {
         match d {
-            Disposition::Deliver { mut dest, ctx } => {
+            Disposition::Deliver { mut dest, ctx } | Disposition::Later { mut dest, ctx } => {
                 let n = dest.write_at(0, bytes);
                 h.on_recv_done(ctx, outcome(hdr.len, n), dest);
             }
             Disposition::Hold => {
                 self.held.insert(key, Held { src, hdr, data: HeldData::Bytes(bytes.to_vec()) });
             }
-            Disposition::Discard => {}
+            Disposition::Discard | Disposition::Refuse(_) => {}
         }
     }
 
@@ -298,7 +316,7 @@ impl Endpoint {
                 },
                 _ => Ok(()),
             },
-            Sink::Dropped => Ok(()),
+            Sink::Dropped | Sink::Refused(_) => Ok(()),
         });
         if copied.is_ok() {
             rx.received += u64::from(seg.len);
@@ -334,6 +352,7 @@ impl Endpoint {
                 }
             }
             Sink::Dropped => self.send_resp(src, done(msg_id, Status::Dropped, 0)),
+            Sink::Refused(errno) => self.send_resp(src, done(msg_id, Status::Refused, errno.into())),
         }
     }
 
@@ -370,6 +389,16 @@ impl Endpoint {
             }
             HeldData::Failed(e) => Ok(Delivered::Now(Err(e), dest)),
         }
+    }
+
+    /// Answer a message the handler took with `Disposition::Later`: its sender completes, with
+    /// `Err(errno)` as `Error::Refused(errno)`. A sender that has gone is not told.
+    pub fn answer(&mut self, src: SrcId, msg_id: u64, result: std::result::Result<(), u32>) {
+        let entry = match result {
+            Ok(()) => done(msg_id, Status::Ok, 0),
+            Err(errno) => done(msg_id, Status::Refused, errno.into()),
+        };
+        self.send_resp(src, entry);
     }
 
     /// Drop a held message; its sender completes normally.
@@ -420,7 +449,7 @@ impl Endpoint {
                         }
                     }
                 }
-                Sink::Dropped => {}
+                Sink::Dropped | Sink::Refused(_) => {}
             }
         }
         for held in self.held.values_mut() {

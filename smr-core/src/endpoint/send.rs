@@ -161,7 +161,11 @@ impl Endpoint {
             return 0;
         }
         let send = self.pending.remove(&entry.msg_id).expect("looked up above");
-        h.on_send_done(send.cookie, Ok(()));
+        let result = match status {
+            Status::Refused => Err(Error::Refused(entry.value.min(u64::from(u32::MAX)) as u32)),
+            _ => Ok(()),
+        };
+        h.on_send_done(send.cookie, result);
         1
     }
 
