@@ -9,15 +9,15 @@ use crate::error::{FiError, FiResult};
 use std::ffi::c_int;
 use std::time::{Duration, Instant};
 
-/// The endpoints bound to a CQ or counter, by its id.
-pub type Bound = fn(&DomainState, usize) -> Option<&[usize]>;
+/// The endpoints whose arrivals can satisfy a wait on CQ or counter `id`.
+pub type Bound = fn(&DomainState, usize) -> Option<Vec<usize>>;
 
-pub fn cq_eps(st: &DomainState, id: usize) -> Option<&[usize]> {
-    st.cqs.get(id).map(|c| c.eps.as_slice())
+pub fn cq_eps(st: &DomainState, id: usize) -> Option<Vec<usize>> {
+    st.cqs.get(id).map(|c| c.eps.clone())
 }
 
-pub fn cntr_eps(st: &DomainState, id: usize) -> Option<&[usize]> {
-    st.cntrs.get(id).map(|c| c.eps.as_slice())
+pub fn cntr_eps(st: &DomainState, id: usize) -> Option<Vec<usize>> {
+    crate::progress::cntr_wait_eps(st, id)
 }
 
 /// Longest single sleep: signals, and endpoints bound while we sleep, are noticed this often.
@@ -34,10 +34,13 @@ pub fn until<T>(
     mut poll: impl FnMut(&mut DomainState) -> FiResult<Option<T>>,
 ) -> FiResult<T> {
     let deadline = (timeout_ms >= 0).then(|| Instant::now() + Duration::from_millis(timeout_ms as u64));
+    if shared.config.auto_progress {
+        return until_notified(shared, deadline, timed_out, poll);
+    }
     loop {
         let (answer, armed) = {
             let mut st = shared.lock();
-            let armed = crate::ep::wait_handle_for(&st, eps(&st, id).ok_or(FiError::INVAL)?).map(|h| {
+            let armed = crate::ep::wait_handle_for(&st, &eps(&st, id).ok_or(FiError::INVAL)?).map(|h| {
                 let seq = h.arm();
                 (h, seq)
             });
@@ -64,5 +67,26 @@ pub fn until<T>(
             }
             None => std::thread::sleep(slice.min(Duration::from_millis(1))),
         }
+    }
+}
+
+/// `until` for an auto-progress domain: the progress thread serves arrivals and notifies the
+/// domain's completions, on which this sleeps (polling once more on every wake-up or slice).
+fn until_notified<T>(
+    shared: &DomainShared,
+    deadline: Option<Instant>,
+    timed_out: FiError,
+    mut poll: impl FnMut(&mut DomainState) -> FiResult<Option<T>>,
+) -> FiResult<T> {
+    let mut st = shared.lock();
+    loop {
+        if let Some(v) = poll(&mut st)? {
+            return Ok(v);
+        }
+        let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+        if left.is_some_and(|l| l.is_zero()) {
+            return Err(timed_out);
+        }
+        st = shared.wait_completion(st, left.unwrap_or(SLICE).min(SLICE));
     }
 }

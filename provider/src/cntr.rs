@@ -13,6 +13,9 @@ pub struct CntrState {
     pub errors: u64,
     /// Endpoints bound to this counter: the ones reading it progresses.
     pub eps: Vec<usize>,
+    /// Registrations that count remote accesses into this counter (`fi_mr_bind`): while any
+    /// exist, reading it progresses every endpoint of the domain (any may be the target).
+    pub mrs: usize,
 }
 
 #[repr(C)]
@@ -84,8 +87,8 @@ pub(crate) unsafe extern "C" fn cntr_open(
 unsafe extern "C" fn cntr_close(fid: *mut ffi::fid) -> i32 {
     let release = |obj: &Cntr| -> FiResult<()> {
         let mut st = obj.shared.lock();
-        if !st.cntrs[obj.id].eps.is_empty() {
-            crate::warn!(Domain, "fi_close: endpoints are still bound to it");
+        if !st.cntrs[obj.id].eps.is_empty() || st.cntrs[obj.id].mrs > 0 {
+            crate::warn!(Domain, "fi_close: endpoints or memory regions are still bound to it");
             return Err(FiError::BUSY);
         }
         st.cntrs.remove(obj.id);
@@ -100,8 +103,9 @@ fn with_counter<T>(cntr: *mut ffi::fid_cntr, progress: bool, f: impl FnOnce(&mut
     // SAFETY: libfabric contract.
     let c = unsafe { get(cntr.cast()) }?;
     let mut st = c.shared.lock();
-    if progress {
-        crate::ep::progress_cntr(&mut st, c.id);
+    // Waiters in other threads learn of what this pass (or, for add/set, `f`) changed.
+    if !progress || crate::progress::cntr(&mut st, c.id) > 0 {
+        c.shared.completed();
     }
     Ok(f(st.cntrs.get_mut(c.id).ok_or(FiError::INVAL)?))
 }
@@ -141,7 +145,7 @@ fn wait(cntr: *mut ffi::fid_cntr, threshold: u64, timeout_ms: c_int) -> FiResult
     let start_errors = with_counter(cntr, false, |s| s.errors)?;
     let eps = (crate::block::cntr_eps as crate::block::Bound, c.id);
     crate::block::until(&c.shared, timeout_ms, FiError::TIMEDOUT, eps, |st| {
-        crate::ep::progress_cntr(st, c.id);
+        crate::progress::cntr(st, c.id);
         let s = &st.cntrs[c.id];
         if s.value >= threshold {
             Ok(Some(()))

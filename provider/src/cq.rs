@@ -193,7 +193,7 @@ fn read_locked(st: &mut DomainState, id: usize, buf: *mut c_void, count: usize, 
     if !st.cqs.contains(id) {
         return Err(FiError::INVAL);
     }
-    crate::ep::progress_cq(st, id);
+    crate::progress::cq(st, id);
     let cq = &mut st.cqs[id];
     match cq.events.front() {
         None => return Err(FiError::AGAIN),

@@ -18,7 +18,7 @@ use rshm_ffi as ffi;
 use slab::Slab;
 use std::ffi::c_void;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 /// Domain-wide settings fixed at open.
 #[derive(Debug, Clone)]
@@ -26,6 +26,8 @@ pub struct DomainConfig {
     pub api_version: u32,
     pub threading: ffi::fi_threading,
     pub av_type: ffi::fi_av_type,
+    /// FI_PROGRESS_AUTO: a provider thread serves peers while the application is away.
+    pub auto_progress: bool,
 }
 
 #[derive(Default)]
@@ -42,9 +44,59 @@ pub struct DomainState {
 pub struct DomainShared {
     state: Mutex<DomainState>,
     pub config: DomainConfig,
+    /// Notified when progress made completions, for blocking waits of auto-progress domains.
+    completions: Condvar,
+    /// The FI_PROGRESS_AUTO thread, started when the first endpoint is enabled.
+    auto: Mutex<Option<crate::progress::AutoThread>>,
 }
 
 impl DomainShared {
+    pub fn new(state: DomainState, config: DomainConfig) -> DomainShared {
+        DomainShared { state: Mutex::new(state), config, completions: Condvar::new(), auto: Mutex::new(None) }
+    }
+
+    /// Progress made completions: wake blocking waits (auto-progress domains sleep on this).
+    pub fn completed(&self) {
+        if self.config.auto_progress {
+            self.completions.notify_all();
+        }
+    }
+
+    /// Sleep until `completed` or `timeout`, releasing the lock meanwhile.
+    pub fn wait_completion<'a>(
+        &self,
+        guard: MutexGuard<'a, DomainState>,
+        timeout: std::time::Duration,
+    ) -> MutexGuard<'a, DomainState> {
+        match self.completions.wait_timeout(guard, timeout) {
+            Ok((g, _)) => g,
+            Err(poisoned) => poisoned.into_inner().0,
+        }
+    }
+
+    /// An endpoint was enabled or closed: an auto-progress domain starts or re-reads its thread.
+    pub fn endpoints_changed(self: &Arc<Self>) {
+        if !self.config.auto_progress {
+            return;
+        }
+        let mut auto = self.auto.lock().unwrap_or_else(|p| p.into_inner());
+        match auto.as_ref() {
+            Some(t) => t.poke(),
+            None => match crate::progress::AutoThread::start(self) {
+                Ok(t) => *auto = Some(t),
+                Err(e) => crate::warn!(Domain, "cannot start the progress thread: {e}"),
+            },
+        }
+    }
+
+    /// Stop the auto-progress thread (domain close).
+    fn stop_progress(&self) {
+        let thread = self.auto.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(t) = thread {
+            t.stop();
+        }
+    }
+
     /// Lock the domain; a panic while locked does not wedge it forever.
     pub fn lock(&self) -> MutexGuard<'_, DomainState> {
         self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -79,7 +131,7 @@ static DOMAIN_OPS: ffi::fi_ops_domain = ffi::fi_ops_domain {
     poll_open: Some(stubs::poll_open),
     stx_ctx: Some(stubs::stx_ctx),
     srx_ctx: Some(stubs::srx_ctx),
-    query_atomic: Some(stubs::query_atomic),
+    query_atomic: Some(crate::ep::query_atomic),
     query_collective: Some(stubs::query_collective),
     endpoint2: Some(stubs::endpoint2),
 };
@@ -116,8 +168,12 @@ pub(crate) unsafe extern "C" fn domain_open(
                 api_version: fab.fid.api_version,
                 threading: dom_attr.map_or(ffi::FI_THREAD_SAFE, |a| a.threading),
                 av_type: dom_attr.map_or(ffi::FI_AV_UNSPEC, |a| a.av_type),
+                auto_progress: dom_attr.is_some_and(|a| a.data_progress == ffi::FI_PROGRESS_AUTO),
             };
-            let shared = Arc::new(DomainShared { state: Mutex::new(DomainState::default()), config });
+            let mut state = DomainState::default();
+            let mr_mode = dom_attr.map_or(0, |a| a.mr_mode);
+            (state.mrs.virt_addr, state.mrs.prov_key) = mr_addressing(mr_mode, fab.fid.api_version);
+            let shared = Arc::new(DomainShared::new(state, config));
             let obj = object::into_raw(Domain {
                 fid: ffi::fid_domain {
                     fid: object::fid(ffi::FI_CLASS_DOMAIN, context, &FI_OPS),
@@ -134,9 +190,26 @@ pub(crate) unsafe extern "C" fn domain_open(
     })
 }
 
+/// (virtual addresses, provider keys) for a domain's mr_mode: before API 1.5 the field was an
+/// enum (FI_MR_BASIC meant both; FI_MR_SCALABLE and FI_MR_UNSPEC neither).
+fn mr_addressing(mr_mode: i32, api_version: u32) -> (bool, bool) {
+    if api_version < ffi::fi_version_make(1, 5) {
+        let basic = mr_mode == ffi::FI_MR_BASIC as i32;
+        return (basic, basic);
+    }
+    let mode = mr_mode as u32;
+    if mode == ffi::FI_MR_BASIC {
+        return (true, true);
+    }
+    (mode & ffi::FI_MR_VIRT_ADDR != 0, mode & ffi::FI_MR_PROV_KEY != 0)
+}
+
 unsafe extern "C" fn domain_close(fid: *mut ffi::fid) -> i32 {
     let release = |obj: &Domain| -> FiResult<()> {
+        // The thread briefly holds a reference while it works: stop it before counting.
+        obj.shared.stop_progress();
         if Arc::strong_count(&obj.shared) > 1 {
+            obj.shared.endpoints_changed();
             crate::warn!(Domain, "fi_close(domain): endpoints, CQs, counters, AVs or MRs still open");
             return Err(FiError::BUSY);
         }

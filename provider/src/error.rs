@@ -55,6 +55,12 @@ impl From<EngineError> for FiError {
             EngineError::AddrInUse => FiError::ADDRINUSE,
             EngineError::NoSuchPeer => FiError::ADDRNOTAVAIL,
             EngineError::Canceled => FiError::CANCELED,
+            // The target's handler chose a libfabric code (FI_EACCES for a bad key, range or
+            // access): pass on only codes we know, so a hostile peer cannot invent one.
+            EngineError::Refused(code) => match code {
+                ffi::FI_EACCES | ffi::FI_EINVAL | ffi::FI_EOPNOTSUPP | ffi::FI_EMSGSIZE | ffi::FI_EIO => FiError(code),
+                _ => FiError::IO,
+            },
             EngineError::Os(errno) => FiError(errno as u32),
         }
     }

@@ -19,11 +19,15 @@ const TAG_GENERIC: u64 = 0xaaaa_aaaa_aaaa_aaaa;
 /// OFI_CORE_PROV_ONLY): we serve applications directly, not as a layer's transport.
 const UTIL_QUERY: u64 = 1 << 59;
 
-pub const PRIMARY_CAPS: u64 = (ffi::FI_MSG | ffi::FI_TAGGED) as u64;
-pub const SECONDARY_CAPS: u64 = (ffi::FI_SEND | ffi::FI_RECV | ffi::FI_MULTI_RECV) as u64
+pub const PRIMARY_CAPS: u64 = (ffi::FI_MSG | ffi::FI_TAGGED | ffi::FI_RMA | ffi::FI_ATOMIC) as u64;
+pub const SECONDARY_CAPS: u64 = (ffi::FI_SEND | ffi::FI_RECV | ffi::FI_MULTI_RECV | ffi::FI_FENCE) as u64
+    | ONE_SIDED_ACCESS
+    | ffi::FI_RMA_EVENT
     | ffi::FI_SOURCE
     | ffi::FI_DIRECTED_RECV
     | ffi::FI_LOCAL_COMM;
+/// The access capabilities FI_RMA and FI_ATOMIC imply when none of them is named.
+const ONE_SIDED_ACCESS: u64 = (ffi::FI_READ | ffi::FI_WRITE | ffi::FI_REMOTE_READ | ffi::FI_REMOTE_WRITE) as u64;
 /// Capabilities that only make sense on one side of an endpoint.
 const RX_ONLY_CAPS: u64 = (ffi::FI_RECV | ffi::FI_MULTI_RECV | ffi::FI_REMOTE_READ | ffi::FI_REMOTE_WRITE) as u64
     | ffi::FI_DIRECTED_RECV
@@ -37,8 +41,28 @@ pub const TX_OP_FLAGS: u64 = (ffi::FI_COMPLETION
     | ffi::FI_TRANSMIT_COMPLETE
     | ffi::FI_DELIVERY_COMPLETE) as u64;
 pub const RX_OP_FLAGS: u64 = (ffi::FI_COMPLETION | ffi::FI_MULTI_RECV) as u64;
-/// Sends from one endpoint to one peer arrive in order (one FIFO ring per receiver).
-pub const MSG_ORDER: u64 = ffi::FI_ORDER_SAS as u64;
+/// Operations from one endpoint to one peer are handled in order (one FIFO ring per receiver,
+/// and the target finishes each operation that fits an inject buffer before it takes the next).
+/// Larger writes through SAR bounce buffers may overlap later operations, so ordering between
+/// RMA and atomic operations is promised up to `MAX_ORDER_SIZE`.
+pub const MSG_ORDER: u64 = ffi::FI_ORDER_STRICT as u64
+    | ffi::FI_ORDER_RMA_RAR
+    | ffi::FI_ORDER_RMA_RAW
+    | ffi::FI_ORDER_RMA_WAR
+    | ffi::FI_ORDER_RMA_WAW
+    | ffi::FI_ORDER_ATOMIC_RAR
+    | ffi::FI_ORDER_ATOMIC_RAW
+    | ffi::FI_ORDER_ATOMIC_WAR
+    | ffi::FI_ORDER_ATOMIC_WAW;
+pub const MAX_ORDER_SIZE: usize = INJECT_SIZE;
+/// Memory registration modes rshm can work in (returned when hinted): virtual-address or offset
+/// addressing, provider or application keys; the others ask nothing of rshm.
+const MR_MODES: u32 = ffi::FI_MR_VIRT_ADDR
+    | ffi::FI_MR_ALLOCATED
+    | ffi::FI_MR_PROV_KEY
+    | ffi::FI_MR_ENDPOINT
+    | ffi::FI_MR_RMA_EVENT
+    | ffi::FI_MR_LOCAL;
 pub const QUEUE_SIZE: usize = 1024;
 pub const IOV_LIMIT: usize = smr_core::cmd::IOV_MAX;
 pub const INJECT_SIZE: usize = 4096;
@@ -249,6 +273,9 @@ fn fill(info: &mut ffi::fi_info, ep_type: ffi::fi_ep_type, version: u32, hints: 
     if caps & (ffi::FI_SEND | ffi::FI_RECV) as u64 == 0 {
         caps |= (ffi::FI_SEND | ffi::FI_RECV) as u64;
     }
+    if caps & (ffi::FI_RMA | ffi::FI_ATOMIC) as u64 != 0 && caps & ONE_SIDED_ACCESS == 0 {
+        caps |= ONE_SIDED_ACCESS;
+    }
     info.caps = caps;
     info.mode = 0;
     info.addr_format = ffi::FI_ADDR_STR;
@@ -280,7 +307,7 @@ fn fill(info: &mut ffi::fi_info, ep_type: ffi::fi_ep_type, version: u32, hints: 
     tx.inject_size = INJECT_SIZE;
     tx.size = QUEUE_SIZE;
     tx.iov_limit = IOV_LIMIT;
-    tx.rma_iov_limit = 0;
+    tx.rma_iov_limit = 1;
     rx.caps = caps & !(TX_ONLY_CAPS | DOMAIN_CAPS);
     rx.mode = 0;
     rx.op_flags = h_rx.map_or(0, |r| r.op_flags & RX_OP_FLAGS);
@@ -294,9 +321,9 @@ fn fill(info: &mut ffi::fi_info, ep_type: ffi::fi_ep_type, version: u32, hints: 
     ep.protocol_version = 1;
     ep.max_msg_size = config().engine.max_msg_size as usize;
     ep.msg_prefix_size = 0;
-    ep.max_order_raw_size = 0;
-    ep.max_order_war_size = 0;
-    ep.max_order_waw_size = 0;
+    ep.max_order_raw_size = MAX_ORDER_SIZE;
+    ep.max_order_war_size = MAX_ORDER_SIZE;
+    ep.max_order_waw_size = MAX_ORDER_SIZE;
     ep.mem_tag_format = h_ep.map(|e| e.mem_tag_format).filter(|&f| f != 0).unwrap_or(TAG_GENERIC);
     ep.tx_ctx_cnt = 1;
     ep.rx_ctx_cnt = 1;
@@ -306,8 +333,20 @@ fn fill(info: &mut ffi::fi_info, ep_type: ffi::fi_ep_type, version: u32, hints: 
     dom.data_progress = h_dom.map(|d| d.data_progress).filter(|&p| p != 0).unwrap_or(ffi::FI_PROGRESS_MANUAL);
     dom.resource_mgmt = ffi::FI_RM_ENABLED;
     dom.av_type = h_dom.map_or(ffi::FI_AV_UNSPEC, |d| d.av_type);
-    // Before 1.5, mr_mode was an enum: say "scalable" (no local registration needed).
-    dom.mr_mode = if version < ffi::fi_version_make(1, 5) { ffi::FI_MR_SCALABLE as i32 } else { 0 };
+    // Before 1.5, mr_mode was an enum: "basic" when asked for, else "scalable". Since then, the
+    // hinted bits rshm can work with (none needed: offsets and the application's keys).
+    let hinted = h_dom.map_or(0, |d| d.mr_mode);
+    dom.mr_mode = if version < ffi::fi_version_make(1, 5) {
+        if hinted == ffi::FI_MR_BASIC as i32 {
+            hinted
+        } else {
+            ffi::FI_MR_SCALABLE as i32
+        }
+    } else if hinted == ffi::FI_MR_BASIC as i32 {
+        hinted
+    } else {
+        (hinted as u32 & MR_MODES) as i32
+    };
     dom.mr_key_size = 8;
     dom.cq_data_size = 8;
     dom.cq_cnt = 1024;

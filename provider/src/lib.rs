@@ -7,6 +7,7 @@
 //! errors into `-FI_E*` codes; the logic behind it is safe Rust.
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod atomic;
 pub mod av;
 pub mod block;
 pub mod cntr;
@@ -22,6 +23,7 @@ pub mod iov;
 pub mod mr;
 pub mod object;
 pub mod params;
+pub mod progress;
 pub mod stubs;
 pub mod wait;
 

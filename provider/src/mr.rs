@@ -1,6 +1,12 @@
 //! Memory registration. Every peer reads and writes through the kernel (CMA) or bounce
 //! buffers, so registration pins nothing: it records the range, access and key, which the RMA
-//! path checks.
+//! path checks when a peer's operation arrives (`MrTable::resolve`), and the counters bound to
+//! it with `fi_mr_bind`, which count remote writes and reads into it.
+//!
+//! Keys: with FI_MR_PROV_KEY the domain chooses them, otherwise the application's requested key
+//! is used (the same on every process, as OpenSHMEM's scalable mode wants). Addresses: with
+//! FI_MR_VIRT_ADDR a remote address is a virtual address inside the region, otherwise an offset
+//! from its start.
 
 use crate::domain::DomainShared;
 use crate::error::{int_ret, FiError, FiResult};
@@ -15,11 +21,81 @@ use std::sync::Arc;
 pub struct MrEntry {
     pub iov: smr_core::iov::Ranges,
     pub access: u64,
+    /// Counters bound with FI_REMOTE_WRITE / FI_REMOTE_READ (ids in the domain's slab).
+    pub write_cntr: Option<usize>,
+    pub read_cntr: Option<usize>,
+}
+
+impl MrEntry {
+    fn total(&self) -> u64 {
+        self.iov.iter().map(|&(_, l)| l as u64).sum()
+    }
 }
 
 #[derive(Default)]
 pub struct MrTable {
     pub by_key: HashMap<u64, MrEntry>,
+    /// Remote addresses are virtual addresses (FI_MR_VIRT_ADDR), not offsets.
+    pub virt_addr: bool,
+    /// The domain chooses keys (FI_MR_PROV_KEY).
+    pub prov_key: bool,
+    next_key: u64,
+}
+
+/// Why a peer's access was refused (a positive errno for the engine's refusal).
+pub const REFUSED: u32 = ffi::FI_EACCES;
+
+impl MrTable {
+    /// The memory a remote access of `len` bytes at `addr` under `key` touches, if the key
+    /// exists, the range lies inside the registration and `access` (FI_REMOTE_READ and/or
+    /// FI_REMOTE_WRITE) is allowed. Every value comes from a peer: checked arithmetic only.
+    pub fn resolve(
+        &self,
+        key: u64,
+        addr: u64,
+        len: u64,
+        access: u64,
+    ) -> Result<(smr_core::iov::Ranges, &MrEntry), u32> {
+        let refuse = |why: &str| {
+            crate::debug!(Mr, "remote access refused: key {key:#x} addr {addr:#x} len {len}: {why}");
+            REFUSED
+        };
+        let mr = self.by_key.get(&key).ok_or_else(|| refuse("no such key"))?;
+        if mr.access & access != access {
+            return Err(refuse("access not granted"));
+        }
+        let start = if self.virt_addr {
+            let base = mr.iov.first().map_or(0, |&(b, _)| b as u64);
+            addr.checked_sub(base).ok_or_else(|| refuse("below the region"))?
+        } else {
+            addr
+        };
+        match start.checked_add(len) {
+            Some(end) if end <= mr.total() => {}
+            _ => return Err(refuse("beyond the region")),
+        }
+        Ok((slice(&mr.iov, start, len), mr))
+    }
+}
+
+/// Bytes `start..start + len` of the concatenation of `iov` (the caller checked the bounds).
+fn slice(iov: &smr_core::iov::Ranges, mut start: u64, mut len: u64) -> smr_core::iov::Ranges {
+    let mut out = smr_core::iov::Ranges::new();
+    for &(base, l) in iov {
+        if len == 0 {
+            break;
+        }
+        let l = l as u64;
+        if start >= l {
+            start -= l;
+            continue;
+        }
+        let take = (l - start).min(len);
+        out.push((base + start as usize, take as usize));
+        len -= take;
+        start = 0;
+    }
+    out
 }
 
 #[repr(C)]
@@ -52,18 +128,22 @@ fn register(
     }
     let iov = iov?;
     let mut st = dom.shared.lock();
-    if st.mrs.by_key.contains_key(&requested_key) {
-        crate::warn!(Mr, "fi_mr_reg: key {requested_key} is already registered");
+    let key = if st.mrs.prov_key {
+        while st.mrs.by_key.contains_key(&st.mrs.next_key) {
+            st.mrs.next_key = st.mrs.next_key.wrapping_add(1);
+        }
+        st.mrs.next_key
+    } else {
+        requested_key
+    };
+    if st.mrs.by_key.contains_key(&key) {
+        crate::warn!(Mr, "fi_mr_reg: key {key} is already registered");
         return Err(FiError::NOKEY);
     }
-    st.mrs.by_key.insert(requested_key, MrEntry { iov, access });
+    st.mrs.by_key.insert(key, MrEntry { iov, access, write_cntr: None, read_cntr: None });
     drop(st);
     let obj = object::into_raw(Mr {
-        fid: ffi::fid_mr {
-            fid: object::fid(ffi::FI_CLASS_MR, context, &FI_OPS),
-            mem_desc: std::ptr::null_mut(),
-            key: requested_key,
-        },
+        fid: ffi::fid_mr { fid: object::fid(ffi::FI_CLASS_MR, context, &FI_OPS), mem_desc: std::ptr::null_mut(), key },
         shared: Arc::clone(&dom.shared),
     });
     // SAFETY: `obj` is ours; the descriptor points back at the MR so data calls can check it.
@@ -127,29 +207,58 @@ pub(crate) unsafe extern "C" fn mr_regattr(
 
 unsafe extern "C" fn mr_close(fid: *mut ffi::fid) -> i32 {
     let release = |obj: &Mr| -> FiResult<()> {
-        obj.shared.lock().mrs.by_key.remove(&obj.fid.key);
+        let mut st = obj.shared.lock();
+        if let Some(entry) = st.mrs.by_key.remove(&obj.fid.key) {
+            for id in [entry.write_cntr, entry.read_cntr].into_iter().flatten() {
+                if let Some(c) = st.cntrs.get_mut(id) {
+                    c.mrs = c.mrs.saturating_sub(1);
+                }
+            }
+        }
         Ok(())
     };
     // SAFETY: the libfabric contract: a live mr of ours.
     unsafe { object::close::<Mr>(fid, ffi::FI_CLASS_MR, "fi_close(mr)", release) }
 }
 
-/// Binding an MR to an endpoint (FI_MR_ENDPOINT style) or to a counter (remote-access events)
-/// is accepted; remote access events come with RMA.
-unsafe extern "C" fn mr_bind(fid: *mut ffi::fid, bfid: *mut ffi::fid, _flags: u64) -> i32 {
+/// Binding an MR to an endpoint (FI_MR_ENDPOINT style: accepted, the MR serves every endpoint
+/// of the domain) or to a counter: with FI_REMOTE_WRITE / FI_REMOTE_READ the counter counts the
+/// peers' writes (and atomics) / reads into this region, as OpenSHMEM's target counter does.
+unsafe extern "C" fn mr_bind(fid: *mut ffi::fid, bfid: *mut ffi::fid, flags: u64) -> i32 {
     crate::guard("fi_mr_bind", FiError::OTHER.code(), || {
-        // SAFETY: libfabric contract.
-        if let Err(e) = unsafe { object::get::<Mr>(fid, ffi::FI_CLASS_MR) } {
-            return e.code();
-        }
-        if bfid.is_null() {
-            return FiError::INVAL.code();
-        }
-        // SAFETY: a live fid of ours.
-        match unsafe { (*bfid).fclass } as u32 {
-            ffi::FI_CLASS_EP | ffi::FI_CLASS_CNTR => 0,
-            _ => FiError::INVAL.code(),
-        }
+        int_ret((|| -> FiResult<()> {
+            // SAFETY: libfabric contract.
+            let mr = unsafe { object::get::<Mr>(fid, ffi::FI_CLASS_MR) }?;
+            if bfid.is_null() {
+                return Err(FiError::INVAL);
+            }
+            // SAFETY: a live fid of ours.
+            match unsafe { (*bfid).fclass } as u32 {
+                ffi::FI_CLASS_EP => Ok(()),
+                ffi::FI_CLASS_CNTR => {
+                    // SAFETY: class checked.
+                    let cntr = unsafe { crate::cntr::get(bfid) }?;
+                    if !Arc::ptr_eq(&cntr.shared, &mr.shared) {
+                        return Err(FiError::INVAL);
+                    }
+                    let remote = (ffi::FI_REMOTE_WRITE | ffi::FI_REMOTE_READ) as u64;
+                    if flags & !remote != 0 || flags == 0 {
+                        return Err(FiError::BADFLAGS);
+                    }
+                    let mut st = mr.shared.lock();
+                    let entry = st.mrs.by_key.get_mut(&mr.fid.key).ok_or(FiError::INVAL)?;
+                    if flags & ffi::FI_REMOTE_WRITE as u64 != 0 {
+                        entry.write_cntr = Some(cntr.id);
+                    }
+                    if flags & ffi::FI_REMOTE_READ as u64 != 0 {
+                        entry.read_cntr = Some(cntr.id);
+                    }
+                    st.cntrs[cntr.id].mrs += 1;
+                    Ok(())
+                }
+                _ => Err(FiError::INVAL),
+            }
+        })())
     })
 }
 

@@ -30,7 +30,6 @@ nosys! {
     poll_open(*mut ffi::fid_domain, *mut ffi::fi_poll_attr, *mut *mut ffi::fid_poll) -> c_int;
     stx_ctx(*mut ffi::fid_domain, *mut ffi::fi_tx_attr, *mut *mut ffi::fid_stx, *mut c_void) -> c_int;
     srx_ctx(*mut ffi::fid_domain, *mut ffi::fi_rx_attr, *mut *mut ffi::fid_ep, *mut c_void) -> c_int;
-    query_atomic(*mut ffi::fid_domain, ffi::fi_datatype, ffi::fi_op, *mut ffi::fi_atomic_attr, u64) -> c_int;
     query_collective(*mut ffi::fid_domain, ffi::fi_collective_op, *mut ffi::fi_collective_attr, u64) -> c_int;
     endpoint2(*mut ffi::fid_domain, *mut ffi::fi_info, *mut *mut ffi::fid_ep, u64, *mut c_void) -> c_int;
     tx_ctx(*mut ffi::fid_ep, c_int, *mut ffi::fi_tx_attr, *mut *mut ffi::fid_ep, *mut c_void) -> c_int;
@@ -43,56 +42,4 @@ nosys! {
     shutdown(*mut ffi::fid_ep, u64) -> c_int;
     join(*mut ffi::fid_ep, *const c_void, u64, *mut *mut ffi::fid_mc, *mut c_void) -> c_int;
     av_set(*mut ffi::fid_av, *mut ffi::fi_av_set_attr, *mut *mut ffi::fid_av_set, *mut c_void) -> c_int;
-    rma_read(*mut ffi::fid_ep, *mut c_void, usize, *mut c_void, ffi::fi_addr_t, u64, u64, *mut c_void) -> isize;
-    rma_readv(*mut ffi::fid_ep, *const ffi::iovec, *mut *mut c_void, usize, ffi::fi_addr_t, u64, u64, *mut c_void) -> isize;
-    rma_readmsg(*mut ffi::fid_ep, *const ffi::fi_msg_rma, u64) -> isize;
-    rma_write(*mut ffi::fid_ep, *const c_void, usize, *mut c_void, ffi::fi_addr_t, u64, u64, *mut c_void) -> isize;
-    rma_writev(*mut ffi::fid_ep, *const ffi::iovec, *mut *mut c_void, usize, ffi::fi_addr_t, u64, u64, *mut c_void) -> isize;
-    rma_writemsg(*mut ffi::fid_ep, *const ffi::fi_msg_rma, u64) -> isize;
-    rma_inject(*mut ffi::fid_ep, *const c_void, usize, ffi::fi_addr_t, u64, u64) -> isize;
-    rma_writedata(*mut ffi::fid_ep, *const c_void, usize, *mut c_void, u64, ffi::fi_addr_t, u64, u64, *mut c_void) -> isize;
-    rma_injectdata(*mut ffi::fid_ep, *const c_void, usize, u64, ffi::fi_addr_t, u64, u64) -> isize;
-    atomic_write(*mut ffi::fid_ep, *const c_void, usize, *mut c_void, ffi::fi_addr_t, u64, u64, ffi::fi_datatype, ffi::fi_op, *mut c_void) -> isize;
-    atomic_writev(*mut ffi::fid_ep, *const ffi::fi_ioc, *mut *mut c_void, usize, ffi::fi_addr_t, u64, u64, ffi::fi_datatype, ffi::fi_op, *mut c_void) -> isize;
-    atomic_writemsg(*mut ffi::fid_ep, *const ffi::fi_msg_atomic, u64) -> isize;
-    atomic_inject(*mut ffi::fid_ep, *const c_void, usize, ffi::fi_addr_t, u64, u64, ffi::fi_datatype, ffi::fi_op) -> isize;
-    atomic_readwrite(*mut ffi::fid_ep, *const c_void, usize, *mut c_void, *mut c_void, *mut c_void, ffi::fi_addr_t, u64, u64, ffi::fi_datatype, ffi::fi_op, *mut c_void) -> isize;
-    atomic_readwritev(*mut ffi::fid_ep, *const ffi::fi_ioc, *mut *mut c_void, usize, *mut ffi::fi_ioc, *mut *mut c_void, usize, ffi::fi_addr_t, u64, u64, ffi::fi_datatype, ffi::fi_op, *mut c_void) -> isize;
-    atomic_readwritemsg(*mut ffi::fid_ep, *const ffi::fi_msg_atomic, *mut ffi::fi_ioc, *mut *mut c_void, usize, u64) -> isize;
-    atomic_compwrite(*mut ffi::fid_ep, *const c_void, usize, *mut c_void, *const c_void, *mut c_void, *mut c_void, *mut c_void, ffi::fi_addr_t, u64, u64, ffi::fi_datatype, ffi::fi_op, *mut c_void) -> isize;
-    atomic_compwritev(*mut ffi::fid_ep, *const ffi::fi_ioc, *mut *mut c_void, usize, *const ffi::fi_ioc, *mut *mut c_void, usize, *mut ffi::fi_ioc, *mut *mut c_void, usize, ffi::fi_addr_t, u64, u64, ffi::fi_datatype, ffi::fi_op, *mut c_void) -> isize;
-    atomic_compwritemsg(*mut ffi::fid_ep, *const ffi::fi_msg_atomic, *const ffi::fi_ioc, *mut *mut c_void, usize, *mut ffi::fi_ioc, *mut *mut c_void, usize, u64) -> isize;
-    atomic_writevalid(*mut ffi::fid_ep, ffi::fi_datatype, ffi::fi_op, *mut usize) -> c_int;
-    atomic_readwritevalid(*mut ffi::fid_ep, ffi::fi_datatype, ffi::fi_op, *mut usize) -> c_int;
-    atomic_compwritevalid(*mut ffi::fid_ep, ffi::fi_datatype, ffi::fi_op, *mut usize) -> c_int;
 }
-
-pub static RMA_OPS: ffi::fi_ops_rma = ffi::fi_ops_rma {
-    size: size_of::<ffi::fi_ops_rma>(),
-    read: Some(rma_read),
-    readv: Some(rma_readv),
-    readmsg: Some(rma_readmsg),
-    write: Some(rma_write),
-    writev: Some(rma_writev),
-    writemsg: Some(rma_writemsg),
-    inject: Some(rma_inject),
-    writedata: Some(rma_writedata),
-    injectdata: Some(rma_injectdata),
-};
-
-pub static ATOMIC_OPS: ffi::fi_ops_atomic = ffi::fi_ops_atomic {
-    size: size_of::<ffi::fi_ops_atomic>(),
-    write: Some(atomic_write),
-    writev: Some(atomic_writev),
-    writemsg: Some(atomic_writemsg),
-    inject: Some(atomic_inject),
-    readwrite: Some(atomic_readwrite),
-    readwritev: Some(atomic_readwritev),
-    readwritemsg: Some(atomic_readwritemsg),
-    compwrite: Some(atomic_compwrite),
-    compwritev: Some(atomic_compwritev),
-    compwritemsg: Some(atomic_compwritemsg),
-    writevalid: Some(atomic_writevalid),
-    readwritevalid: Some(atomic_readwritevalid),
-    compwritevalid: Some(atomic_compwritevalid),
-};

@@ -16,7 +16,7 @@ pub(crate) unsafe extern "C" fn trywait(_fabric: *mut ffi::fid_fabric, fids: *mu
             // SAFETY: fids are live objects of ours, per the libfabric contract.
             if let Ok(cq) = unsafe { crate::cq::get(fid) } {
                 let mut st = cq.shared.lock();
-                crate::ep::progress_cq(&mut st, cq.id);
+                crate::progress::cq(&mut st, cq.id);
                 if st.cqs.get(cq.id).is_some_and(|c| !c.events.is_empty()) {
                     return FiError::AGAIN.code();
                 }

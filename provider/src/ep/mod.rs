@@ -6,6 +6,8 @@
 //! `fi_setname`, or a generated one.
 
 mod ops;
+mod rma;
+mod rma_ops;
 mod rx;
 mod tx;
 
@@ -24,8 +26,10 @@ use std::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
+pub use rma::RmaState;
+pub(crate) use rma_ops::query_atomic;
 pub use rx::RxState;
-pub use tx::TxOp;
+pub use tx::{TxKind, TxOp};
 
 /// The provider's bits in the engine's opaque `app` byte.
 pub const APP_TAGGED: u8 = 1;
@@ -40,6 +44,12 @@ pub struct Bindings {
     pub rx_selective: bool,
     pub send_cntr: Option<usize>,
     pub recv_cntr: Option<usize>,
+    /// FI_WRITE / FI_READ: this endpoint's RMA writes (and atomics) / reads (and fetches).
+    pub write_cntr: Option<usize>,
+    pub read_cntr: Option<usize>,
+    /// FI_REMOTE_WRITE / FI_REMOTE_READ: peers' writes and atomics into / reads from us.
+    pub remote_write_cntr: Option<usize>,
+    pub remote_read_cntr: Option<usize>,
 }
 
 /// Everything bound to an endpoint, so closing it unbinds all of it.
@@ -74,10 +84,33 @@ impl Sinks<'_> {
         }
     }
 
-    /// A send finished; `wanted` is false for injects and unselected selective completions.
-    pub fn send_done(&mut self, event: CqEvent, wanted: bool) {
-        let (cq, cntr) = (self.b.tx_cq, self.b.send_cntr);
-        self.report(cq, cntr, event, wanted);
+    /// A transmit operation finished; `wanted` is false for injects and unselected selective
+    /// completions.
+    pub fn tx_done(&mut self, event: CqEvent, wanted: bool, kind: TxKind) {
+        let cntr = match kind {
+            TxKind::Send => self.b.send_cntr,
+            TxKind::Write => self.b.write_cntr,
+            TxKind::Read => self.b.read_cntr,
+        };
+        self.report(self.b.tx_cq, cntr, event, wanted);
+    }
+
+    /// A peer's write or atomic (`write`) or read landed: the endpoint's remote counter and the
+    /// registration's own counter (`fi_mr_bind`) count it.
+    pub fn remote_done(&mut self, mr_cntr: Option<usize>, write: bool) {
+        let ep_cntr = if write { self.b.remote_write_cntr } else { self.b.remote_read_cntr };
+        for id in [ep_cntr, mr_cntr].into_iter().flatten() {
+            if let Some(c) = self.cntrs.get_mut(id) {
+                c.value += 1;
+            }
+        }
+    }
+
+    /// A remote write with CQ data: an entry on the receive CQ.
+    pub fn remote_cq(&mut self, event: CqEvent) {
+        if let Some(q) = self.b.rx_cq.and_then(|id| self.cqs.get_mut(id)) {
+            q.push(event);
+        }
     }
 
     pub fn recv_done(&mut self, event: CqEvent, wanted: bool) {
@@ -101,6 +134,7 @@ pub struct EpState {
     pub src_addrs: Vec<Option<(Box<str>, u64)>>,
     pub rx: RxState,
     pub tx_ops: Slab<TxOp>,
+    pub rma: RmaState,
     pub tx_size: usize,
     pub rx_size: usize,
 }
@@ -214,6 +248,7 @@ pub(crate) unsafe extern "C" fn endpoint_open(
                 src_addrs: Vec::new(),
                 rx: RxState::default(),
                 tx_ops: Slab::new(),
+                rma: RmaState::default(),
                 tx_size: tx_attr.map_or(0, |t| t.size).max(crate::getinfo::QUEUE_SIZE),
                 rx_size: rx_attr.map_or(0, |r| r.size).max(crate::getinfo::QUEUE_SIZE),
             };
@@ -224,9 +259,9 @@ pub(crate) unsafe extern "C" fn endpoint_open(
                     ops: &EP_OPS as *const _ as *mut _,
                     cm: &CM_OPS as *const _ as *mut _,
                     msg: &ops::MSG_OPS as *const _ as *mut _,
-                    rma: &stubs::RMA_OPS as *const _ as *mut _,
+                    rma: &rma_ops::RMA_OPS as *const _ as *mut _,
                     tagged: &ops::TAGGED_OPS as *const _ as *mut _,
-                    atomic: &stubs::ATOMIC_OPS as *const _ as *mut _,
+                    atomic: &rma_ops::ATOMIC_OPS as *const _ as *mut _,
                     collective: std::ptr::null_mut(),
                 },
                 shared: Arc::clone(&dom.shared),
@@ -263,6 +298,8 @@ unsafe extern "C" fn ep_close(fid: *mut ffi::fid) -> i32 {
         unbind_all(&mut st, obj.id);
         // Dropping the engine endpoint tells connected peers and unlinks the region.
         st.eps.remove(obj.id);
+        drop(st);
+        obj.shared.endpoints_changed();
         Ok(())
     };
     // SAFETY: the libfabric contract: a live ep of ours.
@@ -276,7 +313,9 @@ fn bind(ep: &Ep, bfid: *mut ffi::fid, flags: u64) -> FiResult<()> {
     // SAFETY: a live fid of ours, per the libfabric contract.
     let class = unsafe { (*bfid).fclass } as u32;
     let mut st = ep.shared.lock();
-    if st.eps[ep.id].engine.is_some() {
+    // Counters may be bound to an enabled endpoint (OpenSHMEM binds its put and get counters
+    // after fi_enable); everything else is fixed by fi_enable.
+    if st.eps[ep.id].engine.is_some() && class != ffi::FI_CLASS_CNTR {
         crate::warn!(EpCtrl, "fi_ep_bind after fi_enable");
         return Err(FiError::BUSY);
     }
@@ -312,12 +351,28 @@ fn bind(ep: &Ep, bfid: *mut ffi::fid, flags: u64) -> FiResult<()> {
             if !Arc::ptr_eq(&cntr.shared, &ep.shared) {
                 return Err(FiError::INVAL);
             }
-            let b = &mut st.eps[ep.id].bindings;
-            if flags & ffi::FI_SEND as u64 != 0 {
-                b.send_cntr = Some(cntr.id);
+            let known = (ffi::FI_SEND
+                | ffi::FI_RECV
+                | ffi::FI_WRITE
+                | ffi::FI_READ
+                | ffi::FI_REMOTE_WRITE
+                | ffi::FI_REMOTE_READ) as u64;
+            if flags & !known != 0 {
+                return Err(FiError::BADFLAGS);
             }
-            if flags & ffi::FI_RECV as u64 != 0 {
-                b.recv_cntr = Some(cntr.id);
+            let b = &mut st.eps[ep.id].bindings;
+            let has = |bit: u32| flags & bit as u64 != 0;
+            for (bit, slot) in [
+                (ffi::FI_SEND, &mut b.send_cntr),
+                (ffi::FI_RECV, &mut b.recv_cntr),
+                (ffi::FI_WRITE, &mut b.write_cntr),
+                (ffi::FI_READ, &mut b.read_cntr),
+                (ffi::FI_REMOTE_WRITE, &mut b.remote_write_cntr),
+                (ffi::FI_REMOTE_READ, &mut b.remote_read_cntr),
+            ] {
+                if has(bit) {
+                    *slot = Some(cntr.id);
+                }
             }
             let eps = &mut st.cntrs[cntr.id].eps;
             if !eps.contains(&ep.id) {
@@ -368,6 +423,8 @@ fn enable(ep: &Ep) -> FiResult<()> {
     })?;
     crate::info!(EpCtrl, "endpoint {} enabled (CMA {})", state.name, if engine.cma_enabled() { "on" } else { "off" });
     state.engine = Some(engine);
+    drop(st);
+    ep.shared.endpoints_changed();
     Ok(())
 }
 
@@ -569,41 +626,27 @@ unsafe extern "C" fn ep_tx_size_left(ep: *mut ffi::fid_ep) -> isize {
     })
 }
 
-/// Drive the endpoints bound to CQ `cq` (manual progress).
-pub fn progress_cq(st: &mut DomainState, cq: usize) {
-    let mut i = 0;
-    // Indexing instead of iterating: progress needs the state mutably, and the list is tiny.
-    while let Some(&ep) = st.cqs.get(cq).and_then(|c| c.eps.get(i)) {
-        progress(st, ep);
-        i += 1;
-    }
-}
-
-/// Drive the endpoints bound to counter `cntr`.
-pub fn progress_cntr(st: &mut DomainState, cntr: usize) {
-    let mut i = 0;
-    while let Some(&ep) = st.cntrs.get(cntr).and_then(|c| c.eps.get(i)) {
-        progress(st, ep);
-        i += 1;
-    }
-}
-
-/// Drive one endpoint.
-pub fn progress(st: &mut DomainState, id: usize) {
-    let DomainState { eps, cqs, cntrs, avs, .. } = st;
-    let Some(ep) = eps.get_mut(id) else { return };
+/// Drive one endpoint; returns how many events it handled.
+pub fn progress(st: &mut DomainState, id: usize) -> usize {
+    let DomainState { eps, cqs, cntrs, avs, mrs, .. } = st;
+    let Some(ep) = eps.get_mut(id) else { return 0 };
     let directed = ep.directed();
-    let Some(engine) = ep.engine.as_mut() else { return };
+    let Some(engine) = ep.engine.as_mut() else { return 0 };
     let av = ep.av.and_then(|a| avs.get(a));
     let mut handler = rx::Handler {
         rx: &mut ep.rx,
         tx_ops: &mut ep.tx_ops,
+        target: rma::Target { rma: &mut ep.rma, mrs },
         sinks: Sinks { cqs, cntrs, b: ep.bindings },
         av,
         src_addrs: &mut ep.src_addrs,
         directed,
     };
-    engine.progress(&mut handler);
+    let events = engine.progress(&mut handler);
+    if ep.rma.has_outgoing() {
+        rma::flush(&mut ep.rma, engine);
+    }
+    events
 }
 
 /// Something to sleep on for these endpoints (the first enabled one).

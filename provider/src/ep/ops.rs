@@ -19,7 +19,7 @@ fn ret(r: FiResult<()>) -> isize {
 }
 
 /// Run `f` on the endpoint's locked state.
-fn with_ep(ep: *mut ffi::fid_ep, f: impl FnOnce(&Ep, &mut DomainState) -> FiResult<()>) -> isize {
+pub(super) fn with_ep(ep: *mut ffi::fid_ep, f: impl FnOnce(&Ep, &mut DomainState) -> FiResult<()>) -> isize {
     // SAFETY: libfabric contract: a live endpoint of ours.
     let ep = match unsafe { get(ep.cast()) } {
         Ok(e) => e,

@@ -208,6 +208,8 @@ fn complete_op(op: &RecvOp, result: smr_core::Result<usize>, sinks: &mut Sinks) 
 pub struct Handler<'a> {
     pub rx: &'a mut RxState,
     pub tx_ops: &'a mut Slab<TxOp>,
+    /// One-sided operations: ours in flight, and peers' against our registrations.
+    pub target: super::rma::Target<'a>,
     pub sinks: Sinks<'a>,
     pub av: Option<&'a AvState>,
     pub src_addrs: &'a mut Vec<Option<(Box<str>, u64)>>,
@@ -237,6 +239,9 @@ impl Handler<'_> {
 
 impl smr_core::endpoint::Handler for Handler<'_> {
     fn on_message(&mut self, msg: &Incoming, src_name: &str) -> Disposition {
+        if super::rma::kind_of(msg.hdr.app) != super::rma::KIND_MSG {
+            return self.target.on_message(msg, src_name);
+        }
         let src = self.source(msg.src, src_name);
         crate::debug!(
             EpData,
@@ -261,12 +266,25 @@ impl smr_core::endpoint::Handler for Handler<'_> {
         }
     }
 
-    fn on_recv_done(&mut self, ctx: u64, result: smr_core::Result<usize>, _dest: LocalIov) {
-        self.rx.complete(ctx as usize, result, &mut self.sinks);
+    fn on_recv_done(&mut self, ctx: u64, result: smr_core::Result<usize>, dest: LocalIov) {
+        use super::rma::{CTX_REPLY, CTX_TARGET};
+        if ctx & CTX_REPLY != 0 {
+            let rma = &mut *self.target.rma;
+            super::rma::reply_delivered(rma, self.tx_ops, ctx & !CTX_REPLY, result, &mut self.sinks);
+        } else if ctx & CTX_TARGET != 0 {
+            self.target.on_delivered((ctx & !CTX_TARGET) as usize, result, dest, &mut self.sinks);
+        } else {
+            self.rx.complete(ctx as usize, result, &mut self.sinks);
+        }
     }
 
     fn on_send_done(&mut self, cookie: u64, result: smr_core::Result<()>) {
-        super::tx::send_finished(self.tx_ops, cookie as usize, result, &mut self.sinks);
+        use super::rma::COOKIE_REPLY;
+        if cookie & COOKIE_REPLY != 0 {
+            super::rma::reply_sent(self.target.rma, (cookie & !COOKIE_REPLY) as usize, result);
+        } else {
+            super::rma::answered(self.target.rma, self.tx_ops, cookie as usize, result, &mut self.sinks);
+        }
     }
 }
 

@@ -11,12 +11,33 @@ use smr_core::cmd::MsgHeader;
 use smr_core::endpoint::{PeerId, SendOpts, SendStatus};
 use smr_core::iov::Ranges;
 
-/// A send waiting for the engine to finish it.
+/// A transmit operation waiting for the engine to finish it: a send, or a one-sided operation.
 #[derive(Debug, Clone, Copy)]
 pub struct TxOp {
     ctx: usize,
     flags: u64,
     wanted: bool,
+    kind: TxKind,
+    /// Reads and fetching atomics: the id their reply carries.
+    pub reply: Option<u64>,
+}
+
+/// Which counter a transmit operation bumps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TxKind {
+    Send,
+    Write,
+    Read,
+}
+
+impl TxOp {
+    pub fn new(ctx: usize, flags: u64, wanted: bool, kind: TxKind) -> TxOp {
+        TxOp { ctx, flags, wanted, kind, reply: None }
+    }
+
+    pub fn with_reply(self, op_id: u64) -> TxOp {
+        TxOp { reply: Some(op_id), ..self }
+    }
 }
 
 /// What a send call asks for.
@@ -33,7 +54,7 @@ pub struct SendArgs {
     pub inject_call: bool,
 }
 
-fn peer_for(ep: &mut EpState, avs: &Slab<crate::av::AvState>, dest: u64) -> FiResult<PeerId> {
+pub(super) fn peer_for(ep: &mut EpState, avs: &Slab<crate::av::AvState>, dest: u64) -> FiResult<PeerId> {
     if let Some(&Some(p)) = ep.peers.get(dest as usize) {
         return Ok(p);
     }
@@ -78,12 +99,12 @@ pub fn send(st: &mut DomainState, id: usize, args: SendArgs) -> FiResult<()> {
     if args.data.is_some() {
         app |= APP_DATA;
     }
-    let hdr = MsgHeader { app, tag: args.tag.unwrap_or(0), data: args.data.unwrap_or(0), len: len as u64 };
+    let hdr = MsgHeader { app, tag: args.tag.unwrap_or(0), data: args.data.unwrap_or(0), aux: 0, len: len as u64 };
     let kind = if args.tag.is_some() { ffi::FI_TAGGED } else { ffi::FI_MSG } as u64;
     // The FI_INJECT flag (on fi_sendmsg or in the endpoint's op_flags) frees the buffer at once
     // but still completes as usual; only the inject calls are silent.
     let wanted = !args.inject_call && (!ep.bindings.tx_selective || args.flags & ffi::FI_COMPLETION as u64 != 0);
-    let op = TxOp { ctx: args.ctx, flags: ffi::FI_SEND as u64 | kind, wanted };
+    let op = TxOp::new(args.ctx, ffi::FI_SEND as u64 | kind, wanted, TxKind::Send);
     // The slot a pending send will take; most sends finish at once and never take it.
     let slot = ep.tx_ops.vacant_key();
     let opts = SendOpts {
@@ -108,7 +129,7 @@ pub fn send(st: &mut DomainState, id: usize, args: SendArgs) -> FiResult<()> {
     match engine.send(peer, hdr, buf, opts) {
         Ok(SendStatus::Done) => {
             let mut sinks = Sinks { cqs, cntrs, b: ep.bindings };
-            sinks.send_done(CqEvent::Done(ctx_completion(op.ctx, op.flags)), op.wanted);
+            sinks.tx_done(CqEvent::Done(ctx_completion(op.ctx, op.flags)), op.wanted, TxKind::Send);
             Ok(())
         }
         Ok(SendStatus::Pending) => {
@@ -134,5 +155,5 @@ pub fn send_finished(tx_ops: &mut Slab<TxOp>, slot: usize, result: smr_core::Res
         Ok(()) => CqEvent::Done(entry),
         Err(e) => CqEvent::Failed { entry, err: FiError::from(e).0, olen: 0 },
     };
-    sinks.send_done(event, op.wanted);
+    sinks.tx_done(event, op.wanted, op.kind);
 }

@@ -1,0 +1,555 @@
+//! One-sided operations (RMA and atomics) over the engine's messages.
+//!
+//! Each operation is a message whose `app` byte names its kind (upper nibble); the engine's
+//! protocols (inline, inject, CMA, SAR) carry the data, so one-sided works with and without CMA.
+//!
+//! | kind       | header                                   | payload                     | answered        |
+//! |------------|------------------------------------------|-----------------------------|-----------------|
+//! | WRITE      | tag = key, aux = address, data = CQ data | the bytes                   | on delivery     |
+//! | READ_REQ   | tag = key, aux = address                 | op id, length               | after the reply |
+//! | READ_RESP  | tag = op id                              | the bytes read / old values | -               |
+//! | ATOMIC     | tag = key, aux = address, data = `Desc`  | op id, operands, compares   | applied / reply |
+//!
+//! The target checks key, range and access against its domain's registrations
+//! (`MrTable::resolve`) before it touches memory and refuses what fails (the initiator gets an
+//! error completion, the target's memory is untouched). It applies atomics itself, in arrival
+//! order, all through one path under the domain lock, so they are atomic with respect to each
+//! other from any peer and from the endpoint itself. A read (or fetching atomic) completes at
+//! the initiator when the target's answer and the reply's data have both arrived: the target
+//! answers only after its reply is in the initiator's memory, so a dead target fails the read
+//! through the engine's liveness checks instead of leaving it waiting.
+
+use super::{Sinks, TxOp};
+use crate::atomic::apply::{self, Kind};
+use crate::cq::CqEvent;
+use crate::error::{FiError, FiResult};
+use crate::mr::MrTable;
+use rshm_ffi as ffi;
+use slab::Slab;
+use smr_core::cmd::MsgHeader;
+use smr_core::endpoint::{Disposition, Endpoint, Incoming, SendOpts, SendStatus, SrcId};
+use smr_core::iov::{LocalIov, Ranges};
+use smr_core::Error as EngineError;
+use std::collections::{HashMap, VecDeque};
+
+/// Message kinds, in the upper nibble of the engine's `app` byte (the lower one holds
+/// APP_TAGGED and APP_DATA).
+pub const KIND_MSG: u8 = 0;
+pub const KIND_WRITE: u8 = 1;
+pub const KIND_READ_REQ: u8 = 2;
+pub const KIND_READ_RESP: u8 = 3;
+pub const KIND_ATOMIC: u8 = 4;
+
+pub fn kind_of(app: u8) -> u8 {
+    app >> 4
+}
+
+fn app(kind: u8, low: u8) -> u8 {
+    kind << 4 | low
+}
+
+/// Context bits of `on_recv_done`: deliveries of replies and of target operations (the rest
+/// are receives).
+pub const CTX_REPLY: u64 = 1 << 63;
+pub const CTX_TARGET: u64 = 1 << 62;
+/// Cookie bit of `on_send_done` for replies the target sends.
+pub const COOKIE_REPLY: u64 = 1 << 63;
+
+/// Largest payload of an atomic: its operands always travel inline or through one inject buffer,
+/// so the target applies it in the same step in which it arrives.
+const ATOMIC_PAYLOAD_MAX: usize = 4096;
+/// Reads up to this size are copied out when the request arrives, so a write that follows the
+/// read from the same initiator cannot change what it returns (FI_ORDER_WAR).
+pub const READ_SNAPSHOT_MAX: usize = 4096;
+
+/// An atomic's operation, packed into the header's `data` word.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Desc {
+    pub kind: Kind,
+    pub op: u32,
+    pub datatype: u32,
+    pub count: u32,
+}
+
+impl Desc {
+    pub fn pack(self) -> u64 {
+        let kind = match self.kind {
+            Kind::Write => 0u64,
+            Kind::Fetch => 1,
+            Kind::Compare => 2,
+        };
+        kind | u64::from(self.op as u8) << 8 | u64::from(self.datatype as u8) << 16 | u64::from(self.count) << 32
+    }
+
+    /// Decode a peer's word; None unless it names a valid operation whose operands fit.
+    pub fn unpack(v: u64) -> Option<Desc> {
+        let kind = match v & 0xff {
+            0 => Kind::Write,
+            1 => Kind::Fetch,
+            2 => Kind::Compare,
+            _ => return None,
+        };
+        let d =
+            Desc { kind, op: ((v >> 8) & 0xff) as u32, datatype: ((v >> 16) & 0xff) as u32, count: (v >> 32) as u32 };
+        (apply::valid(d.kind, d.op, d.datatype) && d.count > 0 && d.count as usize <= max_count(kind, d.datatype)?)
+            .then_some(d)
+    }
+
+    /// Bytes of the target memory it touches.
+    pub fn bytes(self) -> usize {
+        self.count as usize * apply::type_size(self.datatype).unwrap_or(0)
+    }
+
+    /// Bytes of its payload: op id, operands (none for FI_ATOMIC_READ), compare values.
+    fn payload(self) -> usize {
+        let operands = if self.op == ffi::FI_ATOMIC_READ { 0 } else { self.bytes() };
+        let compares = if self.kind == Kind::Compare { self.bytes() } else { 0 };
+        8 + operands + compares
+    }
+}
+
+/// Most elements one atomic call may carry (what `fi_atomicvalid` reports).
+pub fn max_count(kind: Kind, datatype: u32) -> Option<usize> {
+    let size = apply::type_size(datatype)?;
+    let per_element = if kind == Kind::Compare { 2 * size } else { size };
+    Some((ATOMIC_PAYLOAD_MAX - 8) / per_element)
+}
+
+/// A reply buffer of a read or fetching atomic, until its data and its answer arrive.
+pub struct Pending {
+    slot: usize,
+    dest: Option<LocalIov>,
+    got: Option<smr_core::Result<usize>>,
+    answered: bool,
+    want: usize,
+}
+
+/// What the target still has to do for an operation that arrived.
+enum TargetOp {
+    Write { mr_cntr: Option<usize>, data: Option<u64>, len: u64 },
+    ReadReq { src: SrcId, msg_id: u64, name: String, key: u64, addr: u64 },
+    Atomic { desc: Desc, target: Ranges, mr_cntr: Option<usize>, reply: Option<(SrcId, u64, String)> },
+}
+
+/// Work for after the engine's progress returns (the engine cannot be called from inside it).
+enum Outgoing {
+    Answer { src: SrcId, msg_id: u64, result: Result<(), u32> },
+    Reply { src: SrcId, msg_id: u64, name: String, op_id: u64, data: ReplyData },
+}
+
+/// What a reply carries: a copy (small reads, atomics' old values) or registered memory.
+enum ReplyData {
+    Copy(Vec<u8>),
+    Memory(Ranges),
+}
+
+impl ReplyData {
+    fn len(&self) -> usize {
+        match self {
+            ReplyData::Copy(v) => v.len(),
+            ReplyData::Memory(r) => r.iter().map(|p| p.1).sum(),
+        }
+    }
+
+    fn to_iov(&self) -> LocalIov {
+        match self {
+            ReplyData::Copy(v) => LocalIov::owned(v.clone()),
+            // SAFETY: registered memory the application exposed for remote reads (checked by
+            // `resolve` when the request arrived).
+            ReplyData::Memory(r) => unsafe { super::rx::lend(r.clone()) },
+        }
+    }
+}
+
+#[derive(Default)]
+pub struct RmaState {
+    pending: HashMap<u64, Pending>,
+    next_op: u64,
+    target: Slab<TargetOp>,
+    outbox: VecDeque<Outgoing>,
+    /// Replies whose data the initiator still has to take (CMA, SAR): answered when it has.
+    replying: Slab<(SrcId, u64)>,
+}
+
+/// What a one-sided call asks for, once the entry point has checked its arguments.
+pub struct OneSided {
+    pub dest: u64,
+    pub addr: u64,
+    pub key: u64,
+    pub ctx: usize,
+    pub flags: u64,
+    /// fi_inject_write / fi_inject_writedata / fi_inject_atomic: no CQ entry, ever.
+    pub inject_call: bool,
+}
+
+pub enum Op {
+    Write { local: Ranges, data: Option<u64> },
+    Read { local: Ranges },
+    Atomic { desc: Desc, operand: Ranges, compare: Ranges, result: Ranges },
+}
+
+/// Start a one-sided operation on endpoint `id`.
+pub fn start(st: &mut crate::domain::DomainState, id: usize, a: OneSided, op: Op) -> FiResult<()> {
+    let crate::domain::DomainState { eps, avs, .. } = st;
+    let ep = eps.get_mut(id).ok_or(FiError::INVAL)?;
+    if ep.engine.is_none() {
+        return Err(FiError::NOTCONN);
+    }
+    if ep.tx_ops.len() >= ep.tx_size {
+        return Err(FiError::AGAIN);
+    }
+    // A fenced operation starts once everything before it has completed; until then the caller
+    // progresses and retries.
+    if a.flags & ffi::FI_FENCE as u64 != 0 && !ep.tx_ops.is_empty() {
+        return Err(FiError::AGAIN);
+    }
+    let peer = super::tx::peer_for(ep, avs, a.dest)?;
+    let wanted = !a.inject_call && (!ep.bindings.tx_selective || a.flags & ffi::FI_COMPLETION as u64 != 0);
+    let slot = ep.tx_ops.vacant_key();
+    let (hdr, payload, tx, reply_to) = match op {
+        Op::Write { local, data } => {
+            let len: usize = local.iter().map(|p| p.1).sum();
+            if a.flags & ffi::FI_INJECT as u64 != 0 && len > crate::getinfo::INJECT_SIZE {
+                return Err(FiError::MSGSIZE);
+            }
+            let low = if data.is_some() { super::APP_DATA } else { 0 };
+            let hdr = header(app(KIND_WRITE, low), a.key, a.addr, data.unwrap_or(0), len);
+            // SAFETY: the application's source buffer, which it leaves unchanged until the write
+            // completes (the engine copies inject-sized ones before returning).
+            let buf = unsafe { super::rx::lend(local) };
+            (hdr, buf, TxOp::new(a.ctx, (ffi::FI_RMA | ffi::FI_WRITE) as u64, wanted, super::TxKind::Write), None)
+        }
+        Op::Read { local } => {
+            let len: usize = local.iter().map(|p| p.1).sum();
+            let op_id = ep.rma.new_op();
+            let mut payload = op_id.to_le_bytes().to_vec();
+            payload.extend_from_slice(&(len as u64).to_le_bytes());
+            let hdr = header(app(KIND_READ_REQ, 0), a.key, a.addr, 0, payload.len());
+            let tx =
+                TxOp::new(a.ctx, (ffi::FI_RMA | ffi::FI_READ) as u64, wanted, super::TxKind::Read).with_reply(op_id);
+            (hdr, LocalIov::owned(payload), tx, Some((op_id, local, len)))
+        }
+        Op::Atomic { desc, operand, compare, result } => {
+            let op_id = ep.rma.new_op();
+            let mut payload = op_id.to_le_bytes().to_vec();
+            gather(&mut payload, operand);
+            gather(&mut payload, compare);
+            if payload.len() != desc.payload() {
+                return Err(FiError::INVAL);
+            }
+            let hdr = header(app(KIND_ATOMIC, 0), a.key, a.addr, desc.pack(), payload.len());
+            let (flags, kind) = match desc.kind {
+                Kind::Write => ((ffi::FI_ATOMIC | ffi::FI_WRITE) as u64, super::TxKind::Write),
+                _ => ((ffi::FI_ATOMIC | ffi::FI_READ) as u64, super::TxKind::Read),
+            };
+            let mut tx = TxOp::new(a.ctx, flags, wanted, kind);
+            let reply = (desc.kind != Kind::Write).then(|| {
+                tx = tx.with_reply(op_id);
+                (op_id, result, desc.bytes())
+            });
+            (hdr, LocalIov::owned(payload), tx, reply)
+        }
+    };
+    crate::debug!(EpData, "one-sided {:#x} to {} key {:#x} addr {:#x} len {}", hdr.app, a.dest, a.key, a.addr, hdr.len);
+    let engine = ep.engine.as_mut().expect("checked above");
+    // Every one-sided operation is acknowledged: a refusal (bad key, range, access) must reach
+    // the initiator, and completion then means the data is at the target (delivery complete).
+    let opts = SendOpts { cookie: slot as u64, delivery_complete: true };
+    match engine.send(peer, hdr, payload, opts) {
+        Ok(SendStatus::Pending) => {}
+        Ok(SendStatus::Done) => unreachable_done(),
+        Err(EngineError::Again) => return Err(FiError::AGAIN),
+        Err(e) => {
+            crate::warn!(EpData, "one-sided operation to fi_addr {} failed: {e}", a.dest);
+            return Err(FiError::from(e));
+        }
+    }
+    if let Some((op_id, local, want)) = reply_to {
+        // SAFETY: the application's result buffer, which it leaves alone until the operation
+        // completes.
+        let dest = unsafe { super::rx::lend(local) };
+        ep.rma.pending.insert(op_id, Pending { slot, dest: Some(dest), got: None, answered: false, want });
+    }
+    let taken = ep.tx_ops.insert(tx);
+    debug_assert_eq!(taken, slot);
+    Ok(())
+}
+
+/// Acknowledged sends are never done at once; if the engine ever said so, the operation would
+/// simply complete when its (absent) answer arrives, so this is only a debug check.
+fn unreachable_done() {
+    debug_assert!(false, "an acknowledged send finished without its answer");
+}
+
+fn header(app: u8, tag: u64, aux: u64, data: u64, len: usize) -> MsgHeader {
+    MsgHeader { app, tag, data, aux, len: len as u64 }
+}
+
+/// Append the bytes of application ranges.
+fn gather(out: &mut Vec<u8>, ranges: Ranges) {
+    let len: usize = ranges.iter().map(|p| p.1).sum();
+    let at = out.len();
+    out.resize(at + len, 0);
+    // SAFETY: the application's operand buffers, readable for the duration of the call.
+    let src = unsafe { super::rx::lend(ranges) };
+    src.read_at(0, &mut out[at..]);
+}
+
+impl RmaState {
+    fn new_op(&mut self) -> u64 {
+        self.next_op = self.next_op.wrapping_add(1);
+        self.next_op
+    }
+
+    /// Replies or answers are waiting to go out.
+    pub fn has_outgoing(&self) -> bool {
+        !self.outbox.is_empty()
+    }
+}
+
+/// The target side of `on_message` for one-sided kinds.
+pub struct Target<'a> {
+    pub rma: &'a mut RmaState,
+    pub mrs: &'a MrTable,
+}
+
+impl Target<'_> {
+    pub fn on_message(&mut self, msg: &Incoming, src_name: &str) -> Disposition {
+        let hdr = msg.hdr;
+        match kind_of(hdr.app) {
+            KIND_WRITE => match self.mrs.resolve(hdr.tag, hdr.aux, hdr.len, ffi::FI_REMOTE_WRITE as u64) {
+                Ok((ranges, mr)) => {
+                    let data = (hdr.app & super::APP_DATA != 0).then_some(hdr.data);
+                    let ctx = self.rma.target.insert(TargetOp::Write { mr_cntr: mr.write_cntr, data, len: hdr.len });
+                    // SAFETY: registered memory the application exposed for remote writes; it
+                    // may not release it while the registration exists.
+                    let dest = unsafe { super::rx::lend(ranges) };
+                    Disposition::Deliver { dest, ctx: CTX_TARGET | ctx as u64 }
+                }
+                Err(errno) => Disposition::Refuse(errno),
+            },
+            KIND_READ_REQ if hdr.len == 16 => {
+                let op = TargetOp::ReadReq {
+                    src: msg.src,
+                    msg_id: msg.msg_id,
+                    name: src_name.to_string(),
+                    key: hdr.tag,
+                    addr: hdr.aux,
+                };
+                let ctx = self.rma.target.insert(op);
+                Disposition::Later { dest: LocalIov::owned(vec![0; 16]), ctx: CTX_TARGET | ctx as u64 }
+            }
+            KIND_ATOMIC => {
+                let Some(desc) = Desc::unpack(hdr.data).filter(|d| d.payload() as u64 == hdr.len) else {
+                    return Disposition::Refuse(ffi::FI_EINVAL);
+                };
+                let access = match (desc.op, desc.kind) {
+                    (ffi::FI_ATOMIC_READ, _) => ffi::FI_REMOTE_READ,
+                    (_, Kind::Write) => ffi::FI_REMOTE_WRITE,
+                    _ => ffi::FI_REMOTE_READ | ffi::FI_REMOTE_WRITE,
+                } as u64;
+                match self.mrs.resolve(hdr.tag, hdr.aux, desc.bytes() as u64, access) {
+                    Ok((target, mr)) => {
+                        let mr_cntr = if desc.op == ffi::FI_ATOMIC_READ { mr.read_cntr } else { mr.write_cntr };
+                        let fetch = desc.kind != Kind::Write;
+                        let reply = fetch.then(|| (msg.src, msg.msg_id, src_name.to_string()));
+                        let ctx = CTX_TARGET
+                            | self.rma.target.insert(TargetOp::Atomic { desc, target, mr_cntr, reply }) as u64;
+                        let dest = LocalIov::owned(vec![0; hdr.len as usize]);
+                        if fetch {
+                            Disposition::Later { dest, ctx }
+                        } else {
+                            Disposition::Deliver { dest, ctx }
+                        }
+                    }
+                    Err(errno) => Disposition::Refuse(errno),
+                }
+            }
+            KIND_READ_RESP => match self.rma.pending.get_mut(&hdr.tag).and_then(|p| p.dest.take()) {
+                Some(dest) => Disposition::Deliver { dest, ctx: CTX_REPLY | hdr.tag },
+                None => Disposition::Discard,
+            },
+            _ => Disposition::Refuse(ffi::FI_EINVAL),
+        }
+    }
+
+    /// A target operation's data arrived (`ctx` without CTX_TARGET).
+    pub fn on_delivered(&mut self, ctx: usize, result: smr_core::Result<usize>, dest: LocalIov, sinks: &mut Sinks) {
+        let Some(op) = self.rma.target.try_remove(ctx) else { return };
+        let ok = result.is_ok();
+        match op {
+            TargetOp::Write { mr_cntr, data, len } => {
+                if ok {
+                    sinks.remote_done(mr_cntr, true);
+                    if let Some(data) = data {
+                        let flags = (ffi::FI_RMA | ffi::FI_REMOTE_WRITE) as u64 | ffi::FI_REMOTE_CQ_DATA as u64;
+                        let entry =
+                            crate::cq::Completion { flags, len: len as usize, data, ..super::ctx_completion(0, 0) };
+                        sinks.remote_cq(CqEvent::Done(entry));
+                    }
+                }
+            }
+            TargetOp::ReadReq { src, msg_id, name, key, addr } => {
+                let bytes = dest.into_owned().unwrap_or_default();
+                let (Some(op_id), Some(len)) = (u64_at(&bytes, 0), u64_at(&bytes, 8)) else {
+                    self.answer(src, msg_id, Err(ffi::FI_EINVAL));
+                    return;
+                };
+                match self.mrs.resolve(key, addr, len, ffi::FI_REMOTE_READ as u64) {
+                    Ok((ranges, mr)) => {
+                        sinks.remote_done(mr.read_cntr, false);
+                        let data = if (len as usize) <= READ_SNAPSHOT_MAX {
+                            let mut copy = vec![0; len as usize];
+                            // SAFETY: registered memory the application exposed for remote reads.
+                            unsafe { super::rx::lend(ranges) }.read_at(0, &mut copy);
+                            ReplyData::Copy(copy)
+                        } else {
+                            ReplyData::Memory(ranges)
+                        };
+                        self.rma.outbox.push_back(Outgoing::Reply { src, msg_id, name, op_id, data });
+                    }
+                    Err(errno) => self.answer(src, msg_id, Err(errno)),
+                }
+            }
+            TargetOp::Atomic { desc, target, mr_cntr, reply } => {
+                let bytes = dest.into_owned().unwrap_or_default();
+                let applied = if ok { apply_atomic(desc, &target, &bytes) } else { Err(ffi::FI_EIO) };
+                if applied.is_ok() {
+                    sinks.remote_done(mr_cntr, desc.op != ffi::FI_ATOMIC_READ);
+                }
+                if let Some((src, msg_id, name)) = reply {
+                    match applied {
+                        Ok(old) => {
+                            let op_id = u64_at(&bytes, 0).unwrap_or(0);
+                            let data = ReplyData::Copy(old);
+                            self.rma.outbox.push_back(Outgoing::Reply { src, msg_id, name, op_id, data });
+                        }
+                        Err(errno) => self.answer(src, msg_id, Err(errno)),
+                    }
+                }
+            }
+        }
+    }
+
+    fn answer(&mut self, src: SrcId, msg_id: u64, result: Result<(), u32>) {
+        self.rma.outbox.push_back(Outgoing::Answer { src, msg_id, result });
+    }
+}
+
+fn u64_at(b: &[u8], at: usize) -> Option<u64> {
+    Some(u64::from_le_bytes(b.get(at..at + 8)?.try_into().ok()?))
+}
+
+/// Apply an atomic to the target memory; returns the old values.
+fn apply_atomic(desc: Desc, target: &Ranges, payload: &[u8]) -> Result<Vec<u8>, u32> {
+    let n = desc.bytes();
+    let operands = if desc.op == ffi::FI_ATOMIC_READ { 0 } else { n };
+    let operand = payload.get(8..8 + operands).ok_or(ffi::FI_EINVAL)?;
+    let compare = if desc.kind == Kind::Compare {
+        payload.get(8 + operands..8 + operands + n).ok_or(ffi::FI_EINVAL)?
+    } else {
+        &[]
+    };
+    // SAFETY: registered memory the application exposed for remote atomics (range checked by
+    // `resolve`); only this path, under the domain lock, changes it on behalf of peers.
+    let mut mem = unsafe { super::rx::lend(target.clone()) };
+    let mut value = vec![0; n];
+    mem.read_at(0, &mut value);
+    let mut old = if desc.kind == Kind::Write { Vec::new() } else { vec![0; n] };
+    apply::apply(desc.kind, desc.op, desc.datatype, &mut value, operand, compare, &mut old)
+        .map_err(|_| ffi::FI_EINVAL)?;
+    if desc.op != ffi::FI_ATOMIC_READ {
+        mem.write_at(0, &value);
+    }
+    Ok(old)
+}
+
+/// The initiator side of `on_recv_done`: a reply's data arrived for op `op_id`.
+pub fn reply_delivered(
+    rma: &mut RmaState,
+    tx_ops: &mut Slab<TxOp>,
+    op_id: u64,
+    result: smr_core::Result<usize>,
+    sinks: &mut Sinks,
+) {
+    let Some(p) = rma.pending.get_mut(&op_id) else { return };
+    p.got = Some(result);
+    if p.answered {
+        finish(rma, tx_ops, op_id, Ok(()), sinks);
+    }
+}
+
+/// The initiator side of `on_send_done` for a one-sided operation in tx slot `slot`: its answer
+/// arrived. Reads complete when their data has arrived too.
+pub fn answered(
+    rma: &mut RmaState,
+    tx_ops: &mut Slab<TxOp>,
+    slot: usize,
+    result: smr_core::Result<()>,
+    sinks: &mut Sinks,
+) {
+    let Some(op_id) = tx_ops.get(slot).and_then(|op| op.reply) else {
+        super::tx::send_finished(tx_ops, slot, result, sinks);
+        return;
+    };
+    match rma.pending.get_mut(&op_id) {
+        Some(p) if result.is_ok() && p.got.is_none() => p.answered = true,
+        Some(_) => finish(rma, tx_ops, op_id, result, sinks),
+        None => super::tx::send_finished(tx_ops, slot, result, sinks),
+    }
+}
+
+fn finish(rma: &mut RmaState, tx_ops: &mut Slab<TxOp>, op_id: u64, answer: smr_core::Result<()>, sinks: &mut Sinks) {
+    let Some(p) = rma.pending.remove(&op_id) else { return };
+    let result = match (answer, p.got) {
+        (Err(e), _) | (Ok(()), Some(Err(e))) => Err(e),
+        (Ok(()), Some(Ok(n))) if n == p.want => Ok(()),
+        (Ok(()), Some(Ok(_))) => Err(EngineError::Corrupt("reply of the wrong length")),
+        (Ok(()), None) => Err(EngineError::Corrupt("answered without a reply")),
+    };
+    super::tx::send_finished(tx_ops, p.slot, result, sinks);
+}
+
+/// A reply the target sent finished (cookie without COOKIE_REPLY): answer its request.
+pub fn reply_sent(rma: &mut RmaState, idx: usize, result: smr_core::Result<()>) {
+    if let Some((src, msg_id)) = rma.replying.try_remove(idx) {
+        let result = result.map_err(|_| ffi::FI_EIO);
+        rma.outbox.push_back(Outgoing::Answer { src, msg_id, result });
+    }
+}
+
+/// Send the replies and answers progress queued. Stops at the first full queue (retried on the
+/// next progress).
+pub fn flush(rma: &mut RmaState, engine: &mut Endpoint) {
+    while let Some(out) = rma.outbox.pop_front() {
+        match out {
+            Outgoing::Answer { src, msg_id, result } => engine.answer(src, msg_id, result),
+            Outgoing::Reply { src, msg_id, name, op_id, data } => {
+                let peer = match engine.add_peer(&name) {
+                    Ok(p) => p,
+                    Err(_) => {
+                        engine.answer(src, msg_id, Err(ffi::FI_EIO));
+                        continue;
+                    }
+                };
+                let hdr = header(app(KIND_READ_RESP, 0), op_id, 0, 0, data.len());
+                let idx = rma.replying.vacant_key();
+                let opts = SendOpts { cookie: COOKIE_REPLY | idx as u64, delivery_complete: false };
+                match engine.send(peer, hdr, data.to_iov(), opts) {
+                    Ok(SendStatus::Done) => engine.answer(src, msg_id, Ok(())),
+                    Ok(SendStatus::Pending) => {
+                        rma.replying.insert((src, msg_id));
+                    }
+                    Err(EngineError::Again) => {
+                        rma.outbox.push_front(Outgoing::Reply { src, msg_id, name, op_id, data });
+                        break;
+                    }
+                    Err(e) => {
+                        crate::debug!(EpData, "reply to {name} failed: {e}");
+                        engine.answer(src, msg_id, Err(ffi::FI_EIO));
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,154 @@
+//! Progress: who drives the endpoints, and how waiters learn that something completed.
+//!
+//! CQs and counters call `cq` / `cntr` here (manual progress: reading them drives the endpoints
+//! they are bound to). A domain opened with FI_PROGRESS_AUTO also gets one thread (`AutoThread`)
+//! that sleeps on the wake words of all the domain's endpoints at once (futex_waitv) and drives
+//! them when a peer's command arrives, so a passive target that computes, sleeps or waits on
+//! another object still serves its peers; while nothing arrives it costs no CPU.
+//!
+//! Completions made by one thread must wake waiters in another (`fi_cntr_wait` in the
+//! application while the progress thread applied the remote write): every progress pass that
+//! handled events notifies the domain's condition variable, on which blocking waits of an
+//! auto-progress domain sleep.
+
+use crate::domain::{DomainShared, DomainState};
+use smr_core::endpoint::WaitHandle;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+/// Drive the endpoints bound to CQ `cq`.
+pub fn cq(st: &mut DomainState, cq: usize) -> usize {
+    let mut events = 0;
+    let mut i = 0;
+    // Indexing instead of iterating: progress needs the state mutably, and the list is tiny.
+    while let Some(&ep) = st.cqs.get(cq).and_then(|c| c.eps.get(i)) {
+        events += crate::ep::progress(st, ep);
+        i += 1;
+    }
+    events
+}
+
+/// Drive the endpoints that can move counter `cntr`: those bound to it, or every endpoint of
+/// the domain while memory regions count remote accesses into it (any endpoint may be targeted).
+pub fn cntr(st: &mut DomainState, cntr: usize) -> usize {
+    let Some(c) = st.cntrs.get(cntr) else { return 0 };
+    if c.mrs > 0 {
+        return all(st);
+    }
+    let mut events = 0;
+    let mut i = 0;
+    while let Some(&ep) = st.cntrs.get(cntr).and_then(|c| c.eps.get(i)) {
+        events += crate::ep::progress(st, ep);
+        i += 1;
+    }
+    events
+}
+
+/// Drive every endpoint of the domain.
+pub fn all(st: &mut DomainState) -> usize {
+    let ids: smallvec::SmallVec<[usize; 8]> = st.eps.iter().map(|(id, _)| id).collect();
+    ids.into_iter().map(|id| crate::ep::progress(st, id)).sum()
+}
+
+/// The endpoints whose wake words a waiter on CQ or counter `id` should sleep on.
+pub fn cntr_wait_eps(st: &DomainState, id: usize) -> Option<Vec<usize>> {
+    let c = st.cntrs.get(id)?;
+    Some(if c.mrs > 0 { st.eps.iter().map(|(id, _)| id).collect() } else { c.eps.clone() })
+}
+
+/// The progress thread of an FI_PROGRESS_AUTO domain.
+pub struct AutoThread {
+    control: Arc<Control>,
+    handle: Option<std::thread::JoinHandle<()>>,
+}
+
+/// What the thread sleeps on besides the endpoints: a private word bumped to make it look again
+/// (an endpoint was enabled or closed, or the domain is closing).
+#[derive(Default)]
+struct Control {
+    seq: AtomicU32,
+    stop: AtomicBool,
+}
+
+impl Control {
+    fn poke(&self) {
+        self.seq.fetch_add(1, Ordering::SeqCst);
+        futex_wake_private(&self.seq);
+    }
+}
+
+/// Longest sleep without a wake-up (a backstop; wake-ups are what normally end a sleep).
+const IDLE: Duration = Duration::from_secs(1);
+
+impl AutoThread {
+    pub fn start(shared: &Arc<DomainShared>) -> std::io::Result<AutoThread> {
+        let control = Arc::new(Control::default());
+        let weak = Arc::downgrade(shared);
+        let c = Arc::clone(&control);
+        let handle = std::thread::Builder::new().name("rshm-progress".into()).spawn(move || run(weak, c))?;
+        Ok(AutoThread { control, handle: Some(handle) })
+    }
+
+    /// The set of endpoints changed: look again.
+    pub fn poke(&self) {
+        self.control.poke();
+    }
+
+    /// Stop the thread and wait for it (not from the thread itself).
+    pub fn stop(mut self) {
+        self.control.stop.store(true, Ordering::SeqCst);
+        self.control.poke();
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+fn run(domain: Weak<DomainShared>, control: Arc<Control>) {
+    while !control.stop.load(Ordering::SeqCst) {
+        // The thread holds the domain only while it works, so fi_close(domain) sees no extra
+        // reference while the thread sleeps.
+        let Some(shared) = domain.upgrade() else { return };
+        let control_seq = control.seq.load(Ordering::SeqCst);
+        let (handles, events) = {
+            let mut st = shared.lock();
+            let handles: Vec<(WaitHandle, u32)> = st
+                .eps
+                .iter()
+                .filter_map(|(_, ep)| ep.engine.as_ref())
+                .map(|e| {
+                    let h = e.wait_handle();
+                    let seq = h.arm();
+                    (h, seq)
+                })
+                .collect();
+            let events = all(&mut st);
+            (handles, events)
+        };
+        if events > 0 {
+            shared.completed();
+        }
+        drop(shared);
+        if events == 0 {
+            let mut words: Vec<smr_core::wake::WaitOn<'_>> = handles.iter().map(|(h, seq)| h.wait_on(*seq)).collect();
+            words.push(smr_core::wake::WaitOn { word: &control.seq, expected: control_seq, private: true });
+            if !smr_core::wake::sleep_any(&words, IDLE) {
+                // No futex_waitv (before Linux 5.16) or too many endpoints: sleep on the first
+                // endpoint, briefly, so the others are still served.
+                match handles.first() {
+                    Some((h, seq)) => h.sleep(*seq, Some(Duration::from_millis(1))),
+                    None => std::thread::sleep(Duration::from_millis(1)),
+                }
+            }
+        }
+        for (h, _) in &handles {
+            h.disarm();
+        }
+    }
+}
+
+fn futex_wake_private(word: &AtomicU32) {
+    // SAFETY: FUTEX_WAKE_PRIVATE on a live, aligned u32 of this process; wakes every sleeper.
+    unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG, i32::MAX) };
+}
