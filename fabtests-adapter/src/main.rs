@@ -12,8 +12,8 @@
 //! upstream fabtests the way its runfabtests.sh does (`__hold`, hidden, keeps one run's private
 //! namespaces alive).
 
-// The wrapper covers more of the API than today's scenarios call (part 2 and later scenarios).
 mod expected;
+// The wrapper covers more of the API than today's scenarios call (part 2 and later scenarios).
 #[allow(dead_code)]
 mod fabric;
 mod harness;

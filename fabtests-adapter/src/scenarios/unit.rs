@@ -101,8 +101,54 @@ fn getinfo_nohints(r: &mut Rank) -> TResult {
     Ok(())
 }
 
+/// The hint that asks for `cap`: a primary cap alone, a one-sided secondary with FI_RMA, any
+/// other secondary with FI_MSG.
+fn hint_for_cap(cap: u64) -> u64 {
+    let primary = (ffi::FI_MSG | ffi::FI_TAGGED | ffi::FI_RMA | ffi::FI_ATOMIC) as u64;
+    let one_sided =
+        (ffi::FI_READ | ffi::FI_WRITE | ffi::FI_REMOTE_READ | ffi::FI_REMOTE_WRITE) as u64 | ffi::FI_RMA_EVENT;
+    if cap & primary == cap {
+        cap
+    } else if cap & one_sided == cap {
+        ffi::FI_RMA as u64 | cap
+    } else {
+        ffi::FI_MSG as u64 | cap
+    }
+}
+
+/// rshm: every capability it promises (expected.rs, not its own answer) is offered with NULL
+/// hints and granted when hinted; returns their union.
+fn check_promised_caps(r: &Rank, offered: u64) -> TResult<u64> {
+    let Some(promised) = crate::expected::promised_caps(&r.prov, offered) else { return Ok(0) };
+    let missing: Vec<&str> = promised.iter().filter(|&&(c, _)| offered & c != c).map(|&(_, n)| n).collect();
+    ensure!(
+        missing.is_empty(),
+        "{} does not offer capabilities it promises: {} (fi_getinfo(NULL) caps {offered:#x})",
+        r.prov,
+        missing.join(", ")
+    );
+    let mut all = 0;
+    for &(cap, name) in &promised {
+        let want = hint_for_cap(cap);
+        let mut h = hints(r);
+        h.caps(want);
+        let list = match fabric::getinfo(Some(&h)) {
+            Ok(l) => l,
+            Err(e) => bail!("promised cap {name}: fi_getinfo(caps {want:#x}) returned {e}"),
+        };
+        ensure!(!list.is_empty(), "promised cap {name}: fi_getinfo(caps {want:#x}) returned no entry");
+        for i in list.iter() {
+            ensure!(i.caps() & want == want, "promised cap {name}: entry caps {:#x} lack {want:#x}", i.caps());
+        }
+        all |= cap;
+    }
+    Ok(all)
+}
+
 fn getinfo_caps(r: &mut Rank) -> TResult {
     let offered = offered_caps(&r.prov)?;
+    // For rshm the promised caps count as offered whatever it answers (and are checked first).
+    let offered = offered | check_promised_caps(r, offered)?;
     let candidates: &[(u64, &str)] = &[
         (ffi::FI_MSG as u64, "FI_MSG"),
         (ffi::FI_TAGGED as u64, "FI_TAGGED"),
