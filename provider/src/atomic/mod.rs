@@ -1,0 +1,3 @@
+//! Atomic operations: the semantics the target applies.
+
+pub mod apply;
