@@ -158,7 +158,7 @@ pub fn checksum(bytes: &[u8]) -> u64 {
 
 /// The header of message `seq` from `sender` carrying `data`: the checksum rides in `data`.
 pub fn header(sender: u32, seq: u32, data: &[u8]) -> MsgHeader {
-    MsgHeader { app: 0, tag: make_tag(sender, seq), data: checksum(data), len: data.len() as u64 }
+    MsgHeader { app: 0, tag: make_tag(sender, seq), data: checksum(data), aux: 0, len: data.len() as u64 }
 }
 
 /// Check a received message against the pattern its tag and length name, and its checksum.

@@ -95,7 +95,7 @@ fn exchange_all_sizes(tag: &str, params: Params) -> (Endpoint, Endpoint) {
     let (mut ha, mut hb) = (Collect::default(), Collect::default());
     for (i, &len) in SIZES.iter().enumerate() {
         let data = pattern(len, i as u8);
-        let hdr = MsgHeader { app: 1, tag: i as u64, data: 7, len: len as u64 };
+        let hdr = MsgHeader { app: 1, tag: i as u64, data: 7, aux: 0, len: len as u64 };
         let dl = deadline();
         let status = loop {
             match a.send(
@@ -189,7 +189,7 @@ fn held_messages_are_delivered_later_and_truncated_on_request() {
     let (mut ha, mut hb) = (Collect::default(), Collect { hold: true, ..Default::default() });
     let sizes = [5usize, 3000, 100_000, 300_000];
     for (i, &len) in sizes.iter().enumerate() {
-        let hdr = MsgHeader { app: 0, tag: i as u64, data: 0, len: len as u64 };
+        let hdr = MsgHeader { app: 0, tag: i as u64, data: 0, aux: 0, len: len as u64 };
         let status = a
             .send(to_b, hdr, LocalIov::owned(pattern(len, 9)), SendOpts { cookie: i as u64, delivery_complete: true })
             .unwrap();
@@ -263,7 +263,7 @@ fn garbage_commands_are_counted_and_survived() {
     assert!(b.stats().corrupt_commands > 1200, "{:?}", b.stats());
     // Still works afterwards.
     let to_b = a.add_peer(b.name()).unwrap();
-    let hdr = MsgHeader { app: 0, tag: 1, data: 0, len: 4 };
+    let hdr = MsgHeader { app: 0, tag: 1, data: 0, aux: 0, len: 4 };
     a.send(to_b, hdr, LocalIov::owned(b"live".to_vec()), SendOpts::default()).unwrap();
     let dl = deadline();
     while hb.received.is_empty() {
@@ -279,7 +279,7 @@ fn closing_a_receiver_fails_pending_and_later_sends() {
     let (mut a, b, to_b) = pair("closed", Params::default());
     let mut ha = Collect::default();
     let big = pattern(100_000, 1);
-    let hdr = MsgHeader { app: 0, tag: 1, data: 0, len: big.len() as u64 };
+    let hdr = MsgHeader { app: 0, tag: 1, data: 0, aux: 0, len: big.len() as u64 };
     // Pending until b reads it with CMA, which it never will.
     assert_eq!(
         a.send(to_b, hdr, LocalIov::owned(big), SendOpts { cookie: 9, ..SendOpts::default() }),
@@ -295,6 +295,6 @@ fn closing_a_receiver_fails_pending_and_later_sends() {
         );
     }
     assert_eq!(ha.sends_done, vec![(9, Err(Error::PeerDead))]);
-    let small = MsgHeader { app: 0, tag: 2, data: 0, len: 4 };
+    let small = MsgHeader { app: 0, tag: 2, data: 0, aux: 0, len: 4 };
     assert_eq!(a.send(to_b, small, LocalIov::owned(b"lost".to_vec()), SendOpts::default()), Err(Error::PeerDead));
 }
