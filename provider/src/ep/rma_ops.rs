@@ -276,8 +276,13 @@ unsafe fn atomic_msg(msg: *const ffi::fi_msg_atomic, flags: u64) -> FiResult<(ff
     }
     // SAFETY: one fi_rma_ioc (checked non-NULL).
     let r = unsafe { *m.rma_iov };
-    // SAFETY: the caller's fi_ioc array.
-    let operand = unsafe { iocs(m.msg_iov, m.iov_count, m.datatype) }?;
+    // FI_ATOMIC_READ has no operand; callers (OpenSHMEM) pass a NULL buffer for it.
+    let operand = if m.op == ffi::FI_ATOMIC_READ {
+        Ranges::new()
+    } else {
+        // SAFETY: the caller's fi_ioc array.
+        unsafe { iocs(m.msg_iov, m.iov_count, m.datatype) }?
+    };
     Ok((m, target(m.addr, r.addr, r.key, m.context, flags), operand))
 }
 
@@ -415,8 +420,11 @@ unsafe extern "C" fn atomic_readwritev(
 ) -> isize {
     crate::guard("fi_fetch_atomicv", FiError::OTHER.code() as isize, || {
         call(ep, true, |f| {
-            // SAFETY: the caller's fi_ioc arrays.
-            let (operand, result) = unsafe { (iocs(iov, count, datatype)?, iocs(resultv, result_count, datatype)?) };
+            // SAFETY: the caller's fi_ioc arrays (no operand for FI_ATOMIC_READ).
+            let operand =
+                if op == ffi::FI_ATOMIC_READ { Ranges::new() } else { unsafe { iocs(iov, count, datatype) }? };
+            // SAFETY: as above.
+            let result = unsafe { iocs(resultv, result_count, datatype) }?;
             let o = atomic_op(Kind::Fetch, op, datatype, operand, Ranges::new(), result)?;
             Ok((target(dest, addr, key, ctx, f), o))
         })
