@@ -237,13 +237,10 @@ fn last_inline_messages_of_a_sender_that_exits_at_once(tag: &str, how: &str) {
     assert_eq!(node.ep.outstanding(), 0);
 }
 
-/// Fails today: the receiver meets the sender only after its region is closed and unlinked, so
-/// `accept` (endpoint/peers.rs) fails with `NoSuchPeer`, and `handle_command` (endpoint/recv.rs)
-/// counts the CONNECT and every queued message as corrupt and drops them (stats show
-/// `corrupt_commands: 5`, nothing delivered). Run with `--ignored`; remove the `ignore` with
-/// the fix.
+/// The receiver meets the sender only after its region is closed and unlinked: `accept`
+/// (endpoint/peers.rs) cannot open the sender's region, and the queued inline messages, complete
+/// in our memory, must still be delivered (they were dropped as corrupt before).
 #[test]
-#[ignore = "engine bug: inline messages of a sender that closed before the receiver met it are dropped"]
 fn last_inline_messages_of_a_sender_that_closes_and_exits_are_delivered() {
     last_inline_messages_of_a_sender_that_exits_at_once("lastc", "close");
 }

@@ -215,10 +215,19 @@ impl Endpoint {
             }
             self.forget_in_peer(src, h);
         }
-        let region = Region::open(&name)?;
-        if region.incarnation() != incarnation || region.owner() != ident {
-            return Err(Error::Corrupt("peer entry does not match the region it names"));
-        }
+        // A sender that announced itself and then closed (or died) before we met it: its region
+        // is gone or belongs to a successor. What it queued inline or in our inject buffers is
+        // complete in our memory and is still delivered (as for senders we knew, `forgotten`).
+        let region = match Region::open(&name) {
+            Ok(r) if r.incarnation() == incarnation && r.owner() == ident => r,
+            other => {
+                if let Some(slot) = self.region.peer_slots().get(src as usize) {
+                    slot.state.store(SLOT_FREE, Ordering::Release);
+                }
+                self.forgotten.insert(src, name);
+                return Err(other.err().unwrap_or(Error::Corrupt("peer entry does not match the region it names")));
+            }
+        };
         self.forgotten.remove(&src);
         self.inp.insert(src, InPeer { name, region, watch: Watch::new(ident), incarnation });
         self.send_resp(
