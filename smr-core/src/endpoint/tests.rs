@@ -8,6 +8,10 @@ use crate::layout::INJECT_SIZE;
 #[derive(Default)]
 struct Collect {
     hold: bool,
+    /// Refuse every message with this errno.
+    refuse: Option<u32>,
+    /// Take messages with `Disposition::Later`; answered by the test.
+    later: bool,
     dest_len: Option<usize>,
     received: Vec<(MsgHeader, Result<usize>, Vec<u8>)>,
     offered: Vec<Incoming>,
@@ -20,8 +24,15 @@ impl Handler for Collect {
         if self.hold {
             return Disposition::Hold;
         }
+        if let Some(errno) = self.refuse {
+            return Disposition::Refuse(errno);
+        }
         let len = self.dest_len.unwrap_or(msg.hdr.len as usize);
-        Disposition::Deliver { dest: LocalIov::owned(vec![0; len]), ctx: msg.hdr.tag }
+        let dest = LocalIov::owned(vec![0; len]);
+        if self.later {
+            return Disposition::Later { dest, ctx: msg.hdr.tag };
+        }
+        Disposition::Deliver { dest, ctx: msg.hdr.tag }
     }
     fn on_recv_done(&mut self, ctx: u64, result: Result<usize>, dest: LocalIov) {
         let hdr = self.offered.iter().find(|m| m.hdr.tag == ctx).map(|m| m.hdr).unwrap_or_default();
@@ -297,4 +308,53 @@ fn closing_a_receiver_fails_pending_and_later_sends() {
     assert_eq!(ha.sends_done, vec![(9, Err(Error::PeerDead))]);
     let small = MsgHeader { app: 0, tag: 2, data: 0, aux: 0, len: 4 };
     assert_eq!(a.send(to_b, small, LocalIov::owned(b"lost".to_vec()), SendOpts::default()), Err(Error::PeerDead));
+}
+
+/// A refused message fails its sender with the errno the receiver gave, for every protocol
+/// (inline, inject, CMA or SAR); nothing is delivered.
+#[test]
+fn refused_messages_fail_their_senders_with_the_receivers_errno() {
+    for (tag, cma) in [("refc", true), ("refs", false)] {
+        let (mut a, mut b, to_b) = pair(tag, Params { cma, ..Params::default() });
+        let (mut ha, mut hb) = (Collect::default(), Collect { refuse: Some(13), ..Default::default() });
+        let sizes = [1usize, 4096, 100_000];
+        for (i, &len) in sizes.iter().enumerate() {
+            let hdr = MsgHeader { app: 0, tag: i as u64, data: 0, aux: 7, len: len as u64 };
+            let opts = SendOpts { cookie: i as u64, delivery_complete: true };
+            let buf = LocalIov::owned(pattern(len, i as u8));
+            assert_eq!(a.send(to_b, hdr, buf, opts), Ok(SendStatus::Pending));
+        }
+        pump_until((&mut a, &mut ha), (&mut b, &mut hb), "refusals", |ha, _| ha.sends_done.len() == sizes.len());
+        for (i, (cookie, result)) in ha.sends_done.iter().enumerate() {
+            assert_eq!((*cookie, result.clone()), (i as u64, Err(Error::Refused(13))), "size {}", sizes[i]);
+        }
+        assert!(hb.received.is_empty());
+        assert_eq!(hb.offered.iter().map(|m| m.hdr.aux).collect::<Vec<_>>(), vec![7; 3]);
+        assert_eq!((a.stats().corrupt_commands, b.stats().corrupt_commands), (0, 0));
+    }
+}
+
+/// `Later`: the message is delivered, but its sender completes only when the receiver answers
+/// (with success or an errno).
+#[test]
+fn later_messages_complete_their_senders_on_answer() {
+    let (mut a, mut b, to_b) = pair("later", Params::default());
+    let (mut ha, mut hb) = (Collect::default(), Collect { later: true, ..Default::default() });
+    for (i, len) in [16usize, 3000].into_iter().enumerate() {
+        let hdr = MsgHeader { app: 0, tag: i as u64, data: 0, aux: 0, len: len as u64 };
+        let opts = SendOpts { cookie: i as u64, delivery_complete: true };
+        assert_eq!(a.send(to_b, hdr, LocalIov::owned(pattern(len, 3)), opts), Ok(SendStatus::Pending));
+    }
+    pump_until((&mut a, &mut ha), (&mut b, &mut hb), "deliveries", |_, hb| hb.received.len() == 2);
+    for _ in 0..100 {
+        a.progress(&mut ha);
+        b.progress(&mut hb);
+    }
+    assert!(ha.sends_done.is_empty(), "answered before the receiver said so: {:?}", ha.sends_done);
+    assert_eq!(hb.received[1].2, pattern(3000, 3));
+    let (first, second) = (hb.offered[0], hb.offered[1]);
+    b.answer(first.src, first.msg_id, Ok(()));
+    b.answer(second.src, second.msg_id, Err(22));
+    pump_until((&mut a, &mut ha), (&mut b, &mut hb), "answers", |ha, _| ha.sends_done.len() == 2);
+    assert_eq!(ha.sends_done, vec![(0, Ok(())), (1, Err(Error::Refused(22)))]);
 }
