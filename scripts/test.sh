@@ -28,6 +28,7 @@ step "fuzzing: every cargo-fuzz target in smr-core/fuzz, 20 s each (libFuzzer, A
 command -v cargo-fuzz >/dev/null || { echo "cargo-fuzz is not installed: run scripts/setup.sh"; exit 1; }
 (
     cd smr-core/fuzz
+    cargo fmt --check # outside the workspace, so not in the fmt step above
     export RUSTC_BOOTSTRAP=1 RUSTC="$(rustc --print sysroot)/bin/rustc"
     targets=$(cargo fuzz list)
     [ -n "$targets" ] || { echo "no fuzz targets"; exit 1; }

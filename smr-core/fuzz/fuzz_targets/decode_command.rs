@@ -23,8 +23,9 @@ fn entry_from(bytes: &[u8]) -> CmdEntry {
     e.tag = take(16, 8);
     e.data = take(24, 8);
     e.msg_id = take(32, 8);
+    e.aux = take(40, 8);
     for (i, b) in e.payload.iter_mut().enumerate() {
-        *b = bytes.get(40 + i).copied().unwrap_or(0);
+        *b = bytes.get(48 + i).copied().unwrap_or(0);
     }
     e
 }
@@ -38,6 +39,8 @@ fuzz_target!(|bytes: &[u8]| {
         Command::SarSeg { seg, .. } => assert!(u64::from(seg.buf) < limits.sar_count),
         Command::Msg { src, hdr, body, .. } => {
             assert!(u64::from(src) < limits.max_peers && hdr.len <= limits.max_msg_size);
+            // The provider's words pass through untouched.
+            assert!(hdr.app == entry.app && hdr.tag == entry.tag && hdr.data == entry.data && hdr.aux == entry.aux);
             match body {
                 Body::Inline { len, .. } => assert!(len <= INLINE_MAX),
                 Body::Inject { buf } => assert!(u64::from(buf) < limits.inject_count && hdr.len <= 4096),
