@@ -103,20 +103,49 @@ on_core() {
     return $rc
 }
 
+# closed_sum FIELD LOG: the sum of one count over every "endpoint ... closed:" line of rshm's info
+# log (FIELD: inline, inject, CMA, SAR, issued, served).
+closed_sum() {
+    grep -o "closed: .*" "$2" | grep -oE "[0-9]+ $1" | awk '{ s += $1 } END { print s + 0 }'
+}
+
 # cma_is on|off COMMAND...: run COMMAND with rshm's info log, and require that at least two
-# endpoints were enabled (fi_pingpong's server and client) and that each one logged CMA on, or off.
+# endpoints were enabled (fi_pingpong's server and client), that each one logged CMA on, or off,
+# and, from the counts the endpoints log when they close, that large messages really went by
+# CMA (on) or by SAR with no CMA at all (off).
 cma_is() {
     local want=$1; shift
     local log rc=0
     log=$(mktemp)
     FI_LOG_LEVEL=info FI_LOG_PROV=rshm "$@" 2>"$log" || rc=$?
     cat "$log" >&2
-    local enabled wanted
+    local enabled wanted cma sar
     enabled=$(grep -c "enabled (CMA o[nf]*)" "$log")
     wanted=$(grep -c "enabled (CMA $want)" "$log")
+    cma=$(closed_sum CMA "$log")
+    sar=$(closed_sum SAR "$log")
     rm -f "$log"
-    echo "$wanted of $enabled endpoints enabled with CMA $want"
+    echo "$wanted of $enabled endpoints enabled with CMA $want; large messages sent: $cma by CMA, $sar by SAR"
     [ "$enabled" -ge 2 ] && [ "$wanted" = "$enabled" ] || rc=1
+    if [ "$want" = on ]; then [ "$cma" -gt 0 ] || rc=1; else [ "$sar" -gt 0 ] && [ "$cma" = 0 ] || rc=1; fi
+    return $rc
+}
+
+# one_sided_ok RANKS COMMAND...: the MPI one-sided program passed and, from rshm's close log,
+# its one-sided operations went through rshm (issued and served counts above zero).
+one_sided_ok() {
+    local ranks=$1; shift
+    local log out rc=0
+    log=$(mktemp) out=$(mktemp)
+    FI_LOG_LEVEL=info FI_LOG_PROV=rshm "$@" >"$out" 2>"$log" || rc=1
+    tail -3 "$out"
+    grep -q "osc_check: [0-9]* checks passed on $ranks ranks" "$out" || rc=1
+    local issued served
+    issued=$(closed_sum issued "$log")
+    served=$(closed_sum served "$log")
+    echo "one-sided operations through rshm: $issued issued, $served served"
+    [ "$issued" -gt 0 ] && [ "$served" -gt 0 ] || rc=1
+    rm -f "$log" "$out"
     return $rc
 }
 
@@ -130,7 +159,7 @@ mpi_ok() {
 }
 
 export PROV_DIR
-export -f pingpong lists_rshm params_listed on_core cma_is mpi_ok
+export -f pingpong lists_rshm params_listed on_core closed_sum cma_is one_sided_ok mpi_ok
 
 echo "== fi_info"
 check fi_info-1.17 lists_rshm
@@ -169,22 +198,38 @@ if [ "$WITH_MPI" = 1 ]; then
     if [ -n "${MPICH:-}" ]; then
         check fi_info-2.5.1-core on_core "$MPICH/lib/mpich" 2.5. 1 lists_rshm
         check fi_pingpong-2.5.1-core on_core "$MPICH/lib/mpich" 2.5. 2 pingpong -e rdm -m tagged -S all -I 20 -c
-        mpich_built=0
+        mpich_built=0 mpich_osc_built=0
         build mpi_check_mpich "$MPICH/bin/mpicc" -O2 tests/mpi/mpi_check.c && mpich_built=1
+        build osc_check_mpich "$MPICH/bin/mpicc" -O2 tests/mpi/osc_check.c && mpich_osc_built=1
         for n in 2 4; do
+            mpich=(env MPIR_CVAR_CH4_NETMOD=ofi MPIR_CVAR_NOLOCAL=1 FI_PROVIDER=rshm FI_PROVIDER_PATH="$PROV_DIR"
+                "$MPICH/bin/mpiexec" -n $n)
             if [ $mpich_built = 1 ]; then
-                check "mpich-ch4-ofi-np$n" mpi_ok $n env MPIR_CVAR_CH4_NETMOD=ofi MPIR_CVAR_NOLOCAL=1 FI_PROVIDER=rshm \
-                    FI_PROVIDER_PATH="$PROV_DIR" "$MPICH/bin/mpiexec" -n $n "$LOGS/mpi_check_mpich"
+                check "mpich-ch4-ofi-np$n" mpi_ok $n "${mpich[@]}" "$LOGS/mpi_check_mpich"
             else
                 not_run "mpich-ch4-ofi-np$n" "build-mpi_check_mpich failed"
+            fi
+            if [ $mpich_osc_built = 1 ]; then
+                check "mpich-one-sided-np$n" one_sided_ok $n "${mpich[@]}" "$LOGS/osc_check_mpich"
+            else
+                not_run "mpich-one-sided-np$n" "build-osc_check_mpich failed"
             fi
         done
     fi
     if [ -n "${OMPI:-}" ]; then
-        ompi_built=0
+        ompi_built=0 ompi_osc_built=0
         build mpi_check_ompi "$OMPI/bin/mpicc" -O2 tests/mpi/mpi_check.c && ompi_built=1
+        build osc_check_ompi "$OMPI/bin/mpicc" -O2 tests/mpi/osc_check.c && ompi_osc_built=1
         ompi=("$OMPI/bin/mpiexec" --allow-run-as-root --oversubscribe -x FI_PROVIDER_PATH="$PROV_DIR")
         for n in 2 4; do
+            if [ $ompi_osc_built = 1 ]; then
+                # MPI_Win_create windows go through the provider (osc rdma over btl ofi, mode 2).
+                check "openmpi-one-sided-np$n" one_sided_ok $n "${ompi[@]}" -x FI_LOG_LEVEL=info -x FI_LOG_PROV=rshm \
+                    -n $n --mca pml ob1 --mca btl ofi,self --mca btl_ofi_mode 2 --mca btl_ofi_provider_include rshm \
+                    --mca osc rdma "$LOGS/osc_check_ompi"
+            else
+                not_run "openmpi-one-sided-np$n" "build-osc_check_ompi failed"
+            fi
             if [ $ompi_built = 0 ]; then
                 not_run "openmpi-ob1-btl-ofi-np$n" "build-mpi_check_ompi failed"
                 not_run "openmpi-cm-mtl-ofi-np$n" "build-mpi_check_ompi failed"

@@ -296,6 +296,23 @@ unsafe extern "C" fn ep_close(fid: *mut ffi::fid) -> i32 {
     let release = |obj: &Ep| -> FiResult<()> {
         let mut st = obj.shared.lock();
         unbind_all(&mut st, obj.id);
+        if let Some((engine, rma)) = st.eps.get(obj.id).and_then(|e| Some((e.engine.as_ref()?, &e.rma))) {
+            let s = engine.stats();
+            crate::info!(
+                EpCtrl,
+                "endpoint {} closed: sent {} inline, {} inject, {} CMA, {} SAR; received {} by CMA; {} CMA fallbacks; \
+                 one-sided {} issued, {} served",
+                engine.name(),
+                s.sent_inline,
+                s.sent_inject,
+                s.sent_cma,
+                s.sent_sar,
+                s.cma_reads,
+                s.cma_fallbacks,
+                rma.issued,
+                rma.served
+            );
+        }
         // Dropping the engine endpoint tells connected peers and unlinks the region.
         st.eps.remove(obj.id);
         drop(st);

@@ -169,6 +169,10 @@ pub struct RmaState {
     outbox: VecDeque<Outgoing>,
     /// Replies whose data the initiator still has to take (CMA, SAR): answered when it has.
     replying: Slab<(SrcId, u64)>,
+    /// Operations this endpoint started, and peers' operations it served (for the close log,
+    /// which client checks read to prove that one-sided traffic went through rshm).
+    pub issued: u64,
+    pub served: u64,
 }
 
 /// What a one-sided call asks for, once the entry point has checked its arguments.
@@ -272,6 +276,7 @@ pub fn start(st: &mut crate::domain::DomainState, id: usize, a: OneSided, op: Op
     }
     let taken = ep.tx_ops.insert(tx);
     debug_assert_eq!(taken, slot);
+    ep.rma.issued += 1;
     Ok(())
 }
 
@@ -316,6 +321,9 @@ pub struct Target<'a> {
 impl Target<'_> {
     pub fn on_message(&mut self, msg: &Incoming, src_name: &str) -> Disposition {
         let hdr = msg.hdr;
+        if kind_of(hdr.app) != KIND_READ_RESP {
+            self.rma.served += 1;
+        }
         match kind_of(hdr.app) {
             KIND_WRITE => match self.mrs.resolve(hdr.tag, hdr.aux, hdr.len, ffi::FI_REMOTE_WRITE as u64) {
                 Ok((ranges, mr)) => {

@@ -153,6 +153,11 @@ pub struct Stats {
     pub cma_fallbacks: u64,
     /// Messages copied out of their sender with CMA (tests check that CMA really carried data).
     pub cma_reads: u64,
+    /// Messages sent by each protocol (SAR: messages that started as SAR, not segments).
+    pub sent_inline: u64,
+    pub sent_inject: u64,
+    pub sent_cma: u64,
+    pub sent_sar: u64,
 }
 
 pub struct Endpoint {

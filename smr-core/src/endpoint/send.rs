@@ -61,6 +61,7 @@ impl Endpoint {
             entry.proto = proto::INLINE;
             buf.read_at(0, &mut entry.payload[..len]);
             super::peers::push_cmd(&link.region, &entry)?;
+            self.stats.sent_inline += 1;
         } else if len <= inject_max {
             let index = link.region.inject_stack().pop().map_err(|_| Error::Again)?;
             let dst = link.region.mapping().bytes_ptr(link.region.geometry().inject_offset(index)?, len as u64)?;
@@ -71,6 +72,7 @@ impl Endpoint {
                 let _ = link.region.inject_stack().push(index);
                 return Err(e);
             }
+            self.stats.sent_inject += 1;
         } else {
             let remote = (my_cma && link.cma).then(|| buf.as_remote(IOV_MAX)).flatten();
             let mut pending =
@@ -80,8 +82,10 @@ impl Endpoint {
                     entry.set_iovs(&iovs);
                     entry.flags |= crate::cmd::FLAG_ACK;
                     super::peers::push_cmd(&link.region, &entry)?;
+                    self.stats.sent_cma += 1;
                 }
                 None => {
+                    self.stats.sent_sar += 1;
                     pending.sar_next = Some(0);
                     self.sar_tx.push_back(msg_id);
                 }
