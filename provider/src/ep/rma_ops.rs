@@ -420,9 +420,12 @@ unsafe extern "C" fn atomic_readwritev(
 ) -> isize {
     crate::guard("fi_fetch_atomicv", FiError::OTHER.code() as isize, || {
         call(ep, true, |f| {
-            // SAFETY: the caller's fi_ioc arrays (no operand for FI_ATOMIC_READ).
-            let operand =
-                if op == ffi::FI_ATOMIC_READ { Ranges::new() } else { unsafe { iocs(iov, count, datatype) }? };
+            let operand = if op == ffi::FI_ATOMIC_READ {
+                Ranges::new() // no operand for FI_ATOMIC_READ
+            } else {
+                // SAFETY: the caller's fi_ioc array.
+                unsafe { iocs(iov, count, datatype) }?
+            };
             // SAFETY: as above.
             let result = unsafe { iocs(resultv, result_count, datatype) }?;
             let o = atomic_op(Kind::Fetch, op, datatype, operand, Ranges::new(), result)?;
