@@ -22,10 +22,12 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError, TryRecvError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+/// The largest inline message (the inline/inject boundary).
+pub const INLINE: usize = smr_core::cmd::INLINE_MAX;
 /// Every size class: empty, inline edge, inject edges, CMA/SAR, and a large one.
-pub const SIZES_ALL: &[usize] = &[0, 1, 208, 209, 4096, 4097, 65536, 1 << 20, 16 << 20];
+pub const SIZES_ALL: &[usize] = &[0, 1, INLINE, INLINE + 1, 4096, 4097, 65536, 1 << 20, 16 << 20];
 /// Every size class up to 1 MiB.
-pub const SIZES_UP_TO_1M: &[usize] = &[0, 1, 208, 209, 4096, 4097, 65536, 1 << 20];
+pub const SIZES_UP_TO_1M: &[usize] = &[0, 1, INLINE, INLINE + 1, 4096, 4097, 65536, 1 << 20];
 /// The bound of every wait loop in the tests.
 pub const DEADLINE: Duration = Duration::from_secs(20);
 

@@ -7,8 +7,8 @@ use rshm_tests::*;
 const PEER: &str = env!("CARGO_BIN_EXE_rshm-peer");
 
 const SENDERS: u32 = 3;
-/// Inline (1, 208) and inject (209, 4096) sizes; 4 x 1250 = 5000 messages per sender.
-const SIZES: &str = "1,208,209,4096";
+/// Inline (1, INLINE) and inject (INLINE + 1, 4096) sizes; 4 x 1250 = 5000 messages per sender.
+const SIZES: [usize; 4] = [1, INLINE, INLINE + 1, 4096];
 const ROUNDS: u64 = 1250;
 
 fn backpressure(tag: &str, receiver_args: &[&str]) {
@@ -27,7 +27,8 @@ fn backpressure(tag: &str, receiver_args: &[&str]) {
     for id in 1..=SENDERS {
         let name = sc.name(&format!("s{id}"));
         let id = id.to_string();
-        let args = ["node", "--name", &name, "--id", &id, "--to", &recv, "--sizes", SIZES, "--count", &rounds];
+        let sizes = SIZES.map(|n| n.to_string()).join(",");
+        let args = ["node", "--name", &name, "--id", &id, "--to", &recv, "--sizes", &sizes, "--count", &rounds];
         senders.push(sc.spawn(&name, &args));
     }
     // Every sender fills the receiver's queue (or inject pool) and is told to come back later.
@@ -49,7 +50,7 @@ fn backpressure(tag: &str, receiver_args: &[&str]) {
     assert_eq!(kv_u64(&kv, "corrupt"), 0, "{}", ctx());
     let want: Vec<String> = (1..=SENDERS).map(|id| format!("{id}:{per_sender}")).collect();
     assert_eq!(kv["senders"], want.join(","), "{}", ctx());
-    let bytes_per_sender = ROUNDS * (1 + 208 + 209 + 4096);
+    let bytes_per_sender = ROUNDS * SIZES.iter().sum::<usize>() as u64;
     assert_eq!(kv_u64(&kv, "bytes"), bytes_per_sender * u64::from(SENDERS));
 
     for &s in &senders {

@@ -93,7 +93,7 @@ fn cma_or_skip(test: &str) -> bool {
 }
 
 /// Sizes `exchange_all_sizes` sends; those above `INJECT_SIZE` go through CMA or SAR.
-const SIZES: [usize; 9] = [0, 1, 208, 209, 4096, 4097, 65536, 1 << 20, 3 * (1 << 20) + 7];
+const SIZES: [usize; 9] = [0, 1, INLINE_MAX, INLINE_MAX + 1, 4096, 4097, 65536, 1 << 20, 3 * (1 << 20) + 7];
 
 fn large_sizes() -> usize {
     SIZES.iter().filter(|&&len| len as u64 > INJECT_SIZE).count()
