@@ -17,38 +17,32 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+/// Endpoint ids, copied out of the state so that progress can borrow it mutably.
+type Ids = smallvec::SmallVec<[usize; 8]>;
+
+fn drive(st: &mut DomainState, ids: Ids) -> usize {
+    ids.into_iter().map(|id| crate::ep::progress(st, id)).sum()
+}
+
 /// Drive the endpoints bound to CQ `cq`.
 pub fn cq(st: &mut DomainState, cq: usize) -> usize {
-    let mut events = 0;
-    let mut i = 0;
-    // Indexing instead of iterating: progress needs the state mutably, and the list is tiny.
-    while let Some(&ep) = st.cqs.get(cq).and_then(|c| c.eps.get(i)) {
-        events += crate::ep::progress(st, ep);
-        i += 1;
-    }
-    events
+    let ids = st.cqs.get(cq).map(|c| c.eps.iter().copied().collect()).unwrap_or_default();
+    drive(st, ids)
 }
 
 /// Drive the endpoints that can move counter `cntr`: those bound to it, or every endpoint of
 /// the domain while memory regions count remote accesses into it (any endpoint may be targeted).
 pub fn cntr(st: &mut DomainState, cntr: usize) -> usize {
-    let Some(c) = st.cntrs.get(cntr) else { return 0 };
-    if c.mrs > 0 {
-        return all(st);
+    match st.cntrs.get(cntr) {
+        Some(c) if c.mrs > 0 => all(st),
+        Some(c) => drive(st, c.eps.iter().copied().collect()),
+        None => 0,
     }
-    let mut events = 0;
-    let mut i = 0;
-    while let Some(&ep) = st.cntrs.get(cntr).and_then(|c| c.eps.get(i)) {
-        events += crate::ep::progress(st, ep);
-        i += 1;
-    }
-    events
 }
 
 /// Drive every endpoint of the domain.
 pub fn all(st: &mut DomainState) -> usize {
-    let ids: smallvec::SmallVec<[usize; 8]> = st.eps.iter().map(|(id, _)| id).collect();
-    ids.into_iter().map(|id| crate::ep::progress(st, id)).sum()
+    drive(st, st.eps.iter().map(|(id, _)| id).collect())
 }
 
 /// The endpoints whose wake words a waiter on CQ or counter `id` should sleep on.
