@@ -9,6 +9,7 @@ use crate::fabric::{
 use crate::pmi::Pmi;
 use std::collections::{HashMap, VecDeque};
 use std::ffi::c_void;
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// Why a scenario did not pass.
@@ -26,7 +27,20 @@ pub type TResult<T = ()> = Result<T, TestErr>;
 
 #[macro_export]
 macro_rules! bail {
-    ($($t:tt)*) => { return Err($crate::harness::TestErr::Fail(format!($($t)*))) };
+    ($($t:tt)*) => { return Err($crate::harness::failure(format!($($t)*))) };
+}
+
+thread_local! {
+    /// Set once this rank has produced a failure (see [`failure`]).
+    static FAILED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// A scenario failure; also notes that this rank is failing, so that `Node::drop` does not
+/// call into a provider that may be in a bad state (and crash the rank before it reports the
+/// real reason).
+pub fn failure(msg: String) -> TestErr {
+    FAILED.with(|f| f.set(true));
+    TestErr::Fail(msg)
 }
 
 #[macro_export]
@@ -36,7 +50,7 @@ macro_rules! ensure {
 
 /// Failure for a libfabric call that returned `code`.
 pub fn fi_fail(what: &str, code: i64) -> TestErr {
-    TestErr::Fail(format!("{what} returned {}", fabric::errname(code as i32)))
+    failure(format!("{what} returned {}", fabric::errname(code as i32)))
 }
 
 /// `Ok` for a zero/positive return code, a failure naming the call otherwise.
@@ -242,6 +256,15 @@ pub enum OpKind {
     Atomic,
 }
 
+/// Why an operation's context no longer belongs to a pending operation.
+#[derive(Clone, Copy, Debug)]
+enum Retired {
+    /// Its (last) completion was read.
+    Completed,
+    /// The post returned an error: the provider must never complete it.
+    Refused,
+}
+
 struct Pending {
     ctx: Box<ffi::fi_context2>,
     bufs: Vec<Box<[u8]>>,
@@ -395,6 +418,13 @@ pub struct Node {
     targets: Vec<Box<[u8]>>,
     pending: HashMap<u64, Pending>,
     ctx_map: HashMap<usize, u64>,
+    /// Contexts of finished operations, by address: a later completion with one of them is a
+    /// duplicate. The boxes stay allocated (`retired_ctx`) so that no new operation gets the
+    /// same address.
+    retired: HashMap<usize, (u64, OpKind, Retired)>,
+    // Boxed on purpose: the provider was given these addresses, which must not move.
+    #[allow(clippy::vec_box)]
+    retired_ctx: Vec<Box<ffi::fi_context2>>,
     completions: VecDeque<Completion>,
     next_id: u64,
     source: bool,
@@ -428,6 +458,8 @@ impl Node {
             targets: Vec::new(),
             pending: HashMap::new(),
             ctx_map: HashMap::new(),
+            retired: HashMap::new(),
+            retired_ctx: Vec::new(),
             completions: VecDeque::new(),
             next_id: 1,
             timeout,
@@ -572,10 +604,40 @@ impl Node {
         Ok(n)
     }
 
+    /// What an entry's context is: for failure messages.
+    fn describe_ctx(&self, ctx: usize) -> String {
+        if let Some(id) = self.ctx_map.get(&ctx) {
+            let kind = self.pending.get(id).map_or("?".to_string(), |p| format!("{:?}", p.kind));
+            return format!("op {id} ({kind}, not yet completed)");
+        }
+        match self.retired.get(&ctx) {
+            Some((id, kind, Retired::Completed)) => format!("op {id} ({kind:?}) that had already completed"),
+            Some((id, kind, Retired::Refused)) => format!("op {id} ({kind:?}) whose post had returned an error"),
+            None if ctx == 0 => "a NULL context".into(),
+            None => format!("context {ctx:#x}, which no operation of this endpoint was given"),
+        }
+    }
+
     fn on_entry(&mut self, e: &ffi::fi_cq_tagged_entry, src: FiAddr, err: Option<(i32, i32, usize)>) -> TResult {
         let key = e.op_context as usize;
         let op = self.ctx_map.get(&key).copied();
         let (errno, prov_errno, olen) = err.unwrap_or((0, 0, 0));
+        // Every entry must belong to an operation this endpoint posted and that is still
+        // outstanding; the one exception is a target-side RMA event (remote CQ data of an
+        // fi_writedata), which has no local context (fi_cq(3)). Multi-receive buffers complete
+        // several times (until FI_MULTI_RECV), FI_PEEK|FI_CLAIM keeps its context for the
+        // claim: both stay in `pending` until then.
+        let remote_event = (ffi::FI_REMOTE_WRITE | ffi::FI_REMOTE_READ) as u64;
+        if op.is_none() && !(key == 0 && e.flags & remote_event != 0) {
+            let what = if self.retired.contains_key(&key) { "duplicate completion" } else { "stray completion" };
+            bail!(
+                "{what}: CQ entry for {} (flags {:#x}, len {}, {})",
+                self.describe_ctx(key),
+                e.flags,
+                e.len,
+                if errno == 0 { "success".to_string() } else { format!("error {}", fabric::errname(-errno)) }
+            );
+        }
         let mut c = Completion {
             op,
             kind: None,
@@ -621,11 +683,16 @@ impl Node {
                     }
                 }
             }
-            let finished = if p.multi { e.flags & ffi::FI_MULTI_RECV as u64 != 0 || errno != 0 } else { true };
+            // A multi-receive buffer is done when the provider says so (FI_MULTI_RECV), or when
+            // it was cancelled; an error for one message (FI_ETRUNC) need not release it.
+            let finished = if p.multi {
+                e.flags & ffi::FI_MULTI_RECV as u64 != 0 || errno == ffi::FI_ECANCELED as i32
+            } else {
+                true
+            };
             let keep = p.keep_ctx && errno == 0;
             if finished && !keep {
-                self.pending.remove(&id);
-                self.ctx_map.remove(&key);
+                self.retire(id, Retired::Completed);
             }
         }
         self.completions.push_back(c);
@@ -651,9 +718,77 @@ impl Node {
     }
 
     fn forget_op(&mut self, id: u64) {
+        self.retire(id, Retired::Refused);
+    }
+
+    /// Op `id` is finished: its buffers go, its context stays allocated and known as retired.
+    fn retire(&mut self, id: u64, why: Retired) {
         if let Some(p) = self.pending.remove(&id) {
-            self.ctx_map.remove(&(&*p.ctx as *const ffi::fi_context2 as usize));
+            let key = &*p.ctx as *const ffi::fi_context2 as usize;
+            self.ctx_map.remove(&key);
+            self.retired.insert(key, (id, p.kind, why));
+            self.retired_ctx.push(p.ctx);
         }
+    }
+
+    /// Nothing may be left once a scenario is done with this endpoint: no completion that was
+    /// read but never taken, and a final read of every CQ returns -FI_EAGAIN.
+    pub fn check_drained(&mut self) -> TResult {
+        if !self.completions.is_empty() {
+            let n = self.completions.len();
+            let first: Vec<String> = self
+                .completions
+                .iter()
+                .take(4)
+                .map(|c| {
+                    let who = match (c.op, c.kind) {
+                        (Some(id), Some(k)) => format!("op {id} ({k:?})"),
+                        (Some(id), None) => format!("op {id}"),
+                        _ => "no context".into(),
+                    };
+                    let how =
+                        if c.err == 0 { "success".to_string() } else { format!("error {}", fabric::errname(-c.err)) };
+                    format!("{who}: flags {:#x} len {} {how}", c.flags, c.len)
+                })
+                .collect();
+            bail!(
+                "{n} completion(s) were read but never taken by the scenario (first: {}{})",
+                first.join("; "),
+                if n > first.len() { "; ..." } else { "" }
+            );
+        }
+        for (which, cq) in [("CQ", self.tx_cq.as_ref()), ("receive CQ", self.rx_cq.as_ref())] {
+            let Some(cq) = cq else { continue };
+            let mut got = Vec::new();
+            let (ret, _) = read_cq(cq, self.cfg.cq_format, self.source, &mut got);
+            if ret == EAGAIN as isize {
+                continue;
+            }
+            if ret > 0 {
+                let e = &got[0].0;
+                bail!(
+                    "final fi_cq_read of the {which} returned {ret} entr{} (expected -FI_EAGAIN); the first for {} \
+                     (flags {:#x}, len {})",
+                    if ret == 1 { "y" } else { "ies" },
+                    self.describe_ctx(e.op_context as usize),
+                    e.flags,
+                    e.len
+                );
+            }
+            if ret == EAVAIL as isize {
+                let mut e = ffi::fi_cq_err_entry::default();
+                let r = cq.readerr(&mut e, 0);
+                bail!(
+                    "final fi_cq_read of the {which} returned -FI_EAVAIL (expected -FI_EAGAIN): fi_cq_readerr gave {} \
+                     for {} (flags {:#x})",
+                    if r == 1 { fabric::errname(-e.err) } else { fabric::errname(r as i32) },
+                    self.describe_ctx(e.op_context as usize),
+                    e.flags
+                );
+            }
+            bail!("final fi_cq_read of the {which} returned {} (expected -FI_EAGAIN)", fabric::errname(ret as i32));
+        }
+        Ok(())
     }
 
     fn iovs(&mut self, id: u64) -> Vec<ffi::iovec> {
@@ -1153,11 +1288,28 @@ impl Node {
     }
 }
 
+/// Failures found when a `Node` was dropped (see [`take_drop_failures`]).
+static DROP_FAILURES: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+/// What `Node::drop` found left over (completions nobody took, entries still in a CQ), for
+/// scenarios that end without `finish`: the rank fails with it if the scenario passed.
+pub fn take_drop_failures() -> Vec<String> {
+    DROP_FAILURES.lock().map(|mut v| std::mem::take(&mut *v)).unwrap_or_default()
+}
+
 impl Drop for Node {
     fn drop(&mut self) {
+        if !std::thread::panicking() && !FAILED.with(|f| f.get()) {
+            if let Err(TestErr::Fail(m)) = self.check_drained() {
+                if let Ok(mut v) = DROP_FAILURES.lock() {
+                    v.push(format!("endpoint closed with leftovers: {m}"));
+                }
+            }
+        }
         // Close the endpoint first: only then may the buffers it was given be freed.
         if self.close_ep() != 0 {
             std::mem::forget(std::mem::take(&mut self.pending));
+            std::mem::forget(std::mem::take(&mut self.retired_ctx));
             std::mem::forget(std::mem::take(&mut self.targets));
         }
         for mr in self.mrs.drain(..) {

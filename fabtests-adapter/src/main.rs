@@ -174,6 +174,12 @@ fn rank_main(args: &[String]) -> i32 {
             Err(harness::TestErr::Fail(format!("panic: {msg}")))
         }
     };
+    // Leftovers found when the scenario's endpoints closed fail a scenario that passed.
+    let late = harness::take_drop_failures();
+    let res = match res {
+        Ok(()) if !late.is_empty() => Err(harness::TestErr::Fail(late.join("; "))),
+        other => other,
+    };
     r.pmi.result(&res);
     0
 }

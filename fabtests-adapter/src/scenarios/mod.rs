@@ -64,9 +64,12 @@ pub fn setup(r: &mut Rank, cfg: &NodeCfg) -> TResult<(Node, Vec<u64>)> {
     Ok((node, addrs))
 }
 
-/// The closing barrier of a multi-process scenario (keeps the node progressing meanwhile).
+/// The closing barrier of a multi-process scenario (keeps the node progressing meanwhile), then
+/// the check that nothing is left: every completion read was taken by the scenario, and the CQs
+/// are empty (a stray or duplicate completion fails the scenario).
 pub fn finish(r: &mut Rank, node: &mut Node) -> TResult {
-    r.pmi.barrier_with(&mut node.progressor())
+    r.pmi.barrier_with(&mut node.progressor())?;
+    node.check_drained()
 }
 
 /// Wait for op `id` on `a` while also progressing `b` (two endpoints in one process).

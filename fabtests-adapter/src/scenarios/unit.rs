@@ -812,9 +812,7 @@ fn cntr_wait(r: &mut Rank) -> TResult {
     let cfg = NodeCfg { counters: true, cntr_wait: ffi::FI_WAIT_UNSPEC, ..Default::default() };
     let mut b = Node::open(&r.prov, &cfg, r.timeout)?;
     let dest = a.insert(&b.name.clone())?;
-    for _ in 0..5 {
-        b.recv(64, fabric::FI_ADDR_UNSPEC, &Rx::default())?;
-    }
+    let rids: Vec<u64> = (0..5).map(|_| b.recv(64, fabric::FI_ADDR_UNSPEC, &Rx::default())).collect::<TResult<_>>()?;
     let sids: Vec<u64> =
         (0..5).map(|i| send2(&mut a, &mut b, &pattern(i, 64), dest, &Tx::default())).collect::<TResult<_>>()?;
     for s in sids {
@@ -827,6 +825,11 @@ fn cntr_wait(r: &mut Rank) -> TResult {
     drop(wd);
     ensure!(t.elapsed() < Duration::from_secs(3), "fi_cntr_wait for arrived messages took {:?}", t.elapsed());
     ensure!(rc.read() == 5, "rx counter {} after 5 receives", rc.read());
+    for (i, id) in rids.into_iter().enumerate() {
+        let c = wait2(&mut b, &mut a, id)?;
+        check_recv(&c, "receive counted by fi_cntr_wait", 64, false)?;
+        check_pattern("receive counted by fi_cntr_wait", i as u64, &c.payload, 64)?;
+    }
     Ok(())
 }
 
