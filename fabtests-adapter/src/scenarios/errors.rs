@@ -20,6 +20,53 @@ pub fn scenarios() -> Vec<Scenario> {
 /// A short deadline for error paths: a provider that hangs here fails quickly.
 const ERR_TIMEOUT: Duration = Duration::from_secs(8);
 
+/// What a provider documents for operations towards a peer that is gone (SIGKILLed, or closed
+/// its endpoint): which error, and how soon.
+struct GonePeer {
+    /// Positive FI_Exxx: a refused post returns its negation, an error completion carries it.
+    code: i32,
+    /// Longest time from the peer's death (or our post, after it) to that error.
+    within: Duration,
+}
+
+/// rshm: smr-core's Error::PeerDead maps to FI_EIO (provider/src/error.rs); peers are watched
+/// every liveness interval (100 ms), so 2 s is a generous bound. Other providers: no contract,
+/// the scenarios only ask for some error within ERR_TIMEOUT.
+fn gone_peer_contract(prov: &str) -> Option<GonePeer> {
+    (prov == "rshm").then_some(GonePeer { code: ffi::FI_EIO as i32, within: Duration::from_secs(2) })
+}
+
+impl GonePeer {
+    /// The operation failed with the documented error, in time.
+    fn check(&self, what: &str, f: &Fate, took: Duration) -> TResult {
+        let code = match f {
+            Fate::Refused(c) => -*c,
+            Fate::ErrorCompletion(e) => *e,
+            Fate::Succeeded => bail!("{what}: completed successfully (the data cannot have arrived)"),
+        };
+        ensure!(
+            code == self.code,
+            "{what}: {} (expected {} or an error completion {})",
+            describe(f),
+            fabric::errname(-self.code),
+            fabric::errname(self.code)
+        );
+        ensure!(took <= self.within, "{what}: {} only after {took:?} (allowed: {:?})", describe(f), self.within);
+        Ok(())
+    }
+
+    /// An fi_inject that must be refused with the documented error.
+    fn check_inject(&self, what: &str, ret: isize) -> TResult {
+        ensure!(
+            ret == -(self.code as isize),
+            "{what} returned {} (expected {})",
+            fabric::errname(ret as i32),
+            fabric::errname(-self.code)
+        );
+        Ok(())
+    }
+}
+
 /// What became of an operation that should fail.
 enum Fate {
     Refused(i32),
@@ -36,14 +83,26 @@ fn describe(f: &Fate) -> String {
 }
 
 /// Send once to `dest`; the fate of the operation (or a timeout failure).
-fn send_fate(a: &mut Node, mut other: Option<&mut Node>, dest: FiAddr, size: usize, what: &str) -> TResult<Fate> {
+fn send_fate(a: &mut Node, other: Option<&mut Node>, dest: FiAddr, size: usize, what: &str) -> TResult<Fate> {
+    timed_send_fate(a, other, dest, size, what).map(|(f, _)| f)
+}
+
+/// `send_fate` and how long from the post to the fate.
+fn timed_send_fate(
+    a: &mut Node,
+    mut other: Option<&mut Node>,
+    dest: FiAddr,
+    size: usize,
+    what: &str,
+) -> TResult<(Fate, Duration)> {
+    let t = Instant::now();
     let id = match other.as_deref_mut() {
         Some(b) => a.try_send_with(&pattern(1, size), dest, &Tx::default(), &mut b.progressor()),
         None => a.try_send(&pattern(1, size), dest, &Tx::default()),
     };
     let id = match id {
         Ok(Ok(id)) => id,
-        Ok(Err(code)) => return Ok(Fate::Refused(code)),
+        Ok(Err(code)) => return Ok((Fate::Refused(code), t.elapsed())),
         Err(crate::harness::TestErr::Fail(m)) => bail!("{what}: {m}"),
         Err(e) => return Err(e),
     };
@@ -56,7 +115,7 @@ fn send_fate(a: &mut Node, mut other: Option<&mut Node>, dest: FiAddr, size: usi
         Err(crate::harness::TestErr::Fail(m)) => bail!("{what}: the send never completed ({m})"),
         Err(e) => return Err(e),
     };
-    Ok(if c.err != 0 { Fate::ErrorCompletion(c.err) } else { Fate::Succeeded })
+    Ok((if c.err != 0 { Fate::ErrorCompletion(c.err) } else { Fate::Succeeded }, t.elapsed()))
 }
 
 fn bad_fi_addr(r: &mut Rank) -> TResult {
@@ -200,37 +259,48 @@ fn send_after_peer_close(r: &mut Rank) -> TResult {
         r.pmi.wait_key_with("closed", &mut node.progressor())?;
         // Post all three, then give them one shared deadline.
         let sizes = [64usize, 65536, 1 << 20];
+        let t0 = Instant::now();
         let mut ops = Vec::new();
         for &size in &sizes {
             ops.push(node.try_send(&pattern(size as u64, size), peer, &Tx::default())?);
         }
-        let deadline = Instant::now() + ERR_TIMEOUT;
+        let deadline = t0 + ERR_TIMEOUT;
         let mut fates = Vec::new();
         let mut hung = Vec::new();
         for (&size, op) in sizes.iter().zip(ops) {
             let fate = match op {
-                Err(code) => Fate::Refused(code),
+                Err(code) => Some(Fate::Refused(code)),
                 Ok(id) => loop {
                     if let Some(c) = node.poll_op(id)? {
-                        break if c.err != 0 { Fate::ErrorCompletion(c.err) } else { Fate::Succeeded };
+                        break Some(if c.err != 0 { Fate::ErrorCompletion(c.err) } else { Fate::Succeeded });
                     }
                     if Instant::now() > deadline {
                         hung.push(size);
-                        break Fate::Succeeded;
+                        break None;
                     }
                     std::thread::yield_now();
                 },
             };
-            if !hung.contains(&size) {
-                fates.push(format!("{size} B {}", describe(&fate)));
+            if let Some(f) = fate {
+                fates.push((size, f, t0.elapsed()));
             }
         }
-        r.pmi.step(&fates.join("; "));
-        let summary = if fates.is_empty() { String::new() } else { format!(" (others: {})", fates.join("; ")) };
+        let text: Vec<String> =
+            fates.iter().map(|(size, f, took)| format!("{size} B {} after {took:?}", describe(f))).collect();
+        r.pmi.step(&text.join("; "));
+        let summary = if text.is_empty() { String::new() } else { format!(" (others: {})", text.join("; ")) };
         ensure!(
             hung.is_empty(),
             "sends of {hung:?} B to an endpoint closed by its (live) owner never completed within {ERR_TIMEOUT:?}{summary}"
         );
+        if let Some(gone) = gone_peer_contract(&r.prov) {
+            // Every one of these was posted after the peer closed: none may succeed.
+            for (size, f, took) in &fates {
+                gone.check(&format!("send of {size} B to an endpoint its owner had closed"), f, *took)?;
+            }
+            let ret = node.try_inject(&pattern(3, 16), peer, None, None)?;
+            gone.check_inject("fi_inject to an endpoint its owner had closed", ret)?;
+        }
         r.pmi.barrier()?;
     }
     Ok(())
@@ -263,22 +333,40 @@ fn peer_died(r: &mut Rank) -> TResult {
     })?;
     ensure!(c.err != 0, "1 MiB send to a peer that never posted a receive and was SIGKILLed completed successfully");
     let detect = t.elapsed();
-    let _ = node.wait_op(small)?; // inline: may have completed either way
+    let gone = gone_peer_contract(&r.prov);
+    if let Some(g) = &gone {
+        g.check("1 MiB send in flight to a SIGKILLed peer", &Fate::ErrorCompletion(c.err), detect)?;
+    }
+    // The 64 B send went inline into the peer's queue while it was alive (fi_send returned 0
+    // before the peer was killed): it may count as sent, or fail with the documented error.
+    let sc = node.wait_op(small)?;
+    if let (Some(g), true) = (&gone, sc.err != 0) {
+        g.check("64 B send queued before the peer died", &Fate::ErrorCompletion(sc.err), Duration::ZERO)?;
+    }
     node.timeout = ERR_TIMEOUT;
-    let mut fates = vec![format!("in-flight 1 MiB: {} after {detect:?}", describe(&Fate::ErrorCompletion(c.err)))];
+    let mut fates = vec![
+        format!("in-flight 1 MiB: {} after {detect:?}", describe(&Fate::ErrorCompletion(c.err))),
+        format!("in-flight 64 B: {}", if sc.err == 0 { "success".into() } else { fabric::errname(-sc.err) }),
+    ];
+    // The peer is known dead now: nothing sent from here on can arrive.
     for size in [64usize, 1 << 20] {
         let what = format!("send of {size} B after the peer died");
-        let f = send_fate(&mut node, None, peer, size, &what)?;
-        if size > 4096 {
-            ensure!(!matches!(f, Fate::Succeeded), "{what}: completed successfully");
+        let (f, took) = timed_send_fate(&mut node, None, peer, size, &what)?;
+        match &gone {
+            Some(g) => g.check(&what, &f, took)?,
+            None if size > 4096 => ensure!(!matches!(f, Fate::Succeeded), "{what}: completed successfully"),
+            None => {}
         }
-        fates.push(format!("{size} B after: {}", describe(&f)));
+        fates.push(format!("{size} B after: {} after {took:?}", describe(&f)));
     }
     let ret = match node.try_inject(&pattern(3, 16), peer, None, None) {
         Ok(r) => r,
         Err(crate::harness::TestErr::Fail(m)) => bail!("fi_inject after the peer died: {m}"),
         Err(e) => return Err(e),
     };
+    if let Some(g) = &gone {
+        g.check_inject("fi_inject after the peer died", ret)?;
+    }
     fates.push(format!("inject after: {}", fabric::errname(ret as i32)));
     r.pmi.step(&fates.join("; "));
     Ok(())
