@@ -1,11 +1,15 @@
 //! The scenarios, modelled on fabtests' coverage. Each is a function run by every rank of its
 //! process group; ranks talk out of band through `Rank::pmi`.
 
+mod atomic;
 mod completion;
+mod counters;
 mod errors;
 mod multi;
 mod pair;
+mod progress;
 mod rma;
+mod rma_util;
 mod unit;
 
 use crate::harness::{Completion, Node, NodeCfg, Rank, TResult, Tx};
@@ -40,6 +44,9 @@ pub fn all() -> Vec<Scenario> {
     v.extend(multi::scenarios());
     v.extend(errors::scenarios());
     v.extend(rma::scenarios());
+    v.extend(atomic::scenarios());
+    v.extend(counters::scenarios());
+    v.extend(progress::scenarios());
     v
 }
 

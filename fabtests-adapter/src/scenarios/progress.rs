@@ -1,0 +1,161 @@
+//! FI_PROGRESS_AUTO for one-sided operations (fi_domain(3) data_progress): a passive target
+//! opened with domain_attr->data_progress = FI_PROGRESS_AUTO (n/s if getinfo refuses it) makes
+//! no libfabric call while a peer puts, gets and atomically adds, and everything still completes:
+//! - `progress/cntr_wait`: the target sleeps in one fi_cntr_wait on its MR-bound counter;
+//! - `progress/sleeping_target`: the target just sleeps (std::thread::sleep); the initiator's
+//!   operations must all complete meanwhile, and the target finds the data in place afterwards
+//!   without calling libfabric.
+//!
+//! The initiator uses the provider's default progress model.
+
+use super::counters::{check_writes, cntr_wait, fill_reads, ranges, run_op, words, Op};
+use super::rma_util::{Peer, Spec, Target, ATOMIC, BASIC, MSG, REMOTE_READ, REMOTE_WRITE, RMA, RMA_EVENT};
+use super::{scn, Scenario};
+use crate::fabric;
+use crate::harness::{fi_ok, Rank, TResult, TestErr};
+use crate::{bail, ensure};
+use std::time::{Duration, Instant};
+
+pub fn scenarios() -> Vec<Scenario> {
+    vec![
+        scn(
+            "progress/cntr_wait",
+            2,
+            40,
+            cntr_wait_target,
+            "FI_PROGRESS_AUTO target asleep in fi_cntr_wait on its MR counter while the peer gets, adds and puts",
+        ),
+        scn(
+            "progress/sleeping_target",
+            2,
+            40,
+            sleeping_target,
+            "FI_PROGRESS_AUTO target in std::thread::sleep: the peer's puts, gets and atomics complete meanwhile",
+        ),
+    ]
+}
+
+const TARGET: usize = 1;
+const REGION: usize = 4 << 20;
+const DATA: usize = 4096;
+
+fn auto_spec(caps: u64) -> Spec {
+    let mut s = Spec::new(caps, BASIC);
+    s.auto_progress = true;
+    s
+}
+
+fn cntr_wait_target(r: &mut Rank) -> TResult {
+    // Gets first: they must complete while the target sits in fi_cntr_wait for the rest.
+    let ops = [
+        Op::Read(8),
+        Op::Read(1 << 20),
+        Op::AtomicSum(3),
+        Op::AtomicSum(4),
+        Op::AtomicSum(5),
+        Op::Write(8),
+        Op::Write(4097),
+        Op::Write(1 << 20),
+    ];
+    let at = ranges(&ops, DATA);
+    let counted = ops.iter().filter(|o| o.is_write()).count() as u64;
+    let w = words(&ops);
+    if r.rank == TARGET {
+        let mut p = Peer::open(r, &auto_spec(MSG | RMA | ATOMIC | RMA_EVENT))?;
+        p.exchange(r)?;
+        let c = p.new_cntr()?;
+        let reg = p.alloc(REGION);
+        fill_reads(&p, reg, &ops, &at);
+        let flags = if p.mr_rma_event() { RMA_EVENT } else { 0 };
+        let (m, info) = p.reg(reg, 0, REGION, REMOTE_READ | REMOTE_WRITE, 0xA0, flags)?;
+        let ret = p.mr_bind_cntr(m, c, REMOTE_WRITE);
+        if ret == fabric::ENOSYS || ret == fabric::EOPNOTSUPP {
+            return Err(TestErr::Nos(
+                ret,
+                format!("fi_mr_bind(mr, cntr, FI_REMOTE_WRITE) returned {}", fabric::errname(ret)),
+            ));
+        }
+        fi_ok("fi_mr_bind(mr, cntr, FI_REMOTE_WRITE)", ret)?;
+        if p.mr_rma_event() {
+            fi_ok("fi_mr_enable", p.mr(m).enable())?;
+        }
+        p.share_mrs(r, &[info])?;
+        r.pmi.barrier()?;
+        // One blocking call for the whole exchange.
+        cntr_wait(&p, c, counted, p.timeout, "the peer's atomics and puts (MR counter)")?;
+        check_writes(&p, reg, &ops, &at, w[ops.len()], "target memory when fi_cntr_wait returned")?;
+        return r.pmi.barrier();
+    }
+    let mut p = Peer::open(r, &Spec::new(MSG | RMA | ATOMIC, BASIC))?;
+    p.exchange(r)?;
+    let all = p.share_mrs(r, &[])?;
+    let m = *all[TARGET].first().ok_or_else(|| TestErr::Fail("the target shared no MR".into()))?;
+    let t = Target { dest: p.addrs[TARGET], addr: m.addr, key: m.key };
+    r.pmi.barrier()?;
+    for (k, &op) in ops.iter().enumerate() {
+        r.pmi.step(&format!("{op:?} while the target is in fi_cntr_wait"));
+        run_op(&mut p, k, op, at[k], t, w[k])?;
+    }
+    r.pmi.barrier_with(&mut || p.progress().map(|_| ()))
+}
+
+fn sleeping_target(r: &mut Rank) -> TResult {
+    let ops = [
+        Op::Write(8),
+        Op::Write(1 << 20),
+        Op::Writemsg(4097),
+        Op::Read(8),
+        Op::Read(1 << 20),
+        Op::FetchSum(1),
+        Op::FetchSum(1),
+        Op::AtomicSum(10),
+        Op::FetchSum(1),
+    ];
+    let at = ranges(&ops, DATA);
+    let w = words(&ops);
+    let sleep = Duration::from_secs(2);
+    if r.rank == TARGET {
+        let mut p = Peer::open(r, &auto_spec(MSG | RMA | ATOMIC))?;
+        p.exchange(r)?;
+        let reg = p.alloc(REGION);
+        fill_reads(&p, reg, &ops, &at);
+        let (_, info) = p.reg(reg, 0, REGION, REMOTE_READ | REMOTE_WRITE, 0xA1, 0)?;
+        p.share_mrs(r, &[info])?;
+        r.pmi.barrier()?;
+        r.pmi.set("asleep", "1");
+        std::thread::sleep(sleep);
+        // Still no libfabric call: did the initiator finish while we slept?
+        let done = r.pmi.get_with("done", None)?;
+        ensure!(
+            done.is_some(),
+            "the peer's puts, gets and atomics did not all complete during the target's {sleep:?} sleep \
+             (FI_PROGRESS_AUTO: the provider progresses without application calls, fi_domain(3))"
+        );
+        // The data is in place without a libfabric call either.
+        let deadline = Instant::now() + p.timeout;
+        loop {
+            match check_writes(&p, reg, &ops, &at, w[ops.len()], "target memory after sleeping") {
+                Ok(()) => break,
+                Err(TestErr::Fail(m)) if Instant::now() > deadline => bail!("{m}"),
+                Err(TestErr::Fail(_)) => std::thread::sleep(Duration::from_millis(1)),
+                Err(e) => return Err(e),
+            }
+        }
+        return r.pmi.barrier();
+    }
+    let mut p = Peer::open(r, &Spec::new(MSG | RMA | ATOMIC, BASIC))?;
+    p.exchange(r)?;
+    let all = p.share_mrs(r, &[])?;
+    let m = *all[TARGET].first().ok_or_else(|| TestErr::Fail("the target shared no MR".into()))?;
+    let t = Target { dest: p.addrs[TARGET], addr: m.addr, key: m.key };
+    r.pmi.barrier()?;
+    r.pmi.wait_key_with("asleep", &mut || p.progress().map(|_| ()))?;
+    let t0 = Instant::now();
+    for (k, &op) in ops.iter().enumerate() {
+        r.pmi.step(&format!("{op:?} while the target sleeps"));
+        run_op(&mut p, k, op, at[k], t, w[k])?;
+    }
+    r.pmi.set("done", "1");
+    r.pmi.step(&format!("note: all operations completed {:?} after the target fell asleep", t0.elapsed()));
+    r.pmi.barrier_with(&mut || p.progress().map(|_| ()))
+}
