@@ -123,7 +123,9 @@ fn register(
     if access & !ACCESS != 0 {
         return Err(FiError::INVAL);
     }
-    if flags != 0 {
+    // FI_RMA_EVENT: the application asks for remote-access counting on this region, which
+    // rshm does for every region (domains with FI_MR_RMA_EVENT require the flag).
+    if flags & !ffi::FI_RMA_EVENT != 0 {
         return Err(FiError::BADFLAGS);
     }
     let iov = iov?;

@@ -99,6 +99,8 @@ impl Sinks<'_> {
     /// registration's own counter (`fi_mr_bind`) count it.
     pub fn remote_done(&mut self, mr_cntr: Option<usize>, write: bool) {
         let ep_cntr = if write { self.b.remote_write_cntr } else { self.b.remote_read_cntr };
+        // One event counts once on a counter bound both ways.
+        let mr_cntr = mr_cntr.filter(|&m| Some(m) != ep_cntr);
         for id in [ep_cntr, mr_cntr].into_iter().flatten() {
             if let Some(c) = self.cntrs.get_mut(id) {
                 c.value += 1;

@@ -423,7 +423,10 @@ impl Target<'_> {
                 let bytes = dest.into_owned().unwrap_or_default();
                 let applied = if ok { apply_atomic(desc, &target, &bytes) } else { Err(ffi::FI_EIO) };
                 if applied.is_ok() {
-                    sinks.remote_done(mr_cntr, desc.op != ffi::FI_ATOMIC_READ);
+                    // The endpoint's counters follow fi_endpoint(3): a base atomic is a remote
+                    // write, a fetching or compare atomic a remote read. The registration's
+                    // follow fi_mr(3): any atomic that may modify it is a write (`mr_cntr`).
+                    sinks.remote_done(mr_cntr, desc.kind == Kind::Write);
                 }
                 if let Some((src, msg_id, name)) = reply {
                     match applied {
