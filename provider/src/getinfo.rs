@@ -31,8 +31,9 @@ const ONE_SIDED_ACCESS: u64 = (ffi::FI_READ | ffi::FI_WRITE | ffi::FI_REMOTE_REA
 /// Capabilities that only make sense on one side of an endpoint.
 const RX_ONLY_CAPS: u64 = (ffi::FI_RECV | ffi::FI_MULTI_RECV | ffi::FI_REMOTE_READ | ffi::FI_REMOTE_WRITE) as u64
     | ffi::FI_DIRECTED_RECV
-    | ffi::FI_SOURCE;
-const TX_ONLY_CAPS: u64 = (ffi::FI_SEND | ffi::FI_READ | ffi::FI_WRITE) as u64;
+    | ffi::FI_SOURCE
+    | ffi::FI_RMA_EVENT;
+const TX_ONLY_CAPS: u64 = (ffi::FI_SEND | ffi::FI_READ | ffi::FI_WRITE | ffi::FI_FENCE) as u64;
 /// Capabilities of the domain, reported in `caps` and `domain_attr`, not per side.
 const DOMAIN_CAPS: u64 = ffi::FI_LOCAL_COMM | ffi::FI_REMOTE_COMM;
 pub const TX_OP_FLAGS: u64 = (ffi::FI_COMPLETION
@@ -342,7 +343,7 @@ fn fill(info: &mut ffi::fi_info, ep_type: ffi::fi_ep_type, version: u32, hints: 
         } else {
             ffi::FI_MR_SCALABLE as i32
         }
-    } else if hinted == ffi::FI_MR_BASIC as i32 {
+    } else if hinted == ffi::FI_MR_BASIC as i32 || hinted == ffi::FI_MR_SCALABLE as i32 {
         hinted
     } else {
         (hinted as u32 & MR_MODES) as i32
