@@ -126,9 +126,34 @@ pub struct Pending {
 
 /// What the target still has to do for an operation that arrived.
 enum TargetOp {
-    Write { mr_cntr: Option<usize>, data: Option<u64>, len: u64 },
-    ReadReq { src: SrcId, msg_id: u64, name: String, key: u64, addr: u64 },
-    Atomic { desc: Desc, target: Ranges, mr_cntr: Option<usize>, reply: Option<(SrcId, u64, String)> },
+    Write {
+        mr_cntr: Option<usize>,
+        data: Option<u64>,
+        len: u64,
+    },
+    /// A write whose segments arrive over several steps (SAR): it lands in a bounce buffer and
+    /// is placed after its registration is checked again, so a region closed meanwhile is never
+    /// written; the initiator is answered then.
+    BouncedWrite {
+        src: SrcId,
+        msg_id: u64,
+        key: u64,
+        addr: u64,
+        data: Option<u64>,
+    },
+    ReadReq {
+        src: SrcId,
+        msg_id: u64,
+        name: String,
+        key: u64,
+        addr: u64,
+    },
+    Atomic {
+        desc: Desc,
+        target: Ranges,
+        mr_cntr: Option<usize>,
+        reply: Option<(SrcId, u64, String)>,
+    },
 }
 
 /// Work for after the engine's progress returns (the engine cannot be called from inside it).
@@ -260,8 +285,8 @@ pub fn start(st: &mut crate::domain::DomainState, id: usize, a: OneSided, op: Op
     // the initiator, and completion then means the data is at the target (delivery complete).
     let opts = SendOpts { cookie: slot as u64, delivery_complete: true };
     match engine.send(peer, hdr, payload, opts) {
-        Ok(SendStatus::Pending) => {}
-        Ok(SendStatus::Done) => unreachable_done(),
+        // An acknowledged send is never done at once: its answer completes it.
+        Ok(SendStatus::Pending | SendStatus::Done) => {}
         Err(EngineError::Again) => return Err(FiError::AGAIN),
         Err(e) => {
             crate::warn!(EpData, "one-sided operation to fi_addr {} failed: {e}", a.dest);
@@ -278,12 +303,6 @@ pub fn start(st: &mut crate::domain::DomainState, id: usize, a: OneSided, op: Op
     debug_assert_eq!(taken, slot);
     ep.rma.issued += 1;
     Ok(())
-}
-
-/// Acknowledged sends are never done at once; if the engine ever said so, the operation would
-/// simply complete when its (absent) answer arrives, so this is only a debug check.
-fn unreachable_done() {
-    debug_assert!(false, "an acknowledged send finished without its answer");
 }
 
 fn header(app: u8, tag: u64, aux: u64, data: u64, len: usize) -> MsgHeader {
@@ -326,6 +345,13 @@ impl Target<'_> {
         }
         match kind_of(hdr.app) {
             KIND_WRITE => match self.mrs.resolve(hdr.tag, hdr.aux, hdr.len, ffi::FI_REMOTE_WRITE as u64) {
+                Ok(_) if !msg.whole => {
+                    let data = (hdr.app & super::APP_DATA != 0).then_some(hdr.data);
+                    let op =
+                        TargetOp::BouncedWrite { src: msg.src, msg_id: msg.msg_id, key: hdr.tag, addr: hdr.aux, data };
+                    let ctx = CTX_TARGET | self.rma.target.insert(op) as u64;
+                    Disposition::Later { dest: LocalIov::owned(vec![0; hdr.len as usize]), ctx }
+                }
                 Ok((ranges, mr)) => {
                     let data = (hdr.app & super::APP_DATA != 0).then_some(hdr.data);
                     let ctx = self.rma.target.insert(TargetOp::Write { mr_cntr: mr.write_cntr, data, len: hdr.len });
@@ -388,14 +414,25 @@ impl Target<'_> {
         match op {
             TargetOp::Write { mr_cntr, data, len } => {
                 if ok {
-                    sinks.remote_done(mr_cntr, true);
-                    if let Some(data) = data {
-                        let flags = (ffi::FI_RMA | ffi::FI_REMOTE_WRITE) as u64 | ffi::FI_REMOTE_CQ_DATA as u64;
-                        let entry =
-                            crate::cq::Completion { flags, len: len as usize, data, ..super::ctx_completion(0, 0) };
-                        sinks.remote_cq(CqEvent::Done(entry));
-                    }
+                    written(sinks, mr_cntr, data, len);
                 }
+            }
+            TargetOp::BouncedWrite { src, msg_id, key, addr, data } => {
+                let bytes = dest.into_owned().unwrap_or_default();
+                let len = bytes.len() as u64;
+                let placed = match result {
+                    Ok(_) => self.mrs.resolve(key, addr, len, ffi::FI_REMOTE_WRITE as u64).map(|(ranges, mr)| {
+                        // SAFETY: registered memory the application exposed for remote writes,
+                        // checked again now that the data is complete.
+                        unsafe { super::rx::lend(ranges) }.write_at(0, &bytes);
+                        (mr.write_cntr, data, len)
+                    }),
+                    Err(_) => Err(ffi::FI_EIO),
+                };
+                if let Ok((mr_cntr, data, len)) = placed {
+                    written(sinks, mr_cntr, data, len);
+                }
+                self.answer(src, msg_id, placed.map(|_| ()));
             }
             TargetOp::ReadReq { src, msg_id, name, key, addr } => {
                 let bytes = dest.into_owned().unwrap_or_default();
@@ -444,6 +481,16 @@ impl Target<'_> {
 
     fn answer(&mut self, src: SrcId, msg_id: u64, result: Result<(), u32>) {
         self.rma.outbox.push_back(Outgoing::Answer { src, msg_id, result });
+    }
+}
+
+/// A peer's write landed: the remote counters count it, and its CQ data makes an entry.
+fn written(sinks: &mut Sinks, mr_cntr: Option<usize>, data: Option<u64>, len: u64) {
+    sinks.remote_done(mr_cntr, true);
+    if let Some(data) = data {
+        let flags = (ffi::FI_RMA | ffi::FI_REMOTE_WRITE) as u64 | ffi::FI_REMOTE_CQ_DATA as u64;
+        let entry = crate::cq::Completion { flags, len: len as usize, data, ..super::ctx_completion(0, 0) };
+        sinks.remote_cq(CqEvent::Done(entry));
     }
 }
 

@@ -88,6 +88,9 @@ pub struct Incoming {
     /// The sender's id for this message; with `Disposition::Later`, `answer` takes it back.
     pub msg_id: u64,
     pub hdr: MsgHeader,
+    /// The payload is at hand (inline, inject) or is read at once (CMA): a `Deliver` finishes
+    /// within this progress step. False for SAR, whose segments arrive over later steps.
+    pub whole: bool,
 }
 
 /// What to do with an arriving message.
@@ -102,9 +105,9 @@ pub enum Disposition {
     /// acknowledgement, which senders of refusable messages do).
     Refuse(u32),
     /// Deliver it like `Deliver`, but leave the sender waiting: the handler answers later with
-    /// `Endpoint::answer(src, msg_id, ..)`, e.g. once a reply it sends back has arrived. Only
-    /// inline and inject messages (up to 4 KiB) can be answered later; larger ones are answered
-    /// when delivered, as with `Deliver`.
+    /// `Endpoint::answer(src, msg_id, ..)`, e.g. once a reply it sends back has arrived or once
+    /// it has checked and placed SAR-delivered data. A message read with CMA is still answered
+    /// when delivered (the answer also releases the sender's memory).
     Later { dest: LocalIov, ctx: u64 },
 }
 

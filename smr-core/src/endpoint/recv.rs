@@ -14,7 +14,12 @@ pub(super) struct SarRx {
 }
 
 enum Sink {
-    Deliver { dest: LocalIov, ctx: u64 },
+    /// `answer`: the engine answers the sender once the last segment is in (not for `Later`).
+    Deliver {
+        dest: LocalIov,
+        ctx: u64,
+        answer: bool,
+    },
     Held(MsgKey),
     Dropped,
     Refused(u32),
@@ -123,13 +128,20 @@ impl Endpoint {
         }
     }
 
-    fn offer(&mut self, src: SrcId, msg_id: u64, hdr: MsgHeader, h: &mut impl Handler) -> (MsgKey, Disposition) {
+    fn offer(
+        &mut self,
+        src: SrcId,
+        msg_id: u64,
+        hdr: MsgHeader,
+        whole: bool,
+        h: &mut impl Handler,
+    ) -> (MsgKey, Disposition) {
         let key = self.new_key();
         let name = match self.inp.get(&src) {
             Some(p) => p.name.as_str(),
             None => self.forgotten.get(&src).map_or("", String::as_str),
         };
-        (key, h.on_message(&Incoming { key, src, msg_id, hdr }, name))
+        (key, h.on_message(&Incoming { key, src, msg_id, hdr, whole }, name))
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -143,14 +155,15 @@ impl Endpoint {
         body: Body,
         h: &mut impl Handler,
     ) {
-        let (key, disposition) = self.offer(src, msg_id, hdr, h);
+        let whole = !matches!(body, Body::Sar(_));
+        let (key, disposition) = self.offer(src, msg_id, hdr, whole, h);
         let refused = match disposition {
             Disposition::Refuse(errno) => Some(errno),
             _ => None,
         };
-        // `Later` is delivered like `Deliver`; for the small protocols the handler answers.
+        // `Later` is delivered like `Deliver`, but the handler answers (except for CMA).
         let later = matches!(disposition, Disposition::Later { .. });
-        let ack = ack && !(later && matches!(body, Body::Inline { .. } | Body::Inject { .. }));
+        let ack = ack && !later;
         match body {
             Body::Inline { len } => self.take_bytes(src, key, hdr, &entry.payload[..len], disposition, h),
             Body::Inject { buf } => {
@@ -194,9 +207,8 @@ impl Endpoint {
             }
             Body::Sar(seg) => {
                 let sink = match disposition {
-                    Disposition::Deliver { dest, ctx } | Disposition::Later { dest, ctx } => {
-                        Sink::Deliver { dest, ctx }
-                    }
+                    Disposition::Deliver { dest, ctx } => Sink::Deliver { dest, ctx, answer: ack },
+                    Disposition::Later { dest, ctx } => Sink::Deliver { dest, ctx, answer: false },
                     Disposition::Hold => {
                         let bytes = vec![0u8; hdr.len as usize];
                         self.held.insert(key, Held { src, hdr, data: HeldData::Arriving { bytes, waiting: None } });
@@ -259,7 +271,7 @@ impl Endpoint {
                 h.on_recv_done(ctx, result, dest);
             }
             Err(e) if cma_refused(&e) => {
-                self.refuse_cma(src, msg_id, hdr, Sink::Deliver { dest, ctx });
+                self.refuse_cma(src, msg_id, hdr, Sink::Deliver { dest, ctx, answer: true });
             }
             Err(e) => {
                 self.send_resp(src, done(msg_id, Status::Dropped, 0));
@@ -332,9 +344,11 @@ impl Endpoint {
     fn finish_sar(&mut self, src: SrcId, msg_id: u64, rx: SarRx, h: &mut impl Handler) {
         let len = rx.hdr.len;
         match rx.sink {
-            Sink::Deliver { dest, ctx } => {
+            Sink::Deliver { dest, ctx, answer } => {
                 let result = outcome(len, dest.len().min(len as usize));
-                self.send_resp(src, done(msg_id, status_of(&result), len));
+                if answer {
+                    self.send_resp(src, done(msg_id, status_of(&result), len));
+                }
                 h.on_recv_done(ctx, result, dest);
             }
             Sink::Held(key) => {
@@ -375,7 +389,7 @@ impl Endpoint {
                     Ok(Delivered::Now(result, dest))
                 }
                 Err(e) if cma_refused(&e) => {
-                    self.refuse_cma(src, msg_id, hdr, Sink::Deliver { dest, ctx });
+                    self.refuse_cma(src, msg_id, hdr, Sink::Deliver { dest, ctx, answer: true });
                     Ok(Delivered::Later)
                 }
                 Err(e) => {
@@ -431,7 +445,7 @@ impl Endpoint {
         for k in keys {
             let rx = self.sar_rx.remove(&k).expect("listed");
             match rx.sink {
-                Sink::Deliver { dest, ctx } => {
+                Sink::Deliver { dest, ctx, .. } => {
                     h.on_recv_done(ctx, Err(Error::PeerDead), dest);
                     events += 1;
                 }
