@@ -67,9 +67,8 @@ pub const RSHM_ONE_SIDED_CAPS: &[(u64, &str)] = &[
     (ffi::FI_RMA_EVENT, "FI_RMA_EVENT"),
 ];
 
-/// Turn on (one line) when one-sided has landed: [`RSHM_ONE_SIDED_CAPS`] are then required even
-/// if rshm stops offering FI_RMA.
-pub const RSHM_ONE_SIDED_PROMISED: bool = false;
+/// One-sided has landed: [`RSHM_ONE_SIDED_CAPS`] are required even if rshm stops offering FI_RMA.
+pub const RSHM_ONE_SIDED_PROMISED: bool = true;
 
 /// The capabilities to assert for `prov` given the caps it offers: None for providers that
 /// promise nothing here (their offered caps are taken from their answer).
