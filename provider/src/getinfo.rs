@@ -56,14 +56,6 @@ pub const MSG_ORDER: u64 = ffi::FI_ORDER_STRICT as u64
     | ffi::FI_ORDER_ATOMIC_WAR
     | ffi::FI_ORDER_ATOMIC_WAW;
 pub const MAX_ORDER_SIZE: usize = INJECT_SIZE;
-/// Memory registration modes rshm can work in (returned when hinted): virtual-address or offset
-/// addressing, provider or application keys; the others ask nothing of rshm.
-const MR_MODES: u32 = ffi::FI_MR_VIRT_ADDR
-    | ffi::FI_MR_ALLOCATED
-    | ffi::FI_MR_PROV_KEY
-    | ffi::FI_MR_ENDPOINT
-    | ffi::FI_MR_RMA_EVENT
-    | ffi::FI_MR_LOCAL;
 pub const QUEUE_SIZE: usize = 1024;
 pub const IOV_LIMIT: usize = smr_core::cmd::IOV_MAX;
 pub const INJECT_SIZE: usize = 4096;
@@ -334,19 +326,16 @@ fn fill(info: &mut ffi::fi_info, ep_type: ffi::fi_ep_type, version: u32, hints: 
     dom.data_progress = h_dom.map(|d| d.data_progress).filter(|&p| p != 0).unwrap_or(ffi::FI_PROGRESS_MANUAL);
     dom.resource_mgmt = ffi::FI_RM_ENABLED;
     dom.av_type = h_dom.map_or(ffi::FI_AV_UNSPEC, |d| d.av_type);
-    // Before 1.5, mr_mode was an enum: "basic" when asked for, else "scalable". Since then, the
-    // hinted bits rshm can work with (none needed: offsets and the application's keys).
+    // Before 1.5, mr_mode was an enum: "basic" when asked for, else "scalable". Since then a
+    // provider clears the bits it does not need (fi_domain(3)), and rshm needs none: it takes the
+    // application's keys (no FI_MR_PROV_KEY) and offsets from the region start (no
+    // FI_MR_VIRT_ADDR); the legacy enum values are echoed.
     let hinted = h_dom.map_or(0, |d| d.mr_mode);
-    dom.mr_mode = if version < ffi::fi_version_make(1, 5) {
-        if hinted == ffi::FI_MR_BASIC as i32 {
-            hinted
-        } else {
-            ffi::FI_MR_SCALABLE as i32
-        }
-    } else if hinted == ffi::FI_MR_BASIC as i32 || hinted == ffi::FI_MR_SCALABLE as i32 {
-        hinted
-    } else {
-        (hinted as u32 & MR_MODES) as i32
+    let legacy = hinted == ffi::FI_MR_BASIC as i32 || hinted == ffi::FI_MR_SCALABLE as i32;
+    dom.mr_mode = match (version < ffi::fi_version_make(1, 5), legacy) {
+        (_, true) => hinted,
+        (true, false) => ffi::FI_MR_SCALABLE as i32,
+        (false, false) => 0,
     };
     dom.mr_key_size = 8;
     dom.cq_data_size = 8;
