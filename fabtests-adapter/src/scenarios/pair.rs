@@ -719,8 +719,9 @@ fn delivery_complete(r: &mut Rank) -> TResult {
             // delivered by us now, so a delivery-complete at the sender means the data is
             // already in our buffer.
             std::thread::sleep(Duration::from_millis(300));
-            if r.pmi.get_with(&format!("dc{k}"), None)?.is_some() {
-                let now = node.peek_buf(id).unwrap_or_default();
+            // (If the barrier's progress already read the receive's completion, the buffer is
+            // no longer pending: the completion's payload is checked below.)
+            if let (Some(_), Some(now)) = (r.pmi.get_with(&format!("dc{k}"), None)?, node.peek_buf(id)) {
                 check_pattern(
                     &format!("size {size}: target buffer when the sender had its FI_DELIVERY_COMPLETE completion"),
                     k as u64,
