@@ -1,0 +1,170 @@
+#!/usr/bin/env python3
+"""One-sided performance, rshm beside the C shm, in the same run.
+
+Runs Sandia OpenSHMEM's performance programs (an SOS build made outside the repository, the one
+both providers can run: --enable-ofi-manual-progress --enable-manual-progress
+--enable-hard-polling) and, if given, fabtests' fi_rma_bw, alternating the providers, and prints
+a Markdown report with the median of the runs and the rshm/shm ratio at every size:
+
+    scripts/bench-one-sided.py --sos-build /opt/sos-build-manual [--fabtests /opt/fabtests/bin]
+                               [--runs 3] [--provider-path target/rshm] [--out FILE]
+
+Latency ratios below 1 and bandwidth ratios above 1 mean rshm is faster. The load average is
+printed first: figures taken while other work runs on the machine are not comparable.
+"""
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+
+SOS_PROGRAMS = [
+    # (program, what its tables measure, unit, lower is better)
+    ("shmem_latency_put_perf", "put", "us", True),
+    ("shmem_latency_get_perf", "get", "us", True),
+    ("shmem_bw_put_perf", "put bandwidth", "MB/s", False),
+    ("shmem_bw_get_perf", "get bandwidth", "MB/s", False),
+    ("shmem_bw_atomics_perf", "atomics", "Mmsg/s", False),
+]
+NUM = r"[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?"
+
+
+def sh(cmd, env, timeout):
+    try:
+        out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+        return out.returncode, out.stdout + out.stderr
+    except subprocess.TimeoutExpired as e:
+        return -1, (e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
+
+
+def provider_env(prov, provider_path):
+    env = dict(os.environ, FI_PROVIDER=prov, SHMEM_OFI_PROVIDER=prov)
+    if prov == "rshm":
+        env["FI_PROVIDER_PATH"] = provider_path
+    else:
+        env.pop("FI_PROVIDER_PATH", None)
+    return env
+
+
+def parse_sos(text):
+    """{(section, key): value}: each table row under the latest 'results' or header line."""
+    rows = {}
+    section, filled = "main", False
+    for line in text.splitlines():
+        s = line.strip()
+        if s.endswith("results:"):
+            section, filled = s[: -len(" results:")], False
+            continue
+        if s.startswith("Message Size") and filled:
+            # A second table under the same heading: the streaming (per-size) one.
+            section, filled = "streaming", False
+            continue
+        m = re.fullmatch(rf"(\d+)\s+({NUM})(?:\s+({NUM}))?", s)
+        if m:
+            rows[(section, int(m.group(1)))] = float(m.group(2))
+            filled = True
+            continue
+        m = re.fullmatch(rf"([A-Za-z_][\w]*)\s+({NUM})\s+({NUM})\s+({NUM})", s)
+        if m:  # atomics: operation, bandwidth, message rate, latency
+            rows[(section, m.group(1))] = float(m.group(3)) / 1e6
+            filled = True
+    return rows
+
+
+def parse_rma_bw(text):
+    rows = {}
+    for line in text.splitlines():
+        f = line.split()
+        if len(f) >= 7 and f[1].isdigit() and re.fullmatch(NUM, f[4] or ""):
+            rows[("", f[0])] = float(f[4])
+    return rows
+
+
+def run_sos(build, prog, prov, provider_path):
+    path = os.path.join(build, "modules/tests-sos/test/performance/shmem_perf_suite", prog)
+    cmd = ["timeout", "-k", "5", "300", "mpiexec.hydra", "-np", "2", path, "-e", "1048576"]
+    rc, out = sh(cmd, provider_env(prov, provider_path), 320)
+    return parse_sos(out) if rc == 0 else {}
+
+
+def run_rma_bw(bindir, op, prov, provider_path, port):
+    env = provider_env(prov, provider_path)
+    args = [os.path.join(bindir, "fi_rma_bw"), "-p", prov, "-e", "rdm", "-o", op, "-S", "all", "-I", "100"]
+    srv = subprocess.Popen(args + ["-B", str(port)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(0.3)
+    rc, out = sh(["timeout", "-k", "5", "240"] + args + ["-P", str(port), "127.0.0.1"], env, 250)
+    try:
+        srv.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        srv.kill()
+    return parse_rma_bw(out) if rc == 0 else {}
+
+
+def median_table(samples):
+    keys = []
+    for s in samples:
+        for k in s:
+            if k not in keys:
+                keys.append(k)
+    return {k: statistics.median([s[k] for s in samples if k in s]) for k in keys if any(k in s for s in samples)}
+
+
+def report(title, unit, lower_better, per_prov):
+    r, c = per_prov.get("rshm", {}), per_prov.get("shm", {})
+    lines = [f"### {title} ({unit}, median)", "", "| section | size / op | rshm | C shm | rshm/shm |", "|---|---:|---:|---:|---:|"]
+    for k in list(dict.fromkeys(list(r) + list(c))):
+        rv, cv = r.get(k), c.get(k)
+        ratio = f"{rv / cv:.2f}" if rv and cv else "-"
+        fmt = lambda v: "-" if v is None else f"{v:.2f}"
+        lines.append(f"| {k[0] or '-'} | {k[1]} | {fmt(rv)} | {fmt(cv)} | {ratio} |")
+    better = "lower" if lower_better else "higher"
+    lines += ["", f"({better} is better)", ""]
+    return "\n".join(lines)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sos-build", required=True)
+    ap.add_argument("--fabtests")
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--provider-path", default=os.path.join(os.path.dirname(__file__), "..", "target", "rshm"))
+    ap.add_argument("--out")
+    a = ap.parse_args()
+    a.provider_path = os.path.abspath(a.provider_path)
+    load = os.getloadavg()
+    parts = [
+        "## One-sided, rshm vs the C shm (libfabric 1.17), same run",
+        "",
+        f"Load average at start: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} on {os.cpu_count()} CPUs; "
+        f"{a.runs} runs each, providers alternated; SOS build {a.sos_build}.",
+        "",
+    ]
+    def done(section):
+        # Each table is written as soon as it is measured, so a cut-short run keeps what it has.
+        parts.append(section)
+        print(section, file=sys.stderr, flush=True)
+        if a.out:
+            with open(a.out, "w") as f:
+                f.write("\n".join(parts) + "\n")
+
+    for prog, what, unit, lower in SOS_PROGRAMS:
+        per = {p: [] for p in ("rshm", "shm")}
+        for _ in range(a.runs):
+            for p in ("rshm", "shm"):
+                per[p].append(run_sos(a.sos_build, prog, p, a.provider_path))
+        done(report(f"SOS {prog} ({what})", unit, lower, {p: median_table(v) for p, v in per.items()}))
+    if a.fabtests:
+        port = 23000
+        for op in ("write", "read"):
+            per = {p: [] for p in ("rshm", "shm")}
+            for _ in range(a.runs):
+                for p in ("rshm", "shm"):
+                    port += 1
+                    per[p].append(run_rma_bw(a.fabtests, op, p, a.provider_path, port))
+            done(report(f"fi_rma_bw -o {op}", "MB/s", False, {p: median_table(v) for p, v in per.items()}))
+
+
+if __name__ == "__main__":
+    main()
