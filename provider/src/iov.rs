@@ -39,3 +39,22 @@ pub unsafe fn many(iov: *const ffi::iovec, count: usize) -> FiResult<Ranges> {
     }
     Ok(out)
 }
+
+/// Bytes `off..off + len` of the concatenation of `iov`, as ranges (shorter if `iov` ends first).
+pub fn sub_ranges(iov: &Ranges, mut off: usize, mut len: usize) -> Ranges {
+    let mut out = Ranges::new();
+    for &(base, plen) in iov {
+        if len == 0 {
+            break;
+        }
+        if off >= plen {
+            off -= plen;
+            continue;
+        }
+        let take = (plen - off).min(len);
+        out.push((base + off, take));
+        len -= take;
+        off = 0;
+    }
+    out
+}

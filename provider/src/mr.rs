@@ -74,28 +74,9 @@ impl MrTable {
             Some(end) if end <= mr.total() => {}
             _ => return Err(refuse("beyond the region")),
         }
-        Ok((slice(&mr.iov, start, len), mr))
+        // `start + len` fits in the registration, which lies in this address space: usize holds it.
+        Ok((crate::iov::sub_ranges(&mr.iov, start as usize, len as usize), mr))
     }
-}
-
-/// Bytes `start..start + len` of the concatenation of `iov` (the caller checked the bounds).
-fn slice(iov: &smr_core::iov::Ranges, mut start: u64, mut len: u64) -> smr_core::iov::Ranges {
-    let mut out = smr_core::iov::Ranges::new();
-    for &(base, l) in iov {
-        if len == 0 {
-            break;
-        }
-        let l = l as u64;
-        if start >= l {
-            start -= l;
-            continue;
-        }
-        let take = (l - start).min(len);
-        out.push((base + start as usize, take as usize));
-        len -= take;
-        start = 0;
-    }
-    out
 }
 
 #[repr(C)]

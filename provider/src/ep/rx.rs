@@ -59,28 +59,9 @@ impl PostedRecv {
             return (self.iov.clone(), false);
         }
         let len = len.min(self.total() - self.used);
-        let dest = self.range(self.used, len);
+        let dest = crate::iov::sub_ranges(&self.iov, self.used, len);
         self.used += len;
         (dest, self.total() - self.used < min_multi_recv.max(1))
-    }
-
-    /// The part of the buffer from `off` on, `len` bytes at most.
-    fn range(&self, mut off: usize, mut len: usize) -> Ranges {
-        let mut out = Ranges::new();
-        for &(base, plen) in &self.iov {
-            if len == 0 {
-                break;
-            }
-            if off >= plen {
-                off -= plen;
-                continue;
-            }
-            let take = (plen - off).min(len);
-            out.push((base + off, take));
-            len -= take;
-            off = 0;
-        }
-        out
     }
 }
 
