@@ -237,6 +237,16 @@ fn elems(buf: *const c_void, count: usize, datatype: u32) -> FiResult<Ranges> {
     one(buf, count.checked_mul(size).ok_or(FiError::INVAL)?)
 }
 
+/// The operand buffer of an atomic: none for FI_ATOMIC_READ, whose callers (OpenSHMEM) may pass
+/// NULL for it, so it is not even looked at.
+fn operand_of(op: u32, read: impl FnOnce() -> FiResult<Ranges>) -> FiResult<Ranges> {
+    if op == ffi::FI_ATOMIC_READ {
+        Ok(Ranges::new())
+    } else {
+        read()
+    }
+}
+
 /// Check an atomic's buffers against its operation and describe it.
 fn describe(kind: Kind, op: u32, datatype: u32, operand: &Ranges, compare: &Ranges, result: &Ranges) -> FiResult<Desc> {
     if !apply::valid(kind, op, datatype) {
@@ -251,11 +261,7 @@ fn describe(kind: Kind, op: u32, datatype: u32, operand: &Ranges, compare: &Rang
         return Err(FiError::INVAL);
     }
     let fits = |r: &Ranges, want: bool| total(r) == if want { bytes } else { 0 };
-    let reads = kind != Kind::Write;
-    if (op == ffi::FI_ATOMIC_READ && total(operand) != 0 && total(operand) != bytes)
-        || !fits(compare, kind == Kind::Compare)
-        || !fits(result, reads)
-    {
+    if !fits(compare, kind == Kind::Compare) || !fits(result, kind != Kind::Write) {
         return Err(FiError::INVAL);
     }
     Ok(Desc { kind, op, datatype, count: count as u32 })
@@ -276,20 +282,13 @@ unsafe fn atomic_msg(msg: *const ffi::fi_msg_atomic, flags: u64) -> FiResult<(ff
     }
     // SAFETY: one fi_rma_ioc (checked non-NULL).
     let r = unsafe { *m.rma_iov };
-    // FI_ATOMIC_READ has no operand; callers (OpenSHMEM) pass a NULL buffer for it.
-    let operand = if m.op == ffi::FI_ATOMIC_READ {
-        Ranges::new()
-    } else {
-        // SAFETY: the caller's fi_ioc array.
-        unsafe { iocs(m.msg_iov, m.iov_count, m.datatype) }?
-    };
+    // SAFETY: the caller's fi_ioc array (not read for FI_ATOMIC_READ).
+    let operand = operand_of(m.op, || unsafe { iocs(m.msg_iov, m.iov_count, m.datatype) })?;
     Ok((m, target(m.addr, r.addr, r.key, m.context, flags), operand))
 }
 
 fn atomic_op(kind: Kind, op: u32, datatype: u32, operand: Ranges, compare: Ranges, result: Ranges) -> FiResult<Op> {
     let desc = describe(kind, op, datatype, &operand, &compare, &result)?;
-    // FI_ATOMIC_READ carries no operand even if the caller passed a buffer.
-    let operand = if op == ffi::FI_ATOMIC_READ { Ranges::new() } else { operand };
     Ok(Op::Atomic { desc, operand, compare, result })
 }
 
@@ -395,7 +394,7 @@ unsafe extern "C" fn atomic_readwrite(
 ) -> isize {
     crate::guard("fi_fetch_atomic", FiError::OTHER.code() as isize, || {
         call(ep, true, |f| {
-            let operand = if op == ffi::FI_ATOMIC_READ { Ranges::new() } else { elems(buf, count, datatype)? };
+            let operand = operand_of(op, || elems(buf, count, datatype))?;
             let o = atomic_op(Kind::Fetch, op, datatype, operand, Ranges::new(), elems(result, count, datatype)?)?;
             Ok((target(dest, addr, key, ctx, f), o))
         })
@@ -420,12 +419,8 @@ unsafe extern "C" fn atomic_readwritev(
 ) -> isize {
     crate::guard("fi_fetch_atomicv", FiError::OTHER.code() as isize, || {
         call(ep, true, |f| {
-            let operand = if op == ffi::FI_ATOMIC_READ {
-                Ranges::new() // no operand for FI_ATOMIC_READ
-            } else {
-                // SAFETY: the caller's fi_ioc array.
-                unsafe { iocs(iov, count, datatype) }?
-            };
+            // SAFETY: the caller's fi_ioc array (not read for FI_ATOMIC_READ).
+            let operand = operand_of(op, || unsafe { iocs(iov, count, datatype) })?;
             // SAFETY: as above.
             let result = unsafe { iocs(resultv, result_count, datatype) }?;
             let o = atomic_op(Kind::Fetch, op, datatype, operand, Ranges::new(), result)?;
