@@ -16,10 +16,6 @@ pub fn cq_eps(st: &DomainState, id: usize) -> Option<Vec<usize>> {
     st.cqs.get(id).map(|c| c.eps.clone())
 }
 
-pub fn cntr_eps(st: &DomainState, id: usize) -> Option<Vec<usize>> {
-    crate::progress::cntr_wait_eps(st, id)
-}
-
 /// Longest single sleep: signals, and endpoints bound while we sleep, are noticed this often.
 const SLICE: Duration = Duration::from_millis(100);
 

@@ -143,7 +143,7 @@ fn wait(cntr: *mut ffi::fid_cntr, threshold: u64, timeout_ms: c_int) -> FiResult
     // SAFETY: libfabric contract.
     let c = unsafe { get(cntr.cast()) }?;
     let start_errors = with_counter(cntr, false, |s| s.errors)?;
-    let eps = (crate::block::cntr_eps as crate::block::Bound, c.id);
+    let eps = (crate::progress::cntr_wait_eps as crate::block::Bound, c.id);
     crate::block::until(&c.shared, timeout_ms, FiError::TIMEDOUT, eps, |st| {
         crate::progress::cntr(st, c.id);
         let s = &st.cntrs[c.id];
