@@ -12,7 +12,7 @@ use crate::domain::DomainShared;
 use crate::error::{int_ret, FiError, FiResult};
 use crate::object::{self, put};
 use rshm_ffi as ffi;
-use std::collections::HashMap;
+use smr_core::idmap::IdMap;
 use std::ffi::c_void;
 use std::sync::Arc;
 
@@ -34,7 +34,7 @@ impl MrEntry {
 
 #[derive(Default)]
 pub struct MrTable {
-    pub by_key: HashMap<u64, MrEntry>,
+    pub by_key: IdMap<u64, MrEntry>,
     /// Remote addresses are virtual addresses (FI_MR_VIRT_ADDR), not offsets.
     pub virt_addr: bool,
     /// The domain chooses keys (FI_MR_PROV_KEY).

@@ -92,7 +92,13 @@ pub struct RespEntry {
     pub status: u32,
     pub msg_id: u64,
     pub value: u64,
+    /// With `Status::Answered`: the answer's bytes (`value` of them). A small reply (a read of a
+    /// few bytes, an atomic's old value) rides here instead of in a message of its own.
+    pub data: [u8; ANSWER_DATA_MAX],
 }
+
+/// Bytes an answer carries in its response entry: the entry then fills its slot's cache line.
+pub const ANSWER_DATA_MAX: usize = 32;
 
 // SAFETY: integers only, no padding.
 unsafe impl Pod for RespEntry {}
@@ -100,7 +106,7 @@ unsafe impl Pod for RespEntry {}
 const _: () = {
     assert!(std::mem::size_of::<CmdEntry>() == 248);
     assert!(std::mem::offset_of!(CmdEntry, payload) == 48);
-    assert!(std::mem::size_of::<RespEntry>() == 24);
+    assert!(std::mem::size_of::<RespEntry>() == 24 + ANSWER_DATA_MAX);
 };
 
 pub mod op {
@@ -140,6 +146,8 @@ pub enum Status {
     Dropped = 3,
     /// The receiver refused it (the handler said why: `value` holds a positive errno).
     Refused = 4,
+    /// The handler answered it with data: `value` bytes in the entry's `data`.
+    Answered = 5,
 }
 
 impl Status {
@@ -150,6 +158,7 @@ impl Status {
             2 => Status::CmaFailed,
             3 => Status::Dropped,
             4 => Status::Refused,
+            5 => Status::Answered,
             _ => return Err(Error::Corrupt("unknown response status")),
         })
     }

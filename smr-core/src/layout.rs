@@ -24,7 +24,8 @@ use std::mem::{align_of, offset_of, size_of};
 
 pub const MAGIC: u64 = u64::from_le_bytes(*b"RSHMREG\0");
 /// 2: command entries carry a third provider word (`aux`); inline payload 200 bytes.
-pub const LAYOUT_VERSION: u32 = 2;
+/// 3: response entries carry up to 32 bytes of answer data (one cache line per slot).
+pub const LAYOUT_VERSION: u32 = 3;
 /// Longest region name, without the terminating NUL.
 pub const NAME_MAX: usize = 63;
 /// Size of one inject buffer.
@@ -239,7 +240,7 @@ const _: () = {
     assert!(size_of::<PeerSlot>() == 128);
     assert!(size_of::<RingCtl>() == 128);
     assert!(size_of::<Slot<CmdEntry>>() == 256);
-    assert!(size_of::<Slot<RespEntry>>() == 32);
+    assert!(size_of::<Slot<RespEntry>>() == 64);
     assert!(align_of::<Slot<CmdEntry>>() == 8);
 };
 

@@ -8,6 +8,7 @@
 
 pub mod error;
 pub mod free_stack;
+pub mod idmap;
 pub mod pod;
 pub mod ring;
 pub(crate) mod sync;

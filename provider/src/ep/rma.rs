@@ -26,11 +26,12 @@ use crate::error::{FiError, FiResult};
 use crate::mr::MrTable;
 use rshm_ffi as ffi;
 use slab::Slab;
-use smr_core::cmd::MsgHeader;
+use smr_core::cmd::{MsgHeader, ANSWER_DATA_MAX};
 use smr_core::endpoint::{Disposition, Endpoint, Incoming, SendOpts, SendStatus, SrcId};
+use smr_core::idmap::IdMap;
 use smr_core::iov::{LocalIov, Ranges};
 use smr_core::Error as EngineError;
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 
 /// Message kinds, in the upper nibble of the engine's `app` byte (the lower one holds
 /// APP_TAGGED and APP_DATA).
@@ -144,7 +145,6 @@ enum TargetOp {
     ReadReq {
         src: SrcId,
         msg_id: u64,
-        name: String,
         key: u64,
         addr: u64,
     },
@@ -152,14 +152,49 @@ enum TargetOp {
         desc: Desc,
         target: Ranges,
         mr_cntr: Option<usize>,
-        reply: Option<(SrcId, u64, String)>,
+        reply: Option<(SrcId, u64)>,
     },
 }
 
 /// Work for after the engine's progress returns (the engine cannot be called from inside it).
 enum Outgoing {
-    Answer { src: SrcId, msg_id: u64, result: Result<(), u32> },
-    Reply { src: SrcId, msg_id: u64, name: String, op_id: u64, data: ReplyData },
+    Answer {
+        src: SrcId,
+        msg_id: u64,
+        result: Result<(), u32>,
+    },
+    /// A reply small enough to ride in the answer itself (`Endpoint::answer_with`).
+    AnswerData {
+        src: SrcId,
+        msg_id: u64,
+        data: SmallReply,
+    },
+    Reply {
+        src: SrcId,
+        msg_id: u64,
+        op_id: u64,
+        data: ReplyData,
+    },
+}
+
+/// The bytes of a reply that fits in an answer.
+#[derive(Clone, Copy)]
+struct SmallReply {
+    len: u8,
+    bytes: [u8; ANSWER_DATA_MAX],
+}
+
+impl SmallReply {
+    /// A reply of `len` bytes, filled by `fill`, if `len` fits in an answer.
+    fn new(len: usize, fill: impl FnOnce(&mut [u8])) -> Option<SmallReply> {
+        let mut r = SmallReply { len: u8::try_from(len).ok()?, bytes: [0; ANSWER_DATA_MAX] };
+        fill(r.bytes.get_mut(..len)?);
+        Some(r)
+    }
+
+    fn as_slice(&self) -> &[u8] {
+        &self.bytes[..self.len as usize]
+    }
 }
 
 /// What a reply carries: a copy (small reads, atomics' old values) or registered memory.
@@ -188,7 +223,7 @@ impl ReplyData {
 
 #[derive(Default)]
 pub struct RmaState {
-    pending: HashMap<u64, Pending>,
+    pending: IdMap<u64, Pending>,
     next_op: u64,
     target: Slab<TargetOp>,
     outbox: VecDeque<Outgoing>,
@@ -251,7 +286,8 @@ pub fn start(st: &mut crate::domain::DomainState, id: usize, a: OneSided, op: Op
         Op::Read { local } => {
             let len: usize = local.iter().map(|p| p.1).sum();
             let op_id = ep.rma.new_op();
-            let mut payload = op_id.to_le_bytes().to_vec();
+            let mut payload = Vec::with_capacity(16);
+            payload.extend_from_slice(&op_id.to_le_bytes());
             payload.extend_from_slice(&(len as u64).to_le_bytes());
             let hdr = header(app(KIND_READ_REQ, 0), a.key, a.addr, 0, payload.len());
             let tx =
@@ -338,7 +374,7 @@ pub struct Target<'a> {
 }
 
 impl Target<'_> {
-    pub fn on_message(&mut self, msg: &Incoming, src_name: &str) -> Disposition {
+    pub fn on_message(&mut self, msg: &Incoming) -> Disposition {
         let hdr = msg.hdr;
         if kind_of(hdr.app) != KIND_READ_RESP {
             self.rma.served += 1;
@@ -363,13 +399,7 @@ impl Target<'_> {
                 Err(errno) => Disposition::Refuse(errno),
             },
             KIND_READ_REQ if hdr.len == 16 => {
-                let op = TargetOp::ReadReq {
-                    src: msg.src,
-                    msg_id: msg.msg_id,
-                    name: src_name.to_string(),
-                    key: hdr.tag,
-                    addr: hdr.aux,
-                };
+                let op = TargetOp::ReadReq { src: msg.src, msg_id: msg.msg_id, key: hdr.tag, addr: hdr.aux };
                 let ctx = self.rma.target.insert(op);
                 Disposition::Later { dest: LocalIov::owned(vec![0; 16]), ctx: CTX_TARGET | ctx as u64 }
             }
@@ -386,7 +416,7 @@ impl Target<'_> {
                     Ok((target, mr)) => {
                         let mr_cntr = if desc.op == ffi::FI_ATOMIC_READ { mr.read_cntr } else { mr.write_cntr };
                         let fetch = desc.kind != Kind::Write;
-                        let reply = fetch.then(|| (msg.src, msg.msg_id, src_name.to_string()));
+                        let reply = fetch.then_some((msg.src, msg.msg_id));
                         let ctx = CTX_TARGET
                             | self.rma.target.insert(TargetOp::Atomic { desc, target, mr_cntr, reply }) as u64;
                         let dest = LocalIov::owned(vec![0; hdr.len as usize]);
@@ -434,7 +464,7 @@ impl Target<'_> {
                 }
                 self.answer(src, msg_id, placed.map(|_| ()));
             }
-            TargetOp::ReadReq { src, msg_id, name, key, addr } => {
+            TargetOp::ReadReq { src, msg_id, key, addr } => {
                 let bytes = dest.into_owned().unwrap_or_default();
                 let (Some(op_id), Some(len)) = (u64_at(&bytes, 0), u64_at(&bytes, 8)) else {
                     self.answer(src, msg_id, Err(ffi::FI_EINVAL));
@@ -443,6 +473,12 @@ impl Target<'_> {
                 match self.mrs.resolve(key, addr, len, ffi::FI_REMOTE_READ as u64) {
                     Ok((ranges, mr)) => {
                         sinks.remote_done(mr.read_cntr, false);
+                        // SAFETY: registered memory the application exposed for remote reads.
+                        let mem = unsafe { super::rx::lend(ranges.clone()) };
+                        if let Some(data) = SmallReply::new(len as usize, |b| _ = mem.read_at(0, b)) {
+                            self.rma.outbox.push_back(Outgoing::AnswerData { src, msg_id, data });
+                            return;
+                        }
                         let data = if (len as usize) <= READ_SNAPSHOT_MAX {
                             let mut copy = vec![0; len as usize];
                             // SAFETY: registered memory the application exposed for remote reads.
@@ -451,7 +487,7 @@ impl Target<'_> {
                         } else {
                             ReplyData::Memory(ranges)
                         };
-                        self.rma.outbox.push_back(Outgoing::Reply { src, msg_id, name, op_id, data });
+                        self.rma.outbox.push_back(Outgoing::Reply { src, msg_id, op_id, data });
                     }
                     Err(errno) => self.answer(src, msg_id, Err(errno)),
                 }
@@ -465,12 +501,17 @@ impl Target<'_> {
                     // follow fi_mr(3): any atomic that may modify it is a write (`mr_cntr`).
                     sinks.remote_done(mr_cntr, desc.kind == Kind::Write);
                 }
-                if let Some((src, msg_id, name)) = reply {
+                if let Some((src, msg_id)) = reply {
                     match applied {
                         Ok(old) => {
-                            let op_id = u64_at(&bytes, 0).unwrap_or(0);
-                            let data = ReplyData::Copy(old);
-                            self.rma.outbox.push_back(Outgoing::Reply { src, msg_id, name, op_id, data });
+                            let out = match SmallReply::new(old.len(), |b| b.copy_from_slice(&old)) {
+                                Some(data) => Outgoing::AnswerData { src, msg_id, data },
+                                None => {
+                                    let op_id = u64_at(&bytes, 0).unwrap_or(0);
+                                    Outgoing::Reply { src, msg_id, op_id, data: ReplyData::Copy(old) }
+                                }
+                            };
+                            self.rma.outbox.push_back(out);
                         }
                         Err(errno) => self.answer(src, msg_id, Err(errno)),
                     }
@@ -537,6 +578,18 @@ pub fn reply_delivered(
     }
 }
 
+/// The initiator side of `on_send_answer`: the target answered the operation in tx slot `slot`
+/// with its reply's bytes (small reads, fetching atomics); `answered` follows.
+pub fn answer_data(rma: &mut RmaState, tx_ops: &Slab<TxOp>, slot: usize, data: &[u8]) {
+    let Some(op_id) = tx_ops.get(slot).and_then(|op| op.reply) else { return };
+    let Some(p) = rma.pending.get_mut(&op_id) else { return };
+    if let Some(mut dest) = p.dest.take() {
+        let n = dest.write_at(0, data);
+        p.got =
+            Some(if data.len() == p.want { Ok(n) } else { Err(EngineError::Corrupt("answer of the wrong length")) });
+    }
+}
+
 /// The initiator side of `on_send_done` for a one-sided operation in tx slot `slot`: its answer
 /// arrived. Reads complete when their data has arrived too.
 pub fn answered(
@@ -582,8 +635,13 @@ pub fn flush(rma: &mut RmaState, engine: &mut Endpoint) {
     while let Some(out) = rma.outbox.pop_front() {
         match out {
             Outgoing::Answer { src, msg_id, result } => engine.answer(src, msg_id, result),
-            Outgoing::Reply { src, msg_id, name, op_id, data } => {
-                let peer = match engine.add_peer(&name) {
+            Outgoing::AnswerData { src, msg_id, data } => {
+                if engine.answer_with(src, msg_id, data.as_slice()).is_err() {
+                    engine.answer(src, msg_id, Err(ffi::FI_EIO));
+                }
+            }
+            Outgoing::Reply { src, msg_id, op_id, data } => {
+                let peer = match engine.peer_of_src(src) {
                     Ok(p) => p,
                     Err(_) => {
                         engine.answer(src, msg_id, Err(ffi::FI_EIO));
@@ -599,11 +657,11 @@ pub fn flush(rma: &mut RmaState, engine: &mut Endpoint) {
                         rma.replying.insert((src, msg_id));
                     }
                     Err(EngineError::Again) => {
-                        rma.outbox.push_front(Outgoing::Reply { src, msg_id, name, op_id, data });
+                        rma.outbox.push_front(Outgoing::Reply { src, msg_id, op_id, data });
                         break;
                     }
                     Err(e) => {
-                        crate::debug!(EpData, "reply to {name} failed: {e}");
+                        crate::debug!(EpData, "reply to source {src} failed: {e}");
                         engine.answer(src, msg_id, Err(ffi::FI_EIO));
                     }
                 }

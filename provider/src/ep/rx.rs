@@ -14,9 +14,10 @@ use rshm_ffi as ffi;
 use slab::Slab;
 use smr_core::cmd::MsgHeader;
 use smr_core::endpoint::{Delivered, Disposition, Endpoint, Incoming, MsgKey};
+use smr_core::idmap::IdMap;
 use smr_core::iov::{LocalIov, Ranges};
 use smr_core::Error as EngineError;
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 
 /// A receive the application posted.
 #[derive(Debug, Clone)]
@@ -98,7 +99,7 @@ pub struct RxState {
     unexpected: [VecDeque<Unexpected>; 2],
     in_flight: Slab<RecvOp>,
     /// Messages claimed by FI_PEEK|FI_CLAIM, by the context of the peek.
-    claimed: HashMap<usize, Unexpected>,
+    claimed: IdMap<usize, Unexpected>,
     pub min_multi_recv: usize,
 }
 
@@ -221,7 +222,7 @@ impl Handler<'_> {
 impl smr_core::endpoint::Handler for Handler<'_> {
     fn on_message(&mut self, msg: &Incoming, src_name: &str) -> Disposition {
         if super::rma::kind_of(msg.hdr.app) != super::rma::KIND_MSG {
-            return self.target.on_message(msg, src_name);
+            return self.target.on_message(msg);
         }
         let src = self.source(msg.src, src_name);
         crate::debug!(
@@ -256,6 +257,12 @@ impl smr_core::endpoint::Handler for Handler<'_> {
             self.target.on_delivered((ctx & !CTX_TARGET) as usize, result, dest, &mut self.sinks);
         } else {
             self.rx.complete(ctx as usize, result, &mut self.sinks);
+        }
+    }
+
+    fn on_send_answer(&mut self, cookie: u64, data: &[u8]) {
+        if cookie & super::rma::COOKIE_REPLY == 0 {
+            super::rma::answer_data(self.target.rma, self.tx_ops, cookie as usize, data);
         }
     }
 

@@ -15,6 +15,7 @@ mod tests;
 use crate::clock::Instant;
 use crate::cmd::{Limits, MsgHeader, RespEntry, INLINE_MAX};
 use crate::error::{Error, Result};
+use crate::idmap::IdMap;
 use crate::iov::LocalIov;
 use crate::layout::{Counts, FLAG_CMA, INJECT_SIZE};
 use crate::liveness::ProcessIdentity;
@@ -120,6 +121,9 @@ pub trait Handler {
     fn on_recv_done(&mut self, ctx: u64, result: Result<usize>, dest: LocalIov);
     /// A send that returned `SendStatus::Pending` finished.
     fn on_send_done(&mut self, cookie: u64, result: Result<()>);
+    /// The receiver answered that send with data (`Endpoint::answer_with`); `on_send_done`
+    /// follows at once. The bytes are a peer's: as untrusted as a message's payload.
+    fn on_send_answer(&mut self, _cookie: u64, _data: &[u8]) {}
 }
 
 /// How to send.
@@ -179,10 +183,10 @@ pub struct Endpoint {
     /// Senders we dropped (dead or disconnected), by name: commands they queued before they
     /// went still arrive, hold our buffers, and (inline and inject ones) still carry data.
     forgotten: HashMap<SrcId, String>,
-    pending: HashMap<u64, PendingSend>,
+    pending: IdMap<u64, PendingSend>,
     sar_tx: VecDeque<u64>,
     sar_rx: HashMap<(SrcId, u64), SarRx>,
-    held: HashMap<MsgKey, Held>,
+    held: IdMap<MsgKey, Held>,
     resp_backlog: VecDeque<(SrcId, RespEntry)>,
     next_msg_id: u64,
     next_key: MsgKey,
@@ -225,10 +229,10 @@ impl Endpoint {
             out_by_name: HashMap::new(),
             inp: SrcTable::default(),
             forgotten: HashMap::new(),
-            pending: HashMap::new(),
+            pending: IdMap::default(),
             sar_tx: VecDeque::new(),
             sar_rx: HashMap::new(),
-            held: HashMap::new(),
+            held: IdMap::default(),
             resp_backlog: VecDeque::new(),
             next_msg_id: 1,
             next_key: 1,

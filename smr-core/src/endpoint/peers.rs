@@ -125,6 +125,17 @@ fn fill_slot(slot: &PeerSlot, name: &str, me: ProcessIdentity, incarnation: u64)
 
 impl Endpoint {
     /// Register a peer by name. Nothing is mapped until the first send.
+    /// The peer to send to that is the sender `src` (connected on first use, as `add_peer`):
+    /// where a receiver sends a reply. Needs no copy of the name once connected.
+    pub fn peer_of_src(&mut self, src: SrcId) -> Result<PeerId> {
+        let name = &self.inp.get(&src).ok_or(Error::PeerDead)?.name;
+        if let Some(&id) = self.out_by_name.get(name.as_str()) {
+            return Ok(id);
+        }
+        let name = name.clone();
+        self.add_peer(&name)
+    }
+
     pub fn add_peer(&mut self, name: &str) -> Result<PeerId> {
         check_name(name)?;
         if let Some(&id) = self.out_by_name.get(name) {
@@ -209,7 +220,13 @@ impl Endpoint {
             if known.incarnation == incarnation && known.name == name {
                 self.send_resp(
                     src,
-                    RespEntry { kind: resp::CONN_ACK, status: Status::Ok as u32, msg_id: 0, value: src as u64 },
+                    RespEntry {
+                        kind: resp::CONN_ACK,
+                        status: Status::Ok as u32,
+                        msg_id: 0,
+                        value: src as u64,
+                        ..Default::default()
+                    },
                 );
                 return Ok(());
             }
@@ -232,7 +249,13 @@ impl Endpoint {
         self.inp.insert(src, InPeer { name, region, watch: Watch::new(ident), incarnation });
         self.send_resp(
             src,
-            RespEntry { kind: resp::CONN_ACK, status: Status::Ok as u32, msg_id: 0, value: src as u64 },
+            RespEntry {
+                kind: resp::CONN_ACK,
+                status: Status::Ok as u32,
+                msg_id: 0,
+                value: src as u64,
+                ..Default::default()
+            },
         );
         Ok(())
     }

@@ -57,7 +57,7 @@ fn outcome(sent: u64, delivered: usize) -> Result<usize> {
 }
 
 fn done(msg_id: u64, status: Status, value: u64) -> RespEntry {
-    RespEntry { kind: resp::DONE, status: status as u32, msg_id, value }
+    RespEntry { kind: resp::DONE, status: status as u32, msg_id, value, ..Default::default() }
 }
 
 fn status_of(result: &Result<usize>) -> Status {
@@ -414,6 +414,16 @@ impl Endpoint {
             Err(errno) => done(msg_id, Status::Refused, errno.into()),
         };
         self.send_resp(src, entry);
+    }
+
+    /// Answer a message taken with `Disposition::Later` with a few bytes of data (at most
+    /// `ANSWER_DATA_MAX`): its sender completes and its handler gets them (`on_send_answer`)
+    /// first. One response entry, where a reply message and an answer would take two.
+    pub fn answer_with(&mut self, src: SrcId, msg_id: u64, bytes: &[u8]) -> Result<()> {
+        let mut entry = done(msg_id, Status::Answered, bytes.len() as u64);
+        entry.data.get_mut(..bytes.len()).ok_or(Error::Invalid("answer data too long"))?.copy_from_slice(bytes);
+        self.send_resp(src, entry);
+        Ok(())
     }
 
     /// Drop a held message; its sender completes normally.

@@ -165,6 +165,11 @@ impl Endpoint {
             return 0;
         }
         let send = self.pending.remove(&entry.msg_id).expect("looked up above");
+        if status == Status::Answered {
+            // A peer's count: clamp it to what the entry holds.
+            let n = (entry.value as usize).min(entry.data.len());
+            h.on_send_answer(send.cookie, &entry.data[..n]);
+        }
         let result = match status {
             Status::Refused => Err(Error::Refused(entry.value.min(u64::from(u32::MAX)) as u32)),
             _ => Ok(()),

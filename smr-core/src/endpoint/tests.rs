@@ -16,6 +16,7 @@ struct Collect {
     received: Vec<(MsgHeader, Result<usize>, Vec<u8>)>,
     offered: Vec<Incoming>,
     sends_done: Vec<(u64, Result<()>)>,
+    answers: Vec<(u64, Vec<u8>)>,
 }
 
 impl Handler for Collect {
@@ -40,6 +41,10 @@ impl Handler for Collect {
     }
     fn on_send_done(&mut self, cookie: u64, result: Result<()>) {
         self.sends_done.push((cookie, result));
+    }
+    fn on_send_answer(&mut self, cookie: u64, data: &[u8]) {
+        assert!(!self.sends_done.iter().any(|d| d.0 == cookie), "answer data after the send's completion");
+        self.answers.push((cookie, data.to_vec()));
     }
 }
 
@@ -357,4 +362,27 @@ fn later_messages_complete_their_senders_on_answer() {
     b.answer(second.src, second.msg_id, Err(22));
     pump_until((&mut a, &mut ha), (&mut b, &mut hb), "answers", |ha, _| ha.sends_done.len() == 2);
     assert_eq!(ha.sends_done, vec![(0, Ok(())), (1, Err(Error::Refused(22)))]);
+}
+
+/// `answer_with`: the sender's handler gets the bytes, then the send completes; data longer
+/// than a response entry holds is refused and nothing is sent.
+#[test]
+fn answers_carry_data_to_the_sender() {
+    let (mut a, mut b, to_b) = pair("answerdata", Params::default());
+    let (mut ha, mut hb) = (Collect::default(), Collect { later: true, ..Default::default() });
+    for i in 0..3u64 {
+        let hdr = MsgHeader { app: 0, tag: i, data: 0, aux: 0, len: 16 };
+        let opts = SendOpts { cookie: 10 + i, delivery_complete: true };
+        assert_eq!(a.send(to_b, hdr, LocalIov::owned(pattern(16, 1)), opts), Ok(SendStatus::Pending));
+    }
+    pump_until((&mut a, &mut ha), (&mut b, &mut hb), "deliveries", |_, hb| hb.received.len() == 3);
+    let long = [7u8; crate::cmd::ANSWER_DATA_MAX + 1];
+    let m = hb.offered.clone();
+    assert_eq!(b.answer_with(m[0].src, m[0].msg_id, &long), Err(Error::Invalid("answer data too long")));
+    b.answer_with(m[0].src, m[0].msg_id, &long[..crate::cmd::ANSWER_DATA_MAX]).unwrap();
+    b.answer_with(m[1].src, m[1].msg_id, &[]).unwrap();
+    b.answer_with(m[2].src, m[2].msg_id, &pattern(5, 9)).unwrap();
+    pump_until((&mut a, &mut ha), (&mut b, &mut hb), "answers", |ha, _| ha.sends_done.len() == 3);
+    assert_eq!(ha.sends_done, vec![(10, Ok(())), (11, Ok(())), (12, Ok(()))]);
+    assert_eq!(ha.answers, vec![(10, vec![7u8; crate::cmd::ANSWER_DATA_MAX]), (11, vec![]), (12, pattern(5, 9))]);
 }
