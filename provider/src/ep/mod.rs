@@ -651,6 +651,9 @@ pub fn progress(st: &mut DomainState, id: usize) -> usize {
     let Some(ep) = eps.get_mut(id) else { return 0 };
     let directed = ep.directed();
     let Some(engine) = ep.engine.as_mut() else { return 0 };
+    if !engine.has_work() && !ep.rma.has_outgoing() {
+        return 0; // the idle poll: no handler to build
+    }
     let av = ep.av.and_then(|a| avs.get(a));
     let mut handler = rx::Handler {
         rx: &mut ep.rx,

@@ -280,23 +280,23 @@ pub fn start(st: &mut crate::domain::DomainState, id: usize, a: OneSided, op: Op
             let hdr = header(app(KIND_WRITE, low), a.key, a.addr, data.unwrap_or(0), len);
             // SAFETY: the application's source buffer, which it leaves unchanged until the write
             // completes (the engine copies inject-sized ones before returning).
-            let buf = unsafe { super::rx::lend(local) };
-            (hdr, buf, TxOp::new(a.ctx, (ffi::FI_RMA | ffi::FI_WRITE) as u64, wanted, super::TxKind::Write), None)
+            let tx = TxOp::new(a.ctx, (ffi::FI_RMA | ffi::FI_WRITE) as u64, wanted, super::TxKind::Write);
+            (hdr, Payload::App(local), tx, None)
         }
         Op::Read { local } => {
             let len: usize = local.iter().map(|p| p.1).sum();
             let op_id = ep.rma.new_op();
-            let mut payload = Vec::with_capacity(16);
+            let mut payload = Bytes::new();
             payload.extend_from_slice(&op_id.to_le_bytes());
             payload.extend_from_slice(&(len as u64).to_le_bytes());
             let hdr = header(app(KIND_READ_REQ, 0), a.key, a.addr, 0, payload.len());
             let tx =
                 TxOp::new(a.ctx, (ffi::FI_RMA | ffi::FI_READ) as u64, wanted, super::TxKind::Read).with_reply(op_id);
-            (hdr, LocalIov::owned(payload), tx, Some((op_id, local, len)))
+            (hdr, Payload::Own(payload), tx, Some((op_id, local, len)))
         }
         Op::Atomic { desc, operand, compare, result } => {
             let op_id = ep.rma.new_op();
-            let mut payload = op_id.to_le_bytes().to_vec();
+            let mut payload = Bytes::from_slice(&op_id.to_le_bytes());
             gather(&mut payload, operand);
             gather(&mut payload, compare);
             if payload.len() != desc.payload() {
@@ -312,7 +312,7 @@ pub fn start(st: &mut crate::domain::DomainState, id: usize, a: OneSided, op: Op
                 tx = tx.with_reply(op_id);
                 (op_id, result, desc.bytes())
             });
-            (hdr, LocalIov::owned(payload), tx, reply)
+            (hdr, Payload::Own(payload), tx, reply)
         }
     };
     crate::debug!(EpData, "one-sided {:#x} to {} key {:#x} addr {:#x} len {}", hdr.app, a.dest, a.key, a.addr, hdr.len);
@@ -320,7 +320,14 @@ pub fn start(st: &mut crate::domain::DomainState, id: usize, a: OneSided, op: Op
     // Every one-sided operation is acknowledged: a refusal (bad key, range, access) must reach
     // the initiator, and completion then means the data is at the target (delivery complete).
     let opts = SendOpts { cookie: slot as u64, delivery_complete: true };
-    match engine.send(peer, hdr, payload, opts) {
+    let sent = match payload {
+        // SAFETY: the application's source buffer, which it leaves unchanged until the write
+        // completes (the engine copies inject-sized ones before returning).
+        Payload::App(local) => unsafe { super::tx::engine_send(engine, peer, hdr, local, opts) },
+        Payload::Own(bytes) if bytes.len() <= engine.params().inject_max => engine.send_bytes(peer, hdr, &bytes, opts),
+        Payload::Own(bytes) => engine.send(peer, hdr, LocalIov::owned(bytes.into_vec()), opts),
+    };
+    match sent {
         // An acknowledged send is never done at once: its answer completes it.
         Ok(SendStatus::Pending | SendStatus::Done) => {}
         Err(EngineError::Again) => return Err(FiError::AGAIN),
@@ -345,8 +352,17 @@ fn header(app: u8, tag: u64, aux: u64, data: u64, len: usize) -> MsgHeader {
     MsgHeader { app, tag, data, aux, len: len as u64 }
 }
 
+/// A request's own payload (op id, operands): on the stack when small.
+type Bytes = smallvec::SmallVec<[u8; 64]>;
+
+/// What an operation sends: the application's memory (writes) or its own request.
+enum Payload {
+    App(Ranges),
+    Own(Bytes),
+}
+
 /// Append the bytes of application ranges.
-fn gather(out: &mut Vec<u8>, ranges: Ranges) {
+fn gather(out: &mut Bytes, ranges: Ranges) {
     let len: usize = ranges.iter().map(|p| p.1).sum();
     let at = out.len();
     out.resize(at + len, 0);
@@ -403,38 +419,82 @@ impl Target<'_> {
                 let ctx = self.rma.target.insert(op);
                 Disposition::Later { dest: LocalIov::owned(vec![0; 16]), ctx: CTX_TARGET | ctx as u64 }
             }
-            KIND_ATOMIC => {
-                let Some(desc) = Desc::unpack(hdr.data).filter(|d| d.payload() as u64 == hdr.len) else {
-                    return Disposition::Refuse(ffi::FI_EINVAL);
-                };
-                let access = match (desc.op, desc.kind) {
-                    (ffi::FI_ATOMIC_READ, _) => ffi::FI_REMOTE_READ,
-                    (_, Kind::Write) => ffi::FI_REMOTE_WRITE,
-                    _ => ffi::FI_REMOTE_READ | ffi::FI_REMOTE_WRITE,
-                } as u64;
-                match self.mrs.resolve(hdr.tag, hdr.aux, desc.bytes() as u64, access) {
-                    Ok((target, mr)) => {
-                        let mr_cntr = if desc.op == ffi::FI_ATOMIC_READ { mr.read_cntr } else { mr.write_cntr };
-                        let fetch = desc.kind != Kind::Write;
-                        let reply = fetch.then_some((msg.src, msg.msg_id));
-                        let ctx = CTX_TARGET
-                            | self.rma.target.insert(TargetOp::Atomic { desc, target, mr_cntr, reply }) as u64;
-                        let dest = LocalIov::owned(vec![0; hdr.len as usize]);
-                        if fetch {
-                            Disposition::Later { dest, ctx }
-                        } else {
-                            Disposition::Deliver { dest, ctx }
-                        }
+            KIND_ATOMIC => match self.atomic_target(msg) {
+                Ok((desc, target, mr_cntr, reply)) => {
+                    let ctx =
+                        CTX_TARGET | self.rma.target.insert(TargetOp::Atomic { desc, target, mr_cntr, reply }) as u64;
+                    let dest = LocalIov::owned(vec![0; hdr.len as usize]);
+                    if reply.is_some() {
+                        Disposition::Later { dest, ctx }
+                    } else {
+                        Disposition::Deliver { dest, ctx }
                     }
-                    Err(errno) => Disposition::Refuse(errno),
                 }
-            }
+                Err(errno) => Disposition::Refuse(errno),
+            },
             KIND_READ_RESP => match self.rma.pending.get_mut(&hdr.tag).and_then(|p| p.dest.take()) {
                 Some(dest) => Disposition::Deliver { dest, ctx: CTX_REPLY | hdr.tag },
                 None => Disposition::Discard,
             },
             _ => Disposition::Refuse(ffi::FI_EINVAL),
         }
+    }
+
+    /// `on_message` for a one-sided operation whose payload travelled inline: served at once,
+    /// with no buffer to lend and no delivery to come back from. None: the caller offers it
+    /// as usual.
+    pub fn on_inline(&mut self, msg: &Incoming, payload: &[u8], sinks: &mut Sinks) -> Option<Disposition> {
+        let hdr = msg.hdr;
+        let taken = |answer_later| Some(Disposition::Taken { answer_later });
+        match kind_of(hdr.app) {
+            KIND_WRITE => {
+                self.rma.served += 1;
+                match self.mrs.resolve(hdr.tag, hdr.aux, hdr.len, ffi::FI_REMOTE_WRITE as u64) {
+                    Ok((ranges, mr)) => {
+                        // SAFETY: registered memory the application exposed for remote writes; it
+                        // may not release it while the registration exists.
+                        unsafe { super::rx::lend(ranges) }.write_at(0, payload);
+                        let data = (hdr.app & super::APP_DATA != 0).then_some(hdr.data);
+                        written(sinks, mr.write_cntr, data, hdr.len);
+                        taken(false)
+                    }
+                    Err(errno) => Some(Disposition::Refuse(errno)),
+                }
+            }
+            KIND_READ_REQ if hdr.len == 16 => {
+                self.rma.served += 1;
+                self.serve_read(msg.src, msg.msg_id, hdr.tag, hdr.aux, payload, sinks);
+                taken(true)
+            }
+            KIND_ATOMIC => {
+                self.rma.served += 1;
+                match self.atomic_target(msg) {
+                    Ok((desc, target, mr_cntr, reply)) => {
+                        self.serve_atomic(desc, &target, mr_cntr, reply, Some(payload), sinks);
+                        taken(reply.is_some())
+                    }
+                    Err(errno) => Some(Disposition::Refuse(errno)),
+                }
+            }
+            _ => None,
+        }
+    }
+
+    /// What an atomic asks for, checked: its operation, the memory it touches, the counter of
+    /// the registration, and whom to answer with the old values (fetching kinds).
+    #[allow(clippy::type_complexity)]
+    fn atomic_target(&self, msg: &Incoming) -> Result<(Desc, Ranges, Option<usize>, Option<(SrcId, u64)>), u32> {
+        let hdr = msg.hdr;
+        let desc = Desc::unpack(hdr.data).filter(|d| d.payload() as u64 == hdr.len).ok_or(ffi::FI_EINVAL)?;
+        let access = match (desc.op, desc.kind) {
+            (ffi::FI_ATOMIC_READ, _) => ffi::FI_REMOTE_READ,
+            (_, Kind::Write) => ffi::FI_REMOTE_WRITE,
+            _ => ffi::FI_REMOTE_READ | ffi::FI_REMOTE_WRITE,
+        } as u64;
+        let (target, mr) = self.mrs.resolve(hdr.tag, hdr.aux, desc.bytes() as u64, access)?;
+        let mr_cntr = if desc.op == ffi::FI_ATOMIC_READ { mr.read_cntr } else { mr.write_cntr };
+        let reply = (desc.kind != Kind::Write).then_some((msg.src, msg.msg_id));
+        Ok((desc, target, mr_cntr, reply))
     }
 
     /// A target operation's data arrived (`ctx` without CTX_TARGET).
@@ -466,57 +526,77 @@ impl Target<'_> {
             }
             TargetOp::ReadReq { src, msg_id, key, addr } => {
                 let bytes = dest.into_owned().unwrap_or_default();
-                let (Some(op_id), Some(len)) = (u64_at(&bytes, 0), u64_at(&bytes, 8)) else {
-                    self.answer(src, msg_id, Err(ffi::FI_EINVAL));
-                    return;
-                };
-                match self.mrs.resolve(key, addr, len, ffi::FI_REMOTE_READ as u64) {
-                    Ok((ranges, mr)) => {
-                        sinks.remote_done(mr.read_cntr, false);
-                        // SAFETY: registered memory the application exposed for remote reads.
-                        let mem = unsafe { super::rx::lend(ranges.clone()) };
-                        if let Some(data) = SmallReply::new(len as usize, |b| _ = mem.read_at(0, b)) {
-                            self.rma.outbox.push_back(Outgoing::AnswerData { src, msg_id, data });
-                            return;
-                        }
-                        let data = if (len as usize) <= READ_SNAPSHOT_MAX {
-                            let mut copy = vec![0; len as usize];
-                            // SAFETY: registered memory the application exposed for remote reads.
-                            unsafe { super::rx::lend(ranges) }.read_at(0, &mut copy);
-                            ReplyData::Copy(copy)
-                        } else {
-                            ReplyData::Memory(ranges)
-                        };
-                        self.rma.outbox.push_back(Outgoing::Reply { src, msg_id, op_id, data });
-                    }
-                    Err(errno) => self.answer(src, msg_id, Err(errno)),
-                }
+                self.serve_read(src, msg_id, key, addr, &bytes, sinks);
             }
             TargetOp::Atomic { desc, target, mr_cntr, reply } => {
                 let bytes = dest.into_owned().unwrap_or_default();
-                let applied = if ok { apply_atomic(desc, &target, &bytes) } else { Err(ffi::FI_EIO) };
-                if applied.is_ok() {
-                    // The endpoint's counters follow fi_endpoint(3): a base atomic is a remote
-                    // write, a fetching or compare atomic a remote read. The registration's
-                    // follow fi_mr(3): any atomic that may modify it is a write (`mr_cntr`).
-                    sinks.remote_done(mr_cntr, desc.kind == Kind::Write);
-                }
-                if let Some((src, msg_id)) = reply {
-                    match applied {
-                        Ok(old) => {
-                            let out = match SmallReply::new(old.len(), |b| b.copy_from_slice(&old)) {
-                                Some(data) => Outgoing::AnswerData { src, msg_id, data },
-                                None => {
-                                    let op_id = u64_at(&bytes, 0).unwrap_or(0);
-                                    Outgoing::Reply { src, msg_id, op_id, data: ReplyData::Copy(old) }
-                                }
-                            };
-                            self.rma.outbox.push_back(out);
-                        }
-                        Err(errno) => self.answer(src, msg_id, Err(errno)),
-                    }
-                }
+                self.serve_atomic(desc, &target, mr_cntr, reply, ok.then_some(&bytes[..]), sinks);
             }
+        }
+    }
+
+    /// A read request's payload (op id, length) is here: reply with the bytes, or refuse.
+    fn serve_read(&mut self, src: SrcId, msg_id: u64, key: u64, addr: u64, payload: &[u8], sinks: &mut Sinks) {
+        let (Some(op_id), Some(len)) = (u64_at(payload, 0), u64_at(payload, 8)) else {
+            self.answer(src, msg_id, Err(ffi::FI_EINVAL));
+            return;
+        };
+        match self.mrs.resolve(key, addr, len, ffi::FI_REMOTE_READ as u64) {
+            Ok((ranges, mr)) => {
+                sinks.remote_done(mr.read_cntr, false);
+                // SAFETY: registered memory the application exposed for remote reads.
+                let mem = unsafe { super::rx::lend(ranges.clone()) };
+                if let Some(data) = SmallReply::new(len as usize, |b| _ = mem.read_at(0, b)) {
+                    self.rma.outbox.push_back(Outgoing::AnswerData { src, msg_id, data });
+                    return;
+                }
+                let data = if (len as usize) <= READ_SNAPSHOT_MAX {
+                    let mut copy = vec![0; len as usize];
+                    mem.read_at(0, &mut copy);
+                    ReplyData::Copy(copy)
+                } else {
+                    ReplyData::Memory(ranges)
+                };
+                self.rma.outbox.push_back(Outgoing::Reply { src, msg_id, op_id, data });
+            }
+            Err(errno) => self.answer(src, msg_id, Err(errno)),
+        }
+    }
+
+    /// An atomic's payload is here (None: it failed to arrive): apply it, count it, and answer
+    /// a fetching one with the old values.
+    fn serve_atomic(
+        &mut self,
+        desc: Desc,
+        target: &Ranges,
+        mr_cntr: Option<usize>,
+        reply: Option<(SrcId, u64)>,
+        payload: Option<&[u8]>,
+        sinks: &mut Sinks,
+    ) {
+        let applied = match payload {
+            Some(bytes) => apply_atomic(desc, target, bytes),
+            None => Err(ffi::FI_EIO),
+        };
+        if applied.is_ok() {
+            // The endpoint's counters follow fi_endpoint(3): a base atomic is a remote write, a
+            // fetching or compare atomic a remote read. The registration's follow fi_mr(3): any
+            // atomic that may modify it is a write (`mr_cntr`).
+            sinks.remote_done(mr_cntr, desc.kind == Kind::Write);
+        }
+        let Some((src, msg_id)) = reply else { return };
+        match applied {
+            Ok(old) => {
+                let out = match SmallReply::new(old.len(), |b| b.copy_from_slice(&old)) {
+                    Some(data) => Outgoing::AnswerData { src, msg_id, data },
+                    None => {
+                        let op_id = payload.and_then(|b| u64_at(b, 0)).unwrap_or(0);
+                        Outgoing::Reply { src, msg_id, op_id, data: ReplyData::Copy(old) }
+                    }
+                };
+                self.rma.outbox.push_back(out);
+            }
+            Err(errno) => self.answer(src, msg_id, Err(errno)),
         }
     }
 

@@ -248,6 +248,28 @@ impl smr_core::endpoint::Handler for Handler<'_> {
         }
     }
 
+    fn on_inline(&mut self, msg: &Incoming, src_name: &str, payload: &[u8]) -> Disposition {
+        if super::rma::kind_of(msg.hdr.app) != super::rma::KIND_MSG {
+            return match self.target.on_inline(msg, payload, &mut self.sinks) {
+                Some(d) => d,
+                None => self.on_message(msg, src_name),
+            };
+        }
+        let src = self.source(msg.src, src_name);
+        let Some((op, dest)) = self.rx.take_posted(src, &msg.hdr, self.directed, self.sinks.b.rx_selective) else {
+            return self.on_message(msg, src_name); // unexpected: the engine holds it
+        };
+        // The small message's whole path: copy into the posted buffer and complete, with no
+        // delivery to come back from.
+        // SAFETY: the application's posted receive buffer, which it may not touch until the
+        // receive completes (libfabric's buffer contract); the copy happens right here.
+        let n = unsafe { lend(dest) }.write_at(0, payload);
+        let sent = msg.hdr.len as usize;
+        let result = if n < sent { Err(EngineError::Truncated { delivered: n, sent }) } else { Ok(n) };
+        complete_op(&op, result, &mut self.sinks);
+        Disposition::Taken { answer_later: false }
+    }
+
     fn on_recv_done(&mut self, ctx: u64, result: smr_core::Result<usize>, dest: LocalIov) {
         use super::rma::{CTX_REPLY, CTX_TARGET};
         if ctx & CTX_REPLY != 0 {

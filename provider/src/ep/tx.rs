@@ -122,11 +122,10 @@ pub fn send(st: &mut DomainState, id: usize, args: SendArgs) -> FiResult<()> {
         args.flags,
         args.ctx
     );
-    // SAFETY: the application's send buffer, which it keeps unchanged until the send
-    // completes (for injects the engine copies it before returning).
-    let buf = unsafe { smr_core::iov::LocalIov::from_ranges(args.iov) };
     let engine = ep.engine.as_mut().expect("checked above");
-    match engine.send(peer, hdr, buf, opts) {
+    // SAFETY: the application's send buffer, which it keeps unchanged until the send completes.
+    let sent = unsafe { engine_send(engine, peer, hdr, args.iov, opts) };
+    match sent {
         Ok(SendStatus::Done) => {
             let mut sinks = Sinks { cqs, cntrs, b: ep.bindings };
             sinks.tx_done(CqEvent::Done(ctx_completion(op.ctx, op.flags)), op.wanted, TxKind::Send);
@@ -144,6 +143,31 @@ pub fn send(st: &mut DomainState, id: usize, args: SendArgs) -> FiResult<()> {
             crate::warn!(EpData, "send to fi_addr {} failed: {e}", args.dest);
             Err(FiError::from(e))
         }
+    }
+}
+
+/// Hand a message in application memory to the engine: a small one in one buffer is copied
+/// straight from it (`send_bytes`), anything else is lent as an iov.
+///
+/// # Safety
+/// The ranges must be the caller's readable memory, unchanged until the send completes (small
+/// ones are copied before this returns).
+pub(super) unsafe fn engine_send(
+    engine: &mut smr_core::endpoint::Endpoint,
+    peer: PeerId,
+    hdr: MsgHeader,
+    iov: Ranges,
+    opts: SendOpts,
+) -> smr_core::Result<SendStatus> {
+    match *iov.as_slice() {
+        [] => engine.send_bytes(peer, hdr, &[], opts),
+        [(addr, n)] if n <= engine.params().inject_max => {
+            // SAFETY: per this function's contract, `n` readable bytes at `addr`.
+            let bytes = unsafe { std::slice::from_raw_parts(addr as *const u8, n) };
+            engine.send_bytes(peer, hdr, bytes, opts)
+        }
+        // SAFETY: per this function's contract.
+        _ => engine.send(peer, hdr, unsafe { smr_core::iov::LocalIov::from_ranges(iov) }, opts),
     }
 }
 

@@ -110,6 +110,9 @@ pub enum Disposition {
     /// it has checked and placed SAR-delivered data. A message read with CMA is still answered
     /// when delivered (the answer also releases the sender's memory).
     Later { dest: LocalIov, ctx: u64 },
+    /// From `on_inline` only: the handler took the payload it was given. The sender completes
+    /// normally, or, with `answer_later`, when the handler answers (`answer`, `answer_with`).
+    Taken { answer_later: bool },
 }
 
 /// Callbacks from `progress`.
@@ -117,6 +120,12 @@ pub trait Handler {
     /// A message arrived from the sender named `src_name` (its address): deliver it, hold
     /// it, or drop it.
     fn on_message(&mut self, msg: &Incoming, src_name: &str) -> Disposition;
+    /// As `on_message`, for a message whose payload travelled inline: the handler may take the
+    /// bytes at once (`Disposition::Taken`) instead of lending a destination. They are a peer's
+    /// bytes: as untrusted as any payload.
+    fn on_inline(&mut self, msg: &Incoming, src_name: &str, _payload: &[u8]) -> Disposition {
+        self.on_message(msg, src_name)
+    }
     /// A delivery finished: bytes delivered, or why not. `dest` is handed back.
     fn on_recv_done(&mut self, ctx: u64, result: Result<usize>, dest: LocalIov);
     /// A send that returned `SendStatus::Pending` finished.
@@ -192,6 +201,8 @@ pub struct Endpoint {
     next_key: MsgKey,
     last_liveness: Instant,
     polls: u32,
+    /// `has_work` found the liveness tick due: the next `progress` runs it.
+    tick_due: bool,
     stats: Stats,
 }
 
@@ -238,6 +249,7 @@ impl Endpoint {
             next_key: 1,
             last_liveness: Instant::now(),
             polls: 0,
+            tick_due: false,
             stats: Stats::default(),
         })
     }
@@ -274,15 +286,35 @@ impl Endpoint {
         if !self.sar_tx.is_empty() {
             self.push_sar_segments();
         }
-        // The clock is read on every 8th call only: callers poll in tight loops, and even one
-        // call per 100 ms sleep slice keeps liveness checks well inside their bound.
-        self.polls = self.polls.wrapping_add(1);
-        if self.polls % 8 == 0 && self.last_liveness.elapsed() >= self.params.liveness_interval {
+        if std::mem::take(&mut self.tick_due) || self.liveness_due() {
             self.last_liveness = Instant::now();
             self.check_stalls();
             events += self.check_peers(h);
         }
         events
+    }
+
+    /// Whether `progress` has anything to do: a command or a response published at a ring's
+    /// head, responses or SAR segments of ours still to push, or a liveness tick due. On the
+    /// idle path that is two loads of ring stamps, so a caller polling in a tight loop can skip
+    /// the rest of its progress pass (and the polling thread notices an arrival sooner).
+    pub fn has_work(&mut self) -> bool {
+        if self.cmd_rx.ready(&self.region.cmd_ring())
+            || self.resp_rx.ready(&self.region.resp_ring())
+            || !self.resp_backlog.is_empty()
+            || !self.sar_tx.is_empty()
+        {
+            return true;
+        }
+        self.tick_due = self.liveness_due();
+        self.tick_due
+    }
+
+    /// Time for the liveness checks? The clock is read on every 8th call only: callers poll in
+    /// tight loops, and even one call per 100 ms sleep slice keeps the checks inside their bound.
+    fn liveness_due(&mut self) -> bool {
+        self.polls = self.polls.wrapping_add(1);
+        self.polls % 8 == 0 && self.last_liveness.elapsed() >= self.params.liveness_interval
     }
 
     fn drain_commands(&mut self, h: &mut impl Handler) -> usize {

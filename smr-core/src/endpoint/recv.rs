@@ -128,12 +128,15 @@ impl Endpoint {
         }
     }
 
+    /// Offer a message to the handler; an inline one comes with its payload (`on_inline`).
+    #[allow(clippy::too_many_arguments)]
     fn offer(
         &mut self,
         src: SrcId,
         msg_id: u64,
         hdr: MsgHeader,
         whole: bool,
+        inline: Option<&[u8]>,
         h: &mut impl Handler,
     ) -> (MsgKey, Disposition) {
         let key = self.new_key();
@@ -141,7 +144,12 @@ impl Endpoint {
             Some(p) => p.name.as_str(),
             None => self.forgotten.get(&src).map_or("", String::as_str),
         };
-        (key, h.on_message(&Incoming { key, src, msg_id, hdr, whole }, name))
+        let msg = Incoming { key, src, msg_id, hdr, whole };
+        let d = match inline {
+            Some(payload) => h.on_inline(&msg, name, payload),
+            None => h.on_message(&msg, name),
+        };
+        (key, d)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -156,13 +164,17 @@ impl Endpoint {
         h: &mut impl Handler,
     ) {
         let whole = !matches!(body, Body::Sar(_));
-        let (key, disposition) = self.offer(src, msg_id, hdr, whole, h);
+        let inline = match body {
+            Body::Inline { len } => Some(&entry.payload[..len]),
+            _ => None,
+        };
+        let (key, disposition) = self.offer(src, msg_id, hdr, whole, inline, h);
         let refused = match disposition {
             Disposition::Refuse(errno) => Some(errno),
             _ => None,
         };
         // `Later` is delivered like `Deliver`, but the handler answers (except for CMA).
-        let later = matches!(disposition, Disposition::Later { .. });
+        let later = matches!(disposition, Disposition::Later { .. } | Disposition::Taken { answer_later: true });
         let ack = ack && !later;
         match body {
             Body::Inline { len } => self.take_bytes(src, key, hdr, &entry.payload[..len], disposition, h),
@@ -184,7 +196,7 @@ impl Endpoint {
                         self.held.insert(key, Held { src, hdr, data: HeldData::Bytes(bytes) });
                         Ok(())
                     }
-                    Disposition::Discard | Disposition::Refuse(_) => Ok(()),
+                    Disposition::Discard | Disposition::Refuse(_) | Disposition::Taken { .. } => Ok(()),
                 });
                 if copied.is_err() {
                     self.stats.corrupt_commands += 1;
@@ -200,7 +212,10 @@ impl Endpoint {
                     Disposition::Hold => {
                         self.held.insert(key, Held { src, hdr, data: HeldData::Cma { iovs, msg_id } });
                     }
-                    Disposition::Discard => self.send_resp(src, done(msg_id, Status::Dropped, 0)),
+                    // Only inline messages can be taken.
+                    Disposition::Discard | Disposition::Taken { .. } => {
+                        self.send_resp(src, done(msg_id, Status::Dropped, 0))
+                    }
                     Disposition::Refuse(errno) => self.send_resp(src, done(msg_id, Status::Refused, errno.into())),
                 }
                 return; // the CMA path answers for itself
@@ -214,7 +229,7 @@ impl Endpoint {
                         self.held.insert(key, Held { src, hdr, data: HeldData::Arriving { bytes, waiting: None } });
                         Sink::Held(key)
                     }
-                    Disposition::Discard => Sink::Dropped,
+                    Disposition::Discard | Disposition::Taken { .. } => Sink::Dropped,
                     Disposition::Refuse(errno) => Sink::Refused(errno),
                 };
                 self.sar_rx.insert((src, msg_id), SarRx { hdr, received: 0, sink });
@@ -248,7 +263,7 @@ impl Endpoint {
             Disposition::Hold => {
                 self.held.insert(key, Held { src, hdr, data: HeldData::Bytes(bytes.to_vec()) });
             }
-            Disposition::Discard | Disposition::Refuse(_) => {}
+            Disposition::Discard | Disposition::Refuse(_) | Disposition::Taken { .. } => {}
         }
     }
 

@@ -13,6 +13,33 @@ use crate::error::{Error, Result};
 use crate::iov::LocalIov;
 use crate::ring::Pop;
 
+/// Where a small message's bytes come from.
+#[derive(Clone, Copy)]
+enum Small<'a> {
+    Iov(&'a LocalIov),
+    Bytes(&'a [u8]),
+}
+
+impl Small<'_> {
+    fn copy_to(self, dst: &mut [u8]) {
+        match self {
+            Small::Iov(iov) => _ = iov.read_at(0, dst),
+            Small::Bytes(b) => dst.copy_from_slice(&b[..dst.len()]),
+        }
+    }
+
+    /// # Safety
+    /// `dst..dst+len` must be valid for writes, and `len` at most the source's length.
+    unsafe fn copy_to_raw(self, dst: *mut u8, len: usize) {
+        match self {
+            // SAFETY: per this function's contract.
+            Small::Iov(iov) => _ = unsafe { iov.read_to_raw(0, dst, len) },
+            // SAFETY: per this function's contract; `b` holds at least `len` bytes.
+            Small::Bytes(b) => unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), dst, len) },
+        }
+    }
+}
+
 /// A send waiting for the receiver.
 pub(super) struct PendingSend {
     pub peer: PeerId,
@@ -43,6 +70,21 @@ impl Endpoint {
         }
     }
 
+    /// Send a message of at most `inject_max` bytes from one contiguous buffer, which is copied
+    /// before this returns: the small-message path without an iov to walk. Same results as
+    /// `send`; longer messages are refused (`Error::Invalid`), not sent another way.
+    pub fn send_bytes(&mut self, peer: PeerId, hdr: MsgHeader, bytes: &[u8], opts: SendOpts) -> Result<SendStatus> {
+        if bytes.len() as u64 != hdr.len || bytes.len() > self.params.inject_max {
+            return Err(Error::Invalid("send_bytes takes one inject-sized buffer of the header's length"));
+        }
+        let msg_id = self.new_msg_id();
+        match self.push_small(peer, msg_id, &hdr, opts.delivery_complete, Small::Bytes(bytes)) {
+            Err(Error::Again) => Err(self.check_full_peer(peer)),
+            Err(e) => Err(e),
+            Ok(()) => Ok(self.after_small(peer, msg_id, hdr, opts, || LocalIov::owned(Vec::new()))),
+        }
+    }
+
     fn start_send(
         &mut self,
         peer: PeerId,
@@ -51,55 +93,78 @@ impl Endpoint {
         buf: LocalIov,
         opts: SendOpts,
     ) -> Result<SendStatus> {
-        let len = buf.len();
-        let (inline_max, inject_max, my_cma) = (self.params.inline_max, self.params.inject_max, self.cma_ok);
+        if buf.len() <= self.params.inject_max {
+            self.push_small(peer, msg_id, &hdr, opts.delivery_complete, Small::Iov(&buf))?;
+            return Ok(self.after_small(peer, msg_id, hdr, opts, || buf));
+        }
+        let my_cma = self.cma_ok;
         let link = self.link(peer)?;
         link.used = true;
-        let ack = opts.delivery_complete;
-        let mut entry = CmdEntry::message(link.slot, msg_id, &hdr, ack);
+        let mut entry = CmdEntry::message(link.slot, msg_id, &hdr, true);
+        let remote = (my_cma && link.cma).then(|| buf.as_remote(IOV_MAX)).flatten();
+        let mut pending = PendingSend { peer, cookie: opts.cookie, hdr, buf, sar_next: None, sar_continuation: false };
+        match remote {
+            Some(iovs) => {
+                entry.set_iovs(&iovs);
+                super::peers::push_cmd(&link.region, &entry)?;
+                self.stats.sent_cma += 1;
+            }
+            None => {
+                self.stats.sent_sar += 1;
+                pending.sar_next = Some(0);
+                self.sar_tx.push_back(msg_id);
+            }
+        }
+        self.pending.insert(msg_id, pending);
+        self.push_sar_segments();
+        Ok(SendStatus::Pending)
+    }
+
+    /// Put a message of at most `inject_max` bytes in the peer's ring: inline in the command, or
+    /// through one of its inject buffers.
+    fn push_small(&mut self, peer: PeerId, msg_id: u64, hdr: &MsgHeader, ack: bool, src: Small<'_>) -> Result<()> {
+        let len = hdr.len as usize;
+        let inline_max = self.params.inline_max;
+        let link = self.link(peer)?;
+        link.used = true;
+        let mut entry = CmdEntry::message(link.slot, msg_id, hdr, ack);
         if len <= inline_max {
             entry.proto = proto::INLINE;
-            buf.read_at(0, &mut entry.payload[..len]);
+            src.copy_to(&mut entry.payload[..len]);
             super::peers::push_cmd(&link.region, &entry)?;
             self.stats.sent_inline += 1;
-        } else if len <= inject_max {
-            let index = link.region.inject_stack().pop().map_err(|_| Error::Again)?;
-            let dst = link.region.mapping().bytes_ptr(link.region.geometry().inject_offset(index)?, len as u64)?;
-            // SAFETY: `dst` is `len` bytes inside the peer's mapping (bounds-checked above).
-            unsafe { buf.read_to_raw(0, dst, len) };
-            entry.set_inject(index);
-            if let Err(e) = super::peers::push_cmd(&link.region, &entry) {
-                let _ = link.region.inject_stack().push(index);
-                return Err(e);
-            }
-            self.stats.sent_inject += 1;
-        } else {
-            let remote = (my_cma && link.cma).then(|| buf.as_remote(IOV_MAX)).flatten();
-            let mut pending =
-                PendingSend { peer, cookie: opts.cookie, hdr, buf, sar_next: None, sar_continuation: false };
-            match remote {
-                Some(iovs) => {
-                    entry.set_iovs(&iovs);
-                    entry.flags |= crate::cmd::FLAG_ACK;
-                    super::peers::push_cmd(&link.region, &entry)?;
-                    self.stats.sent_cma += 1;
-                }
-                None => {
-                    self.stats.sent_sar += 1;
-                    pending.sar_next = Some(0);
-                    self.sar_tx.push_back(msg_id);
-                }
-            }
-            self.pending.insert(msg_id, pending);
-            self.push_sar_segments();
-            return Ok(SendStatus::Pending);
+            return Ok(());
         }
-        if !ack {
-            return Ok(SendStatus::Done);
+        let index = link.region.inject_stack().pop().map_err(|_| Error::Again)?;
+        let dst = link.region.mapping().bytes_ptr(link.region.geometry().inject_offset(index)?, len as u64)?;
+        // SAFETY: `dst` is `len` bytes inside the peer's mapping (bounds-checked above).
+        unsafe { src.copy_to_raw(dst, len) };
+        entry.set_inject(index);
+        if let Err(e) = super::peers::push_cmd(&link.region, &entry) {
+            let _ = link.region.inject_stack().push(index);
+            return Err(e);
         }
-        let pending = PendingSend { peer, cookie: opts.cookie, hdr, buf, sar_next: None, sar_continuation: false };
+        self.stats.sent_inject += 1;
+        Ok(())
+    }
+
+    /// A small message is out: done, unless its sender wants the receiver's acknowledgement.
+    fn after_small(
+        &mut self,
+        peer: PeerId,
+        msg_id: u64,
+        hdr: MsgHeader,
+        opts: SendOpts,
+        buf: impl FnOnce() -> LocalIov,
+    ) -> SendStatus {
+        if !opts.delivery_complete {
+            return SendStatus::Done;
+        }
+        // The data was copied out already; the buffer is kept only for the record.
+        let pending =
+            PendingSend { peer, cookie: opts.cookie, hdr, buf: buf(), sar_next: None, sar_continuation: false };
         self.pending.insert(msg_id, pending);
-        Ok(SendStatus::Pending)
+        SendStatus::Pending
     }
 
     /// Move as many SAR segments as the receivers' pools and rings take.
