@@ -12,6 +12,9 @@ struct Collect {
     refuse: Option<u32>,
     /// Take messages with `Disposition::Later`; answered by the test.
     later: bool,
+    /// Take inline payloads in `on_inline` (recorded in `taken`).
+    take_inline: bool,
+    taken: Vec<(MsgHeader, Vec<u8>)>,
     dest_len: Option<usize>,
     received: Vec<(MsgHeader, Result<usize>, Vec<u8>)>,
     offered: Vec<Incoming>,
@@ -34,6 +37,14 @@ impl Handler for Collect {
             return Disposition::Later { dest, ctx: msg.hdr.tag };
         }
         Disposition::Deliver { dest, ctx: msg.hdr.tag }
+    }
+    fn on_inline(&mut self, msg: &Incoming, src_name: &str, payload: &[u8]) -> Disposition {
+        if !self.take_inline {
+            return self.on_message(msg, src_name);
+        }
+        assert_eq!(payload.len() as u64, msg.hdr.len, "inline payload of the wrong length");
+        self.taken.push((msg.hdr, payload.to_vec()));
+        Disposition::Taken { answer_later: false }
     }
     fn on_recv_done(&mut self, ctx: u64, result: Result<usize>, dest: LocalIov) {
         let hdr = self.offered.iter().find(|m| m.hdr.tag == ctx).map(|m| m.hdr).unwrap_or_default();
@@ -385,4 +396,37 @@ fn answers_carry_data_to_the_sender() {
     pump_until((&mut a, &mut ha), (&mut b, &mut hb), "answers", |ha, _| ha.sends_done.len() == 3);
     assert_eq!(ha.sends_done, vec![(10, Ok(())), (11, Ok(())), (12, Ok(()))]);
     assert_eq!(ha.answers, vec![(10, vec![7u8; crate::cmd::ANSWER_DATA_MAX]), (11, vec![]), (12, pattern(5, 9))]);
+}
+
+/// `send_bytes`: every size up to inject_max arrives intact (inline ones through `on_inline`,
+/// where the handler takes them; inject ones delivered as usual), acknowledged sends complete,
+/// and longer buffers are refused without sending anything.
+#[test]
+fn send_bytes_moves_small_messages_and_refuses_longer_ones() {
+    let (mut a, mut b, to_b) = pair("sendbytes", Params::default());
+    let (mut ha, mut hb) = (Collect::default(), Collect { take_inline: true, ..Default::default() });
+    let sizes = [0usize, 8, INLINE_MAX, INLINE_MAX + 1, INJECT_SIZE as usize];
+    for (i, &len) in sizes.iter().enumerate() {
+        let hdr = MsgHeader { app: 0, tag: i as u64, data: 0, aux: 0, len: len as u64 };
+        let opts = SendOpts { cookie: i as u64, delivery_complete: i % 2 == 1 };
+        let want = if opts.delivery_complete { SendStatus::Pending } else { SendStatus::Done };
+        assert_eq!(a.send_bytes(to_b, hdr, &pattern(len, i as u8), opts), Ok(want));
+    }
+    let long = INJECT_SIZE as usize + 1;
+    let hdr = MsgHeader { app: 0, tag: 99, data: 0, aux: 0, len: long as u64 };
+    assert!(matches!(a.send_bytes(to_b, hdr, &pattern(long, 0), SendOpts::default()), Err(Error::Invalid(_))));
+    pump_until((&mut a, &mut ha), (&mut b, &mut hb), "deliveries", |ha, hb| {
+        hb.taken.len() + hb.received.len() == sizes.len() && ha.sends_done.len() == 2
+    });
+    let inline: Vec<_> = sizes.iter().enumerate().filter(|(_, &l)| l <= INLINE_MAX).collect();
+    assert_eq!(hb.taken.len(), inline.len(), "inline messages not offered through on_inline");
+    for ((i, &len), (hdr, bytes)) in inline.iter().zip(&hb.taken) {
+        assert_eq!((hdr.tag, bytes), (*i as u64, &pattern(len, *i as u8)));
+    }
+    for (hdr, result, bytes) in &hb.received {
+        let len = sizes[hdr.tag as usize];
+        assert_eq!((result, bytes), (&Ok(len), &pattern(len, hdr.tag as u8)));
+    }
+    assert_eq!(ha.sends_done, vec![(1, Ok(())), (3, Ok(()))]);
+    assert!(hb.offered.iter().all(|m| m.hdr.tag != 99), "the refused message was sent");
 }
