@@ -32,6 +32,22 @@ impl ProcessIdentity {
     }
 }
 
+/// True if no process `pid` can write any more: none exists, or it is a zombie. Used before
+/// reclaiming a ring slot that `pid` left half-written, so it errs towards "alive": a recycled
+/// pid, or a /proc we cannot read, keeps the slot waiting rather than risk a live writer.
+pub fn pid_gone(pid: u32) -> bool {
+    match read_stat(pid) {
+        // A thread-group leader that exited before its other threads shows as a zombie too:
+        // gone only once no other thread is left.
+        Ok(Some(stat)) if stat.state == 'Z' || stat.state == 'X' => {
+            std::fs::read_dir(format!("/proc/{pid}/task")).map(|d| d.count() <= 1).unwrap_or(true)
+        }
+        Ok(Some(_)) => false,
+        Ok(None) => true,
+        Err(_) => false,
+    }
+}
+
 /// A cheap, repeatable liveness check of one process: a pidfd (which pins the process, so a
 /// recycled pid cannot fool it) polled without blocking, or /proc where pidfds are unavailable.
 #[derive(Debug)]
@@ -124,6 +140,22 @@ mod tests {
         let ident = ProcessIdentity { pid: child.id(), start: start_time(child.id()).unwrap().unwrap_or(0) };
         child.wait().unwrap();
         assert!(!ident.is_alive());
+    }
+
+    #[test]
+    fn pid_gone_after_exit_not_before() {
+        assert!(!pid_gone(std::process::id()));
+        let mut child = std::process::Command::new("sleep").arg("5").spawn().unwrap();
+        assert!(!pid_gone(child.id()));
+        child.kill().unwrap();
+        // Killed but not reaped yet: a zombie, which writes nothing any more.
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !pid_gone(child.id()) && std::time::Instant::now() < until {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert!(pid_gone(child.id()));
+        child.wait().unwrap();
+        assert!(pid_gone(child.id()));
     }
 
     #[test]

@@ -54,10 +54,10 @@ impl<T: crate::pod::Pod> RingParts<T> {
     /// # Safety
     /// The mapping these parts were resolved in must still be mapped (true while its `Region`
     /// lives).
-    unsafe fn ring(&self) -> Ring<'_, T> {
+    unsafe fn ring(&self, writer: u32) -> Ring<'_, T> {
         // SAFETY: resolved (bounds- and alignment-checked) in the region's own mapping, which
         // outlives the borrow of `self`.
-        unsafe { Ring::new(&*self.ctl, std::slice::from_raw_parts(self.slots, self.len)) }
+        unsafe { Ring::new(&*self.ctl, std::slice::from_raw_parts(self.slots, self.len)).with_writer(writer) }
     }
 }
 
@@ -97,6 +97,9 @@ pub struct Region {
     incarnation: u64,
     flags: u32,
     is_owner: bool,
+    /// The pid of the process that mapped this region, named in the ring slots it writes so
+    /// that the owner can reclaim one it dies in the middle of (`ring::Consumer::reclaim`).
+    writer: u32,
 }
 
 impl Region {
@@ -130,6 +133,7 @@ impl Region {
             incarnation,
             flags,
             is_owner: true,
+            writer: me.pid,
         };
         // SAFETY: the header page is ours alone until `ready` is set: nobody else has opened the
         // file yet (O_EXCL) or, if one did, it waits for `ready` before reading.
@@ -199,6 +203,7 @@ impl Region {
             incarnation,
             flags,
             is_owner: false,
+            writer: std::process::id(),
         })
     }
 
@@ -262,12 +267,12 @@ impl Region {
 
     pub fn cmd_ring(&self) -> Ring<'_, CmdEntry> {
         // SAFETY: `self.map` stays mapped while `self` lives.
-        unsafe { self.cmd.ring() }
+        unsafe { self.cmd.ring(self.writer) }
     }
 
     pub fn resp_ring(&self) -> Ring<'_, RespEntry> {
         // SAFETY: `self.map` stays mapped while `self` lives.
-        unsafe { self.resp.ring() }
+        unsafe { self.resp.ring(self.writer) }
     }
 
     pub fn inject_stack(&self) -> FreeStack<'_> {

@@ -11,9 +11,17 @@
 //! producer moves the stamp from `pos` to `pos | WRITING` with a CAS; `skip` hands the slot to the
 //! next lap with a CAS from `pos`, so exactly one of them wins. A producer that was merely slow
 //! learns that its entry was skipped before it has touched the slot, instead of writing into a
-//! slot that may already hold a later lap's entry. The price: a slot whose producer is inside its
-//! copy (`WRITING`) cannot be skipped, so a producer that dies in the middle of its copy stalls
-//! the ring like a dead producer did before `skip` existed.
+//! slot that may already hold a later lap's entry.
+//!
+//! A slot whose producer is inside its copy (`WRITING`) cannot be skipped that way: the producer
+//! may be alive and still writing. So the `WRITING` stamp also names the writer: it is
+//! `WRITING | pid << 32 | (pos mod 2^32)`, the pid being the process that mapped the ring
+//! (`Ring::with_writer`). When such a head stays put, the consumer asks whether that process is
+//! gone (`StallWatch::check`'s `gone`); only then does `reclaim` move the stamp from exactly that
+//! value to the next lap. A dead process writes nothing more, so the half-written entry is never
+//! read and the slot is never written twice. A live writer, or one of unknown pid (0), is waited
+//! for. Setting the `WRITING` stamp is the same one CAS as before, so the fast path costs nothing
+//! more; only a stalled head pays (one liveness check per timer tick).
 //!
 //! Everything here works on references handed in by the caller: slices of a shared mapping in
 //! the real engine, heap allocations under loom.
@@ -30,6 +38,22 @@ const FIRST_LINE_BYTES: usize = 64 - 8;
 /// Stamp flag: the producer that claimed position `stamp & !WRITING` is copying its entry in.
 /// Positions never reach 2^63, so the flag cannot collide with a plain stamp.
 const WRITING: u64 = 1 << 63;
+
+/// Where the writer's pid sits in a `WRITING` stamp, and how many bits it keeps (pids stay
+/// below 2^22 on Linux).
+const WRITER_SHIFT: u32 = 32;
+const WRITER_BITS: u64 = (1 << 31) - 1;
+
+/// The stamp of a slot that the process `writer` (pre-shifted, see `Ring::with_writer`) is
+/// copying the entry for position `pos` into.
+fn writing_stamp(pos: u64, writer: u64) -> u64 {
+    WRITING | writer | (pos & u64::from(u32::MAX))
+}
+
+/// True if `stamp` says some producer is copying the entry for position `pos` in.
+fn writing_at(stamp: u64, pos: u64) -> bool {
+    stamp & WRITING != 0 && stamp as u32 == pos as u32
+}
 
 /// One slot: the stamp and the entry it guards.
 #[repr(C)]
@@ -93,13 +117,23 @@ pub struct Ring<'a, T> {
     ctl: &'a RingCtl,
     slots: &'a [Slot<T>],
     mask: u64,
+    /// The pushing process's pid, shifted into place for `writing_stamp` (0: not named).
+    writer: u64,
 }
 
 impl<'a, T: Pod> Ring<'a, T> {
     /// `slots.len()` must be a power of two.
     pub fn new(ctl: &'a RingCtl, slots: &'a [Slot<T>]) -> Self {
         assert!(slots.len().is_power_of_two(), "ring capacity must be a power of two");
-        Ring { ctl, slots, mask: slots.len() as u64 - 1 }
+        Ring { ctl, slots, mask: slots.len() as u64 - 1, writer: 0 }
+    }
+
+    /// Name the process that pushes through this view (its pid), so that a consumer can
+    /// reclaim a slot it left half-written when it died. Without it (pid 0) such a slot is
+    /// waited for forever.
+    pub fn with_writer(mut self, pid: u32) -> Self {
+        self.writer = (u64::from(pid) & WRITER_BITS) << WRITER_SHIFT;
+        self
     }
 
     pub fn capacity(&self) -> u64 {
@@ -123,7 +157,12 @@ impl<'a, T: Pod> Ring<'a, T> {
             // A producer copying into the slot for position `p` leaves `p | WRITING`: treat it as
             // `p` for the lap arithmetic, but it is never free to claim.
             let writing = stamp & WRITING != 0;
-            let lead = (stamp & !WRITING).wrapping_sub(tail) as i64;
+            let lead = if writing {
+                // Only the low 32 bits of the position are kept: compare within that window.
+                (stamp as u32).wrapping_sub(tail as u32) as i32 as i64
+            } else {
+                stamp.wrapping_sub(tail) as i64
+            };
             if lead == 0 && !writing {
                 if self.ctl.tail.compare_exchange_weak(tail, tail + 1, Ordering::Relaxed, Ordering::Relaxed).is_err() {
                     spin_hint();
@@ -135,15 +174,30 @@ impl<'a, T: Pod> Ring<'a, T> {
                 // (Writing first and publishing with a CAS, as this code once did, let a slow
                 // producer overwrite the next lap's entry: found by the loom model
                 // `ring_skipped_slot_reused_by_next_lap`.)
-                if let Err(_now) =
-                    slot.stamp.compare_exchange(tail, tail | WRITING, Ordering::Acquire, Ordering::Relaxed)
-                {
+                if let Err(_now) = slot.stamp.compare_exchange(
+                    tail,
+                    writing_stamp(tail, self.writer),
+                    Ordering::Acquire,
+                    Ordering::Relaxed,
+                ) {
                     // `_now` is the next lap's free stamp unless a later producer took the slot.
                     #[cfg(loom)]
                     seen::count(&seen::SKIPPED_AND_RETAKEN, _now != tail.wrapping_add(self.capacity()));
                     return Err(PushError::Skipped);
                 }
                 let len = value.wire_len().min(size_of::<T>());
+                #[cfg(any(loom, feature = "test-hooks"))]
+                if hooks::dies_mid_copy() {
+                    slot.value.with_mut(|cell| {
+                        // SAFETY: as for the whole copy below; half of it, then this producer
+                        // stops for good (a test's stand-in for a SIGKILL during the copy).
+                        unsafe {
+                            core::ptr::copy_nonoverlapping((value as *const T).cast::<u8>(), cell.cast::<u8>(), len / 2)
+                        }
+                    });
+                    hooks::die();
+                    return Ok(());
+                }
                 slot.value.with_mut(|cell| {
                     // SAFETY: the CAS on `tail` gave this producer the position and the CAS to
                     // `tail | WRITING` the slot: `skip` no longer takes it, no producer claims it
@@ -187,6 +241,60 @@ pub mod seen {
 
     pub(crate) fn count(key: &'static LocalKey<Cell<u64>>, happened: bool) {
         key.with(|n| n.set(n.get() + u64::from(happened)));
+    }
+}
+
+/// Test hooks that stop a producer in the middle of copying its entry (half of it written, the
+/// stamp `WRITING`), as a SIGKILL at that instant would. Only in `--cfg loom` builds and with the
+/// `test-hooks` feature (which only the multi-process tests enable); production builds have no
+/// trace of them.
+#[cfg(any(loom, feature = "test-hooks"))]
+pub mod hooks {
+    #[cfg(loom)]
+    loom::thread_local! {
+        static DIE: core::cell::Cell<bool> = core::cell::Cell::new(false);
+    }
+
+    /// loom: the calling model thread's next `push` writes half its entry and returns `Ok`
+    /// without publishing; the thread must not touch the ring again (it is "dead").
+    #[cfg(loom)]
+    pub fn die_in_next_push() {
+        DIE.with(|d| d.set(true));
+    }
+
+    #[cfg(loom)]
+    pub(crate) fn dies_mid_copy() -> bool {
+        DIE.with(|d| d.replace(false))
+    }
+
+    #[cfg(loom)]
+    pub(crate) fn die() {}
+
+    /// The environment variable naming the push (1 = the first of this process) that stops in
+    /// the middle of its copy: it prints `PARKED_MID_COPY` on stdout and sleeps until killed
+    /// (or exits with status 3 after a minute).
+    #[cfg(not(loom))]
+    pub const DIE_ENV: &str = "RSHM_TEST_DIE_MID_COPY";
+
+    #[cfg(not(loom))]
+    pub(crate) fn dies_mid_copy() -> bool {
+        use crate::sync::{AtomicU64, Ordering};
+        use std::sync::OnceLock;
+        static AT: OnceLock<u64> = OnceLock::new();
+        static PUSHES: AtomicU64 = AtomicU64::new(0);
+        let at = *AT.get_or_init(|| std::env::var(DIE_ENV).ok().and_then(|v| v.parse().ok()).unwrap_or(0));
+        at != 0 && PUSHES.fetch_add(1, Ordering::Relaxed) + 1 == at
+    }
+
+    #[cfg(not(loom))]
+    pub(crate) fn die() {
+        use std::io::Write;
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "PARKED_MID_COPY pid={}", std::process::id());
+        let _ = out.flush();
+        // Until the test kills us; a minute at most, so that a test that died leaves no process.
+        std::thread::sleep(std::time::Duration::from_secs(60));
+        std::process::exit(3)
     }
 }
 
@@ -253,11 +361,35 @@ impl Consumer {
     pub fn skip<T: Pod>(&mut self, ring: &Ring<'_, T>) -> bool {
         let slot = &ring.slots[(self.head & ring.mask) as usize];
         let stamp = slot.stamp.load(Ordering::Acquire);
-        if stamp == self.head.wrapping_add(1) || stamp == self.head | WRITING {
+        if stamp == self.head.wrapping_add(1) || writing_at(stamp, self.head) {
             return false;
         }
         let next_lap = self.head.wrapping_add(ring.capacity());
         if slot.stamp.compare_exchange(stamp, next_lap, Ordering::AcqRel, Ordering::Acquire).is_err() {
+            return false;
+        }
+        self.head = self.head.wrapping_add(1);
+        true
+    }
+
+    /// The pid of the process copying an entry into the head slot right now, if the stamp
+    /// names one (with `Pending`): the writer `reclaim` may take the slot back from once it died.
+    pub fn writer<T: Pod>(&self, ring: &Ring<'_, T>) -> Option<u32> {
+        let slot = &ring.slots[(self.head & ring.mask) as usize];
+        let stamp = slot.stamp.load(Ordering::Acquire);
+        let pid = ((stamp >> WRITER_SHIFT) & WRITER_BITS) as u32;
+        (writing_at(stamp, self.head) && pid != 0).then_some(pid)
+    }
+
+    /// Take back the head slot from `writer`, which died in the middle of copying its entry in:
+    /// hand the slot to the next lap and move on, never reading the half-written entry. The
+    /// caller must know `writer` is gone (a live writer would go on writing into a slot the
+    /// next lap owns). False if the stamp no longer names `writer` at this position.
+    pub fn reclaim<T: Pod>(&mut self, ring: &Ring<'_, T>, writer: u32) -> bool {
+        let slot = &ring.slots[(self.head & ring.mask) as usize];
+        let held = writing_stamp(self.head, (u64::from(writer) & WRITER_BITS) << WRITER_SHIFT);
+        let next_lap = self.head.wrapping_add(ring.capacity());
+        if slot.stamp.compare_exchange(held, next_lap, Ordering::AcqRel, Ordering::Acquire).is_err() {
             return false;
         }
         self.head = self.head.wrapping_add(1);
@@ -295,12 +427,15 @@ impl StallWatch {
     }
 
     /// Called on a timer: also notices a claimed-but-unwritten head (which `pop` reports as
-    /// `Empty`), and skips a head stuck for `timeout`. True if it skipped.
+    /// `Empty`), and skips a head stuck for `timeout`; a head stuck in the middle of a copy is
+    /// reclaimed only if `gone(pid)` says its writer's process no longer exists. True if it
+    /// skipped or reclaimed.
     pub fn check<T: Pod>(
         &mut self,
         consumer: &mut Consumer,
         ring: &Ring<'_, T>,
         timeout: core::time::Duration,
+        gone: impl FnOnce(u32) -> bool,
     ) -> bool {
         if consumer.stalled(ring) {
             self.note(consumer);
@@ -310,11 +445,15 @@ impl StallWatch {
             self.since = None;
             return false;
         }
-        if since.elapsed() >= timeout && consumer.skip(ring) {
-            self.since = None;
-            return true;
+        if since.elapsed() < timeout {
+            return false;
         }
-        false
+        let moved =
+            consumer.skip(ring) || consumer.writer(ring).is_some_and(|pid| gone(pid) && consumer.reclaim(ring, pid));
+        if moved {
+            self.since = None;
+        }
+        moved
     }
 }
 
@@ -368,6 +507,33 @@ mod tests {
         // The late producer can no longer take the slot for writing, so it cannot corrupt the
         // next lap's entry.
         assert!(slots[0].stamp.compare_exchange(0, WRITING, Ordering::Acquire, Ordering::Relaxed).is_err());
+    }
+
+    #[test]
+    fn slot_left_mid_copy_names_its_writer_and_only_it_can_be_reclaimed() {
+        let (ctl, slots) = ring_parts(4);
+        let ring = Ring::new(&ctl, &slots).with_writer(4242);
+        let mut c = Consumer::new();
+        // Position 0 as a producer of pid 4242 leaves it when it dies in the middle of its copy.
+        slots[0].stamp.store(writing_stamp(0, 4242 << WRITER_SHIFT), Ordering::Relaxed);
+        ctl.tail.store(1, Ordering::Relaxed);
+        ring.push(&Val(8)).unwrap();
+        assert_eq!(c.pop(&ring), Pop::Pending);
+        assert!(!c.skip(&ring), "a slot being written is not skipped");
+        assert_eq!(c.writer(&ring), Some(4242));
+        assert!(!c.reclaim(&ring, 4243));
+        assert!(c.reclaim(&ring, 4242));
+        assert_eq!(c.pop(&ring), Pop::Item(Val(8)));
+        // The reclaimed slot serves the next lap (position 4 is slot 0 again).
+        for i in 0..3 {
+            ring.push(&Val(i)).unwrap();
+        }
+        for i in 0..3 {
+            assert_eq!(c.pop(&ring), Pop::Item(Val(i)));
+        }
+        // Unnamed writers (pid 0) are never offered for reclaiming.
+        slots[c.position() as usize % 4].stamp.store(writing_stamp(c.position(), 0), Ordering::Relaxed);
+        assert_eq!(c.writer(&ring), None);
     }
 
     #[test]

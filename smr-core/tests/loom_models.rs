@@ -412,6 +412,85 @@ fn ring_skipped_slot_reused_by_next_lap() {
     assert_seen(NAME, "a skipped producer finding its slot already taken by the next lap", retaken);
 }
 
+/// (3c) A producer (pid 7) dies in the middle of copying its entry: half of it written, the stamp
+/// `WRITING` and naming it, never published. A live producer (pid 8) pushes two entries into the
+/// same two-slot ring, so its second one needs the dead one's slot on the next lap. The consumer
+/// reclaims a `WRITING` head only for a writer it knows is dead (7, once its thread said so);
+/// a live writer's (8's) it waits for. Outcome: 8's entries arrive once each, in order, and
+/// nothing of 7's (whole or half) ever does; loom's cell tracking checks that no slot is written
+/// by two producers, or read while written, in any interleaving.
+#[test]
+fn ring_reclaim_from_producer_dead_mid_copy() {
+    const NAME: &str = "ring_reclaim_from_producer_dead_mid_copy";
+    let reclaimed = Tally::default();
+    let waited = Tally::default();
+    let (seen_reclaimed, seen_waited) = (reclaimed.clone(), waited.clone());
+    model(NAME, move || {
+        let parts = RingParts::new(2);
+        let dead = Arc::new(loom::sync::atomic::AtomicBool::new(false));
+        let dying = {
+            let (parts, dead) = (parts.clone(), dead.clone());
+            thread::spawn(move || {
+                ring::hooks::die_in_next_push();
+                let r = push_tries(&parts.ring().with_writer(7), Val(700), 2, &Tally::default());
+                // From here on this thread stands for a dead process: it never touches the ring.
+                dead.store(true, Ordering::Release);
+                r
+            })
+        };
+        let live = {
+            let parts = parts.clone();
+            thread::spawn(move || {
+                let ring = parts.ring().with_writer(8);
+                let (a, b) = (Val(801), Val(802));
+                let ra = push_tries(&ring, a, 3, &Tally::default());
+                let rb = if ra.is_ok() { push_tries(&ring, b, 3, &Tally::default()) } else { Err(PushError::Busy) };
+                [(a, ra), (b, rb)]
+            })
+        };
+
+        let ring = parts.ring();
+        let mut c = Consumer::new();
+        let mut popped = Vec::new();
+        // Reclaim only what the caller knows to be dead; a live writer's slot is waited for.
+        let step = |c: &mut Consumer, popped: &mut Vec<Val>, concurrent: bool| -> bool {
+            match c.pop(&ring) {
+                Pop::Item(v) => popped.push(v),
+                Pop::Pending => match c.writer(&ring) {
+                    Some(7) if dead.load(Ordering::Acquire) => {
+                        assert!(c.reclaim(&ring, 7), "the dead writer's stamp changed");
+                        reclaimed.note(concurrent);
+                    }
+                    Some(w) => {
+                        assert!(!c.reclaim(&ring, if w == 7 { 8 } else { 7 }), "reclaimed for the wrong writer");
+                        waited.note(concurrent && w == 7);
+                        thread::yield_now();
+                    }
+                    None => thread::yield_now(),
+                },
+                Pop::Empty => return false,
+            }
+            true
+        };
+        for _ in 0..4 {
+            if !step(&mut c, &mut popped, true) {
+                thread::yield_now();
+            }
+        }
+        let dying_result = dying.join().unwrap();
+        let results = live.join().unwrap();
+        // Everyone returned: the dead slot (if claimed) is reclaimable, everything else published.
+        while step(&mut c, &mut popped, false) {}
+        assert!(!popped.iter().any(|v| v.0 / 100 == 7), "the dead producer's entry was read: {popped:?}");
+        let ok: Vec<Val> = results.iter().filter(|(_, r)| r.is_ok()).map(|(v, _)| *v).collect();
+        assert_eq!(popped, ok, "the live producer's entries, once each and in order ({results:?})");
+        // A dying push claims its slot (`Ok`) unless the ring was full both times it tried.
+        assert!(matches!(dying_result, Ok(()) | Err(PushError::Full)), "{dying_result:?}");
+    });
+    seen_reclaimed.assert_seen(NAME, "the slot of a producer dead mid-copy reclaimed while the other ran");
+    seen_waited.assert_seen(NAME, "a WRITING head waited for because its writer was not known dead yet");
+}
+
 /// Per-index bookkeeping for the free stack models: an ownership counter (must go 0 -> 1 -> 0)
 /// and a loom cell standing for the buffer itself, so that loom also checks that a buffer's
 /// previous holder happens-before its next one.

@@ -443,3 +443,88 @@ fn restarted_endpoint_takes_over_the_name_and_old_peers_reach_it() {
     println!("refusals before the new incarnation was reached: {refusals}");
     sc.child(r2).finish(dl);
 }
+
+/// (f) A sender dies in the middle of copying a command into our ring: its slot stays `WRITING`
+/// at our head, with every later command (another sender's) queued behind it. While it lives
+/// (parked by the `test-hooks` hook, `--die-mid-copy`) we must wait: it may still be writing.
+/// Once it is killed we reclaim the slot without reading the half-written command, the other
+/// sender's messages flow again, and our send to the dead process fails within `NOTICE`.
+#[test]
+fn sender_killed_mid_command_copy_does_not_stall_the_ring() {
+    let mut sc = Scenario::new(PEER, "kf");
+    let me = sc.name("r");
+    let mut node = Node::create(&me, params(false)).unwrap();
+    let victim = sc.name("v");
+    // Its pushes: CONNECT, then messages 0..=47; the 50th push (message 48) stops half-way.
+    let args = ["node", "--name", &victim, "--id", "1", "--to", &me, "--sizes", "150", "--count", "1000"];
+    let v = sc.spawn("victim", &[&args[..], &["--die-mid-copy", "50"]].concat());
+    let dl = deadline();
+    sc.child(v).expect_line_while("PARKED_MID_COPY", dl, || {
+        node.pump_or_wait(Duration::from_millis(1));
+    });
+    node.wait_until(dl, "the victim's 48 published messages", |n| n.h.received.len() >= 48);
+
+    // A pending delivery-complete send to the victim, which will never answer.
+    let to_victim = node.ep.add_peer(&victim).unwrap();
+    let data = pattern(9, 0, 100);
+    let (status, _) = node.send_retry(to_victim, header(9, 0, &data), data, true, dl).unwrap();
+    assert_eq!(status, SendStatus::Pending);
+
+    // Another sender, whose commands queue behind the half-written slot.
+    let other = sc.name("o");
+    let args = ["node", "--name", &other, "--id", "2", "--to", &me, "--sizes", "100,5000", "--count", "50"];
+    let o = sc.spawn("other sender", &args);
+    // The victim lives: however long we wait (here more than twice `stall_timeout`), its slot
+    // is not taken from it, so nothing of the other sender's gets through.
+    let until = Instant::now() + 2 * node.ep.params().stall_timeout + Duration::from_millis(200);
+    while Instant::now() < until {
+        node.pump_or_wait(Duration::from_millis(1));
+    }
+    assert_eq!(node.h.received.len(), 48, "a command got past a live producer's WRITING slot");
+    assert_eq!(node.ep.stats().skipped_slots, 0, "a live producer's slot was skipped");
+
+    let killed = sc.child(v).kill();
+    let mut failed_after = None;
+    let mut flowing_after = None;
+    while failed_after.is_none() || node.h.received.len() < 48 + 100 {
+        assert!(
+            killed.elapsed() < GIVE_UP,
+            "{:?} after the kill: send failed: {failed_after:?}, {} messages in all, stats {:?}",
+            killed.elapsed(),
+            node.h.received.len(),
+            node.ep.stats()
+        );
+        node.pump_or_wait(Duration::from_millis(1));
+        if failed_after.is_none() && !node.h.sends_done.is_empty() {
+            assert_eq!(node.h.sends_done[0].1, Err(Error::PeerDead));
+            failed_after = Some(killed.elapsed());
+        }
+        if flowing_after.is_none() && node.h.received.len() > 48 {
+            flowing_after = Some(killed.elapsed());
+        }
+    }
+    let (failed_after, flowing_after) = (failed_after.unwrap(), flowing_after.unwrap());
+    println!("send to the dead process failed after {failed_after:?}; the ring flowed again after {flowing_after:?}");
+    assert!(failed_after < NOTICE, "the send to the dead process failed after {failed_after:?}");
+
+    // Every message: the victim's 48 in order and intact, none half-written; the other's 100.
+    for (i, m) in node.h.received[..48].iter().enumerate() {
+        assert_eq!(split_tag(m.hdr.tag), (1, i as u32), "the victim's messages in order");
+        assert_eq!(m.result, Ok(m.hdr.len as usize));
+        verify(&m.hdr, &m.bytes).unwrap();
+    }
+    for m in &node.h.received[48..] {
+        assert_eq!(split_tag(m.hdr.tag).0, 2, "only the other sender's messages follow");
+        assert_eq!(m.result, Ok(m.hdr.len as usize));
+        verify(&m.hdr, &m.bytes).unwrap();
+    }
+    assert_eq!(node.h.received.len(), 48 + 100);
+    let stats = node.ep.stats();
+    assert_eq!(stats.skipped_slots, 1, "{stats:?}");
+    assert_eq!(stats.corrupt_commands, 0, "the half-written command was decoded: {stats:?}");
+    let line = sc.child(o).expect_line_while("RESULT", dl + GIVE_UP, || {
+        node.pump_or_wait(Duration::from_millis(1));
+    });
+    assert_eq!(kv_u64(&parse_kv(&line), "send_errors"), 0, "{line}");
+    sc.child(o).finish(dl + GIVE_UP);
+}

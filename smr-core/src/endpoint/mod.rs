@@ -338,11 +338,13 @@ impl Endpoint {
     }
 
     /// On the liveness tick: skip a head slot of either ring whose producer claimed it and
-    /// stalled for `stall_timeout` (it died between its claim and its write).
+    /// stalled for `stall_timeout` (it died between its claim and its write), or reclaim it if
+    /// the process that was copying its entry in has died.
     fn check_stalls(&mut self) {
         let timeout = self.params.stall_timeout;
-        let skipped = u64::from(self.cmd_stall.check(&mut self.cmd_rx, &self.region.cmd_ring(), timeout))
-            + u64::from(self.resp_stall.check(&mut self.resp_rx, &self.region.resp_ring(), timeout));
+        let gone = crate::liveness::pid_gone;
+        let skipped = u64::from(self.cmd_stall.check(&mut self.cmd_rx, &self.region.cmd_ring(), timeout, gone))
+            + u64::from(self.resp_stall.check(&mut self.resp_rx, &self.region.resp_ring(), timeout, gone));
         self.stats.skipped_slots += skipped;
     }
 

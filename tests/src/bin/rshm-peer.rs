@@ -6,6 +6,7 @@
 //!                 [--at-least] [--sleep-ms S] [--wait-go] [--stall-on-first] [--mark-after M]
 //!                 [--exit-when-sent close|abandon]
 //!                 [--cmd-len L] [--inject-count L] [--sar-count L] [--sar-size B]
+//!                 [--die-mid-copy P]
 //! rshm-peer hang  --name N [--sar]
 //! rshm-peer fuzz  --target N --count K [--seed S] [--bias]
 //! ```
@@ -24,7 +25,9 @@
 //! process that exits without closing does, region file and all). `--echo` sends every received
 //! message back to its sender (and runs until stdin closes). `--stall-on-first` prints `STARTED`
 //! when the first message is offered and then stops dead inside the handler, to be killed
-//! mid-transfer.
+//! mid-transfer. `--die-mid-copy P` stops this process's P-th ring push (counting every push
+//! that claimed a slot, CONNECTs and responses included) half-way through copying its entry,
+//! prints `PARKED_MID_COPY` and sleeps there until killed (`smr_core::ring::hooks`).
 //!
 //! `hang` creates N, prints `READY` and never progresses. `fuzz` pushes K random commands into
 //! N's command ring and prints `FUZZED`.
@@ -524,6 +527,10 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let Some((role, rest)) = args.split_first() else { bail(2, "usage: rshm-peer node|hang|fuzz --name N ...") };
     let o = Opts::parse(rest);
+    if let Some(n) = o.get("die-mid-copy") {
+        // Read once, at the first push, by the hook (single-threaded still: no race).
+        std::env::set_var(smr_core::ring::hooks::DIE_ENV, n);
+    }
     let _ = GIVE_UP_AT.set(Instant::now() + Duration::from_secs(o.num("max-secs", 60)));
     std::thread::spawn(|| {
         for line in std::io::stdin().lines() {
