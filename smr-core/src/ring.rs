@@ -44,6 +44,17 @@ const WRITING: u64 = 1 << 63;
 const WRITER_SHIFT: u32 = 32;
 const WRITER_BITS: u64 = (1 << 31) - 1;
 
+/// How far a slot's stamp is ahead of position `pos` (negative: the slot still holds, or is
+/// still receiving, last lap's entry). A `WRITING` stamp keeps only the low 32 bits of its
+/// position: compare within that window.
+fn lead_at(stamp: u64, pos: u64) -> i64 {
+    if stamp & WRITING != 0 {
+        (stamp as u32).wrapping_sub(pos as u32) as i32 as i64
+    } else {
+        stamp.wrapping_sub(pos) as i64
+    }
+}
+
 /// The stamp of a slot that the process `writer` (pre-shifted, see `Ring::with_writer`) is
 /// copying the entry for position `pos` into.
 fn writing_stamp(pos: u64, writer: u64) -> u64 {
@@ -157,57 +168,13 @@ impl<'a, T: Pod> Ring<'a, T> {
             // A producer copying into the slot for position `p` leaves `p | WRITING`: treat it as
             // `p` for the lap arithmetic, but it is never free to claim.
             let writing = stamp & WRITING != 0;
-            let lead = if writing {
-                // Only the low 32 bits of the position are kept: compare within that window.
-                (stamp as u32).wrapping_sub(tail as u32) as i32 as i64
-            } else {
-                stamp.wrapping_sub(tail) as i64
-            };
+            let lead = lead_at(stamp, tail);
             if lead == 0 && !writing {
                 if self.ctl.tail.compare_exchange_weak(tail, tail + 1, Ordering::Relaxed, Ordering::Relaxed).is_err() {
                     spin_hint();
                     continue;
                 }
-                // Take the slot for writing *before* touching it. If the consumer skipped this
-                // position after our claim, its CAS moved the stamp to the next lap and this one
-                // fails: the slot may already belong to a later producer, so we must not write.
-                // (Writing first and publishing with a CAS, as this code once did, let a slow
-                // producer overwrite the next lap's entry: found by the loom model
-                // `ring_skipped_slot_reused_by_next_lap`.)
-                if let Err(_now) = slot.stamp.compare_exchange(
-                    tail,
-                    writing_stamp(tail, self.writer),
-                    Ordering::Acquire,
-                    Ordering::Relaxed,
-                ) {
-                    // `_now` is the next lap's free stamp unless a later producer took the slot.
-                    #[cfg(loom)]
-                    seen::count(&seen::SKIPPED_AND_RETAKEN, _now != tail.wrapping_add(self.capacity()));
-                    return Err(PushError::Skipped);
-                }
-                let len = value.wire_len().min(size_of::<T>());
-                #[cfg(any(loom, feature = "test-hooks"))]
-                if hooks::dies_mid_copy() {
-                    slot.value.with_mut(|cell| {
-                        // SAFETY: as for the whole copy below; half of it, then this producer
-                        // stops for good (a test's stand-in for a SIGKILL during the copy).
-                        unsafe {
-                            core::ptr::copy_nonoverlapping((value as *const T).cast::<u8>(), cell.cast::<u8>(), len / 2)
-                        }
-                    });
-                    hooks::die();
-                    return Ok(());
-                }
-                slot.value.with_mut(|cell| {
-                    // SAFETY: the CAS on `tail` gave this producer the position and the CAS to
-                    // `tail | WRITING` the slot: `skip` no longer takes it, no producer claims it
-                    // (its stamp is no lap's free stamp) and the consumer does not read it before
-                    // the stamp moves to `tail + 1`. `len` is at most the size of `T`.
-                    unsafe { core::ptr::copy_nonoverlapping((value as *const T).cast::<u8>(), cell.cast::<u8>(), len) }
-                });
-                // Only this producer moves a stamp out of `WRITING`, so a plain store publishes.
-                slot.stamp.store(tail + 1, Ordering::Release);
-                return Ok(());
+                return self.write_claimed(tail, value);
             }
             if lead < 0 {
                 // The slot still holds (or is still receiving) last lap's entry: the ring is full.
@@ -220,6 +187,87 @@ impl<'a, T: Pod> Ring<'a, T> {
             spin_hint();
         }
         Err(PushError::Busy)
+    }
+
+    /// Enqueue copies of `values` in order with one claim of consecutive positions (one CAS on
+    /// `tail` for the lot, where `push` takes one per entry): as many as there are free slots
+    /// for, at least one. Returns how many were enqueued; the rest are the caller's to retry.
+    pub fn push_batch(&self, values: &[T]) -> Result<usize, PushError> {
+        if values.is_empty() {
+            return Ok(0);
+        }
+        for _ in 0..PRODUCER_RETRIES {
+            let tail = self.ctl.tail.load(Ordering::Relaxed);
+            // Free for this lap: the consumer released them (in order), no producer took them.
+            let free = (0..values.len() as u64)
+                .take_while(|&k| {
+                    self.slots[((tail + k) & self.mask) as usize].stamp.load(Ordering::Acquire) == tail + k
+                })
+                .count();
+            if free == 0 {
+                if lead_at(self.slots[(tail & self.mask) as usize].stamp.load(Ordering::Acquire), tail) < 0 {
+                    return Err(PushError::Full); // last lap's entry is still there
+                }
+                spin_hint(); // another producer is ahead of us at `tail`
+                continue;
+            }
+            let n = free as u64;
+            if self.ctl.tail.compare_exchange_weak(tail, tail + n, Ordering::Relaxed, Ordering::Relaxed).is_err() {
+                spin_hint();
+                continue;
+            }
+            // Positions tail..tail+n are ours. If the consumer skipped one meanwhile (it waited on
+            // us past its stall timeout), stop there: the entries before it are in, the caller
+            // retries the rest in order, and our later positions stay claimed-unwritten until
+            // the consumer skips them too (the path of a producer it believes dead).
+            for (k, value) in values[..free].iter().enumerate() {
+                if let Err(e) = self.write_claimed(tail + k as u64, value) {
+                    return if k == 0 { Err(e) } else { Ok(k) };
+                }
+            }
+            return Ok(free);
+        }
+        Err(PushError::Busy)
+    }
+
+    /// Fill the slot of position `pos`, which this producer claimed on `tail`, and publish it.
+    fn write_claimed(&self, pos: u64, value: &T) -> Result<(), PushError> {
+        let slot = &self.slots[(pos & self.mask) as usize];
+        // Take the slot for writing *before* touching it. If the consumer skipped this
+        // position after our claim, its CAS moved the stamp to the next lap and this one
+        // fails: the slot may already belong to a later producer, so we must not write.
+        // (Writing first and publishing with a CAS, as this code once did, let a slow
+        // producer overwrite the next lap's entry: found by the loom model
+        // `ring_skipped_slot_reused_by_next_lap`.)
+        if let Err(_now) =
+            slot.stamp.compare_exchange(pos, writing_stamp(pos, self.writer), Ordering::Acquire, Ordering::Relaxed)
+        {
+            // `_now` is the next lap's free stamp unless a later producer took the slot.
+            #[cfg(loom)]
+            seen::count(&seen::SKIPPED_AND_RETAKEN, _now != pos.wrapping_add(self.capacity()));
+            return Err(PushError::Skipped);
+        }
+        let len = value.wire_len().min(size_of::<T>());
+        #[cfg(any(loom, feature = "test-hooks"))]
+        if hooks::dies_mid_copy() {
+            slot.value.with_mut(|cell| {
+                // SAFETY: as for the whole copy below; half of it, then this producer
+                // stops for good (a test's stand-in for a SIGKILL during the copy).
+                unsafe { core::ptr::copy_nonoverlapping((value as *const T).cast::<u8>(), cell.cast::<u8>(), len / 2) }
+            });
+            hooks::die();
+            return Ok(());
+        }
+        slot.value.with_mut(|cell| {
+            // SAFETY: the CAS on `tail` gave this producer the position and the CAS to
+            // `pos | WRITING` the slot: `skip` no longer takes it, no producer claims it
+            // (its stamp is no lap's free stamp) and the consumer does not read it before
+            // the stamp moves to `pos + 1`. `len` is at most the size of `T`.
+            unsafe { core::ptr::copy_nonoverlapping((value as *const T).cast::<u8>(), cell.cast::<u8>(), len) }
+        });
+        // Only this producer moves a stamp out of `WRITING`, so a plain store publishes.
+        slot.stamp.store(pos + 1, Ordering::Release);
+        Ok(())
     }
 }
 

@@ -257,6 +257,62 @@ fn ring_two_producers_one_consumer_lapping() {
     assert_seen(NAME, "Full while last lap's producer was still writing the slot", full_while_writing);
 }
 
+/// (1c) A batch (`push_batch`: one claim for consecutive positions) beside a single push, capacity
+/// 2, so the batch often finds room for only part of itself (the other producer took a slot) or
+/// none (Full until the consumer pops). The batch's producer retries what was left a bounded
+/// number of times. Checked as (1b): exactly the enqueued entries come out, once each, each
+/// producer's in order; and a partial batch occurred.
+#[test]
+fn ring_batch_beside_single_push() {
+    const NAME: &str = "ring_batch_beside_single_push";
+    let partial = Tally::default();
+    let seen_partial = partial.clone();
+    model(NAME, move || {
+        let parts = RingParts::new(2);
+        let batcher = {
+            let parts = parts.clone();
+            let partial = partial.clone();
+            thread::spawn(move || {
+                let ring = parts.ring();
+                let vals = [Val(100), Val(101)];
+                let mut done = 0;
+                for _ in 0..2 {
+                    match ring.push_batch(&vals[done..]) {
+                        Ok(n) => {
+                            assert!(n >= 1 && done + n <= vals.len(), "push_batch returned {n}");
+                            partial.note(n < vals.len() - done);
+                            done += n;
+                            if done == vals.len() {
+                                break;
+                            }
+                        }
+                        Err(PushError::Full | PushError::Busy) => thread::yield_now(),
+                        Err(e) => panic!("nobody skips in this model: {e:?}"),
+                    }
+                }
+                vals.map(|v| (v, if (v.0 - 100) < done as u64 { Ok(()) } else { Err(PushError::Full) }))
+            })
+        };
+        let single = {
+            let parts = parts.clone();
+            thread::spawn(move || {
+                let ring = parts.ring();
+                let v = Val(200);
+                [(v, push_tries(&ring, v, 2, &Tally::default()))]
+            })
+        };
+        let ring = parts.ring();
+        let mut c = Consumer::new();
+        let mut popped = consume_some(&mut c, &ring, 2, false, &Tally::default(), &Tally::default());
+        let mut results: Vec<_> = batcher.join().unwrap().to_vec();
+        results.extend(single.join().unwrap());
+        drain(&mut c, &ring, &mut popped);
+        check_outcome(&popped, &results);
+        assert_eq!(c.position(), popped.len() as u64, "a claimed position was never published");
+    });
+    seen_partial.assert_seen(NAME, "a batch enqueued only part of itself");
+}
+
 /// (2) A full ring refuses with `Full` (never `Busy` or `Skipped` with one producer) and takes the
 /// entry once the consumer has popped, across lap wraps; the consumer sees FIFO order throughout.
 #[test]

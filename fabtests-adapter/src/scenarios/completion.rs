@@ -26,6 +26,13 @@ pub fn scenarios() -> Vec<Scenario> {
             "inject calls, FI_INJECT, *_COMPLETE x selective completion: CQ entries and counters as specified",
         ),
         scn(
+            "pair/fi_more",
+            2,
+            40,
+            fi_more,
+            "fi_sendmsg with FI_MORE then one without: every message arrives, in order, and completes",
+        ),
+        scn(
             "pair/inject_op_flags",
             2,
             40,
@@ -206,5 +213,46 @@ fn inject_op_flags(r: &mut Rank) -> TResult {
         }
     }
     wait_counter(&mut node, sizes.len() as u64)?;
+    super::finish(r, &mut node)
+}
+
+/// FI_MORE says more sends follow at once; a provider may hold such sends until the first call
+/// without it (rshm batches them into the peer's ring together). Held or not, every message must
+/// arrive, in the order sent (untagged receives complete in posting order, so receive k must hold
+/// message k), and every send must complete and count once. A large message in the middle
+/// must not overtake the small ones held before it.
+fn fi_more(r: &mut Rank) -> TResult {
+    const MORE: u64 = ffi::FI_MORE as u64;
+    let cfg = NodeCfg { counters: true, ..Default::default() };
+    let (mut node, addrs) = setup(r, &cfg)?;
+    let peer = addrs[1 - r.rank];
+    let isz = inject_size(&node)?;
+    let sizes = [1usize, 8, 300, isz, 0, 70000, 8, 8, 8, 16, isz, 1];
+    if r.rank == 1 {
+        let ids: Vec<u64> = sizes.iter().map(|&n| node.recv(n, peer, &Rx::default())).collect::<TResult<_>>()?;
+        r.pmi.barrier_with(&mut node.progressor())?;
+        for (k, (&size, id)) in sizes.iter().zip(ids).enumerate() {
+            let what = format!("message {k} of {size} B (FI_MORE on all but the last)");
+            let got = node.wait_op(id)?;
+            check_recv(&got, &what, size, false)?;
+            check_pattern(&what, seed(k as u64, 0, 11), &got.payload, size)?;
+        }
+    } else {
+        r.pmi.barrier_with(&mut node.progressor())?;
+        let last = sizes.len() - 1;
+        let ids: Vec<u64> = sizes
+            .iter()
+            .enumerate()
+            .map(|(k, &size)| {
+                let flags = if k == last { 0 } else { MORE };
+                let tx = Tx { tag: None, flags: Some(flags), iov: 1, data: None };
+                node.send(&pattern(seed(k as u64, 0, 11), size), peer, &tx)
+            })
+            .collect::<TResult<_>>()?;
+        for (k, id) in ids.into_iter().enumerate() {
+            check_send(&node.wait_op(id)?, &format!("send {k} (FI_MORE on all but the last)"))?;
+        }
+        wait_counter(&mut node, sizes.len() as u64)?;
+    }
     super::finish(r, &mut node)
 }

@@ -303,7 +303,7 @@ unsafe extern "C" fn ep_close(fid: *mut ffi::fid) -> i32 {
             crate::info!(
                 EpCtrl,
                 "endpoint {} closed: sent {} inline, {} inject, {} CMA, {} SAR; received {} by CMA; {} CMA fallbacks; \
-                 one-sided {} issued, {} served",
+                 one-sided {} issued, {} served; {} FI_MORE batches",
                 engine.name(),
                 s.sent_inline,
                 s.sent_inject,
@@ -312,7 +312,8 @@ unsafe extern "C" fn ep_close(fid: *mut ffi::fid) -> i32 {
                 s.cma_reads,
                 s.cma_fallbacks,
                 rma.issued,
-                rma.served
+                rma.served,
+                s.batches
             );
         }
         // Dropping the engine endpoint tells connected peers and unlinks the region.

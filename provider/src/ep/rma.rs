@@ -319,7 +319,9 @@ pub fn start(st: &mut crate::domain::DomainState, id: usize, a: OneSided, op: Op
     let engine = ep.engine.as_mut().expect("checked above");
     // Every one-sided operation is acknowledged: a refusal (bad key, range, access) must reach
     // the initiator, and completion then means the data is at the target (delivery complete).
-    let opts = SendOpts { cookie: slot as u64, delivery_complete: true };
+    // FI_MORE: the engine batches small requests to a peer until the next call without it.
+    let more = a.flags & ffi::FI_MORE as u64 != 0;
+    let opts = SendOpts { cookie: slot as u64, delivery_complete: true, more };
     let sent = match payload {
         // SAFETY: the application's source buffer, which it leaves unchanged until the write
         // completes (the engine copies inject-sized ones before returning).
@@ -730,7 +732,7 @@ pub fn flush(rma: &mut RmaState, engine: &mut Endpoint) {
                 };
                 let hdr = header(app(KIND_READ_RESP, 0), op_id, 0, 0, data.len());
                 let idx = rma.replying.vacant_key();
-                let opts = SendOpts { cookie: COOKIE_REPLY | idx as u64, delivery_complete: false };
+                let opts = SendOpts { cookie: COOKIE_REPLY | idx as u64, delivery_complete: false, more: false };
                 match engine.send(peer, hdr, data.to_iov(), opts) {
                     Ok(SendStatus::Done) => engine.answer(src, msg_id, Ok(())),
                     Ok(SendStatus::Pending) => {

@@ -112,6 +112,8 @@ pub fn send(st: &mut DomainState, id: usize, args: SendArgs) -> FiResult<()> {
         // The engine copies every message up to INJECT_SIZE before returning, so FI_INJECT and
         // an acknowledged delivery go together.
         delivery_complete: args.flags & ffi::FI_DELIVERY_COMPLETE as u64 != 0,
+        // FI_MORE: the engine batches small messages to a peer until the next call without it.
+        more: args.flags & ffi::FI_MORE as u64 != 0,
     };
     crate::debug!(
         EpData,

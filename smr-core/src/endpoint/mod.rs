@@ -6,6 +6,7 @@
 //! first (`on_message`), which either gives a destination, asks the engine to hold the message
 //! (unexpected), or discards it; held messages are delivered later with `deliver`.
 
+mod batch;
 mod peers;
 mod recv;
 mod send;
@@ -141,6 +142,10 @@ pub struct SendOpts {
     pub cookie: u64,
     /// Complete only once the receiver has taken the data (always so for CMA and SAR).
     pub delivery_complete: bool,
+    /// More sends follow at once (libfabric's FI_MORE): a small message waits in the peer's
+    /// batch, which goes out with one ring claim and one wake-up on the next send without
+    /// `more` or the next `progress`. It completes (`on_send_done`) once out.
+    pub more: bool,
 }
 
 /// What `send` did.
@@ -174,6 +179,8 @@ pub struct Stats {
     pub sent_inject: u64,
     pub sent_cma: u64,
     pub sent_sar: u64,
+    /// FI_MORE batches pushed (each with one ring claim and one wake-up).
+    pub batches: u64,
 }
 
 pub struct Endpoint {
@@ -197,6 +204,10 @@ pub struct Endpoint {
     sar_rx: HashMap<(SrcId, u64), SarRx>,
     held: IdMap<MsgKey, Held>,
     resp_backlog: VecDeque<(SrcId, RespEntry)>,
+    /// Messages sent with `SendOpts::more`, not yet in their peers' rings (`batch.rs`).
+    staged: batch::Staged,
+    /// Batched sends that went out (or failed) and still have to be reported to the handler.
+    staged_done: Vec<(u64, Result<()>)>,
     next_msg_id: u64,
     next_key: MsgKey,
     last_liveness: Instant,
@@ -245,6 +256,8 @@ impl Endpoint {
             sar_rx: HashMap::new(),
             held: IdMap::default(),
             resp_backlog: VecDeque::new(),
+            staged: batch::Staged::default(),
+            staged_done: Vec::new(),
             next_msg_id: 1,
             next_key: 1,
             last_liveness: Instant::now(),
@@ -278,7 +291,14 @@ impl Endpoint {
 
     /// Run the engine once. Returns how many events it handled.
     pub fn progress(&mut self, h: &mut impl Handler) -> usize {
-        let mut events = self.drain_commands(h);
+        if !self.staged.is_empty() {
+            self.flush_staged();
+        }
+        let mut events = self.staged_done.len();
+        for (cookie, result) in self.staged_done.drain(..) {
+            h.on_send_done(cookie, result);
+        }
+        events += self.drain_commands(h);
         events += self.drain_responses(h);
         if !self.resp_backlog.is_empty() {
             self.flush_resp_backlog();
@@ -303,6 +323,8 @@ impl Endpoint {
             || self.resp_rx.ready(&self.region.resp_ring())
             || !self.resp_backlog.is_empty()
             || !self.sar_tx.is_empty()
+            || !self.staged.is_empty()
+            || !self.staged_done.is_empty()
         {
             return true;
         }

@@ -77,8 +77,11 @@ impl Endpoint {
         if bytes.len() as u64 != hdr.len || bytes.len() > self.params.inject_max {
             return Err(Error::Invalid("send_bytes takes one inject-sized buffer of the header's length"));
         }
+        if !opts.more && !self.staged.is_empty() {
+            self.flush_staged();
+        }
         let msg_id = self.new_msg_id();
-        match self.push_small(peer, msg_id, &hdr, opts.delivery_complete, Small::Bytes(bytes)) {
+        match self.push_small(peer, msg_id, &hdr, opts, Small::Bytes(bytes)) {
             Err(Error::Again) => Err(self.check_full_peer(peer)),
             Err(e) => Err(e),
             Ok(()) => Ok(self.after_small(peer, msg_id, hdr, opts, || LocalIov::owned(Vec::new()))),
@@ -93,9 +96,20 @@ impl Endpoint {
         buf: LocalIov,
         opts: SendOpts,
     ) -> Result<SendStatus> {
-        if buf.len() <= self.params.inject_max {
-            self.push_small(peer, msg_id, &hdr, opts.delivery_complete, Small::Iov(&buf))?;
+        if buf.len() <= self.params.inject_max && (opts.more || self.staged.is_empty()) {
+            self.push_small(peer, msg_id, &hdr, opts, Small::Iov(&buf))?;
             return Ok(self.after_small(peer, msg_id, hdr, opts, || buf));
+        }
+        // Whatever was batched goes first: messages to a peer arrive in the order sent.
+        if !self.staged.is_empty() {
+            self.flush_staged();
+            if self.staged.holds(peer) {
+                return Err(Error::Again);
+            }
+            if buf.len() <= self.params.inject_max {
+                self.push_small(peer, msg_id, &hdr, opts, Small::Iov(&buf))?;
+                return Ok(self.after_small(peer, msg_id, hdr, opts, || buf));
+            }
         }
         let my_cma = self.cma_ok;
         let link = self.link(peer)?;
@@ -122,16 +136,24 @@ impl Endpoint {
 
     /// Put a message of at most `inject_max` bytes in the peer's ring: inline in the command, or
     /// through one of its inject buffers.
-    fn push_small(&mut self, peer: PeerId, msg_id: u64, hdr: &MsgHeader, ack: bool, src: Small<'_>) -> Result<()> {
+    /// With `opts.more` it is built (and an inject buffer filled) but staged, not pushed.
+    fn push_small(&mut self, peer: PeerId, msg_id: u64, hdr: &MsgHeader, opts: SendOpts, src: Small<'_>) -> Result<()> {
+        if !opts.more && self.staged.holds(peer) {
+            return Err(Error::Again); // a batch to this peer waits for room: keep the order
+        }
         let len = hdr.len as usize;
         let inline_max = self.params.inline_max;
         let link = self.link(peer)?;
         link.used = true;
-        let mut entry = CmdEntry::message(link.slot, msg_id, hdr, ack);
+        let mut entry = CmdEntry::message(link.slot, msg_id, hdr, opts.delivery_complete);
         if len <= inline_max {
             entry.proto = proto::INLINE;
             src.copy_to(&mut entry.payload[..len]);
-            super::peers::push_cmd(&link.region, &entry)?;
+            if opts.more {
+                self.stage(peer, entry, (!opts.delivery_complete).then_some(opts.cookie));
+            } else {
+                super::peers::push_cmd(&link.region, &entry)?;
+            }
             self.stats.sent_inline += 1;
             return Ok(());
         }
@@ -140,7 +162,9 @@ impl Endpoint {
         // SAFETY: `dst` is `len` bytes inside the peer's mapping (bounds-checked above).
         unsafe { src.copy_to_raw(dst, len) };
         entry.set_inject(index);
-        if let Err(e) = super::peers::push_cmd(&link.region, &entry) {
+        if opts.more {
+            self.stage(peer, entry, (!opts.delivery_complete).then_some(opts.cookie));
+        } else if let Err(e) = super::peers::push_cmd(&link.region, &entry) {
             let _ = link.region.inject_stack().push(index);
             return Err(e);
         }
@@ -158,7 +182,8 @@ impl Endpoint {
         buf: impl FnOnce() -> LocalIov,
     ) -> SendStatus {
         if !opts.delivery_complete {
-            return SendStatus::Done;
+            // A staged message completes once it is in the ring (reported by `progress`).
+            return if opts.more { SendStatus::Pending } else { SendStatus::Done };
         }
         // The data was copied out already; the buffer is kept only for the record.
         let pending =

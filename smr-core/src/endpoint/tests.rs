@@ -129,7 +129,7 @@ fn exchange_all_sizes(tag: &str, params: Params) -> (Endpoint, Endpoint) {
                 to_b,
                 hdr,
                 LocalIov::owned(data.clone()),
-                SendOpts { cookie: i as u64, delivery_complete: false },
+                SendOpts { cookie: i as u64, delivery_complete: false, more: false },
             ) {
                 Err(Error::Again) => {
                     assert!(std::time::Instant::now() < dl, "send of size {len} still answers Again");
@@ -218,7 +218,12 @@ fn held_messages_are_delivered_later_and_truncated_on_request() {
     for (i, &len) in sizes.iter().enumerate() {
         let hdr = MsgHeader { app: 0, tag: i as u64, data: 0, aux: 0, len: len as u64 };
         let status = a
-            .send(to_b, hdr, LocalIov::owned(pattern(len, 9)), SendOpts { cookie: i as u64, delivery_complete: true })
+            .send(
+                to_b,
+                hdr,
+                LocalIov::owned(pattern(len, 9)),
+                SendOpts { cookie: i as u64, delivery_complete: true, more: false },
+            )
             .unwrap();
         assert_eq!(status, SendStatus::Pending, "size {len} with delivery-complete");
     }
@@ -336,7 +341,7 @@ fn refused_messages_fail_their_senders_with_the_receivers_errno() {
         let sizes = [1usize, 4096, 100_000];
         for (i, &len) in sizes.iter().enumerate() {
             let hdr = MsgHeader { app: 0, tag: i as u64, data: 0, aux: 7, len: len as u64 };
-            let opts = SendOpts { cookie: i as u64, delivery_complete: true };
+            let opts = SendOpts { cookie: i as u64, delivery_complete: true, more: false };
             let buf = LocalIov::owned(pattern(len, i as u8));
             assert_eq!(a.send(to_b, hdr, buf, opts), Ok(SendStatus::Pending));
         }
@@ -358,7 +363,7 @@ fn later_messages_complete_their_senders_on_answer() {
     let (mut ha, mut hb) = (Collect::default(), Collect { later: true, ..Default::default() });
     for (i, len) in [16usize, 3000].into_iter().enumerate() {
         let hdr = MsgHeader { app: 0, tag: i as u64, data: 0, aux: 0, len: len as u64 };
-        let opts = SendOpts { cookie: i as u64, delivery_complete: true };
+        let opts = SendOpts { cookie: i as u64, delivery_complete: true, more: false };
         assert_eq!(a.send(to_b, hdr, LocalIov::owned(pattern(len, 3)), opts), Ok(SendStatus::Pending));
     }
     pump_until((&mut a, &mut ha), (&mut b, &mut hb), "deliveries", |_, hb| hb.received.len() == 2);
@@ -383,7 +388,7 @@ fn answers_carry_data_to_the_sender() {
     let (mut ha, mut hb) = (Collect::default(), Collect { later: true, ..Default::default() });
     for i in 0..3u64 {
         let hdr = MsgHeader { app: 0, tag: i, data: 0, aux: 0, len: 16 };
-        let opts = SendOpts { cookie: 10 + i, delivery_complete: true };
+        let opts = SendOpts { cookie: 10 + i, delivery_complete: true, more: false };
         assert_eq!(a.send(to_b, hdr, LocalIov::owned(pattern(16, 1)), opts), Ok(SendStatus::Pending));
     }
     pump_until((&mut a, &mut ha), (&mut b, &mut hb), "deliveries", |_, hb| hb.received.len() == 3);
@@ -408,7 +413,7 @@ fn send_bytes_moves_small_messages_and_refuses_longer_ones() {
     let sizes = [0usize, 8, INLINE_MAX, INLINE_MAX + 1, INJECT_SIZE as usize];
     for (i, &len) in sizes.iter().enumerate() {
         let hdr = MsgHeader { app: 0, tag: i as u64, data: 0, aux: 0, len: len as u64 };
-        let opts = SendOpts { cookie: i as u64, delivery_complete: i % 2 == 1 };
+        let opts = SendOpts { cookie: i as u64, delivery_complete: i % 2 == 1, more: false };
         let want = if opts.delivery_complete { SendStatus::Pending } else { SendStatus::Done };
         assert_eq!(a.send_bytes(to_b, hdr, &pattern(len, i as u8), opts), Ok(want));
     }
@@ -429,4 +434,55 @@ fn send_bytes_moves_small_messages_and_refuses_longer_ones() {
     }
     assert_eq!(ha.sends_done, vec![(1, Ok(())), (3, Ok(()))]);
     assert!(hb.offered.iter().all(|m| m.hdr.tag != 99), "the refused message was sent");
+}
+
+/// FI_MORE: messages sent with `more` wait in the sender (the receiver sees none of them) until a
+/// send without it; then they all arrive, in order, with the last one, in one batch per ring
+/// claim; unacknowledged ones complete once out. A batch larger than the receiver's ring goes in
+/// as far as it fits and the rest follows from progress, still in order, and a send without
+/// `more` waits (Again) rather than overtake what is left.
+#[test]
+fn more_batches_small_messages_in_order() {
+    let mut params = Params::default();
+    params.counts.cmd_len = 8;
+    let (mut a, mut b, to_b) = pair("more", params);
+    let (mut ha, mut hb) = (Collect::default(), Collect::default());
+    // The connection handshake first, so the batch below is all messages.
+    let hello = MsgHeader { app: 0, tag: 1000, data: 0, aux: 0, len: 1 };
+    a.send_bytes(to_b, hello, &[1], SendOpts::default()).unwrap();
+    pump_until((&mut a, &mut ha), (&mut b, &mut hb), "hello", |_, hb| hb.received.len() == 1);
+    hb.received.clear();
+
+    let sizes = [8usize, 0, INLINE_MAX + 1, 100, 4096, 16, 8, 8, 8, 8, 8, 8];
+    for (i, &len) in sizes.iter().enumerate() {
+        let hdr = MsgHeader { app: 0, tag: i as u64, data: 0, aux: 0, len: len as u64 };
+        let opts = SendOpts { cookie: i as u64, delivery_complete: i == 3, more: true };
+        assert_eq!(a.send_bytes(to_b, hdr, &pattern(len, i as u8), opts), Ok(SendStatus::Pending));
+    }
+    for _ in 0..50 {
+        b.progress(&mut hb);
+    }
+    assert!(hb.received.is_empty(), "a staged message arrived before the batch was flushed");
+    // The last one, without `more`, flushes: 8 of 12 fit the ring, the rest wait for room.
+    let last = MsgHeader { app: 0, tag: 99, data: 0, aux: 0, len: 3 };
+    assert_eq!(a.send_bytes(to_b, last, &[9, 9, 9], SendOpts::default()), Err(Error::Again));
+    assert_eq!(a.stats().batches, 1);
+    pump_until((&mut a, &mut ha), (&mut b, &mut hb), "the batch", |_, hb| hb.received.len() == sizes.len());
+    assert_eq!(a.send_bytes(to_b, last, &[9, 9, 9], SendOpts::default()), Ok(SendStatus::Done));
+    pump_until((&mut a, &mut ha), (&mut b, &mut hb), "the last", |ha, hb| {
+        hb.received.len() == sizes.len() + 1 && ha.sends_done.len() == sizes.len()
+    });
+    let tags: Vec<u64> = hb.received.iter().map(|r| r.0.tag).collect();
+    let mut want: Vec<u64> = (0..sizes.len() as u64).collect();
+    want.push(99);
+    assert_eq!(tags, want, "out of order");
+    for (hdr, result, bytes) in &hb.received[..sizes.len()] {
+        let len = sizes[hdr.tag as usize];
+        assert_eq!((result, bytes), (&Ok(len), &pattern(len, hdr.tag as u8)));
+    }
+    let mut done: Vec<u64> = ha.sends_done.iter().map(|d| d.0).collect();
+    done.sort();
+    assert_eq!(done, (0..sizes.len() as u64).collect::<Vec<_>>());
+    assert!(ha.sends_done.iter().all(|d| d.1.is_ok()));
+    assert!(a.stats().batches >= 2, "the rest of the batch did not go out as a batch");
 }
