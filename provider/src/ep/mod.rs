@@ -63,7 +63,7 @@ pub struct Bound {
 pub struct Sinks<'a> {
     pub cqs: &'a mut Slab<CqState>,
     pub cntrs: &'a mut Slab<CntrState>,
-    pub b: Bindings,
+    pub b: &'a Bindings,
 }
 
 impl Sinks<'_> {
@@ -609,7 +609,7 @@ unsafe extern "C" fn ep_cancel(fid: ffi::fid_t, context: *mut c_void) -> isize {
         let mut st = ep.shared.lock();
         let DomainState { eps, cqs, cntrs, .. } = &mut *st;
         let s = &mut eps[ep.id];
-        let mut sinks = Sinks { cqs, cntrs, b: s.bindings };
+        let mut sinks = Sinks { cqs, cntrs, b: &s.bindings };
         if s.rx.cancel(context as usize, &mut sinks) {
             0
         } else {
@@ -660,7 +660,7 @@ pub fn progress(st: &mut DomainState, id: usize) -> usize {
         rx: &mut ep.rx,
         tx_ops: &mut ep.tx_ops,
         target: rma::Target { rma: &mut ep.rma, mrs },
-        sinks: Sinks { cqs, cntrs, b: ep.bindings },
+        sinks: Sinks { cqs, cntrs, b: &ep.bindings },
         av,
         src_addrs: &mut ep.src_addrs,
         directed,

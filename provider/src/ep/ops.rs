@@ -53,7 +53,7 @@ fn recv(ep: *mut ffi::fid_ep, make: impl FnOnce(u64) -> FiResult<PostedRecv>, de
         }
         let directed = s.directed();
         let engine = s.engine.as_mut().ok_or(FiError::NOTCONN)?;
-        let mut sinks = Sinks { cqs, cntrs, b: s.bindings };
+        let mut sinks = Sinks { cqs, cntrs, b: &s.bindings };
         let ctx = PostCtx { rx: &mut s.rx, engine, sinks: &mut sinks, directed };
         if recv.tagged && recv.flags & ffi::FI_PEEK as u64 != 0 {
             rx::peek(ctx, &recv);

@@ -123,10 +123,16 @@ impl RxState {
         let tagged = hdr.app & APP_TAGGED != 0;
         let q = &mut self.posted[queue(tagged)];
         let at = q.iter().position(|r| r.matches(src, hdr.tag, directed))?;
+        if !q[at].multi() {
+            // The common case: the whole receive is used up; move its buffer out, no copy.
+            let recv = if at == 0 { q.pop_front() } else { q.remove(at) }.expect("found above");
+            let op = RecvOp::new(&recv, src, *hdr, &recv.iov, selective, false);
+            return Some((op, recv.iov));
+        }
         let recv = &mut q[at];
         let (dest, retire) = recv.carve(hdr.len as usize, self.min_multi_recv);
         let op = RecvOp::new(recv, src, *hdr, &dest, selective, retire);
-        if !recv.multi() || retire {
+        if retire {
             q.remove(at);
         }
         Some((op, dest))
@@ -261,9 +267,17 @@ impl smr_core::endpoint::Handler for Handler<'_> {
         };
         // The small message's whole path: copy into the posted buffer and complete, with no
         // delivery to come back from.
-        // SAFETY: the application's posted receive buffer, which it may not touch until the
-        // receive completes (libfabric's buffer contract); the copy happens right here.
-        let n = unsafe { lend(dest) }.write_at(0, payload);
+        let n = match *dest.as_slice() {
+            [(addr, len)] => {
+                let n = len.min(payload.len());
+                // SAFETY: the application's posted receive buffer of `len` bytes, which it may
+                // not touch until the receive completes (libfabric's buffer contract).
+                unsafe { std::ptr::copy_nonoverlapping(payload.as_ptr(), addr as *mut u8, n) };
+                n
+            }
+            // SAFETY: as above, for a receive buffer of several ranges.
+            _ => unsafe { lend(dest) }.write_at(0, payload),
+        };
         let sent = msg.hdr.len as usize;
         let result = if n < sent { Err(EngineError::Truncated { delivered: n, sent }) } else { Ok(n) };
         complete_op(&op, result, &mut self.sinks);

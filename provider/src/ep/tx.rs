@@ -128,11 +128,13 @@ pub fn send(st: &mut DomainState, id: usize, args: SendArgs) -> FiResult<()> {
     // SAFETY: the application's send buffer, which it keeps unchanged until the send completes.
     let sent = unsafe { engine_send(engine, peer, hdr, args.iov, opts) };
     match sent {
-        Ok(SendStatus::Done) => {
-            let mut sinks = Sinks { cqs, cntrs, b: ep.bindings };
+        // Done at once: report it, unless nothing would see it (an inject with no counter).
+        Ok(SendStatus::Done) if op.wanted || ep.bindings.send_cntr.is_some() => {
+            let mut sinks = Sinks { cqs, cntrs, b: &ep.bindings };
             sinks.tx_done(CqEvent::Done(ctx_completion(op.ctx, op.flags)), op.wanted, TxKind::Send);
             Ok(())
         }
+        Ok(SendStatus::Done) => Ok(()),
         Ok(SendStatus::Pending) => {
             let taken = ep.tx_ops.insert(op);
             debug_assert_eq!(taken, slot);
