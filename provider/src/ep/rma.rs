@@ -211,9 +211,16 @@ impl ReplyData {
         }
     }
 
-    fn to_iov(&self) -> LocalIov {
+    /// The bytes, lent to the engine (no copy).
+    ///
+    /// # Safety
+    /// `self` must stay alive, and unmoved in the case of registered memory, until the send
+    /// that takes the iov is finished (`RmaState::replying` keeps it).
+    unsafe fn lend(&self) -> LocalIov {
         match self {
-            ReplyData::Copy(v) => LocalIov::owned(v.clone()),
+            // SAFETY: the copy's heap buffer lives as long as `self` (per this function's
+            // contract), and moving the Vec does not move it.
+            ReplyData::Copy(v) => unsafe { LocalIov::from_raw(&[(v.as_ptr().cast_mut(), v.len())]) },
             // SAFETY: registered memory the application exposed for remote reads (checked by
             // `resolve` when the request arrived).
             ReplyData::Memory(r) => unsafe { super::rx::lend(r.clone()) },
@@ -228,7 +235,8 @@ pub struct RmaState {
     target: Slab<TargetOp>,
     outbox: VecDeque<Outgoing>,
     /// Replies whose data the initiator still has to take (CMA, SAR): answered when it has.
-    replying: Slab<(SrcId, u64)>,
+    /// The reply's data stays here, lent to the engine, until the send finishes.
+    replying: Slab<(SrcId, u64, ReplyData)>,
     /// Operations this endpoint started, and peers' operations it served (for the close log,
     /// which client checks read to prove that one-sided traffic went through rshm).
     pub issued: u64,
@@ -705,7 +713,7 @@ fn finish(rma: &mut RmaState, tx_ops: &mut Slab<TxOp>, op_id: u64, answer: smr_c
 
 /// A reply the target sent finished (cookie without COOKIE_REPLY): answer its request.
 pub fn reply_sent(rma: &mut RmaState, idx: usize, result: smr_core::Result<()>) {
-    if let Some((src, msg_id)) = rma.replying.try_remove(idx) {
+    if let Some((src, msg_id, _data)) = rma.replying.try_remove(idx) {
         let result = result.map_err(|_| ffi::FI_EIO);
         rma.outbox.push_back(Outgoing::Answer { src, msg_id, result });
     }
@@ -730,13 +738,31 @@ pub fn flush(rma: &mut RmaState, engine: &mut Endpoint) {
                         continue;
                     }
                 };
+                // Registered memory goes out by reference only where the initiator reads it with
+                // CMA: a registration closed meanwhile then fails its read. Through SAR this
+                // process would copy from it over later steps, after a close might have unmapped
+                // it: take a copy now instead.
+                let data = match data {
+                    ReplyData::Memory(ranges) if !engine.cma_with(peer) => {
+                        // SAFETY: registered memory, resolved in this same progress pass.
+                        let mem = unsafe { super::rx::lend(ranges) };
+                        let mut copy = vec![0; mem.len()];
+                        mem.read_at(0, &mut copy);
+                        ReplyData::Copy(copy)
+                    }
+                    other => other,
+                };
                 let hdr = header(app(KIND_READ_RESP, 0), op_id, 0, 0, data.len());
                 let idx = rma.replying.vacant_key();
                 let opts = SendOpts { cookie: COOKIE_REPLY | idx as u64, delivery_complete: false, more: false };
-                match engine.send(peer, hdr, data.to_iov(), opts) {
+                // SAFETY: `data` outlives the send: it is dropped after a send that is done at
+                // once (copied), kept in `replying` while one is pending, and kept for the retry
+                // after one that was refused.
+                let iov = unsafe { data.lend() };
+                match engine.send(peer, hdr, iov, opts) {
                     Ok(SendStatus::Done) => engine.answer(src, msg_id, Ok(())),
                     Ok(SendStatus::Pending) => {
-                        rma.replying.insert((src, msg_id));
+                        rma.replying.insert((src, msg_id, data));
                     }
                     Err(EngineError::Again) => {
                         rma.outbox.push_front(Outgoing::Reply { src, msg_id, op_id, data });
