@@ -101,6 +101,11 @@ pub(super) fn push_cmd(region: &Region, entry: &CmdEntry) -> Result<()> {
     }
 }
 
+/// The answer to a connection request: the sender's index in our peer table.
+fn conn_ack(src: SrcId) -> RespEntry {
+    RespEntry { kind: resp::CONN_ACK, status: Status::Ok as u32, msg_id: 0, value: src as u64, ..Default::default() }
+}
+
 fn slot_name(slot: &PeerSlot) -> Option<String> {
     let mut bytes = Vec::with_capacity(NAME_MAX + 1);
     for word in &slot.name {
@@ -226,16 +231,7 @@ impl Endpoint {
         let incarnation = slot.incarnation.load(Ordering::Relaxed);
         if let Some(known) = self.inp.get(&src) {
             if known.incarnation == incarnation && known.name == name {
-                self.send_resp(
-                    src,
-                    RespEntry {
-                        kind: resp::CONN_ACK,
-                        status: Status::Ok as u32,
-                        msg_id: 0,
-                        value: src as u64,
-                        ..Default::default()
-                    },
-                );
+                self.send_resp(src, conn_ack(src));
                 return Ok(());
             }
             self.forget_in_peer(src, h);
@@ -255,16 +251,7 @@ impl Endpoint {
         };
         self.forgotten.remove(&src);
         self.inp.insert(src, InPeer { name, region, watch: Watch::new(ident), incarnation });
-        self.send_resp(
-            src,
-            RespEntry {
-                kind: resp::CONN_ACK,
-                status: Status::Ok as u32,
-                msg_id: 0,
-                value: src as u64,
-                ..Default::default()
-            },
-        );
+        self.send_resp(src, conn_ack(src));
         Ok(())
     }
 
