@@ -128,7 +128,7 @@ static DOMAIN_OPS: ffi::fi_ops_domain = ffi::fi_ops_domain {
     endpoint: Some(crate::ep::endpoint_open),
     scalable_ep: Some(stubs::scalable_ep),
     cntr_open: Some(crate::cntr::cntr_open),
-    poll_open: Some(stubs::poll_open),
+    poll_open: Some(crate::poll::poll_open),
     stx_ctx: Some(stubs::stx_ctx),
     srx_ctx: Some(stubs::srx_ctx),
     query_atomic: Some(crate::ep::query_atomic),

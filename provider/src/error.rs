@@ -19,6 +19,7 @@ impl FiError {
     pub const BADFLAGS: FiError = FiError(ffi::FI_EBADFLAGS as _);
     pub const OPNOTSUPP: FiError = FiError(ffi::FI_EOPNOTSUPP);
     pub const NOENT: FiError = FiError(ffi::FI_ENOENT);
+    pub const ALREADY_ADDED: FiError = FiError(ffi::FI_EALREADY);
     pub const TRUNC: FiError = FiError(ffi::FI_ETRUNC as _);
     pub const IO: FiError = FiError(ffi::FI_EIO);
     pub const CANCELED: FiError = FiError(ffi::FI_ECANCELED);

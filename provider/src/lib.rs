@@ -23,6 +23,7 @@ pub mod iov;
 pub mod mr;
 pub mod object;
 pub mod params;
+pub mod poll;
 pub mod progress;
 pub mod stubs;
 pub mod wait;

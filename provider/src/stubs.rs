@@ -27,7 +27,6 @@ nosys! {
     wait_open(*mut ffi::fid_fabric, *mut ffi::fi_wait_attr, *mut *mut ffi::fid_wait) -> c_int;
     domain2(*mut ffi::fid_fabric, *mut ffi::fi_info, *mut *mut ffi::fid_domain, u64, *mut c_void) -> c_int;
     scalable_ep(*mut ffi::fid_domain, *mut ffi::fi_info, *mut *mut ffi::fid_ep, *mut c_void) -> c_int;
-    poll_open(*mut ffi::fid_domain, *mut ffi::fi_poll_attr, *mut *mut ffi::fid_poll) -> c_int;
     stx_ctx(*mut ffi::fid_domain, *mut ffi::fi_tx_attr, *mut *mut ffi::fid_stx, *mut c_void) -> c_int;
     srx_ctx(*mut ffi::fid_domain, *mut ffi::fi_rx_attr, *mut *mut ffi::fid_ep, *mut c_void) -> c_int;
     query_collective(*mut ffi::fid_domain, ffi::fi_collective_op, *mut ffi::fi_collective_attr, u64) -> c_int;
