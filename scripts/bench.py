@@ -610,6 +610,7 @@ def main():
     if any(lb.endswith("@2.5") for lb in labels):
         core_dir, why = wheel_core(a.mpich_venv, not a.no_install)
         if not core_dir:
+            why = why or f"no mpich wheel (libfabric.so.1) under {a.mpich_venv}"
             warn(f"libfabric 2.5.1 unavailable ({why or 'no mpich wheel venv'}): running the 1.17 providers only")
             labels = [lb for lb in labels if not lb.endswith("@2.5")]
     py = None if a.no_plots else plot_python(not a.no_install)
@@ -657,7 +658,7 @@ def main():
         "commit": commit(),
         "machine": machine(),
         "core25": os.path.relpath(os.path.join(core_dir, "libfabric.so.1"), ROOT) if core_dir else None,
-        "core25_why": why or "not asked for",
+        "core25_why": why or "not asked for (--providers)",
         "runs": runs,
         "sizes": sizes,
         "time_ms": time_ms,
