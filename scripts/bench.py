@@ -622,7 +622,7 @@ def main():
     total = runs * len(plan) * len(labels)
     log(f"== {runs} runs x {len(plan)} families x {len(labels)} providers ({total} invocations), sizes {sizes_arg}")
     rows, others, n = [], [], 0
-    per_timeout = 60 + len(sizes) * 25
+    per_timeout = 120 + len(sizes) * 40
     for r in range(runs):
         order = labels[r % len(labels):] + labels[: r % len(labels)]
         for fam, tests in plan:

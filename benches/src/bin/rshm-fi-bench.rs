@@ -328,18 +328,32 @@ fn initiator_main(opts: &Opts) -> Result<bool> {
         if tests.is_empty() {
             continue;
         }
-        run_family(&mut ctx, &mut peer, family, &tests, max)?;
+        // After a failure the family starts afresh (new endpoints on both sides) at the next
+        // point: one provider's stuck operation must not cost every later figure.
+        let mut from = Some((0, 0));
+        while let Some(start) = from {
+            from = run_family(&mut ctx, &mut peer, family, &tests, start, max)?;
+        }
     }
     Ok(!ctx.failed)
 }
 
-fn run_family(ctx: &mut Ctx, peer: &mut Peer, family: Family, tests: &[Test], max: usize) -> Result<()> {
+/// Open the family's endpoints on both sides and run `tests` from `start` (test index, size
+/// index); returns where to resume after a failed point, `None` when done.
+fn run_family(
+    ctx: &mut Ctx,
+    peer: &mut Peer,
+    family: Family,
+    tests: &[Test],
+    start: (usize, usize),
+    max: usize,
+) -> Result<Option<(usize, usize)>> {
     peer.send(&format!("open {} {max}", family.name()))?;
     let reply = peer.recv()?;
-    let na = |ctx: &Ctx, why: &str| tests.iter().for_each(|&t| ctx.na(family, t, why));
+    let na = |ctx: &Ctx, why: &str| tests[start.0..].iter().for_each(|&t| ctx.na(family, t, why));
     if let Some(why) = reply.strip_prefix("na ") {
         na(ctx, why);
-        return Ok(());
+        return Ok(None);
     }
     let w: Vec<&str> = reply.split_whitespace().collect();
     let ["addr", addr, key, raddr] = w.as_slice() else { return Err(format!("peer answered {reply:?}")) };
@@ -349,14 +363,15 @@ fn run_family(ctx: &mut Ctx, peer: &mut Peer, family: Family, tests: &[Test], ma
         Err(why) => {
             na(ctx, &why);
             peer.send("close")?;
-            return peer.expect("ok");
+            return peer.expect("ok").map(|_| None);
         }
     };
     eprintln!("rshm-fi-bench: {} on libfabric core {}: {}", ep.describe(), ctx.core, family.name());
     ep.connect(&unhex(addr)?)?;
     peer.send(&format!("peer {}", hex(&ep.name()?)))?;
     peer.expect("ok")?;
-    'tests: for &test in tests {
+    let mut resume = None;
+    'tests: for (ti, &test) in tests.iter().enumerate().skip(start.0) {
         if family == Family::Atomic && !ep.sum_u64_valid() {
             ctx.na(family, test, "fi_atomicvalid(FI_UINT64, FI_SUM) declines");
             continue;
@@ -365,18 +380,21 @@ fn run_family(ctx: &mut Ctx, peer: &mut Peer, family: Family, tests: &[Test], ma
             Some(s) => vec![s],
             None => ctx.opts.sizes.clone(),
         };
-        for size in sizes {
+        let first = if ti == start.0 { start.1 } else { 0 };
+        for (si, &size) in sizes.iter().enumerate().skip(first) {
             if let Err(e) = point(ctx, peer, &mut ep, test, size, remote) {
                 ctx.fail(family, test, size, &e);
-                // The endpoints may hold half-finished operations: start the family afresh
-                // only if asked again; the remaining tests of this family are skipped.
+                // The endpoints may hold half-finished operations: close them, and go on
+                // with fresh ones from the next point.
+                resume = Some(if si + 1 < sizes.len() { (ti, si + 1) } else { (ti + 1, 0) });
                 break 'tests;
             }
         }
     }
     drop(ep);
     peer.send("close")?;
-    peer.expect("ok")
+    peer.expect("ok")?;
+    Ok(resume.filter(|&(ti, _)| ti < tests.len()))
 }
 
 /// One run of `iters` iterations on both sides; the initiator's time.
