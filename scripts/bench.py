@@ -21,7 +21,8 @@ report, never silently measured.
                      [--ops tagged,msg,rma,atomic | lat,bw,write_lat,...] [--time-ms MS]
                      [--out docs/perf] [--no-build] [--no-plots]
 
-Writes OUT/bench.md, OUT/bench.json (every sample) and OUT/bench-*.png (matplotlib, installed
+Writes OUT/bench.md, OUT/bench.json (medians, spread, n/a and failures, for --replot; every
+sample goes to target/bench-raw.json) and OUT/bench-*.png (matplotlib, installed
 into target/venv-bench with pip; without it the report has no figures and says so).
 """
 import argparse
@@ -392,8 +393,7 @@ def commit():
 
 def write_report(path, meta, agg, rows, labels, sizes, figures):
     rshms = [lb for lb in labels if lb.startswith("rshm@")]
-    busy_points = sum(1 for r in rows if r["kind"] == "RESULT" and r["busy"] == "1")
-    points = sum(1 for r in rows if r["kind"] == "RESULT")
+    busy_points, points = meta["busy_points"], meta["points"]
     out = ["# rshm-fi-bench: rshm beside the other shared-memory providers", ""]
     out += [
         "Written by `" + meta["command"] + "` (do not edit by hand: run it again).",
@@ -568,7 +568,7 @@ def replot(json_path, outdir, py):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help=f"2 runs, sizes {QUICK_SIZES}, 40 ms per point")
-    ap.add_argument("--runs", type=int, help="repetitions of the whole sweep (default 3; --quick 2)")
+    ap.add_argument("--runs", type=int, help="repetitions of the whole sweep (default 5; --quick 2)")
     ap.add_argument("--sizes", help=f"comma-separated sizes with K/M suffixes (default {DEFAULT_SIZES})")
     ap.add_argument("--providers", default=",".join(ALL_PROVIDERS), help="provider@core list (default all)")
     ap.add_argument("--ops", default="tagged,msg,rma,atomic", help="families and/or test names")
@@ -583,7 +583,7 @@ def main():
     a = ap.parse_args()
     if a.replot:
         return replot(a.replot, a.out, None if a.no_plots else plot_python(not a.no_install))
-    runs = a.runs or (2 if a.quick else 3)
+    runs = a.runs or (2 if a.quick else 5)
     sizes_arg = a.sizes or (QUICK_SIZES if a.quick else DEFAULT_SIZES)
     sizes = sorted({parse_size(s) for s in sizes_arg.split(",") if s})
     time_ms = a.time_ms or (40 if a.quick else 100)
@@ -628,6 +628,7 @@ def main():
         for fam, tests in plan:
             for prov in order:
                 n += 1
+                t0 = time.monotonic()
                 got, other = invoke(prov, core_dir, fam, tests, ",".join(map(str, sizes)), time_ms, a.tries, per_timeout)
                 for g in got:
                     g["run"] = r
@@ -645,7 +646,8 @@ def main():
                 bad = [g for g in got if g["kind"] in ("FAIL", "ERROR")]
                 if bad:
                     status += f", FAILED: {bad[0]['reason'][:100]}"
-                log(f"[{n:3}/{total}] run {r + 1} {fam:6} {prov:10} {status}; other processes {other:.0%} of the CPUs")
+                took = time.monotonic() - t0
+                log(f"[{n:3}/{total}] run {r + 1} {fam:6} {prov:10} {status}; {took:.0f} s, other processes {other:.0%} of the CPUs")
                 if other > OTHER_WARN:
                     warn(f"other processes used {other:.0%} of the CPUs during {prov} {fam}")
 
@@ -665,6 +667,8 @@ def main():
         "other_median": statistics.median(others) if others else 0.0,
         "other_max": max(others) if others else 0.0,
         "loadavg": " ".join(open("/proc/loadavg").read().split()[:3]),
+        "points": sum(1 for r in rows if r["kind"] == "RESULT"),
+        "busy_points": sum(1 for r in rows if r["kind"] == "RESULT" and r["busy"] == "1"),
     }
     json_path = os.path.join(a.out, "bench.json")
     with open(json_path, "w") as f:
@@ -674,11 +678,15 @@ def main():
                 "labels": labels,
                 "subtitle": f"{meta['date']}, {meta['commit']}, {meta['machine']}",
                 "agg": {"|".join(map(str, k)): v for k, v in agg.items()},
-                "rows": rows,
+                # The samples are in the medians; keep what the report lists (n/a, failures).
+                "rows": [r for r in rows if r["kind"] != "RESULT"],
             },
             f,
-            indent=0,
+            indent=None,
         )
+    raw = os.path.join(ROOT, "target", "bench-raw.json")
+    with open(raw, "w") as f:
+        json.dump(rows, f)
     figs = plot(py, json_path, a.out, agg)
     md = os.path.join(a.out, "bench.md")
     write_report(md, meta, agg, rows, labels, sizes, figs)
