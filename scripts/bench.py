@@ -562,6 +562,40 @@ def replot(json_path, outdir, py):
     return 0
 
 
+def self_test():
+    """The aggregation and the report on made-up samples (run by `cargo test -p rshm-benches`)."""
+
+    def res(label, fam, test, size, ns, ops, busy="0"):
+        return {"kind": "RESULT", "label": label, "family": fam, "test": test, "size": str(size),
+                "ns": str(ns), "ops": str(ops), "busy": busy}
+
+    rows = [
+        # rshm 8 B ping-pong: 1.0, 1.2 us one-way, and a busy 9.0 us sample that must not count.
+        res("rshm@1.17", "tagged", "lat", 8, 2000, 1), res("rshm@1.17", "tagged", "lat", 8, 2400, 1),
+        res("rshm@1.17", "tagged", "lat", 8, 18000, 1, busy="1"),
+        res("shm@1.17", "tagged", "lat", 8, 4000, 1), res("sm2@2.5", "tagged", "lat", 8, 3000, 1),
+        # 64 KiB stream: rshm 2 GB/s, shm 1 GB/s (one busy-only sample: kept, and flagged).
+        res("rshm@1.17", "tagged", "bw", 65536, 65536 * 64 // 2, 64),
+        res("shm@1.17", "tagged", "bw", 65536, 65536 * 64, 64, busy="1"),
+        {"kind": "NA", "label": "sm2@2.5", "family": "rma", "reason": "no FI_RMA"},
+    ]
+    agg = aggregate(rows)
+    lat = agg[("tagged", "lat", 8, "rshm@1.17")]
+    assert abs(lat["median"] - 1.1) < 1e-9 and lat["min"] == 1.0 and lat["max"] == 1.2 and lat["busy"] == 1, lat
+    assert abs(agg[("tagged", "bw", 65536, "rshm@1.17")]["median"] - 2000) < 1e-6
+    assert agg[("tagged", "bw", 65536, "shm@1.17")]["all_busy"]
+    labels = ["rshm@1.17", "shm@1.17", "sm2@2.5"]
+    lines, ratios = table(agg, "tagged", "lat", labels, [8])
+    assert abs(ratios[("rshm@1.17", 8)][0] - 1.1 / 1.5) < 1e-9, ratios  # best other: sm2, 1.5 us
+    assert "1.500 (sm2@2.5)" in lines[4] and "**0.73x**" in lines[4], lines
+    _, ratios = table(agg, "tagged", "bw", labels, [65536])
+    assert ratios[("rshm@1.17", 65536)] == (2.0, True), ratios
+    tt = "\n".join(targets_table({("tagged", "lat"): {("rshm@1.17", 8): (0.5, False)}}, ["rshm@1.17"]))
+    assert "0.50x: met" in tt and "not measured" in tt, tt
+    print("bench.py self-test: ok")
+    return 0
+
+
 # ------------------------------------------------------------------------------------------
 
 
@@ -580,7 +614,10 @@ def main():
     ap.add_argument("--no-install", action="store_true", help="install nothing with pip (no wheel, no matplotlib)")
     ap.add_argument("--no-plots", action="store_true")
     ap.add_argument("--replot", metavar="JSON", help="measure nothing: rewrite the report and figures from a bench.json")
+    ap.add_argument("--self-test", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
+    if a.self_test:
+        return self_test()
     if a.replot:
         return replot(a.replot, a.out, None if a.no_plots else plot_python(not a.no_install))
     runs = a.runs or (2 if a.quick else 5)

@@ -4,8 +4,13 @@
 
 use std::path::PathBuf;
 use std::process::Command;
+use std::sync::Mutex;
+
+/// One bench at a time: two busy-polling pairs on two CPUs would only measure each other.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 fn bench(provider: &str, provider_path: Option<PathBuf>) -> String {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_rshm-fi-bench"));
     cmd.args(["--provider", provider, "--sizes", "8,5000,65536", "--time-ms", "20", "--tries", "1"]);
     if let Some(p) = provider_path {
@@ -62,4 +67,11 @@ fn a_missing_provider_is_reported_not_failed() {
     let out = bench("no-such-provider", None);
     assert!(out.lines().all(|l| l.starts_with("NA\t")), "{out}");
     assert_eq!(out.lines().count(), 11, "{out}");
+}
+
+#[test]
+fn the_driver_aggregates_and_reports() {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts/bench.py");
+    let out = Command::new("python3").arg(script).arg("--self-test").output().expect("run python3");
+    assert!(out.status.success(), "{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
 }
