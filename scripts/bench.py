@@ -237,7 +237,7 @@ def invoke(prov, core_dir, family, tests, sizes, time_ms, tries, timeout):
     except OSError as e:
         out, err, rc = "", str(e), -1
     other = meter.stop()
-    rows = [parse_line(line) for line in out.splitlines() if line.split("\t", 1)[0] in ("RESULT", "NA", "FAIL")]
+    rows = [parse_line(line) for line in out.splitlines() if line.split("\t", 1)[0] in ("RESULT", "NA", "FAIL", "INFO")]
     if rc != 0:
         reason = "timed out" if rc == 124 else f"exit status {rc}"
         tail = " | ".join(err.strip().splitlines()[-3:])
@@ -436,6 +436,11 @@ def write_report(path, meta, agg, rows, labels, sizes, figures):
             sections += lines
     out += targets_table(all_ratios, rshms)
     out += ["## Tables", ""] + sections
+    info = sorted({(r["label"], r.get("version", "?"), r.get("inject_size", "?")) for r in rows if r["kind"] == "INFO"})
+    if info:
+        out += ["## Providers as getinfo reported them", ""]
+        out += [f"- {lb}: {ver}, inject_size {inj} (messages up to it go with fi_inject)" for lb, ver, inj in info]
+        out += [""]
     na = sorted({(r["label"], r["family"], r.get("reason", "")) for r in rows if r["kind"] == "NA"})
     bad = [r for r in rows if r["kind"] in ("FAIL", "ERROR")]
     if na:

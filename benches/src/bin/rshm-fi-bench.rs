@@ -38,6 +38,7 @@ usage: rshm-fi-bench --provider NAME [--families LIST] [--tests LIST] [--sizes L
 
 Prints one line per point on stdout, tab-separated key=value fields:
   RESULT prov core family test size iters ops ns load busy tries
+  INFO   prov core family version inject_size   (once per family opened)
   NA     prov core family test reason       (the provider does not offer it)
   FAIL   prov core family test size reason  (an error, a data check included)
 ns is the timed run's duration; ops the messages/operations in it (latency tests: round trips
@@ -367,6 +368,14 @@ fn run_family(
         }
     };
     eprintln!("rshm-fi-bench: {} on libfabric core {}: {}", ep.describe(), ctx.core, family.name());
+    println!(
+        "INFO\tprov={}\tcore={}\tfamily={}\tversion={}\tinject_size={}",
+        ctx.opts.provider,
+        ctx.core,
+        family.name(),
+        ep.describe(),
+        ep.inject_size
+    );
     ep.connect(&unhex(addr)?)?;
     peer.send(&format!("peer {}", hex(&ep.name()?)))?;
     peer.expect("ok")?;
