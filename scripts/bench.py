@@ -33,6 +33,7 @@ import os
 import platform
 import resource
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -232,8 +233,23 @@ def invoke(prov, core_dir, family, tests, sizes, time_ms, tries, timeout):
     meter = LoadMeter()
     meter.start()
     try:
-        p = run(["timeout", "-k", "5", str(timeout)] + args, env=provider_env(prov, core_dir), capture_output=True, text=True)
-        out, err, rc = p.stdout, p.stderr, p.returncode
+        # Its own session, so that if this script is stopped the whole bench goes too.
+        p = subprocess.Popen(
+            ["timeout", "-k", "5", str(timeout)] + args,
+            cwd=ROOT,
+            env=provider_env(prov, core_dir),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+        try:
+            out, err = p.communicate()
+        except BaseException:
+            os.killpg(p.pid, signal.SIGTERM)
+            p.wait()
+            raise
+        rc = p.returncode
     except OSError as e:
         out, err, rc = "", str(e), -1
     other = meter.stop()
@@ -746,4 +762,5 @@ def main():
 
 
 if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     sys.exit(main())

@@ -306,6 +306,9 @@ impl Ctx<'_> {
 }
 
 fn initiator_main(opts: &Opts) -> Result<bool> {
+    // A driver that is killed (scripts/bench.py, `timeout`) takes the bench with it.
+    // SAFETY: prctl(PR_SET_PDEATHSIG) takes a signal number; no memory is passed.
+    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) };
     let cpus = allowed_cpus();
     let (mine, theirs) = match (opts.pin, cpus) {
         (true, [a, b, ..]) => (Some(*a), Some(*b)),
