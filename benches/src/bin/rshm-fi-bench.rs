@@ -435,7 +435,8 @@ fn point(ctx: &Ctx, peer: &mut Peer, ep: &mut Endpoint, test: Test, size: usize,
         r.iters *= 2;
     };
     r.iters = ((ctx.opts.time.as_secs_f64() / per_iter.max(1e-9)) as u64).clamp(3, 1 << 26);
-    let mut best: Option<(Duration, f64, bool)> = None;
+    // The least disturbed timed run: (duration, iterations, load, busy).
+    let mut best: Option<(Duration, u64, f64, bool)> = None;
     let mut tries = 0;
     let mut rescaled = 0;
     while tries < ctx.opts.tries {
@@ -455,14 +456,20 @@ fn point(ctx: &Ctx, peer: &mut Peer, ep: &mut Endpoint, test: Test, size: usize,
             Some(s) => (s.parent_waiting.max(s.child_waiting).max(s.steal), s.contended()),
             None => (0.0, false),
         };
-        if best.is_none_or(|(_, l, _)| load < l) {
-            best = Some((d, load, busy));
+        if best.is_none_or(|(_, _, l, _)| load < l) {
+            best = Some((d, r.iters, load, busy));
         }
         if !busy {
             break;
         }
+        if d > ctx.opts.time * 4 {
+            // A run stretched far past its target (a stalled provider, or heavy load): aim the
+            // next try back at the target, so a busy point cannot cost minutes.
+            let scale = ctx.opts.time.as_secs_f64() / d.as_secs_f64();
+            r.iters = ((r.iters as f64 * scale) as u64).max(3);
+        }
     }
-    let (d, load, busy) = best.expect("at least one try");
+    let (d, iters, load, busy) = best.expect("at least one try");
     if busy {
         eprintln!(
             "rshm-fi-bench: warning: {} {} {size} B: other load took {:.1}% of the CPUs in each of {tries} tries",
@@ -474,8 +481,8 @@ fn point(ctx: &Ctx, peer: &mut Peer, ep: &mut Endpoint, test: Test, size: usize,
     println!(
         "{}\tsize={size}\titers={}\tops={}\tns={}\tload={load:.4}\tbusy={}\ttries={tries}",
         ctx.head("RESULT", ep.family, test),
-        r.iters,
-        r.iters * test.ops_per_iter(),
+        iters,
+        iters * test.ops_per_iter(),
         d.as_nanos(),
         busy as u8
     );
