@@ -191,7 +191,8 @@ class LoadMeter:
         wall = time.monotonic() - self.t0
         busy = (cpu_times()[0] - self.s0[0]) / self.hz
         mine = children_cpu() - self.c0
-        return max(0.0, (busy - mine) / (self.ncpu * wall)) if wall > 0 else 0.0
+        # Jiffies are coarse: over a short wall time the share is only roughly right.
+        return min(1.0, max(0.0, (busy - mine) / (self.ncpu * wall))) if wall > 0 else 0.0
 
 
 def idle_check(seconds=0.3):
