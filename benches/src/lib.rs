@@ -15,6 +15,8 @@
 //! Both processes are pinned to different CPUs when at least two are allowed, and both
 //! busy-poll: no sleeps, no futex waits, so the figures are the transport's, not the scheduler's.
 
+pub mod fi;
+
 use smr_core::endpoint::{Disposition, Endpoint, Handler, Incoming, Params, PeerId, SendOpts};
 use smr_core::iov::LocalIov;
 use smr_core::pod::CachePadded;
@@ -872,7 +874,8 @@ impl CpuSnapshot {
     /// The shares between this snapshot and `later` (`None` if too short to tell).
     pub fn share_until(&self, later: &CpuSnapshot) -> Option<CpuShare> {
         let wall = later.wall.duration_since(self.wall).as_secs_f64();
-        if wall < 0.05 {
+        // Run-queue waits are counted in nanoseconds: short windows are meaningful.
+        if wall < 0.01 {
             return None;
         }
         let frac = |a: Duration, b: Duration| (b.saturating_sub(a).as_secs_f64() / wall).min(1.0);
@@ -887,7 +890,8 @@ impl CpuSnapshot {
             share.child_waiting = frac(c0.waiting, c1.waiting);
         }
         if let (Some((s0, t0)), Some((s1, t1))) = (self.stat, later.stat) {
-            if t1 > t0 {
+            // Steal is counted in jiffies: judge it only over enough of them.
+            if t1 >= t0 + 20 {
                 share.steal = (s1 - s0) as f64 / (t1 - t0) as f64;
             }
         }

@@ -1,0 +1,367 @@
+//! The measured loops. Each test has an initiator (which the bench times) and a responder (which
+//! echoes, acknowledges a window, or, for one-sided tests, only progresses until the run-end
+//! message arrives). Both sides post their first receives before the initiator starts its clock.
+//!
+//! Data is checked when `verify` is set (the first run of every size): the message bytes the
+//! responder received and the echo the initiator received, the bytes a write left in the target
+//! and the bytes a read brought back, and every fetched atomic value.
+
+use super::endpoint::{check_pattern, fill_pattern, Endpoint, Family, RemoteMr, Result};
+use super::fabric::ffi;
+use std::ptr::null_mut;
+use std::time::{Duration, Instant};
+
+/// Messages in flight per window in the bandwidth and rate tests (as fabtests' `*_bw`).
+pub const WINDOW: u64 = 64;
+
+/// Seeds of the two directions' patterns (mixed with the size).
+const INIT_SEED: u64 = 0x3a;
+const RESP_SEED: u64 = 0xc5;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Test {
+    /// Ping-pong; reports one-way latency (round trip / 2).
+    Lat,
+    /// Windowed stream of `WINDOW` messages, then an acknowledgement; bandwidth and message rate.
+    Bw,
+    /// One `fi_write` (`fi_read`) at a time, post to completion.
+    WriteLat,
+    ReadLat,
+    /// Windows of `WINDOW` writes (reads), then wait for all.
+    WriteBw,
+    ReadBw,
+    /// `fi_fetch_atomic` FI_SUM uint64, one at a time.
+    FetchLat,
+    /// `fi_atomic` FI_SUM uint64, one at a time.
+    AtomicLat,
+    /// Windows of `WINDOW` `fi_atomic` FI_SUM uint64.
+    AtomicRate,
+}
+
+impl Test {
+    pub const ALL: [Test; 9] = [
+        Test::Lat,
+        Test::Bw,
+        Test::WriteLat,
+        Test::WriteBw,
+        Test::ReadLat,
+        Test::ReadBw,
+        Test::FetchLat,
+        Test::AtomicLat,
+        Test::AtomicRate,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Test::Lat => "lat",
+            Test::Bw => "bw",
+            Test::WriteLat => "write_lat",
+            Test::ReadLat => "read_lat",
+            Test::WriteBw => "write_bw",
+            Test::ReadBw => "read_bw",
+            Test::FetchLat => "fetch_lat",
+            Test::AtomicLat => "atomic_lat",
+            Test::AtomicRate => "atomic_rate",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Test> {
+        Test::ALL.into_iter().find(|t| t.name() == s)
+    }
+
+    /// The tests of one family, in the order they run.
+    pub fn of(family: Family) -> &'static [Test] {
+        match family {
+            Family::Tagged | Family::Msg => &[Test::Lat, Test::Bw],
+            Family::Rma => &[Test::WriteLat, Test::WriteBw, Test::ReadLat, Test::ReadBw],
+            Family::Atomic => &[Test::FetchLat, Test::AtomicLat, Test::AtomicRate],
+        }
+    }
+
+    /// Whether the test is a stream (reports bandwidth/rate) rather than one op at a time.
+    pub fn windowed(self) -> bool {
+        matches!(self, Test::Bw | Test::WriteBw | Test::ReadBw | Test::AtomicRate)
+    }
+
+    /// Atomic tests move one uint64 whatever the size asked.
+    pub fn fixed_size(self) -> Option<usize> {
+        matches!(self, Test::FetchLat | Test::AtomicLat | Test::AtomicRate).then_some(8)
+    }
+
+    /// Operations (messages) one iteration performs, for rates and bandwidth.
+    pub fn ops_per_iter(self) -> u64 {
+        if self.windowed() {
+            WINDOW
+        } else {
+            1
+        }
+    }
+}
+
+/// What one side needs to run one test.
+pub struct Run {
+    pub test: Test,
+    pub size: usize,
+    pub iters: u64,
+    pub verify: bool,
+    /// The peer's target buffer (one-sided tests, initiator side).
+    pub remote: RemoteMr,
+}
+
+fn seed(base: u64, size: usize) -> u64 {
+    base ^ (size as u64).wrapping_mul(0x9e37_79b9)
+}
+
+/// Post one message of `len` bytes from `tx` (inject at or below the provider's inject size).
+fn send(e: &mut Endpoint, len: usize, from_ack: bool) -> Result<bool> {
+    let buf = if from_ack { e.ack.ptr() } else { e.tx.ptr() };
+    let dest = e.peer;
+    let inject = len <= e.inject_size;
+    let tagged = e.family == Family::Tagged;
+    e.retry("send", |e| {
+        let ctx = e.ctx();
+        // SAFETY: `buf..buf+len` is inside the endpoint's own buffers, which outlive every
+        // operation (the endpoint is dropped only after its runs ended); inject copies at once.
+        unsafe {
+            match (tagged, inject) {
+                (true, true) => e.ep().tinject(std::slice::from_raw_parts(buf, len), dest, 0),
+                (true, false) => e.ep().tsend(buf, len, null_mut(), dest, 0, ctx),
+                (false, true) => e.ep().inject(std::slice::from_raw_parts(buf, len), dest),
+                (false, false) => e.ep().send(buf, len, null_mut(), dest, ctx),
+            }
+        }
+    })?;
+    Ok(!inject)
+}
+
+/// Post one receive of up to `len` bytes into `rx` (or the ack buffer).
+fn recv(e: &mut Endpoint, len: usize, into_ack: bool) -> Result<()> {
+    let buf = if into_ack { e.ack.ptr() } else { e.rx.ptr() };
+    let src = e.peer;
+    let tagged = e.family == Family::Tagged;
+    e.retry("recv", |e| {
+        let ctx = e.ctx();
+        // SAFETY: as in `send`: the endpoint's own buffers outlive the receive.
+        unsafe {
+            if tagged {
+                e.ep().trecv(buf, len, null_mut(), src, 0, 0, ctx)
+            } else {
+                e.ep().recv(buf, len, null_mut(), src, ctx)
+            }
+        }
+    })
+}
+
+/// The responder's setup before it says "ready": first receives, target contents.
+pub fn prepare_responder(e: &mut Endpoint, r: &Run) -> Result<()> {
+    match r.test {
+        Test::Lat => {
+            if r.verify {
+                e.rx.bytes_mut()[..r.size].fill(0);
+                fill_pattern(&mut e.tx.bytes_mut()[..r.size], seed(RESP_SEED, r.size));
+            }
+            recv(e, r.size, false)
+        }
+        Test::Bw => {
+            if r.verify {
+                e.rx.bytes_mut()[..r.size].fill(0);
+            }
+            (0..WINDOW).try_for_each(|_| recv(e, r.size, false))
+        }
+        _ => {
+            if r.verify {
+                match r.test {
+                    Test::ReadLat | Test::ReadBw => {
+                        fill_pattern(&mut e.target.bytes_mut()[..r.size], seed(RESP_SEED, r.size))
+                    }
+                    Test::WriteLat | Test::WriteBw => e.target.bytes_mut()[..r.size].fill(0),
+                    _ => {}
+                }
+            }
+            recv(e, 8, true)
+        }
+    }
+}
+
+/// The initiator's setup before its clock starts.
+pub fn prepare_initiator(e: &mut Endpoint, r: &Run) -> Result<()> {
+    if r.verify {
+        match r.test {
+            Test::Lat | Test::Bw | Test::WriteLat | Test::WriteBw => {
+                fill_pattern(&mut e.tx.bytes_mut()[..r.size], seed(INIT_SEED, r.size))
+            }
+            _ => {}
+        }
+        e.rx.bytes_mut()[..r.size.max(8)].fill(0);
+    }
+    Ok(())
+}
+
+/// The responder's part of a run (after "ready").
+pub fn respond(e: &mut Endpoint, r: &Run) -> Result<()> {
+    let (tx0, rx0) = (e.tx_done, e.rx_done);
+    match r.test {
+        Test::Lat => {
+            let mut sends = 0;
+            for i in 0..r.iters {
+                e.wait(tx0, rx0 + i + 1)?;
+                if r.verify && i == 0 {
+                    verify(&e.rx.bytes()[..r.size], seed(INIT_SEED, r.size), "message received by the responder")?;
+                }
+                if i + 1 < r.iters {
+                    recv(e, r.size, false)?;
+                }
+                sends += send(e, r.size, false)? as u64;
+            }
+            e.wait(tx0 + sends, 0)
+        }
+        Test::Bw => {
+            let mut sends = 0;
+            for it in 0..r.iters {
+                e.wait(0, rx0 + (it + 1) * WINDOW)?;
+                if r.verify && it == 0 {
+                    verify(&e.rx.bytes()[..r.size], seed(INIT_SEED, r.size), "window received by the responder")?;
+                }
+                if it + 1 < r.iters {
+                    (0..WINDOW).try_for_each(|_| recv(e, r.size, false))?;
+                }
+                sends += send(e, 8, true)? as u64;
+            }
+            e.wait(tx0 + sends, 0)
+        }
+        _ => {
+            // One-sided: progress until the initiator's run-end message.
+            e.wait(0, rx0 + 1)?;
+            if r.verify && matches!(r.test, Test::WriteLat | Test::WriteBw) {
+                verify(&e.target.bytes()[..r.size], seed(INIT_SEED, r.size), "bytes written into the target")?;
+            }
+            Ok(())
+        }
+    }
+}
+
+/// The initiator's part of a run; returns the time it took (without the run-end message).
+pub fn initiate(e: &mut Endpoint, r: &Run) -> Result<Duration> {
+    let (tx0, rx0) = (e.tx_done, e.rx_done);
+    let start = Instant::now();
+    let mut sends = 0u64;
+    match r.test {
+        Test::Lat => {
+            for i in 0..r.iters {
+                recv(e, r.size, false)?;
+                sends += send(e, r.size, false)? as u64;
+                e.wait(tx0 + sends, rx0 + i + 1)?;
+                if r.verify && i == 0 {
+                    verify(&e.rx.bytes()[..r.size], seed(RESP_SEED, r.size), "echo received by the initiator")?;
+                }
+            }
+        }
+        Test::Bw => {
+            for it in 0..r.iters {
+                recv(e, 8, true)?;
+                for _ in 0..WINDOW {
+                    sends += send(e, r.size, false)? as u64;
+                }
+                e.wait(tx0 + sends, rx0 + it + 1)?;
+            }
+        }
+        Test::WriteLat | Test::WriteBw | Test::ReadLat | Test::ReadBw => {
+            let per = r.test.ops_per_iter();
+            let read = matches!(r.test, Test::ReadLat | Test::ReadBw);
+            for it in 0..r.iters {
+                for _ in 0..per {
+                    one_sided(e, r, read)?;
+                }
+                e.wait(tx0 + (it + 1) * per, 0)?;
+            }
+            if r.verify && read {
+                verify(&e.rx.bytes()[..r.size], seed(RESP_SEED, r.size), "bytes read from the target")?;
+            }
+        }
+        Test::FetchLat | Test::AtomicLat | Test::AtomicRate => {
+            let per = r.test.ops_per_iter();
+            let mut last: Option<u64> = None;
+            for it in 0..r.iters {
+                for _ in 0..per {
+                    atomic(e, r, r.test == Test::FetchLat)?;
+                }
+                e.wait(tx0 + (it + 1) * per, 0)?;
+                if r.test == Test::FetchLat {
+                    // Each fetch returns the value before its own add of 1: consecutive fetches
+                    // differ by exactly one (nobody else updates the target).
+                    let got = u64::from_ne_bytes(e.rx.bytes()[..8].try_into().expect("8 bytes"));
+                    if let Some(prev) = last {
+                        if got != prev + 1 {
+                            return Err(format!("fetched atomic value {got} after {prev}: expected {}", prev + 1));
+                        }
+                    }
+                    last = Some(got);
+                }
+            }
+        }
+    }
+    let elapsed = start.elapsed();
+    let mut tx_expected = tx0 + sends;
+    if !matches!(r.test, Test::Lat | Test::Bw) {
+        // One-sided: every operation completed above; then the run-end message, which the
+        // target has been progressing for.
+        tx_expected = e.tx_done;
+        tx_expected += send(e, 8, true)? as u64;
+    }
+    e.wait(tx_expected, 0)?;
+    Ok(elapsed)
+}
+
+fn one_sided(e: &mut Endpoint, r: &Run, read: bool) -> Result<()> {
+    let (dest, addr, key, size) = (e.peer, r.remote.addr, r.remote.key, r.size);
+    let (wbuf, rbuf) = (e.tx.ptr(), e.rx.ptr());
+    e.retry(if read { "fi_read" } else { "fi_write" }, |e| {
+        let ctx = e.ctx();
+        // SAFETY: local buffers belong to the endpoint and outlive the operation; the remote
+        // range lies inside the peer's registered target buffer (size <= its length).
+        unsafe {
+            if read {
+                e.ep().read(rbuf, size, null_mut(), dest, addr, key, ctx)
+            } else {
+                e.ep().write(wbuf, size, null_mut(), dest, addr, key, ctx)
+            }
+        }
+    })
+}
+
+fn atomic(e: &mut Endpoint, r: &Run, fetch: bool) -> Result<()> {
+    let (dest, addr, key) = (e.peer, r.remote.addr, r.remote.key);
+    e.ack.bytes_mut()[..8].copy_from_slice(&1u64.to_ne_bytes());
+    let (op, res) = (e.ack.ptr(), e.rx.ptr());
+    e.retry(if fetch { "fi_fetch_atomic" } else { "fi_atomic" }, |e| {
+        let ctx = e.ctx();
+        // SAFETY: operand and result are 8-byte-aligned endpoint buffers that outlive the
+        // operation; the remote uint64 is the start of the peer's registered target buffer.
+        unsafe {
+            if fetch {
+                e.ep().fetch_atomic(
+                    op,
+                    1,
+                    null_mut(),
+                    res,
+                    null_mut(),
+                    dest,
+                    addr,
+                    key,
+                    ffi::FI_UINT64,
+                    ffi::FI_SUM,
+                    ctx,
+                )
+            } else {
+                e.ep().atomic(op, 1, null_mut(), dest, addr, key, ffi::FI_UINT64, ffi::FI_SUM, ctx)
+            }
+        }
+    })
+}
+
+fn verify(got: &[u8], seed: u64, what: &str) -> Result<()> {
+    match check_pattern(got, seed) {
+        None => Ok(()),
+        Some(at) => Err(format!("data check failed: {what} differs at byte {at} of {}", got.len())),
+    }
+}
