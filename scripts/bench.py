@@ -47,11 +47,14 @@ DEBIAN_CORE = "/usr/lib/x86_64-linux-gnu/libfabric.so.1"
 ALL_PROVIDERS = ["rshm@1.17", "shm@1.17", "rshm@2.5", "shm@2.5", "sm2@2.5"]
 FAMILIES = ["tagged", "msg", "rma", "atomic"]
 TESTS = {
-    "tagged": ["lat", "bw"],
+    "tagged": ["lat", "bw", "bw_more"],
     "msg": ["lat", "bw"],
     "rma": ["write_lat", "write_bw", "read_lat", "read_bw"],
-    "atomic": ["fetch_lat", "atomic_lat", "atomic_rate"],
+    "atomic": ["fetch_lat", "atomic_lat", "atomic_rate", "atomic_rate_more"],
 }
+# Streams posted with FI_MORE on all but the last of each window: reported as a rate only, at the
+# sizes where batching can matter (issue 10: rshm with and without FI_MORE, beside the C shm).
+MORE_SIZES_MAX = 4096
 DEFAULT_SIZES = "8,64,256,1K,4K,16K,64K,256K,1M,4M"
 QUICK_SIZES = "8,1K,4K,64K,1M"
 
@@ -70,6 +73,9 @@ METRICS = {
     ("atomic", "fetch_lat"): ("fi_fetch_atomic FI_SUM uint64, one at a time", "lat", "us", True),
     ("atomic", "atomic_lat"): ("fi_atomic FI_SUM uint64, one at a time", "lat", "us", True),
     ("atomic", "atomic_rate"): ("fi_atomic FI_SUM uint64 stream (window 64), rate", "rate", "Mops/s", False),
+    ("tagged", "rate_more"): ("tagged stream with FI_MORE (window 64), message rate", "rate", "Mmsg/s", False),
+    ("atomic", "atomic_rate_more"): (
+        "fi_atomicmsg FI_SUM uint64 stream with FI_MORE (window 64), rate", "rate", "Mops/s", False),
 }
 # A process of the bench waited for its CPU more than this share of a timed run: busy.
 BUSY_SHARE = 0.02
@@ -275,7 +281,7 @@ def value(r):
         return [("bw", size * ops / ns * 1e3), ("rate", ops / ns * 1e3)]
     if test in ("write_bw", "read_bw"):
         return [("bw", size * ops / ns * 1e3)]
-    if test == "atomic_rate":
+    if test in ("atomic_rate", "atomic_rate_more", "bw_more"):
         return [("rate", ops / ns * 1e3)]
     return [("lat", ns / ops / 1e3)]
 
@@ -287,7 +293,8 @@ def aggregate(rows):
         if r["kind"] != "RESULT":
             continue
         for metric, v in value(r):
-            key_test = "rate" if (r["test"] == "bw" and metric == "rate") else r["test"]
+            key_test = {"bw": "rate", "bw_more": "rate_more"}.get(r["test"], r["test"]) \
+                if metric == "rate" else r["test"]
             k = (r["family"], key_test, int(r["size"]), r["label"])
             samples.setdefault(k, []).append((v, r["busy"] == "1"))
     agg = {}
@@ -323,7 +330,8 @@ def table(agg, family, test, labels, sizes):
     title, _, unit, lower = METRICS[(family, test)]
     rshms = [lb for lb in labels if lb.startswith("rshm@")]
     others = [lb for lb in labels if not lb.startswith("rshm@")]
-    test_sizes = [8] if family == "atomic" else [s for s in sizes if s <= 4096] if test == "rate" else sizes
+    small = [s for s in sizes if s <= MORE_SIZES_MAX]
+    test_sizes = [8] if family == "atomic" else small if test in ("rate", "rate_more") else sizes
     head = ["size"] + [f"{lb} {unit}" for lb in labels] + ["best other"] + [f"{lb} / best" for lb in rshms]
     lines = [f"### {title}", "", "| " + " | ".join(head) + " |", "|" + "---:|" * len(head)]
     ratios = {}
@@ -446,7 +454,8 @@ def write_report(path, meta, agg, rows, labels, sizes, figures):
         out += ["(no figures: matplotlib was not available)", ""]
     all_ratios, sections = {}, []
     for fam in FAMILIES:
-        tests = TESTS[fam] + (["rate"] if fam in ("tagged", "msg") else [])
+        tests = [t for t in TESTS[fam] if t != "bw_more"] + (["rate"] if fam in ("tagged", "msg") else [])
+        tests += ["rate_more"] if "bw_more" in TESTS[fam] else []
         for test in tests:
             lines, ratios = table(agg, fam, test, labels, sizes)
             all_ratios[(fam, test)] = ratios

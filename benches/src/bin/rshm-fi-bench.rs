@@ -30,7 +30,8 @@ usage: rshm-fi-bench --provider NAME [--families LIST] [--tests LIST] [--sizes L
   --provider NAME   libfabric provider (rshm, shm, sm2, ...); rshm needs FI_PROVIDER_PATH
   --families LIST   comma-separated: tagged,msg,rma,atomic (default all)
   --tests LIST      only these tests: lat,bw,write_lat,write_bw,read_lat,read_bw,fetch_lat,
-                    atomic_lat,atomic_rate (default all of the chosen families)
+                    atomic_lat,atomic_rate,bw_more,atomic_rate_more (default all of the chosen
+                    families; the _more ones post with FI_MORE on all but the last of a window)
   --sizes LIST      message sizes, K/M suffixes allowed (default 8,64,256,1K,4K,16K,64K,256K,1M,4M)
   --time-ms MS      target duration of one timed run (default 100)
   --tries N         timed runs per point while other load is seen (default 3)
@@ -390,7 +391,7 @@ fn run_family(
         }
         let sizes: Vec<usize> = match test.fixed_size() {
             Some(s) => vec![s],
-            None => ctx.opts.sizes.clone(),
+            None => ctx.opts.sizes.iter().copied().filter(|&n| n <= test.max_size()).collect(),
         };
         let first = if ti == start.0 { start.1 } else { 0 };
         for (si, &size) in sizes.iter().enumerate().skip(first) {

@@ -36,10 +36,15 @@ pub enum Test {
     AtomicLat,
     /// Windows of `WINDOW` `fi_atomic` FI_SUM uint64.
     AtomicRate,
+    /// As `Bw`, each message posted with `fi_sendmsg`/`fi_tsendmsg` and FI_MORE on all but the
+    /// last of its window (the provider may batch them).
+    BwMore,
+    /// As `AtomicRate`, with `fi_atomicmsg` and FI_MORE on all but the last of each window.
+    AtomicRateMore,
 }
 
 impl Test {
-    pub const ALL: [Test; 9] = [
+    pub const ALL: [Test; 11] = [
         Test::Lat,
         Test::Bw,
         Test::WriteLat,
@@ -49,6 +54,8 @@ impl Test {
         Test::FetchLat,
         Test::AtomicLat,
         Test::AtomicRate,
+        Test::BwMore,
+        Test::AtomicRateMore,
     ];
 
     pub fn name(self) -> &'static str {
@@ -62,6 +69,8 @@ impl Test {
             Test::FetchLat => "fetch_lat",
             Test::AtomicLat => "atomic_lat",
             Test::AtomicRate => "atomic_rate",
+            Test::BwMore => "bw_more",
+            Test::AtomicRateMore => "atomic_rate_more",
         }
     }
 
@@ -72,20 +81,30 @@ impl Test {
     /// The tests of one family, in the order they run.
     pub fn of(family: Family) -> &'static [Test] {
         match family {
-            Family::Tagged | Family::Msg => &[Test::Lat, Test::Bw],
+            Family::Tagged => &[Test::Lat, Test::Bw, Test::BwMore],
+            Family::Msg => &[Test::Lat, Test::Bw],
             Family::Rma => &[Test::WriteLat, Test::WriteBw, Test::ReadLat, Test::ReadBw],
-            Family::Atomic => &[Test::FetchLat, Test::AtomicLat, Test::AtomicRate],
+            Family::Atomic => &[Test::FetchLat, Test::AtomicLat, Test::AtomicRate, Test::AtomicRateMore],
         }
     }
 
     /// Whether the test is a stream (reports bandwidth/rate) rather than one op at a time.
     pub fn windowed(self) -> bool {
-        matches!(self, Test::Bw | Test::WriteBw | Test::ReadBw | Test::AtomicRate)
+        matches!(self, Test::Bw | Test::BwMore | Test::WriteBw | Test::ReadBw | Test::AtomicRate | Test::AtomicRateMore)
     }
 
     /// Atomic tests move one uint64 whatever the size asked.
     pub fn fixed_size(self) -> Option<usize> {
-        matches!(self, Test::FetchLat | Test::AtomicLat | Test::AtomicRate).then_some(8)
+        matches!(self, Test::FetchLat | Test::AtomicLat | Test::AtomicRate | Test::AtomicRateMore).then_some(8)
+    }
+
+    /// Largest size the test runs at: FI_MORE batching is about small messages.
+    pub fn max_size(self) -> usize {
+        if self == Test::BwMore {
+            4096
+        } else {
+            usize::MAX
+        }
     }
 
     /// Operations (messages) one iteration performs, for rates and bandwidth.
@@ -134,6 +153,52 @@ fn send(e: &mut Endpoint, len: usize, from_ack: bool) -> Result<bool> {
     Ok(!inject)
 }
 
+/// Post one message of `len` bytes from `tx` with `fi_sendmsg`/`fi_tsendmsg`, FI_MORE unless
+/// `last`; FI_INJECT up to the inject size. Every such send completes (FI_COMPLETION).
+fn send_more(e: &mut Endpoint, len: usize, last: bool) -> Result<()> {
+    let buf = e.tx.ptr();
+    let dest = e.peer;
+    let mut flags = ffi::FI_COMPLETION as u64;
+    if !last {
+        flags |= ffi::FI_MORE as u64;
+    }
+    if len <= e.inject_size {
+        flags |= ffi::FI_INJECT as u64;
+    }
+    let tagged = e.family == Family::Tagged;
+    e.retry("sendmsg", |e| {
+        let ctx = e.ctx();
+        let mut iov = ffi::iovec { iov_base: buf.cast(), iov_len: len };
+        // SAFETY: the iovec and the message live across the call; `buf..buf+len` is the
+        // endpoint's own buffer, which outlives the operation.
+        unsafe {
+            if tagged {
+                let msg = ffi::fi_msg_tagged {
+                    msg_iov: &mut iov,
+                    desc: null_mut(),
+                    iov_count: 1,
+                    addr: dest,
+                    tag: 0,
+                    ignore: 0,
+                    context: ctx,
+                    data: 0,
+                };
+                e.ep().tsendmsg(&msg, flags)
+            } else {
+                let msg = ffi::fi_msg {
+                    msg_iov: &mut iov,
+                    desc: null_mut(),
+                    iov_count: 1,
+                    addr: dest,
+                    context: ctx,
+                    data: 0,
+                };
+                e.ep().sendmsg(&msg, flags)
+            }
+        }
+    })
+}
+
 /// Post one receive of up to `len` bytes into `rx` (or the ack buffer).
 fn recv(e: &mut Endpoint, len: usize, into_ack: bool) -> Result<()> {
     let buf = if into_ack { e.ack.ptr() } else { e.rx.ptr() };
@@ -162,7 +227,7 @@ pub fn prepare_responder(e: &mut Endpoint, r: &Run) -> Result<()> {
             }
             recv(e, r.size, false)
         }
-        Test::Bw => {
+        Test::Bw | Test::BwMore => {
             if r.verify {
                 e.rx.bytes_mut()[..r.size].fill(0);
             }
@@ -187,7 +252,7 @@ pub fn prepare_responder(e: &mut Endpoint, r: &Run) -> Result<()> {
 pub fn prepare_initiator(e: &mut Endpoint, r: &Run) -> Result<()> {
     if r.verify {
         match r.test {
-            Test::Lat | Test::Bw | Test::WriteLat | Test::WriteBw => {
+            Test::Lat | Test::Bw | Test::BwMore | Test::WriteLat | Test::WriteBw => {
                 fill_pattern(&mut e.tx.bytes_mut()[..r.size], seed(INIT_SEED, r.size))
             }
             _ => {}
@@ -215,7 +280,7 @@ pub fn respond(e: &mut Endpoint, r: &Run) -> Result<()> {
             }
             e.wait(tx0 + sends, 0)
         }
-        Test::Bw => {
+        Test::Bw | Test::BwMore => {
             let mut sends = 0;
             for it in 0..r.iters {
                 e.wait(0, rx0 + (it + 1) * WINDOW)?;
@@ -265,6 +330,16 @@ pub fn initiate(e: &mut Endpoint, r: &Run) -> Result<Duration> {
                 e.wait(tx0 + sends, rx0 + it + 1)?;
             }
         }
+        Test::BwMore => {
+            for it in 0..r.iters {
+                recv(e, 8, true)?;
+                for k in 0..WINDOW {
+                    send_more(e, r.size, k + 1 == WINDOW)?;
+                }
+                sends += WINDOW;
+                e.wait(tx0 + sends, rx0 + it + 1)?;
+            }
+        }
         Test::WriteLat | Test::WriteBw | Test::ReadLat | Test::ReadBw => {
             let per = r.test.ops_per_iter();
             let read = matches!(r.test, Test::ReadLat | Test::ReadBw);
@@ -278,12 +353,16 @@ pub fn initiate(e: &mut Endpoint, r: &Run) -> Result<Duration> {
                 verify(&e.rx.bytes()[..r.size], seed(RESP_SEED, r.size), "bytes read from the target")?;
             }
         }
-        Test::FetchLat | Test::AtomicLat | Test::AtomicRate => {
+        Test::FetchLat | Test::AtomicLat | Test::AtomicRate | Test::AtomicRateMore => {
             let per = r.test.ops_per_iter();
             let mut last: Option<u64> = None;
             for it in 0..r.iters {
-                for _ in 0..per {
-                    atomic(e, r, r.test == Test::FetchLat)?;
+                for k in 0..per {
+                    if r.test == Test::AtomicRateMore {
+                        atomic_more(e, r, k + 1 == per)?;
+                    } else {
+                        atomic(e, r, r.test == Test::FetchLat)?;
+                    }
                 }
                 e.wait(tx0 + (it + 1) * per, 0)?;
                 if r.test == Test::FetchLat {
@@ -302,7 +381,7 @@ pub fn initiate(e: &mut Endpoint, r: &Run) -> Result<Duration> {
     }
     let elapsed = start.elapsed();
     let mut tx_expected = tx0 + sends;
-    if !matches!(r.test, Test::Lat | Test::Bw) {
+    if !matches!(r.test, Test::Lat | Test::Bw | Test::BwMore) {
         // One-sided: every operation completed above; then the run-end message, which the
         // target has been progressing for.
         tx_expected = e.tx_done;
@@ -356,6 +435,34 @@ fn atomic(e: &mut Endpoint, r: &Run, fetch: bool) -> Result<()> {
                 e.ep().atomic(op, 1, null_mut(), dest, addr, key, ffi::FI_UINT64, ffi::FI_SUM, ctx)
             }
         }
+    })
+}
+
+/// `fi_atomicmsg` FI_SUM uint64 of 1, FI_MORE unless `last`.
+fn atomic_more(e: &mut Endpoint, r: &Run, last: bool) -> Result<()> {
+    let (dest, addr, key) = (e.peer, r.remote.addr, r.remote.key);
+    e.ack.bytes_mut()[..8].copy_from_slice(&1u64.to_ne_bytes());
+    let op = e.ack.ptr();
+    let flags = ffi::FI_COMPLETION as u64 | if last { 0 } else { ffi::FI_MORE as u64 };
+    e.retry("fi_atomicmsg", |e| {
+        let ctx = e.ctx();
+        let ioc = ffi::fi_ioc { addr: op.cast(), count: 1 };
+        let rma = ffi::fi_rma_ioc { addr, count: 1, key };
+        let msg = ffi::fi_msg_atomic {
+            msg_iov: &ioc,
+            desc: null_mut(),
+            iov_count: 1,
+            addr: dest,
+            rma_iov: &rma,
+            rma_iov_count: 1,
+            datatype: ffi::FI_UINT64,
+            op: ffi::FI_SUM,
+            context: ctx,
+            data: 0,
+        };
+        // SAFETY: the operand is an 8-byte-aligned endpoint buffer that outlives the operation;
+        // the remote uint64 is the start of the peer's registered target buffer.
+        unsafe { e.ep().atomicmsg(&msg, flags) }
     })
 }
 

@@ -897,6 +897,15 @@ impl Ep {
         }
     }
 
+    /// `fi_atomicmsg`.
+    ///
+    /// # Safety
+    /// As for `atomic`: the message's buffers stay valid until the operation completes.
+    pub unsafe fn atomicmsg(&self, msg: &ffi::fi_msg_atomic, flags: u64) -> isize {
+        // SAFETY: ep open; the caller keeps the memory valid.
+        unsafe { call!((*self.ptr).atomic, writemsg(self.ptr, msg, flags)) }
+    }
+
     /// `fi_atomicvalid(ep, datatype, op, &count)`.
     pub fn atomicvalid(&self, datatype: ffi::fi_datatype, op: ffi::fi_op) -> (i32, usize) {
         let mut count = 0usize;
