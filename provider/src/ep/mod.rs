@@ -133,7 +133,7 @@ pub struct EpState {
     /// fi_addr -> engine peer, filled on first send (fi_addrs are dense AV indices).
     pub peers: Vec<Option<PeerId>>,
     /// Sender (engine source id) -> its name and fi_addr, for FI_SOURCE and directed receives.
-    pub src_addrs: Vec<Option<(Box<str>, u64)>>,
+    pub src_addrs: Vec<Option<rx::SourceAddr>>,
     pub rx: RxState,
     pub tx_ops: Slab<TxOp>,
     pub rma: RmaState,

@@ -192,6 +192,14 @@ fn complete_op(op: &RecvOp, result: smr_core::Result<usize>, sinks: &mut Sinks) 
     sinks.recv_done(event, op.wanted);
 }
 
+/// A sender's fi_addr, cached by source id (see `Handler::source`).
+#[derive(Clone)]
+pub struct SourceAddr {
+    gen: u64,
+    name: Box<str>,
+    addr: u64,
+}
+
 /// The engine's view of an endpoint's receive side, during progress.
 pub struct Handler<'a> {
     pub rx: &'a mut RxState,
@@ -200,18 +208,19 @@ pub struct Handler<'a> {
     pub target: super::rma::Target<'a>,
     pub sinks: Sinks<'a>,
     pub av: Option<&'a AvState>,
-    pub src_addrs: &'a mut Vec<Option<(Box<str>, u64)>>,
+    pub src_addrs: &'a mut Vec<Option<SourceAddr>>,
     pub directed: bool,
 }
 
 impl Handler<'_> {
-    /// The fi_addr of a sender, cached per engine source id (checked against its name, since
-    /// a source id is reused after its sender goes away).
-    fn source(&mut self, src: smr_core::endpoint::SrcId, name: &str) -> u64 {
-        let at = src as usize;
-        if let Some(Some((cached, addr))) = self.src_addrs.get(at) {
-            if **cached == *name {
-                return *addr;
+    /// The fi_addr of a sender, cached per engine source id. A source id is reused after its
+    /// sender goes away: the cache entry holds the sender's generation (`Incoming::src_gen`),
+    /// and its name for senders whose generation is unknown (0).
+    fn source(&mut self, msg: &Incoming, name: &str) -> u64 {
+        let at = msg.src as usize;
+        if let Some(Some(c)) = self.src_addrs.get(at) {
+            if if msg.src_gen != 0 { c.gen == msg.src_gen } else { *c.name == *name } {
+                return c.addr;
             }
         }
         let addr = self.av.and_then(|av| av.addr_of(name)).unwrap_or(ffi::FI_ADDR_NOTAVAIL);
@@ -219,7 +228,7 @@ impl Handler<'_> {
             if self.src_addrs.len() <= at {
                 self.src_addrs.resize(at + 1, None);
             }
-            self.src_addrs[at] = Some((name.into(), addr));
+            self.src_addrs[at] = Some(SourceAddr { gen: msg.src_gen, name: name.into(), addr });
         }
         addr
     }
@@ -230,7 +239,7 @@ impl smr_core::endpoint::Handler for Handler<'_> {
         if super::rma::kind_of(msg.hdr.app) != super::rma::KIND_MSG {
             return self.target.on_message(msg);
         }
-        let src = self.source(msg.src, src_name);
+        let src = self.source(msg, src_name);
         crate::debug!(
             EpData,
             "arrived from {src} ({src_name}) len {} tag {:#x} app {}",
@@ -261,7 +270,7 @@ impl smr_core::endpoint::Handler for Handler<'_> {
                 None => self.on_message(msg, src_name),
             };
         }
-        let src = self.source(msg.src, src_name);
+        let src = self.source(msg, src_name);
         let Some((op, dest)) = self.rx.take_posted(src, &msg.hdr, self.directed, self.sinks.b.rx_selective) else {
             return self.on_message(msg, src_name); // unexpected: the engine holds it
         };

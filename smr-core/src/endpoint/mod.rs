@@ -87,6 +87,10 @@ impl Default for Params {
 pub struct Incoming {
     pub key: MsgKey,
     pub src: SrcId,
+    /// Which sender holds `src` now (its region's random incarnation; 0 for one already gone):
+    /// a handler that caches something per source id checks this number, not the name, to
+    /// notice that the id went to another sender.
+    pub src_gen: u64,
     /// The sender's id for this message; with `Disposition::Later`, `answer` takes it back.
     pub msg_id: u64,
     pub hdr: MsgHeader,

@@ -140,11 +140,11 @@ impl Endpoint {
         h: &mut impl Handler,
     ) -> (MsgKey, Disposition) {
         let key = self.new_key();
-        let name = match self.inp.get(&src) {
-            Some(p) => p.name.as_str(),
-            None => self.forgotten.get(&src).map_or("", String::as_str),
+        let (name, src_gen) = match self.inp.get(&src) {
+            Some(p) => (p.name.as_str(), p.incarnation),
+            None => (self.forgotten.get(&src).map_or("", String::as_str), 0),
         };
-        let msg = Incoming { key, src, msg_id, hdr, whole };
+        let msg = Incoming { key, src, src_gen, msg_id, hdr, whole };
         let d = match inline {
             Some(payload) => h.on_inline(&msg, name, payload),
             None => h.on_message(&msg, name),
