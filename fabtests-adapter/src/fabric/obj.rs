@@ -33,7 +33,7 @@ macro_rules! call_checked {
 ///
 /// # Safety
 /// `fid` is an open libfabric object.
-unsafe fn close_fid(fid: *mut ffi::fid) -> i32 {
+pub unsafe fn close_fid(fid: *mut ffi::fid) -> i32 {
     // SAFETY: the caller guarantees fid is open, so fid->ops is its valid ops table.
     unsafe { call!((*fid).ops, close(fid)) }
 }

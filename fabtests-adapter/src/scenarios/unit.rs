@@ -43,6 +43,13 @@ pub fn scenarios() -> Vec<Scenario> {
         scn("unit/cntr_ops", 1, 20, cntr_ops, "counter read/add/set"),
         scn("unit/cntr_err", 1, 20, cntr_err, "counter adderr/seterr/readerr"),
         scn("unit/cntr_wait", 1, 20, cntr_wait, "fi_cntr_wait threshold met, timeout, and driven by traffic"),
+        scn(
+            "unit/poll_set",
+            1,
+            20,
+            poll_set,
+            "fi_poll over counters and a CQ: reports what moved since it last looked, nothing else",
+        ),
         scn("unit/cntr_completion", 1, 20, cntr_completion, "send/recv counters count completions and errors"),
         scn("unit/mr_reg", 1, 20, mr_reg, "fi_mr_reg/regv/regattr, keys and descriptors"),
         scn("unit/ep_basics", 1, 20, ep_basics, "getname ETOOSMALL, setopt/getopt, two endpoints per domain"),
@@ -999,5 +1006,61 @@ fn loopback_sizes(r: &mut Rank) -> TResult {
         r.pmi.step(&format!("size {size}"));
         one_message(&mut a, &mut b, dest, size, i as u64)?;
     }
+    Ok(())
+}
+
+/// Poll sets (fi_poll(3)): a counter is reported when its value or error count moved since the
+/// last `fi_poll` that reported it, and then not again until it moves; an empty CQ is not
+/// reported; deleting a member stops its reports. Each object's user context (the `context` of
+/// its fid) is what comes back. (Adding a member twice is left alone: fi_poll(3) does not say.)
+fn poll_set(r: &mut Rank) -> TResult {
+    let node = Node::open(&r.prov, &NodeCfg::default(), r.timeout)?;
+    let dom = node.domain().raw();
+    let mut set: *mut ffi::fid_poll = std::ptr::null_mut();
+    let mut attr = ffi::fi_poll_attr { flags: 0 };
+    // SAFETY: an open domain; attr and the out-pointer are valid.
+    let ret = unsafe { ((*(*dom).ops).poll_open.expect("poll_open"))(dom, &mut attr, &mut set) };
+    if ret == fabric::ENOSYS {
+        return Err(TestErr::Nos(ret, "fi_poll_open returned -FI_ENOSYS".into()));
+    }
+    fi_ok("fi_poll_open", ret)?;
+    // SAFETY: `set` is the poll set just opened; its ops table is the provider's.
+    let ops = unsafe { &*(*set).ops };
+    let (a, b) = (open_cntr(&node, ffi::FI_WAIT_NONE)?, open_cntr(&node, ffi::FI_WAIT_NONE)?);
+    let mut cq_attr = ffi::fi_cq_attr { format: ffi::FI_CQ_FORMAT_CONTEXT, ..Default::default() };
+    let cq = Cq::open(node.domain(), &mut cq_attr).nos("fi_cq_open")?;
+    let marks = [(a.fid(), 0xa0usize), (b.fid(), 0xb0), (cq.fid(), 0xc0)];
+    for (fid, mark) in marks {
+        // SAFETY: an open object of the provider; its context is the application's to set.
+        unsafe { (*fid).context = mark as *mut std::ffi::c_void };
+        // SAFETY: open set and object.
+        fi_ok("fi_poll_add", unsafe { (ops.poll_add.expect("poll_add"))(set, fid, 0) })?;
+    }
+    let poll = || -> TResult<Vec<usize>> {
+        let mut ctx = [std::ptr::null_mut::<std::ffi::c_void>(); 8];
+        // SAFETY: open set; `ctx` holds 8 entries.
+        let n = unsafe { (ops.poll.expect("poll"))(set, ctx.as_mut_ptr(), 8) };
+        ensure!((0..=3).contains(&n), "fi_poll returned {}", fabric::errname(n));
+        let mut got: Vec<usize> = ctx[..n as usize].iter().map(|&p| p as usize).collect();
+        got.sort();
+        Ok(got)
+    };
+    ensure!(poll()?.is_empty(), "fi_poll reported objects before anything happened");
+    fi_ok("fi_cntr_add", a.add(1))?;
+    ensure!(poll()? == vec![0xa0], "after fi_cntr_add on the first counter");
+    ensure!(poll()?.is_empty(), "a counter that did not move was reported again");
+    fi_ok("fi_cntr_adderr", b.adderr(2))?;
+    fi_ok("fi_cntr_add", a.add(1))?;
+    ensure!(poll()? == vec![0xa0, 0xb0], "after moving both counters (b by its error count)");
+    // SAFETY: open set and counter.
+    fi_ok("fi_poll_del", unsafe { (ops.poll_del.expect("poll_del"))(set, a.fid(), 0) })?;
+    fi_ok("fi_cntr_add", a.add(1))?;
+    ensure!(poll()?.is_empty(), "a counter deleted from the set was still reported");
+    for fid in [b.fid(), cq.fid()] {
+        // SAFETY: open set and objects.
+        fi_ok("fi_poll_del", unsafe { (ops.poll_del.expect("poll_del"))(set, fid, 0) })?;
+    }
+    // SAFETY: the set is open and empty; nothing uses it afterwards.
+    fi_ok("fi_close(poll)", unsafe { fabric::close_fid(set.cast()) })?;
     Ok(())
 }
