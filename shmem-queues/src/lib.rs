@@ -1,0 +1,24 @@
+//! OpenSHMEM queues (the communication and data aggregation proposal) as a C library over any
+//! OpenSHMEM 1.4/1.5 library. See README.md for the API, the design and the choices made where
+//! the proposal leaves points open.
+//!
+//! Modules: `ffi` (the exported C functions), `handle` (queue objects and their sharing rule),
+//! `comm` (communication queues), `data` (data queues), `service` (the thread that applies
+//! incoming batches), `inbox` (the symmetric block layout of a communication queue), `wire`
+//! (the batch format), `mem` (raw memory access), `sys` (the OpenSHMEM calls), `config` (C
+//! types and error codes).
+#![deny(unsafe_op_in_unsafe_fn)]
+
+pub mod comm;
+pub mod config;
+pub mod data;
+pub mod ffi;
+pub mod handle;
+pub mod inbox;
+pub mod mem;
+pub mod service;
+pub mod sys;
+pub mod wire;
+
+#[cfg(test)]
+mod tests;
