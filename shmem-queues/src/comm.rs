@@ -73,6 +73,7 @@ pub struct CommQueue {
     outstanding: u64,
     direct: u64,
     calls: u32,
+    inbox: service::Shared,
     /// Apply self-targeted operations at once (tests turn it off to drive the inbox path on one PE).
     pub local_shortcut: bool,
 }
@@ -99,7 +100,7 @@ impl CommQueue {
                 mem::store_word(base + layout.seq(src, slot), 0);
             }
         }
-        service::register(id, base, layout);
+        let inbox = service::register(base, layout);
         sys::barrier_all();
         Ok(CommQueue {
             id,
@@ -112,6 +113,7 @@ impl CommQueue {
             outstanding: 0,
             direct: 0,
             calls: 0,
+            inbox,
             local_shortcut: true,
         })
     }
@@ -120,7 +122,7 @@ impl CommQueue {
     pub fn destroy(mut self) -> i32 {
         let rc = self.flush();
         sys::barrier_all();
-        service::unregister(self.id);
+        service::unregister(&self.inbox);
         // SAFETY: the block came from sys::malloc in create; the service thread no longer
         // reads it (unregister returned) and every PE has flushed (the barrier).
         unsafe { sys::free(self.base as *mut u8) };
@@ -175,13 +177,50 @@ impl CommQueue {
             self.direct_op(&p, bytes);
             return OK;
         }
-        self.enqueue(pe, &p);
+        let offset = (if p.op == OP_GET { p.src } else { p.dest }).wrapping_sub(self.base) as i64;
+        match (p.nelems, wire::compact_index(p.op, p.esize, offset)) {
+            (1, Some(idx)) => self.enqueue_compact(pe, &p, idx),
+            _ => self.enqueue(pe, &p),
+        }
         self.outstanding += 1;
         self.calls = self.calls.wrapping_add(1);
-        if self.timeout.is_some() && self.calls % POLL_EVERY == 0 {
-            self.ship_expired();
+        if self.calls % POLL_EVERY == 0 {
+            service::try_poll(&self.inbox);
+            if self.timeout.is_some() {
+                self.ship_expired();
+            }
         }
         OK
+    }
+
+    /// The one-element atomic or get: one word (two for ADD) of batch.
+    fn enqueue_compact(&mut self, pe: usize, p: &Push, idx: i64) {
+        let len = wire::compact_len(p.op);
+        let reply = wire::reply_len(p.op, p.esize, 1);
+        let peer = &self.peers[pe];
+        if peer.buf.len() + len > self.layout.slot_bytes || peer.reply + reply > self.layout.slot_bytes {
+            self.ship(pe);
+        }
+        let value = if p.op == OP_ATOMIC_ADD {
+            let b = mem::read_bytes(p.src, p.esize);
+            if p.esize == 8 {
+                u64::from_ne_bytes(b.try_into().unwrap_or_default())
+            } else {
+                u64::from(u32::from_ne_bytes(b.try_into().unwrap_or_default()))
+            }
+        } else {
+            0
+        };
+        let peer = &mut self.peers[pe];
+        wire::push_compact(&mut peer.buf, p.op, p.esize, idx, value);
+        if p.op == OP_GET {
+            peer.reply += reply;
+            peer.gets.push((p.dest, p.esize));
+        }
+        peer.ops += 1;
+        if self.timeout.is_some() && peer.since.is_none() {
+            peer.since = Some(Instant::now());
+        }
     }
 
     fn apply_local(&mut self, p: &Push, bytes: usize) {
@@ -258,7 +297,9 @@ impl CommQueue {
         let mut spins = 0u32;
         while self.peers[pe].inflight.len() >= SLOTS {
             self.reap(pe);
-            backoff(&mut spins);
+            if self.peers[pe].inflight.len() >= SLOTS {
+                self.wait(&mut spins);
+            }
         }
         let me = self.me;
         let peer = &mut self.peers[pe];
@@ -290,8 +331,8 @@ impl CommQueue {
         if self.peers[pe].inflight.is_empty() {
             return;
         }
-        if pe == self.me || !service::has_thread() {
-            service::poll_now(self.id);
+        if pe == self.me {
+            service::try_poll(&self.inbox);
         }
         // SAFETY: the ack word for this PE inside the target's symmetric block.
         let acked = unsafe { sys::fetch_u64((self.base + self.layout.ack(self.me)) as *const u64, pe as i32) };
@@ -352,7 +393,7 @@ impl CommQueue {
             while !self.peers[pe].inflight.is_empty() {
                 self.reap(pe);
                 if !self.peers[pe].inflight.is_empty() {
-                    backoff(&mut spins);
+                    self.wait(&mut spins);
                 }
             }
         }
@@ -361,11 +402,18 @@ impl CommQueue {
     }
 }
 
-fn backoff(spins: &mut u32) {
-    *spins = spins.saturating_add(1);
-    if *spins < 16 {
-        std::hint::spin_loop();
-    } else if *spins < 1024 || service::has_thread() {
-        std::thread::yield_now();
+impl CommQueue {
+    /// One step of waiting for a target: serve our own inbox (the target may be waiting for
+    /// us), then spin a little, then yield.
+    fn wait(&self, spins: &mut u32) {
+        if service::try_poll(&self.inbox) {
+            return;
+        }
+        *spins = spins.saturating_add(1);
+        if *spins < 16 {
+            std::hint::spin_loop();
+        } else {
+            std::thread::yield_now();
+        }
     }
 }

@@ -8,8 +8,11 @@
 //! elsewhere (in a barrier, in computation).
 //!
 //! The thread exists while at least one communication queue exists in the process. When idle
-//! it spins briefly, then yields, then sleeps in short steps (20 us), so an idle process costs
-//! little CPU.
+//! it spins briefly, then yields, then sleeps in short steps (50 us), so an idle process costs
+//! little CPU. The application thread also applies its queue's inbox itself, now and then
+//! while pushing and whenever it waits (for a free slot, for acks): on a machine with fewer
+//! cores than threads this saves a context switch per batch, and two PEs waiting on each other
+//! progress even when neither service thread is scheduled.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -21,8 +24,7 @@ use crate::mem;
 use crate::wire;
 
 /// What the service thread knows of one queue: where its block is, and what it applied.
-struct Inbox {
-    id: u64,
+pub struct Inbox {
     base: usize,
     layout: Layout,
     /// Batches applied per source (the next expected batch number).
@@ -71,8 +73,11 @@ impl Inbox {
     }
 }
 
+/// A queue's inbox, shared by the service thread and the queue.
+pub type Shared = Arc<Mutex<Inbox>>;
+
 struct Service {
-    inboxes: Arc<Mutex<Vec<Inbox>>>,
+    inboxes: Arc<Mutex<Vec<Shared>>>,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }
@@ -83,10 +88,15 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-fn run(inboxes: Arc<Mutex<Vec<Inbox>>>, stop: Arc<AtomicBool>) {
+/// Applies what has arrived, unless another thread is doing it; true if it applied any.
+pub fn try_poll(inbox: &Shared) -> bool {
+    inbox.try_lock().map(|mut ib| ib.poll()).unwrap_or(false)
+}
+
+fn run(inboxes: Arc<Mutex<Vec<Shared>>>, stop: Arc<AtomicBool>) {
     let mut idle = 0u32;
     while !stop.load(Ordering::Acquire) {
-        let did = lock(&inboxes).iter_mut().fold(false, |d, ib| ib.poll() | d);
+        let did = lock(&inboxes).iter().fold(false, |d, ib| try_poll(ib) | d);
         if did {
             idle = 0;
         } else {
@@ -96,15 +106,15 @@ fn run(inboxes: Arc<Mutex<Vec<Inbox>>>, stop: Arc<AtomicBool>) {
             } else if idle < 256 {
                 std::thread::yield_now();
             } else {
-                std::thread::sleep(Duration::from_micros(20));
+                std::thread::sleep(Duration::from_micros(50));
             }
         }
     }
 }
 
 /// Starts serving a queue's block (starting the thread if this is the first queue).
-pub fn register(id: u64, base: usize, layout: Layout) {
-    let inbox = Inbox { id, base, layout, applied: vec![0; layout.npes], reply: Vec::new() };
+pub fn register(base: usize, layout: Layout) -> Shared {
+    let inbox = Arc::new(Mutex::new(Inbox { base, layout, applied: vec![0; layout.npes], reply: Vec::new() }));
     let mut svc = lock(&SERVICE);
     let s = svc.get_or_insert_with(|| {
         let inboxes = Arc::new(Mutex::new(Vec::new()));
@@ -113,32 +123,18 @@ pub fn register(id: u64, base: usize, layout: Layout) {
         let thread = std::thread::Builder::new().name("shmem-queues".into()).spawn(move || run(i, s)).ok();
         Service { inboxes, stop, thread }
     });
-    lock(&s.inboxes).push(inbox);
+    lock(&s.inboxes).push(inbox.clone());
+    inbox
 }
 
-/// Applies what has arrived for queue `id` from the calling thread (used when the thread could
-/// not be started, and by flushes that want their own self-targeted batches applied).
-pub fn poll_now(id: u64) {
-    if let Some(s) = lock(&SERVICE).as_ref() {
-        for ib in lock(&s.inboxes).iter_mut().filter(|ib| ib.id == id) {
-            ib.poll();
-        }
-    }
-}
-
-/// Whether a service thread is running.
-pub fn has_thread() -> bool {
-    lock(&SERVICE).as_ref().is_some_and(|s| s.thread.is_some())
-}
-
-/// Stops serving queue `id`; on return the thread no longer touches its block. The last queue
+/// Stops serving this inbox; on return the thread no longer touches its block. The last queue
 /// stops the thread.
-pub fn unregister(id: u64) {
+pub fn unregister(inbox: &Shared) {
     let mut svc = lock(&SERVICE);
     let Some(s) = svc.as_mut() else { return };
     let empty = {
         let mut v = lock(&s.inboxes);
-        v.retain(|ib| ib.id != id);
+        v.retain(|ib| !Arc::ptr_eq(ib, inbox));
         v.is_empty()
     };
     if empty {
