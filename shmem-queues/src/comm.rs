@@ -7,6 +7,11 @@
 //! of that batch with one get and scatters them. Two slots per (source, target) pair keep one
 //! batch being applied while the next one fills.
 //!
+//! Target addresses travel as offsets from the queue's block, which is at the same offset of
+//! every PE's symmetric heap. Global and static symmetric variables live in the main program's
+//! image instead, which the loader may place differently on each PE: for those, the offset is
+//! computed from the target's image base, which every PE publishes in its block at creation.
+//!
 //! Operations to the pushing PE itself are applied at once (they are complete when the push
 //! returns). Puts and gets of more than a quarter of a slot bypass aggregation: they are issued
 //! at once as `_nbi` operations and completed by `shmem_quiet` in the flush.
@@ -74,6 +79,9 @@ pub struct CommQueue {
     direct: u64,
     calls: u32,
     inbox: service::Shared,
+    /// The main program's mapped range here, and per PE its base minus its block's address.
+    image: (usize, usize),
+    image_delta: Vec<i64>,
     /// Apply self-targeted operations at once (tests turn it off to drive the inbox path on one PE).
     pub local_shortcut: bool,
 }
@@ -100,8 +108,16 @@ impl CommQueue {
                 mem::store_word(base + layout.seq(src, slot), 0);
             }
         }
+        let image = crate::image::main_program().unwrap_or((0, 0));
+        mem::store_word(base + layout.info(), (image.0 as i64).wrapping_sub(base as i64) as u64);
         let inbox = service::register(base, layout);
         sys::barrier_all();
+        let image_delta = (0..npes)
+            .map(|pe| {
+                // SAFETY: the info word of every PE's block, published before the barrier.
+                (unsafe { sys::fetch_u64((base + layout.info()) as *const u64, pe as i32) }) as i64
+            })
+            .collect();
         Ok(CommQueue {
             id,
             base,
@@ -114,6 +130,8 @@ impl CommQueue {
             direct: 0,
             calls: 0,
             inbox,
+            image,
+            image_delta,
             local_shortcut: true,
         })
     }
@@ -177,7 +195,7 @@ impl CommQueue {
             self.direct_op(&p, bytes);
             return OK;
         }
-        let offset = (if p.op == OP_GET { p.src } else { p.dest }).wrapping_sub(self.base) as i64;
+        let offset = self.offset(if p.op == OP_GET { p.src } else { p.dest }, pe);
         match (p.nelems, wire::compact_index(p.op, p.esize, offset)) {
             (1, Some(idx)) => self.enqueue_compact(pe, &p, idx),
             _ => self.enqueue(pe, &p),
@@ -191,6 +209,17 @@ impl CommQueue {
             }
         }
         OK
+    }
+
+    /// The target address `remote` (an address of this PE's copy of a symmetric object) as an
+    /// offset from `pe`'s block.
+    fn offset(&self, remote: usize, pe: usize) -> i64 {
+        let (lo, hi) = self.image;
+        if (lo..hi).contains(&remote) {
+            ((remote - lo) as i64).wrapping_add(self.image_delta[pe])
+        } else {
+            remote.wrapping_sub(self.base) as i64
+        }
     }
 
     /// The one-element atomic or get: one word (two for ADD) of batch.
@@ -271,7 +300,7 @@ impl CommQueue {
                 self.ship(pe);
             }
             let at = done * p.esize;
-            let offset = (remote + at).wrapping_sub(self.base) as i64;
+            let offset = self.offset(remote + at, pe);
             let payload =
                 if p.op == OP_PUT || p.op == OP_ATOMIC_ADD { mem::read_bytes(p.src + at, n * p.esize) } else { &[] };
             let peer = &mut self.peers[pe];

@@ -2,6 +2,7 @@
 //! target, and where the target answers.
 //!
 //! ```text
+//! info                    u64: this PE's main-program base minus this block's address
 //! acks   [src]            u64, 64 B apart: batches from src applied here (written by the target)
 //! seqs   [src][slot]      u64, 64 B apart: 1 + number of the batch now in that slot (by src)
 //! req    [src][slot]      slot_bytes each: the batch (wire.rs)
@@ -36,14 +37,17 @@ impl Layout {
             .unwrap_or(DEFAULT_SLOT_BYTES)
     }
 
+    pub fn info(&self) -> usize {
+        0
+    }
     pub fn ack(&self, src: usize) -> usize {
-        src * LINE
+        LINE + src * LINE
     }
     pub fn seq(&self, src: usize, slot: usize) -> usize {
-        self.npes * LINE + (src * SLOTS + slot) * LINE
+        LINE + self.npes * LINE + (src * SLOTS + slot) * LINE
     }
     fn areas(&self) -> usize {
-        self.npes * LINE * (1 + SLOTS)
+        LINE + self.npes * LINE * (1 + SLOTS)
     }
     pub fn req(&self, src: usize, slot: usize) -> usize {
         self.areas() + (src * SLOTS + slot) * self.slot_bytes
@@ -63,7 +67,7 @@ mod tests {
     #[test]
     fn parts_do_not_overlap() {
         let l = Layout::new(3, 1024);
-        let mut spans = Vec::new();
+        let mut spans = vec![(l.info(), 8)];
         for s in 0..3 {
             spans.push((l.ack(s), 8));
             for k in 0..SLOTS {

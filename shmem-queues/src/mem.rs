@@ -1,5 +1,5 @@
 //! Raw memory access: words of a queue's symmetric block, and applying one record to this
-//! PE's symmetric memory. The only module besides `sys` and `ffi` with unsafe code.
+//! PE's symmetric memory.
 //!
 //! # Safety
 //! Addresses handed to these functions are inside memory that stays mapped for the call: a

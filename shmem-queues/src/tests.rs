@@ -246,3 +246,23 @@ fn data_queue_fifo_limits_and_partial_flush() {
         assert_eq!(shmem_queue_data_destroy(&mut h, null_mut()), EINVAL);
     }
 }
+
+static GLOBALS: [std::sync::atomic::AtomicU64; 4] = [const { std::sync::atomic::AtomicU64::new(0) }; 4];
+
+#[test]
+fn global_symmetric_variables_are_translated_through_the_program_image() {
+    let q = comm(QueueConfig::default());
+    let g = GLOBALS.as_ptr().cast::<u64>().cast_mut();
+    let v = [5u64];
+    for _ in 0..3 {
+        assert_eq!(push(q, g.wrapping_add(1), null_mut(), 1, OP_ATOMIC_INC), OK);
+    }
+    assert_eq!(push(q, g.wrapping_add(2), v.as_ptr(), 1, OP_PUT), OK);
+    // SAFETY: live handle, destroyed once.
+    unsafe {
+        assert_eq!(shmem_queue_local_flush(q), OK);
+        assert_eq!(shmem_queue_comm_destroy(q), OK);
+    }
+    let got: Vec<u64> = GLOBALS.iter().map(|a| a.load(std::sync::atomic::Ordering::Relaxed)).collect();
+    assert_eq!(got, [0, 3, 5, 0]);
+}

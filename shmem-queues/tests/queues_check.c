@@ -3,7 +3,7 @@
  * checks passed (some OpenSHMEMs crash inside shmem_finalize: the runner looks for that line
  * from every PE, not at the exit status), or "RESULT FAIL" lines naming what failed.
  *
- * Checks: mixed comm-queue operations to every PE; flush ordering and visibility (a flag sent
+ * Checks: mixed comm-queue operations to every PE; operations on a global symmetric array; flush ordering and visibility (a flag sent
  * after local_flush finds the data applied); max_elems; error codes; data-queue contents after
  * global flush (per source and ANY_PE, FIFO), max_bytes and the partial flush; timeout_flush;
  * a SHMEM_QUEUE_SHARED queue pushed from 4 threads (if the library gives THREAD_MULTIPLE). */
@@ -184,6 +184,27 @@ static void errors(void) {
     shmem_free(w);
 }
 
+/* A global (data segment) symmetric array: its address differs between PEs by the program's
+ * load address, not by the heap's; the queue translates it. */
+static long gtable[4];
+
+static void globals(void) {
+    shmem_queue_t q = comm_queue(SHMEM_QUEUE_EXCLUSIVE, 0, SHMEM_QUEUE_MAX_TIMEOUT);
+    long v = 100 + me;
+    shmem_barrier_all();
+    for (int p = 0; p < npes; p++) {
+        for (int i = 0; i < 10; i++)
+            CHECK(shmem_queue_comm_push(q, &gtable[me % 3], (long *)NULL, 1, p, SHMEM_OP_ATOMIC_INC) == 0, "inc");
+        if (me == 0) CHECK(shmem_queue_comm_push(q, &gtable[3], &v, 1, p, SHMEM_OP_PUT) == 0, "put");
+    }
+    CHECK(shmem_queue_local_flush(q) == 0, "flush");
+    shmem_barrier_all();
+    long want[4] = {0, 0, 0, 100};
+    for (int p = 0; p < npes; p++) want[p % 3] += 10;
+    for (int i = 0; i < 4; i++) CHECK(gtable[i] == want[i], "gtable[%d] %ld want %ld", i, gtable[i], want[i]);
+    CHECK(shmem_queue_comm_destroy(q) == 0, "destroy");
+}
+
 static long dval(int src, int dst, long i) { return ((long)src << 32) | ((long)dst << 16) | i; }
 
 /* Per-pair element counts, FIFO contents per source and for ANY_PE, then max_bytes. */
@@ -310,6 +331,7 @@ int main(void) {
     me = shmem_my_pe();
     npes = shmem_n_pes();
     mixed();
+    globals();
     ordering();
     limits();
     errors();
