@@ -69,9 +69,10 @@ pub fn compact_index(op: u64, esize: usize, offset: i64) -> Option<i64> {
     if op != OP_ATOMIC_INC && op != OP_ATOMIC_ADD && op != OP_GET {
         return None;
     }
-    let e = esize as i64;
-    let idx = offset / e;
-    (offset % e == 0 && (-(1 << 47)..(1 << 47)).contains(&idx)).then_some(idx)
+    // esize is 1, 2, 4 or 8: shifts, not a 64-bit division (this is on every push).
+    let shift = esize.trailing_zeros();
+    let idx = offset >> shift;
+    (offset & (esize as i64 - 1) == 0 && (-(1 << 47)..(1 << 47)).contains(&idx)).then_some(idx)
 }
 
 /// Bytes of a compact record.
