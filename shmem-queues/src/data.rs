@@ -97,8 +97,13 @@ impl DataQueue {
         OK
     }
 
+    /// The `used` word of `src` here, clamped to the area (another PE writes it).
+    fn used_bytes(&self, src: usize) -> usize {
+        (mem::load_word(self.base + self.used(src)) as usize).min(self.max_bytes)
+    }
+
     fn incoming(&self, src: usize) -> usize {
-        mem::load_word(self.base + self.used(src)) as usize - self.head[src]
+        self.used_bytes(src).saturating_sub(self.head[src])
     }
 
     /// Moves `bytes` bytes of incoming data (from `pe`, or from every PE in order for ANY_PE)
@@ -155,12 +160,11 @@ impl DataQueue {
     /// Collective: delivers what fits; EPARTIAL on every PE if some PE kept data back.
     pub fn global_flush(&mut self) -> i32 {
         for s in 0..self.npes {
-            let used_at = self.base + self.used(s);
-            let used = mem::load_word(used_at) as usize;
-            let head = std::mem::take(&mut self.head[s]);
+            let used = self.used_bytes(s);
+            let head = std::mem::take(&mut self.head[s]).min(used);
             let area = self.base + self.area(s);
             mem::move_bytes(area, area + head, used - head);
-            mem::store_word(used_at, (used - head) as u64);
+            mem::store_word(self.base + self.used(s), (used - head) as u64);
         }
         sys::barrier_all();
         let mut short = 0u64;
@@ -170,10 +174,10 @@ impl DataQueue {
             }
             let used_at = self.base + self.used(self.me);
             let used = if pe == self.me {
-                mem::load_word(used_at) as usize
+                self.used_bytes(self.me)
             } else {
                 // SAFETY: the used word for this PE in the target's block.
-                (unsafe { sys::fetch_u64(used_at as *const u64, pe as i32) }) as usize
+                ((unsafe { sys::fetch_u64(used_at as *const u64, pe as i32) }) as usize).min(self.max_bytes)
             };
             let room = self.max_bytes.saturating_sub(used);
             let n = (self.out[pe].len().min(room) / self.esize) * self.esize;
