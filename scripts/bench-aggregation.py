@@ -151,6 +151,7 @@ def main():
     build(a.sos_rshm, bins["rshm"])
     build(a.sos_shm, bins["shm"])
 
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     load0 = os.getloadavg()
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     samples, failures = {}, []
@@ -181,7 +182,8 @@ def main():
     lines = [
         "# Aggregation: histogram and index-gather, plain OpenSHMEM and with libshmem_queues",
         "",
-        f"Measured {started} by `scripts/bench-aggregation.py` on {os.cpu_count()} CPUs; load average "
+        f"Measured {started} by `scripts/bench-aggregation.py` (rshm and libshmem_queues at {commit or '?'}) on "
+        f"{os.cpu_count()} CPUs; load average "
         f"{load0[0]:.2f} at start, {load1[0]:.2f} at the end. **This machine has 2 vCPUs shared with other "
         "engineers' builds and tests while it ran: the figures are noisy (the ranges show the spread of "
         "the rounds) and a rerun on an idle machine is the one to quote.**",
