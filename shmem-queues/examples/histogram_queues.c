@@ -35,7 +35,7 @@ int main(int argc, char **argv) {
     }
     for (long i = 0; i < tsize; i++) errors += table[i] != expect[i];
     if (me == 0)
-        printf("histogram queues npes=%d updates_per_pe=%ld seconds=%.4f rate_per_pe=%.3f Mupd/s\n", npes, nup, t,
+        printf("histogram queues npes=%d updates_per_pe=%ld seconds=%.4f rate_per_pe=%.6f Mupd/s\n", npes, nup, t,
                nup / t / 1e6);
     verdict("histogram_queues", errors);
     shmem_queue_comm_destroy(q);

@@ -31,7 +31,7 @@ int main(int argc, char **argv) {
     double t = slowest(wall() - t0);
     for (long i = 0; i < n; i++) errors += out[i] != value_of(idx[i]);
     if (me == 0)
-        printf("igather queues npes=%d gets_per_pe=%ld seconds=%.4f rate_per_pe=%.3f Mget/s\n", npes, n, t, n / t / 1e6);
+        printf("igather queues npes=%d gets_per_pe=%ld seconds=%.4f rate_per_pe=%.6f Mget/s\n", npes, n, t, n / t / 1e6);
     verdict("igather_queues", errors);
     shmem_queue_comm_destroy(q);
     shmem_free(table);
