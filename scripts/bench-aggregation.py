@@ -213,6 +213,22 @@ def main():
             lines.append(f"| {np} | {cell(k('plain', 'shm'))} | {cell(k('plain', 'rshm'))} | {cell(k('queues', 'shm'))} | "
                          f"{cell(k('queues', 'rshm'))} | {'-' if ratio is None else f'{ratio:.1f}x'} | {verdict} |")
         lines.append("")
+    lines += [
+        "## Reading these figures",
+        "",
+        "- The C shm needs the SOS build with manual progress and hard polling: its PEs spin while they "
+        "wait, so it loses the most when CPUs are contended (other work, or more PEs than CPUs: at 4 PEs "
+        "on 2 vCPUs its plain versions slow down by one to two orders of magnitude). Ratios measured on "
+        "a loaded machine therefore overstate the gain; on an idle one the plain C shm is faster and "
+        "the ratios smaller.",
+        "- Plain versions over rshm use the default SOS build (auto progress, counters with blocking "
+        "waits): each blocking get or fetching atomic waits for the target's progress thread, which is "
+        "why plain rshm is slower than plain C shm at 2 PEs here; the queues remove that per-operation "
+        "round trip.",
+        "- The queue versions ship one put per 64 KiB batch per target and need one remote atomic "
+        "fetch per batch to learn of its completion; the target applies batches in a service thread.",
+        "",
+    ]
     plot_name = os.path.basename(a.plot)
     lines += [f"![aggregation]({plot_name})", ""]
     if failures:
