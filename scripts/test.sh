@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Every test rshm has: formatting, lints, unit and multi-process tests, loom models, fuzzing, the
-# conformance suite, leaked regions, real clients.
+# conformance suite, leaked regions, real clients, the OpenSHMEM queues library.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -60,3 +60,6 @@ cargo run -q --locked -p smr-core --bin rshm-regions -- list --fail-if-any
 
 step "real clients: fi_info, fi_pingpong, Open MPI and MPICH over rshm"
 bash scripts/client-checks.sh
+
+step "OpenSHMEM queues (shmem-queues): semantics and examples on Debian's Open MPI oshmem, 2 and 4 PEs"
+bash scripts/queues-tests.sh

@@ -1,0 +1,353 @@
+//! The exported C functions (include/shmem_queues.h). Each one catches panics (nothing unwinds
+//! into C) and reports errors as negative return codes (config.rs).
+
+use std::ffi::{c_int, c_void};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use crate::comm::{CommQueue, Push};
+use crate::config::{QueueAttr, QueueConfig, EINTERNAL, EINVAL, ENOTSUP, OK};
+use crate::data::DataQueue;
+use crate::handle::{self, bad_handle, Kind, Queue};
+
+/// `shmem_queue_t`.
+pub type Handle = *mut Queue;
+
+fn guard(f: impl FnOnce() -> c_int) -> c_int {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or(EINTERNAL)
+}
+
+fn code(r: Result<(), c_int>) -> c_int {
+    r.err().unwrap_or(OK)
+}
+
+/// Creates a queue of either kind; stores the handle in `*queue` (null on failure).
+///
+/// # Safety
+/// `queue` and `cfg` are null or valid pointers.
+unsafe fn create(
+    queue: *mut Handle,
+    cfg: *const QueueConfig,
+    make: fn(u64, &QueueConfig) -> Result<Kind, c_int>,
+) -> c_int {
+    if queue.is_null() || cfg.is_null() {
+        return EINVAL;
+    }
+    // SAFETY: non-null, and valid per the caller's contract.
+    let cfg = unsafe { *cfg };
+    // SAFETY: as above.
+    unsafe { *queue = std::ptr::null_mut() };
+    let shared = match crate::config::is_shared(&cfg) {
+        Ok(s) => s,
+        Err(e) => return e,
+    };
+    match make(handle::next_id(), &cfg) {
+        Ok(kind) => {
+            // SAFETY: as above.
+            unsafe { *queue = Box::into_raw(Queue::new(shared, kind)) };
+            OK
+        }
+        Err(e) => e,
+    }
+}
+
+/// Takes the queue back from C for a destroy.
+///
+/// # Safety
+/// `h` is a live handle that no other thread uses now (destroy is the last call on it).
+unsafe fn take(h: Handle) -> Option<Kind> {
+    // SAFETY: the caller's contract: h came from Box::into_raw in create.
+    unsafe { Box::from_raw(h) }.into_kind()
+}
+
+/// # Safety
+/// `queue`: where to store the handle; `qconfig`: a valid `shmem_queue_config_t`. Collective
+/// over all PEs.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_queue_comm_create(queue: *mut Handle, qconfig: *const QueueConfig) -> c_int {
+    // SAFETY: the caller's contract.
+    guard(|| unsafe { create(queue, qconfig, |id, c| CommQueue::create(id, c).map(Kind::Comm)) })
+}
+
+/// # Safety
+/// `queue` is a live communication-queue handle, not used after this call by any thread.
+/// Collective over all PEs.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_queue_comm_destroy(queue: Handle) -> c_int {
+    guard(|| {
+        if queue.is_null() {
+            return EINVAL;
+        }
+        // SAFETY: the caller's contract.
+        match unsafe { take(queue) } {
+            Some(Kind::Comm(q)) => q.destroy(),
+            Some(Kind::Data(q)) => q.destroy(),
+            None => EINTERNAL,
+        }
+    })
+}
+
+/// # Safety
+/// `queue` is a live handle. For PUT/ADD `dest` is a symmetric address and `src` a local buffer
+/// of `nelems * elem_size` bytes; for GET `src` is symmetric and `dest` local; for INC `src` is
+/// ignored. Local buffers stay valid (and GET destinations unread) until a flush completes.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_queue_comm_push_mem(
+    queue: Handle,
+    dest: *mut c_void,
+    src: *const c_void,
+    elem_size: usize,
+    nelems: usize,
+    pe: c_int,
+    op: u64,
+) -> c_int {
+    let p = Push { dest: dest as usize, src: src as usize, esize: elem_size, nelems, pe, op };
+    guard(|| {
+        // SAFETY: the caller's contract.
+        unsafe {
+            handle::with(queue, bad_handle(queue), |k| match k {
+                Kind::Comm(q) => q.push(p),
+                Kind::Data(_) => ENOTSUP,
+            })
+        }
+    })
+}
+
+/// Returns the number of outstanding operations (>= 0) or an error (< 0).
+///
+/// # Safety
+/// `queue` is a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_queue_progress(queue: Handle) -> c_int {
+    guard(|| {
+        // SAFETY: the caller's contract.
+        unsafe {
+            handle::with(queue, bad_handle(queue), |k| match k {
+                Kind::Comm(q) => c_int::try_from(q.progress()).unwrap_or(c_int::MAX),
+                Kind::Data(q) => c_int::try_from(q.outstanding_elems()).unwrap_or(c_int::MAX),
+            })
+        }
+    })
+}
+
+/// # Safety
+/// `queue` is a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_queue_local_flush(queue: Handle) -> c_int {
+    guard(|| {
+        // SAFETY: the caller's contract.
+        unsafe {
+            handle::with(queue, bad_handle(queue), |k| match k {
+                Kind::Comm(q) => q.flush(),
+                Kind::Data(_) => ENOTSUP,
+            })
+        }
+    })
+}
+
+/// # Safety
+/// `queue` is a live handle; `attr` null or valid.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_query_attr(queue: Handle, attr: *mut QueueAttr) -> c_int {
+    guard(|| {
+        if attr.is_null() {
+            return EINVAL;
+        }
+        // SAFETY: the caller's contract.
+        let a = unsafe {
+            handle::with(queue, None, |k| match k {
+                Kind::Comm(q) => Some(q.attr()),
+                Kind::Data(q) => Some(q.attr()),
+            })
+        };
+        match a {
+            Some(a) => {
+                // SAFETY: non-null and valid per the caller's contract.
+                unsafe { *attr = a };
+                OK
+            }
+            None => bad_handle(queue),
+        }
+    })
+}
+
+/// The proposal's spelling of [`shmem_query_attr`].
+///
+/// # Safety
+/// As for [`shmem_query_attr`].
+#[no_mangle]
+pub unsafe extern "C" fn shmem_query_attrib(queue: Handle, attr: *mut QueueAttr) -> c_int {
+    // SAFETY: same contract.
+    unsafe { shmem_query_attr(queue, attr) }
+}
+
+/// # Safety
+/// `queue` is a live handle; `size` null or valid.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_query_size(queue: Handle, size: *mut usize) -> c_int {
+    guard(|| {
+        if size.is_null() {
+            return EINVAL;
+        }
+        // SAFETY: the caller's contract.
+        let n = unsafe {
+            handle::with(queue, None, |k| match k {
+                Kind::Comm(q) => Some(q.outstanding()),
+                Kind::Data(q) => Some(q.outstanding_elems()),
+            })
+        };
+        match n {
+            Some(n) => {
+                // SAFETY: non-null and valid per the caller's contract.
+                unsafe { *size = usize::try_from(n).unwrap_or(usize::MAX) };
+                OK
+            }
+            None => bad_handle(queue),
+        }
+    })
+}
+
+/// # Safety
+/// As for [`shmem_queue_comm_create`]; `team` is ignored (all PEs; see the README).
+#[no_mangle]
+pub unsafe extern "C" fn shmem_queue_data_create(
+    queue: *mut Handle,
+    qconfig: *const QueueConfig,
+    _team: *mut c_void,
+) -> c_int {
+    // SAFETY: the caller's contract.
+    guard(|| unsafe { create(queue, qconfig, |id, c| DataQueue::create(id, c).map(Kind::Data)) })
+}
+
+/// # Safety
+/// `queue` is a live data-queue handle; `src` is readable for `elem_size * nelems` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_queue_data_push_mem(
+    queue: Handle,
+    src: *const c_void,
+    elem_size: usize,
+    nelems: usize,
+    pe: c_int,
+) -> c_int {
+    guard(|| {
+        let Some(bytes) = elem_size.checked_mul(nelems) else { return EINVAL };
+        // SAFETY: the caller's contract.
+        unsafe {
+            handle::with(queue, bad_handle(queue), |k| match k {
+                Kind::Data(q) => q.push(src as usize, bytes, pe),
+                Kind::Comm(_) => ENOTSUP,
+            })
+        }
+    })
+}
+
+/// # Safety
+/// `queue` is a live data-queue handle; `dest` is writable for `elem_size * nelems` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_queue_data_pop_mem(
+    queue: Handle,
+    dest: *mut c_void,
+    elem_size: usize,
+    nelems: usize,
+    pe: c_int,
+) -> c_int {
+    guard(|| {
+        let Some(bytes) = elem_size.checked_mul(nelems) else { return EINVAL };
+        // SAFETY: the caller's contract.
+        unsafe {
+            handle::with(queue, bad_handle(queue), |k| match k {
+                Kind::Data(q) => q.pop(dest as usize, bytes, pe),
+                Kind::Comm(_) => ENOTSUP,
+            })
+        }
+    })
+}
+
+/// # Safety
+/// `queue` is a live data-queue handle. Collective over all PEs.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_queue_global_flush(queue: Handle) -> c_int {
+    guard(|| {
+        // SAFETY: the caller's contract.
+        unsafe {
+            handle::with(queue, bad_handle(queue), |k| match k {
+                Kind::Data(q) => q.global_flush(),
+                Kind::Comm(_) => ENOTSUP,
+            })
+        }
+    })
+}
+
+/// The spelling of [`shmem_queue_global_flush`].
+///
+/// # Safety
+/// As for [`shmem_queue_global_flush`].
+#[no_mangle]
+pub unsafe extern "C" fn shmem_queue_data_global_flush(queue: Handle) -> c_int {
+    // SAFETY: same contract.
+    unsafe { shmem_queue_global_flush(queue) }
+}
+
+/// # Safety
+/// `queue` is a live data-queue handle; `incoming`/`outgoing` null or valid.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_query_data_size(
+    queue: Handle,
+    incoming: *mut usize,
+    outgoing: *mut usize,
+    pe: c_int,
+) -> c_int {
+    guard(|| {
+        // SAFETY: the caller's contract.
+        let r = unsafe {
+            handle::with(queue, Err(bad_handle(queue)), |k| match k {
+                Kind::Data(q) => q.sizes(pe),
+                Kind::Comm(_) => Err(ENOTSUP),
+            })
+        };
+        code(r.map(|(i, o)| {
+            if !incoming.is_null() {
+                // SAFETY: non-null and valid per the caller's contract.
+                unsafe { *incoming = i };
+            }
+            if !outgoing.is_null() {
+                // SAFETY: as above.
+                unsafe { *outgoing = o };
+            }
+        }))
+    })
+}
+
+/// Data queues move data only in the global flush: this checks the handle and returns 0.
+///
+/// # Safety
+/// `queue` is a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_queue_data_progress(queue: Handle, _team: *mut c_void) -> c_int {
+    guard(|| {
+        // SAFETY: the caller's contract.
+        unsafe { handle::with(queue, bad_handle(queue), |_| OK) }
+    })
+}
+
+/// # Safety
+/// `queue` points to a live data-queue handle (set to null on return), not used by any other
+/// thread. Collective over all PEs.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_queue_data_destroy(queue: *mut Handle, _team: *mut c_void) -> c_int {
+    guard(|| {
+        if queue.is_null() {
+            return EINVAL;
+        }
+        // SAFETY: non-null, valid per the caller's contract.
+        let h = unsafe { std::mem::replace(&mut *queue, std::ptr::null_mut()) };
+        if h.is_null() {
+            return EINVAL;
+        }
+        // SAFETY: the caller's contract.
+        match unsafe { take(h) } {
+            Some(Kind::Data(q)) => q.destroy(),
+            Some(Kind::Comm(q)) => q.destroy(),
+            None => EINTERNAL,
+        }
+    })
+}

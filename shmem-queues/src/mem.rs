@@ -1,0 +1,138 @@
+//! Raw memory access: words of a queue's symmetric block, and applying one record to this
+//! PE's symmetric memory.
+//!
+//! # Safety
+//! Addresses handed to these functions are inside memory that stays mapped for the call: a
+//! queue's symmetric block (alive until the queue is destroyed, which first quiesces every
+//! PE), or application memory named by a push, which the OpenSHMEM queue contract keeps valid
+//! until the operation is flushed. Words are 8-byte aligned (the block is laid out in 64-byte
+//! lines); record targets are checked for alignment before any atomic access.
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+use crate::config::{OP_ATOMIC_ADD, OP_ATOMIC_INC, OP_GET, OP_PUT};
+use crate::wire::Record;
+
+/// Acquire-load of an aligned 64-bit word at `addr`.
+pub fn load_word(addr: usize) -> u64 {
+    debug_assert_eq!(addr % 8, 0);
+    // SAFETY: module contract: an aligned word of a live block; other PEs write it only with
+    // OpenSHMEM puts/atomics, this process only through these functions.
+    unsafe { AtomicU64::from_ptr(addr as *mut u64) }.load(Ordering::Acquire)
+}
+
+/// Release-store of an aligned 64-bit word at `addr`.
+pub fn store_word(addr: usize, value: u64) {
+    debug_assert_eq!(addr % 8, 0);
+    // SAFETY: as for load_word.
+    unsafe { AtomicU64::from_ptr(addr as *mut u64) }.store(value, Ordering::Release)
+}
+
+/// A copy of `len` bytes at `addr` (a received batch, an incoming data area).
+pub fn read_bytes(addr: usize, len: usize) -> &'static [u8] {
+    // SAFETY: module contract: the range is inside a live block; the bytes were published
+    // before the acquire load that made the caller read them, and nobody writes them while the
+    // caller holds the slice (a slot is rewritten only after its ack, data areas only in a
+    // flush that excludes pops). The 'static lifetime is the caller's to shorten.
+    unsafe { std::slice::from_raw_parts(addr as *const u8, len) }
+}
+
+/// Copies `src` to `addr`.
+pub fn write_bytes(addr: usize, src: &[u8]) {
+    // SAFETY: module contract: `addr..addr+len` is writable memory of this process.
+    unsafe { std::ptr::copy(src.as_ptr(), addr as *mut u8, src.len()) }
+}
+
+/// Copies `len` bytes from `src` to `dst` (the ranges may overlap).
+pub fn move_bytes(dst: usize, src: usize, len: usize) {
+    // SAFETY: module contract: both ranges are inside memory of this process.
+    unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, len) }
+}
+
+fn aligned(addr: usize, esize: usize) -> bool {
+    addr % esize == 0
+}
+
+fn add_elems(addr: usize, esize: usize, nelems: usize, value: impl Fn(usize) -> u64) {
+    for i in 0..nelems {
+        let a = addr + i * esize;
+        let v = value(i);
+        if esize == 8 {
+            // SAFETY: module contract; `a` is 8-byte aligned (checked by the caller).
+            unsafe { AtomicU64::from_ptr(a as *mut u64) }.fetch_add(v, Ordering::Relaxed);
+        } else {
+            // SAFETY: module contract; `a` is 4-byte aligned (checked by the caller).
+            unsafe { AtomicU32::from_ptr(a as *mut u32) }.fetch_add(v as u32, Ordering::Relaxed);
+        }
+    }
+}
+
+fn elem(payload: &[u8], esize: usize, i: usize) -> u64 {
+    let b = &payload[i * esize..(i + 1) * esize];
+    if esize == 8 {
+        u64::from_ne_bytes(b.try_into().unwrap_or_default())
+    } else {
+        u64::from(u32::from_ne_bytes(b.try_into().unwrap_or_default()))
+    }
+}
+
+/// Applies one record whose target is `addr` in this process. GET answers are appended to
+/// `reply` (padded to 8 bytes). Returns false (and does nothing) for a misaligned atomic.
+pub fn apply(rec: &Record<'_>, addr: usize, reply: &mut Vec<u8>) -> bool {
+    let bytes = rec.esize * rec.nelems;
+    match rec.op {
+        OP_PUT => write_bytes(addr, &rec.payload[..bytes]),
+        OP_GET => {
+            reply.extend_from_slice(read_bytes(addr, bytes));
+            reply.resize((reply.len() + 7) & !7, 0);
+        }
+        OP_ATOMIC_ADD | OP_ATOMIC_INC if !aligned(addr, rec.esize) || rec.esize < 4 => return false,
+        OP_ATOMIC_ADD => add_elems(addr, rec.esize, rec.nelems, |i| elem(rec.payload, rec.esize, i)),
+        OP_ATOMIC_INC => add_elems(addr, rec.esize, rec.nelems, |_| 1),
+        _ => return false,
+    }
+    true
+}
+
+/// Scatters GET answers (each padded to 8 bytes) into the local buffers that asked for them.
+pub fn scatter(reply: &[u8], gets: &[(usize, usize)]) {
+    let mut at = 0;
+    for &(dst, len) in gets {
+        if let Some(src) = reply.get(at..at + len) {
+            write_bytes(dst, src);
+        }
+        at += (len + 7) & !7;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn apply_each_op() {
+        let mut table = [0u64; 4];
+        let base = table.as_mut_ptr() as usize;
+        let mut reply = Vec::new();
+        let add = [5u64.to_ne_bytes(), 6u64.to_ne_bytes()].concat();
+        assert!(apply(&Record { op: OP_ATOMIC_ADD, esize: 8, nelems: 2, offset: 0, payload: &add }, base, &mut reply));
+        assert!(apply(
+            &Record { op: OP_ATOMIC_INC, esize: 8, nelems: 1, offset: 0, payload: &[] },
+            base + 8,
+            &mut reply
+        ));
+        let put = 9u64.to_ne_bytes();
+        assert!(apply(&Record { op: OP_PUT, esize: 8, nelems: 1, offset: 0, payload: &put }, base + 16, &mut reply));
+        assert!(apply(&Record { op: OP_GET, esize: 4, nelems: 1, offset: 0, payload: &[] }, base + 8, &mut reply));
+        assert!(!apply(
+            &Record { op: OP_ATOMIC_INC, esize: 8, nelems: 1, offset: 0, payload: &[] },
+            base + 4,
+            &mut reply
+        ));
+        assert_eq!(table, [5, 7, 9, 0]);
+        assert_eq!(reply.len(), 8);
+        let mut out = 0u32;
+        scatter(&reply, &[(&mut out as *mut u32 as usize, 4)]);
+        assert_eq!(out, 7);
+    }
+}

@@ -1,0 +1,147 @@
+//! The service thread: applies the batches other PEs put into this PE's inboxes.
+//!
+//! It makes no OpenSHMEM call (so it needs no thread level from the application's library): it
+//! reads its own symmetric memory, applies each record with local stores and atomics, writes
+//! GET answers into the reply area and release-stores the per-source ack word that the source
+//! reads with an OpenSHMEM atomic fetch. Targets thus progress with no call from their
+//! application thread, and a source's flush cannot deadlock on a target that is busy
+//! elsewhere (in a barrier, in computation).
+//!
+//! The thread exists while at least one communication queue exists in the process. When idle
+//! it spins briefly, then yields, then sleeps in short steps (50 us), so an idle process costs
+//! little CPU. The application thread also applies its queue's inbox itself, now and then
+//! while pushing and whenever it waits (for a free slot, for acks): on a machine with fewer
+//! cores than threads this saves a context switch per batch, and two PEs waiting on each other
+//! progress even when neither service thread is scheduled.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crate::inbox::{Layout, SLOTS};
+use crate::mem;
+use crate::wire;
+
+/// What the service thread knows of one queue: where its block is, and what it applied.
+pub struct Inbox {
+    base: usize,
+    layout: Layout,
+    /// Batches applied per source (the next expected batch number).
+    applied: Vec<u64>,
+    reply: Vec<u8>,
+}
+
+impl Inbox {
+    /// Applies every batch that has arrived; true if it applied any.
+    fn poll(&mut self) -> bool {
+        let mut did = false;
+        for src in 0..self.layout.npes {
+            loop {
+                let next = self.applied[src];
+                let slot = (next % SLOTS as u64) as usize;
+                if mem::load_word(self.base + self.layout.seq(src, slot)) != next + 1 {
+                    break;
+                }
+                self.apply_batch(src, slot);
+                self.applied[src] = next + 1;
+                mem::store_word(self.base + self.layout.ack(src), next + 1);
+                did = true;
+            }
+        }
+        did
+    }
+
+    fn apply_batch(&mut self, src: usize, slot: usize) {
+        let cap = self.layout.slot_bytes;
+        let req = self.base + self.layout.req(src, slot);
+        let Some((len, _)) = wire::batch_header(mem::read_bytes(req, wire::BATCH_HEADER)) else { return };
+        let body = mem::read_bytes(req + wire::BATCH_HEADER, len.min(cap - wire::BATCH_HEADER));
+        self.reply.clear();
+        for rec in wire::records(body) {
+            let Some(rec) = rec else { break };
+            let addr = (self.base as isize).wrapping_add(rec.offset as isize) as usize;
+            let need = wire::reply_len(rec.op, rec.esize, rec.nelems);
+            if self.reply.len() + need > cap {
+                break; // a source never builds this; a corrupt batch stops here
+            }
+            mem::apply(&rec, addr, &mut self.reply);
+        }
+        if !self.reply.is_empty() {
+            mem::write_bytes(self.base + self.layout.reply(src, slot), &self.reply);
+        }
+    }
+}
+
+/// A queue's inbox, shared by the service thread and the queue.
+pub type Shared = Arc<Mutex<Inbox>>;
+
+struct Service {
+    inboxes: Arc<Mutex<Vec<Shared>>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+static SERVICE: Mutex<Option<Service>> = Mutex::new(None);
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Applies what has arrived, unless another thread is doing it; true if it applied any.
+pub fn try_poll(inbox: &Shared) -> bool {
+    inbox.try_lock().map(|mut ib| ib.poll()).unwrap_or(false)
+}
+
+fn run(inboxes: Arc<Mutex<Vec<Shared>>>, stop: Arc<AtomicBool>) {
+    let mut idle = 0u32;
+    while !stop.load(Ordering::Acquire) {
+        let did = lock(&inboxes).iter().fold(false, |d, ib| try_poll(ib) | d);
+        if did {
+            idle = 0;
+        } else {
+            idle = idle.saturating_add(1);
+            if idle < 64 {
+                std::hint::spin_loop();
+            } else if idle < 256 {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(Duration::from_micros(50));
+            }
+        }
+    }
+}
+
+/// Starts serving a queue's block (starting the thread if this is the first queue).
+pub fn register(base: usize, layout: Layout) -> Shared {
+    let inbox = Arc::new(Mutex::new(Inbox { base, layout, applied: vec![0; layout.npes], reply: Vec::new() }));
+    let mut svc = lock(&SERVICE);
+    let s = svc.get_or_insert_with(|| {
+        let inboxes = Arc::new(Mutex::new(Vec::new()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (i, s) = (inboxes.clone(), stop.clone());
+        let thread = std::thread::Builder::new().name("shmem-queues".into()).spawn(move || run(i, s)).ok();
+        Service { inboxes, stop, thread }
+    });
+    lock(&s.inboxes).push(inbox.clone());
+    inbox
+}
+
+/// Stops serving this inbox; on return the thread no longer touches its block. The last queue
+/// stops the thread.
+pub fn unregister(inbox: &Shared) {
+    let mut svc = lock(&SERVICE);
+    let Some(s) = svc.as_mut() else { return };
+    let empty = {
+        let mut v = lock(&s.inboxes);
+        v.retain(|ib| !Arc::ptr_eq(ib, inbox));
+        v.is_empty()
+    };
+    if empty {
+        s.stop.store(true, Ordering::Release);
+        if let Some(t) = s.thread.take() {
+            let _ = t.join();
+        }
+        *svc = None;
+    }
+}
