@@ -49,13 +49,22 @@ not_run() {
 }
 
 # fi_pingpong server and client on one port; both must succeed.
+# Both under a timeout (never a hang); the client retries while the server, still starting on a
+# busy machine, refuses the connection (fi_pingpong's out-of-band socket), for up to 10 s.
 pingpong() {
-    local port=$((20000 + RANDOM % 30000))
-    FI_PROVIDER_PATH=$PROV_DIR fi_pingpong -p rshm "$@" -B "$port" &
+    local port=$((20000 + RANDOM % 30000)) rc=1
+    FI_PROVIDER_PATH=$PROV_DIR timeout -k 5 300 fi_pingpong -p rshm "$@" -B "$port" &
     local srv=$!
     sleep 0.3
-    FI_PROVIDER_PATH=$PROV_DIR fi_pingpong -p rshm "$@" -P "$port" 127.0.0.1
-    local rc=$?
+    for _ in $(seq 20); do
+        local t0=$SECONDS
+        FI_PROVIDER_PATH=$PROV_DIR timeout -k 5 300 fi_pingpong -p rshm "$@" -P "$port" 127.0.0.1
+        rc=$?
+        # A run that got going (or a server that is gone) is not retried.
+        if [ $rc -eq 0 ] || [ $((SECONDS - t0)) -ge 2 ] || ! kill -0 "$srv" 2>/dev/null; then break; fi
+        sleep 0.5
+    done
+    if [ $rc -ne 0 ]; then kill "$srv" 2>/dev/null; fi
     wait "$srv" || rc=1
     return $rc
 }
