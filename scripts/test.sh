@@ -55,6 +55,11 @@ step "conformance suite (fabtests-adapter): every scenario against rshm and the 
 bash scripts/build-provider.sh
 cargo run --release --locked -q -p fabtests-adapter -- suite --providers rshm,shm --provider-path "$PWD/target/rshm"
 
+step "misuse through libfabric's API (tests/misuse/misuse.c): a -FI_E* code and a log line, never a crash"
+mkdir -p target/misuse
+cc -O2 -Wall -o target/misuse/misuse tests/misuse/misuse.c -lfabric
+FI_PROVIDER_PATH="$PWD/target/rshm" timeout -k 5 300 target/misuse/misuse rshm
+
 step "rshm-regions: no region left behind by the tests (each one left is named, and fails)"
 cargo run -q --locked -p smr-core --bin rshm-regions -- list --fail-if-any
 
