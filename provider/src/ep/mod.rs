@@ -441,6 +441,17 @@ fn enable(ep: &Ep) -> FiResult<()> {
         FiError::from(e)
     })?;
     crate::info!(EpCtrl, "endpoint {} enabled (CMA {})", state.name, if engine.cma_enabled() { "on" } else { "off" });
+    if engine.params().cma && !engine.cma_enabled() {
+        // Once per process: CMA was wanted but this host forbids it.
+        static SAID: std::sync::Once = std::sync::Once::new();
+        SAID.call_once(|| {
+            let why = smr_core::cma::why_denied().unwrap_or("unknown");
+            crate::warn!(
+                EpCtrl,
+                "CMA is not permitted here ({why}): messages above the inject size go through SAR bounce buffers"
+            );
+        });
+    }
     state.engine = Some(engine);
     drop(st);
     ep.shared.endpoints_changed();
