@@ -13,7 +13,8 @@
 //! (`REACHED name=..`). `TALKING` follows once, after a death, at least 3 messages came from every
 //! other peer, and (if restarted) the new process was reached. `STOP` ends sending; `DRAINED`
 //! follows when nothing is in flight. `REPORT` prints `RESULT` with per-peer figures and exits 0
-//! (closing the endpoint). Errors other than `PeerDead`, corrupt or duplicate messages are
+//! (closing the endpoint); it carries the private memory (RssAnon: heap and stacks, not the
+//! shared regions) after 1 s of traffic (`rss_warm`) and now (`rss_end`). Errors other than `PeerDead`, corrupt or duplicate messages are
 //! counted in `RESULT` (`bad`, `errs`) and printed as `BAD` lines.
 //!
 //! `--die-mid-copy P` stops the P-th ring push half-way through its copy (see `smr_core::ring::hooks`).
@@ -145,6 +146,8 @@ fn main() {
     let mut dead_seen: Option<usize> = None;
     let (mut go, mut stopping, mut drained, mut talking) = (false, false, false, false);
     let mut done_seen = 0;
+    let mut go_at: Option<Instant> = None;
+    let mut rss_warm: Option<u64> = None;
     let complain = |bad: u64, what: &str| {
         if bad < 20 {
             say(&format!("BAD {what}"));
@@ -159,7 +162,10 @@ fn main() {
         loop {
             match commands.try_recv() {
                 Ok(cmd) => match cmd.as_str() {
-                    "GO" => go = true,
+                    "GO" => {
+                        go = true;
+                        go_at = Some(Instant::now());
+                    }
                     "RESTARTED" => {
                         for o in outs.iter_mut().filter(|o| o.dead) {
                             o.restarted = true;
@@ -167,7 +173,7 @@ fn main() {
                     }
                     "STOP" => stopping = true,
                     "REPORT" => {
-                        report(&name, &outs, &ins, bad, errs, &node);
+                        report(&name, &outs, &ins, bad, errs, &node, rss_warm);
                         drop(node);
                         std::process::exit(0);
                     }
@@ -176,6 +182,9 @@ fn main() {
                 Err(TryRecvError::Empty) => break,
                 Err(TryRecvError::Disconnected) => std::process::exit(4),
             }
+        }
+        if rss_warm.is_none() && go_at.is_some_and(|t| t.elapsed() >= Duration::from_secs(1)) {
+            rss_warm = Some(rss_kib());
         }
         let mut busy = false;
         if go && !stopping {
@@ -302,8 +311,18 @@ fn main() {
     }
 }
 
-fn report(name: &str, outs: &[Out], ins: &HashMap<u32, In>, bad: u64, errs: u64, node: &Node) {
-    let mut line = format!("RESULT name={name} bad={bad} errs={errs}");
+fn rss_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("RssAnon:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+fn report(name: &str, outs: &[Out], ins: &HashMap<u32, In>, bad: u64, errs: u64, node: &Node, rss_warm: Option<u64>) {
+    let mut line =
+        format!("RESULT name={name} bad={bad} errs={errs} rss_warm={} rss_end={}", rss_warm.unwrap_or(0), rss_kib());
     for o in outs {
         line += &format!(" ok.{}={} okr.{}={}", o.id, o.ok, o.id, o.ok_since_restart);
     }
