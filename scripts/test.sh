@@ -62,7 +62,7 @@ FI_PROVIDER_PATH="$PWD/target/rshm" timeout -k 5 300 target/misuse/misuse rshm
 
 step "no room in /dev/shm: fi_enable fails with -FI_ENOSPC and a log line saying what to change"
 # A private mount namespace with a 1 MiB tmpfs on /dev/shm (root only; unshare ignores SIGTERM).
-if [ "$(id -u)" = 0 ]; then
+if [ "$(id -u)" = 0 ] && timeout -k 5 20 unshare -m sh -c "mount -t tmpfs -o size=1m tmpfs /dev/shm" 2>/dev/null; then
     out=$(timeout -k 5 60 unshare -m sh -c "mount -t tmpfs -o size=1m tmpfs /dev/shm && \
         FI_LOG_LEVEL=warn FI_PROVIDER_PATH='$PWD/target/rshm' target/misuse/misuse rshm send_null_buf" 2>&1 || true)
     if echo "$out" | grep -q "fi_enable(ep) = -28" && echo "$out" | grep -q "no room in /dev/shm.*enlarge /dev/shm"; then
@@ -73,7 +73,7 @@ if [ "$(id -u)" = 0 ]; then
         exit 1
     fi
 else
-    echo "  SKIPPED: needs root for a private /dev/shm"
+    echo "  SKIPPED: needs root and a mount namespace (unshare -m) for a private /dev/shm"
 fi
 
 step "rshm-regions: no region left behind by the tests (each one left is named, and fails)"

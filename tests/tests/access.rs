@@ -57,6 +57,10 @@ fn regions_are_private_to_their_user() {
         println!("SKIPPED: trying another uid needs root (setpriv, useradd); checked mode 0600 only");
         return;
     }
+    if !Command::new("setpriv").arg("--version").output().is_ok_and(|o| o.status.success()) {
+        println!("SKIPPED: no setpriv (util-linux) to switch uid; checked mode 0600 only");
+        return;
+    }
     let Some((uid, gid)) = other_user() else {
         println!("SKIPPED: no other user and useradd failed; checked mode 0600 only");
         return;

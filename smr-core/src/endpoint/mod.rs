@@ -79,7 +79,7 @@ impl Default for Params {
             liveness_interval: Duration::from_millis(100),
             connect_retry: Duration::from_millis(100),
             absent_peer_timeout: Duration::from_secs(30),
-            dead_owner_timeout: Duration::from_secs(1),
+            dead_owner_timeout: Duration::from_millis(500),
         }
     }
 }
