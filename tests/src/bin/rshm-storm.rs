@@ -68,7 +68,12 @@ struct In {
     count: u64,
     bytes: u64,
     first: Option<u32>,
+    /// The last sequence number offered (matched): messages are matched in order (msg_order is
+    /// strict), while completions may come out of order (comp_order FI_ORDER_NONE: a large SAR
+    /// message completes after smaller ones sent behind it).
     last: Option<u32>,
+    /// Offered, not yet completed.
+    pending: std::collections::HashSet<u32>,
     gaps: u64,
     order: u64,
     failed: u64,
@@ -145,7 +150,6 @@ fn main() {
     let (mut bad, mut errs) = (0u64, 0u64);
     let mut dead_seen: Option<usize> = None;
     let (mut go, mut stopping, mut drained, mut talking) = (false, false, false, false);
-    let mut done_seen = 0;
     let mut go_at: Option<Instant> = None;
     let mut rss_warm: Option<u64> = None;
     let complain = |bad: u64, what: &str| {
@@ -227,7 +231,7 @@ fn main() {
             }
         }
         let events = node.pump();
-        for (cookie, result) in node.h.sends_done[done_seen..].iter() {
+        for (cookie, result) in node.h.sends_done.iter() {
             let Some((i, after_restart)) = cookies.remove(cookie) else { continue };
             let o = &mut outs[i];
             o.inflight -= 1;
@@ -255,10 +259,29 @@ fn main() {
                 }
             }
         }
-        done_seen = node.h.sends_done.len();
+        for m in &node.h.offered {
+            let (sender, seq) = split_tag(m.hdr.tag);
+            let s = ins.entry(sender).or_default();
+            s.first.get_or_insert(seq);
+            if let Some(last) = s.last {
+                if seq <= last {
+                    s.order += 1;
+                    complain(bad + errs + s.order, &format!("from {sender}: seq {seq} matched after {last}"));
+                } else if seq != last + 1 {
+                    s.gaps += 1;
+                }
+            }
+            s.last = Some(seq);
+            s.pending.insert(seq);
+        }
+        node.forget_done();
         for r in std::mem::take(&mut node.h.received) {
             let (sender, seq) = split_tag(r.hdr.tag);
             let s = ins.entry(sender).or_default();
+            if !s.pending.remove(&seq) {
+                s.order += 1;
+                complain(bad + errs + s.order, &format!("from {sender}: seq {seq} completed twice or never offered"));
+            }
             match &r.result {
                 Err(Error::PeerDead) => {
                     s.failed += 1;
@@ -279,16 +302,6 @@ fn main() {
             s.count += 1;
             s.bytes += r.bytes.len() as u64;
             s.after_dead += u64::from(dead_seen.is_some());
-            s.first.get_or_insert(seq);
-            if let Some(last) = s.last {
-                if seq <= last {
-                    s.order += 1;
-                    complain(bad + errs + s.order, &format!("from {sender}: seq {seq} after {last}"));
-                } else if seq != last + 1 {
-                    s.gaps += 1;
-                }
-            }
-            s.last = Some(seq);
         }
         if let Some(d) = dead_seen {
             let others_heard = outs
