@@ -190,6 +190,21 @@ for ep in rdm dgram; do
 done
 # With CMA off, every message above the inject size (4 KiB) goes through SAR.
 check "fi_pingpong-rdm-tagged-sar" bash -c 'export FI_RSHM_CMA=0; cma_is off pingpong -e rdm -m tagged -S all -I 20 -c'
+# CMA forbidden (as by Yama or seccomp; RSHM_TEST_DENY_CMA=1 makes the probe say so): SAR carries
+# the large messages, and each process says why in exactly one log line.
+cma_denied() {
+    local log rc=0
+    log=$(mktemp)
+    FI_LOG_LEVEL=info FI_LOG_PROV=rshm RSHM_TEST_DENY_CMA=1 cma_is off pingpong -e rdm -m tagged -S all -I 20 -c 2>"$log" || rc=1
+    local lines
+    lines=$(grep -c "CMA is not permitted here (RSHM_TEST_DENY_CMA=1)" "$log")
+    echo "'CMA is not permitted' lines: $lines (one per process, 2 processes)"
+    [ "$lines" = 2 ] || rc=1
+    rm -f "$log"
+    return $rc
+}
+export -f cma_denied
+check "fi_pingpong-rdm-tagged-cma-denied" cma_denied
 
 # One venv per wheel: both ship mpicc, mpiexec and libmpi.
 wheel_venv() {

@@ -55,6 +55,27 @@ step "conformance suite (fabtests-adapter): every scenario against rshm and the 
 bash scripts/build-provider.sh
 cargo run --release --locked -q -p fabtests-adapter -- suite --providers rshm,shm --provider-path "$PWD/target/rshm"
 
+step "misuse through libfabric's API (tests/misuse/misuse.c): a -FI_E* code and a log line, never a crash"
+mkdir -p target/misuse
+cc -O2 -Wall -o target/misuse/misuse tests/misuse/misuse.c -lfabric
+FI_PROVIDER_PATH="$PWD/target/rshm" timeout -k 5 300 target/misuse/misuse rshm
+
+step "no room in /dev/shm: fi_enable fails with -FI_ENOSPC and a log line saying what to change"
+# A private mount namespace with a 1 MiB tmpfs on /dev/shm (root only; unshare ignores SIGTERM).
+if [ "$(id -u)" = 0 ] && timeout -k 5 20 unshare -m sh -c "mount -t tmpfs -o size=1m tmpfs /dev/shm" 2>/dev/null; then
+    out=$(timeout -k 5 60 unshare -m sh -c "mount -t tmpfs -o size=1m tmpfs /dev/shm && \
+        FI_LOG_LEVEL=warn FI_PROVIDER_PATH='$PWD/target/rshm' target/misuse/misuse rshm send_null_buf" 2>&1 || true)
+    if echo "$out" | grep -q "fi_enable(ep) = -28" && echo "$out" | grep -q "no room in /dev/shm.*enlarge /dev/shm"; then
+        echo "  -FI_ENOSPC, and: $(echo "$out" | grep -o "no room in /dev/shm.*" | cut -c1-100)..."
+    else
+        echo "$out" | tail -5
+        echo "expected fi_enable to fail with -FI_ENOSPC and the log line"
+        exit 1
+    fi
+else
+    echo "  SKIPPED: needs root and a mount namespace (unshare -m) for a private /dev/shm"
+fi
+
 step "rshm-regions: no region left behind by the tests (each one left is named, and fails)"
 cargo run -q --locked -p smr-core --bin rshm-regions -- list --fail-if-any
 

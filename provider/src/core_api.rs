@@ -140,6 +140,13 @@ pub unsafe fn opt_str<'a>(p: *const c_char) -> Option<&'a str> {
     unsafe { CStr::from_ptr(p) }.to_str().ok()
 }
 
+/// A positive FI_E* code with its text, for log lines: `22 (Invalid argument)`.
+pub fn errname(code: u32) -> String {
+    // SAFETY: fi_strerror returns a static NUL-terminated string for any value.
+    let text = unsafe { CStr::from_ptr(ffi::fi_strerror(code as i32)) };
+    format!("{code} ({})", text.to_string_lossy())
+}
+
 /// `fi_strerror(prov_errno)`, copied into the caller's buffer when it gives one (the contract
 /// of both `fi_cq_strerror` and `fi_eq_strerror`).
 ///

@@ -229,6 +229,9 @@ fn read(cq: *mut ffi::fid_cq, buf: *mut c_void, count: usize, src: *mut u64) -> 
 fn sread(cq: *mut ffi::fid_cq, buf: *mut c_void, count: usize, src: *mut u64, timeout_ms: c_int) -> FiResult<usize> {
     // SAFETY: libfabric contract.
     let obj = unsafe { get(cq.cast()) }?;
+    if buf.is_null() && count > 0 {
+        return Err(FiError::INVAL);
+    }
     let eps = (crate::block::cq_eps as crate::block::Bound, obj.id);
     crate::block::until(&obj.shared, timeout_ms, FiError::AGAIN, eps, |st| {
         match read_locked(st, obj.id, buf, count, src) {

@@ -21,6 +21,21 @@ pub fn probe() -> bool {
     *ALLOWED.get_or_init(|| !denied_by_env() && probe_now())
 }
 
+/// Why `probe` answered `false`, for the one log line a provider writes about it (None when
+/// CMA is allowed).
+pub fn why_denied() -> Option<&'static str> {
+    if probe() {
+        return None;
+    }
+    Some(if denied_by_env() {
+        "RSHM_TEST_DENY_CMA=1"
+    } else if std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope").is_ok_and(|s| s.trim() != "0") {
+        "Yama restricts ptrace (kernel.yama.ptrace_scope is not 0)"
+    } else {
+        "process_vm_readv is refused (seccomp or a container policy)"
+    })
+}
+
 fn denied_by_env() -> bool {
     matches!(std::env::var_os(DENY_ENV), Some(v) if v == "1")
 }

@@ -240,9 +240,11 @@ impl Region {
         &self.map
     }
 
-    /// True once the owner closed its endpoint (or while it is not yet ready).
+    /// True once the owner closed its endpoint. Only the owner's own mark counts: a word that a
+    /// hostile peer scribbled over is not taken for a close (a dead owner is noticed through
+    /// its process, not through this word), so it cannot cut the owner off from its other peers.
     pub fn closed(&self) -> bool {
-        self.header().ready.load(Ordering::Acquire) != READY
+        self.header().ready.load(Ordering::Acquire) == CLOSED
     }
 
     /// Owner only: tell every sender that this endpoint is gone, before unlinking.

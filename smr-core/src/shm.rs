@@ -45,6 +45,15 @@ impl Mapping {
             let _ = unlink(name);
             return Err(err);
         }
+        // Reserve every page now: on a tmpfs without room, ftruncate succeeds and the first
+        // touch of a page beyond the room raises SIGBUS, in us or in a peer. fallocate says
+        // ENOSPC here instead.
+        // SAFETY: plain syscall on an fd we own.
+        let rc = unsafe { libc::posix_fallocate(fd.as_raw_fd(), 0, len as libc::off_t) };
+        if rc != 0 && rc != libc::EOPNOTSUPP && rc != libc::EINVAL {
+            let _ = unlink(name);
+            return Err(Error::Os(rc));
+        }
         Self::map(fd, len).inspect_err(|_| {
             let _ = unlink(name);
         })

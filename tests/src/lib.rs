@@ -308,6 +308,22 @@ impl Node {
         n
     }
 
+    /// Drop the record of finished sends and offered messages (long runs: the handler keeps
+    /// every one otherwise). Call after reading what is needed from `h.sends_done`.
+    pub fn forget_done(&mut self) {
+        self.pump_done();
+        self.h.sends_done.clear();
+        self.h.offered.clear();
+        self.done_seen = 0;
+    }
+
+    fn pump_done(&mut self) {
+        for (cookie, _) in &self.h.sends_done[self.done_seen..] {
+            self.inflight.remove(cookie);
+        }
+        self.done_seen = self.h.sends_done.len();
+    }
+
     /// Sends that returned `Pending` and have not completed yet.
     pub fn sends_in_flight(&self) -> usize {
         self.inflight.len()

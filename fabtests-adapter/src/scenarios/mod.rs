@@ -1,6 +1,7 @@
 //! The scenarios, modelled on fabtests' coverage. Each is a function run by every rank of its
 //! process group; ranks talk out of band through `Rank::pmi`.
 
+mod access;
 mod atomic;
 mod completion;
 mod counters;
@@ -45,6 +46,7 @@ pub fn all() -> Vec<Scenario> {
     v.extend(errors::scenarios());
     v.extend(rma::scenarios());
     v.extend(atomic::scenarios());
+    v.extend(access::scenarios());
     v.extend(counters::scenarios());
     v.extend(progress::scenarios());
     v

@@ -438,10 +438,32 @@ fn enable(ep: &Ep) -> FiResult<()> {
         return Err(FiError::NOCQ);
     }
     let engine = Endpoint::create(&state.name, config().engine.clone()).map_err(|e| {
-        crate::warn!(EpCtrl, "fi_enable: cannot create region {}: {e}", state.name);
+        if e == smr_core::Error::Os(libc::ENOSPC) {
+            let size = smr_core::layout::Geometry::compute(config().engine.counts).map(|g| g.size).unwrap_or(0);
+            crate::warn!(
+                EpCtrl,
+                "fi_enable: no room in /dev/shm for region {} ({size} bytes): enlarge /dev/shm \
+                 (e.g. mount -o remount,size=... /dev/shm, or docker --shm-size) or shrink the region \
+                 with FI_RSHM_QUEUE_LEN, FI_RSHM_INJECT_COUNT, FI_RSHM_SAR_COUNT, FI_RSHM_SAR_SIZE, FI_RSHM_MAX_PEERS",
+                state.name
+            );
+        } else {
+            crate::warn!(EpCtrl, "fi_enable: cannot create region {}: {e}", state.name);
+        }
         FiError::from(e)
     })?;
     crate::info!(EpCtrl, "endpoint {} enabled (CMA {})", state.name, if engine.cma_enabled() { "on" } else { "off" });
+    if engine.params().cma && !engine.cma_enabled() {
+        // Once per process: CMA was wanted but this host forbids it.
+        static SAID: std::sync::Once = std::sync::Once::new();
+        SAID.call_once(|| {
+            let why = smr_core::cma::why_denied().unwrap_or("unknown");
+            crate::warn!(
+                EpCtrl,
+                "CMA is not permitted here ({why}): messages above the inject size go through SAR bounce buffers"
+            );
+        });
+    }
     state.engine = Some(engine);
     drop(st);
     ep.shared.endpoints_changed();

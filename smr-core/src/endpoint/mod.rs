@@ -57,6 +57,9 @@ pub struct Params {
     pub connect_retry: Duration,
     /// How long sends to a name with no region keep answering "again" before failing.
     pub absent_peer_timeout: Duration,
+    /// How long sends to a name whose region's owner is dead (and that we never reached) answer
+    /// "again", waiting for a successor, before failing with `PeerDead`.
+    pub dead_owner_timeout: Duration,
 }
 
 impl Default for Params {
@@ -78,6 +81,7 @@ impl Default for Params {
             liveness_interval: Duration::from_millis(100),
             connect_retry: Duration::from_millis(100),
             absent_peer_timeout: Duration::from_secs(30),
+            dead_owner_timeout: Duration::from_millis(500),
         }
     }
 }

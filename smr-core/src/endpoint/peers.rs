@@ -173,6 +173,7 @@ impl Endpoint {
     pub(super) fn link(&mut self, peer: PeerId) -> Result<&mut Link> {
         let retry = self.params.connect_retry;
         let absent_timeout = self.params.absent_peer_timeout;
+        let dead_owner_timeout = self.params.dead_owner_timeout;
         let (me, my_inc) = (self.me, self.region.incarnation());
         let p = self.out.get_mut(peer as usize).ok_or(Error::Invalid("unknown peer handle"))?;
         // A receiver that closed its endpoint takes nothing more: its region is as good as a
@@ -193,6 +194,13 @@ impl Endpoint {
                         return Err(Error::PeerDead);
                     }
                     let since = *p.absent_since.get_or_insert_with(Instant::now);
+                    // The region is there but its owner died (before we ever reached it): wait
+                    // `dead_owner_timeout` for a successor to take the name, then report the
+                    // death. A name with no region yet may belong to a peer still starting.
+                    if opened.is_ok() && since.elapsed() > dead_owner_timeout {
+                        p.dead = true;
+                        return Err(Error::PeerDead);
+                    }
                     return Err(if since.elapsed() > absent_timeout { Error::NoSuchPeer } else { Error::Again });
                 }
                 Err(e) => return Err(e),

@@ -141,6 +141,14 @@ impl Endpoint {
         if !opts.more && self.staged.holds(peer) {
             return Err(Error::Again); // a batch to this peer waits for room: keep the order
         }
+        // A SAR message to this peer still waiting for a buffer for its first segment (the one
+        // the receiver matches) would be overtaken by a message pushed straight into the ring:
+        // messages must be matched in the order they were sent. Later SAR messages queue behind
+        // it in `sar_tx` (FIFO), and so do CMA-sized ones (a peer whose messages go by SAR
+        // never goes back to CMA); inline and inject ones wait until it has started.
+        if !self.sar_tx.is_empty() && self.sar_unstarted(peer) {
+            return Err(Error::Again);
+        }
         let len = hdr.len as usize;
         let inline_max = self.params.inline_max;
         let link = self.link(peer)?;
@@ -192,20 +200,37 @@ impl Endpoint {
         SendStatus::Pending
     }
 
+    /// True if a SAR message to `peer` has not pushed its first segment yet.
+    fn sar_unstarted(&self, peer: PeerId) -> bool {
+        self.sar_tx.iter().any(|id| {
+            self.pending.get(id).is_some_and(|s| s.peer == peer && s.sar_next == Some(0) && !s.sar_continuation)
+        })
+    }
+
     /// Move as many SAR segments as the receivers' pools and rings take.
     pub(super) fn push_sar_segments(&mut self) {
-        let mut rounds = self.sar_tx.len();
-        while rounds > 0 {
-            rounds -= 1;
-            let Some(msg_id) = self.sar_tx.pop_front() else { break };
+        // The queue keeps send order: a receiver matches a SAR message at its first segment, so
+        // a message may start only after every earlier one to the same peer has started. (This
+        // used to rotate a message that found no buffer to the back, and a later one that found
+        // a buffer freed meanwhile overtook it.)
+        let queue = std::mem::take(&mut self.sar_tx);
+        let mut waiting: smallvec::SmallVec<[PeerId; 4]> = smallvec::SmallVec::new();
+        for msg_id in queue {
             let Some(send) = self.pending.get(&msg_id) else { continue };
             let peer = send.peer;
+            let unstarted = |s: &PendingSend| s.sar_next == Some(0) && !s.sar_continuation;
+            if unstarted(send) && waiting.contains(&peer) {
+                self.sar_tx.push_back(msg_id);
+                continue;
+            }
             let Some(link) = self.out.get(peer as usize).and_then(|p| p.link.as_ref()) else {
                 continue; // the peer died; check_peers fails the send
             };
             let send = self.pending.get_mut(&msg_id).expect("looked up above");
-            let finished = push_segments(link, msg_id, send);
-            if !finished {
+            if !push_segments(link, msg_id, send) {
+                if unstarted(send) {
+                    waiting.push(peer);
+                }
                 self.sar_tx.push_back(msg_id);
             }
         }

@@ -9,6 +9,7 @@
 //!                 [--die-mid-copy P]
 //! rshm-peer hang  --name N [--sar]
 //! rshm-peer fuzz  --target N --count K [--seed S] [--bias]
+//! rshm-peer scribble --target N --count K [--seed S] [--gap-us G]
 //! ```
 //!
 //! `node` creates endpoint N and prints `READY`, sleeps S ms without progressing (and with
@@ -30,7 +31,8 @@
 //! prints `PARKED_MID_COPY` and sleeps there until killed (`smr_core::ring::hooks`).
 //!
 //! `hang` creates N, prints `READY` and never progresses. `fuzz` pushes K random commands into
-//! N's command ring and prints `FUZZED`.
+//! N's command ring and prints `FUZZED`. `scribble` writes K bursts of random bytes at random
+//! offsets of N's region file (a quarter into its first page) and prints `SCRIBBLED`.
 //!
 //! Every role exits (status 4) when its stdin closes early, and gives up (status 3) after
 //! `--max-secs` (default 60), so a test that dies cannot leave a process behind.
@@ -523,6 +525,40 @@ fn run_fuzz(o: &Opts) -> i32 {
     0
 }
 
+/// `scribble`: write random bytes at random offsets of N's region file (`write_at` on the file
+/// in /dev/shm, which every mapping of it sees), `count` bursts of 1..=64 bytes, one every
+/// `--gap-us` µs, a quarter of them into the first page (header, ring control words).
+fn run_scribble(o: &Opts) -> i32 {
+    use std::os::unix::fs::FileExt;
+    let target = o.req("target");
+    let count: u64 = o.num("count", 1000);
+    let gap = Duration::from_micros(o.num("gap-us", 100));
+    let mut rng = XorShift(o.num("seed", 0x5c71_bb1e_u64) | 1);
+    let path = std::path::Path::new("/dev/shm").join(&target);
+    let file = match std::fs::OpenOptions::new().read(true).write(true).open(&path) {
+        Ok(f) => f,
+        Err(e) => bail(1, &format!("open {}: {e}", path.display())),
+    };
+    let len = file.metadata().map(|m| m.len()).unwrap_or(0);
+    if len < 4096 {
+        bail(1, "region too small");
+    }
+    let mut bytes = 0u64;
+    for i in 0..count {
+        watchdog();
+        let n = 1 + (rng.next() % 64) as usize;
+        let span = if i % 4 == 0 { 4096 } else { len };
+        let off = rng.next() % (span - n as u64);
+        let junk: Vec<u8> = (0..n).map(|_| rng.next() as u8).collect();
+        if file.write_at(&junk, off).is_ok() {
+            bytes += n as u64;
+        }
+        std::thread::sleep(gap);
+    }
+    say(&format!("SCRIBBLED writes={count} bytes={bytes}"));
+    0
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let Some((role, rest)) = args.split_first() else { bail(2, "usage: rshm-peer node|hang|fuzz --name N ...") };
@@ -546,6 +582,7 @@ fn main() {
         "node" => run_node(&o),
         "hang" => run_hang(&o),
         "fuzz" => run_fuzz(&o),
+        "scribble" => run_scribble(&o),
         other => bail(2, &format!("unknown role {other}")),
     };
     std::process::exit(code)

@@ -1,0 +1,226 @@
+//! Access errors beyond `rma/*/err_*` (which cover RMA outside an MR, with a wrong key and
+//! without the access flag): RMA and atomics naming an MR its owner closed with fi_close, and
+//! atomics outside an MR, with a wrong key, or without the access flag. Each must fail at the
+//! initiator (an error completion, or the call refused with -FI_E*), and the target's memory,
+//! with a guard band around every MR, must be unchanged byte for byte. Rank 0 initiates, rank 1
+//! is the target.
+
+use super::rma_util::{
+    AKind, MrInfo, Peer, Spec, Target, ATOMIC, BASIC, MSG, REMOTE_READ, REMOTE_WRITE, RMA, SCALABLE,
+};
+use super::{scn, Scenario};
+use crate::fabric::{self, ffi, Mr};
+use crate::harness::{pattern, FiCtx, Rank, TResult, TestErr};
+use crate::{bail, ensure};
+use std::time::Duration;
+
+pub fn scenarios() -> Vec<Scenario> {
+    vec![
+        scn(
+            "access/scalable/closed_mr",
+            2,
+            40,
+            run::<SCALABLE, CLOSED>,
+            "fi_write/fi_read/atomics naming an MR the target closed: errors, target memory unchanged",
+        ),
+        scn(
+            "access/basic/closed_mr",
+            2,
+            40,
+            run::<BASIC, CLOSED>,
+            "fi_write/fi_read/atomics naming an MR the target closed: errors, target memory unchanged",
+        ),
+        scn(
+            "access/scalable/atomic_errors",
+            2,
+            40,
+            run::<SCALABLE, ATOMICS>,
+            "atomics outside an MR, with a wrong key, without FI_REMOTE_WRITE/READ: errors, memory unchanged",
+        ),
+        scn(
+            "access/basic/atomic_errors",
+            2,
+            40,
+            run::<BASIC, ATOMICS>,
+            "atomics outside an MR, with a wrong key, without FI_REMOTE_WRITE/READ: errors, memory unchanged",
+        ),
+    ]
+}
+
+const TARGET: usize = 1;
+const CLOSED: u8 = 0;
+const ATOMICS: u8 = 1;
+/// Each MR's length, and the guard band on either side of it.
+const LEN: usize = 8192;
+const PAD: usize = 4096;
+const KEY: u64 = 0xACCE;
+
+#[derive(Clone, Copy)]
+enum Op {
+    Write(usize),
+    Read(usize),
+    Atomic(AKind),
+}
+
+struct Case {
+    what: &'static str,
+    op: Op,
+    /// Which of the target's MRs (0: read/write, 1: read-only, 2: write-only).
+    mr: usize,
+    /// Offset from the MR's first byte (may be negative).
+    off: i64,
+    wrong_key: bool,
+}
+
+fn cases(class: u8) -> Vec<Case> {
+    let c = |what, op, mr, off, wrong_key| Case { what, op, mr, off, wrong_key };
+    let la = LEN as i64;
+    if class == CLOSED {
+        return vec![
+            c("fi_write of 8 B to a closed MR", Op::Write(8), 0, 0, false),
+            c("fi_write of 4096 B to a closed MR", Op::Write(4096), 0, 0, false),
+            c("fi_write of 8192 B to a closed MR", Op::Write(8192), 0, 0, false),
+            c("fi_read of 8 B from a closed MR", Op::Read(8), 0, 0, false),
+            c("fi_read of 8192 B from a closed MR", Op::Read(8192), 0, 0, false),
+            c("fi_atomic SUM on a closed MR", Op::Atomic(AKind::Base), 0, 0, false),
+            c("fi_fetch_atomic SUM on a closed MR", Op::Atomic(AKind::Fetch), 0, 8, false),
+            c("fi_compare_atomic CSWAP on a closed MR", Op::Atomic(AKind::Compare), 0, 16, false),
+        ];
+    }
+    vec![
+        c("fi_atomic SUM just past the MR end", Op::Atomic(AKind::Base), 0, la, false),
+        c("fi_atomic SUM 8 B before the MR", Op::Atomic(AKind::Base), 0, -8, false),
+        c("fi_atomic SUM crossing the MR end", Op::Atomic(AKind::Base), 0, la - 4, false),
+        c("fi_fetch_atomic SUM just past the MR end", Op::Atomic(AKind::Fetch), 0, la, false),
+        c("fi_compare_atomic CSWAP just past the MR end", Op::Atomic(AKind::Compare), 0, la, false),
+        c("fi_atomic SUM with a wrong key", Op::Atomic(AKind::Base), 0, 0, true),
+        c("fi_fetch_atomic SUM with a wrong key", Op::Atomic(AKind::Fetch), 0, 0, true),
+        c("fi_compare_atomic CSWAP with a wrong key", Op::Atomic(AKind::Compare), 0, 0, true),
+        c("fi_atomic SUM on a FI_REMOTE_READ-only MR", Op::Atomic(AKind::Base), 1, 0, false),
+        c("fi_fetch_atomic SUM on a FI_REMOTE_READ-only MR", Op::Atomic(AKind::Fetch), 1, 0, false),
+        c("fi_fetch_atomic SUM on a FI_REMOTE_WRITE-only MR", Op::Atomic(AKind::Fetch), 2, 0, false),
+        c("fi_compare_atomic CSWAP on a FI_REMOTE_WRITE-only MR", Op::Atomic(AKind::Compare), 2, 0, false),
+    ]
+}
+
+fn background(i: usize) -> Vec<u8> {
+    pattern(0xACC0 + i as u64, LEN + 2 * PAD)
+}
+
+fn run<const M: u8, const CLASS: u8>(r: &mut Rank) -> TResult {
+    let mut p = Peer::open(r, &Spec::new(MSG | RMA | ATOMIC, M))?;
+    p.exchange(r)?;
+    let access = [REMOTE_READ | REMOTE_WRITE, REMOTE_READ, REMOTE_WRITE];
+    let nmr = if CLASS == CLOSED { 1 } else { 3 };
+    if r.rank == TARGET {
+        let mut regs = Vec::new();
+        let mut mrs = Vec::new();
+        let mut infos = Vec::new();
+        for (i, &acc) in access.iter().enumerate().take(nmr) {
+            let reg = p.alloc(LEN + 2 * PAD);
+            p.region(reg).write(0, &background(i));
+            // SAFETY: the region outlives the MR: regions are freed when `p` drops, after the
+            // MRs here are closed (below or at the end of this function).
+            let base = unsafe { p.region(reg).ptr().add(PAD) };
+            // SAFETY: as above.
+            let mr = unsafe { Mr::reg(p.domain(), base, LEN, acc, 0, KEY + i as u64, 0) }.ctx("fi_mr_reg")?;
+            let addr = if p.virt_addr() { base as u64 } else { 0 };
+            infos.push(MrInfo { key: mr.key(), addr });
+            regs.push(reg);
+            mrs.push(mr);
+        }
+        p.share_mrs(r, &infos)?;
+        if CLASS == CLOSED {
+            for mr in mrs.drain(..) {
+                mr.close().ctx("fi_close of the MR")?;
+            }
+        }
+        r.pmi.step("MRs ready (closed, for closed_mr)");
+        p.barrier(r)?;
+        // The initiator's verdict comes once it tried every case.
+        r.pmi.allgather_with("-", Some(&mut || p.progress().map(|_| ())))?;
+        p.progress_for(Duration::from_millis(50))?;
+        for (i, &reg) in regs.iter().enumerate() {
+            let want = background(i);
+            let got = p.region(reg).read(0, want.len());
+            if let Some(off) = got.iter().zip(&want).position(|(a, b)| a != b) {
+                bail!(
+                    "target memory of MR {i} changed by the failed operations: byte {} {} the MR is {:#04x}, was {:#04x}",
+                    off as i64 - PAD as i64,
+                    "from the start of",
+                    got[off],
+                    want[off]
+                );
+            }
+        }
+        if let Some(e) = p.events.iter().find(|e| e.err == 0) {
+            bail!("the target got a successful CQ entry (flags {:#x}) from a failed operation", e.flags);
+        }
+        drop(mrs);
+        return p.barrier(r);
+    }
+
+    let all = p.share_mrs(r, &[])?;
+    let mrs = all[TARGET].clone();
+    ensure!(mrs.len() == nmr, "the target shared {} MRs", mrs.len());
+    let mut wrong = 0xBAD0_0000_u64 ^ mrs[0].key;
+    while mrs.iter().any(|m| m.key == wrong) {
+        wrong = wrong.wrapping_add(0x1_0001);
+    }
+    p.barrier(r)?;
+    p.timeout = Duration::from_secs(3);
+    let mut bad = Vec::new();
+    let mut codes = Vec::new();
+    // A provider that stops answering fails the scenario quickly, not after every case's wait.
+    let mut stuck = 0;
+    for c in cases(CLASS) {
+        if stuck >= 2 {
+            bad.push(format!("{}: not tried (the endpoint is stuck)", c.what));
+            continue;
+        }
+        r.pmi.step(c.what);
+        let m = mrs[c.mr];
+        let t = Target {
+            dest: p.addrs[TARGET],
+            addr: m.addr.wrapping_add(c.off as u64),
+            key: if c.wrong_key { wrong } else { m.key },
+        };
+        let one = 1u64.to_le_bytes().to_vec();
+        let res = match c.op {
+            Op::Write(len) => p.write(c.what, pattern(7, len), t, None),
+            Op::Read(len) => p.read(c.what, len, t),
+            Op::Atomic(kind) => {
+                let op = if kind == AKind::Compare { ffi::FI_CSWAP } else { ffi::FI_SUM };
+                p.atomic(c.what, kind, ffi::FI_UINT64, op, 1, one.clone(), one, t)
+            }
+        };
+        let id = match res {
+            Ok(Ok(id)) => id,
+            Ok(Err(code)) => {
+                codes.push(format!("{}: refused {}", c.what, fabric::errname(code)));
+                continue;
+            }
+            Err(TestErr::Fail(m)) => {
+                bad.push(m);
+                stuck += 1;
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        match p.wait_for(id, Duration::from_secs(3))? {
+            None => {
+                bad.push(format!("{}: no completion within 3 s", c.what));
+                stuck += 1;
+            }
+            Some(d) if d.err == 0 => bad.push(format!("{}: completed successfully", c.what)),
+            Some(d) => codes.push(format!("{}: {}", c.what, fabric::errname(d.err))),
+        }
+    }
+    r.pmi.step(&format!("note: {}", codes.join("; ")));
+    r.pmi.allgather_with("done", Some(&mut || p.progress().map(|_| ())))?;
+    p.barrier(r)?;
+    if !bad.is_empty() {
+        bail!("{} of {} cases failed: {}", bad.len(), cases(CLASS).len(), bad.join("; "));
+    }
+    Ok(())
+}
