@@ -20,6 +20,38 @@ fn code(r: Result<(), c_int>) -> c_int {
     r.err().unwrap_or(OK)
 }
 
+/// Runs `f` on a communication queue, inside `guard`; a data queue answers `ENOTSUP`.
+///
+/// # Safety
+/// `queue` is null or a live handle.
+unsafe fn on_comm(queue: Handle, f: impl FnOnce(&mut CommQueue) -> c_int) -> c_int {
+    guard(|| {
+        // SAFETY: the caller's contract.
+        unsafe {
+            handle::with(queue, bad_handle(queue), |k| match k {
+                Kind::Comm(q) => f(q),
+                Kind::Data(_) => ENOTSUP,
+            })
+        }
+    })
+}
+
+/// Runs `f` on a data queue, inside `guard`; a communication queue answers `ENOTSUP`.
+///
+/// # Safety
+/// `queue` is null or a live handle.
+unsafe fn on_data(queue: Handle, f: impl FnOnce(&mut DataQueue) -> c_int) -> c_int {
+    guard(|| {
+        // SAFETY: the caller's contract.
+        unsafe {
+            handle::with(queue, bad_handle(queue), |k| match k {
+                Kind::Data(q) => f(q),
+                Kind::Comm(_) => ENOTSUP,
+            })
+        }
+    })
+}
+
 /// Creates a queue of either kind; stores the handle in `*queue` (null on failure).
 ///
 /// # Safety
@@ -101,15 +133,8 @@ pub unsafe extern "C" fn shmem_queue_comm_push_mem(
     op: u64,
 ) -> c_int {
     let p = Push { dest: dest as usize, src: src as usize, esize: elem_size, nelems, pe, op };
-    guard(|| {
-        // SAFETY: the caller's contract.
-        unsafe {
-            handle::with(queue, bad_handle(queue), |k| match k {
-                Kind::Comm(q) => q.push(p),
-                Kind::Data(_) => ENOTSUP,
-            })
-        }
-    })
+    // SAFETY: the caller's contract.
+    unsafe { on_comm(queue, |q| q.push(p)) }
 }
 
 /// Returns the number of outstanding operations (>= 0) or an error (< 0).
@@ -133,15 +158,8 @@ pub unsafe extern "C" fn shmem_queue_progress(queue: Handle) -> c_int {
 /// `queue` is a live handle.
 #[no_mangle]
 pub unsafe extern "C" fn shmem_queue_local_flush(queue: Handle) -> c_int {
-    guard(|| {
-        // SAFETY: the caller's contract.
-        unsafe {
-            handle::with(queue, bad_handle(queue), |k| match k {
-                Kind::Comm(q) => q.flush(),
-                Kind::Data(_) => ENOTSUP,
-            })
-        }
-    })
+    // SAFETY: the caller's contract.
+    unsafe { on_comm(queue, |q| q.flush()) }
 }
 
 /// # Safety
@@ -228,16 +246,9 @@ pub unsafe extern "C" fn shmem_queue_data_push_mem(
     nelems: usize,
     pe: c_int,
 ) -> c_int {
-    guard(|| {
-        let Some(bytes) = elem_size.checked_mul(nelems) else { return EINVAL };
-        // SAFETY: the caller's contract.
-        unsafe {
-            handle::with(queue, bad_handle(queue), |k| match k {
-                Kind::Data(q) => q.push(src as usize, bytes, pe),
-                Kind::Comm(_) => ENOTSUP,
-            })
-        }
-    })
+    let Some(bytes) = elem_size.checked_mul(nelems) else { return EINVAL };
+    // SAFETY: the caller's contract.
+    unsafe { on_data(queue, |q| q.push(src as usize, bytes, pe)) }
 }
 
 /// # Safety
@@ -250,31 +261,17 @@ pub unsafe extern "C" fn shmem_queue_data_pop_mem(
     nelems: usize,
     pe: c_int,
 ) -> c_int {
-    guard(|| {
-        let Some(bytes) = elem_size.checked_mul(nelems) else { return EINVAL };
-        // SAFETY: the caller's contract.
-        unsafe {
-            handle::with(queue, bad_handle(queue), |k| match k {
-                Kind::Data(q) => q.pop(dest as usize, bytes, pe),
-                Kind::Comm(_) => ENOTSUP,
-            })
-        }
-    })
+    let Some(bytes) = elem_size.checked_mul(nelems) else { return EINVAL };
+    // SAFETY: the caller's contract.
+    unsafe { on_data(queue, |q| q.pop(dest as usize, bytes, pe)) }
 }
 
 /// # Safety
 /// `queue` is a live data-queue handle. Collective over all PEs.
 #[no_mangle]
 pub unsafe extern "C" fn shmem_queue_global_flush(queue: Handle) -> c_int {
-    guard(|| {
-        // SAFETY: the caller's contract.
-        unsafe {
-            handle::with(queue, bad_handle(queue), |k| match k {
-                Kind::Data(q) => q.global_flush(),
-                Kind::Comm(_) => ENOTSUP,
-            })
-        }
-    })
+    // SAFETY: the caller's contract.
+    unsafe { on_data(queue, |q| q.global_flush()) }
 }
 
 /// The spelling of [`shmem_queue_global_flush`].
