@@ -29,9 +29,8 @@ impl Staged {
         self.entries.is_empty()
     }
 
-    /// Messages to `peer` are still waiting for room in its ring: a new one must not overtake
-    /// them.
-    pub(super) fn holds(&self, peer: PeerId) -> bool {
+    /// Messages to `peer` are still waiting for room in its ring.
+    fn holds(&self, peer: PeerId) -> bool {
         self.meta.iter().any(|m| m.peer == peer)
     }
 }
@@ -41,6 +40,16 @@ impl Endpoint {
     pub(super) fn stage(&mut self, peer: PeerId, entry: CmdEntry, cookie: Option<u64>) {
         self.staged.entries.push(entry);
         self.staged.meta.push(Meta { peer, cookie });
+    }
+
+    /// Before a send without `more` to `peer`: push what is staged. False if messages to `peer`
+    /// are still waiting for room in its ring: the new one must not overtake them (Again).
+    pub(super) fn flush_staged_before(&mut self, peer: PeerId) -> bool {
+        if self.staged.is_empty() {
+            return true;
+        }
+        self.flush_staged();
+        !self.staged.holds(peer)
     }
 
     /// Push every staged message that fits into its peer's ring, per peer in one batch, in

@@ -129,7 +129,6 @@ fn fill_slot(slot: &PeerSlot, name: &str, me: ProcessIdentity, incarnation: u64)
 }
 
 impl Endpoint {
-    /// Register a peer by name. Nothing is mapped until the first send.
     /// The peer to send to that is the sender `src` (connected on first use, as `add_peer`):
     /// where a receiver sends a reply. Needs no copy of the name once connected.
     pub fn peer_of_src(&mut self, src: SrcId) -> Result<PeerId> {
@@ -149,6 +148,7 @@ impl Endpoint {
         self.link(peer).is_ok_and(|l| my_cma && l.cma)
     }
 
+    /// Register a peer by name. Nothing is mapped until the first send.
     pub fn add_peer(&mut self, name: &str) -> Result<PeerId> {
         check_name(name)?;
         if let Some(&id) = self.out_by_name.get(name) {

@@ -77,9 +77,6 @@ impl Endpoint {
         if bytes.len() as u64 != hdr.len || bytes.len() > self.params.inject_max {
             return Err(Error::Invalid("send_bytes takes one inject-sized buffer of the header's length"));
         }
-        if !opts.more && !self.staged.is_empty() {
-            self.flush_staged();
-        }
         let msg_id = self.new_msg_id();
         match self.push_small(peer, msg_id, &hdr, opts, Small::Bytes(bytes)) {
             Err(Error::Again) => Err(self.check_full_peer(peer)),
@@ -96,20 +93,12 @@ impl Endpoint {
         buf: LocalIov,
         opts: SendOpts,
     ) -> Result<SendStatus> {
-        if buf.len() <= self.params.inject_max && (opts.more || self.staged.is_empty()) {
+        if buf.len() <= self.params.inject_max {
             self.push_small(peer, msg_id, &hdr, opts, Small::Iov(&buf))?;
             return Ok(self.after_small(peer, msg_id, hdr, opts, || buf));
         }
-        // Whatever was batched goes first: messages to a peer arrive in the order sent.
-        if !self.staged.is_empty() {
-            self.flush_staged();
-            if self.staged.holds(peer) {
-                return Err(Error::Again);
-            }
-            if buf.len() <= self.params.inject_max {
-                self.push_small(peer, msg_id, &hdr, opts, Small::Iov(&buf))?;
-                return Ok(self.after_small(peer, msg_id, hdr, opts, || buf));
-            }
+        if !self.flush_staged_before(peer) {
+            return Err(Error::Again);
         }
         let my_cma = self.cma_ok;
         let link = self.link(peer)?;
@@ -138,8 +127,8 @@ impl Endpoint {
     /// through one of its inject buffers.
     /// With `opts.more` it is built (and an inject buffer filled) but staged, not pushed.
     fn push_small(&mut self, peer: PeerId, msg_id: u64, hdr: &MsgHeader, opts: SendOpts, src: Small<'_>) -> Result<()> {
-        if !opts.more && self.staged.holds(peer) {
-            return Err(Error::Again); // a batch to this peer waits for room: keep the order
+        if !opts.more && !self.flush_staged_before(peer) {
+            return Err(Error::Again);
         }
         // A SAR message to this peer still waiting for a buffer for its first segment (the one
         // the receiver matches) would be overtaken by a message pushed straight into the ring:
