@@ -40,6 +40,22 @@ pub unsafe fn many(iov: *const ffi::iovec, count: usize) -> FiResult<Ranges> {
     Ok(out)
 }
 
+/// Copy `src` into the memory of `dest` (application or registered ranges), as far as they
+/// reach; returns the bytes copied. One range, the usual case, is one copy.
+///
+/// # Safety
+/// Every range must be writable memory that nothing else touches during the call.
+pub unsafe fn scatter(dest: &Ranges, src: &[u8]) -> usize {
+    if let [(addr, len)] = *dest.as_slice() {
+        let n = len.min(src.len());
+        // SAFETY: per this function's contract, `len >= n` writable bytes at `addr`.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), addr as *mut u8, n) };
+        return n;
+    }
+    // SAFETY: per this function's contract.
+    unsafe { smr_core::iov::LocalIov::from_ranges(dest.clone()) }.write_at(0, src)
+}
+
 /// Bytes `off..off + len` of the concatenation of `iov`, as ranges (shorter if `iov` ends first).
 pub fn sub_ranges(iov: &Ranges, mut off: usize, mut len: usize) -> Ranges {
     let mut out = Ranges::new();

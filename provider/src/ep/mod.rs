@@ -52,6 +52,17 @@ pub struct Bindings {
     pub remote_read_cntr: Option<usize>,
 }
 
+impl Bindings {
+    /// The counter a transmit operation of `kind` counts on.
+    pub fn tx_cntr(&self, kind: TxKind) -> Option<usize> {
+        match kind {
+            TxKind::Send => self.send_cntr,
+            TxKind::Write => self.write_cntr,
+            TxKind::Read => self.read_cntr,
+        }
+    }
+}
+
 /// Everything bound to an endpoint, so closing it unbinds all of it.
 #[derive(Debug, Default)]
 pub struct Bound {
@@ -87,12 +98,7 @@ impl Sinks<'_> {
     /// A transmit operation finished; `wanted` is false for injects and unselected selective
     /// completions.
     pub fn tx_done(&mut self, event: CqEvent, wanted: bool, kind: TxKind) {
-        let cntr = match kind {
-            TxKind::Send => self.b.send_cntr,
-            TxKind::Write => self.b.write_cntr,
-            TxKind::Read => self.b.read_cntr,
-        };
-        self.report(self.b.tx_cq, cntr, event, wanted);
+        self.report(self.b.tx_cq, self.b.tx_cntr(kind), event, wanted);
     }
 
     /// A peer's write or atomic (`write`) or read landed: the endpoint's remote counter and the

@@ -408,15 +408,19 @@ impl Target<'_> {
         match kind_of(hdr.app) {
             KIND_WRITE => match self.mrs.resolve(hdr.tag, hdr.aux, hdr.len, ffi::FI_REMOTE_WRITE as u64) {
                 Ok(_) if !msg.whole => {
-                    let data = (hdr.app & super::APP_DATA != 0).then_some(hdr.data);
-                    let op =
-                        TargetOp::BouncedWrite { src: msg.src, msg_id: msg.msg_id, key: hdr.tag, addr: hdr.aux, data };
+                    let op = TargetOp::BouncedWrite {
+                        src: msg.src,
+                        msg_id: msg.msg_id,
+                        key: hdr.tag,
+                        addr: hdr.aux,
+                        data: cq_data(&hdr),
+                    };
                     let ctx = CTX_TARGET | self.rma.target.insert(op) as u64;
                     Disposition::Later { dest: LocalIov::owned(vec![0; hdr.len as usize]), ctx }
                 }
                 Ok((ranges, mr)) => {
-                    let data = (hdr.app & super::APP_DATA != 0).then_some(hdr.data);
-                    let ctx = self.rma.target.insert(TargetOp::Write { mr_cntr: mr.write_cntr, data, len: hdr.len });
+                    let op = TargetOp::Write { mr_cntr: mr.write_cntr, data: cq_data(&hdr), len: hdr.len };
+                    let ctx = self.rma.target.insert(op);
                     // SAFETY: registered memory the application exposed for remote writes; it
                     // may not release it while the registration exists.
                     let dest = unsafe { super::rx::lend(ranges) };
@@ -455,39 +459,36 @@ impl Target<'_> {
     /// as usual.
     pub fn on_inline(&mut self, msg: &Incoming, payload: &[u8], sinks: &mut Sinks) -> Option<Disposition> {
         let hdr = msg.hdr;
-        let taken = |answer_later| Some(Disposition::Taken { answer_later });
-        match kind_of(hdr.app) {
-            KIND_WRITE => {
-                self.rma.served += 1;
-                match self.mrs.resolve(hdr.tag, hdr.aux, hdr.len, ffi::FI_REMOTE_WRITE as u64) {
-                    Ok((ranges, mr)) => {
-                        // SAFETY: registered memory the application exposed for remote writes; it
-                        // may not release it while the registration exists.
-                        unsafe { super::rx::lend(ranges) }.write_at(0, payload);
-                        let data = (hdr.app & super::APP_DATA != 0).then_some(hdr.data);
-                        written(sinks, mr.write_cntr, data, hdr.len);
-                        taken(false)
-                    }
-                    Err(errno) => Some(Disposition::Refuse(errno)),
+        let kind = kind_of(hdr.app);
+        let served_here = matches!(kind, KIND_WRITE | KIND_ATOMIC) || (kind == KIND_READ_REQ && hdr.len == 16);
+        if !served_here {
+            return None;
+        }
+        self.rma.served += 1;
+        let taken = |answer_later| Disposition::Taken { answer_later };
+        Some(match kind {
+            KIND_WRITE => match self.mrs.resolve(hdr.tag, hdr.aux, hdr.len, ffi::FI_REMOTE_WRITE as u64) {
+                Ok((ranges, mr)) => {
+                    // SAFETY: registered memory the application exposed for remote writes; it may
+                    // not release it while the registration exists.
+                    unsafe { crate::iov::scatter(&ranges, payload) };
+                    written(sinks, mr.write_cntr, cq_data(&hdr), hdr.len);
+                    taken(false)
                 }
-            }
-            KIND_READ_REQ if hdr.len == 16 => {
-                self.rma.served += 1;
+                Err(errno) => Disposition::Refuse(errno),
+            },
+            KIND_READ_REQ => {
                 self.serve_read(msg.src, msg.msg_id, hdr.tag, hdr.aux, payload, sinks);
                 taken(true)
             }
-            KIND_ATOMIC => {
-                self.rma.served += 1;
-                match self.atomic_target(msg) {
-                    Ok((desc, target, mr_cntr, reply)) => {
-                        self.serve_atomic(desc, &target, mr_cntr, reply, Some(payload), sinks);
-                        taken(reply.is_some())
-                    }
-                    Err(errno) => Some(Disposition::Refuse(errno)),
+            _ => match self.atomic_target(msg) {
+                Ok((desc, target, mr_cntr, reply)) => {
+                    self.serve_atomic(desc, &target, mr_cntr, reply, Some(payload), sinks);
+                    taken(reply.is_some())
                 }
-            }
-            _ => None,
-        }
+                Err(errno) => Disposition::Refuse(errno),
+            },
+        })
     }
 
     /// What an atomic asks for, checked: its operation, the memory it touches, the counter of
@@ -524,7 +525,7 @@ impl Target<'_> {
                     Ok(_) => self.mrs.resolve(key, addr, len, ffi::FI_REMOTE_WRITE as u64).map(|(ranges, mr)| {
                         // SAFETY: registered memory the application exposed for remote writes,
                         // checked again now that the data is complete.
-                        unsafe { super::rx::lend(ranges) }.write_at(0, &bytes);
+                        unsafe { crate::iov::scatter(&ranges, &bytes) };
                         (mr.write_cntr, data, len)
                     }),
                     Err(_) => Err(ffi::FI_EIO),
@@ -613,6 +614,11 @@ impl Target<'_> {
     fn answer(&mut self, src: SrcId, msg_id: u64, result: Result<(), u32>) {
         self.rma.outbox.push_back(Outgoing::Answer { src, msg_id, result });
     }
+}
+
+/// A write's remote CQ data, if it carries any.
+fn cq_data(hdr: &MsgHeader) -> Option<u64> {
+    (hdr.app & super::APP_DATA != 0).then_some(hdr.data)
 }
 
 /// A peer's write landed: the remote counters count it, and its CQ data makes an entry.

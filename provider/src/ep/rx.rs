@@ -234,11 +234,11 @@ impl Handler<'_> {
     }
 }
 
-impl smr_core::endpoint::Handler for Handler<'_> {
-    fn on_message(&mut self, msg: &Incoming, src_name: &str) -> Disposition {
-        if super::rma::kind_of(msg.hdr.app) != super::rma::KIND_MSG {
-            return self.target.on_message(msg);
-        }
+impl Handler<'_> {
+    /// Match an arriving message against the posted receives: the receive and the buffer it
+    /// goes to, or, with none posted for it, the message queued as unexpected (`Err(Hold)`: the
+    /// engine keeps its bytes).
+    fn take_or_hold(&mut self, msg: &Incoming, src_name: &str) -> Result<(RecvOp, Ranges), Disposition> {
         let src = self.source(msg, src_name);
         crate::debug!(
             EpData,
@@ -247,20 +247,28 @@ impl smr_core::endpoint::Handler for Handler<'_> {
             msg.hdr.tag,
             msg.hdr.app
         );
-        match self.rx.take_posted(src, &msg.hdr, self.directed, self.sinks.b.rx_selective) {
-            Some((op, dest)) => {
-                let ctx = self.rx.in_flight.insert(op) as u64;
-                // SAFETY: the ranges are the application's posted receive buffer, which it may
-                // not touch until the receive completes (libfabric's buffer contract).
-                let dest = unsafe { lend(dest) };
-                Disposition::Deliver { dest, ctx }
-            }
-            None => {
-                let tagged = msg.hdr.app & APP_TAGGED != 0;
-                self.rx.unexpected[queue(tagged)].push_back(Unexpected { key: msg.key, src, hdr: msg.hdr });
-                Disposition::Hold
-            }
+        self.rx.take_posted(src, &msg.hdr, self.directed, self.sinks.b.rx_selective).ok_or_else(|| {
+            let tagged = msg.hdr.app & APP_TAGGED != 0;
+            self.rx.unexpected[queue(tagged)].push_back(Unexpected { key: msg.key, src, hdr: msg.hdr });
+            Disposition::Hold
+        })
+    }
+}
+
+impl smr_core::endpoint::Handler for Handler<'_> {
+    fn on_message(&mut self, msg: &Incoming, src_name: &str) -> Disposition {
+        if super::rma::kind_of(msg.hdr.app) != super::rma::KIND_MSG {
+            return self.target.on_message(msg);
         }
+        let (op, dest) = match self.take_or_hold(msg, src_name) {
+            Ok(matched) => matched,
+            Err(hold) => return hold,
+        };
+        let ctx = self.rx.in_flight.insert(op) as u64;
+        // SAFETY: the ranges are the application's posted receive buffer, which it may not touch
+        // until the receive completes (libfabric's buffer contract).
+        let dest = unsafe { lend(dest) };
+        Disposition::Deliver { dest, ctx }
     }
 
     fn on_inline(&mut self, msg: &Incoming, src_name: &str, payload: &[u8]) -> Disposition {
@@ -270,23 +278,15 @@ impl smr_core::endpoint::Handler for Handler<'_> {
                 None => self.on_message(msg, src_name),
             };
         }
-        let src = self.source(msg, src_name);
-        let Some((op, dest)) = self.rx.take_posted(src, &msg.hdr, self.directed, self.sinks.b.rx_selective) else {
-            return self.on_message(msg, src_name); // unexpected: the engine holds it
+        let (op, dest) = match self.take_or_hold(msg, src_name) {
+            Ok(matched) => matched,
+            Err(hold) => return hold,
         };
         // The small message's whole path: copy into the posted buffer and complete, with no
         // delivery to come back from.
-        let n = match *dest.as_slice() {
-            [(addr, len)] => {
-                let n = len.min(payload.len());
-                // SAFETY: the application's posted receive buffer of `len` bytes, which it may
-                // not touch until the receive completes (libfabric's buffer contract).
-                unsafe { std::ptr::copy_nonoverlapping(payload.as_ptr(), addr as *mut u8, n) };
-                n
-            }
-            // SAFETY: as above, for a receive buffer of several ranges.
-            _ => unsafe { lend(dest) }.write_at(0, payload),
-        };
+        // SAFETY: the application's posted receive buffer, which it may not touch until the
+        // receive completes (libfabric's buffer contract).
+        let n = unsafe { crate::iov::scatter(&dest, payload) };
         let sent = msg.hdr.len as usize;
         let result = if n < sent { Err(EngineError::Truncated { delivered: n, sent }) } else { Ok(n) };
         complete_op(&op, result, &mut self.sinks);

@@ -129,7 +129,7 @@ pub fn send(st: &mut DomainState, id: usize, args: SendArgs) -> FiResult<()> {
     let sent = unsafe { engine_send(engine, peer, hdr, args.iov, opts) };
     match sent {
         // Done at once: report it, unless nothing would see it (an inject with no counter).
-        Ok(SendStatus::Done) if op.wanted || ep.bindings.send_cntr.is_some() => {
+        Ok(SendStatus::Done) if op.wanted || ep.bindings.tx_cntr(TxKind::Send).is_some() => {
             let mut sinks = Sinks { cqs, cntrs, b: &ep.bindings };
             sinks.tx_done(CqEvent::Done(ctx_completion(op.ctx, op.flags)), op.wanted, TxKind::Send);
             Ok(())
