@@ -80,7 +80,8 @@ unsafe extern "C" fn rshm_cleanup() {}
 pub fn guard<T: RetCode>(what: &str, on_panic: T, f: impl FnOnce() -> T) -> T {
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
         Ok(v) => {
-            if let Some(code) = v.fi_error() {
+            // -FI_EAGAIN is what an empty poll returns, millions of times: no call for it.
+            if let Some(code) = v.fi_error().filter(|&c| c != ffi::FI_EAGAIN) {
                 log_error(what, code);
             }
             v
@@ -132,6 +133,7 @@ impl<T> RetCode for *const T {
 /// entry is waiting, a timed-out wait, nothing matched); at info level the answers that callers
 /// use to probe what a provider offers; at warn level the rest, which are the caller's mistakes
 /// (invalid arguments, flags, sizes, keys) or failures (a dead peer, a busy object).
+#[cold]
 fn log_error(what: &str, code: u32) {
     use error::FiError as E;
     const QUIET: &[E] = &[E::AGAIN, E::AVAIL, E::TIMEDOUT, E::NOMSG, E::NOENT, E::CANCELED];
