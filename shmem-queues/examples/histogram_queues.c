@@ -16,7 +16,7 @@ int main(int argc, char **argv) {
     shmem_barrier_all();
     double t0 = wall();
     for (long i = 0; i < nup; i++) {
-        uint64_t g = rng_next(&s) % (uint64_t)(tsize * npes);
+        uint64_t g = histogram_update(&s, tsize, npes);
         if (shmem_queue_comm_push(q, &table[g % tsize], (long *)NULL, 1, (int)(g / tsize), SHMEM_OP_ATOMIC_INC)) {
             fprintf(stderr, "push failed\n");
             shmem_global_exit(1);
@@ -25,15 +25,7 @@ int main(int argc, char **argv) {
     shmem_queue_local_flush(q);
     shmem_barrier_all();
     double t = slowest(wall() - t0);
-    long *expect = calloc(tsize, sizeof(long)), errors = 0;
-    for (int p = 0; p < npes; p++) {
-        uint64_t r = 1000 + p;
-        for (long i = 0; i < nup; i++) {
-            uint64_t g = rng_next(&r) % (uint64_t)(tsize * npes);
-            if ((int)(g / tsize) == me) expect[g % tsize]++;
-        }
-    }
-    for (long i = 0; i < tsize; i++) errors += table[i] != expect[i];
+    long errors = histogram_errors(table, tsize, nup);
     if (me == 0)
         printf("histogram queues npes=%d updates_per_pe=%ld seconds=%.4f rate_per_pe=%.6f Mupd/s\n", npes, nup, t,
                nup / t / 1e6);

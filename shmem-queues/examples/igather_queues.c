@@ -3,18 +3,13 @@
 #include "common.h"
 #include <shmem_queues.h>
 
-static long value_of(uint64_t g) { return (long)(g * 2654435761ULL ^ 0x5bd1e995ULL); }
-
 int main(int argc, char **argv) {
     shmem_init();
     int me = shmem_my_pe(), npes = shmem_n_pes();
     long n = arg_long(argc, argv, 1, 1L << 19), tsize = arg_long(argc, argv, 2, 1L << 16);
     long *table = shmem_malloc(tsize * sizeof(long));
-    for (long i = 0; i < tsize; i++) table[i] = value_of((uint64_t)me * tsize + i);
-    uint64_t *idx = malloc(n * sizeof(uint64_t));
+    uint64_t *idx = igather_setup(table, tsize, n);
     long *out = malloc(n * sizeof(long)), errors = 0;
-    uint64_t s = 2000 + me;
-    for (long i = 0; i < n; i++) idx[i] = rng_next(&s) % (uint64_t)(tsize * npes);
     shmem_queue_config_t cfg = {.qtype = SHMEM_QUEUE_COMM, .sharing_model = SHMEM_QUEUE_EXCLUSIVE,
                                 .timeout_flush = SHMEM_QUEUE_MAX_TIMEOUT, .op_type = SHMEM_OP_GET};
     shmem_queue_t q;
@@ -29,7 +24,7 @@ int main(int argc, char **argv) {
     shmem_queue_local_flush(q);
     shmem_barrier_all();
     double t = slowest(wall() - t0);
-    for (long i = 0; i < n; i++) errors += out[i] != value_of(idx[i]);
+    for (long i = 0; i < n; i++) errors += out[i] != igather_value(idx[i]);
     if (me == 0)
         printf("igather queues npes=%d gets_per_pe=%ld seconds=%.4f rate_per_pe=%.6f Mget/s\n", npes, n, t, n / t / 1e6);
     verdict("igather_queues", errors);
