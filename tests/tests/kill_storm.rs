@@ -16,7 +16,7 @@
 //! (`RSHM_KILL_STORM_SEED` replays a seed). Both print figures: runs and kills per point, time to
 //! error (min, median, max), messages and bytes checked.
 
-use rshm_tests::{kv_u64, parse_kv, Scenario};
+use rshm_tests::{kv_u64, parse_kv, Rng, Scenario};
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -28,21 +28,6 @@ const WAIT: Duration = Duration::from_secs(30);
 
 fn wall_us() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_micros() as u64).unwrap_or(0)
-}
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
 }
 
 /// Where the victim dies, and the traffic that makes that point likely.
@@ -111,7 +96,7 @@ fn run(rng: &mut Rng, n: usize, fig: &mut Figures) {
     };
     let mut procs: Vec<usize> = Vec::new();
     for i in 0..4 {
-        let mut a = args_of(i, rng.next());
+        let mut a = args_of(i, rng.next_u64());
         if i == victim && point == Point::MidCommandCopy {
             a.extend(["--die-mid-copy".to_string(), (2 + rng.below(300)).to_string()]);
         }
@@ -149,7 +134,7 @@ fn run(rng: &mut Rng, n: usize, fig: &mut Figures) {
     }
 
     // Restart the victim under its name; the survivors must reach it and each other.
-    let mut a = args_of(victim, rng.next());
+    let mut a = args_of(victim, rng.next_u64());
     a.extend(["--incarnation".to_string(), "1".to_string()]);
     let a: Vec<&str> = a.iter().map(String::as_str).collect();
     let restarted = sc.spawn(&format!("p{victim}'"), &a);

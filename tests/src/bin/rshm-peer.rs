@@ -449,34 +449,23 @@ fn run_hang(o: &Opts) -> i32 {
     0
 }
 
-struct XorShift(u64);
-
-impl XorShift {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-}
-
-fn random_entry(rng: &mut XorShift, bias: bool) -> CmdEntry {
+fn random_entry(rng: &mut rshm_tests::Rng, bias: bool) -> CmdEntry {
     let mut e = CmdEntry::default();
     for chunk in e.payload.chunks_mut(8) {
         let n = chunk.len();
-        chunk.copy_from_slice(&rng.next().to_le_bytes()[..n]);
+        chunk.copy_from_slice(&rng.next_u64().to_le_bytes()[..n]);
     }
-    let r = rng.next();
+    let r = rng.next_u64();
     e.op = (r % 6) as u8;
     e.proto = (r >> 8) as u8 % 6;
     e.flags = (r >> 16) as u8;
     e.app = (r >> 24) as u8;
     e.src = (r >> 32) as u32 % 2048;
-    let r2 = rng.next();
+    let r2 = rng.next_u64();
     e.len = r2 >> (r2 % 64);
-    e.tag = rng.next();
-    e.data = rng.next();
-    e.msg_id = rng.next() % 4;
+    e.tag = rng.next_u64();
+    e.data = rng.next_u64();
+    e.msg_id = rng.next_u64() % 4;
     if bias && r2 & 1 == 0 {
         // Plausible fields, so decoding gets past the range checks more often.
         e.op = if r2 & 4 == 0 { op::MSG } else { op::SAR_SEG };
@@ -493,7 +482,7 @@ fn random_entry(rng: &mut XorShift, bias: bool) -> CmdEntry {
 fn run_fuzz(o: &Opts) -> i32 {
     let target = o.req("target");
     let count: u64 = o.num("count", 1000);
-    let mut rng = XorShift(o.num("seed", 0x1234_5678_9abc_def0u64) | 1);
+    let mut rng = rshm_tests::Rng(o.num("seed", 0x1234_5678_9abc_def0u64) | 1);
     let bias = o.flag("bias");
     let region = loop {
         watchdog();
@@ -533,7 +522,7 @@ fn run_scribble(o: &Opts) -> i32 {
     let target = o.req("target");
     let count: u64 = o.num("count", 1000);
     let gap = Duration::from_micros(o.num("gap-us", 100));
-    let mut rng = XorShift(o.num("seed", 0x5c71_bb1e_u64) | 1);
+    let mut rng = rshm_tests::Rng(o.num("seed", 0x5c71_bb1e_u64) | 1);
     let path = std::path::Path::new("/dev/shm").join(&target);
     let file = match std::fs::OpenOptions::new().read(true).write(true).open(&path) {
         Ok(f) => f,
@@ -546,10 +535,10 @@ fn run_scribble(o: &Opts) -> i32 {
     let mut bytes = 0u64;
     for i in 0..count {
         watchdog();
-        let n = 1 + (rng.next() % 64) as usize;
+        let n = 1 + (rng.next_u64() % 64) as usize;
         let span = if i % 4 == 0 { 4096 } else { len };
-        let off = rng.next() % (span - n as u64);
-        let junk: Vec<u8> = (0..n).map(|_| rng.next() as u8).collect();
+        let off = rng.next_u64() % (span - n as u64);
+        let junk: Vec<u8> = (0..n).map(|_| rng.next_u64() as u8).collect();
         if file.write_at(&junk, off).is_ok() {
             bytes += n as u64;
         }

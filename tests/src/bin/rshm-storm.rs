@@ -20,7 +20,7 @@
 //! `--die-mid-copy P` stops the P-th ring push half-way through its copy (see `smr_core::ring::hooks`).
 //! The process exits (status 4) when stdin closes, and (status 3) after `--max-secs` (default 120).
 
-use rshm_tests::{header, pattern, split_tag, verify, Node};
+use rshm_tests::{header, pattern, split_tag, verify, Node, Rng};
 use smr_core::endpoint::{Params, PeerId, SendStatus};
 use smr_core::Error;
 use std::collections::HashMap;
@@ -78,17 +78,6 @@ struct In {
     order: u64,
     failed: u64,
     after_dead: u64,
-}
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
 }
 
 fn main() {
@@ -197,7 +186,7 @@ fn main() {
                     continue;
                 }
                 let (seq, len) = *o.staged.get_or_insert_with(|| {
-                    let s = (o.next_seq, sizes[(rng.next() % sizes.len() as u64) as usize]);
+                    let s = (o.next_seq, sizes[rng.below(sizes.len() as u64) as usize]);
                     o.next_seq += 1;
                     s
                 });
