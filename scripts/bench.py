@@ -47,7 +47,7 @@ DEBIAN_CORE = "/usr/lib/x86_64-linux-gnu/libfabric.so.1"
 ALL_PROVIDERS = ["rshm@1.17", "shm@1.17", "rshm@2.5", "shm@2.5", "sm2@2.5"]
 FAMILIES = ["tagged", "msg", "rma", "atomic"]
 TESTS = {
-    "tagged": ["lat", "bw", "bw_more"],
+    "tagged": ["lat", "bw", "bw_msg", "bw_more"],
     "msg": ["lat", "bw"],
     "rma": ["write_lat", "write_bw", "read_lat", "read_bw"],
     "atomic": ["fetch_lat", "atomic_lat", "atomic_rate", "atomic_rate_more"],
@@ -73,7 +73,10 @@ METRICS = {
     ("atomic", "fetch_lat"): ("fi_fetch_atomic FI_SUM uint64, one at a time", "lat", "us", True),
     ("atomic", "atomic_lat"): ("fi_atomic FI_SUM uint64, one at a time", "lat", "us", True),
     ("atomic", "atomic_rate"): ("fi_atomic FI_SUM uint64 stream (window 64), rate", "rate", "Mops/s", False),
-    ("tagged", "rate_more"): ("tagged stream with FI_MORE (window 64), message rate", "rate", "Mmsg/s", False),
+    ("tagged", "rate_msg"): (
+        "tagged stream of fi_tsendmsg without FI_MORE (window 64), message rate", "rate", "Mmsg/s", False),
+    ("tagged", "rate_more"): (
+        "tagged stream of fi_tsendmsg with FI_MORE (window 64), message rate", "rate", "Mmsg/s", False),
     ("atomic", "atomic_rate_more"): (
         "fi_atomicmsg FI_SUM uint64 stream with FI_MORE (window 64), rate", "rate", "Mops/s", False),
 }
@@ -281,7 +284,7 @@ def value(r):
         return [("bw", size * ops / ns * 1e3), ("rate", ops / ns * 1e3)]
     if test in ("write_bw", "read_bw"):
         return [("bw", size * ops / ns * 1e3)]
-    if test in ("atomic_rate", "atomic_rate_more", "bw_more"):
+    if test in ("atomic_rate", "atomic_rate_more", "bw_more", "bw_msg"):
         return [("rate", ops / ns * 1e3)]
     return [("lat", ns / ops / 1e3)]
 
@@ -293,7 +296,7 @@ def aggregate(rows):
         if r["kind"] != "RESULT":
             continue
         for metric, v in value(r):
-            key_test = {"bw": "rate", "bw_more": "rate_more"}.get(r["test"], r["test"]) \
+            key_test = {"bw": "rate", "bw_more": "rate_more", "bw_msg": "rate_msg"}.get(r["test"], r["test"]) \
                 if metric == "rate" else r["test"]
             k = (r["family"], key_test, int(r["size"]), r["label"])
             samples.setdefault(k, []).append((v, r["busy"] == "1"))
@@ -331,7 +334,7 @@ def table(agg, family, test, labels, sizes):
     rshms = [lb for lb in labels if lb.startswith("rshm@")]
     others = [lb for lb in labels if not lb.startswith("rshm@")]
     small = [s for s in sizes if s <= MORE_SIZES_MAX]
-    test_sizes = [8] if family == "atomic" else small if test in ("rate", "rate_more") else sizes
+    test_sizes = [8] if family == "atomic" else small if test in ("rate", "rate_msg", "rate_more") else sizes
     head = ["size"] + [f"{lb} {unit}" for lb in labels] + ["best other"] + [f"{lb} / best" for lb in rshms]
     lines = [f"### {title}", "", "| " + " | ".join(head) + " |", "|" + "---:|" * len(head)]
     ratios = {}
@@ -454,8 +457,9 @@ def write_report(path, meta, agg, rows, labels, sizes, figures):
         out += ["(no figures: matplotlib was not available)", ""]
     all_ratios, sections = {}, []
     for fam in FAMILIES:
-        tests = [t for t in TESTS[fam] if t != "bw_more"] + (["rate"] if fam in ("tagged", "msg") else [])
-        tests += ["rate_more"] if "bw_more" in TESTS[fam] else []
+        tests = [t for t in TESTS[fam] if t not in ("bw_more", "bw_msg")]
+        tests += ["rate"] if fam in ("tagged", "msg") else []
+        tests += ["rate_msg", "rate_more"] if "bw_more" in TESTS[fam] else []
         for test in tests:
             lines, ratios = table(agg, fam, test, labels, sizes)
             all_ratios[(fam, test)] = ratios

@@ -48,9 +48,9 @@ fn c_shm_provider_runs_every_family() {
         eprintln!("skipped: no shm provider (fi_info from libfabric-bin)");
         return;
     }
-    // 2 families x 2 tests x 3 sizes + tagged bw_more at 8 B (FI_MORE streams stop at 4 KiB)
+    // 2 families x 2 tests x 3 sizes + tagged bw_msg and bw_more at 8 B (they stop at 4 KiB)
     // + 4 RMA tests x 3 sizes + 4 atomic tests.
-    check(&bench("shm", None), 29);
+    check(&bench("shm", None), 30);
 }
 
 #[test]
@@ -60,14 +60,14 @@ fn rshm_runs_every_family_when_built() {
         eprintln!("skipped: run scripts/build-provider.sh first");
         return;
     }
-    check(&bench("rshm", Some(dir)), 29);
+    check(&bench("rshm", Some(dir)), 30);
 }
 
 #[test]
 fn a_missing_provider_is_reported_not_failed() {
     let out = bench("no-such-provider", None);
     assert!(out.lines().all(|l| l.starts_with("NA\t")), "{out}");
-    assert_eq!(out.lines().count(), 13, "{out}");
+    assert_eq!(out.lines().count(), 14, "{out}");
 }
 
 #[test]

@@ -39,12 +39,15 @@ pub enum Test {
     /// As `Bw`, each message posted with `fi_sendmsg`/`fi_tsendmsg` and FI_MORE on all but the
     /// last of its window (the provider may batch them).
     BwMore,
+    /// As `BwMore` without FI_MORE: the same call and completions, so that the two differ only
+    /// by the flag.
+    BwMsg,
     /// As `AtomicRate`, with `fi_atomicmsg` and FI_MORE on all but the last of each window.
     AtomicRateMore,
 }
 
 impl Test {
-    pub const ALL: [Test; 11] = [
+    pub const ALL: [Test; 12] = [
         Test::Lat,
         Test::Bw,
         Test::WriteLat,
@@ -55,6 +58,7 @@ impl Test {
         Test::AtomicLat,
         Test::AtomicRate,
         Test::BwMore,
+        Test::BwMsg,
         Test::AtomicRateMore,
     ];
 
@@ -70,6 +74,7 @@ impl Test {
             Test::AtomicLat => "atomic_lat",
             Test::AtomicRate => "atomic_rate",
             Test::BwMore => "bw_more",
+            Test::BwMsg => "bw_msg",
             Test::AtomicRateMore => "atomic_rate_more",
         }
     }
@@ -81,7 +86,7 @@ impl Test {
     /// The tests of one family, in the order they run.
     pub fn of(family: Family) -> &'static [Test] {
         match family {
-            Family::Tagged => &[Test::Lat, Test::Bw, Test::BwMore],
+            Family::Tagged => &[Test::Lat, Test::Bw, Test::BwMsg, Test::BwMore],
             Family::Msg => &[Test::Lat, Test::Bw],
             Family::Rma => &[Test::WriteLat, Test::WriteBw, Test::ReadLat, Test::ReadBw],
             Family::Atomic => &[Test::FetchLat, Test::AtomicLat, Test::AtomicRate, Test::AtomicRateMore],
@@ -90,7 +95,16 @@ impl Test {
 
     /// Whether the test is a stream (reports bandwidth/rate) rather than one op at a time.
     pub fn windowed(self) -> bool {
-        matches!(self, Test::Bw | Test::BwMore | Test::WriteBw | Test::ReadBw | Test::AtomicRate | Test::AtomicRateMore)
+        matches!(
+            self,
+            Test::Bw
+                | Test::BwMore
+                | Test::BwMsg
+                | Test::WriteBw
+                | Test::ReadBw
+                | Test::AtomicRate
+                | Test::AtomicRateMore
+        )
     }
 
     /// Atomic tests move one uint64 whatever the size asked.
@@ -100,7 +114,7 @@ impl Test {
 
     /// Largest size the test runs at: FI_MORE batching is about small messages.
     pub fn max_size(self) -> usize {
-        if self == Test::BwMore {
+        if matches!(self, Test::BwMore | Test::BwMsg) {
             4096
         } else {
             usize::MAX
@@ -227,7 +241,7 @@ pub fn prepare_responder(e: &mut Endpoint, r: &Run) -> Result<()> {
             }
             recv(e, r.size, false)
         }
-        Test::Bw | Test::BwMore => {
+        Test::Bw | Test::BwMore | Test::BwMsg => {
             if r.verify {
                 e.rx.bytes_mut()[..r.size].fill(0);
             }
@@ -252,7 +266,7 @@ pub fn prepare_responder(e: &mut Endpoint, r: &Run) -> Result<()> {
 pub fn prepare_initiator(e: &mut Endpoint, r: &Run) -> Result<()> {
     if r.verify {
         match r.test {
-            Test::Lat | Test::Bw | Test::BwMore | Test::WriteLat | Test::WriteBw => {
+            Test::Lat | Test::Bw | Test::BwMore | Test::BwMsg | Test::WriteLat | Test::WriteBw => {
                 fill_pattern(&mut e.tx.bytes_mut()[..r.size], seed(INIT_SEED, r.size))
             }
             _ => {}
@@ -280,7 +294,7 @@ pub fn respond(e: &mut Endpoint, r: &Run) -> Result<()> {
             }
             e.wait(tx0 + sends, 0)
         }
-        Test::Bw | Test::BwMore => {
+        Test::Bw | Test::BwMore | Test::BwMsg => {
             let mut sends = 0;
             for it in 0..r.iters {
                 e.wait(0, rx0 + (it + 1) * WINDOW)?;
@@ -330,11 +344,12 @@ pub fn initiate(e: &mut Endpoint, r: &Run) -> Result<Duration> {
                 e.wait(tx0 + sends, rx0 + it + 1)?;
             }
         }
-        Test::BwMore => {
+        Test::BwMore | Test::BwMsg => {
+            let more = r.test == Test::BwMore;
             for it in 0..r.iters {
                 recv(e, 8, true)?;
                 for k in 0..WINDOW {
-                    send_more(e, r.size, k + 1 == WINDOW)?;
+                    send_more(e, r.size, !more || k + 1 == WINDOW)?;
                 }
                 sends += WINDOW;
                 e.wait(tx0 + sends, rx0 + it + 1)?;
@@ -381,7 +396,7 @@ pub fn initiate(e: &mut Endpoint, r: &Run) -> Result<Duration> {
     }
     let elapsed = start.elapsed();
     let mut tx_expected = tx0 + sends;
-    if !matches!(r.test, Test::Lat | Test::Bw | Test::BwMore) {
+    if !matches!(r.test, Test::Lat | Test::Bw | Test::BwMore | Test::BwMsg) {
         // One-sided: every operation completed above; then the run-end message, which the
         // target has been progressing for.
         tx_expected = e.tx_done;

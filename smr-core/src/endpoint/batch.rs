@@ -1,13 +1,20 @@
 //! FI_MORE batching: small messages sent with `SendOpts::more` wait here, already built (inline
 //! payload copied, inject buffer filled), and go into their peer's ring together: one claim of
 //! consecutive slots (`Ring::push_batch`) and one wake-up per peer, instead of one of each per
-//! message. The batch goes out on the next send without `more`, before any large send, and on
-//! every `progress`, so it never waits on the caller forgetting to flush.
+//! message. The batch goes out on the next send without `more`, before any large send, on every
+//! `progress`, and whenever `BATCH_MAX` messages are staged, so it never waits on the caller
+//! forgetting to flush, and the receiver starts on a long run while the sender builds the rest.
 
 use super::{Endpoint, PeerId};
 use crate::cmd::CmdEntry;
 use crate::error::{Error, Result};
 use crate::ring::PushError;
+
+/// Staged messages that make the batch go out at once. A longer batch saves little more (one
+/// claim per 16 messages already), while holding all of a long run back until its last message
+/// serialises the two sides: the receiver would idle while the sender builds the whole run
+/// (measured: a 64-message window sent as one batch ran at 0.72x the rate of plain sends).
+pub(super) const BATCH_MAX: usize = 16;
 
 /// The staged messages, in the order they were sent; `meta[i]` belongs to `entries[i]`.
 #[derive(Default)]
@@ -40,6 +47,9 @@ impl Endpoint {
     pub(super) fn stage(&mut self, peer: PeerId, entry: CmdEntry, cookie: Option<u64>) {
         self.staged.entries.push(entry);
         self.staged.meta.push(Meta { peer, cookie });
+        if self.staged.entries.len() >= BATCH_MAX {
+            self.flush_staged();
+        }
     }
 
     /// Before a send without `more` to `peer`: push what is staged. False if messages to `peer`
@@ -55,17 +65,24 @@ impl Endpoint {
     /// Push every staged message that fits into its peer's ring, per peer in one batch, in
     /// order; what does not fit stays staged (behind it, nothing of the same peer moves).
     pub(super) fn flush_staged(&mut self) {
-        let Staged { entries, meta } = std::mem::take(&mut self.staged);
-        let mut start = 0;
-        while start < entries.len() {
-            let peer = meta[start].peer;
-            let end = start + meta[start..].iter().take_while(|m| m.peer == peer).count();
-            let blocked = self.staged.meta.iter().any(|m| m.peer == peer);
-            let sent = if blocked { 0 } else { self.push_staged(peer, &entries[start..end], &meta[start..end]) };
-            self.staged.entries.extend_from_slice(&entries[start + sent..end]);
-            self.staged.meta.extend_from_slice(&meta[start + sent..end]);
+        // Taken out for the pushes (which report into `self`) and put back with its capacity;
+        // what stays is moved to the front, in order.
+        let mut staged = std::mem::take(&mut self.staged);
+        let (mut kept, mut start, len) = (0, 0, staged.entries.len());
+        while start < len {
+            let peer = staged.meta[start].peer;
+            let end = start + staged.meta[start..].iter().take_while(|m| m.peer == peer).count();
+            let blocked = staged.meta[..kept].iter().any(|m| m.peer == peer);
+            let sent =
+                if blocked { 0 } else { self.push_staged(peer, &staged.entries[start..end], &staged.meta[start..end]) };
+            staged.entries.copy_within(start + sent..end, kept);
+            staged.meta.copy_within(start + sent..end, kept);
+            kept += end - start - sent;
             start = end;
         }
+        staged.entries.truncate(kept);
+        staged.meta.truncate(kept);
+        self.staged = staged;
     }
 
     /// One peer's run of staged messages into its ring: how many went in (all of them, failed,
