@@ -42,6 +42,7 @@ pub fn until<T>(
     let spin_end = Instant::now() + SPIN;
     let spin_end = deadline.map_or(spin_end, |d| d.min(spin_end));
     loop {
+        shared.app_polls();
         if let Some(answer) = poll(&mut shared.lock()).transpose() {
             return answer;
         }

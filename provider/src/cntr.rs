@@ -102,6 +102,9 @@ unsafe extern "C" fn cntr_close(fid: *mut ffi::fid) -> i32 {
 fn with_counter<T>(cntr: *mut ffi::fid_cntr, progress: bool, f: impl FnOnce(&mut CntrState) -> T) -> FiResult<T> {
     // SAFETY: libfabric contract.
     let c = unsafe { get(cntr.cast()) }?;
+    if progress {
+        c.shared.app_polls();
+    }
     let mut st = c.shared.lock();
     // Waiters in other threads learn of what this pass (or, for add/set, `f`) changed.
     if !progress || crate::progress::cntr(&mut st, c.id) > 0 {

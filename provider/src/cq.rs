@@ -221,6 +221,7 @@ fn read(cq: *mut ffi::fid_cq, buf: *mut c_void, count: usize, src: *mut u64) -> 
     if buf.is_null() && count > 0 {
         return Err(FiError::INVAL);
     }
+    cq.shared.app_polls();
     let mut st = cq.shared.lock();
     read_locked(&mut st, cq.id, buf, count, src)
 }

@@ -17,7 +17,7 @@ use crate::stubs;
 use rshm_ffi as ffi;
 use slab::Slab;
 use std::ffi::c_void;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 /// Domain-wide settings fixed at open.
@@ -46,19 +46,41 @@ pub struct DomainShared {
     pub config: DomainConfig,
     /// Notified when progress made completions, for blocking waits of auto-progress domains.
     completions: Condvar,
+    /// Threads asleep on `completions`: with none, `completed` makes no syscall.
+    sleepers: AtomicU32,
     /// The FI_PROGRESS_AUTO thread, started when the first endpoint is enabled.
     auto: Mutex<Option<crate::progress::AutoThread>>,
+    /// What the application tells that thread (it polls, it sleeps) and how it is poked.
+    pub progress: Arc<crate::progress::Control>,
 }
 
 impl DomainShared {
     pub fn new(state: DomainState, config: DomainConfig) -> DomainShared {
-        DomainShared { state: Mutex::new(state), config, completions: Condvar::new(), auto: Mutex::new(None) }
+        DomainShared {
+            state: Mutex::new(state),
+            config,
+            completions: Condvar::new(),
+            sleepers: AtomicU32::new(0),
+            auto: Mutex::new(None),
+            progress: Arc::default(),
+        }
     }
 
     /// Progress made completions: wake blocking waits (auto-progress domains sleep on this).
+    /// Called with the domain locked, or after unlocking it: a waiter counts itself in
+    /// `sleepers` before its wait releases the lock, so either it is counted here or its own
+    /// poll, after ours, sees the completion.
     pub fn completed(&self) {
-        if self.config.auto_progress {
+        if self.config.auto_progress && self.sleepers.load(Ordering::SeqCst) > 0 {
             self.completions.notify_all();
+        }
+    }
+
+    /// An application thread drives progress itself: the auto-progress thread may stand aside.
+    #[inline]
+    pub fn app_polls(&self) {
+        if self.config.auto_progress {
+            self.progress.app_polls();
         }
     }
 
@@ -68,10 +90,14 @@ impl DomainShared {
         guard: MutexGuard<'a, DomainState>,
         timeout: std::time::Duration,
     ) -> MutexGuard<'a, DomainState> {
-        match self.completions.wait_timeout(guard, timeout) {
+        self.progress.app_sleeps();
+        self.sleepers.fetch_add(1, Ordering::SeqCst);
+        let guard = match self.completions.wait_timeout(guard, timeout) {
             Ok((g, _)) => g,
             Err(poisoned) => poisoned.into_inner().0,
-        }
+        };
+        self.sleepers.fetch_sub(1, Ordering::SeqCst);
+        guard
     }
 
     /// An endpoint was enabled or closed: an auto-progress domain starts or re-reads its thread.

@@ -6,6 +6,12 @@
 //! them when a peer's command arrives, so a passive target that computes, sleeps or waits on
 //! another object still serves its peers; while nothing arrives it costs no CPU.
 //!
+//! While application threads drive progress themselves (polling CQs or counters, spinning in a
+//! blocking wait), the thread stands aside: it stays off the endpoints' wake words, so senders
+//! pay no wake-up syscall and this process no context switch and no second thread on the domain
+//! lock for arrivals the application serves anyway. It comes back when a whole `ASIDE_CHECK`
+//! passes without an application poll, or at once when a waiter goes to sleep.
+//!
 //! Completions made by one thread must wake waiters in another (`fi_cntr_wait` in the
 //! application while the progress thread applied the remote write): every progress pass that
 //! handled events notifies the domain's condition variable, on which blocking waits of an
@@ -13,7 +19,7 @@
 
 use crate::domain::{DomainShared, DomainState};
 use smr_core::endpoint::WaitHandle;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -63,6 +69,11 @@ pub fn cntr_wait_eps(st: &DomainState, id: usize) -> Option<Vec<usize>> {
     Some(if c.mrs > 0 { st.eps.iter().map(|(id, _)| id).collect() } else { c.eps.clone() })
 }
 
+/// How often a thread standing aside looks whether the application still polls: also the
+/// longest an arrival can wait, unwoken, after the application stopped polling without going to
+/// sleep in a blocking wait.
+const ASIDE_CHECK: Duration = Duration::from_millis(1);
+
 /// The progress thread of an FI_PROGRESS_AUTO domain.
 pub struct AutoThread {
     control: Arc<Control>,
@@ -70,17 +81,41 @@ pub struct AutoThread {
 }
 
 /// What the thread sleeps on besides the endpoints: a private word bumped to make it look again
-/// (an endpoint was enabled or closed, or the domain is closing).
+/// (an endpoint was enabled or closed, a waiter went to sleep, or the domain is closing); and
+/// what tells it that the application polls.
 #[derive(Default)]
-struct Control {
+pub struct Control {
     seq: AtomicU32,
     stop: AtomicBool,
+    /// Application threads drive progress: the thread stands aside.
+    aside: AtomicBool,
+    /// Application progress calls, counted loosely (a lost increment between racing threads
+    /// does not matter: any change means "still polling").
+    app_polls: AtomicU64,
 }
 
 impl Control {
     fn poke(&self) {
         self.seq.fetch_add(1, Ordering::SeqCst);
         futex_wake_private(&self.seq);
+    }
+
+    /// An application thread drives progress (every CQ or counter read, every spin of a wait).
+    /// Two loads and a store on a line of this process: no atomic read-modify-write, no syscall.
+    #[inline]
+    pub fn app_polls(&self) {
+        self.app_polls.store(self.app_polls.load(Ordering::Relaxed).wrapping_add(1), Ordering::Relaxed);
+        if !self.aside.load(Ordering::Relaxed) {
+            self.aside.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// An application thread is about to sleep until the thread completes something for it:
+    /// the thread must be back on the wake words first.
+    pub fn app_sleeps(&self) {
+        if self.aside.swap(false, Ordering::SeqCst) {
+            self.poke();
+        }
     }
 }
 
@@ -89,7 +124,7 @@ const IDLE: Duration = Duration::from_secs(1);
 
 impl AutoThread {
     pub fn start(shared: &Arc<DomainShared>) -> std::io::Result<AutoThread> {
-        let control = Arc::new(Control::default());
+        let control = Arc::clone(&shared.progress);
         let weak = Arc::downgrade(shared);
         let c = Arc::clone(&control);
         let handle = std::thread::Builder::new().name("rshm-progress".into()).spawn(move || run(weak, c))?;
@@ -113,6 +148,10 @@ impl AutoThread {
 
 fn run(domain: Weak<DomainShared>, control: Arc<Control>) {
     while !control.stop.load(Ordering::SeqCst) {
+        if control.aside.load(Ordering::Relaxed) {
+            stand_aside(&control);
+            continue;
+        }
         // The thread holds the domain only while it works, so fi_close(domain) sees no extra
         // reference while the thread sleeps.
         let Some(shared) = domain.upgrade() else { return };
@@ -152,6 +191,36 @@ fn run(domain: Weak<DomainShared>, control: Arc<Control>) {
             h.disarm();
         }
     }
+}
+
+/// Stay off the wake words while the application polls; return once a whole `ASIDE_CHECK`
+/// passed without an application poll (then the caller arms the wake words and drives every
+/// endpoint, which serves whatever arrived meanwhile without a wake-up), when a waiter went to
+/// sleep, or when the domain closes.
+fn stand_aside(control: &Control) {
+    let mut seen = control.app_polls.load(Ordering::Relaxed);
+    loop {
+        let seq = control.seq.load(Ordering::SeqCst);
+        if control.stop.load(Ordering::SeqCst) || !control.aside.load(Ordering::SeqCst) {
+            return;
+        }
+        futex_wait_private(&control.seq, seq, ASIDE_CHECK);
+        let now = control.app_polls.load(Ordering::Relaxed);
+        if now == seen {
+            control.aside.store(false, Ordering::SeqCst);
+            return;
+        }
+        seen = now;
+    }
+}
+
+fn futex_wait_private(word: &AtomicU32, expected: u32, timeout: Duration) {
+    let ts = libc::timespec { tv_sec: timeout.as_secs() as libc::time_t, tv_nsec: timeout.subsec_nanos() as _ };
+    // SAFETY: FUTEX_WAIT_PRIVATE on a live, aligned u32 of this process with a timespec we own;
+    // the kernel only compares and sleeps.
+    unsafe {
+        libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG, expected, &ts)
+    };
 }
 
 fn futex_wake_private(word: &AtomicU32) {
