@@ -5,6 +5,9 @@
 //! - `progress/sleeping_target`: the target just sleeps (std::thread::sleep); the initiator's
 //!   operations must all complete meanwhile, and the target finds the data in place afterwards
 //!   without calling libfabric.
+//! - `progress/polled_then_sleeping`: the same, after the target polled its CQ in a tight loop
+//!   for a while (a provider's progress thread may stand aside while the application polls; it
+//!   must come back when the polling stops without a blocking call).
 //!
 //! The initiator uses the provider's default progress model.
 
@@ -29,8 +32,15 @@ pub fn scenarios() -> Vec<Scenario> {
             "progress/sleeping_target",
             2,
             40,
-            sleeping_target,
+            |r| sleeping_target(r, Duration::ZERO),
             "FI_PROGRESS_AUTO target in std::thread::sleep: the peer's puts, gets and atomics complete meanwhile",
+        ),
+        scn(
+            "progress/polled_then_sleeping",
+            2,
+            40,
+            |r| sleeping_target(r, Duration::from_millis(300)),
+            "FI_PROGRESS_AUTO target polls fi_cq_read for 300 ms, then sleeps: the peer's operations complete meanwhile",
         ),
     ]
 }
@@ -99,7 +109,8 @@ fn cntr_wait_target(r: &mut Rank) -> TResult {
     r.pmi.barrier_with(&mut || p.progress().map(|_| ()))
 }
 
-fn sleeping_target(r: &mut Rank) -> TResult {
+/// The target first polls its CQ for `polling` (none: it sleeps at once), then sleeps.
+fn sleeping_target(r: &mut Rank, polling: Duration) -> TResult {
     let ops = [
         Op::Write(8),
         Op::Write(1 << 20),
@@ -122,6 +133,10 @@ fn sleeping_target(r: &mut Rank) -> TResult {
         let (_, info) = p.reg(reg, 0, REGION, REMOTE_READ | REMOTE_WRITE, 0xA1, 0)?;
         p.share_mrs(r, &[info])?;
         r.pmi.barrier()?;
+        let end = Instant::now() + polling;
+        while Instant::now() < end {
+            p.progress()?;
+        }
         r.pmi.set("asleep", "1");
         std::thread::sleep(sleep);
         // Still no libfabric call: did the initiator finish while we slept?
