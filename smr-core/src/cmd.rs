@@ -312,18 +312,24 @@ pub fn decode(entry: &CmdEntry, limits: &Limits) -> Result<Command> {
 /// Encoders used by senders: the inverse of `decode`.
 impl CmdEntry {
     pub fn message(src: u32, msg_id: u64, hdr: &MsgHeader, ack: bool) -> CmdEntry {
-        CmdEntry {
-            op: op::MSG,
-            flags: if ack { FLAG_ACK } else { 0 },
-            app: hdr.app,
-            src,
-            len: hdr.len,
-            tag: hdr.tag,
-            data: hdr.data,
-            aux: hdr.aux,
-            msg_id,
-            ..CmdEntry::default()
-        }
+        let mut entry = CmdEntry::default();
+        entry.set_message(src, msg_id, hdr, ack);
+        entry
+    }
+
+    /// Make this entry (a ring slot written in place, say) a message command: every header
+    /// field is set, proto to none; the payload is left for the protocol to fill.
+    pub fn set_message(&mut self, src: u32, msg_id: u64, hdr: &MsgHeader, ack: bool) {
+        self.op = op::MSG;
+        self.proto = 0;
+        self.flags = if ack { FLAG_ACK } else { 0 };
+        self.app = hdr.app;
+        self.src = src;
+        self.len = hdr.len;
+        self.tag = hdr.tag;
+        self.data = hdr.data;
+        self.aux = hdr.aux;
+        self.msg_id = msg_id;
     }
 
     pub fn control(op: u8, src: u32) -> CmdEntry {

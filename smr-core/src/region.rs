@@ -48,12 +48,16 @@ impl<T: crate::pod::Pod> RingParts<T> {
     fn resolve(map: &Mapping, ctl: u64, slots: u64, len: u64) -> Result<RingParts<T>> {
         let ctl: &RingCtl = map.at(ctl)?;
         let slots: &[Slot<T>] = map.slice(slots, len)?;
+        if !slots.len().is_power_of_two() {
+            return Err(Error::Corrupt("ring length is not a power of two"));
+        }
         Ok(RingParts { ctl, slots: slots.as_ptr(), len: slots.len() })
     }
 
     /// # Safety
     /// The mapping these parts were resolved in must still be mapped (true while its `Region`
     /// lives).
+    #[inline]
     unsafe fn ring(&self, writer: u32) -> Ring<'_, T> {
         // SAFETY: resolved (bounds- and alignment-checked) in the region's own mapping, which
         // outlives the borrow of `self`.
@@ -267,11 +271,13 @@ impl Region {
         self.map.at(self.geo.wake).expect("validated geometry")
     }
 
+    #[inline]
     pub fn cmd_ring(&self) -> Ring<'_, CmdEntry> {
         // SAFETY: `self.map` stays mapped while `self` lives.
         unsafe { self.cmd.ring(self.writer) }
     }
 
+    #[inline]
     pub fn resp_ring(&self) -> Ring<'_, RespEntry> {
         // SAFETY: `self.map` stays mapped while `self` lives.
         unsafe { self.resp.ring(self.writer) }

@@ -133,15 +133,18 @@ pub struct Ring<'a, T> {
 }
 
 impl<'a, T: Pod> Ring<'a, T> {
-    /// `slots.len()` must be a power of two.
+    /// `slots.len()` must be a power of two (checked once where a region's rings are resolved;
+    /// were it not, `pos & mask` would still index inside `slots`, only not as a ring).
+    #[inline]
     pub fn new(ctl: &'a RingCtl, slots: &'a [Slot<T>]) -> Self {
-        assert!(slots.len().is_power_of_two(), "ring capacity must be a power of two");
+        debug_assert!(slots.len().is_power_of_two(), "ring capacity must be a power of two");
         Ring { ctl, slots, mask: slots.len() as u64 - 1, writer: 0 }
     }
 
     /// Name the process that pushes through this view (its pid), so that a consumer can
     /// reclaim a slot it left half-written when it died. Without it (pid 0) such a slot is
     /// waited for forever.
+    #[inline]
     pub fn with_writer(mut self, pid: u32) -> Self {
         self.writer = (u64::from(pid) & WRITER_BITS) << WRITER_SHIFT;
         self
@@ -161,6 +164,20 @@ impl<'a, T: Pod> Ring<'a, T> {
 
     /// Enqueue a copy of `value`.
     pub fn push(&self, value: &T) -> Result<(), PushError> {
+        let pos = self.claim()?;
+        self.write_claimed(pos, value)
+    }
+
+    /// Enqueue an entry written in place: `fill` gets the claimed slot, holding whatever an
+    /// earlier entry left there, and must set every byte the consumer reads (the entry's
+    /// `wire_len`). Saves building the entry elsewhere and copying it in.
+    pub fn push_with(&self, fill: impl FnOnce(&mut T)) -> Result<(), PushError> {
+        let pos = self.claim()?;
+        self.fill_claimed(pos, fill)
+    }
+
+    /// Claim the next position on `tail`: one CAS when the slot there is free for this lap.
+    fn claim(&self) -> Result<u64, PushError> {
         for _ in 0..PRODUCER_RETRIES {
             let tail = self.ctl.tail.load(Ordering::Relaxed);
             let slot = &self.slots[(tail & self.mask) as usize];
@@ -174,7 +191,7 @@ impl<'a, T: Pod> Ring<'a, T> {
                     spin_hint();
                     continue;
                 }
-                return self.write_claimed(tail, value);
+                return Ok(tail);
             }
             if lead < 0 {
                 // The slot still holds (or is still receiving) last lap's entry: the ring is full.
@@ -230,8 +247,22 @@ impl<'a, T: Pod> Ring<'a, T> {
         Err(PushError::Busy)
     }
 
-    /// Fill the slot of position `pos`, which this producer claimed on `tail`, and publish it.
+    /// Copy `value` into the slot of position `pos`, which this producer claimed on `tail`, and
+    /// publish it.
     fn write_claimed(&self, pos: u64, value: &T) -> Result<(), PushError> {
+        let len = value.wire_len().min(size_of::<T>());
+        self.fill_claimed(pos, |slot| {
+            // SAFETY: two distinct `T`s (ours and the claimed slot); `len` is at most the size
+            // of `T`.
+            unsafe {
+                core::ptr::copy_nonoverlapping((value as *const T).cast::<u8>(), (slot as *mut T).cast::<u8>(), len)
+            }
+        })
+    }
+
+    /// Let `fill` write the slot of position `pos`, which this producer claimed on `tail`, and
+    /// publish it.
+    fn fill_claimed(&self, pos: u64, fill: impl FnOnce(&mut T)) -> Result<(), PushError> {
         let slot = &self.slots[(pos & self.mask) as usize];
         // Take the slot for writing *before* touching it. If the consumer skipped this
         // position after our claim, its CAS moved the stamp to the next lap and this one
@@ -247,13 +278,17 @@ impl<'a, T: Pod> Ring<'a, T> {
             seen::count(&seen::SKIPPED_AND_RETAKEN, _now != pos.wrapping_add(self.capacity()));
             return Err(PushError::Skipped);
         }
-        let len = value.wire_len().min(size_of::<T>());
         #[cfg(any(loom, feature = "test-hooks"))]
         if hooks::dies_mid_copy() {
+            // The entry is built aside, then half of it copied in, and this producer stops for
+            // good (a test's stand-in for a SIGKILL during the copy).
+            // SAFETY: the slot is ours (as below); `T: Pod`, so a bitwise copy is a valid `T`.
+            let mut entry: T = slot.value.with(|cell| unsafe { core::ptr::read(cell) });
+            fill(&mut entry);
+            let len = entry.wire_len().min(size_of::<T>());
             slot.value.with_mut(|cell| {
-                // SAFETY: as for the whole copy below; half of it, then this producer
-                // stops for good (a test's stand-in for a SIGKILL during the copy).
-                unsafe { core::ptr::copy_nonoverlapping((value as *const T).cast::<u8>(), cell.cast::<u8>(), len / 2) }
+                // SAFETY: as for `fill` below; `len / 2` is at most the size of `T`.
+                unsafe { core::ptr::copy_nonoverlapping((&entry as *const T).cast::<u8>(), cell.cast::<u8>(), len / 2) }
             });
             hooks::die();
             return Ok(());
@@ -262,8 +297,9 @@ impl<'a, T: Pod> Ring<'a, T> {
             // SAFETY: the CAS on `tail` gave this producer the position and the CAS to
             // `pos | WRITING` the slot: `skip` no longer takes it, no producer claims it
             // (its stamp is no lap's free stamp) and the consumer does not read it before
-            // the stamp moves to `pos + 1`. `len` is at most the size of `T`.
-            unsafe { core::ptr::copy_nonoverlapping((value as *const T).cast::<u8>(), cell.cast::<u8>(), len) }
+            // the stamp moves to `pos + 1`, so nothing else touches it meanwhile. `T: Pod`:
+            // whatever bytes it holds are a valid `T`.
+            fill(unsafe { &mut *cell })
         });
         // Only this producer moves a stamp out of `WRITING`, so a plain store publishes.
         slot.stamp.store(pos + 1, Ordering::Release);

@@ -91,13 +91,21 @@ impl SrcTable {
 }
 
 pub(super) fn push_cmd(region: &Region, entry: &CmdEntry) -> Result<()> {
-    match region.cmd_ring().push(entry) {
+    pushed(region, region.cmd_ring().push(entry))
+}
+
+/// `push_cmd` for a command written in place into the claimed slot (`Ring::push_with`).
+pub(super) fn push_cmd_with(region: &Region, fill: impl FnOnce(&mut CmdEntry)) -> Result<()> {
+    pushed(region, region.cmd_ring().push_with(fill))
+}
+
+fn pushed(region: &Region, push: std::result::Result<(), PushError>) -> Result<()> {
+    match push {
         Ok(()) => {
             crate::wake::notify(region.wake_word());
             Ok(())
         }
-        Err(PushError::Full | PushError::Busy) => Err(Error::Again),
-        Err(PushError::Skipped) => Err(Error::Again),
+        Err(PushError::Full | PushError::Busy | PushError::Skipped) => Err(Error::Again),
     }
 }
 
@@ -170,7 +178,18 @@ impl Endpoint {
     }
 
     /// The mapped, connected link to `peer`, establishing it on first use.
+    #[inline]
     pub(super) fn link(&mut self, peer: PeerId) -> Result<&mut Link> {
+        // Every message but the first few: connected, acknowledged, the receiver still open.
+        let ready = |p: &OutPeer| p.link.as_ref().is_some_and(|l| l.acked && !l.region.closed());
+        if self.out.get(peer as usize).is_some_and(ready) {
+            return Ok(self.out[peer as usize].link.as_mut().expect("checked above"));
+        }
+        self.link_slow(peer)
+    }
+
+    /// `link` for a peer not yet connected, not yet acknowledged, or whose receiver closed.
+    fn link_slow(&mut self, peer: PeerId) -> Result<&mut Link> {
         let retry = self.params.connect_retry;
         let absent_timeout = self.params.absent_peer_timeout;
         let dead_owner_timeout = self.params.dead_owner_timeout;

@@ -140,16 +140,23 @@ impl Endpoint {
         }
         let len = hdr.len as usize;
         let inline_max = self.params.inline_max;
+        let ack = opts.delivery_complete;
         let link = self.link(peer)?;
         link.used = true;
-        let mut entry = CmdEntry::message(link.slot, msg_id, hdr, opts.delivery_complete);
+        let src_slot = link.slot;
         if len <= inline_max {
-            entry.proto = proto::INLINE;
-            src.copy_to(&mut entry.payload[..len]);
+            let inline = |e: &mut CmdEntry| {
+                e.set_message(src_slot, msg_id, hdr, ack);
+                e.proto = proto::INLINE;
+                src.copy_to(&mut e.payload[..len]);
+            };
             if opts.more {
-                self.stage(peer, entry, (!opts.delivery_complete).then_some(opts.cookie));
+                let mut entry = CmdEntry::default();
+                inline(&mut entry);
+                self.stage(peer, entry, (!ack).then_some(opts.cookie));
             } else {
-                super::peers::push_cmd(&link.region, &entry)?;
+                // Written straight into the claimed slot: no command built aside and copied.
+                super::peers::push_cmd_with(&link.region, inline)?;
             }
             self.stats.sent_inline += 1;
             return Ok(());
@@ -158,10 +165,15 @@ impl Endpoint {
         let dst = link.region.mapping().bytes_ptr(link.region.geometry().inject_offset(index)?, len as u64)?;
         // SAFETY: `dst` is `len` bytes inside the peer's mapping (bounds-checked above).
         unsafe { src.copy_to_raw(dst, len) };
-        entry.set_inject(index);
+        let inject = |e: &mut CmdEntry| {
+            e.set_message(src_slot, msg_id, hdr, ack);
+            e.set_inject(index);
+        };
         if opts.more {
-            self.stage(peer, entry, (!opts.delivery_complete).then_some(opts.cookie));
-        } else if let Err(e) = super::peers::push_cmd(&link.region, &entry) {
+            let mut entry = CmdEntry::default();
+            inject(&mut entry);
+            self.stage(peer, entry, (!ack).then_some(opts.cookie));
+        } else if let Err(e) = super::peers::push_cmd_with(&link.region, inject) {
             let _ = link.region.inject_stack().push(index);
             return Err(e);
         }
