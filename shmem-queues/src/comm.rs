@@ -19,7 +19,7 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use crate::config::{self, QueueAttr, QueueConfig, EFULL, EINVAL, ENOMEM, ENOTSUP, OK};
+use crate::config::{self, QueueAttr, QueueConfig, EFULL, EINTERNAL, EINVAL, ENOMEM, ENOTSUP, OK};
 use crate::config::{OP_ATOMIC_ADD, OP_ATOMIC_INC, OP_GET, OP_PUT};
 use crate::inbox::{Layout, SLOTS};
 use crate::{mem, service, sys, wire};
@@ -36,23 +36,51 @@ struct Flight {
 }
 
 struct Peer {
-    buf: Vec<u8>,
+    /// The batch being filled (wire.rs), at most `slot_bytes / 8` words.
+    buf: Vec<u64>,
     ops: u64,
     reply: usize,
     gets: Vec<(usize, usize)>,
     since: Option<Instant>,
     inflight: VecDeque<Flight>,
     next_seq: u64,
+    /// This PE's main-program base minus its block's address (see `CommQueue::image`).
+    image_delta: i64,
 }
 
 impl Peer {
-    fn new(cap: usize) -> Self {
-        let mut buf = Vec::with_capacity(cap);
+    fn new(slot_words: usize, image_delta: i64) -> Self {
+        let mut buf = Vec::with_capacity(slot_words);
         wire::start_batch(&mut buf);
-        Peer { buf, ops: 0, reply: 0, gets: Vec::new(), since: None, inflight: VecDeque::new(), next_seq: 0 }
+        Peer {
+            buf,
+            ops: 0,
+            reply: 0,
+            gets: Vec::new(),
+            since: None,
+            inflight: VecDeque::new(),
+            next_seq: 0,
+            image_delta,
+        }
     }
     fn pending(&self) -> bool {
-        self.buf.len() > wire::BATCH_HEADER
+        self.buf.len() > wire::HEADER_WORDS
+    }
+    /// Whether `bytes` more of records and `reply` more of answers fit the batch.
+    fn fits(&self, bytes: usize, reply: usize, slot_bytes: usize) -> bool {
+        self.buf.len() * 8 + bytes <= slot_bytes && self.reply + reply <= slot_bytes
+    }
+}
+
+/// The target address `remote` (an address of this PE's copy of a symmetric object) as an
+/// offset from a PE's block: `image` is the main program's range here, `delta` that PE's
+/// image base minus its block's address, `base` this PE's block.
+#[inline]
+fn offset(image: (usize, usize), base: usize, delta: i64, remote: usize) -> i64 {
+    if (image.0..image.1).contains(&remote) {
+        ((remote - image.0) as i64).wrapping_add(delta)
+    } else {
+        remote.wrapping_sub(base) as i64
     }
 }
 
@@ -75,13 +103,15 @@ pub struct CommQueue {
     max_elems: u64,
     timeout: Option<Duration>,
     peers: Vec<Peer>,
+    /// Words of a full batch (`layout.slot_bytes / 8`).
+    slot_words: usize,
     outstanding: u64,
     direct: u64,
     calls: u32,
     inbox: service::Shared,
-    /// The main program's mapped range here, and per PE its base minus its block's address.
+    /// The main program's mapped range here (per PE its base minus its block's address is in
+    /// `Peer::image_delta`).
     image: (usize, usize),
-    image_delta: Vec<i64>,
     /// Apply self-targeted operations at once (tests turn it off to drive the inbox path on one PE).
     pub local_shortcut: bool,
 }
@@ -101,6 +131,12 @@ impl CommQueue {
             return Err(ENOMEM);
         }
         let base = base as usize;
+        if base % 8 != 0 {
+            // Never seen (shmem_malloc aligns for any type); batches are read as words.
+            // SAFETY: the block just came from sys::malloc (collective: every PE frees it).
+            unsafe { sys::free(base as *mut u8) };
+            return Err(EINTERNAL);
+        }
         // The block is zeroed before anyone can ship into it: zero ours, then a barrier.
         for src in 0..npes {
             mem::store_word(base + layout.ack(src), 0);
@@ -112,10 +148,12 @@ impl CommQueue {
         mem::store_word(base + layout.info(), (image.0 as i64).wrapping_sub(base as i64) as u64);
         let inbox = service::register(base, layout);
         sys::barrier_all();
-        let image_delta = (0..npes)
+        let slot_words = layout.slot_bytes / 8;
+        let peers = (0..npes)
             .map(|pe| {
                 // SAFETY: the info word of every PE's block, published before the barrier.
-                (unsafe { sys::fetch_u64((base + layout.info()) as *const u64, pe as i32) }) as i64
+                let delta = unsafe { sys::fetch_u64((base + layout.info()) as *const u64, pe as i32) };
+                Peer::new(slot_words, delta as i64)
             })
             .collect();
         Ok(CommQueue {
@@ -125,13 +163,13 @@ impl CommQueue {
             me,
             max_elems: config::max_elems(cfg),
             timeout: config::timeout(cfg),
-            peers: (0..npes).map(|_| Peer::new(layout.slot_bytes)).collect(),
+            peers,
+            slot_words,
             outstanding: 0,
             direct: 0,
             calls: 0,
             inbox,
             image,
-            image_delta,
             local_shortcut: true,
         })
     }
@@ -175,7 +213,70 @@ impl CommQueue {
         Ok(pe)
     }
 
+    #[inline]
     pub fn push(&mut self, p: Push) -> i32 {
+        if p.op == OP_ATOMIC_INC && p.nelems == 1 {
+            if let Some(rc) = self.push_inc(p.dest, p.esize, p.pe) {
+                return rc;
+            }
+        }
+        self.push_any(p)
+    }
+
+    /// The one-element increment of a 4- or 8-byte integer (the histogram's operation) without
+    /// the general path's dispatch: one word appended to the target's batch, or one local atomic
+    /// for this PE. `None` when the general path must take it: an argument it rejects, a limit
+    /// reached, a full batch (it ships), an offset with no compact form.
+    #[inline]
+    pub fn push_inc(&mut self, dest: usize, esize: usize, pe: i32) -> Option<i32> {
+        let pe = usize::try_from(pe).ok()?;
+        if (esize != 8 && esize != 4) || dest == 0 || dest & (esize - 1) != 0 || self.outstanding >= self.max_elems {
+            return None;
+        }
+        if pe == self.me && self.local_shortcut {
+            if esize == 8 {
+                mem::inc_u64(dest);
+            } else {
+                mem::inc_u32(dest);
+            }
+            return Some(OK);
+        }
+        let (image, base, slot_words) = (self.image, self.base, self.slot_words);
+        let peer = self.peers.get_mut(pe)?;
+        let word = wire::inc_word(esize, offset(image, base, peer.image_delta, dest))?;
+        if peer.buf.len() >= slot_words {
+            return None;
+        }
+        peer.buf.push(word);
+        peer.ops += 1;
+        if peer.since.is_none() && self.timeout.is_some() {
+            peer.since = Some(Instant::now());
+        }
+        self.outstanding += 1;
+        self.tick();
+        Some(OK)
+    }
+
+    /// Counts a push; every POLL_EVERY pushes serves this PE's inbox and ships expired batches.
+    #[inline]
+    fn tick(&mut self) {
+        self.calls = self.calls.wrapping_add(1);
+        if self.calls % POLL_EVERY == 0 {
+            self.every_poll();
+        }
+    }
+
+    #[inline(never)]
+    fn every_poll(&mut self) {
+        service::try_poll(&self.inbox);
+        if self.timeout.is_some() {
+            self.ship_expired();
+        }
+    }
+
+    /// Any push (the general path).
+    #[inline(never)]
+    fn push_any(&mut self, p: Push) -> i32 {
         let pe = match self.validate(&p) {
             Ok(pe) => pe,
             Err(e) => return e,
@@ -201,33 +302,21 @@ impl CommQueue {
             _ => self.enqueue(pe, &p),
         }
         self.outstanding += 1;
-        self.calls = self.calls.wrapping_add(1);
-        if self.calls % POLL_EVERY == 0 {
-            service::try_poll(&self.inbox);
-            if self.timeout.is_some() {
-                self.ship_expired();
-            }
-        }
+        self.tick();
         OK
     }
 
     /// The target address `remote` (an address of this PE's copy of a symmetric object) as an
     /// offset from `pe`'s block.
     fn offset(&self, remote: usize, pe: usize) -> i64 {
-        let (lo, hi) = self.image;
-        if (lo..hi).contains(&remote) {
-            ((remote - lo) as i64).wrapping_add(self.image_delta[pe])
-        } else {
-            remote.wrapping_sub(self.base) as i64
-        }
+        offset(self.image, self.base, self.peers[pe].image_delta, remote)
     }
 
     /// The one-element atomic or get: one word (two for ADD) of batch.
     fn enqueue_compact(&mut self, pe: usize, p: &Push, idx: i64) {
-        let len = wire::compact_len(p.op);
+        let len = wire::compact_words(p.op) * 8;
         let reply = wire::reply_len(p.op, p.esize, 1);
-        let peer = &self.peers[pe];
-        if peer.buf.len() + len > self.layout.slot_bytes || peer.reply + reply > self.layout.slot_bytes {
+        if !self.peers[pe].fits(len, reply, self.layout.slot_bytes) {
             self.ship(pe);
         }
         let value = if p.op == OP_ATOMIC_ADD {
@@ -295,8 +384,7 @@ impl CommQueue {
             let n = chunk.min(p.nelems - done);
             let rec_len = wire::RECORD_HEADER + wire::payload_len(p.op, p.esize, n);
             let reply = wire::reply_len(p.op, p.esize, n);
-            let peer = &self.peers[pe];
-            if peer.buf.len() + rec_len > self.layout.slot_bytes || peer.reply + reply > self.layout.slot_bytes {
+            if !self.peers[pe].fits(rec_len, reply, self.layout.slot_bytes) {
                 self.ship(pe);
             }
             let at = done * p.esize;
@@ -338,7 +426,7 @@ impl CommQueue {
         // SAFETY: the request slot and the sequence word are inside the target's copy of the
         // symmetric block (same layout on every PE); the batch is at most slot_bytes.
         unsafe {
-            sys::put((self.base + self.layout.req(me, slot)) as *mut u8, &peer.buf, pe as i32);
+            sys::put((self.base + self.layout.req(me, slot)) as *mut u8, mem::as_bytes(&peer.buf), pe as i32);
             sys::fence();
             sys::set_u64((self.base + self.layout.seq(me, slot)) as *mut u64, seq + 1, pe as i32);
         }

@@ -5,13 +5,14 @@ use std::ffi::{c_int, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use crate::comm::{CommQueue, Push};
-use crate::config::{QueueAttr, QueueConfig, EINTERNAL, EINVAL, ENOTSUP, OK};
+use crate::config::{QueueAttr, QueueConfig, EINTERNAL, EINVAL, ENOTSUP, OK, OP_ATOMIC_INC};
 use crate::data::DataQueue;
 use crate::handle::{self, bad_handle, Kind, Queue};
 
 /// `shmem_queue_t`.
 pub type Handle = *mut Queue;
 
+#[inline(always)]
 fn guard(f: impl FnOnce() -> c_int) -> c_int {
     catch_unwind(AssertUnwindSafe(f)).unwrap_or(EINTERNAL)
 }
@@ -132,9 +133,21 @@ pub unsafe extern "C" fn shmem_queue_comm_push_mem(
     pe: c_int,
     op: u64,
 ) -> c_int {
-    let p = Push { dest: dest as usize, src: src as usize, esize: elem_size, nelems, pe, op };
-    // SAFETY: the caller's contract.
-    unsafe { on_comm(queue, |q| q.push(p)) }
+    guard(|| {
+        // The histogram's push (one-element increment, EXCLUSIVE queue) goes straight to the
+        // queue: no lock, no closure, no general dispatch.
+        if op == OP_ATOMIC_INC && nelems == 1 {
+            // SAFETY: the caller's contract.
+            if let Some(q) = unsafe { handle::exclusive_comm(queue) } {
+                if let Some(rc) = q.push_inc(dest as usize, elem_size, pe) {
+                    return rc;
+                }
+            }
+        }
+        let p = Push { dest: dest as usize, src: src as usize, esize: elem_size, nelems, pe, op };
+        // SAFETY: the caller's contract.
+        unsafe { on_comm(queue, |q| q.push(p)) }
+    })
 }
 
 /// Returns the number of outstanding operations (>= 0) or an error (< 0).

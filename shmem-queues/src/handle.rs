@@ -64,6 +64,29 @@ pub unsafe fn with<R>(h: *mut Queue, bad: R, f: impl FnOnce(&mut Kind) -> R) -> 
     }
 }
 
+/// The communication queue behind `h` when it is EXCLUSIVE, with no lock and no closure: the
+/// push fast path. `None` for null, SHARED, data or poisoned handles (the general path).
+///
+/// # Safety
+/// As for [`with`]: `h` is null or a live handle, and no other thread uses an EXCLUSIVE one
+/// during the borrow.
+#[inline]
+pub unsafe fn exclusive_comm<'a>(h: *mut Queue) -> Option<&'a mut CommQueue> {
+    if h.is_null() {
+        return None;
+    }
+    // SAFETY: the caller's contract: h is a live Box<Queue>; for an EXCLUSIVE queue this thread
+    // is its only user now (checked below before any mutable use of the contents).
+    let q = unsafe { &mut *h };
+    if q.shared {
+        return None;
+    }
+    match q.inner.get_mut() {
+        Ok(Kind::Comm(c)) => Some(c),
+        _ => None,
+    }
+}
+
 /// The return code for a null or poisoned handle.
 pub fn bad_handle(h: *mut Queue) -> i32 {
     if h.is_null() {

@@ -55,19 +55,39 @@ impl Inbox {
     // Not inlined: one call per batch, and a function of its own in profiles (the apply cost).
     #[inline(never)]
     fn apply_batch(&mut self, src: usize, slot: usize) {
-        let cap = self.layout.slot_bytes;
+        let cap = self.layout.slot_bytes / 8 - wire::HEADER_WORDS;
         let req = self.base + self.layout.req(src, slot);
-        let Some((len, _)) = wire::batch_header(mem::read_bytes(req, wire::BATCH_HEADER)) else { return };
-        let body = mem::read_bytes(req + wire::BATCH_HEADER, len.min(cap - wire::BATCH_HEADER));
+        let Some((len, _)) = wire::batch_header(mem::read_words(req, wire::HEADER_WORDS)) else { return };
+        let body = mem::read_words(req + wire::BATCH_HEADER, (len / 8).min(cap));
+        let base = self.base;
         self.reply.clear();
-        for rec in wire::records(body) {
-            let Some(rec) = rec else { break };
-            let addr = (self.base as isize).wrapping_add(rec.offset as isize) as usize;
+        let mut at = 0;
+        while at < body.len() {
+            // One-element increments (the histogram's records) are one word each: applied here
+            // without decoding. The block is 8-byte aligned (checked at creation), so their
+            // targets are aligned.
+            let w = body[at];
+            match w & 0xffff {
+                wire::INC8 => {
+                    mem::inc_u64(base.wrapping_add(wire::compact_offset(w, 8) as usize));
+                    at += 1;
+                    continue;
+                }
+                wire::INC4 => {
+                    mem::inc_u32(base.wrapping_add(wire::compact_offset(w, 4) as usize));
+                    at += 1;
+                    continue;
+                }
+                _ => {}
+            }
+            let Some((rec, next)) = wire::decode(body, at) else { break };
+            let addr = (base as isize).wrapping_add(rec.offset as isize) as usize;
             let need = wire::reply_len(rec.op, rec.esize, rec.nelems);
-            if self.reply.len() + need > cap {
+            if self.reply.len() + need > self.layout.slot_bytes {
                 break; // a source never builds this; a corrupt batch stops here
             }
             mem::apply(&rec, addr, &mut self.reply);
+            at = next;
         }
         if !self.reply.is_empty() {
             mem::write_bytes(self.base + self.layout.reply(src, slot), &self.reply);
