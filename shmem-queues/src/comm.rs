@@ -36,8 +36,8 @@ struct Flight {
 }
 
 struct Peer {
-    /// The batch being filled (wire.rs), at most `slot_bytes / 8` words.
-    buf: Vec<u64>,
+    /// The batch being filled (wire.rs).
+    batch: wire::Batch,
     ops: u64,
     reply: usize,
     gets: Vec<(usize, usize)>,
@@ -49,11 +49,9 @@ struct Peer {
 }
 
 impl Peer {
-    fn new(slot_words: usize, image_delta: i64) -> Self {
-        let mut buf = Vec::with_capacity(slot_words);
-        wire::start_batch(&mut buf);
+    fn new(slot_bytes: usize, image_delta: i64) -> Self {
         Peer {
-            buf,
+            batch: wire::Batch::new(slot_bytes),
             ops: 0,
             reply: 0,
             gets: Vec::new(),
@@ -64,11 +62,11 @@ impl Peer {
         }
     }
     fn pending(&self) -> bool {
-        self.buf.len() > wire::HEADER_WORDS
+        !self.batch.is_empty()
     }
     /// Whether `bytes` more of records and `reply` more of answers fit the batch.
     fn fits(&self, bytes: usize, reply: usize, slot_bytes: usize) -> bool {
-        self.buf.len() * 8 + bytes <= slot_bytes && self.reply + reply <= slot_bytes
+        self.batch.fits(bytes) && self.reply + reply <= slot_bytes
     }
 }
 
@@ -82,6 +80,17 @@ fn offset(image: (usize, usize), base: usize, delta: i64, remote: usize) -> i64 
     } else {
         remote.wrapping_sub(base) as i64
     }
+}
+
+/// What [`CommQueue::push_inc`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Inc {
+    /// Queued, or applied at once (to this PE).
+    Done,
+    /// Queued, and it is time to poll: call [`CommQueue::every_poll`].
+    DonePoll,
+    /// Not taken: the general path ([`CommQueue::push`]) must push it.
+    General,
 }
 
 /// One push, as the C call gave it (addresses as integers).
@@ -103,8 +112,6 @@ pub struct CommQueue {
     max_elems: u64,
     timeout: Option<Duration>,
     peers: Vec<Peer>,
-    /// Words of a full batch (`layout.slot_bytes / 8`).
-    slot_words: usize,
     outstanding: u64,
     direct: u64,
     calls: u32,
@@ -112,8 +119,9 @@ pub struct CommQueue {
     /// The main program's mapped range here (per PE its base minus its block's address is in
     /// `Peer::image_delta`).
     image: (usize, usize),
-    /// Apply self-targeted operations at once (tests turn it off to drive the inbox path on one PE).
-    pub local_shortcut: bool,
+    /// The PE whose operations are applied at once: this one (`me`), or none (`usize::MAX`:
+    /// tests drive the inbox path on one PE, see [`CommQueue::set_local_shortcut`]).
+    shortcut_pe: usize,
 }
 
 impl CommQueue {
@@ -148,12 +156,11 @@ impl CommQueue {
         mem::store_word(base + layout.info(), (image.0 as i64).wrapping_sub(base as i64) as u64);
         let inbox = service::register(base, layout);
         sys::barrier_all();
-        let slot_words = layout.slot_bytes / 8;
         let peers = (0..npes)
             .map(|pe| {
                 // SAFETY: the info word of every PE's block, published before the barrier.
                 let delta = unsafe { sys::fetch_u64((base + layout.info()) as *const u64, pe as i32) };
-                Peer::new(slot_words, delta as i64)
+                Peer::new(layout.slot_bytes, delta as i64)
             })
             .collect();
         Ok(CommQueue {
@@ -164,13 +171,12 @@ impl CommQueue {
             max_elems: config::max_elems(cfg),
             timeout: config::timeout(cfg),
             peers,
-            slot_words,
             outstanding: 0,
             direct: 0,
             calls: 0,
             inbox,
             image,
-            local_shortcut: true,
+            shortcut_pe: me,
         })
     }
 
@@ -213,52 +219,77 @@ impl CommQueue {
         Ok(pe)
     }
 
-    #[inline]
+    /// Whether operations to this PE are applied at once (the default) or queued like the
+    /// others (tests drive the inbox path on one PE).
+    pub fn set_local_shortcut(&mut self, on: bool) {
+        self.shortcut_pe = if on { self.me } else { usize::MAX };
+    }
+
     pub fn push(&mut self, p: Push) -> i32 {
         if p.op == OP_ATOMIC_INC && p.nelems == 1 {
-            if let Some(rc) = self.push_inc(p.dest, p.esize, p.pe) {
-                return rc;
+            let fast = match p.esize {
+                8 => self.push_inc::<8>(p.dest, p.pe),
+                4 => self.push_inc::<4>(p.dest, p.pe),
+                _ => Inc::General,
+            };
+            match fast {
+                Inc::Done => return OK,
+                Inc::DonePoll => {
+                    self.every_poll();
+                    return OK;
+                }
+                Inc::General => {}
             }
         }
         self.push_any(p)
     }
 
-    /// The one-element increment of a 4- or 8-byte integer (the histogram's operation) without
-    /// the general path's dispatch: one word appended to the target's batch, or one local atomic
-    /// for this PE. `None` when the general path must take it: an argument it rejects, a limit
-    /// reached, a full batch (it ships), an offset with no compact form.
-    #[inline]
-    pub fn push_inc(&mut self, dest: usize, esize: usize, pe: i32) -> Option<i32> {
-        let pe = usize::try_from(pe).ok()?;
-        if (esize != 8 && esize != 4) || dest == 0 || dest & (esize - 1) != 0 || self.outstanding >= self.max_elems {
-            return None;
+    /// The one-element increment of an `ESIZE`-byte integer (8 or 4: the histogram's
+    /// operation) without the general path's dispatch: one word appended to the target's
+    /// batch, or one local atomic for this PE. [`Inc::General`] when the general path must take
+    /// it: an argument it rejects, a limit reached, a full batch (it ships), an offset with no
+    /// compact form, the first push of a batch with a flush timeout (it starts the clock).
+    ///
+    /// Nothing here can panic (no indexing, no allocation, no clock): the C entry point calls it
+    /// outside its panic guard.
+    #[inline(always)]
+    pub fn push_inc<const ESIZE: usize>(&mut self, dest: usize, pe: i32) -> Inc {
+        // A negative PE becomes a huge one, rejected with the out-of-range ones below.
+        let pe = pe as u32 as usize;
+        if dest == 0 || dest % ESIZE != 0 || self.outstanding >= self.max_elems {
+            return Inc::General;
         }
-        if pe == self.me && self.local_shortcut {
-            if esize == 8 {
+        if pe == self.shortcut_pe {
+            if ESIZE == 8 {
                 mem::inc_u64(dest);
             } else {
                 mem::inc_u32(dest);
             }
-            return Some(OK);
+            return Inc::Done;
         }
-        let (image, base, slot_words) = (self.image, self.base, self.slot_words);
-        let peer = self.peers.get_mut(pe)?;
-        let word = wire::inc_word(esize, offset(image, base, peer.image_delta, dest))?;
-        if peer.buf.len() >= slot_words {
-            return None;
+        // Global and static variables (the program image) take the general path's translation.
+        if dest.wrapping_sub(self.image.0) < self.image.1 - self.image.0 {
+            return Inc::General;
         }
-        peer.buf.push(word);
+        let (base, timed) = (self.base, self.timeout.is_some());
+        let Some(peer) = self.peers.get_mut(pe) else { return Inc::General };
+        // dest and the block are aligned (checked above and at creation): so is the offset.
+        let idx = (dest.wrapping_sub(base) as i64) >> ESIZE.trailing_zeros();
+        let Some(word) = wire::inc_word(ESIZE, idx) else { return Inc::General };
+        if (timed && peer.since.is_none()) || !peer.batch.push_word(word) {
+            return Inc::General;
+        }
         peer.ops += 1;
-        if peer.since.is_none() && self.timeout.is_some() {
-            peer.since = Some(Instant::now());
-        }
         self.outstanding += 1;
-        self.tick();
-        Some(OK)
+        self.calls = self.calls.wrapping_add(1);
+        if self.calls % POLL_EVERY == 0 {
+            Inc::DonePoll
+        } else {
+            Inc::Done
+        }
     }
 
     /// Counts a push; every POLL_EVERY pushes serves this PE's inbox and ships expired batches.
-    #[inline]
     fn tick(&mut self) {
         self.calls = self.calls.wrapping_add(1);
         if self.calls % POLL_EVERY == 0 {
@@ -266,8 +297,9 @@ impl CommQueue {
         }
     }
 
+    /// Serves this PE's inbox and ships expired batches (every POLL_EVERY pushes).
     #[inline(never)]
-    fn every_poll(&mut self) {
+    pub fn every_poll(&mut self) {
         service::try_poll(&self.inbox);
         if self.timeout.is_some() {
             self.ship_expired();
@@ -288,7 +320,7 @@ impl CommQueue {
             return EFULL;
         }
         let bytes = p.esize * p.nelems;
-        if pe == self.me && self.local_shortcut {
+        if pe == self.shortcut_pe {
             self.apply_local(&p, bytes);
             return OK;
         }
@@ -330,7 +362,7 @@ impl CommQueue {
             0
         };
         let peer = &mut self.peers[pe];
-        wire::push_compact(&mut peer.buf, p.op, p.esize, idx, value);
+        peer.batch.push_compact(p.op, p.esize, idx, value);
         if p.op == OP_GET {
             peer.reply += reply;
             peer.gets.push((p.dest, p.esize));
@@ -392,7 +424,7 @@ impl CommQueue {
             let payload =
                 if p.op == OP_PUT || p.op == OP_ATOMIC_ADD { mem::read_bytes(p.src + at, n * p.esize) } else { &[] };
             let peer = &mut self.peers[pe];
-            wire::push_record(&mut peer.buf, p.op, p.esize, n, offset, payload);
+            peer.batch.push_record(p.op, p.esize, n, offset, payload);
             if p.op == OP_GET {
                 peer.reply += reply;
                 peer.gets.push((p.dest + at, n * p.esize));
@@ -422,11 +454,11 @@ impl CommQueue {
         let peer = &mut self.peers[pe];
         let seq = peer.next_seq;
         let slot = (seq % SLOTS as u64) as usize;
-        wire::finish_batch(&mut peer.buf, peer.reply);
+        let batch = mem::as_bytes(peer.batch.finish(peer.reply));
         // SAFETY: the request slot and the sequence word are inside the target's copy of the
         // symmetric block (same layout on every PE); the batch is at most slot_bytes.
         unsafe {
-            sys::put((self.base + self.layout.req(me, slot)) as *mut u8, mem::as_bytes(&peer.buf), pe as i32);
+            sys::put((self.base + self.layout.req(me, slot)) as *mut u8, batch, pe as i32);
             sys::fence();
             sys::set_u64((self.base + self.layout.seq(me, slot)) as *mut u64, seq + 1, pe as i32);
         }
@@ -440,7 +472,7 @@ impl CommQueue {
         peer.ops = 0;
         peer.reply = 0;
         peer.since = None;
-        wire::start_batch(&mut peer.buf);
+        peer.batch.clear();
     }
 
     /// Collects the acks of `pe` and completes the batches it has applied.

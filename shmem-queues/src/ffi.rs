@@ -4,7 +4,7 @@
 use std::ffi::{c_int, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use crate::comm::{CommQueue, Push};
+use crate::comm::{CommQueue, Inc, Push};
 use crate::config::{QueueAttr, QueueConfig, EINTERNAL, EINVAL, ENOTSUP, OK, OP_ATOMIC_INC};
 use crate::data::DataQueue;
 use crate::handle::{self, bad_handle, Kind, Queue};
@@ -133,21 +133,56 @@ pub unsafe extern "C" fn shmem_queue_comm_push_mem(
     pe: c_int,
     op: u64,
 ) -> c_int {
-    guard(|| {
-        // The histogram's push (one-element increment, EXCLUSIVE queue) goes straight to the
-        // queue: no lock, no closure, no general dispatch.
-        if op == OP_ATOMIC_INC && nelems == 1 {
-            // SAFETY: the caller's contract.
-            if let Some(q) = unsafe { handle::exclusive_comm(queue) } {
-                if let Some(rc) = q.push_inc(dest as usize, elem_size, pe) {
-                    return rc;
-                }
+    // The histogram's push (a one-element increment of a long or an int on an EXCLUSIVE queue)
+    // goes straight to the queue: no lock, no closure, no general dispatch. push_inc cannot
+    // panic, so it runs outside the guard; the rest (the poll it may ask for, the general path)
+    // runs inside.
+    if op == OP_ATOMIC_INC && nelems == 1 {
+        // SAFETY: the caller's contract.
+        if let Some(q) = unsafe { handle::exclusive_comm(queue) } {
+            let fast = match elem_size {
+                8 => q.push_inc::<8>(dest as usize, pe),
+                4 => q.push_inc::<4>(dest as usize, pe),
+                _ => Inc::General,
+            };
+            match fast {
+                Inc::Done => return OK,
+                Inc::DonePoll => return every_poll(q),
+                Inc::General => {}
             }
         }
-        let p = Push { dest: dest as usize, src: src as usize, esize: elem_size, nelems, pe, op };
-        // SAFETY: the caller's contract.
-        unsafe { on_comm(queue, |q| q.push(p)) }
+    }
+    // SAFETY: the caller's contract.
+    unsafe { push_general(queue, dest, src, elem_size, nelems, pe, op) }
+}
+
+/// The periodic poll of the push fast path, inside the panic guard.
+#[inline(never)]
+fn every_poll(q: &mut CommQueue) -> c_int {
+    guard(|| {
+        q.every_poll();
+        OK
     })
+}
+
+/// Any push, through the handle's sharing rule (the arguments of `shmem_queue_comm_push_mem`,
+/// so that the call from there is a jump).
+///
+/// # Safety
+/// As for [`shmem_queue_comm_push_mem`].
+#[inline(never)]
+unsafe fn push_general(
+    queue: Handle,
+    dest: *mut c_void,
+    src: *const c_void,
+    elem_size: usize,
+    nelems: usize,
+    pe: c_int,
+    op: u64,
+) -> c_int {
+    let p = Push { dest: dest as usize, src: src as usize, esize: elem_size, nelems, pe, op };
+    // SAFETY: the caller's contract.
+    unsafe { on_comm(queue, |q| q.push(p)) }
 }
 
 /// Returns the number of outstanding operations (>= 0) or an error (< 0).

@@ -19,7 +19,7 @@ fn comm(cfg: QueueConfig) -> Handle {
     unsafe {
         handle::with(q, (), |k| {
             if let Kind::Comm(c) = k {
-                c.local_shortcut = false
+                c.set_local_shortcut(false)
             }
         })
     };

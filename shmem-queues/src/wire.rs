@@ -1,6 +1,6 @@
 //! The batch format: what a source PE writes into a target's inbox slot.
 //!
-//! A batch is a sequence of native-endian u64 words (built as a `Vec<u64>`, shipped as its
+//! A batch is a sequence of native-endian u64 words (built in a [`Batch`], shipped as its
 //! bytes): a 2-word header (`records_len` in bytes, `reply_len`), then records. A record is two
 //! words, then its payload padded to whole words:
 //! - word 0: `op` (bits 0..8), element size in bytes (bits 8..16), element count (bits 16..64);
@@ -64,23 +64,6 @@ pub fn reply_len(op: u64, esize: usize, nelems: usize) -> usize {
     }
 }
 
-/// Appends a record to `buf` (a batch under construction). `payload` is the PUT/ADD data.
-pub fn push_record(buf: &mut Vec<u64>, op: u64, esize: usize, nelems: usize, offset: i64, payload: &[u8]) {
-    debug_assert!(esize < 256 && (nelems as u64) <= MAX_NELEMS);
-    buf.push(op | ((esize as u64) << 8) | ((nelems as u64) << 16));
-    buf.push(offset as u64);
-    if op == OP_PUT || op == OP_ATOMIC_ADD {
-        let words = payload.chunks_exact(8);
-        let tail = words.remainder();
-        buf.extend(words.map(|w| u64::from_ne_bytes(w.try_into().unwrap_or_default())));
-        if !tail.is_empty() {
-            let mut last = [0u8; 8];
-            last[..tail.len()].copy_from_slice(tail);
-            buf.push(u64::from_ne_bytes(last));
-        }
-    }
-}
-
 /// The compact index of a one-element atomic at `offset`, if it has one.
 #[inline]
 pub fn compact_index(op: u64, esize: usize, offset: i64) -> Option<i64> {
@@ -108,11 +91,11 @@ fn compact_word(op: u64, esize: usize, idx: i64) -> u64 {
     (op | COMPACT) | ((esize as u64) << 8) | ((idx as u64) << 16)
 }
 
-/// The word of a one-element increment of `esize` (4 or 8) bytes at `offset`, if it has a
-/// compact form (the offset is aligned and within 48 bits of elements).
+/// The word of a one-element increment of `esize` (4 or 8) bytes at element `idx` (the
+/// offset divided by `esize`), if it has a compact form (`idx` fits 48 bits).
 #[inline]
-pub fn inc_word(esize: usize, offset: i64) -> Option<u64> {
-    compact_index(OP_ATOMIC_INC, esize, offset).map(|idx| compact_word(OP_ATOMIC_INC, esize, idx))
+pub fn inc_word(esize: usize, idx: i64) -> Option<u64> {
+    ((idx << 16) >> 16 == idx).then(|| compact_word(OP_ATOMIC_INC, esize, idx))
 }
 
 /// The target offset of a compact record of `esize` bytes whose word is `w`.
@@ -121,25 +104,85 @@ pub fn compact_offset(w: u64, esize: usize) -> i64 {
     ((w as i64) >> 16) * esize as i64
 }
 
-/// Appends a compact record (see [`compact_index`]); `value` is the ADD operand.
-#[inline]
-pub fn push_compact(buf: &mut Vec<u64>, op: u64, esize: usize, idx: i64, value: u64) {
-    buf.push(compact_word(op, esize, idx));
-    if op == OP_ATOMIC_ADD {
-        buf.push(value);
+/// A batch under construction: a fixed array of `slot_bytes / 8` words and how many of them are
+/// used (the header's included). Callers check that a record fits ([`Batch::fits`]) before
+/// appending it; [`Batch::push_word`] checks by itself (the increment fast path).
+pub struct Batch {
+    words: Box<[u64]>,
+    len: usize,
+}
+
+impl Batch {
+    pub fn new(slot_bytes: usize) -> Self {
+        Batch { words: vec![0; (slot_bytes / 8).max(HEADER_WORDS)].into_boxed_slice(), len: HEADER_WORDS }
     }
-}
 
-/// Starts an empty batch (header space reserved).
-pub fn start_batch(buf: &mut Vec<u64>) {
-    buf.clear();
-    buf.resize(HEADER_WORDS, 0);
-}
+    /// No record yet.
+    pub fn is_empty(&self) -> bool {
+        self.len == HEADER_WORDS
+    }
 
-/// Writes the header of a finished batch.
-pub fn finish_batch(buf: &mut [u64], reply: usize) {
-    buf[0] = ((buf.len() - HEADER_WORDS) * 8) as u64;
-    buf[1] = reply as u64;
+    /// Whether `bytes` more (a multiple of 8) fit.
+    pub fn fits(&self, bytes: usize) -> bool {
+        self.len * 8 + bytes <= self.words.len() * 8
+    }
+
+    /// Appends one word if it fits; false if the batch is full.
+    #[inline]
+    pub fn push_word(&mut self, w: u64) -> bool {
+        match self.words.get_mut(self.len) {
+            Some(slot) => {
+                *slot = w;
+                self.len += 1;
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn push(&mut self, w: u64) {
+        self.words[self.len] = w;
+        self.len += 1;
+    }
+
+    /// Appends a record. `payload` is the PUT/ADD data.
+    pub fn push_record(&mut self, op: u64, esize: usize, nelems: usize, offset: i64, payload: &[u8]) {
+        debug_assert!(esize < 256 && (nelems as u64) <= MAX_NELEMS);
+        self.push(op | ((esize as u64) << 8) | ((nelems as u64) << 16));
+        self.push(offset as u64);
+        if op == OP_PUT || op == OP_ATOMIC_ADD {
+            let words = payload.chunks_exact(8);
+            let tail = words.remainder();
+            for w in words {
+                self.push(u64::from_ne_bytes(w.try_into().unwrap_or_default()));
+            }
+            if !tail.is_empty() {
+                let mut last = [0u8; 8];
+                last[..tail.len()].copy_from_slice(tail);
+                self.push(u64::from_ne_bytes(last));
+            }
+        }
+    }
+
+    /// Appends a compact record (see [`compact_index`]); `value` is the ADD operand.
+    pub fn push_compact(&mut self, op: u64, esize: usize, idx: i64, value: u64) {
+        self.push(compact_word(op, esize, idx));
+        if op == OP_ATOMIC_ADD {
+            self.push(value);
+        }
+    }
+
+    /// Writes the header and returns the whole batch (to ship).
+    pub fn finish(&mut self, reply: usize) -> &[u64] {
+        self.words[0] = ((self.len - HEADER_WORDS) * 8) as u64;
+        self.words[1] = reply as u64;
+        &self.words[..self.len]
+    }
+
+    /// Empties the batch (after it was shipped).
+    pub fn clear(&mut self) {
+        self.len = HEADER_WORDS;
+    }
 }
 
 /// The (records_len, reply_len) of a batch header.
@@ -203,17 +246,16 @@ mod tests {
 
     #[test]
     fn round_trip() {
-        let mut b = Vec::new();
-        start_batch(&mut b);
-        push_record(&mut b, OP_PUT, 4, 3, -8, &[1, 0, 0, 0, 2, 0, 0, 0, 3, 0, 0, 0]);
-        push_record(&mut b, OP_ATOMIC_INC, 8, 1, 64, &[]);
-        push_record(&mut b, OP_GET, 2, 5, 128, &[]);
-        push_record(&mut b, OP_ATOMIC_ADD, 8, 1, 0, &7u64.to_ne_bytes());
-        push_compact(&mut b, OP_ATOMIC_INC, 8, compact_index(OP_ATOMIC_INC, 8, -16).unwrap(), 0);
-        push_compact(&mut b, OP_ATOMIC_ADD, 4, compact_index(OP_ATOMIC_ADD, 4, 40).unwrap(), 9);
-        push_compact(&mut b, OP_GET, 2, compact_index(OP_GET, 2, 6).unwrap(), 0);
-        finish_batch(&mut b, reply_len(OP_GET, 2, 5));
-        let (n, reply) = batch_header(&b).unwrap();
+        let mut batch = Batch::new(256);
+        batch.push_record(OP_PUT, 4, 3, -8, &[1, 0, 0, 0, 2, 0, 0, 0, 3, 0, 0, 0]);
+        batch.push_record(OP_ATOMIC_INC, 8, 1, 64, &[]);
+        batch.push_record(OP_GET, 2, 5, 128, &[]);
+        batch.push_record(OP_ATOMIC_ADD, 8, 1, 0, &7u64.to_ne_bytes());
+        batch.push_compact(OP_ATOMIC_INC, 8, compact_index(OP_ATOMIC_INC, 8, -16).unwrap(), 0);
+        batch.push_compact(OP_ATOMIC_ADD, 4, compact_index(OP_ATOMIC_ADD, 4, 40).unwrap(), 9);
+        batch.push_compact(OP_GET, 2, compact_index(OP_GET, 2, 6).unwrap(), 0);
+        let b = batch.finish(reply_len(OP_GET, 2, 5));
+        let (n, reply) = batch_header(b).unwrap();
         assert_eq!(n, (b.len() - HEADER_WORDS) * 8);
         assert_eq!(reply, 16);
         let recs: Vec<_> = records(&b[HEADER_WORDS..]).collect::<Option<_>>().unwrap();
@@ -226,10 +268,15 @@ mod tests {
         );
         assert_eq!(compact_index(OP_ATOMIC_INC, 8, 12), None);
         assert_eq!(compact_index(OP_PUT, 8, 16), None);
-        assert_eq!(inc_word(8, -16).map(|w| (w & 0xffff, compact_offset(w, 8))), Some((INC8, -16)));
-        assert_eq!(inc_word(4, 1 << 40).map(|w| (w & 0xffff, compact_offset(w, 4))), Some((INC4, 1 << 40)));
-        assert_eq!(inc_word(8, 1 << 60), None);
-        assert_eq!(inc_word(4, 6), None);
+        assert_eq!(inc_word(8, -2).map(|w| (w & 0xffff, compact_offset(w, 8))), Some((INC8, -16)));
+        assert_eq!(inc_word(4, 1 << 40).map(|w| (w & 0xffff, compact_offset(w, 4))), Some((INC4, 1 << 42)));
+        assert_eq!(inc_word(8, 1 << 47), None);
+        assert_eq!(inc_word(8, -(1 << 47)).map(|w| compact_offset(w, 8)), Some(-(1 << 50)));
+        let mut full = Batch::new(24);
+        assert!(full.fits(8) && !full.fits(16));
+        assert!(full.push_word(1) && !full.push_word(2));
+        full.clear();
+        assert!(full.is_empty());
         assert_eq!(
             recs[0],
             Record { op: OP_PUT, esize: 4, nelems: 3, offset: -8, payload: &[1, 0, 0, 0, 2, 0, 0, 0, 3, 0, 0, 0] }
@@ -241,10 +288,10 @@ mod tests {
 
     #[test]
     fn malformed_records_stop_decoding() {
-        let mut b = Vec::new();
-        push_record(&mut b, OP_PUT, 8, 2, 0, &[0; 16]);
-        b.truncate(3); // payload cut short
-        let r: Vec<_> = records(&b).collect();
+        let mut batch = Batch::new(256);
+        batch.push_record(OP_PUT, 8, 2, 0, &[0; 16]);
+        let b = &batch.finish(0)[HEADER_WORDS..HEADER_WORDS + 3]; // payload cut short
+        let r: Vec<_> = records(b).collect();
         assert_eq!(r, vec![None]);
         assert_eq!(records(&[9, 0]).collect::<Vec<_>>(), vec![None]);
         let small_atomic = [OP_ATOMIC_INC | (2 << 8) | (1 << 16), 0];
