@@ -1,8 +1,11 @@
 //! Communication queues: put, get, atomic add and atomic increment aggregated per target PE.
 //!
 //! Each push appends a record (wire.rs) to the buffer for its target PE. A full buffer is
-//! shipped as one batch: one put into the target's inbox slot, a fence, and an atomic set of
-//! the slot's sequence word. The target's service thread (service.rs) applies the batch and
+//! shipped as one batch: one non-blocking put into the target's inbox slot; at the next ship
+//! (or when waiting, progressing, flushing), one `shmem_quiet` completes every such put and an
+//! atomic set of each slot's sequence word publishes them. The put thus overlaps the filling of
+//! the next batch instead of blocking the pushing thread; the buffer it reads from is kept
+//! aside (`Peer::sent`) until that quiet. The target's service thread (service.rs) applies the batch and
 //! stores an ack; the source reads the ack with one atomic fetch, then fetches the GET answers
 //! of that batch with one get and scatters them. Two slots per (source, target) pair keep one
 //! batch being applied while the next one fills.
@@ -38,6 +41,8 @@ struct Flight {
 struct Peer {
     /// The batch being filled (wire.rs).
     batch: wire::Batch,
+    /// The batch last shipped: the source of a non-blocking put until the next quiet.
+    sent: wire::Batch,
     ops: u64,
     reply: usize,
     gets: Vec<(usize, usize)>,
@@ -52,6 +57,7 @@ impl Peer {
     fn new(slot_bytes: usize, image_delta: i64) -> Self {
         Peer {
             batch: wire::Batch::new(slot_bytes),
+            sent: wire::Batch::new(slot_bytes),
             ops: 0,
             reply: 0,
             gets: Vec::new(),
@@ -113,6 +119,8 @@ pub struct CommQueue {
     timeout: Option<Duration>,
     peers: Vec<Peer>,
     outstanding: u64,
+    /// Batches put (non-blocking) and not yet published: (target PE, slot, sequence value).
+    unflagged: Vec<(usize, usize, u64)>,
     direct: u64,
     calls: u32,
     inbox: service::Shared,
@@ -172,6 +180,7 @@ impl CommQueue {
             timeout: config::timeout(cfg),
             peers,
             outstanding: 0,
+            unflagged: Vec::new(),
             direct: 0,
             calls: 0,
             inbox,
@@ -450,18 +459,22 @@ impl CommQueue {
                 self.wait(&mut spins);
             }
         }
+        // Publish the batches shipped before (to any PE): their puts are complete after this,
+        // so their buffers are free again.
+        self.publish();
         let me = self.me;
         let peer = &mut self.peers[pe];
         let seq = peer.next_seq;
         let slot = (seq % SLOTS as u64) as usize;
-        let batch = mem::as_bytes(peer.batch.finish(peer.reply));
-        // SAFETY: the request slot and the sequence word are inside the target's copy of the
-        // symmetric block (same layout on every PE); the batch is at most slot_bytes.
+        std::mem::swap(&mut peer.batch, &mut peer.sent);
+        let batch = mem::as_bytes(peer.sent.finish(peer.reply));
+        // SAFETY: the request slot is inside the target's copy of the symmetric block (same
+        // layout on every PE); the batch is at most slot_bytes; its buffer (`sent`) is left
+        // untouched until the quiet in `publish`.
         unsafe {
-            sys::put((self.base + self.layout.req(me, slot)) as *mut u8, batch, pe as i32);
-            sys::fence();
-            sys::set_u64((self.base + self.layout.seq(me, slot)) as *mut u64, seq + 1, pe as i32);
-        }
+            sys::put_nbi((self.base + self.layout.req(me, slot)) as *mut u8, batch.as_ptr(), batch.len(), pe as i32)
+        };
+        self.unflagged.push((pe, slot, seq + 1));
         peer.inflight.push_back(Flight {
             seq: seq + 1,
             ops: peer.ops,
@@ -475,11 +488,26 @@ impl CommQueue {
         peer.batch.clear();
     }
 
+    /// Completes the puts of the batches shipped so far (one quiet) and publishes them: an
+    /// atomic set of each one's sequence word, which the target's service thread watches.
+    fn publish(&mut self) {
+        if self.unflagged.is_empty() {
+            return;
+        }
+        sys::quiet();
+        let me = self.me;
+        for (pe, slot, seq) in self.unflagged.drain(..) {
+            // SAFETY: the sequence word of that slot inside the target's symmetric block.
+            unsafe { sys::set_u64((self.base + self.layout.seq(me, slot)) as *mut u64, seq, pe as i32) };
+        }
+    }
+
     /// Collects the acks of `pe` and completes the batches it has applied.
     fn reap(&mut self, pe: usize) {
         if self.peers[pe].inflight.is_empty() {
             return;
         }
+        self.publish(); // an unpublished batch would never be acked
         if pe == self.me {
             service::try_poll(&self.inbox);
         }
@@ -509,6 +537,7 @@ impl CommQueue {
                 self.ship(pe);
             }
         }
+        self.publish();
     }
 
     fn complete_direct(&mut self) {
