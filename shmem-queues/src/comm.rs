@@ -5,10 +5,11 @@
 //! (or when waiting, progressing, flushing), one `shmem_quiet` completes every such put and an
 //! atomic set of each slot's sequence word publishes them. The put thus overlaps the filling of
 //! the next batch instead of blocking the pushing thread; the buffer it reads from is kept
-//! aside (`Peer::sent`) until that quiet. The target's service thread (service.rs) applies the batch and
-//! stores an ack; the source reads the ack with one atomic fetch, then fetches the GET answers
-//! of that batch with one get and scatters them. Two slots per (source, target) pair keep one
-//! batch being applied while the next one fills.
+//! aside (`Peer::sent`) until that quiet. The target's service thread (service.rs) applies the
+//! batch and stores an ack; the source reads the ack with one atomic fetch, then fetches the GET
+//! answers of that batch with one get and scatters them. Four slots per (source, target) pair
+//! (inbox::SLOTS) keep batches being applied while the next ones fill, and let one ack fetch
+//! (a round trip through the target's OpenSHMEM progress) free several slots at once.
 //!
 //! Target addresses travel as offsets from the queue's block, which is at the same offset of
 //! every PE's symmetric heap. Global and static symmetric variables live in the main program's
