@@ -142,7 +142,7 @@ impl CommQueue {
         config::is_shared(cfg)?;
         let npes = usize::try_from(sys::n_pes()).map_err(|_| EINVAL)?;
         let me = usize::try_from(sys::my_pe()).map_err(|_| EINVAL)?;
-        let layout = Layout::new(npes, Layout::slot_bytes_from_env());
+        let layout = Layout::new(npes, Layout::slot_bytes_from_env(npes));
         let base = sys::malloc(layout.total());
         if base.is_null() {
             return Err(ENOMEM);
