@@ -101,7 +101,7 @@ def per_update_section(path):
     start = next((i for i, l in enumerate(old) if l.startswith("## Per-update cost")), None)
     if start is None:
         return []
-    end = next((i for i in range(start + 1, len(old)) if old[i].startswith("## ")), len(old))
+    end = next((i for i in range(start + 1, len(old)) if old[i].startswith(("## ", "!["))), len(old))
     section = old[start:end]
     while section and not section[-1].strip():
         section.pop()
