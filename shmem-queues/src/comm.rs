@@ -29,7 +29,8 @@ use crate::inbox::{Layout, SLOTS};
 use crate::{mem, service, sys, wire};
 
 /// How many progress calls between two polls of the targets' acks (an ack poll is a remote
-/// atomic fetch per target with batches in flight).
+/// atomic fetch per target with batches in flight), and about how many pushes between two polls
+/// of this PE's inbox by the pushing thread.
 const POLL_EVERY: u32 = 64;
 
 struct Flight {
@@ -291,18 +292,18 @@ impl CommQueue {
         }
         peer.ops += 1;
         self.outstanding += 1;
-        self.calls = self.calls.wrapping_add(1);
-        if self.calls % POLL_EVERY == 0 {
+        if self.outstanding % u64::from(POLL_EVERY) == 0 {
             Inc::DonePoll
         } else {
             Inc::Done
         }
     }
 
-    /// Counts a push; every POLL_EVERY pushes serves this PE's inbox and ships expired batches.
+    /// After a queued push: about every POLL_EVERY pushes (when the count of outstanding
+    /// operations, which the push just raised, is a multiple of it) serves this PE's inbox and
+    /// ships expired batches.
     fn tick(&mut self) {
-        self.calls = self.calls.wrapping_add(1);
-        if self.calls % POLL_EVERY == 0 {
+        if self.outstanding % u64::from(POLL_EVERY) == 0 {
             self.every_poll();
         }
     }
