@@ -17,7 +17,7 @@
 //! spinning and yielding: it would only take CPU time from the threads that push and apply.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -141,7 +141,8 @@ fn run(inboxes: Arc<Mutex<Vec<Shared>>>, stop: Arc<AtomicBool>) {
                     did |= ib.poll();
                     app = app.wrapping_add(ib.app_polls);
                 }
-                Err(_) => busy = true, // the application thread is polling it now
+                Err(TryLockError::WouldBlock) => busy = true, // the application thread polls it now
+                Err(TryLockError::Poisoned(_)) => {}          // a panic left it: the queue is dead
             }
         }
         let active = busy || app != seen;
