@@ -4,14 +4,15 @@
 use std::ffi::{c_int, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use crate::comm::{CommQueue, Push};
-use crate::config::{QueueAttr, QueueConfig, EINTERNAL, EINVAL, ENOTSUP, OK};
+use crate::comm::{CommQueue, Inc, Push};
+use crate::config::{QueueAttr, QueueConfig, EINTERNAL, EINVAL, ENOTSUP, OK, OP_ATOMIC_INC};
 use crate::data::DataQueue;
 use crate::handle::{self, bad_handle, Kind, Queue};
 
 /// `shmem_queue_t`.
 pub type Handle = *mut Queue;
 
+#[inline(always)]
 fn guard(f: impl FnOnce() -> c_int) -> c_int {
     catch_unwind(AssertUnwindSafe(f)).unwrap_or(EINTERNAL)
 }
@@ -124,6 +125,53 @@ pub unsafe extern "C" fn shmem_queue_comm_destroy(queue: Handle) -> c_int {
 /// ignored. Local buffers stay valid (and GET destinations unread) until a flush completes.
 #[no_mangle]
 pub unsafe extern "C" fn shmem_queue_comm_push_mem(
+    queue: Handle,
+    dest: *mut c_void,
+    src: *const c_void,
+    elem_size: usize,
+    nelems: usize,
+    pe: c_int,
+    op: u64,
+) -> c_int {
+    // The histogram's push (a one-element increment of a long or an int on an EXCLUSIVE queue)
+    // goes straight to the queue: no lock, no closure, no general dispatch. push_inc cannot
+    // panic, so it runs outside the guard; the rest (the poll it may ask for, the general path)
+    // runs inside.
+    if op == OP_ATOMIC_INC && nelems == 1 {
+        // SAFETY: the caller's contract.
+        if let Some(q) = unsafe { handle::exclusive_comm(queue) } {
+            let fast = match elem_size {
+                8 => q.push_inc::<8>(dest as usize, pe),
+                4 => q.push_inc::<4>(dest as usize, pe),
+                _ => Inc::General,
+            };
+            match fast {
+                Inc::Done => return OK,
+                Inc::DonePoll => return every_poll(q),
+                Inc::General => {}
+            }
+        }
+    }
+    // SAFETY: the caller's contract.
+    unsafe { push_general(queue, dest, src, elem_size, nelems, pe, op) }
+}
+
+/// The periodic poll of the push fast path, inside the panic guard.
+#[inline(never)]
+fn every_poll(q: &mut CommQueue) -> c_int {
+    guard(|| {
+        q.every_poll();
+        OK
+    })
+}
+
+/// Any push, through the handle's sharing rule (the arguments of `shmem_queue_comm_push_mem`,
+/// so that the call from there is a jump).
+///
+/// # Safety
+/// As for [`shmem_queue_comm_push_mem`].
+#[inline(never)]
+unsafe fn push_general(
     queue: Handle,
     dest: *mut c_void,
     src: *const c_void,

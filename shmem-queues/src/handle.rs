@@ -13,9 +13,11 @@ pub enum Kind {
     Data(DataQueue),
 }
 
-pub struct Queue {
-    shared: bool,
-    inner: Mutex<Kind>,
+/// A queue with its sharing model: an EXCLUSIVE queue is used by one thread at a time (its
+/// contract) and needs no lock; a SHARED one is serialized by a mutex.
+pub enum Queue {
+    Exclusive(Kind),
+    Shared(Mutex<Kind>),
 }
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
@@ -28,11 +30,14 @@ pub fn next_id() -> u64 {
 
 impl Queue {
     pub fn new(shared: bool, kind: Kind) -> Box<Self> {
-        Box::new(Queue { shared, inner: Mutex::new(kind) })
+        Box::new(if shared { Queue::Shared(Mutex::new(kind)) } else { Queue::Exclusive(kind) })
     }
 
     pub fn into_kind(self) -> Option<Kind> {
-        self.inner.into_inner().ok()
+        match self {
+            Queue::Exclusive(k) => Some(k),
+            Queue::Shared(m) => m.into_inner().ok(),
+        }
     }
 }
 
@@ -45,22 +50,42 @@ pub unsafe fn with<R>(h: *mut Queue, bad: R, f: impl FnOnce(&mut Kind) -> R) -> 
     if h.is_null() {
         return bad;
     }
-    // SAFETY: the caller's contract: h is a live Box<Queue>.
-    let shared = unsafe { (*h).shared };
-    if shared {
-        // SAFETY: live handle; shared access only, the Mutex serializes the threads.
-        let q = unsafe { &*h };
-        match q.inner.lock() {
+    // SAFETY: the caller's contract: h is a live Box<Queue>; shared access only (other threads
+    // may hold the same for a SHARED queue).
+    if let Queue::Shared(m) = unsafe { &*h } {
+        return match m.lock() {
             Ok(mut k) => f(&mut k),
             Err(_) => bad,
-        }
-    } else {
-        // SAFETY: live handle, and EXCLUSIVE means this thread is its only user now.
-        let q = unsafe { &mut *h };
-        match q.inner.get_mut() {
-            Ok(k) => f(k),
-            Err(_) => bad,
-        }
+        };
+    }
+    // SAFETY: live handle, EXCLUSIVE (checked above; the variant never changes), so this thread
+    // is its only user now.
+    match unsafe { &mut *h } {
+        Queue::Exclusive(k) => f(k),
+        Queue::Shared(_) => bad,
+    }
+}
+
+/// The communication queue behind `h` when it is EXCLUSIVE, with no lock and no closure: the
+/// push fast path. `None` for null, SHARED or data-queue handles (the general path).
+///
+/// # Safety
+/// As for [`with`]: `h` is null or a live handle, and no other thread uses an EXCLUSIVE one
+/// during the borrow.
+#[inline]
+pub unsafe fn exclusive_comm<'a>(h: *mut Queue) -> Option<&'a mut CommQueue> {
+    if h.is_null() {
+        return None;
+    }
+    // SAFETY: the caller's contract: h is a live Box<Queue>; shared access only (other threads
+    // may hold the same for a SHARED queue).
+    if let Queue::Shared(_) = unsafe { &*h } {
+        return None;
+    }
+    // SAFETY: live handle, EXCLUSIVE (checked above), so this thread is its only user now.
+    match unsafe { &mut *h } {
+        Queue::Exclusive(Kind::Comm(c)) => Some(c),
+        _ => None,
     }
 }
 

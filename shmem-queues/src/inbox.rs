@@ -11,10 +11,16 @@
 //! Every PE allocates the same block (shmem_malloc is collective), so an offset names the same
 //! place on every PE.
 
-/// Batches in flight per (source, target) pair: one being applied while the next fills.
-pub const SLOTS: usize = 2;
-/// The default slot size (bytes of one batch); `SHMEM_QUEUE_BATCH_BYTES` overrides it.
-pub const DEFAULT_SLOT_BYTES: usize = 64 * 1024;
+/// Batches in flight per (source, target) pair: some being applied while the next fill. A
+/// source reads the target's ack (one remote atomic fetch, a round trip through the target's
+/// progress) only when all are in flight, and then usually finds several applied: with two
+/// slots it fetched once per batch, with four about once per three (histogram, 2 PEs).
+pub const SLOTS: usize = 4;
+/// What the request and reply areas of a block may take by default (the slot size shrinks as
+/// PEs are added, within the bounds below); `SHMEM_QUEUE_BATCH_BYTES` overrides it.
+const DEFAULT_AREAS_BYTES: usize = 16 << 20;
+const DEFAULT_SLOT_MIN: usize = 32 << 10;
+const DEFAULT_SLOT_MAX: usize = 256 << 10;
 const LINE: usize = 64;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -29,12 +35,21 @@ impl Layout {
     }
 
     /// The slot size from the environment (the same on every PE: it sizes a symmetric block).
-    pub fn slot_bytes_from_env() -> usize {
+    pub fn slot_bytes_from_env(npes: usize) -> usize {
         std::env::var("SHMEM_QUEUE_BATCH_BYTES")
             .ok()
             .and_then(|v| v.trim().parse::<usize>().ok())
             .map(|v| v.clamp(256, 16 << 20) & !63)
-            .unwrap_or(DEFAULT_SLOT_BYTES)
+            .unwrap_or_else(|| Self::default_slot_bytes(npes))
+    }
+
+    /// The default slot size for `npes` PEs: 256 KiB up to 8 PEs (a batch of 32K increments:
+    /// fewer ships, so fewer waits for the targets' progress), halved as PEs double so that the
+    /// request and reply areas stay within 16 MiB, down to 32 KiB (from 64 PEs).
+    pub fn default_slot_bytes(npes: usize) -> usize {
+        let fit = DEFAULT_AREAS_BYTES / (2 * SLOTS * npes.max(1));
+        let pow2 = if fit == 0 { 0 } else { 1 << fit.ilog2() };
+        pow2.clamp(DEFAULT_SLOT_MIN, DEFAULT_SLOT_MAX)
     }
 
     pub fn info(&self) -> usize {
@@ -83,5 +98,11 @@ mod tests {
         let last = spans.last().unwrap();
         assert_eq!(last.0 + last.1, l.total());
         assert!(spans.iter().all(|(o, _)| o % 8 == 0));
+    }
+
+    #[test]
+    fn default_slot_shrinks_with_pes() {
+        let sizes: Vec<_> = [1, 2, 4, 8, 16, 32, 64, 1000].iter().map(|&n| Layout::default_slot_bytes(n)).collect();
+        assert_eq!(sizes, [256 << 10, 256 << 10, 256 << 10, 256 << 10, 128 << 10, 64 << 10, 32 << 10, 32 << 10]);
     }
 }

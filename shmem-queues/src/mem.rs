@@ -37,6 +37,37 @@ pub fn read_bytes(addr: usize, len: usize) -> &'static [u8] {
     unsafe { std::slice::from_raw_parts(addr as *const u8, len) }
 }
 
+/// The `len` aligned words at `addr` (a received batch).
+pub fn read_words(addr: usize, len: usize) -> &'static [u64] {
+    debug_assert_eq!(addr % 8, 0);
+    // SAFETY: as for read_bytes; `addr` is 8-byte aligned (a batch's place in a block whose
+    // address the queue checked for alignment at creation).
+    unsafe { std::slice::from_raw_parts(addr as *const u64, len) }
+}
+
+/// The bytes of `words` (a batch, shipped with one put).
+pub fn as_bytes(words: &[u64]) -> &[u8] {
+    // SAFETY: the same memory, as bytes: u8 has no alignment or validity requirement, and the
+    // length is the slice's size in bytes.
+    unsafe { std::slice::from_raw_parts(words.as_ptr().cast::<u8>(), std::mem::size_of_val(words)) }
+}
+
+/// Atomically adds 1 to the 8-byte integer at `addr` (8-byte aligned: the caller checks).
+#[inline]
+pub fn inc_u64(addr: usize) {
+    debug_assert_eq!(addr % 8, 0);
+    // SAFETY: module contract; aligned per the caller.
+    unsafe { AtomicU64::from_ptr(addr as *mut u64) }.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Atomically adds 1 to the 4-byte integer at `addr` (4-byte aligned: the caller checks).
+#[inline]
+pub fn inc_u32(addr: usize) {
+    debug_assert_eq!(addr % 4, 0);
+    // SAFETY: module contract; aligned per the caller.
+    unsafe { AtomicU32::from_ptr(addr as *mut u32) }.fetch_add(1, Ordering::Relaxed);
+}
+
 /// Copies `src` to `addr`.
 pub fn write_bytes(addr: usize, src: &[u8]) {
     // SAFETY: module contract: `addr..addr+len` is writable memory of this process.

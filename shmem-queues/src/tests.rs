@@ -19,7 +19,7 @@ fn comm(cfg: QueueConfig) -> Handle {
     unsafe {
         handle::with(q, (), |k| {
             if let Kind::Comm(c) = k {
-                c.local_shortcut = false
+                c.set_local_shortcut(false)
             }
         })
     };
@@ -92,6 +92,38 @@ fn big_batches_chunks_and_direct_ops() {
     }
     // SAFETY: live handle, destroyed once.
     assert_eq!(unsafe { shmem_queue_comm_destroy(q) }, OK);
+}
+
+#[test]
+fn increments_of_ints_and_longs_and_their_errors() {
+    let q = comm(QueueConfig::default());
+    let longs = symmetric(4);
+    let ints = symmetric(2).cast::<u32>();
+    // SAFETY: live handle; the tables are live symmetric memory; the bad arguments are the point.
+    unsafe {
+        for i in 0..1000usize {
+            assert_eq!(shmem_queue_comm_push_mem(q, longs.add(i % 4).cast(), null_mut(), 8, 1, 0, OP_ATOMIC_INC), OK);
+            assert_eq!(shmem_queue_comm_push_mem(q, ints.add(i % 3).cast(), null_mut(), 4, 1, 0, OP_ATOMIC_INC), OK);
+        }
+        for pe in [1, -1, i32::MIN] {
+            assert_eq!(shmem_queue_comm_push_mem(q, longs.cast(), null_mut(), 8, 1, pe, OP_ATOMIC_INC), EINVAL);
+        }
+        assert_eq!(shmem_queue_comm_push_mem(q, null_mut(), null_mut(), 8, 1, 0, OP_ATOMIC_INC), EINVAL);
+        assert_eq!(shmem_queue_comm_push_mem(q, ints.add(1).cast(), null_mut(), 8, 1, 0, OP_ATOMIC_INC), EINVAL);
+        assert_eq!(shmem_queue_comm_push_mem(q, longs.cast(), null_mut(), 2, 1, 0, OP_ATOMIC_INC), ENOTSUP);
+        assert_eq!(size(q), 2000);
+        assert_eq!(shmem_queue_local_flush(q), OK);
+        assert_eq!(std::slice::from_raw_parts(longs, 4), &[250, 250, 250, 250]);
+        assert_eq!(std::slice::from_raw_parts(ints, 4), &[334, 333, 333, 0]);
+        assert_eq!(shmem_queue_comm_destroy(q), OK);
+        // With the local shortcut (the default), an increment to this PE is applied at once.
+        let mut l: Handle = null_mut();
+        assert_eq!(shmem_queue_comm_create(&mut l, &QueueConfig::default()), OK);
+        assert_eq!(shmem_queue_comm_push_mem(l, longs.cast(), null_mut(), 8, 1, 0, OP_ATOMIC_INC), OK);
+        assert_eq!(shmem_queue_comm_push_mem(l, ints.add(3).cast(), null_mut(), 4, 1, 0, OP_ATOMIC_INC), OK);
+        assert_eq!((size(l), *longs, *ints.add(3)), (0, 251, 1));
+        assert_eq!(shmem_queue_comm_destroy(l), OK);
+    }
 }
 
 #[test]
