@@ -57,11 +57,20 @@ build "$SRC/tests/queues_check.c" queues_check || exit 1
 for ex in histogram_plain histogram_queues igather_plain igather_queues; do build "$SRC/examples/$ex.c" "$ex" || exit 1; done
 
 echo "queues-tests: $FLAVOR ($OSHCC), PEs: $NPS"
+# Each run in its own PID namespace where unshare is allowed (root, or user namespaces): a run
+# that times out takes every process of the job with it (launchers detach their proxies from
+# timeout's process group, which left ranks spinning after a timeout).
+NS=()
+if unshare --pid --fork --kill-child --mount-proc true 2>/dev/null; then
+    NS=(unshare --pid --fork --kill-child --mount-proc)
+elif unshare --user --map-root-user --pid --fork --kill-child --mount-proc true 2>/dev/null; then
+    NS=(unshare --user --map-root-user --pid --fork --kill-child --mount-proc)
+fi
 pass=0 fail=0
 run() { # name np args...
     local name=$1 np=$2 log
     log=$OUT/$name-np$np.log
-    timeout -k 5 "$TMO" bash -c "$(declare -f launch); launch $np $OUT/${*:3}" >"$log" 2>&1
+    timeout -k 5 "$TMO" "${NS[@]}" bash -c "$(declare -f launch); launch $np $OUT/${*:3}" >"$log" 2>&1
     local rc=$? missing=""
     for ((pe = 0; pe < np; pe++)); do
         grep -q "^RESULT OK pe=$pe " "$log" || missing="$missing $pe"
