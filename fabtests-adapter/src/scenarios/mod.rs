@@ -6,6 +6,7 @@ mod atomic;
 mod completion;
 mod counters;
 mod errors;
+mod kill;
 mod multi;
 mod pair;
 mod progress;
@@ -49,6 +50,7 @@ pub fn all() -> Vec<Scenario> {
     v.extend(access::scenarios());
     v.extend(counters::scenarios());
     v.extend(progress::scenarios());
+    v.extend(kill::scenarios());
     v
 }
 

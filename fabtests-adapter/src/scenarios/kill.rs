@@ -1,0 +1,241 @@
+//! A process dies in the middle of one-sided traffic (issue 9's kill storm, for RMA and atomics).
+//!
+//! `kill/rma_atomic`: four ranks put, get and fetch-add into each other's registered memory (sizes
+//! across the inline, inject and CMA/SAR paths), each checking what it reads back and every old
+//! value an add fetches. One rank, drawn at random, is SIGKILLed after a random number of its own
+//! operations, with operations in flight to and from it. The survivors must see every operation
+//! towards it finish (success before the death, an error completion after) within
+//! `DEATH_BOUND`, never a hang; and their traffic among themselves must go on exact: every read
+//! returns the bytes written, every fetched value counts exactly the earlier adds, and at the end
+//! each survivor's words hold exactly the adds the others saw succeed.
+//!
+//! The plan (victim, kill point, sizes) comes from `RSHM_KILL_SEED` when set, else from the
+//! clock; it is printed as a step, so a failing run can be replayed.
+//! `scripts/rma-kill-storm.sh N` runs it N times.
+
+use super::rma_util::{payload, AKind, Peer, Spec, Target, ATOMIC, BASIC, MSG, REMOTE_READ, REMOTE_WRITE, RMA};
+use super::{scn, Scenario};
+use crate::fabric::ffi;
+use crate::harness::{pattern, Rank, TResult, TestErr};
+use crate::{bail, ensure};
+use std::time::{Duration, Instant};
+
+pub fn scenarios() -> Vec<Scenario> {
+    vec![scn(
+        "kill/rma_atomic",
+        4,
+        90,
+        rma_atomic,
+        "4 ranks put, get and fetch-add into each other; one is SIGKILLed mid-traffic: errors within 2 s, survivors exact",
+    )]
+}
+
+/// Longest an operation towards the dead rank may stay unfinished.
+const DEATH_BOUND: Duration = Duration::from_secs(2);
+/// Bytes of a target's region that each source writes into.
+const SLOT: usize = 128 << 10;
+/// Sizes drawn for puts and gets: inline, inject, CMA or SAR.
+const SIZES: [usize; 5] = [8, 150, 4097, 70_000, SLOT];
+/// Rounds (a put, a get and a fetch-add to every live peer) before and after the death.
+const ROUNDS_BEFORE: u64 = 12;
+const ROUNDS_AFTER: u64 = 8;
+
+struct Plan {
+    seed: u64,
+    victim: usize,
+    /// The victim dies right after posting this many operations of its own.
+    kill_after: u64,
+}
+
+fn plan(r: &mut Rank) -> TResult<Plan> {
+    let v = if r.rank == 0 {
+        let seed = std::env::var("RSHM_KILL_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64)
+        });
+        let mut rng = seed | 1;
+        let victim = 1 + (xorshift(&mut rng) % (r.nprocs as u64 - 1)) as usize;
+        // Its operations per round: 3 per peer.
+        let kill_after = xorshift(&mut rng) % (ROUNDS_BEFORE * 3 * (r.nprocs as u64 - 1));
+        let v = format!("{seed}:{victim}:{kill_after}");
+        r.pmi.set("plan", &v);
+        v
+    } else {
+        r.pmi.wait_key_with("plan", &mut || Ok(()))?
+    };
+    let f: Vec<u64> = v.split(':').filter_map(|x| x.parse().ok()).collect();
+    ensure!(f.len() == 3, "bad plan {v}");
+    let p = Plan { seed: f[0], victim: f[1] as usize, kill_after: f[2] };
+    r.pmi.step(&format!(
+        "plan: RSHM_KILL_SEED={} kills rank {} after {} of its operations",
+        p.seed, p.victim, p.kill_after
+    ));
+    Ok(p)
+}
+
+fn xorshift(s: &mut u64) -> u64 {
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    *s
+}
+
+/// What this rank knows of one peer.
+struct PeerState {
+    target: Target,
+    dead: bool,
+    /// Adds to our word at this peer that completed successfully.
+    adds: u64,
+}
+
+fn rma_atomic(r: &mut Rank) -> TResult {
+    let n = r.nprocs;
+    let plan = plan(r)?;
+    let mut p = Peer::open(r, &Spec::new(MSG | RMA | ATOMIC, BASIC))?;
+    p.exchange(r)?;
+    // Per source: a SLOT of bytes, then one u64 word per source.
+    let words_at = n * SLOT;
+    let reg = p.alloc(words_at + n * 8);
+    let (_, info) = p.reg(reg, 0, words_at + n * 8, REMOTE_READ | REMOTE_WRITE, 0x5100 + r.rank as u64, 0)?;
+    let all = p.share_mrs(r, &[info])?;
+    let mut peers: Vec<Option<PeerState>> = (0..n)
+        .map(|t| {
+            let m = all[t].first()?;
+            (t != r.rank).then(|| PeerState {
+                target: Target { dest: p.addrs[t], addr: m.addr, key: m.key },
+                dead: false,
+                adds: 0,
+            })
+        })
+        .collect();
+    p.barrier(r)?;
+    let mut rng = plan.seed ^ (r.rank as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    let mut posted = 0u64;
+    let victim = r.rank == plan.victim;
+    let mut round = 0;
+    // Before the death: everyone targets everyone; the victim dies after `kill_after` posts.
+    while round < ROUNDS_BEFORE {
+        one_round(r, &mut p, &mut peers, &plan, round, &mut rng, &mut posted)?;
+        round += 1;
+    }
+    if victim {
+        // Fewer operations than the plan counted (a peer's death is not planned): die now.
+        r.pmi.killme();
+    }
+    r.pmi.step(&format!("rank {} should be dead: waiting for its exit", plan.victim));
+    r.pmi.wait_exit_with(plan.victim, &mut || p.progress().map(|_| ()))?;
+    // After the death: the dead rank once more (everything must fail within the bound), then the
+    // survivors among themselves.
+    for _ in 0..ROUNDS_AFTER {
+        one_round(r, &mut p, &mut peers, &plan, round, &mut rng, &mut posted)?;
+        round += 1;
+    }
+    let dead = peers[plan.victim].as_ref().is_some_and(|s| s.dead);
+    ensure!(dead, "no operation towards rank {} failed although it was SIGKILLed", plan.victim);
+    // Our adds must be exactly what each survivor's word for us holds.
+    for (t, s) in peers.iter().enumerate() {
+        if let Some(s) = s.as_ref().filter(|_| t != plan.victim) {
+            r.pmi.set(&format!("adds-{}-{t}", r.rank), &s.adds.to_string());
+        }
+    }
+    for s in (0..n).filter(|&s| s != r.rank && s != plan.victim) {
+        let want: u64 = r
+            .pmi
+            .wait_key_with(&format!("adds-{s}-{}", r.rank), &mut || p.progress().map(|_| ()))?
+            .parse()
+            .map_err(|_| TestErr::Fail("bad add count".into()))?;
+        let mut word = [0u8; 8];
+        p.region(reg).read_into(words_at + s * 8, &mut word);
+        let got = u64::from_le_bytes(word);
+        ensure!(got == want, "rank {s}'s word here holds {got}, but {want} of its adds completed successfully");
+    }
+    r.pmi.set(&format!("checked-{}", r.rank), "1");
+    for s in (0..n).filter(|&s| s != r.rank && s != plan.victim) {
+        r.pmi.wait_key_with(&format!("checked-{s}"), &mut || p.progress().map(|_| ()))?;
+    }
+    Ok(())
+}
+
+/// One round: a put to every live peer, then a get of the same bytes, then a fetch-add, each
+/// phase posted to all before any is waited for. A peer whose operation fails is dead from then
+/// on (only the victim may fail).
+#[allow(clippy::too_many_arguments)]
+fn one_round(
+    r: &mut Rank,
+    p: &mut Peer,
+    peers: &mut [Option<PeerState>],
+    plan: &Plan,
+    round: u64,
+    rng: &mut u64,
+    posted: &mut u64,
+) -> TResult {
+    let me = r.rank;
+    let n = peers.len();
+    let size = SIZES[(xorshift(rng) % SIZES.len() as u64) as usize];
+    let data = |t: usize| pattern(plan.seed ^ (round << 16) ^ ((me as u64) << 8) ^ t as u64, size);
+    for phase in 0..3 {
+        let mut ids = Vec::new();
+        let live: Vec<(usize, Target)> = peers
+            .iter()
+            .enumerate()
+            .filter_map(|(t, s)| s.as_ref().filter(|s| !s.dead).map(|s| (t, s.target)))
+            .collect();
+        for (t, target) in live {
+            let at = target.at(me * SLOT);
+            let what = format!("round {round} {} of {size} B to rank {t}", ["put", "get", "fetch-add"][phase]);
+            let posted_at = Instant::now();
+            let ret = match phase {
+                0 => p.write(&what, data(t), at, None)?,
+                1 => p.read(&what, size, at)?,
+                _ => {
+                    let word = target.at(n * SLOT + me * 8);
+                    let one = 1u64.to_le_bytes().to_vec();
+                    p.atomic(&what, AKind::Fetch, ffi::FI_UINT64, ffi::FI_SUM, 1, one, Vec::new(), word)?
+                }
+            };
+            *posted += 1;
+            if me == plan.victim && *posted > plan.kill_after {
+                r.pmi.killme();
+            }
+            match ret {
+                Ok(id) => ids.push((t, id, what, posted_at)),
+                Err(code) if t == plan.victim => {
+                    // Refused at once: it is known dead.
+                    peers[t].as_mut().expect("live").dead = true;
+                    r.pmi.step(&format!("{what}: refused with {code} (peer dead)"));
+                }
+                Err(code) => bail!("{what}: the call returned {code} (rank {t} is alive)"),
+            }
+        }
+        for (t, id, what, posted_at) in ids {
+            let bound = if t == plan.victim { DEATH_BOUND } else { p.timeout };
+            let Some(done) = p.wait_for(id, bound)? else {
+                bail!("{what}: no completion within {bound:?} (posted {:?} ago)", posted_at.elapsed());
+            };
+            let s = peers[t].as_mut().expect("targeted above");
+            if done.err != 0 {
+                ensure!(t == plan.victim, "{what}: error completion {} (rank {t} is alive)", done.err);
+                if !s.dead {
+                    r.pmi.step(&format!("{what}: error {} after {:?}", done.err, posted_at.elapsed()));
+                }
+                s.dead = true;
+                continue;
+            }
+            match phase {
+                1 => {
+                    let got = payload(&what, &done.bufs[0], size)?;
+                    // Nobody else writes our slot: a get that succeeds (from a survivor, or
+                    // from the victim before it died) returns exactly what we put.
+                    ensure!(got == data(t).as_slice(), "{what}: read back other bytes than were put");
+                }
+                2 => {
+                    let got = payload(&what, &done.bufs[2], 8)?;
+                    let old = u64::from_le_bytes(got.try_into().expect("8 bytes"));
+                    ensure!(old == s.adds, "{what}: fetched {old}, but {} earlier adds had completed", s.adds);
+                    s.adds += 1;
+                }
+                _ => {}
+            }
+        }
+    }
+    Ok(())
+}
