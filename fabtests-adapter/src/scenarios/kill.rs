@@ -12,6 +12,10 @@
 //! The plan (victim, kill point, sizes) comes from `RSHM_KILL_SEED` when set, else from the
 //! clock; it is printed as a step, so a failing run can be replayed.
 //! `scripts/rma-kill-storm.sh N` runs it N times.
+//!
+//! `soak/rma_atomic` is the same traffic with nobody killed, for `RSHM_SOAK_SECS` seconds
+//! (default 5): every get and every fetched value checked, the final words exact, and each
+//! process's private memory (RssAnon) at the end within 16 MiB of its value after the first round.
 
 use super::rma_util::{payload, AKind, Peer, Spec, Target, ATOMIC, BASIC, MSG, REMOTE_READ, REMOTE_WRITE, RMA};
 use super::{scn, Scenario};
@@ -21,14 +25,26 @@ use crate::{bail, ensure};
 use std::time::{Duration, Instant};
 
 pub fn scenarios() -> Vec<Scenario> {
-    vec![scn(
-        "kill/rma_atomic",
-        4,
-        90,
-        rma_atomic,
-        "4 ranks put, get and fetch-add into each other; one is SIGKILLed mid-traffic: errors within 2 s, survivors exact",
-    )]
+    vec![
+        scn(
+            "kill/rma_atomic",
+            4,
+            90,
+            |r| rma_atomic(r, true),
+            "4 ranks put, get and fetch-add into each other; one is SIGKILLed mid-traffic: errors within 2 s, survivors exact",
+        ),
+        scn(
+            "soak/rma_atomic",
+            4,
+            1800,
+            |r| rma_atomic(r, false),
+            "4 ranks put, get and fetch-add into each other for RSHM_SOAK_SECS (default 5): all exact, memory flat",
+        ),
+    ]
 }
+
+/// Growth of RssAnon allowed over a soak.
+const RSS_GROWTH_MAX_KIB: u64 = 16 << 10;
 
 /// Longest an operation towards the dead rank may stay unfinished.
 const DEATH_BOUND: Duration = Duration::from_secs(2);
@@ -42,33 +58,38 @@ const ROUNDS_AFTER: u64 = 8;
 
 struct Plan {
     seed: u64,
-    victim: usize,
+    /// None: a soak, nobody dies.
+    victim: Option<usize>,
     /// The victim dies right after posting this many operations of its own.
     kill_after: u64,
 }
 
-fn plan(r: &mut Rank) -> TResult<Plan> {
+fn plan(r: &mut Rank, kill: bool) -> TResult<Plan> {
     let v = if r.rank == 0 {
         let seed = std::env::var("RSHM_KILL_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
             std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64)
         });
         let mut rng = seed | 1;
-        let victim = 1 + (xorshift(&mut rng) % (r.nprocs as u64 - 1)) as usize;
+        let victim = 1 + (xorshift(&mut rng) % (r.nprocs as u64 - 1));
         // Its operations per round: 3 per peer.
         let kill_after = xorshift(&mut rng) % (ROUNDS_BEFORE * 3 * (r.nprocs as u64 - 1));
-        let v = format!("{seed}:{victim}:{kill_after}");
+        let v = if kill { format!("{seed}:{victim}:{kill_after}") } else { format!("{seed}:-:0") };
         r.pmi.set("plan", &v);
         v
     } else {
         r.pmi.wait_key_with("plan", &mut || Ok(()))?
     };
-    let f: Vec<u64> = v.split(':').filter_map(|x| x.parse().ok()).collect();
+    let f: Vec<&str> = v.split(':').collect();
+    let num = |x: &str| x.parse::<u64>().map_err(|_| TestErr::Fail(format!("bad plan {v}")));
     ensure!(f.len() == 3, "bad plan {v}");
-    let p = Plan { seed: f[0], victim: f[1] as usize, kill_after: f[2] };
-    r.pmi.step(&format!(
-        "plan: RSHM_KILL_SEED={} kills rank {} after {} of its operations",
-        p.seed, p.victim, p.kill_after
-    ));
+    let victim = if f[1] == "-" { None } else { Some(num(f[1])? as usize) };
+    let p = Plan { seed: num(f[0])?, victim, kill_after: num(f[2])? };
+    match p.victim {
+        Some(v) => r
+            .pmi
+            .step(&format!("plan: RSHM_KILL_SEED={} kills rank {v} after {} of its operations", p.seed, p.kill_after)),
+        None => r.pmi.step(&format!("plan: RSHM_KILL_SEED={}, nobody killed", p.seed)),
+    }
     Ok(p)
 }
 
@@ -87,9 +108,9 @@ struct PeerState {
     adds: u64,
 }
 
-fn rma_atomic(r: &mut Rank) -> TResult {
+fn rma_atomic(r: &mut Rank, kill: bool) -> TResult {
     let n = r.nprocs;
-    let plan = plan(r)?;
+    let plan = plan(r, kill)?;
     let mut p = Peer::open(r, &Spec::new(MSG | RMA | ATOMIC, BASIC))?;
     p.exchange(r)?;
     // Per source: a SLOT of bytes, then one u64 word per source.
@@ -110,34 +131,61 @@ fn rma_atomic(r: &mut Rank) -> TResult {
     p.barrier(r)?;
     let mut rng = plan.seed ^ (r.rank as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
     let mut posted = 0u64;
-    let victim = r.rank == plan.victim;
     let mut round = 0;
+    let Some(victim) = plan.victim else {
+        // The soak: rounds until the time is up, memory measured after the first.
+        let secs = std::env::var("RSHM_SOAK_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(5);
+        let end = Instant::now() + Duration::from_secs(secs);
+        let mut first_rss = None;
+        while round == 0 || Instant::now() < end {
+            one_round(r, &mut p, &mut peers, &plan, round, &mut rng, &mut posted)?;
+            first_rss = first_rss.or_else(rss_anon_kib);
+            round += 1;
+        }
+        let (a, b) = (first_rss.unwrap_or(0), rss_anon_kib().unwrap_or(0));
+        r.pmi
+            .step(&format!("{round} rounds, {posted} operations; RssAnon {a} KiB after the first, {b} KiB at the end"));
+        ensure!(b <= a + RSS_GROWTH_MAX_KIB, "private memory grew from {a} KiB to {b} KiB over the soak");
+        return check_words(r, &mut p, &peers, None, words_at, reg);
+    };
     // Before the death: everyone targets everyone; the victim dies after `kill_after` posts.
     while round < ROUNDS_BEFORE {
         one_round(r, &mut p, &mut peers, &plan, round, &mut rng, &mut posted)?;
         round += 1;
     }
-    if victim {
+    if r.rank == victim {
         // Fewer operations than the plan counted (a peer's death is not planned): die now.
         r.pmi.killme();
     }
-    r.pmi.step(&format!("rank {} should be dead: waiting for its exit", plan.victim));
-    r.pmi.wait_exit_with(plan.victim, &mut || p.progress().map(|_| ()))?;
+    r.pmi.step(&format!("rank {victim} should be dead: waiting for its exit"));
+    r.pmi.wait_exit_with(victim, &mut || p.progress().map(|_| ()))?;
     // After the death: the dead rank once more (everything must fail within the bound), then the
     // survivors among themselves.
     for _ in 0..ROUNDS_AFTER {
         one_round(r, &mut p, &mut peers, &plan, round, &mut rng, &mut posted)?;
         round += 1;
     }
-    let dead = peers[plan.victim].as_ref().is_some_and(|s| s.dead);
-    ensure!(dead, "no operation towards rank {} failed although it was SIGKILLed", plan.victim);
-    // Our adds must be exactly what each survivor's word for us holds.
+    let dead = peers[victim].as_ref().is_some_and(|s| s.dead);
+    ensure!(dead, "no operation towards rank {victim} failed although it was SIGKILLed");
+    check_words(r, &mut p, &peers, Some(victim), words_at, reg)
+}
+
+/// Our adds must be exactly what each survivor's word for us holds: publish ours, check theirs.
+fn check_words(
+    r: &mut Rank,
+    p: &mut Peer,
+    peers: &[Option<PeerState>],
+    victim: Option<usize>,
+    words_at: usize,
+    reg: usize,
+) -> TResult {
+    let alive = |t: usize| t != r.rank && Some(t) != victim;
     for (t, s) in peers.iter().enumerate() {
-        if let Some(s) = s.as_ref().filter(|_| t != plan.victim) {
+        if let Some(s) = s.as_ref().filter(|_| Some(t) != victim) {
             r.pmi.set(&format!("adds-{}-{t}", r.rank), &s.adds.to_string());
         }
     }
-    for s in (0..n).filter(|&s| s != r.rank && s != plan.victim) {
+    for s in (0..peers.len()).filter(|&s| alive(s)) {
         let want: u64 = r
             .pmi
             .wait_key_with(&format!("adds-{s}-{}", r.rank), &mut || p.progress().map(|_| ()))?
@@ -149,10 +197,17 @@ fn rma_atomic(r: &mut Rank) -> TResult {
         ensure!(got == want, "rank {s}'s word here holds {got}, but {want} of its adds completed successfully");
     }
     r.pmi.set(&format!("checked-{}", r.rank), "1");
-    for s in (0..n).filter(|&s| s != r.rank && s != plan.victim) {
+    for s in (0..peers.len()).filter(|&s| alive(s)) {
         r.pmi.wait_key_with(&format!("checked-{s}"), &mut || p.progress().map(|_| ()))?;
     }
     Ok(())
+}
+
+/// This process's private resident memory (RssAnon, KiB).
+fn rss_anon_kib() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("RssAnon:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// One round: a put to every live peer, then a get of the same bytes, then a fetch-add, each
@@ -193,12 +248,12 @@ fn one_round(
                 }
             };
             *posted += 1;
-            if me == plan.victim && *posted > plan.kill_after {
+            if Some(me) == plan.victim && *posted > plan.kill_after {
                 r.pmi.killme();
             }
             match ret {
                 Ok(id) => ids.push((t, id, what, posted_at)),
-                Err(code) if t == plan.victim => {
+                Err(code) if Some(t) == plan.victim => {
                     // Refused at once: it is known dead.
                     peers[t].as_mut().expect("live").dead = true;
                     r.pmi.step(&format!("{what}: refused with {code} (peer dead)"));
@@ -207,13 +262,13 @@ fn one_round(
             }
         }
         for (t, id, what, posted_at) in ids {
-            let bound = if t == plan.victim { DEATH_BOUND } else { p.timeout };
+            let bound = if Some(t) == plan.victim { DEATH_BOUND } else { p.timeout };
             let Some(done) = p.wait_for(id, bound)? else {
                 bail!("{what}: no completion within {bound:?} (posted {:?} ago)", posted_at.elapsed());
             };
             let s = peers[t].as_mut().expect("targeted above");
             if done.err != 0 {
-                ensure!(t == plan.victim, "{what}: error completion {} (rank {t} is alive)", done.err);
+                ensure!(Some(t) == plan.victim, "{what}: error completion {} (rank {t} is alive)", done.err);
                 if !s.dead {
                     r.pmi.step(&format!("{what}: error {} after {:?}", done.err, posted_at.elapsed()));
                 }
