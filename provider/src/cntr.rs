@@ -148,7 +148,9 @@ fn wait(cntr: *mut ffi::fid_cntr, threshold: u64, timeout_ms: c_int) -> FiResult
     let start_errors = with_counter(cntr, false, |s| s.errors)?;
     let eps = (crate::progress::cntr_wait_eps as crate::block::Bound, c.id);
     crate::block::until(&c.shared, timeout_ms, FiError::TIMEDOUT, eps, |st| {
-        crate::progress::cntr(st, c.id);
+        if crate::progress::cntr(st, c.id) > 0 {
+            c.shared.completed(); // for waiters asleep in other threads
+        }
         let s = &st.cntrs[c.id];
         if s.value >= threshold {
             Ok(Some(()))

@@ -188,12 +188,23 @@ unsafe fn write_entry(buf: *mut c_void, i: usize, format: ffi::fi_cq_format, c: 
     }
 }
 
-/// Drive the CQ's endpoints, then take up to `count` completions.
-fn read_locked(st: &mut DomainState, id: usize, buf: *mut c_void, count: usize, src: *mut u64) -> FiResult<usize> {
+/// Drive the CQ's endpoints, then take up to `count` completions. Waiters asleep in other
+/// threads (`fi_cntr_wait`, `fi_cq_sread` of an auto-progress domain) learn of what this pass
+/// completed for them.
+fn read_locked(
+    shared: &DomainShared,
+    st: &mut DomainState,
+    id: usize,
+    buf: *mut c_void,
+    count: usize,
+    src: *mut u64,
+) -> FiResult<usize> {
     if !st.cqs.contains(id) {
         return Err(FiError::INVAL);
     }
-    crate::progress::cq(st, id);
+    if crate::progress::cq(st, id) > 0 {
+        shared.completed();
+    }
     let cq = &mut st.cqs[id];
     match cq.events.front() {
         None => return Err(FiError::AGAIN),
@@ -223,7 +234,7 @@ fn read(cq: *mut ffi::fid_cq, buf: *mut c_void, count: usize, src: *mut u64) -> 
     }
     cq.shared.app_polls();
     let mut st = cq.shared.lock();
-    read_locked(&mut st, cq.id, buf, count, src)
+    read_locked(&cq.shared, &mut st, cq.id, buf, count, src)
 }
 
 /// Blocking read: sleep on the bound endpoint's futex until something arrives or time is up.
@@ -235,7 +246,7 @@ fn sread(cq: *mut ffi::fid_cq, buf: *mut c_void, count: usize, src: *mut u64, ti
     }
     let eps = (crate::block::cq_eps as crate::block::Bound, obj.id);
     crate::block::until(&obj.shared, timeout_ms, FiError::AGAIN, eps, |st| {
-        match read_locked(st, obj.id, buf, count, src) {
+        match read_locked(&obj.shared, st, obj.id, buf, count, src) {
             Err(FiError::AGAIN) if obj.signaled.swap(false, Ordering::AcqRel) => Err(FiError::AGAIN),
             Err(FiError::AGAIN) => Ok(None),
             other => other.map(Some),
