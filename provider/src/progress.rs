@@ -19,6 +19,7 @@
 
 use crate::domain::{DomainShared, DomainState};
 use smr_core::endpoint::WaitHandle;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -149,7 +150,7 @@ impl AutoThread {
 fn run(domain: Weak<DomainShared>, control: Arc<Control>) {
     while !control.stop.load(Ordering::SeqCst) {
         if control.aside.load(Ordering::Relaxed) {
-            stand_aside(&control);
+            stand_aside(&domain, &control);
             continue;
         }
         // The thread holds the domain only while it works, so fi_close(domain) sees no extra
@@ -196,9 +197,12 @@ fn run(domain: Weak<DomainShared>, control: Arc<Control>) {
 /// Stay off the wake words while the application polls; return once a whole `ASIDE_CHECK`
 /// passed without an application poll (then the caller arms the wake words and drives every
 /// endpoint, which serves whatever arrived meanwhile without a wake-up), when a waiter went to
-/// sleep, or when the domain closes.
-fn stand_aside(control: &Control) {
-    let mut seen = control.app_polls.load(Ordering::Relaxed);
+/// sleep, or when the domain closes. Meanwhile, every `ASIDE_CHECK`, drive the endpoints that
+/// nobody drove since the last look: an application polling one endpoint's CQ does not serve
+/// its other endpoints, which must not wait for it to stop.
+fn stand_aside(domain: &Weak<DomainShared>, control: &Control) {
+    let mut polls = control.app_polls.load(Ordering::Relaxed);
+    let mut driven: HashMap<usize, u64> = HashMap::new();
     loop {
         let seq = control.seq.load(Ordering::SeqCst);
         if control.stop.load(Ordering::SeqCst) || !control.aside.load(Ordering::SeqCst) {
@@ -206,11 +210,28 @@ fn stand_aside(control: &Control) {
         }
         futex_wait_private(&control.seq, seq, ASIDE_CHECK);
         let now = control.app_polls.load(Ordering::Relaxed);
-        if now == seen {
+        if now == polls {
             control.aside.store(false, Ordering::SeqCst);
             return;
         }
-        seen = now;
+        polls = now;
+        let Some(shared) = domain.upgrade() else { return };
+        let events = {
+            let mut st = shared.lock();
+            let ids: Ids = st.eps.iter().map(|(id, _)| id).collect();
+            let mut events = 0;
+            for id in ids {
+                if driven.get(&id) == Some(&st.eps[id].driven) {
+                    events += crate::ep::progress(&mut st, id);
+                }
+                driven.insert(id, st.eps[id].driven);
+            }
+            driven.retain(|id, _| st.eps.contains(*id));
+            events
+        };
+        if events > 0 {
+            shared.completed();
+        }
     }
 }
 

@@ -8,6 +8,9 @@
 //! - `progress/polled_then_sleeping`: the same, after the target polled its CQ in a tight loop
 //!   for a while (a provider's progress thread may stand aside while the application polls; it
 //!   must come back when the polling stops without a blocking call).
+//! - `progress/other_endpoint`: the target polls the CQ of one endpoint without pause while the
+//!   peer puts, gets and adds through a second endpoint of the same domain, which the target's
+//!   application never drives: the provider must serve it all the same.
 //!
 //! The initiator uses the provider's default progress model.
 
@@ -41,6 +44,13 @@ pub fn scenarios() -> Vec<Scenario> {
             40,
             |r| sleeping_target(r, Duration::from_millis(300)),
             "FI_PROGRESS_AUTO target polls fi_cq_read for 300 ms, then sleeps: the peer's operations complete meanwhile",
+        ),
+        scn(
+            "progress/other_endpoint",
+            2,
+            60,
+            other_endpoint,
+            "FI_PROGRESS_AUTO target polls one endpoint's CQ without pause; the peer's RMA and atomics to its second endpoint complete",
         ),
     ]
 }
@@ -172,5 +182,56 @@ fn sleeping_target(r: &mut Rank, polling: Duration) -> TResult {
     }
     r.pmi.set("done", "1");
     r.pmi.step(&format!("note: all operations completed {:?} after the target fell asleep", t0.elapsed()));
+    r.pmi.barrier_with(&mut || p.progress().map(|_| ()))
+}
+
+fn other_endpoint(r: &mut Rank) -> TResult {
+    let ops = [Op::Write(8), Op::Read(8), Op::FetchSum(1), Op::Write(4097), Op::Read(1 << 20), Op::AtomicSum(7)];
+    let at = ranges(&ops, DATA);
+    let w = words(&ops);
+    if r.rank == TARGET {
+        let mut p = Peer::open(r, &auto_spec(MSG | RMA | ATOMIC))?;
+        p.exchange(r)?;
+        let second = p.open_second_ep()?;
+        r.pmi.set("second", &crate::pmi::hex(&second));
+        let reg = p.alloc(REGION);
+        fill_reads(&p, reg, &ops, &at);
+        let (_, info) = p.reg(reg, 0, REGION, REMOTE_READ | REMOTE_WRITE, 0xA2, 0)?;
+        p.share_mrs(r, &[info])?;
+        r.pmi.barrier()?;
+        // Poll the first endpoint's CQ, and nothing else, until the peer is done (also while
+        // asking whether it is: no pause in the polling for a progress thread to fill).
+        let deadline = Instant::now() + p.timeout * 2;
+        loop {
+            for _ in 0..1024 {
+                p.progress()?;
+            }
+            if r.pmi.get_with("done", Some(&mut || p.progress().map(|_| ())))?.is_some() {
+                break;
+            }
+            ensure!(
+                Instant::now() < deadline,
+                "the peer's operations through our second endpoint did not complete while we polled the first"
+            );
+        }
+        check_writes(&p, reg, &ops, &at, w[ops.len()], "target memory after the peer's operations")?;
+        return r.pmi.barrier();
+    }
+    let mut p = Peer::open(r, &Spec::new(MSG | RMA | ATOMIC, BASIC))?;
+    p.exchange(r)?;
+    let second = r.pmi.wait_key_with("second", &mut || Ok(()))?;
+    let name = crate::pmi::unhex(&second).ok_or_else(|| TestErr::Fail("bad second endpoint name".into()))?;
+    let dest = p.insert_addr(&name)?;
+    let all = p.share_mrs(r, &[])?;
+    let m = *all[TARGET].first().ok_or_else(|| TestErr::Fail("the target shared no MR".into()))?;
+    let t = Target { dest, addr: m.addr, key: m.key };
+    r.pmi.barrier()?;
+    let t0 = Instant::now();
+    for (k, &op) in ops.iter().enumerate() {
+        r.pmi.step(&format!("{op:?} to the target's second endpoint while it polls the first"));
+        run_op(&mut p, k, op, at[k], t, w[k])?;
+    }
+    r.pmi.step(&format!("note: all operations completed in {:?}", t0.elapsed()));
+    r.pmi.set("done", "1");
     r.pmi.barrier_with(&mut || p.progress().map(|_| ()))
 }

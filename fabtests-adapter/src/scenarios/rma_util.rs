@@ -358,6 +358,8 @@ pub struct Peer {
     cntrs: Vec<Cntr>,
     cq: Option<Cq>,
     av: Option<Av>,
+    /// Endpoints opened by `open_second_ep`, each with its CQ and AV (closed first, in Drop).
+    extra: Vec<(Ep, Cq, Av)>,
     domain: Option<Domain>,
     fabric: Option<Fabric>,
     pub info: Info,
@@ -431,6 +433,7 @@ impl Peer {
             cntrs: Vec::new(),
             cq: None,
             av: None,
+            extra: Vec::new(),
             domain: Some(dom),
             fabric: Some(fab),
             info,
@@ -531,6 +534,29 @@ impl Peer {
             self.addrs.push(fa);
         }
         Ok(())
+    }
+
+    /// Insert one more address (another endpoint's name) into our AV.
+    pub fn insert_addr(&mut self, name: &[u8]) -> TResult<FiAddr> {
+        let (ret, fa) = self.av.as_ref().expect("av").insert(name, 0);
+        ensure!(ret == 1, "fi_av_insert returned {}", fabric::errname(ret));
+        Ok(fa)
+    }
+
+    /// A second endpoint on this domain, with its own AV and CQ, enabled; returns its name.
+    /// Kept (with its AV and CQ) until the peer closes.
+    pub fn open_second_ep(&mut self) -> TResult<Vec<u8>> {
+        let mut av_attr = ffi::fi_av_attr { type_: ffi::FI_AV_TABLE, count: 16, ..Default::default() };
+        let av = Av::open(self.domain(), &mut av_attr).ctx("fi_av_open (second endpoint)")?;
+        let mut cq_attr = ffi::fi_cq_attr { format: ffi::FI_CQ_FORMAT_DATA, ..Default::default() };
+        let cq = Cq::open(self.domain(), &mut cq_attr).ctx("fi_cq_open (second endpoint)")?;
+        let ep = Ep::open(self.domain(), &self.info).ctx("fi_endpoint (second)")?;
+        fi_ok("fi_ep_bind(av) (second endpoint)", ep.bind(av.fid(), 0))?;
+        fi_ok("fi_ep_bind(cq) (second endpoint)", ep.bind(cq.fid(), (ffi::FI_TRANSMIT | ffi::FI_RECV) as u64))?;
+        fi_ok("fi_enable (second endpoint)", ep.enable())?;
+        let name = ep.getname().ctx("fi_getname (second endpoint)")?;
+        self.extra.push((ep, cq, av));
+        Ok(name)
     }
 
     /// Allocate a zeroed, page-aligned region; returns its index.
@@ -944,6 +970,8 @@ impl Peer {
 
 impl Drop for Peer {
     fn drop(&mut self) {
+        // Endpoint before its CQ and AV (tuple fields drop in order).
+        self.extra.clear();
         let closed = self.ep.as_mut().is_none_or(|ep| ep.try_close() == 0);
         if closed {
             self.ep = None;

@@ -145,6 +145,9 @@ pub struct EpState {
     pub rma: RmaState,
     pub tx_size: usize,
     pub rx_size: usize,
+    /// Progress passes over this endpoint, by anyone: an auto-progress thread standing aside
+    /// while the application polls still drives the endpoints whose count did not move.
+    pub driven: u64,
 }
 
 impl EpState {
@@ -259,6 +262,7 @@ pub(crate) unsafe extern "C" fn endpoint_open(
                 rma: RmaState::default(),
                 tx_size: tx_attr.map_or(0, |t| t.size).max(crate::getinfo::QUEUE_SIZE),
                 rx_size: rx_attr.map_or(0, |r| r.size).max(crate::getinfo::QUEUE_SIZE),
+                driven: 0,
             };
             let id = dom.shared.lock().eps.insert(state);
             let obj = object::into_raw(Ep {
@@ -678,6 +682,7 @@ unsafe extern "C" fn ep_tx_size_left(ep: *mut ffi::fid_ep) -> isize {
 pub fn progress(st: &mut DomainState, id: usize) -> usize {
     let DomainState { eps, cqs, cntrs, avs, mrs, .. } = st;
     let Some(ep) = eps.get_mut(id) else { return 0 };
+    ep.driven = ep.driven.wrapping_add(1);
     let directed = ep.directed();
     let Some(engine) = ep.engine.as_mut() else { return 0 };
     if !engine.has_work() && !ep.rma.has_outgoing() {
