@@ -1,7 +1,7 @@
 //! loom models of the two lock-free structures every peer shares: the command/response ring
 //! (`ring`) and the free stack of buffer indices (`free_stack`).
 //!
-//! Run with (the models are sized for a preemption bound of 2: about two minutes on two cores;
+//! Run with (the models are sized for a preemption bound of 2: about a minute on two cores;
 //! a separate target dir keeps the `--cfg loom` build from evicting the normal one):
 //! ```text
 //! LOOM_MAX_PREEMPTIONS=2 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
@@ -748,7 +748,6 @@ fn ring_repair_never_fires_on_honest_claims() {
         let mut c = Consumer::new();
         let mut popped = Vec::new();
         for _ in 0..3 {
-            thread::yield_now();
             assert!(!c.repair_tail(&ring), "repaired an honest claim counter at head {}", c.position());
             match c.pop(&ring) {
                 Pop::Item(v) => popped.push(v),
