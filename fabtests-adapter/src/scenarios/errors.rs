@@ -21,6 +21,13 @@ pub fn scenarios() -> Vec<Scenario> {
             peer_died_rma,
             "checked RMA and atomics, then writes, reads and atomics in flight to and after a SIGKILLed target fail",
         ),
+        scn(
+            "err/peer_died_rma_midstream",
+            2,
+            60,
+            peer_died_rma_midstream,
+            "a target SIGKILLed at a random point of a stream of 8 RMA/atomic operations in flight",
+        ),
     ]
 }
 
@@ -523,6 +530,165 @@ fn peer_died_rma(r: &mut Rank) -> TResult {
         "note: {ROUNDS} checked rounds ({bytes} bytes written and read back, {ROUNDS} fetch-adds, {cswaps} \
          compare-swaps); {}",
         fates.join("; ")
+    ));
+    Ok(())
+}
+
+/// A target SIGKILLed in the middle of a stream of one-sided operations: rank 0 keeps 8
+/// writes (8 B to 128 KiB), reads (of a slot with no write in flight, compared with what was
+/// last written there) and fetch-adds in flight to rank 1, which serves until rank 0, after a
+/// random number of completed operations (50-449; the seed is in the note, `RSHM_KILL_SEED`
+/// replays it), asks the coordinator
+/// to kill it. Asserted: every operation completes (no hang); each one that succeeded is right
+/// (reads return the bytes last written, fetch-adds fetch distinct values below the number
+/// issued); once one has failed, all 16 posted after it fail too; for rshm the errors are FI_EIO.
+fn peer_died_rma_midstream(r: &mut Rank) -> TResult {
+    use super::rma_util::{self as u, payload, AKind, Peer, Spec, Target};
+    use crate::harness::TestErr;
+    const SLOTS: usize = 8;
+    const SLOT: usize = 128 << 10;
+    const WINDOW: usize = 8;
+    let mut p = Peer::open(r, &Spec::new(u::RMA | u::ATOMIC, u::BASIC))?;
+    p.exchange(r)?;
+    let mut mine = Vec::new();
+    if r.rank == 1 {
+        let g = p.alloc(SLOTS * SLOT + 64);
+        let (_, mi) = p.reg(g, 0, SLOTS * SLOT + 64, u::REMOTE_READ | u::REMOTE_WRITE, 0x5108, 0)?;
+        mine.push(mi);
+    }
+    let all = p.share_mrs(r, &mine)?;
+    if r.rank == 1 {
+        // Serve until told to die; then die without another progress call.
+        r.pmi.wait_key_with("kill", &mut || p.progress().map(|_| ()))?;
+        r.pmi.killme();
+    }
+    let m = *all[1].first().ok_or_else(|| TestErr::Fail("no MR from rank 1".into()))?;
+    let t = Target { dest: p.addrs[1], addr: m.addr, key: m.key };
+    let counter = t.at(SLOTS * SLOT);
+    // RSHM_KILL_SEED replays a run's kill point.
+    let seed = std::env::var("RSHM_KILL_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or_else(|| {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64)
+    });
+    let kill_after = 50 + seed % 400;
+    r.pmi.step(&format!("stream; the target is killed after {kill_after} completed operations (seed {seed})"));
+    #[derive(Clone)]
+    enum Kind {
+        Write { slot: usize, data: Vec<u8> },
+        Read { slot: usize, expect: Vec<u8> },
+        Fetch,
+    }
+    let want_eio = r.prov == "rshm";
+    // Per slot: the bytes of its last successful write, and whether a write to it is in flight.
+    let mut written: Vec<Vec<u8>> = vec![Vec::new(); SLOTS];
+    let mut writing = [false; SLOTS];
+    let mut inflight: std::collections::VecDeque<(u64, u64, Kind)> = Default::default();
+    let (mut issued, mut completed, mut ok_counts) = (0u64, 0u64, [0u64; 3]);
+    let (mut fetches, mut fetched) = (0u64, Vec::new());
+    let mut first_error: Option<u64> = None; // ops issued before the first error was seen
+    let mut killed = false;
+    let deadline = Instant::now() + Duration::from_secs(40);
+    loop {
+        // 16 operations posted after the first failure was seen: the stream ends.
+        let done_posting = |first_error: Option<u64>, issued: u64| first_error.is_some_and(|n| issued - n >= 16);
+        if done_posting(first_error, issued) && inflight.is_empty() {
+            break;
+        }
+        while inflight.len() < WINDOW && !done_posting(first_error, issued) {
+            let i = issued;
+            let slot = (i as usize) % SLOTS;
+            let kind = match i % 3 {
+                0 if !writing[slot] => {
+                    let len = [8usize, 4000, 70_000, SLOT][(i as usize / 3) % 4];
+                    Kind::Write { slot, data: pattern(5000 + i, len) }
+                }
+                1 if !writing[slot] && !written[slot].is_empty() => Kind::Read { slot, expect: written[slot].clone() },
+                _ => Kind::Fetch,
+            };
+            let what = format!("op #{i}");
+            let posted = match &kind {
+                Kind::Write { slot, data } => p.write(&what, data.clone(), t.at(slot * SLOT), None)?,
+                Kind::Read { slot, expect } => p.read(&what, expect.len(), t.at(slot * SLOT))?,
+                Kind::Fetch => {
+                    fetches += 1;
+                    let one = 1u64.to_ne_bytes().to_vec();
+                    p.atomic(&what, AKind::Fetch, ffi::FI_UINT64, ffi::FI_SUM, 1, one, vec![], counter)?
+                }
+            };
+            issued += 1;
+            match posted {
+                Ok(id) => {
+                    if let Kind::Write { slot, .. } = &kind {
+                        writing[*slot] = true;
+                    }
+                    inflight.push_back((id, i, kind));
+                }
+                Err(code) => {
+                    // Refused at once: only once the target was killed, and with the contract's code.
+                    ensure!(killed, "op #{i} refused with {} while the target lived", fabric::errname(code));
+                    if want_eio {
+                        ensure!(
+                            -code == ffi::FI_EIO as i32,
+                            "op #{i} refused with {} (expected FI_EIO)",
+                            fabric::errname(code)
+                        );
+                    }
+                    first_error.get_or_insert(issued);
+                }
+            }
+        }
+        let Some((id, index, kind)) = inflight.pop_front() else { continue };
+        let d = p.wait(id)?;
+        completed += 1;
+        if let Kind::Write { slot, .. } = &kind {
+            writing[*slot] = false;
+        }
+        if d.err != 0 {
+            ensure!(killed, "{}: {} before the target was killed", d.what, fabric::errname(-d.err));
+            if want_eio {
+                ensure!(d.err == ffi::FI_EIO as i32, "{}: {} (expected FI_EIO)", d.what, fabric::errname(-d.err));
+            }
+            first_error.get_or_insert(issued);
+        } else {
+            let posted_after = first_error.is_some_and(|n| index >= n);
+            ensure!(!posted_after, "{}: succeeded although posted after an operation had failed", d.what);
+            match kind {
+                Kind::Write { slot, data } => {
+                    written[slot] = data;
+                    ok_counts[0] += 1;
+                }
+                Kind::Read { expect, .. } => {
+                    ensure!(payload(&d.what, &d.bufs[0], expect.len())? == &expect[..], "{}: read other bytes", d.what);
+                    ok_counts[1] += 1;
+                }
+                Kind::Fetch => {
+                    fetched.push(u64::from_ne_bytes(payload(&d.what, &d.bufs[2], 8)?.try_into().expect("8 bytes")));
+                    ok_counts[2] += 1;
+                }
+            }
+        }
+        if !killed && completed >= kill_after {
+            r.pmi.set("kill", "1");
+            killed = true;
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "the stream did not end: {completed} completed, first error {first_error:?}"
+        );
+    }
+    ensure!(killed && first_error.is_some(), "no operation failed after the target was killed");
+    let mut distinct = fetched.clone();
+    distinct.sort_unstable();
+    distinct.dedup();
+    ensure!(distinct.len() == fetched.len(), "fetch-adds fetched a value twice: {fetched:?}");
+    ensure!(fetched.iter().all(|&v| v < fetches), "a fetch-add fetched a value >= the {fetches} issued");
+    r.pmi.wait_exit_with(1, &mut || p.progress().map(|_| ()))?;
+    r.pmi.step(&format!(
+        "note: seed {seed}: {issued} operations, {} writes, {} reads and {} fetch-adds checked, the rest failed \
+         ({} posted after the first failure)",
+        ok_counts[0],
+        ok_counts[1],
+        ok_counts[2],
+        issued - first_error.unwrap_or(issued)
     ));
     Ok(())
 }
