@@ -13,17 +13,20 @@
 //! (impossible for an honest list: every successful pop and push bumps the head's tag, and a
 //! pop marks its buffer `IN_USE` (Release) only after its CAS moved the head, so a walk that read
 //! that mark (Acquire) also sees the head moved and gives up), or if some buffer is neither in
-//! the list nor marked `IN_USE` (an orphan). An honest run leaves an orphan only for the two
-//! instructions of a push between its link and its head CAS, so the owner acts only when it saw
-//! the same head and the same orphans on `patience` checks in a row (the caller makes that
-//! `stall_timeout` or more): a pusher that did not make those two steps in that time is taken
-//! for dead, as `ring` takes a producer that claimed a slot and wrote nothing. The rebuild
-//! detaches the list (CAS of the head it walked to an empty head), links every buffer not
-//! marked `IN_USE` in index order, and installs that list with a CAS from the empty head.
+//! the list nor marked `IN_USE` (an orphan). An honest run leaves an orphan only for an
+//! instant: a push between its link write and its head CAS, or a pop between its head CAS and its
+//! `IN_USE` mark. So the owner acts only when it saw the same head and the same finding on
+//! `patience` checks in a row (the caller makes that `stall_timeout` or more): a process that did
+//! not take that one step in that time is taken for dead, as `ring` takes a producer that claimed
+//! a slot and wrote nothing (a sender killed there leaves an orphan, which this gives back).
+//! The rebuild detaches the list (CAS of the head it walked to an empty head), links every
+//! buffer not marked `IN_USE` in index order, and installs that list with a CAS from the empty
+//! head.
 //!
 //! Whatever a scribbler does, a pop never hands out a buffer that is marked `IN_USE` (popped and
 //! not yet returned): when the top's link says `IN_USE` and the head has not moved, the stack
 //! is corrupt and the pop says so instead of handing the buffer out a second time.
+
 use crate::pod::CachePadded;
 use crate::sync::{fence, spin_hint, AtomicU32, AtomicU64, Ordering};
 
@@ -248,8 +251,8 @@ impl FreeStack<'_> {
         }
         let top = free.first().map_or(0, |&i| u64::from(i) + 1);
         let rebuilt = (((empty >> 32) + 1) << 32) | top;
-        // Fails only if a sender returned a buffer in the instant since the detach: that one
-        // list stays (it is sound), ours waits for the next checks, which find it orphaned.
+        // Fails only if a sender returned a buffer in the instant since the detach: its list stays
+        // (free buffers only), the rest of ours waits for the next checks, which find it orphaned.
         self.head.head.compare_exchange(empty, rebuilt, Ordering::AcqRel, Ordering::Relaxed).is_ok()
     }
 
