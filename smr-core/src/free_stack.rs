@@ -5,9 +5,30 @@
 //! and our CAS (ABA) no longer matches. Links live in a parallel array of `u32` (`index + 1`).
 //! Peers can scribble on head and links: every index read is range-checked and the retry loops
 //! are bounded, so a corrupt stack yields errors, never an out-of-bounds access or a hang.
+//!
+//! A scribbled stack would stay broken: every pop answers `Corrupt` (or `Empty`), or buffers cut
+//! off from the list never come out again. The owner therefore checks the stack on its
+//! liveness tick (`repair`, the slow path only). It walks the list from a head it read; the
+//! stack needs repair if the walk meets an index out of range, a cycle or a popped buffer
+//! (impossible for an honest list: every successful pop and push bumps the head's tag, and a
+//! pop marks its buffer `IN_USE` (Release) only after its CAS moved the head, so a walk that read
+//! that mark (Acquire) also sees the head moved and gives up), or if some buffer is neither in
+//! the list nor marked `IN_USE` (an orphan). An honest run leaves an orphan only for an
+//! instant: a push between its link write and its head CAS, or a pop between its head CAS and its
+//! `IN_USE` mark. So the owner acts only when it saw the same head and the same finding on
+//! `patience` checks in a row (the caller makes that `stall_timeout` or more): a process that did
+//! not take that one step in that time is taken for dead, as `ring` takes a producer that claimed
+//! a slot and wrote nothing (a sender killed there leaves an orphan, which this gives back).
+//! The rebuild detaches the list (CAS of the head it walked to an empty head), links every
+//! buffer not marked `IN_USE` in index order, and installs that list with a CAS from the empty
+//! head.
+//!
+//! Whatever a scribbler does, a pop never hands out a buffer that is marked `IN_USE` (popped and
+//! not yet returned): when the top's link says `IN_USE` and the head has not moved, the stack
+//! is corrupt and the pop says so instead of handing the buffer out a second time.
 
 use crate::pod::CachePadded;
-use crate::sync::{spin_hint, AtomicU32, AtomicU64, Ordering};
+use crate::sync::{fence, spin_hint, AtomicU32, AtomicU64, Ordering};
 
 const RETRIES: u32 = 1 << 14;
 /// Link value of a buffer that is popped (in use). A push first moves the link from this value,
@@ -25,6 +46,12 @@ pub struct StackHead {
 impl StackHead {
     pub fn new() -> Self {
         StackHead { head: CachePadded(AtomicU64::new(0)) }
+    }
+
+    /// loom models only: overwrite the head word, as a scribbling peer would.
+    #[cfg(loom)]
+    pub fn scribble(&self, head: u64) {
+        self.head.store(head, Ordering::Relaxed);
     }
 }
 
@@ -102,11 +129,23 @@ impl<'a> FreeStack<'a> {
                 return Err(StackError::Corrupt);
             };
             let next = link.load(Ordering::Relaxed);
+            if next == IN_USE {
+                // The top was popped: by another pop since we read the head (then the head
+                // moved; the fence pairs with its Release mark so that we see that), or it is
+                // in the list twice (scribbled): never hand out a buffer someone holds.
+                fence(Ordering::Acquire);
+                if self.head.head.load(Ordering::Relaxed) == head {
+                    return Err(StackError::Corrupt);
+                }
+                spin_hint();
+                continue;
+            }
             let new = (((head >> 32) + 1) << 32) | u64::from(next);
             match self.head.head.compare_exchange_weak(head, new, Ordering::AcqRel, Ordering::Relaxed) {
                 Ok(_) => {
                     // A garbage `next` becomes the head; the next pop range-checks it.
-                    link.store(IN_USE, Ordering::Relaxed);
+                    // Release: a `repair` walk that reads this mark also sees our head CAS.
+                    link.store(IN_USE, Ordering::Release);
                     return Ok(index);
                 }
                 // Same top index, other tag: popped and pushed back meanwhile (ABA).
@@ -126,12 +165,15 @@ impl<'a> FreeStack<'a> {
             return Err(StackError::Corrupt);
         };
         let head = self.head.head.load(Ordering::Relaxed);
-        if link.compare_exchange(IN_USE, (head & INDEX_MASK) as u32, Ordering::Relaxed, Ordering::Relaxed).is_err() {
+        // Release on the link (here and below, free on x86): an owner's `repair` walk that reads
+        // a link we wrote also sees the head as it was when we took the buffer, so it cannot take
+        // a list in motion for an impossible one (loom model `free_stack_repair_inspect_*`).
+        if link.compare_exchange(IN_USE, (head & INDEX_MASK) as u32, Ordering::Release, Ordering::Relaxed).is_err() {
             return Err(StackError::NotInUse);
         }
         for attempt in 0..RETRIES {
             let head = if attempt == 0 { head } else { self.head.head.load(Ordering::Relaxed) };
-            link.store((head & INDEX_MASK) as u32, Ordering::Relaxed);
+            link.store((head & INDEX_MASK) as u32, Ordering::Release);
             let new = (((head >> 32) + 1) << 32) | u64::from(index + 1);
             if self.head.head.compare_exchange_weak(head, new, Ordering::Release, Ordering::Relaxed).is_ok() {
                 return Ok(());
@@ -139,6 +181,125 @@ impl<'a> FreeStack<'a> {
             spin_hint();
         }
         Err(StackError::Corrupt)
+    }
+}
+
+/// What the owner remembers between its checks of one stack (`FreeStack::repair`).
+#[derive(Debug, Default)]
+pub struct StackCheck {
+    /// Scratch: which buffers the walk met.
+    seen: Vec<bool>,
+    /// The head and a fingerprint of what was wrong at the last check that found something.
+    last: Option<(u64, u64)>,
+    /// How many checks in a row found exactly that.
+    times: u32,
+}
+
+/// What one check found wrong with a stack walked from one head value (`FreeStack::inspect`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Finding {
+    Sound,
+    /// Moved while we walked: someone is using it, look again next time.
+    Moving,
+    /// The list meets an index out of range, a cycle or a popped buffer: no honest run leaves
+    /// that. The value tells one finding from another.
+    Impossible(u64),
+    /// Sound, but some buffers are neither in the list nor marked `IN_USE`: cut off by a
+    /// scribble, or (for an instant) between a pop's or a push's head CAS and its link.
+    Orphans(u64),
+}
+
+impl FreeStack<'_> {
+    /// Owner only, on the slow path (its liveness tick): if the stack is broken (see the module
+    /// comment) and stayed broken in the same way for `patience` checks in a row with its head
+    /// unmoved, rebuild it from every buffer not marked `IN_USE`. True if it did.
+    ///
+    /// On a scribbled stack this may hand back a buffer whose `IN_USE` mark was scribbled away
+    /// while a sender held it (the scribbler could as well have written into its data).
+    pub fn repair(&self, check: &mut StackCheck, patience: u32) -> bool {
+        let walked = self.head.head.load(Ordering::Acquire);
+        let fingerprint = match self.inspect_from(walked, &mut check.seen) {
+            Finding::Sound | Finding::Moving => {
+                check.last = None;
+                return false;
+            }
+            Finding::Impossible(f) | Finding::Orphans(f) => f,
+        };
+        if check.last == Some((walked, fingerprint)) {
+            check.times += 1;
+        } else {
+            check.last = Some((walked, fingerprint));
+            check.times = 1;
+        }
+        if check.times < patience {
+            return false;
+        }
+        check.last = None;
+        // Detach the list: from here on no pop reaches the buffers we relink.
+        let empty = ((walked >> 32) + 1) << 32;
+        if self.head.head.compare_exchange(walked, empty, Ordering::AcqRel, Ordering::Relaxed).is_err() {
+            return false;
+        }
+        let free: Vec<u32> = (0..self.links.len() as u32)
+            .filter(|&i| self.links[i as usize].load(Ordering::Acquire) != IN_USE)
+            .collect();
+        for pair in free.windows(2) {
+            self.links[pair[0] as usize].store(pair[1] + 1, Ordering::Relaxed);
+        }
+        if let Some(&last) = free.last() {
+            self.links[last as usize].store(0, Ordering::Relaxed);
+        }
+        let top = free.first().map_or(0, |&i| u64::from(i) + 1);
+        let rebuilt = (((empty >> 32) + 1) << 32) | top;
+        // Fails only if a sender returned a buffer in the instant since the detach: its list stays
+        // (free buffers only), the rest of ours waits for the next checks, which find it orphaned.
+        self.head.head.compare_exchange(empty, rebuilt, Ordering::AcqRel, Ordering::Relaxed).is_ok()
+    }
+
+    /// Walk the list from its head and say what is wrong with it (what `repair` acts on).
+    pub fn inspect(&self, check: &mut StackCheck) -> Finding {
+        self.inspect_from(self.head.head.load(Ordering::Acquire), &mut check.seen)
+    }
+
+    /// `inspect` from `walked`, the head just read.
+    fn inspect_from(&self, walked: u64, seen: &mut Vec<bool>) -> Finding {
+        let n = self.links.len();
+        seen.clear();
+        seen.resize(n, false);
+        let mut cur = (walked & INDEX_MASK) as u32;
+        let mut impossible = false;
+        while cur != 0 {
+            let index = cur as usize - 1;
+            // Out of range (`IN_USE` included: a popped buffer in the list) or met twice.
+            if index >= n || seen[index] {
+                impossible = true;
+                break;
+            }
+            seen[index] = true;
+            cur = self.links[index].load(Ordering::Acquire);
+        }
+        if self.head.head.load(Ordering::Acquire) != walked {
+            return Finding::Moving;
+        }
+        if impossible {
+            return Finding::Impossible(u64::from(cur));
+        }
+        // Orphans: neither in the list nor held. Their indices and links are the fingerprint,
+        // so that a pusher that moved on in between restarts the count.
+        let mut orphans = 0u64;
+        let mut fingerprint = 0u64;
+        for (i, link) in self.links.iter().enumerate() {
+            let l = link.load(Ordering::Acquire);
+            if !seen[i] && l != IN_USE {
+                orphans += 1;
+                fingerprint = (fingerprint ^ (i as u64) << 32 ^ u64::from(l)).wrapping_mul(0x100_0000_01b3);
+            }
+        }
+        if orphans == 0 {
+            Finding::Sound
+        } else {
+            Finding::Orphans(fingerprint)
+        }
     }
 }
 
@@ -194,6 +355,65 @@ mod tests {
         assert_eq!(stack.pop(), Err(StackError::Corrupt));
     }
 
+    /// Every buffer the stack hands out now, sorted (each pushed back afterwards).
+    fn all_free(stack: &FreeStack<'_>) -> Vec<u32> {
+        let mut got: Vec<u32> = std::iter::from_fn(|| stack.pop().ok()).collect();
+        got.sort();
+        for &i in &got {
+            stack.push(i).unwrap();
+        }
+        got
+    }
+
+    #[test]
+    fn owner_repairs_a_scribbled_head_and_links() {
+        let (head, links) = parts(6);
+        let stack = FreeStack::new(&head, &links);
+        stack.fill();
+        let mut check = StackCheck::default();
+        assert!(!stack.repair(&mut check, 1), "a full, honest stack is left alone");
+        let held = [stack.pop().unwrap(), stack.pop().unwrap()];
+        assert!(!stack.repair(&mut check, 1), "a stack with buffers out is left alone");
+        let top = |head: &StackHead| (head.head.load(Ordering::Relaxed) & INDEX_MASK) as usize;
+        // Head out of range: pops fail until the owner repairs it, after `patience` checks.
+        head.head.store(0x1234_0000_0077, Ordering::Relaxed);
+        assert_eq!(stack.pop(), Err(StackError::Corrupt));
+        assert!(!stack.repair(&mut check, 3));
+        assert!(!stack.repair(&mut check, 3));
+        assert!(stack.repair(&mut check, 3));
+        assert_eq!(all_free(&stack), vec![2, 3, 4, 5], "the held buffers stay out");
+        // A cycle through the links.
+        let t = top(&head);
+        links[t - 1].store(t as u32, Ordering::Relaxed);
+        assert!(stack.repair(&mut check, 1));
+        assert_eq!(all_free(&stack), vec![2, 3, 4, 5]);
+        // A held buffer's index scribbled into the list: never handed out twice.
+        let t = top(&head);
+        links[t - 1].store(held[0] + 1, Ordering::Relaxed);
+        assert_eq!(stack.pop(), Ok(t as u32 - 1));
+        assert_eq!(stack.pop(), Err(StackError::Corrupt), "held buffer {} handed out again", held[0]);
+        stack.push(t as u32 - 1).unwrap();
+        assert!(stack.repair(&mut check, 1));
+        assert_eq!(all_free(&stack), vec![2, 3, 4, 5]);
+        // A head scribbled to "empty": every free buffer an orphan.
+        head.head.store(0x99 << 32, Ordering::Relaxed);
+        assert_eq!(stack.pop(), Err(StackError::Empty));
+        assert!(stack.repair(&mut check, 1));
+        assert_eq!(all_free(&stack), vec![2, 3, 4, 5]);
+        // A link cut short: the buffers behind it are orphans.
+        let t = top(&head);
+        links[t - 1].store(0, Ordering::Relaxed);
+        assert_eq!(all_free(&stack).len(), 1);
+        assert!(!stack.repair(&mut check, 2));
+        assert!(stack.repair(&mut check, 2));
+        assert_eq!(all_free(&stack), vec![2, 3, 4, 5]);
+        for i in held {
+            stack.push(i).unwrap();
+        }
+        assert!(!stack.repair(&mut check, 1));
+        assert_eq!(all_free(&stack), vec![0, 1, 2, 3, 4, 5]);
+    }
+
     #[test]
     fn threads_never_hold_the_same_index() {
         let (head, links) = parts(8);
@@ -203,7 +423,8 @@ mod tests {
         std::thread::scope(|s| {
             for _ in 0..4 {
                 s.spawn(|| {
-                    for _ in 0..50_000 {
+                    // Miri interprets every step: a few hundred rounds still interleave there.
+                    for _ in 0..if cfg!(miri) { 200 } else { 50_000 } {
                         if let Ok(i) = stack.pop() {
                             assert_eq!(owners[i as usize].fetch_add(1, Ordering::SeqCst), 0);
                             owners[i as usize].fetch_sub(1, Ordering::SeqCst);

@@ -425,9 +425,14 @@ mod tests {
         let name = unique("stale");
         let owner = Region::create(&name, counts(), 0).unwrap();
         let hdr = owner.mapping().bytes_ptr(0, 4096).unwrap().cast::<RegionHeader>();
-        // SAFETY: make the header claim a process that cannot exist, as after a SIGKILL.
-        unsafe { (*hdr).owner_start = 1 };
-        std::mem::forget(owner);
+        // SAFETY: make the header claim a process that cannot exist, as after a SIGKILL, and
+        // another incarnation, so that dropping our view unmaps it without unlinking the file
+        // (a killed owner never unlinks; forgetting the view would leak, which ASan reports).
+        unsafe {
+            (*hdr).owner_start = 1;
+            (*hdr).incarnation ^= 1;
+        }
+        drop(owner);
         let again = Region::create(&name, counts(), 0).unwrap();
         assert!(again.owner().is_alive());
     }

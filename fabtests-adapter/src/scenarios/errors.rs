@@ -14,6 +14,20 @@ pub fn scenarios() -> Vec<Scenario> {
         scn("err/close_busy", 1, 20, close_busy, "fi_close of domain/fabric/CQ/AV/counter still in use"),
         scn("err/send_after_peer_close", 2, 40, send_after_peer_close, "sends to an endpoint its owner closed"),
         scn("err/peer_died", 2, 40, peer_died, "sends in flight to and after a SIGKILLed peer complete with errors"),
+        scn(
+            "err/peer_died_rma",
+            2,
+            60,
+            peer_died_rma,
+            "checked RMA and atomics, then writes, reads and atomics in flight to and after a SIGKILLed target fail",
+        ),
+        scn(
+            "err/peer_died_rma_midstream",
+            2,
+            60,
+            peer_died_rma_midstream,
+            "a target SIGKILLed at a random point of a stream of 8 RMA/atomic operations in flight",
+        ),
     ]
 }
 
@@ -369,5 +383,312 @@ fn peer_died(r: &mut Rank) -> TResult {
     }
     fates.push(format!("inject after: {}", fabric::errname(ret as i32)));
     r.pmi.step(&fates.join("; "));
+    Ok(())
+}
+
+/// RMA and atomics towards a target that is SIGKILLed. Rank 1 registers 1 MiB plus a counter
+/// word and serves; rank 0 runs 150 checked rounds (a write of 8 B, 4000 B or 70 000 B, a read
+/// of the same range compared byte for byte, a fetch-add on the counter whose fetched value must
+/// be the round number, a compare-swap every tenth round). Then rank 1 stops progressing, rank
+/// 0 posts a 1 MiB write, a 1 MiB read, a fetch-add and a compare-swap, and rank 1 is killed.
+/// Asserted: the atomics in flight (which only the target can apply) complete with an error, the
+/// write and read in flight complete (successfully, if CMA finished them before the kill, or
+/// with an error), and every write, read and atomic posted after the death fails; for rshm the
+/// error is FI_EIO. No time bound beyond the harness's deadline (which only catches a hang).
+fn peer_died_rma(r: &mut Rank) -> TResult {
+    use super::rma_util::{self as u, must, payload, AKind, Peer, Spec, Target};
+    use crate::harness::TestErr;
+    const BIG: usize = 1 << 20;
+    const ROUNDS: u64 = 150;
+    let mut p = Peer::open(r, &Spec::new(u::RMA | u::ATOMIC, u::BASIC))?;
+    p.exchange(r)?;
+    let mut mine = Vec::new();
+    if r.rank == 1 {
+        let g = p.alloc(BIG + 64);
+        let (_, mi) = p.reg(g, 0, BIG + 64, u::REMOTE_READ | u::REMOTE_WRITE, 0x5107, 0)?;
+        mine.push(mi);
+    }
+    let all = p.share_mrs(r, &mine)?;
+    if r.rank == 1 {
+        // Serve (atomics need our progress) until rank 0 asks us to stop, then stop dead.
+        r.pmi.wait_key_with("stop", &mut || p.progress().map(|_| ()))?;
+        r.pmi.set("stopped", "1");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while r.pmi.get_with("posted", None)?.is_none() {
+            ensure!(Instant::now() < deadline, "rank 0 never posted its operations");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        r.pmi.killme();
+    }
+    let m = *all[1].first().ok_or_else(|| TestErr::Fail("no MR from rank 1".into()))?;
+    let t = Target { dest: p.addrs[1], addr: m.addr, key: m.key };
+    let counter = t.at(BIG);
+    r.pmi.step("checked RMA and atomics while the target lives");
+    let (mut bytes, mut cswaps) = (0usize, 0u64);
+    for i in 0..ROUNDS {
+        let len = [8usize, 4000, 70_000][i as usize % 3];
+        let off = (i as usize * 4096) % (BIG - len);
+        let data = pattern(1000 + i, len);
+        let w = must("fi_write", p.write(&format!("fi_write #{i} ({len} B)"), data.clone(), t.at(off), None)?)?;
+        p.wait_ok(w)?;
+        let rd = must("fi_read", p.read(&format!("fi_read #{i} ({len} B)"), len, t.at(off))?)?;
+        let d = p.wait_ok(rd)?;
+        ensure!(payload(&d.what, &d.bufs[0], len)? == &data[..], "{}: read back other bytes than written", d.what);
+        let what = format!("fi_fetch_atomic(SUM 1) #{i}");
+        let one = 1u64.to_ne_bytes().to_vec();
+        let f = must(&what, p.atomic(&what, AKind::Fetch, ffi::FI_UINT64, ffi::FI_SUM, 1, one, vec![], counter)?)?;
+        let d = p.wait_ok(f)?;
+        let got = u64::from_ne_bytes(payload(&d.what, &d.bufs[2], 8)?.try_into().expect("8 bytes"));
+        ensure!(got == i + cswaps * 1000, "{what}: fetched {got}, expected {}", i + cswaps * 1000);
+        if i % 10 == 9 {
+            // The counter is i + 1 + 1000 * cswaps now: add 1000 by compare-swap.
+            let now = i + 1 + cswaps * 1000;
+            let what = format!("fi_compare_atomic(CSWAP) #{i}");
+            let c = p.atomic(
+                &what,
+                AKind::Compare,
+                ffi::FI_UINT64,
+                ffi::FI_CSWAP,
+                1,
+                (now + 1000).to_ne_bytes().to_vec(),
+                now.to_ne_bytes().to_vec(),
+                counter,
+            )?;
+            let d = p.wait_ok(must(&what, c)?)?;
+            let old = u64::from_ne_bytes(payload(&d.what, &d.bufs[2], 8)?.try_into().expect("8 bytes"));
+            ensure!(old == now, "{what}: fetched {old}, expected {now}");
+            cswaps += 1;
+        }
+        bytes += 2 * len;
+    }
+    r.pmi.set("stop", "1");
+    r.pmi.wait_key_with("stopped", &mut || p.progress().map(|_| ()))?;
+    let want_eio = r.prov == "rshm";
+    // Posted while the target lives but no longer progresses: the atomics cannot be applied.
+    let one = || 1u64.to_ne_bytes().to_vec();
+    let mut inflight = Vec::new();
+    let w = p.write("1 MiB fi_write in flight", pattern(7, BIG), t, None)?;
+    inflight.push(("1 MiB fi_write in flight", w, false));
+    let rd = p.read("1 MiB fi_read in flight", BIG, t)?;
+    inflight.push(("1 MiB fi_read in flight", rd, false));
+    let f =
+        p.atomic("fi_fetch_atomic in flight", AKind::Fetch, ffi::FI_UINT64, ffi::FI_SUM, 1, one(), vec![], counter)?;
+    inflight.push(("fi_fetch_atomic in flight", f, true));
+    let c = p.atomic(
+        "fi_compare_atomic in flight",
+        AKind::Compare,
+        ffi::FI_UINT64,
+        ffi::FI_CSWAP,
+        1,
+        one(),
+        0u64.to_ne_bytes().to_vec(),
+        counter,
+    )?;
+    inflight.push(("fi_compare_atomic in flight", c, true));
+    r.pmi.set("posted", "1");
+    r.pmi.wait_exit_with(1, &mut || p.progress().map(|_| ()))?;
+    r.pmi.step("target killed; waiting for the operations in flight");
+    let mut fates = Vec::new();
+    let check = |what: &str, code: i32, must_fail: bool| -> TResult {
+        ensure!(!(must_fail && code == 0), "{what}: completed successfully (the target never applied it)");
+        if want_eio && code != 0 {
+            ensure!(code == ffi::FI_EIO as i32, "{what}: {} (expected FI_EIO)", fabric::errname(-code));
+        }
+        Ok(())
+    };
+    for (what, posted, must_fail) in inflight {
+        let code = match posted {
+            Ok(id) => p.wait(id)?.err,
+            Err(c) => -c,
+        };
+        check(what, code, must_fail)?;
+        fates.push(format!("{what}: {}", if code == 0 { "success".into() } else { fabric::errname(-code) }));
+    }
+    // The target is known dead now: nothing posted from here on can reach it.
+    let after: Vec<(&str, Result<u64, i32>)> = vec![
+        ("8 B fi_write after", p.write("8 B fi_write after", pattern(8, 8), t, None)?),
+        ("70000 B fi_write after", p.write("70000 B fi_write after", pattern(9, 70_000), t, None)?),
+        ("8 B fi_read after", p.read("8 B fi_read after", 8, t)?),
+        (
+            "fi_atomic after",
+            p.atomic("fi_atomic after", AKind::Base, ffi::FI_UINT64, ffi::FI_SUM, 1, one(), vec![], counter)?,
+        ),
+        (
+            "fi_fetch_atomic after",
+            p.atomic("fi_fetch_atomic after", AKind::Fetch, ffi::FI_UINT64, ffi::FI_SUM, 1, one(), vec![], counter)?,
+        ),
+    ];
+    for (what, posted) in after {
+        let code = match posted {
+            Ok(id) => p.wait(id)?.err,
+            Err(c) => -c,
+        };
+        check(what, code, true)?;
+        fates.push(format!("{what}: {}", fabric::errname(-code)));
+    }
+    r.pmi.step(&format!(
+        "note: {ROUNDS} checked rounds ({bytes} bytes written and read back, {ROUNDS} fetch-adds, {cswaps} \
+         compare-swaps); {}",
+        fates.join("; ")
+    ));
+    Ok(())
+}
+
+/// A target SIGKILLed in the middle of a stream of one-sided operations: rank 0 keeps 8
+/// writes (8 B to 128 KiB), reads (of a slot with no write in flight, compared with what was
+/// last written there) and fetch-adds in flight to rank 1, which serves until rank 0, after a
+/// random number of completed operations (50-449; the seed is in the note, `RSHM_KILL_SEED`
+/// replays it), asks the coordinator
+/// to kill it. Asserted: every operation completes (no hang); each one that succeeded is right
+/// (reads return the bytes last written, fetch-adds fetch distinct values below the number
+/// issued); once one has failed, all 16 posted after it fail too; for rshm the errors are FI_EIO.
+fn peer_died_rma_midstream(r: &mut Rank) -> TResult {
+    use super::rma_util::{self as u, payload, AKind, Peer, Spec, Target};
+    use crate::harness::TestErr;
+    const SLOTS: usize = 8;
+    const SLOT: usize = 128 << 10;
+    const WINDOW: usize = 8;
+    let mut p = Peer::open(r, &Spec::new(u::RMA | u::ATOMIC, u::BASIC))?;
+    p.exchange(r)?;
+    let mut mine = Vec::new();
+    if r.rank == 1 {
+        let g = p.alloc(SLOTS * SLOT + 64);
+        let (_, mi) = p.reg(g, 0, SLOTS * SLOT + 64, u::REMOTE_READ | u::REMOTE_WRITE, 0x5108, 0)?;
+        mine.push(mi);
+    }
+    let all = p.share_mrs(r, &mine)?;
+    if r.rank == 1 {
+        // Serve until told to die; then die without another progress call.
+        r.pmi.wait_key_with("kill", &mut || p.progress().map(|_| ()))?;
+        r.pmi.killme();
+    }
+    let m = *all[1].first().ok_or_else(|| TestErr::Fail("no MR from rank 1".into()))?;
+    let t = Target { dest: p.addrs[1], addr: m.addr, key: m.key };
+    let counter = t.at(SLOTS * SLOT);
+    // RSHM_KILL_SEED replays a run's kill point.
+    let seed = std::env::var("RSHM_KILL_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or_else(|| {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64)
+    });
+    let kill_after = 50 + seed % 400;
+    r.pmi.step(&format!("stream; the target is killed after {kill_after} completed operations (seed {seed})"));
+    #[derive(Clone)]
+    enum Kind {
+        Write { slot: usize, data: Vec<u8> },
+        Read { slot: usize, expect: Vec<u8> },
+        Fetch,
+    }
+    let want_eio = r.prov == "rshm";
+    // Per slot: the bytes of its last successful write, and whether a write to it is in flight.
+    let mut written: Vec<Vec<u8>> = vec![Vec::new(); SLOTS];
+    let mut writing = [false; SLOTS];
+    let mut inflight: std::collections::VecDeque<(u64, u64, Kind)> = Default::default();
+    let (mut issued, mut completed, mut ok_counts) = (0u64, 0u64, [0u64; 3]);
+    let (mut fetches, mut fetched) = (0u64, Vec::new());
+    let mut first_error: Option<u64> = None; // ops issued before the first error was seen
+    let mut killed = false;
+    let deadline = Instant::now() + Duration::from_secs(40);
+    loop {
+        // 16 operations posted after the first failure was seen: the stream ends.
+        let done_posting = |first_error: Option<u64>, issued: u64| first_error.is_some_and(|n| issued - n >= 16);
+        if done_posting(first_error, issued) && inflight.is_empty() {
+            break;
+        }
+        while inflight.len() < WINDOW && !done_posting(first_error, issued) {
+            let i = issued;
+            let slot = (i as usize) % SLOTS;
+            let kind = match i % 3 {
+                0 if !writing[slot] => {
+                    let len = [8usize, 4000, 70_000, SLOT][(i as usize / 3) % 4];
+                    Kind::Write { slot, data: pattern(5000 + i, len) }
+                }
+                1 if !writing[slot] && !written[slot].is_empty() => Kind::Read { slot, expect: written[slot].clone() },
+                _ => Kind::Fetch,
+            };
+            let what = format!("op #{i}");
+            let posted = match &kind {
+                Kind::Write { slot, data } => p.write(&what, data.clone(), t.at(slot * SLOT), None)?,
+                Kind::Read { slot, expect } => p.read(&what, expect.len(), t.at(slot * SLOT))?,
+                Kind::Fetch => {
+                    fetches += 1;
+                    let one = 1u64.to_ne_bytes().to_vec();
+                    p.atomic(&what, AKind::Fetch, ffi::FI_UINT64, ffi::FI_SUM, 1, one, vec![], counter)?
+                }
+            };
+            issued += 1;
+            match posted {
+                Ok(id) => {
+                    if let Kind::Write { slot, .. } = &kind {
+                        writing[*slot] = true;
+                    }
+                    inflight.push_back((id, i, kind));
+                }
+                Err(code) => {
+                    // Refused at once: only once the target was killed, and with the contract's code.
+                    ensure!(killed, "op #{i} refused with {} while the target lived", fabric::errname(code));
+                    if want_eio {
+                        ensure!(
+                            -code == ffi::FI_EIO as i32,
+                            "op #{i} refused with {} (expected FI_EIO)",
+                            fabric::errname(code)
+                        );
+                    }
+                    first_error.get_or_insert(issued);
+                }
+            }
+        }
+        let Some((id, index, kind)) = inflight.pop_front() else { continue };
+        let d = p.wait(id)?;
+        completed += 1;
+        if let Kind::Write { slot, .. } = &kind {
+            writing[*slot] = false;
+        }
+        if d.err != 0 {
+            ensure!(killed, "{}: {} before the target was killed", d.what, fabric::errname(-d.err));
+            if want_eio {
+                ensure!(d.err == ffi::FI_EIO as i32, "{}: {} (expected FI_EIO)", d.what, fabric::errname(-d.err));
+            }
+            first_error.get_or_insert(issued);
+        } else {
+            let posted_after = first_error.is_some_and(|n| index >= n);
+            ensure!(!posted_after, "{}: succeeded although posted after an operation had failed", d.what);
+            match kind {
+                Kind::Write { slot, data } => {
+                    written[slot] = data;
+                    ok_counts[0] += 1;
+                }
+                Kind::Read { expect, .. } => {
+                    ensure!(payload(&d.what, &d.bufs[0], expect.len())? == &expect[..], "{}: read other bytes", d.what);
+                    ok_counts[1] += 1;
+                }
+                Kind::Fetch => {
+                    fetched.push(u64::from_ne_bytes(payload(&d.what, &d.bufs[2], 8)?.try_into().expect("8 bytes")));
+                    ok_counts[2] += 1;
+                }
+            }
+        }
+        if !killed && completed >= kill_after {
+            r.pmi.set("kill", "1");
+            killed = true;
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "the stream did not end: {completed} completed, first error {first_error:?}"
+        );
+    }
+    ensure!(killed && first_error.is_some(), "no operation failed after the target was killed");
+    let mut distinct = fetched.clone();
+    distinct.sort_unstable();
+    distinct.dedup();
+    ensure!(distinct.len() == fetched.len(), "fetch-adds fetched a value twice: {fetched:?}");
+    ensure!(fetched.iter().all(|&v| v < fetches), "a fetch-add fetched a value >= the {fetches} issued");
+    r.pmi.wait_exit_with(1, &mut || p.progress().map(|_| ()))?;
+    r.pmi.step(&format!(
+        "note: seed {seed}: {issued} operations, {} writes, {} reads and {} fetch-adds checked, the rest failed \
+         ({} posted after the first failure)",
+        ok_counts[0],
+        ok_counts[1],
+        ok_counts[2],
+        issued - first_error.unwrap_or(issued)
+    ));
     Ok(())
 }

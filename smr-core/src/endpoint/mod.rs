@@ -16,6 +16,7 @@ mod tests;
 use crate::clock::Instant;
 use crate::cmd::{Limits, MsgHeader, RespEntry, INLINE_MAX};
 use crate::error::{Error, Result};
+use crate::free_stack::StackCheck;
 use crate::idmap::IdMap;
 use crate::iov::LocalIov;
 use crate::layout::{Counts, FLAG_CMA, INJECT_SIZE};
@@ -179,6 +180,9 @@ pub enum Delivered {
 pub struct Stats {
     pub corrupt_commands: u64,
     pub skipped_slots: u64,
+    /// Shared control words (ring claim counters, free-stack heads and links) that a peer
+    /// scribbled over and the owner put back (`check_stalls`).
+    pub repaired_words: u64,
     pub cma_fallbacks: u64,
     /// Messages copied out of their sender with CMA (tests check that CMA really carried data).
     pub cma_reads: u64,
@@ -201,6 +205,8 @@ pub struct Endpoint {
     resp_rx: Consumer,
     cmd_stall: StallWatch,
     resp_stall: StallWatch,
+    /// What the liveness tick's checks of our two free stacks remember.
+    stack_checks: [StackCheck; 2],
     out: Vec<OutPeer>,
     out_by_name: HashMap<String, PeerId>,
     inp: SrcTable,
@@ -255,6 +261,7 @@ impl Endpoint {
             resp_rx: Consumer::new(),
             cmd_stall: StallWatch::default(),
             resp_stall: StallWatch::default(),
+            stack_checks: Default::default(),
             out: Vec::new(),
             out_by_name: HashMap::new(),
             inp: SrcTable::default(),
@@ -376,6 +383,20 @@ impl Endpoint {
         let skipped = u64::from(self.cmd_stall.check(&mut self.cmd_rx, &self.region.cmd_ring(), timeout, gone))
             + u64::from(self.resp_stall.check(&mut self.resp_rx, &self.region.resp_ring(), timeout, gone));
         self.stats.skipped_slots += skipped;
+        // Words a hostile peer may have scribbled over, put back from what only we know (our
+        // heads, the slot stamps, the buffers' in-use marks): a few loads per ring, one walk of
+        // each free list.
+        // A stack is rebuilt only once it looked broken in the same way for `stall_timeout`.
+        let patience = (timeout.as_nanos() / self.params.liveness_interval.as_nanos().max(1)).max(2) as u32;
+        let r = &self.region;
+        let [inject, sar] = &mut self.stack_checks;
+        let repaired = [
+            self.cmd_rx.repair_tail(&r.cmd_ring()),
+            self.resp_rx.repair_tail(&r.resp_ring()),
+            r.inject_stack().repair(inject, patience),
+            r.sar_stack().repair(sar, patience),
+        ];
+        self.stats.repaired_words += repaired.iter().filter(|&&b| b).count() as u64;
     }
 
     /// Sleep until a command or response arrives, or `timeout` passes.

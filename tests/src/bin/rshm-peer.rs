@@ -9,7 +9,7 @@
 //!                 [--die-mid-copy P]
 //! rshm-peer hang  --name N [--sar]
 //! rshm-peer fuzz  --target N --count K [--seed S] [--bias]
-//! rshm-peer scribble --target N --count K [--seed S] [--gap-us G]
+//! rshm-peer scribble --target N --count K [--seed S] [--gap-us G] [--aim control]
 //! ```
 //!
 //! `node` creates endpoint N and prints `READY`, sleeps S ms without progressing (and with
@@ -32,7 +32,9 @@
 //!
 //! `hang` creates N, prints `READY` and never progresses. `fuzz` pushes K random commands into
 //! N's command ring and prints `FUZZED`. `scribble` writes K bursts of random bytes at random
-//! offsets of N's region file (a quarter into its first page) and prints `SCRIBBLED`.
+//! offsets of N's region file (a quarter into its first page) and prints `SCRIBBLED`; with
+//! `--aim control` every burst (1-8 bytes) lands on a shared control word instead: the claim
+//! counter of either ring, the head of either free stack, or a link of either stack.
 //!
 //! Every role exits (status 4) when its stdin closes early, and gives up (status 3) after
 //! `--max-secs` (default 60), so a test that dies cannot leave a process behind.
@@ -532,12 +534,39 @@ fn run_scribble(o: &Opts) -> i32 {
     if len < 4096 {
         bail(1, "region too small");
     }
+    // `--aim control`: (offset, length) of every shared control word, from the header as the
+    // owner wrote it (read before we scribble on it).
+    let aims: Vec<(u64, u64)> = match o.get("aim") {
+        None => Vec::new(),
+        Some("control") => {
+            let region = match smr_core::region::Region::open(&target) {
+                Ok(r) => r,
+                Err(e) => bail(1, &format!("open region {target}: {e:?}")),
+            };
+            let g = *region.geometry();
+            vec![
+                (g.cmd_ctl, 8),
+                (g.resp_ctl, 8),
+                (g.inject_head, 8),
+                (g.sar_head, 8),
+                (g.inject_links, 4 * g.counts.inject_count),
+                (g.sar_links, 4 * g.counts.sar_count),
+            ]
+        }
+        Some(other) => bail(1, &format!("unknown --aim {other}")),
+    };
     let mut bytes = 0u64;
     for i in 0..count {
         watchdog();
-        let n = 1 + (rng.next_u64() % 64) as usize;
-        let span = if i % 4 == 0 { 4096 } else { len };
-        let off = rng.next_u64() % (span - n as u64);
+        let (n, off) = if aims.is_empty() {
+            let n = 1 + (rng.next_u64() % 64) as usize;
+            let span = if i % 4 == 0 { 4096 } else { len };
+            (n, rng.next_u64() % (span - n as u64))
+        } else {
+            let (at, span) = aims[(rng.next_u64() % aims.len() as u64) as usize];
+            let off = rng.next_u64() % span;
+            (1 + (rng.next_u64() % 8).min(span - off - 1) as usize, at + off)
+        };
         let junk: Vec<u8> = (0..n).map(|_| rng.next_u64() as u8).collect();
         if file.write_at(&junk, off).is_ok() {
             bytes += n as u64;
