@@ -168,6 +168,11 @@ def main():
     build(a.sos_shm, bins["shm"])
 
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    # The load average lags a minute behind: after a build (or another bench) wait, up to two
+    # minutes, for it to settle, so that an idle machine is reported as one.
+    settle = time.time() + 120
+    while os.getloadavg()[0] >= 1.0 and time.time() < settle:
+        time.sleep(5)
     load0 = os.getloadavg()
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     samples, failures = {}, []
@@ -239,9 +244,10 @@ def main():
         "a loaded machine therefore overstate the gain; on an idle one the plain C shm is faster and "
         "the ratios smaller.",
         "- Plain versions over rshm use the default SOS build (auto progress, counters with blocking "
-        "waits): each blocking get or fetching atomic waits for the target's progress thread, which is "
-        "why plain rshm is slower than plain C shm at 2 PEs here; the queues remove that per-operation "
-        "round trip.",
+        "waits): each blocking get or fetching atomic is a round trip that the target serves from its "
+        "application thread while that one polls, else from its progress thread; the C shm's build "
+        "spins on both sides instead, which is why plain rshm is slower than plain C shm at 2 PEs here. "
+        "The queues remove that per-operation round trip.",
         "- The queue versions ship one non-blocking put per batch per target (256 KiB by default up to "
         "8 PEs, completed and published at the next ship) and one remote atomic fetch per few batches to "
         "learn of their completion; the target applies batches in a service thread, or in its "
