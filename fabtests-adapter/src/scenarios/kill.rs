@@ -13,15 +13,18 @@
 //! clock; it is printed as a step, so a failing run can be replayed.
 //! `scripts/rma-kill-storm.sh N` runs it N times.
 //!
-//! `soak/rma_atomic` is the same traffic with nobody killed, for `RSHM_SOAK_SECS` seconds
-//! (default 5): every get and every fetched value checked, the final words exact, and each
-//! process's private memory (RssAnon) at the end within 16 MiB of its value after the first round.
+//! `soak/rma_atomic` is the same traffic with nobody killed, plus a message to every peer each
+//! round (a per-pair sequence number and a pattern checked on arrival, receives kept posted), for
+//! `RSHM_SOAK_SECS` seconds (default 5): every get, fetched value and message checked, nothing
+//! lost, duplicated or out of order, the final words exact, and each process's private memory
+//! (RssAnon) at the end within 16 MiB of its value after the first round.
 
 use super::rma_util::{payload, AKind, Peer, Spec, Target, ATOMIC, BASIC, MSG, REMOTE_READ, REMOTE_WRITE, RMA};
 use super::{scn, Scenario};
 use crate::fabric::ffi;
 use crate::harness::{pattern, Rank, TResult, TestErr};
 use crate::{bail, ensure};
+use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 pub fn scenarios() -> Vec<Scenario> {
@@ -38,7 +41,7 @@ pub fn scenarios() -> Vec<Scenario> {
             4,
             1800,
             |r| rma_atomic(r, false),
-            "4 ranks put, get and fetch-add into each other for RSHM_SOAK_SECS (default 5): all exact, memory flat",
+            "4 ranks put, get, fetch-add and send to each other for RSHM_SOAK_SECS (default 5): all exact, memory flat",
         ),
     ]
 }
@@ -137,14 +140,20 @@ fn rma_atomic(r: &mut Rank, kill: bool) -> TResult {
         let secs = std::env::var("RSHM_SOAK_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(5);
         let end = Instant::now() + Duration::from_secs(secs);
         let mut first_rss = None;
+        let mut msgs = Messages::new(&mut p, r.rank, n, plan.seed)?;
         while round == 0 || Instant::now() < end {
             one_round(r, &mut p, &mut peers, &plan, round, &mut rng, &mut posted)?;
+            msgs.round(&mut p, &peers, &mut rng)?;
             first_rss = first_rss.or_else(rss_anon_kib);
             round += 1;
         }
+        msgs.finish(r, &mut p)?;
         let (a, b) = (first_rss.unwrap_or(0), rss_anon_kib().unwrap_or(0));
-        r.pmi
-            .step(&format!("{round} rounds, {posted} operations; RssAnon {a} KiB after the first, {b} KiB at the end"));
+        let received: u64 = msgs.got.iter().sum();
+        r.pmi.step(&format!(
+            "{round} rounds, {posted} one-sided operations, {received} messages received and checked; \
+             RssAnon {a} KiB after the first round, {b} KiB at the end"
+        ));
         ensure!(b <= a + RSS_GROWTH_MAX_KIB, "private memory grew from {a} KiB to {b} KiB over the soak");
         return check_words(r, &mut p, &peers, None, words_at, reg);
     };
@@ -293,4 +302,108 @@ fn one_round(
         }
     }
     Ok(())
+}
+
+/// Largest message of the soak, and what a receive is posted for (sequence header included).
+const MSG_MAX: usize = 70_000 + 16;
+
+/// The soak's two-sided traffic: each round a message to every peer carrying our rank, a
+/// per-pair sequence number and a pattern; receives stay posted in a pool and are checked and
+/// reposted as they complete, in the order they were posted, which is the order they match in
+/// (completions may come in another order: rshm's comp_order is FI_ORDER_NONE).
+struct Messages {
+    me: usize,
+    seed: u64,
+    /// Posted receives, oldest first.
+    pool: VecDeque<u64>,
+    /// Messages sent to each peer.
+    sent: Vec<u64>,
+    /// Messages received from each source: also the next sequence number expected from it.
+    got: Vec<u64>,
+}
+
+impl Messages {
+    fn new(p: &mut Peer, me: usize, n: usize, seed: u64) -> TResult<Messages> {
+        let pool = (0..2 * n).map(|_| p.recv(MSG_MAX)).collect::<TResult<VecDeque<u64>>>()?;
+        Ok(Messages { me, seed, pool, sent: vec![0; n], got: vec![0; n] })
+    }
+
+    fn body(&self, src: usize, dst: usize, seq: u64, len: usize) -> Vec<u8> {
+        pattern(self.seed ^ (seq << 20) ^ ((src as u64) << 8) ^ dst as u64 ^ 0x5eed, len)
+    }
+
+    /// A message to every peer, all in flight at once, then whatever arrived meanwhile.
+    fn round(&mut self, p: &mut Peer, peers: &[Option<PeerState>], rng: &mut u64) -> TResult {
+        let size = SIZES[(xorshift(rng) % SIZES.len() as u64) as usize].min(MSG_MAX - 16);
+        let mut ids = Vec::new();
+        for (t, s) in peers.iter().enumerate() {
+            let Some(s) = s else { continue };
+            let seq = self.sent[t];
+            let mut msg = Vec::with_capacity(16 + size);
+            msg.extend_from_slice(&(self.me as u64).to_le_bytes());
+            msg.extend_from_slice(&seq.to_le_bytes());
+            msg.extend_from_slice(&self.body(self.me, t, seq, size));
+            ids.push(p.send(msg, s.target.dest)?);
+            self.sent[t] += 1;
+        }
+        for id in ids {
+            p.wait_ok(id)?;
+        }
+        self.reap(p)
+    }
+
+    /// Check and repost the oldest receives, as long as they have completed.
+    fn reap(&mut self, p: &mut Peer) -> TResult {
+        while let Some(&oldest) = self.pool.front() {
+            let Some(done) = p.wait_for(oldest, Duration::ZERO)? else { break };
+            let done = done.ok()?;
+            self.check(&done.bufs[0][..done.len])?;
+            self.pool.pop_front();
+            self.pool.push_back(p.recv(MSG_MAX)?);
+        }
+        Ok(())
+    }
+
+    fn check(&mut self, msg: &[u8]) -> TResult {
+        ensure!(msg.len() >= 16, "a message of {} bytes arrived (at least 16 were sent)", msg.len());
+        let word = |at: usize| u64::from_le_bytes(msg[at..at + 8].try_into().expect("8 bytes"));
+        let (src, seq) = (word(0) as usize, word(8));
+        ensure!(src < self.got.len() && src != self.me, "a message names rank {src} as its sender");
+        let want = self.got[src];
+        ensure!(
+            seq == want,
+            "message {seq} from rank {src} arrived when {want} was next: lost, duplicated or reordered"
+        );
+        let body = &msg[16..];
+        ensure!(
+            body == self.body(src, self.me, seq, body.len()).as_slice(),
+            "message {seq} from rank {src} ({} bytes) arrived with other bytes than were sent",
+            body.len()
+        );
+        self.got[src] += 1;
+        Ok(())
+    }
+
+    /// Publish what we sent; receive, checked, everything the others sent us.
+    fn finish(&mut self, r: &mut Rank, p: &mut Peer) -> TResult {
+        for (t, &n) in self.sent.iter().enumerate().filter(|&(t, _)| t != self.me) {
+            r.pmi.set(&format!("sent-{}-{t}", self.me), &n.to_string());
+        }
+        let me = self.me;
+        for src in (0..self.got.len()).filter(|&s| s != me) {
+            let want: u64 = r
+                .pmi
+                .wait_key_with(&format!("sent-{src}-{me}"), &mut || p.progress().map(|_| ()))?
+                .parse()
+                .map_err(|_| TestErr::Fail("bad message count".into()))?;
+            let deadline = Instant::now() + p.timeout;
+            while self.got[src] < want {
+                let got = self.got[src];
+                ensure!(Instant::now() < deadline, "{got} of the {want} messages rank {src} sent arrived");
+                self.reap(p)?;
+            }
+            ensure!(self.got[src] == want, "{} messages from rank {src}, which sent {want}", self.got[src]);
+        }
+        Ok(())
+    }
 }
