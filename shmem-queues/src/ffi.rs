@@ -214,26 +214,13 @@ pub unsafe extern "C" fn shmem_queue_local_flush(queue: Handle) -> c_int {
 /// `queue` is a live handle; `attr` null or valid.
 #[no_mangle]
 pub unsafe extern "C" fn shmem_query_attr(queue: Handle, attr: *mut QueueAttr) -> c_int {
-    guard(|| {
-        if attr.is_null() {
-            return EINVAL;
-        }
-        // SAFETY: the caller's contract.
-        let a = unsafe {
-            handle::with(queue, None, |k| match k {
-                Kind::Comm(q) => Some(q.attr()),
-                Kind::Data(q) => Some(q.attr()),
-            })
-        };
-        match a {
-            Some(a) => {
-                // SAFETY: non-null and valid per the caller's contract.
-                unsafe { *attr = a };
-                OK
-            }
-            None => bad_handle(queue),
-        }
-    })
+    // SAFETY: the caller's contract.
+    unsafe {
+        query(queue, attr, |k| match k {
+            Kind::Comm(q) => q.attr(),
+            Kind::Data(q) => q.attr(),
+        })
+    }
 }
 
 /// The proposal's spelling of [`shmem_query_attr`].
@@ -250,21 +237,29 @@ pub unsafe extern "C" fn shmem_query_attrib(queue: Handle, attr: *mut QueueAttr)
 /// `queue` is a live handle; `size` null or valid.
 #[no_mangle]
 pub unsafe extern "C" fn shmem_query_size(queue: Handle, size: *mut usize) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe {
+        query(queue, size, |k| match k {
+            Kind::Comm(q) => usize::try_from(q.outstanding()).unwrap_or(usize::MAX),
+            Kind::Data(q) => usize::try_from(q.outstanding_elems()).unwrap_or(usize::MAX),
+        })
+    }
+}
+
+/// The queries: `f`'s answer for a queue of either kind, written to `out` (EINVAL if null).
+///
+/// # Safety
+/// `queue` is a live handle; `out` null or valid for a write of a `T`.
+unsafe fn query<T>(queue: Handle, out: *mut T, f: impl FnOnce(&Kind) -> T) -> c_int {
     guard(|| {
-        if size.is_null() {
+        if out.is_null() {
             return EINVAL;
         }
         // SAFETY: the caller's contract.
-        let n = unsafe {
-            handle::with(queue, None, |k| match k {
-                Kind::Comm(q) => Some(q.outstanding()),
-                Kind::Data(q) => Some(q.outstanding_elems()),
-            })
-        };
-        match n {
-            Some(n) => {
+        match unsafe { handle::with(queue, None, |k| Some(f(k))) } {
+            Some(v) => {
                 // SAFETY: non-null and valid per the caller's contract.
-                unsafe { *size = usize::try_from(n).unwrap_or(usize::MAX) };
+                unsafe { out.write(v) };
                 OK
             }
             None => bad_handle(queue),
