@@ -128,12 +128,21 @@ pub fn watchdog(limit: Duration, what: &str) -> Watchdog {
 // ---------------------------------------------------------------------------------------------
 // Data patterns
 
-fn splitmix(state: &mut u64) -> u64 {
+/// The next number of the generator at `state` (splitmix64).
+pub fn splitmix(state: &mut u64) -> u64 {
     *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
     let mut z = *state;
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     z ^ (z >> 31)
+}
+
+/// The seed of a run that kills a process at a random point: `RSHM_KILL_SEED` (to replay a
+/// run, whose seed its steps print), else the clock.
+pub fn kill_seed() -> u64 {
+    std::env::var("RSHM_KILL_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or_else(|| {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64)
+    })
 }
 
 /// Deterministic bytes for (seed, len): every offset of every message differs.

@@ -566,9 +566,7 @@ fn peer_died_rma_midstream(r: &mut Rank) -> TResult {
     let t = Target { dest: p.addrs[1], addr: m.addr, key: m.key };
     let counter = t.at(SLOTS * SLOT);
     // RSHM_KILL_SEED replays a run's kill point.
-    let seed = std::env::var("RSHM_KILL_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or_else(|| {
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64)
-    });
+    let seed = crate::harness::kill_seed();
     let kill_after = 50 + seed % 400;
     r.pmi.step(&format!("stream; the target is killed after {kill_after} completed operations (seed {seed})"));
     #[derive(Clone)]

@@ -22,7 +22,7 @@
 use super::rma_util::{payload, AKind, Peer, Spec, Target, ATOMIC, BASIC, MSG, REMOTE_READ, REMOTE_WRITE, RMA};
 use super::{scn, Scenario};
 use crate::fabric::ffi;
-use crate::harness::{pattern, Rank, TResult, TestErr};
+use crate::harness::{kill_seed, pattern, splitmix, Rank, TResult, TestErr};
 use crate::{bail, ensure};
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -69,13 +69,11 @@ struct Plan {
 
 fn plan(r: &mut Rank, kill: bool) -> TResult<Plan> {
     let v = if r.rank == 0 {
-        let seed = std::env::var("RSHM_KILL_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64)
-        });
-        let mut rng = seed | 1;
-        let victim = 1 + (xorshift(&mut rng) % (r.nprocs as u64 - 1));
+        let seed = kill_seed();
+        let mut rng = seed;
+        let victim = 1 + (splitmix(&mut rng) % (r.nprocs as u64 - 1));
         // Its operations per round: 3 per peer.
-        let kill_after = xorshift(&mut rng) % (ROUNDS_BEFORE * 3 * (r.nprocs as u64 - 1));
+        let kill_after = splitmix(&mut rng) % (ROUNDS_BEFORE * 3 * (r.nprocs as u64 - 1));
         let v = if kill { format!("{seed}:{victim}:{kill_after}") } else { format!("{seed}:-:0") };
         r.pmi.set("plan", &v);
         v
@@ -94,13 +92,6 @@ fn plan(r: &mut Rank, kill: bool) -> TResult<Plan> {
         None => r.pmi.step(&format!("plan: RSHM_KILL_SEED={}, nobody killed", p.seed)),
     }
     Ok(p)
-}
-
-fn xorshift(s: &mut u64) -> u64 {
-    *s ^= *s << 13;
-    *s ^= *s >> 7;
-    *s ^= *s << 17;
-    *s
 }
 
 /// What this rank knows of one peer.
@@ -132,7 +123,7 @@ fn rma_atomic(r: &mut Rank, kill: bool) -> TResult {
         })
         .collect();
     p.barrier(r)?;
-    let mut rng = plan.seed ^ (r.rank as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    let mut rng = plan.seed ^ (r.rank as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
     let mut posted = 0u64;
     let mut round = 0;
     let Some(victim) = plan.victim else {
@@ -234,7 +225,7 @@ fn one_round(
 ) -> TResult {
     let me = r.rank;
     let n = peers.len();
-    let size = SIZES[(xorshift(rng) % SIZES.len() as u64) as usize];
+    let size = SIZES[(splitmix(rng) % SIZES.len() as u64) as usize];
     let data = |t: usize| pattern(plan.seed ^ (round << 16) ^ ((me as u64) << 8) ^ t as u64, size);
     for phase in 0..3 {
         let mut ids = Vec::new();
@@ -334,7 +325,7 @@ impl Messages {
 
     /// A message to every peer, all in flight at once, then whatever arrived meanwhile.
     fn round(&mut self, p: &mut Peer, peers: &[Option<PeerState>], rng: &mut u64) -> TResult {
-        let size = SIZES[(xorshift(rng) % SIZES.len() as u64) as usize].min(MSG_MAX - 16);
+        let size = SIZES[(splitmix(rng) % SIZES.len() as u64) as usize].min(MSG_MAX - 16);
         let mut ids = Vec::new();
         for (t, s) in peers.iter().enumerate() {
             let Some(s) = s else { continue };
