@@ -21,12 +21,13 @@ import sys
 import time
 
 SOS_PROGRAMS = [
-    # (program, what its tables measure, unit, lower is better)
-    ("shmem_latency_put_perf", "put", "us", True),
-    ("shmem_latency_get_perf", "get", "us", True),
-    ("shmem_bw_put_perf", "put bandwidth", "MB/s", False),
-    ("shmem_bw_get_perf", "get bandwidth", "MB/s", False),
-    ("shmem_bw_atomics_perf", "atomics", "Mmsg/s", False),
+    # (program, [(what a table measures, the column it takes, unit, lower is better)]): the
+    # size tables have one figure per row; the atomics table has bandwidth, rate and latency.
+    ("shmem_latency_put_perf", [("put", 0, "us", True)]),
+    ("shmem_latency_get_perf", [("get", 0, "us", True)]),
+    ("shmem_bw_put_perf", [("put bandwidth", 0, "MB/s", False)]),
+    ("shmem_bw_get_perf", [("get bandwidth", 0, "MB/s", False)]),
+    ("shmem_bw_atomics_perf", [("atomic rate", 1, "Mops/s", False), ("atomic latency", 2, "us", True)]),
 ]
 NUM = r"[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?"
 
@@ -48,12 +49,17 @@ def provider_env(prov, provider_path):
     return env
 
 
-def parse_sos(text):
-    """{(section, key): value}: each table row under the latest 'results' or header line."""
+def parse_sos(text, column):
+    """{(section, key): value}: each table row under the latest 'results' or header line, or
+    under the operation named above a '-----' rule (the atomics table, whose rows carry three
+    figures: `column` picks one)."""
     rows = {}
     section, filled = "main", False
-    for line in text.splitlines():
-        s = line.strip()
+    lines = [line.strip() for line in text.splitlines()]
+    for i, s in enumerate(lines):
+        if i + 1 < len(lines) and re.fullmatch(r"-{3,}", lines[i + 1]) and re.fullmatch(r"\w+", s):
+            section, filled = s, False
+            continue
         if s.endswith("results:"):
             section, filled = s[: -len(" results:")], False
             continue
@@ -67,8 +73,8 @@ def parse_sos(text):
             filled = True
             continue
         m = re.fullmatch(rf"([A-Za-z_][\w]*)\s+({NUM})\s+({NUM})\s+({NUM})", s)
-        if m:  # atomics: operation, bandwidth, message rate, latency
-            rows[(section, m.group(1))] = float(m.group(3)) / 1e6
+        if m:  # atomics: datatype, then bandwidth (MB/s), message rate (Mops/s), latency (us)
+            rows[(section, m.group(1))] = float(m.group(2 + column))
             filled = True
     return rows
 
@@ -83,18 +89,22 @@ def parse_rma_bw(text):
 
 
 def run_sos(build, prog, prov, provider_path):
+    """The program's output, or "" if it failed."""
     path = os.path.join(build, "modules/tests-sos/test/performance/shmem_perf_suite", prog)
     cmd = ["timeout", "-k", "5", "300", "mpiexec.hydra", "-np", "2", path, "-e", "1048576"]
     rc, out = sh(cmd, provider_env(prov, provider_path), 320)
-    return parse_sos(out) if rc == 0 else {}
+    return out if rc == 0 else ""
 
 
 def run_rma_bw(bindir, op, prov, provider_path, port):
     env = provider_env(prov, provider_path)
     args = [os.path.join(bindir, "fi_rma_bw"), "-p", prov, "-e", "rdm", "-o", op, "-S", "all", "-I", "100"]
-    srv = subprocess.Popen(args + ["-B", str(port)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # Both sides name the loopback interface (-s), as runfabtests.sh does: without it the C shm's
+    # client takes the server's host name for its shared-memory address and hangs.
+    srv = subprocess.Popen(args + ["-B", str(port), "-s", "127.0.0.1"], env=env,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     time.sleep(0.3)
-    rc, out = sh(["timeout", "-k", "5", "240"] + args + ["-P", str(port), "127.0.0.1"], env, 250)
+    rc, out = sh(["timeout", "-k", "5", "240"] + args + ["-P", str(port), "-s", "127.0.0.1", "127.0.0.1"], env, 250)
     try:
         srv.wait(timeout=30)
     except subprocess.TimeoutExpired:
@@ -149,12 +159,14 @@ def main():
             with open(a.out, "w") as f:
                 f.write("\n".join(parts) + "\n")
 
-    for prog, what, unit, lower in SOS_PROGRAMS:
-        per = {p: [] for p in ("rshm", "shm")}
+    for prog, tables in SOS_PROGRAMS:
+        outputs = {p: [] for p in ("rshm", "shm")}
         for _ in range(a.runs):
             for p in ("rshm", "shm"):
-                per[p].append(run_sos(a.sos_build, prog, p, a.provider_path))
-        done(report(f"SOS {prog} ({what})", unit, lower, {p: median_table(v) for p, v in per.items()}))
+                outputs[p].append(run_sos(a.sos_build, prog, p, a.provider_path))
+        for what, column, unit, lower in tables:
+            per = {p: median_table([parse_sos(o, column) for o in v]) for p, v in outputs.items()}
+            done(report(f"SOS {prog} ({what})", unit, lower, per))
     if a.fabtests:
         port = 23000
         for op in ("write", "read"):
