@@ -175,6 +175,14 @@ enum Outgoing {
         op_id: u64,
         data: ReplyData,
     },
+    /// A read's bytes, copied when it arrived, for the answer buffer its initiator named
+    /// (`Endpoint::answer_into`).
+    AnswerInto {
+        src: SrcId,
+        msg_id: u64,
+        buf: u32,
+        data: Vec<u8>,
+    },
 }
 
 /// The bytes of a reply that fits in an answer.
@@ -278,6 +286,8 @@ pub fn start(st: &mut crate::domain::DomainState, id: usize, a: OneSided, op: Op
     let peer = super::tx::peer_for(ep, avs, a.dest)?;
     let wanted = !a.inject_call && (!ep.bindings.tx_selective || a.flags & ffi::FI_COMPLETION as u64 != 0);
     let slot = ep.tx_ops.vacant_key();
+    // A read's answer buffer (one-trip reads): owned by the engine once the send is called.
+    let mut answer_buf = None;
     let (hdr, payload, tx, reply_to) = match op {
         Op::Write { local, data } => {
             let len: usize = local.iter().map(|p| p.1).sum();
@@ -297,6 +307,15 @@ pub fn start(st: &mut crate::domain::DomainState, id: usize, a: OneSided, op: Op
             let mut payload = Bytes::new();
             payload.extend_from_slice(&op_id.to_le_bytes());
             payload.extend_from_slice(&(len as u64).to_le_bytes());
+            // One round trip: the target places the bytes in a buffer of ours, named here. With
+            // none free (or for a size no buffer takes) the read takes a reply message instead.
+            if len > ANSWER_DATA_MAX && len <= crate::params::config().read_one_trip_max {
+                let engine = ep.engine.as_mut().expect("checked above");
+                answer_buf = engine.reserve_answer_buf(len).ok();
+                if let Some(buf) = answer_buf {
+                    payload.extend_from_slice(&u64::from(buf.wire()).to_le_bytes());
+                }
+            }
             let hdr = header(app(KIND_READ_REQ, 0), a.key, a.addr, 0, payload.len());
             let tx =
                 TxOp::new(a.ctx, (ffi::FI_RMA | ffi::FI_READ) as u64, wanted, super::TxKind::Read).with_reply(op_id);
@@ -330,12 +349,15 @@ pub fn start(st: &mut crate::domain::DomainState, id: usize, a: OneSided, op: Op
     // FI_MORE: the engine batches small requests to a peer until the next call without it.
     let more = a.flags & ffi::FI_MORE as u64 != 0;
     let opts = SendOpts { cookie: slot as u64, delivery_complete: true, more };
-    let sent = match payload {
+    let sent = match (payload, answer_buf) {
         // SAFETY: the application's source buffer, which it leaves unchanged until the write
         // completes (the engine copies inject-sized ones before returning).
-        Payload::App(local) => unsafe { super::tx::engine_send(engine, peer, hdr, local, opts) },
-        Payload::Own(bytes) if bytes.len() <= engine.params().inject_max => engine.send_bytes(peer, hdr, &bytes, opts),
-        Payload::Own(bytes) => engine.send(peer, hdr, LocalIov::owned(bytes.into_vec()), opts),
+        (Payload::App(local), _) => unsafe { super::tx::engine_send(engine, peer, hdr, local, opts) },
+        (Payload::Own(bytes), Some(buf)) => engine.send_bytes_answered(peer, hdr, &bytes, opts, buf),
+        (Payload::Own(bytes), None) if bytes.len() <= engine.params().inject_max => {
+            engine.send_bytes(peer, hdr, &bytes, opts)
+        }
+        (Payload::Own(bytes), None) => engine.send(peer, hdr, LocalIov::owned(bytes.into_vec()), opts),
     };
     match sent {
         // An acknowledged send is never done at once: its answer completes it.
@@ -428,10 +450,10 @@ impl Target<'_> {
                 }
                 Err(errno) => Disposition::Refuse(errno),
             },
-            KIND_READ_REQ if hdr.len == 16 => {
+            KIND_READ_REQ if read_req_len(hdr.len) => {
                 let op = TargetOp::ReadReq { src: msg.src, msg_id: msg.msg_id, key: hdr.tag, addr: hdr.aux };
                 let ctx = self.rma.target.insert(op);
-                Disposition::Later { dest: LocalIov::owned(vec![0; 16]), ctx: CTX_TARGET | ctx as u64 }
+                Disposition::Later { dest: LocalIov::owned(vec![0; hdr.len as usize]), ctx: CTX_TARGET | ctx as u64 }
             }
             KIND_ATOMIC => match self.atomic_target(msg) {
                 Ok((desc, target, mr_cntr, reply)) => {
@@ -460,7 +482,7 @@ impl Target<'_> {
     pub fn on_inline(&mut self, msg: &Incoming, payload: &[u8], sinks: &mut Sinks) -> Option<Disposition> {
         let hdr = msg.hdr;
         let kind = kind_of(hdr.app);
-        let served_here = matches!(kind, KIND_WRITE | KIND_ATOMIC) || (kind == KIND_READ_REQ && hdr.len == 16);
+        let served_here = matches!(kind, KIND_WRITE | KIND_ATOMIC) || (kind == KIND_READ_REQ && read_req_len(hdr.len));
         if !served_here {
             return None;
         }
@@ -477,10 +499,11 @@ impl Target<'_> {
                 }
                 Err(errno) => Disposition::Refuse(errno),
             },
-            KIND_READ_REQ => {
-                self.serve_read(msg.src, msg.msg_id, hdr.tag, hdr.aux, payload, sinks);
-                taken(true)
-            }
+            KIND_READ_REQ => match self.serve_read(msg.src, msg.msg_id, hdr.tag, hdr.aux, payload, sinks) {
+                // Copied by the engine into the initiator's buffer in this same step (FI_ORDER_WAR).
+                Some((buf, data)) => Disposition::AnswerInto { buf, data },
+                None => taken(true),
+            },
             _ => match self.atomic_target(msg) {
                 Ok((desc, target, mr_cntr, reply)) => {
                     self.serve_atomic(desc, &target, mr_cntr, reply, Some(payload), sinks);
@@ -537,7 +560,12 @@ impl Target<'_> {
             }
             TargetOp::ReadReq { src, msg_id, key, addr } => {
                 let bytes = dest.into_owned().unwrap_or_default();
-                self.serve_read(src, msg_id, key, addr, &bytes, sinks);
+                if let Some((buf, mem)) = self.serve_read(src, msg_id, key, addr, &bytes, sinks) {
+                    // A snapshot now (FI_ORDER_WAR), placed once progress returns.
+                    let mut data = vec![0; mem.len()];
+                    mem.read_at(0, &mut data);
+                    self.rma.outbox.push_back(Outgoing::AnswerInto { src, msg_id, buf, data });
+                }
             }
             TargetOp::Atomic { desc, target, mr_cntr, reply } => {
                 let bytes = dest.into_owned().unwrap_or_default();
@@ -546,12 +574,24 @@ impl Target<'_> {
         }
     }
 
-    /// A read request's payload (op id, length) is here: reply with the bytes, or refuse.
-    fn serve_read(&mut self, src: SrcId, msg_id: u64, key: u64, addr: u64, payload: &[u8], sinks: &mut Sinks) {
+    /// A read request's payload (op id, length, and the initiator's answer buffer if it named
+    /// one) is here: answer or reply with the bytes, or refuse. Returns the answer buffer the
+    /// request named and the target memory to copy into it, for the caller to place at once.
+    fn serve_read(
+        &mut self,
+        src: SrcId,
+        msg_id: u64,
+        key: u64,
+        addr: u64,
+        payload: &[u8],
+        sinks: &mut Sinks,
+    ) -> Option<(u32, LocalIov)> {
         let (Some(op_id), Some(len)) = (u64_at(payload, 0), u64_at(payload, 8)) else {
             self.answer(src, msg_id, Err(ffi::FI_EINVAL));
-            return;
+            return None;
         };
+        // Peer-written: only a name that fits in 32 bits is passed on (the engine checks it).
+        let answer_buf = u64_at(payload, 16).map(|b| u32::try_from(b).unwrap_or(u32::MAX));
         match self.mrs.resolve(key, addr, len, ffi::FI_REMOTE_READ as u64) {
             Ok((ranges, mr)) => {
                 sinks.remote_done(mr.read_cntr, false);
@@ -559,7 +599,10 @@ impl Target<'_> {
                 let mem = unsafe { super::rx::lend(ranges.clone()) };
                 if let Some(data) = SmallReply::new(len as usize, |b| _ = mem.read_at(0, b)) {
                     self.rma.outbox.push_back(Outgoing::AnswerData { src, msg_id, data });
-                    return;
+                    return None;
+                }
+                if let Some(buf) = answer_buf {
+                    return Some((buf, mem));
                 }
                 let data = if (len as usize) <= READ_SNAPSHOT_MAX {
                     let mut copy = vec![0; len as usize];
@@ -569,8 +612,12 @@ impl Target<'_> {
                     ReplyData::Memory(ranges)
                 };
                 self.rma.outbox.push_back(Outgoing::Reply { src, msg_id, op_id, data });
+                None
             }
-            Err(errno) => self.answer(src, msg_id, Err(errno)),
+            Err(errno) => {
+                self.answer(src, msg_id, Err(errno));
+                None
+            }
         }
     }
 
@@ -629,6 +676,12 @@ fn written(sinks: &mut Sinks, mr_cntr: Option<usize>, data: Option<u64>, len: u6
         let entry = crate::cq::Completion { flags, len: len as usize, data, ..super::ctx_completion(0, 0) };
         sinks.remote_cq(CqEvent::Done(entry));
     }
+}
+
+/// A read request's payload: op id and length, and the initiator's answer buffer (one-trip
+/// reads).
+fn read_req_len(len: u64) -> bool {
+    len == 16 || len == 24
 }
 
 fn u64_at(b: &[u8], at: usize) -> Option<u64> {
@@ -735,6 +788,9 @@ pub fn flush(rma: &mut RmaState, engine: &mut Endpoint) {
                 if engine.answer_with(src, msg_id, data.as_slice()).is_err() {
                     engine.answer(src, msg_id, Err(ffi::FI_EIO));
                 }
+            }
+            Outgoing::AnswerInto { src, msg_id, buf, data } => {
+                engine.answer_into(src, msg_id, buf, &LocalIov::owned(data))
             }
             Outgoing::Reply { src, msg_id, op_id, data } => {
                 let peer = match engine.peer_of_src(src) {
