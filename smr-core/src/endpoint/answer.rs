@@ -47,8 +47,9 @@ impl AnswerBuf {
         AnswerBuf(v)
     }
 
-    /// Offset and size of the buffer in a region of geometry `geo`, if the name is in range.
-    fn span(self, geo: &Geometry) -> Result<(u64, u64)> {
+    /// Offset and size of the buffer in a region of geometry `geo`, if the name is in range: a
+    /// pure function of a peer-written name (fuzz target `answer_buf_name`).
+    pub fn span(self, geo: &Geometry) -> Result<(u64, u64)> {
         let index = self.0 & !SAR_POOL;
         if self.0 & SAR_POOL != 0 {
             Ok((geo.sar_offset(index)?, geo.counts.sar_size))
