@@ -3,21 +3,45 @@
 //! Each operation is a message whose `app` byte names its kind (upper nibble); the engine's
 //! protocols (inline, inject, CMA, SAR) carry the data, so one-sided works with and without CMA.
 //!
-//! | kind       | header                                   | payload                     | answered        |
-//! |------------|------------------------------------------|-----------------------------|-----------------|
-//! | WRITE      | tag = key, aux = address, data = CQ data | the bytes                   | on delivery     |
-//! | READ_REQ   | tag = key, aux = address                 | op id, length               | after the reply |
-//! | READ_RESP  | tag = op id                              | the bytes read / old values | -               |
-//! | ATOMIC     | tag = key, aux = address, data = `Desc`  | op id, operands, compares   | applied / reply |
+//! | kind       | header                                   | payload                           | answered                          |
+//! |------------|------------------------------------------|-----------------------------------|-----------------------------------|
+//! | WRITE      | tag = key, aux = address, data = CQ data | the bytes                         | on delivery                       |
+//! | READ_REQ   | tag = key, aux = address                 | op id, length[, answer buffer]    | with the bytes, or after the reply |
+//! | READ_RESP  | tag = op id                              | the bytes read / old values       | -                                 |
+//! | ATOMIC     | tag = key, aux = address, data = `Desc`  | op id, operands, compares         | applied / reply                   |
+//!
+//! A read travels one of three ways, by size:
+//!
+//! | length                              | ring entries | the bytes travel                                           |
+//! |-------------------------------------|--------------|------------------------------------------------------------|
+//! | <= 32 B (`ANSWER_DATA_MAX`)         | 2            | in the answer's response entry (`answer_with`)             |
+//! | 33 B ..= FI_RSHM_READ_ONE_TRIP_MAX  | 2            | in an answer buffer of the initiator's region (`answer_into`) |
+//! | larger, or no answer buffer free    | 3            | in a READ_RESP message (inline, inject, CMA or SAR), then the answer |
+//!
+//! The one-trip read (the middle row, 16 KiB by default): the initiator reserves a buffer of its
+//! own region (an inject buffer up to 4 KiB, a SAR buffer above), names it in the request, and
+//! the target copies the registered memory into it when the request arrives and answers with the
+//! length. Why a buffer of the initiator's, not the target's: the initiator then copies out of
+//! its own memory and frees the buffer locally, with no free-list push into a peer's region and
+//! nothing to trust from the target but a length, which it checks against what it asked; the
+//! target needs no connection back (it writes through the mapping it holds of the initiator) and
+//! no ring entry of its own. Against the READ_RESP message this saves a ring entry, the
+//! target's send path and, from 4 KiB, the initiator's CMA system call (about 1.5 us here
+//! whatever the size: docs/perf/protocols.md). The engine owns the buffer from the send on and
+//! frees it however the read ends (answered, refused, the target dead). The name is peer-written
+//! for the target: the engine checks it against the initiator's geometry and refuses a bad one
+//! (EINVAL) without writing.
 //!
 //! The target checks key, range and access against its domain's registrations
 //! (`MrTable::resolve`) before it touches memory and refuses what fails (the initiator gets an
-//! error completion, the target's memory is untouched). It applies atomics itself, in arrival
-//! order, all through one path under the domain lock, so they are atomic with respect to each
-//! other from any peer and from the endpoint itself. A read (or fetching atomic) completes at
-//! the initiator when the target's answer and the reply's data have both arrived: the target
-//! answers only after its reply is in the initiator's memory, so a dead target fails the read
-//! through the engine's liveness checks instead of leaving it waiting.
+//! error completion, the target's memory is untouched, and so is the initiator's buffer). It
+//! applies atomics itself, in arrival order, all through one path under the domain lock, so they
+//! are atomic with respect to each other from any peer and from the endpoint itself. A read (or
+//! fetching atomic) completes at the initiator when the target's answer and the reply's data
+//! have both arrived: the target answers only after its reply is in the initiator's memory, so a
+//! dead target fails the read through the engine's liveness checks instead of leaving it
+//! waiting. Reads up to `READ_SNAPSHOT_MAX`, and every one-trip read, are copied when the
+//! request arrives (FI_ORDER_WAR).
 
 use super::{Sinks, TxOp};
 use crate::atomic::apply::{self, Kind};
