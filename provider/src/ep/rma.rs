@@ -328,18 +328,23 @@ pub fn start(st: &mut crate::domain::DomainState, id: usize, a: OneSided, op: Op
         Op::Read { local } => {
             let len: usize = local.iter().map(|p| p.1).sum();
             let op_id = ep.rma.new_op();
-            let mut payload = Bytes::new();
-            payload.extend_from_slice(&op_id.to_le_bytes());
-            payload.extend_from_slice(&(len as u64).to_le_bytes());
+            // Op id, length and (one-trip reads) the answer buffer, built in place: one copy.
+            let mut req = [0u8; 24];
+            req[..8].copy_from_slice(&op_id.to_le_bytes());
+            req[8..16].copy_from_slice(&(len as u64).to_le_bytes());
             // One round trip: the target places the bytes in a buffer of ours, named here. With
             // none free (or for a size no buffer takes) the read takes a reply message instead.
             if len > ANSWER_DATA_MAX && len <= crate::params::config().read_one_trip_max {
                 let engine = ep.engine.as_mut().expect("checked above");
                 answer_buf = engine.reserve_answer_buf(len).ok();
-                if let Some(buf) = answer_buf {
-                    payload.extend_from_slice(&u64::from(buf.wire()).to_le_bytes());
-                }
             }
+            let payload = match answer_buf {
+                Some(buf) => {
+                    req[16..].copy_from_slice(&u64::from(buf.wire()).to_le_bytes());
+                    Bytes::from_slice(&req)
+                }
+                None => Bytes::from_slice(&req[..16]),
+            };
             let hdr = header(app(KIND_READ_REQ, 0), a.key, a.addr, 0, payload.len());
             let tx =
                 TxOp::new(a.ctx, (ffi::FI_RMA | ffi::FI_READ) as u64, wanted, super::TxKind::Read).with_reply(op_id);
