@@ -762,9 +762,12 @@ pub fn answer_data(rma: &mut RmaState, tx_ops: &Slab<TxOp>, slot: usize, data: &
     let Some(op_id) = tx_ops.get(slot).and_then(|op| op.reply) else { return };
     let Some(p) = rma.pending.get_mut(&op_id) else { return };
     if let Some(mut dest) = p.dest.take() {
-        let n = dest.write_at(0, data);
-        p.got =
-            Some(if data.len() == p.want { Ok(n) } else { Err(EngineError::Corrupt("answer of the wrong length")) });
+        // The length is the target's word: checked before a byte reaches the user's buffer.
+        p.got = Some(if data.len() == p.want {
+            Ok(dest.write_at(0, data))
+        } else {
+            Err(EngineError::Corrupt("answer of the wrong length"))
+        });
     }
 }
 
@@ -866,5 +869,44 @@ pub fn flush(rma: &mut RmaState, engine: &mut Endpoint) {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A read of `want` bytes into `buf`, pending in tx slot 0.
+    fn pending_read(buf: &mut [u8], want: usize) -> (RmaState, Slab<TxOp>) {
+        let mut rma = RmaState::default();
+        let mut tx_ops = Slab::new();
+        let op_id = rma.new_op();
+        let slot = tx_ops.insert(TxOp::new(0, 0, false, super::super::TxKind::Read).with_reply(op_id));
+        // SAFETY: `buf` outlives the test's use of the pending read.
+        let dest = unsafe { LocalIov::from_raw(&[(buf.as_mut_ptr(), buf.len())]) };
+        rma.pending.insert(op_id, Pending { slot, dest: Some(dest), got: None, answered: false, want });
+        (rma, tx_ops)
+    }
+
+    /// A hostile target's answer of another length than the read asked for (placed in the
+    /// answer buffer, or in the response entry) fails the read and leaves the user's buffer
+    /// untouched; the right length is copied.
+    #[test]
+    fn answers_of_the_wrong_length_fail_the_read_untouched() {
+        for (want, answer) in [(100usize, 4096usize), (100, 99), (33, 32), (16384, 0)] {
+            let mut buf = vec![0xC5u8; want];
+            let (mut rma, tx_ops) = pending_read(&mut buf, want);
+            answer_data(&mut rma, &tx_ops, 0, &vec![7u8; answer]);
+            let got = rma.pending.get(&1).and_then(|p| p.got.clone());
+            assert!(matches!(got, Some(Err(EngineError::Corrupt(_)))), "{want} B read, {answer} B answer: {got:?}");
+            drop(rma);
+            assert!(buf.iter().all(|&b| b == 0xC5), "{want} B read: buffer written by a {answer} B answer");
+        }
+        let mut buf = vec![0u8; 1000];
+        let (mut rma, tx_ops) = pending_read(&mut buf, 1000);
+        answer_data(&mut rma, &tx_ops, 0, &[9u8; 1000]);
+        assert_eq!(rma.pending.get(&1).and_then(|p| p.got.clone()), Some(Ok(1000)));
+        drop(rma);
+        assert!(buf.iter().all(|&b| b == 9));
     }
 }
