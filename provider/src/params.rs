@@ -15,6 +15,7 @@ const DEFINITIONS: &[(&str, ffi::fi_param_type, &str)] = &[
     ("SAR_COUNT", ffi::FI_PARAM_SIZE_T, "SAR bounce buffers per endpoint (default: 32)"),
     ("SAR_SIZE", ffi::FI_PARAM_SIZE_T, "Bytes per SAR bounce buffer (default: 65536)"),
     ("MAX_PEERS", ffi::FI_PARAM_SIZE_T, "Peers that may send to one endpoint (default: 1024)"),
+    ("READ_ONE_TRIP_MAX", ffi::FI_PARAM_SIZE_T, "Largest RMA read answered in one round trip, its bytes placed by the target in a buffer of the initiator's region (an inject buffer up to 4 KiB, a SAR buffer above); larger reads take a reply message (default: 16384)"),
     ("PEER_TIMEOUT_MS", ffi::FI_PARAM_SIZE_T, "How long sends to an address with no endpoint behind it retry before failing (default: 30000)"),
 ];
 
@@ -44,11 +45,17 @@ fn get_size(name: &str) -> Option<usize> {
     (rc == 0).then_some(v)
 }
 
+/// Default of FI_RSHM_READ_ONE_TRIP_MAX: reads up to this size are answered in one round trip
+/// (see `ep::rma`), chosen by measurement (docs/perf/protocols.md).
+pub const READ_ONE_TRIP_MAX: usize = 16384;
+
 /// The parameters as read once from the environment.
 #[derive(Debug, Clone)]
 pub struct Config {
     pub engine: smr_core::endpoint::Params,
     pub remote_comm: bool,
+    /// Reads up to this size are answered in one round trip (`ep::rma`).
+    pub read_one_trip_max: usize,
 }
 
 pub fn config() -> &'static Config {
@@ -78,6 +85,7 @@ pub fn config() -> &'static Config {
         if let Some(ms) = get_size("PEER_TIMEOUT_MS") {
             engine.absent_peer_timeout = Duration::from_millis(ms as u64);
         }
-        Config { engine, remote_comm: get_bool("REMOTE_COMM").unwrap_or(false) }
+        let read_one_trip_max = get_size("READ_ONE_TRIP_MAX").unwrap_or(READ_ONE_TRIP_MAX);
+        Config { engine, remote_comm: get_bool("REMOTE_COMM").unwrap_or(false), read_one_trip_max }
     })
 }

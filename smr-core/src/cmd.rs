@@ -148,6 +148,9 @@ pub enum Status {
     Refused = 4,
     /// The handler answered it with data: `value` bytes in the entry's `data`.
     Answered = 5,
+    /// The handler answered it with data placed in the buffer of the sender's own region that
+    /// the request named (`endpoint::AnswerBuf`): `value` bytes.
+    Placed = 6,
 }
 
 impl Status {
@@ -159,6 +162,7 @@ impl Status {
             3 => Status::Dropped,
             4 => Status::Refused,
             5 => Status::Answered,
+            6 => Status::Placed,
             _ => return Err(Error::Corrupt("unknown response status")),
         })
     }

@@ -25,7 +25,9 @@ use std::mem::{align_of, offset_of, size_of};
 pub const MAGIC: u64 = u64::from_le_bytes(*b"RSHMREG\0");
 /// 2: command entries carry a third provider word (`aux`); inline payload 200 bytes.
 /// 3: response entries carry up to 32 bytes of answer data (one cache line per slot).
-pub const LAYOUT_VERSION: u32 = 3;
+/// 4: a request may name a buffer of the sender's pools for its answer, which the receiver
+///    writes into that buffer (`Status::Placed`; `endpoint::answer`).
+pub const LAYOUT_VERSION: u32 = 4;
 /// Longest region name, without the terminating NUL.
 pub const NAME_MAX: usize = 63;
 /// Size of one inject buffer.

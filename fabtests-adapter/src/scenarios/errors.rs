@@ -471,6 +471,11 @@ fn peer_died_rma(r: &mut Rank) -> TResult {
     inflight.push(("1 MiB fi_write in flight", w, false));
     let rd = p.read("1 MiB fi_read in flight", BIG, t)?;
     inflight.push(("1 MiB fi_read in flight", rd, false));
+    // Reads the target answers in one trip, in a buffer of ours: nothing but its progress
+    // serves them.
+    for (what, len) in [("1000 B fi_read in flight", 1000), ("10000 B fi_read in flight", 10_000)] {
+        inflight.push((what, p.read(what, len, t)?, want_eio));
+    }
     let f =
         p.atomic("fi_fetch_atomic in flight", AKind::Fetch, ffi::FI_UINT64, ffi::FI_SUM, 1, one(), vec![], counter)?;
     inflight.push(("fi_fetch_atomic in flight", f, true));

@@ -164,6 +164,12 @@ const KEY: u64 = 0x5EED;
 /// Sizes across rshm's inline, inject, CMA/SAR thresholds and C shm's.
 const SIZES: &[usize] = &[0, 1, 8, 200, 201, 4096, 4097, 65536, 1 << 20, 16 << 20];
 
+/// Read sizes: `SIZES` and rshm's one-round-trip read thresholds: the bytes in the answer
+/// entry (<= 32 B), in an inject buffer of the initiator's (<= 4096 B) or a SAR buffer (up to
+/// FI_RSHM_READ_ONE_TRIP_MAX, 16384 B by default), a reply message above.
+const READ_SIZES: &[usize] =
+    &[0, 1, 8, 32, 33, 200, 201, 4095, 4096, 4097, 8192, 16383, 16384, 16385, 65536, 1 << 20, 16 << 20];
+
 /// Untouched bytes between written ranges (each range also starts a little unaligned).
 const GAP: usize = 64;
 
@@ -333,7 +339,7 @@ fn write<const M: u8>(r: &mut Rank) -> TResult {
 
 fn read<const M: u8>(r: &mut Rank) -> TResult {
     let mut p = open(r, MSG | RMA, M)?;
-    let lay = layout(SIZES);
+    let lay = layout(READ_SIZES);
     if r.rank == TARGET {
         let reg = target_region(&mut p, r, &lay)?;
         p.barrier(r)?;
@@ -370,7 +376,7 @@ struct IovCase {
 
 fn iov_cases() -> Vec<IovCase> {
     let mut v = Vec::new();
-    for &len in &[1usize, 8, 200, 201, 4096, 4097, 65536, 1 << 20] {
+    for &len in &[1usize, 8, 33, 200, 201, 4096, 4097, 16384, 16385, 65536, 1 << 20] {
         v.push(IovCase { len, msg: false, lparts: 2, segs: 1 });
         v.push(IovCase { len, msg: false, lparts: 4, segs: 1 });
         v.push(IovCase { len, msg: true, lparts: 3, segs: 1 });
@@ -783,6 +789,11 @@ fn all_err_cases() -> Vec<ErrCase> {
         c("fi_read of 4097 B with a wrong key", false, Mrs::A, 0, 4097, true),
         c("fi_write of 4096 B to a FI_REMOTE_READ-only MR", true, Mrs::B, 0, 4096, false),
         c("fi_read of 4096 B from a FI_REMOTE_WRITE-only MR", false, Mrs::C, 0, 4096, false),
+        c("fi_read of 33 B crossing the MR end", false, Mrs::A, la - 8, 33, false),
+        c("fi_read of 33 B with a wrong key", false, Mrs::A, 0, 33, true),
+        c("fi_read of 33 B from a FI_REMOTE_WRITE-only MR", false, Mrs::C, 0, 33, false),
+        c("fi_read of 16384 B with a wrong key", false, Mrs::A, 0, 16384, true),
+        c("fi_read of 16384 B crossing the MR end", false, Mrs::A, 8, 16384, false),
         c("fi_write of 8192 B crossing the MR end", true, Mrs::A, la - 4096, 8192, false),
         c("fi_read of 8192 B crossing the MR end", false, Mrs::A, la - 4096, 8192, false),
         c("fi_write of 65536 B with a wrong key", true, Mrs::A, 0, 65536, true),
@@ -884,8 +895,11 @@ fn errors<const M: u8, const CLASS: u8>(r: &mut Rank) -> TResult {
                 continue;
             };
             let (eacces, einval) = (ffi::FI_EACCES as i32, ffi::FI_EINVAL as i32);
+            let untouched = c.write || d.bufs.iter().flatten().all(|&b| b == u::CANARY_BYTE);
             if d.err == 0 {
                 bad.push(format!("{}: completed successfully", c.what));
+            } else if !untouched {
+                bad.push(format!("{}: the failed read wrote into the initiator's buffer", c.what));
             } else if d.err != eacces && d.err != einval {
                 bad.push(format!(
                     "{}: error completion {} (expected FI_EACCES or FI_EINVAL)",

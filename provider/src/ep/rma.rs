@@ -3,21 +3,45 @@
 //! Each operation is a message whose `app` byte names its kind (upper nibble); the engine's
 //! protocols (inline, inject, CMA, SAR) carry the data, so one-sided works with and without CMA.
 //!
-//! | kind       | header                                   | payload                     | answered        |
-//! |------------|------------------------------------------|-----------------------------|-----------------|
-//! | WRITE      | tag = key, aux = address, data = CQ data | the bytes                   | on delivery     |
-//! | READ_REQ   | tag = key, aux = address                 | op id, length               | after the reply |
-//! | READ_RESP  | tag = op id                              | the bytes read / old values | -               |
-//! | ATOMIC     | tag = key, aux = address, data = `Desc`  | op id, operands, compares   | applied / reply |
+//! | kind       | header                                   | payload                           | answered                          |
+//! |------------|------------------------------------------|-----------------------------------|-----------------------------------|
+//! | WRITE      | tag = key, aux = address, data = CQ data | the bytes                         | on delivery                       |
+//! | READ_REQ   | tag = key, aux = address                 | op id, length[, answer buffer]    | with the bytes, or after the reply |
+//! | READ_RESP  | tag = op id                              | the bytes read / old values       | -                                 |
+//! | ATOMIC     | tag = key, aux = address, data = `Desc`  | op id, operands, compares         | applied / reply                   |
+//!
+//! A read travels one of three ways, by size:
+//!
+//! | length                              | ring entries | the bytes travel                                           |
+//! |-------------------------------------|--------------|------------------------------------------------------------|
+//! | <= 32 B (`ANSWER_DATA_MAX`)         | 2            | in the answer's response entry (`answer_with`)             |
+//! | 33 B ..= FI_RSHM_READ_ONE_TRIP_MAX  | 2            | in an answer buffer of the initiator's region (`answer_into`) |
+//! | larger, or no answer buffer free    | 3            | in a READ_RESP message (inline, inject, CMA or SAR), then the answer |
+//!
+//! The one-trip read (the middle row, 16 KiB by default): the initiator reserves a buffer of its
+//! own region (an inject buffer up to 4 KiB, a SAR buffer above), names it in the request, and
+//! the target copies the registered memory into it when the request arrives and answers with the
+//! length. Why a buffer of the initiator's, not the target's: the initiator then copies out of
+//! its own memory and frees the buffer locally, with no free-list push into a peer's region and
+//! nothing to trust from the target but a length, which it checks against what it asked; the
+//! target needs no connection back (it writes through the mapping it holds of the initiator) and
+//! no ring entry of its own. Against the READ_RESP message this saves a ring entry, the
+//! target's send path and, from 4 KiB, the initiator's CMA system call (about 1.5 us here
+//! whatever the size: docs/perf/protocols.md). The engine owns the buffer from the send on and
+//! frees it however the read ends (answered, refused, the target dead). The name is peer-written
+//! for the target: the engine checks it against the initiator's geometry and refuses a bad one
+//! (EINVAL) without writing.
 //!
 //! The target checks key, range and access against its domain's registrations
 //! (`MrTable::resolve`) before it touches memory and refuses what fails (the initiator gets an
-//! error completion, the target's memory is untouched). It applies atomics itself, in arrival
-//! order, all through one path under the domain lock, so they are atomic with respect to each
-//! other from any peer and from the endpoint itself. A read (or fetching atomic) completes at
-//! the initiator when the target's answer and the reply's data have both arrived: the target
-//! answers only after its reply is in the initiator's memory, so a dead target fails the read
-//! through the engine's liveness checks instead of leaving it waiting.
+//! error completion, the target's memory is untouched, and so is the initiator's buffer). It
+//! applies atomics itself, in arrival order, all through one path under the domain lock, so they
+//! are atomic with respect to each other from any peer and from the endpoint itself. A read (or
+//! fetching atomic) completes at the initiator when the target's answer and the reply's data
+//! have both arrived: the target answers only after its reply is in the initiator's memory, so a
+//! dead target fails the read through the engine's liveness checks instead of leaving it
+//! waiting. Reads up to `READ_SNAPSHOT_MAX`, and every one-trip read, are copied when the
+//! request arrives (FI_ORDER_WAR).
 
 use super::{Sinks, TxOp};
 use crate::atomic::apply::{self, Kind};
@@ -175,6 +199,14 @@ enum Outgoing {
         op_id: u64,
         data: ReplyData,
     },
+    /// A read's bytes, copied when it arrived, for the answer buffer its initiator named
+    /// (`Endpoint::answer_into`).
+    AnswerInto {
+        src: SrcId,
+        msg_id: u64,
+        buf: u32,
+        data: Vec<u8>,
+    },
 }
 
 /// The bytes of a reply that fits in an answer.
@@ -278,6 +310,8 @@ pub fn start(st: &mut crate::domain::DomainState, id: usize, a: OneSided, op: Op
     let peer = super::tx::peer_for(ep, avs, a.dest)?;
     let wanted = !a.inject_call && (!ep.bindings.tx_selective || a.flags & ffi::FI_COMPLETION as u64 != 0);
     let slot = ep.tx_ops.vacant_key();
+    // A read's answer buffer (one-trip reads): owned by the engine once the send is called.
+    let mut answer_buf = None;
     let (hdr, payload, tx, reply_to) = match op {
         Op::Write { local, data } => {
             let len: usize = local.iter().map(|p| p.1).sum();
@@ -294,9 +328,23 @@ pub fn start(st: &mut crate::domain::DomainState, id: usize, a: OneSided, op: Op
         Op::Read { local } => {
             let len: usize = local.iter().map(|p| p.1).sum();
             let op_id = ep.rma.new_op();
-            let mut payload = Bytes::new();
-            payload.extend_from_slice(&op_id.to_le_bytes());
-            payload.extend_from_slice(&(len as u64).to_le_bytes());
+            // Op id, length and (one-trip reads) the answer buffer, built in place: one copy.
+            let mut req = [0u8; 24];
+            req[..8].copy_from_slice(&op_id.to_le_bytes());
+            req[8..16].copy_from_slice(&(len as u64).to_le_bytes());
+            // One round trip: the target places the bytes in a buffer of ours, named here. With
+            // none free (or for a size no buffer takes) the read takes a reply message instead.
+            if len > ANSWER_DATA_MAX && len <= crate::params::config().read_one_trip_max {
+                let engine = ep.engine.as_mut().expect("checked above");
+                answer_buf = engine.reserve_answer_buf(len).ok();
+            }
+            let payload = match answer_buf {
+                Some(buf) => {
+                    req[16..].copy_from_slice(&u64::from(buf.wire()).to_le_bytes());
+                    Bytes::from_slice(&req)
+                }
+                None => Bytes::from_slice(&req[..16]),
+            };
             let hdr = header(app(KIND_READ_REQ, 0), a.key, a.addr, 0, payload.len());
             let tx =
                 TxOp::new(a.ctx, (ffi::FI_RMA | ffi::FI_READ) as u64, wanted, super::TxKind::Read).with_reply(op_id);
@@ -330,12 +378,15 @@ pub fn start(st: &mut crate::domain::DomainState, id: usize, a: OneSided, op: Op
     // FI_MORE: the engine batches small requests to a peer until the next call without it.
     let more = a.flags & ffi::FI_MORE as u64 != 0;
     let opts = SendOpts { cookie: slot as u64, delivery_complete: true, more };
-    let sent = match payload {
+    let sent = match (payload, answer_buf) {
         // SAFETY: the application's source buffer, which it leaves unchanged until the write
         // completes (the engine copies inject-sized ones before returning).
-        Payload::App(local) => unsafe { super::tx::engine_send(engine, peer, hdr, local, opts) },
-        Payload::Own(bytes) if bytes.len() <= engine.params().inject_max => engine.send_bytes(peer, hdr, &bytes, opts),
-        Payload::Own(bytes) => engine.send(peer, hdr, LocalIov::owned(bytes.into_vec()), opts),
+        (Payload::App(local), _) => unsafe { super::tx::engine_send(engine, peer, hdr, local, opts) },
+        (Payload::Own(bytes), Some(buf)) => engine.send_bytes_answered(peer, hdr, &bytes, opts, buf),
+        (Payload::Own(bytes), None) if bytes.len() <= engine.params().inject_max => {
+            engine.send_bytes(peer, hdr, &bytes, opts)
+        }
+        (Payload::Own(bytes), None) => engine.send(peer, hdr, LocalIov::owned(bytes.into_vec()), opts),
     };
     match sent {
         // An acknowledged send is never done at once: its answer completes it.
@@ -428,10 +479,10 @@ impl Target<'_> {
                 }
                 Err(errno) => Disposition::Refuse(errno),
             },
-            KIND_READ_REQ if hdr.len == 16 => {
+            KIND_READ_REQ if read_req_len(hdr.len) => {
                 let op = TargetOp::ReadReq { src: msg.src, msg_id: msg.msg_id, key: hdr.tag, addr: hdr.aux };
                 let ctx = self.rma.target.insert(op);
-                Disposition::Later { dest: LocalIov::owned(vec![0; 16]), ctx: CTX_TARGET | ctx as u64 }
+                Disposition::Later { dest: LocalIov::owned(vec![0; hdr.len as usize]), ctx: CTX_TARGET | ctx as u64 }
             }
             KIND_ATOMIC => match self.atomic_target(msg) {
                 Ok((desc, target, mr_cntr, reply)) => {
@@ -460,7 +511,7 @@ impl Target<'_> {
     pub fn on_inline(&mut self, msg: &Incoming, payload: &[u8], sinks: &mut Sinks) -> Option<Disposition> {
         let hdr = msg.hdr;
         let kind = kind_of(hdr.app);
-        let served_here = matches!(kind, KIND_WRITE | KIND_ATOMIC) || (kind == KIND_READ_REQ && hdr.len == 16);
+        let served_here = matches!(kind, KIND_WRITE | KIND_ATOMIC) || (kind == KIND_READ_REQ && read_req_len(hdr.len));
         if !served_here {
             return None;
         }
@@ -477,10 +528,11 @@ impl Target<'_> {
                 }
                 Err(errno) => Disposition::Refuse(errno),
             },
-            KIND_READ_REQ => {
-                self.serve_read(msg.src, msg.msg_id, hdr.tag, hdr.aux, payload, sinks);
-                taken(true)
-            }
+            KIND_READ_REQ => match self.serve_read(msg.src, msg.msg_id, hdr.tag, hdr.aux, payload, sinks) {
+                // Copied by the engine into the initiator's buffer in this same step (FI_ORDER_WAR).
+                Some((buf, data)) => Disposition::AnswerInto { buf, data },
+                None => taken(true),
+            },
             _ => match self.atomic_target(msg) {
                 Ok((desc, target, mr_cntr, reply)) => {
                     self.serve_atomic(desc, &target, mr_cntr, reply, Some(payload), sinks);
@@ -537,7 +589,12 @@ impl Target<'_> {
             }
             TargetOp::ReadReq { src, msg_id, key, addr } => {
                 let bytes = dest.into_owned().unwrap_or_default();
-                self.serve_read(src, msg_id, key, addr, &bytes, sinks);
+                if let Some((buf, mem)) = self.serve_read(src, msg_id, key, addr, &bytes, sinks) {
+                    // A snapshot now (FI_ORDER_WAR), placed once progress returns.
+                    let mut data = vec![0; mem.len()];
+                    mem.read_at(0, &mut data);
+                    self.rma.outbox.push_back(Outgoing::AnswerInto { src, msg_id, buf, data });
+                }
             }
             TargetOp::Atomic { desc, target, mr_cntr, reply } => {
                 let bytes = dest.into_owned().unwrap_or_default();
@@ -546,12 +603,24 @@ impl Target<'_> {
         }
     }
 
-    /// A read request's payload (op id, length) is here: reply with the bytes, or refuse.
-    fn serve_read(&mut self, src: SrcId, msg_id: u64, key: u64, addr: u64, payload: &[u8], sinks: &mut Sinks) {
+    /// A read request's payload (op id, length, and the initiator's answer buffer if it named
+    /// one) is here: answer or reply with the bytes, or refuse. Returns the answer buffer the
+    /// request named and the target memory to copy into it, for the caller to place at once.
+    fn serve_read(
+        &mut self,
+        src: SrcId,
+        msg_id: u64,
+        key: u64,
+        addr: u64,
+        payload: &[u8],
+        sinks: &mut Sinks,
+    ) -> Option<(u32, LocalIov)> {
         let (Some(op_id), Some(len)) = (u64_at(payload, 0), u64_at(payload, 8)) else {
             self.answer(src, msg_id, Err(ffi::FI_EINVAL));
-            return;
+            return None;
         };
+        // Peer-written: only a name that fits in 32 bits is passed on (the engine checks it).
+        let answer_buf = u64_at(payload, 16).map(|b| u32::try_from(b).unwrap_or(u32::MAX));
         match self.mrs.resolve(key, addr, len, ffi::FI_REMOTE_READ as u64) {
             Ok((ranges, mr)) => {
                 sinks.remote_done(mr.read_cntr, false);
@@ -559,7 +628,10 @@ impl Target<'_> {
                 let mem = unsafe { super::rx::lend(ranges.clone()) };
                 if let Some(data) = SmallReply::new(len as usize, |b| _ = mem.read_at(0, b)) {
                     self.rma.outbox.push_back(Outgoing::AnswerData { src, msg_id, data });
-                    return;
+                    return None;
+                }
+                if let Some(buf) = answer_buf {
+                    return Some((buf, mem));
                 }
                 let data = if (len as usize) <= READ_SNAPSHOT_MAX {
                     let mut copy = vec![0; len as usize];
@@ -569,8 +641,12 @@ impl Target<'_> {
                     ReplyData::Memory(ranges)
                 };
                 self.rma.outbox.push_back(Outgoing::Reply { src, msg_id, op_id, data });
+                None
             }
-            Err(errno) => self.answer(src, msg_id, Err(errno)),
+            Err(errno) => {
+                self.answer(src, msg_id, Err(errno));
+                None
+            }
         }
     }
 
@@ -631,6 +707,12 @@ fn written(sinks: &mut Sinks, mr_cntr: Option<usize>, data: Option<u64>, len: u6
     }
 }
 
+/// A read request's payload: op id and length, and the initiator's answer buffer (one-trip
+/// reads).
+fn read_req_len(len: u64) -> bool {
+    len == 16 || len == 24
+}
+
 fn u64_at(b: &[u8], at: usize) -> Option<u64> {
     Some(u64::from_le_bytes(b.get(at..at + 8)?.try_into().ok()?))
 }
@@ -680,9 +762,12 @@ pub fn answer_data(rma: &mut RmaState, tx_ops: &Slab<TxOp>, slot: usize, data: &
     let Some(op_id) = tx_ops.get(slot).and_then(|op| op.reply) else { return };
     let Some(p) = rma.pending.get_mut(&op_id) else { return };
     if let Some(mut dest) = p.dest.take() {
-        let n = dest.write_at(0, data);
-        p.got =
-            Some(if data.len() == p.want { Ok(n) } else { Err(EngineError::Corrupt("answer of the wrong length")) });
+        // The length is the target's word: checked before a byte reaches the user's buffer.
+        p.got = Some(if data.len() == p.want {
+            Ok(dest.write_at(0, data))
+        } else {
+            Err(EngineError::Corrupt("answer of the wrong length"))
+        });
     }
 }
 
@@ -736,6 +821,9 @@ pub fn flush(rma: &mut RmaState, engine: &mut Endpoint) {
                     engine.answer(src, msg_id, Err(ffi::FI_EIO));
                 }
             }
+            Outgoing::AnswerInto { src, msg_id, buf, data } => {
+                engine.answer_into(src, msg_id, buf, &LocalIov::owned(data))
+            }
             Outgoing::Reply { src, msg_id, op_id, data } => {
                 let peer = match engine.peer_of_src(src) {
                     Ok(p) => p,
@@ -781,5 +869,44 @@ pub fn flush(rma: &mut RmaState, engine: &mut Endpoint) {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A read of `want` bytes into `buf`, pending in tx slot 0.
+    fn pending_read(buf: &mut [u8], want: usize) -> (RmaState, Slab<TxOp>) {
+        let mut rma = RmaState::default();
+        let mut tx_ops = Slab::new();
+        let op_id = rma.new_op();
+        let slot = tx_ops.insert(TxOp::new(0, 0, false, super::super::TxKind::Read).with_reply(op_id));
+        // SAFETY: `buf` outlives the test's use of the pending read.
+        let dest = unsafe { LocalIov::from_raw(&[(buf.as_mut_ptr(), buf.len())]) };
+        rma.pending.insert(op_id, Pending { slot, dest: Some(dest), got: None, answered: false, want });
+        (rma, tx_ops)
+    }
+
+    /// A hostile target's answer of another length than the read asked for (placed in the
+    /// answer buffer, or in the response entry) fails the read and leaves the user's buffer
+    /// untouched; the right length is copied.
+    #[test]
+    fn answers_of_the_wrong_length_fail_the_read_untouched() {
+        for (want, answer) in [(100usize, 4096usize), (100, 99), (33, 32), (16384, 0)] {
+            let mut buf = vec![0xC5u8; want];
+            let (mut rma, tx_ops) = pending_read(&mut buf, want);
+            answer_data(&mut rma, &tx_ops, 0, &vec![7u8; answer]);
+            let got = rma.pending.get(&1).and_then(|p| p.got.clone());
+            assert!(matches!(got, Some(Err(EngineError::Corrupt(_)))), "{want} B read, {answer} B answer: {got:?}");
+            drop(rma);
+            assert!(buf.iter().all(|&b| b == 0xC5), "{want} B read: buffer written by a {answer} B answer");
+        }
+        let mut buf = vec![0u8; 1000];
+        let (mut rma, tx_ops) = pending_read(&mut buf, 1000);
+        answer_data(&mut rma, &tx_ops, 0, &[9u8; 1000]);
+        assert_eq!(rma.pending.get(&1).and_then(|p| p.got.clone()), Some(Ok(1000)));
+        drop(rma);
+        assert!(buf.iter().all(|&b| b == 9));
     }
 }

@@ -6,6 +6,7 @@
 //! first (`on_message`), which either gives a destination, asks the engine to hold the message
 //! (unexpected), or discards it; held messages are delivered later with `deliver`.
 
+mod answer;
 mod batch;
 mod peers;
 mod recv;
@@ -31,6 +32,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use crate::cmd::MsgHeader as Header;
+pub use answer::AnswerBuf;
 
 /// Handle of a peer we send to (index into our peer list).
 pub type PeerId = u32;
@@ -123,6 +125,11 @@ pub enum Disposition {
     /// From `on_inline` only: the handler took the payload it was given. The sender completes
     /// normally, or, with `answer_later`, when the handler answers (`answer`, `answer_with`).
     Taken { answer_later: bool },
+    /// From `on_inline` only: the handler took the payload, and answers at once with `data`,
+    /// which the engine copies now into the answer buffer `buf` that the request named
+    /// (`Endpoint::answer_into`: the name is checked; a bad one refuses the request). Returned
+    /// for any other message it refuses it (`EINVAL`).
+    AnswerInto { buf: u32, data: LocalIov },
 }
 
 /// Callbacks from `progress`.
@@ -193,6 +200,8 @@ pub struct Stats {
     pub sent_sar: u64,
     /// FI_MORE batches pushed (each with one ring claim and one wake-up).
     pub batches: u64,
+    /// Answers this endpoint placed in their senders' answer buffers (`answer_into`).
+    pub answers_placed: u64,
 }
 
 pub struct Endpoint {

@@ -56,7 +56,7 @@ fn outcome(sent: u64, delivered: usize) -> Result<usize> {
     }
 }
 
-fn done(msg_id: u64, status: Status, value: u64) -> RespEntry {
+pub(super) fn done(msg_id: u64, status: Status, value: u64) -> RespEntry {
     RespEntry { kind: resp::DONE, status: status as u32, msg_id, value, ..Default::default() }
 }
 
@@ -169,6 +169,16 @@ impl Endpoint {
             _ => None,
         };
         let (key, disposition) = self.offer(src, msg_id, hdr, whole, inline, h);
+        // An answer in the sender's buffer is its whole handling: no payload to place, and the
+        // answer is the response. Only an inline request can be answered in the same step.
+        let disposition = match disposition {
+            Disposition::AnswerInto { buf, data } if inline.is_some() => {
+                self.answer_into(src, msg_id, buf, &data);
+                return;
+            }
+            Disposition::AnswerInto { .. } => Disposition::Refuse(libc::EINVAL as u32),
+            d => d,
+        };
         let refused = match disposition {
             Disposition::Refuse(errno) => Some(errno),
             _ => None,
@@ -196,7 +206,10 @@ impl Endpoint {
                         self.held.insert(key, Held { src, hdr, data: HeldData::Bytes(bytes) });
                         Ok(())
                     }
-                    Disposition::Discard | Disposition::Refuse(_) | Disposition::Taken { .. } => Ok(()),
+                    Disposition::Discard
+                    | Disposition::Refuse(_)
+                    | Disposition::Taken { .. }
+                    | Disposition::AnswerInto { .. } => Ok(()),
                 });
                 if copied.is_err() {
                     self.stats.corrupt_commands += 1;
@@ -213,7 +226,7 @@ impl Endpoint {
                         self.held.insert(key, Held { src, hdr, data: HeldData::Cma { iovs, msg_id } });
                     }
                     // Only inline messages can be taken.
-                    Disposition::Discard | Disposition::Taken { .. } => {
+                    Disposition::Discard | Disposition::Taken { .. } | Disposition::AnswerInto { .. } => {
                         self.send_resp(src, done(msg_id, Status::Dropped, 0))
                     }
                     Disposition::Refuse(errno) => self.send_resp(src, done(msg_id, Status::Refused, errno.into())),
@@ -229,7 +242,7 @@ impl Endpoint {
                         self.held.insert(key, Held { src, hdr, data: HeldData::Arriving { bytes, waiting: None } });
                         Sink::Held(key)
                     }
-                    Disposition::Discard | Disposition::Taken { .. } => Sink::Dropped,
+                    Disposition::Discard | Disposition::Taken { .. } | Disposition::AnswerInto { .. } => Sink::Dropped,
                     Disposition::Refuse(errno) => Sink::Refused(errno),
                 };
                 self.sar_rx.insert((src, msg_id), SarRx { hdr, received: 0, sink });
@@ -263,7 +276,10 @@ impl Endpoint {
             Disposition::Hold => {
                 self.held.insert(key, Held { src, hdr, data: HeldData::Bytes(bytes.to_vec()) });
             }
-            Disposition::Discard | Disposition::Refuse(_) | Disposition::Taken { .. } => {}
+            Disposition::Discard
+            | Disposition::Refuse(_)
+            | Disposition::Taken { .. }
+            | Disposition::AnswerInto { .. } => {}
         }
     }
 

@@ -7,6 +7,7 @@
 //! | larger, CMA on both sides    | iov      | when the receiver acks its CMA read         |
 //! | larger otherwise             | SAR      | when the receiver acks the last segment     |
 
+use super::answer::AnswerBuf;
 use super::{Endpoint, Handler, PeerId, SendOpts, SendStatus};
 use crate::cmd::{op, proto, resp, CmdEntry, MsgHeader, RespEntry, SarSeg, Status, IOV_MAX};
 use crate::error::{Error, Result};
@@ -50,6 +51,8 @@ pub(super) struct PendingSend {
     pub sar_next: Option<u64>,
     /// After a CMA refusal every segment is a continuation of the already matched message.
     pub sar_continuation: bool,
+    /// The buffer of ours its answer goes into (`answer.rs`): freed when the send ends.
+    pub answer: Option<AnswerBuf>,
 }
 
 impl Endpoint {
@@ -74,6 +77,19 @@ impl Endpoint {
     /// before this returns: the small-message path without an iov to walk. Same results as
     /// `send`; longer messages are refused (`Error::Invalid`), not sent another way.
     pub fn send_bytes(&mut self, peer: PeerId, hdr: MsgHeader, bytes: &[u8], opts: SendOpts) -> Result<SendStatus> {
+        self.send_small_bytes(peer, hdr, bytes, opts, None)
+    }
+
+    /// `send_bytes`, with the answer buffer an acknowledged send keeps until it ends (the
+    /// caller frees it if this fails).
+    pub(super) fn send_small_bytes(
+        &mut self,
+        peer: PeerId,
+        hdr: MsgHeader,
+        bytes: &[u8],
+        opts: SendOpts,
+        answer: Option<AnswerBuf>,
+    ) -> Result<SendStatus> {
         if bytes.len() as u64 != hdr.len || bytes.len() > self.params.inject_max {
             return Err(Error::Invalid("send_bytes takes one inject-sized buffer of the header's length"));
         }
@@ -81,7 +97,7 @@ impl Endpoint {
         match self.push_small(peer, msg_id, &hdr, opts, Small::Bytes(bytes)) {
             Err(Error::Again) => Err(self.check_full_peer(peer)),
             Err(e) => Err(e),
-            Ok(()) => Ok(self.after_small(peer, msg_id, hdr, opts, || LocalIov::owned(Vec::new()))),
+            Ok(()) => Ok(self.after_small(peer, msg_id, hdr, opts, || LocalIov::owned(Vec::new()), answer)),
         }
     }
 
@@ -95,7 +111,7 @@ impl Endpoint {
     ) -> Result<SendStatus> {
         if buf.len() <= self.params.inject_max {
             self.push_small(peer, msg_id, &hdr, opts, Small::Iov(&buf))?;
-            return Ok(self.after_small(peer, msg_id, hdr, opts, || buf));
+            return Ok(self.after_small(peer, msg_id, hdr, opts, || buf, None));
         }
         if !self.flush_staged_before(peer) {
             return Err(Error::Again);
@@ -105,7 +121,8 @@ impl Endpoint {
         link.used = true;
         let mut entry = CmdEntry::message(link.slot, msg_id, &hdr, true);
         let remote = (my_cma && link.cma).then(|| buf.as_remote(IOV_MAX)).flatten();
-        let mut pending = PendingSend { peer, cookie: opts.cookie, hdr, buf, sar_next: None, sar_continuation: false };
+        let mut pending =
+            PendingSend { peer, cookie: opts.cookie, hdr, buf, sar_next: None, sar_continuation: false, answer: None };
         match remote {
             Some(iovs) => {
                 entry.set_iovs(&iovs);
@@ -189,6 +206,7 @@ impl Endpoint {
         hdr: MsgHeader,
         opts: SendOpts,
         buf: impl FnOnce() -> LocalIov,
+        answer: Option<AnswerBuf>,
     ) -> SendStatus {
         if !opts.delivery_complete {
             // A staged message completes once it is in the ring (reported by `progress`).
@@ -196,7 +214,7 @@ impl Endpoint {
         }
         // The data was copied out already; the buffer is kept only for the record.
         let pending =
-            PendingSend { peer, cookie: opts.cookie, hdr, buf: buf(), sar_next: None, sar_continuation: false };
+            PendingSend { peer, cookie: opts.cookie, hdr, buf: buf(), sar_next: None, sar_continuation: false, answer };
         self.pending.insert(msg_id, pending);
         SendStatus::Pending
     }
@@ -281,15 +299,25 @@ impl Endpoint {
             return 0;
         }
         let send = self.pending.remove(&entry.msg_id).expect("looked up above");
-        if status == Status::Answered {
-            // A peer's count: clamp it to what the entry holds.
-            let n = (entry.value as usize).min(entry.data.len());
-            h.on_send_answer(send.cookie, &entry.data[..n]);
-        }
-        let result = match status {
+        let mut result = match status {
             Status::Refused => Err(Error::Refused(entry.value.min(u64::from(u32::MAX)) as u32)),
             _ => Ok(()),
         };
+        match (status, send.answer) {
+            (Status::Answered, _) => {
+                // A peer's count: clamp it to what the entry holds.
+                let n = (entry.value as usize).min(entry.data.len());
+                h.on_send_answer(send.cookie, &entry.data[..n]);
+            }
+            (Status::Placed, Some(buf)) => h.on_send_answer(send.cookie, self.placed_answer(buf, entry.value)),
+            (Status::Placed, None) => {
+                self.stats.corrupt_commands += 1;
+                result = Err(Error::Corrupt("answer placed for a send that named no buffer"));
+            }
+            _ => {}
+        }
+        // The handler has copied the answer out: the buffer is free again.
+        self.release_answer_buf(send.answer);
         h.on_send_done(send.cookie, result);
         1
     }
@@ -299,6 +327,8 @@ impl Endpoint {
         let ids: Vec<u64> = self.pending.iter().filter(|(_, s)| s.peer == peer).map(|(&id, _)| id).collect();
         for id in &ids {
             let send = self.pending.remove(id).expect("listed above");
+            // A dead receiver writes no more: its answer buffer is ours again.
+            self.release_answer_buf(send.answer);
             h.on_send_done(send.cookie, Err(Error::PeerDead));
         }
         self.sar_tx.retain(|id| self.pending.contains_key(id));

@@ -14,6 +14,8 @@ struct Collect {
     later: bool,
     /// Take inline payloads in `on_inline` (recorded in `taken`).
     take_inline: bool,
+    /// Answer inline requests at once in the answer buffer they name (`answer_request`).
+    answer_into: bool,
     taken: Vec<(MsgHeader, Vec<u8>)>,
     dest_len: Option<usize>,
     received: Vec<(MsgHeader, Result<usize>, Vec<u8>)>,
@@ -39,6 +41,10 @@ impl Handler for Collect {
         Disposition::Deliver { dest, ctx: msg.hdr.tag }
     }
     fn on_inline(&mut self, msg: &Incoming, src_name: &str, payload: &[u8]) -> Disposition {
+        if self.answer_into && self.refuse.is_none() {
+            let (buf, len) = parse_request(payload);
+            return Disposition::AnswerInto { buf, data: LocalIov::owned(pattern(len, buf as u8)) };
+        }
         if !self.take_inline {
             return self.on_message(msg, src_name);
         }
@@ -57,6 +63,26 @@ impl Handler for Collect {
         assert!(!self.sends_done.iter().any(|d| d.0 == cookie), "answer data after the send's completion");
         self.answers.push((cookie, data.to_vec()));
     }
+}
+
+/// A test request for an answer placed in the sender's buffer: the buffer's name and the
+/// answer's length.
+fn request(buf: u32, len: usize) -> Vec<u8> {
+    [buf.to_le_bytes(), (len as u32).to_le_bytes()].concat()
+}
+
+fn parse_request(p: &[u8]) -> (u32, usize) {
+    (u32::from_le_bytes(p[0..4].try_into().unwrap()), u32::from_le_bytes(p[4..8].try_into().unwrap()) as usize)
+}
+
+/// Free buffers in an endpoint's inject and SAR pools (popped and pushed back).
+fn free_buffers(ep: &Endpoint) -> (usize, usize) {
+    let count = |stack: crate::free_stack::FreeStack<'_>| {
+        let taken: Vec<u32> = std::iter::from_fn(|| stack.pop().ok()).collect();
+        taken.iter().for_each(|&i| stack.push(i).unwrap());
+        taken.len()
+    };
+    (count(ep.region.inject_stack()), count(ep.region.sar_stack()))
 }
 
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
@@ -556,4 +582,138 @@ fn small_message_does_not_overtake_a_sar_message_waiting_for_a_buffer() {
     }
     let matched: Vec<u64> = hb.offered.iter().map(|m| m.hdr.tag).collect();
     assert_eq!(matched, [0, 1, 2, 3], "matching order");
+}
+
+/// Send `request(buf, len)` with `buf` reserved for its answer.
+fn send_request(a: &mut Endpoint, to_b: PeerId, cookie: u64, len: usize) -> Result<SendStatus> {
+    let buf = a.reserve_answer_buf(len)?;
+    let hdr = MsgHeader { app: 0, tag: cookie, data: 0, aux: 0, len: 8 };
+    let opts = SendOpts { cookie, delivery_complete: true, more: false };
+    a.send_bytes_answered(to_b, hdr, &request(buf.wire(), len), opts, buf)
+}
+
+/// Answers placed in the sender's own buffers (`answer_into`): every size up to a SAR buffer,
+/// inject buffers up to 4 KiB and SAR buffers above, arrive intact in one response each, and
+/// every reserved buffer is free again afterwards (and while none is pending, none is held).
+#[test]
+fn answers_placed_in_the_senders_buffers_arrive_and_free_them() {
+    let params = Params::default();
+    let sar_size = params.counts.sar_size as usize;
+    let (mut a, mut b, to_b) = pair("placed", params);
+    let free_before = free_buffers(&a);
+    let (mut ha, mut hb) = (Collect::default(), Collect { answer_into: true, ..Default::default() });
+    let sizes =
+        [0usize, 33, 1024, INJECT_SIZE as usize - 1, INJECT_SIZE as usize, INJECT_SIZE as usize + 1, 16384, sar_size];
+    let mut names = Vec::new();
+    for (i, &len) in sizes.iter().enumerate() {
+        assert_eq!(send_request(&mut a, to_b, i as u64, len), Ok(SendStatus::Pending), "size {len}");
+        names.push(a.pending.get(&(a.next_msg_id - 1)).and_then(|s| s.answer).unwrap());
+    }
+    assert_eq!(a.answer_bufs_held(), sizes.len());
+    assert!(names[..5].iter().all(|n| n.wire() & (1 << 31) == 0), "inject buffers up to 4 KiB: {names:?}");
+    assert!(names[5..].iter().all(|n| n.wire() & (1 << 31) != 0), "SAR buffers above: {names:?}");
+    assert!(matches!(a.reserve_answer_buf(sar_size + 1), Err(Error::Invalid(_))));
+    pump_until((&mut a, &mut ha), (&mut b, &mut hb), "answers", |ha, _| ha.sends_done.len() == sizes.len());
+    for (i, &len) in sizes.iter().enumerate() {
+        assert_eq!(ha.sends_done[i], (i as u64, Ok(())));
+        assert_eq!(ha.answers[i], (i as u64, pattern(len, names[i].wire() as u8)), "size {len}");
+    }
+    assert_eq!(b.stats().answers_placed, sizes.len() as u64);
+    assert_eq!(a.answer_bufs_held(), 0);
+    assert_eq!(free_buffers(&a), free_before, "reserved buffers not returned");
+}
+
+/// A request naming a buffer out of range, in either pool, or one too small for the answer, is
+/// refused (EINVAL) with nothing written; a refused request's buffer is free again.
+#[test]
+fn bad_answer_buffer_names_are_refused() {
+    let (mut a, mut b, to_b) = pair("badname", Params::default());
+    let free_before = free_buffers(&a);
+    let (mut ha, mut hb) = (Collect::default(), Collect { answer_into: true, ..Default::default() });
+    let counts = a.params().counts;
+    let sar = 1u32 << 31;
+    let bad = [
+        (counts.inject_count as u32, 8),
+        (u32::MAX >> 1, 8),
+        (sar | counts.sar_count as u32, 8),
+        (u32::MAX, 8),
+        (0, INJECT_SIZE as usize + 1),
+        (sar, counts.sar_size as usize + 1),
+    ];
+    // Hostile requests: the names are forged, the buffers the sender reserves are others.
+    for (i, &(name, len)) in bad.iter().enumerate() {
+        let buf = a.reserve_answer_buf(8).unwrap();
+        let hdr = MsgHeader { app: 0, tag: i as u64, data: 0, aux: 0, len: 8 };
+        let opts = SendOpts { cookie: i as u64, delivery_complete: true, more: false };
+        a.send_bytes_answered(to_b, hdr, &request(name, len), opts, buf).unwrap();
+    }
+    pump_until((&mut a, &mut ha), (&mut b, &mut hb), "refusals", |ha, _| ha.sends_done.len() == bad.len());
+    let einval = Error::Refused(libc::EINVAL as u32);
+    assert!(ha.sends_done.iter().all(|d| d.1 == Err(einval.clone())), "{:?}", ha.sends_done);
+    assert!(ha.answers.is_empty());
+    assert_eq!((b.stats().answers_placed, b.stats().corrupt_commands), (0, bad.len() as u64));
+    // A request the receiver refuses outright: its buffer comes back too.
+    hb.refuse = Some(13);
+    send_request(&mut a, to_b, 99, 2000).unwrap();
+    pump_until((&mut a, &mut ha), (&mut b, &mut hb), "refusal", |ha, _| ha.sends_done.len() == bad.len() + 1);
+    assert_eq!(ha.sends_done.last(), Some(&(99, Err(Error::Refused(13)))));
+    assert_eq!(free_buffers(&a), free_before, "reserved buffers not returned");
+}
+
+/// A hostile receiver's answers: a length beyond the buffer is clamped to it (the handler
+/// checks it against what it asked), an answer "placed" for a send that named no buffer fails
+/// that send; buffers come back either way.
+#[test]
+fn hostile_placed_answers_are_clamped_or_refused() {
+    let (mut a, _b, to_b) = pair("hostileans", Params::default());
+    let free_before = free_buffers(&a);
+    let mut ha = Collect::default();
+    send_request(&mut a, to_b, 1, 100).unwrap();
+    let with_buf = a.next_msg_id - 1;
+    let hdr = MsgHeader { app: 0, tag: 2, data: 0, aux: 0, len: 8 };
+    let opts = SendOpts { cookie: 2, delivery_complete: true, more: false };
+    a.send_bytes(to_b, hdr, &[0; 8], opts).unwrap();
+    let without = a.next_msg_id - 1;
+    // Forged responses, as the receiver would push them into our response ring.
+    let peer = crate::region::Region::open(a.name()).unwrap();
+    for (msg_id, value) in [(with_buf, u64::MAX), (without, 8)] {
+        let entry = super::recv::done(msg_id, crate::cmd::Status::Placed, value);
+        peer.resp_ring().push(&entry).unwrap();
+    }
+    let dl = deadline();
+    while ha.sends_done.len() < 2 {
+        assert!(std::time::Instant::now() < dl, "forged answers not handled");
+        a.progress(&mut ha);
+    }
+    assert_eq!(ha.answers.len(), 1);
+    assert_eq!((ha.answers[0].0, ha.answers[0].1.len()), (1, INJECT_SIZE as usize), "length not clamped");
+    assert_eq!(ha.sends_done[0], (1, Ok(())));
+    assert!(matches!(ha.sends_done[1], (2, Err(Error::Corrupt(_)))), "{:?}", ha.sends_done);
+    assert_eq!(free_buffers(&a), free_before, "reserved buffers not returned");
+}
+
+/// A receiver that goes away with requests unanswered: they fail, and their buffers (and
+/// those of requests that never went out) are free again.
+#[test]
+fn answer_buffers_come_back_when_the_receiver_goes() {
+    let (mut a, b, to_b) = pair("anslost", Params::default());
+    let free_before = free_buffers(&a);
+    let mut ha = Collect::default();
+    for (i, len) in [100usize, 20_000].into_iter().enumerate() {
+        assert_eq!(send_request(&mut a, to_b, i as u64, len), Ok(SendStatus::Pending));
+    }
+    assert_eq!(a.answer_bufs_held(), 2);
+    // Not acknowledged: refused before anything is sent, the buffer freed at once.
+    let buf = a.reserve_answer_buf(100).unwrap();
+    let hdr = MsgHeader { app: 0, tag: 9, data: 0, aux: 0, len: 8 };
+    assert!(a.send_bytes_answered(to_b, hdr, &request(buf.wire(), 100), SendOpts::default(), buf).is_err());
+    drop(b);
+    let dl = deadline();
+    while ha.sends_done.len() < 2 {
+        assert!(std::time::Instant::now() < dl, "requests to a closed receiver not failed");
+        a.progress(&mut ha);
+    }
+    assert!(ha.sends_done.iter().all(|d| d.1 == Err(Error::PeerDead)), "{:?}", ha.sends_done);
+    assert_eq!(a.answer_bufs_held(), 0);
+    assert_eq!(free_buffers(&a), free_before, "reserved buffers not returned");
 }
