@@ -108,43 +108,57 @@ pub fn scenarios() -> Vec<Scenario> {
             "rma/scalable/err_range",
             2,
             40,
-            errors::<SCALABLE, RANGE>,
-            "accesses outside the MR: error completion (FI_EACCES/FI_EINVAL), target memory unchanged",
+            errors::<SCALABLE, RANGE, true>,
+            "accesses outside the MR (writes with FI_DELIVERY_COMPLETE): error completion (FI_EACCES/FI_EINVAL), target memory unchanged",
         ),
         scn(
             "rma/basic/err_range",
             2,
             40,
-            errors::<BASIC, RANGE>,
-            "accesses outside the MR: error completion (FI_EACCES/FI_EINVAL), target memory unchanged",
+            errors::<BASIC, RANGE, true>,
+            "accesses outside the MR (writes with FI_DELIVERY_COMPLETE): error completion (FI_EACCES/FI_EINVAL), target memory unchanged",
         ),
         scn(
             "rma/scalable/err_key",
             2,
             40,
-            errors::<SCALABLE, KEY_ERR>,
-            "wrong key: error completion (FI_EACCES/FI_EINVAL), target memory unchanged, no remote CQ data",
+            errors::<SCALABLE, KEY_ERR, true>,
+            "wrong key (writes with FI_DELIVERY_COMPLETE): error completion (FI_EACCES/FI_EINVAL), target memory unchanged, no remote CQ data",
         ),
         scn(
             "rma/basic/err_key",
             2,
             40,
-            errors::<BASIC, KEY_ERR>,
-            "wrong key: error completion (FI_EACCES/FI_EINVAL), target memory unchanged, no remote CQ data",
+            errors::<BASIC, KEY_ERR, true>,
+            "wrong key (writes with FI_DELIVERY_COMPLETE): error completion (FI_EACCES/FI_EINVAL), target memory unchanged, no remote CQ data",
         ),
         scn(
             "rma/scalable/err_access",
             2,
             40,
-            errors::<SCALABLE, ACCESS>,
-            "write to a read-only MR, read from a write-only MR: error completion, memory unchanged",
+            errors::<SCALABLE, ACCESS, true>,
+            "write to a read-only MR (FI_DELIVERY_COMPLETE), read from a write-only MR: error completion, memory unchanged",
         ),
         scn(
             "rma/basic/err_access",
             2,
             40,
-            errors::<BASIC, ACCESS>,
-            "write to a read-only MR, read from a write-only MR: error completion, memory unchanged",
+            errors::<BASIC, ACCESS, true>,
+            "write to a read-only MR (FI_DELIVERY_COMPLETE), read from a write-only MR: error completion, memory unchanged",
+        ),
+        scn(
+            "rma/scalable/err_unacked",
+            2,
+            40,
+            errors::<SCALABLE, ALL_ERRS, false>,
+            "every invalid access with plain fi_write/fi_writedata (transmit complete): success or error completion, target memory unchanged, no remote CQ data, the endpoint still works and reads see its next write",
+        ),
+        scn(
+            "rma/basic/err_unacked",
+            2,
+            40,
+            errors::<BASIC, ALL_ERRS, false>,
+            "every invalid access with plain fi_write/fi_writedata (transmit complete): success or error completion, target memory unchanged, no remote CQ data, the endpoint still works and reads see its next write",
         ),
         scn(
             "rma/fence",
@@ -727,6 +741,8 @@ const PAD: usize = 65536;
 const RANGE: u8 = 0;
 const KEY_ERR: u8 = 1;
 const ACCESS: u8 = 2;
+/// Every class at once (the transmit-complete run).
+const ALL_ERRS: u8 = 3;
 
 #[derive(Clone, Copy, Debug)]
 enum Mrs {
@@ -760,7 +776,7 @@ impl ErrCase {
 
 fn err_cases(class: u8) -> Vec<ErrCase> {
     let mut v = all_err_cases();
-    v.retain(|c| c.class() == class);
+    v.retain(|c| class == ALL_ERRS || c.class() == class);
     v
 }
 
@@ -790,7 +806,14 @@ fn all_err_cases() -> Vec<ErrCase> {
     ]
 }
 
-fn errors<const M: u8, const CLASS: u8>(r: &mut Rank) -> TResult {
+/// The invalid accesses of `CLASS`. With `DC` every write asks for FI_DELIVERY_COMPLETE
+/// (fi_writemsg), so its refusal must come back as an error completion: a write completed
+/// earlier (transmit or inject complete, fi_cq(3)) cannot carry the target's verdict. Without it
+/// the writes are plain fi_write/fi_writedata, which a provider may complete when queued: then
+/// a success is as right as an error, but the target's memory must still be unchanged, no
+/// remote CQ data may appear, and the endpoint must go on working (a later write lands, a read
+/// after it sees it). Reads always wait for their data, so they must fail either way.
+fn errors<const M: u8, const CLASS: u8, const DC: bool>(r: &mut Rank) -> TResult {
     let mut p = open(r, MSG | RMA, M)?;
     let lens = [LA, 4096, 4096];
     let access = [REMOTE_READ | REMOTE_WRITE, REMOTE_READ, REMOTE_WRITE];
@@ -856,7 +879,11 @@ fn errors<const M: u8, const CLASS: u8>(r: &mut Rank) -> TResult {
                 addr: m.addr.wrapping_add(c.off as u64),
                 key: if c.wrong_key { wrong } else { m.key },
             };
-            let res = if c.write {
+            let res = if c.write && DC {
+                let rma = [ffi::fi_rma_iov { addr: t.addr, len: c.len, key: t.key }];
+                let flags = COMPLETION | DELIVERY_COMPLETE | if c.cq_data { REMOTE_CQ_DATA } else { 0 };
+                p.writemsg(c.what, vec![data_of(7, c.len)], t.dest, &rma, flags, 0xBAD)
+            } else if c.write {
                 p.write(c.what, data_of(7, c.len), t, c.cq_data.then_some(0xBAD))
             } else {
                 p.read(c.what, c.len, t)
@@ -884,7 +911,9 @@ fn errors<const M: u8, const CLASS: u8>(r: &mut Rank) -> TResult {
                 continue;
             };
             let (eacces, einval) = (ffi::FI_EACCES as i32, ffi::FI_EINVAL as i32);
-            if d.err == 0 {
+            if d.err == 0 && c.write && !DC {
+                codes.push(format!("{}=completed when queued", c.what));
+            } else if d.err == 0 {
                 bad.push(format!("{}: completed successfully", c.what));
             } else if d.err != eacces && d.err != einval {
                 bad.push(format!(

@@ -933,6 +933,41 @@ impl Peer {
         })
     }
 
+    /// `fi_atomicmsg` of `count` elements (a base atomic) with `flags`. Buffer: the operand.
+    #[allow(clippy::too_many_arguments)]
+    pub fn atomicmsg(
+        &mut self,
+        what: &str,
+        dt: ffi::fi_datatype,
+        op: ffi::fi_op,
+        count: usize,
+        operand: Vec<u8>,
+        t: Target,
+        flags: u64,
+    ) -> TResult<Result<u64, i32>> {
+        assert!(operand.len() >= count * dt_size(dt));
+        self.post(what, vec![operand], |ep, ctx, p| {
+            let ioc = ffi::fi_ioc { addr: p[0].cast(), count };
+            let rma = ffi::fi_rma_ioc { addr: t.addr, count, key: t.key };
+            let mut desc = null_mut::<c_void>();
+            let msg = ffi::fi_msg_atomic {
+                msg_iov: &ioc,
+                desc: &mut desc,
+                iov_count: 1,
+                addr: t.dest,
+                rma_iov: &rma,
+                rma_iov_count: 1,
+                datatype: dt,
+                op,
+                context: ctx,
+                data: 0,
+            };
+            // SAFETY: the operand and the context belong to the op; the message lives through
+            // the call.
+            unsafe { ep.atomicmsg(&msg, flags) }
+        })
+    }
+
     /// `fi_recv` of up to `len` bytes from anyone.
     pub fn recv(&mut self, len: usize) -> TResult<u64> {
         let r = self.post("fi_recv", vec![vec![0u8; len]], |ep, ctx, p| {

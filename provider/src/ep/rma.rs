@@ -5,14 +5,49 @@
 //!
 //! | kind       | header                                   | payload                     | answered        |
 //! |------------|------------------------------------------|-----------------------------|-----------------|
-//! | WRITE      | tag = key, aux = address, data = CQ data | the bytes                   | on delivery     |
+//! | WRITE      | tag = key, aux = address, data = CQ data | the bytes                   | if acknowledged |
 //! | READ_REQ   | tag = key, aux = address                 | op id, length               | after the reply |
 //! | READ_RESP  | tag = op id                              | the bytes read / old values | -               |
-//! | ATOMIC     | tag = key, aux = address, data = `Desc`  | op id, operands, compares   | applied / reply |
+//! | ATOMIC     | tag = key, aux = address, data = `Desc`  | op id, operands, compares   | ack'd / reply   |
+//!
+//! ## Completion levels
+//!
+//! Reads and fetching (or compare) atomics complete when their data is back, which is
+//! FI_DELIVERY_COMPLETE whatever the caller asked (fi_atomic(3): "atomic fetch operations have
+//! FI_DELIVERY_COMPLETE semantics"). A write or base atomic is *acknowledged* (the target answers
+//! once the data is placed, and the answer completes it) when the caller asks for
+//! FI_DELIVERY_COMPLETE or FI_COMMIT_COMPLETE, on the call or in the endpoint's tx op_flags; when
+//! it targets this endpoint itself (the data would otherwise sit in our own ring until our next
+//! progress, where a local load after the completion would not see it); when it is larger than
+//! an inject buffer (CMA and SAR always answer: the target reads the initiator's buffer); or when
+//! FI_RSHM_RMA_ACK is set. Otherwise it completes as soon as its command, with the data inline
+//! or in an inject buffer, is in the target's ring (transmit complete, as the C shm and sm2 do
+//! and as fi_tinject does for messages): no answer, no tx slot, no round trip. fi_cq(3): "if an
+//! RMA operation completes at the initiator as either FI_INJECT_COMPLETE or
+//! FI_TRANSMIT_COMPLETE, the data visibility at the target is not guaranteed"; fi_atomic(3):
+//! completions of base atomics "indicate that it is safe to re-use the source data buffers".
+//!
+//! What still holds for an unacknowledged operation:
+//! - Ordering from one initiator: the target serves its ring in order and places inline and
+//!   inject data in the step in which it pops the command, so a later read, fetch or atomic
+//!   from the same initiator (to the same endpoint) sees the write; so does anyone whose access
+//!   reaches the target's ring after the write's completion (every remote access goes through
+//!   that ring).
+//! - FI_FENCE waits for the earlier operations' completions; for unacknowledged ones that is
+//!   their queueing, and ring order does the rest.
+//! - Counters: the initiator's FI_WRITE counter counts it at completion; the target's remote
+//!   counters when it is applied.
+//! - What does not: a refusal (bad key, range or access) cannot reach the initiator's completion,
+//!   which has already been reported. The target leaves its memory untouched and logs the refusal
+//!   (warn, `refuse`); an application that needs the verdict asks for FI_DELIVERY_COMPLETE. And a
+//!   process that learns of the write through another channel (a fetch answered into a different
+//!   endpoint, shared memory of its own) may look at its memory before its ring is drained: only
+//!   FI_DELIVERY_COMPLETE promises visibility there. (SOS asks for it on its extra contexts, but
+//!   its default context is the target endpoint with op_flags 0: SOS.md 1.4.)
 //!
 //! The target checks key, range and access against its domain's registrations
 //! (`MrTable::resolve`) before it touches memory and refuses what fails (the initiator gets an
-//! error completion, the target's memory is untouched). It applies atomics itself, in arrival
+//! error completion if it waits for one, the target's memory is untouched). It applies atomics itself, in arrival
 //! order, all through one path under the domain lock, so they are atomic with respect to each
 //! other from any peer and from the endpoint itself. A read (or fetching atomic) completes at
 //! the initiator when the target's answer and the reply's data have both arrived: the target
@@ -27,7 +62,7 @@ use crate::mr::MrTable;
 use rshm_ffi as ffi;
 use slab::Slab;
 use smr_core::cmd::{MsgHeader, ANSWER_DATA_MAX};
-use smr_core::endpoint::{Disposition, Endpoint, Incoming, SendOpts, SendStatus, SrcId};
+use smr_core::endpoint::{Disposition, Endpoint, Incoming, PeerId, SendOpts, SendStatus, SrcId};
 use smr_core::idmap::IdMap;
 use smr_core::iov::{LocalIov, Ranges};
 use smr_core::Error as EngineError;
@@ -241,6 +276,8 @@ pub struct RmaState {
     /// which client checks read to prove that one-sided traffic went through rshm).
     pub issued: u64,
     pub served: u64,
+    /// Per engine peer: whether it is this endpoint itself (`loopback`).
+    loopback: Vec<Option<bool>>,
 }
 
 /// What a one-sided call asks for, once the entry point has checked its arguments.
@@ -262,7 +299,7 @@ pub enum Op {
 
 /// Start a one-sided operation on endpoint `id`.
 pub fn start(st: &mut crate::domain::DomainState, id: usize, a: OneSided, op: Op) -> FiResult<()> {
-    let crate::domain::DomainState { eps, avs, .. } = st;
+    let crate::domain::DomainState { eps, avs, cqs, cntrs, .. } = st;
     let ep = eps.get_mut(id).ok_or(FiError::INVAL)?;
     if ep.engine.is_none() {
         return Err(FiError::NOTCONN);
@@ -303,10 +340,16 @@ pub fn start(st: &mut crate::domain::DomainState, id: usize, a: OneSided, op: Op
             (hdr, Payload::Own(payload), tx, Some((op_id, local, len)))
         }
         Op::Atomic { desc, operand, compare, result } => {
-            let op_id = ep.rma.new_op();
-            let mut payload = Bytes::from_slice(&op_id.to_le_bytes());
-            gather(&mut payload, operand);
-            gather(&mut payload, compare);
+            // Only fetching kinds are matched to a reply by their id; a base atomic sends 0.
+            let op_id = if desc.kind == Kind::Write { 0 } else { ep.rma.new_op() };
+            let mut payload = Bytes::new();
+            payload.extend_from_slice(&op_id.to_le_bytes());
+            // SAFETY: the application's operand and compare buffers (non-NULL, of their
+            // lengths: checked by the entry point), read during this call only.
+            unsafe {
+                gather(&mut payload, &operand);
+                gather(&mut payload, &compare);
+            }
             if payload.len() != desc.payload() {
                 return Err(FiError::INVAL);
             }
@@ -325,11 +368,16 @@ pub fn start(st: &mut crate::domain::DomainState, id: usize, a: OneSided, op: Op
     };
     crate::debug!(EpData, "one-sided {:#x} to {} key {:#x} addr {:#x} len {}", hdr.app, a.dest, a.key, a.addr, hdr.len);
     let engine = ep.engine.as_mut().expect("checked above");
-    // Every one-sided operation is acknowledged: a refusal (bad key, range, access) must reach
-    // the initiator, and completion then means the data is at the target (delivery complete).
+    // Completion level (see the module doc): reads and fetching atomics complete on their
+    // answer; writes and base atomics only when the caller asks for FI_DELIVERY_COMPLETE (or
+    // FI_COMMIT_COMPLETE), on the call or in the endpoint's op_flags, or target this endpoint
+    // itself. The others complete once queued, and the engine acknowledges the large ones (CMA,
+    // SAR) anyway.
+    let asked = (a.flags | ep.tx_op_flags) & (ffi::FI_DELIVERY_COMPLETE | ffi::FI_COMMIT_COMPLETE) as u64 != 0;
+    let acked = reply_to.is_some() || asked || ep.rma.loopback(engine, peer) || crate::params::config().rma_ack;
     // FI_MORE: the engine batches small requests to a peer until the next call without it.
     let more = a.flags & ffi::FI_MORE as u64 != 0;
-    let opts = SendOpts { cookie: slot as u64, delivery_complete: true, more };
+    let opts = SendOpts { cookie: slot as u64, delivery_complete: acked, more };
     let sent = match payload {
         // SAFETY: the application's source buffer, which it leaves unchanged until the write
         // completes (the engine copies inject-sized ones before returning).
@@ -338,7 +386,19 @@ pub fn start(st: &mut crate::domain::DomainState, id: usize, a: OneSided, op: Op
         Payload::Own(bytes) => engine.send(peer, hdr, LocalIov::owned(bytes.into_vec()), opts),
     };
     match sent {
-        // An acknowledged send is never done at once: its answer completes it.
+        // Queued and complete (never so for an acknowledged send): report it now, unless
+        // nothing would see it (an inject with no counter).
+        Ok(SendStatus::Done) if !acked => {
+            let kind = tx.kind();
+            ep.rma.issued += 1;
+            if tx.wanted() || ep.bindings.tx_cntr(kind).is_some() {
+                let mut sinks = super::Sinks { cqs, cntrs, b: &ep.bindings };
+                let entry = super::ctx_completion(a.ctx, tx.flags());
+                sinks.tx_done(CqEvent::Done(entry), tx.wanted(), kind);
+            }
+            return Ok(());
+        }
+        // The answer (or, for a batched one, its push into the ring) completes it.
         Ok(SendStatus::Pending | SendStatus::Done) => {}
         Err(EngineError::Again) => return Err(FiError::AGAIN),
         Err(e) => {
@@ -372,19 +432,36 @@ enum Payload {
 }
 
 /// Append the bytes of application ranges.
-fn gather(out: &mut Bytes, ranges: Ranges) {
-    let len: usize = ranges.iter().map(|p| p.1).sum();
-    let at = out.len();
-    out.resize(at + len, 0);
-    // SAFETY: the application's operand buffers, readable for the duration of the call.
-    let src = unsafe { super::rx::lend(ranges) };
-    src.read_at(0, &mut out[at..]);
+///
+/// # Safety
+/// Every range must be readable memory for the duration of the call.
+unsafe fn gather(out: &mut Bytes, ranges: &Ranges) {
+    for &(addr, len) in ranges {
+        // SAFETY: per this function's contract, `len` readable bytes at `addr`.
+        out.extend_from_slice(unsafe { std::slice::from_raw_parts(addr as *const u8, len) });
+    }
 }
 
 impl RmaState {
     fn new_op(&mut self) -> u64 {
         self.next_op = self.next_op.wrapping_add(1);
         self.next_op
+    }
+
+    /// Whether `peer` is this endpoint itself (remembered per peer: ids are never reused).
+    fn loopback(&mut self, engine: &Endpoint, peer: PeerId) -> bool {
+        let i = peer as usize;
+        match self.loopback.get(i) {
+            Some(&Some(me)) => me,
+            _ => {
+                let me = engine.peer_name(peer) == Some(engine.name());
+                if self.loopback.len() <= i {
+                    self.loopback.resize(i + 1, None);
+                }
+                self.loopback[i] = Some(me);
+                me
+            }
+        }
     }
 
     /// Replies or answers are waiting to go out.
@@ -426,7 +503,7 @@ impl Target<'_> {
                     let dest = unsafe { super::rx::lend(ranges) };
                     Disposition::Deliver { dest, ctx: CTX_TARGET | ctx as u64 }
                 }
-                Err(errno) => Disposition::Refuse(errno),
+                Err(errno) => refuse(msg, errno),
             },
             KIND_READ_REQ if hdr.len == 16 => {
                 let op = TargetOp::ReadReq { src: msg.src, msg_id: msg.msg_id, key: hdr.tag, addr: hdr.aux };
@@ -444,13 +521,13 @@ impl Target<'_> {
                         Disposition::Deliver { dest, ctx }
                     }
                 }
-                Err(errno) => Disposition::Refuse(errno),
+                Err(errno) => refuse(msg, errno),
             },
             KIND_READ_RESP => match self.rma.pending.get_mut(&hdr.tag).and_then(|p| p.dest.take()) {
                 Some(dest) => Disposition::Deliver { dest, ctx: CTX_REPLY | hdr.tag },
                 None => Disposition::Discard,
             },
-            _ => Disposition::Refuse(ffi::FI_EINVAL),
+            _ => refuse(msg, ffi::FI_EINVAL),
         }
     }
 
@@ -475,7 +552,7 @@ impl Target<'_> {
                     written(sinks, mr.write_cntr, cq_data(&hdr), hdr.len);
                     taken(false)
                 }
-                Err(errno) => Disposition::Refuse(errno),
+                Err(errno) => refuse(msg, errno),
             },
             KIND_READ_REQ => {
                 self.serve_read(msg.src, msg.msg_id, hdr.tag, hdr.aux, payload, sinks);
@@ -486,7 +563,7 @@ impl Target<'_> {
                     self.serve_atomic(desc, &target, mr_cntr, reply, Some(payload), sinks);
                     taken(reply.is_some())
                 }
-                Err(errno) => Disposition::Refuse(errno),
+                Err(errno) => refuse(msg, errno),
             },
         })
     }
@@ -614,6 +691,26 @@ impl Target<'_> {
     fn answer(&mut self, src: SrcId, msg_id: u64, result: Result<(), u32>) {
         self.rma.outbox.push_back(Outgoing::Answer { src, msg_id, result });
     }
+}
+
+/// Refuse a peer's operation (bad key, range, access or request). One its initiator completed
+/// when it queued it (`Incoming::acked` false) reaches no completion there: say why here.
+fn refuse(msg: &Incoming, errno: u32) -> Disposition {
+    if !msg.acked {
+        let h = msg.hdr;
+        crate::warn!(
+            EpData,
+            "refused a one-sided operation (kind {}, key {:#x}, addr {:#x}, {} B) from source {}: {}; target memory \
+             untouched; its initiator completed it when queued (no FI_DELIVERY_COMPLETE) and is not told",
+            kind_of(h.app),
+            h.tag,
+            h.aux,
+            h.len,
+            msg.src,
+            crate::core_api::errname(errno)
+        );
+    }
+    Disposition::Refuse(errno)
 }
 
 /// A write's remote CQ data, if it carries any.
