@@ -15,7 +15,6 @@ const DEFINITIONS: &[(&str, ffi::fi_param_type, &str)] = &[
     ("SAR_COUNT", ffi::FI_PARAM_SIZE_T, "SAR bounce buffers per endpoint (default: 32)"),
     ("SAR_SIZE", ffi::FI_PARAM_SIZE_T, "Bytes per SAR bounce buffer (default: 65536)"),
     ("MAX_PEERS", ffi::FI_PARAM_SIZE_T, "Peers that may send to one endpoint (default: 1024)"),
-    ("RMA_ACK", ffi::FI_PARAM_BOOL, "Acknowledge every RMA write and atomic, as with FI_DELIVERY_COMPLETE, also when the caller did not ask for it; off: a write or base atomic carried in the command completes once queued at the target, and a refusal there is only logged (default: off)"),
     ("PEER_TIMEOUT_MS", ffi::FI_PARAM_SIZE_T, "How long sends to an address with no endpoint behind it retry before failing (default: 30000)"),
 ];
 
@@ -50,8 +49,6 @@ fn get_size(name: &str) -> Option<usize> {
 pub struct Config {
     pub engine: smr_core::endpoint::Params,
     pub remote_comm: bool,
-    /// FI_RSHM_RMA_ACK: every write and atomic waits for the target's answer.
-    pub rma_ack: bool,
 }
 
 pub fn config() -> &'static Config {
@@ -81,10 +78,6 @@ pub fn config() -> &'static Config {
         if let Some(ms) = get_size("PEER_TIMEOUT_MS") {
             engine.absent_peer_timeout = Duration::from_millis(ms as u64);
         }
-        Config {
-            engine,
-            remote_comm: get_bool("REMOTE_COMM").unwrap_or(false),
-            rma_ack: get_bool("RMA_ACK").unwrap_or(false),
-        }
+        Config { engine, remote_comm: get_bool("REMOTE_COMM").unwrap_or(false) }
     })
 }

@@ -13,7 +13,7 @@
 
 use super::rma_util::{
     self as u, must, payload, split, MrInfo, Peer, Spec, Target, BASIC, COMPLETION, DELIVERY_COMPLETE, FENCE, MSG,
-    READ, REMOTE_CQ_DATA, REMOTE_READ, REMOTE_WRITE, RMA, SCALABLE, WRITE,
+    READ, REMOTE_CQ_DATA, REMOTE_READ, REMOTE_WRITE, RMA, SCALABLE, TRANSMIT_COMPLETE, WRITE,
 };
 use super::{scn, seed, setup, Scenario};
 use crate::fabric::{self, ffi, FiAddr, Mr};
@@ -147,18 +147,18 @@ pub fn scenarios() -> Vec<Scenario> {
             "write to a read-only MR (FI_DELIVERY_COMPLETE), read from a write-only MR: error completion, memory unchanged",
         ),
         scn(
-            "rma/scalable/err_unacked",
+            "rma/scalable/err_transmit_complete",
             2,
             40,
             errors::<SCALABLE, ALL_ERRS, false>,
-            "every invalid access with plain fi_write/fi_writedata (transmit complete): success or error completion, target memory unchanged, no remote CQ data, the endpoint still works and reads see its next write",
+            "every invalid access, writes with fi_writemsg(FI_TRANSMIT_COMPLETE): success or error completion, target memory unchanged, no remote CQ data, the endpoint still works and a read sees its next write",
         ),
         scn(
-            "rma/basic/err_unacked",
+            "rma/basic/err_transmit_complete",
             2,
             40,
             errors::<BASIC, ALL_ERRS, false>,
-            "every invalid access with plain fi_write/fi_writedata (transmit complete): success or error completion, target memory unchanged, no remote CQ data, the endpoint still works and reads see its next write",
+            "every invalid access, writes with fi_writemsg(FI_TRANSMIT_COMPLETE): success or error completion, target memory unchanged, no remote CQ data, the endpoint still works and a read sees its next write",
         ),
         scn(
             "rma/fence",
@@ -807,12 +807,12 @@ fn all_err_cases() -> Vec<ErrCase> {
 }
 
 /// The invalid accesses of `CLASS`. With `DC` every write asks for FI_DELIVERY_COMPLETE
-/// (fi_writemsg), so its refusal must come back as an error completion: a write completed
-/// earlier (transmit or inject complete, fi_cq(3)) cannot carry the target's verdict. Without it
-/// the writes are plain fi_write/fi_writedata, which a provider may complete when queued: then
-/// a success is as right as an error, but the target's memory must still be unchanged, no
-/// remote CQ data may appear, and the endpoint must go on working (a later write lands, a read
-/// after it sees it). Reads always wait for their data, so they must fail either way.
+/// (fi_writemsg), so its refusal must come back as an error completion. Without it the writes
+/// ask for FI_TRANSMIT_COMPLETE, which a provider may report once the write is queued, before
+/// the target has seen it (fi_cq(3)): then a success is as right as an error, but the target's
+/// memory must still be unchanged, no remote CQ data may appear, and the endpoint must go on
+/// working (its next write lands, a read after it sees it). Reads always wait for their data,
+/// so they must fail either way.
 fn errors<const M: u8, const CLASS: u8, const DC: bool>(r: &mut Rank) -> TResult {
     let mut p = open(r, MSG | RMA, M)?;
     let lens = [LA, 4096, 4096];
@@ -879,12 +879,11 @@ fn errors<const M: u8, const CLASS: u8, const DC: bool>(r: &mut Rank) -> TResult
                 addr: m.addr.wrapping_add(c.off as u64),
                 key: if c.wrong_key { wrong } else { m.key },
             };
-            let res = if c.write && DC {
+            let res = if c.write {
                 let rma = [ffi::fi_rma_iov { addr: t.addr, len: c.len, key: t.key }];
-                let flags = COMPLETION | DELIVERY_COMPLETE | if c.cq_data { REMOTE_CQ_DATA } else { 0 };
+                let level = if DC { DELIVERY_COMPLETE } else { TRANSMIT_COMPLETE };
+                let flags = COMPLETION | level | if c.cq_data { REMOTE_CQ_DATA } else { 0 };
                 p.writemsg(c.what, vec![data_of(7, c.len)], t.dest, &rma, flags, 0xBAD)
-            } else if c.write {
-                p.write(c.what, data_of(7, c.len), t, c.cq_data.then_some(0xBAD))
             } else {
                 p.read(c.what, c.len, t)
             };
@@ -912,7 +911,7 @@ fn errors<const M: u8, const CLASS: u8, const DC: bool>(r: &mut Rank) -> TResult
             };
             let (eacces, einval) = (ffi::FI_EACCES as i32, ffi::FI_EINVAL as i32);
             if d.err == 0 && c.write && !DC {
-                codes.push(format!("{}=completed when queued", c.what));
+                codes.push(format!("{}=completed (transmit complete)", c.what));
             } else if d.err == 0 {
                 bad.push(format!("{}: completed successfully", c.what));
             } else if d.err != eacces && d.err != einval {
@@ -933,7 +932,14 @@ fn errors<const M: u8, const CLASS: u8, const DC: bool>(r: &mut Rank) -> TResult
         let t = Target { dest: p.addrs[TARGET], addr: mrs[0].addr, key: mrs[0].key };
         let mut after = || -> TResult {
             let what = "fi_write after the errors";
-            let id = must(what, p.write(what, data_of(99, vl), t.at(vo), None)?)?;
+            let level = if DC { 0 } else { COMPLETION | TRANSMIT_COMPLETE };
+            let id = if DC {
+                must(what, p.write(what, data_of(99, vl), t.at(vo), None)?)?
+            } else {
+                let ta = t.at(vo);
+                let rma = [ffi::fi_rma_iov { addr: ta.addr, len: vl, key: ta.key }];
+                must(what, p.writemsg(what, vec![data_of(99, vl)], ta.dest, &rma, level, 0)?)?
+            };
             p.wait_ok(id)?;
             let what = "fi_read after the errors";
             let id = must(what, p.read(what, vl, t.at(vo))?)?;

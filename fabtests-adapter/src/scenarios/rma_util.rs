@@ -28,6 +28,7 @@ pub const REMOTE_READ: u64 = ffi::FI_REMOTE_READ as u64;
 pub const REMOTE_WRITE: u64 = ffi::FI_REMOTE_WRITE as u64;
 pub const REMOTE_CQ_DATA: u64 = ffi::FI_REMOTE_CQ_DATA as u64;
 pub const DELIVERY_COMPLETE: u64 = ffi::FI_DELIVERY_COMPLETE as u64;
+pub const TRANSMIT_COMPLETE: u64 = ffi::FI_TRANSMIT_COMPLETE as u64;
 pub const COMPLETION: u64 = ffi::FI_COMPLETION as u64;
 pub const FENCE: u64 = ffi::FI_FENCE as u64;
 pub const RMA_EVENT: u64 = ffi::FI_RMA_EVENT;

@@ -14,36 +14,37 @@
 //!
 //! Reads and fetching (or compare) atomics complete when their data is back, which is
 //! FI_DELIVERY_COMPLETE whatever the caller asked (fi_atomic(3): "atomic fetch operations have
-//! FI_DELIVERY_COMPLETE semantics"). A write or base atomic is *acknowledged* (the target answers
-//! once the data is placed, and the answer completes it) when the caller asks for
-//! FI_DELIVERY_COMPLETE or FI_COMMIT_COMPLETE, on the call or in the endpoint's tx op_flags; when
-//! it targets this endpoint itself (the data would otherwise sit in our own ring until our next
-//! progress, where a local load after the completion would not see it); when it is larger than
-//! an inject buffer (CMA and SAR always answer: the target reads the initiator's buffer); or when
-//! FI_RSHM_RMA_ACK is set. Otherwise it completes as soon as its command, with the data inline
-//! or in an inject buffer, is in the target's ring (transmit complete, as the C shm and sm2 do
-//! and as fi_tinject does for messages): no answer, no tx slot, no round trip. fi_cq(3): "if an
-//! RMA operation completes at the initiator as either FI_INJECT_COMPLETE or
-//! FI_TRANSMIT_COMPLETE, the data visibility at the target is not guaranteed"; fi_atomic(3):
-//! completions of base atomics "indicate that it is safe to re-use the source data buffers".
+//! FI_DELIVERY_COMPLETE semantics"). Writes and base atomics are *acknowledged* by default: the
+//! target answers once the data is placed, and the answer completes them (delivery complete).
+//! That default is deliberate. SOS's default context is its target endpoint, whose tx op_flags
+//! it sets to 0 (SOS.md 1.3), and `shmem_quiet` counts on a completed put being visible to every
+//! PE: were a put complete once queued in the target's ring, a third PE told about it could read
+//! the old bytes through a path that does not pass that ring (a CMA read of the target's memory),
+//! or the target itself could load them before it drains its ring.
 //!
-//! What still holds for an unacknowledged operation:
+//! Only a caller that asks for less gets less: a write or base atomic whose flags (on the call,
+//! or the endpoint's tx op_flags) include FI_TRANSMIT_COMPLETE or FI_INJECT_COMPLETE, and neither
+//! FI_DELIVERY_COMPLETE nor FI_COMMIT_COMPLETE, completes as soon as its command, the data inline
+//! or in an inject buffer, is in the target's ring: no answer, no tx slot, no round trip (the C
+//! shm and sm2 complete there even by default). fi_cq(3): "if an RMA operation completes at the
+//! initiator as either FI_INJECT_COMPLETE or FI_TRANSMIT_COMPLETE, the data visibility at the
+//! target is not guaranteed"; fi_atomic(3): completions of base atomics "indicate that it is safe
+//! to re-use the source data buffers". Still acknowledged whatever the flags: operations to this
+//! endpoint itself (the data would wait in our own ring, where a local load after the completion
+//! would miss it) and writes larger than an inject buffer (CMA and SAR: the target reads the
+//! initiator's buffer, so the engine always answers).
+//!
+//! What holds for an unacknowledged operation:
 //! - Ordering from one initiator: the target serves its ring in order and places inline and
-//!   inject data in the step in which it pops the command, so a later read, fetch or atomic
-//!   from the same initiator (to the same endpoint) sees the write; so does anyone whose access
-//!   reaches the target's ring after the write's completion (every remote access goes through
-//!   that ring).
-//! - FI_FENCE waits for the earlier operations' completions; for unacknowledged ones that is
-//!   their queueing, and ring order does the rest.
-//! - Counters: the initiator's FI_WRITE counter counts it at completion; the target's remote
+//!   inject data in the step in which it pops the command, so a later read, fetch or atomic from
+//!   the same initiator to the same endpoint sees it (FI_ORDER_RMA_RAW and friends).
+//! - FI_FENCE waits for the earlier operations' completions, for these their queueing; ring
+//!   order does the rest.
+//! - Counters: the initiator's FI_WRITE counter counts it at its completion; the target's remote
 //!   counters when it is applied.
-//! - What does not: a refusal (bad key, range or access) cannot reach the initiator's completion,
-//!   which has already been reported. The target leaves its memory untouched and logs the refusal
-//!   (warn, `refuse`); an application that needs the verdict asks for FI_DELIVERY_COMPLETE. And a
-//!   process that learns of the write through another channel (a fetch answered into a different
-//!   endpoint, shared memory of its own) may look at its memory before its ring is drained: only
-//!   FI_DELIVERY_COMPLETE promises visibility there. (SOS asks for it on its extra contexts, but
-//!   its default context is the target endpoint with op_flags 0: SOS.md 1.4.)
+//! - A refusal (bad key, range or access) cannot reach the initiator's completion, reported
+//!   already: the target leaves its memory untouched and logs the refusal at warn level
+//!   (`refuse`). An application that needs the verdict asks for FI_DELIVERY_COMPLETE.
 //!
 //! The target checks key, range and access against its domain's registrations
 //! (`MrTable::resolve`) before it touches memory and refuses what fails (the initiator gets an
@@ -368,13 +369,14 @@ pub fn start(st: &mut crate::domain::DomainState, id: usize, a: OneSided, op: Op
     };
     crate::debug!(EpData, "one-sided {:#x} to {} key {:#x} addr {:#x} len {}", hdr.app, a.dest, a.key, a.addr, hdr.len);
     let engine = ep.engine.as_mut().expect("checked above");
-    // Completion level (see the module doc): reads and fetching atomics complete on their
-    // answer; writes and base atomics only when the caller asks for FI_DELIVERY_COMPLETE (or
-    // FI_COMMIT_COMPLETE), on the call or in the endpoint's op_flags, or target this endpoint
-    // itself. The others complete once queued, and the engine acknowledges the large ones (CMA,
-    // SAR) anyway.
-    let asked = (a.flags | ep.tx_op_flags) & (ffi::FI_DELIVERY_COMPLETE | ffi::FI_COMMIT_COMPLETE) as u64 != 0;
-    let acked = reply_to.is_some() || asked || ep.rma.loopback(engine, peer) || crate::params::config().rma_ack;
+    // Completion level (see the module doc): acknowledged, unless a write or base atomic asks
+    // for transmit or inject completion (on the call or in the endpoint's op_flags) and for
+    // nothing stronger, and targets another endpoint. The engine acknowledges the large ones
+    // (CMA, SAR) anyway.
+    let flags = a.flags | ep.tx_op_flags;
+    let early = flags & (ffi::FI_TRANSMIT_COMPLETE | ffi::FI_INJECT_COMPLETE) as u64 != 0
+        && flags & (ffi::FI_DELIVERY_COMPLETE | ffi::FI_COMMIT_COMPLETE) as u64 == 0;
+    let acked = reply_to.is_some() || !early || ep.rma.loopback(engine, peer);
     // FI_MORE: the engine batches small requests to a peer until the next call without it.
     let more = a.flags & ffi::FI_MORE as u64 != 0;
     let opts = SendOpts { cookie: slot as u64, delivery_complete: acked, more };
@@ -694,14 +696,15 @@ impl Target<'_> {
 }
 
 /// Refuse a peer's operation (bad key, range, access or request). One its initiator completed
-/// when it queued it (`Incoming::acked` false) reaches no completion there: say why here.
+/// when it queued it (`Incoming::acked` false: FI_TRANSMIT_COMPLETE or FI_INJECT_COMPLETE)
+/// reaches no completion there: say why here.
 fn refuse(msg: &Incoming, errno: u32) -> Disposition {
     if !msg.acked {
         let h = msg.hdr;
         crate::warn!(
             EpData,
             "refused a one-sided operation (kind {}, key {:#x}, addr {:#x}, {} B) from source {}: {}; target memory \
-             untouched; its initiator completed it when queued (no FI_DELIVERY_COMPLETE) and is not told",
+             untouched; its initiator asked for transmit or inject completion and is not told",
             kind_of(h.app),
             h.tag,
             h.aux,
