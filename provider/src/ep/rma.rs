@@ -681,7 +681,7 @@ impl Target<'_> {
                     Some(data) => Outgoing::AnswerData { src, msg_id, data },
                     None => {
                         let op_id = payload.and_then(|b| u64_at(b, 0)).unwrap_or(0);
-                        Outgoing::Reply { src, msg_id, op_id, data: ReplyData::Copy(old) }
+                        Outgoing::Reply { src, msg_id, op_id, data: ReplyData::Copy(old.into_vec()) }
                     }
                 };
                 self.rma.outbox.push_back(out);
@@ -735,8 +735,9 @@ fn u64_at(b: &[u8], at: usize) -> Option<u64> {
     Some(u64::from_le_bytes(b.get(at..at + 8)?.try_into().ok()?))
 }
 
-/// Apply an atomic to the target memory; returns the old values.
-fn apply_atomic(desc: Desc, target: &Ranges, payload: &[u8]) -> Result<Vec<u8>, u32> {
+/// Apply an atomic to the target memory; returns the old values (none for a base atomic).
+/// Small ones (the usual single element) never touch the heap.
+fn apply_atomic(desc: Desc, target: &Ranges, payload: &[u8]) -> Result<Bytes, u32> {
     let n = desc.bytes();
     let operands = if desc.op == ffi::FI_ATOMIC_READ { 0 } else { n };
     let operand = payload.get(8..8 + operands).ok_or(ffi::FI_EINVAL)?;
@@ -745,16 +746,19 @@ fn apply_atomic(desc: Desc, target: &Ranges, payload: &[u8]) -> Result<Vec<u8>, 
     } else {
         &[]
     };
+    let mut value = Bytes::from_elem(0, n);
     // SAFETY: registered memory the application exposed for remote atomics (range checked by
-    // `resolve`); only this path, under the domain lock, changes it on behalf of peers.
-    let mut mem = unsafe { super::rx::lend(target.clone()) };
-    let mut value = vec![0; n];
-    mem.read_at(0, &mut value);
-    let mut old = if desc.kind == Kind::Write { Vec::new() } else { vec![0; n] };
+    // `resolve`: `n` bytes); only this path, under the domain lock, changes it on behalf of peers.
+    let got = unsafe { crate::iov::gather(target, &mut value) };
+    if got != n {
+        return Err(ffi::FI_EINVAL);
+    }
+    let mut old = Bytes::from_elem(0, if desc.kind == Kind::Write { 0 } else { n });
     apply::apply(desc.kind, desc.op, desc.datatype, &mut value, operand, compare, &mut old)
         .map_err(|_| ffi::FI_EINVAL)?;
     if desc.op != ffi::FI_ATOMIC_READ {
-        mem.write_at(0, &value);
+        // SAFETY: as above; the same `n` bytes.
+        unsafe { crate::iov::scatter(target, &value) };
     }
     Ok(old)
 }
