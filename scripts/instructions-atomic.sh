@@ -13,7 +13,9 @@
 # and the answers per operation (responses the target pushed, `send_resp`/`answer_with`).
 # Polling (idle fi_cq_read) is left out: how often a process polls depends on timing.
 #
-#   scripts/instructions-atomic.sh [-t tests] [provider dir (default target/rshm)]
+#   [TIME_MS=ms] scripts/instructions-atomic.sh [-t tests] [provider dir (default target/rshm)]
+# (TIME_MS, default 1000: the bench's target run time; under valgrind on a loaded machine the
+# latency tests may then count only a few hundred operations, where one-time costs show: raise it)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TESTS=atomic_lat,fetch_lat,atomic_rate,atomic_lat_tc,atomic_rate_tc
@@ -37,7 +39,7 @@ for t in ${TESTS//,/ }; do
     rm -f "$out"/cg.*
     FI_PROVIDER_PATH=$PROV_DIR timeout -k 5 300 valgrind --tool=callgrind --fair-sched=yes --trace-children=yes \
         --callgrind-out-file="$out/cg.%p" "$BIN" --provider rshm --families atomic --tests "$t" --sizes 8 \
-        --time-ms 1000 --tries 1 --no-pin >/dev/null 2>&1
+        --time-ms "${TIME_MS:-1000}" --tries 1 --no-pin >/dev/null 2>&1
     init=$(grep -L -- '--peer' "$out"/cg.* | head -1)
     peer=$(grep -l -- '--peer' "$out"/cg.* | head -1)
     entry='rma_ops::atomic_write'
