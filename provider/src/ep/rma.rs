@@ -664,8 +664,13 @@ impl Target<'_> {
         payload: Option<&[u8]>,
         sinks: &mut Sinks,
     ) {
+        // Working copies on the stack for the usual small atomic, on the heap beyond that.
+        let n = desc.bytes();
+        let (mut value_stack, mut old_stack) = ([0u8; ATOMIC_STACK], [0u8; ATOMIC_STACK]);
+        let (mut value_heap, mut old_heap) = (Vec::new(), Vec::new());
+        let old = scratch(if desc.kind == Kind::Write { 0 } else { n }, &mut old_stack, &mut old_heap);
         let applied = match payload {
-            Some(bytes) => apply_atomic(desc, target, bytes),
+            Some(bytes) => apply_atomic(desc, target, bytes, scratch(n, &mut value_stack, &mut value_heap), old),
             None => Err(ffi::FI_EIO),
         };
         if applied.is_ok() {
@@ -676,12 +681,12 @@ impl Target<'_> {
         }
         let Some((src, msg_id)) = reply else { return };
         match applied {
-            Ok(old) => {
-                let out = match SmallReply::new(old.len(), |b| b.copy_from_slice(&old)) {
+            Ok(()) => {
+                let out = match SmallReply::new(old.len(), |b| b.copy_from_slice(old)) {
                     Some(data) => Outgoing::AnswerData { src, msg_id, data },
                     None => {
                         let op_id = payload.and_then(|b| u64_at(b, 0)).unwrap_or(0);
-                        Outgoing::Reply { src, msg_id, op_id, data: ReplyData::Copy(old.into_vec()) }
+                        Outgoing::Reply { src, msg_id, op_id, data: ReplyData::Copy(old.to_vec()) }
                     }
                 };
                 self.rma.outbox.push_back(out);
@@ -735,9 +740,22 @@ fn u64_at(b: &[u8], at: usize) -> Option<u64> {
     Some(u64::from_le_bytes(b.get(at..at + 8)?.try_into().ok()?))
 }
 
-/// Apply an atomic to the target memory; returns the old values (none for a base atomic).
-/// Small ones (the usual single element) never touch the heap.
-fn apply_atomic(desc: Desc, target: &Ranges, payload: &[u8]) -> Result<Bytes, u32> {
+/// Target bytes of an atomic that `serve_atomic` works on in stack buffers (the heap beyond).
+const ATOMIC_STACK: usize = 64;
+
+/// A zeroed working buffer of `n` bytes: in `stack` when it fits, else in `heap`.
+fn scratch<'a>(n: usize, stack: &'a mut [u8; ATOMIC_STACK], heap: &'a mut Vec<u8>) -> &'a mut [u8] {
+    if n <= ATOMIC_STACK {
+        &mut stack[..n]
+    } else {
+        heap.resize(n, 0);
+        heap
+    }
+}
+
+/// Apply an atomic to the target memory, with `value` (`desc.bytes()` long) as the working
+/// copy; the old values go to `old` (empty for a base atomic).
+fn apply_atomic(desc: Desc, target: &Ranges, payload: &[u8], value: &mut [u8], old: &mut [u8]) -> Result<(), u32> {
     let n = desc.bytes();
     let operands = if desc.op == ffi::FI_ATOMIC_READ { 0 } else { n };
     let operand = payload.get(8..8 + operands).ok_or(ffi::FI_EINVAL)?;
@@ -746,21 +764,18 @@ fn apply_atomic(desc: Desc, target: &Ranges, payload: &[u8]) -> Result<Bytes, u3
     } else {
         &[]
     };
-    let mut value = Bytes::from_elem(0, n);
     // SAFETY: registered memory the application exposed for remote atomics (range checked by
     // `resolve`: `n` bytes); only this path, under the domain lock, changes it on behalf of peers.
-    let got = unsafe { crate::iov::gather(target, &mut value) };
-    if got != n {
+    let got = unsafe { crate::iov::gather(target, value) };
+    if got != n || value.len() != n {
         return Err(ffi::FI_EINVAL);
     }
-    let mut old = Bytes::from_elem(0, if desc.kind == Kind::Write { 0 } else { n });
-    apply::apply(desc.kind, desc.op, desc.datatype, &mut value, operand, compare, &mut old)
-        .map_err(|_| ffi::FI_EINVAL)?;
+    apply::apply(desc.kind, desc.op, desc.datatype, value, operand, compare, old).map_err(|_| ffi::FI_EINVAL)?;
     if desc.op != ffi::FI_ATOMIC_READ {
         // SAFETY: as above; the same `n` bytes.
-        unsafe { crate::iov::scatter(target, &value) };
+        unsafe { crate::iov::scatter(target, value) };
     }
-    Ok(old)
+    Ok(())
 }
 
 /// The initiator side of `on_recv_done`: a reply's data arrived for op `op_id`.
