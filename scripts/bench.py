@@ -50,7 +50,7 @@ TESTS = {
     "tagged": ["lat", "bw", "bw_msg", "bw_more"],
     "msg": ["lat", "bw"],
     "rma": ["write_lat", "write_bw", "read_lat", "read_bw"],
-    "atomic": ["fetch_lat", "atomic_lat", "atomic_rate", "atomic_rate_more"],
+    "atomic": ["fetch_lat", "atomic_lat", "atomic_rate", "atomic_rate_more", "atomic_lat_tc", "atomic_rate_tc"],
 }
 # Streams posted with FI_MORE on all but the last of each window: reported as a rate only, at the
 # sizes where batching can matter (issue 10: rshm with and without FI_MORE, beside the C shm).
@@ -77,6 +77,10 @@ METRICS = {
         "tagged stream of fi_tsendmsg without FI_MORE (window 64), message rate", "rate", "Mmsg/s", False),
     ("tagged", "rate_more"): (
         "tagged stream of fi_tsendmsg with FI_MORE (window 64), message rate", "rate", "Mmsg/s", False),
+    ("atomic", "atomic_lat_tc"): (
+        "fi_atomicmsg(FI_TRANSMIT_COMPLETE) FI_SUM uint64, one at a time", "lat", "us", True),
+    ("atomic", "atomic_rate_tc"): (
+        "fi_atomicmsg(FI_TRANSMIT_COMPLETE) FI_SUM uint64 stream (window 64), rate", "rate", "Mops/s", False),
     ("atomic", "atomic_rate_more"): (
         "fi_atomicmsg FI_SUM uint64 stream with FI_MORE (window 64), rate", "rate", "Mops/s", False),
 }
@@ -284,7 +288,7 @@ def value(r):
         return [("bw", size * ops / ns * 1e3), ("rate", ops / ns * 1e3)]
     if test in ("write_bw", "read_bw"):
         return [("bw", size * ops / ns * 1e3)]
-    if test in ("atomic_rate", "atomic_rate_more", "bw_more", "bw_msg"):
+    if test in ("atomic_rate", "atomic_rate_more", "atomic_rate_tc", "bw_more", "bw_msg"):
         return [("rate", ops / ns * 1e3)]
     return [("lat", ns / ops / 1e3)]
 

@@ -56,6 +56,22 @@ pub unsafe fn scatter(dest: &Ranges, src: &[u8]) -> usize {
     unsafe { smr_core::iov::LocalIov::from_ranges(dest.clone()) }.write_at(0, src)
 }
 
+/// Copy the memory of `src` (application or registered ranges) into `dest`, as far as either
+/// reaches; returns the bytes copied. One range, the usual case, is one copy.
+///
+/// # Safety
+/// Every range must be readable memory that nothing else changes during the call.
+pub unsafe fn gather(src: &Ranges, dest: &mut [u8]) -> usize {
+    if let [(addr, len)] = *src.as_slice() {
+        let n = len.min(dest.len());
+        // SAFETY: per this function's contract, `len >= n` readable bytes at `addr`.
+        unsafe { std::ptr::copy_nonoverlapping(addr as *const u8, dest.as_mut_ptr(), n) };
+        return n;
+    }
+    // SAFETY: per this function's contract.
+    unsafe { smr_core::iov::LocalIov::from_ranges(src.clone()) }.read_at(0, dest)
+}
+
 /// Bytes `off..off + len` of the concatenation of `iov`, as ranges (shorter if `iov` ends first).
 pub fn sub_ranges(iov: &Ranges, mut off: usize, mut len: usize) -> Ranges {
     let mut out = Ranges::new();

@@ -75,7 +75,12 @@ impl MrTable {
             _ => return Err(refuse("beyond the region")),
         }
         // `start + len` fits in the registration, which lies in this address space: usize holds it.
-        Ok((crate::iov::sub_ranges(&mr.iov, start as usize, len as usize), mr))
+        let ranges = match *mr.iov.as_slice() {
+            // One range, the usual registration: no walk.
+            [(base, _)] if len > 0 => std::iter::once((base + start as usize, len as usize)).collect(),
+            _ => crate::iov::sub_ranges(&mr.iov, start as usize, len as usize),
+        };
+        Ok((ranges, mr))
     }
 }
 

@@ -44,10 +44,14 @@ pub enum Test {
     BwMsg,
     /// As `AtomicRate`, with `fi_atomicmsg` and FI_MORE on all but the last of each window.
     AtomicRateMore,
+    /// As `AtomicLat` and `AtomicRate`, with `fi_atomicmsg(FI_TRANSMIT_COMPLETE)`: the caller
+    /// asks for completion once the operation is queued, not once it is applied (fi_cq(3)).
+    AtomicLatTc,
+    AtomicRateTc,
 }
 
 impl Test {
-    pub const ALL: [Test; 12] = [
+    pub const ALL: [Test; 14] = [
         Test::Lat,
         Test::Bw,
         Test::WriteLat,
@@ -60,6 +64,8 @@ impl Test {
         Test::BwMore,
         Test::BwMsg,
         Test::AtomicRateMore,
+        Test::AtomicLatTc,
+        Test::AtomicRateTc,
     ];
 
     pub fn name(self) -> &'static str {
@@ -76,6 +82,8 @@ impl Test {
             Test::BwMore => "bw_more",
             Test::BwMsg => "bw_msg",
             Test::AtomicRateMore => "atomic_rate_more",
+            Test::AtomicLatTc => "atomic_lat_tc",
+            Test::AtomicRateTc => "atomic_rate_tc",
         }
     }
 
@@ -89,7 +97,14 @@ impl Test {
             Family::Tagged => &[Test::Lat, Test::Bw, Test::BwMsg, Test::BwMore],
             Family::Msg => &[Test::Lat, Test::Bw],
             Family::Rma => &[Test::WriteLat, Test::WriteBw, Test::ReadLat, Test::ReadBw],
-            Family::Atomic => &[Test::FetchLat, Test::AtomicLat, Test::AtomicRate, Test::AtomicRateMore],
+            Family::Atomic => &[
+                Test::FetchLat,
+                Test::AtomicLat,
+                Test::AtomicRate,
+                Test::AtomicRateMore,
+                Test::AtomicLatTc,
+                Test::AtomicRateTc,
+            ],
         }
     }
 
@@ -104,12 +119,22 @@ impl Test {
                 | Test::ReadBw
                 | Test::AtomicRate
                 | Test::AtomicRateMore
+                | Test::AtomicRateTc
         )
     }
 
     /// Atomic tests move one uint64 whatever the size asked.
     pub fn fixed_size(self) -> Option<usize> {
-        matches!(self, Test::FetchLat | Test::AtomicLat | Test::AtomicRate | Test::AtomicRateMore).then_some(8)
+        matches!(
+            self,
+            Test::FetchLat
+                | Test::AtomicLat
+                | Test::AtomicRate
+                | Test::AtomicRateMore
+                | Test::AtomicLatTc
+                | Test::AtomicRateTc
+        )
+        .then_some(8)
     }
 
     /// Largest size the test runs at: FI_MORE batching is about small messages.
@@ -368,13 +393,21 @@ pub fn initiate(e: &mut Endpoint, r: &Run) -> Result<Duration> {
                 verify(&e.rx.bytes()[..r.size], seed(RESP_SEED, r.size), "bytes read from the target")?;
             }
         }
-        Test::FetchLat | Test::AtomicLat | Test::AtomicRate | Test::AtomicRateMore => {
+        Test::FetchLat
+        | Test::AtomicLat
+        | Test::AtomicRate
+        | Test::AtomicRateMore
+        | Test::AtomicLatTc
+        | Test::AtomicRateTc => {
             let per = r.test.ops_per_iter();
             let mut last: Option<u64> = None;
             for it in 0..r.iters {
                 for k in 0..per {
                     if r.test == Test::AtomicRateMore {
-                        atomic_more(e, r, k + 1 == per)?;
+                        let more = if k + 1 == per { 0 } else { ffi::FI_MORE as u64 };
+                        atomic_msg(e, r, ffi::FI_COMPLETION as u64 | more)?;
+                    } else if matches!(r.test, Test::AtomicLatTc | Test::AtomicRateTc) {
+                        atomic_msg(e, r, (ffi::FI_COMPLETION | ffi::FI_TRANSMIT_COMPLETE) as u64)?;
                     } else {
                         atomic(e, r, r.test == Test::FetchLat)?;
                     }
@@ -453,12 +486,11 @@ fn atomic(e: &mut Endpoint, r: &Run, fetch: bool) -> Result<()> {
     })
 }
 
-/// `fi_atomicmsg` FI_SUM uint64 of 1, FI_MORE unless `last`.
-fn atomic_more(e: &mut Endpoint, r: &Run, last: bool) -> Result<()> {
+/// `fi_atomicmsg` FI_SUM uint64 of 1 with `flags`.
+fn atomic_msg(e: &mut Endpoint, r: &Run, flags: u64) -> Result<()> {
     let (dest, addr, key) = (e.peer, r.remote.addr, r.remote.key);
     e.ack.bytes_mut()[..8].copy_from_slice(&1u64.to_ne_bytes());
     let op = e.ack.ptr();
-    let flags = ffi::FI_COMPLETION as u64 | if last { 0 } else { ffi::FI_MORE as u64 };
     e.retry("fi_atomicmsg", |e| {
         let ctx = e.ctx();
         let ioc = ffi::fi_ioc { addr: op.cast(), count: 1 };

@@ -6,7 +6,8 @@
 //! is the target.
 
 use super::rma_util::{
-    AKind, MrInfo, Peer, Spec, Target, ATOMIC, BASIC, MSG, REMOTE_READ, REMOTE_WRITE, RMA, SCALABLE,
+    AKind, MrInfo, Peer, Spec, Target, ATOMIC, BASIC, COMPLETION, DELIVERY_COMPLETE, MSG, REMOTE_READ, REMOTE_WRITE,
+    RMA, SCALABLE,
 };
 use super::{scn, Scenario};
 use crate::fabric::{self, ffi, Mr};
@@ -21,28 +22,28 @@ pub fn scenarios() -> Vec<Scenario> {
             2,
             40,
             run::<SCALABLE, CLOSED>,
-            "fi_write/fi_read/atomics naming an MR the target closed: errors, target memory unchanged",
+            "fi_writemsg/fi_atomicmsg (FI_DELIVERY_COMPLETE), fi_read, fetch/compare atomics naming an MR the target closed: errors, target memory unchanged",
         ),
         scn(
             "access/basic/closed_mr",
             2,
             40,
             run::<BASIC, CLOSED>,
-            "fi_write/fi_read/atomics naming an MR the target closed: errors, target memory unchanged",
+            "fi_writemsg/fi_atomicmsg (FI_DELIVERY_COMPLETE), fi_read, fetch/compare atomics naming an MR the target closed: errors, target memory unchanged",
         ),
         scn(
             "access/scalable/atomic_errors",
             2,
             40,
             run::<SCALABLE, ATOMICS>,
-            "atomics outside an MR, with a wrong key, without FI_REMOTE_WRITE/READ: errors, memory unchanged",
+            "atomics (base ones with FI_DELIVERY_COMPLETE) outside an MR, with a wrong key, without FI_REMOTE_WRITE/READ: errors, memory unchanged",
         ),
         scn(
             "access/basic/atomic_errors",
             2,
             40,
             run::<BASIC, ATOMICS>,
-            "atomics outside an MR, with a wrong key, without FI_REMOTE_WRITE/READ: errors, memory unchanged",
+            "atomics (base ones with FI_DELIVERY_COMPLETE) outside an MR, with a wrong key, without FI_REMOTE_WRITE/READ: errors, memory unchanged",
         ),
     ]
 }
@@ -77,26 +78,26 @@ fn cases(class: u8) -> Vec<Case> {
     let la = LEN as i64;
     if class == CLOSED {
         return vec![
-            c("fi_write of 8 B to a closed MR", Op::Write(8), 0, 0, false),
-            c("fi_write of 4096 B to a closed MR", Op::Write(4096), 0, 0, false),
-            c("fi_write of 8192 B to a closed MR", Op::Write(8192), 0, 0, false),
+            c("fi_writemsg(FI_DELIVERY_COMPLETE) of 8 B to a closed MR", Op::Write(8), 0, 0, false),
+            c("fi_writemsg(FI_DELIVERY_COMPLETE) of 4096 B to a closed MR", Op::Write(4096), 0, 0, false),
+            c("fi_writemsg(FI_DELIVERY_COMPLETE) of 8192 B to a closed MR", Op::Write(8192), 0, 0, false),
             c("fi_read of 8 B from a closed MR", Op::Read(8), 0, 0, false),
             c("fi_read of 8192 B from a closed MR", Op::Read(8192), 0, 0, false),
-            c("fi_atomic SUM on a closed MR", Op::Atomic(AKind::Base), 0, 0, false),
+            c("fi_atomicmsg(FI_DELIVERY_COMPLETE) SUM on a closed MR", Op::Atomic(AKind::Base), 0, 0, false),
             c("fi_fetch_atomic SUM on a closed MR", Op::Atomic(AKind::Fetch), 0, 8, false),
             c("fi_compare_atomic CSWAP on a closed MR", Op::Atomic(AKind::Compare), 0, 16, false),
         ];
     }
     vec![
-        c("fi_atomic SUM just past the MR end", Op::Atomic(AKind::Base), 0, la, false),
-        c("fi_atomic SUM 8 B before the MR", Op::Atomic(AKind::Base), 0, -8, false),
-        c("fi_atomic SUM crossing the MR end", Op::Atomic(AKind::Base), 0, la - 4, false),
+        c("fi_atomicmsg(FI_DELIVERY_COMPLETE) SUM just past the MR end", Op::Atomic(AKind::Base), 0, la, false),
+        c("fi_atomicmsg(FI_DELIVERY_COMPLETE) SUM 8 B before the MR", Op::Atomic(AKind::Base), 0, -8, false),
+        c("fi_atomicmsg(FI_DELIVERY_COMPLETE) SUM crossing the MR end", Op::Atomic(AKind::Base), 0, la - 4, false),
         c("fi_fetch_atomic SUM just past the MR end", Op::Atomic(AKind::Fetch), 0, la, false),
         c("fi_compare_atomic CSWAP just past the MR end", Op::Atomic(AKind::Compare), 0, la, false),
-        c("fi_atomic SUM with a wrong key", Op::Atomic(AKind::Base), 0, 0, true),
+        c("fi_atomicmsg(FI_DELIVERY_COMPLETE) SUM with a wrong key", Op::Atomic(AKind::Base), 0, 0, true),
         c("fi_fetch_atomic SUM with a wrong key", Op::Atomic(AKind::Fetch), 0, 0, true),
         c("fi_compare_atomic CSWAP with a wrong key", Op::Atomic(AKind::Compare), 0, 0, true),
-        c("fi_atomic SUM on a FI_REMOTE_READ-only MR", Op::Atomic(AKind::Base), 1, 0, false),
+        c("fi_atomicmsg(FI_DELIVERY_COMPLETE) SUM on a FI_REMOTE_READ-only MR", Op::Atomic(AKind::Base), 1, 0, false),
         c("fi_fetch_atomic SUM on a FI_REMOTE_READ-only MR", Op::Atomic(AKind::Fetch), 1, 0, false),
         c("fi_fetch_atomic SUM on a FI_REMOTE_WRITE-only MR", Op::Atomic(AKind::Fetch), 2, 0, false),
         c("fi_compare_atomic CSWAP on a FI_REMOTE_WRITE-only MR", Op::Atomic(AKind::Compare), 2, 0, false),
@@ -186,9 +187,17 @@ fn run<const M: u8, const CLASS: u8>(r: &mut Rank) -> TResult {
             key: if c.wrong_key { wrong } else { m.key },
         };
         let one = 1u64.to_le_bytes().to_vec();
+        // Writes and base atomics ask for FI_DELIVERY_COMPLETE: only a completion that waits
+        // for the target can carry its refusal (fi_cq(3); rma/*/err_unacked covers the plain
+        // calls, which may complete when queued).
+        let dc = COMPLETION | DELIVERY_COMPLETE;
         let res = match c.op {
-            Op::Write(len) => p.write(c.what, pattern(7, len), t, None),
+            Op::Write(len) => {
+                let rma = [ffi::fi_rma_iov { addr: t.addr, len, key: t.key }];
+                p.writemsg(c.what, vec![pattern(7, len)], t.dest, &rma, dc, 0)
+            }
             Op::Read(len) => p.read(c.what, len, t),
+            Op::Atomic(AKind::Base) => p.atomicmsg(c.what, ffi::FI_UINT64, ffi::FI_SUM, 1, one.clone(), t, dc),
             Op::Atomic(kind) => {
                 let op = if kind == AKind::Compare { ffi::FI_CSWAP } else { ffi::FI_SUM };
                 p.atomic(c.what, kind, ffi::FI_UINT64, op, 1, one.clone(), one, t)

@@ -13,7 +13,7 @@
 
 use super::rma_util::{
     self as u, must, payload, split, MrInfo, Peer, Spec, Target, BASIC, COMPLETION, DELIVERY_COMPLETE, FENCE, MSG,
-    READ, REMOTE_CQ_DATA, REMOTE_READ, REMOTE_WRITE, RMA, SCALABLE, WRITE,
+    READ, REMOTE_CQ_DATA, REMOTE_READ, REMOTE_WRITE, RMA, SCALABLE, TRANSMIT_COMPLETE, WRITE,
 };
 use super::{scn, seed, setup, Scenario};
 use crate::fabric::{self, ffi, FiAddr, Mr};
@@ -108,43 +108,57 @@ pub fn scenarios() -> Vec<Scenario> {
             "rma/scalable/err_range",
             2,
             40,
-            errors::<SCALABLE, RANGE>,
-            "accesses outside the MR: error completion (FI_EACCES/FI_EINVAL), target memory unchanged",
+            errors::<SCALABLE, RANGE, true>,
+            "accesses outside the MR (writes with FI_DELIVERY_COMPLETE): error completion (FI_EACCES/FI_EINVAL), target memory unchanged",
         ),
         scn(
             "rma/basic/err_range",
             2,
             40,
-            errors::<BASIC, RANGE>,
-            "accesses outside the MR: error completion (FI_EACCES/FI_EINVAL), target memory unchanged",
+            errors::<BASIC, RANGE, true>,
+            "accesses outside the MR (writes with FI_DELIVERY_COMPLETE): error completion (FI_EACCES/FI_EINVAL), target memory unchanged",
         ),
         scn(
             "rma/scalable/err_key",
             2,
             40,
-            errors::<SCALABLE, KEY_ERR>,
-            "wrong key: error completion (FI_EACCES/FI_EINVAL), target memory unchanged, no remote CQ data",
+            errors::<SCALABLE, KEY_ERR, true>,
+            "wrong key (writes with FI_DELIVERY_COMPLETE): error completion (FI_EACCES/FI_EINVAL), target memory unchanged, no remote CQ data",
         ),
         scn(
             "rma/basic/err_key",
             2,
             40,
-            errors::<BASIC, KEY_ERR>,
-            "wrong key: error completion (FI_EACCES/FI_EINVAL), target memory unchanged, no remote CQ data",
+            errors::<BASIC, KEY_ERR, true>,
+            "wrong key (writes with FI_DELIVERY_COMPLETE): error completion (FI_EACCES/FI_EINVAL), target memory unchanged, no remote CQ data",
         ),
         scn(
             "rma/scalable/err_access",
             2,
             40,
-            errors::<SCALABLE, ACCESS>,
-            "write to a read-only MR, read from a write-only MR: error completion, memory unchanged",
+            errors::<SCALABLE, ACCESS, true>,
+            "write to a read-only MR (FI_DELIVERY_COMPLETE), read from a write-only MR: error completion, memory unchanged",
         ),
         scn(
             "rma/basic/err_access",
             2,
             40,
-            errors::<BASIC, ACCESS>,
-            "write to a read-only MR, read from a write-only MR: error completion, memory unchanged",
+            errors::<BASIC, ACCESS, true>,
+            "write to a read-only MR (FI_DELIVERY_COMPLETE), read from a write-only MR: error completion, memory unchanged",
+        ),
+        scn(
+            "rma/scalable/err_transmit_complete",
+            2,
+            40,
+            errors::<SCALABLE, ALL_ERRS, false>,
+            "every invalid access, writes with fi_writemsg(FI_TRANSMIT_COMPLETE): success or error completion, target memory unchanged, no remote CQ data, the endpoint still works and a read sees its next write",
+        ),
+        scn(
+            "rma/basic/err_transmit_complete",
+            2,
+            40,
+            errors::<BASIC, ALL_ERRS, false>,
+            "every invalid access, writes with fi_writemsg(FI_TRANSMIT_COMPLETE): success or error completion, target memory unchanged, no remote CQ data, the endpoint still works and a read sees its next write",
         ),
         scn(
             "rma/fence",
@@ -733,6 +747,8 @@ const PAD: usize = 65536;
 const RANGE: u8 = 0;
 const KEY_ERR: u8 = 1;
 const ACCESS: u8 = 2;
+/// Every class at once (the transmit-complete run).
+const ALL_ERRS: u8 = 3;
 
 #[derive(Clone, Copy, Debug)]
 enum Mrs {
@@ -766,7 +782,7 @@ impl ErrCase {
 
 fn err_cases(class: u8) -> Vec<ErrCase> {
     let mut v = all_err_cases();
-    v.retain(|c| c.class() == class);
+    v.retain(|c| class == ALL_ERRS || c.class() == class);
     v
 }
 
@@ -801,7 +817,14 @@ fn all_err_cases() -> Vec<ErrCase> {
     ]
 }
 
-fn errors<const M: u8, const CLASS: u8>(r: &mut Rank) -> TResult {
+/// The invalid accesses of `CLASS`. With `DC` every write asks for FI_DELIVERY_COMPLETE
+/// (fi_writemsg), so its refusal must come back as an error completion. Without it the writes
+/// ask for FI_TRANSMIT_COMPLETE, which a provider may report once the write is queued, before
+/// the target has seen it (fi_cq(3)): then a success is as right as an error, but the target's
+/// memory must still be unchanged, no remote CQ data may appear, and the endpoint must go on
+/// working (its next write lands, a read after it sees it). Reads always wait for their data,
+/// so they must fail either way.
+fn errors<const M: u8, const CLASS: u8, const DC: bool>(r: &mut Rank) -> TResult {
     let mut p = open(r, MSG | RMA, M)?;
     let lens = [LA, 4096, 4096];
     let access = [REMOTE_READ | REMOTE_WRITE, REMOTE_READ, REMOTE_WRITE];
@@ -868,7 +891,10 @@ fn errors<const M: u8, const CLASS: u8>(r: &mut Rank) -> TResult {
                 key: if c.wrong_key { wrong } else { m.key },
             };
             let res = if c.write {
-                p.write(c.what, data_of(7, c.len), t, c.cq_data.then_some(0xBAD))
+                let rma = [ffi::fi_rma_iov { addr: t.addr, len: c.len, key: t.key }];
+                let level = if DC { DELIVERY_COMPLETE } else { TRANSMIT_COMPLETE };
+                let flags = COMPLETION | level | if c.cq_data { REMOTE_CQ_DATA } else { 0 };
+                p.writemsg(c.what, vec![data_of(7, c.len)], t.dest, &rma, flags, 0xBAD)
             } else {
                 p.read(c.what, c.len, t)
             };
@@ -896,7 +922,9 @@ fn errors<const M: u8, const CLASS: u8>(r: &mut Rank) -> TResult {
             };
             let (eacces, einval) = (ffi::FI_EACCES as i32, ffi::FI_EINVAL as i32);
             let untouched = c.write || d.bufs.iter().flatten().all(|&b| b == u::CANARY_BYTE);
-            if d.err == 0 {
+            if d.err == 0 && c.write && !DC {
+                codes.push(format!("{}=completed (transmit complete)", c.what));
+            } else if d.err == 0 {
                 bad.push(format!("{}: completed successfully", c.what));
             } else if !untouched {
                 bad.push(format!("{}: the failed read wrote into the initiator's buffer", c.what));
@@ -918,7 +946,14 @@ fn errors<const M: u8, const CLASS: u8>(r: &mut Rank) -> TResult {
         let t = Target { dest: p.addrs[TARGET], addr: mrs[0].addr, key: mrs[0].key };
         let mut after = || -> TResult {
             let what = "fi_write after the errors";
-            let id = must(what, p.write(what, data_of(99, vl), t.at(vo), None)?)?;
+            let level = if DC { 0 } else { COMPLETION | TRANSMIT_COMPLETE };
+            let id = if DC {
+                must(what, p.write(what, data_of(99, vl), t.at(vo), None)?)?
+            } else {
+                let ta = t.at(vo);
+                let rma = [ffi::fi_rma_iov { addr: ta.addr, len: vl, key: ta.key }];
+                must(what, p.writemsg(what, vec![data_of(99, vl)], ta.dest, &rma, level, 0)?)?
+            };
             p.wait_ok(id)?;
             let what = "fi_read after the errors";
             let id = must(what, p.read(what, vl, t.at(vo))?)?;

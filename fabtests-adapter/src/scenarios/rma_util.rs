@@ -28,6 +28,7 @@ pub const REMOTE_READ: u64 = ffi::FI_REMOTE_READ as u64;
 pub const REMOTE_WRITE: u64 = ffi::FI_REMOTE_WRITE as u64;
 pub const REMOTE_CQ_DATA: u64 = ffi::FI_REMOTE_CQ_DATA as u64;
 pub const DELIVERY_COMPLETE: u64 = ffi::FI_DELIVERY_COMPLETE as u64;
+pub const TRANSMIT_COMPLETE: u64 = ffi::FI_TRANSMIT_COMPLETE as u64;
 pub const COMPLETION: u64 = ffi::FI_COMPLETION as u64;
 pub const FENCE: u64 = ffi::FI_FENCE as u64;
 pub const RMA_EVENT: u64 = ffi::FI_RMA_EVENT;
@@ -930,6 +931,41 @@ impl Peer {
                     AKind::Compare => ep.compare_atomic(p[0], count, p[1], res, t.dest, t.addr, t.key, dt, op, ctx),
                 }
             }
+        })
+    }
+
+    /// `fi_atomicmsg` of `count` elements (a base atomic) with `flags`. Buffer: the operand.
+    #[allow(clippy::too_many_arguments)]
+    pub fn atomicmsg(
+        &mut self,
+        what: &str,
+        dt: ffi::fi_datatype,
+        op: ffi::fi_op,
+        count: usize,
+        operand: Vec<u8>,
+        t: Target,
+        flags: u64,
+    ) -> TResult<Result<u64, i32>> {
+        assert!(operand.len() >= count * dt_size(dt));
+        self.post(what, vec![operand], |ep, ctx, p| {
+            let ioc = ffi::fi_ioc { addr: p[0].cast(), count };
+            let rma = ffi::fi_rma_ioc { addr: t.addr, count, key: t.key };
+            let mut desc = null_mut::<c_void>();
+            let msg = ffi::fi_msg_atomic {
+                msg_iov: &ioc,
+                desc: &mut desc,
+                iov_count: 1,
+                addr: t.dest,
+                rma_iov: &rma,
+                rma_iov_count: 1,
+                datatype: dt,
+                op,
+                context: ctx,
+                data: 0,
+            };
+            // SAFETY: the operand and the context belong to the op; the message lives through
+            // the call.
+            unsafe { ep.atomicmsg(&msg, flags) }
         })
     }
 

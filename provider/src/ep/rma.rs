@@ -5,10 +5,10 @@
 //!
 //! | kind       | header                                   | payload                           | answered                          |
 //! |------------|------------------------------------------|-----------------------------------|-----------------------------------|
-//! | WRITE      | tag = key, aux = address, data = CQ data | the bytes                         | on delivery                       |
+//! | WRITE      | tag = key, aux = address, data = CQ data | the bytes                         | if acknowledged                   |
 //! | READ_REQ   | tag = key, aux = address                 | op id, length[, answer buffer]    | with the bytes, or after the reply |
 //! | READ_RESP  | tag = op id                              | the bytes read / old values       | -                                 |
-//! | ATOMIC     | tag = key, aux = address, data = `Desc`  | op id, operands, compares         | applied / reply                   |
+//! | ATOMIC     | tag = key, aux = address, data = `Desc`  | op id, operands, compares         | if acknowledged / reply           |
 //!
 //! A read travels one of three ways, by size:
 //!
@@ -32,9 +32,45 @@
 //! for the target: the engine checks it against the initiator's geometry and refuses a bad one
 //! (EINVAL) without writing.
 //!
+//! ## Completion levels
+//!
+//! Reads and fetching (or compare) atomics complete when their data is back, which is
+//! FI_DELIVERY_COMPLETE whatever the caller asked (fi_atomic(3): "atomic fetch operations have
+//! FI_DELIVERY_COMPLETE semantics"). Writes and base atomics are *acknowledged* by default: the
+//! target answers once the data is placed, and the answer completes them (delivery complete).
+//! That default is deliberate. SOS's default context is its target endpoint, whose tx op_flags
+//! it sets to 0 (SOS.md 1.3), and `shmem_quiet` counts on a completed put being visible to every
+//! PE: were a put complete once queued in the target's ring, a third PE told about it could read
+//! the old bytes through a path that does not pass that ring (a CMA read of the target's memory),
+//! or the target itself could load them before it drains its ring.
+//!
+//! Only a caller that asks for less gets less: a write or base atomic whose flags (on the call,
+//! or the endpoint's tx op_flags) include FI_TRANSMIT_COMPLETE or FI_INJECT_COMPLETE, and neither
+//! FI_DELIVERY_COMPLETE nor FI_COMMIT_COMPLETE, completes as soon as its command, the data inline
+//! or in an inject buffer, is in the target's ring: no answer, no tx slot, no round trip (the C
+//! shm and sm2 complete there even by default). fi_cq(3): "if an RMA operation completes at the
+//! initiator as either FI_INJECT_COMPLETE or FI_TRANSMIT_COMPLETE, the data visibility at the
+//! target is not guaranteed"; fi_atomic(3): completions of base atomics "indicate that it is safe
+//! to re-use the source data buffers". Still acknowledged whatever the flags: operations to this
+//! endpoint itself (the data would wait in our own ring, where a local load after the completion
+//! would miss it) and writes larger than an inject buffer (CMA and SAR: the target reads the
+//! initiator's buffer, so the engine always answers).
+//!
+//! What holds for an unacknowledged operation:
+//! - Ordering from one initiator: the target serves its ring in order and places inline and
+//!   inject data in the step in which it pops the command, so a later read, fetch or atomic from
+//!   the same initiator to the same endpoint sees it (FI_ORDER_RMA_RAW and friends).
+//! - FI_FENCE waits for the earlier operations' completions, for these their queueing; ring
+//!   order does the rest.
+//! - Counters: the initiator's FI_WRITE counter counts it at its completion; the target's remote
+//!   counters when it is applied.
+//! - A refusal (bad key, range or access) cannot reach the initiator's completion, reported
+//!   already: the target leaves its memory untouched and logs the refusal at warn level
+//!   (`refuse`). An application that needs the verdict asks for FI_DELIVERY_COMPLETE.
+//!
 //! The target checks key, range and access against its domain's registrations
 //! (`MrTable::resolve`) before it touches memory and refuses what fails (the initiator gets an
-//! error completion, the target's memory is untouched, and so is the initiator's buffer). It
+//! error completion if it waits for one, the target's memory is untouched, and so is the initiator's buffer). It
 //! applies atomics itself, in arrival order, all through one path under the domain lock, so they
 //! are atomic with respect to each other from any peer and from the endpoint itself. A read (or
 //! fetching atomic) completes at the initiator when the target's answer and the reply's data
@@ -51,7 +87,7 @@ use crate::mr::MrTable;
 use rshm_ffi as ffi;
 use slab::Slab;
 use smr_core::cmd::{MsgHeader, ANSWER_DATA_MAX};
-use smr_core::endpoint::{Disposition, Endpoint, Incoming, SendOpts, SendStatus, SrcId};
+use smr_core::endpoint::{Disposition, Endpoint, Incoming, PeerId, SendOpts, SendStatus, SrcId};
 use smr_core::idmap::IdMap;
 use smr_core::iov::{LocalIov, Ranges};
 use smr_core::Error as EngineError;
@@ -273,6 +309,8 @@ pub struct RmaState {
     /// which client checks read to prove that one-sided traffic went through rshm).
     pub issued: u64,
     pub served: u64,
+    /// Per engine peer: whether it is this endpoint itself (`loopback`).
+    loopback: Vec<Option<bool>>,
 }
 
 /// What a one-sided call asks for, once the entry point has checked its arguments.
@@ -294,7 +332,7 @@ pub enum Op {
 
 /// Start a one-sided operation on endpoint `id`.
 pub fn start(st: &mut crate::domain::DomainState, id: usize, a: OneSided, op: Op) -> FiResult<()> {
-    let crate::domain::DomainState { eps, avs, .. } = st;
+    let crate::domain::DomainState { eps, avs, cqs, cntrs, .. } = st;
     let ep = eps.get_mut(id).ok_or(FiError::INVAL)?;
     if ep.engine.is_none() {
         return Err(FiError::NOTCONN);
@@ -351,10 +389,16 @@ pub fn start(st: &mut crate::domain::DomainState, id: usize, a: OneSided, op: Op
             (hdr, Payload::Own(payload), tx, Some((op_id, local, len)))
         }
         Op::Atomic { desc, operand, compare, result } => {
-            let op_id = ep.rma.new_op();
-            let mut payload = Bytes::from_slice(&op_id.to_le_bytes());
-            gather(&mut payload, operand);
-            gather(&mut payload, compare);
+            // Only fetching kinds are matched to a reply by their id; a base atomic sends 0.
+            let op_id = if desc.kind == Kind::Write { 0 } else { ep.rma.new_op() };
+            let mut payload = Bytes::new();
+            payload.extend_from_slice(&op_id.to_le_bytes());
+            // SAFETY: the application's operand and compare buffers (non-NULL, of their
+            // lengths: checked by the entry point), read during this call only.
+            unsafe {
+                gather(&mut payload, &operand);
+                gather(&mut payload, &compare);
+            }
             if payload.len() != desc.payload() {
                 return Err(FiError::INVAL);
             }
@@ -373,11 +417,17 @@ pub fn start(st: &mut crate::domain::DomainState, id: usize, a: OneSided, op: Op
     };
     crate::debug!(EpData, "one-sided {:#x} to {} key {:#x} addr {:#x} len {}", hdr.app, a.dest, a.key, a.addr, hdr.len);
     let engine = ep.engine.as_mut().expect("checked above");
-    // Every one-sided operation is acknowledged: a refusal (bad key, range, access) must reach
-    // the initiator, and completion then means the data is at the target (delivery complete).
+    // Completion level (see the module doc): acknowledged, unless a write or base atomic asks
+    // for transmit or inject completion (on the call or in the endpoint's op_flags) and for
+    // nothing stronger, and targets another endpoint. The engine acknowledges the large ones
+    // (CMA, SAR) anyway.
+    let flags = a.flags | ep.tx_op_flags;
+    let early = flags & (ffi::FI_TRANSMIT_COMPLETE | ffi::FI_INJECT_COMPLETE) as u64 != 0
+        && flags & (ffi::FI_DELIVERY_COMPLETE | ffi::FI_COMMIT_COMPLETE) as u64 == 0;
+    let acked = reply_to.is_some() || !early || ep.rma.loopback(engine, peer);
     // FI_MORE: the engine batches small requests to a peer until the next call without it.
     let more = a.flags & ffi::FI_MORE as u64 != 0;
-    let opts = SendOpts { cookie: slot as u64, delivery_complete: true, more };
+    let opts = SendOpts { cookie: slot as u64, delivery_complete: acked, more };
     let sent = match (payload, answer_buf) {
         // SAFETY: the application's source buffer, which it leaves unchanged until the write
         // completes (the engine copies inject-sized ones before returning).
@@ -389,7 +439,19 @@ pub fn start(st: &mut crate::domain::DomainState, id: usize, a: OneSided, op: Op
         (Payload::Own(bytes), None) => engine.send(peer, hdr, LocalIov::owned(bytes.into_vec()), opts),
     };
     match sent {
-        // An acknowledged send is never done at once: its answer completes it.
+        // Queued and complete (never so for an acknowledged send): report it now, unless
+        // nothing would see it (an inject with no counter).
+        Ok(SendStatus::Done) if !acked => {
+            let kind = tx.kind();
+            ep.rma.issued += 1;
+            if tx.wanted() || ep.bindings.tx_cntr(kind).is_some() {
+                let mut sinks = super::Sinks { cqs, cntrs, b: &ep.bindings };
+                let entry = super::ctx_completion(a.ctx, tx.flags());
+                sinks.tx_done(CqEvent::Done(entry), tx.wanted(), kind);
+            }
+            return Ok(());
+        }
+        // The answer (or, for a batched one, its push into the ring) completes it.
         Ok(SendStatus::Pending | SendStatus::Done) => {}
         Err(EngineError::Again) => return Err(FiError::AGAIN),
         Err(e) => {
@@ -423,19 +485,36 @@ enum Payload {
 }
 
 /// Append the bytes of application ranges.
-fn gather(out: &mut Bytes, ranges: Ranges) {
-    let len: usize = ranges.iter().map(|p| p.1).sum();
-    let at = out.len();
-    out.resize(at + len, 0);
-    // SAFETY: the application's operand buffers, readable for the duration of the call.
-    let src = unsafe { super::rx::lend(ranges) };
-    src.read_at(0, &mut out[at..]);
+///
+/// # Safety
+/// Every range must be readable memory for the duration of the call.
+unsafe fn gather(out: &mut Bytes, ranges: &Ranges) {
+    for &(addr, len) in ranges {
+        // SAFETY: per this function's contract, `len` readable bytes at `addr`.
+        out.extend_from_slice(unsafe { std::slice::from_raw_parts(addr as *const u8, len) });
+    }
 }
 
 impl RmaState {
     fn new_op(&mut self) -> u64 {
         self.next_op = self.next_op.wrapping_add(1);
         self.next_op
+    }
+
+    /// Whether `peer` is this endpoint itself (remembered per peer: ids are never reused).
+    fn loopback(&mut self, engine: &Endpoint, peer: PeerId) -> bool {
+        let i = peer as usize;
+        match self.loopback.get(i) {
+            Some(&Some(me)) => me,
+            _ => {
+                let me = engine.peer_name(peer) == Some(engine.name());
+                if self.loopback.len() <= i {
+                    self.loopback.resize(i + 1, None);
+                }
+                self.loopback[i] = Some(me);
+                me
+            }
+        }
     }
 
     /// Replies or answers are waiting to go out.
@@ -477,7 +556,7 @@ impl Target<'_> {
                     let dest = unsafe { super::rx::lend(ranges) };
                     Disposition::Deliver { dest, ctx: CTX_TARGET | ctx as u64 }
                 }
-                Err(errno) => Disposition::Refuse(errno),
+                Err(errno) => refuse(msg, errno),
             },
             KIND_READ_REQ if read_req_len(hdr.len) => {
                 let op = TargetOp::ReadReq { src: msg.src, msg_id: msg.msg_id, key: hdr.tag, addr: hdr.aux };
@@ -495,13 +574,13 @@ impl Target<'_> {
                         Disposition::Deliver { dest, ctx }
                     }
                 }
-                Err(errno) => Disposition::Refuse(errno),
+                Err(errno) => refuse(msg, errno),
             },
             KIND_READ_RESP => match self.rma.pending.get_mut(&hdr.tag).and_then(|p| p.dest.take()) {
                 Some(dest) => Disposition::Deliver { dest, ctx: CTX_REPLY | hdr.tag },
                 None => Disposition::Discard,
             },
-            _ => Disposition::Refuse(ffi::FI_EINVAL),
+            _ => refuse(msg, ffi::FI_EINVAL),
         }
     }
 
@@ -526,7 +605,7 @@ impl Target<'_> {
                     written(sinks, mr.write_cntr, cq_data(&hdr), hdr.len);
                     taken(false)
                 }
-                Err(errno) => Disposition::Refuse(errno),
+                Err(errno) => refuse(msg, errno),
             },
             KIND_READ_REQ => match self.serve_read(msg.src, msg.msg_id, hdr.tag, hdr.aux, payload, sinks) {
                 // Copied by the engine into the initiator's buffer in this same step (FI_ORDER_WAR).
@@ -538,7 +617,7 @@ impl Target<'_> {
                     self.serve_atomic(desc, &target, mr_cntr, reply, Some(payload), sinks);
                     taken(reply.is_some())
                 }
-                Err(errno) => Disposition::Refuse(errno),
+                Err(errno) => refuse(msg, errno),
             },
         })
     }
@@ -661,8 +740,13 @@ impl Target<'_> {
         payload: Option<&[u8]>,
         sinks: &mut Sinks,
     ) {
+        // Working copies on the stack for the usual small atomic, on the heap beyond that.
+        let n = desc.bytes();
+        let (mut value_stack, mut old_stack) = ([0u8; ATOMIC_STACK], [0u8; ATOMIC_STACK]);
+        let (mut value_heap, mut old_heap) = (Vec::new(), Vec::new());
+        let old = scratch(if desc.kind == Kind::Write { 0 } else { n }, &mut old_stack, &mut old_heap);
         let applied = match payload {
-            Some(bytes) => apply_atomic(desc, target, bytes),
+            Some(bytes) => apply_atomic(desc, target, bytes, scratch(n, &mut value_stack, &mut value_heap), old),
             None => Err(ffi::FI_EIO),
         };
         if applied.is_ok() {
@@ -673,12 +757,12 @@ impl Target<'_> {
         }
         let Some((src, msg_id)) = reply else { return };
         match applied {
-            Ok(old) => {
-                let out = match SmallReply::new(old.len(), |b| b.copy_from_slice(&old)) {
+            Ok(()) => {
+                let out = match SmallReply::new(old.len(), |b| b.copy_from_slice(old)) {
                     Some(data) => Outgoing::AnswerData { src, msg_id, data },
                     None => {
                         let op_id = payload.and_then(|b| u64_at(b, 0)).unwrap_or(0);
-                        Outgoing::Reply { src, msg_id, op_id, data: ReplyData::Copy(old) }
+                        Outgoing::Reply { src, msg_id, op_id, data: ReplyData::Copy(old.to_vec()) }
                     }
                 };
                 self.rma.outbox.push_back(out);
@@ -690,6 +774,27 @@ impl Target<'_> {
     fn answer(&mut self, src: SrcId, msg_id: u64, result: Result<(), u32>) {
         self.rma.outbox.push_back(Outgoing::Answer { src, msg_id, result });
     }
+}
+
+/// Refuse a peer's operation (bad key, range, access or request). One its initiator completed
+/// when it queued it (`Incoming::acked` false: FI_TRANSMIT_COMPLETE or FI_INJECT_COMPLETE)
+/// reaches no completion there: say why here.
+fn refuse(msg: &Incoming, errno: u32) -> Disposition {
+    if !msg.acked {
+        let h = msg.hdr;
+        crate::warn!(
+            EpData,
+            "refused a one-sided operation (kind {}, key {:#x}, addr {:#x}, {} B) from source {}: {}; target memory \
+             untouched; its initiator asked for transmit or inject completion and is not told",
+            kind_of(h.app),
+            h.tag,
+            h.aux,
+            h.len,
+            msg.src,
+            crate::core_api::errname(errno)
+        );
+    }
+    Disposition::Refuse(errno)
 }
 
 /// A write's remote CQ data, if it carries any.
@@ -717,8 +822,22 @@ fn u64_at(b: &[u8], at: usize) -> Option<u64> {
     Some(u64::from_le_bytes(b.get(at..at + 8)?.try_into().ok()?))
 }
 
-/// Apply an atomic to the target memory; returns the old values.
-fn apply_atomic(desc: Desc, target: &Ranges, payload: &[u8]) -> Result<Vec<u8>, u32> {
+/// Target bytes of an atomic that `serve_atomic` works on in stack buffers (the heap beyond).
+const ATOMIC_STACK: usize = 64;
+
+/// A zeroed working buffer of `n` bytes: in `stack` when it fits, else in `heap`.
+fn scratch<'a>(n: usize, stack: &'a mut [u8; ATOMIC_STACK], heap: &'a mut Vec<u8>) -> &'a mut [u8] {
+    if n <= ATOMIC_STACK {
+        &mut stack[..n]
+    } else {
+        heap.resize(n, 0);
+        heap
+    }
+}
+
+/// Apply an atomic to the target memory, with `value` (`desc.bytes()` long) as the working
+/// copy; the old values go to `old` (empty for a base atomic).
+fn apply_atomic(desc: Desc, target: &Ranges, payload: &[u8], value: &mut [u8], old: &mut [u8]) -> Result<(), u32> {
     let n = desc.bytes();
     let operands = if desc.op == ffi::FI_ATOMIC_READ { 0 } else { n };
     let operand = payload.get(8..8 + operands).ok_or(ffi::FI_EINVAL)?;
@@ -728,17 +847,17 @@ fn apply_atomic(desc: Desc, target: &Ranges, payload: &[u8]) -> Result<Vec<u8>, 
         &[]
     };
     // SAFETY: registered memory the application exposed for remote atomics (range checked by
-    // `resolve`); only this path, under the domain lock, changes it on behalf of peers.
-    let mut mem = unsafe { super::rx::lend(target.clone()) };
-    let mut value = vec![0; n];
-    mem.read_at(0, &mut value);
-    let mut old = if desc.kind == Kind::Write { Vec::new() } else { vec![0; n] };
-    apply::apply(desc.kind, desc.op, desc.datatype, &mut value, operand, compare, &mut old)
-        .map_err(|_| ffi::FI_EINVAL)?;
-    if desc.op != ffi::FI_ATOMIC_READ {
-        mem.write_at(0, &value);
+    // `resolve`: `n` bytes); only this path, under the domain lock, changes it on behalf of peers.
+    let got = unsafe { crate::iov::gather(target, value) };
+    if got != n || value.len() != n {
+        return Err(ffi::FI_EINVAL);
     }
-    Ok(old)
+    apply::apply(desc.kind, desc.op, desc.datatype, value, operand, compare, old).map_err(|_| ffi::FI_EINVAL)?;
+    if desc.op != ffi::FI_ATOMIC_READ {
+        // SAFETY: as above; the same `n` bytes.
+        unsafe { crate::iov::scatter(target, value) };
+    }
+    Ok(())
 }
 
 /// The initiator side of `on_recv_done`: a reply's data arrived for op `op_id`.

@@ -38,6 +38,18 @@ impl TxOp {
     pub fn with_reply(self, op_id: u64) -> TxOp {
         TxOp { reply: Some(op_id), ..self }
     }
+
+    pub fn kind(&self) -> TxKind {
+        self.kind
+    }
+
+    pub fn wanted(&self) -> bool {
+        self.wanted
+    }
+
+    pub fn flags(&self) -> u64 {
+        self.flags
+    }
 }
 
 /// What a send call asks for.

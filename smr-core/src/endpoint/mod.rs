@@ -104,6 +104,10 @@ pub struct Incoming {
     /// The payload is at hand (inline, inject) or is read at once (CMA): a `Deliver` finishes
     /// within this progress step. False for SAR, whose segments arrive over later steps.
     pub whole: bool,
+    /// The sender waits for this message's answer (it asked for one, or its protocol, CMA or
+    /// SAR, always answers). False for an inline or inject message its sender completed when it
+    /// queued it: a `Refuse` then reaches no one, and the handler should say why itself.
+    pub acked: bool,
 }
 
 /// What to do with an arriving message.

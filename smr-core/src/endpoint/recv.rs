@@ -135,7 +135,7 @@ impl Endpoint {
         src: SrcId,
         msg_id: u64,
         hdr: MsgHeader,
-        whole: bool,
+        (whole, acked): (bool, bool),
         inline: Option<&[u8]>,
         h: &mut impl Handler,
     ) -> (MsgKey, Disposition) {
@@ -144,7 +144,7 @@ impl Endpoint {
             Some(p) => (p.name.as_str(), p.incarnation),
             None => (self.forgotten.get(&src).map_or("", String::as_str), 0),
         };
-        let msg = Incoming { key, src, src_gen, msg_id, hdr, whole };
+        let msg = Incoming { key, src, src_gen, msg_id, hdr, whole, acked };
         let d = match inline {
             Some(payload) => h.on_inline(&msg, name, payload),
             None => h.on_message(&msg, name),
@@ -168,7 +168,7 @@ impl Endpoint {
             Body::Inline { len } => Some(&entry.payload[..len]),
             _ => None,
         };
-        let (key, disposition) = self.offer(src, msg_id, hdr, whole, inline, h);
+        let (key, disposition) = self.offer(src, msg_id, hdr, (whole, ack), inline, h);
         // An answer in the sender's buffer is its whole handling: no payload to place, and the
         // answer is the response. Only an inline request can be answered in the same step.
         let disposition = match disposition {
