@@ -55,6 +55,9 @@ step "conformance suite (fabtests-adapter): every scenario against rshm and the 
 bash scripts/build-provider.sh
 cargo run --release --locked -q -p fabtests-adapter -- suite --providers rshm,shm --provider-path "$PWD/target/rshm"
 
+step "conformance suite again with FI_RSHM_CMA_MIN=0: messages above the inject size by CMA, not SAR"
+FI_RSHM_CMA_MIN=0 cargo run --release --locked -q -p fabtests-adapter -- suite --providers rshm --provider-path "$PWD/target/rshm"
+
 step "misuse through libfabric's API (tests/misuse/misuse.c): a -FI_E* code and a log line, never a crash"
 mkdir -p target/misuse
 cc -O2 -Wall -o target/misuse/misuse tests/misuse/misuse.c -lfabric

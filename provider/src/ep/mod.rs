@@ -462,7 +462,18 @@ fn enable(ep: &Ep) -> FiResult<()> {
         }
         FiError::from(e)
     })?;
-    crate::info!(EpCtrl, "endpoint {} enabled (CMA {})", state.name, if engine.cma_enabled() { "on" } else { "off" });
+    let cma_min = engine.params().cma_min;
+    let large = match (engine.cma_enabled(), cma_min) {
+        (true, usize::MAX) => "SAR (FI_RSHM_CMA_MIN unset)".to_string(),
+        (true, n) => format!("CMA from {} B, SAR below", n.max(engine.params().inject_max + 1)),
+        (false, _) => "SAR".to_string(),
+    };
+    crate::info!(
+        EpCtrl,
+        "endpoint {} enabled (CMA {}), messages above the inject size by {large}",
+        state.name,
+        if engine.cma_enabled() { "on" } else { "off" }
+    );
     if engine.params().cma && !engine.cma_enabled() {
         // Once per process: CMA was wanted but this host forbids it.
         static SAID: std::sync::Once = std::sync::Once::new();

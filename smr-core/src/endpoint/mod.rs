@@ -47,6 +47,10 @@ pub struct Params {
     pub counts: Counts,
     /// Allow CMA (it is still probed, and abandoned per peer when the kernel refuses it).
     pub cma: bool,
+    /// Messages longer than `inject_max` but shorter than this go through SAR buffers even
+    /// where CMA is allowed (0: CMA for every message above `inject_max`). Which of the two is
+    /// faster depends on the host; the provider's default is measured (docs/perf/protocols.md).
+    pub cma_min: usize,
     /// Largest message carried inside the command entry.
     pub inline_max: usize,
     /// Largest message carried through one inject buffer.
@@ -77,6 +81,7 @@ impl Default for Params {
                 max_peers: 1024,
             },
             cma: true,
+            cma_min: 0,
             inline_max: INLINE_MAX,
             inject_max: INJECT_SIZE as usize,
             max_msg_size: 1 << 30,

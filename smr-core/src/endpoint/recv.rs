@@ -44,6 +44,13 @@ enum HeldData {
         bytes: Vec<u8>,
         waiting: Option<(LocalIov, u64)>,
     },
+    /// Every SAR segment is in, and the sender waits for the answer that its message was
+    /// delivered: it is not answered before (as a message held for a CMA read is not), so a
+    /// sender learns of a receiver that dies before receiving it, instead of completing.
+    Reassembled {
+        bytes: Vec<u8>,
+        msg_id: u64,
+    },
     Failed(Error),
 }
 
@@ -383,17 +390,20 @@ impl Endpoint {
                 h.on_recv_done(ctx, result, dest);
             }
             Sink::Held(key) => {
-                self.send_resp(src, done(msg_id, Status::Ok, len));
-                let Some(held) = self.held.get_mut(&key) else { return };
+                let Some(held) = self.held.get_mut(&key) else {
+                    self.send_resp(src, done(msg_id, Status::Ok, len));
+                    return;
+                };
                 if let HeldData::Arriving { bytes, waiting } = &mut held.data {
                     let bytes = std::mem::take(bytes);
                     match waiting.take() {
                         Some((mut dest, ctx)) => {
                             self.held.remove(&key);
-                            let n = dest.write_at(0, &bytes);
-                            h.on_recv_done(ctx, outcome(len, n), dest);
+                            let result = outcome(len, dest.write_at(0, &bytes));
+                            self.send_resp(src, done(msg_id, status_of(&result), len));
+                            h.on_recv_done(ctx, result, dest);
                         }
-                        None => held.data = HeldData::Bytes(bytes),
+                        None => held.data = HeldData::Reassembled { bytes, msg_id },
                     }
                 }
             }
@@ -428,6 +438,11 @@ impl Endpoint {
                     Ok(Delivered::Now(Err(e), dest))
                 }
             },
+            HeldData::Reassembled { bytes, msg_id } => {
+                let result = outcome(hdr.len, dest.write_at(0, &bytes));
+                self.send_resp(src, done(msg_id, status_of(&result), hdr.len));
+                Ok(Delivered::Now(result, dest))
+            }
             HeldData::Arriving { bytes, .. } => {
                 let data = HeldData::Arriving { bytes, waiting: Some((dest, ctx)) };
                 self.held.insert(key, Held { src, hdr, data });
@@ -461,7 +476,9 @@ impl Endpoint {
     pub fn discard(&mut self, key: MsgKey) -> Result<()> {
         let held = self.held.remove(&key).ok_or(Error::Invalid("no held message with that key"))?;
         match held.data {
-            HeldData::Cma { msg_id, .. } => self.send_resp(held.src, done(msg_id, Status::Dropped, 0)),
+            HeldData::Cma { msg_id, .. } | HeldData::Reassembled { msg_id, .. } => {
+                self.send_resp(held.src, done(msg_id, Status::Dropped, 0))
+            }
             HeldData::Arriving { .. } => {
                 for rx in self.sar_rx.values_mut() {
                     if matches!(rx.sink, Sink::Held(k) if k == key) {
