@@ -336,6 +336,9 @@ impl Endpoint {
     }
 }
 
+/// The first SAR segment of a message, in bytes (later ones double up to the buffer size).
+const SAR_FIRST_SEGMENT: u64 = 16 * 1024;
+
 /// Push segments of one SAR send until done or out of buffers. True when all are out.
 fn push_segments(link: &super::peers::Link, msg_id: u64, send: &mut PendingSend) -> bool {
     let geo = *link.region.geometry();
@@ -346,7 +349,10 @@ fn push_segments(link: &super::peers::Link, msg_id: u64, send: &mut PendingSend)
             return true;
         }
         let Ok(index) = link.region.sar_stack().pop() else { return false };
-        let seg_len = (send.hdr.len - offset).min(sar_size);
+        // Segments double from SAR_FIRST_SEGMENT up to a whole buffer: the receiver starts
+        // copying out after a short first copy (latency), while long messages move in whole
+        // buffers (fewer commands per byte: bandwidth).
+        let seg_len = (send.hdr.len - offset).min(sar_size).min(offset.max(SAR_FIRST_SEGMENT));
         let copied = geo
             .sar_offset(index)
             .and_then(|off| link.region.mapping().bytes_ptr(off, seg_len))
