@@ -6,7 +6,7 @@
 //! `fi_setname`, or a generated one.
 
 mod ops;
-mod rma;
+pub(crate) mod rma;
 mod rma_ops;
 mod rx;
 mod tx;

@@ -929,6 +929,35 @@ pub fn reply_sent(rma: &mut RmaState, idx: usize, result: smr_core::Result<()>) 
     }
 }
 
+/// A registration over `mr` goes away: replies still going out from its memory by reference
+/// (larger than the one-trip limit, through SAR segments this process copies over later steps)
+/// take a copy of it now, while the memory is still the application's. Returns how many did.
+pub fn detach_replies(rma: &mut RmaState, engine: &mut Endpoint, mr: &[(usize, usize)]) -> usize {
+    let overlaps = |ranges: &Ranges| {
+        ranges.iter().any(|&(a, n)| mr.iter().any(|&(b, m)| a < b.saturating_add(m) && b < a.saturating_add(n)))
+    };
+    let mut detached = 0;
+    for (idx, (_, _, data)) in rma.replying.iter_mut() {
+        let ReplyData::Memory(ranges) = data else { continue };
+        if !overlaps(ranges) {
+            continue;
+        }
+        // SAFETY: registered memory that is still registered (the close is in progress).
+        let mem = unsafe { super::rx::lend(ranges.clone()) };
+        let mut bytes = vec![0; mem.len()];
+        mem.read_at(0, &mut bytes);
+        let copy = ReplyData::Copy(bytes);
+        // SAFETY: the Vec's heap buffer lent here moves with `copy` into `replying`, where it
+        // stays until the send ends (`reply_sent`).
+        let iov = unsafe { copy.lend() };
+        if engine.rebuffer_pending(COOKIE_REPLY | idx as u64, iov) {
+            *data = copy;
+            detached += 1;
+        }
+    }
+    detached
+}
+
 /// Send the replies and answers progress queued. Stops at the first full queue (retried on the
 /// next progress).
 pub fn flush(rma: &mut RmaState, engine: &mut Endpoint) {
@@ -951,20 +980,9 @@ pub fn flush(rma: &mut RmaState, engine: &mut Endpoint) {
                         continue;
                     }
                 };
-                // Registered memory goes out by reference only where the initiator reads it with
-                // CMA: a registration closed meanwhile then fails its read. Through SAR this
-                // process would copy from it over later steps, after a close might have unmapped
-                // it: take a copy now instead.
-                let data = match data {
-                    ReplyData::Memory(ranges) if !engine.cma_with(peer) => {
-                        // SAFETY: registered memory, resolved in this same progress pass.
-                        let mem = unsafe { super::rx::lend(ranges) };
-                        let mut copy = vec![0; mem.len()];
-                        mem.read_at(0, &mut copy);
-                        ReplyData::Copy(copy)
-                    }
-                    other => other,
-                };
+                // Registered memory goes out by reference: the initiator reads it with CMA, or
+                // this process copies it into SAR segments over later steps; a registration
+                // closed meanwhile hands those a copy first (`detach_replies`).
                 let hdr = header(app(KIND_READ_RESP, 0), op_id, 0, 0, data.len());
                 let idx = rma.replying.vacant_key();
                 let opts = SendOpts { cookie: COOKIE_REPLY | idx as u64, delivery_complete: false, more: false };

@@ -148,14 +148,6 @@ impl Endpoint {
         self.add_peer(&name)
     }
 
-    /// Whether a message to `peer` above the inject size would be read by the peer with CMA
-    /// (both sides allow it and the kernel has not refused it yet), rather than copied through
-    /// SAR buffers by this process: only then does its buffer stay untouched by us after `send`.
-    pub fn cma_with(&mut self, peer: PeerId) -> bool {
-        let my_cma = self.cma_ok;
-        self.link(peer).is_ok_and(|l| my_cma && l.cma)
-    }
-
     /// Register a peer by name. Nothing is mapped until the first send.
     pub fn add_peer(&mut self, name: &str) -> Result<PeerId> {
         check_name(name)?;

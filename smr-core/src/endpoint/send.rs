@@ -73,6 +73,20 @@ impl Endpoint {
         }
     }
 
+    /// Give the pending send with `cookie` a new buffer holding the same bytes: the segments not
+    /// yet sent are taken from it. For a sender whose buffer is about to become invalid (a
+    /// registration closed under a reply still going out through SAR). False when no send with
+    /// that cookie is pending, or the new buffer's length differs (nothing changed then).
+    pub fn rebuffer_pending(&mut self, cookie: u64, buf: LocalIov) -> bool {
+        match self.pending.values_mut().find(|s| s.cookie == cookie) {
+            Some(send) if send.buf.len() == buf.len() => {
+                send.buf = buf;
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// Send a message of at most `inject_max` bytes from one contiguous buffer, which is copied
     /// before this returns: the small-message path without an iov to walk. Same results as
     /// `send`; longer messages are refused (`Error::Invalid`), not sent another way.

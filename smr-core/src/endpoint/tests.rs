@@ -730,3 +730,35 @@ fn answer_buffers_come_back_when_the_receiver_goes() {
     assert_eq!(a.answer_bufs_held(), 0);
     assert_eq!(free_buffers(&a), free_before, "reserved buffers not returned");
 }
+
+/// A pending SAR send given a new buffer (`rebuffer_pending`, as when the registration its
+/// bytes came from is closed) takes the segments not yet sent from the new buffer: the old one
+/// may change or go away without the receiver seeing it.
+#[test]
+fn a_rebuffered_sar_send_takes_its_remaining_segments_from_the_new_buffer() {
+    let d = Params::default();
+    let params = Params { cma: false, counts: Counts { sar_count: 2, sar_size: 16384, ..d.counts }, ..d };
+    let (mut a, mut b, to_b) = pair("rebuf", params);
+    let (mut ha, mut hb) = (Collect::default(), Collect::default());
+    let len = 100_000;
+    let mut original = pattern(len, 3);
+    let hdr = MsgHeader { app: 0, tag: 7, data: 0, aux: 0, len: len as u64 };
+    // SAFETY: `original` outlives the send (checked done below) and is changed only after the
+    // send was given another buffer.
+    let lent = unsafe { LocalIov::from_raw(&[(original.as_mut_ptr(), len)]) };
+    let opts = SendOpts { cookie: 42, delivery_complete: true, more: false };
+    assert_eq!(a.send(to_b, hdr, lent, opts).unwrap(), SendStatus::Pending);
+    // Two 16 KiB segments are out (both SAR buffers); the rest waits for the receiver.
+    assert!(!a.rebuffer_pending(43, LocalIov::owned(vec![0; len])), "no send with cookie 43");
+    assert!(!a.rebuffer_pending(42, LocalIov::owned(vec![0; len - 1])), "a buffer of another length");
+    assert!(a.rebuffer_pending(42, LocalIov::owned(pattern(len, 3))));
+    original.iter_mut().for_each(|b| *b = 0xee);
+    pump_until((&mut a, &mut ha), (&mut b, &mut hb), "the message and its ack", |ha, hb| {
+        hb.received.len() == 1 && ha.sends_done.len() == 1
+    });
+    assert_eq!(ha.sends_done, vec![(42, Ok(()))]);
+    let (_, result, bytes) = &hb.received[0];
+    assert_eq!(*result, Ok(len));
+    assert!(*bytes == pattern(len, 3), "bytes from the old buffer after the rebuffer");
+    drop(original);
+}
