@@ -427,7 +427,8 @@ pub fn start(st: &mut crate::domain::DomainState, id: usize, a: OneSided, op: Op
     let acked = reply_to.is_some() || !early || ep.rma.loopback(engine, peer);
     // FI_MORE: the engine batches small requests to a peer until the next call without it.
     let more = a.flags & ffi::FI_MORE as u64 != 0;
-    let opts = SendOpts { cookie: slot as u64, delivery_complete: acked, more };
+    // A one-sided target may progress rarely: a large write is pulled with CMA where allowed.
+    let opts = SendOpts { cookie: slot as u64, delivery_complete: acked, more, pull: true };
     let sent = match (payload, answer_buf) {
         // SAFETY: the application's source buffer, which it leaves unchanged until the write
         // completes (the engine copies inject-sized ones before returning).
@@ -985,7 +986,10 @@ pub fn flush(rma: &mut RmaState, engine: &mut Endpoint) {
                 // closed meanwhile hands those a copy first (`detach_replies`).
                 let hdr = header(app(KIND_READ_RESP, 0), op_id, 0, 0, data.len());
                 let idx = rma.replying.vacant_key();
-                let opts = SendOpts { cookie: COOKIE_REPLY | idx as u64, delivery_complete: false, more: false };
+                // The initiator pulls a large reply with CMA where allowed: SAR would need this
+                // target's progress for every segment.
+                let opts =
+                    SendOpts { cookie: COOKIE_REPLY | idx as u64, delivery_complete: false, more: false, pull: true };
                 // SAFETY: `data` outlives the send: it is dropped after a send that is done at
                 // once (copied), kept in `replying` while one is pending, and kept for the retry
                 // after one that was refused.

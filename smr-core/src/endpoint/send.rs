@@ -130,7 +130,7 @@ impl Endpoint {
         if !self.flush_staged_before(peer) {
             return Err(Error::Again);
         }
-        let my_cma = self.cma_ok && buf.len() >= self.params.cma_min;
+        let my_cma = self.cma_ok && (opts.pull || buf.len() >= self.params.cma_min);
         let link = self.link(peer)?;
         link.used = true;
         let mut entry = CmdEntry::message(link.slot, msg_id, &hdr, true);

@@ -155,7 +155,7 @@ fn exchange_all_sizes(tag: &str, params: Params) -> (Endpoint, Endpoint) {
                 to_b,
                 hdr,
                 LocalIov::owned(data.clone()),
-                SendOpts { cookie: i as u64, delivery_complete: false, more: false },
+                SendOpts { cookie: i as u64, delivery_complete: false, more: false, pull: false },
             ) {
                 Err(Error::Again) => {
                     assert!(std::time::Instant::now() < dl, "send of size {len} still answers Again");
@@ -260,7 +260,7 @@ fn held_messages_complete_their_senders_on_delivery(tag: &str, params: Params, c
                 to_b,
                 hdr,
                 LocalIov::owned(pattern(len, 9)),
-                SendOpts { cookie: i as u64, delivery_complete: true, more: false },
+                SendOpts { cookie: i as u64, delivery_complete: true, more: false, pull: false },
             )
             .unwrap();
         assert_eq!(status, SendStatus::Pending, "size {len} with delivery-complete");
@@ -380,7 +380,7 @@ fn refused_messages_fail_their_senders_with_the_receivers_errno() {
         let sizes = [1usize, 4096, 100_000];
         for (i, &len) in sizes.iter().enumerate() {
             let hdr = MsgHeader { app: 0, tag: i as u64, data: 0, aux: 7, len: len as u64 };
-            let opts = SendOpts { cookie: i as u64, delivery_complete: true, more: false };
+            let opts = SendOpts { cookie: i as u64, delivery_complete: true, more: false, pull: false };
             let buf = LocalIov::owned(pattern(len, i as u8));
             assert_eq!(a.send(to_b, hdr, buf, opts), Ok(SendStatus::Pending));
         }
@@ -402,7 +402,7 @@ fn later_messages_complete_their_senders_on_answer() {
     let (mut ha, mut hb) = (Collect::default(), Collect { later: true, ..Default::default() });
     for (i, len) in [16usize, 3000].into_iter().enumerate() {
         let hdr = MsgHeader { app: 0, tag: i as u64, data: 0, aux: 0, len: len as u64 };
-        let opts = SendOpts { cookie: i as u64, delivery_complete: true, more: false };
+        let opts = SendOpts { cookie: i as u64, delivery_complete: true, more: false, pull: false };
         assert_eq!(a.send(to_b, hdr, LocalIov::owned(pattern(len, 3)), opts), Ok(SendStatus::Pending));
     }
     pump_until((&mut a, &mut ha), (&mut b, &mut hb), "deliveries", |_, hb| hb.received.len() == 2);
@@ -427,7 +427,7 @@ fn answers_carry_data_to_the_sender() {
     let (mut ha, mut hb) = (Collect::default(), Collect { later: true, ..Default::default() });
     for i in 0..3u64 {
         let hdr = MsgHeader { app: 0, tag: i, data: 0, aux: 0, len: 16 };
-        let opts = SendOpts { cookie: 10 + i, delivery_complete: true, more: false };
+        let opts = SendOpts { cookie: 10 + i, delivery_complete: true, more: false, pull: false };
         assert_eq!(a.send(to_b, hdr, LocalIov::owned(pattern(16, 1)), opts), Ok(SendStatus::Pending));
     }
     pump_until((&mut a, &mut ha), (&mut b, &mut hb), "deliveries", |_, hb| hb.received.len() == 3);
@@ -452,7 +452,7 @@ fn send_bytes_moves_small_messages_and_refuses_longer_ones() {
     let sizes = [0usize, 8, INLINE_MAX, INLINE_MAX + 1, INJECT_SIZE as usize];
     for (i, &len) in sizes.iter().enumerate() {
         let hdr = MsgHeader { app: 0, tag: i as u64, data: 0, aux: 0, len: len as u64 };
-        let opts = SendOpts { cookie: i as u64, delivery_complete: i % 2 == 1, more: false };
+        let opts = SendOpts { cookie: i as u64, delivery_complete: i % 2 == 1, more: false, pull: false };
         let want = if opts.delivery_complete { SendStatus::Pending } else { SendStatus::Done };
         assert_eq!(a.send_bytes(to_b, hdr, &pattern(len, i as u8), opts), Ok(want));
     }
@@ -495,7 +495,7 @@ fn more_batches_small_messages_in_order() {
     let sizes = [8usize, 0, INLINE_MAX + 1, 100, 4096, 16, 8, 8, 8, 8, 8, 8];
     for (i, &len) in sizes.iter().enumerate() {
         let hdr = MsgHeader { app: 0, tag: i as u64, data: 0, aux: 0, len: len as u64 };
-        let opts = SendOpts { cookie: i as u64, delivery_complete: i == 3, more: true };
+        let opts = SendOpts { cookie: i as u64, delivery_complete: i == 3, more: true, pull: false };
         assert_eq!(a.send_bytes(to_b, hdr, &pattern(len, i as u8), opts), Ok(SendStatus::Pending));
     }
     for _ in 0..50 {
@@ -539,7 +539,7 @@ fn long_more_runs_go_out_in_bounded_batches() {
     let n = super::batch::BATCH_MAX + 3;
     for i in 0..n {
         let hdr = MsgHeader { app: 0, tag: i as u64, data: 0, aux: 0, len: 8 };
-        let opts = SendOpts { cookie: i as u64, delivery_complete: false, more: true };
+        let opts = SendOpts { cookie: i as u64, delivery_complete: false, more: true, pull: false };
         assert_eq!(a.send_bytes(to_b, hdr, &pattern(8, i as u8), opts), Ok(SendStatus::Pending));
     }
     for _ in 0..50 {
@@ -573,7 +573,7 @@ fn small_message_does_not_overtake_a_sar_message_waiting_for_a_buffer() {
     for (tag, len) in [(0u64, 20_000usize), (1, 20_000), (2, 100), (3, 3000)] {
         let hdr = MsgHeader { app: 1, tag, data: 0, aux: 0, len: len as u64 };
         loop {
-            let opts = SendOpts { cookie: tag, delivery_complete: false, more: false };
+            let opts = SendOpts { cookie: tag, delivery_complete: false, more: false, pull: false };
             match a.send(to_b, hdr, LocalIov::owned(pattern(len, tag as u8)), opts) {
                 Err(Error::Again) => {
                     assert!(std::time::Instant::now() < dl, "message {tag} still answers Again");
@@ -601,7 +601,7 @@ fn small_message_does_not_overtake_a_sar_message_waiting_for_a_buffer() {
 fn send_request(a: &mut Endpoint, to_b: PeerId, cookie: u64, len: usize) -> Result<SendStatus> {
     let buf = a.reserve_answer_buf(len)?;
     let hdr = MsgHeader { app: 0, tag: cookie, data: 0, aux: 0, len: 8 };
-    let opts = SendOpts { cookie, delivery_complete: true, more: false };
+    let opts = SendOpts { cookie, delivery_complete: true, more: false, pull: false };
     a.send_bytes_answered(to_b, hdr, &request(buf.wire(), len), opts, buf)
 }
 
@@ -657,7 +657,7 @@ fn bad_answer_buffer_names_are_refused() {
     for (i, &(name, len)) in bad.iter().enumerate() {
         let buf = a.reserve_answer_buf(8).unwrap();
         let hdr = MsgHeader { app: 0, tag: i as u64, data: 0, aux: 0, len: 8 };
-        let opts = SendOpts { cookie: i as u64, delivery_complete: true, more: false };
+        let opts = SendOpts { cookie: i as u64, delivery_complete: true, more: false, pull: false };
         a.send_bytes_answered(to_b, hdr, &request(name, len), opts, buf).unwrap();
     }
     pump_until((&mut a, &mut ha), (&mut b, &mut hb), "refusals", |ha, _| ha.sends_done.len() == bad.len());
@@ -684,7 +684,7 @@ fn hostile_placed_answers_are_clamped_or_refused() {
     send_request(&mut a, to_b, 1, 100).unwrap();
     let with_buf = a.next_msg_id - 1;
     let hdr = MsgHeader { app: 0, tag: 2, data: 0, aux: 0, len: 8 };
-    let opts = SendOpts { cookie: 2, delivery_complete: true, more: false };
+    let opts = SendOpts { cookie: 2, delivery_complete: true, more: false, pull: false };
     a.send_bytes(to_b, hdr, &[0; 8], opts).unwrap();
     let without = a.next_msg_id - 1;
     // Forged responses, as the receiver would push them into our response ring.
@@ -746,7 +746,7 @@ fn a_rebuffered_sar_send_takes_its_remaining_segments_from_the_new_buffer() {
     // SAFETY: `original` outlives the send (checked done below) and is changed only after the
     // send was given another buffer.
     let lent = unsafe { LocalIov::from_raw(&[(original.as_mut_ptr(), len)]) };
-    let opts = SendOpts { cookie: 42, delivery_complete: true, more: false };
+    let opts = SendOpts { cookie: 42, delivery_complete: true, more: false, pull: false };
     assert_eq!(a.send(to_b, hdr, lent, opts).unwrap(), SendStatus::Pending);
     // Two 16 KiB segments are out (both SAR buffers); the rest waits for the receiver.
     assert!(!a.rebuffer_pending(43, LocalIov::owned(vec![0; len])), "no send with cookie 43");
