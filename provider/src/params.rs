@@ -9,7 +9,7 @@ use std::time::Duration;
 /// Every parameter: name (without the FI_RSHM_ prefix), type, help.
 const DEFINITIONS: &[(&str, ffi::fi_param_type, &str)] = &[
     ("CMA", ffi::FI_PARAM_BOOL, "Use cross-memory attach (process_vm_readv) for large messages; off forces SAR bounce buffers (default: on, if the kernel permits)"),
-    ("CMA_MIN", ffi::FI_PARAM_SIZE_T, "Smallest message sent by cross-memory attach (process_vm_readv by the receiver); messages above the inject size but below it go through SAR bounce buffers, both sides copying. 0: CMA for every message above the inject size (default: unset, SAR for every size, the faster on the hosts measured last: docs/perf/protocols.md)"),
+    ("CMA_MIN", ffi::FI_PARAM_SIZE_T, "Smallest message sent by cross-memory attach (process_vm_readv by the receiver; RMA pulls with it at every size where allowed); messages above the inject size but below it go through SAR bounce buffers, both sides copying. 0: CMA for every message above the inject size (default: unset, SAR for every size, the faster on the hosts measured last: docs/perf/protocols.md)"),
     ("REMOTE_COMM", ffi::FI_PARAM_BOOL, "Advertise FI_REMOTE_COMM (Open MPI's mtl/ofi requires it; all peers are still on this node) (default: off)"),
     ("QUEUE_LEN", ffi::FI_PARAM_SIZE_T, "Entries in each endpoint's command queue, a power of two (default: 1024)"),
     ("INJECT_COUNT", ffi::FI_PARAM_SIZE_T, "4 KiB inject buffers per endpoint (default: 128)"),
