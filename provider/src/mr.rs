@@ -198,14 +198,7 @@ unsafe extern "C" fn mr_close(fid: *mut ffi::fid) -> i32 {
         let mut st = obj.shared.lock();
         if let Some(entry) = st.mrs.by_key.remove(&obj.fid.key) {
             // Replies to reads still going out of this memory must not read it after we return.
-            for (_, ep) in st.eps.iter_mut() {
-                if let Some(engine) = ep.engine.as_mut() {
-                    let n = crate::ep::rma::detach_replies(&mut ep.rma, engine, &entry.iov);
-                    if n > 0 {
-                        crate::info!(Mr, "fi_close(mr): {n} read replies in flight took a copy of its memory");
-                    }
-                }
-            }
+            crate::ep::registration_closed(&mut st, &entry.iov);
             for id in [entry.write_cntr, entry.read_cntr].into_iter().flatten() {
                 if let Some(c) = st.cntrs.get_mut(id) {
                     c.mrs = c.mrs.saturating_sub(1);

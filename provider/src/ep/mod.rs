@@ -6,7 +6,7 @@
 //! `fi_setname`, or a generated one.
 
 mod ops;
-pub(crate) mod rma;
+mod rma;
 mod rma_ops;
 mod rx;
 mod tx;
@@ -722,6 +722,19 @@ pub fn wait_handle_for(st: &DomainState, eps: &[usize]) -> Option<WaitHandle> {
 }
 
 /// The AV bound to `ep` changed: forget cached peers.
+/// A registration over `iov` was closed: read replies still going out of its memory through
+/// SAR take a copy of what they have not sent yet (`rma::detach_replies`).
+pub fn registration_closed(st: &mut DomainState, iov: &[(usize, usize)]) {
+    for (_, ep) in st.eps.iter_mut() {
+        if let Some(engine) = ep.engine.as_mut() {
+            let n = rma::detach_replies(&mut ep.rma, engine, iov);
+            if n > 0 {
+                crate::info!(Mr, "fi_close(mr): {n} read replies in flight took a copy of its memory");
+            }
+        }
+    }
+}
+
 pub fn av_changed(st: &mut DomainState, ep: usize) {
     if let Some(s) = st.eps.get_mut(ep) {
         s.peers.clear();

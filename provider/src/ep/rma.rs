@@ -931,8 +931,9 @@ pub fn reply_sent(rma: &mut RmaState, idx: usize, result: smr_core::Result<()>) 
 }
 
 /// A registration over `mr` goes away: replies still going out from its memory by reference
-/// (larger than the one-trip limit, through SAR segments this process copies over later steps)
-/// take a copy of it now, while the memory is still the application's. Returns how many did.
+/// take a copy of it now, while the memory is still the application's. Through SAR (CMA off)
+/// this process copies their segments over later steps; a reply the initiator pulls with CMA
+/// falls back to SAR if the kernel refuses the pull. Returns how many took a copy.
 pub fn detach_replies(rma: &mut RmaState, engine: &mut Endpoint, mr: &[(usize, usize)]) -> usize {
     let overlaps = |ranges: &Ranges| {
         ranges.iter().any(|&(a, n)| mr.iter().any(|&(b, m)| a < b.saturating_add(m) && b < a.saturating_add(n)))

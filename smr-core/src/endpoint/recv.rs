@@ -390,26 +390,35 @@ impl Endpoint {
                 h.on_recv_done(ctx, result, dest);
             }
             Sink::Held(key) => {
+                // Not arriving any more (dropped meanwhile): answered now, as it always was.
                 let Some(held) = self.held.get_mut(&key) else {
-                    self.send_resp(src, done(msg_id, Status::Ok, len));
-                    return;
+                    return self.send_resp(src, done(msg_id, Status::Ok, len));
                 };
-                if let HeldData::Arriving { bytes, waiting } = &mut held.data {
-                    let bytes = std::mem::take(bytes);
-                    match waiting.take() {
-                        Some((mut dest, ctx)) => {
-                            self.held.remove(&key);
-                            let result = outcome(len, dest.write_at(0, &bytes));
-                            self.send_resp(src, done(msg_id, status_of(&result), len));
-                            h.on_recv_done(ctx, result, dest);
-                        }
-                        None => held.data = HeldData::Reassembled { bytes, msg_id },
+                let HeldData::Arriving { bytes, waiting } = &mut held.data else {
+                    return self.send_resp(src, done(msg_id, Status::Ok, len));
+                };
+                let bytes = std::mem::take(bytes);
+                match waiting.take() {
+                    Some((mut dest, ctx)) => {
+                        self.held.remove(&key);
+                        let result = self.hand_over(src, msg_id, len, &bytes, &mut dest);
+                        h.on_recv_done(ctx, result, dest);
                     }
+                    // Answered when delivered (`deliver`).
+                    None => held.data = HeldData::Reassembled { bytes, msg_id },
                 }
             }
             Sink::Dropped => self.send_resp(src, done(msg_id, Status::Dropped, 0)),
             Sink::Refused(errno) => self.send_resp(src, done(msg_id, Status::Refused, errno.into())),
         }
+    }
+
+    /// Copy a reassembled SAR message into the receive it matched and answer its sender, who
+    /// waited for this delivery.
+    fn hand_over(&mut self, src: SrcId, msg_id: u64, len: u64, bytes: &[u8], dest: &mut LocalIov) -> Result<usize> {
+        let result = outcome(len, dest.write_at(0, bytes));
+        self.send_resp(src, done(msg_id, status_of(&result), len));
+        result
     }
 
     /// Deliver a held message into `dest`.
@@ -439,8 +448,7 @@ impl Endpoint {
                 }
             },
             HeldData::Reassembled { bytes, msg_id } => {
-                let result = outcome(hdr.len, dest.write_at(0, &bytes));
-                self.send_resp(src, done(msg_id, status_of(&result), hdr.len));
+                let result = self.hand_over(src, msg_id, hdr.len, &bytes, &mut dest);
                 Ok(Delivered::Now(result, dest))
             }
             HeldData::Arriving { bytes, .. } => {
