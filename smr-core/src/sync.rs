@@ -42,3 +42,33 @@ pub(crate) fn spin_hint() {
     #[cfg(not(loom))]
     core::hint::spin_loop();
 }
+
+/// Ask for the cache line holding `*target` in a writable state before reading it, where the
+/// caller is about to read and then write it (a ring slot's stamp, which the consumer last
+/// wrote): one coherence transaction for the line instead of two (a shared copy for the read,
+/// then an upgrade for the write). A hint only: no effect on the value or on ordering.
+#[inline(always)]
+pub(crate) fn prefetch_for_write<T>(target: &T) {
+    #[cfg(all(target_arch = "x86_64", not(loom)))]
+    // SAFETY: PREFETCHW only hints the cache; it reads no data, faults on no address, and
+    // writes nothing.
+    unsafe {
+        core::arch::asm!("prefetchw [{0}]", in(reg) target as *const T, options(nostack, readonly, preserves_flags))
+    }
+    #[cfg(not(all(target_arch = "x86_64", not(loom))))]
+    let _ = target;
+}
+
+/// Start loading the cache line holding `*target`, which the caller expects to read soon (the
+/// next ring slot, while it handles this one). A hint only.
+#[inline(always)]
+pub(crate) fn prefetch_for_read<T>(target: &T) {
+    #[cfg(all(target_arch = "x86_64", not(loom)))]
+    // SAFETY: PREFETCHT0 only hints the cache; it reads no data, faults on no address, and
+    // writes nothing.
+    unsafe {
+        core::arch::asm!("prefetcht0 [{0}]", in(reg) target as *const T, options(nostack, readonly, preserves_flags))
+    }
+    #[cfg(not(all(target_arch = "x86_64", not(loom))))]
+    let _ = target;
+}
