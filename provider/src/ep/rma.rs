@@ -585,10 +585,10 @@ impl Target<'_> {
         }
     }
 
-    /// `on_message` for a one-sided operation whose payload travelled inline: served at once,
-    /// with no buffer to lend and no delivery to come back from. None: the caller offers it
-    /// as usual.
-    pub fn on_inline(&mut self, msg: &Incoming, payload: &[u8], sinks: &mut Sinks) -> Option<Disposition> {
+    /// `on_message` for a one-sided operation whose payload is here in full (inline or in an
+    /// inject buffer): served at once, with no buffer to lend and no delivery to come back from.
+    /// None: the caller offers it as usual.
+    pub fn on_payload(&mut self, msg: &Incoming, payload: &[u8], sinks: &mut Sinks) -> Option<Disposition> {
         let hdr = msg.hdr;
         let kind = kind_of(hdr.app);
         let served_here = matches!(kind, KIND_WRITE | KIND_ATOMIC) || (kind == KIND_READ_REQ && read_req_len(hdr.len));

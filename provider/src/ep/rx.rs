@@ -271,9 +271,9 @@ impl smr_core::endpoint::Handler for Handler<'_> {
         Disposition::Deliver { dest, ctx }
     }
 
-    fn on_inline(&mut self, msg: &Incoming, src_name: &str, payload: &[u8]) -> Disposition {
+    fn on_payload(&mut self, msg: &Incoming, src_name: &str, payload: &[u8]) -> Disposition {
         if super::rma::kind_of(msg.hdr.app) != super::rma::KIND_MSG {
-            return match self.target.on_inline(msg, payload, &mut self.sinks) {
+            return match self.target.on_payload(msg, payload, &mut self.sinks) {
                 Some(d) => d,
                 None => self.on_message(msg, src_name),
             };

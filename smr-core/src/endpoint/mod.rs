@@ -131,10 +131,10 @@ pub enum Disposition {
     /// it has checked and placed SAR-delivered data. A message read with CMA is still answered
     /// when delivered (the answer also releases the sender's memory).
     Later { dest: LocalIov, ctx: u64 },
-    /// From `on_inline` only: the handler took the payload it was given. The sender completes
+    /// From `on_payload` only: the handler took the payload it was given. The sender completes
     /// normally, or, with `answer_later`, when the handler answers (`answer`, `answer_with`).
     Taken { answer_later: bool },
-    /// From `on_inline` only: the handler took the payload, and answers at once with `data`,
+    /// From `on_payload` only: the handler took the payload, and answers at once with `data`,
     /// which the engine copies now into the answer buffer `buf` that the request named
     /// (`Endpoint::answer_into`: the name is checked; a bad one refuses the request). Returned
     /// for any other message it refuses it (`EINVAL`).
@@ -146,10 +146,11 @@ pub trait Handler {
     /// A message arrived from the sender named `src_name` (its address): deliver it, hold
     /// it, or drop it.
     fn on_message(&mut self, msg: &Incoming, src_name: &str) -> Disposition;
-    /// As `on_message`, for a message whose payload travelled inline: the handler may take the
-    /// bytes at once (`Disposition::Taken`) instead of lending a destination. They are a peer's
-    /// bytes: as untrusted as any payload.
-    fn on_inline(&mut self, msg: &Incoming, src_name: &str, _payload: &[u8]) -> Disposition {
+    /// As `on_message`, for a message whose payload is here in full (inline in the command or
+    /// in an inject buffer, up to the inject size): the handler may take the bytes at once
+    /// (`Disposition::Taken`) instead of lending a destination. They are a peer's bytes: as
+    /// untrusted as any payload.
+    fn on_payload(&mut self, msg: &Incoming, src_name: &str, _payload: &[u8]) -> Disposition {
         self.on_message(msg, src_name)
     }
     /// A delivery finished: bytes delivered, or why not. `dest` is handed back.

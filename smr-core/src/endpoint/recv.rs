@@ -135,7 +135,8 @@ impl Endpoint {
         }
     }
 
-    /// Offer a message to the handler; an inline one comes with its payload (`on_inline`).
+    /// Offer a message to the handler; one whose payload is here in full comes with it
+    /// (`on_payload`).
     #[allow(clippy::too_many_arguments)]
     fn offer(
         &mut self,
@@ -143,7 +144,7 @@ impl Endpoint {
         msg_id: u64,
         hdr: MsgHeader,
         (whole, acked): (bool, bool),
-        inline: Option<&[u8]>,
+        payload: Option<&[u8]>,
         h: &mut impl Handler,
     ) -> (MsgKey, Disposition) {
         let key = self.new_key();
@@ -152,8 +153,8 @@ impl Endpoint {
             None => (self.forgotten.get(&src).map_or("", String::as_str), 0),
         };
         let msg = Incoming { key, src, src_gen, msg_id, hdr, whole, acked };
-        let d = match inline {
-            Some(payload) => h.on_inline(&msg, name, payload),
+        let d = match payload {
+            Some(payload) => h.on_payload(&msg, name, payload),
             None => h.on_message(&msg, name),
         };
         (key, d)
@@ -171,16 +172,38 @@ impl Endpoint {
         h: &mut impl Handler,
     ) {
         let whole = !matches!(body, Body::Sar(_));
-        let inline = match body {
+        // A payload that is here in full (inline in the command, or in one of our inject
+        // buffers) is offered with the message: the handler copies it where it belongs and
+        // completes in this one step, with no destination lent and no delivery to report back.
+        let payload = match body {
             Body::Inline { len } => Some(&entry.payload[..len]),
+            Body::Inject { buf } => match self.inject_payload(buf, hdr.len) {
+                Some(bytes) => Some(bytes),
+                None => {
+                    self.stats.corrupt_commands += 1;
+                    let _ = self.region.inject_stack().push(buf);
+                    if ack {
+                        self.send_resp(src, done(msg_id, Status::Refused, libc::EINVAL as u64));
+                    }
+                    return;
+                }
+            },
+            Body::Iov { .. } | Body::Sar(_) => None,
+        };
+        let (key, disposition) = self.offer(src, msg_id, hdr, (whole, ack), payload, h);
+        let inject_buf = match body {
+            Body::Inject { buf } => Some(buf),
             _ => None,
         };
-        let (key, disposition) = self.offer(src, msg_id, hdr, (whole, ack), inline, h);
         // An answer in the sender's buffer is its whole handling: no payload to place, and the
-        // answer is the response. Only an inline request can be answered in the same step.
+        // answer is the response. Only a request whose payload is here can be answered in the
+        // same step.
         let disposition = match disposition {
-            Disposition::AnswerInto { buf, data } if inline.is_some() => {
+            Disposition::AnswerInto { buf, data } if payload.is_some() => {
                 self.answer_into(src, msg_id, buf, &data);
+                if let Some(buf) = inject_buf {
+                    let _ = self.region.inject_stack().push(buf);
+                }
                 return;
             }
             Disposition::AnswerInto { .. } => Disposition::Refuse(libc::EINVAL as u32),
@@ -194,34 +217,12 @@ impl Endpoint {
         let later = matches!(disposition, Disposition::Later { .. } | Disposition::Taken { answer_later: true });
         let ack = ack && !later;
         match body {
-            Body::Inline { len } => self.take_bytes(src, key, hdr, &entry.payload[..len], disposition, h),
-            Body::Inject { buf } => {
-                let len = hdr.len as usize;
-                let map = self.region.mapping();
-                let at = self.region.geometry().inject_offset(buf);
-                let copied = at.and_then(|off| match disposition {
-                    Disposition::Deliver { mut dest, ctx } | Disposition::Later { mut dest, ctx } => {
-                        let ptr = map.bytes_ptr(off, hdr.len)?;
-                        // SAFETY: `ptr` is `len` bytes inside our own mapping (bounds-checked).
-                        let n = unsafe { dest.write_from_raw(0, ptr, len) };
-                        h.on_recv_done(ctx, outcome(hdr.len, n), dest);
-                        Ok(())
-                    }
-                    Disposition::Hold => {
-                        let mut bytes = vec![0u8; len];
-                        map.read_bytes(off, &mut bytes)?;
-                        self.held.insert(key, Held { src, hdr, data: HeldData::Bytes(bytes) });
-                        Ok(())
-                    }
-                    Disposition::Discard
-                    | Disposition::Refuse(_)
-                    | Disposition::Taken { .. }
-                    | Disposition::AnswerInto { .. } => Ok(()),
-                });
-                if copied.is_err() {
-                    self.stats.corrupt_commands += 1;
+            Body::Inline { .. } | Body::Inject { .. } => {
+                let bytes = payload.unwrap_or_default();
+                self.take_bytes(src, key, hdr, bytes, disposition, h);
+                if let Some(buf) = inject_buf {
+                    let _ = self.region.inject_stack().push(buf);
                 }
-                let _ = self.region.inject_stack().push(buf);
             }
             Body::Iov { count } => {
                 let iovs: Vec<RemoteIov> = (0..count).map(|i| entry.iov(i)).collect();
@@ -264,6 +265,25 @@ impl Endpoint {
             };
             self.send_resp(src, answer);
         }
+    }
+
+    /// The `len` bytes of our inject buffer `buf`, or None if the command named a buffer or a
+    /// length outside the pool. The slice is of our own region: the sender wrote the bytes
+    /// before it published the command, which we popped (Acquire), and gave the buffer up to
+    /// us. A misbehaving sender can still write it while the handler copies it out, which
+    /// garbles only the bytes of its own message.
+    fn inject_payload<'r>(&self, buf: u32, len: u64) -> Option<&'r [u8]> {
+        let off = self.region.geometry().inject_offset(buf).ok()?;
+        if len > crate::layout::INJECT_SIZE {
+            return None;
+        }
+        let ptr = self.region.mapping().bytes_ptr(off, len).ok()?;
+        // SAFETY: `len` bytes inside our own mapping (checked), which stays mapped as long as
+        // this endpoint: nothing on the receive path unmaps or replaces `self.region`, so the
+        // slice outlives every use in `on_msg` although it does not borrow `self` (the handler
+        // calls need `&mut self`). Any byte value is a valid `u8` (see above for concurrent
+        // writes).
+        Some(unsafe { std::slice::from_raw_parts(ptr, len as usize) })
     }
 
     fn take_bytes(

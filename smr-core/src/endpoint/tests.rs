@@ -12,7 +12,7 @@ struct Collect {
     refuse: Option<u32>,
     /// Take messages with `Disposition::Later`; answered by the test.
     later: bool,
-    /// Take inline payloads in `on_inline` (recorded in `taken`).
+    /// Take the payloads offered in `on_payload` (recorded in `taken`).
     take_inline: bool,
     /// Answer inline requests at once in the answer buffer they name (`answer_request`).
     answer_into: bool,
@@ -40,7 +40,7 @@ impl Handler for Collect {
         }
         Disposition::Deliver { dest, ctx: msg.hdr.tag }
     }
-    fn on_inline(&mut self, msg: &Incoming, src_name: &str, payload: &[u8]) -> Disposition {
+    fn on_payload(&mut self, msg: &Incoming, src_name: &str, payload: &[u8]) -> Disposition {
         if self.answer_into && self.refuse.is_none() {
             let (buf, len) = parse_request(payload);
             return Disposition::AnswerInto { buf, data: LocalIov::owned(pattern(len, buf as u8)) };
@@ -442,9 +442,9 @@ fn answers_carry_data_to_the_sender() {
     assert_eq!(ha.answers, vec![(10, vec![7u8; crate::cmd::ANSWER_DATA_MAX]), (11, vec![]), (12, pattern(5, 9))]);
 }
 
-/// `send_bytes`: every size up to inject_max arrives intact (inline ones through `on_inline`,
-/// where the handler takes them; inject ones delivered as usual), acknowledged sends complete,
-/// and longer buffers are refused without sending anything.
+/// `send_bytes`: every size up to inject_max arrives intact, offered with its payload
+/// (`on_payload`, inline or from an inject buffer) for the handler to take, acknowledged sends
+/// complete, and longer buffers are refused without sending anything.
 #[test]
 fn send_bytes_moves_small_messages_and_refuses_longer_ones() {
     let (mut a, mut b, to_b) = pair("sendbytes", Params::default());
@@ -462,17 +462,49 @@ fn send_bytes_moves_small_messages_and_refuses_longer_ones() {
     pump_until((&mut a, &mut ha), (&mut b, &mut hb), "deliveries", |ha, hb| {
         hb.taken.len() + hb.received.len() == sizes.len() && ha.sends_done.len() == 2
     });
-    let inline: Vec<_> = sizes.iter().enumerate().filter(|(_, &l)| l <= INLINE_MAX).collect();
-    assert_eq!(hb.taken.len(), inline.len(), "inline messages not offered through on_inline");
-    for ((i, &len), (hdr, bytes)) in inline.iter().zip(&hb.taken) {
-        assert_eq!((hdr.tag, bytes), (*i as u64, &pattern(len, *i as u8)));
-    }
-    for (hdr, result, bytes) in &hb.received {
-        let len = sizes[hdr.tag as usize];
-        assert_eq!((result, bytes), (&Ok(len), &pattern(len, hdr.tag as u8)));
+    assert_eq!(hb.taken.len(), sizes.len(), "messages up to the inject size not offered through on_payload");
+    assert!(hb.received.is_empty(), "a message was delivered instead of taken");
+    for ((i, &len), (hdr, bytes)) in sizes.iter().enumerate().zip(&hb.taken) {
+        assert_eq!((hdr.tag, bytes), (i as u64, &pattern(len, i as u8)));
     }
     assert_eq!(ha.sends_done, vec![(1, Ok(())), (3, Ok(()))]);
     assert!(hb.offered.iter().all(|m| m.hdr.tag != 99), "the refused message was sent");
+}
+
+/// Messages in inject buffers that the handler takes from `on_payload` give their buffers back:
+/// three times as many as the pool holds all arrive intact, and the pool is whole afterwards.
+/// A command naming an inject buffer outside the pool is counted as corrupt and refused to a
+/// sender that waits for the answer, with nothing offered to the handler.
+#[test]
+fn taken_inject_messages_return_their_buffers_and_bad_ones_are_refused() {
+    let (mut a, mut b, to_b) = pair("takeninject", Params::default());
+    let (mut ha, mut hb) = (Collect::default(), Collect { take_inline: true, ..Default::default() });
+    let (pool, _) = free_buffers(&b);
+    let count = 3 * pool;
+    let len = INLINE_MAX + 100;
+    for i in 0..count {
+        let hdr = MsgHeader { app: 0, tag: i as u64, data: 0, aux: 0, len: len as u64 };
+        let dl = deadline();
+        while a.send_bytes(to_b, hdr, &pattern(len, i as u8), SendOpts::default()) == Err(Error::Again) {
+            assert!(std::time::Instant::now() < dl, "inject buffers not coming back");
+            b.progress(&mut hb);
+        }
+    }
+    pump_until((&mut a, &mut ha), (&mut b, &mut hb), "deliveries", |_, hb| hb.taken.len() == count);
+    for (i, (hdr, bytes)) in hb.taken.iter().enumerate() {
+        assert_eq!((hdr.tag, bytes), (i as u64, &pattern(len, i as u8)));
+    }
+    assert_eq!(free_buffers(&b).0, pool);
+    assert_eq!(b.stats().corrupt_commands, 0);
+
+    // A forged command: an inject message naming buffer `pool` (one past the last).
+    let src = a.link(to_b).unwrap().slot;
+    let mut e = CmdEntry::message(src, 1, &MsgHeader { app: 0, tag: 500, data: 0, aux: 0, len: 64 }, true);
+    e.set_inject(pool as u32);
+    crate::region::Region::open(b.name()).unwrap().cmd_ring().push(&e).unwrap();
+    b.progress(&mut hb);
+    assert_eq!(b.stats().corrupt_commands, 1);
+    assert_eq!((hb.taken.len(), hb.offered.len()), (count, 0), "the forged message was offered");
 }
 
 /// FI_MORE: messages sent with `more` wait in the sender (the receiver sees none of them) until a
