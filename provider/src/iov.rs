@@ -49,7 +49,7 @@ pub unsafe fn scatter(dest: &Ranges, src: &[u8]) -> usize {
     if let [(addr, len)] = *dest.as_slice() {
         let n = len.min(src.len());
         // SAFETY: per this function's contract, `len >= n` writable bytes at `addr`.
-        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), addr as *mut u8, n) };
+        unsafe { smr_core::copy::copy_bytes(src.as_ptr(), addr as *mut u8, n) };
         return n;
     }
     // SAFETY: per this function's contract.
@@ -65,7 +65,7 @@ pub unsafe fn gather(src: &Ranges, dest: &mut [u8]) -> usize {
     if let [(addr, len)] = *src.as_slice() {
         let n = len.min(dest.len());
         // SAFETY: per this function's contract, `len >= n` readable bytes at `addr`.
-        unsafe { std::ptr::copy_nonoverlapping(addr as *const u8, dest.as_mut_ptr(), n) };
+        unsafe { smr_core::copy::copy_bytes(addr as *const u8, dest.as_mut_ptr(), n) };
         return n;
     }
     // SAFETY: per this function's contract.

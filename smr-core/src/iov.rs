@@ -102,7 +102,7 @@ impl LocalIov {
             walk(parts, off, src.len(), |dst, n, at| {
                 // SAFETY: `dst..dst+n` is inside a lent (writable per contract) or owned range;
                 // `at + n <= src.len()`.
-                unsafe { std::ptr::copy_nonoverlapping(src.as_ptr().add(at), dst, n) };
+                unsafe { crate::copy::copy_bytes(src.as_ptr().add(at), dst, n) };
                 copied += n;
             })
         });
@@ -115,7 +115,7 @@ impl LocalIov {
         self.with_parts(|parts| {
             walk(parts, off, dst.len(), |src, n, at| {
                 // SAFETY: `src..src+n` is inside a lent or owned range; `at + n <= dst.len()`.
-                unsafe { std::ptr::copy_nonoverlapping(src, dst.as_mut_ptr().add(at), n) };
+                unsafe { crate::copy::copy_bytes(src, dst.as_mut_ptr().add(at), n) };
                 copied += n;
             })
         });
@@ -131,7 +131,7 @@ impl LocalIov {
         self.with_parts(|parts| {
             walk(parts, off, len, |src, n, at| {
                 // SAFETY: the caller checked `dst..dst+len` lies in a mapping; `at + n <= len`.
-                unsafe { std::ptr::copy_nonoverlapping(src, dst.add(at), n) };
+                unsafe { crate::copy::copy_bytes(src, dst.add(at), n) };
                 copied += n;
             })
         });
@@ -147,7 +147,7 @@ impl LocalIov {
         self.with_parts_mut(|parts| {
             walk(parts, off, len, |dst, n, at| {
                 // SAFETY: the caller checked `src..src+len` lies in a mapping; `dst..dst+n` is ours.
-                unsafe { std::ptr::copy_nonoverlapping(src.add(at), dst, n) };
+                unsafe { crate::copy::copy_bytes(src.add(at), dst, n) };
                 copied += n;
             })
         });

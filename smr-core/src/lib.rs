@@ -6,6 +6,7 @@
 //! knows libfabric; the provider builds libfabric's objects on top of `Endpoint`.
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod copy;
 pub mod error;
 pub mod free_stack;
 pub mod idmap;

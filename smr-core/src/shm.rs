@@ -144,7 +144,7 @@ impl Mapping {
         let off = self.check(off, src.len() as u64, 1)?;
         // SAFETY: the destination range lies inside the mapping (checked); shared memory may be
         // written concurrently by a misbehaving peer, which can only garble bytes.
-        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.base.add(off), src.len()) };
+        unsafe { crate::copy::copy_bytes(src.as_ptr(), self.base.add(off), src.len()) };
         Ok(())
     }
 
@@ -152,7 +152,7 @@ impl Mapping {
     pub fn read_bytes(&self, off: u64, dst: &mut [u8]) -> Result<()> {
         let off = self.check(off, dst.len() as u64, 1)?;
         // SAFETY: the source range lies inside the mapping (checked).
-        unsafe { std::ptr::copy_nonoverlapping(self.base.add(off), dst.as_mut_ptr(), dst.len()) };
+        unsafe { crate::copy::copy_bytes(self.base.add(off), dst.as_mut_ptr(), dst.len()) };
         Ok(())
     }
 

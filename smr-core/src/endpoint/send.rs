@@ -36,7 +36,7 @@ impl Small<'_> {
             // SAFETY: per this function's contract.
             Small::Iov(iov) => _ = unsafe { iov.read_to_raw(0, dst, len) },
             // SAFETY: per this function's contract; `b` holds at least `len` bytes.
-            Small::Bytes(b) => unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), dst, len) },
+            Small::Bytes(b) => unsafe { crate::copy::copy_bytes(b.as_ptr(), dst, len) },
         }
     }
 }
