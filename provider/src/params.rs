@@ -13,8 +13,8 @@ const DEFINITIONS: &[(&str, ffi::fi_param_type, &str)] = &[
     ("REMOTE_COMM", ffi::FI_PARAM_BOOL, "Advertise FI_REMOTE_COMM (Open MPI's mtl/ofi requires it; all peers are still on this node) (default: off)"),
     ("QUEUE_LEN", ffi::FI_PARAM_SIZE_T, "Entries in each endpoint's command queue, a power of two (default: 1024)"),
     ("INJECT_COUNT", ffi::FI_PARAM_SIZE_T, "4 KiB inject buffers per endpoint (default: 128)"),
-    ("SAR_COUNT", ffi::FI_PARAM_SIZE_T, "SAR bounce buffers per endpoint (default: 32)"),
-    ("SAR_SIZE", ffi::FI_PARAM_SIZE_T, "Bytes per SAR bounce buffer (default: 65536)"),
+    ("SAR_COUNT", ffi::FI_PARAM_SIZE_T, "SAR bounce buffers per endpoint (default: 64)"),
+    ("SAR_SIZE", ffi::FI_PARAM_SIZE_T, "Bytes per SAR bounce buffer (default: 32768)"),
     ("MAX_PEERS", ffi::FI_PARAM_SIZE_T, "Peers that may send to one endpoint (default: 1024)"),
     ("READ_ONE_TRIP_MAX", ffi::FI_PARAM_SIZE_T, "Largest RMA read answered in one round trip, its bytes placed by the target in a buffer of the initiator's region (an inject buffer up to 4 KiB, a SAR buffer above); larger reads take a reply message (default: 16384)"),
     ("PEER_TIMEOUT_MS", ffi::FI_PARAM_SIZE_T, "How long sends to an address with no endpoint behind it retry before failing (default: 30000)"),
@@ -51,7 +51,7 @@ fn get_size(name: &str) -> Option<usize> {
 pub const READ_ONE_TRIP_MAX: usize = 16384;
 
 /// Default of FI_RSHM_CMA_MIN: no message is sent by CMA unless the user asks. Measured on
-/// this project's VM at 2026-11-23 12:17 (kernel 6.18.44-fc-v782), SAR through 64 KiB buffers
+/// this project's VM at 2026-11-23 12:17 (kernel 6.18.44-fc-v782), SAR (then through 64 KiB buffers)
 /// beat CMA from 8 KiB to 4 MiB by 1.5-2.5x in latency and bandwidth, where an earlier host
 /// (6.18.44-fc-v669) had CMA ahead by 1.4x at 64 KiB and 1 MiB (docs/perf/protocols.md).
 pub const CMA_MIN: usize = usize::MAX;

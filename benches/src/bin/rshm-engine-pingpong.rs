@@ -137,7 +137,7 @@ fn table(o: &Opts, transport: Transport) -> Result<(), String> {
     let large = match (transport, s.cma_enabled()) {
         (Transport::Cma, true) => "CMA (process_vm_readv from the sender's buffer)",
         (Transport::Cma, false) => "SAR: CMA was asked for but the kernel refuses it",
-        (Transport::Sar, _) => "SAR (64 KiB bounce buffers in the receiver's region)",
+        (Transport::Sar, _) => "SAR (32 KiB bounce buffers in the receiver's region)",
     };
     println!();
     println!("== {}: messages above {INJECT_MAX} B go through {large}", transport.name().to_uppercase());

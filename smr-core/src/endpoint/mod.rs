@@ -76,8 +76,13 @@ impl Default for Params {
                 cmd_len: 1024,
                 resp_len: 1024,
                 inject_count: 128,
-                sar_count: 32,
-                sar_size: 64 * 1024,
+                // 2 MiB of bounce space in 32 KiB buffers rather than 64 KiB ones: enough for
+                // 64 reads of up to 16 KiB in flight, each answered into a buffer of its own
+                // (`reserve_answer_buf`), as fi_rma_bw and SOS's bandwidth tests keep them;
+                // with 32 buffers half of such a window fell back to the slower CMA read
+                // (docs/perf/protocols.md).
+                sar_count: 64,
+                sar_size: 32 * 1024,
                 max_peers: 1024,
             },
             cma: true,
