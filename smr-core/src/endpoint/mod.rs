@@ -177,11 +177,12 @@ pub struct SendOpts {
     /// batch, which goes out with one ring claim and one wake-up on the next send without
     /// `more` or the next `progress`. It completes (`on_send_done`) once out.
     pub more: bool,
-    /// Above the inject size, let the receiver pull the whole message with CMA where both sides
-    /// allow it, whatever `Params::cma_min` says. For one-sided operations: their target may
-    /// progress rarely (a PE computing, a polling loop that looks at memory), and through SAR it
-    /// would have to take part in every segment (a write) or push every one (a read's reply),
-    /// while a CMA pull needs one step of its progress, or none.
+    /// Above the first SAR segment (16 KiB), let the receiver pull the whole message with CMA
+    /// where both sides allow it, whatever `Params::cma_min` says. For one-sided operations:
+    /// their target may progress rarely (a PE computing, a polling loop that looks at memory),
+    /// and through SAR it would have to take part in every segment (a write) or push every one
+    /// (a read's reply), while a CMA pull needs one step of its progress, or none. A message of
+    /// one segment needs one step either way and goes by SAR, without the system call.
     pub pull: bool,
 }
 

@@ -130,7 +130,11 @@ impl Endpoint {
         if !self.flush_staged_before(peer) {
             return Err(Error::Again);
         }
-        let my_cma = self.cma_ok && (opts.pull || buf.len() >= self.params.cma_min);
+        // A message that fits the first SAR segment asks its receiver for one step of progress
+        // either way (copy one segment out, or make one CMA read), so `pull` leaves it to SAR,
+        // which spares both sides the system call.
+        let pulled = opts.pull && buf.len() as u64 > SAR_FIRST_SEGMENT;
+        let my_cma = self.cma_ok && (pulled || buf.len() >= self.params.cma_min);
         let link = self.link(peer)?;
         link.used = true;
         let mut entry = CmdEntry::message(link.slot, msg_id, &hdr, true);
@@ -351,7 +355,7 @@ impl Endpoint {
 }
 
 /// The first SAR segment of a message, in bytes (later ones double up to the buffer size).
-const SAR_FIRST_SEGMENT: u64 = 16 * 1024;
+pub(super) const SAR_FIRST_SEGMENT: u64 = 16 * 1024;
 
 /// Push segments of one SAR send until done or out of buffers. True when all are out.
 fn push_segments(link: &super::peers::Link, msg_id: u64, send: &mut PendingSend) -> bool {

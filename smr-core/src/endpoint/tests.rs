@@ -1,5 +1,6 @@
 //! In-process tests of two endpoints: every protocol, held and direct delivery, truncation.
 
+use super::send::SAR_FIRST_SEGMENT;
 use super::*;
 use crate::cmd::CmdEntry;
 use crate::layout::INJECT_SIZE;
@@ -505,6 +506,31 @@ fn taken_inject_messages_return_their_buffers_and_bad_ones_are_refused() {
     b.progress(&mut hb);
     assert_eq!(b.stats().corrupt_commands, 1);
     assert_eq!((hb.taken.len(), hb.offered.len()), (count, 0), "the forged message was offered");
+}
+
+/// `pull` asks for CMA only above the first SAR segment: a one-segment message goes by SAR
+/// (no system call, one step of the receiver either way), a longer one by CMA; both arrive.
+#[test]
+fn pull_takes_cma_only_for_messages_longer_than_one_segment() {
+    if !cma_or_skip("pull_takes_cma_only_for_messages_longer_than_one_segment") {
+        return;
+    }
+    let params = Params { cma_min: usize::MAX, ..Params::default() };
+    let (mut a, mut b, to_b) = pair("pull", params);
+    let (mut ha, mut hb) = (Collect::default(), Collect::default());
+    let sizes = [SAR_FIRST_SEGMENT as usize, SAR_FIRST_SEGMENT as usize + 1];
+    for (i, &len) in sizes.iter().enumerate() {
+        let hdr = MsgHeader { app: 0, tag: i as u64, data: 0, aux: 0, len: len as u64 };
+        let opts = SendOpts { cookie: i as u64, delivery_complete: true, more: false, pull: true };
+        a.send(to_b, hdr, LocalIov::owned(pattern(len, i as u8)), opts).unwrap();
+    }
+    pump_until((&mut a, &mut ha), (&mut b, &mut hb), "deliveries", |ha, _| ha.sends_done.len() == sizes.len());
+    assert_eq!((a.stats().sent_sar, a.stats().sent_cma), (1, 1));
+    for (hdr, result, bytes) in &hb.received {
+        let len = sizes[hdr.tag as usize];
+        assert_eq!((result, bytes), (&Ok(len), &pattern(len, hdr.tag as u8)));
+    }
+    assert_eq!(hb.received.len(), sizes.len());
 }
 
 /// FI_MORE: messages sent with `more` wait in the sender (the receiver sees none of them) until a
