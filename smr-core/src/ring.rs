@@ -27,7 +27,7 @@
 //! the real engine, heap allocations under loom.
 
 use crate::pod::{CachePadded, Pod};
-use crate::sync::{prefetch_for_read, prefetch_for_write, spin_hint, AtomicU64, Ordering, UnsafeCell};
+use crate::sync::{prefetch, spin_hint, AtomicU64, Ordering, Prefetch, UnsafeCell};
 
 /// How often a producer retries when other producers keep moving `tail` under it.
 const PRODUCER_RETRIES: u32 = 1 << 12;
@@ -187,7 +187,7 @@ impl<'a, T: Pod> Ring<'a, T> {
         for _ in 0..PRODUCER_RETRIES {
             let tail = self.ctl.tail.load(Ordering::Relaxed);
             let slot = &self.slots[(tail & self.mask) as usize];
-            prefetch_for_write(&slot.stamp);
+            prefetch(&slot.stamp, Prefetch::Write);
             let stamp = slot.stamp.load(Ordering::Acquire);
             // A producer copying into the slot for position `p` leaves `p | WRITING`: treat it as
             // `p` for the lap arithmetic, but it is never free to claim.
@@ -426,7 +426,7 @@ impl Consumer {
             }
             slot.stamp.store(self.head.wrapping_add(ring.capacity()), Ordering::Release);
             self.head = self.head.wrapping_add(1);
-            prefetch_for_read(&ring.slots[(self.head & ring.mask) as usize].stamp);
+            prefetch(&ring.slots[(self.head & ring.mask) as usize].stamp, Prefetch::Read);
             return Pop::Item(value);
         }
         // Not reading `tail` here keeps the producers' hot line out of the consumer's cache

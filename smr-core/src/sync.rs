@@ -43,32 +43,36 @@ pub(crate) fn spin_hint() {
     core::hint::spin_loop();
 }
 
-/// Ask for the cache line holding `*target` in a writable state before reading it, where the
-/// caller is about to read and then write it (a ring slot's stamp, which the consumer last
-/// wrote): one coherence transaction for the line instead of two (a shared copy for the read,
-/// then an upgrade for the write). A hint only: no effect on the value or on ordering.
-#[inline(always)]
-pub(crate) fn prefetch_for_write<T>(target: &T) {
-    #[cfg(all(target_arch = "x86_64", not(loom)))]
-    // SAFETY: PREFETCHW only hints the cache; it reads no data, faults on no address, and
-    // writes nothing.
-    unsafe {
-        core::arch::asm!("prefetchw [{0}]", in(reg) target as *const T, options(nostack, readonly, preserves_flags))
-    }
-    #[cfg(not(all(target_arch = "x86_64", not(loom))))]
-    let _ = target;
+/// What a `prefetch` prepares the cache line for.
+#[derive(Clone, Copy)]
+pub(crate) enum Prefetch {
+    /// The caller expects to read it soon (the next ring slot, while it handles this one).
+    Read,
+    /// The caller is about to read and then write it (a ring slot's stamp, which the consumer
+    /// last wrote): the line comes in a writable state, one coherence transaction instead of
+    /// two (a shared copy for the read, then an upgrade for the write).
+    Write,
 }
 
-/// Start loading the cache line holding `*target`, which the caller expects to read soon (the
-/// next ring slot, while it handles this one). A hint only.
+/// Start bringing the cache line holding `*target` in, as `kind` says. A hint only: no effect
+/// on the value or on ordering.
 #[inline(always)]
-pub(crate) fn prefetch_for_read<T>(target: &T) {
+pub(crate) fn prefetch<T>(target: &T, kind: Prefetch) {
     #[cfg(all(target_arch = "x86_64", not(loom)))]
-    // SAFETY: PREFETCHT0 only hints the cache; it reads no data, faults on no address, and
-    // writes nothing.
-    unsafe {
-        core::arch::asm!("prefetcht0 [{0}]", in(reg) target as *const T, options(nostack, readonly, preserves_flags))
+    {
+        let at = target as *const T;
+        match kind {
+            // SAFETY: PREFETCHT0 only hints the cache; it reads no data, faults on no address,
+            // and writes nothing.
+            Prefetch::Read => unsafe {
+                core::arch::asm!("prefetcht0 [{0}]", in(reg) at, options(nostack, readonly, preserves_flags))
+            },
+            // SAFETY: as for PREFETCHT0; PREFETCHW asks for the line in a writable state.
+            Prefetch::Write => unsafe {
+                core::arch::asm!("prefetchw [{0}]", in(reg) at, options(nostack, readonly, preserves_flags))
+            },
+        }
     }
     #[cfg(not(all(target_arch = "x86_64", not(loom))))]
-    let _ = target;
+    let _ = (target, kind);
 }

@@ -177,7 +177,8 @@ impl Endpoint {
         // completes in this one step, with no destination lent and no delivery to report back.
         let payload = match body {
             Body::Inline { len } => Some(&entry.payload[..len]),
-            Body::Inject { buf } => match self.inject_payload(buf, hdr.len) {
+            // SAFETY: the slice is used within this function only, where `self.region` stays.
+            Body::Inject { buf } => match unsafe { self.inject_payload(buf, hdr.len) } {
                 Some(bytes) => Some(bytes),
                 None => {
                     self.stats.corrupt_commands += 1;
@@ -272,16 +273,19 @@ impl Endpoint {
     /// before it published the command, which we popped (Acquire), and gave the buffer up to
     /// us. A misbehaving sender can still write it while the handler copies it out, which
     /// garbles only the bytes of its own message.
-    fn inject_payload<'r>(&self, buf: u32, len: u64) -> Option<&'r [u8]> {
+    ///
+    /// # Safety
+    /// The slice does not borrow `self` (the handler calls that read it need `&mut self`): the
+    /// caller must use it only while `self.region` stays mapped, as it does for the rest of
+    /// `on_msg`, where nothing unmaps or replaces it.
+    unsafe fn inject_payload<'r>(&self, buf: u32, len: u64) -> Option<&'r [u8]> {
         let off = self.region.geometry().inject_offset(buf).ok()?;
         if len > crate::layout::INJECT_SIZE {
             return None;
         }
         let ptr = self.region.mapping().bytes_ptr(off, len).ok()?;
-        // SAFETY: `len` bytes inside our own mapping (checked), which stays mapped as long as
-        // this endpoint: nothing on the receive path unmaps or replaces `self.region`, so the
-        // slice outlives every use in `on_msg` although it does not borrow `self` (the handler
-        // calls need `&mut self`). Any byte value is a valid `u8` (see above for concurrent
+        // SAFETY: `len` bytes inside our own mapping (checked), used only while it stays mapped
+        // (this function's contract). Any byte value is a valid `u8` (see above for concurrent
         // writes).
         Some(unsafe { std::slice::from_raw_parts(ptr, len as usize) })
     }
