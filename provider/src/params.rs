@@ -51,9 +51,9 @@ fn get_size(name: &str) -> Option<usize> {
 pub const READ_ONE_TRIP_MAX: usize = 16384;
 
 /// Default of FI_RSHM_CMA_MIN: no message is sent by CMA unless the user asks. Measured on
-/// this project's VM at 2026-11-23 12:17 (kernel 6.18.44-fc-v782), SAR (then through 64 KiB buffers)
-/// beat CMA from 8 KiB to 4 MiB by 1.5-2.5x in latency and bandwidth, where an earlier host
-/// (6.18.44-fc-v669) had CMA ahead by 1.4x at 64 KiB and 1 MiB (docs/perf/protocols.md).
+/// this project's VM at 2026-11-23 12:17 (kernel 6.18.44-fc-v782), SAR (then through 64 KiB
+/// buffers) beat CMA from 8 KiB to 4 MiB by 1.5-2.5x in latency and bandwidth, where an earlier
+/// host (6.18.44-fc-v669) had CMA ahead by 1.4x at 64 KiB and 1 MiB (docs/perf/protocols.md).
 pub const CMA_MIN: usize = usize::MAX;
 
 /// The parameters as read once from the environment.

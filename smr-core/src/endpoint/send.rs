@@ -130,13 +130,14 @@ impl Endpoint {
         if !self.flush_staged_before(peer) {
             return Err(Error::Again);
         }
-        // A message that fits the first SAR segment asks its receiver for one step of progress
-        // either way (copy one segment out, or make one CMA read), so `pull` leaves it to SAR,
-        // which spares both sides the system call.
-        let pulled = opts.pull && buf.len() as u64 > SAR_FIRST_SEGMENT;
-        let my_cma = self.cma_ok && (pulled || buf.len() >= self.params.cma_min);
+        let (cma_ok, cma_min) = (self.cma_ok, self.params.cma_min);
         let link = self.link(peer)?;
         link.used = true;
+        // A message that fits the first SAR segment (of the receiver's buffers) asks its
+        // receiver for one step of progress either way (copy one segment out, or make one CMA
+        // read), so `pull` leaves it to SAR, which spares both sides the system call.
+        let one_segment = buf.len() as u64 <= SAR_FIRST_SEGMENT.min(link.region.geometry().counts.sar_size);
+        let my_cma = cma_ok && ((opts.pull && !one_segment) || buf.len() >= cma_min);
         let mut entry = CmdEntry::message(link.slot, msg_id, &hdr, true);
         let remote = (my_cma && link.cma).then(|| buf.as_remote(IOV_MAX)).flatten();
         let mut pending =

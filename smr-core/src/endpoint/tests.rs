@@ -510,6 +510,7 @@ fn taken_inject_messages_return_their_buffers_and_bad_ones_are_refused() {
 
 /// `pull` asks for CMA only above the first SAR segment: a one-segment message goes by SAR
 /// (no system call, one step of the receiver either way), a longer one by CMA; both arrive.
+/// One segment is the receiver's: with smaller SAR buffers, less fits.
 #[test]
 fn pull_takes_cma_only_for_messages_longer_than_one_segment() {
     if !cma_or_skip("pull_takes_cma_only_for_messages_longer_than_one_segment") {
@@ -531,6 +532,19 @@ fn pull_takes_cma_only_for_messages_longer_than_one_segment() {
         assert_eq!((result, bytes), (&Ok(len), &pattern(len, hdr.tag as u8)));
     }
     assert_eq!(hb.received.len(), sizes.len());
+
+    // A receiver with 8 KiB SAR buffers: 16 KiB is two of its segments, so it is pulled.
+    let mut small = Params { cma_min: usize::MAX, ..Params::default() };
+    small.counts.sar_size = 8192;
+    let (mut a, mut b, to_b) = pair("pullsmall", small);
+    let (mut ha, mut hb) = (Collect::default(), Collect::default());
+    let len = SAR_FIRST_SEGMENT as usize;
+    let hdr = MsgHeader { app: 0, tag: 0, data: 0, aux: 0, len: len as u64 };
+    let opts = SendOpts { cookie: 0, delivery_complete: true, more: false, pull: true };
+    a.send(to_b, hdr, LocalIov::owned(pattern(len, 5)), opts).unwrap();
+    pump_until((&mut a, &mut ha), (&mut b, &mut hb), "the pulled message", |ha, _| ha.sends_done.len() == 1);
+    assert_eq!((a.stats().sent_sar, a.stats().sent_cma), (0, 1));
+    assert_eq!(hb.received[0].2, pattern(len, 5));
 }
 
 /// FI_MORE: messages sent with `more` wait in the sender (the receiver sees none of them) until a
