@@ -9,7 +9,7 @@
 //! (docs/perf/where-the-time-goes.md). So every copy of a payload between an application's
 //! memory and a region (inject buffers, SAR segments, answer buffers, remote writes) comes
 //! through here: short copies still take `memcpy` (its vector paths), longer ones a loop of
-//! unaligned 32-byte AVX loads and stores (16-byte SSE2 ones where AVX is missing).
+//! unaligned 32-byte AVX loads and stores (`memcpy` again on the rare x86_64 without AVX).
 
 /// From this length on, copies take the vector loop here instead of `memcpy`: where glibc's
 /// `memcpy` would start using `rep movsb`.
@@ -22,89 +22,66 @@ const LOOP_MIN: usize = 2048;
 /// ranges must not overlap.
 #[inline]
 pub unsafe fn copy_bytes(src: *const u8, dst: *mut u8, len: usize) {
-    if len < LOOP_MIN {
-        // SAFETY: per this function's contract.
-        unsafe { core::ptr::copy_nonoverlapping(src, dst, len) };
-        return;
+    #[cfg(target_arch = "x86_64")]
+    if len >= LOOP_MIN && std::arch::is_x86_feature_detected!("avx") {
+        // SAFETY: AVX is present (checked), `len` is at least one vector, and the ranges are as
+        // this function's contract says.
+        return unsafe { copy_avx(src, dst, len) };
     }
-    // SAFETY: per this function's contract; `len` >= LOOP_MIN >= 32.
-    unsafe { copy_long(src, dst, len) }
-}
-
-/// Copy `src` into the start of `dst` (which must be at least as long).
-#[inline]
-pub fn copy_slice(dst: &mut [u8], src: &[u8]) {
-    assert!(dst.len() >= src.len(), "copy_slice: destination shorter than source");
-    // SAFETY: two distinct borrows (one shared, one exclusive) cannot overlap; `dst` holds at
-    // least `src.len()` bytes.
-    unsafe { copy_bytes(src.as_ptr(), dst.as_mut_ptr(), src.len()) }
-}
-
-#[cfg(target_arch = "x86_64")]
-unsafe fn copy_long(src: *const u8, dst: *mut u8, len: usize) {
-    if std::arch::is_x86_feature_detected!("avx") {
-        // SAFETY: AVX is present (checked); the pointers as for `copy_bytes`.
-        unsafe { copy_avx(src, dst, len) }
-    } else {
-        // SAFETY: SSE2 is part of x86_64; the pointers as for `copy_bytes`.
-        unsafe { copy_sse2(src, dst, len) }
-    }
-}
-
-#[cfg(not(target_arch = "x86_64"))]
-unsafe fn copy_long(src: *const u8, dst: *mut u8, len: usize) {
-    // SAFETY: per `copy_bytes`'s contract.
+    // SAFETY: per this function's contract.
     unsafe { core::ptr::copy_nonoverlapping(src, dst, len) }
 }
 
 /// The loop: four vectors at a time, then single vectors, then one last vector that ends at
 /// the last byte (it may rewrite bytes already copied, with the same values: the ranges do not
-/// overlap). Needs `len` of at least one vector.
-macro_rules! vector_copy {
-    ($name:ident, $feature:literal, $vec:ty, $load:ident, $store:ident) => {
-        #[cfg(target_arch = "x86_64")]
-        #[target_feature(enable = $feature)]
-        unsafe fn $name(src: *const u8, dst: *mut u8, len: usize) {
-            use core::arch::x86_64::{$load, $store};
-            const W: usize = size_of::<$vec>();
-            debug_assert!(len >= W);
-            let mut at = 0;
-            while at + 4 * W <= len {
-                // SAFETY: every load reads W bytes at `src + at + k * W` and every store writes
-                // W bytes at `dst + at + k * W`, all below `len`, inside the ranges the caller
-                // vouched for; unaligned loads and stores have no alignment requirement.
-                unsafe {
-                    let a = $load(src.add(at).cast());
-                    let b = $load(src.add(at + W).cast());
-                    let c = $load(src.add(at + 2 * W).cast());
-                    let d = $load(src.add(at + 3 * W).cast());
-                    $store(dst.add(at).cast(), a);
-                    $store(dst.add(at + W).cast(), b);
-                    $store(dst.add(at + 2 * W).cast(), c);
-                    $store(dst.add(at + 3 * W).cast(), d);
-                }
-                at += 4 * W;
-            }
-            while at + W <= len {
-                // SAFETY: as above.
-                unsafe { $store(dst.add(at).cast(), $load(src.add(at).cast())) };
-                at += W;
-            }
-            if at < len {
-                let last = len - W;
-                // SAFETY: as above (`last + W == len`, and `len >= W`).
-                unsafe { $store(dst.add(last).cast(), $load(src.add(last).cast())) };
-            }
+/// overlap).
+///
+/// # Safety
+/// As `copy_bytes`, with AVX present and `len` at least 32.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx")]
+unsafe fn copy_avx(src: *const u8, dst: *mut u8, len: usize) {
+    use core::arch::x86_64::{__m256i, _mm256_loadu_si256 as load, _mm256_storeu_si256 as store};
+    const W: usize = size_of::<__m256i>();
+    debug_assert!(len >= W);
+    // SAFETY: every load reads W bytes at `src + k` and every store writes W bytes at `dst + k`
+    // with `k + W <= len` (the last pair at `len - W`, in range since `len >= W`): inside the
+    // ranges the caller vouched for. Unaligned loads and stores need no alignment.
+    unsafe {
+        let mut at = 0;
+        while at + 4 * W <= len {
+            let a = load(src.add(at).cast());
+            let b = load(src.add(at + W).cast());
+            let c = load(src.add(at + 2 * W).cast());
+            let d = load(src.add(at + 3 * W).cast());
+            store(dst.add(at).cast(), a);
+            store(dst.add(at + W).cast(), b);
+            store(dst.add(at + 2 * W).cast(), c);
+            store(dst.add(at + 3 * W).cast(), d);
+            at += 4 * W;
         }
-    };
+        while at + W <= len {
+            store(dst.add(at).cast(), load(src.add(at).cast()));
+            at += W;
+        }
+        if at < len {
+            let last = len - W;
+            store(dst.add(last).cast(), load(src.add(last).cast()));
+        }
+    }
 }
-
-vector_copy!(copy_avx, "avx", core::arch::x86_64::__m256i, _mm256_loadu_si256, _mm256_storeu_si256);
-vector_copy!(copy_sse2, "sse2", core::arch::x86_64::__m128i, _mm_loadu_si128, _mm_storeu_si128);
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Copy `src` into the start of `dst` (which must be at least as long).
+    fn copy_slice(dst: &mut [u8], src: &[u8]) {
+        assert!(dst.len() >= src.len(), "copy_slice: destination shorter than source");
+        // SAFETY: two distinct borrows (one shared, one exclusive) cannot overlap; `dst` holds
+        // at least `src.len()` bytes.
+        unsafe { copy_bytes(src.as_ptr(), dst.as_mut_ptr(), src.len()) }
+    }
 
     fn pattern(len: usize, seed: u8) -> Vec<u8> {
         (0..len).map(|i| (i as u8).wrapping_mul(151).wrapping_add(seed)).collect()
@@ -127,24 +104,20 @@ mod tests {
         }
     }
 
-    /// Both loops, whatever the CPU picks at run time.
+    /// The AVX loop itself, below `LOOP_MIN` too (where `copy_bytes` would not call it).
     #[cfg(target_arch = "x86_64")]
     #[test]
-    fn the_sse2_loop_copies_as_the_avx_one() {
-        for len in [16, 17, 63, 64, 65, 127, 128, 129, 4095, 4096, 4100] {
+    fn the_avx_loop_copies_every_length_from_one_vector() {
+        if !std::arch::is_x86_feature_detected!("avx") {
+            return;
+        }
+        for len in [32, 33, 63, 64, 65, 127, 128, 129, 4095, 4096, 4100] {
             let src = pattern(len, 3);
             let mut dst = vec![0u8; len + 16];
-            // SAFETY: SSE2 is part of x86_64; `src` and `dst` are distinct and long enough.
-            unsafe { copy_sse2(src.as_ptr(), dst.as_mut_ptr(), len) };
+            // SAFETY: AVX is present (checked); `src` and `dst` are distinct and long enough.
+            unsafe { copy_avx(src.as_ptr(), dst.as_mut_ptr(), len) };
             assert_eq!(&dst[..len], &src[..]);
             assert!(dst[len..].iter().all(|&b| b == 0));
-            if std::arch::is_x86_feature_detected!("avx") && len >= 32 {
-                let mut dst = vec![0u8; len + 16];
-                // SAFETY: AVX is present; as above.
-                unsafe { copy_avx(src.as_ptr(), dst.as_mut_ptr(), len) };
-                assert_eq!(&dst[..len], &src[..]);
-                assert!(dst[len..].iter().all(|&b| b == 0));
-            }
         }
     }
 

@@ -61,16 +61,17 @@ pub(crate) fn prefetch<T>(target: &T, kind: Prefetch) {
     #[cfg(all(target_arch = "x86_64", not(loom)))]
     {
         let at = target as *const T;
-        match kind {
-            // SAFETY: PREFETCHT0 only hints the cache; it reads no data, faults on no address,
-            // and writes nothing.
-            Prefetch::Read => unsafe {
-                core::arch::asm!("prefetcht0 [{0}]", in(reg) at, options(nostack, readonly, preserves_flags))
-            },
-            // SAFETY: as for PREFETCHT0; PREFETCHW asks for the line in a writable state.
-            Prefetch::Write => unsafe {
-                core::arch::asm!("prefetchw [{0}]", in(reg) at, options(nostack, readonly, preserves_flags))
-            },
+        // SAFETY: PREFETCHT0 and PREFETCHW only hint the cache (PREFETCHW asks for the line in
+        // a writable state); they read no data, fault on no address, and write nothing.
+        unsafe {
+            match kind {
+                Prefetch::Read => {
+                    core::arch::asm!("prefetcht0 [{0}]", in(reg) at, options(nostack, readonly, preserves_flags))
+                }
+                Prefetch::Write => {
+                    core::arch::asm!("prefetchw [{0}]", in(reg) at, options(nostack, readonly, preserves_flags))
+                }
+            }
         }
     }
     #[cfg(not(all(target_arch = "x86_64", not(loom))))]

@@ -122,7 +122,7 @@ impl Endpoint {
         }
     }
 
-    /// Give back our pool buffers a dropped command referred to.
+    /// Give back our pool buffers a command referred to, once it is handled or dropped.
     fn release_buffers(&self, body: &Body) {
         match body {
             Body::Inject { buf } => {
@@ -182,7 +182,7 @@ impl Endpoint {
                 Some(bytes) => Some(bytes),
                 None => {
                     self.stats.corrupt_commands += 1;
-                    let _ = self.region.inject_stack().push(buf);
+                    self.release_buffers(&body);
                     if ack {
                         self.send_resp(src, done(msg_id, Status::Refused, libc::EINVAL as u64));
                     }
@@ -192,19 +192,13 @@ impl Endpoint {
             Body::Iov { .. } | Body::Sar(_) => None,
         };
         let (key, disposition) = self.offer(src, msg_id, hdr, (whole, ack), payload, h);
-        let inject_buf = match body {
-            Body::Inject { buf } => Some(buf),
-            _ => None,
-        };
         // An answer in the sender's buffer is its whole handling: no payload to place, and the
         // answer is the response. Only a request whose payload is here can be answered in the
         // same step.
         let disposition = match disposition {
             Disposition::AnswerInto { buf, data } if payload.is_some() => {
                 self.answer_into(src, msg_id, buf, &data);
-                if let Some(buf) = inject_buf {
-                    let _ = self.region.inject_stack().push(buf);
-                }
+                self.release_buffers(&body);
                 return;
             }
             Disposition::AnswerInto { .. } => Disposition::Refuse(libc::EINVAL as u32),
@@ -221,9 +215,7 @@ impl Endpoint {
             Body::Inline { .. } | Body::Inject { .. } => {
                 let bytes = payload.unwrap_or_default();
                 self.take_bytes(src, key, hdr, bytes, disposition, h);
-                if let Some(buf) = inject_buf {
-                    let _ = self.region.inject_stack().push(buf);
-                }
+                self.release_buffers(&body);
             }
             Body::Iov { count } => {
                 let iovs: Vec<RemoteIov> = (0..count).map(|i| entry.iov(i)).collect();
@@ -268,8 +260,9 @@ impl Endpoint {
         }
     }
 
-    /// The `len` bytes of our inject buffer `buf`, or None if the command named a buffer or a
-    /// length outside the pool. The slice is of our own region: the sender wrote the bytes
+    /// The `len` bytes of our inject buffer `buf`, or None if they fall outside our mapping
+    /// (`decode` already refused a buffer index or a length outside the pool; this is the bounds
+    /// check the slice itself rests on). The slice is of our own region: the sender wrote the bytes
     /// before it published the command, which we popped (Acquire), and gave the buffer up to
     /// us. A misbehaving sender can still write it while the handler copies it out, which
     /// garbles only the bytes of its own message.
@@ -280,9 +273,6 @@ impl Endpoint {
     /// `on_msg`, where nothing unmaps or replaces it.
     unsafe fn inject_payload<'r>(&self, buf: u32, len: u64) -> Option<&'r [u8]> {
         let off = self.region.geometry().inject_offset(buf).ok()?;
-        if len > crate::layout::INJECT_SIZE {
-            return None;
-        }
         let ptr = self.region.mapping().bytes_ptr(off, len).ok()?;
         // SAFETY: `len` bytes inside our own mapping (checked), used only while it stays mapped
         // (this function's contract). Any byte value is a valid `u8` (see above for concurrent

@@ -136,7 +136,7 @@ impl Endpoint {
         // A message that fits the first SAR segment (of the receiver's buffers) asks its
         // receiver for one step of progress either way (copy one segment out, or make one CMA
         // read), so `pull` leaves it to SAR, which spares both sides the system call.
-        let one_segment = buf.len() as u64 <= SAR_FIRST_SEGMENT.min(link.region.geometry().counts.sar_size);
+        let one_segment = buf.len() as u64 <= segment_len(0, link.region.geometry().counts.sar_size);
         let my_cma = cma_ok && ((opts.pull && !one_segment) || buf.len() >= cma_min);
         let mut entry = CmdEntry::message(link.slot, msg_id, &hdr, true);
         let remote = (my_cma && link.cma).then(|| buf.as_remote(IOV_MAX)).flatten();
@@ -358,6 +358,14 @@ impl Endpoint {
 /// The first SAR segment of a message, in bytes (later ones double up to the buffer size).
 pub(super) const SAR_FIRST_SEGMENT: u64 = 16 * 1024;
 
+/// The longest SAR segment that starts at byte `offset` of a message, into buffers of
+/// `sar_size` bytes. Segments double from SAR_FIRST_SEGMENT up to a whole buffer: the receiver
+/// starts copying out after a short first copy (latency), while long messages move in whole
+/// buffers (fewer commands per byte: bandwidth).
+fn segment_len(offset: u64, sar_size: u64) -> u64 {
+    sar_size.min(offset.max(SAR_FIRST_SEGMENT))
+}
+
 /// Push segments of one SAR send until done or out of buffers. True when all are out.
 fn push_segments(link: &super::peers::Link, msg_id: u64, send: &mut PendingSend) -> bool {
     let geo = *link.region.geometry();
@@ -368,10 +376,7 @@ fn push_segments(link: &super::peers::Link, msg_id: u64, send: &mut PendingSend)
             return true;
         }
         let Ok(index) = link.region.sar_stack().pop() else { return false };
-        // Segments double from SAR_FIRST_SEGMENT up to a whole buffer: the receiver starts
-        // copying out after a short first copy (latency), while long messages move in whole
-        // buffers (fewer commands per byte: bandwidth).
-        let seg_len = (send.hdr.len - offset).min(sar_size).min(offset.max(SAR_FIRST_SEGMENT));
+        let seg_len = (send.hdr.len - offset).min(segment_len(offset, sar_size));
         let copied = geo
             .sar_offset(index)
             .and_then(|off| link.region.mapping().bytes_ptr(off, seg_len))

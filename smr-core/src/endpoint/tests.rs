@@ -14,7 +14,7 @@ struct Collect {
     /// Take messages with `Disposition::Later`; answered by the test.
     later: bool,
     /// Take the payloads offered in `on_payload` (recorded in `taken`).
-    take_inline: bool,
+    take_payload: bool,
     /// Answer inline requests at once in the answer buffer they name (`answer_request`).
     answer_into: bool,
     taken: Vec<(MsgHeader, Vec<u8>)>,
@@ -46,7 +46,7 @@ impl Handler for Collect {
             let (buf, len) = parse_request(payload);
             return Disposition::AnswerInto { buf, data: LocalIov::owned(pattern(len, buf as u8)) };
         }
-        if !self.take_inline {
+        if !self.take_payload {
             return self.on_message(msg, src_name);
         }
         assert_eq!(payload.len() as u64, msg.hdr.len, "inline payload of the wrong length");
@@ -449,7 +449,7 @@ fn answers_carry_data_to_the_sender() {
 #[test]
 fn send_bytes_moves_small_messages_and_refuses_longer_ones() {
     let (mut a, mut b, to_b) = pair("sendbytes", Params::default());
-    let (mut ha, mut hb) = (Collect::default(), Collect { take_inline: true, ..Default::default() });
+    let (mut ha, mut hb) = (Collect::default(), Collect { take_payload: true, ..Default::default() });
     let sizes = [0usize, 8, INLINE_MAX, INLINE_MAX + 1, INJECT_SIZE as usize];
     for (i, &len) in sizes.iter().enumerate() {
         let hdr = MsgHeader { app: 0, tag: i as u64, data: 0, aux: 0, len: len as u64 };
@@ -474,12 +474,12 @@ fn send_bytes_moves_small_messages_and_refuses_longer_ones() {
 
 /// Messages in inject buffers that the handler takes from `on_payload` give their buffers back:
 /// three times as many as the pool holds all arrive intact, and the pool is whole afterwards.
-/// A command naming an inject buffer outside the pool is counted as corrupt and refused to a
-/// sender that waits for the answer, with nothing offered to the handler.
+/// A command naming an inject buffer outside the pool is counted as corrupt (`decode` rejects
+/// it), with nothing offered to the handler.
 #[test]
 fn taken_inject_messages_return_their_buffers_and_bad_ones_are_refused() {
     let (mut a, mut b, to_b) = pair("takeninject", Params::default());
-    let (mut ha, mut hb) = (Collect::default(), Collect { take_inline: true, ..Default::default() });
+    let (mut ha, mut hb) = (Collect::default(), Collect { take_payload: true, ..Default::default() });
     let (pool, _) = free_buffers(&b);
     let count = 3 * pool;
     let len = INLINE_MAX + 100;
