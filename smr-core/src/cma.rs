@@ -1,4 +1,5 @@
-//! Cross-memory attach: copying straight out of a peer's address space with process_vm_readv.
+//! Cross-memory attach: copying straight out of (process_vm_readv) or into (process_vm_writev)
+//! a peer's address space.
 //!
 //! # Safety
 //! The local side of every copy is memory the caller lent us (see `crate::iov`); the remote side
@@ -56,6 +57,12 @@ fn probe_now() -> bool {
     }
 }
 
+/// Whether a failed copy was refused by policy (Yama, seccomp, a container's rules) rather than
+/// by a bad address: the data can still go another way.
+pub fn refused(e: &Error) -> bool {
+    matches!(e, Error::Os(libc::EPERM | libc::EACCES | libc::ENOSYS))
+}
+
 /// Linux refuses more iovecs than this in one call.
 const UIO_MAXIOV: usize = 1024;
 
@@ -64,20 +71,54 @@ const UIO_MAXIOV: usize = 1024;
 pub fn read_from(pid: u32, remote: &[RemoteIov], local: &mut LocalIov, local_off: usize) -> Result<usize> {
     let mut local_vecs = Vec::new();
     local.iovecs_from(local_off, &mut local_vecs);
+    // SAFETY: `local_vecs` describes memory the caller lent us for writing.
+    unsafe { transfer(pid, local_vecs, remote, Direction::Read) }
+}
+
+/// Copy `local`, in order, into the peer's `remote` ranges (a target answering a read straight
+/// into its initiator's buffer). Returns how many bytes were copied (the shorter of the two
+/// totals).
+pub fn write_to(pid: u32, local: &LocalIov, remote: &[RemoteIov]) -> Result<usize> {
+    let mut local_vecs = Vec::new();
+    local.iovecs_for_reading(&mut local_vecs);
+    // SAFETY: `local_vecs` describes memory the caller lent us; a write only reads it.
+    unsafe { transfer(pid, local_vecs, remote, Direction::Write) }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Direction {
+    /// The peer's memory into ours.
+    Read,
+    /// Ours into the peer's.
+    Write,
+}
+
+/// The loop both directions share: the kernel may copy less than asked (page boundaries,
+/// iovec limits), so continue from where it stopped.
+///
+/// # Safety
+/// `local_vecs` must describe memory valid for the direction's access (writes for `Read`).
+unsafe fn transfer(pid: u32, mut local_vecs: Vec<libc::iovec>, remote: &[RemoteIov], dir: Direction) -> Result<usize> {
+    let local_total = local_vecs.iter().fold(0usize, |sum, v| sum.saturating_add(v.iov_len));
     let remote_total = remote.iter().fold(0usize, |sum, r| sum.saturating_add(r.len as usize));
-    let want = remote_total.min(local.len().saturating_sub(local_off));
+    let want = remote_total.min(local_total);
     let mut remote_vecs: Vec<libc::iovec> =
         remote.iter().map(|r| libc::iovec { iov_base: r.addr as *mut _, iov_len: r.len as usize }).collect();
     trim(&mut local_vecs, want);
     trim(&mut remote_vecs, want);
     let (mut lv, mut rv) = (&mut local_vecs[..], &mut remote_vecs[..]);
     let mut done = 0;
-    // The kernel may copy less than asked (page boundaries, iovec limits): continue from there.
     while done < want {
         let (nl, nr) = (lv.len().min(UIO_MAXIOV), rv.len().min(UIO_MAXIOV));
-        // SAFETY: `lv` describes memory the caller lent us for writing (within its bounds); the
-        // remote side is checked by the kernel.
-        let n = unsafe { libc::process_vm_readv(pid as libc::pid_t, lv.as_ptr(), nl as _, rv.as_ptr(), nr as _, 0) };
+        let pid = pid as libc::pid_t;
+        // SAFETY: `lv` describes local memory valid for this direction (the caller's contract);
+        // the remote side is checked by the kernel.
+        let n = unsafe {
+            match dir {
+                Direction::Read => libc::process_vm_readv(pid, lv.as_ptr(), nl as _, rv.as_ptr(), nr as _, 0),
+                Direction::Write => libc::process_vm_writev(pid, lv.as_ptr(), nl as _, rv.as_ptr(), nr as _, 0),
+            }
+        };
         if n < 0 {
             return Err(Error::last_os());
         }
@@ -140,9 +181,29 @@ mod tests {
     }
 
     #[test]
+    fn writes_into_scattered_ranges_of_this_process() {
+        let src: Vec<u8> = (0..10_000u32).map(|i| (i * 7) as u8).collect();
+        let mut a = vec![0u8; 3000];
+        let mut b = vec![0u8; 8000];
+        let remote = [
+            RemoteIov { addr: a.as_mut_ptr() as u64, len: 3000 },
+            RemoteIov { addr: b.as_mut_ptr() as u64, len: 8000 },
+        ];
+        // SAFETY: `src` outlives `local` and is only read.
+        let local = unsafe {
+            LocalIov::from_raw(&[(src.as_ptr().cast_mut(), 4000), (src.as_ptr().cast_mut().wrapping_add(4000), 6000)])
+        };
+        assert_eq!(write_to(std::process::id(), &local, &remote).unwrap(), 10_000);
+        assert_eq!(&a[..], &src[..3000]);
+        assert_eq!(&b[..7000], &src[3000..]);
+        assert!(b[7000..].iter().all(|&x| x == 0), "nothing past the source's end");
+    }
+
+    #[test]
     fn a_bad_remote_address_is_an_error_not_a_crash() {
         let mut local = LocalIov::owned(vec![0; 64]);
         let remote = [RemoteIov { addr: 8, len: 64 }];
         assert_eq!(read_from(std::process::id(), &remote, &mut local, 0), Err(Error::Os(libc::EFAULT)));
+        assert_eq!(write_to(std::process::id(), &local, &remote), Err(Error::Os(libc::EFAULT)));
     }
 }

@@ -162,6 +162,13 @@ impl LocalIov {
         });
     }
 
+    /// All the ranges, as iovecs a syscall reads from.
+    pub(crate) fn iovecs_for_reading(&self, out: &mut Vec<libc::iovec>) {
+        self.with_parts(|parts| {
+            walk(parts, 0, self.len(), |p, n, _| out.push(libc::iovec { iov_base: p.cast(), iov_len: n }))
+        });
+    }
+
     /// The ranges as a peer sees them for CMA; `None` if there are too many to describe.
     pub(crate) fn as_remote(&self, max: usize) -> Option<Vec<RemoteIov>> {
         let mut v = Vec::new();

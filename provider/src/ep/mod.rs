@@ -6,6 +6,7 @@
 //! `fi_setname`, or a generated one.
 
 mod ops;
+mod read_req;
 mod rma;
 mod rma_ops;
 mod rx;
@@ -711,7 +712,7 @@ pub fn progress(st: &mut DomainState, id: usize) -> usize {
     };
     let events = engine.progress(&mut handler);
     if ep.rma.has_outgoing() {
-        rma::flush(&mut ep.rma, engine);
+        rma::flush(&mut ep.rma, engine, mrs);
     }
     events
 }

@@ -10,13 +10,14 @@
 //! | READ_RESP  | tag = op id                              | the bytes read / old values       | -                                 |
 //! | ATOMIC     | tag = key, aux = address, data = `Desc`  | op id, operands, compares         | if acknowledged / reply           |
 //!
-//! A read travels one of three ways, by size:
+//! A read travels one of four ways, by size (the request's format: `read_req.rs`):
 //!
 //! | length                              | ring entries | the bytes travel                                           |
 //! |-------------------------------------|--------------|------------------------------------------------------------|
 //! | <= 32 B (`ANSWER_DATA_MAX`)         | 2            | in the answer's response entry (`answer_with`)             |
 //! | 33 B ..= FI_RSHM_READ_ONE_TRIP_MAX  | 2            | in an answer buffer of the initiator's region (`answer_into`) |
-//! | larger, or no answer buffer free    | 3            | in a READ_RESP message (inline, inject, CMA or SAR), then the answer |
+//! | larger (or no answer buffer free and above 4 KiB), CMA both ways | 2 | written by the target into the initiator's buffer (`Endpoint::cma_write`), then the answer |
+//! | otherwise                           | 3            | in a READ_RESP message (inline, inject, CMA or SAR), then the answer |
 //!
 //! The one-trip read (the middle row, 16 KiB by default): the initiator reserves a buffer of its
 //! own region (an inject buffer up to 4 KiB, a SAR buffer above), names it in the request, and
@@ -79,6 +80,7 @@
 //! waiting. Reads up to `READ_SNAPSHOT_MAX`, and every one-trip read, are copied when the
 //! request arrives (FI_ORDER_WAR).
 
+use super::read_req::{Bytes, ReadReq, ReturnBy, WRITE_BACK_RANGES_MAX};
 use super::{Sinks, TxOp};
 use crate::atomic::apply::{self, Kind};
 use crate::cq::CqEvent;
@@ -86,6 +88,7 @@ use crate::error::{FiError, FiResult};
 use crate::mr::MrTable;
 use rshm_ffi as ffi;
 use slab::Slab;
+use smr_core::cmd::RemoteIov;
 use smr_core::cmd::{MsgHeader, ANSWER_DATA_MAX};
 use smr_core::endpoint::{Disposition, Endpoint, Incoming, PeerId, SendOpts, SendStatus, SrcId};
 use smr_core::idmap::IdMap;
@@ -183,6 +186,9 @@ pub struct Pending {
     got: Option<smr_core::Result<usize>>,
     answered: bool,
     want: usize,
+    /// Asked the target to write the bytes into `dest` with CMA: a successful answer with no
+    /// reply before it means they are there (a target refused CMA replies first instead).
+    write_back: bool,
 }
 
 /// What the target still has to do for an operation that arrived.
@@ -235,6 +241,8 @@ enum Outgoing {
         op_id: u64,
         data: ReplyData,
     },
+    /// A read whose initiator asked for its bytes to be written into its buffer with CMA.
+    WriteBack(WriteBack),
     /// A read's bytes, copied when it arrived, for the answer buffer its initiator named
     /// (`Endpoint::answer_into`).
     AnswerInto {
@@ -243,6 +251,17 @@ enum Outgoing {
         buf: u32,
         data: Vec<u8>,
     },
+}
+
+/// A read request to answer by writing into its initiator's memory (`ReturnBy::WriteBack`).
+struct WriteBack {
+    src: SrcId,
+    msg_id: u64,
+    op_id: u64,
+    key: u64,
+    addr: u64,
+    len: u64,
+    remote: Vec<RemoteIov>,
 }
 
 /// The bytes of a reply that fits in an answer.
@@ -366,27 +385,31 @@ pub fn start(st: &mut crate::domain::DomainState, id: usize, a: OneSided, op: Op
         Op::Read { local } => {
             let len: usize = local.iter().map(|p| p.1).sum();
             let op_id = ep.rma.new_op();
-            // Op id, length and (one-trip reads) the answer buffer, built in place: one copy.
-            let mut req = [0u8; 24];
-            req[..8].copy_from_slice(&op_id.to_le_bytes());
-            req[8..16].copy_from_slice(&(len as u64).to_le_bytes());
-            // One round trip: the target places the bytes in a buffer of ours, named here. With
-            // none free (or for a size no buffer takes) the read takes a reply message instead.
+            let engine = ep.engine.as_mut().expect("checked above");
+            // One round trip: the target places the bytes in a buffer of ours, named here, or
+            // (larger ones, where CMA works) writes them straight into the caller's buffer.
+            // Otherwise (no answer buffer free, too many ranges, no CMA) it sends a reply.
             if len > ANSWER_DATA_MAX && len <= crate::params::config().read_one_trip_max {
-                let engine = ep.engine.as_mut().expect("checked above");
                 answer_buf = engine.reserve_answer_buf(len).ok();
             }
-            let payload = match answer_buf {
-                Some(buf) => {
-                    req[16..].copy_from_slice(&u64::from(buf.wire()).to_le_bytes());
-                    Bytes::from_slice(&req)
+            let by = match answer_buf {
+                Some(buf) => ReturnBy::AnswerBuf(buf.wire()),
+                None if len > engine.params().inject_max
+                    && local.len() <= WRITE_BACK_RANGES_MAX
+                    && engine.cma_with(peer) =>
+                {
+                    ReturnBy::WriteBack(
+                        local.iter().map(|&(a, n)| RemoteIov { addr: a as u64, len: n as u64 }).collect(),
+                    )
                 }
-                None => Bytes::from_slice(&req[..16]),
+                None => ReturnBy::Reply,
             };
+            let write_back = matches!(by, ReturnBy::WriteBack(_));
+            let payload = ReadReq { op_id, len: len as u64, by }.encode();
             let hdr = header(app(KIND_READ_REQ, 0), a.key, a.addr, 0, payload.len());
             let tx =
                 TxOp::new(a.ctx, (ffi::FI_RMA | ffi::FI_READ) as u64, wanted, super::TxKind::Read).with_reply(op_id);
-            (hdr, Payload::Own(payload), tx, Some((op_id, local, len)))
+            (hdr, Payload::Own(payload), tx, Some(Reply { op_id, local, want: len, write_back }))
         }
         Op::Atomic { desc, operand, compare, result } => {
             // Only fetching kinds are matched to a reply by their id; a base atomic sends 0.
@@ -410,7 +433,7 @@ pub fn start(st: &mut crate::domain::DomainState, id: usize, a: OneSided, op: Op
             let mut tx = TxOp::new(a.ctx, flags, wanted, kind);
             let reply = (desc.kind != Kind::Write).then(|| {
                 tx = tx.with_reply(op_id);
-                (op_id, result, desc.bytes())
+                Reply { op_id, local: result, want: desc.bytes(), write_back: false }
             });
             (hdr, Payload::Own(payload), tx, reply)
         }
@@ -460,11 +483,11 @@ pub fn start(st: &mut crate::domain::DomainState, id: usize, a: OneSided, op: Op
             return Err(FiError::from(e));
         }
     }
-    if let Some((op_id, local, want)) = reply_to {
+    if let Some(Reply { op_id, local, want, write_back }) = reply_to {
         // SAFETY: the application's result buffer, which it leaves alone until the operation
         // completes.
         let dest = unsafe { super::rx::lend(local) };
-        ep.rma.pending.insert(op_id, Pending { slot, dest: Some(dest), got: None, answered: false, want });
+        ep.rma.pending.insert(op_id, Pending { slot, dest: Some(dest), got: None, answered: false, want, write_back });
     }
     let taken = ep.tx_ops.insert(tx);
     debug_assert_eq!(taken, slot);
@@ -476,8 +499,14 @@ fn header(app: u8, tag: u64, aux: u64, data: u64, len: usize) -> MsgHeader {
     MsgHeader { app, tag, data, aux, len: len as u64 }
 }
 
-/// A request's own payload (op id, operands): on the stack when small.
-type Bytes = smallvec::SmallVec<[u8; 64]>;
+/// Where the bytes of a read or fetching atomic go when they come back.
+struct Reply {
+    op_id: u64,
+    local: Ranges,
+    want: usize,
+    /// The target writes them into `local` itself (`ReturnBy::WriteBack`).
+    write_back: bool,
+}
 
 /// What an operation sends: the application's memory (writes) or its own request.
 enum Payload {
@@ -695,12 +724,10 @@ impl Target<'_> {
         payload: &[u8],
         sinks: &mut Sinks,
     ) -> Option<(u32, LocalIov)> {
-        let (Some(op_id), Some(len)) = (u64_at(payload, 0), u64_at(payload, 8)) else {
+        let Some(ReadReq { op_id, len, by }) = ReadReq::decode(payload) else {
             self.answer(src, msg_id, Err(ffi::FI_EINVAL));
             return None;
         };
-        // Peer-written: only a name that fits in 32 bits is passed on (the engine checks it).
-        let answer_buf = u64_at(payload, 16).map(|b| u32::try_from(b).unwrap_or(u32::MAX));
         match self.mrs.resolve(key, addr, len, ffi::FI_REMOTE_READ as u64) {
             Ok((ranges, mr)) => {
                 sinks.remote_done(mr.read_cntr, false);
@@ -710,15 +737,21 @@ impl Target<'_> {
                     self.rma.outbox.push_back(Outgoing::AnswerData { src, msg_id, data });
                     return None;
                 }
-                if let Some(buf) = answer_buf {
-                    return Some((buf, mem));
-                }
-                let data = if (len as usize) <= READ_SNAPSHOT_MAX {
-                    let mut copy = vec![0; len as usize];
-                    mem.read_at(0, &mut copy);
-                    ReplyData::Copy(copy)
-                } else {
-                    ReplyData::Memory(ranges)
+                let data = match by {
+                    ReturnBy::AnswerBuf(buf) => return Some((buf, mem)),
+                    ReturnBy::WriteBack(remote) => {
+                        // Once progress returns (the engine makes the copy); the registration is
+                        // looked up again then, in case it closes before.
+                        let req = WriteBack { src, msg_id, op_id, key, addr, len, remote };
+                        self.rma.outbox.push_back(Outgoing::WriteBack(req));
+                        return None;
+                    }
+                    ReturnBy::Reply if (len as usize) <= READ_SNAPSHOT_MAX => {
+                        let mut copy = vec![0; len as usize];
+                        mem.read_at(0, &mut copy);
+                        ReplyData::Copy(copy)
+                    }
+                    ReturnBy::Reply => ReplyData::Memory(ranges),
                 };
                 self.rma.outbox.push_back(Outgoing::Reply { src, msg_id, op_id, data });
                 None
@@ -816,7 +849,7 @@ fn written(sinks: &mut Sinks, mr_cntr: Option<usize>, data: Option<u64>, len: u6
 /// A read request's payload: op id and length, and the initiator's answer buffer (one-trip
 /// reads).
 fn read_req_len(len: u64) -> bool {
-    len == 16 || len == 24
+    ReadReq::plausible_len(len)
 }
 
 fn u64_at(b: &[u8], at: usize) -> Option<u64> {
@@ -905,6 +938,11 @@ pub fn answered(
         return;
     };
     match rma.pending.get_mut(&op_id) {
+        // The target wrote the bytes into our buffer before it answered.
+        Some(p) if result.is_ok() && p.got.is_none() && p.write_back => {
+            p.got = Some(Ok(p.want));
+            finish(rma, tx_ops, op_id, Ok(()), sinks);
+        }
         Some(p) if result.is_ok() && p.got.is_none() => p.answered = true,
         Some(_) => finish(rma, tx_ops, op_id, result, sinks),
         None => super::tx::send_finished(tx_ops, slot, result, sinks),
@@ -962,9 +1000,10 @@ pub fn detach_replies(rma: &mut RmaState, engine: &mut Endpoint, mr: &[(usize, u
 
 /// Send the replies and answers progress queued. Stops at the first full queue (retried on the
 /// next progress).
-pub fn flush(rma: &mut RmaState, engine: &mut Endpoint) {
+pub fn flush(rma: &mut RmaState, engine: &mut Endpoint, mrs: &MrTable) {
     while let Some(out) = rma.outbox.pop_front() {
         match out {
+            Outgoing::WriteBack(req) => write_back(rma, engine, mrs, req),
             Outgoing::Answer { src, msg_id, result } => engine.answer(src, msg_id, result),
             Outgoing::AnswerData { src, msg_id, data } => {
                 if engine.answer_with(src, msg_id, data.as_slice()).is_err() {
@@ -1014,6 +1053,33 @@ pub fn flush(rma: &mut RmaState, engine: &mut Endpoint) {
     }
 }
 
+/// Answer a read by writing its bytes into the initiator's memory with CMA. A kernel that
+/// refuses CMA between the two (a policy the probes at start did not see) sends them in a reply
+/// instead, and the initiator takes that as usual.
+fn write_back(rma: &mut RmaState, engine: &mut Endpoint, mrs: &MrTable, req: WriteBack) {
+    let WriteBack { src, msg_id, op_id, key, addr, len, remote } = req;
+    let ranges = match mrs.resolve(key, addr, len, ffi::FI_REMOTE_READ as u64) {
+        Ok((ranges, _)) => ranges,
+        Err(errno) => return engine.answer(src, msg_id, Err(errno)),
+    };
+    // SAFETY: registered memory the application exposed for remote reads, looked up just now;
+    // the copy ends before this function returns.
+    let mem = unsafe { super::rx::lend(ranges.clone()) };
+    match engine.cma_write(src, &mem, &remote) {
+        Ok(n) if n as u64 == len => engine.answer(src, msg_id, Ok(())),
+        Ok(_) => engine.answer(src, msg_id, Err(ffi::FI_EIO)),
+        Err(EngineError::PeerDead) => {}
+        Err(e) if smr_core::cma::refused(&e) => {
+            crate::debug!(EpData, "CMA write to source {src} refused ({e}): replying instead");
+            rma.outbox.push_front(Outgoing::Reply { src, msg_id, op_id, data: ReplyData::Memory(ranges) });
+        }
+        Err(e) => {
+            crate::debug!(EpData, "CMA write to source {src} failed: {e}");
+            engine.answer(src, msg_id, Err(ffi::FI_EIO));
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1026,7 +1092,8 @@ mod tests {
         let slot = tx_ops.insert(TxOp::new(0, 0, false, super::super::TxKind::Read).with_reply(op_id));
         // SAFETY: `buf` outlives the test's use of the pending read.
         let dest = unsafe { LocalIov::from_raw(&[(buf.as_mut_ptr(), buf.len())]) };
-        rma.pending.insert(op_id, Pending { slot, dest: Some(dest), got: None, answered: false, want });
+        rma.pending
+            .insert(op_id, Pending { slot, dest: Some(dest), got: None, answered: false, want, write_back: false });
         (rma, tx_ops)
     }
 

@@ -215,6 +215,8 @@ pub struct Stats {
     pub cma_fallbacks: u64,
     /// Messages copied out of their sender with CMA (tests check that CMA really carried data).
     pub cma_reads: u64,
+    /// Answers copied into their requesters' memory with CMA (`cma_write`).
+    pub cma_writes: u64,
     /// Messages sent by each protocol (SAR: messages that started as SAR, not segments).
     pub sent_inline: u64,
     pub sent_inject: u64,

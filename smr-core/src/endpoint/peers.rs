@@ -164,6 +164,12 @@ impl Endpoint {
         self.out.get(peer as usize).map(|p| p.name.as_str())
     }
 
+    /// Whether `peer` and we may copy between each other with CMA: both regions say CMA is on.
+    /// False until the link to it is made, and after it refused a CMA copy.
+    pub fn cma_with(&self, peer: PeerId) -> bool {
+        self.cma_ok && self.out.get(peer as usize).and_then(|p| p.link.as_ref()).is_some_and(|l| l.cma)
+    }
+
     /// The name of a sender, as it announced itself in our peer table.
     pub fn src_name(&self, src: SrcId) -> Option<&str> {
         self.inp.get(&src).map(|p| p.name.as_str())

@@ -75,8 +75,12 @@ fn status_of(result: &Result<usize>) -> Status {
     }
 }
 
-fn cma_refused(e: &Error) -> bool {
-    matches!(e, Error::Os(libc::EPERM | libc::EACCES | libc::ENOSYS))
+/// A CMA copy that found its peer's process gone failed because the peer died.
+fn dead_if_gone(copied: Result<usize>) -> Result<usize> {
+    match copied {
+        Err(Error::Os(libc::ESRCH)) => Err(Error::PeerDead),
+        other => other,
+    }
 }
 
 impl Endpoint {
@@ -322,7 +326,7 @@ impl Endpoint {
                 self.send_resp(src, done(msg_id, status_of(&result), n as u64));
                 h.on_recv_done(ctx, result, dest);
             }
-            Err(e) if cma_refused(&e) => {
+            Err(e) if crate::cma::refused(&e) => {
                 self.refuse_cma(src, msg_id, hdr, Sink::Deliver { dest, ctx, answer: true });
             }
             Err(e) => {
@@ -339,18 +343,33 @@ impl Endpoint {
     }
 
     fn cma_read(&mut self, src: SrcId, iovs: &[RemoteIov], dest: &mut LocalIov) -> Result<usize> {
+        let copied = crate::cma::read_from(self.live_pid(src)?, iovs, dest, 0);
+        self.stats.cma_reads += u64::from(copied.is_ok());
+        dead_if_gone(copied)
+    }
+
+    /// Copy `data` straight into the memory of sender `src` that `remote` names, with CMA: a
+    /// target answering a read in its initiator's own buffer (the initiator named the ranges in
+    /// its request, and lends them until the read completes). Returns the bytes copied (the
+    /// shorter of the two lengths). `PeerDead` for a sender that is gone; a refusal by the
+    /// kernel (`Error::Os(EPERM)`, say) leaves the caller to send the data another way.
+    pub fn cma_write(&mut self, src: SrcId, data: &LocalIov, remote: &[RemoteIov]) -> Result<usize> {
+        if !self.cma_ok {
+            return Err(Error::Os(libc::EPERM));
+        }
+        let copied = crate::cma::write_to(self.live_pid(src)?, data, remote);
+        self.stats.cma_writes += u64::from(copied.is_ok());
+        dead_if_gone(copied)
+    }
+
+    /// The pid of sender `src`, if it is still alive: a dead sender's pid may already belong to
+    /// another process, so CMA never goes to one blindly.
+    fn live_pid(&self, src: SrcId) -> Result<u32> {
         let peer = self.inp.get(&src).ok_or(Error::PeerDead)?;
-        // A dead sender's pid may already belong to another process: never read it blindly.
         if !peer.watch.alive() {
             return Err(Error::PeerDead);
         }
-        match crate::cma::read_from(peer.watch.ident().pid, iovs, dest, 0) {
-            Err(Error::Os(libc::ESRCH)) => Err(Error::PeerDead),
-            other => {
-                self.stats.cma_reads += u64::from(other.is_ok());
-                other
-            }
-        }
+        Ok(peer.watch.ident().pid)
     }
 
     fn on_segment(&mut self, src: SrcId, msg_id: u64, seg: SarSeg, h: &mut impl Handler) {
@@ -452,7 +471,7 @@ impl Endpoint {
                     self.send_resp(src, done(msg_id, status_of(&result), n as u64));
                     Ok(Delivered::Now(result, dest))
                 }
-                Err(e) if cma_refused(&e) => {
+                Err(e) if crate::cma::refused(&e) => {
                     self.refuse_cma(src, msg_id, hdr, Sink::Deliver { dest, ctx, answer: true });
                     Ok(Delivered::Later)
                 }

@@ -2,7 +2,7 @@
 
 use super::send::SAR_FIRST_SEGMENT;
 use super::*;
-use crate::cmd::CmdEntry;
+use crate::cmd::{CmdEntry, RemoteIov};
 use crate::layout::INJECT_SIZE;
 
 /// A handler that delivers straight into owned buffers of the message's size (or holds).
@@ -833,4 +833,43 @@ fn a_rebuffered_sar_send_takes_its_remaining_segments_from_the_new_buffer() {
     assert_eq!(*result, Ok(len));
     assert!(*bytes == pattern(len, 3), "bytes from the old buffer after the rebuffer");
     drop(original);
+}
+
+/// `cma_write`: a receiver copies straight into the memory its sender names (a read's answer
+/// written into the initiator's buffer), `cma_with` says when that is allowed, and a sender
+/// that has gone gets nothing written.
+#[test]
+fn cma_write_copies_into_the_senders_memory_and_not_after_it_is_gone() {
+    if !cma_or_skip("cma_write") {
+        return;
+    }
+    let (mut a, mut b, to_b) = pair("cmawrite", Params::default());
+    let (mut ha, mut hb) = (Collect::default(), Collect { later: true, ..Default::default() });
+    assert!(!a.cma_with(to_b), "no link yet, so nothing is known of the peer");
+    let hdr = MsgHeader { app: 0, tag: 0, data: 0, aux: 0, len: 8 };
+    let opts = SendOpts { cookie: 1, delivery_complete: true, more: false, pull: false };
+    assert_eq!(a.send(to_b, hdr, LocalIov::owned(pattern(8, 1)), opts), Ok(SendStatus::Pending));
+    pump_until((&mut a, &mut ha), (&mut b, &mut hb), "the request", |_, hb| hb.received.len() == 1);
+    assert!(a.cma_with(to_b));
+    let src = hb.offered[0].src;
+    let mut first = vec![0u8; 5000];
+    let mut second = vec![0u8; 70_000];
+    let remote = [
+        RemoteIov { addr: first.as_mut_ptr() as u64, len: 5000 },
+        RemoteIov { addr: second.as_mut_ptr() as u64, len: 60_000 },
+    ];
+    let data = pattern(65_000, 4);
+    assert_eq!(b.cma_write(src, &LocalIov::owned(data.clone()), &remote), Ok(65_000));
+    assert_eq!(b.stats().cma_writes, 1);
+    assert_eq!(first, data[..5000]);
+    assert_eq!(second[..60_000], data[5000..]);
+    assert!(second[60_000..].iter().all(|&x| x == 0), "written past the named range");
+    assert_eq!(b.cma_write(src + 1, &LocalIov::owned(data.clone()), &remote), Err(Error::PeerDead), "unknown source");
+    drop(a);
+    second.fill(0);
+    for _ in 0..1000 {
+        b.progress(&mut hb);
+    }
+    assert!(b.cma_write(src, &LocalIov::owned(data), &remote).is_err(), "a closed sender is not written");
+    assert!(second.iter().all(|&x| x == 0));
 }

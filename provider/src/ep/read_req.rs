@@ -1,0 +1,170 @@
+//! The payload of a read request (READ_REQ), and how the initiator wants its bytes back.
+//!
+//! | bytes          | field                                                              |
+//! |----------------|--------------------------------------------------------------------|
+//! | 0..8           | op id (the initiator's, echoed in a READ_RESP)                      |
+//! | 8..16          | length                                                             |
+//! | 16..24         | absent: reply with a READ_RESP message; an answer buffer's name (< 2^32); or `WRITE_BACK` |
+//! | 24..32         | with `WRITE_BACK`: how many ranges follow (1 ..= `WRITE_BACK_RANGES_MAX`) |
+//! | 32..           | with `WRITE_BACK`: (address, length) of each range of the initiator's buffer |
+//!
+//! With `WRITE_BACK` the target copies the bytes straight into the initiator's buffer with
+//! CMA (`Endpoint::cma_write`) and then answers: one request, one answer, one system call, all
+//! the target's. That is how the C shm serves reads (1.17's `smr_progress_iov`), and it spares
+//! the three-entry exchange of a READ_RESP that the initiator pulls: in a stream of reads both
+//! ways (fi_rma_bw), each side would otherwise wait for the other's reply while it pulls its own.
+//!
+//! Everything here is peer-written for the target: `decode` checks the length field against
+//! the ranges and the payload's size, and the kernel checks the addresses (a bad one fails the
+//! copy with EFAULT, which fails the read).
+
+use smr_core::cmd::RemoteIov;
+
+/// The answer-buffer word's value that asks for a CMA write-back (no buffer name is this large).
+const WRITE_BACK: u64 = 1 << 32;
+/// Most ranges of the initiator's buffer a write-back request names (its iov limit).
+pub const WRITE_BACK_RANGES_MAX: usize = smr_core::cmd::IOV_MAX;
+const HEADER: usize = 16;
+
+/// How the target returns the bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReturnBy {
+    /// A READ_RESP message.
+    Reply,
+    /// Placed in the initiator's answer buffer of this name (`Endpoint::answer_into`).
+    AnswerBuf(u32),
+    /// Written into these ranges of the initiator's memory with CMA.
+    WriteBack(Vec<RemoteIov>),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadReq {
+    pub op_id: u64,
+    pub len: u64,
+    pub by: ReturnBy,
+}
+
+/// A request's own payload: on the stack when small.
+pub type Bytes = smallvec::SmallVec<[u8; 64]>;
+
+impl ReadReq {
+    pub fn encode(&self) -> Bytes {
+        let mut b = Bytes::new();
+        b.extend_from_slice(&self.op_id.to_le_bytes());
+        b.extend_from_slice(&self.len.to_le_bytes());
+        match &self.by {
+            ReturnBy::Reply => {}
+            ReturnBy::AnswerBuf(name) => b.extend_from_slice(&u64::from(*name).to_le_bytes()),
+            ReturnBy::WriteBack(ranges) => {
+                b.extend_from_slice(&WRITE_BACK.to_le_bytes());
+                b.extend_from_slice(&(ranges.len() as u64).to_le_bytes());
+                for r in ranges {
+                    b.extend_from_slice(&r.addr.to_le_bytes());
+                    b.extend_from_slice(&r.len.to_le_bytes());
+                }
+            }
+        }
+        b
+    }
+
+    /// A peer's payload, checked; None if it is malformed.
+    pub fn decode(p: &[u8]) -> Option<ReadReq> {
+        let (op_id, len) = (u64_at(p, 0)?, u64_at(p, 8)?);
+        let by = match p.len() {
+            HEADER => ReturnBy::Reply,
+            24 => ReturnBy::AnswerBuf(u32::try_from(u64_at(p, 16)?).ok()?),
+            _ => {
+                if u64_at(p, 16)? != WRITE_BACK {
+                    return None;
+                }
+                let count = usize::try_from(u64_at(p, 24)?).ok()?;
+                if count == 0 || count > WRITE_BACK_RANGES_MAX || p.len() != 32 + 16 * count {
+                    return None;
+                }
+                let ranges: Vec<RemoteIov> = (0..count)
+                    .map(|i| RemoteIov {
+                        addr: u64_at(p, 32 + 16 * i).unwrap_or(0),
+                        len: u64_at(p, 40 + 16 * i).unwrap_or(0),
+                    })
+                    .collect();
+                let total = ranges.iter().try_fold(0u64, |sum, r| sum.checked_add(r.len))?;
+                if total != len {
+                    return None;
+                }
+                ReturnBy::WriteBack(ranges)
+            }
+        };
+        Some(ReadReq { op_id, len, by })
+    }
+
+    /// Whether a message of `len` bytes can be a read request's payload (checked before the
+    /// payload is taken; `decode` checks the rest).
+    pub fn plausible_len(len: u64) -> bool {
+        len == 16
+            || len == 24
+            || (len >= 48 && (len - 32).is_multiple_of(16) && (len - 32) / 16 <= WRITE_BACK_RANGES_MAX as u64)
+    }
+}
+
+fn u64_at(b: &[u8], at: usize) -> Option<u64> {
+    Some(u64::from_le_bytes(b.get(at..at + 8)?.try_into().ok()?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn round_trip(req: ReadReq) {
+        let bytes = req.encode();
+        assert!(ReadReq::plausible_len(bytes.len() as u64), "{req:?}");
+        assert_eq!(ReadReq::decode(&bytes), Some(req));
+    }
+
+    #[test]
+    fn every_form_round_trips() {
+        round_trip(ReadReq { op_id: 7, len: 100, by: ReturnBy::Reply });
+        round_trip(ReadReq { op_id: 7, len: 100, by: ReturnBy::AnswerBuf(u32::MAX) });
+        let ranges = vec![RemoteIov { addr: 0x1000, len: 60 }, RemoteIov { addr: 0x9000, len: 40 }];
+        round_trip(ReadReq { op_id: u64::MAX, len: 100, by: ReturnBy::WriteBack(ranges) });
+        let most = vec![RemoteIov { addr: 1, len: 1 }; WRITE_BACK_RANGES_MAX];
+        round_trip(ReadReq { op_id: 1, len: WRITE_BACK_RANGES_MAX as u64, by: ReturnBy::WriteBack(most) });
+    }
+
+    #[test]
+    fn malformed_requests_are_refused() {
+        let good = ReadReq { op_id: 1, len: 100, by: ReturnBy::WriteBack(vec![RemoteIov { addr: 0x1000, len: 100 }]) };
+        let bytes = good.encode();
+        let mut cases: Vec<Vec<u8>> = Vec::new();
+        let mut short = bytes.to_vec();
+        short.truncate(40);
+        cases.push(short);
+        let mut wrong_len = bytes.to_vec();
+        wrong_len[8] = 99; // the ranges add up to 100
+        cases.push(wrong_len);
+        let mut zero = bytes.to_vec();
+        zero[24..32].copy_from_slice(&0u64.to_le_bytes());
+        cases.push(zero[..32].to_vec());
+        let mut too_many = bytes.to_vec();
+        too_many[24..32].copy_from_slice(&2u64.to_le_bytes());
+        cases.push(too_many);
+        let mut marker = bytes.to_vec();
+        marker[16..24].copy_from_slice(&5u64.to_le_bytes());
+        cases.push(marker);
+        let mut overflow = ReadReq {
+            op_id: 1,
+            len: 1,
+            by: ReturnBy::WriteBack(vec![RemoteIov { addr: 0, len: u64::MAX }, RemoteIov { addr: 0, len: 2 }]),
+        }
+        .encode()
+        .to_vec();
+        cases.push(overflow.clone());
+        overflow.truncate(20);
+        cases.push(overflow);
+        let mut big_name = ReadReq { op_id: 1, len: 100, by: ReturnBy::AnswerBuf(0) }.encode().to_vec();
+        big_name[16..24].copy_from_slice(&(1u64 << 33).to_le_bytes());
+        cases.push(big_name);
+        for (i, case) in cases.iter().enumerate() {
+            assert_eq!(ReadReq::decode(case), None, "case {i}");
+        }
+    }
+}
