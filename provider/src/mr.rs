@@ -129,6 +129,7 @@ fn register(
         return Err(FiError::NOKEY);
     }
     st.mrs.by_key.insert(key, MrEntry { iov, access, write_cntr: None, read_cntr: None });
+    crate::ep::published::sync(&mut st);
     drop(st);
     let obj = object::into_raw(Mr {
         fid: ffi::fid_mr { fid: object::fid(ffi::FI_CLASS_MR, context, &FI_OPS), mem_desc: std::ptr::null_mut(), key },
@@ -197,7 +198,9 @@ unsafe extern "C" fn mr_close(fid: *mut ffi::fid) -> i32 {
     let release = |obj: &Mr| -> FiResult<()> {
         let mut st = obj.shared.lock();
         if let Some(entry) = st.mrs.by_key.remove(&obj.fid.key) {
-            // Replies to reads still going out of this memory must not read it after we return.
+            // Peers reading it on their own, and replies to reads still going out of this
+            // memory, must not read it after we return.
+            crate::ep::published::sync(&mut st);
             crate::ep::registration_closed(&mut st, &entry.iov);
             for id in [entry.write_cntr, entry.read_cntr].into_iter().flatten() {
                 if let Some(c) = st.cntrs.get_mut(id) {
@@ -244,6 +247,8 @@ unsafe extern "C" fn mr_bind(fid: *mut ffi::fid, bfid: *mut ffi::fid, flags: u64
                         entry.read_cntr = Some(cntr.id);
                     }
                     st.cntrs[cntr.id].mrs += 1;
+                    // A counted registration is read through us only.
+                    crate::ep::published::sync(&mut st);
                     Ok(())
                 }
                 _ => Err(FiError::INVAL),

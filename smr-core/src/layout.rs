@@ -9,6 +9,7 @@
 //!          inject pool: StackHead + links + inject_count x INJECT_SIZE
 //!          SAR pool:    StackHead + links + sar_count x sar_size
 //!          peer table:  PeerSlot x max_peers
+//!          MR table:    MrSlot x MR_SLOTS (registrations peers may read with CMA: `published`)
 //! ```
 //! Offsets are computed by one pure function from the counts, so a peer validates a header by
 //! recomputing the geometry from the counts and comparing it field by field.
@@ -17,6 +18,7 @@ use crate::cmd::{CmdEntry, RespEntry};
 use crate::error::{Error, Result};
 use crate::free_stack::StackHead;
 use crate::pod::{CachePadded, Pod};
+pub use crate::published::MrSlot;
 use crate::ring::{RingCtl, Slot};
 use crate::shm::SharedSafe;
 use crate::sync::{AtomicU32, AtomicU64};
@@ -27,7 +29,8 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"RSHMREG\0");
 /// 3: response entries carry up to 32 bytes of answer data (one cache line per slot).
 /// 4: a request may name a buffer of the sender's pools for its answer, which the receiver
 ///    writes into that buffer (`Status::Placed`; `endpoint::answer`).
-pub const LAYOUT_VERSION: u32 = 4;
+/// 5: the owner publishes registrations that peers may read with CMA on their own (`MrSlot`).
+pub const LAYOUT_VERSION: u32 = 5;
 /// Longest region name, without the terminating NUL.
 pub const NAME_MAX: usize = 63;
 /// Size of one inject buffer.
@@ -67,6 +70,7 @@ pub struct Geometry {
     pub sar_links: u64,
     pub sar_data: u64,
     pub peers: u64,
+    pub mrs: u64,
     pub size: u64,
 }
 
@@ -117,6 +121,7 @@ impl Geometry {
         let sar_links = part(counts.sar_count * 4, 128);
         let sar_data = part(counts.sar_count * counts.sar_size, PART_ALIGN);
         let peers = part(counts.max_peers * size_of::<PeerSlot>() as u64, PART_ALIGN);
+        let mrs = part(MR_SLOTS * size_of::<MrSlot>() as u64, PART_ALIGN);
         let size = align_up(at, PART_ALIGN);
         Ok(Geometry {
             counts,
@@ -132,12 +137,13 @@ impl Geometry {
             sar_links,
             sar_data,
             peers,
+            mrs,
             size,
         })
     }
 
     /// The start of every part, in layout order.
-    pub fn part_offsets(&self) -> [u64; 12] {
+    pub fn part_offsets(&self) -> [u64; 13] {
         [
             self.wake,
             self.cmd_ctl,
@@ -151,6 +157,7 @@ impl Geometry {
             self.sar_links,
             self.sar_data,
             self.peers,
+            self.mrs,
         ]
     }
 
@@ -208,6 +215,9 @@ pub struct PeerSlot {
     pub name: [AtomicU64; (NAME_MAX + 1) / 8],
 }
 
+/// Entries of the MR table.
+pub const MR_SLOTS: u64 = 64;
+
 pub const SLOT_FREE: u32 = 0;
 pub const SLOT_CLAIMED: u32 = 1;
 pub const SLOT_READY: u32 = 2;
@@ -218,6 +228,8 @@ unsafe impl SharedSafe for RegionHeader {}
 unsafe impl SharedSafe for WakeWord {}
 // SAFETY: atomics only.
 unsafe impl SharedSafe for PeerSlot {}
+// SAFETY: atomics only.
+unsafe impl SharedSafe for MrSlot {}
 // SAFETY: atomics only.
 unsafe impl SharedSafe for RingCtl {}
 // SAFETY: atomics only.
@@ -236,8 +248,11 @@ const _: () = {
     assert!(offset_of!(RegionHeader, incarnation) == 32);
     assert!(offset_of!(RegionHeader, name) == 40);
     assert!(offset_of!(RegionHeader, geometry) == 104);
-    assert!(size_of::<Geometry>() == 19 * 8);
-    assert!(offset_of!(RegionHeader, ready) == 104 + 19 * 8);
+    assert!(size_of::<Geometry>() == 20 * 8);
+    assert!(offset_of!(RegionHeader, ready) == 104 + 20 * 8);
+    assert!(size_of::<MrSlot>() == 64);
+    // `published::Publisher` keeps the live slots in one 64-bit word.
+    assert!(MR_SLOTS <= 64);
     assert!(size_of::<WakeWord>() == 256);
     assert!(size_of::<PeerSlot>() == 128);
     assert!(size_of::<RingCtl>() == 128);
@@ -261,7 +276,8 @@ mod tests {
         assert!(offs.windows(2).all(|w| w[0] < w[1]));
         assert!(offs.iter().all(|o| o % 128 == 0));
         assert_eq!(g.inject_data % 4096, 0);
-        assert!(g.peers + 16 * 128 <= g.size);
+        assert!(g.peers + 16 * 128 <= g.mrs);
+        assert!(g.mrs + MR_SLOTS * 64 <= g.size);
         assert_eq!(g.sar_offset(3).unwrap(), g.sar_data + 3 * 65536);
         assert!(g.sar_offset(4).is_err());
         assert!(g.inject_offset(8).is_err());

@@ -28,6 +28,7 @@ pub mod iov;
 pub mod layout;
 #[cfg(not(loom))]
 pub mod liveness;
+pub mod published;
 #[cfg(not(loom))]
 pub mod region;
 #[cfg(not(loom))]

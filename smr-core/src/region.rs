@@ -296,6 +296,11 @@ impl Region {
     pub fn peer_slots(&self) -> &[PeerSlot] {
         self.map.slice(self.geo.peers, self.geo.counts.max_peers).expect("validated geometry")
     }
+
+    /// The registrations the owner publishes (`crate::published`).
+    pub fn mr_slots(&self) -> &[MrSlot] {
+        self.map.slice(self.geo.mrs, MR_SLOTS).expect("validated geometry")
+    }
 }
 
 // SAFETY: the ring pointers point into `map`, which is Send and Sync; they are only turned into

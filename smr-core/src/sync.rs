@@ -5,7 +5,6 @@
 //! therefore live in shared memory. Nothing else in the crate may import `core::sync::atomic`.
 
 #[cfg(loom)]
-#[allow(unused_imports)] // `fence` is only used by `wake`, which is not built under loom.
 pub(crate) use loom::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 
 #[cfg(not(loom))]

@@ -1,5 +1,6 @@
-//! loom models of the two lock-free structures every peer shares: the command/response ring
-//! (`ring`) and the free stack of buffer indices (`free_stack`).
+//! loom models of the lock-free structures every peer shares: the command/response ring
+//! (`ring`), the free stack of buffer indices (`free_stack`) and the table of published
+//! registrations (`published`).
 //!
 //! Run with (the models are sized for a preemption bound of 2: about a minute on two cores;
 //! a separate target dir keeps the `--cfg loom` build from evicting the normal one):
@@ -902,4 +903,47 @@ fn free_stack_repair_of_a_scribbled_head() {
         parts.assert_all_free();
     });
     seen_through.assert_seen(NAME, "the popper getting a buffer after the repair");
+}
+
+/// The published MR table (`published`): the owner withdraws a registration, releases its
+/// memory (a Release store standing for munmap), and publishes another under the same key,
+/// while a peer looks the key up, "copies" (reads the memory's state) and checks the entry
+/// again. A reader never takes a torn entry (the key of one version with the range of the
+/// other), and a reader whose check passes copied from memory that was still there.
+#[test]
+fn published_withdraw_races_a_read() {
+    use smr_core::published::{self, MrSlot, Publisher, REMOTE_READ};
+    const KEY: u64 = 4;
+    let (accepted, refused) = (Tally::default(), Tally::default());
+    let (a, r) = (accepted.clone(), refused.clone());
+    model("published_withdraw_races_a_read", move || {
+        let table: Arc<Vec<MrSlot>> = Arc::new((0..2).map(|_| MrSlot::unused()).collect());
+        let freed = Arc::new(loom::sync::atomic::AtomicU64::new(0));
+        let mut owner = Publisher::default();
+        let first = owner.publish(&table, KEY, 0x1000, 100, REMOTE_READ).expect("room");
+        let (t, f) = (table.clone(), freed.clone());
+        let writer = thread::spawn(move || {
+            owner.withdraw(&t, first);
+            f.store(1, Ordering::Release);
+            owner.publish(&t, KEY, 0x2000, 200, REMOTE_READ).expect("room");
+        });
+        if let Some(p) = published::lookup(&table, KEY) {
+            assert!(
+                (p.base, p.len) == (0x1000, 100) || (p.base, p.len) == (0x2000, 200),
+                "torn entry: base {:#x} len {}",
+                p.base,
+                p.len
+            );
+            let memory_gone = freed.load(Ordering::Relaxed) == 1;
+            let stands = published::unchanged(&table, &p);
+            if stands && p.base == 0x1000 {
+                assert!(!memory_gone, "a read of released memory passed its check");
+            }
+            a.note(stands);
+            r.note(!stands);
+        }
+        writer.join().unwrap();
+    });
+    accepted.assert_seen("published_withdraw_races_a_read", "a read that stood");
+    refused.assert_seen("published_withdraw_races_a_read", "a read refused after a rewrite");
 }

@@ -9,6 +9,7 @@ mod errors;
 mod kill;
 mod multi;
 mod pair;
+mod passive;
 mod progress;
 mod rma;
 mod rma_util;
@@ -46,6 +47,7 @@ pub fn all() -> Vec<Scenario> {
     v.extend(multi::scenarios());
     v.extend(errors::scenarios());
     v.extend(rma::scenarios());
+    v.extend(passive::scenarios());
     v.extend(atomic::scenarios());
     v.extend(access::scenarios());
     v.extend(counters::scenarios());

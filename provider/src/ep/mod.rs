@@ -6,6 +6,7 @@
 //! `fi_setname`, or a generated one.
 
 mod ops;
+pub(crate) mod published;
 mod read_req;
 mod rma;
 mod rma_ops;
@@ -149,6 +150,8 @@ pub struct EpState {
     /// Progress passes over this endpoint, by anyone: an auto-progress thread standing aside
     /// while the application polls still drives the endpoints whose count did not move.
     pub driven: u64,
+    /// Slots of the engine's MR table this endpoint filled (`published::sync`).
+    pub published: Vec<u32>,
 }
 
 impl EpState {
@@ -264,6 +267,7 @@ pub(crate) unsafe extern "C" fn endpoint_open(
                 tx_size: tx_attr.map_or(0, |t| t.size).max(crate::getinfo::QUEUE_SIZE),
                 rx_size: rx_attr.map_or(0, |r| r.size).max(crate::getinfo::QUEUE_SIZE),
                 driven: 0,
+                published: Vec::new(),
             };
             let id = dom.shared.lock().eps.insert(state);
             let obj = object::into_raw(Ep {
@@ -410,6 +414,10 @@ fn bind(ep: &Ep, bfid: *mut ffi::fid, flags: u64) -> FiResult<()> {
                 eps.push(ep.id);
                 st.eps[ep.id].bound.cntrs.push(cntr.id);
             }
+            if has(ffi::FI_REMOTE_READ) {
+                // Peers' reads must now pass through us, to be counted.
+                published::sync(&mut st);
+            }
         }
         ffi::FI_CLASS_AV => {
             // SAFETY: class checked.
@@ -487,6 +495,7 @@ fn enable(ep: &Ep) -> FiResult<()> {
         });
     }
     state.engine = Some(engine);
+    published::sync(&mut st);
     drop(st);
     ep.shared.endpoints_changed();
     Ok(())

@@ -366,6 +366,15 @@ pub fn start(st: &mut crate::domain::DomainState, id: usize, a: OneSided, op: Op
     }
     let peer = super::tx::peer_for(ep, avs, a.dest)?;
     let wanted = !a.inject_call && (!ep.bindings.tx_selective || a.flags & ffi::FI_COMPLETION as u64 != 0);
+    if let Op::Read { local } = &op {
+        let engine = ep.engine.as_mut().expect("checked above");
+        if read_published(engine, peer, &a, local) {
+            let tx = TxOp::new(a.ctx, (ffi::FI_RMA | ffi::FI_READ) as u64, wanted, super::TxKind::Read);
+            ep.rma.issued += 1;
+            done_at_once(&mut super::Sinks { cqs, cntrs, b: &ep.bindings }, a.ctx, &tx);
+            return Ok(());
+        }
+    }
     let slot = ep.tx_ops.vacant_key();
     // A read's answer buffer (one-trip reads): owned by the engine once the send is called.
     let mut answer_buf = None;
@@ -466,13 +475,8 @@ pub fn start(st: &mut crate::domain::DomainState, id: usize, a: OneSided, op: Op
         // Queued and complete (never so for an acknowledged send): report it now, unless
         // nothing would see it (an inject with no counter).
         Ok(SendStatus::Done) if !acked => {
-            let kind = tx.kind();
             ep.rma.issued += 1;
-            if tx.wanted() || ep.bindings.tx_cntr(kind).is_some() {
-                let mut sinks = super::Sinks { cqs, cntrs, b: &ep.bindings };
-                let entry = super::ctx_completion(a.ctx, tx.flags());
-                sinks.tx_done(CqEvent::Done(entry), tx.wanted(), kind);
-            }
+            done_at_once(&mut super::Sinks { cqs, cntrs, b: &ep.bindings }, a.ctx, &tx);
             return Ok(());
         }
         // The answer (or, for a batched one, its push into the ring) completes it.
@@ -493,6 +497,37 @@ pub fn start(st: &mut crate::domain::DomainState, id: usize, a: OneSided, op: Op
     debug_assert_eq!(taken, slot);
     ep.rma.issued += 1;
     Ok(())
+}
+
+/// Report an operation that completed within its call, unless nothing would see it (an inject
+/// with no counter).
+fn done_at_once(sinks: &mut super::Sinks, ctx: usize, tx: &TxOp) {
+    let kind = tx.kind();
+    if tx.wanted() || sinks.b.tx_cntr(kind).is_some() {
+        sinks.tx_done(CqEvent::Done(super::ctx_completion(ctx, tx.flags())), tx.wanted(), kind);
+    }
+}
+
+/// Reads at least this long try the target's published registrations first (`read_published`):
+/// one system call of the initiator's, against a round trip through the target. Shorter ones
+/// are cheaper through the target's answer (docs/perf/protocols.md).
+fn published_read_min() -> usize {
+    crate::params::config().read_one_trip_max + 1
+}
+
+/// Make a read of `local.len()` bytes here, with CMA, if the target published the registration
+/// it reads (`smr_core::published`). False: nothing is complete, take the ordinary path (the
+/// destination may hold bytes of a copy that raced a change of the registration; the ordinary
+/// read overwrites them).
+fn read_published(engine: &mut Endpoint, peer: PeerId, a: &OneSided, local: &Ranges) -> bool {
+    let len: usize = local.iter().map(|p| p.1).sum();
+    if len < published_read_min() {
+        return false;
+    }
+    let Some(p) = engine.peer_mr(peer, a.key) else { return false };
+    // SAFETY: the application's result buffer, lent for the read, which ends within this call.
+    let mut dest = unsafe { super::rx::lend(local.clone()) };
+    engine.read_published(peer, &p, a.addr, &mut dest).is_ok()
 }
 
 fn header(app: u8, tag: u64, aux: u64, data: u64, len: usize) -> MsgHeader {

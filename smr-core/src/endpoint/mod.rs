@@ -8,6 +8,7 @@
 
 mod answer;
 mod batch;
+mod direct;
 mod peers;
 mod recv;
 mod send;
@@ -217,6 +218,8 @@ pub struct Stats {
     pub cma_reads: u64,
     /// Answers copied into their requesters' memory with CMA (`cma_write`).
     pub cma_writes: u64,
+    /// Reads of a peer's published registrations, made without the peer (`read_published`).
+    pub published_reads: u64,
     /// Messages sent by each protocol (SAR: messages that started as SAR, not segments).
     pub sent_inline: u64,
     pub sent_inject: u64,
@@ -261,6 +264,8 @@ pub struct Endpoint {
     polls: u32,
     /// `has_work` found the liveness tick due: the next `progress` runs it.
     tick_due: bool,
+    /// Which entries of our region's MR table we filled (`direct.rs`).
+    publisher: crate::published::Publisher,
     stats: Stats,
 }
 
@@ -311,6 +316,7 @@ impl Endpoint {
             last_liveness: Instant::now(),
             polls: 0,
             tick_due: false,
+            publisher: Default::default(),
             stats: Stats::default(),
         })
     }

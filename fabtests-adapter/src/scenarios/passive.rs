@@ -1,0 +1,170 @@
+//! Reads from a target that does not progress (fi_rma(3): a provider may serve RMA without the
+//! target's involvement, as issue 7 asks of rshm where CMA is allowed), and what must still hold
+//! around them: fresh data after the target rewrites its memory, errors for reads outside a
+//! registration, from a write-only one or with a wrong key, every read counted on a registration
+//! bound to a FI_REMOTE_READ counter, and an error, not stale bytes, after the target closes the
+//! registration. Rank 0 reads, rank 1 is the target. Reads are larger than rshm's one-trip size
+//! (16 KiB), where it reads on its own.
+
+use super::rma_util::{
+    must, payload, MrInfo, Peer, Spec, Target, BASIC, MSG, REMOTE_READ, REMOTE_WRITE, RMA, SCALABLE,
+};
+use super::{scn, Scenario};
+use crate::fabric::{self, Mr};
+use crate::harness::{pattern, FiCtx, Rank, TResult, TestErr};
+use crate::{bail, ensure};
+use std::time::{Duration, Instant};
+
+pub fn scenarios() -> Vec<Scenario> {
+    vec![
+        scn(
+            "rma/scalable/passive_read",
+            2,
+            60,
+            run::<SCALABLE>,
+            "fi_read of 20 KiB-1 MiB from a target that sleeps without progress: data, fresh data after a rewrite, errors, counted reads, closed MR",
+        ),
+        scn(
+            "rma/basic/passive_read",
+            2,
+            60,
+            run::<BASIC>,
+            "fi_read of 20 KiB-1 MiB from a target that sleeps without progress: data, fresh data after a rewrite, errors, counted reads, closed MR",
+        ),
+    ]
+}
+
+const TARGET: usize = 1;
+const LEN: usize = 1 << 20;
+/// How long the target sleeps without progress while the initiator reads.
+const ASLEEP: Duration = Duration::from_millis(1500);
+/// Reads from the sleeping target, by (offset, length).
+const READS: [(usize, usize); 4] = [(0, 20_000), (1000, 65_536), (4096 * 3 + 7, 300_001), (0, LEN)];
+
+fn contents(round: u64) -> Vec<u8> {
+    pattern(0x9A55 + round, LEN)
+}
+
+fn run<const M: u8>(r: &mut Rank) -> TResult {
+    let mut p = Peer::open(r, &Spec::new(MSG | RMA, M))?;
+    p.exchange(r)?;
+    if r.rank == TARGET {
+        return target(&mut p, r);
+    }
+    let all = p.share_mrs(r, &[])?;
+    ensure!(all[TARGET].len() == 3, "the target shared {} MRs", all[TARGET].len());
+    let mk = |i: usize| Target { dest: p.addrs[TARGET], addr: all[TARGET][i].addr, key: all[TARGET][i].key };
+    let (a, write_only, counted) = (mk(0), mk(1), mk(2));
+
+    r.pmi.step("reads while the target sleeps");
+    p.barrier(r)?;
+    let start = Instant::now();
+    for (off, len) in READS {
+        read_check(&mut p, a.at(off), len, &contents(0)[off..off + len], "from the sleeping target")?;
+    }
+    let took = start.elapsed();
+    ensure!(
+        took < ASLEEP,
+        "the reads took {took:?}, as long as the target slept ({ASLEEP:?}): they waited for its progress"
+    );
+    p.barrier(r)?;
+
+    r.pmi.step("reads after the target rewrote its memory");
+    p.barrier(r)?;
+    for (off, len) in READS {
+        read_check(&mut p, a.at(off), len, &contents(1)[off..off + len], "after the target's rewrite")?;
+    }
+
+    r.pmi.step("reads that must fail");
+    let mut wrong = 0xBAD0_0000_u64 ^ a.key;
+    while all[TARGET].iter().any(|m| m.key == wrong) {
+        wrong = wrong.wrapping_add(0x1_0001);
+    }
+    for (what, t, len) in [
+        ("fi_read of 64 KiB crossing the MR end", a.at(LEN - 32_768), 65_536),
+        ("fi_read of 64 KiB from a FI_REMOTE_WRITE-only MR", write_only, 65_536),
+        ("fi_read of 64 KiB with a wrong key", Target { key: wrong, ..a }, 65_536),
+    ] {
+        read_fails(&mut p, t, len, what)?;
+    }
+
+    r.pmi.step("reads of an MR bound to a FI_REMOTE_READ counter");
+    for k in 0..3 {
+        read_check(&mut p, counted, 65_536, &contents(2)[..65_536], &format!("counted read {k}"))?;
+    }
+    p.barrier(r)?;
+
+    r.pmi.step("a read after the target closed the MR");
+    p.barrier(r)?;
+    read_fails(&mut p, a.at(1000), 65_536, "fi_read of 64 KiB from a closed MR")?;
+    p.barrier(r)
+}
+
+fn target(p: &mut Peer, r: &mut Rank) -> TResult {
+    let regs: Vec<usize> = (0..3).map(|_| p.alloc(LEN)).collect();
+    p.region(regs[0]).write(0, &contents(0));
+    p.region(regs[2]).write(0, &contents(2));
+    // Registered here, not through `p.reg`, so that it can be closed mid-scenario.
+    let base = p.region(regs[0]).ptr();
+    // SAFETY: the region outlives the MR: regions are freed when `p` drops, after this MR is
+    // closed below.
+    let ma = unsafe { Mr::reg(p.domain(), base, LEN, REMOTE_READ | REMOTE_WRITE, 0, 0x9A0, 0) }.ctx("fi_mr_reg")?;
+    let ia = MrInfo { key: ma.key(), addr: if p.virt_addr() { base as u64 } else { 0 } };
+    let (_, ib) = p.reg(regs[1], 0, LEN, REMOTE_WRITE, 0x9A1, 0)?;
+    let (mc, ic) = p.reg(regs[2], 0, LEN, REMOTE_READ, 0x9A2, 0)?;
+    let c = p.new_cntr()?;
+    let ret = p.mr_bind_cntr(mc, c, REMOTE_READ);
+    if ret == fabric::ENOSYS || ret == fabric::EOPNOTSUPP {
+        return Err(TestErr::Nos(
+            ret,
+            format!("fi_mr_bind(mr, cntr, FI_REMOTE_READ) returned {}", fabric::errname(ret)),
+        ));
+    }
+    crate::harness::fi_ok("fi_mr_bind(mr, cntr, FI_REMOTE_READ)", ret)?;
+    if p.mr_rma_event() {
+        crate::harness::fi_ok("fi_mr_enable", p.mr(mc).enable())?;
+    }
+    p.share_mrs(r, &[ia, ib, ic])?;
+
+    // Asleep: no progress call of any kind until the initiator has had its chance.
+    r.pmi.barrier()?;
+    std::thread::sleep(ASLEEP);
+    p.barrier(r)?;
+
+    p.region(regs[0]).write(0, &contents(1));
+    p.barrier(r)?;
+    // Serving the failing and the counted reads.
+    p.wait_cntr(c, 3, "the FI_REMOTE_READ counter of the bound MR")?;
+    p.progress_for(Duration::from_millis(20))?;
+    ensure!(p.cntr(c).read() == 3, "the FI_REMOTE_READ counter reads {}, expected 3", p.cntr(c).read());
+    p.barrier(r)?;
+
+    ma.close().ctx("fi_close of the MR")?;
+    p.barrier(r)?;
+    p.barrier(r)
+}
+
+/// Read `len` bytes at `t` and compare them with `want`.
+fn read_check(p: &mut Peer, t: Target, len: usize, want: &[u8], when: &str) -> TResult {
+    let what = format!("fi_read of {len} B {when}");
+    let id = must(&what, p.read(&what, len, t)?)?;
+    let d = p.wait_ok(id)?;
+    let got = payload(&what, &d.bufs[0], len)?;
+    if let Some(i) = got.iter().zip(want).position(|(g, w)| g != w) {
+        bail!("{what}: byte {i} is {:#04x}, the target holds {:#04x}", got[i], want[i]);
+    }
+    Ok(())
+}
+
+/// A read that must end in an error: refused at the call, or an error completion.
+fn read_fails(p: &mut Peer, t: Target, len: usize, what: &str) -> TResult {
+    let id = match p.read(what, len, t)? {
+        Err(_) => return Ok(()),
+        Ok(id) => id,
+    };
+    match p.wait_for(id, Duration::from_secs(5))? {
+        None => bail!("{what}: no completion within 5 s"),
+        Some(d) if d.err == 0 => bail!("{what}: completed successfully"),
+        Some(_) => Ok(()),
+    }
+}

@@ -1,0 +1,71 @@
+//! One-sided reads without the owner: registrations an endpoint publishes in its region
+//! (`crate::published`), and a peer's CMA read of them.
+//!
+//! The owner publishes (`publish_mr`) and withdraws (`withdraw_mr`); a peer looks an entry up
+//! in the mapping of the owner's region it holds (`peer_mr`), copies with `process_vm_readv`
+//! (`read_published`), and checks afterwards that the entry still stands. Every failure (no
+//! link yet, CMA refused or off, the owner gone or rewriting the entry) says "take the ordinary
+//! path": the request through the owner's ring, which reports errors the usual way.
+
+use super::{Endpoint, PeerId};
+use crate::cmd::RemoteIov;
+use crate::error::{Error, Result};
+use crate::iov::LocalIov;
+use crate::published::{self, Published};
+
+impl Endpoint {
+    /// Publish a registration of `len` bytes at `base` under `key` for peers to read with CMA
+    /// (`published` flags). None when CMA is off here or the table is full: peers then ask us.
+    pub fn publish_mr(&mut self, key: u64, base: u64, len: u64, flags: u64) -> Option<u32> {
+        if !self.cma_ok {
+            return None;
+        }
+        self.publisher.publish(self.region.mr_slots(), key, base, len, flags)
+    }
+
+    /// Withdraw what `publish_mr` returned. A peer's copy under way when this returns reports
+    /// failure (and is done again through us), so the memory may go once this returns.
+    pub fn withdraw_mr(&mut self, slot: u32) {
+        self.publisher.withdraw(self.region.mr_slots(), slot);
+    }
+
+    /// The registration `peer` published under `key`, if we may read it ourselves: CMA works
+    /// both ways. Maps the peer's region on first use; its answer to our connection request is
+    /// not needed (a target that has not progressed since it started still serves reads).
+    pub fn peer_mr(&mut self, peer: PeerId, key: u64) -> Option<Published> {
+        if !self.cma_ok {
+            return None;
+        }
+        let link = self.link(peer).ok()?;
+        if !link.cma {
+            return None;
+        }
+        published::lookup(link.region.mr_slots(), key)
+    }
+
+    /// Copy `len` bytes of `peer`'s memory at its address `addr` into `local`, as entry `p` of
+    /// its table allows, with CMA. `Err(Again)`: the entry changed during the copy, or the
+    /// kernel refused CMA (then never tried again for this peer): take the ordinary path.
+    pub fn read_published(&mut self, peer: PeerId, p: &Published, addr: u64, local: &mut LocalIov) -> Result<usize> {
+        let len = local.len() as u64;
+        let at = p.target(addr, len).ok_or(Error::Invalid("outside the published registration"))?;
+        let link = self.out.get_mut(peer as usize).and_then(|o| o.link.as_mut()).ok_or(Error::Again)?;
+        // A dead owner's pid may already belong to another process: never read it blindly.
+        if link.region.closed() || !link.owner.alive() {
+            return Err(Error::Again);
+        }
+        let copied = crate::cma::read_from(link.owner.ident().pid, &[RemoteIov { addr: at, len }], local, 0);
+        match copied {
+            Ok(n) if n as u64 == len && published::unchanged(link.region.mr_slots(), p) => {
+                self.stats.cma_reads += 1;
+                self.stats.published_reads += 1;
+                Ok(n)
+            }
+            Err(e) if crate::cma::refused(&e) => {
+                link.cma = false;
+                Err(Error::Again)
+            }
+            _ => Err(Error::Again),
+        }
+    }
+}

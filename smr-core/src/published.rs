@@ -1,0 +1,239 @@
+//! Registrations an endpoint publishes in its region, so that a peer may read them with CMA on
+//! its own: no command, no answer, no step of the owner's progress.
+//!
+//! The owner writes an entry (key, range, flags) under a sequence count (odd while it writes);
+//! a peer takes an entry only from a read between two equal even counts, and checks the count
+//! again after its copy: an entry withdrawn or rewritten meanwhile (a registration closed during
+//! the copy) makes the peer do the read the ordinary way, through the owner, which then answers
+//! with the registration as it stands. The owner withdraws an entry before `fi_close(mr)`
+//! returns, so no peer reads memory the application may already have freed and still reports
+//! success.
+//!
+//! Keys are placed by open addressing from `key % slots`, and a slot once used keeps `USED`, so
+//! a lookup walks from the key's home slot and stops at the first slot never used: O(1) for the
+//! few registrations a process has. The owner keeps which slots are live in its own memory
+//! (`Publisher`), never trusting the shared flags, which a hostile peer may scribble over.
+//!
+//! For a peer everything here is the owner's word: a lying owner can make a reader copy the
+//! wrong bytes of the owner's own address space (the kernel checks every address), nothing more.
+
+use crate::sync::{fence, AtomicU64, Ordering};
+
+/// One published registration, in the owner's region (`layout`): written by the owner under a
+/// sequence count, read by peers. All zero until first used.
+#[repr(C, align(64))]
+pub struct MrSlot {
+    /// Odd while the owner rewrites the entry; every rewrite moves it on.
+    pub seq: AtomicU64,
+    pub key: AtomicU64,
+    /// The registered range in the owner's address space.
+    pub base: AtomicU64,
+    pub len: AtomicU64,
+    pub flags: AtomicU64,
+}
+
+impl MrSlot {
+    /// A never-used entry, for tables outside a region (tests and models).
+    pub fn unused() -> MrSlot {
+        MrSlot {
+            seq: AtomicU64::new(0),
+            key: AtomicU64::new(0),
+            base: AtomicU64::new(0),
+            len: AtomicU64::new(0),
+            flags: AtomicU64::new(0),
+        }
+    }
+}
+
+/// The slot was written at least once: lookups walk past it.
+pub const USED: u64 = 1;
+/// The slot holds a registration now.
+pub const LIVE: u64 = 2;
+/// Peers may read it.
+pub const REMOTE_READ: u64 = 4;
+/// Remote addresses are virtual addresses (FI_MR_VIRT_ADDR), not offsets.
+pub const VIRT_ADDR: u64 = 8;
+
+/// An entry as a peer read it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Published {
+    pub slot: u32,
+    pub seq: u64,
+    pub key: u64,
+    pub base: u64,
+    pub len: u64,
+    pub flags: u64,
+}
+
+impl Published {
+    /// The owner's address of a remote access of `len` bytes at `addr` (a virtual address or an
+    /// offset, as the entry says), if it lies inside the registration.
+    pub fn target(&self, addr: u64, len: u64) -> Option<u64> {
+        let start = if self.flags & VIRT_ADDR != 0 { addr.checked_sub(self.base)? } else { addr };
+        if start.checked_add(len)? > self.len {
+            return None;
+        }
+        self.base.checked_add(start)
+    }
+}
+
+fn home(key: u64, slots: usize) -> usize {
+    (key % slots as u64) as usize
+}
+
+/// The owner's private record of which slots it filled.
+#[derive(Debug, Default)]
+pub struct Publisher {
+    live: u64,
+}
+
+impl Publisher {
+    /// Publish a registration; None when every slot is taken (peers then go through the owner).
+    pub fn publish(&mut self, slots: &[MrSlot], key: u64, base: u64, len: u64, flags: u64) -> Option<u32> {
+        let n = slots.len().min(64);
+        let free = (0..n).map(|i| (home(key, n) + i) % n).find(|&i| self.live & (1 << i) == 0)?;
+        write(&slots[free], key, base, len, flags | USED | LIVE);
+        self.live |= 1 << free;
+        Some(free as u32)
+    }
+
+    /// Take a published entry back; peers that read it before see their copy refused.
+    pub fn withdraw(&mut self, slots: &[MrSlot], slot: u32) {
+        if slot >= 64 || self.live & (1 << slot) == 0 {
+            return;
+        }
+        if let Some(s) = slots.get(slot as usize) {
+            write(s, 0, 0, 0, USED);
+        }
+        self.live &= !(1 << slot);
+    }
+
+    /// How many entries are live.
+    pub fn count(&self) -> u32 {
+        self.live.count_ones()
+    }
+}
+
+/// Rewrite one entry under its sequence count (the owner is its only writer).
+fn write(s: &MrSlot, key: u64, base: u64, len: u64, flags: u64) {
+    // Even whatever a peer may have scribbled there: odd marks the rewrite.
+    let seq = s.seq.load(Ordering::Relaxed) & !1;
+    s.seq.store(seq.wrapping_add(1), Ordering::Relaxed);
+    fence(Ordering::Release);
+    s.key.store(key, Ordering::Relaxed);
+    s.base.store(base, Ordering::Relaxed);
+    s.len.store(len, Ordering::Relaxed);
+    s.flags.store(flags, Ordering::Relaxed);
+    s.seq.store(seq.wrapping_add(2), Ordering::Release);
+}
+
+/// Find the live entry for `key` in a peer's table. None when there is none, or when the owner
+/// is rewriting the entries on the way (the caller takes the ordinary path then).
+pub fn lookup(slots: &[MrSlot], key: u64) -> Option<Published> {
+    let n = slots.len();
+    if n == 0 {
+        return None;
+    }
+    for i in 0..n {
+        let slot = (home(key, n) + i) % n;
+        let s = &slots[slot];
+        let seq = s.seq.load(Ordering::Acquire);
+        if seq & 1 != 0 {
+            return None;
+        }
+        let (k, base, len, flags) = (
+            s.key.load(Ordering::Relaxed),
+            s.base.load(Ordering::Relaxed),
+            s.len.load(Ordering::Relaxed),
+            s.flags.load(Ordering::Relaxed),
+        );
+        fence(Ordering::Acquire);
+        if s.seq.load(Ordering::Relaxed) != seq || flags & USED == 0 {
+            return None;
+        }
+        if flags & LIVE != 0 && k == key {
+            return Some(Published { slot: slot as u32, seq, key, base, len, flags });
+        }
+    }
+    None
+}
+
+/// Whether the entry `p` was read from still stands, unchanged (checked after a copy). The
+/// fence orders the copy before this load: an owner that withdrew the entry and then released
+/// the memory (munmap or free, after `withdraw` returned) is seen to have withdrawn it by a copy
+/// that saw the memory gone (loom model `published_withdraw_races_a_read`).
+pub fn unchanged(slots: &[MrSlot], p: &Published) -> bool {
+    fence(Ordering::Acquire);
+    slots.get(p.slot as usize).is_some_and(|s| s.seq.load(Ordering::Acquire) == p.seq)
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    fn table() -> Vec<MrSlot> {
+        (0..64)
+            .map(|_| MrSlot { seq: 0.into(), key: 0.into(), base: 0.into(), len: 0.into(), flags: 0.into() })
+            .collect()
+    }
+
+    #[test]
+    fn published_entries_are_found_until_withdrawn() {
+        let t = table();
+        let mut p = Publisher::default();
+        assert_eq!(lookup(&t, 5), None);
+        // Keys with the same home slot (5, 69, 133) probe past each other.
+        let a = p.publish(&t, 5, 0x1000, 100, REMOTE_READ).unwrap();
+        let b = p.publish(&t, 69, 0x2000, 200, REMOTE_READ | VIRT_ADDR).unwrap();
+        let c = p.publish(&t, 133, 0x3000, 300, REMOTE_READ).unwrap();
+        assert_eq!((a, b, c), (5, 6, 7));
+        let found = lookup(&t, 69).unwrap();
+        assert_eq!((found.base, found.len, found.flags & VIRT_ADDR), (0x2000, 200, VIRT_ADDR));
+        p.withdraw(&t, b);
+        assert_eq!(lookup(&t, 69), None);
+        assert!(!unchanged(&t, &found), "a withdrawn entry must fail the check after a copy");
+        assert_eq!(lookup(&t, 133).unwrap().base, 0x3000, "found past a withdrawn slot");
+        assert_eq!(p.count(), 2);
+        let again = p.publish(&t, 69, 0x4000, 10, REMOTE_READ).unwrap();
+        assert_eq!(again, 6, "the withdrawn slot is reused");
+        let now = lookup(&t, 69).unwrap();
+        assert!(unchanged(&t, &now));
+        assert_eq!(now.base, 0x4000);
+        for key in 1000..1000 + 61 {
+            p.publish(&t, key, 0, 1, 0).unwrap();
+        }
+        assert_eq!(p.publish(&t, 7777, 0, 1, 0), None, "a full table says so");
+        assert_eq!(lookup(&t, 5).unwrap().base, 0x1000);
+    }
+
+    #[test]
+    fn addresses_are_checked_against_the_registration() {
+        let offsets = Published { slot: 0, seq: 2, key: 1, base: 0x10_000, len: 4096, flags: LIVE };
+        assert_eq!(offsets.target(0, 4096), Some(0x10_000));
+        assert_eq!(offsets.target(96, 4000), Some(0x10_000 + 96));
+        assert_eq!(offsets.target(97, 4000), None);
+        assert_eq!(offsets.target(u64::MAX, 2), None);
+        let virt = Published { flags: LIVE | VIRT_ADDR, ..offsets };
+        assert_eq!(virt.target(0x10_000 + 10, 10), Some(0x10_000 + 10));
+        assert_eq!(virt.target(0x10_000 - 1, 1), None);
+        assert_eq!(virt.target(0x10_000, 4097), None);
+    }
+
+    #[test]
+    fn a_scribbled_table_is_survived() {
+        let t = table();
+        let mut p = Publisher::default();
+        p.publish(&t, 3, 0x1000, 100, REMOTE_READ).unwrap();
+        // A peer marks the slot odd (mid-rewrite) forever: readers take the other path, and
+        // the owner's next rewrite still ends on an even count.
+        t[3].seq.store(7, Ordering::Relaxed);
+        assert_eq!(lookup(&t, 3), None);
+        p.withdraw(&t, 3);
+        assert_eq!(t[3].seq.load(Ordering::Relaxed) & 1, 0);
+        // A peer clears the live flag of another entry: the owner's record still knows the slot
+        // is taken, so a new registration does not land on it.
+        let s = p.publish(&t, 9, 0x2000, 100, REMOTE_READ).unwrap();
+        t[s as usize].flags.store(0, Ordering::Relaxed);
+        assert_ne!(p.publish(&t, 9 + 64, 0x3000, 100, REMOTE_READ), Some(s));
+    }
+}
