@@ -167,4 +167,33 @@ mod tests {
             assert_eq!(ReadReq::decode(case), None, "case {i}");
         }
     }
+
+    /// Any bytes a peer may send: decoded or refused, never a panic, and what decodes encodes
+    /// back to the same bytes.
+    #[test]
+    fn arbitrary_payloads_decode_or_are_refused() {
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let mut decoded = 0;
+        for round in 0..20_000 {
+            let len = [16, 24, 48, 64, 224, 232, (next() % 300) as usize][round % 7];
+            let mut p: Vec<u8> = (0..len).map(|_| next() as u8).collect();
+            if round % 3 == 0 && len >= 32 {
+                // Often well-formed headers, so the range checks are reached.
+                p[16..24].copy_from_slice(&WRITE_BACK.to_le_bytes());
+                p[24..32].copy_from_slice(&(((len as u64).saturating_sub(32)) / 16).to_le_bytes());
+            }
+            if let Some(req) = ReadReq::decode(&p) {
+                decoded += 1;
+                assert!(ReadReq::plausible_len(p.len() as u64));
+                assert_eq!(req.encode().as_slice(), &p[..]);
+            }
+        }
+        assert!(decoded > 1000, "only {decoded} payloads decoded: the generator misses the valid forms");
+    }
 }

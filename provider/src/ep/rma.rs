@@ -10,14 +10,19 @@
 //! | READ_RESP  | tag = op id                              | the bytes read / old values       | -                                 |
 //! | ATOMIC     | tag = key, aux = address, data = `Desc`  | op id, operands, compares         | if acknowledged / reply           |
 //!
-//! A read travels one of four ways, by size (the request's format: `read_req.rs`):
+//! A read travels one of five ways, by size (the request's format: `read_req.rs`):
 //!
 //! | length                              | ring entries | the bytes travel                                           |
 //! |-------------------------------------|--------------|------------------------------------------------------------|
 //! | <= 32 B (`ANSWER_DATA_MAX`)         | 2            | in the answer's response entry (`answer_with`)             |
 //! | 33 B ..= FI_RSHM_READ_ONE_TRIP_MAX  | 2            | in an answer buffer of the initiator's region (`answer_into`) |
-//! | larger (or no answer buffer free and above 4 KiB), CMA both ways | 2 | written by the target into the initiator's buffer (`Endpoint::cma_write`), then the answer |
+//! | larger, from a registration the target published | 0 | read by the initiator itself with CMA (`read_published`; `published.rs`) |
+//! | larger otherwise (or no answer buffer free and above 4 KiB), CMA both ways | 2 | written by the target into the initiator's buffer (`Endpoint::cma_write`), then the answer |
 //! | otherwise                           | 3            | in a READ_RESP message (inline, inject, CMA or SAR), then the answer |
+//!
+//! The third row needs no step of the target's: a target that computes, sleeps or has not
+//! progressed since it started still serves it. Registrations whose reads a FI_REMOTE_READ
+//! counter must count are not published, so their reads take the rows below it.
 //!
 //! The one-trip read (the middle row, 16 KiB by default): the initiator reserves a buffer of its
 //! own region (an inject buffer up to 4 KiB, a SAR buffer above), names it in the request, and
