@@ -10,6 +10,7 @@
 //!          SAR pool:    StackHead + links + sar_count x sar_size
 //!          peer table:  PeerSlot x max_peers
 //!          MR table:    MrSlot x MR_SLOTS (registrations peers may read with CMA: `published`)
+//!          OwnerBeat    (own 128-byte block: how often the owner progressed with nothing of its own)
 //! ```
 //! Offsets are computed by one pure function from the counts, so a peer validates a header by
 //! recomputing the geometry from the counts and comparing it field by field.
@@ -29,7 +30,8 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"RSHMREG\0");
 /// 3: response entries carry up to 32 bytes of answer data (one cache line per slot).
 /// 4: a request may name a buffer of the sender's pools for its answer, which the receiver
 ///    writes into that buffer (`Status::Placed`; `endpoint::answer`).
-/// 5: the owner publishes registrations that peers may read with CMA on their own (`MrSlot`).
+/// 5: the owner publishes registrations that peers may read with CMA on their own (`MrSlot`),
+///    and counts its progress calls with nothing of its own outstanding (`OwnerBeat`).
 pub const LAYOUT_VERSION: u32 = 5;
 /// Longest region name, without the terminating NUL.
 pub const NAME_MAX: usize = 63;
@@ -71,6 +73,7 @@ pub struct Geometry {
     pub sar_data: u64,
     pub peers: u64,
     pub mrs: u64,
+    pub beat: u64,
     pub size: u64,
 }
 
@@ -122,6 +125,7 @@ impl Geometry {
         let sar_data = part(counts.sar_count * counts.sar_size, PART_ALIGN);
         let peers = part(counts.max_peers * size_of::<PeerSlot>() as u64, PART_ALIGN);
         let mrs = part(MR_SLOTS * size_of::<MrSlot>() as u64, PART_ALIGN);
+        let beat = part(size_of::<OwnerBeat>() as u64, 128);
         let size = align_up(at, PART_ALIGN);
         Ok(Geometry {
             counts,
@@ -138,12 +142,13 @@ impl Geometry {
             sar_data,
             peers,
             mrs,
+            beat,
             size,
         })
     }
 
     /// The start of every part, in layout order.
-    pub fn part_offsets(&self) -> [u64; 13] {
+    pub fn part_offsets(&self) -> [u64; 14] {
         [
             self.wake,
             self.cmd_ctl,
@@ -158,6 +163,7 @@ impl Geometry {
             self.sar_data,
             self.peers,
             self.mrs,
+            self.beat,
         ]
     }
 
@@ -215,6 +221,15 @@ pub struct PeerSlot {
     pub name: [AtomicU64; (NAME_MAX + 1) / 8],
 }
 
+/// How many times the owner progressed while it had no operation of its own outstanding: a
+/// peer that sees it move between two of its large reads knows the owner has a CPU to spare for
+/// them (`Endpoint::peer_is_free`). Only the owner writes it; its own cache line, so the owner's
+/// stores do not touch the lines senders read on every message.
+#[repr(C, align(128))]
+pub struct OwnerBeat {
+    pub free_polls: AtomicU64,
+}
+
 /// Entries of the MR table.
 pub const MR_SLOTS: u64 = 64;
 
@@ -230,6 +245,8 @@ unsafe impl SharedSafe for WakeWord {}
 unsafe impl SharedSafe for PeerSlot {}
 // SAFETY: atomics only.
 unsafe impl SharedSafe for MrSlot {}
+// SAFETY: an atomic.
+unsafe impl SharedSafe for OwnerBeat {}
 // SAFETY: atomics only.
 unsafe impl SharedSafe for RingCtl {}
 // SAFETY: atomics only.
@@ -248,8 +265,9 @@ const _: () = {
     assert!(offset_of!(RegionHeader, incarnation) == 32);
     assert!(offset_of!(RegionHeader, name) == 40);
     assert!(offset_of!(RegionHeader, geometry) == 104);
-    assert!(size_of::<Geometry>() == 20 * 8);
-    assert!(offset_of!(RegionHeader, ready) == 104 + 20 * 8);
+    assert!(size_of::<Geometry>() == 21 * 8);
+    assert!(offset_of!(RegionHeader, ready) == 104 + 21 * 8);
+    assert!(size_of::<OwnerBeat>() == 128);
     assert!(size_of::<MrSlot>() == 64);
     // `published::Publisher` keeps the live slots in one 64-bit word.
     assert!(MR_SLOTS <= 64);
@@ -277,7 +295,8 @@ mod tests {
         assert!(offs.iter().all(|o| o % 128 == 0));
         assert_eq!(g.inject_data % 4096, 0);
         assert!(g.peers + 16 * 128 <= g.mrs);
-        assert!(g.mrs + MR_SLOTS * 64 <= g.size);
+        assert!(g.mrs + MR_SLOTS * 64 <= g.beat);
+        assert!(g.beat + 128 <= g.size);
         assert_eq!(g.sar_offset(3).unwrap(), g.sar_data + 3 * 65536);
         assert!(g.sar_offset(4).is_err());
         assert!(g.inject_offset(8).is_err());

@@ -297,6 +297,11 @@ impl Region {
         self.map.slice(self.geo.peers, self.geo.counts.max_peers).expect("validated geometry")
     }
 
+    /// The owner's count of free polls (`OwnerBeat`).
+    pub fn beat(&self) -> &OwnerBeat {
+        self.map.at(self.geo.beat).expect("validated geometry")
+    }
+
     /// The registrations the owner publishes (`crate::published`).
     pub fn mr_slots(&self) -> &[MrSlot] {
         self.map.slice(self.geo.mrs, MR_SLOTS).expect("validated geometry")

@@ -318,7 +318,8 @@ unsafe extern "C" fn ep_close(fid: *mut ffi::fid) -> i32 {
             crate::info!(
                 EpCtrl,
                 "endpoint {} closed: sent {} inline, {} inject, {} CMA, {} SAR; received {} by CMA; {} CMA fallbacks; \
-                 one-sided {} issued, {} served; {} FI_MORE batches",
+                 one-sided {} issued, {} served; reads {} of published registrations, {} answered by CMA write; \
+                 {} FI_MORE batches",
                 engine.name(),
                 s.sent_inline,
                 s.sent_inject,
@@ -328,6 +329,8 @@ unsafe extern "C" fn ep_close(fid: *mut ffi::fid) -> i32 {
                 s.cma_fallbacks,
                 rma.issued,
                 rma.served,
+                s.published_reads,
+                s.cma_writes,
                 s.batches
             );
         }
@@ -706,6 +709,11 @@ pub fn progress(st: &mut DomainState, id: usize) -> usize {
     ep.driven = ep.driven.wrapping_add(1);
     let directed = ep.directed();
     let Some(engine) = ep.engine.as_mut() else { return 0 };
+    if ep.tx_ops.is_empty() && ep.rma.quiet_since_last_look() {
+        // No operation of ours outstanding or started since the last call: peers may hand us
+        // copying (`Endpoint::peer_is_free`).
+        engine.note_free_poll();
+    }
     if !engine.has_work() && !ep.rma.has_outgoing() {
         return 0; // the idle poll: no handler to build
     }

@@ -4,7 +4,7 @@
 //! |----------------|--------------------------------------------------------------------|
 //! | 0..8           | op id (the initiator's, echoed in a READ_RESP)                      |
 //! | 8..16          | length                                                             |
-//! | 16..24         | absent: reply with a READ_RESP message; an answer buffer's name (< 2^32); or `WRITE_BACK` |
+//! | 16..24         | absent: reply with a READ_RESP message; an answer buffer's name (< 2^32); `PUSHED`; or `WRITE_BACK` |
 //! | 24..32         | with `WRITE_BACK`: how many ranges follow (1 ..= `WRITE_BACK_RANGES_MAX`) |
 //! | 32..           | with `WRITE_BACK`: (address, length) of each range of the initiator's buffer |
 //!
@@ -22,6 +22,9 @@ use smr_core::cmd::RemoteIov;
 
 /// The answer-buffer word's value that asks for a CMA write-back (no buffer name is this large).
 const WRITE_BACK: u64 = 1 << 32;
+/// The answer-buffer word's value that asks for a READ_RESP pushed through the initiator's SAR
+/// buffers (`ReturnBy::Pushed`).
+const PUSHED: u64 = 1 << 33;
 /// Most ranges of the initiator's buffer a write-back request names (its iov limit).
 pub const WRITE_BACK_RANGES_MAX: usize = smr_core::cmd::IOV_MAX;
 const HEADER: usize = 16;
@@ -29,8 +32,13 @@ const HEADER: usize = 16;
 /// How the target returns the bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ReturnBy {
-    /// A READ_RESP message.
+    /// A READ_RESP message, which the initiator pulls with CMA when it is large and CMA works:
+    /// the target needs no step after the one that sends it.
     Reply,
+    /// A READ_RESP message the target pushes through the initiator's SAR buffers while the
+    /// initiator copies the segments out: both CPUs copy at once. For a target with time to
+    /// spare (`Endpoint::peer_is_free`).
+    Pushed,
     /// Placed in the initiator's answer buffer of this name (`Endpoint::answer_into`).
     AnswerBuf(u32),
     /// Written into these ranges of the initiator's memory with CMA.
@@ -55,6 +63,7 @@ impl ReadReq {
         match &self.by {
             ReturnBy::Reply => {}
             ReturnBy::AnswerBuf(name) => b.extend_from_slice(&u64::from(*name).to_le_bytes()),
+            ReturnBy::Pushed => b.extend_from_slice(&PUSHED.to_le_bytes()),
             ReturnBy::WriteBack(ranges) => {
                 b.extend_from_slice(&WRITE_BACK.to_le_bytes());
                 b.extend_from_slice(&(ranges.len() as u64).to_le_bytes());
@@ -72,7 +81,10 @@ impl ReadReq {
         let (op_id, len) = (u64_at(p, 0)?, u64_at(p, 8)?);
         let by = match p.len() {
             HEADER => ReturnBy::Reply,
-            24 => ReturnBy::AnswerBuf(u32::try_from(u64_at(p, 16)?).ok()?),
+            24 => match u64_at(p, 16)? {
+                PUSHED => ReturnBy::Pushed,
+                name => ReturnBy::AnswerBuf(u32::try_from(name).ok()?),
+            },
             _ => {
                 if u64_at(p, 16)? != WRITE_BACK {
                     return None;
@@ -124,6 +136,7 @@ mod tests {
     fn every_form_round_trips() {
         round_trip(ReadReq { op_id: 7, len: 100, by: ReturnBy::Reply });
         round_trip(ReadReq { op_id: 7, len: 100, by: ReturnBy::AnswerBuf(u32::MAX) });
+        round_trip(ReadReq { op_id: 7, len: 1 << 20, by: ReturnBy::Pushed });
         let ranges = vec![RemoteIov { addr: 0x1000, len: 60 }, RemoteIov { addr: 0x9000, len: 40 }];
         round_trip(ReadReq { op_id: u64::MAX, len: 100, by: ReturnBy::WriteBack(ranges) });
         let most = vec![RemoteIov { addr: 1, len: 1 }; WRITE_BACK_RANGES_MAX];
@@ -161,7 +174,7 @@ mod tests {
         overflow.truncate(20);
         cases.push(overflow);
         let mut big_name = ReadReq { op_id: 1, len: 100, by: ReturnBy::AnswerBuf(0) }.encode().to_vec();
-        big_name[16..24].copy_from_slice(&(1u64 << 33).to_le_bytes());
+        big_name[16..24].copy_from_slice(&(1u64 << 34).to_le_bytes());
         cases.push(big_name);
         for (i, case) in cases.iter().enumerate() {
             assert_eq!(ReadReq::decode(case), None, "case {i}");

@@ -10,18 +10,24 @@
 //! | READ_RESP  | tag = op id                              | the bytes read / old values       | -                                 |
 //! | ATOMIC     | tag = key, aux = address, data = `Desc`  | op id, operands, compares         | if acknowledged / reply           |
 //!
-//! A read travels one of five ways, by size (the request's format: `read_req.rs`):
+//! A read travels one of six ways, by size (the request's format: `read_req.rs`):
 //!
 //! | length                              | ring entries | the bytes travel                                           |
 //! |-------------------------------------|--------------|------------------------------------------------------------|
 //! | <= 32 B (`ANSWER_DATA_MAX`)         | 2            | in the answer's response entry (`answer_with`)             |
 //! | 33 B ..= FI_RSHM_READ_ONE_TRIP_MAX  | 2            | in an answer buffer of the initiator's region (`answer_into`) |
+//! | larger, from a target with a CPU to spare (`Endpoint::peer_is_free`) | 2 + segments | pushed by the target through the initiator's SAR buffers while the initiator copies out (`ReturnBy::Pushed`) |
 //! | larger, from a registration the target published | 0 | read by the initiator itself with CMA (`read_published`; `published.rs`) |
 //! | larger otherwise (or no answer buffer free and above 4 KiB), CMA both ways | 2 | written by the target into the initiator's buffer (`Endpoint::cma_write`), then the answer |
 //! | otherwise                           | 3            | in a READ_RESP message (inline, inject, CMA or SAR), then the answer |
 //!
-//! The third row needs no step of the target's: a target that computes, sleeps or has not
-//! progressed since it started still serves it. Registrations whose reads a FI_REMOTE_READ
+//! "A CPU to spare": the target kept progressing with no operation of its own outstanding or
+//! started (its region's `OwnerBeat` moved since our last look, a moment ago, or while we watched
+//! for a microsecond). Then both processes copy at once, each at memcpy speed, which beats one
+//! kernel copy (SOS `shmem_bw_get_perf` at 1 MiB: 15-16 GB/s pushed against 8-11 by CMA). A
+//! target that computes, sleeps, or issues operations of its own (fi_rma_bw's two-way reads)
+//! gets the fourth row, which needs no step of its own: it still serves reads from a registration
+//! it published while it has not progressed since it started. Registrations whose reads a FI_REMOTE_READ
 //! counter must count are not published, so their reads take the rows below it.
 //!
 //! The one-trip read (the middle row, 16 KiB by default): the initiator reserves a buffer of its
@@ -245,6 +251,9 @@ enum Outgoing {
         msg_id: u64,
         op_id: u64,
         data: ReplyData,
+        /// The initiator pulls it with CMA (where allowed), instead of our pushing it through
+        /// its SAR buffers (`ReturnBy::Pushed`).
+        pull: bool,
     },
     /// A read whose initiator asked for its bytes to be written into its buffer with CMA.
     WriteBack(WriteBack),
@@ -335,6 +344,8 @@ pub struct RmaState {
     pub served: u64,
     /// Per engine peer: whether it is this endpoint itself (`loopback`).
     loopback: Vec<Option<bool>>,
+    /// `issued` at the last `quiet_since_last_look`.
+    issued_seen: u64,
 }
 
 /// What a one-sided call asks for, once the entry point has checked its arguments.
@@ -371,9 +382,15 @@ pub fn start(st: &mut crate::domain::DomainState, id: usize, a: OneSided, op: Op
     }
     let peer = super::tx::peer_for(ep, avs, a.dest)?;
     let wanted = !a.inject_call && (!ep.bindings.tx_selective || a.flags & ffi::FI_COMPLETION as u64 != 0);
+    // A large read from a target that polls with nothing of its own to do is pushed by it (both
+    // CPUs copy); from any other it is ours to make, where the target published the
+    // registration (its CPU is busy, or not in the provider at all).
+    let mut pushed = false;
     if let Op::Read { local } = &op {
         let engine = ep.engine.as_mut().expect("checked above");
-        if read_published(engine, peer, &a, local) {
+        let len: usize = local.iter().map(|p| p.1).sum();
+        pushed = len >= published_read_min() && engine.peer_is_free(peer);
+        if !pushed && read_published(engine, peer, &a, local) {
             let tx = TxOp::new(a.ctx, (ffi::FI_RMA | ffi::FI_READ) as u64, wanted, super::TxKind::Read);
             ep.rma.issued += 1;
             done_at_once(&mut super::Sinks { cqs, cntrs, b: &ep.bindings }, a.ctx, &tx);
@@ -402,12 +419,14 @@ pub fn start(st: &mut crate::domain::DomainState, id: usize, a: OneSided, op: Op
             let engine = ep.engine.as_mut().expect("checked above");
             // One round trip: the target places the bytes in a buffer of ours, named here, or
             // (larger ones, where CMA works) writes them straight into the caller's buffer.
-            // Otherwise (no answer buffer free, too many ranges, no CMA) it sends a reply.
+            // Otherwise (a target with time to spare, no answer buffer free, too many ranges,
+            // no CMA) it sends a reply.
             if len > ANSWER_DATA_MAX && len <= crate::params::config().read_one_trip_max {
                 answer_buf = engine.reserve_answer_buf(len).ok();
             }
             let by = match answer_buf {
                 Some(buf) => ReturnBy::AnswerBuf(buf.wire()),
+                None if pushed => ReturnBy::Pushed,
                 None if len > engine.params().inject_max
                     && local.len() <= WRITE_BACK_RANGES_MAX
                     && engine.cma_with(peer) =>
@@ -525,8 +544,7 @@ fn published_read_min() -> usize {
 /// destination may hold bytes of a copy that raced a change of the registration; the ordinary
 /// read overwrites them).
 fn read_published(engine: &mut Endpoint, peer: PeerId, a: &OneSided, local: &Ranges) -> bool {
-    let len: usize = local.iter().map(|p| p.1).sum();
-    if len < published_read_min() {
+    if local.iter().map(|p| p.1).sum::<usize>() < published_read_min() {
         return false;
     }
     let Some(p) = engine.peer_mr(peer, a.key) else { return false };
@@ -585,6 +603,13 @@ impl RmaState {
                 me
             }
         }
+    }
+
+    /// True if no operation started since the last call: an endpoint whose application issues
+    /// one-sided operations (even ones that complete within the call, like reads of published
+    /// registrations) is busy, not free to serve its peers' reads.
+    pub fn quiet_since_last_look(&mut self) -> bool {
+        std::mem::replace(&mut self.issued_seen, self.issued) == self.issued
     }
 
     /// Replies or answers are waiting to go out.
@@ -786,14 +811,15 @@ impl Target<'_> {
                         self.rma.outbox.push_back(Outgoing::WriteBack(req));
                         return None;
                     }
-                    ReturnBy::Reply if (len as usize) <= READ_SNAPSHOT_MAX => {
+                    ReturnBy::Reply | ReturnBy::Pushed if (len as usize) <= READ_SNAPSHOT_MAX => {
                         let mut copy = vec![0; len as usize];
                         mem.read_at(0, &mut copy);
                         ReplyData::Copy(copy)
                     }
-                    ReturnBy::Reply => ReplyData::Memory(ranges),
+                    ReturnBy::Reply | ReturnBy::Pushed => ReplyData::Memory(ranges),
                 };
-                self.rma.outbox.push_back(Outgoing::Reply { src, msg_id, op_id, data });
+                let pull = by != ReturnBy::Pushed;
+                self.rma.outbox.push_back(Outgoing::Reply { src, msg_id, op_id, data, pull });
                 None
             }
             Err(errno) => {
@@ -836,7 +862,7 @@ impl Target<'_> {
                     Some(data) => Outgoing::AnswerData { src, msg_id, data },
                     None => {
                         let op_id = payload.and_then(|b| u64_at(b, 0)).unwrap_or(0);
-                        Outgoing::Reply { src, msg_id, op_id, data: ReplyData::Copy(old.to_vec()) }
+                        Outgoing::Reply { src, msg_id, op_id, data: ReplyData::Copy(old.to_vec()), pull: true }
                     }
                 };
                 self.rma.outbox.push_back(out);
@@ -1053,7 +1079,7 @@ pub fn flush(rma: &mut RmaState, engine: &mut Endpoint, mrs: &MrTable) {
             Outgoing::AnswerInto { src, msg_id, buf, data } => {
                 engine.answer_into(src, msg_id, buf, &LocalIov::owned(data))
             }
-            Outgoing::Reply { src, msg_id, op_id, data } => {
+            Outgoing::Reply { src, msg_id, op_id, data, pull } => {
                 let peer = match engine.peer_of_src(src) {
                     Ok(p) => p,
                     Err(_) => {
@@ -1066,10 +1092,9 @@ pub fn flush(rma: &mut RmaState, engine: &mut Endpoint, mrs: &MrTable) {
                 // closed meanwhile hands those a copy first (`detach_replies`).
                 let hdr = header(app(KIND_READ_RESP, 0), op_id, 0, 0, data.len());
                 let idx = rma.replying.vacant_key();
-                // The initiator pulls a large reply with CMA where allowed: SAR would need this
-                // target's progress for every segment.
-                let opts =
-                    SendOpts { cookie: COOKIE_REPLY | idx as u64, delivery_complete: false, more: false, pull: true };
+                // The initiator pulls a large reply with CMA where allowed (SAR would need this
+                // target's progress for every segment), unless it asked us to push it.
+                let opts = SendOpts { cookie: COOKIE_REPLY | idx as u64, delivery_complete: false, more: false, pull };
                 // SAFETY: `data` outlives the send: it is dropped after a send that is done at
                 // once (copied), kept in `replying` while one is pending, and kept for the retry
                 // after one that was refused.
@@ -1080,7 +1105,7 @@ pub fn flush(rma: &mut RmaState, engine: &mut Endpoint, mrs: &MrTable) {
                         rma.replying.insert((src, msg_id, data));
                     }
                     Err(EngineError::Again) => {
-                        rma.outbox.push_front(Outgoing::Reply { src, msg_id, op_id, data });
+                        rma.outbox.push_front(Outgoing::Reply { src, msg_id, op_id, data, pull });
                         break;
                     }
                     Err(e) => {
@@ -1111,7 +1136,7 @@ fn write_back(rma: &mut RmaState, engine: &mut Endpoint, mrs: &MrTable, req: Wri
         Err(EngineError::PeerDead) => {}
         Err(e) if smr_core::cma::refused(&e) => {
             crate::debug!(EpData, "CMA write to source {src} refused ({e}): replying instead");
-            rma.outbox.push_front(Outgoing::Reply { src, msg_id, op_id, data: ReplyData::Memory(ranges) });
+            rma.outbox.push_front(Outgoing::Reply { src, msg_id, op_id, data: ReplyData::Memory(ranges), pull: true });
         }
         Err(e) => {
             crate::debug!(EpData, "CMA write to source {src} failed: {e}");

@@ -12,6 +12,14 @@ use crate::cmd::RemoteIov;
 use crate::error::{Error, Result};
 use crate::iov::LocalIov;
 use crate::published::{self, Published};
+use crate::sync::Ordering;
+use std::time::{Duration, Instant};
+
+/// How recent our last look at a peer's idle-poll count must be for a change since then to
+/// say that it polls now (`peer_is_free`).
+const POLLING_NOW: Duration = Duration::from_micros(200);
+/// How long to watch a peer's idle-poll count for a move when the last look is too old.
+const WATCH: Duration = Duration::from_micros(1);
 
 impl Endpoint {
     /// Publish a registration of `len` bytes at `base` under `key` for peers to read with CMA
@@ -21,6 +29,42 @@ impl Endpoint {
             return None;
         }
         self.publisher.publish(self.region.mr_slots(), key, base, len, flags)
+    }
+
+    /// Count one progress call made with no operation of the caller's own outstanding
+    /// (`layout::OwnerBeat`): peers then hand us work that a spare CPU does well.
+    pub fn note_free_poll(&mut self) {
+        self.free_polls = self.free_polls.wrapping_add(1);
+        self.region.beat().free_polls.store(self.free_polls, Ordering::Relaxed);
+    }
+
+    /// Whether `peer`'s owner keeps progressing with nothing of its own outstanding: it has a
+    /// CPU to spare right now. A large read from such a peer is faster as a reply it pushes
+    /// into our buffers while we copy out (both CPUs copy); from any other (busy with its own
+    /// operations, computing, asleep) as our own CMA read, which needs nothing from it. False
+    /// for a peer not linked yet.
+    pub fn peer_is_free(&mut self, peer: PeerId) -> bool {
+        let Some(link) = self.out.get_mut(peer as usize).and_then(|o| o.link.as_mut()) else { return false };
+        let beat = || link.region.beat().free_polls.load(Ordering::Relaxed);
+        let first = beat();
+        let now = Instant::now();
+        let (seen, at) = std::mem::replace(&mut link.seen_beat, (first, now));
+        if first != seen && now.saturating_duration_since(at) < POLLING_NOW {
+            return true;
+        }
+        // Nothing recent to compare with: watch for a moment. An owner in its polling loop
+        // moves the count every few hundred nanoseconds.
+        loop {
+            std::hint::spin_loop();
+            let b = beat();
+            if b != first {
+                link.seen_beat = (b, Instant::now());
+                return true;
+            }
+            if now.elapsed() > WATCH {
+                return false;
+            }
+        }
     }
 
     /// Withdraw what `publish_mr` returned. A peer's copy under way when this returns reports

@@ -266,6 +266,8 @@ pub struct Endpoint {
     tick_due: bool,
     /// Which entries of our region's MR table we filled (`direct.rs`).
     publisher: crate::published::Publisher,
+    /// Our count of free polls (`note_free_poll`), mirrored into the region.
+    free_polls: u64,
     stats: Stats,
 }
 
@@ -317,6 +319,7 @@ impl Endpoint {
             polls: 0,
             tick_due: false,
             publisher: Default::default(),
+            free_polls: 0,
             stats: Stats::default(),
         })
     }

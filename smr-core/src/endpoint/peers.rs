@@ -39,6 +39,9 @@ pub(super) struct Link {
     pub used: bool,
     pub last_check: Instant,
     pub owner: Watch,
+    /// The owner's free-poll count as we last saw it, and when (`peer_is_free`; the fine
+    /// clock: the window is microseconds, below the coarse clock's tick).
+    pub seen_beat: (u64, std::time::Instant),
 }
 
 impl Link {
@@ -225,8 +228,18 @@ impl Endpoint {
             let slot = claim_slot(&region, self.region.name(), me, my_inc)?;
             let cma = region.flags() & crate::layout::FLAG_CMA != 0;
             let now = Instant::now();
-            p.link =
-                Some(Link { region, slot, acked: false, last_request: now, cma, used: false, last_check: now, owner });
+            let seen_beat = (region.beat().free_polls.load(Ordering::Relaxed), std::time::Instant::now());
+            p.link = Some(Link {
+                region,
+                slot,
+                acked: false,
+                last_request: now,
+                cma,
+                used: false,
+                last_check: now,
+                owner,
+                seen_beat,
+            });
             p.dead = false;
             p.absent_since = None;
             let link = p.link.as_mut().expect("just set");
