@@ -2,7 +2,8 @@
 //! on their own (`smr_core::published`; the reader's side is `rma::read_published`).
 //!
 //! Published: registrations of one range that allow FI_REMOTE_READ, from endpoints whose
-//! peers' reads need not be counted here. A read nobody at the target sees cannot move a
+//! peers' reads need not be counted here, as many as the table holds (64; the others are read
+//! through the target, as before). A read nobody at the target sees cannot move a
 //! counter, so an endpoint with a FI_REMOTE_READ counter, and a registration bound to one
 //! (`fi_mr_bind(mr, cntr, FI_REMOTE_READ)`), keep every read on the ordinary path, through the
 //! target. `sync` recomputes all of it whenever one of those inputs changes (a registration
@@ -28,8 +29,11 @@ pub fn sync(st: &mut DomainState) {
         for (&key, mr) in mrs.by_key.iter() {
             let Some((base, len)) = publishable(mr) else { continue };
             let flags = REMOTE_READ | if mrs.virt_addr { VIRT_ADDR } else { 0 };
-            if let Some(slot) = engine.publish_mr(key, base, len, flags) {
-                ep.published.push(slot);
+            match engine.publish_mr(key, base, len, flags) {
+                Some(slot) => ep.published.push(slot),
+                // The table is full (or CMA is off): the rest are read through the target. Not
+                // walking them keeps a registration O(table) however many the domain holds.
+                None => break,
             }
         }
     }

@@ -1034,7 +1034,8 @@ pub fn reply_sent(rma: &mut RmaState, idx: usize, result: smr_core::Result<()>) 
     }
 }
 
-/// A registration over `mr` goes away: replies still going out from its memory by reference
+/// A registration over `mr` goes away: replies still going out (or queued to go out) from its
+/// memory by reference
 /// take a copy of it now, while the memory is still the application's. Through SAR (CMA off)
 /// this process copies their segments over later steps; a reply the initiator pulls with CMA
 /// falls back to SAR if the kernel refuses the pull. Returns how many took a copy.
@@ -1042,17 +1043,29 @@ pub fn detach_replies(rma: &mut RmaState, engine: &mut Endpoint, mr: &[(usize, u
     let overlaps = |ranges: &Ranges| {
         ranges.iter().any(|&(a, n)| mr.iter().any(|&(b, m)| a < b.saturating_add(m) && b < a.saturating_add(n)))
     };
+    let copy_of = |ranges: &Ranges| {
+        // SAFETY: registered memory that is still registered (the close is in progress).
+        let mem = unsafe { super::rx::lend(ranges.clone()) };
+        let mut bytes = vec![0; mem.len()];
+        mem.read_at(0, &mut bytes);
+        ReplyData::Copy(bytes)
+    };
     let mut detached = 0;
+    // Replies not sent yet (queued behind a full ring) take their copy before they go out.
+    for out in rma.outbox.iter_mut() {
+        let Outgoing::Reply { data, .. } = out else { continue };
+        let ReplyData::Memory(ranges) = data else { continue };
+        if overlaps(ranges) {
+            *data = copy_of(ranges);
+            detached += 1;
+        }
+    }
     for (idx, (_, _, data)) in rma.replying.iter_mut() {
         let ReplyData::Memory(ranges) = data else { continue };
         if !overlaps(ranges) {
             continue;
         }
-        // SAFETY: registered memory that is still registered (the close is in progress).
-        let mem = unsafe { super::rx::lend(ranges.clone()) };
-        let mut bytes = vec![0; mem.len()];
-        mem.read_at(0, &mut bytes);
-        let copy = ReplyData::Copy(bytes);
+        let copy = copy_of(ranges);
         // SAFETY: the Vec's heap buffer lent here moves with `copy` into `replying`, where it
         // stays until the send ends (`reply_sent`).
         let iov = unsafe { copy.lend() };
