@@ -1035,10 +1035,9 @@ pub fn reply_sent(rma: &mut RmaState, idx: usize, result: smr_core::Result<()>) 
 }
 
 /// A registration over `mr` goes away: replies still going out (or queued to go out) from its
-/// memory by reference
-/// take a copy of it now, while the memory is still the application's. Through SAR (CMA off)
-/// this process copies their segments over later steps; a reply the initiator pulls with CMA
-/// falls back to SAR if the kernel refuses the pull. Returns how many took a copy.
+/// memory by reference take a copy of it now, while the memory is still the application's.
+/// Through SAR this process copies their segments over later steps; a reply the initiator pulls
+/// with CMA falls back to SAR if the kernel refuses the pull. Returns how many took a copy.
 pub fn detach_replies(rma: &mut RmaState, engine: &mut Endpoint, mr: &[(usize, usize)]) -> usize {
     let overlaps = |ranges: &Ranges| {
         ranges.iter().any(|&(a, n)| mr.iter().any(|&(b, m)| a < b.saturating_add(m) && b < a.saturating_add(n)))
