@@ -118,7 +118,8 @@ impl ReadReq {
     }
 }
 
-fn u64_at(b: &[u8], at: usize) -> Option<u64> {
+/// The little-endian word at byte `at` of a peer's payload, if it is there.
+pub(super) fn u64_at(b: &[u8], at: usize) -> Option<u64> {
     Some(u64::from_le_bytes(b.get(at..at + 8)?.try_into().ok()?))
 }
 

@@ -91,7 +91,7 @@
 //! waiting. Reads up to `READ_SNAPSHOT_MAX`, and every one-trip read, are copied when the
 //! request arrives (FI_ORDER_WAR).
 
-use super::read_req::{Bytes, ReadReq, ReturnBy, WRITE_BACK_RANGES_MAX};
+use super::read_req::{u64_at, Bytes, ReadReq, ReturnBy, WRITE_BACK_RANGES_MAX};
 use super::{Sinks, TxOp};
 use crate::atomic::apply::{self, Kind};
 use crate::cq::CqEvent;
@@ -388,9 +388,9 @@ pub fn start(st: &mut crate::domain::DomainState, id: usize, a: OneSided, op: Op
     let mut pushed = false;
     if let Op::Read { local } = &op {
         let engine = ep.engine.as_mut().expect("checked above");
-        let len: usize = local.iter().map(|p| p.1).sum();
-        pushed = len >= published_read_min() && engine.peer_is_free(peer);
-        if !pushed && read_published(engine, peer, &a, local) {
+        let large = local.iter().map(|p| p.1).sum::<usize>() >= published_read_min();
+        pushed = large && engine.peer_is_free(peer);
+        if large && !pushed && read_published(engine, peer, &a, local) {
             let tx = TxOp::new(a.ctx, (ffi::FI_RMA | ffi::FI_READ) as u64, wanted, super::TxKind::Read);
             ep.rma.issued += 1;
             done_at_once(&mut super::Sinks { cqs, cntrs, b: &ep.bindings }, a.ctx, &tx);
@@ -539,14 +539,11 @@ fn published_read_min() -> usize {
     crate::params::config().read_one_trip_max + 1
 }
 
-/// Make a read of `local.len()` bytes here, with CMA, if the target published the registration
+/// Make a read into `local` here, with CMA, if the target published the registration
 /// it reads (`smr_core::published`). False: nothing is complete, take the ordinary path (the
 /// destination may hold bytes of a copy that raced a change of the registration; the ordinary
 /// read overwrites them).
 fn read_published(engine: &mut Endpoint, peer: PeerId, a: &OneSided, local: &Ranges) -> bool {
-    if local.iter().map(|p| p.1).sum::<usize>() < published_read_min() {
-        return false;
-    }
     let Some(p) = engine.peer_mr(peer, a.key) else { return false };
     // SAFETY: the application's result buffer, lent for the read, which ends within this call.
     let mut dest = unsafe { super::rx::lend(local.clone()) };
@@ -653,7 +650,7 @@ impl Target<'_> {
                 }
                 Err(errno) => refuse(msg, errno),
             },
-            KIND_READ_REQ if read_req_len(hdr.len) => {
+            KIND_READ_REQ if ReadReq::plausible_len(hdr.len) => {
                 let op = TargetOp::ReadReq { src: msg.src, msg_id: msg.msg_id, key: hdr.tag, addr: hdr.aux };
                 let ctx = self.rma.target.insert(op);
                 Disposition::Later { dest: LocalIov::owned(vec![0; hdr.len as usize]), ctx: CTX_TARGET | ctx as u64 }
@@ -685,7 +682,8 @@ impl Target<'_> {
     pub fn on_payload(&mut self, msg: &Incoming, payload: &[u8], sinks: &mut Sinks) -> Option<Disposition> {
         let hdr = msg.hdr;
         let kind = kind_of(hdr.app);
-        let served_here = matches!(kind, KIND_WRITE | KIND_ATOMIC) || (kind == KIND_READ_REQ && read_req_len(hdr.len));
+        let served_here =
+            matches!(kind, KIND_WRITE | KIND_ATOMIC) || (kind == KIND_READ_REQ && ReadReq::plausible_len(hdr.len));
         if !served_here {
             return None;
         }
@@ -910,16 +908,6 @@ fn written(sinks: &mut Sinks, mr_cntr: Option<usize>, data: Option<u64>, len: u6
         let entry = crate::cq::Completion { flags, len: len as usize, data, ..super::ctx_completion(0, 0) };
         sinks.remote_cq(CqEvent::Done(entry));
     }
-}
-
-/// A read request's payload: op id and length, and the initiator's answer buffer (one-trip
-/// reads).
-fn read_req_len(len: u64) -> bool {
-    ReadReq::plausible_len(len)
-}
-
-fn u64_at(b: &[u8], at: usize) -> Option<u64> {
-    Some(u64::from_le_bytes(b.get(at..at + 8)?.try_into().ok()?))
 }
 
 /// Target bytes of an atomic that `serve_atomic` works on in stack buffers (the heap beyond).
