@@ -174,9 +174,14 @@ fn read_fails(p: &mut Peer, t: Target, len: usize, what: &str) -> TResult {
 }
 
 /// Whether this host lets a process read another's memory (process_vm_readv: Yama, seccomp),
-/// and rshm's test switch does not forbid it: without CMA, a read must wait for the target.
+/// and neither rshm's test switch nor its FI_RSHM_CMA parameter forbids it: without CMA, a read
+/// must wait for the target.
 fn cma_permitted() -> bool {
     if std::env::var("RSHM_TEST_DENY_CMA").as_deref() == Ok("1") {
+        return false;
+    }
+    // libfabric's boolean parameters: 0, no, false, off (any case) say no.
+    if std::env::var("FI_RSHM_CMA").is_ok_and(|v| ["0", "no", "false", "off"].contains(&v.to_lowercase().as_str())) {
         return false;
     }
     if std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope").is_ok_and(|v| v.trim() != "0") {
