@@ -13,7 +13,7 @@ use super::{scn, Scenario};
 use crate::fabric::{self, ffi, Mr};
 use crate::harness::{pattern, FiCtx, Rank, TResult, TestErr};
 use crate::{bail, ensure};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 pub fn scenarios() -> Vec<Scenario> {
     vec![
@@ -30,6 +30,20 @@ pub fn scenarios() -> Vec<Scenario> {
             40,
             run::<BASIC, CLOSED>,
             "fi_writemsg/fi_atomicmsg (FI_DELIVERY_COMPLETE), fi_read, fetch/compare atomics naming an MR the target closed: errors, target memory unchanged",
+        ),
+        scn(
+            "access/scalable/close_during_write",
+            2,
+            40,
+            close_during_write::<SCALABLE>,
+            "the target closes its MR while a 32 MiB fi_writemsg (FI_DELIVERY_COMPLETE) into it arrives: no byte written after fi_close returns, the write fails",
+        ),
+        scn(
+            "access/basic/close_during_write",
+            2,
+            40,
+            close_during_write::<BASIC>,
+            "the target closes its MR while a 32 MiB fi_writemsg (FI_DELIVERY_COMPLETE) into it arrives: no byte written after fi_close returns, the write fails",
         ),
         scn(
             "access/scalable/atomic_errors",
@@ -230,6 +244,83 @@ fn run<const M: u8, const CLASS: u8>(r: &mut Rank) -> TResult {
     p.barrier(r)?;
     if !bad.is_empty() {
         bail!("{} of {} cases failed: {}", bad.len(), cases(CLASS).len(), bad.join("; "));
+    }
+    Ok(())
+}
+
+/// The MR of `close_during_write`, and what is around it before the write.
+const ARRIVING: usize = 32 << 20;
+
+fn close_background() -> Vec<u8> {
+    pattern(0xC105E, ARRIVING + 2 * PAD)
+}
+
+/// The target closes its MR as soon as the first bytes of a 32 MiB write into it are placed
+/// (a write that arrives over several steps: SAR segments, pushed to a target that polls, or
+/// without CMA). After fi_close returns, no byte of the target's memory may change, and the
+/// write, which did not land whole, must fail at the initiator (fi_mr(3): the MR's memory is
+/// no longer the provider's to write).
+fn close_during_write<const M: u8>(r: &mut Rank) -> TResult {
+    let mut p = Peer::open(r, &Spec::new(MSG | RMA, M))?;
+    p.exchange(r)?;
+    let back = close_background();
+    if r.rank == TARGET {
+        let reg = p.alloc(back.len());
+        p.region(reg).write(0, &back);
+        // SAFETY: the region outlives the MR (closed below; regions are freed when `p` drops).
+        let base = unsafe { p.region(reg).ptr().add(PAD) };
+        // SAFETY: as above.
+        let mr = unsafe { Mr::reg(p.domain(), base, ARRIVING, REMOTE_WRITE, 0, KEY, 0) }.ctx("fi_mr_reg")?;
+        let addr = if p.virt_addr() { base as u64 } else { 0 };
+        p.share_mrs(r, &[MrInfo { key: mr.key(), addr }])?;
+        p.barrier(r)?;
+        // Every byte the write places differs from the background: wait for the first one.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while p.region(reg).read(PAD, 1)[0] == back[PAD] {
+            ensure!(Instant::now() < deadline, "the write's first byte did not arrive within 10 s");
+            p.progress()?;
+        }
+        mr.close().ctx("fi_close of the MR while a write into it arrives")?;
+        let at_close = p.region(reg).read(0, back.len());
+        let placed = at_close[PAD..PAD + ARRIVING].iter().zip(&back[PAD..]).filter(|(a, b)| a != b).count();
+        r.pmi.step(&format!("note: {placed} of {ARRIVING} bytes placed when fi_close(mr) returned"));
+        let shape = if placed == ARRIVING { "whole" } else { "partial" };
+        r.pmi.allgather_with(shape, Some(&mut || p.progress().map(|_| ())))?;
+        p.progress_for(Duration::from_millis(50))?;
+        let now = p.region(reg).read(0, back.len());
+        if let Some(off) = now.iter().zip(&at_close).position(|(a, b)| a != b) {
+            bail!("byte {} from the start of the MR was written after fi_close(mr) returned", off as i64 - PAD as i64);
+        }
+        if let Some(e) = p.events.iter().find(|e| e.err == 0) {
+            bail!("the target got a successful CQ entry (flags {:#x}) from the stopped write", e.flags);
+        }
+        return p.barrier(r);
+    }
+
+    let all = p.share_mrs(r, &[])?;
+    let m = all[TARGET][0];
+    p.barrier(r)?;
+    let data: Vec<u8> = back[PAD..PAD + ARRIVING].iter().map(|b| !b).collect();
+    // The target is polling by now: the write is pushed to it through SAR, segment by segment.
+    std::thread::sleep(Duration::from_millis(20));
+    let rma = [ffi::fi_rma_iov { addr: m.addr, len: ARRIVING, key: m.key }];
+    let what = "fi_writemsg(FI_DELIVERY_COMPLETE) of 32 MiB into an MR closed as it arrives";
+    let verdict = match p.writemsg(what, vec![data], p.addrs[TARGET], &rma, COMPLETION | DELIVERY_COMPLETE, 0)? {
+        Ok(id) => match p.wait_for(id, Duration::from_secs(10))? {
+            None => "no completion within 10 s".to_string(),
+            Some(d) if d.err == 0 => "ok".to_string(),
+            Some(d) => fabric::errname(d.err).to_string(),
+        },
+        Err(code) => format!("refused {}", fabric::errname(code)),
+    };
+    r.pmi.step(&format!("note: the write ended with {verdict}"));
+    let shapes = r.pmi.allgather_with(&verdict, Some(&mut || p.progress().map(|_| ())))?;
+    p.barrier(r)?;
+    match (shapes[TARGET].as_str(), verdict.as_str()) {
+        (_, "no completion within 10 s") => bail!("the write never completed"),
+        ("partial", "ok") => bail!("the write completed successfully though its MR was closed before it all arrived"),
+        ("whole", _) => r.pmi.step("note: the write landed whole before the close (one step: nothing to stop)"),
+        _ => {}
     }
     Ok(())
 }

@@ -741,13 +741,18 @@ pub fn wait_handle_for(st: &DomainState, eps: &[usize]) -> Option<WaitHandle> {
 
 /// The AV bound to `ep` changed: forget cached peers.
 /// A registration over `iov` was closed: read replies still going out of its memory through
-/// SAR take a copy of what they have not sent yet (`rma::detach_replies`).
+/// SAR take a copy of what they have not sent yet (`rma::detach_replies`), and writes still
+/// arriving into it stop (`rma::refuse_writes_into`).
 pub fn registration_closed(st: &mut DomainState, iov: &[(usize, usize)]) {
     for (_, ep) in st.eps.iter_mut() {
         if let Some(engine) = ep.engine.as_mut() {
             let n = rma::detach_replies(&mut ep.rma, engine, iov);
             if n > 0 {
                 crate::info!(Mr, "fi_close(mr): {n} read replies in flight took a copy of its memory");
+            }
+            let n = rma::refuse_writes_into(&mut ep.rma, engine, iov);
+            if n > 0 {
+                crate::info!(Mr, "fi_close(mr): {n} writes still arriving into it fail at their initiators");
             }
         }
     }

@@ -44,6 +44,14 @@
 //! for the target: the engine checks it against the initiator's geometry and refuses a bad one
 //! (EINVAL) without writing.
 //!
+//! A write larger than one SAR segment (16 KiB) travels one of two ways: to a target with a CPU
+//! to spare, through the target's SAR buffers, the initiator copying in while the target copies
+//! each segment straight into the registration (SOS `shmem_bw_put_perf` at 128 KiB-1 MiB:
+//! 12-17 GB/s against 6-10 pulled); to any other, pulled by the target with one CMA read in one
+//! step of its progress (its CPU is busy or elsewhere, and SAR would need it for every segment).
+//! A registration closed while segments still arrive takes no more of them: `fi_close(mr)` turns
+//! the write into a refusal before it returns (`refuse_writes_into`).
+//!
 //! ## Completion levels
 //!
 //! Reads and fetching (or compare) atomics complete when their data is back, which is
@@ -204,20 +212,14 @@ pub struct Pending {
 
 /// What the target still has to do for an operation that arrived.
 enum TargetOp {
+    /// A write placed straight into registered memory `mem`: in the step it arrives (inline,
+    /// inject, CMA), or over several steps (SAR segments), during which a close of the
+    /// registration stops it (`refuse_writes_into`).
     Write {
         mr_cntr: Option<usize>,
         data: Option<u64>,
         len: u64,
-    },
-    /// A write whose segments arrive over several steps (SAR): it lands in a bounce buffer and
-    /// is placed after its registration is checked again, so a region closed meanwhile is never
-    /// written; the initiator is answered then.
-    BouncedWrite {
-        src: SrcId,
-        msg_id: u64,
-        key: u64,
-        addr: u64,
-        data: Option<u64>,
+        mem: Ranges,
     },
     ReadReq {
         src: SrcId,
@@ -382,14 +384,18 @@ pub fn start(st: &mut crate::domain::DomainState, id: usize, a: OneSided, op: Op
     }
     let peer = super::tx::peer_for(ep, avs, a.dest)?;
     let wanted = !a.inject_call && (!ep.bindings.tx_selective || a.flags & ffi::FI_COMPLETION as u64 != 0);
-    // A large read from a target that polls with nothing of its own to do is pushed by it (both
-    // CPUs copy); from any other it is ours to make, where the target published the
-    // registration (its CPU is busy, or not in the provider at all).
-    let mut pushed = false;
+    // Large data to or from a target that polls with nothing of its own to do goes through SAR,
+    // both CPUs copying at once: it pushes a read's reply, and takes a write's segments as they
+    // come. From any other target a large read is ours to make, where the target published the
+    // registration (its CPU is busy, or not in the provider at all), and a large write is
+    // pulled by the target with CMA in one step of its progress.
+    let large = match &op {
+        Op::Read { local } | Op::Write { local, .. } => local.iter().map(|p| p.1).sum::<usize>() >= large_min(),
+        Op::Atomic { .. } => false,
+    };
+    let pushed = large && ep.engine.as_mut().expect("checked above").peer_is_free(peer);
     if let Op::Read { local } = &op {
         let engine = ep.engine.as_mut().expect("checked above");
-        let large = local.iter().map(|p| p.1).sum::<usize>() >= published_read_min();
-        pushed = large && engine.peer_is_free(peer);
         if large && !pushed && read_published(engine, peer, &a, local) {
             let tx = TxOp::new(a.ctx, (ffi::FI_RMA | ffi::FI_READ) as u64, wanted, super::TxKind::Read);
             ep.rma.issued += 1;
@@ -483,8 +489,9 @@ pub fn start(st: &mut crate::domain::DomainState, id: usize, a: OneSided, op: Op
     let acked = reply_to.is_some() || !early || ep.rma.loopback(engine, peer);
     // FI_MORE: the engine batches small requests to a peer until the next call without it.
     let more = a.flags & ffi::FI_MORE as u64 != 0;
-    // A one-sided target may progress rarely: a large write is pulled with CMA where allowed.
-    let opts = SendOpts { cookie: slot as u64, delivery_complete: acked, more, pull: true };
+    // A one-sided target may progress rarely: a large write is pulled with CMA where allowed,
+    // unless the target has a CPU to spare (above).
+    let opts = SendOpts { cookie: slot as u64, delivery_complete: acked, more, pull: !pushed };
     let sent = match (payload, answer_buf) {
         // SAFETY: the application's source buffer, which it leaves unchanged until the write
         // completes (the engine copies inject-sized ones before returning).
@@ -532,10 +539,11 @@ fn done_at_once(sinks: &mut super::Sinks, ctx: usize, tx: &TxOp) {
     }
 }
 
-/// Reads at least this long try the target's published registrations first (`read_published`):
-/// one system call of the initiator's, against a round trip through the target. Shorter ones
-/// are cheaper through the target's answer (docs/perf/protocols.md).
-fn published_read_min() -> usize {
+/// Reads and writes at least this long are pushed through SAR to a target with a CPU to spare;
+/// to another, reads try its published registrations first (`read_published`): one system
+/// call of the initiator's, against a round trip through the target. Shorter reads are cheaper
+/// through the target's answer (docs/perf/protocols.md), and shorter writes fit one SAR segment.
+fn large_min() -> usize {
     crate::params::config().read_one_trip_max + 1
 }
 
@@ -629,23 +637,13 @@ impl Target<'_> {
         }
         match kind_of(hdr.app) {
             KIND_WRITE => match self.mrs.resolve(hdr.tag, hdr.aux, hdr.len, ffi::FI_REMOTE_WRITE as u64) {
-                Ok(_) if !msg.whole => {
-                    let op = TargetOp::BouncedWrite {
-                        src: msg.src,
-                        msg_id: msg.msg_id,
-                        key: hdr.tag,
-                        addr: hdr.aux,
-                        data: cq_data(&hdr),
-                    };
-                    let ctx = CTX_TARGET | self.rma.target.insert(op) as u64;
-                    Disposition::Later { dest: LocalIov::owned(vec![0; hdr.len as usize]), ctx }
-                }
                 Ok((ranges, mr)) => {
-                    let op = TargetOp::Write { mr_cntr: mr.write_cntr, data: cq_data(&hdr), len: hdr.len };
-                    let ctx = self.rma.target.insert(op);
                     // SAFETY: registered memory the application exposed for remote writes; it
-                    // may not release it while the registration exists.
-                    let dest = unsafe { super::rx::lend(ranges) };
+                    // may not release it while the registration exists, and a close stops a
+                    // write still arriving before it returns (`refuse_writes_into`).
+                    let dest = unsafe { super::rx::lend(ranges.clone()) };
+                    let op = TargetOp::Write { mr_cntr: mr.write_cntr, data: cq_data(&hdr), len: hdr.len, mem: ranges };
+                    let ctx = self.rma.target.insert(op);
                     Disposition::Deliver { dest, ctx: CTX_TARGET | ctx as u64 }
                 }
                 Err(errno) => refuse(msg, errno),
@@ -737,27 +735,10 @@ impl Target<'_> {
         let Some(op) = self.rma.target.try_remove(ctx) else { return };
         let ok = result.is_ok();
         match op {
-            TargetOp::Write { mr_cntr, data, len } => {
+            TargetOp::Write { mr_cntr, data, len, .. } => {
                 if ok {
                     written(sinks, mr_cntr, data, len);
                 }
-            }
-            TargetOp::BouncedWrite { src, msg_id, key, addr, data } => {
-                let bytes = dest.into_owned().unwrap_or_default();
-                let len = bytes.len() as u64;
-                let placed = match result {
-                    Ok(_) => self.mrs.resolve(key, addr, len, ffi::FI_REMOTE_WRITE as u64).map(|(ranges, mr)| {
-                        // SAFETY: registered memory the application exposed for remote writes,
-                        // checked again now that the data is complete.
-                        unsafe { crate::iov::scatter(&ranges, &bytes) };
-                        (mr.write_cntr, data, len)
-                    }),
-                    Err(_) => Err(ffi::FI_EIO),
-                };
-                if let Ok((mr_cntr, data, len)) = placed {
-                    written(sinks, mr_cntr, data, len);
-                }
-                self.answer(src, msg_id, placed.map(|_| ()));
             }
             TargetOp::ReadReq { src, msg_id, key, addr } => {
                 let bytes = dest.into_owned().unwrap_or_default();
@@ -1027,9 +1008,7 @@ pub fn reply_sent(rma: &mut RmaState, idx: usize, result: smr_core::Result<()>) 
 /// Through SAR this process copies their segments over later steps; a reply the initiator pulls
 /// with CMA falls back to SAR if the kernel refuses the pull. Returns how many took a copy.
 pub fn detach_replies(rma: &mut RmaState, engine: &mut Endpoint, mr: &[(usize, usize)]) -> usize {
-    let overlaps = |ranges: &Ranges| {
-        ranges.iter().any(|&(a, n)| mr.iter().any(|&(b, m)| a < b.saturating_add(m) && b < a.saturating_add(n)))
-    };
+    let overlaps = |ranges: &Ranges| overlaps(ranges, mr);
     let copy_of = |ranges: &Ranges| {
         // SAFETY: registered memory that is still registered (the close is in progress).
         let mem = unsafe { super::rx::lend(ranges.clone()) };
@@ -1062,6 +1041,27 @@ pub fn detach_replies(rma: &mut RmaState, engine: &mut Endpoint, mr: &[(usize, u
         }
     }
     detached
+}
+
+/// A registration over `mr` is closing: writes still arriving into it (SAR segments) place no
+/// more bytes there, and their initiators fail with -FI_EACCES. Returns how many.
+pub fn refuse_writes_into(rma: &mut RmaState, engine: &mut Endpoint, mr: &[(usize, usize)]) -> usize {
+    let stopped: Vec<usize> = rma
+        .target
+        .iter()
+        .filter(|(_, op)| matches!(op, TargetOp::Write { mem, .. } if overlaps(mem, mr)))
+        .map(|(idx, _)| idx)
+        .filter(|&idx| engine.refuse_arriving(CTX_TARGET | idx as u64, ffi::FI_EACCES))
+        .collect();
+    for idx in &stopped {
+        rma.target.remove(*idx);
+    }
+    stopped.len()
+}
+
+/// Whether memory `ranges` overlaps a registration over `mr`.
+fn overlaps(ranges: &Ranges, mr: &[(usize, usize)]) -> bool {
+    ranges.iter().any(|&(a, n)| mr.iter().any(|&(b, m)| a < b.saturating_add(m) && b < a.saturating_add(n)))
 }
 
 /// Send the replies and answers progress queued. Stops at the first full queue (retried on the

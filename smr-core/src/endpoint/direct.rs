@@ -42,9 +42,11 @@ impl Endpoint {
     /// CPU to spare right now. A large read from such a peer is faster as a reply it pushes
     /// into our buffers while we copy out (both CPUs copy); from any other (busy with its own
     /// operations, computing, asleep) as our own CMA read, which needs nothing from it. False
-    /// for a peer not linked yet.
+    /// for a peer we cannot reach yet.
     pub fn peer_is_free(&mut self, peer: PeerId) -> bool {
-        let Some(link) = self.out.get_mut(peer as usize).and_then(|o| o.link.as_mut()) else { return false };
+        // Maps the peer's region on first use, so that the first large operation to a peer is
+        // chosen as well as the next ones.
+        let Ok(link) = self.link(peer) else { return false };
         let beat = || link.region.beat().free_polls.load(Ordering::Relaxed);
         let first = beat();
         let now = Instant::now();

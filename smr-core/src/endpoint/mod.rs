@@ -112,9 +112,6 @@ pub struct Incoming {
     /// The sender's id for this message; with `Disposition::Later`, `answer` takes it back.
     pub msg_id: u64,
     pub hdr: MsgHeader,
-    /// The payload is at hand (inline, inject) or is read at once (CMA): a `Deliver` finishes
-    /// within this progress step. False for SAR, whose segments arrive over later steps.
-    pub whole: bool,
     /// The sender waits for this message's answer (it asked for one, or its protocol, CMA or
     /// SAR, always answers). False for an inline or inject message its sender completed when it
     /// queued it: a `Refuse` then reaches no one, and the handler should say why itself.

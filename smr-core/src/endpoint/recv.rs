@@ -147,7 +147,7 @@ impl Endpoint {
         src: SrcId,
         msg_id: u64,
         hdr: MsgHeader,
-        (whole, acked): (bool, bool),
+        acked: bool,
         payload: Option<&[u8]>,
         h: &mut impl Handler,
     ) -> (MsgKey, Disposition) {
@@ -156,7 +156,7 @@ impl Endpoint {
             Some(p) => (p.name.as_str(), p.incarnation),
             None => (self.forgotten.get(&src).map_or("", String::as_str), 0),
         };
-        let msg = Incoming { key, src, src_gen, msg_id, hdr, whole, acked };
+        let msg = Incoming { key, src, src_gen, msg_id, hdr, acked };
         let d = match payload {
             Some(payload) => h.on_payload(&msg, name, payload),
             None => h.on_message(&msg, name),
@@ -175,7 +175,6 @@ impl Endpoint {
         body: Body,
         h: &mut impl Handler,
     ) {
-        let whole = !matches!(body, Body::Sar(_));
         // A payload that is here in full (inline in the command, or in one of our inject
         // buffers) is offered with the message: the handler copies it where it belongs and
         // completes in this one step, with no destination lent and no delivery to report back.
@@ -195,7 +194,7 @@ impl Endpoint {
             },
             Body::Iov { .. } | Body::Sar(_) => None,
         };
-        let (key, disposition) = self.offer(src, msg_id, hdr, (whole, ack), payload, h);
+        let (key, disposition) = self.offer(src, msg_id, hdr, ack, payload, h);
         // An answer in the sender's buffer is its whole handling: no payload to place, and the
         // answer is the response. Only a request whose payload is here can be answered in the
         // same step.
@@ -530,6 +529,20 @@ impl Endpoint {
             HeldData::Bytes(_) | HeldData::Failed(_) => {}
         }
         Ok(())
+    }
+
+    /// Stop placing the SAR message arriving into the destination delivered with `ctx`: its
+    /// remaining segments are dropped, and its sender is refused with `errno` once they are in.
+    /// For a destination about to become invalid (a registration closed under a write). The
+    /// handler hears no more of `ctx` (no `on_recv_done`). False when no message arrives for
+    /// `ctx`.
+    pub fn refuse_arriving(&mut self, ctx: u64, errno: u32) -> bool {
+        let Some(rx) = self.sar_rx.values_mut().find(|rx| matches!(rx.sink, Sink::Deliver { ctx: c, .. } if c == ctx))
+        else {
+            return false;
+        };
+        rx.sink = Sink::Refused(errno);
+        true
     }
 
     /// Number of messages the engine holds for the handler.

@@ -894,3 +894,57 @@ fn a_peer_is_free_only_while_it_keeps_polling() {
     std::thread::sleep(std::time::Duration::from_millis(2));
     assert!(!a.peer_is_free(to_b), "a poll long before this look says nothing about now");
 }
+
+/// Delivers every message into one caller-owned buffer (registered memory, as a write's).
+struct IntoBuffer {
+    at: *mut u8,
+    len: usize,
+    received: Vec<(u64, Result<usize>)>,
+}
+
+impl Handler for IntoBuffer {
+    fn on_message(&mut self, msg: &Incoming, _src_name: &str) -> Disposition {
+        // SAFETY: the test's buffer, which outlives both endpoints' use of it.
+        let dest = unsafe { LocalIov::from_raw(&[(self.at, self.len)]) };
+        Disposition::Deliver { dest, ctx: msg.hdr.tag }
+    }
+    fn on_recv_done(&mut self, ctx: u64, result: Result<usize>, _dest: LocalIov) {
+        self.received.push((ctx, result));
+    }
+    fn on_send_done(&mut self, _cookie: u64, _result: Result<()>) {}
+}
+
+/// A SAR message refused while it arrives (`refuse_arriving`, as when the registration it is
+/// written into is closed) writes nothing more into its destination, its sender fails with the
+/// errno, and the handler hears no more of it.
+#[test]
+fn a_message_refused_while_it_arrives_writes_no_more_and_fails_its_sender() {
+    let d = Params::default();
+    let params = Params { cma: false, counts: Counts { sar_count: 2, sar_size: 16384, ..d.counts }, ..d };
+    let (mut a, mut b, to_b) = pair("refarr", params);
+    let len = 100_000;
+    let mut target = vec![0xeeu8; len];
+    let sent = pattern(len, 5);
+    let mut ha = Collect::default();
+    let mut hb = IntoBuffer { at: target.as_mut_ptr(), len, received: Vec::new() };
+    let hdr = MsgHeader { app: 0, tag: 7, data: 0, aux: 0, len: len as u64 };
+    let opts = SendOpts { cookie: 42, delivery_complete: true, more: false, pull: false };
+    assert_eq!(a.send(to_b, hdr, LocalIov::owned(sent.clone()), opts), Ok(SendStatus::Pending));
+    // The first two segments (both SAR buffers) arrive and are placed.
+    b.progress(&mut hb);
+    let placed = target.iter().zip(&sent).position(|(t, s)| t != s).unwrap_or(len);
+    assert!(placed > 0 && placed < len, "{placed} bytes placed after one step");
+    assert!(!b.refuse_arriving(8, 13), "nothing arrives for ctx 8");
+    assert!(b.refuse_arriving(7, 13));
+    assert!(!b.refuse_arriving(7, 13), "refused already");
+    let dl = deadline();
+    while ha.sends_done.is_empty() {
+        assert!(std::time::Instant::now() < dl, "timed out waiting for the refusal");
+        a.progress(&mut ha);
+        b.progress(&mut hb);
+    }
+    assert_eq!(ha.sends_done, vec![(42, Err(Error::Refused(13)))]);
+    assert!(hb.received.is_empty(), "{:?}", hb.received);
+    assert!(target[placed..].iter().all(|&x| x == 0xee), "bytes written after the refusal");
+    assert_eq!(free_buffers(&b).1, 2, "SAR buffers not returned");
+}
