@@ -150,6 +150,8 @@ pub struct EpState {
     /// Progress passes over this endpoint, by anyone: an auto-progress thread standing aside
     /// while the application polls still drives the endpoints whose count did not move.
     pub driven: u64,
+    /// Progress calls in a row that found nothing to do (`IDLE_POLLS_BEFORE_YIELD`).
+    idle_polls: u32,
     /// Slots of the engine's MR table this endpoint filled (`published::sync`).
     pub published: Vec<u32>,
 }
@@ -267,6 +269,7 @@ pub(crate) unsafe extern "C" fn endpoint_open(
                 tx_size: tx_attr.map_or(0, |t| t.size).max(crate::getinfo::QUEUE_SIZE),
                 rx_size: rx_attr.map_or(0, |r| r.size).max(crate::getinfo::QUEUE_SIZE),
                 driven: 0,
+                idle_polls: 0,
                 published: Vec::new(),
             };
             let id = dom.shared.lock().eps.insert(state);
@@ -702,6 +705,16 @@ unsafe extern "C" fn ep_tx_size_left(ep: *mut ffi::fid_ep) -> isize {
     })
 }
 
+/// Progress calls in a row finding nothing to do after which the caller yields its CPU once
+/// (`sched_yield`). A process spinning on a peer then hands its CPU to a runnable process: on a
+/// node with more polling processes than CPUs (SOS's tests at 4 PEs on 2 CPUs), the peer it
+/// waits for may be the one waiting for that CPU, and without the yield it runs only when the
+/// scheduler's time slice (milliseconds) ends: SOS `lfinc` at 4 PEs took from 1 s to beyond 5
+/// minutes. With a CPU per process nothing else is runnable and the call returns at once: a
+/// system call per ~1,000 idle polls (tens of microseconds), never on the way of a message that
+/// arrives sooner.
+const IDLE_POLLS_BEFORE_YIELD: u32 = 1024;
+
 /// Drive one endpoint; returns how many events it handled.
 pub fn progress(st: &mut DomainState, id: usize) -> usize {
     let DomainState { eps, cqs, cntrs, avs, mrs, .. } = st;
@@ -715,8 +728,15 @@ pub fn progress(st: &mut DomainState, id: usize) -> usize {
         engine.note_free_poll();
     }
     if !engine.has_work() && !ep.rma.has_outgoing() {
-        return 0; // the idle poll: no handler to build
+        // The idle poll: no handler to build.
+        ep.idle_polls += 1;
+        if ep.idle_polls >= IDLE_POLLS_BEFORE_YIELD {
+            ep.idle_polls = 0;
+            std::thread::yield_now();
+        }
+        return 0;
     }
+    ep.idle_polls = 0;
     let av = ep.av.and_then(|a| avs.get(a));
     let mut handler = rx::Handler {
         rx: &mut ep.rx,
