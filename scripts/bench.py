@@ -440,7 +440,7 @@ def write_report(path, meta, agg, rows, labels, sizes, figures):
         f"- load: {busy_points} of {points} points stayed busy after retries (a bench process waited for "
         f"its CPU more than {BUSY_SHARE:.0%} of the run); other processes used "
         f"{meta['other_median']:.1%} of the CPUs (median over invocations, max {meta['other_max']:.1%}); "
-        f"load average {meta['loadavg']}",
+        f"load average at the end {meta['loadavg']} (the bench's own two processes included)",
         "",
     ]
     if busy_points or meta["other_max"] > OTHER_WARN:
@@ -712,8 +712,12 @@ def main():
                         g["kind"] = "ERROR"
                         g["reason"] = f"expected libfabric {prov.split('@')[1]}, ran on {g.get('core')}"
                 rows += got
-                others.append(other)
                 res = [g for g in got if g["kind"] == "RESULT"]
+                # Only invocations that measured something: one that found nothing to run (n/a)
+                # lasts a fraction of a second, over which the jiffy-based share is noise (22-24%
+                # seen on an idle machine), and no figure of it could be skewed.
+                if res:
+                    others.append(other)
                 busy = sum(g["busy"] == "1" for g in res)
                 status = f"{len(res)} points" + (f", {busy} busy" if busy else "")
                 na = [g for g in got if g["kind"] == "NA"]
@@ -724,7 +728,7 @@ def main():
                     status += f", FAILED: {bad[0]['reason'][:100]}"
                 took = time.monotonic() - t0
                 log(f"[{n:3}/{total}] run {r + 1} {fam:6} {prov:10} {status}; {took:.0f} s, other processes {other:.0%} of the CPUs")
-                if other > OTHER_WARN:
+                if res and other > OTHER_WARN:
                     warn(f"other processes used {other:.0%} of the CPUs during {prov} {fam}")
 
     agg = aggregate(rows)
