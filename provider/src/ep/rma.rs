@@ -389,10 +389,12 @@ pub fn start(st: &mut crate::domain::DomainState, id: usize, a: OneSided, op: Op
     // come. From any other target a large read is ours to make, where the target published the
     // registration (its CPU is busy, or not in the provider at all), and a large write is
     // pulled by the target with CMA in one step of its progress.
-    let large = match &op {
-        Op::Read { local } | Op::Write { local, .. } => local.iter().map(|p| p.1).sum::<usize>() >= large_min(),
-        Op::Atomic { .. } => false,
+    // The bytes a read or write moves (an atomic's are bounded by one inject buffer).
+    let len: usize = match &op {
+        Op::Read { local } | Op::Write { local, .. } => local.iter().map(|p| p.1).sum(),
+        Op::Atomic { .. } => 0,
     };
+    let large = len >= large_min();
     let pushed = large && ep.engine.as_mut().expect("checked above").peer_is_free(peer);
     if let Op::Read { local } = &op {
         let engine = ep.engine.as_mut().expect("checked above");
@@ -408,19 +410,15 @@ pub fn start(st: &mut crate::domain::DomainState, id: usize, a: OneSided, op: Op
     let mut answer_buf = None;
     let (hdr, payload, tx, reply_to) = match op {
         Op::Write { local, data } => {
-            let len: usize = local.iter().map(|p| p.1).sum();
             if a.flags & ffi::FI_INJECT as u64 != 0 && len > crate::getinfo::INJECT_SIZE {
                 return Err(FiError::MSGSIZE);
             }
             let low = if data.is_some() { super::APP_DATA } else { 0 };
             let hdr = header(app(KIND_WRITE, low), a.key, a.addr, data.unwrap_or(0), len);
-            // SAFETY: the application's source buffer, which it leaves unchanged until the write
-            // completes (the engine copies inject-sized ones before returning).
             let tx = TxOp::new(a.ctx, (ffi::FI_RMA | ffi::FI_WRITE) as u64, wanted, super::TxKind::Write);
             (hdr, Payload::App(local), tx, None)
         }
         Op::Read { local } => {
-            let len: usize = local.iter().map(|p| p.1).sum();
             let op_id = ep.rma.new_op();
             let engine = ep.engine.as_mut().expect("checked above");
             // One round trip: the target places the bytes in a buffer of ours, named here, or
