@@ -41,16 +41,20 @@ pub unsafe fn many(iov: *const ffi::iovec, count: usize) -> FiResult<Ranges> {
 }
 
 /// Copy `src` into the memory of `dest` (application or registered ranges), as far as they
-/// reach; returns the bytes copied. One range, the usual case, is one copy.
+/// reach; returns the bytes copied. One range, the usual case, is one copy (none: nothing).
 ///
 /// # Safety
 /// Every range must be writable memory that nothing else touches during the call.
 pub unsafe fn scatter(dest: &Ranges, src: &[u8]) -> usize {
-    if let [(addr, len)] = *dest.as_slice() {
-        let n = len.min(src.len());
-        // SAFETY: per this function's contract, `len >= n` writable bytes at `addr`.
-        unsafe { smr_core::copy::copy_bytes(src.as_ptr(), addr as *mut u8, n) };
-        return n;
+    match *dest.as_slice() {
+        [] => return 0,
+        [(addr, len)] => {
+            let n = len.min(src.len());
+            // SAFETY: per this function's contract, `len >= n` writable bytes at `addr`.
+            unsafe { smr_core::copy::copy_bytes(src.as_ptr(), addr as *mut u8, n) };
+            return n;
+        }
+        _ => {}
     }
     // SAFETY: per this function's contract.
     unsafe { smr_core::iov::LocalIov::from_ranges(dest.clone()) }.write_at(0, src)
@@ -62,11 +66,15 @@ pub unsafe fn scatter(dest: &Ranges, src: &[u8]) -> usize {
 /// # Safety
 /// Every range must be readable memory that nothing else changes during the call.
 pub unsafe fn gather(src: &Ranges, dest: &mut [u8]) -> usize {
-    if let [(addr, len)] = *src.as_slice() {
-        let n = len.min(dest.len());
-        // SAFETY: per this function's contract, `len >= n` readable bytes at `addr`.
-        unsafe { smr_core::copy::copy_bytes(addr as *const u8, dest.as_mut_ptr(), n) };
-        return n;
+    match *src.as_slice() {
+        [] => return 0,
+        [(addr, len)] => {
+            let n = len.min(dest.len());
+            // SAFETY: per this function's contract, `len >= n` readable bytes at `addr`.
+            unsafe { smr_core::copy::copy_bytes(addr as *const u8, dest.as_mut_ptr(), n) };
+            return n;
+        }
+        _ => {}
     }
     // SAFETY: per this function's contract.
     unsafe { smr_core::iov::LocalIov::from_ranges(src.clone()) }.read_at(0, dest)

@@ -8,6 +8,7 @@
 mod ops;
 pub(crate) mod published;
 mod read_req;
+mod replies;
 mod rma;
 mod rma_ops;
 mod rx;

@@ -100,6 +100,7 @@
 //! request arrives (FI_ORDER_WAR).
 
 use super::read_req::{u64_at, Bytes, ReadReq, ReturnBy, WRITE_BACK_RANGES_MAX};
+use super::replies::{Pending, Replies};
 use super::{Sinks, TxOp};
 use crate::atomic::apply::{self, Kind};
 use crate::cq::CqEvent;
@@ -109,8 +110,7 @@ use rshm_ffi as ffi;
 use slab::Slab;
 use smr_core::cmd::RemoteIov;
 use smr_core::cmd::{MsgHeader, ANSWER_DATA_MAX};
-use smr_core::endpoint::{Disposition, Endpoint, Incoming, PeerId, SendOpts, SendStatus, SrcId};
-use smr_core::idmap::IdMap;
+use smr_core::endpoint::{AnswerData, Disposition, Endpoint, Incoming, PeerId, SendOpts, SendStatus, SrcId};
 use smr_core::iov::{LocalIov, Ranges};
 use smr_core::Error as EngineError;
 use std::collections::VecDeque;
@@ -198,18 +198,6 @@ pub fn max_count(kind: Kind, datatype: u32) -> Option<usize> {
     Some((ATOMIC_PAYLOAD_MAX - 8) / per_element)
 }
 
-/// A reply buffer of a read or fetching atomic, until its data and its answer arrive.
-pub struct Pending {
-    slot: usize,
-    dest: Option<LocalIov>,
-    got: Option<smr_core::Result<usize>>,
-    answered: bool,
-    want: usize,
-    /// Asked the target to write the bytes into `dest` with CMA: a successful answer with no
-    /// reply before it means they are there (a target refused CMA replies first instead).
-    write_back: bool,
-}
-
 /// What the target still has to do for an operation that arrived.
 enum TargetOp {
     /// A write placed straight into registered memory `mem`: in the step it arrives (inline,
@@ -246,7 +234,7 @@ enum Outgoing {
     AnswerData {
         src: SrcId,
         msg_id: u64,
-        data: SmallReply,
+        data: AnswerData,
     },
     Reply {
         src: SrcId,
@@ -278,26 +266,6 @@ struct WriteBack {
     addr: u64,
     len: u64,
     remote: Vec<RemoteIov>,
-}
-
-/// The bytes of a reply that fits in an answer.
-#[derive(Clone, Copy)]
-struct SmallReply {
-    len: u8,
-    bytes: [u8; ANSWER_DATA_MAX],
-}
-
-impl SmallReply {
-    /// A reply of `len` bytes, filled by `fill`, if `len` fits in an answer.
-    fn new(len: usize, fill: impl FnOnce(&mut [u8])) -> Option<SmallReply> {
-        let mut r = SmallReply { len: u8::try_from(len).ok()?, bytes: [0; ANSWER_DATA_MAX] };
-        fill(r.bytes.get_mut(..len)?);
-        Some(r)
-    }
-
-    fn as_slice(&self) -> &[u8] {
-        &self.bytes[..self.len as usize]
-    }
 }
 
 /// What a reply carries: a copy (small reads, atomics' old values) or registered memory.
@@ -333,8 +301,7 @@ impl ReplyData {
 
 #[derive(Default)]
 pub struct RmaState {
-    pending: IdMap<u64, Pending>,
-    next_op: u64,
+    pending: Replies,
     target: Slab<TargetOp>,
     outbox: VecDeque<Outgoing>,
     /// Replies whose data the initiator still has to take (CMA, SAR): answered when it has.
@@ -451,15 +418,19 @@ pub fn start(st: &mut crate::domain::DomainState, id: usize, a: OneSided, op: Op
         Op::Atomic { desc, operand, compare, result } => {
             // Only fetching kinds are matched to a reply by their id; a base atomic sends 0.
             let op_id = if desc.kind == Kind::Write { 0 } else { ep.rma.new_op() };
-            let mut payload = Bytes::new();
-            payload.extend_from_slice(&op_id.to_le_bytes());
+            // The request: op id, then the operands and compare values, copied from the
+            // application's buffers into one array sized by the operation (checked against
+            // their lengths by the entry point).
+            let mut payload = Bytes::from_elem(0, desc.payload());
+            let (id, values) = payload.split_at_mut(8);
+            id.copy_from_slice(&op_id.to_le_bytes());
             // SAFETY: the application's operand and compare buffers (non-NULL, of their
             // lengths: checked by the entry point), read during this call only.
-            unsafe {
-                gather(&mut payload, &operand);
-                gather(&mut payload, &compare);
-            }
-            if payload.len() != desc.payload() {
+            let copied = unsafe {
+                let n = crate::iov::gather(&operand, values);
+                n + crate::iov::gather(&compare, &mut values[n..])
+            };
+            if copied != values.len() {
                 return Err(FiError::INVAL);
             }
             let hdr = header(app(KIND_ATOMIC, 0), a.key, a.addr, desc.pack(), payload.len());
@@ -517,10 +488,7 @@ pub fn start(st: &mut crate::domain::DomainState, id: usize, a: OneSided, op: Op
         }
     }
     if let Some(Reply { op_id, local, want, write_back }) = reply_to {
-        // SAFETY: the application's result buffer, which it leaves alone until the operation
-        // completes.
-        let dest = unsafe { super::rx::lend(local) };
-        ep.rma.pending.insert(op_id, Pending { slot, dest: Some(dest), got: None, answered: false, want, write_back });
+        ep.rma.pending.insert(op_id, Pending::new(slot, local, want, write_back));
     }
     let taken = ep.tx_ops.insert(tx);
     debug_assert_eq!(taken, slot);
@@ -575,21 +543,9 @@ enum Payload {
     Own(Bytes),
 }
 
-/// Append the bytes of application ranges.
-///
-/// # Safety
-/// Every range must be readable memory for the duration of the call.
-unsafe fn gather(out: &mut Bytes, ranges: &Ranges) {
-    for &(addr, len) in ranges {
-        // SAFETY: per this function's contract, `len` readable bytes at `addr`.
-        out.extend_from_slice(unsafe { std::slice::from_raw_parts(addr as *const u8, len) });
-    }
-}
-
 impl RmaState {
     fn new_op(&mut self) -> u64 {
-        self.next_op = self.next_op.wrapping_add(1);
-        self.next_op
+        self.pending.next_id()
     }
 
     /// Whether `peer` is this endpoint itself (remembered per peer: ids are never reused).
@@ -664,7 +620,9 @@ impl Target<'_> {
                 }
                 Err(errno) => refuse(msg, errno),
             },
-            KIND_READ_RESP => match self.rma.pending.get_mut(&hdr.tag).and_then(|p| p.dest.take()) {
+            // SAFETY: the application's result buffer of a pending read, which it leaves alone
+            // until the read completes.
+            KIND_READ_RESP => match self.rma.pending.get_mut(hdr.tag).and_then(|p| unsafe { p.lend_dest() }) {
                 Some(dest) => Disposition::Deliver { dest, ctx: CTX_REPLY | hdr.tag },
                 None => Disposition::Discard,
             },
@@ -703,8 +661,17 @@ impl Target<'_> {
             },
             _ => match self.atomic_target(msg) {
                 Ok((desc, target, mr_cntr, reply)) => {
-                    self.serve_atomic(desc, &target, mr_cntr, reply, Some(payload), sinks);
-                    taken(reply.is_some())
+                    match self.serve_atomic(desc, &target, mr_cntr, reply, Some(payload), sinks) {
+                        // Answered in this same step, unless earlier answers still wait their turn.
+                        Some(Outgoing::AnswerData { data, .. }) if self.rma.outbox.is_empty() => {
+                            Disposition::AnswerWith(data)
+                        }
+                        Some(out) => {
+                            self.rma.outbox.push_back(out);
+                            taken(true)
+                        }
+                        None => taken(false),
+                    }
                 }
                 Err(errno) => refuse(msg, errno),
             },
@@ -749,7 +716,9 @@ impl Target<'_> {
             }
             TargetOp::Atomic { desc, target, mr_cntr, reply } => {
                 let bytes = dest.into_owned().unwrap_or_default();
-                self.serve_atomic(desc, &target, mr_cntr, reply, ok.then_some(&bytes[..]), sinks);
+                if let Some(out) = self.serve_atomic(desc, &target, mr_cntr, reply, ok.then_some(&bytes[..]), sinks) {
+                    self.rma.outbox.push_back(out);
+                }
             }
         }
     }
@@ -775,7 +744,7 @@ impl Target<'_> {
                 sinks.remote_done(mr.read_cntr, false);
                 // SAFETY: registered memory the application exposed for remote reads.
                 let mem = unsafe { super::rx::lend(ranges.clone()) };
-                if let Some(data) = SmallReply::new(len as usize, |b| _ = mem.read_at(0, b)) {
+                if let Some(data) = AnswerData::new(len as usize, |b| _ = mem.read_at(0, b)) {
                     self.rma.outbox.push_back(Outgoing::AnswerData { src, msg_id, data });
                     return None;
                 }
@@ -808,6 +777,8 @@ impl Target<'_> {
 
     /// An atomic's payload is here (None: it failed to arrive): apply it, count it, and answer
     /// a fetching one with the old values.
+    /// Apply an atomic whose operands are here (`payload`; None: they failed to arrive), and
+    /// count it. Returns its answer, if its initiator waits for one.
     fn serve_atomic(
         &mut self,
         desc: Desc,
@@ -816,7 +787,7 @@ impl Target<'_> {
         reply: Option<(SrcId, u64)>,
         payload: Option<&[u8]>,
         sinks: &mut Sinks,
-    ) {
+    ) -> Option<Outgoing> {
         // Working copies on the stack for the usual small atomic, on the heap beyond that.
         let n = desc.bytes();
         let (mut value_stack, mut old_stack) = ([0u8; ATOMIC_STACK], [0u8; ATOMIC_STACK]);
@@ -832,20 +803,17 @@ impl Target<'_> {
             // atomic that may modify it is a write (`mr_cntr`).
             sinks.remote_done(mr_cntr, desc.kind == Kind::Write);
         }
-        let Some((src, msg_id)) = reply else { return };
-        match applied {
-            Ok(()) => {
-                let out = match SmallReply::new(old.len(), |b| b.copy_from_slice(old)) {
-                    Some(data) => Outgoing::AnswerData { src, msg_id, data },
-                    None => {
-                        let op_id = payload.and_then(|b| u64_at(b, 0)).unwrap_or(0);
-                        Outgoing::Reply { src, msg_id, op_id, data: ReplyData::Copy(old.to_vec()), pull: true }
-                    }
-                };
-                self.rma.outbox.push_back(out);
-            }
-            Err(errno) => self.answer(src, msg_id, Err(errno)),
-        }
+        let (src, msg_id) = reply?;
+        Some(match applied {
+            Ok(()) => match AnswerData::new(old.len(), |b| b.copy_from_slice(old)) {
+                Some(data) => Outgoing::AnswerData { src, msg_id, data },
+                None => {
+                    let op_id = payload.and_then(|b| u64_at(b, 0)).unwrap_or(0);
+                    Outgoing::Reply { src, msg_id, op_id, data: ReplyData::Copy(old.to_vec()), pull: true }
+                }
+            },
+            Err(errno) => Outgoing::Answer { src, msg_id, result: Err(errno) },
+        })
     }
 
     fn answer(&mut self, src: SrcId, msg_id: u64, result: Result<(), u32>) {
@@ -935,7 +903,7 @@ pub fn reply_delivered(
     result: smr_core::Result<usize>,
     sinks: &mut Sinks,
 ) {
-    let Some(p) = rma.pending.get_mut(&op_id) else { return };
+    let Some(p) = rma.pending.get_mut(op_id) else { return };
     p.got = Some(result);
     if p.answered {
         finish(rma, tx_ops, op_id, Ok(()), sinks);
@@ -946,11 +914,13 @@ pub fn reply_delivered(
 /// with its reply's bytes (small reads, fetching atomics); `answered` follows.
 pub fn answer_data(rma: &mut RmaState, tx_ops: &Slab<TxOp>, slot: usize, data: &[u8]) {
     let Some(op_id) = tx_ops.get(slot).and_then(|op| op.reply) else { return };
-    let Some(p) = rma.pending.get_mut(&op_id) else { return };
-    if let Some(mut dest) = p.dest.take() {
+    let Some(p) = rma.pending.get_mut(op_id) else { return };
+    if let Some(dest) = p.dest.take() {
         // The length is the target's word: checked before a byte reaches the user's buffer.
         p.got = Some(if data.len() == p.want {
-            Ok(dest.write_at(0, data))
+            // SAFETY: the application's result buffer, which it leaves alone until the operation
+            // completes.
+            Ok(unsafe { crate::iov::scatter(&dest, data) })
         } else {
             Err(EngineError::Corrupt("answer of the wrong length"))
         });
@@ -970,7 +940,7 @@ pub fn answered(
         super::tx::send_finished(tx_ops, slot, result, sinks);
         return;
     };
-    match rma.pending.get_mut(&op_id) {
+    match rma.pending.get_mut(op_id) {
         // The target wrote the bytes into our buffer before it answered.
         Some(p) if result.is_ok() && p.got.is_none() && p.write_back => {
             p.got = Some(Ok(p.want));
@@ -983,7 +953,7 @@ pub fn answered(
 }
 
 fn finish(rma: &mut RmaState, tx_ops: &mut Slab<TxOp>, op_id: u64, answer: smr_core::Result<()>, sinks: &mut Sinks) {
-    let Some(p) = rma.pending.remove(&op_id) else { return };
+    let Some(p) = rma.pending.remove(op_id) else { return };
     let result = match (answer, p.got) {
         (Err(e), _) | (Ok(()), Some(Err(e))) => Err(e),
         (Ok(()), Some(Ok(n))) if n == p.want => Ok(()),
@@ -1148,16 +1118,14 @@ mod tests {
     use super::*;
 
     /// A read of `want` bytes into `buf`, pending in tx slot 0.
-    fn pending_read(buf: &mut [u8], want: usize) -> (RmaState, Slab<TxOp>) {
+    fn pending_read(buf: &mut [u8], want: usize) -> (RmaState, Slab<TxOp>, u64) {
         let mut rma = RmaState::default();
         let mut tx_ops = Slab::new();
         let op_id = rma.new_op();
         let slot = tx_ops.insert(TxOp::new(0, 0, false, super::super::TxKind::Read).with_reply(op_id));
-        // SAFETY: `buf` outlives the test's use of the pending read.
-        let dest = unsafe { LocalIov::from_raw(&[(buf.as_mut_ptr(), buf.len())]) };
-        rma.pending
-            .insert(op_id, Pending { slot, dest: Some(dest), got: None, answered: false, want, write_back: false });
-        (rma, tx_ops)
+        let dest = [(buf.as_mut_ptr() as usize, buf.len())].into_iter().collect();
+        rma.pending.insert(op_id, Pending::new(slot, dest, want, false));
+        (rma, tx_ops, op_id)
     }
 
     /// A hostile target's answer of another length than the read asked for (placed in the
@@ -1167,17 +1135,17 @@ mod tests {
     fn answers_of_the_wrong_length_fail_the_read_untouched() {
         for (want, answer) in [(100usize, 4096usize), (100, 99), (33, 32), (16384, 0)] {
             let mut buf = vec![0xC5u8; want];
-            let (mut rma, tx_ops) = pending_read(&mut buf, want);
+            let (mut rma, tx_ops, op_id) = pending_read(&mut buf, want);
             answer_data(&mut rma, &tx_ops, 0, &vec![7u8; answer]);
-            let got = rma.pending.get(&1).and_then(|p| p.got.clone());
+            let got = rma.pending.get_mut(op_id).and_then(|p| p.got.clone());
             assert!(matches!(got, Some(Err(EngineError::Corrupt(_)))), "{want} B read, {answer} B answer: {got:?}");
             drop(rma);
             assert!(buf.iter().all(|&b| b == 0xC5), "{want} B read: buffer written by a {answer} B answer");
         }
         let mut buf = vec![0u8; 1000];
-        let (mut rma, tx_ops) = pending_read(&mut buf, 1000);
+        let (mut rma, tx_ops, op_id) = pending_read(&mut buf, 1000);
         answer_data(&mut rma, &tx_ops, 0, &[9u8; 1000]);
-        assert_eq!(rma.pending.get(&1).and_then(|p| p.got.clone()), Some(Ok(1000)));
+        assert_eq!(rma.pending.get_mut(op_id).and_then(|p| p.got.clone()), Some(Ok(1000)));
         drop(rma);
         assert!(buf.iter().all(|&b| b == 9));
     }

@@ -16,7 +16,7 @@ mod send;
 mod tests;
 
 use crate::clock::Instant;
-use crate::cmd::{Limits, MsgHeader, RespEntry, INLINE_MAX};
+use crate::cmd::{Limits, MsgHeader, RespEntry, ANSWER_DATA_MAX, INLINE_MAX};
 use crate::error::{Error, Result};
 use crate::free_stack::StackCheck;
 use crate::idmap::IdMap;
@@ -142,6 +142,30 @@ pub enum Disposition {
     /// (`Endpoint::answer_into`: the name is checked; a bad one refuses the request). Returned
     /// for any other message it refuses it (`EINVAL`).
     AnswerInto { buf: u32, data: LocalIov },
+    /// From `on_payload` only: the handler took the payload and answers at once with these few
+    /// bytes (`Endpoint::answer_with`, in this same step: no answer queued for later). Returned
+    /// for any other message it refuses it (`EINVAL`).
+    AnswerWith(AnswerData),
+}
+
+/// The bytes an answer carries in its response entry (at most `ANSWER_DATA_MAX`).
+#[derive(Debug, Clone, Copy)]
+pub struct AnswerData {
+    len: u8,
+    bytes: [u8; ANSWER_DATA_MAX],
+}
+
+impl AnswerData {
+    /// `len` bytes, filled by `fill`, if `len` fits in an answer.
+    pub fn new(len: usize, fill: impl FnOnce(&mut [u8])) -> Option<AnswerData> {
+        let mut a = AnswerData { len: u8::try_from(len).ok()?, bytes: [0; ANSWER_DATA_MAX] };
+        fill(a.bytes.get_mut(..len)?);
+        Some(a)
+    }
+
+    pub fn as_slice(&self) -> &[u8] {
+        &self.bytes[..self.len as usize]
+    }
 }
 
 /// Callbacks from `progress`.

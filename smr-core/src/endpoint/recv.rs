@@ -2,7 +2,9 @@
 //! reassembly, and the responses that complete the senders.
 
 use super::{Delivered, Disposition, Endpoint, Handler, Incoming, MsgKey, SrcId};
-use crate::cmd::{decode, resp, Body, CmdEntry, Command, MsgHeader, RemoteIov, RespEntry, SarSeg, Status};
+use crate::cmd::{
+    decode, resp, Body, CmdEntry, Command, MsgHeader, RemoteIov, RespEntry, SarSeg, Status, ANSWER_DATA_MAX,
+};
 use crate::error::{Error, Result};
 use crate::iov::LocalIov;
 
@@ -65,6 +67,13 @@ fn outcome(sent: u64, delivered: usize) -> Result<usize> {
 
 pub(super) fn done(msg_id: u64, status: Status, value: u64) -> RespEntry {
     RespEntry { kind: resp::DONE, status: status as u32, msg_id, value, ..Default::default() }
+}
+
+/// The answer to `msg_id` carrying `bytes` (at most `ANSWER_DATA_MAX`; callers check).
+fn answered_with(msg_id: u64, bytes: &[u8]) -> RespEntry {
+    let mut entry = done(msg_id, Status::Answered, bytes.len() as u64);
+    entry.data[..bytes.len()].copy_from_slice(bytes);
+    entry
 }
 
 fn status_of(result: &Result<usize>) -> Status {
@@ -204,7 +213,14 @@ impl Endpoint {
                 self.release_buffers(&body);
                 return;
             }
-            Disposition::AnswerInto { .. } => Disposition::Refuse(libc::EINVAL as u32),
+            Disposition::AnswerWith(data) if payload.is_some() => {
+                if ack {
+                    self.send_resp(src, answered_with(msg_id, data.as_slice()));
+                }
+                self.release_buffers(&body);
+                return;
+            }
+            Disposition::AnswerInto { .. } | Disposition::AnswerWith(_) => Disposition::Refuse(libc::EINVAL as u32),
             d => d,
         };
         let refused = match disposition {
@@ -230,9 +246,10 @@ impl Endpoint {
                         self.held.insert(key, Held { src, hdr, data: HeldData::Cma { iovs, msg_id } });
                     }
                     // Only inline messages can be taken.
-                    Disposition::Discard | Disposition::Taken { .. } | Disposition::AnswerInto { .. } => {
-                        self.send_resp(src, done(msg_id, Status::Dropped, 0))
-                    }
+                    Disposition::Discard
+                    | Disposition::Taken { .. }
+                    | Disposition::AnswerInto { .. }
+                    | Disposition::AnswerWith(_) => self.send_resp(src, done(msg_id, Status::Dropped, 0)),
                     Disposition::Refuse(errno) => self.send_resp(src, done(msg_id, Status::Refused, errno.into())),
                 }
                 return; // the CMA path answers for itself
@@ -246,7 +263,10 @@ impl Endpoint {
                         self.held.insert(key, Held { src, hdr, data: HeldData::Arriving { bytes, waiting: None } });
                         Sink::Held(key)
                     }
-                    Disposition::Discard | Disposition::Taken { .. } | Disposition::AnswerInto { .. } => Sink::Dropped,
+                    Disposition::Discard
+                    | Disposition::Taken { .. }
+                    | Disposition::AnswerInto { .. }
+                    | Disposition::AnswerWith(_) => Sink::Dropped,
                     Disposition::Refuse(errno) => Sink::Refused(errno),
                 };
                 self.sar_rx.insert((src, msg_id), SarRx { hdr, received: 0, sink });
@@ -303,7 +323,8 @@ impl Endpoint {
             Disposition::Discard
             | Disposition::Refuse(_)
             | Disposition::Taken { .. }
-            | Disposition::AnswerInto { .. } => {}
+            | Disposition::AnswerInto { .. }
+            | Disposition::AnswerWith(_) => {}
         }
     }
 
@@ -506,9 +527,10 @@ impl Endpoint {
     /// `ANSWER_DATA_MAX`): its sender completes and its handler gets them (`on_send_answer`)
     /// first. One response entry, where a reply message and an answer would take two.
     pub fn answer_with(&mut self, src: SrcId, msg_id: u64, bytes: &[u8]) -> Result<()> {
-        let mut entry = done(msg_id, Status::Answered, bytes.len() as u64);
-        entry.data.get_mut(..bytes.len()).ok_or(Error::Invalid("answer data too long"))?.copy_from_slice(bytes);
-        self.send_resp(src, entry);
+        if bytes.len() > ANSWER_DATA_MAX {
+            return Err(Error::Invalid("answer data too long"));
+        }
+        self.send_resp(src, answered_with(msg_id, bytes));
         Ok(())
     }
 

@@ -17,6 +17,9 @@ struct Collect {
     take_payload: bool,
     /// Answer inline requests at once in the answer buffer they name (`answer_request`).
     answer_into: bool,
+    /// Answer every message at once with its payload's first bytes (`Disposition::AnswerWith`),
+    /// even one offered without its payload (which the engine must refuse).
+    answer_with: bool,
     taken: Vec<(MsgHeader, Vec<u8>)>,
     dest_len: Option<usize>,
     received: Vec<(MsgHeader, Result<usize>, Vec<u8>)>,
@@ -28,6 +31,9 @@ struct Collect {
 impl Handler for Collect {
     fn on_message(&mut self, msg: &Incoming, _src_name: &str) -> Disposition {
         self.offered.push(*msg);
+        if self.answer_with {
+            return Disposition::AnswerWith(AnswerData::new(3, |b| b.fill(0xAB)).unwrap());
+        }
         if self.hold {
             return Disposition::Hold;
         }
@@ -45,6 +51,10 @@ impl Handler for Collect {
         if self.answer_into && self.refuse.is_none() {
             let (buf, len) = parse_request(payload);
             return Disposition::AnswerInto { buf, data: LocalIov::owned(pattern(len, buf as u8)) };
+        }
+        if self.answer_with {
+            let n = payload.len().min(crate::cmd::ANSWER_DATA_MAX);
+            return Disposition::AnswerWith(AnswerData::new(n, |b| b.copy_from_slice(&payload[..n])).unwrap());
         }
         if !self.take_payload {
             return self.on_message(msg, src_name);
@@ -441,6 +451,40 @@ fn answers_carry_data_to_the_sender() {
     pump_until((&mut a, &mut ha), (&mut b, &mut hb), "answers", |ha, _| ha.sends_done.len() == 3);
     assert_eq!(ha.sends_done, vec![(10, Ok(())), (11, Ok(())), (12, Ok(()))]);
     assert_eq!(ha.answers, vec![(10, vec![7u8; crate::cmd::ANSWER_DATA_MAX]), (11, vec![]), (12, pattern(5, 9))]);
+}
+
+/// `Disposition::AnswerWith`: a message offered with its payload (inline, or in an inject
+/// buffer, which comes back) is answered in the same step with the handler's bytes; one offered
+/// without (CMA) is refused, as the disposition promises.
+#[test]
+fn answers_with_data_go_out_in_the_step_that_takes_the_request() {
+    let (mut a, mut b, to_b) = pair("answerwith", Params::default());
+    let free_before = free_buffers(&a);
+    let (mut ha, mut hb) = (Collect::default(), Collect { answer_with: true, ..Default::default() });
+    let sizes = [0usize, 8, INLINE_MAX, INLINE_MAX + 1, INJECT_SIZE as usize];
+    for (i, &len) in sizes.iter().enumerate() {
+        let hdr = MsgHeader { app: 0, tag: i as u64, data: 0, aux: 0, len: len as u64 };
+        let opts = SendOpts { cookie: i as u64, delivery_complete: true, more: false, pull: false };
+        assert_eq!(a.send_bytes(to_b, hdr, &pattern(len, i as u8), opts), Ok(SendStatus::Pending));
+    }
+    // One progress step of the receiver answers them all: nothing waits for a later step.
+    b.progress(&mut hb);
+    a.progress(&mut ha);
+    assert_eq!(ha.sends_done.len(), sizes.len(), "answered in one step of the receiver");
+    for (i, &len) in sizes.iter().enumerate() {
+        assert_eq!(ha.sends_done[i], (i as u64, Ok(())));
+        let n = len.min(crate::cmd::ANSWER_DATA_MAX);
+        assert_eq!(ha.answers[i], (i as u64, pattern(len, i as u8)[..n].to_vec()), "size {len}");
+    }
+    assert!(hb.received.is_empty() && hb.taken.is_empty());
+    let big = INJECT_SIZE as usize + 1;
+    let hdr = MsgHeader { app: 0, tag: 99, data: 0, aux: 0, len: big as u64 };
+    let opts = SendOpts { cookie: 99, delivery_complete: true, more: false, pull: true };
+    assert_eq!(a.send(to_b, hdr, LocalIov::owned(pattern(big, 1)), opts), Ok(SendStatus::Pending));
+    pump_until((&mut a, &mut ha), (&mut b, &mut hb), "refusal", |ha, _| ha.sends_done.len() == sizes.len() + 1);
+    assert_eq!(ha.sends_done.last(), Some(&(99, Err(Error::Refused(libc::EINVAL as u32)))));
+    assert_eq!(ha.answers.len(), sizes.len(), "the refused message was answered with data");
+    assert_eq!(free_buffers(&a), free_before, "inject buffers not returned");
 }
 
 /// `send_bytes`: every size up to inject_max arrives intact, offered with its payload
