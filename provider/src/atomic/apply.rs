@@ -109,7 +109,7 @@ enum Family {
     Complex,
 }
 
-fn family(datatype: u32) -> Option<Family> {
+const fn family(datatype: u32) -> Option<Family> {
     match datatype {
         ffi::FI_INT8
         | ffi::FI_UINT8
@@ -153,17 +153,65 @@ macro_rules! dispatch {
     };
 }
 
+#[cfg(test)]
 fn elem_size<T: Elem>() -> Option<usize> {
     Some(T::SIZE)
 }
 
+/// Datatypes and operations are small numbers (libfabric's enums), and `valid` and `type_size`
+/// are asked on every atomic at both ends (the call, the target's decode, `apply`): their
+/// answers come from tables built at compile time, one load each, instead of a walk through
+/// the matches below.
+const DATATYPES: usize = 16;
+
 /// Bytes of one element of `datatype`, or `None` if the datatype is unknown.
 pub fn type_size(datatype: u32) -> Option<usize> {
+    match TYPE_SIZES.get(datatype as usize) {
+        Some(&n) if n > 0 => Some(n as usize),
+        _ => None,
+    }
+}
+
+/// `type_size` by datatype (0: unknown); the sizes are the element types' (checked against
+/// them by a test).
+const TYPE_SIZES: [u8; DATATYPES] = [1, 1, 2, 2, 4, 4, 8, 8, 4, 8, 8, 16, 16, 32, 16, 16];
+
+/// Bytes of one element of `datatype`, from the element types themselves.
+#[cfg(test)]
+fn type_size_of_elem(datatype: u32) -> Option<usize> {
     dispatch!(datatype, elem_size, elem_size, elem_size, (), None)
 }
 
+/// `valid` by kind and datatype: bit `op` set where the combination is implemented.
+const VALID: [[u32; DATATYPES]; 3] = {
+    let kinds = [Kind::Write, Kind::Fetch, Kind::Compare];
+    let mut table = [[0u32; DATATYPES]; 3];
+    let mut k = 0;
+    while k < kinds.len() {
+        let mut datatype = 0;
+        while datatype < DATATYPES {
+            let mut op = 0;
+            while op < 32 {
+                if valid_rule(kinds[k], op, datatype as u32) {
+                    table[k][datatype] |= 1 << op;
+                }
+                op += 1;
+            }
+            datatype += 1;
+        }
+        k += 1;
+    }
+    table
+};
+
 /// Whether `(kind, op, datatype)` is implemented; `fi_atomicvalid` and friends answer from this.
 pub fn valid(kind: Kind, op: u32, datatype: u32) -> bool {
+    let Some(ops) = VALID[kind as usize].get(datatype as usize) else { return false };
+    op < 32 && ops >> op & 1 != 0
+}
+
+/// The rule `VALID` is built from.
+const fn valid_rule(kind: Kind, op: u32, datatype: u32) -> bool {
     let Some(family) = family(datatype) else { return false };
     if !cfg!(target_arch = "x86_64") && matches!(datatype, ffi::FI_LONG_DOUBLE | ffi::FI_LONG_DOUBLE_COMPLEX) {
         return false;
@@ -171,13 +219,13 @@ pub fn valid(kind: Kind, op: u32, datatype: u32) -> bool {
     let kind_ok = match kind {
         Kind::Write => op <= ffi::FI_ATOMIC_WRITE && op != ffi::FI_ATOMIC_READ,
         Kind::Fetch => op <= ffi::FI_ATOMIC_WRITE,
-        Kind::Compare => (ffi::FI_CSWAP..=ffi::FI_MSWAP).contains(&op),
+        Kind::Compare => op >= ffi::FI_CSWAP && op <= ffi::FI_MSWAP,
     };
     kind_ok
         && match op {
-            ffi::FI_BOR | ffi::FI_BAND | ffi::FI_BXOR | ffi::FI_MSWAP => family == Family::Integer,
+            ffi::FI_BOR | ffi::FI_BAND | ffi::FI_BXOR | ffi::FI_MSWAP => matches!(family, Family::Integer),
             ffi::FI_MIN | ffi::FI_MAX | ffi::FI_CSWAP_LE | ffi::FI_CSWAP_LT | ffi::FI_CSWAP_GE | ffi::FI_CSWAP_GT => {
-                family != Family::Complex
+                !matches!(family, Family::Complex)
             }
             _ => true,
         }
@@ -749,6 +797,26 @@ mod tests {
 
     fn datatypes() -> impl Iterator<Item = u32> {
         INTEGERS.into_iter().chain(REALS).chain(COMPLEXES)
+    }
+
+    /// The compile-time tables say what the element types and the rule say, for every
+    /// datatype and operation number a peer could send (and some beyond).
+    #[test]
+    fn the_tables_agree_with_the_types_and_the_rule() {
+        for datatype in 0..300u32 {
+            assert_eq!(type_size(datatype), type_size_of_elem(datatype), "datatype {datatype}");
+            for kind in KINDS {
+                for op in 0..100u32 {
+                    assert_eq!(
+                        valid(kind, op, datatype),
+                        valid_rule(kind, op, datatype),
+                        "{kind:?} op {op} datatype {datatype}"
+                    );
+                }
+            }
+        }
+        assert_eq!(type_size(u32::MAX), None);
+        assert!(!valid(Kind::Fetch, u32::MAX, FI_UINT64) && !valid(Kind::Fetch, FI_SUM, u32::MAX));
     }
 
     /// Op numbers to probe: every libfabric op and a few beyond.

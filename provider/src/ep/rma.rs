@@ -788,15 +788,23 @@ impl Target<'_> {
         payload: Option<&[u8]>,
         sinks: &mut Sinks,
     ) -> Option<Outgoing> {
-        // Working copies on the stack for the usual small atomic, on the heap beyond that.
+        // A working copy of the target's values, on the stack for the usual small atomic; the
+        // old values go straight into the answer when they fit one (the usual fetch).
         let n = desc.bytes();
-        let (mut value_stack, mut old_stack) = ([0u8; ATOMIC_STACK], [0u8; ATOMIC_STACK]);
-        let (mut value_heap, mut old_heap) = (Vec::new(), Vec::new());
-        let old = scratch(if desc.kind == Kind::Write { 0 } else { n }, &mut old_stack, &mut old_heap);
-        let applied = match payload {
-            Some(bytes) => apply_atomic(desc, target, bytes, scratch(n, &mut value_stack, &mut value_heap), old),
+        let (mut value_stack, mut value_heap) = ([0u8; ATOMIC_STACK], Vec::new());
+        let value = scratch(n, &mut value_stack, &mut value_heap);
+        let mut apply_into = |old: &mut [u8]| match payload {
+            Some(bytes) => apply_atomic(desc, target, bytes, value, old),
             None => Err(ffi::FI_EIO),
         };
+        let old_len = if desc.kind == Kind::Write { 0 } else { n };
+        let mut applied = Err(ffi::FI_EIO);
+        let mut old_heap = Vec::new();
+        let answer = AnswerData::new(old_len, |old| applied = apply_into(old));
+        if answer.is_none() {
+            old_heap.resize(old_len, 0);
+            applied = apply_into(&mut old_heap);
+        }
         if applied.is_ok() {
             // The endpoint's counters follow fi_endpoint(3): a base atomic is a remote write, a
             // fetching or compare atomic a remote read. The registration's follow fi_mr(3): any
@@ -804,15 +812,13 @@ impl Target<'_> {
             sinks.remote_done(mr_cntr, desc.kind == Kind::Write);
         }
         let (src, msg_id) = reply?;
-        Some(match applied {
-            Ok(()) => match AnswerData::new(old.len(), |b| b.copy_from_slice(old)) {
-                Some(data) => Outgoing::AnswerData { src, msg_id, data },
-                None => {
-                    let op_id = payload.and_then(|b| u64_at(b, 0)).unwrap_or(0);
-                    Outgoing::Reply { src, msg_id, op_id, data: ReplyData::Copy(old.to_vec()), pull: true }
-                }
-            },
-            Err(errno) => Outgoing::Answer { src, msg_id, result: Err(errno) },
+        Some(match (applied, answer) {
+            (Err(errno), _) => Outgoing::Answer { src, msg_id, result: Err(errno) },
+            (Ok(()), Some(data)) => Outgoing::AnswerData { src, msg_id, data },
+            (Ok(()), None) => {
+                let op_id = payload.and_then(|b| u64_at(b, 0)).unwrap_or(0);
+                Outgoing::Reply { src, msg_id, op_id, data: ReplyData::Copy(old_heap), pull: true }
+            }
         })
     }
 
