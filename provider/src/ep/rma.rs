@@ -257,6 +257,16 @@ enum Outgoing {
     },
 }
 
+/// How a read request is answered, as far as its caller can do it at once (`serve_read`).
+enum ReadAnswer {
+    /// With its bytes, which fit in the answer.
+    With(AnswerData),
+    /// In the answer buffer the request named: copy this target memory into it.
+    Into(u32, LocalIov),
+    /// Refused, or answered later: through the outbox.
+    Queued,
+}
+
 /// A read request to answer by writing into its initiator's memory (`ReturnBy::WriteBack`).
 struct WriteBack {
     src: SrcId,
@@ -654,18 +664,17 @@ impl Target<'_> {
                 }
                 Err(errno) => refuse(msg, errno),
             },
+            // Answered in this same step where the bytes fit the answer or the buffer the
+            // request named (the engine copies them now: FI_ORDER_WAR).
             KIND_READ_REQ => match self.serve_read(msg.src, msg.msg_id, hdr.tag, hdr.aux, payload, sinks) {
-                // Copied by the engine into the initiator's buffer in this same step (FI_ORDER_WAR).
-                Some((buf, data)) => Disposition::AnswerInto { buf, data },
-                None => taken(true),
+                ReadAnswer::Into(buf, data) => Disposition::AnswerInto { buf, data },
+                ReadAnswer::With(data) => self.answer_now(msg, data),
+                ReadAnswer::Queued => taken(true),
             },
             _ => match self.atomic_target(msg) {
                 Ok((desc, target, mr_cntr, reply)) => {
                     match self.serve_atomic(desc, &target, mr_cntr, reply, Some(payload), sinks) {
-                        // Answered in this same step, unless earlier answers still wait their turn.
-                        Some(Outgoing::AnswerData { data, .. }) if self.rma.outbox.is_empty() => {
-                            Disposition::AnswerWith(data)
-                        }
+                        Some(Outgoing::AnswerData { data, .. }) => self.answer_now(msg, data),
                         Some(out) => {
                             self.rma.outbox.push_back(out);
                             taken(true)
@@ -676,6 +685,16 @@ impl Target<'_> {
                 Err(errno) => refuse(msg, errno),
             },
         })
+    }
+
+    /// Answer `msg` with `data` in the step that took it (`Disposition::AnswerWith`), unless
+    /// earlier answers still wait their turn in the outbox: then after them.
+    fn answer_now(&mut self, msg: &Incoming, data: AnswerData) -> Disposition {
+        if self.rma.outbox.is_empty() {
+            return Disposition::AnswerWith(data);
+        }
+        self.rma.outbox.push_back(Outgoing::AnswerData { src: msg.src, msg_id: msg.msg_id, data });
+        Disposition::Taken { answer_later: true }
     }
 
     /// What an atomic asks for, checked: its operation, the memory it touches, the counter of
@@ -707,11 +726,15 @@ impl Target<'_> {
             }
             TargetOp::ReadReq { src, msg_id, key, addr } => {
                 let bytes = dest.into_owned().unwrap_or_default();
-                if let Some((buf, mem)) = self.serve_read(src, msg_id, key, addr, &bytes, sinks) {
-                    // A snapshot now (FI_ORDER_WAR), placed once progress returns.
-                    let mut data = vec![0; mem.len()];
-                    mem.read_at(0, &mut data);
-                    self.rma.outbox.push_back(Outgoing::AnswerInto { src, msg_id, buf, data });
+                match self.serve_read(src, msg_id, key, addr, &bytes, sinks) {
+                    ReadAnswer::Into(buf, mem) => {
+                        // A snapshot now (FI_ORDER_WAR), placed once progress returns.
+                        let mut data = vec![0; mem.len()];
+                        mem.read_at(0, &mut data);
+                        self.rma.outbox.push_back(Outgoing::AnswerInto { src, msg_id, buf, data });
+                    }
+                    ReadAnswer::With(data) => self.rma.outbox.push_back(Outgoing::AnswerData { src, msg_id, data }),
+                    ReadAnswer::Queued => {}
                 }
             }
             TargetOp::Atomic { desc, target, mr_cntr, reply } => {
@@ -724,8 +747,9 @@ impl Target<'_> {
     }
 
     /// A read request's payload (op id, length, and the initiator's answer buffer if it named
-    /// one) is here: answer or reply with the bytes, or refuse. Returns the answer buffer the
-    /// request named and the target memory to copy into it, for the caller to place at once.
+    /// one) is here: answer or reply with the bytes, or refuse. The answers the caller can give
+    /// at once are returned: the bytes (up to `ANSWER_DATA_MAX`), or the answer buffer the
+    /// request named and the target memory to copy into it; the rest go to the outbox.
     fn serve_read(
         &mut self,
         src: SrcId,
@@ -734,10 +758,10 @@ impl Target<'_> {
         addr: u64,
         payload: &[u8],
         sinks: &mut Sinks,
-    ) -> Option<(u32, LocalIov)> {
+    ) -> ReadAnswer {
         let Some(ReadReq { op_id, len, by }) = ReadReq::decode(payload) else {
             self.answer(src, msg_id, Err(ffi::FI_EINVAL));
-            return None;
+            return ReadAnswer::Queued;
         };
         match self.mrs.resolve(key, addr, len, ffi::FI_REMOTE_READ as u64) {
             Ok((ranges, mr)) => {
@@ -745,17 +769,16 @@ impl Target<'_> {
                 // SAFETY: registered memory the application exposed for remote reads.
                 let mem = unsafe { super::rx::lend(ranges.clone()) };
                 if let Some(data) = AnswerData::new(len as usize, |b| _ = mem.read_at(0, b)) {
-                    self.rma.outbox.push_back(Outgoing::AnswerData { src, msg_id, data });
-                    return None;
+                    return ReadAnswer::With(data);
                 }
                 let data = match by {
-                    ReturnBy::AnswerBuf(buf) => return Some((buf, mem)),
+                    ReturnBy::AnswerBuf(buf) => return ReadAnswer::Into(buf, mem),
                     ReturnBy::WriteBack(remote) => {
                         // Once progress returns (the engine makes the copy); the registration is
                         // looked up again then, in case it closes before.
                         let req = WriteBack { src, msg_id, op_id, key, addr, len, remote };
                         self.rma.outbox.push_back(Outgoing::WriteBack(req));
-                        return None;
+                        return ReadAnswer::Queued;
                     }
                     ReturnBy::Reply | ReturnBy::Pushed if (len as usize) <= READ_SNAPSHOT_MAX => {
                         let mut copy = vec![0; len as usize];
@@ -766,17 +789,15 @@ impl Target<'_> {
                 };
                 let pull = by != ReturnBy::Pushed;
                 self.rma.outbox.push_back(Outgoing::Reply { src, msg_id, op_id, data, pull });
-                None
+                ReadAnswer::Queued
             }
             Err(errno) => {
                 self.answer(src, msg_id, Err(errno));
-                None
+                ReadAnswer::Queued
             }
         }
     }
 
-    /// An atomic's payload is here (None: it failed to arrive): apply it, count it, and answer
-    /// a fetching one with the old values.
     /// Apply an atomic whose operands are here (`payload`; None: they failed to arrive), and
     /// count it. Returns its answer, if its initiator waits for one.
     fn serve_atomic(
