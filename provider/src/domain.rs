@@ -17,8 +17,10 @@ use crate::stubs;
 use rshm_ffi as ffi;
 use slab::Slab;
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::mem::ManuallyDrop;
+use std::ops::{Deref, DerefMut};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, TryLockError};
 
 /// Domain-wide settings fixed at open.
 #[derive(Debug, Clone)]
@@ -43,6 +45,9 @@ pub struct DomainState {
 
 pub struct DomainShared {
     state: Mutex<DomainState>,
+    /// The thread holding `state` (`pthread_self`), 0 while nobody does: set after locking,
+    /// cleared before unlocking (`Locked`).
+    owner: AtomicUsize,
     pub config: DomainConfig,
     /// Notified when progress made completions, for blocking waits of auto-progress domains.
     completions: Condvar,
@@ -58,6 +63,7 @@ impl DomainShared {
     pub fn new(state: DomainState, config: DomainConfig) -> DomainShared {
         DomainShared {
             state: Mutex::new(state),
+            owner: AtomicUsize::new(0),
             config,
             completions: Condvar::new(),
             sleepers: AtomicU32::new(0),
@@ -85,19 +91,16 @@ impl DomainShared {
     }
 
     /// Sleep until `completed` or `timeout`, releasing the lock meanwhile.
-    pub fn wait_completion<'a>(
-        &self,
-        guard: MutexGuard<'a, DomainState>,
-        timeout: std::time::Duration,
-    ) -> MutexGuard<'a, DomainState> {
+    pub fn wait_completion<'a>(&'a self, locked: Locked<'a>, timeout: std::time::Duration) -> Locked<'a> {
         self.progress.app_sleeps();
         self.sleepers.fetch_add(1, Ordering::SeqCst);
+        let guard = locked.release_owner();
         let guard = match self.completions.wait_timeout(guard, timeout) {
             Ok((g, _)) => g,
             Err(poisoned) => poisoned.into_inner().0,
         };
         self.sleepers.fetch_sub(1, Ordering::SeqCst);
-        guard
+        self.locked_by_me(guard)
     }
 
     /// An endpoint was enabled or closed: an auto-progress domain starts or re-reads its thread.
@@ -124,8 +127,106 @@ impl DomainShared {
     }
 
     /// Lock the domain; a panic while locked does not wedge it forever.
-    pub fn lock(&self) -> MutexGuard<'_, DomainState> {
-        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    ///
+    /// A call made from a signal handler that interrupted this same thread inside the provider
+    /// would wait forever for the lock the interrupted code holds. That happens: libraries
+    /// libfabric loads (libinfinipath, under its psm provider) install handlers that call
+    /// `exit()` on SIGTERM, and the application's `atexit` handler (OpenSHMEM's finalize) then
+    /// calls into the provider, so a PE told to stop hung instead. Such a call ends the process
+    /// (`reentered`) instead: what the interrupted code was doing cannot be finished or undone
+    /// from the handler, and the process was on its way out.
+    pub fn lock(&self) -> Locked<'_> {
+        let guard = match self.state.try_lock() {
+            Ok(guard) => guard,
+            Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+            Err(TryLockError::WouldBlock) => {
+                // Only this thread stores its own id, and it clears it before it unlocks: seeing
+                // it here means this thread holds the lock, below us on its stack.
+                if self.owner.load(Ordering::Relaxed) == this_thread() {
+                    reentered();
+                }
+                self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+            }
+        };
+        self.locked_by_me(guard)
+    }
+
+    fn locked_by_me<'a>(&'a self, guard: MutexGuard<'a, DomainState>) -> Locked<'a> {
+        self.owner.store(this_thread(), Ordering::Relaxed);
+        Locked { guard: ManuallyDrop::new(guard), owner: &self.owner }
+    }
+}
+
+/// The domain's state, locked by this thread (`DomainShared::lock`).
+pub struct Locked<'a> {
+    /// Dropped by `Drop` (after the owner mark is cleared) or handed out by `release_owner`.
+    guard: ManuallyDrop<MutexGuard<'a, DomainState>>,
+    owner: &'a AtomicUsize,
+}
+
+impl<'a> Locked<'a> {
+    /// The bare guard, for a wait that unlocks it: this thread no longer counts as the owner.
+    fn release_owner(self) -> MutexGuard<'a, DomainState> {
+        self.owner.store(0, Ordering::Relaxed);
+        let mut this = ManuallyDrop::new(self);
+        // SAFETY: `this` is never dropped (ManuallyDrop), so the guard is taken exactly once.
+        unsafe { ManuallyDrop::take(&mut this.guard) }
+    }
+}
+
+impl Deref for Locked<'_> {
+    type Target = DomainState;
+    fn deref(&self) -> &DomainState {
+        &self.guard
+    }
+}
+
+impl DerefMut for Locked<'_> {
+    fn deref_mut(&mut self) -> &mut DomainState {
+        &mut self.guard
+    }
+}
+
+impl Drop for Locked<'_> {
+    fn drop(&mut self) {
+        self.owner.store(0, Ordering::Relaxed);
+        // SAFETY: dropped once, here (`release_owner` forgets `self` instead), after the owner
+        // mark is cleared: another thread may take the lock from this point on.
+        unsafe { ManuallyDrop::drop(&mut self.guard) }
+    }
+}
+
+/// This thread's id, never 0: on x86_64 the thread pointer, whose first word the TLS ABI
+/// makes point to itself (one load, where `pthread_self` is a call through the PLT on every
+/// lock); elsewhere `pthread_self`.
+#[inline]
+fn this_thread() -> usize {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let tp: usize;
+        // SAFETY: reads the word at %fs:0, which the x86_64 TLS ABI defines (the thread
+        // control block's pointer to itself) in every thread of a Linux process.
+        unsafe { std::arch::asm!("mov {}, fs:0", out(reg) tp, options(nostack, readonly, preserves_flags)) };
+        tp
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    // SAFETY: pthread_self has no preconditions and cannot fail.
+    unsafe {
+        libc::pthread_self() as usize
+    }
+}
+
+/// A provider call re-entered the domain lock from a signal handler on the thread that holds
+/// it (`DomainShared::lock`): say so and end the process, with calls safe in a signal handler
+/// only (the interrupted code may hold the allocator's lock too).
+#[cold]
+fn reentered() -> ! {
+    const WHY: &[u8] = b"rshm: a libfabric call from a signal handler found the domain locked by the code it \
+        interrupted (it would wait forever); the process exits\n";
+    // SAFETY: write(2) and _exit(2) are async-signal-safe; WHY is a static buffer of its length.
+    unsafe {
+        libc::write(2, WHY.as_ptr().cast(), WHY.len());
+        libc::_exit(1)
     }
 }
 
@@ -245,4 +346,96 @@ unsafe extern "C" fn domain_close(fid: *mut ffi::fid) -> i32 {
     };
     // SAFETY: the libfabric contract: a live domain of ours.
     unsafe { object::close::<Domain>(fid, ffi::FI_CLASS_DOMAIN, "fi_close(domain)", release) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::process::{Command, Stdio};
+    use std::sync::OnceLock;
+    use std::time::{Duration, Instant};
+
+    fn shared() -> DomainShared {
+        let config = DomainConfig {
+            api_version: 0,
+            threading: ffi::FI_THREAD_SAFE,
+            av_type: ffi::FI_AV_TABLE,
+            auto_progress: false,
+        };
+        DomainShared::new(DomainState::default(), config)
+    }
+
+    static REENTERED: OnceLock<DomainShared> = OnceLock::new();
+
+    extern "C" fn lock_from_handler(_signal: libc::c_int) {
+        let _locked = REENTERED.get().expect("set before the signal").lock();
+    }
+
+    /// In the child: hold the lock, and take it again from a signal handler on the same thread.
+    fn reenter_from_a_signal_handler() -> ! {
+        let shared = REENTERED.get_or_init(shared);
+        // SAFETY: a zeroed sigaction with a plain handler is valid; the handler is ours.
+        unsafe {
+            let mut action: libc::sigaction = std::mem::zeroed();
+            action.sa_sigaction = lock_from_handler as *const () as usize;
+            libc::sigaction(libc::SIGUSR1, &action, std::ptr::null_mut());
+        }
+        let _locked = shared.lock();
+        // SAFETY: raising a signal whose handler we installed.
+        unsafe { libc::raise(libc::SIGUSR1) };
+        unreachable!("the handler's lock returned");
+    }
+
+    /// A provider call from a signal handler that interrupted the lock's holder (libinfinipath's
+    /// SIGTERM handler calling exit(), OpenSHMEM's atexit finalize calling in) ends the process
+    /// with a message, where it used to wait forever. Run in a child process (this test binary
+    /// again), which must exit with status 1 well before the deadline.
+    #[test]
+    fn a_call_reentering_the_lock_from_a_signal_handler_exits_instead_of_hanging() {
+        const CHILD: &str = "RSHM_TEST_REENTER_CHILD";
+        if std::env::var_os(CHILD).is_some() {
+            reenter_from_a_signal_handler();
+        }
+        let name = "domain::tests::a_call_reentering_the_lock_from_a_signal_handler_exits_instead_of_hanging";
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", name, "--nocapture", "--test-threads=1"])
+            .env(CHILD, "1")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            if Instant::now() > deadline {
+                child.kill().unwrap();
+                panic!("the re-entered lock waited forever");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        let stderr = std::io::read_to_string(child.stderr.take().unwrap()).unwrap();
+        assert_eq!(status.code(), Some(1), "stderr: {stderr}");
+        assert!(stderr.contains("found the domain locked by the code it interrupted"), "stderr: {stderr}");
+    }
+
+    /// Another thread holding the lock is waited for, not taken for a re-entry; the owner mark
+    /// follows the lock through a condition-variable wait.
+    #[test]
+    fn another_threads_lock_is_waited_for() {
+        let shared = Arc::new(shared());
+        let held = shared.lock();
+        let other = {
+            let shared = Arc::clone(&shared);
+            std::thread::spawn(move || shared.lock().next_ep_index += 1)
+        };
+        std::thread::sleep(Duration::from_millis(50));
+        let held = shared.wait_completion(held, Duration::from_millis(1));
+        assert_eq!(shared.owner.load(Ordering::Relaxed), this_thread());
+        drop(held);
+        other.join().unwrap();
+        assert_eq!(shared.lock().next_ep_index, 1);
+        assert_eq!(shared.owner.load(Ordering::Relaxed), 0);
+    }
 }
