@@ -37,7 +37,7 @@ impl Pending {
     /// leaves alone until the operation completes.
     pub unsafe fn lend_dest(&mut self) -> Option<LocalIov> {
         // SAFETY: per this function's contract.
-        self.dest.take().map(|r| unsafe { super::rx::lend(r) })
+        self.dest.take().map(|r| unsafe { LocalIov::from_ranges(r) })
     }
 }
 
