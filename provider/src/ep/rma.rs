@@ -184,7 +184,7 @@ impl Desc {
     }
 
     /// Bytes of its payload: op id, operands (none for FI_ATOMIC_READ), compare values.
-    fn payload(self) -> usize {
+    pub fn payload(self) -> usize {
         let operands = if self.op == ffi::FI_ATOMIC_READ { 0 } else { self.bytes() };
         let compares = if self.kind == Kind::Compare { self.bytes() } else { 0 };
         8 + operands + compares
@@ -348,19 +348,9 @@ pub enum Op {
 pub fn start(st: &mut crate::domain::DomainState, id: usize, a: OneSided, op: Op) -> FiResult<()> {
     let crate::domain::DomainState { eps, avs, cqs, cntrs, .. } = st;
     let ep = eps.get_mut(id).ok_or(FiError::INVAL)?;
-    if ep.engine.is_none() {
-        return Err(FiError::NOTCONN);
-    }
-    if ep.tx_ops.len() >= ep.tx_size {
-        return Err(FiError::AGAIN);
-    }
-    // A fenced operation starts once everything before it has completed; until then the caller
-    // progresses and retries.
-    if a.flags & ffi::FI_FENCE as u64 != 0 && !ep.tx_ops.is_empty() {
-        return Err(FiError::AGAIN);
-    }
+    admit(ep, &a)?;
     let peer = super::tx::peer_for(ep, avs, a.dest)?;
-    let wanted = !a.inject_call && (!ep.bindings.tx_selective || a.flags & ffi::FI_COMPLETION as u64 != 0);
+    let wanted = wanted(ep, &a);
     // Large data to or from a target that polls with nothing of its own to do goes through SAR,
     // both CPUs copying at once: it pushes a read's reply, and takes a write's segments as they
     // come. From any other target a large read is ours to make, where the target published the
@@ -444,33 +434,16 @@ pub fn start(st: &mut crate::domain::DomainState, id: usize, a: OneSided, op: Op
                 return Err(FiError::INVAL);
             }
             let hdr = header(app(KIND_ATOMIC, 0), a.key, a.addr, desc.pack(), payload.len());
-            let (flags, kind) = match desc.kind {
-                Kind::Write => ((ffi::FI_ATOMIC | ffi::FI_WRITE) as u64, super::TxKind::Write),
-                _ => ((ffi::FI_ATOMIC | ffi::FI_READ) as u64, super::TxKind::Read),
-            };
-            let mut tx = TxOp::new(a.ctx, flags, wanted, kind);
-            let reply = (desc.kind != Kind::Write).then(|| {
-                tx = tx.with_reply(op_id);
-                Reply { op_id, local: result, want: desc.bytes(), write_back: false }
-            });
+            let (tx, reply) = atomic_tx(desc, &a, wanted, op_id, result);
             (hdr, Payload::Own(payload), tx, reply)
         }
     };
     crate::debug!(EpData, "one-sided {:#x} to {} key {:#x} addr {:#x} len {}", hdr.app, a.dest, a.key, a.addr, hdr.len);
     let engine = ep.engine.as_mut().expect("checked above");
-    // Completion level (see the module doc): acknowledged, unless a write or base atomic asks
-    // for transmit or inject completion (on the call or in the endpoint's op_flags) and for
-    // nothing stronger, and targets another endpoint. The engine acknowledges the large ones
-    // (CMA, SAR) anyway.
-    let flags = a.flags | ep.tx_op_flags;
-    let early = flags & (ffi::FI_TRANSMIT_COMPLETE | ffi::FI_INJECT_COMPLETE) as u64 != 0
-        && flags & (ffi::FI_DELIVERY_COMPLETE | ffi::FI_COMMIT_COMPLETE) as u64 == 0;
-    let acked = reply_to.is_some() || !early || ep.rma.loopback(engine, peer);
-    // FI_MORE: the engine batches small requests to a peer until the next call without it.
-    let more = a.flags & ffi::FI_MORE as u64 != 0;
+    let acked = reply_to.is_some() || acknowledged(ep.tx_op_flags, &a, &mut ep.rma, engine, peer);
     // A one-sided target may progress rarely: a large write is pulled with CMA where allowed,
     // unless the target has a CPU to spare (above).
-    let opts = SendOpts { cookie: slot as u64, delivery_complete: acked, more, pull: !pushed };
+    let opts = SendOpts { cookie: slot as u64, delivery_complete: acked, more: more(&a), pull: !pushed };
     let sent = match (payload, answer_buf) {
         // SAFETY: the application's source buffer, which it leaves unchanged until the write
         // completes (the engine copies inject-sized ones before returning).
@@ -481,6 +454,109 @@ pub fn start(st: &mut crate::domain::DomainState, id: usize, a: OneSided, op: Op
         }
         (Payload::Own(bytes), None) => engine.send(peer, hdr, LocalIov::owned(bytes.into_vec()), opts),
     };
+    launched(ep, cqs, cntrs, &a, sent, acked, tx, reply_to, slot)
+}
+
+/// Start a one-sided atomic whose request (`req`: 8 bytes for its op id, then operands and
+/// compare values; `desc.payload()` long) the caller built from one contiguous buffer each: the
+/// short way of the usual small atomic (`rma_ops::call_contiguous`), with no iov lists to build,
+/// move and walk. `result` receives the old values of a fetching or compare atomic.
+pub fn start_atomic(
+    st: &mut crate::domain::DomainState,
+    id: usize,
+    a: OneSided,
+    desc: Desc,
+    req: &mut [u8],
+    result: usize,
+) -> FiResult<()> {
+    let crate::domain::DomainState { eps, avs, cqs, cntrs, .. } = st;
+    let ep = eps.get_mut(id).ok_or(FiError::INVAL)?;
+    admit(ep, &a)?;
+    let peer = super::tx::peer_for(ep, avs, a.dest)?;
+    let wanted = wanted(ep, &a);
+    let slot = ep.tx_ops.vacant_key();
+    // Only fetching kinds are matched to a reply by their id; a base atomic sends 0.
+    let op_id = if desc.kind == Kind::Write { 0 } else { ep.rma.new_op() };
+    req.get_mut(..8).ok_or(FiError::INVAL)?.copy_from_slice(&op_id.to_le_bytes());
+    let mut local = Ranges::new();
+    local.push((result, desc.bytes()));
+    let (tx, reply) = atomic_tx(desc, &a, wanted, op_id, local);
+    let hdr = header(app(KIND_ATOMIC, 0), a.key, a.addr, desc.pack(), req.len());
+    let engine = ep.engine.as_mut().expect("checked by admit");
+    let acked = reply.is_some() || acknowledged(ep.tx_op_flags, &a, &mut ep.rma, engine, peer);
+    let opts = SendOpts { cookie: slot as u64, delivery_complete: acked, more: more(&a), pull: true };
+    let sent = engine.send_bytes(peer, hdr, req, opts);
+    launched(ep, cqs, cntrs, &a, sent, acked, tx, reply, slot)
+}
+
+/// Whether endpoint `ep` can start a one-sided operation now.
+#[inline(always)]
+fn admit(ep: &super::EpState, a: &OneSided) -> FiResult<()> {
+    if ep.engine.is_none() {
+        return Err(FiError::NOTCONN);
+    }
+    if ep.tx_ops.len() >= ep.tx_size {
+        return Err(FiError::AGAIN);
+    }
+    // A fenced operation starts once everything before it has completed; until then the caller
+    // progresses and retries.
+    if a.flags & ffi::FI_FENCE as u64 != 0 && !ep.tx_ops.is_empty() {
+        return Err(FiError::AGAIN);
+    }
+    Ok(())
+}
+
+/// Whether the operation's successful completion makes a CQ entry.
+#[inline(always)]
+fn wanted(ep: &super::EpState, a: &OneSided) -> bool {
+    !a.inject_call && (!ep.bindings.tx_selective || a.flags & ffi::FI_COMPLETION as u64 != 0)
+}
+
+/// FI_MORE: the engine batches small requests to a peer until the next call without it.
+#[inline(always)]
+fn more(a: &OneSided) -> bool {
+    a.flags & ffi::FI_MORE as u64 != 0
+}
+
+/// Completion level of a write or base atomic (see the module doc): acknowledged, unless it
+/// asks for transmit or inject completion (on the call or in the endpoint's op_flags) and for
+/// nothing stronger, and targets another endpoint. The engine acknowledges the large ones (CMA,
+/// SAR) anyway.
+#[inline(always)]
+fn acknowledged(op_flags: u64, a: &OneSided, rma: &mut RmaState, engine: &Endpoint, peer: PeerId) -> bool {
+    let flags = a.flags | op_flags;
+    let early = flags & (ffi::FI_TRANSMIT_COMPLETE | ffi::FI_INJECT_COMPLETE) as u64 != 0
+        && flags & (ffi::FI_DELIVERY_COMPLETE | ffi::FI_COMMIT_COMPLETE) as u64 == 0;
+    !early || rma.loopback(engine, peer)
+}
+
+/// An atomic's transmit record, and where a fetching one's old values go.
+#[inline(always)]
+fn atomic_tx(desc: Desc, a: &OneSided, wanted: bool, op_id: u64, result: Ranges) -> (TxOp, Option<Reply>) {
+    match desc.kind {
+        Kind::Write => (TxOp::new(a.ctx, (ffi::FI_ATOMIC | ffi::FI_WRITE) as u64, wanted, super::TxKind::Write), None),
+        _ => (
+            TxOp::new(a.ctx, (ffi::FI_ATOMIC | ffi::FI_READ) as u64, wanted, super::TxKind::Read).with_reply(op_id),
+            Some(Reply { op_id, local: result, want: desc.bytes(), write_back: false }),
+        ),
+    }
+}
+
+/// After the engine took (or refused) a one-sided operation's request: report one that is
+/// complete already, or keep its transmit record (and reply buffer) in tx slot `slot`.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn launched(
+    ep: &mut super::EpState,
+    cqs: &mut Slab<crate::cq::CqState>,
+    cntrs: &mut Slab<crate::cntr::CntrState>,
+    a: &OneSided,
+    sent: smr_core::Result<SendStatus>,
+    acked: bool,
+    tx: TxOp,
+    reply: Option<Reply>,
+    slot: usize,
+) -> FiResult<()> {
     match sent {
         // Queued and complete (never so for an acknowledged send): report it now, unless
         // nothing would see it (an inject with no counter).
@@ -497,7 +573,7 @@ pub fn start(st: &mut crate::domain::DomainState, id: usize, a: OneSided, op: Op
             return Err(FiError::from(e));
         }
     }
-    if let Some(Reply { op_id, local, want, write_back }) = reply_to {
+    if let Some(Reply { op_id, local, want, write_back }) = reply {
         ep.rma.pending.insert(op_id, Pending::new(slot, local, want, write_back));
     }
     let taken = ep.tx_ops.insert(tx);

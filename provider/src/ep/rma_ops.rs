@@ -11,17 +11,107 @@ use crate::iov::{many, one};
 use rshm_ffi as ffi;
 use smr_core::iov::Ranges;
 use std::ffi::{c_int, c_void};
+use std::ptr::{null, null_mut};
 
 /// Run a one-sided call: `make` gets the endpoint's default op flags (for the short forms).
 fn call(ep: *mut ffi::fid_ep, default_flags: bool, make: impl FnOnce(u64) -> FiResult<(OneSided, Op)>) -> isize {
+    run(ep, default_flags, |st, id, flags| {
+        let (a, op) = make(flags)?;
+        rma::start(st, id, a, op)
+    })
+}
+
+/// Run `go` on the endpoint's domain with its default op flags (or none); progress it when it
+/// found no room, so that the caller's retry may.
+fn run(
+    ep: *mut ffi::fid_ep,
+    default_flags: bool,
+    go: impl FnOnce(&mut crate::domain::DomainState, usize, u64) -> FiResult<()>,
+) -> isize {
     super::ops::with_ep(ep, |ep: &Ep, st| {
-        let (a, op) = make(if default_flags { st.eps[ep.id].tx_op_flags } else { 0 })?;
-        let result = rma::start(st, ep.id, a, op);
+        let flags = if default_flags { st.eps[ep.id].tx_op_flags } else { 0 };
+        let result = go(st, ep.id, flags);
         if result == Err(FiError::AGAIN) {
             super::progress(st, ep.id);
         }
         result
     })
+}
+
+/// An atomic whose operands, compare values and result are one buffer of `count` elements each:
+/// what fi_atomic, fi_inject_atomic, fi_fetch_atomic and fi_compare_atomic pass.
+struct Contiguous {
+    kind: Kind,
+    op: u32,
+    datatype: u32,
+    count: usize,
+    operand: *const c_void,
+    compare: *const c_void,
+    result: *mut c_void,
+}
+
+/// The request of a small atomic, built on the stack: 8 bytes for the op id, then operands and
+/// compare values (one element of every datatype, two of most).
+const SMALL_REQUEST: usize = 8 + 2 * 32;
+
+/// Run a `Contiguous` atomic: one whose request fits `SMALL_REQUEST` takes the short way
+/// (`rma::start_atomic`: checked against the tables, copied once into the request, no iov lists);
+/// the others go as any atomic does.
+fn call_contiguous(ep: *mut ffi::fid_ep, default_flags: bool, a: impl FnOnce(u64) -> OneSided, c: Contiguous) -> isize {
+    run(ep, default_flags, |st, id, flags| start_contiguous(st, id, a(flags), c))
+}
+
+fn start_contiguous(st: &mut crate::domain::DomainState, id: usize, a: OneSided, c: Contiguous) -> FiResult<()> {
+    let mut req = [0u8; SMALL_REQUEST];
+    match small_request(&c, &mut req)? {
+        Some((desc, len)) => rma::start_atomic(st, id, a, desc, &mut req[..len], c.result as usize),
+        None => {
+            let operand = operand_of(c.op, || elems(c.operand, c.count, c.datatype))?;
+            let compare = match c.kind {
+                Kind::Compare => elems(c.compare, c.count, c.datatype)?,
+                _ => Ranges::new(),
+            };
+            let result = match c.kind {
+                Kind::Write => Ranges::new(),
+                _ => elems(c.result, c.count, c.datatype)?,
+            };
+            rma::start(st, id, a, atomic_op(c.kind, c.op, c.datatype, operand, compare, result)?)
+        }
+    }
+}
+
+/// Check a `Contiguous` atomic as `describe` does and, if its request fits `req`, copy its
+/// operands and compare values in: Some((what it is, the request's length)).
+fn small_request(c: &Contiguous, req: &mut [u8; SMALL_REQUEST]) -> FiResult<Option<(Desc, usize)>> {
+    if !apply::valid(c.kind, c.op, c.datatype) {
+        crate::debug!(EpData, "atomic op {} on datatype {} ({:?}) not supported", c.op, c.datatype, c.kind);
+        return Err(FiError::OPNOTSUPP);
+    }
+    let size = apply::type_size(c.datatype).ok_or(FiError::OPNOTSUPP)?;
+    let bytes = c.count.checked_mul(size).ok_or(FiError::INVAL)?;
+    if c.count == 0 || c.count > rma::max_count(c.kind, c.datatype).unwrap_or(0) {
+        return Err(FiError::INVAL);
+    }
+    let desc = Desc { kind: c.kind, op: c.op, datatype: c.datatype, count: c.count as u32 };
+    let len = desc.payload();
+    if len > SMALL_REQUEST {
+        return Ok(None);
+    }
+    let operands = if c.op == ffi::FI_ATOMIC_READ { 0 } else { bytes };
+    let buffers = [(c.operand, operands), (c.compare, len - 8 - operands)];
+    if c.kind != Kind::Write && c.result.is_null() || buffers.iter().any(|&(p, n)| p.is_null() && n > 0) {
+        return Err(FiError::INVAL);
+    }
+    let mut at = 8;
+    for (p, n) in buffers {
+        if n > 0 {
+            // SAFETY: the application's buffer of `n` bytes (non-NULL: checked above), read
+            // during this call only; `at + n <= len <= SMALL_REQUEST`.
+            req[at..at + n].copy_from_slice(unsafe { std::slice::from_raw_parts(p.cast::<u8>(), n) });
+            at += n;
+        }
+    }
+    Ok(Some((desc, len)))
 }
 
 fn target(dest: u64, addr: u64, key: u64, ctx: *mut c_void, flags: u64) -> OneSided {
@@ -267,11 +357,11 @@ fn describe(kind: Kind, op: u32, datatype: u32, operand: &Ranges, compare: &Rang
     Ok(Desc { kind, op, datatype, count: count as u32 })
 }
 
-/// The one remote element array of an atomic message, which must hold `count` elements.
+/// An atomic message and its one remote element array (whose count the local arrays must match).
 ///
 /// # Safety
 /// `msg` must be NULL or the caller's valid message.
-unsafe fn atomic_msg(msg: *const ffi::fi_msg_atomic, flags: u64) -> FiResult<(ffi::fi_msg_atomic, OneSided, Ranges)> {
+unsafe fn atomic_msg(msg: *const ffi::fi_msg_atomic, flags: u64) -> FiResult<(ffi::fi_msg_atomic, OneSided)> {
     // SAFETY: per the contract.
     let m = *unsafe { msg.as_ref() }.ok_or(FiError::INVAL)?;
     if m.rma_iov_count != 1 || m.rma_iov.is_null() {
@@ -282,9 +372,46 @@ unsafe fn atomic_msg(msg: *const ffi::fi_msg_atomic, flags: u64) -> FiResult<(ff
     }
     // SAFETY: one fi_rma_ioc (checked non-NULL).
     let r = unsafe { *m.rma_iov };
+    Ok((m, target(m.addr, r.addr, r.key, m.context, flags)))
+}
+
+/// An atomic message's operand array (none for FI_ATOMIC_READ, whose operands are not read).
+///
+/// # Safety
+/// `m` must be the caller's valid message.
+unsafe fn msg_operand(m: &ffi::fi_msg_atomic) -> FiResult<Ranges> {
     // SAFETY: the caller's fi_ioc array (not read for FI_ATOMIC_READ).
-    let operand = operand_of(m.op, || unsafe { iocs(m.msg_iov, m.iov_count, m.datatype) })?;
-    Ok((m, target(m.addr, r.addr, r.key, m.context, flags), operand))
+    operand_of(m.op, || unsafe { iocs(m.msg_iov, m.iov_count, m.datatype) })
+}
+
+/// No fi_ioc array (the compare or result array of a kind that has none).
+const NO_IOCS: (*const ffi::fi_ioc, usize) = (std::ptr::null(), 0);
+
+/// An atomic message whose arrays are one fi_ioc each, all of the remote array's count: the
+/// contiguous case, which runs like the short forms (`start_contiguous`). None: any other shape,
+/// left to the general path and its checks.
+///
+/// # Safety
+/// `m` must be the caller's valid message with its one remote array (`atomic_msg`); `compare`
+/// and `result` the caller's fi_ioc arrays of their lengths.
+unsafe fn msg_contiguous(
+    m: &ffi::fi_msg_atomic,
+    kind: Kind,
+    compare: (*const ffi::fi_ioc, usize),
+    result: (*const ffi::fi_ioc, usize),
+) -> Option<Contiguous> {
+    // SAFETY: one fi_rma_ioc (checked non-NULL by `atomic_msg`).
+    let count = unsafe { (*m.rma_iov).count };
+    // The buffer of a one-entry array of `count` elements.
+    let one = |(v, n): (*const ffi::fi_ioc, usize)| {
+        // SAFETY: per the contract, `n` readable entries; read only when n == 1 and non-NULL.
+        let ioc = (n == 1 && !v.is_null()).then(|| unsafe { *v })?;
+        (ioc.count == count).then_some(ioc.addr)
+    };
+    let operand = if m.op == ffi::FI_ATOMIC_READ { std::ptr::null() } else { one((m.msg_iov, m.iov_count))? };
+    let compare = if kind == Kind::Compare { one(compare)? } else { std::ptr::null_mut() };
+    let result = if kind == Kind::Write { std::ptr::null_mut() } else { one(result)? };
+    Some(Contiguous { kind, op: m.op, datatype: m.datatype, count, operand, compare, result })
 }
 
 fn atomic_op(kind: Kind, op: u32, datatype: u32, operand: Ranges, compare: Ranges, result: Ranges) -> FiResult<Op> {
@@ -316,10 +443,9 @@ unsafe extern "C" fn atomic_write(
     ctx: *mut c_void,
 ) -> isize {
     crate::guard("fi_atomic", FiError::OTHER.code() as isize, || {
-        call(ep, true, |f| {
-            let o = atomic_op(Kind::Write, op, datatype, elems(buf, count, datatype)?, Ranges::new(), Ranges::new())?;
-            Ok((target(dest, addr, key, ctx, f), o))
-        })
+        let c =
+            Contiguous { kind: Kind::Write, op, datatype, count, operand: buf, compare: null(), result: null_mut() };
+        call_contiguous(ep, true, |f| target(dest, addr, key, ctx, f), c)
     })
 }
 
@@ -348,12 +474,18 @@ unsafe extern "C" fn atomic_writev(
 
 unsafe extern "C" fn atomic_writemsg(ep: *mut ffi::fid_ep, msg: *const ffi::fi_msg_atomic, flags: u64) -> isize {
     crate::guard("fi_atomicmsg", FiError::OTHER.code() as isize, || {
-        call(ep, false, |_| {
+        run(ep, false, |st, id, _| {
             // SAFETY: the caller's message.
-            let (m, a, operand) = unsafe { atomic_msg(msg, flags) }?;
+            let (m, a) = unsafe { atomic_msg(msg, flags) }?;
+            // SAFETY: as above.
+            if let Some(c) = unsafe { msg_contiguous(&m, Kind::Write, NO_IOCS, NO_IOCS) } {
+                return start_contiguous(st, id, a, c);
+            }
+            // SAFETY: as above.
+            let operand = unsafe { msg_operand(&m) }?;
             let o = atomic_op(Kind::Write, m.op, m.datatype, operand, Ranges::new(), Ranges::new())?;
             check_remote_count(&m, &o)?;
-            Ok((a, o))
+            rma::start(st, id, a, o)
         })
     })
 }
@@ -370,10 +502,9 @@ unsafe extern "C" fn atomic_inject(
     op: ffi::fi_op,
 ) -> isize {
     crate::guard("fi_inject_atomic", FiError::OTHER.code() as isize, || {
-        call(ep, false, |_| {
-            let o = atomic_op(Kind::Write, op, datatype, elems(buf, count, datatype)?, Ranges::new(), Ranges::new())?;
-            Ok((injected(dest, addr, key), o))
-        })
+        let c =
+            Contiguous { kind: Kind::Write, op, datatype, count, operand: buf, compare: null(), result: null_mut() };
+        call_contiguous(ep, false, |_| injected(dest, addr, key), c)
     })
 }
 
@@ -393,11 +524,8 @@ unsafe extern "C" fn atomic_readwrite(
     ctx: *mut c_void,
 ) -> isize {
     crate::guard("fi_fetch_atomic", FiError::OTHER.code() as isize, || {
-        call(ep, true, |f| {
-            let operand = operand_of(op, || elems(buf, count, datatype))?;
-            let o = atomic_op(Kind::Fetch, op, datatype, operand, Ranges::new(), elems(result, count, datatype)?)?;
-            Ok((target(dest, addr, key, ctx, f), o))
-        })
+        let c = Contiguous { kind: Kind::Fetch, op, datatype, count, operand: buf, compare: null(), result };
+        call_contiguous(ep, true, |f| target(dest, addr, key, ctx, f), c)
     })
 }
 
@@ -438,14 +566,18 @@ unsafe extern "C" fn atomic_readwritemsg(
     flags: u64,
 ) -> isize {
     crate::guard("fi_fetch_atomicmsg", FiError::OTHER.code() as isize, || {
-        call(ep, false, |_| {
+        run(ep, false, |st, id, _| {
             // SAFETY: the caller's message and fi_ioc array.
-            let (m, a, operand) = unsafe { atomic_msg(msg, flags) }?;
+            let (m, a) = unsafe { atomic_msg(msg, flags) }?;
             // SAFETY: as above.
-            let result = unsafe { iocs(resultv, result_count, m.datatype) }?;
+            if let Some(c) = unsafe { msg_contiguous(&m, Kind::Fetch, NO_IOCS, (resultv.cast_const(), result_count)) } {
+                return start_contiguous(st, id, a, c);
+            }
+            // SAFETY: as above.
+            let (operand, result) = unsafe { (msg_operand(&m)?, iocs(resultv, result_count, m.datatype)?) };
             let o = atomic_op(Kind::Fetch, m.op, m.datatype, operand, Ranges::new(), result)?;
             check_remote_count(&m, &o)?;
-            Ok((a, o))
+            rma::start(st, id, a, o)
         })
     })
 }
@@ -468,11 +600,8 @@ unsafe extern "C" fn atomic_compwrite(
     ctx: *mut c_void,
 ) -> isize {
     crate::guard("fi_compare_atomic", FiError::OTHER.code() as isize, || {
-        call(ep, true, |f| {
-            let (operand, cmp, res) =
-                (elems(buf, count, datatype)?, elems(compare, count, datatype)?, elems(result, count, datatype)?);
-            Ok((target(dest, addr, key, ctx, f), atomic_op(Kind::Compare, op, datatype, operand, cmp, res)?))
-        })
+        let c = Contiguous { kind: Kind::Compare, op, datatype, count, operand: buf, compare, result };
+        call_contiguous(ep, true, |f| target(dest, addr, key, ctx, f), c)
     })
 }
 
@@ -523,15 +652,21 @@ unsafe extern "C" fn atomic_compwritemsg(
     flags: u64,
 ) -> isize {
     crate::guard("fi_compare_atomicmsg", FiError::OTHER.code() as isize, || {
-        call(ep, false, |_| {
+        run(ep, false, |st, id, _| {
             // SAFETY: the caller's message and fi_ioc arrays.
-            let (m, a, operand) = unsafe { atomic_msg(msg, flags) }?;
+            let (m, a) = unsafe { atomic_msg(msg, flags) }?;
+            let (compare, result) = ((comparev, compare_count), (resultv.cast_const(), result_count));
             // SAFETY: as above.
-            let (cmp, res) =
-                unsafe { (iocs(comparev, compare_count, m.datatype)?, iocs(resultv, result_count, m.datatype)?) };
+            if let Some(c) = unsafe { msg_contiguous(&m, Kind::Compare, compare, result) } {
+                return start_contiguous(st, id, a, c);
+            }
+            // SAFETY: as above.
+            let (operand, cmp, res) = unsafe {
+                (msg_operand(&m)?, iocs(comparev, compare_count, m.datatype)?, iocs(resultv, result_count, m.datatype)?)
+            };
             let o = atomic_op(Kind::Compare, m.op, m.datatype, operand, cmp, res)?;
             check_remote_count(&m, &o)?;
-            Ok((a, o))
+            rma::start(st, id, a, o)
         })
     })
 }
@@ -625,4 +760,107 @@ pub(crate) unsafe extern "C" fn query_atomic(
             Err(e) => e.code(),
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ioc(buf: &mut [u64], count: usize) -> ffi::fi_ioc {
+        ffi::fi_ioc { addr: buf.as_mut_ptr().cast(), count }
+    }
+
+    /// `msg_contiguous` on a message of `op` over `operand` (remote array: `count` elements)
+    /// with these compare and result arrays.
+    fn shape(
+        op: u32,
+        kind: Kind,
+        operand: &[ffi::fi_ioc],
+        compare: &[ffi::fi_ioc],
+        result: &[ffi::fi_ioc],
+        count: usize,
+    ) -> Option<Contiguous> {
+        let remote = ffi::fi_rma_ioc { addr: 0, count, key: 1 };
+        let m = ffi::fi_msg_atomic {
+            msg_iov: operand.as_ptr(),
+            desc: null_mut(),
+            iov_count: operand.len(),
+            addr: 0,
+            rma_iov: &remote,
+            rma_iov_count: 1,
+            datatype: ffi::FI_UINT64,
+            op,
+            context: null_mut(),
+            data: 0,
+        };
+        let arr = |v: &[ffi::fi_ioc]| (v.as_ptr(), v.len());
+        // SAFETY: the message, its remote array and the three arrays are borrowed for the call.
+        unsafe { msg_contiguous(&m, kind, arr(compare), arr(result)) }
+    }
+
+    /// Only a message whose arrays are one entry each, of the remote array's count, takes the
+    /// short way; every other shape is left to the general path (and its checks).
+    #[test]
+    fn msg_forms_take_the_short_way_only_when_every_array_is_one_buffer_of_the_remote_count() {
+        let (mut a, mut b, mut c) = ([1u64; 4], [2u64; 4], [3u64; 4]);
+        let (operand, compare, result) = ([ioc(&mut a, 2)], [ioc(&mut b, 2)], [ioc(&mut c, 2)]);
+        let got = shape(ffi::FI_SUM, Kind::Fetch, &operand, &[], &result, 2).expect("one buffer each");
+        assert_eq!(got.count, 2);
+        assert_eq!((got.operand, got.result.cast_const()), (operand[0].addr.cast_const(), result[0].addr.cast_const()));
+        assert!(shape(ffi::FI_CSWAP, Kind::Compare, &operand, &compare, &result, 2).is_some());
+        // A missing compare or result array, two operand entries, a local count other than the
+        // remote one: the general path.
+        assert!(shape(ffi::FI_CSWAP, Kind::Compare, &operand, &[], &result, 2).is_none());
+        assert!(shape(ffi::FI_SUM, Kind::Fetch, &operand, &[], &[], 2).is_none());
+        let two = [ioc(&mut a, 1), ioc(&mut b, 1)];
+        assert!(shape(ffi::FI_SUM, Kind::Write, &two, &[], &[], 2).is_none());
+        assert!(shape(ffi::FI_SUM, Kind::Write, &operand, &[], &[], 3).is_none());
+        // FI_ATOMIC_READ reads no operand array: none is needed.
+        let got = shape(ffi::FI_ATOMIC_READ, Kind::Fetch, &[], &[], &result, 2).expect("no operand for a read");
+        assert!(got.operand.is_null());
+    }
+
+    /// The short way checks what `describe` checks, and builds the request `rma::start` would.
+    #[test]
+    fn small_requests_are_checked_and_built_like_the_general_ones() {
+        let (operand, compare, mut result) = (7u64, 9u64, 0u64);
+        let result: *mut c_void = (&raw mut result).cast();
+        let c = |kind, op, datatype, count| Contiguous {
+            kind,
+            op,
+            datatype,
+            count,
+            operand: (&raw const operand).cast(),
+            compare: (&raw const compare).cast(),
+            result,
+        };
+        let mut req = [0xAAu8; SMALL_REQUEST];
+        let (desc, len) =
+            small_request(&c(Kind::Compare, ffi::FI_CSWAP, ffi::FI_UINT64, 1), &mut req).unwrap().unwrap();
+        assert_eq!((desc.count, len), (1, 24));
+        assert_eq!(&req[8..24], &[7u64.to_ne_bytes(), 9u64.to_ne_bytes()].concat()[..]);
+        let (_, len) =
+            small_request(&c(Kind::Fetch, ffi::FI_ATOMIC_READ, ffi::FI_UINT64, 1), &mut req).unwrap().unwrap();
+        assert_eq!(len, 8, "a read carries no operand");
+        // Too large for the stack request: the general path.
+        assert!(small_request(&c(Kind::Write, ffi::FI_SUM, ffi::FI_UINT64, 9), &mut req).unwrap().is_none());
+        // Errors as `describe` gives them.
+        let err = |x: Contiguous| small_request(&x, &mut [0; SMALL_REQUEST]).unwrap_err();
+        assert_eq!(err(c(Kind::Write, ffi::FI_ATOMIC_READ, ffi::FI_UINT64, 1)), FiError::OPNOTSUPP);
+        assert_eq!(err(c(Kind::Write, ffi::FI_BOR, ffi::FI_DOUBLE, 1)), FiError::OPNOTSUPP);
+        assert_eq!(err(c(Kind::Write, ffi::FI_SUM, ffi::FI_UINT64, 0)), FiError::INVAL);
+        assert_eq!(err(c(Kind::Write, ffi::FI_SUM, ffi::FI_UINT64, usize::MAX)), FiError::INVAL);
+        assert_eq!(
+            err(Contiguous { result: null_mut(), ..c(Kind::Fetch, ffi::FI_SUM, ffi::FI_UINT64, 1) }),
+            FiError::INVAL
+        );
+        assert_eq!(
+            err(Contiguous { operand: null(), ..c(Kind::Write, ffi::FI_SUM, ffi::FI_UINT64, 1) }),
+            FiError::INVAL
+        );
+        assert_eq!(
+            err(Contiguous { compare: null(), ..c(Kind::Compare, ffi::FI_CSWAP, ffi::FI_UINT64, 1) }),
+            FiError::INVAL
+        );
+    }
 }
