@@ -479,7 +479,9 @@ pub fn start_atomic(
     let op_id = if desc.kind == Kind::Write { 0 } else { ep.rma.new_op() };
     req.get_mut(..8).ok_or(FiError::INVAL)?.copy_from_slice(&op_id.to_le_bytes());
     let mut local = Ranges::new();
-    local.push((result, desc.bytes()));
+    if desc.kind != Kind::Write {
+        local.push((result, desc.bytes()));
+    }
     let (tx, reply) = atomic_tx(desc, &a, wanted, op_id, local);
     let hdr = header(app(KIND_ATOMIC, 0), a.key, a.addr, desc.pack(), req.len());
     let engine = ep.engine.as_mut().expect("checked by admit");

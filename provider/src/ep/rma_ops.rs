@@ -83,16 +83,10 @@ fn start_contiguous(st: &mut crate::domain::DomainState, id: usize, a: OneSided,
 /// Check a `Contiguous` atomic as `describe` does and, if its request fits `req`, copy its
 /// operands and compare values in: Some((what it is, the request's length)).
 fn small_request(c: &Contiguous, req: &mut [u8; SMALL_REQUEST]) -> FiResult<Option<(Desc, usize)>> {
-    if !apply::valid(c.kind, c.op, c.datatype) {
-        crate::debug!(EpData, "atomic op {} on datatype {} ({:?}) not supported", c.op, c.datatype, c.kind);
-        return Err(FiError::OPNOTSUPP);
-    }
-    let size = apply::type_size(c.datatype).ok_or(FiError::OPNOTSUPP)?;
-    let bytes = c.count.checked_mul(size).ok_or(FiError::INVAL)?;
-    if c.count == 0 || c.count > rma::max_count(c.kind, c.datatype).unwrap_or(0) {
-        return Err(FiError::INVAL);
-    }
-    let desc = Desc { kind: c.kind, op: c.op, datatype: c.datatype, count: c.count as u32 };
+    let size = supported(c.kind, c.op, c.datatype)?;
+    let desc = counted(c.kind, c.op, c.datatype, c.count)?;
+    // No overflow: `counted` bounds the count by what one request carries.
+    let bytes = c.count * size;
     let len = desc.payload();
     if len > SMALL_REQUEST {
         return Ok(None);
@@ -339,19 +333,34 @@ fn operand_of(op: u32, read: impl FnOnce() -> FiResult<Ranges>) -> FiResult<Rang
 
 /// Check an atomic's buffers against its operation and describe it.
 fn describe(kind: Kind, op: u32, datatype: u32, operand: &Ranges, compare: &Ranges, result: &Ranges) -> FiResult<Desc> {
+    let size = supported(kind, op, datatype)?;
+    // FI_ATOMIC_READ has no operand: the count comes from the result buffer.
+    let bytes = if op == ffi::FI_ATOMIC_READ { total(result) } else { total(operand) };
+    if !bytes.is_multiple_of(size) {
+        return Err(FiError::INVAL);
+    }
+    let desc = counted(kind, op, datatype, bytes / size)?;
+    let fits = |r: &Ranges, want: bool| total(r) == if want { bytes } else { 0 };
+    if !fits(compare, kind == Kind::Compare) || !fits(result, kind != Kind::Write) {
+        return Err(FiError::INVAL);
+    }
+    Ok(desc)
+}
+
+/// The element size of `datatype`, if `(kind, op, datatype)` is an atomic rshm implements.
+#[inline(always)]
+fn supported(kind: Kind, op: u32, datatype: u32) -> FiResult<usize> {
     if !apply::valid(kind, op, datatype) {
         crate::debug!(EpData, "atomic op {op} on datatype {datatype} ({kind:?}) not supported");
         return Err(FiError::OPNOTSUPP);
     }
-    let size = apply::type_size(datatype).ok_or(FiError::OPNOTSUPP)?;
-    // FI_ATOMIC_READ has no operand: the count comes from the result buffer.
-    let bytes = if op == ffi::FI_ATOMIC_READ { total(result) } else { total(operand) };
-    let count = bytes / size;
-    if count == 0 || bytes % size != 0 || count > rma::max_count(kind, datatype).unwrap_or(0) {
-        return Err(FiError::INVAL);
-    }
-    let fits = |r: &Ranges, want: bool| total(r) == if want { bytes } else { 0 };
-    if !fits(compare, kind == Kind::Compare) || !fits(result, kind != Kind::Write) {
+    apply::type_size(datatype).ok_or(FiError::OPNOTSUPP)
+}
+
+/// The atomic of `count` elements, if there are any and one request carries them.
+#[inline(always)]
+fn counted(kind: Kind, op: u32, datatype: u32, count: usize) -> FiResult<Desc> {
+    if count == 0 || count > rma::max_count(kind, datatype).unwrap_or(0) {
         return Err(FiError::INVAL);
     }
     Ok(Desc { kind, op, datatype, count: count as u32 })
@@ -375,17 +384,44 @@ unsafe fn atomic_msg(msg: *const ffi::fi_msg_atomic, flags: u64) -> FiResult<(ff
     Ok((m, target(m.addr, r.addr, r.key, m.context, flags)))
 }
 
-/// An atomic message's operand array (none for FI_ATOMIC_READ, whose operands are not read).
-///
-/// # Safety
-/// `m` must be the caller's valid message.
-unsafe fn msg_operand(m: &ffi::fi_msg_atomic) -> FiResult<Ranges> {
-    // SAFETY: the caller's fi_ioc array (not read for FI_ATOMIC_READ).
-    operand_of(m.op, || unsafe { iocs(m.msg_iov, m.iov_count, m.datatype) })
-}
-
 /// No fi_ioc array (the compare or result array of a kind that has none).
 const NO_IOCS: (*const ffi::fi_ioc, usize) = (std::ptr::null(), 0);
+
+/// Start the atomic message `msg` of `kind` with these compare and result arrays: the contiguous
+/// shape the short way (`start_contiguous`), any other the general way.
+///
+/// # Safety
+/// `msg` must be NULL or the caller's valid message; `compare` and `result` the caller's fi_ioc
+/// arrays of their lengths (read only for the kinds that have them).
+#[allow(clippy::too_many_arguments)]
+unsafe fn start_msg(
+    st: &mut crate::domain::DomainState,
+    id: usize,
+    msg: *const ffi::fi_msg_atomic,
+    flags: u64,
+    kind: Kind,
+    compare: (*const ffi::fi_ioc, usize),
+    result: (*const ffi::fi_ioc, usize),
+) -> FiResult<()> {
+    // SAFETY: per this function's contract.
+    let (m, a) = unsafe { atomic_msg(msg, flags) }?;
+    // SAFETY: per this function's contract; the message's remote array was checked above.
+    if let Some(c) = unsafe { msg_contiguous(&m, kind, compare, result) } {
+        return start_contiguous(st, id, a, c);
+    }
+    // SAFETY: the caller's arrays, per this function's contract (the operand array is not read
+    // for FI_ATOMIC_READ, nor a compare or result array for a kind without one).
+    let (operand, cmp, res) = unsafe {
+        (
+            operand_of(m.op, || iocs(m.msg_iov, m.iov_count, m.datatype))?,
+            if kind == Kind::Compare { iocs(compare.0, compare.1, m.datatype)? } else { Ranges::new() },
+            if kind == Kind::Write { Ranges::new() } else { iocs(result.0, result.1, m.datatype)? },
+        )
+    };
+    let o = atomic_op(kind, m.op, m.datatype, operand, cmp, res)?;
+    check_remote_count(&m, &o)?;
+    rma::start(st, id, a, o)
+}
 
 /// An atomic message whose arrays are one fi_ioc each, all of the remote array's count: the
 /// contiguous case, which runs like the short forms (`start_contiguous`). None: any other shape,
@@ -474,19 +510,8 @@ unsafe extern "C" fn atomic_writev(
 
 unsafe extern "C" fn atomic_writemsg(ep: *mut ffi::fid_ep, msg: *const ffi::fi_msg_atomic, flags: u64) -> isize {
     crate::guard("fi_atomicmsg", FiError::OTHER.code() as isize, || {
-        run(ep, false, |st, id, _| {
-            // SAFETY: the caller's message.
-            let (m, a) = unsafe { atomic_msg(msg, flags) }?;
-            // SAFETY: as above.
-            if let Some(c) = unsafe { msg_contiguous(&m, Kind::Write, NO_IOCS, NO_IOCS) } {
-                return start_contiguous(st, id, a, c);
-            }
-            // SAFETY: as above.
-            let operand = unsafe { msg_operand(&m) }?;
-            let o = atomic_op(Kind::Write, m.op, m.datatype, operand, Ranges::new(), Ranges::new())?;
-            check_remote_count(&m, &o)?;
-            rma::start(st, id, a, o)
-        })
+        // SAFETY: the caller's message; a base atomic has no compare or result array.
+        run(ep, false, |st, id, _| unsafe { start_msg(st, id, msg, flags, Kind::Write, NO_IOCS, NO_IOCS) })
     })
 }
 
@@ -566,19 +591,9 @@ unsafe extern "C" fn atomic_readwritemsg(
     flags: u64,
 ) -> isize {
     crate::guard("fi_fetch_atomicmsg", FiError::OTHER.code() as isize, || {
-        run(ep, false, |st, id, _| {
-            // SAFETY: the caller's message and fi_ioc array.
-            let (m, a) = unsafe { atomic_msg(msg, flags) }?;
-            // SAFETY: as above.
-            if let Some(c) = unsafe { msg_contiguous(&m, Kind::Fetch, NO_IOCS, (resultv.cast_const(), result_count)) } {
-                return start_contiguous(st, id, a, c);
-            }
-            // SAFETY: as above.
-            let (operand, result) = unsafe { (msg_operand(&m)?, iocs(resultv, result_count, m.datatype)?) };
-            let o = atomic_op(Kind::Fetch, m.op, m.datatype, operand, Ranges::new(), result)?;
-            check_remote_count(&m, &o)?;
-            rma::start(st, id, a, o)
-        })
+        let result = (resultv.cast_const(), result_count);
+        // SAFETY: the caller's message and result array.
+        run(ep, false, |st, id, _| unsafe { start_msg(st, id, msg, flags, Kind::Fetch, NO_IOCS, result) })
     })
 }
 
@@ -652,22 +667,9 @@ unsafe extern "C" fn atomic_compwritemsg(
     flags: u64,
 ) -> isize {
     crate::guard("fi_compare_atomicmsg", FiError::OTHER.code() as isize, || {
-        run(ep, false, |st, id, _| {
-            // SAFETY: the caller's message and fi_ioc arrays.
-            let (m, a) = unsafe { atomic_msg(msg, flags) }?;
-            let (compare, result) = ((comparev, compare_count), (resultv.cast_const(), result_count));
-            // SAFETY: as above.
-            if let Some(c) = unsafe { msg_contiguous(&m, Kind::Compare, compare, result) } {
-                return start_contiguous(st, id, a, c);
-            }
-            // SAFETY: as above.
-            let (operand, cmp, res) = unsafe {
-                (msg_operand(&m)?, iocs(comparev, compare_count, m.datatype)?, iocs(resultv, result_count, m.datatype)?)
-            };
-            let o = atomic_op(Kind::Compare, m.op, m.datatype, operand, cmp, res)?;
-            check_remote_count(&m, &o)?;
-            rma::start(st, id, a, o)
-        })
+        let (compare, result) = ((comparev, compare_count), (resultv.cast_const(), result_count));
+        // SAFETY: the caller's message, compare and result arrays.
+        run(ep, false, |st, id, _| unsafe { start_msg(st, id, msg, flags, Kind::Compare, compare, result) })
     })
 }
 
