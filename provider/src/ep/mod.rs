@@ -81,6 +81,9 @@ pub struct Sinks<'a> {
 }
 
 impl Sinks<'_> {
+    // Forced inline: the event is built in the caller and would otherwise be copied on each of
+    // the two calls down to the queue.
+    #[inline(always)]
     fn report(&mut self, cq: Option<usize>, cntr: Option<usize>, event: CqEvent, wanted: bool) {
         crate::debug!(EpData, "completion {event:?} wanted {wanted} cq {cq:?} cntr {cntr:?}");
         let failed = matches!(event, CqEvent::Failed { .. });
@@ -124,6 +127,7 @@ impl Sinks<'_> {
         }
     }
 
+    #[inline(always)]
     pub fn recv_done(&mut self, event: CqEvent, wanted: bool) {
         let (cq, cntr) = (self.b.rx_cq, self.b.recv_cntr);
         self.report(cq, cntr, event, wanted);

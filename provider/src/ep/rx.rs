@@ -120,22 +120,65 @@ impl RxState {
 
     /// Find a posted receive for this message; take it (or, for multi-receive, its next bytes).
     fn take_posted(&mut self, src: u64, hdr: &MsgHeader, directed: bool, selective: bool) -> Option<(RecvOp, Ranges)> {
-        let tagged = hdr.app & APP_TAGGED != 0;
-        let q = &mut self.posted[queue(tagged)];
-        let at = q.iter().position(|r| r.matches(src, hdr.tag, directed))?;
+        let min_multi_recv = self.min_multi_recv;
+        let (q, at) = self.find_posted(src, hdr, directed)?;
         if !q[at].multi() {
             // The common case: the whole receive is used up; move its buffer out, no copy.
             let recv = if at == 0 { q.pop_front() } else { q.remove(at) }.expect("found above");
             let op = RecvOp::new(&recv, src, *hdr, &recv.iov, selective, false);
             return Some((op, recv.iov));
         }
-        let recv = &mut q[at];
-        let (dest, retire) = recv.carve(hdr.len as usize, self.min_multi_recv);
-        let op = RecvOp::new(recv, src, *hdr, &dest, selective, retire);
-        if retire {
-            q.remove(at);
+        Some(carve_multi(q, at, src, hdr, selective, min_multi_recv))
+    }
+
+    /// The queue of posted receives this message goes to, and the first that matches in it.
+    fn find_posted(&mut self, src: u64, hdr: &MsgHeader, directed: bool) -> Option<(&mut VecDeque<PostedRecv>, usize)> {
+        let q = &mut self.posted[queue(hdr.app & APP_TAGGED != 0)];
+        // Receives are usually posted ahead in the order messages come: the first one matches,
+        // and looking at it alone skips setting up the search over the ring's two halves.
+        if q.front()?.matches(src, hdr.tag, directed) {
+            return Some((q, 0));
         }
-        Some((op, dest))
+        let at = q.iter().skip(1).position(|r| r.matches(src, hdr.tag, directed))? + 1;
+        Some((q, at))
+    }
+
+    /// A message whose bytes are all here (`payload`): copy them into the first matching posted
+    /// receive and complete it, in place: nothing is moved out of the queue but a used-up
+    /// receive. False when no receive matches.
+    #[allow(clippy::too_many_arguments)]
+    fn take_payload(
+        &mut self,
+        msg: &MsgHeader,
+        src: u64,
+        payload: &[u8],
+        directed: bool,
+        selective: bool,
+        sinks: &mut Sinks,
+    ) -> bool {
+        let min_multi_recv = self.min_multi_recv;
+        let Some((q, at)) = self.find_posted(src, msg, directed) else { return false };
+        let (op, copied) = if q[at].multi() {
+            let (op, dest) = carve_multi(q, at, src, msg, selective, min_multi_recv);
+            // SAFETY: the application's posted receive buffer, which it may not touch until the
+            // receive completes (libfabric's buffer contract).
+            (op, unsafe { crate::iov::scatter(&dest, payload) })
+        } else {
+            let recv = &q[at];
+            // SAFETY: as above.
+            let copied = unsafe { crate::iov::scatter(&recv.iov, payload) };
+            let op = RecvOp::new(recv, src, *msg, &recv.iov, selective, false);
+            if at == 0 {
+                q.pop_front();
+            } else {
+                q.remove(at);
+            }
+            (op, copied)
+        };
+        let sent = msg.len as usize;
+        let result = if copied < sent { Err(EngineError::Truncated { delivered: copied, sent }) } else { Ok(copied) };
+        complete_op(&op, result, sinks);
+        true
     }
 
     /// A delivery finished: report it.
@@ -158,6 +201,25 @@ impl RxState {
         }
         false
     }
+}
+
+/// The next bytes of the multi-receive buffer at `at` for a message; the buffer leaves the queue
+/// when what is left of it is too little.
+fn carve_multi(
+    q: &mut VecDeque<PostedRecv>,
+    at: usize,
+    src: u64,
+    hdr: &MsgHeader,
+    selective: bool,
+    min_multi_recv: usize,
+) -> (RecvOp, Ranges) {
+    let recv = &mut q[at];
+    let (dest, retire) = recv.carve(hdr.len as usize, min_multi_recv);
+    let op = RecvOp::new(recv, src, *hdr, &dest, selective, retire);
+    if retire {
+        q.remove(at);
+    }
+    (op, dest)
 }
 
 fn complete_op(op: &RecvOp, result: smr_core::Result<usize>, sinks: &mut Sinks) {
@@ -239,6 +301,12 @@ impl Handler<'_> {
     /// goes to, or, with none posted for it, the message queued as unexpected (`Err(Hold)`: the
     /// engine keeps its bytes).
     fn take_or_hold(&mut self, msg: &Incoming, src_name: &str) -> Result<(RecvOp, Ranges), Disposition> {
+        let src = self.arrived(msg, src_name);
+        self.rx.take_posted(src, &msg.hdr, self.directed, self.sinks.b.rx_selective).ok_or_else(|| self.hold(msg, src))
+    }
+
+    /// A message arrived: log it; its sender's fi_addr.
+    fn arrived(&mut self, msg: &Incoming, src_name: &str) -> u64 {
         let src = self.source(msg, src_name);
         crate::debug!(
             EpData,
@@ -247,11 +315,15 @@ impl Handler<'_> {
             msg.hdr.tag,
             msg.hdr.app
         );
-        self.rx.take_posted(src, &msg.hdr, self.directed, self.sinks.b.rx_selective).ok_or_else(|| {
-            let tagged = msg.hdr.app & APP_TAGGED != 0;
-            self.rx.unexpected[queue(tagged)].push_back(Unexpected { key: msg.key, src, hdr: msg.hdr });
-            Disposition::Hold
-        })
+        src
+    }
+
+    /// No receive is posted for this message: queue it as unexpected, and the engine keeps its
+    /// bytes.
+    fn hold(&mut self, msg: &Incoming, src: u64) -> Disposition {
+        let tagged = msg.hdr.app & APP_TAGGED != 0;
+        self.rx.unexpected[queue(tagged)].push_back(Unexpected { key: msg.key, src, hdr: msg.hdr });
+        Disposition::Hold
     }
 }
 
@@ -278,19 +350,14 @@ impl smr_core::endpoint::Handler for Handler<'_> {
                 None => self.on_message(msg, src_name),
             };
         }
-        let (op, dest) = match self.take_or_hold(msg, src_name) {
-            Ok(matched) => matched,
-            Err(hold) => return hold,
-        };
         // The small message's whole path: copy into the posted buffer and complete, with no
         // delivery to come back from.
-        // SAFETY: the application's posted receive buffer, which it may not touch until the
-        // receive completes (libfabric's buffer contract).
-        let n = unsafe { crate::iov::scatter(&dest, payload) };
-        let sent = msg.hdr.len as usize;
-        let result = if n < sent { Err(EngineError::Truncated { delivered: n, sent }) } else { Ok(n) };
-        complete_op(&op, result, &mut self.sinks);
-        Disposition::Taken { answer_later: false }
+        let src = self.arrived(msg, src_name);
+        let (directed, selective) = (self.directed, self.sinks.b.rx_selective);
+        if self.rx.take_payload(&msg.hdr, src, payload, directed, selective, &mut self.sinks) {
+            return Disposition::Taken { answer_later: false };
+        }
+        self.hold(msg, src)
     }
 
     fn on_recv_done(&mut self, ctx: u64, result: smr_core::Result<usize>, dest: LocalIov) {
