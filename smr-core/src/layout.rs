@@ -32,7 +32,8 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"RSHMREG\0");
 ///    writes into that buffer (`Status::Placed`; `endpoint::answer`).
 /// 5: the owner publishes registrations that peers may read with CMA on their own (`MrSlot`),
 ///    and counts its progress calls with nothing of its own outstanding (`OwnerBeat`).
-pub const LAYOUT_VERSION: u32 = 5;
+/// 6: command slots of 1,088 bytes, inline payload up to 1,032 bytes.
+pub const LAYOUT_VERSION: u32 = 6;
 /// Longest region name, without the terminating NUL.
 pub const NAME_MAX: usize = 63;
 /// Size of one inject buffer.
@@ -274,7 +275,7 @@ const _: () = {
     assert!(size_of::<WakeWord>() == 256);
     assert!(size_of::<PeerSlot>() == 128);
     assert!(size_of::<RingCtl>() == 128);
-    assert!(size_of::<Slot<CmdEntry>>() == 256);
+    assert!(size_of::<Slot<CmdEntry>>() == 17 * 64);
     assert!(size_of::<Slot<RespEntry>>() == 64);
     assert!(align_of::<Slot<CmdEntry>>() == 8);
 };

@@ -402,14 +402,25 @@ impl Consumer {
 
     /// Take the entry at the head, if one is published. Wait-free.
     pub fn pop<T: Pod>(&mut self, ring: &Ring<'_, T>) -> Pop<T> {
+        // SAFETY: `T: Pod`: all-zero bytes are a valid `T`.
+        let mut value: T = unsafe { core::mem::zeroed() };
+        match self.pop_into(ring, &mut value) {
+            Pop::Item(()) => Pop::Item(value),
+            Pop::Empty => Pop::Empty,
+            Pop::Pending => Pop::Pending,
+        }
+    }
+
+    /// `pop`, into the caller's entry: only the bytes in use (`Pod::wire_len`) are copied, and
+    /// the rest of `value` keeps what it held. For large entries that saves clearing and moving
+    /// the whole of one per pop.
+    pub fn pop_into<T: Pod>(&mut self, ring: &Ring<'_, T>, value: &mut T) -> Pop<()> {
         let slot = &ring.slots[(self.head & ring.mask) as usize];
         let stamp = slot.stamp.load(Ordering::Acquire);
         if stamp == self.head.wrapping_add(1) {
             // Copy what shares the stamp's cache line, learn from it how much more is in use,
             // and copy only that: a small entry costs one line, not the whole slot.
-            // SAFETY: `T: Pod`: all-zero bytes are a valid `T`.
-            let mut value: T = unsafe { core::mem::zeroed() };
-            let out = (&mut value as *mut T).cast::<u8>();
+            let out = (value as *mut T).cast::<u8>();
             let first = FIRST_LINE_BYTES.min(size_of::<T>());
             slot.value.with(|cell| {
                 // SAFETY: the Acquire load saw the producer's Release publish, so the entry is
@@ -427,7 +438,7 @@ impl Consumer {
             slot.stamp.store(self.head.wrapping_add(ring.capacity()), Ordering::Release);
             self.head = self.head.wrapping_add(1);
             prefetch(&ring.slots[(self.head & ring.mask) as usize].stamp, Prefetch::Read);
-            return Pop::Item(value);
+            return Pop::Item(());
         }
         // Not reading `tail` here keeps the producers' hot line out of the consumer's cache
         // while it polls; `stalled` looks at it when the caller wants to know.

@@ -1,4 +1,4 @@
-//! RMA (fi_rma(3)): every write and read call, sizes across rshm's inline (<= 200 B), inject
+//! RMA (fi_rma(3)): every write and read call, sizes across rshm's inline (<= 1032 B), inject
 //! (<= 4096 B), CMA and SAR paths, local iovs and remote segments, remote CQ data,
 //! FI_DELIVERY_COMPLETE, FI_FENCE and the access errors, in both MR modes:
 //! - scalable: mr_mode 0 hint, the application picks the key, the remote address is an offset
@@ -15,7 +15,7 @@ use super::rma_util::{
     self as u, must, payload, split, MrInfo, Peer, Spec, Target, BASIC, COMPLETION, DELIVERY_COMPLETE, FENCE, MSG,
     READ, REMOTE_CQ_DATA, REMOTE_READ, REMOTE_WRITE, RMA, SCALABLE, TRANSMIT_COMPLETE, WRITE,
 };
-use super::{scn, seed, setup, Scenario};
+use super::{scn, seed, setup, Scenario, INLINE_MAX};
 use crate::fabric::{self, ffi, FiAddr, Mr};
 use crate::harness::{check_pattern, pattern, FiCtx, Node, NodeCfg, Rank, TResult, TestErr};
 use crate::{bail, ensure};
@@ -176,13 +176,31 @@ const TARGET: usize = 1;
 const KEY: u64 = 0x5EED;
 
 /// Sizes across rshm's inline, inject, CMA/SAR thresholds and C shm's.
-const SIZES: &[usize] = &[0, 1, 8, 200, 201, 4096, 4097, 65536, 1 << 20, 16 << 20];
+const SIZES: &[usize] = &[0, 1, 8, 200, INLINE_MAX, INLINE_MAX + 1, 4096, 4097, 65536, 1 << 20, 16 << 20];
 
 /// Read sizes: `SIZES` and rshm's one-round-trip read thresholds: the bytes in the answer
 /// entry (<= 32 B), in an inject buffer of the initiator's (<= 4096 B) or a SAR buffer (up to
 /// FI_RSHM_READ_ONE_TRIP_MAX, 16384 B by default), a reply message above.
-const READ_SIZES: &[usize] =
-    &[0, 1, 8, 32, 33, 200, 201, 4095, 4096, 4097, 8192, 16383, 16384, 16385, 65536, 1 << 20, 16 << 20];
+const READ_SIZES: &[usize] = &[
+    0,
+    1,
+    8,
+    32,
+    33,
+    200,
+    INLINE_MAX,
+    INLINE_MAX + 1,
+    4095,
+    4096,
+    4097,
+    8192,
+    16383,
+    16384,
+    16385,
+    65536,
+    1 << 20,
+    16 << 20,
+];
 
 /// Untouched bytes between written ranges (each range also starts a little unaligned).
 const GAP: usize = 64;
@@ -390,7 +408,7 @@ struct IovCase {
 
 fn iov_cases() -> Vec<IovCase> {
     let mut v = Vec::new();
-    for &len in &[1usize, 8, 33, 200, 201, 4096, 4097, 16384, 16385, 65536, 1 << 20] {
+    for &len in &[1usize, 8, 33, 200, INLINE_MAX, INLINE_MAX + 1, 4096, 4097, 16384, 16385, 65536, 1 << 20] {
         v.push(IovCase { len, msg: false, lparts: 2, segs: 1 });
         v.push(IovCase { len, msg: false, lparts: 4, segs: 1 });
         v.push(IovCase { len, msg: true, lparts: 3, segs: 1 });
@@ -531,7 +549,8 @@ fn iov<const M: u8>(r: &mut Rank) -> TResult {
 fn inject<const M: u8>(r: &mut Rank) -> TResult {
     let mut p = open(r, MSG | RMA, M)?;
     let isz = p.tx_attr().inject_size;
-    let sizes: Vec<usize> = [0usize, 1, 8, 200, 201, 4096].into_iter().filter(|&s| s <= isz).collect();
+    let sizes: Vec<usize> =
+        [0usize, 1, 8, 200, INLINE_MAX, INLINE_MAX + 1, 4096].into_iter().filter(|&s| s <= isz).collect();
     // Ranges: fi_inject_write of every size, then fi_inject_writedata of every size.
     let lens: Vec<usize> = sizes.iter().chain(sizes.iter()).copied().collect();
     let lay = layout(&lens);
@@ -611,7 +630,7 @@ fn check_remote_entry(e: &u::Event, what: &str) -> TResult {
 fn writedata<const M: u8>(r: &mut Rank) -> TResult {
     let mut p = open(r, MSG | RMA, M)?;
     // fi_writedata of each size, then fi_writemsg(FI_REMOTE_CQ_DATA) of a few.
-    let wd: &[usize] = &[0, 1, 200, 201, 4096, 4097, 65536, 1 << 20];
+    let wd: &[usize] = &[0, 1, 200, INLINE_MAX, INLINE_MAX + 1, 4096, 4097, 65536, 1 << 20];
     let wm: &[usize] = &[8, 4097, 65536];
     let lens: Vec<usize> = wd.iter().chain(wm).copied().collect();
     let lay = layout(&lens);

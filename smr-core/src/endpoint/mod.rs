@@ -16,7 +16,7 @@ mod send;
 mod tests;
 
 use crate::clock::Instant;
-use crate::cmd::{Limits, MsgHeader, RespEntry, ANSWER_DATA_MAX, INLINE_MAX};
+use crate::cmd::{CmdEntry, Limits, MsgHeader, RespEntry, ANSWER_DATA_MAX, INLINE_MAX};
 use crate::error::{Error, Result};
 use crate::free_stack::StackCheck;
 use crate::idmap::IdMap;
@@ -259,6 +259,9 @@ pub struct Endpoint {
     me: ProcessIdentity,
     cma_ok: bool,
     cmd_rx: Consumer,
+    /// Where commands are popped to (`Consumer::pop_into`): a command slot is over a kilobyte,
+    /// and a small message uses its first line.
+    cmd_entry: Option<Box<CmdEntry>>,
     resp_rx: Consumer,
     cmd_stall: StallWatch,
     resp_stall: StallWatch,
@@ -319,6 +322,7 @@ impl Endpoint {
             cma_ok,
             params,
             cmd_rx: Consumer::new(),
+            cmd_entry: None,
             resp_rx: Consumer::new(),
             cmd_stall: StallWatch::default(),
             resp_stall: StallWatch::default(),
@@ -419,11 +423,13 @@ impl Endpoint {
 
     fn drain_commands(&mut self, h: &mut impl Handler) -> usize {
         let mut handled = 0;
+        // Out of `self` while commands are handled, which borrows `self` mutably.
+        let mut entry = self.cmd_entry.take().unwrap_or_default();
         while handled < PROGRESS_BUDGET {
             // The ring view is three loads: building it per pop lets `handle_command` borrow
             // `self` mutably, with no reference count to bump on the data path.
-            match self.cmd_rx.pop(&self.region.cmd_ring()) {
-                Pop::Item(entry) => {
+            match self.cmd_rx.pop_into(&self.region.cmd_ring(), &mut entry) {
+                Pop::Item(()) => {
                     self.handle_command(&entry, h);
                     handled += 1;
                 }
@@ -434,6 +440,7 @@ impl Endpoint {
                 }
             }
         }
+        self.cmd_entry = Some(entry);
         handled
     }
 
