@@ -222,6 +222,9 @@ fn carve_multi(
     (op, dest)
 }
 
+// Forced inline: on a small message's path it saves building the completion in one frame and
+// copying it into another (about 15 instructions per message).
+#[inline(always)]
 fn complete_op(op: &RecvOp, result: smr_core::Result<usize>, sinks: &mut Sinks) {
     crate::debug!(
         EpData,
@@ -420,7 +423,8 @@ pub fn post(ctx: PostCtx, mut recv: PostedRecv) -> Result<(), FiError> {
         recv.flags
     );
     let q = queue(recv.tagged);
-    loop {
+    // Nothing waiting, the usual case: no search to set up.
+    while !rx.unexpected[q].is_empty() {
         let at = rx.unexpected[q].iter().position(|u| recv.matches(u.src, u.hdr.tag, directed));
         let Some(at) = at else { break };
         let u = rx.unexpected[q].remove(at).expect("found");
