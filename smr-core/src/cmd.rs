@@ -71,6 +71,7 @@ impl std::fmt::Debug for CmdEntry {
 unsafe impl Pod for CmdEntry {
     /// The header plus the part of the payload the protocol uses. Computed from fields in the
     /// first 56 bytes (header and the first 8 payload bytes), which the ring copies first.
+    #[inline]
     fn wire_len(&self) -> usize {
         const HEADER: usize = std::mem::offset_of!(CmdEntry, payload);
         let used = match (self.op, self.proto) {
@@ -258,6 +259,7 @@ fn decode_sar(entry: &CmdEntry, limits: &Limits) -> Result<SarSeg> {
 }
 
 /// Check a peer-written entry and turn it into a `Command`.
+#[inline]
 pub fn decode(entry: &CmdEntry, limits: &Limits) -> Result<Command> {
     let src = entry.src;
     if u64::from(src) >= limits.max_peers {

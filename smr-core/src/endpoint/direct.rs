@@ -33,6 +33,7 @@ impl Endpoint {
 
     /// Count one progress call made with no operation of the caller's own outstanding
     /// (`layout::OwnerBeat`): peers then hand us work that a spare CPU does well.
+    #[inline]
     pub fn note_free_poll(&mut self) {
         self.free_polls = self.free_polls.wrapping_add(1);
         self.region.beat().free_polls.store(self.free_polls, Ordering::Relaxed);

@@ -400,6 +400,7 @@ impl Endpoint {
     /// head, responses or SAR segments of ours still to push, or a liveness tick due. On the
     /// idle path that is two loads of ring stamps, so a caller polling in a tight loop can skip
     /// the rest of its progress pass (and the polling thread notices an arrival sooner).
+    #[inline]
     pub fn has_work(&mut self) -> bool {
         if self.cmd_rx.ready(&self.region.cmd_ring())
             || self.resp_rx.ready(&self.region.resp_ring())
