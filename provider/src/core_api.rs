@@ -69,21 +69,26 @@ macro_rules! debug {
     };
 }
 
-/// Whether debug logging is on for us: checked once, so data paths pay one load when off.
+/// Whether debug logging is on for us (0: not asked yet, 1: off, 2: on).
+static DEBUG_STATE: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
+/// Whether debug logging is on for us: asked once, so data paths pay one load (inline: the
+/// debug! lines on them are not even a call) when it is off.
+#[inline]
 pub fn debug_enabled() -> bool {
-    use std::sync::atomic::{AtomicU8, Ordering};
-    static STATE: AtomicU8 = AtomicU8::new(0);
-    match STATE.load(Ordering::Relaxed) {
+    match DEBUG_STATE.load(std::sync::atomic::Ordering::Relaxed) {
         1 => false,
         2 => true,
-        _ => {
-            // SAFETY: our registered provider struct; the core only reads it.
-            let on =
-                unsafe { ffi::fi_log_enabled(provider_ptr(), ffi::FI_LOG_DEBUG as _, ffi::FI_LOG_EP_DATA as _) } != 0;
-            STATE.store(if on { 2 } else { 1 }, Ordering::Relaxed);
-            on
-        }
+        _ => debug_enabled_first(),
     }
+}
+
+#[cold]
+fn debug_enabled_first() -> bool {
+    // SAFETY: our registered provider struct; the core only reads it.
+    let on = unsafe { ffi::fi_log_enabled(provider_ptr(), ffi::FI_LOG_DEBUG as _, ffi::FI_LOG_EP_DATA as _) } != 0;
+    DEBUG_STATE.store(if on { 2 } else { 1 }, std::sync::atomic::Ordering::Relaxed);
+    on
 }
 
 /// The running core's API version (`fi_version()`).

@@ -66,10 +66,18 @@ pub struct SendArgs {
     pub inject_call: bool,
 }
 
+/// The engine peer of fi_addr `dest`: one load once known (inline on every send path).
+#[inline(always)]
 pub(super) fn peer_for(ep: &mut EpState, avs: &Slab<crate::av::AvState>, dest: u64) -> FiResult<PeerId> {
-    if let Some(&Some(p)) = ep.peers.get(dest as usize) {
-        return Ok(p);
+    match ep.peers.get(dest as usize) {
+        Some(&Some(p)) => Ok(p),
+        _ => peer_first_use(ep, avs, dest),
     }
+}
+
+/// `peer_for` of an fi_addr not used yet: look its name up in the AV and add the peer.
+#[cold]
+fn peer_first_use(ep: &mut EpState, avs: &Slab<crate::av::AvState>, dest: u64) -> FiResult<PeerId> {
     let av = ep.av.and_then(|a| avs.get(a)).ok_or(FiError::NOAV)?;
     let name = av.name(dest).ok_or_else(|| {
         crate::warn!(EpData, "send to fi_addr {dest}, which is not in the AV");
@@ -170,6 +178,8 @@ pub fn send(st: &mut DomainState, id: usize, args: SendArgs) -> FiResult<()> {
 /// # Safety
 /// The ranges must be the caller's readable memory, unchanged until the send completes (small
 /// ones are copied before this returns).
+// Forced inline (two callers): the header and ranges were passed down one frame more.
+#[inline(always)]
 pub(super) unsafe fn engine_send(
     engine: &mut smr_core::endpoint::Endpoint,
     peer: PeerId,
