@@ -17,7 +17,7 @@ use std::ptr::{null, null_mut};
 fn call(ep: *mut ffi::fid_ep, default_flags: bool, make: impl FnOnce(u64) -> FiResult<(OneSided, Op)>) -> isize {
     run(ep, default_flags, |st, id, flags| {
         let (a, op) = make(flags)?;
-        rma::start(st, id, a, op)
+        rma::start_inline(st, id, a, op)
     })
 }
 

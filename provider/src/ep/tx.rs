@@ -94,6 +94,8 @@ fn peer_first_use(ep: &mut EpState, avs: &Slab<crate::av::AvState>, dest: u64) -
 }
 
 /// Start a send on endpoint `id`.
+// Forced inline into its one caller (`ops::send`), which built the arguments.
+#[inline(always)]
 pub fn send(st: &mut DomainState, id: usize, args: SendArgs) -> FiResult<()> {
     let DomainState { eps, cqs, cntrs, avs, .. } = st;
     let ep = eps.get_mut(id).ok_or(FiError::INVAL)?;
