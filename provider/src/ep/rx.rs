@@ -132,6 +132,8 @@ impl RxState {
     }
 
     /// The queue of posted receives this message goes to, and the first that matches in it.
+    // Forced inline (two callers), as `Handler::arrived`: 16 instructions per message together.
+    #[inline(always)]
     fn find_posted(&mut self, src: u64, hdr: &MsgHeader, directed: bool) -> Option<(&mut VecDeque<PostedRecv>, usize)> {
         let q = &mut self.posted[queue(hdr.app & APP_TAGGED != 0)];
         // Receives are usually posted ahead in the order messages come: the first one matches,
@@ -309,6 +311,7 @@ impl Handler<'_> {
     }
 
     /// A message arrived: log it; its sender's fi_addr.
+    #[inline(always)]
     fn arrived(&mut self, msg: &Incoming, src_name: &str) -> u64 {
         let src = self.source(msg, src_name);
         crate::debug!(
