@@ -852,13 +852,15 @@ impl Target<'_> {
         match self.mrs.resolve(key, addr, len, ffi::FI_REMOTE_READ as u64) {
             Ok((ranges, mr)) => {
                 sinks.remote_done(mr.read_cntr, false);
+                // Straight from the ranges (no iov built): a small read's whole cost is here.
                 // SAFETY: registered memory the application exposed for remote reads.
-                let mem = unsafe { super::rx::lend(ranges.clone()) };
-                if let Some(data) = AnswerData::new(len as usize, |b| _ = mem.read_at(0, b)) {
+                let gathered = |b: &mut [u8]| _ = unsafe { crate::iov::gather(&ranges, b) };
+                if let Some(data) = AnswerData::new(len as usize, gathered) {
                     return ReadAnswer::With(data);
                 }
                 let data = match by {
-                    ReturnBy::AnswerBuf(buf) => return ReadAnswer::Into(buf, mem),
+                    // SAFETY: as above.
+                    ReturnBy::AnswerBuf(buf) => return ReadAnswer::Into(buf, unsafe { super::rx::lend(ranges) }),
                     ReturnBy::WriteBack(remote) => {
                         // Once progress returns (the engine makes the copy); the registration is
                         // looked up again then, in case it closes before.
@@ -868,7 +870,7 @@ impl Target<'_> {
                     }
                     ReturnBy::Reply | ReturnBy::Pushed if (len as usize) <= READ_SNAPSHOT_MAX => {
                         let mut copy = vec![0; len as usize];
-                        mem.read_at(0, &mut copy);
+                        gathered(&mut copy);
                         ReplyData::Copy(copy)
                     }
                     ReturnBy::Reply | ReturnBy::Pushed => ReplyData::Memory(ranges),
