@@ -103,6 +103,7 @@ impl Sinks<'_> {
 
     /// A transmit operation finished; `wanted` is false for injects and unselected selective
     /// completions.
+    #[inline(always)]
     pub fn tx_done(&mut self, event: CqEvent, wanted: bool, kind: TxKind) {
         self.report(self.b.tx_cq, self.b.tx_cntr(kind), event, wanted);
     }
