@@ -786,6 +786,8 @@ impl Target<'_> {
     /// What an atomic asks for, checked: its operation, the memory it touches, the counter of
     /// the registration, and whom to answer with the old values (fetching kinds).
     #[allow(clippy::type_complexity)]
+    // Forced inline (two callers): its four results were returned through memory.
+    #[inline(always)]
     fn atomic_target(&self, msg: &Incoming) -> Result<(Desc, Ranges, Option<usize>, Option<(SrcId, u64)>), u32> {
         let hdr = msg.hdr;
         let desc = Desc::unpack(hdr.data).filter(|d| d.payload() as u64 == hdr.len).ok_or(ffi::FI_EINVAL)?;
