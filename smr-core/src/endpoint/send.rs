@@ -189,9 +189,7 @@ impl Endpoint {
                 src.copy_to(&mut e.payload[..len]);
             };
             if opts.more {
-                let mut entry = CmdEntry::default();
-                inline(&mut entry);
-                self.stage(peer, entry, (!ack).then_some(opts.cookie));
+                self.stage_with(peer, (!ack).then_some(opts.cookie), inline);
             } else {
                 // Written straight into the claimed slot: no command built aside and copied.
                 super::peers::push_cmd_with(&link.region, inline)?;
@@ -208,9 +206,7 @@ impl Endpoint {
             e.set_inject(index);
         };
         if opts.more {
-            let mut entry = CmdEntry::default();
-            inject(&mut entry);
-            self.stage(peer, entry, (!ack).then_some(opts.cookie));
+            self.stage_with(peer, (!ack).then_some(opts.cookie), inject);
         } else if let Err(e) = super::peers::push_cmd_with(&link.region, inject) {
             let _ = link.region.inject_stack().push(index);
             return Err(e);
