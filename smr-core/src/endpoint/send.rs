@@ -140,14 +140,16 @@ impl Endpoint {
         // read), so `pull` leaves it to SAR, which spares both sides the system call.
         let one_segment = buf.len() as u64 <= segment_len(0, link.region.geometry().counts.sar_size);
         let my_cma = cma_ok && ((opts.pull && !one_segment) || buf.len() >= cma_min);
-        let mut entry = CmdEntry::message(link.slot, msg_id, &hdr, true);
         let remote = (my_cma && link.cma).then(|| buf.as_remote(IOV_MAX)).flatten();
         let mut pending =
             PendingSend { peer, cookie: opts.cookie, hdr, buf, sar_next: None, sar_continuation: false, answer: None };
         match remote {
             Some(iovs) => {
-                entry.set_iovs(&iovs);
-                super::peers::push_cmd(&link.region, &entry)?;
+                let src_slot = link.slot;
+                super::peers::push_cmd_with(&link.region, |e| {
+                    e.set_message(src_slot, msg_id, &hdr, true);
+                    e.set_iovs(&iovs);
+                })?;
                 self.stats.sent_cma += 1;
             }
             None => {
@@ -385,12 +387,16 @@ fn push_segments(link: &super::peers::Link, msg_id: u64, send: &mut PendingSend)
             return false;
         }
         let first = offset == 0 && !send.sar_continuation;
-        let mut entry = CmdEntry::message(link.slot, msg_id, &send.hdr, true);
-        if !first {
-            entry.op = op::SAR_SEG;
-        }
-        entry.set_sar(SarSeg { buf: index, len: seg_len as u32, offset });
-        if super::peers::push_cmd(&link.region, &entry).is_err() {
+        // Written in place into the claimed slot, as small messages are (a command is over a
+        // kilobyte; a segment uses its first line).
+        let segment = |e: &mut CmdEntry| {
+            e.set_message(link.slot, msg_id, &send.hdr, true);
+            if !first {
+                e.op = op::SAR_SEG;
+            }
+            e.set_sar(SarSeg { buf: index, len: seg_len as u32, offset });
+        };
+        if super::peers::push_cmd_with(&link.region, segment).is_err() {
             let _ = link.region.sar_stack().push(index);
             return false;
         }
