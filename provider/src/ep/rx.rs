@@ -118,69 +118,39 @@ impl RxState {
         self.posted[0].len() + self.posted[1].len()
     }
 
-    /// Find a posted receive for this message; take it (or, for multi-receive, its next bytes).
-    fn take_posted(&mut self, src: u64, hdr: &MsgHeader, directed: bool, selective: bool) -> Option<(RecvOp, Ranges)> {
-        let min_multi_recv = self.min_multi_recv;
-        let (q, at) = self.find_posted(src, hdr, directed)?;
-        if !q[at].multi() {
-            // The common case: the whole receive is used up; move its buffer out, no copy.
-            let recv = if at == 0 { q.pop_front() } else { q.remove(at) }.expect("found above");
-            let op = RecvOp::new(&recv, src, *hdr, &recv.iov, selective, false);
-            return Some((op, recv.iov));
-        }
-        Some(carve_multi(q, at, src, hdr, selective, min_multi_recv))
-    }
-
-    /// The queue of posted receives this message goes to, and the first that matches in it.
-    // Forced inline (two callers), as `Handler::arrived`: 16 instructions per message together.
-    #[inline(always)]
-    fn find_posted(&mut self, src: u64, hdr: &MsgHeader, directed: bool) -> Option<(&mut VecDeque<PostedRecv>, usize)> {
+    /// Find a posted receive for this message and use its buffer (for multi-receive, its next
+    /// bytes) with `place`, where it sits; the receive leaves the queue once used up.
+    fn take_posted<R>(
+        &mut self,
+        src: u64,
+        hdr: &MsgHeader,
+        (directed, selective): (bool, bool),
+        place: impl FnOnce(&Ranges) -> R,
+    ) -> Option<(RecvOp, R)> {
         let q = &mut self.posted[queue(hdr.app & APP_TAGGED != 0)];
         // Receives are usually posted ahead in the order messages come: the first one matches,
-        // and looking at it alone skips setting up the search over the ring's two halves.
-        if q.front()?.matches(src, hdr.tag, directed) {
-            return Some((q, 0));
-        }
-        let at = q.iter().skip(1).position(|r| r.matches(src, hdr.tag, directed))? + 1;
-        Some((q, at))
-    }
-
-    /// A message whose bytes are all here (`payload`): copy them into the first matching posted
-    /// receive and complete it, in place: nothing is moved out of the queue but a used-up
-    /// receive. False when no receive matches.
-    #[allow(clippy::too_many_arguments)]
-    fn take_payload(
-        &mut self,
-        msg: &MsgHeader,
-        src: u64,
-        payload: &[u8],
-        directed: bool,
-        selective: bool,
-        sinks: &mut Sinks,
-    ) -> bool {
-        let min_multi_recv = self.min_multi_recv;
-        let Some((q, at)) = self.find_posted(src, msg, directed) else { return false };
-        let (op, copied) = if q[at].multi() {
-            let (op, dest) = carve_multi(q, at, src, msg, selective, min_multi_recv);
-            // SAFETY: the application's posted receive buffer, which it may not touch until the
-            // receive completes (libfabric's buffer contract).
-            (op, unsafe { crate::iov::scatter(&dest, payload) })
+        // and looking at it alone skips setting up the search over the deque's two halves.
+        let at = if q.front()?.matches(src, hdr.tag, directed) {
+            0
         } else {
-            let recv = &q[at];
-            // SAFETY: as above.
-            let copied = unsafe { crate::iov::scatter(&recv.iov, payload) };
-            let op = RecvOp::new(recv, src, *msg, &recv.iov, selective, false);
-            if at == 0 {
-                q.pop_front();
-            } else {
-                q.remove(at);
-            }
-            (op, copied)
+            q.iter().skip(1).position(|r| r.matches(src, hdr.tag, directed))? + 1
         };
-        let sent = msg.len as usize;
-        let result = if copied < sent { Err(EngineError::Truncated { delivered: copied, sent }) } else { Ok(copied) };
-        complete_op(&op, result, sinks);
-        true
+        let recv = &mut q[at];
+        let (op, placed, retire) = if recv.multi() {
+            let (dest, retire) = recv.carve(hdr.len as usize, self.min_multi_recv);
+            (RecvOp::new(recv, src, *hdr, &dest, selective, retire), place(&dest), retire)
+        } else {
+            // The common case: the whole receive is used up.
+            (RecvOp::new(recv, src, *hdr, &recv.iov, selective, false), place(&recv.iov), true)
+        };
+        // `pop_front` for the first: `VecDeque::remove(0)` is the general shuffle (about 20
+        // instructions more per message).
+        if retire && at == 0 {
+            q.pop_front();
+        } else if retire {
+            q.remove(at);
+        }
+        Some((op, placed))
     }
 
     /// A delivery finished: report it.
@@ -203,25 +173,6 @@ impl RxState {
         }
         false
     }
-}
-
-/// The next bytes of the multi-receive buffer at `at` for a message; the buffer leaves the queue
-/// when what is left of it is too little.
-fn carve_multi(
-    q: &mut VecDeque<PostedRecv>,
-    at: usize,
-    src: u64,
-    hdr: &MsgHeader,
-    selective: bool,
-    min_multi_recv: usize,
-) -> (RecvOp, Ranges) {
-    let recv = &mut q[at];
-    let (dest, retire) = recv.carve(hdr.len as usize, min_multi_recv);
-    let op = RecvOp::new(recv, src, *hdr, &dest, selective, retire);
-    if retire {
-        q.remove(at);
-    }
-    (op, dest)
 }
 
 // Forced inline: on a small message's path it saves building the completion in one frame and
@@ -302,17 +253,15 @@ impl Handler<'_> {
 }
 
 impl Handler<'_> {
-    /// Match an arriving message against the posted receives: the receive and the buffer it
-    /// goes to, or, with none posted for it, the message queued as unexpected (`Err(Hold)`: the
+    /// Match an arriving message against the posted receives: the receive and what `place` made
+    /// of the buffer it goes to, or, with none posted for it, the message queued as unexpected (`Err(Hold)`: the
     /// engine keeps its bytes).
-    fn take_or_hold(&mut self, msg: &Incoming, src_name: &str) -> Result<(RecvOp, Ranges), Disposition> {
-        let src = self.arrived(msg, src_name);
-        self.rx.take_posted(src, &msg.hdr, self.directed, self.sinks.b.rx_selective).ok_or_else(|| self.hold(msg, src))
-    }
-
-    /// A message arrived: log it; its sender's fi_addr.
-    #[inline(always)]
-    fn arrived(&mut self, msg: &Incoming, src_name: &str) -> u64 {
+    fn take_or_hold<R>(
+        &mut self,
+        msg: &Incoming,
+        src_name: &str,
+        place: impl FnOnce(&Ranges) -> R,
+    ) -> Result<(RecvOp, R), Disposition> {
         let src = self.source(msg, src_name);
         crate::debug!(
             EpData,
@@ -321,15 +270,12 @@ impl Handler<'_> {
             msg.hdr.tag,
             msg.hdr.app
         );
-        src
-    }
-
-    /// No receive is posted for this message: queue it as unexpected, and the engine keeps its
-    /// bytes.
-    fn hold(&mut self, msg: &Incoming, src: u64) -> Disposition {
-        let tagged = msg.hdr.app & APP_TAGGED != 0;
-        self.rx.unexpected[queue(tagged)].push_back(Unexpected { key: msg.key, src, hdr: msg.hdr });
-        Disposition::Hold
+        let how = (self.directed, self.sinks.b.rx_selective);
+        self.rx.take_posted(src, &msg.hdr, how, place).ok_or_else(|| {
+            let tagged = msg.hdr.app & APP_TAGGED != 0;
+            self.rx.unexpected[queue(tagged)].push_back(Unexpected { key: msg.key, src, hdr: msg.hdr });
+            Disposition::Hold
+        })
     }
 }
 
@@ -338,7 +284,7 @@ impl smr_core::endpoint::Handler for Handler<'_> {
         if super::rma::kind_of(msg.hdr.app) != super::rma::KIND_MSG {
             return self.target.on_message(msg);
         }
-        let (op, dest) = match self.take_or_hold(msg, src_name) {
+        let (op, dest) = match self.take_or_hold(msg, src_name, Ranges::clone) {
             Ok(matched) => matched,
             Err(hold) => return hold,
         };
@@ -356,14 +302,19 @@ impl smr_core::endpoint::Handler for Handler<'_> {
                 None => self.on_message(msg, src_name),
             };
         }
-        // The small message's whole path: copy into the posted buffer and complete, with no
-        // delivery to come back from.
-        let src = self.arrived(msg, src_name);
-        let (directed, selective) = (self.directed, self.sinks.b.rx_selective);
-        if self.rx.take_payload(&msg.hdr, src, payload, directed, selective, &mut self.sinks) {
-            return Disposition::Taken { answer_later: false };
-        }
-        self.hold(msg, src)
+        // The small message's whole path: copy into the posted buffer where the receive sits,
+        // and complete, with no delivery to come back from.
+        // SAFETY: the application's posted receive buffer, which it may not touch until the
+        // receive completes (libfabric's buffer contract).
+        let copy = |dest: &Ranges| unsafe { crate::iov::scatter(dest, payload) };
+        let (op, n) = match self.take_or_hold(msg, src_name, copy) {
+            Ok(matched) => matched,
+            Err(hold) => return hold,
+        };
+        let sent = msg.hdr.len as usize;
+        let result = if n < sent { Err(EngineError::Truncated { delivered: n, sent }) } else { Ok(n) };
+        complete_op(&op, result, &mut self.sinks);
+        Disposition::Taken { answer_later: false }
     }
 
     fn on_recv_done(&mut self, ctx: u64, result: smr_core::Result<usize>, dest: LocalIov) {
