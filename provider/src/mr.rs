@@ -24,11 +24,14 @@ pub struct MrEntry {
     /// Counters bound with FI_REMOTE_WRITE / FI_REMOTE_READ (ids in the domain's slab).
     pub write_cntr: Option<usize>,
     pub read_cntr: Option<usize>,
+    /// The bytes `iov` covers, summed once here rather than on every remote access.
+    total: u64,
 }
 
 impl MrEntry {
-    fn total(&self) -> u64 {
-        self.iov.iter().map(|&(_, l)| l as u64).sum()
+    fn new(iov: smr_core::iov::Ranges, access: u64) -> MrEntry {
+        let total = iov.iter().map(|&(_, l)| l as u64).sum();
+        MrEntry { iov, access, write_cntr: None, read_cntr: None, total }
     }
 }
 
@@ -71,13 +74,13 @@ impl MrTable {
             addr
         };
         match start.checked_add(len) {
-            Some(end) if end <= mr.total() => {}
+            Some(end) if end <= mr.total => {}
             _ => return Err(refuse("beyond the region")),
         }
         // `start + len` fits in the registration, which lies in this address space: usize holds it.
         let ranges = match *mr.iov.as_slice() {
             // One range, the usual registration: no walk.
-            [(base, _)] if len > 0 => std::iter::once((base + start as usize, len as usize)).collect(),
+            [(base, _)] if len > 0 => smallvec::smallvec![(base + start as usize, len as usize)],
             _ => crate::iov::sub_ranges(&mr.iov, start as usize, len as usize),
         };
         Ok((ranges, mr))
@@ -128,7 +131,7 @@ fn register(
         crate::warn!(Mr, "fi_mr_reg: key {key} is already registered");
         return Err(FiError::NOKEY);
     }
-    st.mrs.by_key.insert(key, MrEntry { iov, access, write_cntr: None, read_cntr: None });
+    st.mrs.by_key.insert(key, MrEntry::new(iov, access));
     crate::ep::published::sync(&mut st);
     drop(st);
     let obj = object::into_raw(Mr {
