@@ -40,6 +40,11 @@ if ! command -v cargo >/dev/null 2>&1; then
         rustup default stable
     fi
 fi
+# llvm-profdata, matching rustc's LLVM: scripts/build-provider.sh builds the provider
+# profile-guided with it (without it, a plain build).
+if command -v rustup >/dev/null 2>&1; then
+    rustup component add llvm-tools >/dev/null 2>&1 || echo "setup: rustup could not add llvm-tools: the provider is built without a profile"
+fi
 # cargo-fuzz: scripts/test.sh fuzzes smr-core's decoders with it (libFuzzer; on the stable
 # toolchain through RUSTC_BOOTSTRAP=1).
 if command -v cargo >/dev/null 2>&1 && ! command -v cargo-fuzz >/dev/null 2>&1; then
