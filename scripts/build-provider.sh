@@ -41,17 +41,18 @@ fingerprint() {
 }
 
 # Build the instrumented library, run the training workload against it, merge what it wrote.
+# (Called from an `if`, where `set -e` does not apply: each step checks for itself.)
 train() {
     local profdata=$1 raw=$pgo/raw lib=$pgo/instrumented
     RUSTFLAGS="$flags -Cprofile-generate=$raw" CARGO_TARGET_DIR=$pgo/gen \
-        cargo build --profile provider --locked -q -p rshm-provider
-    mkdir -p "$lib"
-    install -m 0755 "$pgo/gen/provider/librshm_provider.so" "$lib/librshm-fi.so"
-    cargo build --release --locked -q -p rshm-benches --bin rshm-fi-bench
+        cargo build --profile provider --locked -q -p rshm-provider || return 1
+    mkdir -p "$lib" || return 1
+    install -m 0755 "$pgo/gen/provider/librshm_provider.so" "$lib/librshm-fi.so" || return 1
+    cargo build --release --locked -q -p rshm-benches --bin rshm-fi-bench || return 1
     # Build scripts ran instrumented too: only the training's counts go into the profile.
     rm -rf "$raw"
     FI_PROVIDER_PATH=$lib LLVM_PROFILE_FILE="$raw/rshm-%p.profraw" target/release/rshm-fi-bench \
-        --provider rshm --sizes 8,256,1K,4K,64K,1M --time-ms 50 --tries 1 >"$pgo/training.log"
+        --provider rshm --sizes 8,256,1K,4K,64K,1M --time-ms 50 --tries 1 >"$pgo/training.log" || return 1
     "$profdata" merge -o "$pgo/merged.profdata" "$raw"
 }
 
