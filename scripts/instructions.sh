@@ -47,14 +47,13 @@ calls_and_cost() {
 
 profile busy "$ITERS"
 profile idle 300 one-cpu
-read -r _ idle_total < <(calls_and_cost idle cq::cq_read)
-read -r idle_calls _ < <(calls_and_cost idle cq::cq_read)
+read -r idle_calls idle_total < <(calls_and_cost idle cq::cq_read)
 idle=$((idle_total / idle_calls))
 # fi_pingpong sends one message more than -I (its synchronisation), each way.
 msgs=$((ITERS + 1))
 per() { # entry point -> its instructions per message
-    local calls cost
-    read -r calls cost < <(calls_and_cost busy "$1")
+    local cost
+    read -r _ cost < <(calls_and_cost busy "$1")
     echo $(((cost + msgs / 2) / msgs))
 }
 read -r cq_calls cq_cost < <(calls_and_cost busy cq::cq_read)

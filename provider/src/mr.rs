@@ -19,7 +19,8 @@ use std::sync::Arc;
 /// What one registration covers.
 #[derive(Debug, Clone)]
 pub struct MrEntry {
-    pub iov: smr_core::iov::Ranges,
+    /// Fixed once registered: `total` is summed from it.
+    iov: smr_core::iov::Ranges,
     pub access: u64,
     /// Counters bound with FI_REMOTE_WRITE / FI_REMOTE_READ (ids in the domain's slab).
     pub write_cntr: Option<usize>,
@@ -32,6 +33,11 @@ impl MrEntry {
     fn new(iov: smr_core::iov::Ranges, access: u64) -> MrEntry {
         let total = iov.iter().map(|&(_, l)| l as u64).sum();
         MrEntry { iov, access, write_cntr: None, read_cntr: None, total }
+    }
+
+    /// The memory the registration covers.
+    pub fn iov(&self) -> &smr_core::iov::Ranges {
+        &self.iov
     }
 }
 
@@ -204,7 +210,7 @@ unsafe extern "C" fn mr_close(fid: *mut ffi::fid) -> i32 {
             // Peers reading it on their own, and replies to reads still going out of this
             // memory, must not read it after we return.
             crate::ep::published::sync(&mut st);
-            crate::ep::registration_closed(&mut st, &entry.iov);
+            crate::ep::registration_closed(&mut st, entry.iov());
             for id in [entry.write_cntr, entry.read_cntr].into_iter().flatten() {
                 if let Some(c) = st.cntrs.get_mut(id) {
                     c.mrs = c.mrs.saturating_sub(1);

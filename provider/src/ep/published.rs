@@ -44,7 +44,7 @@ fn publishable(mr: &MrEntry) -> Option<(u64, u64)> {
     if mr.access & ffi::FI_REMOTE_READ as u64 == 0 || mr.read_cntr.is_some() {
         return None;
     }
-    match *mr.iov.as_slice() {
+    match *mr.iov().as_slice() {
         [(base, len)] if len > 0 => Some((base as u64, len as u64)),
         _ => None,
     }

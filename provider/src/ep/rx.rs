@@ -311,9 +311,7 @@ impl smr_core::endpoint::Handler for Handler<'_> {
             Ok(matched) => matched,
             Err(hold) => return hold,
         };
-        let sent = msg.hdr.len as usize;
-        let result = if n < sent { Err(EngineError::Truncated { delivered: n, sent }) } else { Ok(n) };
-        complete_op(&op, result, &mut self.sinks);
+        complete_op(&op, smr_core::endpoint::outcome(msg.hdr.len, n), &mut self.sinks);
         Disposition::Taken { answer_later: false }
     }
 

@@ -34,6 +34,7 @@ use std::time::Duration;
 
 pub use crate::cmd::MsgHeader as Header;
 pub use answer::AnswerBuf;
+pub use recv::outcome;
 
 /// Handle of a peer we send to (index into our peer list).
 pub type PeerId = u32;

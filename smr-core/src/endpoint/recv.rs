@@ -56,8 +56,9 @@ enum HeldData {
     Failed(Error),
 }
 
-/// The result a receive reports: everything, or a truncation.
-fn outcome(sent: u64, delivered: usize) -> Result<usize> {
+/// The result a receive reports: everything, or a truncation. Public for handlers that place a
+/// message's bytes themselves (`Handler::on_payload`).
+pub fn outcome(sent: u64, delivered: usize) -> Result<usize> {
     if (delivered as u64) < sent {
         Err(Error::Truncated { delivered, sent: sent as usize })
     } else {
