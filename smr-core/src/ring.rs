@@ -160,6 +160,25 @@ impl<'a, T: Pod> Ring<'a, T> {
         self.slots.len() as u64
     }
 
+    /// Ask for the first `lines` cache lines of the slot `ahead` positions past `tail` in a
+    /// writable state: a producer sending one entry after another (a stream) then finds the
+    /// slots it is about to claim already in its cache, instead of waiting at each claim for
+    /// the line to come from the consumer that released it. A hint only: nothing is read or
+    /// written. (8 B tagged stream: +10-16% messages per second; where-the-time-goes.md.)
+    #[inline]
+    pub fn prefetch_for_claim(&self, ahead: u64, lines: usize) {
+        if self.capacity() <= ahead {
+            return;
+        }
+        let pos = self.ctl.tail.load(Ordering::Relaxed).wrapping_add(ahead);
+        let slot = (&self.slots[(pos & self.mask) as usize] as *const Slot<T>).cast::<u8>();
+        for line in 0..lines.min(size_of::<Slot<T>>().div_ceil(64)) {
+            // SAFETY: `line * 64` is below the slot's size, so the address lies inside it (and a
+            // prefetch reads nothing anyway).
+            crate::sync::prefetch_addr(unsafe { slot.add(line * 64) }, Prefetch::Write);
+        }
+    }
+
     /// Owner only, before the ring is published: every slot free for lap 0.
     pub fn reset(&self) {
         self.ctl.tail.store(0, Ordering::Relaxed);

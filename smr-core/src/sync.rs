@@ -57,9 +57,15 @@ pub(crate) enum Prefetch {
 /// on the value or on ordering.
 #[inline(always)]
 pub(crate) fn prefetch<T>(target: &T, kind: Prefetch) {
+    prefetch_addr((target as *const T).cast::<u8>(), kind)
+}
+
+/// `prefetch` of the line holding the byte at `at` (a prefetch never faults, whatever the
+/// address).
+#[inline(always)]
+pub(crate) fn prefetch_addr(at: *const u8, kind: Prefetch) {
     #[cfg(all(target_arch = "x86_64", not(loom)))]
     {
-        let at = target as *const T;
         // SAFETY: PREFETCHT0 and PREFETCHW only hint the cache (PREFETCHW asks for the line in
         // a writable state); they read no data, fault on no address, and write nothing.
         unsafe {
@@ -74,5 +80,5 @@ pub(crate) fn prefetch<T>(target: &T, kind: Prefetch) {
         }
     }
     #[cfg(not(all(target_arch = "x86_64", not(loom))))]
-    let _ = (target, kind);
+    let _ = (at, kind);
 }

@@ -287,6 +287,8 @@ pub struct Endpoint {
     next_key: MsgKey,
     last_liveness: Instant,
     polls: u32,
+    /// Small messages pushed since the last poll (`has_work`): more than one means a stream.
+    sent_since_poll: u32,
     /// `has_work` found the liveness tick due: the next `progress` runs it.
     tick_due: bool,
     /// Which entries of our region's MR table we filled (`direct.rs`).
@@ -343,6 +345,7 @@ impl Endpoint {
             next_key: 1,
             last_liveness: Instant::now(),
             polls: 0,
+            sent_since_poll: 0,
             tick_due: false,
             publisher: Default::default(),
             free_polls: 0,
@@ -403,6 +406,7 @@ impl Endpoint {
     /// the rest of its progress pass (and the polling thread notices an arrival sooner).
     #[inline]
     pub fn has_work(&mut self) -> bool {
+        self.sent_since_poll = 0;
         if self.cmd_rx.ready(&self.region.cmd_ring())
             || self.resp_rx.ready(&self.region.resp_ring())
             || !self.resp_backlog.is_empty()

@@ -14,6 +14,24 @@ use crate::error::{Error, Result};
 use crate::iov::LocalIov;
 use crate::ring::Pop;
 
+/// How far past the slot it is about to take a streaming sender fetches a slot: two, far
+/// enough ahead that no receiver polls that slot yet (fetching the slot it polls pulls the line
+/// from under it: +12 ns a ping-pong when tried), near enough to be in time. Measured: 2 and 3
+/// alike, 8 too late to help.
+const STREAM_AHEAD: u64 = 2;
+
+/// Cache lines of the slot a streaming sender fetches ahead for an inline message of `len`
+/// bytes (after the slot's 56 bytes of stamp and header): all of a one- or two-line entry
+/// (8 B stream +10-16%, 64 B +18%); only the stamp's line up to about 450 B (256 B +6%), where
+/// fetching every line took from the receiver's copy; none above, where the copy streams.
+fn stream_lines(len: usize) -> usize {
+    match (56 + len).div_ceil(64) {
+        lines @ 0..=2 => lines,
+        3..=8 => 1,
+        _ => 0,
+    }
+}
+
 /// Where a small message's bytes come from.
 #[derive(Clone, Copy)]
 enum Small<'a> {
@@ -181,6 +199,11 @@ impl Endpoint {
         let len = hdr.len as usize;
         let inline_max = self.params.inline_max;
         let ack = opts.delivery_complete;
+        // A second message with no poll since the first: a stream, whose next slots are worth
+        // fetching ahead (`Ring::prefetch_for_claim`). Not in a ping-pong, where the lines
+        // would move for nothing while the reply is on its way.
+        let streaming = !opts.more && self.sent_since_poll > 0;
+        self.sent_since_poll = self.sent_since_poll.saturating_add(1);
         let link = self.link(peer)?;
         link.used = true;
         let src_slot = link.slot;
@@ -193,6 +216,9 @@ impl Endpoint {
             if opts.more {
                 self.stage_with(peer, (!ack).then_some(opts.cookie), inline);
             } else {
+                if streaming {
+                    link.region.cmd_ring().prefetch_for_claim(STREAM_AHEAD, stream_lines(len));
+                }
                 // Written straight into the claimed slot: no command built aside and copied.
                 super::peers::push_cmd_with(&link.region, inline)?;
             }
