@@ -79,11 +79,12 @@ if [ "$WRITE" = 1 ]; then
         echo
         echo "$report"
         echo
-        echo 'On this 2-vCPU VM every transport sits on a floor of about 2 us per half round trip'
-        echo '(fi_pingpong over rshm alone: about 0.3 us), MPICH'"'"'s own shared memory included; it'
-        echo 'comes from MPICH and IMB here, not from the transport (`-bind-to core` and'
-        echo 'MPIR_CVAR_POLLS_BEFORE_YIELD=100000 did not move it), so the ratios compare what each'
-        echo 'transport adds on top of it.'
+        echo 'Every transport sits on a floor of 1.1-1.2 us per half round trip when the host is fast'
+        echo '(2 us and more when it is slow; fi_pingpong over rshm alone: about 0.3 us), MPICH'"'"'s own'
+        echo 'shared memory included: MPICH'"'"'s blocking wait calls sched_yield after every progress'
+        echo 'poll (docs/perf/where-the-time-goes.md), and `-bind-to core` or'
+        echo 'MPIR_CVAR_POLLS_BEFORE_YIELD=100000 do not move it. So the ratios compare what each'
+        echo 'transport adds on top of that floor.'
     } >docs/perf/mpi.md
     echo "wrote docs/perf/mpi.md" >&2
 fi
