@@ -14,6 +14,8 @@ use crate::pod::Pod;
 pub const INLINE_MAX: usize = 1024 + 8;
 /// At most this many remote iovecs ride in one command.
 pub const IOV_MAX: usize = (INLINE_MAX - 8) / 16;
+/// Bytes of a command entry before its payload.
+pub const HEADER_BYTES: usize = std::mem::offset_of!(CmdEntry, payload);
 
 /// One command slot's contents (the ring's stamp precedes it, making the slot 1,088 bytes). The
 /// fields a small message needs, plus its first 8 payload bytes, share the slot's first line.
@@ -73,7 +75,6 @@ unsafe impl Pod for CmdEntry {
     /// first 56 bytes (header and the first 8 payload bytes), which the ring copies first.
     #[inline]
     fn wire_len(&self) -> usize {
-        const HEADER: usize = std::mem::offset_of!(CmdEntry, payload);
         let used = match (self.op, self.proto) {
             (op::CONNECT | op::DISCONNECT, _) => 0,
             (_, proto::INLINE) => (self.len as usize).min(INLINE_MAX),
@@ -85,7 +86,7 @@ unsafe impl Pod for CmdEntry {
             (_, proto::SAR) => 16,
             _ => INLINE_MAX,
         };
-        HEADER + used
+        HEADER_BYTES + used
     }
 }
 

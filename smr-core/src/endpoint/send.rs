@@ -21,11 +21,11 @@ use crate::ring::Pop;
 const STREAM_AHEAD: u64 = 2;
 
 /// Cache lines of the slot a streaming sender fetches ahead for an inline message of `len`
-/// bytes (after the slot's 56 bytes of stamp and header): all of a one- or two-line entry
-/// (8 B stream +10-16%, 64 B +18%); only the stamp's line up to about 450 B (256 B +6%), where
-/// fetching every line took from the receiver's copy; none above, where the copy streams.
+/// bytes: all of a one- or two-line entry (8 B stream +10-16%, 64 B +18%); only the stamp's
+/// line up to eight lines (256 B +6%), where fetching every line took from the receiver's copy;
+/// none above, where the copy streams.
 fn stream_lines(len: usize) -> usize {
-    match (56 + len).div_ceil(64) {
+    match crate::ring::slot_lines::<CmdEntry>(crate::cmd::HEADER_BYTES + len) {
         lines @ 0..=2 => lines,
         3..=8 => 1,
         _ => 0,
