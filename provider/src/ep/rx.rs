@@ -13,7 +13,7 @@ use crate::error::FiError;
 use rshm_ffi as ffi;
 use slab::Slab;
 use smr_core::cmd::MsgHeader;
-use smr_core::endpoint::{Delivered, Disposition, Endpoint, Incoming, MsgKey};
+use smr_core::endpoint::{Delivered, Disposition, Endpoint, Incoming, MsgKey, SrcId};
 use smr_core::idmap::IdMap;
 use smr_core::iov::{LocalIov, Ranges};
 use smr_core::Error as EngineError;
@@ -241,6 +241,24 @@ impl Handler<'_> {
                 return c.addr;
             }
         }
+        self.source_first_seen(msg, name)
+    }
+
+    /// The fi_addr of a sender known by its generation, if cached (the express path's lookup:
+    /// no name to compare).
+    #[inline(always)]
+    fn cached_source(&self, src: SrcId, src_gen: u64) -> Option<u64> {
+        match self.src_addrs.get(src as usize) {
+            Some(Some(c)) if src_gen != 0 && c.gen == src_gen => Some(c.addr),
+            _ => None,
+        }
+    }
+
+    /// `source` of a sender not cached yet (or whose id went to another sender): look its name
+    /// up in the AV and cache it.
+    #[cold]
+    fn source_first_seen(&mut self, msg: &Incoming, name: &str) -> u64 {
+        let at = msg.src as usize;
         let addr = self.av.and_then(|av| av.addr_of(name)).unwrap_or(ffi::FI_ADDR_NOTAVAIL);
         if at < 1 << 20 {
             if self.src_addrs.len() <= at {
@@ -313,6 +331,23 @@ impl smr_core::endpoint::Handler for Handler<'_> {
         };
         complete_op(&op, smr_core::endpoint::outcome(msg.hdr.len, n), &mut self.sinks);
         Disposition::Taken { answer_later: false }
+    }
+
+    fn on_inline(&mut self, src: SrcId, src_gen: u64, hdr: &MsgHeader, payload: &[u8]) -> bool {
+        if super::rma::kind_of(hdr.app) != super::rma::KIND_MSG {
+            return false;
+        }
+        // A sender seen before (the general path caches it) and a receive posted for the
+        // message: `on_payload`'s work without the engine's general offer. Anything else
+        // (first message of a sender, none posted, a one-sided request) goes that way.
+        let Some(src) = self.cached_source(src, src_gen) else { return false };
+        crate::debug!(EpData, "arrived from {src} len {} tag {:#x} app {} (inline)", hdr.len, hdr.tag, hdr.app);
+        let how = (self.directed, self.sinks.b.rx_selective);
+        // SAFETY: as in `on_payload`.
+        let copy = |dest: &Ranges| unsafe { crate::iov::scatter(dest, payload) };
+        let Some((op, n)) = self.rx.take_posted(src, hdr, how, copy) else { return false };
+        complete_op(&op, smr_core::endpoint::outcome(hdr.len, n), &mut self.sinks);
+        true
     }
 
     fn on_recv_done(&mut self, ctx: u64, result: smr_core::Result<usize>, dest: LocalIov) {

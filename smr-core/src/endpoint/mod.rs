@@ -181,6 +181,15 @@ pub trait Handler {
     fn on_payload(&mut self, msg: &Incoming, src_name: &str, _payload: &[u8]) -> Disposition {
         self.on_message(msg, src_name)
     }
+    /// The express path of the most common arrival: an inline message from a connected sender
+    /// (`src_gen` its incarnation, as in `Incoming`) that wants no answer. A handler that can
+    /// place and complete it at once does so and returns true; false sends the message the
+    /// general way (`on_payload`) as if this had not been called, so it must change nothing
+    /// then. It skips the general path's decoding into a `Command`, its `Incoming` and message
+    /// key, and the sender's name lookup. The bytes are a peer's: as untrusted as any payload.
+    fn on_inline(&mut self, _src: SrcId, _src_gen: u64, _hdr: &MsgHeader, _payload: &[u8]) -> bool {
+        false
+    }
     /// A delivery finished: bytes delivered, or why not. `dest` is handed back.
     fn on_recv_done(&mut self, ctx: u64, result: Result<usize>, dest: LocalIov);
     /// A send that returned `SendStatus::Pending` finished.
@@ -436,7 +445,9 @@ impl Endpoint {
             // `self` mutably, with no reference count to bump on the data path.
             match self.cmd_rx.pop_into(&self.region.cmd_ring(), &mut entry) {
                 Pop::Item(()) => {
-                    self.handle_command(&entry, h);
+                    if !self.express(&entry, h) {
+                        self.handle_command(&entry, h);
+                    }
                     handled += 1;
                 }
                 Pop::Empty => break,

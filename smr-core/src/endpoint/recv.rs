@@ -3,7 +3,8 @@
 
 use super::{Delivered, Disposition, Endpoint, Handler, Incoming, MsgKey, SrcId};
 use crate::cmd::{
-    decode, resp, Body, CmdEntry, Command, MsgHeader, RemoteIov, RespEntry, SarSeg, Status, ANSWER_DATA_MAX,
+    decode, op, proto, resp, Body, CmdEntry, Command, MsgHeader, RemoteIov, RespEntry, SarSeg, Status, ANSWER_DATA_MAX,
+    FLAG_ACK, INLINE_MAX,
 };
 use crate::error::{Error, Result};
 use crate::iov::LocalIov;
@@ -94,6 +95,25 @@ fn dead_if_gone(copied: Result<usize>) -> Result<usize> {
 }
 
 impl Endpoint {
+    /// Offer an inline message that wants no answer, from a connected sender, to the handler's
+    /// express path (`Handler::on_inline`); false if the command is anything else, or the
+    /// handler declined (then `handle_command` takes it). Its checks are `decode`'s for this
+    /// one kind of command: the source is one we accepted, the length within the slot and our
+    /// limit.
+    #[inline(always)]
+    pub(super) fn express(&mut self, entry: &CmdEntry, h: &mut impl Handler) -> bool {
+        if entry.op != op::MSG || entry.proto != proto::INLINE || entry.flags & FLAG_ACK != 0 {
+            return false;
+        }
+        let len = entry.len;
+        if len > INLINE_MAX as u64 || len > self.limits.max_msg_size {
+            return false;
+        }
+        let Some(sender) = self.inp.get(&entry.src) else { return false };
+        let hdr = MsgHeader { app: entry.app, tag: entry.tag, data: entry.data, aux: entry.aux, len };
+        h.on_inline(entry.src, sender.incarnation, &hdr, &entry.payload[..len as usize])
+    }
+
     pub(super) fn handle_command(&mut self, entry: &CmdEntry, h: &mut impl Handler) {
         let cmd = match decode(entry, &self.limits) {
             Ok(c) => c,

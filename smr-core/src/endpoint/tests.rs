@@ -21,6 +21,11 @@ struct Collect {
     /// even one offered without its payload (which the engine must refuse).
     answer_with: bool,
     taken: Vec<(MsgHeader, Vec<u8>)>,
+    /// The sender (id, incarnation) of each message in `taken`.
+    taken_from: Vec<(SrcId, u64)>,
+    /// Take the messages offered in `on_inline` (all are recorded in `inline_offered`).
+    take_inline: bool,
+    inline_offered: Vec<(SrcId, u64, MsgHeader, Vec<u8>)>,
     dest_len: Option<usize>,
     received: Vec<(MsgHeader, Result<usize>, Vec<u8>)>,
     offered: Vec<Incoming>,
@@ -61,7 +66,13 @@ impl Handler for Collect {
         }
         assert_eq!(payload.len() as u64, msg.hdr.len, "inline payload of the wrong length");
         self.taken.push((msg.hdr, payload.to_vec()));
+        self.taken_from.push((msg.src, msg.src_gen));
         Disposition::Taken { answer_later: false }
+    }
+    fn on_inline(&mut self, src: SrcId, src_gen: u64, hdr: &MsgHeader, payload: &[u8]) -> bool {
+        assert_eq!(payload.len() as u64, hdr.len, "inline payload of the wrong length");
+        self.inline_offered.push((src, src_gen, *hdr, payload.to_vec()));
+        self.take_inline
     }
     fn on_recv_done(&mut self, ctx: u64, result: Result<usize>, dest: LocalIov) {
         let hdr = self.offered.iter().find(|m| m.hdr.tag == ctx).map(|m| m.hdr).unwrap_or_default();
@@ -514,6 +525,45 @@ fn send_bytes_moves_small_messages_and_refuses_longer_ones() {
     }
     assert_eq!(ha.sends_done, vec![(1, Ok(())), (3, Ok(()))]);
     assert!(hb.offered.iter().all(|m| m.hdr.tag != 99), "the refused message was sent");
+}
+
+/// The express path (`Handler::on_inline`): inline messages that want no answer are offered
+/// there, with their bytes and their sender's id and incarnation (the same as `on_payload`
+/// gives); acknowledged ones and those in inject buffers never are. A handler that takes them
+/// sees them nowhere else; one that declines gets each through `on_payload`, once, in order.
+#[test]
+fn inline_messages_without_an_answer_take_the_express_path() {
+    for take in [true, false] {
+        let (mut a, mut b, to_b) = pair(if take { "expresstake" } else { "expressdecline" }, Params::default());
+        let (mut ha, mut hb) =
+            (Collect::default(), Collect { take_payload: true, take_inline: take, ..Default::default() });
+        // Inline without an answer, inline acknowledged, inline without, inject without.
+        let sends = [(0usize, false), (8, true), (INLINE_MAX, false), (INLINE_MAX + 1, false)];
+        for (i, &(len, ack)) in sends.iter().enumerate() {
+            let hdr = MsgHeader { app: 0, tag: i as u64, data: 7, aux: 0, len: len as u64 };
+            let opts = SendOpts { cookie: i as u64, delivery_complete: ack, more: false, pull: false };
+            a.send_bytes(to_b, hdr, &pattern(len, i as u8), opts).unwrap();
+        }
+        let general = if take { 2 } else { sends.len() };
+        pump_until((&mut a, &mut ha), (&mut b, &mut hb), "deliveries", |ha, hb| {
+            hb.taken.len() == general && ha.sends_done.len() == 1
+        });
+        let offered: Vec<u64> = hb.inline_offered.iter().map(|m| m.2.tag).collect();
+        assert_eq!(offered, [0, 2], "offered on the express path (take {take})");
+        for (_, _, hdr, bytes) in &hb.inline_offered {
+            assert_eq!((hdr.data, bytes), (7, &pattern(hdr.len as usize, hdr.tag as u8)));
+        }
+        let general_tags: Vec<u64> = hb.taken.iter().map(|m| m.0.tag).collect();
+        assert_eq!(general_tags, if take { vec![1, 3] } else { vec![0, 1, 2, 3] }, "through on_payload (take {take})");
+        for (hdr, bytes) in &hb.taken {
+            assert_eq!(bytes, &pattern(hdr.len as usize, hdr.tag as u8));
+        }
+        let sender = hb.taken_from[0];
+        assert!(hb.taken_from.iter().all(|&s| s == sender));
+        assert!(hb.inline_offered.iter().all(|m| (m.0, m.1) == sender), "express offers name another sender");
+        assert_ne!(sender.1, 0, "a connected sender's incarnation");
+        assert_eq!(ha.sends_done, vec![(1, Ok(()))]);
+    }
 }
 
 /// Messages in inject buffers that the handler takes from `on_payload` give their buffers back:
