@@ -8,6 +8,7 @@ use crate::domain::DomainState;
 use crate::error::{FiError, FiResult};
 use crate::iov::{many, one};
 use rshm_ffi as ffi;
+use smr_core::cmd::MsgHeader;
 use smr_core::iov::Ranges;
 use std::ffi::c_void;
 
@@ -33,12 +34,45 @@ fn send(ep: *mut ffi::fid_ep, make: impl FnOnce(u64) -> FiResult<SendArgs>, defa
     with_ep(ep, |ep, st| {
         // The short forms take the endpoint's default flags; *msg and inject calls bring theirs.
         let args = make(if default_flags { st.eps[ep.id].tx_op_flags } else { 0 })?;
-        let result = tx::send(st, ep.id, args);
-        if result == Err(FiError::AGAIN) {
-            // Make room: drain our rings (responses free peers' buffers and our tx slots).
-            super::progress(st, ep.id);
+        send_locked(st, ep.id, args)
+    })
+}
+
+#[inline(always)]
+fn send_locked(st: &mut DomainState, id: usize, args: SendArgs) -> FiResult<()> {
+    let result = tx::send(st, id, args);
+    if result == Err(FiError::AGAIN) {
+        // Make room: drain our rings (responses free peers' buffers and our tx slots).
+        super::progress(st, id);
+    }
+    result
+}
+
+/// The fi_inject family: the express path (`tx::inject_inline`) where it applies, else `send`.
+fn inject(
+    ep: *mut ffi::fid_ep,
+    buf: *const c_void,
+    len: usize,
+    dest: u64,
+    tag: Option<u64>,
+    data: Option<u64>,
+) -> isize {
+    with_ep(ep, |ep, st| {
+        if !buf.is_null() && len <= smr_core::cmd::INLINE_MAX {
+            // SAFETY: the caller's buffer of `len` bytes, readable during the call (fi_msg(3)).
+            let bytes = unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), len) };
+            let hdr = MsgHeader {
+                app: tx::app_bits(tag, data),
+                tag: tag.unwrap_or(0),
+                data: data.unwrap_or(0),
+                aux: 0,
+                len: len as u64,
+            };
+            if tx::inject_inline(st, ep.id, bytes, dest, &hdr) {
+                return Ok(());
+            }
         }
-        result
+        send_locked(st, ep.id, inject_args(one(buf, len)?, dest, tag, data))
     })
 }
 
@@ -182,9 +216,7 @@ unsafe extern "C" fn msg_sendmsg(ep: *mut ffi::fid_ep, msg: *const ffi::fi_msg, 
 }
 
 unsafe extern "C" fn msg_inject(ep: *mut ffi::fid_ep, buf: *const c_void, len: usize, dest: ffi::fi_addr_t) -> isize {
-    crate::guard("fi_inject", FiError::OTHER.code() as isize, || {
-        send(ep, |_| Ok(inject_args(one(buf, len)?, dest, None, None)), false)
-    })
+    crate::guard("fi_inject", FiError::OTHER.code() as isize, || inject(ep, buf, len, dest, None, None))
 }
 
 unsafe extern "C" fn msg_senddata(
@@ -208,9 +240,7 @@ unsafe extern "C" fn msg_injectdata(
     data: u64,
     dest: ffi::fi_addr_t,
 ) -> isize {
-    crate::guard("fi_injectdata", FiError::OTHER.code() as isize, || {
-        send(ep, |_| Ok(inject_args(one(buf, len)?, dest, None, Some(data))), false)
-    })
+    crate::guard("fi_injectdata", FiError::OTHER.code() as isize, || inject(ep, buf, len, dest, None, Some(data)))
 }
 
 pub static MSG_OPS: ffi::fi_ops_msg = ffi::fi_ops_msg {
@@ -343,9 +373,7 @@ unsafe extern "C" fn tagged_inject(
     dest: ffi::fi_addr_t,
     tag: u64,
 ) -> isize {
-    crate::guard("fi_tinject", FiError::OTHER.code() as isize, || {
-        send(ep, |_| Ok(inject_args(one(buf, len)?, dest, Some(tag), None)), false)
-    })
+    crate::guard("fi_tinject", FiError::OTHER.code() as isize, || inject(ep, buf, len, dest, Some(tag), None))
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -372,9 +400,7 @@ unsafe extern "C" fn tagged_injectdata(
     dest: ffi::fi_addr_t,
     tag: u64,
 ) -> isize {
-    crate::guard("fi_tinjectdata", FiError::OTHER.code() as isize, || {
-        send(ep, |_| Ok(inject_args(one(buf, len)?, dest, Some(tag), Some(data))), false)
-    })
+    crate::guard("fi_tinjectdata", FiError::OTHER.code() as isize, || inject(ep, buf, len, dest, Some(tag), Some(data)))
 }
 
 pub static TAGGED_OPS: ffi::fi_ops_tagged = ffi::fi_ops_tagged {

@@ -45,6 +45,13 @@ pub(super) struct Link {
 }
 
 impl Link {
+    /// Every message but the first few: connected, acknowledged, the receiver still open.
+    fn ready(&self) -> bool {
+        self.acked && !self.region.closed()
+    }
+}
+
+impl Link {
     /// The owner of the region we send to is gone: it closed its endpoint, its process died,
     /// or its file was cut short.
     pub fn owner_gone(&self) -> bool {
@@ -181,12 +188,16 @@ impl Endpoint {
     /// The mapped, connected link to `peer`, establishing it on first use.
     #[inline]
     pub(super) fn link(&mut self, peer: PeerId) -> Result<&mut Link> {
-        // Every message but the first few: connected, acknowledged, the receiver still open.
-        let ready = |p: &OutPeer| p.link.as_ref().is_some_and(|l| l.acked && !l.region.closed());
-        if self.out.get(peer as usize).is_some_and(ready) {
+        if self.out.get(peer as usize).is_some_and(|p| p.link.as_ref().is_some_and(Link::ready)) {
             return Ok(self.out[peer as usize].link.as_mut().expect("checked above"));
         }
         self.link_slow(peer)
+    }
+
+    /// `link` without its slow path: the link to a peer that is ready, or None.
+    #[inline(always)]
+    pub(super) fn ready_link(&mut self, peer: PeerId) -> Option<&mut Link> {
+        self.out.get_mut(peer as usize)?.link.as_mut().filter(|l| l.ready())
     }
 
     /// `link` for a peer not yet connected, not yet acknowledged, or whose receiver closed.

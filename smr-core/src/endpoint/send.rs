@@ -112,6 +112,45 @@ impl Endpoint {
         self.send_small_bytes(peer, hdr, bytes, opts, None)
     }
 
+    /// The express path of `send_bytes` for the commonest send: an inline message that wants no
+    /// answer and is not batched (FI_MORE), to a connected peer, with nothing staged or queued
+    /// ahead of it. True when it is in the peer's ring. False, with nothing sent, when any of
+    /// that does not hold or the ring is full: `send_bytes` then sends it or says why not. It
+    /// skips the general path's options, its protocol choice and its completion bookkeeping.
+    #[inline(always)]
+    pub fn send_inline(&mut self, peer: PeerId, hdr: &MsgHeader, bytes: &[u8]) -> bool {
+        let len = bytes.len();
+        if len > self.params.inline_max
+            || len as u64 != hdr.len
+            || len as u64 > self.params.max_msg_size
+            || !self.staged.is_empty()
+            || !self.sar_tx.is_empty()
+        {
+            return false;
+        }
+        let (msg_id, streaming) = (self.next_msg_id, self.sent_since_poll > 0);
+        let Some(link) = self.ready_link(peer) else { return false };
+        let ring = link.region.cmd_ring();
+        if streaming {
+            ring.prefetch_for_claim(STREAM_AHEAD, stream_lines(len));
+        }
+        let src_slot = link.slot;
+        let pushed = ring.push_with(|e: &mut CmdEntry| {
+            e.set_message(src_slot, msg_id, hdr, false);
+            e.proto = proto::INLINE;
+            e.payload[..len].copy_from_slice(bytes);
+        });
+        if pushed.is_err() {
+            return false;
+        }
+        crate::wake::notify(link.region.wake_word());
+        link.used = true;
+        self.next_msg_id += 1;
+        self.sent_since_poll = self.sent_since_poll.saturating_add(1);
+        self.stats.sent_inline += 1;
+        true
+    }
+
     /// `send_bytes`, with the answer buffer an acknowledged send keeps until it ends (the
     /// caller frees it if this fails). Forced inline into its two callers: with the provider's
     /// own wrappers inlined as well, a small send is about 50 instructions shorter.

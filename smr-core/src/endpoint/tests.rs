@@ -566,6 +566,39 @@ fn inline_messages_without_an_answer_take_the_express_path() {
     }
 }
 
+/// The express send (`send_inline`) sends only what the general path would push at once, and
+/// declines, sending nothing, otherwise: before the peer acknowledged the connection, for more
+/// than a slot's inline payload or a header of another length, and behind a staged FI_MORE
+/// batch (which `send_bytes` then pushes first: order is kept). What it sends arrives intact.
+#[test]
+fn send_inline_sends_what_the_general_path_would_and_declines_the_rest() {
+    let (mut a, mut b, to_b) = pair("sendinline", Params::default());
+    let (mut ha, mut hb) = (Collect::default(), Collect { take_payload: true, ..Default::default() });
+    let hdr = |tag: u64, len: usize| MsgHeader { app: 0, tag, data: 0, aux: 0, len: len as u64 };
+    let now = SendOpts::default();
+    assert!(!a.send_inline(to_b, &hdr(0, 8), &pattern(8, 0)), "sent before the connection was acknowledged");
+    assert_eq!(a.send_bytes(to_b, hdr(0, 8), &pattern(8, 0), now), Ok(SendStatus::Done));
+    pump_until((&mut a, &mut ha), (&mut b, &mut hb), "the first message", |_, hb| hb.taken.len() == 1);
+    a.progress(&mut ha); // the connection's acknowledgement
+    let sent_before = a.stats().sent_inline;
+    assert!(!a.send_inline(to_b, &hdr(1, INLINE_MAX + 1), &pattern(INLINE_MAX + 1, 1)), "longer than inline");
+    assert!(!a.send_inline(to_b, &hdr(1, 9), &pattern(8, 1)), "header of another length");
+    let more = SendOpts { cookie: 1, more: true, ..SendOpts::default() };
+    assert_eq!(a.send_bytes(to_b, hdr(1, 8), &pattern(8, 1), more), Ok(SendStatus::Pending));
+    assert!(!a.send_inline(to_b, &hdr(2, 8), &pattern(8, 2)), "sent ahead of a staged message");
+    assert_eq!(a.send_bytes(to_b, hdr(2, 8), &pattern(8, 2), now), Ok(SendStatus::Done));
+    for (tag, len) in [(3, 0), (4, 8), (5, INLINE_MAX)] {
+        assert!(a.send_inline(to_b, &hdr(tag, len), &pattern(len, tag as u8)), "{len} B to a ready peer");
+    }
+    assert_eq!(a.stats().sent_inline - sent_before, 5);
+    pump_until((&mut a, &mut ha), (&mut b, &mut hb), "every message", |_, hb| hb.taken.len() == 6);
+    let tags: Vec<u64> = hb.taken.iter().map(|m| m.0.tag).collect();
+    assert_eq!(tags, [0, 1, 2, 3, 4, 5], "arrival order");
+    for (h, bytes) in &hb.taken {
+        assert_eq!(bytes, &pattern(h.len as usize, h.tag as u8), "message {}", h.tag);
+    }
+}
+
 /// Messages in inject buffers that the handler takes from `on_payload` give their buffers back:
 /// three times as many as the pool holds all arrive intact, and the pool is whole afterwards.
 /// A command naming an inject buffer outside the pool is counted as corrupt (`decode` rejects
