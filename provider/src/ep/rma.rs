@@ -740,14 +740,8 @@ impl Target<'_> {
         self.rma.served += 1;
         let taken = |answer_later| Disposition::Taken { answer_later };
         Some(match kind {
-            KIND_WRITE => match self.mrs.resolve(hdr.tag, hdr.aux, hdr.len, ffi::FI_REMOTE_WRITE as u64) {
-                Ok((ranges, mr)) => {
-                    // SAFETY: registered memory the application exposed for remote writes; it may
-                    // not release it while the registration exists.
-                    unsafe { crate::iov::scatter(&ranges, payload) };
-                    written(sinks, mr.write_cntr, cq_data(&hdr), hdr.len);
-                    taken(false)
-                }
+            KIND_WRITE => match self.apply_write(&hdr, payload, sinks) {
+                Ok(()) => taken(false),
                 Err(errno) => refuse(msg, errno),
             },
             // Answered in this same step where the bytes fit the answer or the buffer the
@@ -771,6 +765,26 @@ impl Target<'_> {
                 Err(errno) => refuse(msg, errno),
             },
         })
+    }
+
+    /// A peer's write whose bytes are all here: into the registration it names, counted.
+    /// Nothing is touched when it is refused (`errno`).
+    #[inline(always)]
+    fn apply_write(&mut self, hdr: &MsgHeader, payload: &[u8], sinks: &mut Sinks) -> Result<(), u32> {
+        let (ranges, mr) = self.mrs.resolve(hdr.tag, hdr.aux, hdr.len, ffi::FI_REMOTE_WRITE as u64)?;
+        // SAFETY: registered memory the application exposed for remote writes; it may not
+        // release it while the registration exists.
+        unsafe { crate::iov::scatter(&ranges, payload) };
+        written(sinks, mr.write_cntr, cq_data(hdr), hdr.len);
+        Ok(())
+    }
+
+    /// The express path of an inline write (`Handler::on_inline`): applied, or false with
+    /// nothing done for the general path, which also refuses what must be refused.
+    pub fn write_inline(&mut self, hdr: &MsgHeader, payload: &[u8], sinks: &mut Sinks) -> bool {
+        let applied = self.apply_write(hdr, payload, sinks).is_ok();
+        self.rma.served += u64::from(applied);
+        applied
     }
 
     /// Answer `msg` with `data` in the step that took it (`Disposition::AnswerWith`), unless

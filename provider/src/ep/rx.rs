@@ -334,12 +334,14 @@ impl smr_core::endpoint::Handler for Handler<'_> {
     }
 
     fn on_inline(&mut self, src: SrcId, src_gen: u64, hdr: &MsgHeader, payload: &[u8]) -> bool {
-        if super::rma::kind_of(hdr.app) != super::rma::KIND_MSG {
-            return false;
+        match super::rma::kind_of(hdr.app) {
+            super::rma::KIND_MSG => {}
+            super::rma::KIND_WRITE => return self.target.write_inline(hdr, payload, &mut self.sinks),
+            _ => return false,
         }
         // A sender seen before (the general path caches it) and a receive posted for the
         // message: `on_payload`'s work without the engine's general offer. Anything else
-        // (first message of a sender, none posted, a one-sided request) goes that way.
+        // (first message of a sender, none posted, another one-sided request) goes that way.
         let Some(src) = self.cached_source(src, src_gen) else { return false };
         crate::debug!(EpData, "arrived from {src} len {} tag {:#x} app {} (inline)", hdr.len, hdr.tag, hdr.app);
         let how = (self.directed, self.sinks.b.rx_selective);

@@ -182,11 +182,12 @@ pub trait Handler {
         self.on_message(msg, src_name)
     }
     /// The express path of the most common arrival: an inline message from a connected sender
-    /// (`src_gen` its incarnation, as in `Incoming`) that wants no answer. A handler that can
-    /// place and complete it at once does so and returns true; false sends the message the
-    /// general way (`on_payload`) as if this had not been called, so it must change nothing
-    /// then. It skips the general path's decoding into a `Command`, its `Incoming` and message
-    /// key, and the sender's name lookup. The bytes are a peer's: as untrusted as any payload.
+    /// (`src_gen` its incarnation, as in `Incoming`). A handler that can place and complete it
+    /// at once does so and returns true (the engine then answers a sender that asked, as for
+    /// `Disposition::Taken`); false sends the message the general way (`on_payload`) as if this
+    /// had not been called, so it must change nothing then. It skips the general path's
+    /// decoding into a `Command`, its `Incoming` and message key, and the sender's name lookup.
+    /// The bytes are a peer's: as untrusted as any payload.
     fn on_inline(&mut self, _src: SrcId, _src_gen: u64, _hdr: &MsgHeader, _payload: &[u8]) -> bool {
         false
     }

@@ -95,14 +95,14 @@ fn dead_if_gone(copied: Result<usize>) -> Result<usize> {
 }
 
 impl Endpoint {
-    /// Offer an inline message that wants no answer, from a connected sender, to the handler's
-    /// express path (`Handler::on_inline`); false if the command is anything else, or the
-    /// handler declined (then `handle_command` takes it). Its checks are `decode`'s for this
-    /// one kind of command: the source is one we accepted, the length within the slot and our
-    /// limit.
+    /// Offer an inline message from a connected sender to the handler's express path
+    /// (`Handler::on_inline`), and answer it if its sender asked, as `on_msg` answers a message
+    /// taken with its payload; false if the command is anything else, or the handler declined
+    /// (then `handle_command` takes it). Its checks are `decode`'s for this one kind of command:
+    /// the source is one we accepted, the length within the slot and our limit.
     #[inline(always)]
     pub(super) fn express(&mut self, entry: &CmdEntry, h: &mut impl Handler) -> bool {
-        if entry.op != op::MSG || entry.proto != proto::INLINE || entry.flags & FLAG_ACK != 0 {
+        if entry.op != op::MSG || entry.proto != proto::INLINE {
             return false;
         }
         let len = entry.len;
@@ -111,7 +111,13 @@ impl Endpoint {
         }
         let Some(sender) = self.inp.get(&entry.src) else { return false };
         let hdr = MsgHeader { app: entry.app, tag: entry.tag, data: entry.data, aux: entry.aux, len };
-        h.on_inline(entry.src, sender.incarnation, &hdr, &entry.payload[..len as usize])
+        if !h.on_inline(entry.src, sender.incarnation, &hdr, &entry.payload[..len as usize]) {
+            return false;
+        }
+        if entry.flags & FLAG_ACK != 0 {
+            self.send_resp(entry.src, done(entry.msg_id, Status::Ok, len));
+        }
+        true
     }
 
     pub(super) fn handle_command(&mut self, entry: &CmdEntry, h: &mut impl Handler) {
