@@ -368,10 +368,17 @@ impl Endpoint {
                 p.dead = true;
             }
         }
-        for id in waited {
-            if self.out.get(id as usize).is_some_and(|p| p.dead) {
-                events += self.fail_sends_to(id, h);
-            }
+        let dead: Vec<PeerId> =
+            waited.into_iter().filter(|&id| self.out.get(id as usize).is_some_and(|p| p.dead)).collect();
+        if !dead.is_empty() {
+            // A receiver answers before it closes its endpoint or exits, and we saw it gone
+            // (Acquire) after any answer it published: answers it left in our response ring,
+            // perhaps since this pass drained it, complete their sends first. Only the sends
+            // it never answered fail.
+            events += self.drain_responses(h);
+        }
+        for id in dead {
+            events += self.fail_sends_to(id, h);
         }
         let dead: Vec<SrcId> = self.inp.iter().filter(|(_, p)| !p.watch.alive()).map(|(s, _)| s).collect();
         for src in dead {

@@ -392,6 +392,37 @@ fn closing_a_receiver_fails_pending_and_later_sends() {
     assert_eq!(a.send(to_b, small, LocalIov::owned(b"lost".to_vec()), SendOpts::default()), Err(Error::PeerDead));
 }
 
+/// A receiver that answered a send and then closed, before its sender looked at the answer: the
+/// sender's liveness check finds the receiver's region closed, but the answer it left in our
+/// response ring completes the send (SOS's barrier release put, answered by a PE that went on
+/// to finalize, used to fail with `PeerDead`). A send it never answered still fails.
+#[test]
+fn an_answer_left_by_a_receiver_that_closed_completes_its_send() {
+    let (mut a, mut b, to_b) = pair("answeredclosed", Params::default());
+    let (mut ha, mut hb) = (Collect::default(), Collect::default());
+    let hdr = |tag: u64| MsgHeader { app: 0, tag, data: 0, aux: 0, len: 8 };
+    let acked = |cookie: u64| SendOpts { cookie, delivery_complete: true, ..SendOpts::default() };
+    assert_eq!(a.send_bytes(to_b, hdr(1), &pattern(8, 1), acked(1)), Ok(SendStatus::Pending));
+    pump_until((&mut a, &mut ha), (&mut b, &mut hb), "the first answer", |ha, _| ha.sends_done.len() == 1);
+    assert_eq!(a.send_bytes(to_b, hdr(2), &pattern(8, 2), acked(2)), Ok(SendStatus::Pending));
+    let dl = deadline();
+    while hb.received.len() < 2 {
+        assert!(std::time::Instant::now() < dl, "the second message not received");
+        b.progress(&mut hb);
+    }
+    // Never answered: the receiver takes it to answer later (`later`), and closes first.
+    hb.later = true;
+    assert_eq!(a.send_bytes(to_b, hdr(3), &pattern(8, 3), acked(3)), Ok(SendStatus::Pending));
+    while hb.received.len() < 3 {
+        assert!(std::time::Instant::now() < dl, "the third message not received");
+        b.progress(&mut hb);
+    }
+    drop(b);
+    // The liveness check, before any drain of the response ring.
+    a.check_peers(&mut ha);
+    assert_eq!(ha.sends_done, vec![(1, Ok(())), (2, Ok(())), (3, Err(Error::PeerDead))]);
+}
+
 /// A refused message fails its sender with the errno the receiver gave, for every protocol
 /// (inline, inject, CMA or SAR); nothing is delivered.
 #[test]
