@@ -779,14 +779,6 @@ impl Target<'_> {
         Ok(())
     }
 
-    /// The express path of an inline write (`Handler::on_inline`): applied, or false with
-    /// nothing done for the general path, which also refuses what must be refused.
-    pub fn write_inline(&mut self, hdr: &MsgHeader, payload: &[u8], sinks: &mut Sinks) -> bool {
-        let applied = self.apply_write(hdr, payload, sinks).is_ok();
-        self.rma.served += u64::from(applied);
-        applied
-    }
-
     /// Answer `msg` with `data` in the step that took it (`Disposition::AnswerWith`), unless
     /// earlier answers still wait their turn in the outbox: then after them.
     fn answer_now(&mut self, msg: &Incoming, data: AnswerData) -> Disposition {

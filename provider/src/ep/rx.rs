@@ -13,7 +13,7 @@ use crate::error::FiError;
 use rshm_ffi as ffi;
 use slab::Slab;
 use smr_core::cmd::MsgHeader;
-use smr_core::endpoint::{Delivered, Disposition, Endpoint, Incoming, MsgKey, SrcId};
+use smr_core::endpoint::{Delivered, Disposition, Endpoint, Incoming, MsgKey};
 use smr_core::idmap::IdMap;
 use smr_core::iov::{LocalIov, Ranges};
 use smr_core::Error as EngineError;
@@ -247,7 +247,7 @@ impl Handler<'_> {
     /// The fi_addr of a sender known by its generation, if cached (the express path's lookup:
     /// no name to compare).
     #[inline(always)]
-    fn cached_source(&self, src: SrcId, src_gen: u64) -> Option<u64> {
+    fn cached_source(&self, src: smr_core::endpoint::SrcId, src_gen: u64) -> Option<u64> {
         match self.src_addrs.get(src as usize) {
             Some(Some(c)) if src_gen != 0 && c.gen == src_gen => Some(c.addr),
             _ => None,
@@ -333,23 +333,23 @@ impl smr_core::endpoint::Handler for Handler<'_> {
         Disposition::Taken { answer_later: false }
     }
 
-    fn on_inline(&mut self, src: SrcId, src_gen: u64, hdr: &MsgHeader, payload: &[u8]) -> bool {
-        match super::rma::kind_of(hdr.app) {
-            super::rma::KIND_MSG => {}
-            super::rma::KIND_WRITE => return self.target.write_inline(hdr, payload, &mut self.sinks),
-            _ => return false,
+    fn on_inline(&mut self, msg: &Incoming, payload: &[u8]) -> Option<Disposition> {
+        if super::rma::kind_of(msg.hdr.app) != super::rma::KIND_MSG {
+            // Served here in full (a write, a small read, an atomic), or the general way.
+            return self.target.on_payload(msg, payload, &mut self.sinks);
         }
         // A sender seen before (the general path caches it) and a receive posted for the
-        // message: `on_payload`'s work without the engine's general offer. Anything else
-        // (first message of a sender, none posted, another one-sided request) goes that way.
-        let Some(src) = self.cached_source(src, src_gen) else { return false };
+        // message: `on_payload`'s work without the sender's name. Anything else (the first
+        // message of a sender, none posted) goes the general way.
+        let src = self.cached_source(msg.src, msg.src_gen)?;
+        let hdr = &msg.hdr;
         crate::debug!(EpData, "arrived from {src} len {} tag {:#x} app {} (inline)", hdr.len, hdr.tag, hdr.app);
         let how = (self.directed, self.sinks.b.rx_selective);
         // SAFETY: as in `on_payload`.
         let copy = |dest: &Ranges| unsafe { crate::iov::scatter(dest, payload) };
-        let Some((op, n)) = self.rx.take_posted(src, hdr, how, copy) else { return false };
+        let (op, n) = self.rx.take_posted(src, hdr, how, copy)?;
         complete_op(&op, smr_core::endpoint::outcome(hdr.len, n), &mut self.sinks);
-        true
+        Some(Disposition::Taken { answer_later: false })
     }
 
     fn on_recv_done(&mut self, ctx: u64, result: smr_core::Result<usize>, dest: LocalIov) {

@@ -181,15 +181,14 @@ pub trait Handler {
     fn on_payload(&mut self, msg: &Incoming, src_name: &str, _payload: &[u8]) -> Disposition {
         self.on_message(msg, src_name)
     }
-    /// The express path of the most common arrival: an inline message from a connected sender
-    /// (`src_gen` its incarnation, as in `Incoming`). A handler that can place and complete it
-    /// at once does so and returns true (the engine then answers a sender that asked, as for
-    /// `Disposition::Taken`); false sends the message the general way (`on_payload`) as if this
-    /// had not been called, so it must change nothing then. It skips the general path's
-    /// decoding into a `Command`, its `Incoming` and message key, and the sender's name lookup.
-    /// The bytes are a peer's: as untrusted as any payload.
-    fn on_inline(&mut self, _src: SrcId, _src_gen: u64, _hdr: &MsgHeader, _payload: &[u8]) -> bool {
-        false
+    /// The express path of the most common arrival: an inline command from a connected sender,
+    /// offered with its payload as by `on_payload`, but before the general path's decoding
+    /// into a `Command` and without the sender's name. A handler that can finish it at once
+    /// says how (a `Disposition`, as from `on_payload`: the engine answers the sender as it
+    /// would there); None sends the command the general way, as if this had not been called,
+    /// so the handler must change nothing then. The bytes are a peer's: as untrusted as any.
+    fn on_inline(&mut self, _msg: &Incoming, _payload: &[u8]) -> Option<Disposition> {
+        None
     }
     /// A delivery finished: bytes delivered, or why not. `dest` is handed back.
     fn on_recv_done(&mut self, ctx: u64, result: Result<usize>, dest: LocalIov);

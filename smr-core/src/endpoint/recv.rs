@@ -95,11 +95,11 @@ fn dead_if_gone(copied: Result<usize>) -> Result<usize> {
 }
 
 impl Endpoint {
-    /// Offer an inline message from a connected sender to the handler's express path
-    /// (`Handler::on_inline`), and answer it if its sender asked, as `on_msg` answers a message
-    /// taken with its payload; false if the command is anything else, or the handler declined
-    /// (then `handle_command` takes it). Its checks are `decode`'s for this one kind of command:
-    /// the source is one we accepted, the length within the slot and our limit.
+    /// Offer an inline command from a connected sender to the handler's express path
+    /// (`Handler::on_inline`), and finish it as `on_msg` finishes one offered with its payload;
+    /// false if the command is anything else, or the handler declined (then `handle_command`
+    /// takes it). Its checks are `decode`'s for this one kind of command: the source is one we
+    /// accepted, the length within the slot and our limit.
     #[inline(always)]
     pub(super) fn express(&mut self, entry: &CmdEntry, h: &mut impl Handler) -> bool {
         if entry.op != op::MSG || entry.proto != proto::INLINE {
@@ -109,13 +109,24 @@ impl Endpoint {
         if len > INLINE_MAX as u64 || len > self.limits.max_msg_size {
             return false;
         }
-        let Some(sender) = self.inp.get(&entry.src) else { return false };
+        let (src, msg_id, ack) = (entry.src, entry.msg_id, entry.flags & FLAG_ACK != 0);
+        let Some(sender) = self.inp.get(&src) else { return false };
         let hdr = MsgHeader { app: entry.app, tag: entry.tag, data: entry.data, aux: entry.aux, len };
-        if !h.on_inline(entry.src, sender.incarnation, &hdr, &entry.payload[..len as usize]) {
-            return false;
-        }
-        if entry.flags & FLAG_ACK != 0 {
-            self.send_resp(entry.src, done(entry.msg_id, Status::Ok, len));
+        let src_gen = sender.incarnation;
+        // A key as the general path gives every offered message (one declined here wastes one).
+        let key = self.new_key();
+        let msg = Incoming { key, src, src_gen, msg_id, hdr, acked: ack };
+        let payload = &entry.payload[..len as usize];
+        match h.on_inline(&msg, payload) {
+            None => return false,
+            // The commonest answer (a message received, a write applied), without the match
+            // of `finish_with_payload`.
+            Some(Disposition::Taken { answer_later: false }) => {
+                if ack {
+                    self.send_resp(src, done(msg_id, Status::Ok, len));
+                }
+            }
+            Some(d) => self.finish_with_payload(src, key, msg_id, ack, hdr, payload, d, h),
         }
         true
     }
@@ -234,38 +245,22 @@ impl Endpoint {
             Body::Iov { .. } | Body::Sar(_) => None,
         };
         let (key, disposition) = self.offer(src, msg_id, hdr, ack, payload, h);
-        // An answer in the sender's buffer is its whole handling: no payload to place, and the
-        // answer is the response. Only a request whose payload is here can be answered in the
-        // same step.
+        if let Some(bytes) = payload {
+            self.finish_with_payload(src, key, msg_id, ack, hdr, bytes, disposition, h);
+            self.release_buffers(&body);
+            return;
+        }
+        // An answer is for a request whose payload is here, handled in the same step.
         let disposition = match disposition {
-            Disposition::AnswerInto { buf, data } if payload.is_some() => {
-                self.answer_into(src, msg_id, buf, &data);
-                self.release_buffers(&body);
-                return;
-            }
-            Disposition::AnswerWith(data) if payload.is_some() => {
-                if ack {
-                    self.send_resp(src, answered_with(msg_id, data.as_slice()));
-                }
-                self.release_buffers(&body);
-                return;
-            }
             Disposition::AnswerInto { .. } | Disposition::AnswerWith(_) => Disposition::Refuse(libc::EINVAL as u32),
             d => d,
         };
-        let refused = match disposition {
-            Disposition::Refuse(errno) => Some(errno),
-            _ => None,
-        };
         // `Later` is delivered like `Deliver`, but the handler answers (except for CMA).
-        let later = matches!(disposition, Disposition::Later { .. } | Disposition::Taken { answer_later: true });
-        let ack = ack && !later;
+        let ack = ack && !matches!(disposition, Disposition::Later { .. });
         match body {
-            Body::Inline { .. } | Body::Inject { .. } => {
-                let bytes = payload.unwrap_or_default();
-                self.take_bytes(src, key, hdr, bytes, disposition, h);
-                self.release_buffers(&body);
-            }
+            // Offered with their payload, and finished above.
+            Body::Inline { .. } | Body::Inject { .. } => {}
+            // The CMA path answers for itself.
             Body::Iov { count } => {
                 let iovs: Vec<RemoteIov> = (0..count).map(|i| entry.iov(i)).collect();
                 match disposition {
@@ -282,8 +277,8 @@ impl Endpoint {
                     | Disposition::AnswerWith(_) => self.send_resp(src, done(msg_id, Status::Dropped, 0)),
                     Disposition::Refuse(errno) => self.send_resp(src, done(msg_id, Status::Refused, errno.into())),
                 }
-                return; // the CMA path answers for itself
             }
+            // The last segment answers.
             Body::Sar(seg) => {
                 let sink = match disposition {
                     Disposition::Deliver { dest, ctx } => Sink::Deliver { dest, ctx, answer: ack },
@@ -301,15 +296,7 @@ impl Endpoint {
                 };
                 self.sar_rx.insert((src, msg_id), SarRx { hdr, received: 0, sink });
                 self.on_segment(src, msg_id, seg, h);
-                return; // the last segment answers
             }
-        }
-        if ack {
-            let answer = match refused {
-                Some(errno) => done(msg_id, Status::Refused, errno.into()),
-                None => done(msg_id, Status::Ok, hdr.len),
-            };
-            self.send_resp(src, answer);
         }
     }
 
@@ -331,6 +318,41 @@ impl Endpoint {
         // (this function's contract). Any byte value is a valid `u8` (see above for concurrent
         // writes).
         Some(unsafe { std::slice::from_raw_parts(ptr, len as usize) })
+    }
+
+    /// Finish a message offered with its payload (inline, or in one of our inject buffers), on
+    /// the general path or the express one: place its bytes as the handler decided, and answer
+    /// its sender if it asked (`ack`), unless the handler answers itself.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn finish_with_payload(
+        &mut self,
+        src: SrcId,
+        key: MsgKey,
+        msg_id: u64,
+        ack: bool,
+        hdr: MsgHeader,
+        bytes: &[u8],
+        d: Disposition,
+        h: &mut impl Handler,
+    ) {
+        match d {
+            // The answer placed in the sender's buffer is the response.
+            Disposition::AnswerInto { buf, data } => self.answer_into(src, msg_id, buf, &data),
+            Disposition::AnswerWith(data) if ack => self.send_resp(src, answered_with(msg_id, data.as_slice())),
+            Disposition::Refuse(errno) if ack => self.send_resp(src, done(msg_id, Status::Refused, errno.into())),
+            Disposition::AnswerWith(_) | Disposition::Refuse(_) => {}
+            // The handler answers.
+            Disposition::Later { .. } | Disposition::Taken { answer_later: true } => {
+                self.take_bytes(src, key, hdr, bytes, d, h)
+            }
+            Disposition::Deliver { .. } | Disposition::Hold | Disposition::Discard | Disposition::Taken { .. } => {
+                self.take_bytes(src, key, hdr, bytes, d, h);
+                if ack {
+                    self.send_resp(src, done(msg_id, Status::Ok, hdr.len));
+                }
+            }
+        }
     }
 
     fn take_bytes(

@@ -23,9 +23,11 @@ struct Collect {
     taken: Vec<(MsgHeader, Vec<u8>)>,
     /// The sender (id, incarnation) of each message in `taken`.
     taken_from: Vec<(SrcId, u64)>,
-    /// Take the messages offered in `on_inline` (all are recorded in `inline_offered`).
+    /// Take the messages offered in `on_inline` (all are recorded in `inline_offered`, those
+    /// taken counted in `inline_taken`).
     take_inline: bool,
     inline_offered: Vec<(SrcId, u64, MsgHeader, Vec<u8>)>,
+    inline_taken: usize,
     dest_len: Option<usize>,
     received: Vec<(MsgHeader, Result<usize>, Vec<u8>)>,
     offered: Vec<Incoming>,
@@ -69,10 +71,16 @@ impl Handler for Collect {
         self.taken_from.push((msg.src, msg.src_gen));
         Disposition::Taken { answer_later: false }
     }
-    fn on_inline(&mut self, src: SrcId, src_gen: u64, hdr: &MsgHeader, payload: &[u8]) -> bool {
-        assert_eq!(payload.len() as u64, hdr.len, "inline payload of the wrong length");
-        self.inline_offered.push((src, src_gen, *hdr, payload.to_vec()));
-        self.take_inline
+    /// With `take_inline`, the same decision as `on_payload` (so every test that answers or
+    /// refuses can be run through the express path too).
+    fn on_inline(&mut self, msg: &Incoming, payload: &[u8]) -> Option<Disposition> {
+        assert_eq!(payload.len() as u64, msg.hdr.len, "inline payload of the wrong length");
+        self.inline_offered.push((msg.src, msg.src_gen, msg.hdr, payload.to_vec()));
+        if !self.take_inline {
+            return None;
+        }
+        self.inline_taken += 1;
+        Some(self.on_payload(msg, "", payload))
     }
     fn on_recv_done(&mut self, ctx: u64, result: Result<usize>, dest: LocalIov) {
         let hdr = self.offered.iter().find(|m| m.hdr.tag == ctx).map(|m| m.hdr).unwrap_or_default();
@@ -427,9 +435,9 @@ fn an_answer_left_by_a_receiver_that_closed_completes_its_send() {
 /// (inline, inject, CMA or SAR); nothing is delivered.
 #[test]
 fn refused_messages_fail_their_senders_with_the_receivers_errno() {
-    for (tag, cma) in [("refc", true), ("refs", false)] {
+    for (tag, cma, take_inline) in [("refc", true, false), ("refs", false, false), ("refx", false, true)] {
         let (mut a, mut b, to_b) = pair(tag, Params { cma, ..Params::default() });
-        let (mut ha, mut hb) = (Collect::default(), Collect { refuse: Some(13), ..Default::default() });
+        let (mut ha, mut hb) = (Collect::default(), Collect { refuse: Some(13), take_inline, ..Default::default() });
         let sizes = [1usize, 4096, 100_000];
         for (i, &len) in sizes.iter().enumerate() {
             let hdr = MsgHeader { app: 0, tag: i as u64, data: 0, aux: 7, len: len as u64 };
@@ -444,6 +452,7 @@ fn refused_messages_fail_their_senders_with_the_receivers_errno() {
         assert!(hb.received.is_empty());
         assert_eq!(hb.offered.iter().map(|m| m.hdr.aux).collect::<Vec<_>>(), vec![7; 3]);
         assert_eq!((a.stats().corrupt_commands, b.stats().corrupt_commands), (0, 0));
+        assert_eq!(hb.inline_taken, usize::from(take_inline), "the inline one on the express path");
     }
 }
 
@@ -500,9 +509,15 @@ fn answers_carry_data_to_the_sender() {
 /// without (CMA) is refused, as the disposition promises.
 #[test]
 fn answers_with_data_go_out_in_the_step_that_takes_the_request() {
-    let (mut a, mut b, to_b) = pair("answerwith", Params::default());
+    for take_inline in [false, true] {
+        answers_with_data_in_one_step(take_inline);
+    }
+}
+
+fn answers_with_data_in_one_step(take_inline: bool) {
+    let (mut a, mut b, to_b) = pair(if take_inline { "answerwithx" } else { "answerwith" }, Params::default());
     let free_before = free_buffers(&a);
-    let (mut ha, mut hb) = (Collect::default(), Collect { answer_with: true, ..Default::default() });
+    let (mut ha, mut hb) = (Collect::default(), Collect { answer_with: true, take_inline, ..Default::default() });
     let sizes = [0usize, 8, INLINE_MAX, INLINE_MAX + 1, INJECT_SIZE as usize];
     for (i, &len) in sizes.iter().enumerate() {
         let hdr = MsgHeader { app: 0, tag: i as u64, data: 0, aux: 0, len: len as u64 };
@@ -527,6 +542,7 @@ fn answers_with_data_go_out_in_the_step_that_takes_the_request() {
     assert_eq!(ha.sends_done.last(), Some(&(99, Err(Error::Refused(libc::EINVAL as u32)))));
     assert_eq!(ha.answers.len(), sizes.len(), "the refused message was answered with data");
     assert_eq!(free_buffers(&a), free_before, "inject buffers not returned");
+    assert_eq!(hb.inline_taken, if take_inline { 3 } else { 0 }, "inline requests on the express path");
 }
 
 /// `send_bytes`: every size up to inject_max arrives intact, offered with its payload
@@ -560,9 +576,8 @@ fn send_bytes_moves_small_messages_and_refuses_longer_ones() {
 
 /// The express path (`Handler::on_inline`): inline messages are offered there, with their bytes
 /// and their sender's id and incarnation (the same as `on_payload` gives), and one whose sender
-/// asked for an answer is answered once taken; those in inject buffers never are. A handler
-/// that takes them sees them nowhere else; one that declines gets each through `on_payload`,
-/// once, in order.
+/// asked for an answer is answered once taken; those in inject buffers never are. A message
+/// taken there is seen nowhere else; one declined goes through `on_payload`, once, in order.
 #[test]
 fn inline_messages_take_the_express_path() {
     for take in [true, false] {
@@ -576,17 +591,18 @@ fn inline_messages_take_the_express_path() {
             let opts = SendOpts { cookie: i as u64, delivery_complete: ack, more: false, pull: false };
             a.send_bytes(to_b, hdr, &pattern(len, i as u8), opts).unwrap();
         }
-        let general = if take { 1 } else { sends.len() };
         pump_until((&mut a, &mut ha), (&mut b, &mut hb), "deliveries", |ha, hb| {
-            hb.taken.len() == general && ha.sends_done.len() == 1
+            hb.taken.len() == sends.len() && ha.sends_done.len() == 1
         });
         let offered: Vec<u64> = hb.inline_offered.iter().map(|m| m.2.tag).collect();
         assert_eq!(offered, [0, 1, 2], "offered on the express path (take {take})");
         for (_, _, hdr, bytes) in &hb.inline_offered {
             assert_eq!((hdr.data, bytes), (7, &pattern(hdr.len as usize, hdr.tag as u8)));
         }
-        let general_tags: Vec<u64> = hb.taken.iter().map(|m| m.0.tag).collect();
-        assert_eq!(general_tags, if take { vec![3] } else { vec![0, 1, 2, 3] }, "through on_payload (take {take})");
+        assert_eq!(hb.inline_taken, if take { 3 } else { 0 });
+        // Each once, in order: taken on the express path (through `Collect::on_inline`) or not.
+        let tags: Vec<u64> = hb.taken.iter().map(|m| m.0.tag).collect();
+        assert_eq!(tags, [0, 1, 2, 3], "taken (take {take})");
         for (hdr, bytes) in &hb.taken {
             assert_eq!(bytes, &pattern(hdr.len as usize, hdr.tag as u8));
         }
@@ -846,11 +862,17 @@ fn send_request(a: &mut Endpoint, to_b: PeerId, cookie: u64, len: usize) -> Resu
 /// every reserved buffer is free again afterwards (and while none is pending, none is held).
 #[test]
 fn answers_placed_in_the_senders_buffers_arrive_and_free_them() {
+    for take_inline in [false, true] {
+        answers_placed(take_inline);
+    }
+}
+
+fn answers_placed(take_inline: bool) {
     let params = Params::default();
     let sar_size = params.counts.sar_size as usize;
-    let (mut a, mut b, to_b) = pair("placed", params);
+    let (mut a, mut b, to_b) = pair(if take_inline { "placedx" } else { "placed" }, params);
     let free_before = free_buffers(&a);
-    let (mut ha, mut hb) = (Collect::default(), Collect { answer_into: true, ..Default::default() });
+    let (mut ha, mut hb) = (Collect::default(), Collect { answer_into: true, take_inline, ..Default::default() });
     let sizes =
         [0usize, 33, 1024, INJECT_SIZE as usize - 1, INJECT_SIZE as usize, INJECT_SIZE as usize + 1, 16384, sar_size];
     let mut names = Vec::new();
@@ -870,6 +892,8 @@ fn answers_placed_in_the_senders_buffers_arrive_and_free_them() {
     assert_eq!(b.stats().answers_placed, sizes.len() as u64);
     assert_eq!(a.answer_bufs_held(), 0);
     assert_eq!(free_buffers(&a), free_before, "reserved buffers not returned");
+    // Every request is a few inline bytes, whatever the size of its answer.
+    assert_eq!(hb.inline_taken, if take_inline { sizes.len() } else { 0 }, "requests on the express path");
 }
 
 /// A request naming a buffer out of range, in either pool, or one too small for the answer, is
