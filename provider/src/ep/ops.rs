@@ -8,7 +8,6 @@ use crate::domain::DomainState;
 use crate::error::{FiError, FiResult};
 use crate::iov::{many, one};
 use rshm_ffi as ffi;
-use smr_core::cmd::MsgHeader;
 use smr_core::iov::Ranges;
 use std::ffi::c_void;
 
@@ -58,17 +57,10 @@ fn inject(
     data: Option<u64>,
 ) -> isize {
     with_ep(ep, |ep, st| {
-        if !buf.is_null() && len <= smr_core::cmd::INLINE_MAX {
+        if !buf.is_null() {
             // SAFETY: the caller's buffer of `len` bytes, readable during the call (fi_msg(3)).
             let bytes = unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), len) };
-            let hdr = MsgHeader {
-                app: tx::app_bits(tag, data),
-                tag: tag.unwrap_or(0),
-                data: data.unwrap_or(0),
-                aux: 0,
-                len: len as u64,
-            };
-            if tx::inject_inline(st, ep.id, bytes, dest, &hdr) {
+            if tx::inject_inline(st, ep.id, bytes, dest, tag, data) {
                 return Ok(());
             }
         }

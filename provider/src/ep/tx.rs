@@ -93,10 +93,10 @@ fn peer_first_use(ep: &mut EpState, avs: &Slab<crate::av::AvState>, dest: u64) -
     Ok(peer)
 }
 
-/// The provider's bits in the engine's `app` byte for a message with or without a tag and CQ
-/// data.
+/// The engine header of a message of `len` bytes, with or without a tag and CQ data (the
+/// provider's bits in its `app` byte say which).
 #[inline(always)]
-pub fn app_bits(tag: Option<u64>, data: Option<u64>) -> u8 {
+fn header(tag: Option<u64>, data: Option<u64>, len: usize) -> MsgHeader {
     let mut app = 0;
     if tag.is_some() {
         app |= APP_TAGGED;
@@ -104,7 +104,7 @@ pub fn app_bits(tag: Option<u64>, data: Option<u64>) -> u8 {
     if data.is_some() {
         app |= APP_DATA;
     }
-    app
+    MsgHeader { app, tag: tag.unwrap_or(0), data: data.unwrap_or(0), aux: 0, len: len as u64 }
 }
 
 /// The express path of the fi_inject family: a message that fits a command slot, to a peer
@@ -112,15 +112,23 @@ pub fn app_bits(tag: Option<u64>, data: Option<u64>) -> u8 {
 /// there is nothing to report). False, with nothing sent, for anything else: `send` takes it,
 /// and also says why a send fails.
 #[inline(always)]
-pub fn inject_inline(st: &mut DomainState, id: usize, bytes: &[u8], dest: u64, hdr: &MsgHeader) -> bool {
+pub fn inject_inline(
+    st: &mut DomainState,
+    id: usize,
+    bytes: &[u8],
+    dest: u64,
+    tag: Option<u64>,
+    data: Option<u64>,
+) -> bool {
     let Some(ep) = st.eps.get_mut(id) else { return false };
     if ep.bindings.send_cntr.is_some() || ep.tx_ops.len() >= ep.tx_size {
         return false;
     }
     let Some(&Some(peer)) = ep.peers.get(dest as usize) else { return false };
     let Some(engine) = ep.engine.as_mut() else { return false };
+    let hdr = header(tag, data, bytes.len());
     crate::debug!(EpData, "inject to {dest} len {} tag {:#x} app {} (inline)", hdr.len, hdr.tag, hdr.app);
-    engine.send_inline(peer, hdr, bytes)
+    engine.send_inline(peer, &hdr, bytes)
 }
 
 /// Start a send on endpoint `id`.
@@ -144,8 +152,7 @@ pub fn send(st: &mut DomainState, id: usize, args: SendArgs) -> FiResult<()> {
         return Err(FiError::AGAIN);
     }
     let peer = peer_for(ep, avs, args.dest)?;
-    let app = app_bits(args.tag, args.data);
-    let hdr = MsgHeader { app, tag: args.tag.unwrap_or(0), data: args.data.unwrap_or(0), aux: 0, len: len as u64 };
+    let hdr = header(args.tag, args.data, len);
     let kind = if args.tag.is_some() { ffi::FI_TAGGED } else { ffi::FI_MSG } as u64;
     // The FI_INJECT flag (on fi_sendmsg or in the endpoint's op_flags) frees the buffer at once
     // but still completes as usual; only the inject calls are silent.

@@ -368,16 +368,16 @@ impl Endpoint {
                 p.dead = true;
             }
         }
-        let dead: Vec<PeerId> =
+        let dead_receivers: Vec<PeerId> =
             waited.into_iter().filter(|&id| self.out.get(id as usize).is_some_and(|p| p.dead)).collect();
-        if !dead.is_empty() {
+        if !dead_receivers.is_empty() {
             // A receiver answers before it closes its endpoint or exits, and we saw it gone
             // (Acquire) after any answer it published: answers it left in our response ring,
             // perhaps since this pass drained it, complete their sends first. Only the sends
             // it never answered fail.
             events += self.drain_responses(h);
         }
-        for id in dead {
+        for id in dead_receivers {
             events += self.fail_sends_to(id, h);
         }
         let dead: Vec<SrcId> = self.inp.iter().filter(|(_, p)| !p.watch.alive()).map(|(s, _)| s).collect();

@@ -12,6 +12,7 @@ use super::{Endpoint, Handler, PeerId, SendOpts, SendStatus};
 use crate::cmd::{op, proto, resp, CmdEntry, MsgHeader, RespEntry, SarSeg, Status, IOV_MAX};
 use crate::error::{Error, Result};
 use crate::iov::LocalIov;
+use crate::region::Region;
 use crate::ring::Pop;
 
 /// How far past the slot it is about to take a streaming sender fetches a slot: two, far
@@ -56,6 +57,34 @@ impl Small<'_> {
             // SAFETY: per this function's contract; `b` holds at least `len` bytes.
             Small::Bytes(b) => unsafe { crate::copy::copy_bytes(b.as_ptr(), dst, len) },
         }
+    }
+}
+
+/// A message whose payload travels in its command.
+struct InlineMsg<'a> {
+    src_slot: u32,
+    msg_id: u64,
+    hdr: &'a MsgHeader,
+    ack: bool,
+}
+
+impl InlineMsg<'_> {
+    /// The command, with its payload filled by `fill`, in `e` (a ring slot or a staged entry).
+    #[inline(always)]
+    fn write(&self, e: &mut CmdEntry, fill: impl FnOnce(&mut [u8])) {
+        e.set_message(self.src_slot, self.msg_id, self.hdr, self.ack);
+        e.proto = proto::INLINE;
+        fill(&mut e.payload[..self.hdr.len as usize]);
+    }
+
+    /// Into the receiver's ring, written straight into the claimed slot (no command built aside
+    /// and copied); a `streaming` sender first fetches the slots it is about to claim.
+    #[inline(always)]
+    fn push(&self, region: &Region, streaming: bool, fill: impl FnOnce(&mut [u8])) -> Result<()> {
+        if streaming {
+            region.cmd_ring().prefetch_for_claim(STREAM_AHEAD, stream_lines(self.hdr.len as usize));
+        }
+        super::peers::push_cmd_with(region, |e| self.write(e, fill))
     }
 }
 
@@ -130,20 +159,10 @@ impl Endpoint {
         }
         let (msg_id, streaming) = (self.next_msg_id, self.sent_since_poll > 0);
         let Some(link) = self.ready_link(peer) else { return false };
-        let ring = link.region.cmd_ring();
-        if streaming {
-            ring.prefetch_for_claim(STREAM_AHEAD, stream_lines(len));
-        }
-        let src_slot = link.slot;
-        let pushed = ring.push_with(|e: &mut CmdEntry| {
-            e.set_message(src_slot, msg_id, hdr, false);
-            e.proto = proto::INLINE;
-            e.payload[..len].copy_from_slice(bytes);
-        });
-        if pushed.is_err() {
+        let inline = InlineMsg { src_slot: link.slot, msg_id, hdr, ack: false };
+        if inline.push(&link.region, streaming, |p| p.copy_from_slice(bytes)).is_err() {
             return false;
         }
-        crate::wake::notify(link.region.wake_word());
         link.used = true;
         self.next_msg_id += 1;
         self.sent_since_poll = self.sent_since_poll.saturating_add(1);
@@ -247,19 +266,11 @@ impl Endpoint {
         link.used = true;
         let src_slot = link.slot;
         if len <= inline_max {
-            let inline = |e: &mut CmdEntry| {
-                e.set_message(src_slot, msg_id, hdr, ack);
-                e.proto = proto::INLINE;
-                src.copy_to(&mut e.payload[..len]);
-            };
+            let inline = InlineMsg { src_slot, msg_id, hdr, ack };
             if opts.more {
-                self.stage_with(peer, (!ack).then_some(opts.cookie), inline);
+                self.stage_with(peer, (!ack).then_some(opts.cookie), |e| inline.write(e, |p| src.copy_to(p)));
             } else {
-                if streaming {
-                    link.region.cmd_ring().prefetch_for_claim(STREAM_AHEAD, stream_lines(len));
-                }
-                // Written straight into the claimed slot: no command built aside and copied.
-                super::peers::push_cmd_with(&link.region, inline)?;
+                inline.push(&link.region, streaming, |p| src.copy_to(p))?;
             }
             self.stats.sent_inline += 1;
             return Ok(());
