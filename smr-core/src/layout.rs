@@ -33,7 +33,9 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"RSHMREG\0");
 /// 5: the owner publishes registrations that peers may read with CMA on their own (`MrSlot`),
 ///    and counts its progress calls with nothing of its own outstanding (`OwnerBeat`).
 /// 6: command slots of 1,088 bytes, inline payload up to 1,032 bytes.
-pub const LAYOUT_VERSION: u32 = 6;
+/// 7: peers may write published registrations too (`published::REMOTE_WRITE`), counted in the
+///    entry while they copy (`MrSlot::writers`).
+pub const LAYOUT_VERSION: u32 = 7;
 /// Longest region name, without the terminating NUL.
 pub const NAME_MAX: usize = 63;
 /// Size of one inject buffer.

@@ -1,13 +1,23 @@
-//! Registrations an endpoint publishes in its region, so that a peer may read them with CMA on
-//! its own: no command, no answer, no step of the owner's progress.
+//! Registrations an endpoint publishes in its region, so that a peer may read or write them with
+//! CMA on its own: no command, no answer, no step of the owner's progress.
 //!
 //! The owner writes an entry (key, range, flags) under a sequence count (odd while it writes);
-//! a peer takes an entry only from a read between two equal even counts, and checks the count
-//! again after its copy: an entry withdrawn or rewritten meanwhile (a registration closed during
-//! the copy) makes the peer do the read the ordinary way, through the owner, which then answers
-//! with the registration as it stands. The owner withdraws an entry before `fi_close(mr)`
-//! returns, so no peer reads memory the application may already have freed and still reports
-//! success.
+//! a peer takes an entry only from a read between two equal even counts.
+//!
+//! - **Reads** check the count again after their copy: an entry withdrawn or rewritten meanwhile
+//!   (a registration closed during the copy) makes the peer do the read the ordinary way,
+//!   through the owner, which then answers with the registration as it stands. Bytes read from
+//!   memory the owner already released are thrown away, never reported.
+//! - **Writes** cannot be taken back, so they are announced instead: the writer counts itself
+//!   in the entry's `writers` before it checks the count and copies (`begin_write`), and out
+//!   after (`end_write`); an owner rewriting the entry marks it odd first and then waits until
+//!   no writer is counted (`WRITERS_WAIT_MAX` at most: a writer that died mid-copy, or a peer
+//!   that scribbled the word, must not hang `fi_close`). Either the writer sees the odd count
+//!   and does not copy, or the owner sees the writer and waits for its copy (loom model
+//!   `published_withdraw_waits_for_a_write`).
+//!
+//! The owner withdraws an entry before `fi_close(mr)` returns, so no peer's copy touches memory
+//! the application may already have freed and still reports success.
 //!
 //! Keys are placed by open addressing from `key % slots`, and a slot once used keeps `USED`, so
 //! a lookup walks from the key's home slot and stops at the first slot never used: O(1) for the
@@ -17,7 +27,7 @@
 //! For a peer everything here is the owner's word: a lying owner can make a reader copy the
 //! wrong bytes of the owner's own address space (the kernel checks every address), nothing more.
 
-use crate::sync::{fence, AtomicU64, Ordering};
+use crate::sync::{fence, spin_hint, AtomicU64, Ordering};
 
 /// One published registration, in the owner's region (`layout`): written by the owner under a
 /// sequence count, read by peers. All zero until first used.
@@ -30,6 +40,8 @@ pub struct MrSlot {
     pub base: AtomicU64,
     pub len: AtomicU64,
     pub flags: AtomicU64,
+    /// Peers copying into the registration now (`begin_write`..`end_write`).
+    pub writers: AtomicU64,
 }
 
 impl MrSlot {
@@ -41,6 +53,7 @@ impl MrSlot {
             base: AtomicU64::new(0),
             len: AtomicU64::new(0),
             flags: AtomicU64::new(0),
+            writers: AtomicU64::new(0),
         }
     }
 }
@@ -53,6 +66,16 @@ pub const LIVE: u64 = 2;
 pub const REMOTE_READ: u64 = 4;
 /// Remote addresses are virtual addresses (FI_MR_VIRT_ADDR), not offsets.
 pub const VIRT_ADDR: u64 = 8;
+/// Peers may write it.
+pub const REMOTE_WRITE: u64 = 16;
+
+/// The longest an owner rewriting an entry waits for the writers counted in it. A live
+/// writer's copy is bounded (the longest a peer copies in one go, `WRITE_MAX`, takes
+/// milliseconds); past this the count is taken for a dead writer's or a scribble.
+#[cfg(not(loom))]
+pub const WRITERS_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(1);
+/// The most bytes a peer writes into a published registration in one copy.
+pub const WRITE_MAX: u64 = 64 << 20;
 
 /// An entry as a peer read it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,6 +97,11 @@ impl Published {
             return None;
         }
         self.base.checked_add(start)
+    }
+
+    /// Whether the owner lets peers do `access` (`REMOTE_READ`, `REMOTE_WRITE`) on their own.
+    pub fn allows(&self, access: u64) -> bool {
+        self.flags & access == access
     }
 }
 
@@ -119,12 +147,58 @@ fn write(s: &MrSlot, key: u64, base: u64, len: u64, flags: u64) {
     // Even whatever a peer may have scribbled there: odd marks the rewrite.
     let seq = s.seq.load(Ordering::Relaxed) & !1;
     s.seq.store(seq.wrapping_add(1), Ordering::Relaxed);
-    fence(Ordering::Release);
+    // Orders the odd count before the look at `writers` (and pairs with `begin_write`'s fence):
+    // a writer counted after this sees the odd count and stays out.
+    fence(Ordering::SeqCst);
+    wait_for_writers(s);
     s.key.store(key, Ordering::Relaxed);
     s.base.store(base, Ordering::Relaxed);
     s.len.store(len, Ordering::Relaxed);
     s.flags.store(flags, Ordering::Relaxed);
     s.seq.store(seq.wrapping_add(2), Ordering::Release);
+}
+
+/// Wait until no peer copies into the entry (`begin_write`), or `WRITERS_WAIT_MAX`.
+fn wait_for_writers(s: &MrSlot) {
+    #[cfg(not(loom))]
+    let (start, mut spins) = (std::time::Instant::now(), 0u32);
+    while s.writers.load(Ordering::Acquire) != 0 {
+        spin_hint();
+        #[cfg(not(loom))]
+        {
+            spins = spins.wrapping_add(1);
+            if spins % 1024 == 0 {
+                // The writer may be waiting for this CPU.
+                std::thread::yield_now();
+                if start.elapsed() > WRITERS_WAIT_MAX {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Count ourselves in as a writer of the entry `p` was read from, if it still stands: true, and
+/// the owner keeps the registration until `end_write`; false, and nothing is counted (take the
+/// ordinary path).
+pub fn begin_write(slots: &[MrSlot], p: &Published) -> bool {
+    let Some(s) = slots.get(p.slot as usize) else { return false };
+    s.writers.fetch_add(1, Ordering::Relaxed);
+    // Pairs with the owner's fence in `write`: either the owner sees us counted, or we see its
+    // odd (or moved) count.
+    fence(Ordering::SeqCst);
+    if s.seq.load(Ordering::Relaxed) == p.seq {
+        return true;
+    }
+    s.writers.fetch_sub(1, Ordering::Release);
+    false
+}
+
+/// The copy `begin_write` admitted is over: the owner may rewrite the entry.
+pub fn end_write(slots: &[MrSlot], p: &Published) {
+    if let Some(s) = slots.get(p.slot as usize) {
+        s.writers.fetch_sub(1, Ordering::Release);
+    }
 }
 
 /// Find the live entry for `key` in a peer's table. None when there is none, or when the owner
@@ -172,9 +246,7 @@ mod tests {
     use super::*;
 
     fn table() -> Vec<MrSlot> {
-        (0..64)
-            .map(|_| MrSlot { seq: 0.into(), key: 0.into(), base: 0.into(), len: 0.into(), flags: 0.into() })
-            .collect()
+        (0..64).map(|_| MrSlot::unused()).collect()
     }
 
     #[test]
@@ -204,6 +276,35 @@ mod tests {
         }
         assert_eq!(p.publish(&t, 7777, 0, 1, 0), None, "a full table says so");
         assert_eq!(lookup(&t, 5).unwrap().base, 0x1000);
+    }
+
+    #[test]
+    fn writers_are_admitted_while_the_entry_stands() {
+        let t = table();
+        let mut p = Publisher::default();
+        let slot = p.publish(&t, 12, 0x1000, 100, REMOTE_WRITE).unwrap();
+        let e = lookup(&t, 12).unwrap();
+        assert!(e.allows(REMOTE_WRITE) && !e.allows(REMOTE_READ), "a write-only entry");
+        assert!(begin_write(&t, &e));
+        assert_eq!(t[slot as usize].writers.load(Ordering::Relaxed), 1);
+        end_write(&t, &e);
+        assert_eq!(t[slot as usize].writers.load(Ordering::Relaxed), 0);
+        p.withdraw(&t, slot);
+        assert!(!begin_write(&t, &e), "an entry withdrawn since the lookup admits no writer");
+        assert_eq!(t[slot as usize].writers.load(Ordering::Relaxed), 0, "a refused writer is not left counted");
+    }
+
+    #[test]
+    fn a_scribbled_writer_count_delays_a_withdrawal_boundedly() {
+        let t = table();
+        let mut p = Publisher::default();
+        let slot = p.publish(&t, 3, 0x1000, 100, REMOTE_WRITE).unwrap();
+        t[slot as usize].writers.store(5, Ordering::Relaxed);
+        let start = std::time::Instant::now();
+        p.withdraw(&t, slot);
+        let took = start.elapsed();
+        assert!(took >= WRITERS_WAIT_MAX, "the owner waited {took:?} for writers still counted");
+        assert_eq!(lookup(&t, 3), None, "withdrawn after the wait");
     }
 
     #[test]

@@ -947,3 +947,43 @@ fn published_withdraw_races_a_read() {
     accepted.assert_seen("published_withdraw_races_a_read", "a read that stood");
     refused.assert_seen("published_withdraw_races_a_read", "a read refused after a rewrite");
 }
+
+/// Writes into a published registration (`published::begin_write`): the owner withdraws the
+/// entry and then releases the memory (a Release store standing for munmap or free) while a
+/// peer looks the key up, counts itself in and "copies" (checks the memory is still there,
+/// twice, around a yield). A write the entry admitted never lands in released memory: the
+/// withdrawal waits for it. A write refused is refused before it touches anything.
+#[test]
+fn published_withdraw_waits_for_a_write() {
+    use smr_core::published::{self, MrSlot, Publisher, REMOTE_WRITE};
+    const KEY: u64 = 9;
+    let (admitted, refused) = (Tally::default(), Tally::default());
+    let (a, r) = (admitted.clone(), refused.clone());
+    model("published_withdraw_waits_for_a_write", move || {
+        let table: Arc<Vec<MrSlot>> = Arc::new((0..1).map(|_| MrSlot::unused()).collect());
+        let freed = Arc::new(loom::sync::atomic::AtomicU64::new(0));
+        let mut owner = Publisher::default();
+        let slot = owner.publish(&table, KEY, 0x1000, 100, REMOTE_WRITE).expect("room");
+        let (t, f) = (table.clone(), freed.clone());
+        let closer = thread::spawn(move || {
+            owner.withdraw(&t, slot);
+            f.store(1, Ordering::Release);
+        });
+        if let Some(p) = published::lookup(&table, KEY) {
+            assert!(p.allows(REMOTE_WRITE));
+            let admit = published::begin_write(&table, &p);
+            if admit {
+                assert_eq!(freed.load(Ordering::Acquire), 0, "a write admitted into released memory");
+                thread::yield_now();
+                assert_eq!(freed.load(Ordering::Acquire), 0, "memory released during an admitted write");
+                published::end_write(&table, &p);
+            }
+            a.note(admit);
+            r.note(!admit);
+        }
+        closer.join().unwrap();
+        assert_eq!(table[0].writers.load(Ordering::Relaxed), 0, "a writer left counted");
+    });
+    admitted.assert_seen("published_withdraw_waits_for_a_write", "a write admitted");
+    refused.assert_seen("published_withdraw_waits_for_a_write", "a write refused after the withdrawal began");
+}

@@ -10,6 +10,7 @@ mod kill;
 mod multi;
 mod pair;
 mod passive;
+mod passive_write;
 mod progress;
 mod rma;
 mod rma_util;
@@ -48,6 +49,7 @@ pub fn all() -> Vec<Scenario> {
     v.extend(errors::scenarios());
     v.extend(rma::scenarios());
     v.extend(passive::scenarios());
+    v.extend(passive_write::scenarios());
     v.extend(atomic::scenarios());
     v.extend(access::scenarios());
     v.extend(counters::scenarios());

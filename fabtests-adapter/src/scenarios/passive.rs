@@ -176,7 +176,7 @@ fn read_fails(p: &mut Peer, t: Target, len: usize, what: &str) -> TResult {
 /// Whether this host lets a process read another's memory (process_vm_readv: Yama, seccomp),
 /// and neither rshm's test switch nor its FI_RSHM_CMA parameter forbids it: without CMA, a read
 /// must wait for the target.
-fn cma_permitted() -> bool {
+pub fn cma_permitted() -> bool {
     if std::env::var("RSHM_TEST_DENY_CMA").as_deref() == Ok("1") {
         return false;
     }

@@ -324,7 +324,8 @@ unsafe extern "C" fn ep_close(fid: *mut ffi::fid) -> i32 {
             crate::info!(
                 EpCtrl,
                 "endpoint {} closed: sent {} inline, {} inject, {} CMA, {} SAR; received {} by CMA; {} CMA fallbacks; \
-                 one-sided {} issued, {} served; reads {} of published registrations, {} answered by CMA write; \
+                 one-sided {} issued, {} served; {} reads and {} writes of published registrations, \
+                 {} reads answered by CMA write; \
                  {} FI_MORE batches",
                 engine.name(),
                 s.sent_inline,
@@ -336,6 +337,7 @@ unsafe extern "C" fn ep_close(fid: *mut ffi::fid) -> i32 {
                 rma.issued,
                 rma.served,
                 s.published_reads,
+                s.published_writes,
                 s.cma_writes,
                 s.batches
             );

@@ -1,19 +1,22 @@
-//! Which registrations each endpoint publishes in its region, so that peers read them with CMA
-//! on their own (`smr_core::published`; the reader's side is `rma::read_published`).
+//! Which registrations each endpoint publishes in its region, so that peers read and write them
+//! with CMA on their own (`smr_core::published`; the initiator's side is `rma::read_published`
+//! and `rma::write_published`).
 //!
-//! Published: registrations of one range that allow FI_REMOTE_READ, from endpoints whose
-//! peers' reads need not be counted here, as many as the table holds (64; the others are read
-//! through the target, as before). A read nobody at the target sees cannot move a
-//! counter, so an endpoint with a FI_REMOTE_READ counter, and a registration bound to one
-//! (`fi_mr_bind(mr, cntr, FI_REMOTE_READ)`), keep every read on the ordinary path, through the
-//! target. `sync` recomputes all of it whenever one of those inputs changes (a registration
+//! Published: registrations of one range that allow FI_REMOTE_READ or FI_REMOTE_WRITE, each
+//! access only where the target need not count it, as many as the table holds (64; the others
+//! go through the target, as before). A copy nobody at the target sees cannot move a counter,
+//! so an endpoint with a FI_REMOTE_READ (FI_REMOTE_WRITE) counter, and a registration bound to
+//! one (`fi_mr_bind(mr, cntr, FI_REMOTE_READ)`), keep every read (write) on the ordinary path,
+//! through the target. Writes with remote CQ data need the target's completion and never copy
+//! directly. `sync` recomputes all of it whenever one of those inputs changes (a registration
 //! opened, bound or closed, an endpoint enabled or bound to a counter): rare control calls,
-//! under the domain lock; a peer's copy that races a rewrite is refused and done the ordinary way.
+//! under the domain lock; a peer's read that races a rewrite is refused and done the ordinary
+//! way, and the rewrite waits for a peer's write under way.
 
 use crate::domain::DomainState;
 use crate::mr::MrEntry;
 use rshm_ffi as ffi;
-use smr_core::published::{REMOTE_READ, VIRT_ADDR};
+use smr_core::published::{REMOTE_READ, REMOTE_WRITE, VIRT_ADDR};
 
 /// Make every enabled endpoint's table match the domain's registrations and bindings.
 pub fn sync(st: &mut DomainState) {
@@ -23,15 +26,13 @@ pub fn sync(st: &mut DomainState) {
         for slot in ep.published.drain(..) {
             engine.withdraw_mr(slot);
         }
-        if ep.bindings.remote_read_cntr.is_some() {
-            continue;
-        }
+        let counted = (ep.bindings.remote_read_cntr.is_some(), ep.bindings.remote_write_cntr.is_some());
         for (&key, mr) in mrs.by_key.iter() {
-            let Some((base, len)) = publishable(mr) else { continue };
-            let flags = REMOTE_READ | if mrs.virt_addr { VIRT_ADDR } else { 0 };
+            let Some((base, len, access)) = publishable(mr, counted) else { continue };
+            let flags = access | if mrs.virt_addr { VIRT_ADDR } else { 0 };
             match engine.publish_mr(key, base, len, flags) {
                 Some(slot) => ep.published.push(slot),
-                // The table is full (or CMA is off): the rest are read through the target. Not
+                // The table is full (or CMA is off): the rest go through the target. Not
                 // walking them keeps a registration O(table) however many the domain holds.
                 None => break,
             }
@@ -39,13 +40,19 @@ pub fn sync(st: &mut DomainState) {
     }
 }
 
-/// The one range of a registration peers may read on their own.
-fn publishable(mr: &MrEntry) -> Option<(u64, u64)> {
-    if mr.access & ffi::FI_REMOTE_READ as u64 == 0 || mr.read_cntr.is_some() {
-        return None;
+/// The one range of a registration peers may copy on their own, and which copies (`REMOTE_READ`,
+/// `REMOTE_WRITE`); `counted`: the endpoint counts remote reads, remote writes.
+fn publishable(mr: &MrEntry, counted: (bool, bool)) -> Option<(u64, u64, u64)> {
+    let allowed = |flag: u64| mr.access & flag != 0;
+    let mut access = 0;
+    if allowed(ffi::FI_REMOTE_READ as u64) && mr.read_cntr.is_none() && !counted.0 {
+        access |= REMOTE_READ;
+    }
+    if allowed(ffi::FI_REMOTE_WRITE as u64) && mr.write_cntr.is_none() && !counted.1 {
+        access |= REMOTE_WRITE;
     }
     match *mr.iov().as_slice() {
-        [(base, len)] if len > 0 => Some((base as u64, len as u64)),
+        [(base, len)] if len > 0 && access != 0 => Some((base as u64, len as u64, access)),
         _ => None,
     }
 }

@@ -1,11 +1,13 @@
-//! One-sided reads without the owner: registrations an endpoint publishes in its region
-//! (`crate::published`), and a peer's CMA read of them.
+//! One-sided reads and writes without the owner: registrations an endpoint publishes in its
+//! region (`crate::published`), and a peer's CMA copies of them.
 //!
 //! The owner publishes (`publish_mr`) and withdraws (`withdraw_mr`); a peer looks an entry up
-//! in the mapping of the owner's region it holds (`peer_mr`), copies with `process_vm_readv`
-//! (`read_published`), and checks afterwards that the entry still stands. Every failure (no
-//! link yet, CMA refused or off, the owner gone or rewriting the entry) says "take the ordinary
-//! path": the request through the owner's ring, which reports errors the usual way.
+//! in the mapping of the owner's region it holds (`peer_mr`), and copies with
+//! `process_vm_readv` (`read_published`: the entry must still stand after the copy) or
+//! `process_vm_writev` (`write_published`: counted in the entry as a writer during the copy, so
+//! that a withdrawal waits for it). Every failure (no link yet, CMA refused or off, the owner
+//! gone or rewriting the entry) says "take the ordinary path": the request through the owner's
+//! ring, which reports errors the usual way.
 
 use super::{Endpoint, PeerId};
 use crate::cmd::RemoteIov;
@@ -14,6 +16,12 @@ use crate::iov::LocalIov;
 use crate::published::{self, Published};
 use crate::sync::Ordering;
 use std::time::{Duration, Instant};
+
+/// How long a look at a peer's process (`Watch::alive`, a system call) stands for the direct
+/// copies that follow. A process that dies leaves its pid to a new one only after the kernel
+/// has handed out every other pid, which takes far longer; in between, a copy to or from the
+/// dead owner's pid finds no process and fails.
+const ALIVE_FOR: Duration = Duration::from_millis(1);
 
 /// How recent our last look at a peer's idle-poll count must be for a change since then to
 /// say that it polls now (`peer_is_free`).
@@ -51,10 +59,22 @@ impl Endpoint {
         let beat = || link.region.beat().free_polls.load(Ordering::Relaxed);
         let first = beat();
         let now = Instant::now();
-        let (seen, at) = std::mem::replace(&mut link.seen_beat, (first, now));
-        if first != seen && now.saturating_duration_since(at) < POLLING_NOW {
-            return true;
+        let (seen, at) = link.seen_beat;
+        let since = now.saturating_duration_since(at);
+        if since < POLLING_NOW {
+            if first != seen {
+                link.seen_beat = (first, now);
+                return true;
+            }
+            // No move since a recent look: the owner is busy (its count moves every few hundred
+            // nanoseconds while it polls free). A look under a microsecond ago is too soon to
+            // tell; keep comparing against it.
+            if since >= WATCH {
+                link.seen_beat = (first, now);
+                return false;
+            }
         }
+        link.seen_beat = (first, now);
         // Nothing recent to compare with: watch for a moment. An owner in its polling loop
         // moves the count every few hundred nanoseconds.
         loop {
@@ -70,15 +90,17 @@ impl Endpoint {
         }
     }
 
-    /// Withdraw what `publish_mr` returned. A peer's copy under way when this returns reports
-    /// failure (and is done again through us), so the memory may go once this returns.
+    /// Withdraw what `publish_mr` returned, once no peer writes into it (`published::begin_write`).
+    /// A peer's read under way when this returns reports failure (and is done again through us),
+    /// so the memory may go once this returns.
     pub fn withdraw_mr(&mut self, slot: u32) {
         self.publisher.withdraw(self.region.mr_slots(), slot);
     }
 
-    /// The registration `peer` published under `key`, if we may read it ourselves: CMA works
-    /// both ways. Maps the peer's region on first use; its answer to our connection request is
-    /// not needed (a target that has not progressed since it started still serves reads).
+    /// The registration `peer` published under `key`, if we may copy to or from it ourselves:
+    /// CMA works both ways (`Published::allows` says which copies the owner lets us make). Maps
+    /// the peer's region on first use; its answer to our connection request is not needed (a
+    /// target that has not progressed since it started still serves reads and writes).
     pub fn peer_mr(&mut self, peer: PeerId, key: u64) -> Option<Published> {
         if !self.cma_ok {
             return None;
@@ -95,12 +117,8 @@ impl Endpoint {
     /// kernel refused CMA (then never tried again for this peer): take the ordinary path.
     pub fn read_published(&mut self, peer: PeerId, p: &Published, addr: u64, local: &mut LocalIov) -> Result<usize> {
         let len = local.len() as u64;
-        let at = p.target(addr, len).ok_or(Error::Invalid("outside the published registration"))?;
-        let link = self.out.get_mut(peer as usize).and_then(|o| o.link.as_mut()).ok_or(Error::Again)?;
-        // A dead owner's pid may already belong to another process: never read it blindly.
-        if link.region.closed() || !link.owner.alive() {
-            return Err(Error::Again);
-        }
+        let at = Self::published_target(p, published::REMOTE_READ, addr, len)?;
+        let link = self.live_link(peer)?;
         let copied = crate::cma::read_from(link.owner.ident().pid, &[RemoteIov { addr: at, len }], local, 0);
         match copied {
             Ok(n) if n as u64 == len && published::unchanged(link.region.mr_slots(), p) => {
@@ -108,11 +126,68 @@ impl Endpoint {
                 self.stats.published_reads += 1;
                 Ok(n)
             }
-            Err(e) if crate::cma::refused(&e) => {
-                link.cma = false;
-                Err(Error::Again)
-            }
+            Err(e) => Err(Self::direct_failed(link, e)),
             _ => Err(Error::Again),
         }
+    }
+
+    /// Copy `local` into `peer`'s memory at its address `addr`, as entry `p` of its table
+    /// allows, with CMA: the bytes are in place (visible to the owner and everyone) when this
+    /// returns Ok. `Err(Again)`: the entry is being rewritten, the copy fell short (the bytes
+    /// placed are undefined, as for any failed write; the ordinary path writes them all again),
+    /// or the kernel refused CMA (then never tried again for this peer).
+    pub fn write_published(&mut self, peer: PeerId, p: &Published, addr: u64, local: &LocalIov) -> Result<usize> {
+        let len = local.len() as u64;
+        if len > published::WRITE_MAX {
+            return Err(Error::Again);
+        }
+        let at = Self::published_target(p, published::REMOTE_WRITE, addr, len)?;
+        let link = self.live_link(peer)?;
+        let slots = link.region.mr_slots();
+        if !published::begin_write(slots, p) {
+            return Err(Error::Again);
+        }
+        let copied = crate::cma::write_to(link.owner.ident().pid, local, &[RemoteIov { addr: at, len }]);
+        published::end_write(slots, p);
+        match copied {
+            Ok(n) if n as u64 == len => {
+                self.stats.published_writes += 1;
+                Ok(n)
+            }
+            Err(e) => Err(Self::direct_failed(link, e)),
+            _ => Err(Error::Again),
+        }
+    }
+
+    /// The owner's address of an access `p` allows, or why not.
+    fn published_target(p: &Published, access: u64, addr: u64, len: u64) -> Result<u64> {
+        if !p.allows(access) {
+            return Err(Error::Again);
+        }
+        p.target(addr, len).ok_or(Error::Invalid("outside the published registration"))
+    }
+
+    /// The link to `peer` if its owner is open and was alive a moment ago (`ALIVE_FOR`): a dead
+    /// owner's pid may already belong to another process, never copy to or from it blindly.
+    fn live_link(&mut self, peer: PeerId) -> Result<&mut super::peers::Link> {
+        let link = self.out.get_mut(peer as usize).and_then(|o| o.link.as_mut()).ok_or(Error::Again)?;
+        if link.region.closed() {
+            return Err(Error::Again);
+        }
+        if link.alive_seen.elapsed() >= ALIVE_FOR {
+            if !link.owner.alive() {
+                return Err(Error::Again);
+            }
+            link.alive_seen = crate::clock::Instant::now();
+        }
+        Ok(link)
+    }
+
+    /// A direct copy failed: a refusal by policy turns CMA off for this peer.
+    fn direct_failed(link: &mut super::peers::Link, e: Error) -> Error {
+        if crate::cma::refused(&e) {
+            link.cma = false;
+        }
+        Error::Again
     }
 }

@@ -251,6 +251,8 @@ pub struct Stats {
     pub cma_writes: u64,
     /// Reads of a peer's published registrations, made without the peer (`read_published`).
     pub published_reads: u64,
+    /// Writes into a peer's published registrations, made without the peer (`write_published`).
+    pub published_writes: u64,
     /// Messages sent by each protocol (SAR: messages that started as SAR, not segments).
     pub sent_inline: u64,
     pub sent_inject: u64,

@@ -42,6 +42,8 @@ pub(super) struct Link {
     /// The owner's free-poll count as we last saw it, and when (`peer_is_free`; the fine
     /// clock: the window is microseconds, below the coarse clock's tick).
     pub seen_beat: (u64, std::time::Instant),
+    /// When the owner's process was last seen alive before a direct copy (`live_link`).
+    pub alive_seen: Instant,
 }
 
 impl Link {
@@ -250,6 +252,7 @@ impl Endpoint {
                 last_check: now,
                 owner,
                 seen_beat,
+                alive_seen: now,
             });
             p.dead = false;
             p.absent_since = None;
