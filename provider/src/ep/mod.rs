@@ -731,9 +731,9 @@ pub fn progress(st: &mut DomainState, id: usize) -> usize {
     ep.driven = ep.driven.wrapping_add(1);
     let directed = ep.directed();
     let Some(engine) = ep.engine.as_mut() else { return 0 };
-    if ep.tx_ops.is_empty() && ep.rma.quiet_since_last_look() {
-        // No operation of ours outstanding or started since the last call: peers may hand us
-        // copying (`Endpoint::peer_is_free`).
+    if ep.rma.poll_is_free(ep.tx_ops.is_empty()) {
+        // Nothing of ours outstanding or started for a while: peers may hand us copying
+        // (`Endpoint::peer_is_free`).
         engine.note_free_poll();
     }
     if ep.driven % POLLS_PER_YIELD == 0 {

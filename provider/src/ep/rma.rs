@@ -328,9 +328,23 @@ pub struct RmaState {
     pub served: u64,
     /// Per engine peer: whether it is this endpoint itself (`loopback`).
     loopback: Vec<Option<bool>>,
-    /// `issued` at the last `quiet_since_last_look`.
+    /// `issued` at the last `poll_is_free`.
     issued_seen: u64,
+    /// Progress calls in a row with nothing of our own outstanding or started, since when, and
+    /// whether that has lasted `FREE_AFTER` (`poll_is_free`).
+    quiet_polls: u32,
+    quiet_since: Option<std::time::Instant>,
+    free: bool,
 }
+
+/// How long an endpoint must have progressed with nothing of its own to do before peers are
+/// told it has a CPU to spare (`poll_is_free`). A process that only pauses between bursts of its
+/// own operations is not free: fi_rma_bw's two sides, each reading its completions between
+/// windows of 64 writes (a few microseconds), were taken for free and sent a third of their
+/// large writes through SAR, which then waited for a peer busy with its own.
+const FREE_AFTER: std::time::Duration = std::time::Duration::from_micros(20);
+/// Quiet progress calls between looks at the clock while waiting for `FREE_AFTER`.
+const FREE_CHECK_EVERY: u32 = 64;
 
 /// What a one-sided call asks for, once the entry point has checked its arguments.
 pub struct OneSided {
@@ -681,11 +695,28 @@ impl RmaState {
         }
     }
 
-    /// True if no operation started since the last call: an endpoint whose application issues
-    /// one-sided operations (even ones that complete within the call, like reads of published
-    /// registrations) is busy, not free to serve its peers' reads.
-    pub fn quiet_since_last_look(&mut self) -> bool {
-        std::mem::replace(&mut self.issued_seen, self.issued) == self.issued
+    /// Called once per progress call, `tx_idle` when no operation of ours is outstanding: true
+    /// while this endpoint is free to serve its peers' copies (`Endpoint::note_free_poll`),
+    /// that is, once it has gone `FREE_AFTER` without an operation outstanding or started. An
+    /// endpoint whose application issues one-sided operations (even ones that complete within
+    /// the call, like copies of published registrations) is busy. The clock is read when a
+    /// quiet run starts and every `FREE_CHECK_EVERY` calls of it, not on every idle poll.
+    pub fn poll_is_free(&mut self, tx_idle: bool) -> bool {
+        let quiet = tx_idle && std::mem::replace(&mut self.issued_seen, self.issued) == self.issued;
+        if !quiet {
+            (self.quiet_polls, self.free) = (0, false);
+            return false;
+        }
+        if self.free {
+            return true;
+        }
+        self.quiet_polls = self.quiet_polls.wrapping_add(1);
+        if self.quiet_polls == 1 {
+            self.quiet_since = Some(std::time::Instant::now());
+        } else if self.quiet_polls.is_multiple_of(FREE_CHECK_EVERY) {
+            self.free = self.quiet_since.is_some_and(|t| t.elapsed() >= FREE_AFTER);
+        }
+        self.free
     }
 
     /// Replies or answers are waiting to go out.

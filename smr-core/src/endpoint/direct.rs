@@ -59,29 +59,28 @@ impl Endpoint {
         let beat = || link.region.beat().free_polls.load(Ordering::Relaxed);
         let first = beat();
         let now = Instant::now();
-        let (seen, at) = link.seen_beat;
-        let since = now.saturating_duration_since(at);
-        if since < POLLING_NOW {
-            if first != seen {
-                link.seen_beat = (first, now);
-                return true;
-            }
-            // No move since a recent look: the owner is busy (its count moves every few hundred
-            // nanoseconds while it polls free). A look under a microsecond ago is too soon to
-            // tell; keep comparing against it.
-            if since >= WATCH {
-                link.seen_beat = (first, now);
-                return false;
-            }
+        let (seen, at, was_free) = link.seen_beat;
+        let recent = now.saturating_duration_since(at) < POLLING_NOW;
+        link.seen_beat = (first, now, false);
+        if recent && first != seen {
+            link.seen_beat.2 = true;
+            return true;
         }
-        link.seen_beat = (first, now);
+        // No move since a recent look at an owner found busy then: busy still (an owner that
+        // turned free moves the count every few hundred nanoseconds). Not watching again saves
+        // a microsecond per large operation to a busy peer (fi_rma_bw's two-way reads and
+        // writes). An owner found free then may have been busy serving our last operation
+        // since, and is watched.
+        if recent && !was_free {
+            return false;
+        }
         // Nothing recent to compare with: watch for a moment. An owner in its polling loop
         // moves the count every few hundred nanoseconds.
         loop {
             std::hint::spin_loop();
             let b = beat();
             if b != first {
-                link.seen_beat = (b, Instant::now());
+                link.seen_beat = (b, Instant::now(), true);
                 return true;
             }
             if now.elapsed() > WATCH {

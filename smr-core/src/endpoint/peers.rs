@@ -39,9 +39,9 @@ pub(super) struct Link {
     pub used: bool,
     pub last_check: Instant,
     pub owner: Watch,
-    /// The owner's free-poll count as we last saw it, and when (`peer_is_free`; the fine
-    /// clock: the window is microseconds, below the coarse clock's tick).
-    pub seen_beat: (u64, std::time::Instant),
+    /// The owner's free-poll count as we last saw it, when (`peer_is_free`; the fine clock: the
+    /// window is microseconds, below the coarse clock's tick), and whether we found it free.
+    pub seen_beat: (u64, std::time::Instant, bool),
     /// When the owner's process was last seen alive before a direct copy (`live_link`).
     pub alive_seen: Instant,
 }
@@ -241,7 +241,7 @@ impl Endpoint {
             let slot = claim_slot(&region, self.region.name(), me, my_inc)?;
             let cma = region.flags() & crate::layout::FLAG_CMA != 0;
             let now = Instant::now();
-            let seen_beat = (region.beat().free_polls.load(Ordering::Relaxed), std::time::Instant::now());
+            let seen_beat = (region.beat().free_polls.load(Ordering::Relaxed), std::time::Instant::now(), false);
             p.link = Some(Link {
                 region,
                 slot,
