@@ -1138,3 +1138,35 @@ fn a_message_refused_while_it_arrives_writes_no_more_and_fails_its_sender() {
     assert!(target[placed..].iter().all(|&x| x == 0xee), "bytes written after the refusal");
     assert_eq!(free_buffers(&b).1, 2, "SAR buffers not returned");
 }
+
+/// `write_published`: a peer writes a registration the owner published for writing, where the
+/// entry says and nowhere else, and is refused (take the ordinary path) for an entry that only
+/// allows reads, for a range outside the registration and once the owner withdrew the entry.
+#[test]
+fn a_published_registration_is_written_only_as_its_entry_allows() {
+    use crate::published::{REMOTE_READ, REMOTE_WRITE};
+    if !cma_or_skip("write_published") {
+        return;
+    }
+    let (mut a, mut b, to_b) = pair("pubwrite", Params::default());
+    let mut mem = vec![0u8; 8192];
+    let base = mem.as_mut_ptr() as u64;
+    b.publish_mr(1, base, 8192, REMOTE_READ).expect("room");
+    let writable = b.publish_mr(2, base, 8192, REMOTE_WRITE).expect("room");
+    let data = pattern(1000, 6);
+    let read_only = a.peer_mr(to_b, 1).expect("published for reading");
+    assert_eq!(a.write_published(to_b, &read_only, 0, &LocalIov::owned(data.clone())), Err(Error::Again));
+    let entry = a.peer_mr(to_b, 2).expect("published for writing");
+    assert_eq!(a.write_published(to_b, &entry, 100, &LocalIov::owned(data.clone())), Ok(1000));
+    std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(mem[100..1100], data[..], "the bytes where the write named");
+    assert!(mem[..100].iter().chain(&mem[1100..]).all(|&x| x == 0), "written outside the named range");
+    assert!(
+        matches!(a.write_published(to_b, &entry, 7500, &LocalIov::owned(data.clone())), Err(Error::Invalid(_))),
+        "a write past the registration's end"
+    );
+    b.withdraw_mr(writable);
+    assert_eq!(a.write_published(to_b, &entry, 0, &LocalIov::owned(data)), Err(Error::Again), "a withdrawn entry");
+    assert!(mem[..100].iter().all(|&x| x == 0), "a refused write touched the memory");
+    assert_eq!(a.stats().published_writes, 1);
+}
