@@ -51,10 +51,7 @@ fn run<const M: u8>(r: &mut Rank) -> TResult {
     if r.rank == TARGET {
         return target(&mut p, r);
     }
-    let all = p.share_mrs(r, &[])?;
-    ensure!(all[TARGET].len() == 3, "the target shared {} MRs", all[TARGET].len());
-    let mk = |i: usize| Target { dest: p.addrs[TARGET], addr: all[TARGET][i].addr, key: all[TARGET][i].key };
-    let (a, write_only, counted) = (mk(0), mk(1), mk(2));
+    let ([a, write_only, counted], wrong) = initiator_targets(&mut p, r, TARGET)?;
 
     r.pmi.step("reads while the target sleeps");
     p.barrier(r)?;
@@ -80,10 +77,6 @@ fn run<const M: u8>(r: &mut Rank) -> TResult {
     }
 
     r.pmi.step("reads that must fail");
-    let mut wrong = 0xBAD0_0000_u64 ^ a.key;
-    while all[TARGET].iter().any(|m| m.key == wrong) {
-        wrong = wrong.wrapping_add(0x1_0001);
-    }
     for (what, t, len) in [
         ("fi_read of 64 KiB crossing the MR end", a.at(LEN - 32_768), 65_536),
         ("fi_read of 64 KiB from a FI_REMOTE_WRITE-only MR", write_only, 65_536),
@@ -108,27 +101,7 @@ fn target(p: &mut Peer, r: &mut Rank) -> TResult {
     let regs: Vec<usize> = (0..3).map(|_| p.alloc(LEN)).collect();
     p.region(regs[0]).write(0, &contents(0));
     p.region(regs[2]).write(0, &contents(2));
-    // Registered here, not through `p.reg`, so that it can be closed mid-scenario.
-    let base = p.region(regs[0]).ptr();
-    // SAFETY: the region outlives the MR: regions are freed when `p` drops, after this MR is
-    // closed below.
-    let ma = unsafe { Mr::reg(p.domain(), base, LEN, REMOTE_READ | REMOTE_WRITE, 0, 0x9A0, 0) }.ctx("fi_mr_reg")?;
-    let ia = MrInfo { key: ma.key(), addr: if p.virt_addr() { base as u64 } else { 0 } };
-    let (_, ib) = p.reg(regs[1], 0, LEN, REMOTE_WRITE, 0x9A1, 0)?;
-    let (mc, ic) = p.reg(regs[2], 0, LEN, REMOTE_READ, 0x9A2, 0)?;
-    let c = p.new_cntr()?;
-    let ret = p.mr_bind_cntr(mc, c, REMOTE_READ);
-    if ret == fabric::ENOSYS || ret == fabric::EOPNOTSUPP {
-        return Err(TestErr::Nos(
-            ret,
-            format!("fi_mr_bind(mr, cntr, FI_REMOTE_READ) returned {}", fabric::errname(ret)),
-        ));
-    }
-    crate::harness::fi_ok("fi_mr_bind(mr, cntr, FI_REMOTE_READ)", ret)?;
-    if p.mr_rma_event() {
-        crate::harness::fi_ok("fi_mr_enable", p.mr(mc).enable())?;
-    }
-    p.share_mrs(r, &[ia, ib, ic])?;
+    let (ma, c) = target_mrs(p, r, &regs, LEN, (REMOTE_WRITE, REMOTE_READ), 0x9A0)?;
 
     // Asleep: no progress call of any kind until the initiator has had its chance.
     r.pmi.barrier()?;
@@ -148,6 +121,53 @@ fn target(p: &mut Peer, r: &mut Rank) -> TResult {
     p.barrier(r)
 }
 
+/// The target's three registrations of `len` bytes over `regs` (keys `key`, `key + 1`,
+/// `key + 2`), shared with every rank: a readable and writable one it may close mid-scenario
+/// (returned), one allowing `access.0` only, and one allowing `access.1` bound to a counter
+/// for that access (returned: its index). Not supported if the provider refuses the binding.
+pub fn target_mrs(
+    p: &mut Peer,
+    r: &mut Rank,
+    regs: &[usize],
+    len: usize,
+    access: (u64, u64),
+    key: u64,
+) -> TResult<(Mr, usize)> {
+    // Registered here, not through `p.reg`, so that it can be closed mid-scenario.
+    let base = p.region(regs[0]).ptr();
+    // SAFETY: the region outlives the MR: regions are freed when `p` drops, after the caller
+    // closed this MR.
+    let ma = unsafe { Mr::reg(p.domain(), base, len, REMOTE_READ | REMOTE_WRITE, 0, key, 0) }.ctx("fi_mr_reg")?;
+    let ia = MrInfo { key: ma.key(), addr: if p.virt_addr() { base as u64 } else { 0 } };
+    let (_, ib) = p.reg(regs[1], 0, len, access.0, key + 1, 0)?;
+    let (mc, ic) = p.reg(regs[2], 0, len, access.1, key + 2, 0)?;
+    let c = p.new_cntr()?;
+    let what = format!("fi_mr_bind(mr, cntr, {})", super::rma_util::cntr_flags_name(access.1));
+    let ret = p.mr_bind_cntr(mc, c, access.1);
+    if ret == fabric::ENOSYS || ret == fabric::EOPNOTSUPP {
+        return Err(TestErr::Nos(ret, format!("{what} returned {}", fabric::errname(ret))));
+    }
+    crate::harness::fi_ok(&what, ret)?;
+    if p.mr_rma_event() {
+        crate::harness::fi_ok("fi_mr_enable", p.mr(mc).enable())?;
+    }
+    p.share_mrs(r, &[ia, ib, ic])?;
+    Ok((ma, c))
+}
+
+/// The initiator's side of `target_mrs`: the three registrations of rank `target`, and a key
+/// none of them has.
+pub fn initiator_targets(p: &mut Peer, r: &mut Rank, target: usize) -> TResult<([Target; 3], u64)> {
+    let all = p.share_mrs(r, &[])?;
+    ensure!(all[target].len() == 3, "the target shared {} MRs", all[target].len());
+    let mk = |i: usize| Target { dest: p.addrs[target], addr: all[target][i].addr, key: all[target][i].key };
+    let mut wrong = 0xBAD0_0000_u64 ^ all[target][0].key;
+    while all[target].iter().any(|m| m.key == wrong) {
+        wrong = wrong.wrapping_add(0x1_0001);
+    }
+    Ok(([mk(0), mk(1), mk(2)], wrong))
+}
+
 /// Read `len` bytes at `t` and compare them with `want`.
 fn read_check(p: &mut Peer, t: Target, len: usize, want: &[u8], when: &str) -> TResult {
     let what = format!("fi_read of {len} B {when}");
@@ -160,12 +180,16 @@ fn read_check(p: &mut Peer, t: Target, len: usize, want: &[u8], when: &str) -> T
     Ok(())
 }
 
-/// A read that must end in an error: refused at the call, or an error completion.
+/// A read that must end in an error.
 fn read_fails(p: &mut Peer, t: Target, len: usize, what: &str) -> TResult {
-    let id = match p.read(what, len, t)? {
-        Err(_) => return Ok(()),
-        Ok(id) => id,
-    };
+    let posted = p.read(what, len, t)?;
+    must_fail(p, posted, what)
+}
+
+/// An operation that must end in an error: refused at the call (`posted` is the error), or
+/// completed with an error.
+pub fn must_fail(p: &mut Peer, posted: Result<u64, i32>, what: &str) -> TResult {
+    let Ok(id) = posted else { return Ok(()) };
     match p.wait_for(id, Duration::from_secs(5))? {
         None => bail!("{what}: no completion within 5 s"),
         Some(d) if d.err == 0 => bail!("{what}: completed successfully"),

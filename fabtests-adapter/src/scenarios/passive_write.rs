@@ -8,11 +8,10 @@
 //! the registration fails and leaves the memory alone. Rank 0 writes, rank 1 is the target.
 //! Writes are larger than rshm's one-trip size (16 KiB), where it writes on its own.
 
-use super::passive::cma_permitted;
-use super::rma_util::{must, MrInfo, Peer, Spec, Target, BASIC, MSG, REMOTE_READ, REMOTE_WRITE, RMA, SCALABLE};
+use super::passive::{cma_permitted, initiator_targets, must_fail, target_mrs};
+use super::rma_util::{must, Peer, Spec, Target, BASIC, MSG, REMOTE_READ, REMOTE_WRITE, RMA, SCALABLE};
 use super::{scn, Scenario};
-use crate::fabric::{self, Mr};
-use crate::harness::{pattern, FiCtx, Rank, TResult, TestErr};
+use crate::harness::{pattern, FiCtx, Rank, TResult};
 use crate::{bail, ensure};
 use std::time::{Duration, Instant};
 
@@ -59,10 +58,7 @@ fn run<const M: u8>(r: &mut Rank) -> TResult {
     if r.rank == TARGET {
         return target(&mut p, r);
     }
-    let all = p.share_mrs(r, &[])?;
-    ensure!(all[TARGET].len() == 3, "the target shared {} MRs", all[TARGET].len());
-    let mk = |i: usize| Target { dest: p.addrs[TARGET], addr: all[TARGET][i].addr, key: all[TARGET][i].key };
-    let (a, read_only, counted) = (mk(0), mk(1), mk(2));
+    let ([a, read_only, counted], wrong) = initiator_targets(&mut p, r, TARGET)?;
 
     r.pmi.step("writes while the target sleeps");
     p.barrier(r)?;
@@ -86,10 +82,6 @@ fn run<const M: u8>(r: &mut Rank) -> TResult {
     p.barrier(r)?;
 
     r.pmi.step("writes that must fail, then counted writes");
-    let mut wrong = 0xBAD0_0000_u64 ^ a.key;
-    while all[TARGET].iter().any(|m| m.key == wrong) {
-        wrong = wrong.wrapping_add(0x1_0001);
-    }
     for (what, t) in [
         ("fi_write of 64 KiB crossing the MR end", a.at(LEN - SMALL / 2)),
         ("fi_write of 64 KiB into a FI_REMOTE_READ-only MR", read_only),
@@ -115,27 +107,7 @@ fn target(p: &mut Peer, r: &mut Rank) -> TResult {
     let regs: Vec<usize> = (0..3).map(|_| p.alloc(LEN)).collect();
     p.region(regs[0]).write(0, &contents(0));
     p.region(regs[1]).write(0, &contents(1));
-    // Registered here, not through `p.reg`, so that it can be closed mid-scenario.
-    let base = p.region(regs[0]).ptr();
-    // SAFETY: the region outlives the MR: regions are freed when `p` drops, after this MR is
-    // closed below.
-    let ma = unsafe { Mr::reg(p.domain(), base, LEN, REMOTE_READ | REMOTE_WRITE, 0, 0x7A0, 0) }.ctx("fi_mr_reg")?;
-    let ia = MrInfo { key: ma.key(), addr: if p.virt_addr() { base as u64 } else { 0 } };
-    let (_, ib) = p.reg(regs[1], 0, LEN, REMOTE_READ, 0x7A1, 0)?;
-    let (mc, ic) = p.reg(regs[2], 0, LEN, REMOTE_WRITE, 0x7A2, 0)?;
-    let c = p.new_cntr()?;
-    let ret = p.mr_bind_cntr(mc, c, REMOTE_WRITE);
-    if ret == fabric::ENOSYS || ret == fabric::EOPNOTSUPP {
-        return Err(TestErr::Nos(
-            ret,
-            format!("fi_mr_bind(mr, cntr, FI_REMOTE_WRITE) returned {}", fabric::errname(ret)),
-        ));
-    }
-    crate::harness::fi_ok("fi_mr_bind(mr, cntr, FI_REMOTE_WRITE)", ret)?;
-    if p.mr_rma_event() {
-        crate::harness::fi_ok("fi_mr_enable", p.mr(mc).enable())?;
-    }
-    p.share_mrs(r, &[ia, ib, ic])?;
+    let (ma, c) = target_mrs(p, r, &regs, LEN, (REMOTE_READ, REMOTE_WRITE), 0x7A0)?;
 
     // Asleep: no progress call of any kind until the initiator has had its chance.
     r.pmi.barrier()?;
@@ -168,15 +140,8 @@ fn same(got: &[u8], want: &[u8], what: &str) -> TResult {
     Ok(())
 }
 
-/// A write that must end in an error: refused at the call, or an error completion.
+/// A write that must end in an error.
 fn write_fails(p: &mut Peer, t: Target, what: &str) -> TResult {
-    let id = match p.write(what, contents(30)[..SMALL].to_vec(), t, None)? {
-        Err(_) => return Ok(()),
-        Ok(id) => id,
-    };
-    match p.wait_for(id, Duration::from_secs(5))? {
-        None => bail!("{what}: no completion within 5 s"),
-        Some(d) if d.err == 0 => bail!("{what}: completed successfully"),
-        Some(_) => Ok(()),
-    }
+    let posted = p.write(what, contents(30)[..SMALL].to_vec(), t, None)?;
+    must_fail(p, posted, what)
 }
