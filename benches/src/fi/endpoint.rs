@@ -326,8 +326,11 @@ impl Endpoint {
     }
 
     /// Call `post` until it stops answering -FI_EAGAIN, progressing in between.
+    /// The clock is read from the first -FI_EAGAIN on, not per call: a clock read per post
+    /// (a vDSO call) took 18% of the samples of an 8 B tagged stream over rshm, the same
+    /// nanoseconds for every provider, which squeezed their ratios toward 1.
     pub fn retry(&mut self, what: &str, mut post: impl FnMut(&mut Endpoint) -> isize) -> Result<()> {
-        let start = Instant::now();
+        let mut start: Option<Instant> = None;
         loop {
             let ret = post(self);
             if ret == 0 {
@@ -337,7 +340,7 @@ impl Endpoint {
                 return Err(format!("{what}: {}", fabric::errname(ret as i32)));
             }
             self.progress()?;
-            if start.elapsed() > WAIT_LIMIT {
+            if start.get_or_insert_with(Instant::now).elapsed() > WAIT_LIMIT {
                 return Err(format!("{what}: -FI_EAGAIN for {}s", WAIT_LIMIT.as_secs()));
             }
         }
