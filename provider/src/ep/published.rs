@@ -1,6 +1,5 @@
 //! Which registrations each endpoint publishes in its region, so that peers read and write them
-//! with CMA on their own (`smr_core::published`; the initiator's side is `rma::read_published`
-//! and `rma::write_published`).
+//! with CMA on their own (`smr_core::published`; the initiator's side is `rma::copy_published`).
 //!
 //! Published: registrations of one range that allow FI_REMOTE_READ or FI_REMOTE_WRITE, each
 //! access only where the target need not count it, as many as the table holds (64; the others

@@ -17,7 +17,7 @@
 //! | <= 32 B (`ANSWER_DATA_MAX`)         | 2            | in the answer's response entry (`answer_with`)             |
 //! | 33 B ..= FI_RSHM_READ_ONE_TRIP_MAX  | 2            | in an answer buffer of the initiator's region (`answer_into`) |
 //! | larger, from a target with a CPU to spare (`Endpoint::peer_is_free`) | 2 + segments | pushed by the target through the initiator's SAR buffers while the initiator copies out (`ReturnBy::Pushed`) |
-//! | larger, from a registration the target published | 0 | read by the initiator itself with CMA (`read_published`; `published.rs`) |
+//! | larger, from a registration the target published | 0 | read by the initiator itself with CMA (`copy_published`; `published.rs`) |
 //! | larger otherwise (or no answer buffer free and above 4 KiB), CMA both ways | 2 | written by the target into the initiator's buffer (`Endpoint::cma_write`), then the answer |
 //! | otherwise                           | 3            | in a READ_RESP message (inline, inject, CMA or SAR), then the answer |
 //!
@@ -49,7 +49,7 @@
 //! each segment straight into the registration (SOS `shmem_bw_put_perf` at 128 KiB-1 MiB:
 //! 12-17 GB/s against 6-10 pulled); to any other, into a registration it published for peers to
 //! write, by the initiator itself with one `process_vm_writev`, complete (delivery complete) in
-//! the call (`write_published`; fi_rma_bw's two-way writes at 24 KiB: 6.1 GB/s against 3.7
+//! the call (`copy_published`; fi_rma_bw's two-way writes at 24 KiB: 6.1 GB/s against 3.7
 //! pulled); otherwise pulled by the target with one CMA read in one step of its progress (its
 //! CPU is busy or elsewhere, and SAR would need it for every segment). Registrations whose writes
 //! a FI_REMOTE_WRITE counter must count are not published for writing, and a write with remote
@@ -330,8 +330,8 @@ pub struct RmaState {
     loopback: Vec<Option<bool>>,
     /// `issued` at the last `poll_is_free`.
     issued_seen: u64,
-    /// Progress calls in a row with nothing of our own outstanding or started, since when, and
-    /// whether that has lasted `FREE_AFTER` (`poll_is_free`).
+    /// Progress calls in a row with nothing of our own outstanding or started, when the clock
+    /// started on them, and whether they have lasted `FREE_AFTER` since (`poll_is_free`).
     quiet_polls: u32,
     quiet_since: Option<std::time::Instant>,
     free: bool,
@@ -343,7 +343,8 @@ pub struct RmaState {
 /// windows of 64 writes (a few microseconds), were taken for free and sent a third of their
 /// large writes through SAR, which then waited for a peer busy with its own.
 const FREE_AFTER: std::time::Duration = std::time::Duration::from_micros(20);
-/// Quiet progress calls between looks at the clock while waiting for `FREE_AFTER`.
+/// Quiet progress calls before the clock starts, and between its looks while waiting for
+/// `FREE_AFTER`.
 const FREE_CHECK_EVERY: u32 = 64;
 
 /// What a one-sided call asks for, once the entry point has checked its arguments.
@@ -392,14 +393,8 @@ pub fn start_inline(st: &mut crate::domain::DomainState, id: usize, a: OneSided,
     let pushed = large && ep.engine.as_mut().expect("checked above").peer_is_free(peer);
     if large && !pushed {
         let engine = ep.engine.as_mut().expect("checked above");
-        let done = match &op {
-            Op::Read { local } => read_published(engine, peer, &a, local).then_some(super::TxKind::Read),
-            Op::Write { local, data: None } => write_published(engine, peer, &a, local).then_some(super::TxKind::Write),
-            _ => None,
-        };
-        if let Some(kind) = done {
-            let dir = if kind == super::TxKind::Read { ffi::FI_READ } else { ffi::FI_WRITE };
-            let tx = TxOp::new(a.ctx, (ffi::FI_RMA | dir) as u64, wanted, kind);
+        if let Some((kind, flags)) = copy_published(engine, peer, &a, &op) {
+            let tx = TxOp::new(a.ctx, flags, wanted, kind);
             ep.rma.issued += 1;
             done_at_once(&mut super::Sinks { cqs, cntrs, b: &ep.bindings }, a.ctx, &tx);
             return Ok(());
@@ -627,32 +622,34 @@ fn done_at_once(sinks: &mut super::Sinks, ctx: usize, tx: &TxOp) {
 }
 
 /// Reads and writes at least this long are pushed through SAR to a target with a CPU to spare;
-/// to another, reads try its published registrations first (`read_published`): one system
+/// to another, reads and writes try its published registrations first (`copy_published`): one system
 /// call of the initiator's, against a round trip through the target. Shorter reads are cheaper
 /// through the target's answer (docs/perf/protocols.md), and shorter writes fit one SAR segment.
 fn large_min() -> usize {
     crate::params::config().read_one_trip_max + 1
 }
 
-/// Make a read into `local` here, with CMA, if the target published the registration
-/// it reads (`smr_core::published`). False: nothing is complete, take the ordinary path (the
-/// destination may hold bytes of a copy that raced a change of the registration; the ordinary
-/// read overwrites them).
-fn read_published(engine: &mut Endpoint, peer: PeerId, a: &OneSided, local: &Ranges) -> bool {
-    let Some(p) = engine.peer_mr(peer, a.key) else { return false };
-    // SAFETY: the application's result buffer, lent for the read, which ends within this call.
-    let mut dest = unsafe { super::rx::lend(local.clone()) };
-    engine.read_published(peer, &p, a.addr, &mut dest).is_ok()
-}
-
-/// Make a write of `local` here, with CMA, if the target published the registration it writes
-/// for peers to write (`smr_core::published`): delivery complete when this returns true. False:
-/// nothing is complete, take the ordinary path (which writes every byte again).
-fn write_published(engine: &mut Endpoint, peer: PeerId, a: &OneSided, local: &Ranges) -> bool {
-    let Some(p) = engine.peer_mr(peer, a.key) else { return false };
-    // SAFETY: the application's source buffer, lent for the write, which ends within this call.
-    let src = unsafe { super::rx::lend(local.clone()) };
-    engine.write_published(peer, &p, a.addr, &src).is_ok()
+/// Make a read, or a write without CQ data, here with CMA, if the target published the
+/// registration for it (`smr_core::published`): complete when this returns its kind and
+/// completion flags. None: nothing is complete, take the ordinary path (a copy that fell short
+/// may have placed some bytes; the ordinary path copies them all again).
+fn copy_published(engine: &mut Endpoint, peer: PeerId, a: &OneSided, op: &Op) -> Option<(super::TxKind, u64)> {
+    let (local, read) = match op {
+        Op::Read { local } => (local, true),
+        Op::Write { local, data: None } => (local, false),
+        _ => return None,
+    };
+    let p = engine.peer_mr(peer, a.key)?;
+    // SAFETY: the application's buffer (the read's destination, the write's source), lent for
+    // the operation, which ends within this call.
+    let mut iov = unsafe { super::rx::lend(local.clone()) };
+    let copied = if read {
+        engine.read_published(peer, &p, a.addr, &mut iov)
+    } else {
+        engine.write_published(peer, &p, a.addr, &iov)
+    };
+    let (kind, dir) = if read { (super::TxKind::Read, ffi::FI_READ) } else { (super::TxKind::Write, ffi::FI_WRITE) };
+    copied.is_ok().then_some((kind, (ffi::FI_RMA | dir) as u64))
 }
 
 fn header(app: u8, tag: u64, aux: u64, data: u64, len: usize) -> MsgHeader {
@@ -697,24 +694,30 @@ impl RmaState {
 
     /// Called once per progress call, `tx_idle` when no operation of ours is outstanding: true
     /// while this endpoint is free to serve its peers' copies (`Endpoint::note_free_poll`),
-    /// that is, once it has gone `FREE_AFTER` without an operation outstanding or started. An
-    /// endpoint whose application issues one-sided operations (even ones that complete within
-    /// the call, like copies of published registrations) is busy. The clock is read when a
-    /// quiet run starts and every `FREE_CHECK_EVERY` calls of it, not on every idle poll.
+    /// that is, once it has gone `FREE_CHECK_EVERY` calls and then `FREE_AFTER` without an
+    /// operation outstanding or started. An endpoint whose application issues one-sided
+    /// operations (even ones that complete within the call, like copies of published
+    /// registrations) is busy. The clock is read every `FREE_CHECK_EVERY` quiet calls, never on
+    /// every idle poll.
     pub fn poll_is_free(&mut self, tx_idle: bool) -> bool {
         let quiet = tx_idle && std::mem::replace(&mut self.issued_seen, self.issued) == self.issued;
         if !quiet {
-            (self.quiet_polls, self.free) = (0, false);
+            (self.quiet_polls, self.quiet_since, self.free) = (0, None, false);
             return false;
         }
         if self.free {
             return true;
         }
         self.quiet_polls = self.quiet_polls.wrapping_add(1);
-        if self.quiet_polls == 1 {
-            self.quiet_since = Some(std::time::Instant::now());
-        } else if self.quiet_polls.is_multiple_of(FREE_CHECK_EVERY) {
-            self.free = self.quiet_since.is_some_and(|t| t.elapsed() >= FREE_AFTER);
+        // The clock starts at the `FREE_CHECK_EVERY`th quiet call, not the first: the short
+        // quiet runs of a message path (the idle polls between a send's completion and the next
+        // arrival) then cost no clock read at all.
+        if self.quiet_polls.is_multiple_of(FREE_CHECK_EVERY) {
+            let now = std::time::Instant::now();
+            match self.quiet_since {
+                Some(since) => self.free = now.saturating_duration_since(since) >= FREE_AFTER,
+                None => self.quiet_since = Some(now),
+            }
         }
         self.free
     }

@@ -9,6 +9,7 @@
 //! gone or rewriting the entry) says "take the ordinary path": the request through the owner's
 //! ring, which reports errors the usual way.
 
+use super::peers::BeatSeen;
 use super::{Endpoint, PeerId};
 use crate::cmd::RemoteIov;
 use crate::error::{Error, Result};
@@ -20,7 +21,8 @@ use std::time::{Duration, Instant};
 /// How long a look at a peer's process (`Watch::alive`, a system call) stands for the direct
 /// copies that follow. A process that dies leaves its pid to a new one only after the kernel
 /// has handed out every other pid, which takes far longer; in between, a copy to or from the
-/// dead owner's pid finds no process and fails.
+/// dead owner's pid finds no process and fails. Measured on the coarse clock (`live_link`), so
+/// a look stands for up to its tick (1-4 ms), still far below that.
 const ALIVE_FOR: Duration = Duration::from_millis(1);
 
 /// How recent our last look at a peer's idle-poll count must be for a change since then to
@@ -48,9 +50,9 @@ impl Endpoint {
     }
 
     /// Whether `peer`'s owner keeps progressing with nothing of its own outstanding: it has a
-    /// CPU to spare right now. A large read from such a peer is faster as a reply it pushes
-    /// into our buffers while we copy out (both CPUs copy); from any other (busy with its own
-    /// operations, computing, asleep) as our own CMA read, which needs nothing from it. False
+    /// CPU to spare right now. Large data to or from such a peer is faster pushed through SAR
+    /// while it copies too (both CPUs copy); to or from any other (busy with its own
+    /// operations, computing, asleep) as our own CMA copy, which needs nothing from it. False
     /// for a peer we cannot reach yet.
     pub fn peer_is_free(&mut self, peer: PeerId) -> bool {
         // Maps the peer's region on first use, so that the first large operation to a peer is
@@ -59,28 +61,27 @@ impl Endpoint {
         let beat = || link.region.beat().free_polls.load(Ordering::Relaxed);
         let first = beat();
         let now = Instant::now();
-        let (seen, at, was_free) = link.seen_beat;
-        let recent = now.saturating_duration_since(at) < POLLING_NOW;
-        link.seen_beat = (first, now, false);
-        if recent && first != seen {
-            link.seen_beat.2 = true;
+        let last = std::mem::replace(&mut link.seen_beat, BeatSeen { count: first, at: now, free: false });
+        let recent = now.saturating_duration_since(last.at) < POLLING_NOW;
+        if recent && first != last.count {
+            link.seen_beat.free = true;
             return true;
         }
         // No move since a recent look at an owner found busy then: busy still (an owner that
         // turned free moves the count every few hundred nanoseconds). Not watching again saves
         // a microsecond per large operation to a busy peer (fi_rma_bw's two-way reads and
-        // writes). An owner found free then may have been busy serving our last operation
-        // since, and is watched.
-        if recent && !was_free {
+        // writes).
+        if recent && !last.free {
             return false;
         }
-        // Nothing recent to compare with: watch for a moment. An owner in its polling loop
+        // Nothing recent to compare with, or an owner found free then, which may have been busy
+        // serving our last operation since: watch for a moment. An owner in its polling loop
         // moves the count every few hundred nanoseconds.
         loop {
             std::hint::spin_loop();
             let b = beat();
             if b != first {
-                link.seen_beat = (b, Instant::now(), true);
+                link.seen_beat = BeatSeen { count: b, at: Instant::now(), free: true };
                 return true;
             }
             if now.elapsed() > WATCH {

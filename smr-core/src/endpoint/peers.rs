@@ -39,9 +39,8 @@ pub(super) struct Link {
     pub used: bool,
     pub last_check: Instant,
     pub owner: Watch,
-    /// The owner's free-poll count as we last saw it, when (`peer_is_free`; the fine clock: the
-    /// window is microseconds, below the coarse clock's tick), and whether we found it free.
-    pub seen_beat: (u64, std::time::Instant, bool),
+    /// Our last look at the owner's free-poll count (`peer_is_free`).
+    pub seen_beat: BeatSeen,
     /// When the owner's process was last seen alive before a direct copy (`live_link`).
     pub alive_seen: Instant,
 }
@@ -59,6 +58,15 @@ impl Link {
     pub fn owner_gone(&self) -> bool {
         self.region.closed() || !(self.owner.alive() && self.region.intact())
     }
+}
+
+/// What `peer_is_free` last saw of a peer's owner: its free-poll count, when (the fine clock:
+/// the window is microseconds, below the coarse clock's tick), and whether it found it free.
+#[derive(Clone, Copy)]
+pub(super) struct BeatSeen {
+    pub count: u64,
+    pub at: std::time::Instant,
+    pub free: bool,
 }
 
 /// A peer that sends to us.
@@ -241,7 +249,11 @@ impl Endpoint {
             let slot = claim_slot(&region, self.region.name(), me, my_inc)?;
             let cma = region.flags() & crate::layout::FLAG_CMA != 0;
             let now = Instant::now();
-            let seen_beat = (region.beat().free_polls.load(Ordering::Relaxed), std::time::Instant::now(), false);
+            let seen_beat = BeatSeen {
+                count: region.beat().free_polls.load(Ordering::Relaxed),
+                at: std::time::Instant::now(),
+                free: false,
+            };
             p.link = Some(Link {
                 region,
                 slot,
