@@ -439,30 +439,40 @@ impl Consumer {
     /// the rest of `value` keeps what it held. For large entries that saves clearing and moving
     /// the whole of one per pop.
     pub fn pop_into<T: Pod>(&mut self, ring: &Ring<'_, T>, value: &mut T) -> Pop<()> {
+        match self.peek_into(ring, value) {
+            Pop::Item(_) => {
+                self.copy_rest(ring, value);
+                self.release(ring);
+                Pop::Item(())
+            }
+            Pop::Empty => Pop::Empty,
+            Pop::Pending => Pop::Pending,
+        }
+    }
+
+    /// The first step of `pop_into`, for a caller that reads the rest of a published entry
+    /// straight from its slot rather than from a copy: copy what shares the stamp's cache line
+    /// into `value` (an entry's header, whose `wire_len` says how much more is in use), keep
+    /// the slot, and say where the entry lies in it. The caller then `release`s it, after
+    /// `copy_rest` if it wants the whole entry in `value` after all. Until the release,
+    /// `peek_into` returns the same entry again.
+    ///
+    /// A peer can still write the slot before the release (a well-behaved one does not): read
+    /// from it in place only bytes whose value nothing depends on, such as a message's payload
+    /// that is copied out once; anything checked must come from the copy in `value`.
+    #[inline]
+    pub fn peek_into<T: Pod>(&self, ring: &Ring<'_, T>, value: &mut T) -> Pop<*const T> {
         let slot = &ring.slots[(self.head & ring.mask) as usize];
         let stamp = slot.stamp.load(Ordering::Acquire);
         if stamp == self.head.wrapping_add(1) {
-            // Copy what shares the stamp's cache line, learn from it how much more is in use,
-            // and copy only that: a small entry costs one line, not the whole slot.
-            let out = (value as *mut T).cast::<u8>();
             let first = FIRST_LINE_BYTES.min(size_of::<T>());
-            slot.value.with(|cell| {
+            return Pop::Item(slot.value.with(|cell| {
                 // SAFETY: the Acquire load saw the producer's Release publish, so the entry is
                 // complete; `T: Pod` makes any bytes a peer wrote a valid `T`; `first` is at
                 // most the size of `T`.
-                unsafe { core::ptr::copy_nonoverlapping(cell.cast::<u8>(), out, first) }
-            });
-            let len = value.wire_len().min(size_of::<T>());
-            if len > first {
-                slot.value.with(|cell| {
-                    // SAFETY: as above, for bytes `first..len` of the same entry.
-                    unsafe { core::ptr::copy_nonoverlapping(cell.cast::<u8>().add(first), out.add(first), len - first) }
-                });
-            }
-            slot.stamp.store(self.head.wrapping_add(ring.capacity()), Ordering::Release);
-            self.head = self.head.wrapping_add(1);
-            prefetch(&ring.slots[(self.head & ring.mask) as usize].stamp, Prefetch::Read);
-            return Pop::Item(());
+                unsafe { core::ptr::copy_nonoverlapping(cell.cast::<u8>(), (value as *mut T).cast::<u8>(), first) };
+                cell
+            }));
         }
         // Not reading `tail` here keeps the producers' hot line out of the consumer's cache
         // while it polls; `stalled` looks at it when the caller wants to know.
@@ -471,6 +481,31 @@ impl Consumer {
         } else {
             Pop::Pending
         }
+    }
+
+    /// After `peek_into` returned an entry: copy the rest of it that is in use (bytes from the
+    /// end of the first line up to `value.wire_len()`, read from the header `peek_into` copied).
+    #[inline]
+    pub fn copy_rest<T: Pod>(&self, ring: &Ring<'_, T>, value: &mut T) {
+        let first = FIRST_LINE_BYTES.min(size_of::<T>());
+        let len = value.wire_len().min(size_of::<T>());
+        if len > first {
+            let out = (value as *mut T).cast::<u8>();
+            ring.slots[(self.head & ring.mask) as usize].value.with(|cell| {
+                // SAFETY: the entry at the head is published (`peek_into`'s Acquire load) and
+                // not yet released, so it is ours to read; bytes `first..len` lie inside a `T`.
+                unsafe { core::ptr::copy_nonoverlapping(cell.cast::<u8>().add(first), out.add(first), len - first) }
+            });
+        }
+    }
+
+    /// After `peek_into` returned an entry: hand its slot to the next lap and move to the next.
+    #[inline]
+    pub fn release<T: Pod>(&mut self, ring: &Ring<'_, T>) {
+        let slot = &ring.slots[(self.head & ring.mask) as usize];
+        slot.stamp.store(self.head.wrapping_add(ring.capacity()), Ordering::Release);
+        self.head = self.head.wrapping_add(1);
+        prefetch(&ring.slots[(self.head & ring.mask) as usize].stamp, Prefetch::Read);
     }
 
     /// True if a producer claimed the head position but has not started writing it: with
@@ -639,6 +674,48 @@ mod tests {
             ring.push(&Val(lap)).unwrap();
             assert_eq!(c.pop(&ring), Pop::Item(Val(lap)));
         }
+    }
+
+    /// An entry two cache lines long, every word set from one seed.
+    #[derive(Clone, Copy, Debug, PartialEq)]
+    #[repr(C)]
+    struct Wide([u64; 16]);
+    // SAFETY: plain integers.
+    unsafe impl Pod for Wide {}
+    impl Wide {
+        fn of(seed: u64) -> Self {
+            Wide(std::array::from_fn(|k| seed * 100 + k as u64))
+        }
+    }
+
+    /// `peek_into` copies the first line only and keeps the slot: the rest is read in place (or
+    /// copied by `copy_rest`), the same entry is found again, and a producer cannot reuse the
+    /// slot until `release`.
+    #[test]
+    fn a_peeked_entry_stays_in_its_slot_until_released() {
+        let ctl = RingCtl::new();
+        let slots: Vec<Slot<Wide>> =
+            (0..2u64).map(|pos| Slot { stamp: AtomicU64::new(pos), value: UnsafeCell::new(Wide([0; 16])) }).collect();
+        let ring = Ring::new(&ctl, &slots);
+        let mut c = Consumer::new();
+        ring.push(&Wide::of(1)).unwrap();
+        ring.push(&Wide::of(2)).unwrap();
+        let mut kept = Wide([u64::MAX; 16]);
+        let Pop::Item(in_slot) = c.peek_into(&ring, &mut kept) else { panic!("nothing published") };
+        let first_words = FIRST_LINE_BYTES / 8;
+        assert_eq!(kept.0[..first_words], Wide::of(1).0[..first_words], "the first line copied");
+        assert!(kept.0[first_words..].iter().all(|&w| w == u64::MAX), "the rest left in the slot");
+        // SAFETY: the peeked entry, in its slot until the release below.
+        assert_eq!(unsafe { *in_slot }, Wide::of(1), "the whole entry read in place");
+        assert_eq!(ring.push(&Wide::of(3)), Err(PushError::Full), "a peeked slot is not free");
+        assert!(matches!(c.peek_into(&ring, &mut kept), Pop::Item(p) if p == in_slot), "found again");
+        c.copy_rest(&ring, &mut kept);
+        assert_eq!(kept, Wide::of(1));
+        c.release(&ring);
+        ring.push(&Wide::of(3)).unwrap();
+        assert_eq!(c.pop(&ring), Pop::Item(Wide::of(2)));
+        assert_eq!(c.pop(&ring), Pop::Item(Wide::of(3)));
+        assert_eq!(c.pop(&ring), Pop::Empty);
     }
 
     #[test]

@@ -445,11 +445,15 @@ impl Endpoint {
         while handled < PROGRESS_BUDGET {
             // The ring view is three loads: building it per pop lets `handle_command` borrow
             // `self` mutably, with no reference count to bump on the data path.
-            match self.cmd_rx.pop_into(&self.region.cmd_ring(), &mut entry) {
-                Pop::Item(()) => {
-                    if !self.express(&entry, h) {
+            match self.cmd_rx.peek_into(&self.region.cmd_ring(), &mut entry) {
+                Pop::Item(in_slot) => {
+                    // SAFETY: the entry `peek_into` found stays in its slot of our own region,
+                    // mapped as long as `self`, until the release below.
+                    if !unsafe { self.express(&entry, in_slot, h) } {
+                        self.cmd_rx.copy_rest(&self.region.cmd_ring(), &mut entry);
                         self.handle_command(&entry, h);
                     }
+                    self.cmd_rx.release(&self.region.cmd_ring());
                     handled += 1;
                 }
                 Pop::Empty => break,

@@ -100,8 +100,16 @@ impl Endpoint {
     /// false if the command is anything else, or the handler declined (then `handle_command`
     /// takes it). Its checks are `decode`'s for this one kind of command: the source is one we
     /// accepted, the length within the slot and our limit.
+    ///
+    /// `entry` holds the command's header (`Consumer::peek_into`); the payload is read where
+    /// it lies, in the ring slot `in_slot`, so that the handler's copy into the posted buffer
+    /// is the only one (a peer's payload is as untrusted as ever: bytes, copied out once).
+    ///
+    /// # Safety
+    /// `in_slot` is the popped, not yet released command slot whose header `entry` holds, in
+    /// our own region, which stays mapped for the call.
     #[inline(always)]
-    pub(super) fn express(&mut self, entry: &CmdEntry, h: &mut impl Handler) -> bool {
+    pub(super) unsafe fn express(&mut self, entry: &CmdEntry, in_slot: *const CmdEntry, h: &mut impl Handler) -> bool {
         if entry.op != op::MSG || entry.proto != proto::INLINE {
             return false;
         }
@@ -116,7 +124,11 @@ impl Endpoint {
         // A key as the general path gives every offered message (one declined here wastes one).
         let key = self.new_key();
         let msg = Incoming { key, src, src_gen, msg_id, hdr, acked: ack };
-        let payload = &entry.payload[..len as usize];
+        // SAFETY: `len` is at most INLINE_MAX (checked above), the size of `payload`, in the
+        // slot our own mapping holds for this call (this function's contract). Any byte value is
+        // a valid `u8`; a peer that writes the slot meanwhile garbles only its own message.
+        let payload =
+            unsafe { std::slice::from_raw_parts(std::ptr::addr_of!((*in_slot).payload).cast::<u8>(), len as usize) };
         match h.on_inline(&msg, payload) {
             None => return false,
             // The commonest answer (a message received, a write applied), without the match
