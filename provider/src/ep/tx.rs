@@ -128,7 +128,7 @@ pub fn inject_inline(
     let Some(engine) = ep.engine.as_mut() else { return false };
     let hdr = header(tag, data, bytes.len());
     crate::debug!(EpData, "inject to {dest} len {} tag {:#x} app {} (inline)", hdr.len, hdr.tag, hdr.app);
-    engine.send_inline(peer, &hdr, bytes)
+    engine.send_express(peer, &hdr, bytes)
 }
 
 /// Start a send on endpoint `id`.

@@ -181,9 +181,10 @@ pub trait Handler {
     fn on_payload(&mut self, msg: &Incoming, src_name: &str, _payload: &[u8]) -> Disposition {
         self.on_message(msg, src_name)
     }
-    /// The express path of the most common arrival: an inline command from a connected sender,
-    /// offered with its payload as by `on_payload`, but before the general path's decoding
-    /// into a `Command` and without the sender's name. A handler that can finish it at once
+    /// The express path of the most common arrival: a message from a connected sender whose
+    /// payload is here in full (inline in the command, or in one of our inject buffers),
+    /// offered with it as by `on_payload`, but before the general path's decoding into a
+    /// `Command` and without the sender's name. A handler that can finish it at once
     /// says how (a `Disposition`, as from `on_payload`: the engine answers the sender as it
     /// would there); None sends the command the general way, as if this had not been called,
     /// so the handler must change nothing then. The bytes are a peer's: as untrusted as any.

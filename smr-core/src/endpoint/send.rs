@@ -88,6 +88,50 @@ impl InlineMsg<'_> {
     }
 }
 
+/// A message whose payload travels in one of the receiver's inject buffers.
+struct InjectMsg<'a> {
+    src_slot: u32,
+    msg_id: u64,
+    hdr: &'a MsgHeader,
+    ack: bool,
+}
+
+impl InjectMsg<'_> {
+    /// Take one of the receiver's inject buffers and copy the payload into it; its index.
+    #[inline(always)]
+    fn fill(&self, region: &Region, src: Small<'_>) -> Result<u32> {
+        let len = self.hdr.len;
+        let index = region.inject_stack().pop().map_err(|_| Error::Again)?;
+        let dst = match region.geometry().inject_offset(index).and_then(|off| region.mapping().bytes_ptr(off, len)) {
+            Ok(dst) => dst,
+            Err(e) => {
+                let _ = region.inject_stack().push(index);
+                return Err(e);
+            }
+        };
+        // SAFETY: `dst` is `len` bytes inside the peer's mapping (bounds-checked above), and
+        // `len` is the source's length (the header's, which the callers checked).
+        unsafe { src.copy_to_raw(dst, len as usize) };
+        Ok(index)
+    }
+
+    /// The command naming inject buffer `index`, in `e` (a ring slot or a staged entry).
+    #[inline(always)]
+    fn write(&self, e: &mut CmdEntry, index: u32) {
+        e.set_message(self.src_slot, self.msg_id, self.hdr, self.ack);
+        e.set_inject(index);
+    }
+
+    /// Filled and pushed into the receiver's ring; the buffer goes back if the ring is full.
+    #[inline(always)]
+    fn push(&self, region: &Region, src: Small<'_>) -> Result<()> {
+        let index = self.fill(region, src)?;
+        super::peers::push_cmd_with(region, |e| self.write(e, index)).inspect_err(|_| {
+            let _ = region.inject_stack().push(index);
+        })
+    }
+}
+
 /// A send waiting for the receiver.
 pub(super) struct PendingSend {
     pub peer: PeerId,
@@ -141,16 +185,50 @@ impl Endpoint {
         self.send_small_bytes(peer, hdr, bytes, opts, None)
     }
 
-    /// The express path of `send_bytes` for the commonest send: an inline message that wants no
+    /// The express path of `send_bytes` for the commonest send: a message of at most
+    /// `inject_max` bytes (inline, or in one of the receiver's inject buffers) that wants no
     /// answer and is not batched (FI_MORE), to a connected peer, with nothing staged or queued
     /// ahead of it. True when it is in the peer's ring. False, with nothing sent, when any of
-    /// that does not hold or the ring is full: `send_bytes` then sends it or says why not. It
-    /// skips the general path's options, its protocol choice and its completion bookkeeping.
+    /// that does not hold or the ring or the inject pool is full: `send_bytes` then sends it or
+    /// says why not. It skips the general path's options and its completion bookkeeping.
     #[inline(always)]
-    pub fn send_inline(&mut self, peer: PeerId, hdr: &MsgHeader, bytes: &[u8]) -> bool {
-        let len = bytes.len();
-        if len > self.params.inline_max
-            || len as u64 != hdr.len
+    pub fn send_express(&mut self, peer: PeerId, hdr: &MsgHeader, bytes: &[u8]) -> bool {
+        if bytes.len() > self.params.inline_max {
+            return self.send_express_inject(peer, hdr, bytes);
+        }
+        let pushed = self.express_push(peer, hdr, bytes.len(), |region, src_slot, msg_id, streaming| {
+            InlineMsg { src_slot, msg_id, hdr, ack: false }.push(region, streaming, |p| p.copy_from_slice(bytes))
+        });
+        self.stats.sent_inline += u64::from(pushed);
+        pushed
+    }
+
+    /// `send_express` for a message above the inline size, through one of the receiver's
+    /// inject buffers. Out of line: the inline kind's path stays as short as without it.
+    #[inline(never)]
+    fn send_express_inject(&mut self, peer: PeerId, hdr: &MsgHeader, bytes: &[u8]) -> bool {
+        if bytes.len() > self.params.inject_max {
+            return false;
+        }
+        let pushed = self.express_push(peer, hdr, bytes.len(), |region, src_slot, msg_id, _| {
+            InjectMsg { src_slot, msg_id, hdr, ack: false }.push(region, Small::Bytes(bytes))
+        });
+        self.stats.sent_inject += u64::from(pushed);
+        pushed
+    }
+
+    /// `send_express`'s checks, and its bookkeeping once `push` put the message of `len` bytes
+    /// in the ready peer's ring (given the peer's region, our slot in its table, the message's
+    /// id and whether we are streaming).
+    #[inline(always)]
+    fn express_push(
+        &mut self,
+        peer: PeerId,
+        hdr: &MsgHeader,
+        len: usize,
+        push: impl FnOnce(&Region, u32, u64, bool) -> Result<()>,
+    ) -> bool {
+        if len as u64 != hdr.len
             || len as u64 > self.params.max_msg_size
             || !self.staged.is_empty()
             || !self.sar_tx.is_empty()
@@ -159,14 +237,12 @@ impl Endpoint {
         }
         let (msg_id, streaming) = (self.next_msg_id, self.sent_since_poll > 0);
         let Some(link) = self.ready_link(peer) else { return false };
-        let inline = InlineMsg { src_slot: link.slot, msg_id, hdr, ack: false };
-        if inline.push(&link.region, streaming, |p| p.copy_from_slice(bytes)).is_err() {
+        if push(&link.region, link.slot, msg_id, streaming).is_err() {
             return false;
         }
         link.used = true;
         self.next_msg_id += 1;
         self.sent_since_poll = self.sent_since_poll.saturating_add(1);
-        self.stats.sent_inline += 1;
         true
     }
 
@@ -275,19 +351,12 @@ impl Endpoint {
             self.stats.sent_inline += 1;
             return Ok(());
         }
-        let index = link.region.inject_stack().pop().map_err(|_| Error::Again)?;
-        let dst = link.region.mapping().bytes_ptr(link.region.geometry().inject_offset(index)?, len as u64)?;
-        // SAFETY: `dst` is `len` bytes inside the peer's mapping (bounds-checked above).
-        unsafe { src.copy_to_raw(dst, len) };
-        let inject = |e: &mut CmdEntry| {
-            e.set_message(src_slot, msg_id, hdr, ack);
-            e.set_inject(index);
-        };
+        let inject = InjectMsg { src_slot, msg_id, hdr, ack };
         if opts.more {
-            self.stage_with(peer, (!ack).then_some(opts.cookie), inject);
-        } else if let Err(e) = super::peers::push_cmd_with(&link.region, inject) {
-            let _ = link.region.inject_stack().push(index);
-            return Err(e);
+            let index = inject.fill(&link.region, src)?;
+            self.stage_with(peer, (!ack).then_some(opts.cookie), |e| inject.write(e, index));
+        } else {
+            inject.push(&link.region, src)?;
         }
         self.stats.sent_inject += 1;
         Ok(())

@@ -452,7 +452,7 @@ fn refused_messages_fail_their_senders_with_the_receivers_errno() {
         assert!(hb.received.is_empty());
         assert_eq!(hb.offered.iter().map(|m| m.hdr.aux).collect::<Vec<_>>(), vec![7; 3]);
         assert_eq!((a.stats().corrupt_commands, b.stats().corrupt_commands), (0, 0));
-        assert_eq!(hb.inline_taken, usize::from(take_inline), "the inline one on the express path");
+        assert_eq!(hb.inline_taken, 2 * usize::from(take_inline), "the inline and inject ones on the express path");
     }
 }
 
@@ -542,7 +542,7 @@ fn answers_with_data_in_one_step(take_inline: bool) {
     assert_eq!(ha.sends_done.last(), Some(&(99, Err(Error::Refused(libc::EINVAL as u32)))));
     assert_eq!(ha.answers.len(), sizes.len(), "the refused message was answered with data");
     assert_eq!(free_buffers(&a), free_before, "inject buffers not returned");
-    assert_eq!(hb.inline_taken, if take_inline { 3 } else { 0 }, "inline requests on the express path");
+    assert_eq!(hb.inline_taken, if take_inline { 5 } else { 0 }, "inline and inject requests on the express path");
 }
 
 /// `send_bytes`: every size up to inject_max arrives intact, offered with its payload
@@ -574,16 +574,18 @@ fn send_bytes_moves_small_messages_and_refuses_longer_ones() {
     assert!(hb.offered.iter().all(|m| m.hdr.tag != 99), "the refused message was sent");
 }
 
-/// The express path (`Handler::on_inline`): inline messages are offered there, with their bytes
-/// and their sender's id and incarnation (the same as `on_payload` gives), and one whose sender
-/// asked for an answer is answered once taken; those in inject buffers never are. A message
-/// taken there is seen nowhere else; one declined goes through `on_payload`, once, in order.
+/// The express path (`Handler::on_inline`): inline messages and messages in inject buffers are
+/// offered there, with their bytes and their sender's id and incarnation (the same as
+/// `on_payload` gives), and one whose sender asked for an answer is answered once taken. A
+/// message taken there is seen nowhere else; one declined goes through `on_payload`, once, in
+/// order. Either way the inject buffers come back.
 #[test]
 fn inline_messages_take_the_express_path() {
     for take in [true, false] {
         let (mut a, mut b, to_b) = pair(if take { "expresstake" } else { "expressdecline" }, Params::default());
         let (mut ha, mut hb) =
             (Collect::default(), Collect { take_payload: true, take_inline: take, ..Default::default() });
+        let (pool, _) = free_buffers(&b);
         // Inline without an answer, inline acknowledged, inline without, inject without.
         let sends = [(0usize, false), (8, true), (INLINE_MAX, false), (INLINE_MAX + 1, false)];
         for (i, &(len, ack)) in sends.iter().enumerate() {
@@ -595,11 +597,12 @@ fn inline_messages_take_the_express_path() {
             hb.taken.len() == sends.len() && ha.sends_done.len() == 1
         });
         let offered: Vec<u64> = hb.inline_offered.iter().map(|m| m.2.tag).collect();
-        assert_eq!(offered, [0, 1, 2], "offered on the express path (take {take})");
+        assert_eq!(offered, [0, 1, 2, 3], "offered on the express path (take {take})");
         for (_, _, hdr, bytes) in &hb.inline_offered {
             assert_eq!((hdr.data, bytes), (7, &pattern(hdr.len as usize, hdr.tag as u8)));
         }
-        assert_eq!(hb.inline_taken, if take { 3 } else { 0 });
+        assert_eq!(hb.inline_taken, if take { 4 } else { 0 });
+        assert_eq!(free_buffers(&b).0, pool, "inject buffers back (take {take})");
         // Each once, in order: taken on the express path (through `Collect::on_inline`) or not.
         let tags: Vec<u64> = hb.taken.iter().map(|m| m.0.tag).collect();
         assert_eq!(tags, [0, 1, 2, 3], "taken (take {take})");
@@ -619,73 +622,81 @@ fn inline_messages_take_the_express_path() {
     }
 }
 
-/// The express send (`send_inline`) sends only what the general path would push at once, and
+/// The express send (`send_express`) sends only what the general path would push at once, and
 /// declines, sending nothing, otherwise: before the peer acknowledged the connection, for more
-/// than a slot's inline payload or a header of another length, and behind a staged FI_MORE
-/// batch (which `send_bytes` then pushes first: order is kept). What it sends arrives intact.
+/// than an inject buffer holds or a header of another length, and behind a staged FI_MORE
+/// batch (which `send_bytes` then pushes first: order is kept). What it sends arrives intact,
+/// inline or in an inject buffer.
 #[test]
-fn send_inline_sends_what_the_general_path_would_and_declines_the_rest() {
+fn send_express_sends_what_the_general_path_would_and_declines_the_rest() {
     let (mut a, mut b, to_b) = pair("sendinline", Params::default());
     let (mut ha, mut hb) = (Collect::default(), Collect { take_payload: true, ..Default::default() });
     let hdr = |tag: u64, len: usize| MsgHeader { app: 0, tag, data: 0, aux: 0, len: len as u64 };
     let now = SendOpts::default();
-    assert!(!a.send_inline(to_b, &hdr(0, 8), &pattern(8, 0)), "sent before the connection was acknowledged");
+    assert!(!a.send_express(to_b, &hdr(0, 8), &pattern(8, 0)), "sent before the connection was acknowledged");
     assert_eq!(a.send_bytes(to_b, hdr(0, 8), &pattern(8, 0), now), Ok(SendStatus::Done));
     pump_until((&mut a, &mut ha), (&mut b, &mut hb), "the first message", |_, hb| hb.taken.len() == 1);
     a.progress(&mut ha); // the connection's acknowledgement
-    let sent_before = a.stats().sent_inline;
-    assert!(!a.send_inline(to_b, &hdr(1, INLINE_MAX + 1), &pattern(INLINE_MAX + 1, 1)), "longer than inline");
-    assert!(!a.send_inline(to_b, &hdr(1, 9), &pattern(8, 1)), "header of another length");
+    let sent_before = (a.stats().sent_inline, a.stats().sent_inject);
+    let too_long = INJECT_SIZE as usize + 1;
+    assert!(!a.send_express(to_b, &hdr(1, too_long), &pattern(too_long, 1)), "longer than an inject buffer");
+    assert!(!a.send_express(to_b, &hdr(1, 9), &pattern(8, 1)), "header of another length");
     let more = SendOpts { cookie: 1, more: true, ..SendOpts::default() };
     assert_eq!(a.send_bytes(to_b, hdr(1, 8), &pattern(8, 1), more), Ok(SendStatus::Pending));
-    assert!(!a.send_inline(to_b, &hdr(2, 8), &pattern(8, 2)), "sent ahead of a staged message");
+    assert!(!a.send_express(to_b, &hdr(2, 8), &pattern(8, 2)), "sent ahead of a staged message");
     assert_eq!(a.send_bytes(to_b, hdr(2, 8), &pattern(8, 2), now), Ok(SendStatus::Done));
-    for (tag, len) in [(3, 0), (4, 8), (5, INLINE_MAX)] {
-        assert!(a.send_inline(to_b, &hdr(tag, len), &pattern(len, tag as u8)), "{len} B to a ready peer");
+    for (tag, len) in [(3, 0), (4, 8), (5, INLINE_MAX), (6, INLINE_MAX + 1), (7, INJECT_SIZE as usize)] {
+        assert!(a.send_express(to_b, &hdr(tag, len), &pattern(len, tag as u8)), "{len} B to a ready peer");
     }
-    assert_eq!(a.stats().sent_inline - sent_before, 5);
-    pump_until((&mut a, &mut ha), (&mut b, &mut hb), "every message", |_, hb| hb.taken.len() == 6);
+    let sent = (a.stats().sent_inline - sent_before.0, a.stats().sent_inject - sent_before.1);
+    assert_eq!(sent, (5, 2), "inline and inject sends");
+    pump_until((&mut a, &mut ha), (&mut b, &mut hb), "every message", |_, hb| hb.taken.len() == 8);
     let tags: Vec<u64> = hb.taken.iter().map(|m| m.0.tag).collect();
-    assert_eq!(tags, [0, 1, 2, 3, 4, 5], "arrival order");
+    assert_eq!(tags, [0, 1, 2, 3, 4, 5, 6, 7], "arrival order");
     for (h, bytes) in &hb.taken {
         assert_eq!(bytes, &pattern(h.len as usize, h.tag as u8), "message {}", h.tag);
     }
 }
 
-/// Messages in inject buffers that the handler takes from `on_payload` give their buffers back:
-/// three times as many as the pool holds all arrive intact, and the pool is whole afterwards.
-/// A command naming an inject buffer outside the pool is counted as corrupt (`decode` rejects
-/// it), with nothing offered to the handler.
+/// Messages in inject buffers that the handler takes (from `on_payload`, or from `on_inline` on
+/// the express path) give their buffers back: three times as many as the pool holds all arrive
+/// intact, and the pool is whole afterwards. A command naming an inject buffer outside the pool
+/// is counted as corrupt (`decode` rejects it), with nothing offered to the handler.
 #[test]
 fn taken_inject_messages_return_their_buffers_and_bad_ones_are_refused() {
-    let (mut a, mut b, to_b) = pair("takeninject", Params::default());
-    let (mut ha, mut hb) = (Collect::default(), Collect { take_payload: true, ..Default::default() });
-    let (pool, _) = free_buffers(&b);
-    let count = 3 * pool;
-    let len = INLINE_MAX + 100;
-    for i in 0..count {
-        let hdr = MsgHeader { app: 0, tag: i as u64, data: 0, aux: 0, len: len as u64 };
-        let dl = deadline();
-        while a.send_bytes(to_b, hdr, &pattern(len, i as u8), SendOpts::default()) == Err(Error::Again) {
-            assert!(std::time::Instant::now() < dl, "inject buffers not coming back");
-            b.progress(&mut hb);
+    for take_inline in [false, true] {
+        let name = if take_inline { "takeninjectexpress" } else { "takeninject" };
+        let (mut a, mut b, to_b) = pair(name, Params::default());
+        let (mut ha, mut hb) = (Collect::default(), Collect { take_payload: true, take_inline, ..Default::default() });
+        let (pool, _) = free_buffers(&b);
+        let count = 3 * pool;
+        let len = INLINE_MAX + 100;
+        for i in 0..count {
+            let hdr = MsgHeader { app: 0, tag: i as u64, data: 0, aux: 0, len: len as u64 };
+            let dl = deadline();
+            while a.send_bytes(to_b, hdr, &pattern(len, i as u8), SendOpts::default()) == Err(Error::Again) {
+                assert!(std::time::Instant::now() < dl, "inject buffers not coming back");
+                b.progress(&mut hb);
+            }
         }
-    }
-    pump_until((&mut a, &mut ha), (&mut b, &mut hb), "deliveries", |_, hb| hb.taken.len() == count);
-    for (i, (hdr, bytes)) in hb.taken.iter().enumerate() {
-        assert_eq!((hdr.tag, bytes), (i as u64, &pattern(len, i as u8)));
-    }
-    assert_eq!(free_buffers(&b).0, pool);
-    assert_eq!(b.stats().corrupt_commands, 0);
+        pump_until((&mut a, &mut ha), (&mut b, &mut hb), "deliveries", |_, hb| hb.taken.len() == count);
+        for (i, (hdr, bytes)) in hb.taken.iter().enumerate() {
+            assert_eq!((hdr.tag, bytes), (i as u64, &pattern(len, i as u8)));
+        }
+        assert_eq!(hb.inline_taken, if take_inline { count } else { 0 }, "taken on the express path");
+        assert_eq!(free_buffers(&b).0, pool);
+        assert_eq!(b.stats().corrupt_commands, 0);
 
-    // A forged command: an inject message naming buffer `pool` (one past the last).
-    let src = a.link(to_b).unwrap().slot;
-    let mut e = CmdEntry::message(src, 1, &MsgHeader { app: 0, tag: 500, data: 0, aux: 0, len: 64 }, true);
-    e.set_inject(pool as u32);
-    crate::region::Region::open(b.name()).unwrap().cmd_ring().push(&e).unwrap();
-    b.progress(&mut hb);
-    assert_eq!(b.stats().corrupt_commands, 1);
-    assert_eq!((hb.taken.len(), hb.offered.len()), (count, 0), "the forged message was offered");
+        // A forged command: an inject message naming buffer `pool` (one past the last).
+        let src = a.link(to_b).unwrap().slot;
+        let mut e = CmdEntry::message(src, 1, &MsgHeader { app: 0, tag: 500, data: 0, aux: 0, len: 64 }, true);
+        e.set_inject(pool as u32);
+        crate::region::Region::open(b.name()).unwrap().cmd_ring().push(&e).unwrap();
+        b.progress(&mut hb);
+        assert_eq!(b.stats().corrupt_commands, 1);
+        let offered = (hb.taken.len(), hb.offered.len(), hb.inline_offered.len());
+        assert_eq!(offered, (count, 0, count), "the forged message was offered");
+    }
 }
 
 /// `pull` asks for CMA only above the first SAR segment: a one-segment message goes by SAR
