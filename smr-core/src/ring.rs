@@ -33,7 +33,7 @@ use crate::sync::{prefetch, spin_hint, AtomicU64, Ordering, Prefetch, UnsafeCell
 const PRODUCER_RETRIES: u32 = 1 << 12;
 
 /// Bytes of an entry that share the cache line with its 8-byte stamp.
-const FIRST_LINE_BYTES: usize = 64 - 8;
+pub(crate) const FIRST_LINE_BYTES: usize = 64 - 8;
 
 /// Stamp flag: the producer that claimed position `stamp & !WRITING` is copying its entry in.
 /// Positions never reach 2^63, so the flag cannot collide with a plain stamp.

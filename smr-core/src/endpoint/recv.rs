@@ -95,6 +95,26 @@ fn dead_if_gone(copied: Result<usize>) -> Result<usize> {
     }
 }
 
+/// Lines of an inline payload that `fetch_beyond_first_line` asks for: enough to cover what
+/// the handler's work on the header can hide; the copy itself brings longer payloads in at
+/// full speed (fetching all 16 lines of a kilobyte cost 80 instructions and gained nothing).
+const EARLY_LINES: usize = 4;
+
+/// Ask for the lines of an inline payload past the slot's first line (which holds the header
+/// and the payload's first 8 bytes, already read), up to `EARLY_LINES`, all at once: they cross
+/// from the sender's cache while the handler matches the header, instead of one after another
+/// when it copies the payload out (tagged one-way 64 B and 256 B -4%, 21 alternated runs).
+#[inline(always)]
+fn fetch_beyond_first_line(payload: &[u8]) {
+    let first = crate::ring::FIRST_LINE_BYTES - crate::cmd::HEADER_BYTES;
+    let end = payload.len().min(first + EARLY_LINES * 64);
+    let mut at = first;
+    while at < end {
+        crate::sync::prefetch_addr(payload.as_ptr().wrapping_add(at), crate::sync::Prefetch::Read);
+        at += 64;
+    }
+}
+
 impl Endpoint {
     /// Offer a message whose payload is here in full (inline in the command, or in one of our
     /// inject buffers) from a connected sender to the handler's express path
@@ -129,6 +149,7 @@ impl Endpoint {
                 let payload = unsafe {
                     std::slice::from_raw_parts(std::ptr::addr_of!((*in_slot).payload).cast::<u8>(), len as usize)
                 };
+                fetch_beyond_first_line(payload);
                 self.offer_express(entry, payload, h)
             }
             proto::INJECT if len <= INJECT_SIZE => self.express_inject(entry, h),
