@@ -450,11 +450,15 @@ impl Endpoint {
                 Pop::Item(in_slot) => {
                     // SAFETY: the entry `peek_into` found stays in its slot of our own region,
                     // mapped as long as `self`, until the release below.
-                    if !unsafe { self.express(&entry, in_slot, h) } {
+                    if unsafe { self.express(&entry, in_slot, h) } {
+                        self.cmd_rx.release(&self.region.cmd_ring());
+                    } else {
+                        // The general path works on a copy of the whole entry: the slot goes
+                        // back before it runs (a SAR segment's copy or a CMA read can be long).
                         self.cmd_rx.copy_rest(&self.region.cmd_ring(), &mut entry);
+                        self.cmd_rx.release(&self.region.cmd_ring());
                         self.handle_command(&entry, h);
                     }
-                    self.cmd_rx.release(&self.region.cmd_ring());
                     handled += 1;
                 }
                 Pop::Empty => break,
