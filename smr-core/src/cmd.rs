@@ -290,7 +290,7 @@ pub fn decode(entry: &CmdEntry, limits: &Limits) -> Result<Command> {
             Body::Inline { len: len as usize }
         }
         proto::INJECT => {
-            let buf = u32_at(&entry.payload, 0);
+            let buf = entry.inject_buf();
             if u64::from(buf) >= limits.inject_count {
                 return Err(Error::Corrupt("inject buffer index out of range"));
             }
@@ -345,6 +345,11 @@ impl CmdEntry {
 
     pub fn control(op: u8, src: u32) -> CmdEntry {
         CmdEntry { op, src, ..CmdEntry::default() }
+    }
+
+    /// The inject buffer an INJECT command names (`set_inject`), unchecked.
+    pub fn inject_buf(&self) -> u32 {
+        u32_at(&self.payload, 0)
     }
 
     pub fn set_inject(&mut self, buf: u32) {

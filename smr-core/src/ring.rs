@@ -441,8 +441,7 @@ impl Consumer {
     pub fn pop_into<T: Pod>(&mut self, ring: &Ring<'_, T>, value: &mut T) -> Pop<()> {
         match self.peek_into(ring, value) {
             Pop::Item(_) => {
-                self.copy_rest(ring, value);
-                self.release(ring);
+                self.take_rest(ring, value);
                 Pop::Item(())
             }
             Pop::Empty => Pop::Empty,
@@ -453,9 +452,9 @@ impl Consumer {
     /// The first step of `pop_into`, for a caller that reads the rest of a published entry
     /// straight from its slot rather than from a copy: copy what shares the stamp's cache line
     /// into `value` (an entry's header, whose `wire_len` says how much more is in use), keep
-    /// the slot, and say where the entry lies in it. The caller then `release`s it, after
-    /// `copy_rest` if it wants the whole entry in `value` after all. Until the release,
-    /// `peek_into` returns the same entry again.
+    /// the slot, and say where the entry lies in it. The caller then `release`s it, or
+    /// `take_rest` if it wants the whole entry in `value` after all. Until then, `peek_into`
+    /// returns the same entry again.
     ///
     /// A peer can still write the slot before the release (a well-behaved one does not): read
     /// from it in place only bytes whose value nothing depends on, such as a message's payload
@@ -484,9 +483,10 @@ impl Consumer {
     }
 
     /// After `peek_into` returned an entry: copy the rest of it that is in use (bytes from the
-    /// end of the first line up to `value.wire_len()`, read from the header `peek_into` copied).
+    /// end of the first line up to `value.wire_len()`, read from the header `peek_into` copied)
+    /// and `release` its slot. `peek_into` and this are `pop_into`.
     #[inline]
-    pub fn copy_rest<T: Pod>(&self, ring: &Ring<'_, T>, value: &mut T) {
+    pub fn take_rest<T: Pod>(&mut self, ring: &Ring<'_, T>, value: &mut T) {
         let first = FIRST_LINE_BYTES.min(size_of::<T>());
         let len = value.wire_len().min(size_of::<T>());
         if len > first {
@@ -497,6 +497,7 @@ impl Consumer {
                 unsafe { core::ptr::copy_nonoverlapping(cell.cast::<u8>().add(first), out.add(first), len - first) }
             });
         }
+        self.release(ring);
     }
 
     /// After `peek_into` returned an entry: hand its slot to the next lap and move to the next.
@@ -689,8 +690,8 @@ mod tests {
     }
 
     /// `peek_into` copies the first line only and keeps the slot: the rest is read in place (or
-    /// copied by `copy_rest`), the same entry is found again, and a producer cannot reuse the
-    /// slot until `release`.
+    /// copied by `take_rest`), the same entry is found again, and a producer cannot reuse the
+    /// slot until it is released.
     #[test]
     fn a_peeked_entry_stays_in_its_slot_until_released() {
         let ctl = RingCtl::new();
@@ -709,9 +710,8 @@ mod tests {
         assert_eq!(unsafe { *in_slot }, Wide::of(1), "the whole entry read in place");
         assert_eq!(ring.push(&Wide::of(3)), Err(PushError::Full), "a peeked slot is not free");
         assert!(matches!(c.peek_into(&ring, &mut kept), Pop::Item(p) if p == in_slot), "found again");
-        c.copy_rest(&ring, &mut kept);
+        c.take_rest(&ring, &mut kept);
         assert_eq!(kept, Wide::of(1));
-        c.release(&ring);
         ring.push(&Wide::of(3)).unwrap();
         assert_eq!(c.pop(&ring), Pop::Item(Wide::of(2)));
         assert_eq!(c.pop(&ring), Pop::Item(Wide::of(3)));

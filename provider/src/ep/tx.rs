@@ -225,11 +225,6 @@ pub(super) unsafe fn engine_send(
         [(addr, n)] if n <= engine.params().inject_max => {
             // SAFETY: per this function's contract, `n` readable bytes at `addr`.
             let bytes = unsafe { std::slice::from_raw_parts(addr as *const u8, n) };
-            // A plain send (no acknowledgement asked, no batch) that the express path can take
-            // is done once it is in the ring, as from `send_bytes`.
-            if !opts.delivery_complete && !opts.more && engine.send_express(peer, &hdr, bytes) {
-                return Ok(SendStatus::Done);
-            }
             engine.send_bytes(peer, hdr, bytes, opts)
         }
         // SAFETY: per this function's contract.

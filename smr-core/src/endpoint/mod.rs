@@ -455,8 +455,7 @@ impl Endpoint {
                     } else {
                         // The general path works on a copy of the whole entry: the slot goes
                         // back before it runs (a SAR segment's copy or a CMA read can be long).
-                        self.cmd_rx.copy_rest(&self.region.cmd_ring(), &mut entry);
-                        self.cmd_rx.release(&self.region.cmd_ring());
+                        self.cmd_rx.take_rest(&self.region.cmd_ring(), &mut entry);
                         self.handle_command(&entry, h);
                     }
                     handled += 1;

@@ -162,14 +162,13 @@ impl Endpoint {
     #[inline(never)]
     fn express_inject(&mut self, entry: &CmdEntry, h: &mut impl Handler) -> bool {
         // The buffer's name is in the header's line, copied out of the slot.
-        let p = &entry.payload;
-        let buf = u32::from_le_bytes([p[0], p[1], p[2], p[3]]);
+        let buf = entry.inject_buf();
         // SAFETY: used only in this call, while `self.region` stays mapped. A buffer outside
         // the pool is left to the general path, which counts it as corrupt.
         let Some(payload) = (unsafe { self.inject_payload(buf, entry.len) }) else { return false };
         let taken = self.offer_express(entry, payload, h);
         if taken {
-            let _ = self.region.inject_stack().push(buf);
+            self.release_buffers(&Body::Inject { buf });
         }
         taken
     }
