@@ -17,7 +17,7 @@
 
 pub mod fi;
 
-use smr_core::endpoint::{Disposition, Endpoint, Handler, Incoming, Params, PeerId, SendOpts};
+use smr_core::endpoint::{Disposition, Endpoint, Handler, Incoming, Params, PeerId, SendOpts, SendStatus};
 use smr_core::iov::LocalIov;
 use smr_core::pod::CachePadded;
 use smr_core::shm::{Mapping, SharedSafe};
@@ -218,6 +218,31 @@ impl Pong {
     }
 }
 
+impl Pong {
+    /// Copy a payload that is here in full into the receive buffer.
+    fn take(&mut self, msg: &Incoming, payload: &[u8]) -> Disposition {
+        let len = payload.len();
+        if len as u64 != msg.hdr.len || len > self.recv.len {
+            self.error = Some(format!("a {len}-byte payload for a {}-byte message", msg.hdr.len));
+            return Disposition::Discard;
+        }
+        // SAFETY: `len` fits the receive buffer, which the engine holds only between
+        // `on_message` and `on_recv_done`, and ping-pong has one message in flight at a time,
+        // so nothing else is writing it now.
+        unsafe { std::ptr::copy_nonoverlapping(payload.as_ptr(), self.recv.ptr.as_ptr(), len) };
+        self.arrived(len);
+        Disposition::Taken { answer_later: false }
+    }
+
+    fn arrived(&mut self, len: usize) {
+        self.received += 1;
+        self.last_len = len;
+        if self.to_echo.replace(len).is_some() {
+            self.error.get_or_insert_with(|| "two messages arrived before one was answered".to_string());
+        }
+    }
+}
+
 impl Handler for Pong {
     fn on_message(&mut self, msg: &Incoming, _src_name: &str) -> Disposition {
         let len = msg.hdr.len as usize;
@@ -231,16 +256,22 @@ impl Handler for Pong {
         Disposition::Deliver { dest, ctx: len as u64 }
     }
 
+    /// A message whose payload is here in full is copied into the receive buffer at once, as
+    /// the provider does for a matched receive: the engine's express arrival.
+    fn on_inline(&mut self, msg: &Incoming, payload: &[u8]) -> Option<Disposition> {
+        Some(self.take(msg, payload))
+    }
+
+    fn on_payload(&mut self, msg: &Incoming, _src_name: &str, payload: &[u8]) -> Disposition {
+        self.take(msg, payload)
+    }
+
     fn on_recv_done(&mut self, ctx: u64, result: smr_core::Result<usize>, _dest: LocalIov) {
         match result {
             Ok(n) if n as u64 == ctx => {}
             other => self.error = Some(format!("receive of {ctx} bytes ended with {other:?}")),
         }
-        self.received += 1;
-        self.last_len = ctx as usize;
-        if self.to_echo.replace(ctx as usize).is_some() {
-            self.error.get_or_insert_with(|| "two messages arrived before one was answered".to_string());
-        }
+        self.arrived(ctx as usize);
     }
 
     fn on_send_done(&mut self, _cookie: u64, result: smr_core::Result<()>) {
@@ -255,15 +286,25 @@ fn header(len: usize, tag: u64) -> MsgHeader {
     MsgHeader { app: 0, tag, data: 0, aux: 0, len: len as u64 }
 }
 
+/// Send `len` bytes of `buf` once, as the provider does: up to the inject size from a buffer
+/// that is copied before this returns (`send_bytes`, whose express path a plain send takes),
+/// larger ones lent to the engine.
+fn send_once(ep: &mut Endpoint, peer: PeerId, buf: &Buf, len: usize, tag: u64) -> smr_core::Result<SendStatus> {
+    if len <= INJECT_MAX {
+        return ep.send_bytes(peer, header(len, tag), &buf.bytes()[..len], SendOpts::default());
+    }
+    // SAFETY: send buffers are never written after creation, so lending them read-only to any
+    // number of outstanding sends is fine; they outlive the endpoint's operations.
+    let iov = unsafe { buf.lend(len) };
+    ep.send(peer, header(len, tag), iov, SendOpts::default())
+}
+
 /// Send `len` bytes of `buf`, running progress while the peer's queues are full.
 fn send_retrying(ep: &mut Endpoint, h: &mut Pong, peer: PeerId, buf: &Buf, len: usize, tag: u64) -> Result<()> {
     let started = Instant::now();
     let mut spins = 0u64;
     loop {
-        // SAFETY: send buffers are never written after creation, so lending them read-only to
-        // any number of outstanding sends is fine; they outlive the endpoint's operations.
-        let iov = unsafe { buf.lend(len) };
-        match ep.send(peer, header(len, tag), iov, SendOpts::default()) {
+        match send_once(ep, peer, buf, len, tag) {
             Ok(_) => return Ok(()),
             Err(EngineError::Again) => {
                 ep.progress(h);
@@ -761,9 +802,7 @@ impl LocalPair {
         self.tag += 1;
         let mut spins = 0u64;
         loop {
-            // SAFETY: see `send_retrying`: the send buffer is never written after creation.
-            let iov = unsafe { self.send.lend(size) };
-            match self.a.send(self.to_b, header(size, self.tag), iov, SendOpts::default()) {
+            match send_once(&mut self.a, self.to_b, &self.send, size, self.tag) {
                 Ok(_) => break,
                 Err(EngineError::Again) => {
                     self.a.progress(&mut self.ha);
