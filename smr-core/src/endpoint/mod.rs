@@ -393,11 +393,15 @@ impl Endpoint {
             self.flush_staged();
         }
         let mut events = self.staged_done.len();
-        for (cookie, result) in self.staged_done.drain(..) {
-            h.on_send_done(cookie, result);
+        if events > 0 {
+            for (cookie, result) in self.staged_done.drain(..) {
+                h.on_send_done(cookie, result);
+            }
         }
         events += self.drain_commands(h);
-        events += self.drain_responses(h);
+        if !self.resp_rx.is_empty(&self.region.resp_ring()) {
+            events += self.drain_responses(h);
+        }
         if !self.resp_backlog.is_empty() {
             self.flush_resp_backlog();
         }
@@ -434,6 +438,7 @@ impl Endpoint {
 
     /// Time for the liveness checks? The clock is read on every 8th call only: callers poll in
     /// tight loops, and even one call per 100 ms sleep slice keeps the checks inside their bound.
+    #[inline]
     fn liveness_due(&mut self) -> bool {
         self.polls = self.polls.wrapping_add(1);
         self.polls % 8 == 0 && self.last_liveness.elapsed() >= self.params.liveness_interval
