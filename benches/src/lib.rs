@@ -216,9 +216,7 @@ impl Pong {
     fn new(max: usize, seed: u8) -> Pong {
         Pong { recv: Buf::new(max, seed), received: 0, last_len: 0, sends_done: 0, error: None, to_echo: None }
     }
-}
 
-impl Pong {
     /// Copy a payload that is here in full into the receive buffer.
     fn take(&mut self, msg: &Incoming, payload: &[u8]) -> Disposition {
         let len = payload.len();

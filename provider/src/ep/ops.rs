@@ -47,7 +47,7 @@ fn send_locked(st: &mut DomainState, id: usize, args: SendArgs) -> FiResult<()> 
     result
 }
 
-/// The fi_inject family: the express path (`tx::inject_inline`) where it applies, else `send`.
+/// The fi_inject family: the express path (`tx::inject_express`) where it applies, else `send`.
 fn inject(
     ep: *mut ffi::fid_ep,
     buf: *const c_void,
@@ -60,7 +60,7 @@ fn inject(
         if !buf.is_null() {
             // SAFETY: the caller's buffer of `len` bytes, readable during the call (fi_msg(3)).
             let bytes = unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), len) };
-            if tx::inject_inline(st, ep.id, bytes, dest, tag, data) {
+            if tx::inject_express(st, ep.id, bytes, dest, tag, data) {
                 return Ok(());
             }
         }

@@ -347,7 +347,7 @@ impl smr_core::endpoint::Handler for Handler<'_> {
         // (`take_or_hold` and the `Disposition` it returns) cost 50 instructions per message.
         let src = self.cached_source(msg.src, msg.src_gen)?;
         let hdr = &msg.hdr;
-        crate::debug!(EpData, "arrived from {src} len {} tag {:#x} app {} (inline)", hdr.len, hdr.tag, hdr.app);
+        crate::debug!(EpData, "arrived from {src} len {} tag {:#x} app {} (express)", hdr.len, hdr.tag, hdr.app);
         let how = (self.directed, self.sinks.b.rx_selective);
         // SAFETY: as in `on_payload`.
         let copy = |dest: &Ranges| unsafe { crate::iov::scatter(dest, payload) };

@@ -107,12 +107,13 @@ fn header(tag: Option<u64>, data: Option<u64>, len: usize) -> MsgHeader {
     MsgHeader { app, tag: tag.unwrap_or(0), data: data.unwrap_or(0), aux: 0, len: len as u64 }
 }
 
-/// The express path of the fi_inject family: a message that fits a command slot, to a peer
+/// The express path of the fi_inject family: a message of up to the inject size (inline in the
+/// command, or in one of the receiver's inject buffers: the engine's `send_express`), to a peer
 /// already in use, from an endpoint with no send counter (an inject writes no CQ entry, so
 /// there is nothing to report). False, with nothing sent, for anything else: `send` takes it,
 /// and also says why a send fails.
 #[inline(always)]
-pub fn inject_inline(
+pub fn inject_express(
     st: &mut DomainState,
     id: usize,
     bytes: &[u8],
@@ -127,7 +128,7 @@ pub fn inject_inline(
     let Some(&Some(peer)) = ep.peers.get(dest as usize) else { return false };
     let Some(engine) = ep.engine.as_mut() else { return false };
     let hdr = header(tag, data, bytes.len());
-    crate::debug!(EpData, "inject to {dest} len {} tag {:#x} app {} (inline)", hdr.len, hdr.tag, hdr.app);
+    crate::debug!(EpData, "inject to {dest} len {} tag {:#x} app {} (express)", hdr.len, hdr.tag, hdr.app);
     engine.send_express(peer, &hdr, bytes)
 }
 

@@ -399,9 +399,7 @@ impl Endpoint {
             }
         }
         events += self.drain_commands(h);
-        if !self.resp_rx.is_empty(&self.region.resp_ring()) {
-            events += self.drain_responses(h);
-        }
+        events += self.drain_responses(h);
         if !self.resp_backlog.is_empty() {
             self.flush_resp_backlog();
         }
