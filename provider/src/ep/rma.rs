@@ -106,6 +106,7 @@
 
 use super::read_req::{u64_at, Bytes, ReadReq, ReturnBy, WRITE_BACK_RANGES_MAX};
 use super::replies::{Pending, Replies};
+use super::tx::Returns;
 use super::{Sinks, TxOp};
 use crate::atomic::apply::{self, Kind};
 use crate::cq::CqEvent;
@@ -414,38 +415,36 @@ pub fn start_inline(st: &mut crate::domain::DomainState, id: usize, a: OneSided,
             (hdr, Payload::App(local), tx, None)
         }
         Op::Read { local } => {
-            let op_id = ep.rma.new_op();
             let engine = ep.engine.as_mut().expect("checked above");
-            // One round trip: the target places the bytes in a buffer of ours, named here, or
-            // (larger ones, where CMA works) writes them straight into the caller's buffer.
-            // Otherwise (a target with time to spare, no answer buffer free, too many ranges,
-            // no CMA) it sends a reply.
+            // One round trip: the target answers with the bytes (up to ANSWER_DATA_MAX), places
+            // them in a buffer of ours, named here, or (larger ones, where CMA works) writes
+            // them straight into the caller's buffer. Otherwise (a target with time to spare,
+            // no answer buffer free, too many ranges, no CMA) it sends a reply.
             if len > ANSWER_DATA_MAX && len <= crate::params::config().read_one_trip_max {
                 answer_buf = engine.reserve_answer_buf(len).ok();
             }
+            let answered = len <= ANSWER_DATA_MAX || answer_buf.is_some();
+            let write_back = !answered
+                && len > engine.params().inject_max
+                && local.len() <= WRITE_BACK_RANGES_MAX
+                && engine.cma_with(peer);
             let by = match answer_buf {
                 Some(buf) => ReturnBy::AnswerBuf(buf.wire()),
                 None if pushed => ReturnBy::Pushed,
-                None if len > engine.params().inject_max
-                    && local.len() <= WRITE_BACK_RANGES_MAX
-                    && engine.cma_with(peer) =>
-                {
-                    ReturnBy::WriteBack(
-                        local.iter().map(|&(a, n)| RemoteIov { addr: a as u64, len: n as u64 }).collect(),
-                    )
-                }
+                None if write_back => ReturnBy::WriteBack(
+                    local.iter().map(|&(a, n)| RemoteIov { addr: a as u64, len: n as u64 }).collect(),
+                ),
                 None => ReturnBy::Reply,
             };
-            let write_back = matches!(by, ReturnBy::WriteBack(_));
+            let (op_id, returns, reply) = ep.rma.returns(local, len, answered, write_back);
             let payload = ReadReq { op_id, len: len as u64, by }.encode();
             let hdr = header(app(KIND_READ_REQ, 0), a.key, a.addr, 0, payload.len());
             let tx =
-                TxOp::new(a.ctx, (ffi::FI_RMA | ffi::FI_READ) as u64, wanted, super::TxKind::Read).with_reply(op_id);
-            (hdr, Payload::Own(payload), tx, Some(Reply { op_id, local, want: len, write_back }))
+                TxOp::new(a.ctx, (ffi::FI_RMA | ffi::FI_READ) as u64, wanted, super::TxKind::Read).returning(returns);
+            (hdr, Payload::Own(payload), tx, reply)
         }
         Op::Atomic { desc, operand, compare, result } => {
-            // Only fetching kinds are matched to a reply by their id; a base atomic sends 0.
-            let op_id = if desc.kind == Kind::Write { 0 } else { ep.rma.new_op() };
+            let (op_id, tx, reply) = atomic_tx(&mut ep.rma, desc, &a, wanted, result);
             // The request: op id, then the operands and compare values, copied from the
             // application's buffers into one array sized by the operation (checked against
             // their lengths by the entry point).
@@ -462,7 +461,6 @@ pub fn start_inline(st: &mut crate::domain::DomainState, id: usize, a: OneSided,
                 return Err(FiError::INVAL);
             }
             let hdr = header(app(KIND_ATOMIC, 0), a.key, a.addr, desc.pack(), payload.len());
-            let (tx, reply) = atomic_tx(desc, &a, wanted, op_id, result);
             (hdr, Payload::Own(payload), tx, reply)
         }
     };
@@ -503,14 +501,12 @@ pub fn start_atomic(
     let peer = super::tx::peer_for(ep, avs, a.dest)?;
     let wanted = wanted(ep, &a);
     let slot = ep.tx_ops.vacant_key();
-    // Only fetching kinds are matched to a reply by their id; a base atomic sends 0.
-    let op_id = if desc.kind == Kind::Write { 0 } else { ep.rma.new_op() };
-    req.get_mut(..8).ok_or(FiError::INVAL)?.copy_from_slice(&op_id.to_le_bytes());
     let mut local = Ranges::new();
     if desc.kind != Kind::Write {
         local.push((result, desc.bytes()));
     }
-    let (tx, reply) = atomic_tx(desc, &a, wanted, op_id, local);
+    let (op_id, tx, reply) = atomic_tx(&mut ep.rma, desc, &a, wanted, local);
+    req.get_mut(..8).ok_or(FiError::INVAL)?.copy_from_slice(&op_id.to_le_bytes());
     let hdr = header(app(KIND_ATOMIC, 0), a.key, a.addr, desc.pack(), req.len());
     let engine = ep.engine.as_mut().expect("checked by admit");
     let acked = reply.is_some() || acknowledged(ep.tx_op_flags, &a, &mut ep.rma, engine, peer);
@@ -560,15 +556,21 @@ fn acknowledged(op_flags: u64, a: &OneSided, rma: &mut RmaState, engine: &Endpoi
     !early || rma.loopback(engine, peer)
 }
 
-/// An atomic's transmit record, and where a fetching one's old values go.
+/// An atomic's operation id for its request, its transmit record, and where a fetching one's
+/// old values go (`RmaState::returns`: the target answers with them when they fit the answer).
+/// A base atomic sends id 0.
 #[inline(always)]
-fn atomic_tx(desc: Desc, a: &OneSided, wanted: bool, op_id: u64, result: Ranges) -> (TxOp, Option<Reply>) {
+fn atomic_tx(rma: &mut RmaState, desc: Desc, a: &OneSided, wanted: bool, result: Ranges) -> (u64, TxOp, Option<Reply>) {
     match desc.kind {
-        Kind::Write => (TxOp::new(a.ctx, (ffi::FI_ATOMIC | ffi::FI_WRITE) as u64, wanted, super::TxKind::Write), None),
-        _ => (
-            TxOp::new(a.ctx, (ffi::FI_ATOMIC | ffi::FI_READ) as u64, wanted, super::TxKind::Read).with_reply(op_id),
-            Some(Reply { op_id, local: result, want: desc.bytes(), write_back: false }),
-        ),
+        Kind::Write => {
+            (0, TxOp::new(a.ctx, (ffi::FI_ATOMIC | ffi::FI_WRITE) as u64, wanted, super::TxKind::Write), None)
+        }
+        _ => {
+            let want = desc.bytes();
+            let (op_id, returns, reply) = rma.returns(result, want, want <= ANSWER_DATA_MAX, false);
+            let tx = TxOp::new(a.ctx, (ffi::FI_ATOMIC | ffi::FI_READ) as u64, wanted, super::TxKind::Read);
+            (op_id, tx.returning(returns), reply)
+        }
     }
 }
 
@@ -674,6 +676,30 @@ enum Payload {
 impl RmaState {
     fn new_op(&mut self) -> u64 {
         self.pending.next_id()
+    }
+
+    /// Where the `want` bytes of a read or fetching atomic for `local` come back, and the
+    /// operation id its request carries. In the answer itself when the target will answer with
+    /// them (`answered`: they fit the response entry, or an answer buffer of ours is named) and
+    /// they go to at most one buffer of the caller's: the transmit record holds where (id 0,
+    /// which the target does not use then). Otherwise in a reply (or by a write-back), matched
+    /// by a new operation id.
+    #[inline(always)]
+    fn returns(
+        &mut self,
+        local: Ranges,
+        want: usize,
+        answered: bool,
+        write_back: bool,
+    ) -> (u64, Returns, Option<Reply>) {
+        match *local.as_slice() {
+            [] if answered => (0, Returns::Answer { addr: 0, len: want, got: None }, None),
+            [(addr, _)] if answered => (0, Returns::Answer { addr, len: want, got: None }, None),
+            _ => {
+                let op_id = self.new_op();
+                (op_id, Returns::Reply(op_id), Some(Reply { op_id, local, want, write_back }))
+            }
+        }
     }
 
     /// Whether `peer` is this endpoint itself (remembered per peer: ids are never reused).
@@ -1090,8 +1116,22 @@ pub fn reply_delivered(
 
 /// The initiator side of `on_send_answer`: the target answered the operation in tx slot `slot`
 /// with its reply's bytes (small reads, fetching atomics); `answered` follows.
-pub fn answer_data(rma: &mut RmaState, tx_ops: &Slab<TxOp>, slot: usize, data: &[u8]) {
-    let Some(op_id) = tx_ops.get(slot).and_then(|op| op.reply) else { return };
+pub fn answer_data(rma: &mut RmaState, tx_ops: &mut Slab<TxOp>, slot: usize, data: &[u8]) {
+    let op_id = match tx_ops.get_mut(slot).map(|op| &mut op.returns) {
+        Some(Returns::Answer { addr, len, got: got @ None }) => {
+            // The length is the target's word: checked before a byte reaches the user's buffer.
+            let fits = data.len() == *len;
+            if fits {
+                // SAFETY: the application's result buffer of `len` bytes (one range, the whole
+                // result), which it leaves alone until the operation completes; written once.
+                unsafe { smr_core::copy::copy_bytes(data.as_ptr(), *addr as *mut u8, data.len()) };
+            }
+            *got = Some(fits);
+            return;
+        }
+        Some(&mut Returns::Reply(op_id)) => op_id,
+        _ => return,
+    };
     let Some(p) = rma.pending.get_mut(op_id) else { return };
     if let Some(dest) = p.dest.take() {
         // The length is the target's word: checked before a byte reaches the user's buffer.
@@ -1114,9 +1154,21 @@ pub fn answered(
     result: smr_core::Result<()>,
     sinks: &mut Sinks,
 ) {
-    let Some(op_id) = tx_ops.get(slot).and_then(|op| op.reply) else {
-        super::tx::send_finished(tx_ops, slot, result, sinks);
-        return;
+    let op_id = match tx_ops.get(slot).map(|op| op.returns) {
+        Some(Returns::Reply(op_id)) => op_id,
+        Some(Returns::Answer { got, .. }) => {
+            let result = result.and(match got {
+                Some(true) => Ok(()),
+                Some(false) => Err(EngineError::Corrupt("answer of the wrong length")),
+                None => Err(EngineError::Corrupt("answered without a reply")),
+            });
+            super::tx::send_finished(tx_ops, slot, result, sinks);
+            return;
+        }
+        _ => {
+            super::tx::send_finished(tx_ops, slot, result, sinks);
+            return;
+        }
     };
     match rma.pending.get_mut(op_id) {
         // The target wrote the bytes into our buffer before it answered.
@@ -1300,7 +1352,7 @@ mod tests {
         let mut rma = RmaState::default();
         let mut tx_ops = Slab::new();
         let op_id = rma.new_op();
-        let slot = tx_ops.insert(TxOp::new(0, 0, false, super::super::TxKind::Read).with_reply(op_id));
+        let slot = tx_ops.insert(TxOp::new(0, 0, false, super::super::TxKind::Read).returning(Returns::Reply(op_id)));
         let dest = [(buf.as_mut_ptr() as usize, buf.len())].into_iter().collect();
         rma.pending.insert(op_id, Pending::new(slot, dest, want, false));
         (rma, tx_ops, op_id)
@@ -1314,17 +1366,73 @@ mod tests {
         for (want, answer) in [(100usize, 4096usize), (100, 99), (33, 32), (16384, 0)] {
             let mut buf = vec![0xC5u8; want];
             let (mut rma, tx_ops, op_id) = pending_read(&mut buf, want);
-            answer_data(&mut rma, &tx_ops, 0, &vec![7u8; answer]);
+            answer_data(&mut rma, &mut { tx_ops }, 0, &vec![7u8; answer]);
             let got = rma.pending.get_mut(op_id).and_then(|p| p.got.clone());
             assert!(matches!(got, Some(Err(EngineError::Corrupt(_)))), "{want} B read, {answer} B answer: {got:?}");
             drop(rma);
             assert!(buf.iter().all(|&b| b == 0xC5), "{want} B read: buffer written by a {answer} B answer");
         }
         let mut buf = vec![0u8; 1000];
-        let (mut rma, tx_ops, op_id) = pending_read(&mut buf, 1000);
-        answer_data(&mut rma, &tx_ops, 0, &[9u8; 1000]);
+        let (mut rma, mut tx_ops, op_id) = pending_read(&mut buf, 1000);
+        answer_data(&mut rma, &mut tx_ops, 0, &[9u8; 1000]);
         assert_eq!(rma.pending.get_mut(op_id).and_then(|p| p.got.clone()), Some(Ok(1000)));
         drop(rma);
         assert!(buf.iter().all(|&b| b == 9));
+    }
+
+    /// A read or fetching atomic answered with its bytes (`Returns::Answer`, no reply id):
+    /// completes with the right length copied, and fails with the buffer untouched for an answer
+    /// of another length, an answer with no bytes, or a refusal. `answer`: the bytes the target
+    /// answered with (None: none), `result`: the answer's status. Returns the counter's
+    /// (value, errors) and the buffer.
+    fn answered_read(want: usize, answer: Option<&[u8]>, result: smr_core::Result<()>) -> ((u64, u64), Vec<u8>) {
+        let mut buf = vec![0xC5u8; want];
+        let mut rma = RmaState::default();
+        let (op_id, returns, reply) =
+            rma.returns([(buf.as_mut_ptr() as usize, want)].into_iter().collect(), want, true, false);
+        assert!(op_id == 0 && reply.is_none(), "an answered read keeps no reply record");
+        let mut tx_ops = Slab::new();
+        let slot = tx_ops.insert(TxOp::new(0, 0, false, super::super::TxKind::Read).returning(returns));
+        let (mut cqs, mut cntrs) = (Slab::new(), Slab::new());
+        let cntr = cntrs.insert(crate::cntr::CntrState { value: 0, errors: 0, eps: vec![], mrs: 0 });
+        let b = super::super::Bindings { read_cntr: Some(cntr), ..Default::default() };
+        let mut sinks = Sinks { cqs: &mut cqs, cntrs: &mut cntrs, b: &b };
+        if let Some(data) = answer {
+            answer_data(&mut rma, &mut tx_ops, slot, data);
+        }
+        answered(&mut rma, &mut tx_ops, slot, result, &mut sinks);
+        assert!(tx_ops.is_empty(), "the operation finished");
+        ((cntrs[cntr].value, cntrs[cntr].errors), buf)
+    }
+
+    #[test]
+    fn reads_answered_with_their_bytes_complete_only_with_the_length_asked() {
+        for want in [0usize, 1, 8, 32, 1000] {
+            let bytes: Vec<u8> = (0..want).map(|i| i as u8 ^ 0x5A).collect();
+            let (counted, buf) = answered_read(want, Some(&bytes), Ok(()));
+            assert_eq!((counted, &buf), ((1, 0), &bytes), "{want} B answered with {want} B");
+        }
+        for (want, answer) in [(8usize, 7usize), (8, 9), (32, 0), (1, 32)] {
+            let (counted, buf) = answered_read(want, Some(&vec![7u8; answer]), Ok(()));
+            assert_eq!(counted, (0, 1), "{want} B read, {answer} B answer: an error");
+            assert!(buf.iter().all(|&b| b == 0xC5), "{want} B read: buffer written by a {answer} B answer");
+        }
+        let (counted, buf) = answered_read(8, None, Ok(()));
+        assert_eq!(counted, (0, 1), "answered without its bytes: an error");
+        assert!(buf.iter().all(|&b| b == 0xC5));
+        let (counted, buf) = answered_read(8, None, Err(EngineError::Refused(ffi::FI_EACCES)));
+        assert_eq!(counted, (0, 1), "refused: an error");
+        assert!(buf.iter().all(|&b| b == 0xC5));
+    }
+
+    #[test]
+    fn reads_into_several_buffers_or_not_answered_keep_a_reply_record() {
+        let mut rma = RmaState::default();
+        let two: Ranges = [(0x1000usize, 4usize), (0x2000, 4)].into_iter().collect();
+        let (op_id, returns, reply) = rma.returns(two, 8, true, false);
+        assert!(op_id != 0 && returns == Returns::Reply(op_id) && reply.is_some());
+        let one: Ranges = [(0x1000usize, 64usize)].into_iter().collect();
+        let (op_id, returns, reply) = rma.returns(one, 64, false, false);
+        assert!(op_id != 0 && returns == Returns::Reply(op_id) && reply.is_some());
     }
 }

@@ -18,8 +18,23 @@ pub struct TxOp {
     flags: u64,
     wanted: bool,
     kind: TxKind,
-    /// Reads and fetching atomics: the id their reply carries.
-    pub reply: Option<u64>,
+    /// Where the data of a read or fetching atomic comes back.
+    pub returns: Returns,
+}
+
+/// Where the data of a transmit operation comes back, if it waits for any.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Returns {
+    /// None: a send, a write, a base atomic.
+    Nothing,
+    /// In a reply message, or written back by the target, matched by this operation id in
+    /// `RmaState`'s replies.
+    Reply(u64),
+    /// In the target's answer itself (`Handler::on_send_answer`: the bytes ride in the response
+    /// entry or in an answer buffer of ours), into one buffer of the caller's, `len` bytes at
+    /// `addr`. `got` says whether an answer's bytes came, and whether of that length: nothing
+    /// to look up by id, and nothing kept outside this record.
+    Answer { addr: usize, len: usize, got: Option<bool> },
 }
 
 /// Which counter a transmit operation bumps.
@@ -32,11 +47,11 @@ pub enum TxKind {
 
 impl TxOp {
     pub fn new(ctx: usize, flags: u64, wanted: bool, kind: TxKind) -> TxOp {
-        TxOp { ctx, flags, wanted, kind, reply: None }
+        TxOp { ctx, flags, wanted, kind, returns: Returns::Nothing }
     }
 
-    pub fn with_reply(self, op_id: u64) -> TxOp {
-        TxOp { reply: Some(op_id), ..self }
+    pub fn returning(self, returns: Returns) -> TxOp {
+        TxOp { returns, ..self }
     }
 
     pub fn kind(&self) -> TxKind {

@@ -27,7 +27,7 @@ use crate::region::Region;
 use crate::ring::{Consumer, Pop, StallWatch};
 use peers::{OutPeer, SrcTable};
 use recv::{Held, SarRx};
-use send::PendingSend;
+use send::{AckedSend, PendingSend};
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
@@ -287,6 +287,11 @@ pub struct Endpoint {
     /// went still arrive, hold our buffers, and (inline and inject ones) still carry data.
     forgotten: HashMap<SrcId, String>,
     pending: IdMap<u64, PendingSend>,
+    /// Acknowledged small sends, all in the ring already: only whom they went to and whom to
+    /// tell (`send::AckedSend`), kept apart from `pending`, whose records carry a buffer and SAR
+    /// state (about 140 bytes moved in and out of the map on every acknowledged write, read and
+    /// atomic).
+    acked: IdMap<u64, AckedSend>,
     sar_tx: VecDeque<u64>,
     sar_rx: HashMap<(SrcId, u64), SarRx>,
     held: IdMap<MsgKey, Held>,
@@ -347,6 +352,7 @@ impl Endpoint {
             inp: SrcTable::default(),
             forgotten: HashMap::new(),
             pending: IdMap::default(),
+            acked: IdMap::default(),
             sar_tx: VecDeque::new(),
             sar_rx: HashMap::new(),
             held: IdMap::default(),
@@ -384,7 +390,7 @@ impl Endpoint {
 
     /// Operations still waiting for a peer (sends not yet completed, partial receives).
     pub fn outstanding(&self) -> usize {
-        self.pending.len() + self.sar_rx.len()
+        self.pending.len() + self.acked.len() + self.sar_rx.len()
     }
 
     /// Run the engine once. Returns how many events it handled.

@@ -369,7 +369,8 @@ impl Endpoint {
     /// the number of completions raised.
     pub(super) fn check_peers(&mut self, h: &mut impl Handler) -> usize {
         let mut events = 0;
-        let waited: std::collections::HashSet<PeerId> = self.pending.values().map(|s| s.peer).collect();
+        let waited: std::collections::HashSet<PeerId> =
+            self.pending.values().map(|s| s.peer).chain(self.acked.values().map(|s| s.peer)).collect();
         for (id, p) in self.out.iter_mut().enumerate() {
             let Some(link) = &mut p.link else { continue };
             let watched = waited.contains(&(id as PeerId)) || !link.acked || link.used;

@@ -146,6 +146,15 @@ pub(super) struct PendingSend {
     pub answer: Option<AnswerBuf>,
 }
 
+/// An acknowledged small send: in the receiver's ring whole, waiting for its answer. Nothing of
+/// it is sent again, so no buffer or header is kept.
+pub(super) struct AckedSend {
+    pub peer: PeerId,
+    pub cookie: u64,
+    /// The buffer of ours its answer goes into (`answer.rs`): freed when the send ends.
+    pub answer: Option<AnswerBuf>,
+}
+
 impl Endpoint {
     /// Send `buf` with header `hdr` to `peer`.
     ///
@@ -272,7 +281,7 @@ impl Endpoint {
         match self.push_small(peer, msg_id, &hdr, opts, Small::Bytes(bytes)) {
             Err(Error::Again) => Err(self.check_full_peer(peer)),
             Err(e) => Err(e),
-            Ok(()) => Ok(self.after_small(peer, msg_id, hdr, opts, || LocalIov::owned(Vec::new()), answer)),
+            Ok(()) => Ok(self.after_small(peer, msg_id, opts, answer)),
         }
     }
 
@@ -286,7 +295,7 @@ impl Endpoint {
     ) -> Result<SendStatus> {
         if buf.len() <= self.params.inject_max {
             self.push_small(peer, msg_id, &hdr, opts, Small::Iov(&buf))?;
-            return Ok(self.after_small(peer, msg_id, hdr, opts, || buf, None));
+            return Ok(self.after_small(peer, msg_id, opts, None));
         }
         if !self.flush_staged_before(peer) {
             return Err(Error::Again);
@@ -370,23 +379,12 @@ impl Endpoint {
     }
 
     /// A small message is out: done, unless its sender wants the receiver's acknowledgement.
-    fn after_small(
-        &mut self,
-        peer: PeerId,
-        msg_id: u64,
-        hdr: MsgHeader,
-        opts: SendOpts,
-        buf: impl FnOnce() -> LocalIov,
-        answer: Option<AnswerBuf>,
-    ) -> SendStatus {
+    fn after_small(&mut self, peer: PeerId, msg_id: u64, opts: SendOpts, answer: Option<AnswerBuf>) -> SendStatus {
         if !opts.delivery_complete {
             // A staged message completes once it is in the ring (reported by `progress`).
             return if opts.more { SendStatus::Pending } else { SendStatus::Done };
         }
-        // The data was copied out already; the buffer is kept only for the record.
-        let pending =
-            PendingSend { peer, cookie: opts.cookie, hdr, buf: buf(), sar_next: None, sar_continuation: false, answer };
-        self.pending.insert(msg_id, pending);
+        self.acked.insert(msg_id, AckedSend { peer, cookie: opts.cookie, answer });
         SendStatus::Pending
     }
 
@@ -466,6 +464,12 @@ impl Endpoint {
             self.stats.corrupt_commands += 1;
             return 0;
         };
+        if let Some(send) = self.acked.remove(&entry.msg_id) {
+            // A small send has no CMA read to fail: that answer is a peer's error.
+            let status = if status == Status::CmaFailed { None } else { Some(status) };
+            self.finish_send(status, entry, send.cookie, send.answer, h);
+            return 1;
+        }
         let Some(send) = self.pending.get_mut(&entry.msg_id) else {
             self.stats.corrupt_commands += 1;
             return 0;
@@ -482,40 +486,70 @@ impl Endpoint {
             return 0;
         }
         let send = self.pending.remove(&entry.msg_id).expect("looked up above");
+        self.finish_send(Some(status), entry, send.cookie, send.answer, h);
+        1
+    }
+
+    /// A send's answer (`entry`, of `status`; None: one that makes no sense for the send)
+    /// arrived: hand the handler its bytes, if it has any, free its answer buffer, and finish it.
+    fn finish_send(
+        &mut self,
+        status: Option<Status>,
+        entry: &RespEntry,
+        cookie: u64,
+        answer: Option<AnswerBuf>,
+        h: &mut impl Handler,
+    ) {
         let mut result = match status {
-            Status::Refused => Err(Error::Refused(entry.value.min(u64::from(u32::MAX)) as u32)),
-            _ => Ok(()),
+            Some(Status::Refused) => Err(Error::Refused(entry.value.min(u64::from(u32::MAX)) as u32)),
+            Some(_) => Ok(()),
+            None => Err(Error::Corrupt("an answer that does not fit the send")),
         };
-        match (status, send.answer) {
-            (Status::Answered, _) => {
+        match (status, answer) {
+            (Some(Status::Answered), _) => {
                 // A peer's count: clamp it to what the entry holds.
                 let n = (entry.value as usize).min(entry.data.len());
-                h.on_send_answer(send.cookie, &entry.data[..n]);
+                h.on_send_answer(cookie, &entry.data[..n]);
             }
-            (Status::Placed, Some(buf)) => h.on_send_answer(send.cookie, self.placed_answer(buf, entry.value)),
-            (Status::Placed, None) => {
+            (Some(Status::Placed), Some(buf)) => h.on_send_answer(cookie, self.placed_answer(buf, entry.value)),
+            (Some(Status::Placed), None) => {
                 self.stats.corrupt_commands += 1;
                 result = Err(Error::Corrupt("answer placed for a send that named no buffer"));
             }
+            (None, _) => self.stats.corrupt_commands += 1,
             _ => {}
         }
         // The handler has copied the answer out: the buffer is free again.
-        self.release_answer_buf(send.answer);
-        h.on_send_done(send.cookie, result);
-        1
+        self.release_answer_buf(answer);
+        h.on_send_done(cookie, result);
     }
 
     /// Fail every send waiting on `peer`.
     pub(super) fn fail_sends_to(&mut self, peer: PeerId, h: &mut impl Handler) -> usize {
-        let ids: Vec<u64> = self.pending.iter().filter(|(_, s)| s.peer == peer).map(|(&id, _)| id).collect();
-        for id in &ids {
-            let send = self.pending.remove(id).expect("listed above");
+        let mut ended: Vec<(u64, u64, Option<AnswerBuf>)> = Vec::new();
+        self.pending.retain(|&id, s| {
+            let gone = s.peer == peer;
+            if gone {
+                ended.push((id, s.cookie, s.answer));
+            }
+            !gone
+        });
+        self.acked.retain(|&id, s| {
+            let gone = s.peer == peer;
+            if gone {
+                ended.push((id, s.cookie, s.answer));
+            }
+            !gone
+        });
+        // In send order (ids grow), whichever map held them.
+        ended.sort_unstable_by_key(|e| e.0);
+        for &(_, cookie, answer) in &ended {
             // A dead receiver writes no more: its answer buffer is ours again.
-            self.release_answer_buf(send.answer);
-            h.on_send_done(send.cookie, Err(Error::PeerDead));
+            self.release_answer_buf(answer);
+            h.on_send_done(cookie, Err(Error::PeerDead));
         }
         self.sar_tx.retain(|id| self.pending.contains_key(id));
-        ids.len()
+        ended.len()
     }
 }
 

@@ -889,7 +889,7 @@ fn answers_placed(take_inline: bool) {
     let mut names = Vec::new();
     for (i, &len) in sizes.iter().enumerate() {
         assert_eq!(send_request(&mut a, to_b, i as u64, len), Ok(SendStatus::Pending), "size {len}");
-        names.push(a.pending.get(&(a.next_msg_id - 1)).and_then(|s| s.answer).unwrap());
+        names.push(a.acked.get(&(a.next_msg_id - 1)).and_then(|s| s.answer).unwrap());
     }
     assert_eq!(a.answer_bufs_held(), sizes.len());
     assert!(names[..5].iter().all(|n| n.wire() & (1 << 31) == 0), "inject buffers up to 4 KiB: {names:?}");
@@ -946,7 +946,8 @@ fn bad_answer_buffer_names_are_refused() {
 
 /// A hostile receiver's answers: a length beyond the buffer is clamped to it (the handler
 /// checks it against what it asked), an answer "placed" for a send that named no buffer fails
-/// that send; buffers come back either way.
+/// that send, and so does a CMA failure for a small send (which made no CMA read); a second
+/// answer to a finished send finishes nothing. Buffers come back either way.
 #[test]
 fn hostile_placed_answers_are_clamped_or_refused() {
     let (mut a, _b, to_b) = pair("hostileans", Params::default());
@@ -958,14 +959,17 @@ fn hostile_placed_answers_are_clamped_or_refused() {
     let opts = SendOpts { cookie: 2, delivery_complete: true, more: false, pull: false };
     a.send_bytes(to_b, hdr, &[0; 8], opts).unwrap();
     let without = a.next_msg_id - 1;
+    a.send_bytes(to_b, MsgHeader { tag: 3, ..hdr }, &[0; 8], SendOpts { cookie: 3, ..opts }).unwrap();
+    let small = a.next_msg_id - 1;
     // Forged responses, as the receiver would push them into our response ring.
     let peer = crate::region::Region::open(a.name()).unwrap();
-    for (msg_id, value) in [(with_buf, u64::MAX), (without, 8)] {
-        let entry = super::recv::done(msg_id, crate::cmd::Status::Placed, value);
+    use crate::cmd::Status::{CmaFailed, Placed};
+    for (msg_id, status, value) in [(with_buf, Placed, u64::MAX), (without, Placed, 8), (small, CmaFailed, 0)] {
+        let entry = super::recv::done(msg_id, status, value);
         peer.resp_ring().push(&entry).unwrap();
     }
     let dl = deadline();
-    while ha.sends_done.len() < 2 {
+    while ha.sends_done.len() < 3 {
         assert!(std::time::Instant::now() < dl, "forged answers not handled");
         a.progress(&mut ha);
     }
@@ -973,6 +977,16 @@ fn hostile_placed_answers_are_clamped_or_refused() {
     assert_eq!((ha.answers[0].0, ha.answers[0].1.len()), (1, INJECT_SIZE as usize), "length not clamped");
     assert_eq!(ha.sends_done[0], (1, Ok(())));
     assert!(matches!(ha.sends_done[1], (2, Err(Error::Corrupt(_)))), "{:?}", ha.sends_done);
+    assert!(matches!(ha.sends_done[2], (3, Err(Error::Corrupt(_)))), "{:?}", ha.sends_done);
+    assert_eq!(a.outstanding(), 0);
+    // Answered again: nothing is pending under that id any more.
+    let corrupt = a.stats().corrupt_commands;
+    peer.resp_ring().push(&super::recv::done(small, crate::cmd::Status::Ok, 0)).unwrap();
+    while a.stats().corrupt_commands == corrupt {
+        assert!(std::time::Instant::now() < dl, "second answer not seen");
+        a.progress(&mut ha);
+    }
+    assert_eq!(ha.sends_done.len(), 3, "a finished send finished again");
     assert_eq!(free_buffers(&a), free_before, "reserved buffers not returned");
 }
 
