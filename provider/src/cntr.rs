@@ -16,6 +16,8 @@ pub struct CntrState {
     /// Registrations that count remote accesses into this counter (`fi_mr_bind`): while any
     /// exist, reading it progresses every endpoint of the domain (any may be the target).
     pub mrs: usize,
+    /// The last call on it was a fi_cntr_read, which drove progress (`Call::ReadErr`).
+    pub just_read: bool,
 }
 
 #[repr(C)]
@@ -98,54 +100,78 @@ unsafe extern "C" fn cntr_close(fid: *mut ffi::fid) -> i32 {
     unsafe { object::close::<Cntr>(fid, ffi::FI_CLASS_CNTR, "fi_close(cntr)", release) }
 }
 
-/// Progress the counter's endpoints, then look at it.
-fn with_counter<T>(cntr: *mut ffi::fid_cntr, progress: bool, f: impl FnOnce(&mut CntrState) -> T) -> FiResult<T> {
+/// What a counter call does besides reading or changing it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Call {
+    /// fi_cntr_read: drive the endpoints that can move the counter first.
+    Read,
+    /// fi_cntr_readerr: the same, unless the call just before it on this counter was a
+    /// fi_cntr_read. A poll loop reads the pair on every turn (SOS's quiet and get waits: read,
+    /// readerr, then a CQ probe), and the second pass, a few nanoseconds after the first, found
+    /// nothing new but cost every turn an idle pass (about 200 instructions); the error count
+    /// the read's pass left is as current. A readerr on its own still drives progress.
+    ReadErr,
+    /// add, set, adderr, seterr: the application changes it, and waiters learn of that.
+    Change,
+    /// A look with no progress and no change (a wait's starting error count).
+    Look,
+}
+
+/// Look at (or change) the counter with `f`, after driving its endpoints as `call` says.
+fn with_counter<T>(cntr: *mut ffi::fid_cntr, call: Call, f: impl FnOnce(&mut CntrState) -> T) -> FiResult<T> {
     // SAFETY: libfabric contract.
     let c = unsafe { get(cntr.cast()) }?;
-    if progress {
+    if matches!(call, Call::Read | Call::ReadErr) {
         c.shared.app_polls();
     }
     let mut st = c.shared.lock();
-    // Waiters in other threads learn of what this pass (or, for add/set, `f`) changed.
-    if !progress || crate::progress::cntr(&mut st, c.id) > 0 {
+    let state = st.cntrs.get_mut(c.id).ok_or(FiError::INVAL)?;
+    let after_read = std::mem::replace(&mut state.just_read, call == Call::Read);
+    let drive = call == Call::Read || (call == Call::ReadErr && !after_read);
+    // Waiters in other threads learn of what this pass (or, for a change, `f`) changed.
+    if call == Call::Change || (drive && crate::progress::cntr(&mut st, c.id) > 0) {
         c.shared.completed();
     }
     Ok(f(st.cntrs.get_mut(c.id).ok_or(FiError::INVAL)?))
 }
 
 unsafe extern "C" fn cntr_read(cntr: *mut ffi::fid_cntr) -> u64 {
-    crate::guard("fi_cntr_read", 0, || with_counter(cntr, true, |c| c.value).unwrap_or(0))
+    crate::guard("fi_cntr_read", 0, || with_counter(cntr, Call::Read, |c| c.value).unwrap_or(0))
 }
 
 unsafe extern "C" fn cntr_readerr(cntr: *mut ffi::fid_cntr) -> u64 {
-    crate::guard("fi_cntr_readerr", 0, || with_counter(cntr, true, |c| c.errors).unwrap_or(0))
+    crate::guard("fi_cntr_readerr", 0, || with_counter(cntr, Call::ReadErr, |c| c.errors).unwrap_or(0))
 }
 
 unsafe extern "C" fn cntr_add(cntr: *mut ffi::fid_cntr, value: u64) -> i32 {
     crate::guard("fi_cntr_add", FiError::OTHER.code(), || {
-        int_ret(with_counter(cntr, false, |c| c.value = c.value.wrapping_add(value)))
+        int_ret(with_counter(cntr, Call::Change, |c| c.value = c.value.wrapping_add(value)))
     })
 }
 
 unsafe extern "C" fn cntr_set(cntr: *mut ffi::fid_cntr, value: u64) -> i32 {
-    crate::guard("fi_cntr_set", FiError::OTHER.code(), || int_ret(with_counter(cntr, false, |c| c.value = value)))
+    crate::guard("fi_cntr_set", FiError::OTHER.code(), || {
+        int_ret(with_counter(cntr, Call::Change, |c| c.value = value))
+    })
 }
 
 unsafe extern "C" fn cntr_adderr(cntr: *mut ffi::fid_cntr, value: u64) -> i32 {
     crate::guard("fi_cntr_adderr", FiError::OTHER.code(), || {
-        int_ret(with_counter(cntr, false, |c| c.errors = c.errors.wrapping_add(value)))
+        int_ret(with_counter(cntr, Call::Change, |c| c.errors = c.errors.wrapping_add(value)))
     })
 }
 
 unsafe extern "C" fn cntr_seterr(cntr: *mut ffi::fid_cntr, value: u64) -> i32 {
-    crate::guard("fi_cntr_seterr", FiError::OTHER.code(), || int_ret(with_counter(cntr, false, |c| c.errors = value)))
+    crate::guard("fi_cntr_seterr", FiError::OTHER.code(), || {
+        int_ret(with_counter(cntr, Call::Change, |c| c.errors = value))
+    })
 }
 
 /// Wait until the counter reaches `threshold`; an error count that moves ends the wait.
 fn wait(cntr: *mut ffi::fid_cntr, threshold: u64, timeout_ms: c_int) -> FiResult<()> {
     // SAFETY: libfabric contract.
     let c = unsafe { get(cntr.cast()) }?;
-    let start_errors = with_counter(cntr, false, |s| s.errors)?;
+    let start_errors = with_counter(cntr, Call::Look, |s| s.errors)?;
     let eps = (crate::progress::cntr_wait_eps as crate::block::Bound, c.id);
     crate::block::until(&c.shared, timeout_ms, FiError::TIMEDOUT, eps, |st| {
         if crate::progress::cntr(st, c.id) > 0 {

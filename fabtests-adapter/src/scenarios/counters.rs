@@ -8,7 +8,7 @@
 //! - a counter bound to one MR with fi_mr_bind(FI_REMOTE_WRITE) (as SOS does: counter opened,
 //!   MR registered and bound after fi_enable) counts the writes and atomics into that MR only.
 //!
-//! fi_cntr_readerr stays 0 everywhere.
+//! fi_cntr_readerr stays 0 everywhere but in `readerr_polls`, which polls it for a refused write.
 
 use super::rma_util::{
     self as u, must, payload, split, AKind, EpExt, Peer, Spec, Target, ATOMIC, BASIC, MSG, READ, REMOTE_READ,
@@ -56,6 +56,13 @@ pub fn scenarios() -> Vec<Scenario> {
             40,
             mr_bind::<true>,
             "cntr/mr_bind with FI_MR_RMA_EVENT in the hints (SOS's ENABLE_MR_RMA_EVENT): FI_RMA_EVENT MRs, fi_mr_enable",
+        ),
+        scn(
+            "cntr/readerr_polls",
+            2,
+            40,
+            readerr_polls,
+            "fi_cntr_readerr alone drives progress (a refused write's error arrives), and read+readerr pairs see every count",
         ),
     ]
 }
@@ -484,5 +491,51 @@ fn mr_bind<const RMA_EV: bool>(r: &mut Rank) -> TResult {
         run_op(&mut p, k, op, at[k], t1, w[k])?;
     }
     p.barrier(r)?;
+    p.barrier(r)
+}
+
+/// An initiator that polls only fi_cntr_readerr for a write the target refuses (a wrong key):
+/// the error must arrive, so readerr must drive progress on its own (rshm skips the pass only
+/// right after a fi_cntr_read, SOS's pair). Then writes polled with read + readerr pairs, as
+/// SOS's quiet does: every one counts, and the error count stays where the refusal left it.
+fn readerr_polls(r: &mut Rank) -> TResult {
+    const WRITES: u64 = 50;
+    let mut spec = Spec::new(MSG | RMA, BASIC);
+    if r.rank == TARGET {
+        let mut p = open_pair(r, &spec)?;
+        let reg = p.alloc(REGION);
+        let (_, mi) = p.reg(reg, 0, REGION, REMOTE_READ | REMOTE_WRITE, 0xC0, 0)?;
+        p.share_mrs(r, &[mi])?;
+        r.pmi.allgather_with("done", Some(&mut || p.progress().map(|_| ())))?;
+        let got = p.region(reg).read(0, 8);
+        ensure!(got == WRITES.to_le_bytes(), "the last write left {got:?}, expected {WRITES} (little-endian)");
+        return p.barrier(r);
+    }
+    spec.cntrs_before_enable = vec![WRITE];
+    let mut p = open_pair(r, &spec)?;
+    let t = remote(&mut p, r)?;
+    let wrong = Target { key: t.key ^ 0xBAD0_0000, ..t };
+    let rma = [ffi::fi_rma_iov { addr: wrong.addr, len: 8, key: wrong.key }];
+    // Delivery complete: only a completion that waits for the target can carry its refusal.
+    let refused = p.writemsg("write to a wrong key", vec![vec![1; 8]], wrong.dest, &rma, u::DELIVERY_COMPLETE, 0)?;
+    must("fi_writemsg to a wrong key", refused)?;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while p.cntr(0).readerr() == 0 {
+        ensure!(std::time::Instant::now() < deadline, "no error within 10 s of polling fi_cntr_readerr alone");
+    }
+    ensure!(p.cntr(0).read() == 0, "the refused write counted as a success");
+    for k in 1..=WRITES {
+        must("fi_write", p.write("write", k.to_le_bytes().to_vec(), t, None)?)?;
+        loop {
+            let (done, errors) = (p.cntr(0).read(), p.cntr(0).readerr());
+            ensure!(errors == 1, "fi_cntr_readerr {errors} after write {k} (1 refused write)");
+            if done == k {
+                break;
+            }
+            ensure!(done < k, "FI_WRITE counter {done} after {k} writes");
+            ensure!(std::time::Instant::now() < deadline, "write {k} not counted within 10 s (counter {done})");
+        }
+    }
+    r.pmi.allgather_with("done", Some(&mut || p.progress().map(|_| ())))?;
     p.barrier(r)
 }

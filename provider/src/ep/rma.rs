@@ -1394,7 +1394,7 @@ mod tests {
         let mut tx_ops = Slab::new();
         let slot = tx_ops.insert(TxOp::new(0, 0, false, super::super::TxKind::Read).returning(returns));
         let (mut cqs, mut cntrs) = (Slab::new(), Slab::new());
-        let cntr = cntrs.insert(crate::cntr::CntrState { value: 0, errors: 0, eps: vec![], mrs: 0 });
+        let cntr = cntrs.insert(crate::cntr::CntrState::default());
         let b = super::super::Bindings { read_cntr: Some(cntr), ..Default::default() };
         let mut sinks = Sinks { cqs: &mut cqs, cntrs: &mut cntrs, b: &b };
         if let Some(data) = answer {
