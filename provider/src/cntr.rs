@@ -109,7 +109,9 @@ enum Call {
     /// fi_cntr_read. A poll loop reads the pair on every turn (SOS's quiet and get waits: read,
     /// readerr, then a CQ probe), and the second pass, a few nanoseconds after the first, found
     /// nothing new but cost every turn an idle pass (about 200 instructions); the error count
-    /// the read's pass left is as current. A readerr on its own still drives progress.
+    /// the read's pass left is as current. A readerr on its own still drives progress. After
+    /// the pair, the probe of a CQ of the same endpoints skips its pass too
+    /// (`DomainState::pair_drove`).
     ReadErr,
     /// add, set, adderr, seterr: the application changes it, and waiters learn of that.
     Change,
@@ -125,9 +127,13 @@ fn with_counter<T>(cntr: *mut ffi::fid_cntr, call: Call, f: impl FnOnce(&mut Cnt
         c.shared.app_polls();
     }
     let mut st = c.shared.lock();
+    st.pair_drove = None;
     let state = st.cntrs.get_mut(c.id).ok_or(FiError::INVAL)?;
     let after_read = std::mem::replace(&mut state.just_read, call == Call::Read);
     let drive = call == Call::Read || (call == Call::ReadErr && !after_read);
+    if call == Call::ReadErr && after_read {
+        st.pair_drove = Some(c.id);
+    }
     // Waiters in other threads learn of what this pass (or, for a change, `f`) changed.
     if call == Call::Change || (drive && crate::progress::cntr(&mut st, c.id) > 0) {
         c.shared.completed();

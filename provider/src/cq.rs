@@ -203,7 +203,9 @@ fn read_locked(
     if !st.cqs.contains(id) {
         return Err(FiError::INVAL);
     }
-    if crate::progress::cq(st, id) > 0 {
+    let pair = st.pair_drove.take();
+    let fresh = count == 0 && pair.is_some_and(|cntr| crate::progress::probe_is_fresh(st, id, cntr));
+    if !fresh && crate::progress::cq(st, id) > 0 {
         shared.completed();
     }
     let cq = &mut st.cqs[id];

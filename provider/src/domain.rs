@@ -41,6 +41,11 @@ pub struct DomainState {
     pub mrs: MrTable,
     /// Numbers endpoint names within this process.
     pub next_ep_index: u32,
+    /// Set by a fi_cntr_readerr that took the pass of the fi_cntr_read just before it: that
+    /// counter, whose endpoints were driven then. The next counter or CQ read takes it; a
+    /// progress probe (fi_cq_read of count 0) on a CQ of those endpoints skips its pass
+    /// (`progress::probe_is_fresh`).
+    pub pair_drove: Option<usize>,
 }
 
 pub struct DomainShared {

@@ -60,6 +60,18 @@ pub fn cntr(st: &mut DomainState, cntr: usize) -> usize {
     }
 }
 
+/// Whether a progress probe of CQ `cq` (a fi_cq_read of count 0, which can return nothing)
+/// would drive only endpoints that the read of counter `cntr` drove one call before (its
+/// readerr took that pass: `DomainState::pair_drove`), so that it may skip the pass. SOS reads
+/// its counter's pair and then probes its target CQ on every turn of a wait; in its usual
+/// single-endpoint mode all three are bound to one endpoint.
+pub fn probe_is_fresh(st: &DomainState, cq: usize, cntr: usize) -> bool {
+    match (st.cqs.get(cq), st.cntrs.get(cntr)) {
+        (Some(q), Some(c)) => c.mrs > 0 || q.eps.iter().all(|e| c.eps.contains(e)),
+        _ => false,
+    }
+}
+
 /// Drive every endpoint of the domain.
 pub fn all(st: &mut DomainState) -> usize {
     drive(st, st.eps.iter().map(|(id, _)| id).collect())

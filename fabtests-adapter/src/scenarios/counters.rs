@@ -8,7 +8,7 @@
 //! - a counter bound to one MR with fi_mr_bind(FI_REMOTE_WRITE) (as SOS does: counter opened,
 //!   MR registered and bound after fi_enable) counts the writes and atomics into that MR only.
 //!
-//! fi_cntr_readerr stays 0 everywhere but in `readerr_polls`, which polls it for a refused write.
+//! fi_cntr_readerr stays 0 everywhere but in `poll_loops`, which polls it for a refused write.
 
 use super::rma_util::{
     self as u, must, payload, split, AKind, EpExt, Peer, Spec, Target, ATOMIC, BASIC, MSG, READ, REMOTE_READ,
@@ -58,11 +58,11 @@ pub fn scenarios() -> Vec<Scenario> {
             "cntr/mr_bind with FI_MR_RMA_EVENT in the hints (SOS's ENABLE_MR_RMA_EVENT): FI_RMA_EVENT MRs, fi_mr_enable",
         ),
         scn(
-            "cntr/readerr_polls",
+            "cntr/poll_loops",
             2,
             40,
-            readerr_polls,
-            "fi_cntr_readerr alone drives progress (a refused write's error arrives), and read+readerr pairs see every count",
+            poll_loops,
+            "fi_cntr_readerr alone and fi_cq_read of count 0 alone drive progress; SOS's wait loop (read, readerr, probe) sees every count",
         ),
     ]
 }
@@ -494,11 +494,16 @@ fn mr_bind<const RMA_EV: bool>(r: &mut Rank) -> TResult {
     p.barrier(r)
 }
 
-/// An initiator that polls only fi_cntr_readerr for a write the target refuses (a wrong key):
-/// the error must arrive, so readerr must drive progress on its own (rshm skips the pass only
-/// right after a fi_cntr_read, SOS's pair). Then writes polled with read + readerr pairs, as
-/// SOS's quiet does: every one counts, and the error count stays where the refusal left it.
-fn readerr_polls(r: &mut Rank) -> TResult {
+/// The poll loops a manual-progress application may run, each of which must drive progress:
+/// - the target serves the initiator's writes with progress probes alone (fi_cq_read of count
+///   0, which can return nothing: SOS's `shmem_transport_probe`);
+/// - the initiator polls only fi_cntr_readerr for a write the target refuses (a wrong key): the
+///   error must arrive, so readerr drives progress on its own (rshm skips that pass only right
+///   after a fi_cntr_read of the same counter, SOS's pair);
+/// - then it waits for writes as SOS's quiet does, with fi_cntr_read, fi_cntr_readerr and a
+///   probe on every turn (rshm drives progress once a turn there): every write counts, and the
+///   error count stays where the refusal left it.
+fn poll_loops(r: &mut Rank) -> TResult {
     const WRITES: u64 = 50;
     let mut spec = Spec::new(MSG | RMA, BASIC);
     if r.rank == TARGET {
@@ -506,7 +511,13 @@ fn readerr_polls(r: &mut Rank) -> TResult {
         let reg = p.alloc(REGION);
         let (_, mi) = p.reg(reg, 0, REGION, REMOTE_READ | REMOTE_WRITE, 0xC0, 0)?;
         p.share_mrs(r, &[mi])?;
-        r.pmi.allgather_with("done", Some(&mut || p.progress().map(|_| ())))?;
+        r.pmi.allgather_with(
+            "done",
+            Some(&mut || {
+                p.probe();
+                Ok(())
+            }),
+        )?;
         let got = p.region(reg).read(0, 8);
         ensure!(got == WRITES.to_le_bytes(), "the last write left {got:?}, expected {WRITES} (little-endian)");
         return p.barrier(r);
@@ -528,6 +539,7 @@ fn readerr_polls(r: &mut Rank) -> TResult {
         must("fi_write", p.write("write", k.to_le_bytes().to_vec(), t, None)?)?;
         loop {
             let (done, errors) = (p.cntr(0).read(), p.cntr(0).readerr());
+            p.probe();
             ensure!(errors == 1, "fi_cntr_readerr {errors} after write {k} (1 refused write)");
             if done == k {
                 break;

@@ -480,6 +480,12 @@ impl Peer {
         self.cq.as_ref().expect("cq open")
     }
 
+    /// A progress probe: `fi_cq_read(cq, buf, 0)`, which can return no entry (SOS's
+    /// `shmem_transport_probe`). Its return is not looked at, as SOS does not.
+    pub fn probe(&self) {
+        let _ = self.cq().read::<ffi::fi_cq_data_entry>(&mut []);
+    }
+
     pub fn cntr(&self, i: usize) -> &Cntr {
         &self.cntrs[i]
     }
