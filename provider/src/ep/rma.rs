@@ -425,6 +425,7 @@ pub fn start_inline(st: &mut crate::domain::DomainState, id: usize, a: OneSided,
             }
             let answered = len <= ANSWER_DATA_MAX || answer_buf.is_some();
             let write_back = !answered
+                && !pushed
                 && len > engine.params().inject_max
                 && local.len() <= WRITE_BACK_RANGES_MAX
                 && engine.cma_with(peer);
