@@ -199,13 +199,12 @@ fn read_locked(
     buf: *mut c_void,
     count: usize,
     src: *mut u64,
+    drive: bool,
 ) -> FiResult<usize> {
     if !st.cqs.contains(id) {
         return Err(FiError::INVAL);
     }
-    let pair = st.pair_drove.take();
-    let fresh = count == 0 && pair.is_some_and(|cntr| crate::progress::probe_is_fresh(st, id, cntr));
-    if !fresh && crate::progress::cq(st, id) > 0 {
+    if drive && crate::progress::cq(st, id) > 0 {
         shared.completed();
     }
     let cq = &mut st.cqs[id];
@@ -229,6 +228,17 @@ fn read_locked(
     Ok(n)
 }
 
+/// A progress probe: a read of count 0, which can return no entry (SOS's
+/// `shmem_transport_probe`). Right after a counter's read/readerr pair of the same endpoints it
+/// takes that pair's pass (`DomainState::pair_drove`, which it clears); otherwise it drives
+/// them as any read does. Apart from `read`, whose path stays as it was (checking the mark
+/// there cost every fi_cq_read about 18 instructions).
+#[inline(never)]
+fn probe(shared: &DomainShared, st: &mut DomainState, id: usize) -> FiResult<usize> {
+    let served = st.pair_drove.take().is_some_and(|cntr| crate::progress::probe_is_fresh(st, id, cntr));
+    read_locked(shared, st, id, std::ptr::null_mut(), 0, std::ptr::null_mut(), !served)
+}
+
 // `read`, `read_locked` and `progress::cq` are forced inline: one fi_cq_read was five calls
 // deep before any work, and an idle poll took 300 instructions (231 inlined).
 #[inline(always)]
@@ -240,7 +250,10 @@ fn read(cq: *mut ffi::fid_cq, buf: *mut c_void, count: usize, src: *mut u64) -> 
     }
     cq.shared.app_polls();
     let mut st = cq.shared.lock();
-    read_locked(&cq.shared, &mut st, cq.id, buf, count, src)
+    if count == 0 {
+        return probe(&cq.shared, &mut st, cq.id);
+    }
+    read_locked(&cq.shared, &mut st, cq.id, buf, count, src, true)
 }
 
 /// Blocking read: sleep on the bound endpoint's futex until something arrives or time is up.
@@ -252,7 +265,7 @@ fn sread(cq: *mut ffi::fid_cq, buf: *mut c_void, count: usize, src: *mut u64, ti
     }
     let eps = (crate::block::cq_eps as crate::block::Bound, obj.id);
     crate::block::until(&obj.shared, timeout_ms, FiError::AGAIN, eps, |st| {
-        match read_locked(&obj.shared, st, obj.id, buf, count, src) {
+        match read_locked(&obj.shared, st, obj.id, buf, count, src, true) {
             Err(FiError::AGAIN) if obj.signaled.swap(false, Ordering::AcqRel) => Err(FiError::AGAIN),
             Err(FiError::AGAIN) => Ok(None),
             other => other.map(Some),

@@ -42,9 +42,11 @@ pub struct DomainState {
     /// Numbers endpoint names within this process.
     pub next_ep_index: u32,
     /// Set by a fi_cntr_readerr that took the pass of the fi_cntr_read just before it: that
-    /// counter, whose endpoints were driven then. The next counter or CQ read takes it; a
-    /// progress probe (fi_cq_read of count 0) on a CQ of those endpoints skips its pass
-    /// (`progress::probe_is_fresh`).
+    /// counter, whose endpoints were driven then. The next counter call or progress probe
+    /// (fi_cq_read of count 0) takes it, and a probe of a CQ of those endpoints skips its pass
+    /// (`progress::probe_is_fresh`). So a skipped probe follows a real pass of its endpoints
+    /// within a few calls, and never another skip. (A read of entries between the pair and
+    /// the probe drives its own CQ's endpoints and leaves the mark: `cq::probe`.)
     pub pair_drove: Option<usize>,
 }
 
