@@ -234,25 +234,29 @@ fn read_locked(
 /// them as any read does. Apart from `read`, whose path stays as it was (checking the mark
 /// there cost every fi_cq_read about 18 instructions).
 #[inline(never)]
-fn probe(shared: &DomainShared, st: &mut DomainState, id: usize) -> FiResult<usize> {
-    let served = st.pair_drove.take().is_some_and(|cntr| crate::progress::probe_is_fresh(st, id, cntr));
-    read_locked(shared, st, id, std::ptr::null_mut(), 0, std::ptr::null_mut(), !served)
+fn probe(cq: *mut ffi::fid_cq) -> FiResult<usize> {
+    // SAFETY: libfabric contract.
+    let cq = unsafe { get(cq.cast()) }?;
+    cq.shared.app_polls();
+    let mut st = cq.shared.lock();
+    let served = st.pair_drove.take().is_some_and(|cntr| crate::progress::probe_is_fresh(&st, cq.id, cntr));
+    read_locked(&cq.shared, &mut st, cq.id, std::ptr::null_mut(), 0, std::ptr::null_mut(), !served)
 }
 
 // `read`, `read_locked` and `progress::cq` are forced inline: one fi_cq_read was five calls
 // deep before any work, and an idle poll took 300 instructions (231 inlined).
 #[inline(always)]
 fn read(cq: *mut ffi::fid_cq, buf: *mut c_void, count: usize, src: *mut u64) -> FiResult<usize> {
+    if count == 0 {
+        return probe(cq);
+    }
     // SAFETY: libfabric contract.
     let cq = unsafe { get(cq.cast()) }?;
-    if buf.is_null() && count > 0 {
+    if buf.is_null() {
         return Err(FiError::INVAL);
     }
     cq.shared.app_polls();
     let mut st = cq.shared.lock();
-    if count == 0 {
-        return probe(&cq.shared, &mut st, cq.id);
-    }
     read_locked(&cq.shared, &mut st, cq.id, buf, count, src, true)
 }
 
