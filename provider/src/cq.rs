@@ -231,8 +231,8 @@ fn read_locked(
 /// A progress probe: a read of count 0, which can return no entry (SOS's
 /// `shmem_transport_probe`). Right after a counter's read/readerr pair of the same endpoints it
 /// takes that pair's pass (`DomainState::pair_drove`, which it clears); otherwise it drives
-/// them as any read does. Apart from `read`, whose path stays as it was (checking the mark
-/// there cost every fi_cq_read about 18 instructions).
+/// them as any read does. `read` branches here first, so its own path stays as it was
+/// (checking the mark there cost every fi_cq_read about 18 instructions).
 #[inline(never)]
 fn probe(cq: *mut ffi::fid_cq) -> FiResult<usize> {
     // SAFETY: libfabric contract.
