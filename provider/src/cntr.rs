@@ -1,6 +1,6 @@
 //! Counters: read, readerr, add, set, adderr, seterr, and wait with a threshold and timeout.
 
-use crate::domain::{self, DomainShared};
+use crate::domain::{self, DomainShared, PollTurn};
 use crate::error::{int_ret, FiError, FiResult};
 use crate::object::{self, put};
 use rshm_ffi as ffi;
@@ -16,8 +16,6 @@ pub struct CntrState {
     /// Registrations that count remote accesses into this counter (`fi_mr_bind`): while any
     /// exist, reading it progresses every endpoint of the domain (any may be the target).
     pub mrs: usize,
-    /// The last call on it was a fi_cntr_read, which drove progress (`Call::ReadErr`).
-    pub just_read: bool,
 }
 
 #[repr(C)]
@@ -105,13 +103,13 @@ unsafe extern "C" fn cntr_close(fid: *mut ffi::fid) -> i32 {
 enum Call {
     /// fi_cntr_read: drive the endpoints that can move the counter first.
     Read,
-    /// fi_cntr_readerr: the same, unless the call just before it on this counter was a
-    /// fi_cntr_read. A poll loop reads the pair on every turn (SOS's quiet and get waits: read,
+    /// fi_cntr_readerr: the same, unless the counter call just before it was a fi_cntr_read of
+    /// this counter. A poll loop reads the pair on every turn (SOS's quiet and get waits: read,
     /// readerr, then a CQ probe), and the second pass, a few nanoseconds after the first, found
     /// nothing new but cost every turn an idle pass (about 200 instructions); the error count
     /// the read's pass left is as current. A readerr on its own still drives progress. After
     /// the pair, the probe of a CQ of the same endpoints skips its pass too
-    /// (`DomainState::pair_drove`).
+    /// (`DomainState::poll_turn`).
     ReadErr,
     /// add, set, adderr, seterr: the application changes it, and waiters learn of that.
     Change,
@@ -127,13 +125,16 @@ fn with_counter<T>(cntr: *mut ffi::fid_cntr, call: Call, f: impl FnOnce(&mut Cnt
         c.shared.app_polls();
     }
     let mut st = c.shared.lock();
-    st.pair_drove = None;
-    let state = st.cntrs.get_mut(c.id).ok_or(FiError::INVAL)?;
-    let after_read = std::mem::replace(&mut state.just_read, call == Call::Read);
-    let drive = call == Call::Read || (call == Call::ReadErr && !after_read);
-    if call == Call::ReadErr && after_read {
-        st.pair_drove = Some(c.id);
+    if !st.cntrs.contains(c.id) {
+        return Err(FiError::INVAL);
     }
+    let after_read = st.poll_turn.take() == Some(PollTurn { cntr: c.id, paired: false });
+    let drive = call == Call::Read || (call == Call::ReadErr && !after_read);
+    st.poll_turn = match call {
+        Call::Read => Some(PollTurn { cntr: c.id, paired: false }),
+        Call::ReadErr if after_read => Some(PollTurn { cntr: c.id, paired: true }),
+        _ => None,
+    };
     // Waiters in other threads learn of what this pass (or, for a change, `f`) changed.
     if call == Call::Change || (drive && crate::progress::cntr(&mut st, c.id) > 0) {
         c.shared.completed();

@@ -230,7 +230,7 @@ fn read_locked(
 
 /// A progress probe: a read of count 0, which can return no entry (SOS's
 /// `shmem_transport_probe`). Right after a counter's read/readerr pair of the same endpoints it
-/// takes that pair's pass (`DomainState::pair_drove`, which it clears); otherwise it drives
+/// takes that pair's pass (`DomainState::poll_turn`, which it clears); otherwise it drives
 /// them as any read does. `read` branches here first, so its own path stays as it was
 /// (checking the mark there cost every fi_cq_read about 18 instructions).
 #[inline(never)]
@@ -239,7 +239,8 @@ fn probe(cq: *mut ffi::fid_cq) -> FiResult<usize> {
     let cq = unsafe { get(cq.cast()) }?;
     cq.shared.app_polls();
     let mut st = cq.shared.lock();
-    let served = st.pair_drove.take().is_some_and(|cntr| crate::progress::probe_is_fresh(&st, cq.id, cntr));
+    let turn = st.poll_turn.take();
+    let served = turn.is_some_and(|t| t.paired && crate::progress::probe_is_fresh(&st, cq.id, t.cntr));
     read_locked(&cq.shared, &mut st, cq.id, std::ptr::null_mut(), 0, std::ptr::null_mut(), !served)
 }
 

@@ -41,13 +41,20 @@ pub struct DomainState {
     pub mrs: MrTable,
     /// Numbers endpoint names within this process.
     pub next_ep_index: u32,
-    /// Set by a fi_cntr_readerr that took the pass of the fi_cntr_read just before it: that
-    /// counter, whose endpoints were driven then. The next counter call or progress probe
-    /// (fi_cq_read of count 0) takes it, and a probe of a CQ of those endpoints skips its pass
-    /// (`progress::probe_is_fresh`). So a skipped probe follows a real pass of its endpoints
-    /// within a few calls, and never another skip. (A read of entries between the pair and
-    /// the probe drives its own CQ's endpoints and leaves the mark: `cq::probe`.)
-    pub pair_drove: Option<usize>,
+    /// Where a poll loop over a counter stands, for the passes it may skip (`cntr::Call`).
+    /// Every counter call sets or clears it, and a progress probe (fi_cq_read of count 0) takes
+    /// it. So a skipped pass follows a real pass of the same endpoints by a call or two, and
+    /// never another skipped one. (A read of entries leaves it: it drives its own CQ's
+    /// endpoints; `cq::probe`.)
+    pub poll_turn: Option<PollTurn>,
+}
+
+/// The last counter call: a fi_cntr_read of `cntr` that drove its endpoints, followed (`paired`)
+/// by a fi_cntr_readerr of the same counter that took that read's pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PollTurn {
+    pub cntr: usize,
+    pub paired: bool,
 }
 
 pub struct DomainShared {

@@ -50,24 +50,37 @@ pub fn cq(st: &mut DomainState, cq: usize) -> usize {
     drive_these(st, |st| st.cqs.get(cq).map(|c| c.eps.as_slice()))
 }
 
-/// Drive the endpoints that can move counter `cntr`: those bound to it, or every endpoint of
-/// the domain while memory regions count remote accesses into it (any endpoint may be targeted).
+/// The endpoints that can move a counter.
+enum CntrEps<'a> {
+    /// Those bound to it.
+    Bound(&'a [usize]),
+    /// Every endpoint of the domain, while memory regions count remote accesses into it (any
+    /// endpoint may be targeted).
+    All,
+}
+
+fn cntr_eps(st: &DomainState, cntr: usize) -> Option<CntrEps<'_>> {
+    st.cntrs.get(cntr).map(|c| if c.mrs > 0 { CntrEps::All } else { CntrEps::Bound(&c.eps) })
+}
+
+/// Drive the endpoints that can move counter `cntr` (`CntrEps`).
 pub fn cntr(st: &mut DomainState, cntr: usize) -> usize {
-    match st.cntrs.get(cntr) {
-        Some(c) if c.mrs > 0 => all(st),
-        Some(_) => drive_these(st, |st| st.cntrs.get(cntr).map(|c| c.eps.as_slice())),
+    match cntr_eps(st, cntr) {
+        Some(CntrEps::All) => all(st),
+        Some(CntrEps::Bound(_)) => drive_these(st, |st| st.cntrs.get(cntr).map(|c| c.eps.as_slice())),
         None => 0,
     }
 }
 
 /// Whether a progress probe of CQ `cq` (a fi_cq_read of count 0, which can return nothing)
 /// would drive only endpoints that the read of counter `cntr` drove one call before (its
-/// readerr took that pass: `DomainState::pair_drove`), so that it may skip the pass. SOS reads
+/// readerr took that pass: `DomainState::poll_turn`), so that it may skip the pass. SOS reads
 /// its counter's pair and then probes its target CQ on every turn of a wait; in its usual
 /// single-endpoint mode all three are bound to one endpoint.
 pub fn probe_is_fresh(st: &DomainState, cq: usize, cntr: usize) -> bool {
-    match (st.cqs.get(cq), st.cntrs.get(cntr)) {
-        (Some(q), Some(c)) => c.mrs > 0 || q.eps.iter().all(|e| c.eps.contains(e)),
+    match (st.cqs.get(cq), cntr_eps(st, cntr)) {
+        (Some(_), Some(CntrEps::All)) => true,
+        (Some(q), Some(CntrEps::Bound(eps))) => q.eps.iter().all(|e| eps.contains(e)),
         _ => false,
     }
 }
@@ -79,8 +92,10 @@ pub fn all(st: &mut DomainState) -> usize {
 
 /// The endpoints whose wake words a waiter on CQ or counter `id` should sleep on.
 pub fn cntr_wait_eps(st: &DomainState, id: usize) -> Option<Vec<usize>> {
-    let c = st.cntrs.get(id)?;
-    Some(if c.mrs > 0 { st.eps.iter().map(|(id, _)| id).collect() } else { c.eps.clone() })
+    Some(match cntr_eps(st, id)? {
+        CntrEps::All => st.eps.iter().map(|(id, _)| id).collect(),
+        CntrEps::Bound(eps) => eps.to_vec(),
+    })
 }
 
 /// How often a thread standing aside looks whether the application still polls: also the

@@ -1157,17 +1157,8 @@ pub fn answered(
 ) {
     let op_id = match tx_ops.get(slot).map(|op| op.returns) {
         Some(Returns::Reply(op_id)) => op_id,
-        Some(Returns::Answer { got, .. }) => {
-            let result = result.and(match got {
-                Some(true) => Ok(()),
-                Some(false) => Err(EngineError::Corrupt("answer of the wrong length")),
-                None => Err(EngineError::Corrupt("answered without a reply")),
-            });
-            super::tx::send_finished(tx_ops, slot, result, sinks);
-            return;
-        }
-        _ => {
-            super::tx::send_finished(tx_ops, slot, result, sinks);
+        other => {
+            super::tx::send_finished(tx_ops, slot, result.and(answer_bytes(other)), sinks);
             return;
         }
     };
@@ -1180,6 +1171,16 @@ pub fn answered(
         Some(p) if result.is_ok() && p.got.is_none() => p.answered = true,
         Some(_) => finish(rma, tx_ops, op_id, result, sinks),
         None => super::tx::send_finished(tx_ops, slot, result, sinks),
+    }
+}
+
+/// Whether an operation that keeps no reply record got what it waits for with its answer:
+/// nothing, or its bytes in full (`answer_data` checked their length).
+fn answer_bytes(returns: Option<Returns>) -> smr_core::Result<()> {
+    match returns {
+        Some(Returns::Answer { got: Some(false), .. }) => Err(EngineError::Corrupt("answer of the wrong length")),
+        Some(Returns::Answer { got: None, .. }) => Err(EngineError::Corrupt("answered without a reply")),
+        _ => Ok(()),
     }
 }
 
