@@ -582,8 +582,9 @@ impl Consumer {
         ring.ctl.tail.compare_exchange(tail, fixed, Ordering::Relaxed, Ordering::Relaxed).is_ok()
     }
 
-    /// True if the head slot is free for its lap, no producer having claimed it: `pop` would
-    /// return `Empty`. One load, for callers that skip the rest of a drain when nothing came.
+    /// True if the head slot is free for its lap (a producer may have claimed its position on
+    /// `tail` but not begun to write it): `pop` would return `Empty`. One load, for callers that
+    /// skip the rest of a drain when nothing came.
     #[inline]
     pub fn is_empty<T: Pod>(&self, ring: &Ring<'_, T>) -> bool {
         ring.slots[(self.head & ring.mask) as usize].stamp.load(Ordering::Acquire) == self.head

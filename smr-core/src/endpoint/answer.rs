@@ -145,9 +145,8 @@ impl Endpoint {
 
     /// Answer buffers reserved by sends still waiting for their answers (tests: none may leak).
     pub fn answer_bufs_held(&self) -> usize {
-        let held = |answer: &Option<AnswerBuf>| answer.is_some();
-        self.pending.values().filter(|s| held(&s.answer)).count()
-            + self.acked.values().filter(|s| held(&s.answer)).count()
+        self.pending.values().filter(|s| s.answer.is_some()).count()
+            + self.acked.values().filter(|s| s.answer.is_some()).count()
     }
 
     /// The bytes of an answer placed in `buf` (a `value` the receiver wrote: clamped to the

@@ -526,21 +526,9 @@ impl Endpoint {
 
     /// Fail every send waiting on `peer`.
     pub(super) fn fail_sends_to(&mut self, peer: PeerId, h: &mut impl Handler) -> usize {
-        let mut ended: Vec<(u64, u64, Option<AnswerBuf>)> = Vec::new();
-        self.pending.retain(|&id, s| {
-            let gone = s.peer == peer;
-            if gone {
-                ended.push((id, s.cookie, s.answer));
-            }
-            !gone
-        });
-        self.acked.retain(|&id, s| {
-            let gone = s.peer == peer;
-            if gone {
-                ended.push((id, s.cookie, s.answer));
-            }
-            !gone
-        });
+        let mut ended = Vec::new();
+        take_sends_to(&mut self.pending, peer, |s| (s.peer, s.cookie, s.answer), &mut ended);
+        take_sends_to(&mut self.acked, peer, |s| (s.peer, s.cookie, s.answer), &mut ended);
         // In send order (ids grow), whichever map held them.
         ended.sort_unstable_by_key(|e| e.0);
         for &(_, cookie, answer) in &ended {
@@ -551,6 +539,23 @@ impl Endpoint {
         self.sar_tx.retain(|id| self.pending.contains_key(id));
         ended.len()
     }
+}
+
+/// Move the sends to `peer` out of `map` (of either kind of send record: `fields` reads its
+/// receiver, cookie and answer buffer) into `ended`, as (message id, cookie, answer buffer).
+fn take_sends_to<S>(
+    map: &mut crate::idmap::IdMap<u64, S>,
+    peer: PeerId,
+    fields: fn(&S) -> (PeerId, u64, Option<AnswerBuf>),
+    ended: &mut Vec<(u64, u64, Option<AnswerBuf>)>,
+) {
+    map.retain(|&id, s| {
+        let (to, cookie, answer) = fields(s);
+        if to == peer {
+            ended.push((id, cookie, answer));
+        }
+        to != peer
+    });
 }
 
 /// The first SAR segment of a message, in bytes (later ones double up to the buffer size).
