@@ -176,6 +176,14 @@ pub fn type_size(datatype: u32) -> Option<usize> {
 /// them by a test).
 const TYPE_SIZES: [u8; DATATYPES] = [1, 1, 2, 2, 4, 4, 8, 8, 4, 8, 8, 16, 16, 32, 16, 16];
 
+const _: () = {
+    let mut i = 0;
+    while i < DATATYPES {
+        assert!(TYPE_SIZES[i].is_power_of_two(), "`apply` checks lengths with a mask");
+        i += 1;
+    }
+};
+
 /// Bytes of one element of `datatype`, from the element types themselves.
 #[cfg(test)]
 fn type_size_of_elem(datatype: u32) -> Option<usize> {
@@ -251,7 +259,9 @@ pub fn apply(
     }
     let size = type_size(datatype).ok_or(ApplyError::Unsupported)?;
     let len = dst.len();
-    if !len.is_multiple_of(size) {
+    // Element sizes are powers of two (checked where `TYPE_SIZES` is defined): a mask, not a
+    // division, on every atomic a target applies.
+    if len & (size - 1) != 0 {
         return Err(ApplyError::BadLength { buffer: "dst", len, expected: size });
     }
     let check = |buffer: &'static str, got: usize, expected: usize| {

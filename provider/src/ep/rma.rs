@@ -180,7 +180,7 @@ impl Desc {
         };
         let d =
             Desc { kind, op: ((v >> 8) & 0xff) as u32, datatype: ((v >> 16) & 0xff) as u32, count: (v >> 32) as u32 };
-        (apply::valid(d.kind, d.op, d.datatype) && d.count > 0 && d.count as usize <= max_count(kind, d.datatype)?)
+        (apply::valid(d.kind, d.op, d.datatype) && d.count > 0 && fits(kind, d.datatype, d.count as usize)?)
             .then_some(d)
     }
 
@@ -199,9 +199,19 @@ impl Desc {
 
 /// Most elements one atomic call may carry (what `fi_atomicvalid` reports).
 pub fn max_count(kind: Kind, datatype: u32) -> Option<usize> {
+    Some((ATOMIC_PAYLOAD_MAX - 8) / element_payload(kind, datatype)?)
+}
+
+/// Whether `count` elements are at most `max_count` (asked of every atomic that arrives: a
+/// product, where `max_count` divides).
+fn fits(kind: Kind, datatype: u32, count: usize) -> Option<bool> {
+    Some(count * element_payload(kind, datatype)? <= ATOMIC_PAYLOAD_MAX - 8)
+}
+
+/// Payload bytes one element of `datatype` takes: its operand, and its compare value.
+fn element_payload(kind: Kind, datatype: u32) -> Option<usize> {
     let size = apply::type_size(datatype)?;
-    let per_element = if kind == Kind::Compare { 2 * size } else { size };
-    Some((ATOMIC_PAYLOAD_MAX - 8) / per_element)
+    Some(if kind == Kind::Compare { 2 * size } else { size })
 }
 
 /// What the target still has to do for an operation that arrived.
@@ -835,6 +845,9 @@ impl Target<'_> {
             },
             _ => match self.atomic_target(msg) {
                 Ok((desc, target, mr_cntr, reply)) => {
+                    if let Some(done) = self.atomic_at_once(msg, desc, &target, mr_cntr, payload, sinks) {
+                        return Some(done);
+                    }
                     match self.serve_atomic(desc, &target, mr_cntr, reply, Some(payload), sinks) {
                         Some(Outgoing::AnswerData { data, .. }) => self.answer_now(msg, data),
                         Some(out) => {
@@ -847,6 +860,53 @@ impl Target<'_> {
                 Err(errno) => refuse(msg, errno),
             },
         })
+    }
+
+    /// The usual atomic, served in a few instructions: one range of target memory, and old
+    /// values (if it returns any) that fit an answer sent in this step. Applied to a copy on
+    /// the stack and written back (as `serve_atomic` does), counted, and answered; None, with
+    /// nothing touched, for any other (`serve_atomic` takes it).
+    #[inline(always)]
+    fn atomic_at_once(
+        &mut self,
+        msg: &Incoming,
+        desc: Desc,
+        target: &Ranges,
+        mr_cntr: Option<usize>,
+        payload: &[u8],
+        sinks: &mut Sinks,
+    ) -> Option<Disposition> {
+        let n = desc.bytes();
+        let fetching = desc.kind != Kind::Write;
+        let [(base, len)] = *target.as_slice() else { return None };
+        if len != n || n > ANSWER_DATA_MAX || (fetching && !self.rma.outbox.is_empty()) {
+            return None;
+        }
+        let mut value = [0u8; ANSWER_DATA_MAX];
+        let value = &mut value[..n];
+        // SAFETY: registered memory the application exposed for remote atomics (`resolve`
+        // checked the range: `n` bytes at `base`); only this path, under the domain lock,
+        // changes it on behalf of peers.
+        unsafe { core::ptr::copy_nonoverlapping(base as *const u8, value.as_mut_ptr(), n) };
+        let (operand, compare) = match operands(desc, payload) {
+            Ok(both) => both,
+            Err(errno) => return Some(refuse(msg, errno)),
+        };
+        let old_len = if fetching { n } else { 0 };
+        let mut applied = Err(ffi::FI_EINVAL);
+        let old = AnswerData::new(old_len, |old| {
+            applied = apply::apply(desc.kind, desc.op, desc.datatype, value, operand, compare, old)
+                .map_err(|_| ffi::FI_EINVAL)
+        })?;
+        if let Err(errno) = applied {
+            return Some(refuse(msg, errno));
+        }
+        if desc.op != ffi::FI_ATOMIC_READ {
+            // SAFETY: as above: the same `n` bytes.
+            unsafe { core::ptr::copy_nonoverlapping(value.as_ptr(), base as *mut u8, n) };
+        }
+        sinks.remote_done(mr_cntr, !fetching);
+        Some(if fetching { Disposition::AnswerWith(old) } else { Disposition::Taken { answer_later: false } })
     }
 
     /// A peer's write whose bytes are all here: into the registration it names, counted.
@@ -1079,13 +1139,7 @@ fn scratch<'a>(n: usize, stack: &'a mut [u8; ATOMIC_STACK], heap: &'a mut Vec<u8
 /// copy; the old values go to `old` (empty for a base atomic).
 fn apply_atomic(desc: Desc, target: &Ranges, payload: &[u8], value: &mut [u8], old: &mut [u8]) -> Result<(), u32> {
     let n = desc.bytes();
-    let operands = if desc.op == ffi::FI_ATOMIC_READ { 0 } else { n };
-    let operand = payload.get(8..8 + operands).ok_or(ffi::FI_EINVAL)?;
-    let compare = if desc.kind == Kind::Compare {
-        payload.get(8 + operands..8 + operands + n).ok_or(ffi::FI_EINVAL)?
-    } else {
-        &[]
-    };
+    let (operand, compare) = operands(desc, payload)?;
     // SAFETY: registered memory the application exposed for remote atomics (range checked by
     // `resolve`: `n` bytes); only this path, under the domain lock, changes it on behalf of peers.
     let got = unsafe { crate::iov::gather(target, value) };
@@ -1098,6 +1152,21 @@ fn apply_atomic(desc: Desc, target: &Ranges, payload: &[u8], value: &mut [u8], o
         unsafe { crate::iov::scatter(target, value) };
     }
     Ok(())
+}
+
+/// An atomic's operands and compare values in its payload (after the op id), checked against
+/// what `desc` says they hold.
+#[inline(always)]
+fn operands(desc: Desc, payload: &[u8]) -> Result<(&[u8], &[u8]), u32> {
+    let n = desc.bytes();
+    let operands = if desc.op == ffi::FI_ATOMIC_READ { 0 } else { n };
+    let operand = payload.get(8..8 + operands).ok_or(ffi::FI_EINVAL)?;
+    let compare = if desc.kind == Kind::Compare {
+        payload.get(8 + operands..8 + operands + n).ok_or(ffi::FI_EINVAL)?
+    } else {
+        &[]
+    };
+    Ok((operand, compare))
 }
 
 /// The initiator side of `on_recv_done`: a reply's data arrived for op `op_id`.
