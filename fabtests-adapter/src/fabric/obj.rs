@@ -906,6 +906,22 @@ impl Ep {
         unsafe { call!((*self.ptr).atomic, writemsg(self.ptr, msg, flags)) }
     }
 
+    /// `fi_fetch_atomicmsg(ep, msg, resultv, result_desc, result_count, flags)`.
+    ///
+    /// # Safety
+    /// As `atomicmsg`, and `result` must name `result_count` writable iocs.
+    pub unsafe fn fetch_atomicmsg(
+        &self,
+        msg: &ffi::fi_msg_atomic,
+        result: *mut ffi::fi_ioc,
+        result_count: usize,
+        flags: u64,
+    ) -> isize {
+        let mut desc = std::ptr::null_mut::<c_void>();
+        // SAFETY: ep open; the caller keeps the memory valid.
+        unsafe { call!((*self.ptr).atomic, readwritemsg(self.ptr, msg, result, &mut desc, result_count, flags)) }
+    }
+
     /// `fi_atomicvalid(ep, datatype, op, &count)`.
     pub fn atomicvalid(&self, datatype: ffi::fi_datatype, op: ffi::fi_op) -> (i32, usize) {
         let mut count = 0usize;

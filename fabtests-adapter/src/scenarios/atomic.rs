@@ -42,6 +42,13 @@ pub fn scenarios() -> Vec<Scenario> {
             "op x datatype combinations the valid calls reject are rejected by the calls (-FI_EOPNOTSUPP/-FI_EINVAL)",
         ),
         scn(
+            "atomic/fetch_completion_levels",
+            2,
+            40,
+            fetch_completion_levels,
+            "fi_fetch_atomicmsg(FI_SUM) of 1, 4 and 16 u64 with FI_TRANSMIT_COMPLETE, FI_INJECT_COMPLETE or neither: complete only with the old values in the result",
+        ),
+        scn(
             "atomic/fetch_add_4procs",
             4,
             60,
@@ -638,6 +645,65 @@ fn invalid_rejected(r: &mut Rank) -> TResult {
         }
         report("invalid atomics", &bad)?;
         p.barrier(r)?;
+    }
+    p.barrier(r)
+}
+
+/// A fetching atomic completes when its old values are in the result buffer, whatever
+/// completion level it asks for (a level says when a write's buffer may be reused; a fetch has
+/// nothing to report before its answer). Counts of 1 and 4 u64 fit rshm's answer entry, 16 take
+/// a reply. Every call adds to its own slot, whose values the initiator knows, so each fetched
+/// element is checked exactly; the target checks the sums.
+fn fetch_completion_levels(r: &mut Rank) -> TResult {
+    const COUNTS: [usize; 3] = [1, 4, 16];
+    const LEVELS: [u64; 3] = [u::COMPLETION, u::COMPLETION | u::TRANSMIT_COMPLETE, u::COMPLETION | u::INJECT_COMPLETE];
+    const WORDS: usize = 16;
+    let slots = COUNTS.len() * LEVELS.len();
+    let init = |s: usize, i: usize| (s * 1000 + i * 7 + 1) as u64;
+    let add = |s: usize, i: usize| (s * 100 + i + 3) as u64;
+    let mut p = open(r, BASIC)?;
+    if r.rank == TARGET {
+        let reg = p.alloc(slots * WORDS * 8);
+        let words: Vec<u8> = (0..slots).flat_map(|s| (0..WORDS).flat_map(move |i| init(s, i).to_ne_bytes())).collect();
+        p.region(reg).write(0, &words);
+        let (_, mi) = p.reg(reg, 0, slots * WORDS * 8, REMOTE_READ | REMOTE_WRITE, 0xFE7C, 0)?;
+        p.share_mrs(r, &[mi])?;
+        p.barrier(r)?;
+        let mem = p.region(reg).read(0, slots * WORDS * 8);
+        let mut bad = Vec::new();
+        for s in 0..slots {
+            let n = COUNTS[s % COUNTS.len()];
+            for i in 0..WORDS {
+                let got = u64::from_ne_bytes(mem[(s * WORDS + i) * 8..][..8].try_into().expect("8 bytes"));
+                let want = if i < n { init(s, i) + add(s, i) } else { init(s, i) };
+                if got != want {
+                    bad.push(format!("slot {s} word {i} is {got}, want {want}"));
+                }
+            }
+        }
+        report("target memory after the fetch-adds", &bad)?;
+    } else {
+        let all = p.share_mrs(r, &[])?;
+        let m = *all[TARGET].first().ok_or_else(|| TestErr::Fail("no MR from the target".into()))?;
+        let mut bad = Vec::new();
+        for s in 0..slots {
+            let (n, level) = (COUNTS[s % COUNTS.len()], LEVELS[s / COUNTS.len()]);
+            let what = format!("fi_fetch_atomicmsg(UINT64, SUM, count {n}, flags {level:#x})");
+            r.pmi.step(&what);
+            let t = Target { dest: p.addrs[TARGET], addr: m.addr + (s * WORDS * 8) as u64, key: m.key };
+            let operand: Vec<u8> = (0..n).flat_map(|i| add(s, i).to_ne_bytes()).collect();
+            let id = must(&what, p.fetch_atomicmsg(&what, ffi::FI_UINT64, ffi::FI_SUM, n, operand, t, level)?)?;
+            let d = p.wait_ok(id)?;
+            let old = payload(&what, &d.bufs[1], n * 8)?;
+            for i in 0..n {
+                let got = u64::from_ne_bytes(old[i * 8..][..8].try_into().expect("8 bytes"));
+                if got != init(s, i) {
+                    bad.push(format!("{what}: fetched element {i} is {got}, want {}", init(s, i)));
+                }
+            }
+        }
+        p.barrier(r)?;
+        report("fetched values", &bad)?;
     }
     p.barrier(r)
 }

@@ -12,8 +12,8 @@
 //! range. They report "not supported" where getinfo offers no FI_RMA.
 
 use super::rma_util::{
-    self as u, must, payload, split, MrInfo, Peer, Spec, Target, BASIC, COMPLETION, DELIVERY_COMPLETE, FENCE, MSG,
-    READ, REMOTE_CQ_DATA, REMOTE_READ, REMOTE_WRITE, RMA, SCALABLE, TRANSMIT_COMPLETE, WRITE,
+    self as u, must, payload, split, MrInfo, Peer, Spec, Target, BASIC, COMPLETION, DELIVERY_COMPLETE, FENCE,
+    INJECT_COMPLETE, MSG, READ, REMOTE_CQ_DATA, REMOTE_READ, REMOTE_WRITE, RMA, SCALABLE, TRANSMIT_COMPLETE, WRITE,
 };
 use super::{scn, seed, setup, Scenario, INLINE_MAX};
 use crate::fabric::{self, ffi, FiAddr, Mr};
@@ -46,8 +46,22 @@ pub fn scenarios() -> Vec<Scenario> {
             "fi_write 0 B..16 MiB; target memory and gaps byte for byte",
         ),
         scn("rma/basic/write", 2, 60, write::<BASIC>, "fi_write 0 B..16 MiB; target memory and gaps byte for byte"),
-        scn("rma/scalable/read", 2, 60, read::<SCALABLE>, "fi_read 0 B..16 MiB into canaried buffers"),
-        scn("rma/basic/read", 2, 60, read::<BASIC>, "fi_read 0 B..16 MiB into canaried buffers"),
+        scn("rma/scalable/read", 2, 60, read::<SCALABLE, 0>, "fi_read 0 B..16 MiB into canaried buffers"),
+        scn("rma/basic/read", 2, 60, read::<BASIC, 0>, "fi_read 0 B..16 MiB into canaried buffers"),
+        scn(
+            "rma/scalable/read_transmit_complete",
+            2,
+            60,
+            read::<SCALABLE, { COMPLETION | TRANSMIT_COMPLETE }>,
+            "fi_readmsg(FI_TRANSMIT_COMPLETE) 0 B..16 MiB: complete only with the bytes in the buffer",
+        ),
+        scn(
+            "rma/basic/read_inject_complete",
+            2,
+            60,
+            read::<BASIC, { COMPLETION | INJECT_COMPLETE }>,
+            "fi_readmsg(FI_INJECT_COMPLETE) 0 B..16 MiB: complete only with the bytes in the buffer",
+        ),
         scn(
             "rma/scalable/iov",
             2,
@@ -369,7 +383,11 @@ fn write<const M: u8>(r: &mut Rank) -> TResult {
     p.barrier(r)
 }
 
-fn read<const M: u8>(r: &mut Rank) -> TResult {
+/// `fi_read` of every size (`FLAGS` 0), or `fi_readmsg` of one buffer and one segment with
+/// `FLAGS`: a completion level asked of a read (FI_TRANSMIT_COMPLETE, FI_INJECT_COMPLETE) does
+/// not let it complete before its bytes are in the buffer (fi_cq(3): reads complete when the
+/// data is available).
+fn read<const M: u8, const FLAGS: u64>(r: &mut Rank) -> TResult {
     let mut p = open(r, MSG | RMA, M)?;
     let lay = layout(READ_SIZES);
     if r.rank == TARGET {
@@ -380,9 +398,18 @@ fn read<const M: u8>(r: &mut Rank) -> TResult {
         let t = remote_mr(&mut p, r)?;
         let want = bg(lay.len);
         for &(o, l) in &lay.ranges {
-            let what = format!("fi_read of {l} B");
-            r.pmi.step(&what);
-            let id = must(&what, p.read(&what, l, t.at(o))?)?;
+            let id = if FLAGS == 0 {
+                let what = format!("fi_read of {l} B");
+                r.pmi.step(&what);
+                must(&what, p.read(&what, l, t.at(o))?)?
+            } else {
+                let what = format!("fi_readmsg({FLAGS:#x}) of {l} B");
+                r.pmi.step(&what);
+                let at = t.at(o);
+                let rma = [ffi::fi_rma_iov { addr: at.addr, len: l, key: at.key }];
+                must(&what, p.readmsg(&what, &[l], at.dest, &rma, FLAGS)?)?
+            };
+            let what = format!("read of {l} B with flags {FLAGS:#x}");
             let d = p.wait_ok(id)?;
             d.flags_have(RMA | READ, "FI_RMA|FI_READ")?;
             let got = payload(&what, &d.bufs[0], l)?;

@@ -29,6 +29,7 @@ pub const REMOTE_WRITE: u64 = ffi::FI_REMOTE_WRITE as u64;
 pub const REMOTE_CQ_DATA: u64 = ffi::FI_REMOTE_CQ_DATA as u64;
 pub const DELIVERY_COMPLETE: u64 = ffi::FI_DELIVERY_COMPLETE as u64;
 pub const TRANSMIT_COMPLETE: u64 = ffi::FI_TRANSMIT_COMPLETE as u64;
+pub const INJECT_COMPLETE: u64 = ffi::FI_INJECT_COMPLETE as u64;
 pub const COMPLETION: u64 = ffi::FI_COMPLETION as u64;
 pub const FENCE: u64 = ffi::FI_FENCE as u64;
 pub const RMA_EVENT: u64 = ffi::FI_RMA_EVENT;
@@ -972,6 +973,44 @@ impl Peer {
             // SAFETY: the operand and the context belong to the op; the message lives through
             // the call.
             unsafe { ep.atomicmsg(&msg, flags) }
+        })
+    }
+
+    /// `fi_fetch_atomicmsg` of `count` elements with `flags`. Buffers: operand, canaried result.
+    #[allow(clippy::too_many_arguments)]
+    pub fn fetch_atomicmsg(
+        &mut self,
+        what: &str,
+        dt: ffi::fi_datatype,
+        op: ffi::fi_op,
+        count: usize,
+        operand: Vec<u8>,
+        t: Target,
+        flags: u64,
+    ) -> TResult<Result<u64, i32>> {
+        let n = count * dt_size(dt);
+        assert!(operand.len() >= n);
+        self.post(what, vec![operand, canaried(n)], |ep, ctx, p| {
+            let ioc = ffi::fi_ioc { addr: p[0].cast(), count };
+            // SAFETY: the result buffer is past its leading canary, `n` bytes long.
+            let mut result = ffi::fi_ioc { addr: unsafe { p[1].add(CANARY) }.cast(), count };
+            let rma = ffi::fi_rma_ioc { addr: t.addr, count, key: t.key };
+            let mut desc = null_mut::<c_void>();
+            let msg = ffi::fi_msg_atomic {
+                msg_iov: &ioc,
+                desc: &mut desc,
+                iov_count: 1,
+                addr: t.dest,
+                rma_iov: &rma,
+                rma_iov_count: 1,
+                datatype: dt,
+                op,
+                context: ctx,
+                data: 0,
+            };
+            // SAFETY: the buffers and the context belong to the op; the message and the result
+            // ioc live through the call.
+            unsafe { ep.fetch_atomicmsg(&msg, &mut result, 1, flags) }
         })
     }
 

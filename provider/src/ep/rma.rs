@@ -477,7 +477,7 @@ pub fn start_inline(st: &mut crate::domain::DomainState, id: usize, a: OneSided,
     };
     crate::debug!(EpData, "one-sided {:#x} to {} key {:#x} addr {:#x} len {}", hdr.app, a.dest, a.key, a.addr, hdr.len);
     let engine = ep.engine.as_mut().expect("checked above");
-    let acked = reply_to.is_some() || acknowledged(ep.tx_op_flags, &a, &mut ep.rma, engine, peer);
+    let acked = acknowledged(ep.tx_op_flags, &a, &tx, &mut ep.rma, engine, peer);
     // A one-sided target may progress rarely: a large write is pulled with CMA where allowed,
     // unless the target has a CPU to spare (above).
     let opts = SendOpts { cookie: slot as u64, delivery_complete: acked, more: more(&a), pull: !pushed };
@@ -520,7 +520,7 @@ pub fn start_atomic(
     req.get_mut(..8).ok_or(FiError::INVAL)?.copy_from_slice(&op_id.to_le_bytes());
     let hdr = header(app(KIND_ATOMIC, 0), a.key, a.addr, desc.pack(), req.len());
     let engine = ep.engine.as_mut().expect("checked by admit");
-    let acked = reply.is_some() || acknowledged(ep.tx_op_flags, &a, &mut ep.rma, engine, peer);
+    let acked = acknowledged(ep.tx_op_flags, &a, &tx, &mut ep.rma, engine, peer);
     let opts = SendOpts { cookie: slot as u64, delivery_complete: acked, more: more(&a), pull: true };
     let sent = engine.send_bytes(peer, hdr, req, opts);
     launched(ep, cqs, cntrs, &a, sent, acked, tx, reply, slot)
@@ -555,12 +555,16 @@ fn more(a: &OneSided) -> bool {
     a.flags & ffi::FI_MORE as u64 != 0
 }
 
-/// Completion level of a write or base atomic (see the module doc): acknowledged, unless it
-/// asks for transmit or inject completion (on the call or in the endpoint's op_flags) and for
-/// nothing stronger, and targets another endpoint. The engine acknowledges the large ones (CMA,
-/// SAR) anyway.
+/// Whether the operation `tx` completes on the target's answer. Reads and fetching atomics
+/// always do: they complete when their bytes are in the caller's buffer, whatever completion
+/// level the call or the endpoint's op_flags ask for. A write or base atomic (see the module
+/// doc) does unless it asks for transmit or inject completion and for nothing stronger, and
+/// targets another endpoint; the engine acknowledges the large ones (CMA, SAR) anyway.
 #[inline(always)]
-fn acknowledged(op_flags: u64, a: &OneSided, rma: &mut RmaState, engine: &Endpoint, peer: PeerId) -> bool {
+fn acknowledged(op_flags: u64, a: &OneSided, tx: &TxOp, rma: &mut RmaState, engine: &Endpoint, peer: PeerId) -> bool {
+    if tx.kind() == super::TxKind::Read {
+        return true;
+    }
     let flags = a.flags | op_flags;
     let early = flags & (ffi::FI_TRANSMIT_COMPLETE | ffi::FI_INJECT_COMPLETE) as u64 != 0
         && flags & (ffi::FI_DELIVERY_COMPLETE | ffi::FI_COMMIT_COMPLETE) as u64 == 0;
