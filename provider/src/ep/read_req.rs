@@ -86,6 +86,22 @@ impl ReadReq {
         b
     }
 
+    /// `encode` of a read answered in one round trip, on the stack: op id 0 (the target
+    /// answers the request itself), `len`, and the answer buffer's name if one is named
+    /// (`ReturnBy::AnswerBuf`; else `ReturnBy::Reply`, which a read of up to `ANSWER_DATA_MAX`
+    /// bytes asks, and which its target answers with the bytes). Returns the bytes in use.
+    pub fn encode_answered(len: u64, buf: Option<u32>, out: &mut [u8; HEADER + 8]) -> usize {
+        out[..8].copy_from_slice(&0u64.to_le_bytes());
+        out[8..HEADER].copy_from_slice(&len.to_le_bytes());
+        match buf {
+            Some(name) => {
+                out[HEADER..].copy_from_slice(&u64::from(name).to_le_bytes());
+                HEADER + 8
+            }
+            None => HEADER,
+        }
+    }
+
     /// A peer's payload, checked; None if it is malformed.
     pub fn decode(p: &[u8]) -> Option<ReadReq> {
         let (op_id, len) = (u64_at(p, 0)?, u64_at(p, 8)?);
@@ -152,6 +168,16 @@ mod tests {
         round_trip(ReadReq { op_id: u64::MAX, len: 100, by: ReturnBy::WriteBack(ranges) });
         let most = vec![RemoteIov { addr: 1, len: 1 }; WRITE_BACK_RANGES_MAX];
         round_trip(ReadReq { op_id: 1, len: WRITE_BACK_RANGES_MAX as u64, by: ReturnBy::WriteBack(most) });
+    }
+
+    #[test]
+    fn answered_requests_encode_as_the_general_form() {
+        for (len, buf) in [(0, None), (8, None), (32, None), (33, Some(0)), (16384, Some(u32::MAX))] {
+            let mut out = [0xEEu8; HEADER + 8];
+            let n = ReadReq::encode_answered(len, buf, &mut out);
+            let by = buf.map_or(ReturnBy::Reply, ReturnBy::AnswerBuf);
+            assert_eq!(&out[..n], &ReadReq { op_id: 0, len, by }.encode()[..], "len {len} buf {buf:?}");
+        }
     }
 
     #[test]

@@ -494,6 +494,52 @@ pub fn start_inline(st: &mut crate::domain::DomainState, id: usize, a: OneSided,
     launched(ep, cqs, cntrs, &a, sent, acked, tx, reply_to, slot)
 }
 
+/// Start a read of `len` bytes into the caller's buffer at `buf` (checked by the entry point:
+/// non-NULL when `len > 0`). The short way of the usual read (fi_read, SOS's get): one the target
+/// answers in one round trip, with the bytes in the answer (up to `ANSWER_DATA_MAX`) or in an
+/// answer buffer of ours, takes no iov list, request builder or reply record; the transmit record
+/// says where the bytes go. A larger read, or one for which no answer buffer is free, goes as
+/// any read does (`start_inline`).
+pub fn start_read(st: &mut crate::domain::DomainState, id: usize, a: OneSided, buf: usize, len: usize) -> FiResult<()> {
+    let general = |st: &mut crate::domain::DomainState, a: OneSided| {
+        let mut local = Ranges::new();
+        if len > 0 {
+            local.push((buf, len));
+        }
+        start_inline(st, id, a, Op::Read { local })
+    };
+    if len > ANSWER_DATA_MAX && len > crate::params::config().read_one_trip_max {
+        return general(st, a);
+    }
+    let crate::domain::DomainState { eps, avs, cqs, cntrs, .. } = st;
+    let ep = eps.get_mut(id).ok_or(FiError::INVAL)?;
+    admit(ep, &a)?;
+    let peer = super::tx::peer_for(ep, avs, a.dest)?;
+    let wanted = wanted(ep, &a);
+    let slot = ep.tx_ops.vacant_key();
+    let engine = ep.engine.as_mut().expect("checked by admit");
+    let answer_buf = if len > ANSWER_DATA_MAX {
+        match engine.reserve_answer_buf(len) {
+            Ok(b) => Some(b),
+            Err(_) => return general(st, a),
+        }
+    } else {
+        None
+    };
+    let mut req = [0u8; 24];
+    let n = ReadReq::encode_answered(len as u64, answer_buf.map(|b| b.wire()), &mut req);
+    let hdr = header(app(KIND_READ_REQ, 0), a.key, a.addr, 0, n);
+    let tx = TxOp::new(a.ctx, (ffi::FI_RMA | ffi::FI_READ) as u64, wanted, super::TxKind::Read)
+        .returning(Returns::Answer { addr: buf, len, got: None });
+    // A read always completes on its answer (`acknowledged`).
+    let opts = SendOpts { cookie: slot as u64, delivery_complete: true, more: more(&a), pull: true };
+    let sent = match answer_buf {
+        Some(b) => engine.send_bytes_answered(peer, hdr, &req[..n], opts, b),
+        None => engine.send_bytes(peer, hdr, &req[..n], opts),
+    };
+    launched(ep, cqs, cntrs, &a, sent, true, tx, None, slot)
+}
+
 /// Start a one-sided atomic whose request (`req`: 8 bytes for its op id, then operands and
 /// compare values; `desc.payload()` long) the caller built from one contiguous buffer each: the
 /// short way of the usual small atomic (`rma_ops::call_contiguous`), with no iov lists to build,

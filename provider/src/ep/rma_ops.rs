@@ -155,7 +155,12 @@ unsafe extern "C" fn rma_read(
     ctx: *mut c_void,
 ) -> isize {
     crate::guard("fi_read", FiError::OTHER.code() as isize, || {
-        call(ep, true, |f| Ok((target(src, addr, key, ctx, f), Op::Read { local: one(buf, len)? })))
+        run(ep, true, |st, id, f| {
+            if buf.is_null() && len > 0 {
+                return Err(FiError::INVAL);
+            }
+            rma::start_read(st, id, target(src, addr, key, ctx, f), buf as usize, len)
+        })
     })
 }
 
