@@ -558,11 +558,19 @@ pub fn start_atomic(
     let peer = super::tx::peer_for(ep, avs, a.dest)?;
     let wanted = wanted(ep, &a);
     let slot = ep.tx_ops.vacant_key();
-    let mut local = Ranges::new();
-    if desc.kind != Kind::Write {
-        local.push((result, desc.bytes()));
-    }
-    let (op_id, tx, reply) = atomic_tx(&mut ep.rma, desc, &a, wanted, local);
+    let want = desc.bytes();
+    let (op_id, tx, reply) = if desc.kind != Kind::Write && want <= ANSWER_DATA_MAX {
+        // Answered with the old values, straight into `result` (`RmaState::returns`, without
+        // the range list it would take).
+        let tx = TxOp::new(a.ctx, (ffi::FI_ATOMIC | ffi::FI_READ) as u64, wanted, super::TxKind::Read);
+        (0, tx.returning(Returns::Answer { addr: result, len: want, got: None }), None)
+    } else {
+        let mut local = Ranges::new();
+        if desc.kind != Kind::Write {
+            local.push((result, want));
+        }
+        atomic_tx(&mut ep.rma, desc, &a, wanted, local)
+    };
     req.get_mut(..8).ok_or(FiError::INVAL)?.copy_from_slice(&op_id.to_le_bytes());
     let hdr = header(app(KIND_ATOMIC, 0), a.key, a.addr, desc.pack(), req.len());
     let engine = ep.engine.as_mut().expect("checked by admit");
