@@ -385,11 +385,7 @@ pub fn start(st: &mut crate::domain::DomainState, id: usize, a: OneSided, op: Op
 /// fi_read. The less frequent general atomic forms call `start`.
 #[inline(always)]
 pub fn start_inline(st: &mut crate::domain::DomainState, id: usize, a: OneSided, op: Op) -> FiResult<()> {
-    let crate::domain::DomainState { eps, avs, cqs, cntrs, .. } = st;
-    let ep = eps.get_mut(id).ok_or(FiError::INVAL)?;
-    admit(ep, &a)?;
-    let peer = super::tx::peer_for(ep, avs, a.dest)?;
-    let wanted = wanted(ep, &a);
+    let Start { ep, cqs, cntrs, peer, wanted } = begin(st, id, &a)?;
     // Large data to or from a target that polls with nothing of its own to do goes through SAR,
     // both CPUs copying at once: it pushes a read's reply, and takes a write's segments as they
     // come. From any other target a large read is ours to make, where the target published the
@@ -511,11 +507,7 @@ pub fn start_read(st: &mut crate::domain::DomainState, id: usize, a: OneSided, b
     if len > ANSWER_DATA_MAX && len > crate::params::config().read_one_trip_max {
         return general(st, a);
     }
-    let crate::domain::DomainState { eps, avs, cqs, cntrs, .. } = st;
-    let ep = eps.get_mut(id).ok_or(FiError::INVAL)?;
-    admit(ep, &a)?;
-    let peer = super::tx::peer_for(ep, avs, a.dest)?;
-    let wanted = wanted(ep, &a);
+    let Start { ep, cqs, cntrs, peer, wanted } = begin(st, id, &a)?;
     let slot = ep.tx_ops.vacant_key();
     let engine = ep.engine.as_mut().expect("checked by admit");
     let answer_buf = if len > ANSWER_DATA_MAX {
@@ -552,18 +544,13 @@ pub fn start_atomic(
     req: &mut [u8],
     result: usize,
 ) -> FiResult<()> {
-    let crate::domain::DomainState { eps, avs, cqs, cntrs, .. } = st;
-    let ep = eps.get_mut(id).ok_or(FiError::INVAL)?;
-    admit(ep, &a)?;
-    let peer = super::tx::peer_for(ep, avs, a.dest)?;
-    let wanted = wanted(ep, &a);
+    let Start { ep, cqs, cntrs, peer, wanted } = begin(st, id, &a)?;
     let slot = ep.tx_ops.vacant_key();
     let want = desc.bytes();
     let (op_id, tx, reply) = if desc.kind != Kind::Write && want <= ANSWER_DATA_MAX {
         // Answered with the old values, straight into `result` (`RmaState::returns`, without
         // the range list it would take).
-        let tx = TxOp::new(a.ctx, (ffi::FI_ATOMIC | ffi::FI_READ) as u64, wanted, super::TxKind::Read);
-        (0, tx.returning(Returns::Answer { addr: result, len: want, got: None }), None)
+        (0, fetch_tx(&a, wanted).returning(Returns::Answer { addr: result, len: want, got: None }), None)
     } else {
         let mut local = Ranges::new();
         if desc.kind != Kind::Write {
@@ -578,6 +565,28 @@ pub fn start_atomic(
     let opts = SendOpts { cookie: slot as u64, delivery_complete: acked, more: more(&a), pull: true };
     let sent = engine.send_bytes(peer, hdr, req, opts);
     launched(ep, cqs, cntrs, &a, sent, acked, tx, reply, slot)
+}
+
+/// What starting a one-sided operation on an endpoint needs, checked (`admit`): the endpoint,
+/// the completion queues and counters it reports to, the target peer, and whether a success
+/// makes a CQ entry (`wanted`).
+struct Start<'a> {
+    ep: &'a mut super::EpState,
+    cqs: &'a mut Slab<crate::cq::CqState>,
+    cntrs: &'a mut Slab<crate::cntr::CntrState>,
+    peer: PeerId,
+    wanted: bool,
+}
+
+/// `Start` for operation `a` on endpoint `id`.
+#[inline(always)]
+fn begin<'a>(st: &'a mut crate::domain::DomainState, id: usize, a: &OneSided) -> FiResult<Start<'a>> {
+    let crate::domain::DomainState { eps, avs, cqs, cntrs, .. } = st;
+    let ep = eps.get_mut(id).ok_or(FiError::INVAL)?;
+    admit(ep, a)?;
+    let peer = super::tx::peer_for(ep, avs, a.dest)?;
+    let wanted = wanted(ep, a);
+    Ok(Start { ep, cqs, cntrs, peer, wanted })
 }
 
 /// Whether endpoint `ep` can start a one-sided operation now.
@@ -637,10 +646,15 @@ fn atomic_tx(rma: &mut RmaState, desc: Desc, a: &OneSided, wanted: bool, result:
         _ => {
             let want = desc.bytes();
             let (op_id, returns, reply) = rma.returns(result, want, want <= ANSWER_DATA_MAX, false);
-            let tx = TxOp::new(a.ctx, (ffi::FI_ATOMIC | ffi::FI_READ) as u64, wanted, super::TxKind::Read);
-            (op_id, tx.returning(returns), reply)
+            (op_id, fetch_tx(a, wanted).returning(returns), reply)
         }
     }
+}
+
+/// The transmit record of a fetching or compare atomic, before it says where its old values go.
+#[inline(always)]
+fn fetch_tx(a: &OneSided, wanted: bool) -> TxOp {
+    TxOp::new(a.ctx, (ffi::FI_ATOMIC | ffi::FI_READ) as u64, wanted, super::TxKind::Read)
 }
 
 /// After the engine took (or refused) a one-sided operation's request: report one that is
