@@ -211,7 +211,9 @@ fn run<const M: u8, const CLASS: u8>(r: &mut Rank) -> TResult {
                 p.writemsg(c.what, vec![pattern(7, len)], t.dest, &rma, dc, 0)
             }
             Op::Read(len) => p.read(c.what, len, t),
-            Op::Atomic(AKind::Base) => p.atomicmsg(c.what, ffi::FI_UINT64, ffi::FI_SUM, 1, one.clone(), t, dc),
+            Op::Atomic(AKind::Base) => {
+                p.atomicmsg(c.what, AKind::Base, ffi::FI_UINT64, ffi::FI_SUM, 1, one.clone(), t, dc)
+            }
             Op::Atomic(kind) => {
                 let op = if kind == AKind::Compare { ffi::FI_CSWAP } else { ffi::FI_SUM };
                 p.atomic(c.what, kind, ffi::FI_UINT64, op, 1, one.clone(), one, t)

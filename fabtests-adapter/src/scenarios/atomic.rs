@@ -692,7 +692,7 @@ fn fetch_completion_levels(r: &mut Rank) -> TResult {
             r.pmi.step(&what);
             let t = Target { dest: p.addrs[TARGET], addr: m.addr + (s * WORDS * 8) as u64, key: m.key };
             let operand: Vec<u8> = (0..n).flat_map(|i| add(s, i).to_ne_bytes()).collect();
-            let id = must(&what, p.fetch_atomicmsg(&what, ffi::FI_UINT64, ffi::FI_SUM, n, operand, t, level)?)?;
+            let id = must(&what, p.atomicmsg(&what, AKind::Fetch, ffi::FI_UINT64, ffi::FI_SUM, n, operand, t, level)?)?;
             let d = p.wait_ok(id)?;
             let old = payload(&what, &d.bufs[1], n * 8)?;
             for i in 0..n {

@@ -941,11 +941,13 @@ impl Peer {
         })
     }
 
-    /// `fi_atomicmsg` of `count` elements (a base atomic) with `flags`. Buffer: the operand.
+    /// `fi_atomicmsg` (`kind` Base) or `fi_fetch_atomicmsg` (Fetch) of one fi_ioc of `count`
+    /// elements with `flags`. Buffers: the operand, and a fetch's canaried result.
     #[allow(clippy::too_many_arguments)]
     pub fn atomicmsg(
         &mut self,
         what: &str,
+        kind: AKind,
         dt: ffi::fi_datatype,
         op: ffi::fi_op,
         count: usize,
@@ -953,47 +955,13 @@ impl Peer {
         t: Target,
         flags: u64,
     ) -> TResult<Result<u64, i32>> {
-        assert!(operand.len() >= count * dt_size(dt));
-        self.post(what, vec![operand], |ep, ctx, p| {
-            let ioc = ffi::fi_ioc { addr: p[0].cast(), count };
-            let rma = ffi::fi_rma_ioc { addr: t.addr, count, key: t.key };
-            let mut desc = null_mut::<c_void>();
-            let msg = ffi::fi_msg_atomic {
-                msg_iov: &ioc,
-                desc: &mut desc,
-                iov_count: 1,
-                addr: t.dest,
-                rma_iov: &rma,
-                rma_iov_count: 1,
-                datatype: dt,
-                op,
-                context: ctx,
-                data: 0,
-            };
-            // SAFETY: the operand and the context belong to the op; the message lives through
-            // the call.
-            unsafe { ep.atomicmsg(&msg, flags) }
-        })
-    }
-
-    /// `fi_fetch_atomicmsg` of `count` elements with `flags`. Buffers: operand, canaried result.
-    #[allow(clippy::too_many_arguments)]
-    pub fn fetch_atomicmsg(
-        &mut self,
-        what: &str,
-        dt: ffi::fi_datatype,
-        op: ffi::fi_op,
-        count: usize,
-        operand: Vec<u8>,
-        t: Target,
-        flags: u64,
-    ) -> TResult<Result<u64, i32>> {
+        assert!(kind != AKind::Compare, "atomicmsg: base and fetch atomics only");
+        let fetch = kind == AKind::Fetch;
         let n = count * dt_size(dt);
         assert!(operand.len() >= n);
-        self.post(what, vec![operand, canaried(n)], |ep, ctx, p| {
+        let bufs = if fetch { vec![operand, canaried(n)] } else { vec![operand] };
+        self.post(what, bufs, |ep, ctx, p| {
             let ioc = ffi::fi_ioc { addr: p[0].cast(), count };
-            // SAFETY: the result buffer is past its leading canary, `n` bytes long.
-            let mut result = ffi::fi_ioc { addr: unsafe { p[1].add(CANARY) }.cast(), count };
             let rma = ffi::fi_rma_ioc { addr: t.addr, count, key: t.key };
             let mut desc = null_mut::<c_void>();
             let msg = ffi::fi_msg_atomic {
@@ -1008,6 +976,13 @@ impl Peer {
                 context: ctx,
                 data: 0,
             };
+            if !fetch {
+                // SAFETY: the operand and the context belong to the op; the message lives
+                // through the call.
+                return unsafe { ep.atomicmsg(&msg, flags) };
+            }
+            // SAFETY: the result buffer is past its leading canary, `n` bytes long.
+            let mut result = ffi::fi_ioc { addr: unsafe { p[1].add(CANARY) }.cast(), count };
             // SAFETY: the buffers and the context belong to the op; the message and the result
             // ioc live through the call.
             unsafe { ep.fetch_atomicmsg(&msg, &mut result, 1, flags) }
