@@ -189,15 +189,13 @@ impl Endpoint {
 
     /// Send a message of at most `inject_max` bytes from one contiguous buffer, which is copied
     /// before this returns: the small-message path without an iov to walk. Same results as
-    /// `send`; longer messages are refused (`Error::Invalid`), not sent another way. A plain
-    /// send (no acknowledgement asked, no batch) takes the express path where it can: done once
-    /// it is in the ring, as from the general path. Forced inline, as `send_small_bytes`: the
-    /// header and payload were passed down one frame more (fi_tsend of 4 KiB: 45 instructions).
+    /// `send`; longer messages are refused (`Error::Invalid`), not sent another way. A send that
+    /// is not batched takes the express path where it can (`send_express_with`): a plain one is done once
+    /// it is in the ring, an acknowledged one waits for its answer, as from the general path.
+    /// Forced inline, as `send_small_bytes`: the header and payload were passed down one frame
+    /// more (fi_tsend of 4 KiB: 45 instructions).
     #[inline(always)]
     pub fn send_bytes(&mut self, peer: PeerId, hdr: MsgHeader, bytes: &[u8], opts: SendOpts) -> Result<SendStatus> {
-        if !opts.delivery_complete && !opts.more && self.send_express(peer, &hdr, bytes) {
-            return Ok(SendStatus::Done);
-        }
         self.send_small_bytes(peer, hdr, bytes, opts, None)
     }
 
@@ -209,33 +207,40 @@ impl Endpoint {
     /// says why not. It skips the general path's options and its completion bookkeeping.
     #[inline(always)]
     pub fn send_express(&mut self, peer: PeerId, hdr: &MsgHeader, bytes: &[u8]) -> bool {
+        self.send_express_with(peer, hdr, bytes, false)
+    }
+
+    /// `send_express`, for a message that may ask for an answer too (`ack`). It goes with the id
+    /// `next_msg_id` held before the call, for the caller's bookkeeping (`after_small`).
+    #[inline(always)]
+    fn send_express_with(&mut self, peer: PeerId, hdr: &MsgHeader, bytes: &[u8], ack: bool) -> bool {
         if bytes.len() > self.params.inline_max {
-            return self.send_express_inject(peer, hdr, bytes);
+            return self.send_express_inject(peer, hdr, bytes, ack);
         }
         let pushed = self.express_push(peer, hdr, bytes.len(), |region, src_slot, msg_id, streaming| {
-            InlineMsg { src_slot, msg_id, hdr, ack: false }.push(region, streaming, |p| p.copy_from_slice(bytes))
+            InlineMsg { src_slot, msg_id, hdr, ack }.push(region, streaming, |p| p.copy_from_slice(bytes))
         });
         self.stats.sent_inline += u64::from(pushed);
         pushed
     }
 
-    /// `send_express` for a message above the inline size, through one of the receiver's
-    /// inject buffers. Out of line: the inline kind's path stays as short as without it.
+    /// `send_express_with` for a message above the inline size, through one of the receiver's inject
+    /// buffers. Out of line: the inline kind's path stays as short as without it.
     #[inline(never)]
-    fn send_express_inject(&mut self, peer: PeerId, hdr: &MsgHeader, bytes: &[u8]) -> bool {
+    fn send_express_inject(&mut self, peer: PeerId, hdr: &MsgHeader, bytes: &[u8], ack: bool) -> bool {
         if bytes.len() > self.params.inject_max {
             return false;
         }
         let pushed = self.express_push(peer, hdr, bytes.len(), |region, src_slot, msg_id, _| {
-            InjectMsg { src_slot, msg_id, hdr, ack: false }.push(region, Small::Bytes(bytes))
+            InjectMsg { src_slot, msg_id, hdr, ack }.push(region, Small::Bytes(bytes))
         });
         self.stats.sent_inject += u64::from(pushed);
         pushed
     }
 
-    /// `send_express`'s checks, and its bookkeeping once `push` put the message of `len` bytes
-    /// in the ready peer's ring (given the peer's region, our slot in its table, the message's
-    /// id and whether we are streaming).
+    /// `send_express_with`'s checks, and its bookkeeping once `push` put the message of `len` bytes in the
+    /// ready peer's ring (given the peer's region, our slot in its table, the message's id, which
+    /// is `next_msg_id`, and whether we are streaming).
     #[inline(always)]
     fn express_push(
         &mut self,
@@ -276,6 +281,10 @@ impl Endpoint {
     ) -> Result<SendStatus> {
         if bytes.len() as u64 != hdr.len || bytes.len() > self.params.inject_max {
             return Err(Error::Invalid("send_bytes takes one inject-sized buffer of the header's length"));
+        }
+        let msg_id = self.next_msg_id;
+        if !opts.more && self.send_express_with(peer, &hdr, bytes, opts.delivery_complete) {
+            return Ok(self.after_small(peer, msg_id, opts, answer));
         }
         let msg_id = self.new_msg_id();
         match self.push_small(peer, msg_id, &hdr, opts, Small::Bytes(bytes)) {

@@ -658,6 +658,37 @@ fn send_express_sends_what_the_general_path_would_and_declines_the_rest() {
     }
 }
 
+/// An acknowledged small send to a ready peer takes the express path as a plain one does, and
+/// still waits for its answer: pending until the receiver took it, answered once, with the
+/// cookie it was sent with, inline and in an inject buffer alike.
+#[test]
+fn acknowledged_sends_take_the_express_path_and_complete_on_their_answer() {
+    let (mut a, mut b, to_b) = pair("ackexpress", Params::default());
+    let (mut ha, mut hb) = (Collect::default(), Collect { take_payload: true, ..Default::default() });
+    let hdr = |tag: u64, len: usize| MsgHeader { app: 0, tag, data: 0, aux: 0, len: len as u64 };
+    assert_eq!(a.send_bytes(to_b, hdr(0, 8), &pattern(8, 0), SendOpts::default()), Ok(SendStatus::Done));
+    pump_until((&mut a, &mut ha), (&mut b, &mut hb), "the first message", |_, hb| hb.taken.len() == 1);
+    a.progress(&mut ha); // the connection's acknowledgement
+    let sent_before = a.stats().sent_inline + a.stats().sent_inject;
+    for (i, len) in [8, INLINE_MAX, INLINE_MAX + 1, INJECT_SIZE as usize].into_iter().enumerate() {
+        let cookie = 100 + i as u64;
+        let acked = SendOpts { cookie, delivery_complete: true, ..SendOpts::default() };
+        let tag = 1 + i as u64;
+        assert_eq!(a.send_bytes(to_b, hdr(tag, len), &pattern(len, tag as u8), acked), Ok(SendStatus::Pending));
+        assert_eq!(a.stats().sent_inline + a.stats().sent_inject, sent_before + 1 + i as u64, "{len} B not pushed");
+        a.progress(&mut ha);
+        assert!(ha.sends_done.iter().all(|d| d.0 != cookie), "{len} B complete before the receiver took it");
+        pump_until((&mut a, &mut ha), (&mut b, &mut hb), "the answer", |ha, _| ha.sends_done.len() == 1 + i);
+        assert_eq!(ha.sends_done[i], (cookie, Ok(())), "{len} B");
+        assert_eq!(hb.taken[1 + i].1, pattern(len, tag as u8), "{len} B arrived intact");
+    }
+    for _ in 0..10 {
+        a.progress(&mut ha);
+        b.progress(&mut hb);
+    }
+    assert_eq!(ha.sends_done.len(), 4, "answered twice");
+}
+
 /// Messages in inject buffers that the handler takes (from `on_payload`, or from `on_inline` on
 /// the express path) give their buffers back: three times as many as the pool holds all arrive
 /// intact, and the pool is whole afterwards. A command naming an inject buffer outside the pool
