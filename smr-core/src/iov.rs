@@ -44,6 +44,12 @@ impl LocalIov {
     /// # Safety
     /// As `from_raw`.
     pub unsafe fn from_ranges(mut parts: Ranges) -> LocalIov {
+        // One range, the usual lent buffer: nothing to sum or drop.
+        if let [(_, len)] = *parts.as_slice() {
+            if len > 0 {
+                return LocalIov::Lent { parts, total: len };
+            }
+        }
         let mut total = 0;
         let mut empty = false;
         for p in &parts {
@@ -127,6 +133,18 @@ impl LocalIov {
     /// # Safety
     /// `dst..dst+len` must be valid for writes (a range checked against a mapping).
     pub(crate) unsafe fn read_to_raw(&self, off: usize, dst: *mut u8, len: usize) -> usize {
+        // One range, the usual case (a read's answer from one registration): one copy, no walk.
+        if let LocalIov::Lent { parts, .. } = self {
+            if let [(base, plen)] = *parts.as_slice() {
+                let n = plen.saturating_sub(off).min(len);
+                if n > 0 {
+                    // SAFETY: `base + off .. + n` lies inside the lent range (`off + n <= plen`);
+                    // the caller checked `dst..dst+len` lies in a mapping, and `n <= len`.
+                    unsafe { crate::copy::copy_bytes((base + off) as *const u8, dst, n) };
+                }
+                return n;
+            }
+        }
         let mut copied = 0;
         self.with_parts(|parts| {
             walk(parts, off, len, |src, n, at| {
@@ -217,5 +235,36 @@ mod tests {
         drop(iov);
         assert_eq!(&a, b"\0\0h");
         assert_eq!(&b, b"ello ");
+    }
+
+    /// One range and several take different paths in `from_ranges` and `read_to_raw`: the
+    /// same bytes and counts from every offset, as far as the range reaches, and no byte past
+    /// what is copied written; an empty range lends nothing.
+    #[test]
+    fn one_range_reads_as_several_do() {
+        let src: Vec<u8> = (0..40u8).collect();
+        let base = src.as_ptr() as usize;
+        // SAFETY: `src` outlives both and is only read.
+        let one = unsafe { LocalIov::from_ranges(smallvec::smallvec![(base, 40)]) };
+        // SAFETY: as above.
+        let two = unsafe { LocalIov::from_ranges(smallvec::smallvec![(base, 17), (base + 17, 23)]) };
+        assert_eq!((one.len(), two.len()), (40, 40));
+        for (off, len) in [(0, 40), (0, 8), (5, 10), (30, 20), (40, 4), (41, 4), (0, 0)] {
+            let (mut x, mut y) = ([0xEEu8; 48], [0xEEu8; 48]);
+            // SAFETY: both outputs hold 48 bytes, at least `len`.
+            let (nx, ny) =
+                unsafe { (one.read_to_raw(off, x.as_mut_ptr(), len), two.read_to_raw(off, y.as_mut_ptr(), len)) };
+            assert_eq!(nx, ny, "off {off} len {len}");
+            assert_eq!(nx, 40usize.saturating_sub(off).min(len), "off {off} len {len}");
+            assert_eq!(x, y, "off {off} len {len}");
+            assert_eq!(&x[..nx], &src[off.min(40)..off.min(40) + nx]);
+            assert!(x[nx..].iter().all(|&b| b == 0xEE), "wrote past the copy: off {off} len {len}");
+        }
+        // SAFETY: an empty range is never read.
+        let empty = unsafe { LocalIov::from_ranges(smallvec::smallvec![(base, 0)]) };
+        assert!(empty.is_empty());
+        let mut z = [0xEEu8; 4];
+        // SAFETY: nothing is copied.
+        assert_eq!(unsafe { empty.read_to_raw(0, z.as_mut_ptr(), 4) }, 0);
     }
 }
