@@ -8,14 +8,20 @@ use std::ffi::c_void;
 
 /// One buffer as an iov list.
 pub fn one(buf: *const c_void, len: usize) -> FiResult<Ranges> {
+    let addr = one_addr(buf, len)?;
+    let mut r = Ranges::new();
+    if len > 0 {
+        r.push((addr, len));
+    }
+    Ok(r)
+}
+
+/// One buffer, checked as `one` checks it (NULL only when empty), by its address.
+pub fn one_addr(buf: *const c_void, len: usize) -> FiResult<usize> {
     if buf.is_null() && len > 0 {
         return Err(FiError::INVAL);
     }
-    let mut r = Ranges::new();
-    if len > 0 {
-        r.push((buf as usize, len));
-    }
-    Ok(r)
+    Ok(buf as usize)
 }
 
 /// The caller's iovec array as an iov list.

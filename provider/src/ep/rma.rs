@@ -524,8 +524,8 @@ pub fn start_read(st: &mut crate::domain::DomainState, id: usize, a: OneSided, b
     let mut req = [0u8; 24];
     let n = ReadReq::encode_answered(len as u64, answer_buf.map(|b| b.wire()), &mut req);
     let hdr = header(app(KIND_READ_REQ, 0), a.key, a.addr, 0, n);
-    let tx = TxOp::new(a.ctx, (ffi::FI_RMA | ffi::FI_READ) as u64, wanted, super::TxKind::Read)
-        .returning(Returns::Answer { addr: buf, len, got: None });
+    let (_, returns, _) = answered_into(buf, len);
+    let tx = TxOp::new(a.ctx, (ffi::FI_RMA | ffi::FI_READ) as u64, wanted, super::TxKind::Read).returning(returns);
     // A read always completes on its answer (`acknowledged`).
     let opts = SendOpts { cookie: slot as u64, delivery_complete: true, more: more(&a), pull: true };
     let sent = match answer_buf {
@@ -553,7 +553,8 @@ pub fn start_atomic(
     let (op_id, tx, reply) = if desc.kind != Kind::Write && want <= ANSWER_DATA_MAX {
         // Answered with the old values, straight into `result` (`RmaState::returns`, without
         // the range list it would take).
-        (0, fetch_tx(&a, wanted).returning(Returns::Answer { addr: result, len: want, got: None }), None)
+        let (op_id, returns, reply) = answered_into(result, want);
+        (op_id, fetch_tx(&a, wanted).returning(returns), reply)
     } else {
         let mut local = Ranges::new();
         if desc.kind != Kind::Write {
@@ -652,6 +653,14 @@ fn atomic_tx(rma: &mut RmaState, desc: Desc, a: &OneSided, wanted: bool, result:
             (op_id, fetch_tx(a, wanted).returning(returns), reply)
         }
     }
+}
+
+/// What an operation whose bytes come back in its answer, into one buffer of the caller's
+/// (`addr`, `len` bytes), keeps (`RmaState::returns`): op id 0 in its request, which the
+/// target answers itself, the place in its transmit record, and no reply record.
+#[inline(always)]
+fn answered_into(addr: usize, len: usize) -> (u64, Returns, Option<Reply>) {
+    (0, Returns::Answer { addr, len, got: None }, None)
 }
 
 /// The transmit record of a fetching or compare atomic, before it says where its old values go.
@@ -779,8 +788,8 @@ impl RmaState {
         write_back: bool,
     ) -> (u64, Returns, Option<Reply>) {
         match *local.as_slice() {
-            [] if answered => (0, Returns::Answer { addr: 0, len: want, got: None }, None),
-            [(addr, _)] if answered => (0, Returns::Answer { addr, len: want, got: None }, None),
+            [] if answered => answered_into(0, want),
+            [(addr, _)] if answered => answered_into(addr, want),
             _ => {
                 let op_id = self.new_op();
                 (op_id, Returns::Reply(op_id), Some(Reply { op_id, local, want, write_back }))

@@ -156,10 +156,7 @@ unsafe extern "C" fn rma_read(
 ) -> isize {
     crate::guard("fi_read", FiError::OTHER.code() as isize, || {
         run(ep, true, |st, id, f| {
-            if buf.is_null() && len > 0 {
-                return Err(FiError::INVAL);
-            }
-            rma::start_read(st, id, target(src, addr, key, ctx, f), buf as usize, len)
+            rma::start_read(st, id, target(src, addr, key, ctx, f), crate::iov::one_addr(buf, len)?, len)
         })
     })
 }

@@ -104,9 +104,9 @@ impl Target<'_> {
         })
     }
 
-    /// The usual atomic, served in a few instructions: one range of target memory, and old
-    /// values (if it returns any) that fit an answer sent in this step. Applied to a copy on
-    /// the stack and written back (as `serve_atomic` does), counted, and answered; None, with
+    /// The usual atomic, served in a few instructions: old values (if it returns any) that fit
+    /// an answer sent in this step. Applied to a copy on the stack (`apply_atomic`, as
+    /// `serve_atomic` does), counted, and answered in the step's `Disposition`; None, with
     /// nothing touched, for any other (`serve_atomic` takes it).
     #[inline(always)]
     fn atomic_at_once(
@@ -120,32 +120,16 @@ impl Target<'_> {
     ) -> Option<Disposition> {
         let n = desc.bytes();
         let fetching = desc.kind != Kind::Write;
-        let [(base, len)] = *target.as_slice() else { return None };
-        if len != n || n > ANSWER_DATA_MAX || (fetching && !self.rma.outbox.is_empty()) {
+        if n > ANSWER_DATA_MAX || (fetching && !self.rma.outbox.is_empty()) {
             return None;
         }
         let mut value = [0u8; ANSWER_DATA_MAX];
-        let value = &mut value[..n];
-        // SAFETY: registered memory the application exposed for remote atomics (`resolve`
-        // checked the range: `n` bytes at `base`); only this path, under the domain lock,
-        // changes it on behalf of peers.
-        unsafe { core::ptr::copy_nonoverlapping(base as *const u8, value.as_mut_ptr(), n) };
-        let (operand, compare) = match operands(desc, payload) {
-            Ok(both) => both,
-            Err(errno) => return Some(refuse(msg, errno)),
-        };
-        let old_len = if fetching { n } else { 0 };
         let mut applied = Err(ffi::FI_EINVAL);
-        let old = AnswerData::new(old_len, |old| {
-            applied = apply::apply(desc.kind, desc.op, desc.datatype, value, operand, compare, old)
-                .map_err(|_| ffi::FI_EINVAL)
+        let old = AnswerData::new(if fetching { n } else { 0 }, |old| {
+            applied = apply_atomic(desc, target, payload, &mut value[..n], old)
         })?;
         if let Err(errno) = applied {
             return Some(refuse(msg, errno));
-        }
-        if desc.op != ffi::FI_ATOMIC_READ {
-            // SAFETY: as above: the same `n` bytes.
-            unsafe { core::ptr::copy_nonoverlapping(value.as_ptr(), base as *mut u8, n) };
         }
         sinks.remote_done(mr_cntr, !fetching);
         Some(if fetching { Disposition::AnswerWith(old) } else { Disposition::Taken { answer_later: false } })
