@@ -63,7 +63,11 @@ pub fn until<T>(
                 let seq = h.arm();
                 (h, seq)
             });
-            (poll(&mut st), armed)
+            let answer = poll(&mut st);
+            if matches!(answer, Ok(None)) {
+                crate::progress::before_sleep(&mut st);
+            }
+            (answer, armed)
         };
         let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
         let answer = match answer {

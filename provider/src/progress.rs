@@ -90,6 +90,17 @@ pub fn all(st: &mut DomainState) -> usize {
     drive(st, st.eps.iter().map(|(id, _)| id).collect())
 }
 
+/// Before a thread sleeps on the domain's endpoints: what a progress pass keeps for the next
+/// one (the inject buffers of the messages it took, `Endpoint::give_back_taken`) goes back now,
+/// so that it does not stay out of its senders' reach while nobody progresses.
+pub fn before_sleep(st: &mut DomainState) {
+    for (_, ep) in st.eps.iter_mut() {
+        if let Some(engine) = ep.engine.as_mut() {
+            engine.give_back_taken();
+        }
+    }
+}
+
 /// The endpoints whose wake words a waiter on CQ or counter `id` should sleep on.
 pub fn cntr_wait_eps(st: &DomainState, id: usize) -> Option<Vec<usize>> {
     Some(match cntr_eps(st, id)? {
@@ -198,6 +209,9 @@ fn run(domain: Weak<DomainShared>, control: Arc<Control>) {
                 })
                 .collect();
             let events = all(&mut st);
+            if events == 0 {
+                before_sleep(&mut st);
+            }
             (handles, events)
         };
         if events > 0 {

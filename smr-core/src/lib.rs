@@ -9,6 +9,7 @@
 pub mod copy;
 pub mod error;
 pub mod free_stack;
+pub mod held;
 pub mod idmap;
 pub mod pod;
 pub mod ring;

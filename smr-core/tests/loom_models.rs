@@ -1,6 +1,6 @@
 //! loom models of the lock-free structures every peer shares: the command/response ring
-//! (`ring`), the free stack of buffer indices (`free_stack`) and the table of published
-//! registrations (`published`).
+//! (`ring`), the free stack of buffer indices (`free_stack`), the word that records a buffer
+//! held out of it (`held`) and the table of published registrations (`published`).
 //!
 //! Run with (the models are sized for a preemption bound of 2: about a minute on two cores;
 //! a separate target dir keeps the `--cfg loom` build from evicting the normal one):
@@ -986,4 +986,43 @@ fn published_withdraw_waits_for_a_write() {
     });
     admitted.assert_seen("published_withdraw_waits_for_a_write", "a write admitted");
     refused.assert_seen("published_withdraw_waits_for_a_write", "a write refused after the withdrawal began");
+}
+
+/// (7a) A buffer held out of a free stack by a holder that died (`held`): the stack's owner
+/// forgetting it (`reclaim` for its incarnation) and a new holder taking over its word
+/// (`reclaim_any`) race. Exactly one of them returns the buffer, and the stack ends with every
+/// index once. The new holder then records a spare of its own, which the owner's late reclaim
+/// for the dead incarnation leaves alone.
+#[test]
+fn held_buffer_of_a_dead_holder_comes_back_once() {
+    use smr_core::held;
+    const DEAD: u64 = 5;
+    const SUCCESSOR: u64 = 6;
+    let (by_owner, by_successor) = (Tally::default(), Tally::default());
+    let (o, s) = (by_owner.clone(), by_successor.clone());
+    model("held_buffer_of_a_dead_holder_comes_back_once", move || {
+        let parts = StackParts::new(3);
+        let word = Arc::new(loom::sync::atomic::AtomicU64::new(0));
+        let index = parts.stack().pop().unwrap();
+        held::record(&word, DEAD, index);
+        let (p, w) = (parts.clone(), word.clone());
+        let owner = thread::spawn(move || held::reclaim(&w, &p.stack(), DEAD));
+        let took = held::reclaim_any(&word, &parts.stack());
+        let own = parts.stack().pop().unwrap();
+        held::record(&word, SUCCESSOR, own);
+        let owner_took = owner.join().unwrap();
+        assert!(
+            took != owner_took,
+            "the dead holder's buffer returned {} times",
+            u8::from(took) + u8::from(owner_took)
+        );
+        o.note(owner_took);
+        s.note(took);
+        assert!(!held::reclaim(&word, &parts.stack(), DEAD), "the successor's spare taken for the dead holder's");
+        assert_eq!(held::take(&word), Some(own), "the successor's spare is still recorded");
+        parts.stack().push(own).unwrap();
+        parts.assert_all_free();
+    });
+    by_owner.assert_seen("held_buffer_of_a_dead_holder_comes_back_once", "the owner returned it");
+    by_successor.assert_seen("held_buffer_of_a_dead_holder_comes_back_once", "the successor returned it");
 }

@@ -12,6 +12,7 @@ mod direct;
 mod peers;
 mod recv;
 mod send;
+mod spare;
 #[cfg(test)]
 mod tests;
 
@@ -296,6 +297,9 @@ pub struct Endpoint {
     sar_rx: HashMap<(SrcId, u64), SarRx>,
     held: IdMap<MsgKey, Held>,
     resp_backlog: VecDeque<(SrcId, RespEntry)>,
+    /// Our inject buffers of the messages taken in the last pass, given back at the next
+    /// (`spare`).
+    taken_injects: Vec<u32>,
     /// Messages sent with `SendOpts::more`, not yet in their peers' rings (`batch.rs`).
     staged: batch::Staged,
     /// Batched sends that went out (or failed) and still have to be reported to the handler.
@@ -357,6 +361,7 @@ impl Endpoint {
             sar_rx: HashMap::new(),
             held: IdMap::default(),
             resp_backlog: VecDeque::new(),
+            taken_injects: Vec::new(),
             staged: batch::Staged::default(),
             staged_done: Vec::new(),
             next_msg_id: 1,
@@ -395,6 +400,7 @@ impl Endpoint {
 
     /// Run the engine once. Returns how many events it handled.
     pub fn progress(&mut self, h: &mut impl Handler) -> usize {
+        self.give_back_taken();
         if !self.staged.is_empty() {
             self.flush_staged();
         }
@@ -421,7 +427,8 @@ impl Endpoint {
     }
 
     /// Whether `progress` has anything to do: a command or a response published at a ring's
-    /// head, responses or SAR segments of ours still to push, or a liveness tick due. On the
+    /// head, responses or SAR segments of ours still to push, inject buffers to give back, or a
+    /// liveness tick due. On the
     /// idle path that is two loads of ring stamps, so a caller polling in a tight loop can skip
     /// the rest of its progress pass (and the polling thread notices an arrival sooner).
     #[inline]
@@ -430,6 +437,7 @@ impl Endpoint {
         if self.cmd_rx.ready(&self.region.cmd_ring())
             || self.resp_rx.ready(&self.region.resp_ring())
             || !self.resp_backlog.is_empty()
+            || !self.taken_injects.is_empty()
             || !self.sar_tx.is_empty()
             || !self.staged.is_empty()
             || !self.staged_done.is_empty()

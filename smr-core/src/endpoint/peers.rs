@@ -374,6 +374,11 @@ impl Endpoint {
         for (id, p) in self.out.iter_mut().enumerate() {
             let Some(link) = &mut p.link else { continue };
             let watched = waited.contains(&(id as PeerId)) || !link.acked || link.used;
+            if !link.used {
+                // Nothing sent to it since the last tick: the buffer we held for the next
+                // message goes back to its pool, for its other senders.
+                super::spare::give_back(&link.region, link.slot);
+            }
             link.used = false;
             if !watched {
                 continue;
@@ -423,10 +428,14 @@ impl Endpoint {
 
     /// Drop a sender: fail its partial receives, free its table entry.
     pub(super) fn forget_in_peer(&mut self, src: SrcId, h: &mut impl Handler) -> usize {
-        if let Some(peer) = self.inp.remove(&src) {
+        let incarnation = self.inp.remove(&src).map(|peer| {
             self.forgotten.insert(src, peer.name);
-        }
+            peer.incarnation
+        });
         if let Some(slot) = self.region.peer_slots().get(src as usize) {
+            if let Some(incarnation) = incarnation {
+                super::spare::reclaim(&self.region, slot, incarnation);
+            }
             slot.state.store(SLOT_FREE, Ordering::Release);
         }
         self.fail_receives_from(src, h)
@@ -438,6 +447,7 @@ impl Endpoint {
         self.region.mark_closed();
         for p in &self.out {
             if let Some(link) = &p.link {
+                super::spare::give_back(&link.region, link.slot);
                 let _ = push_cmd(&link.region, &CmdEntry::control(op::DISCONNECT, link.slot));
             }
         }
@@ -462,6 +472,7 @@ fn claim_slot(region: &Region, name: &str, me: ProcessIdentity, incarnation: u64
             _ => false,
         };
         if reusable && slot.state.compare_exchange(state, SLOT_CLAIMED, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+            super::spare::reclaim_left(region, slot);
             fill_slot(slot, name, me, incarnation);
             return Ok(i as u32);
         }

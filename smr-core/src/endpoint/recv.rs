@@ -168,7 +168,7 @@ impl Endpoint {
         let Some(payload) = (unsafe { self.inject_payload(buf, entry.len) }) else { return false };
         let taken = self.offer_express(entry, payload, h);
         if taken {
-            self.release_buffers(&Body::Inject { buf });
+            self.give_back_later(buf);
         }
         taken
     }
@@ -313,7 +313,10 @@ impl Endpoint {
         let (key, disposition) = self.offer(src, msg_id, hdr, ack, payload, h);
         if let Some(bytes) = payload {
             self.finish_with_payload(src, key, msg_id, ack, hdr, bytes, disposition, h);
-            self.release_buffers(&body);
+            match body {
+                Body::Inject { buf } => self.give_back_later(buf),
+                _ => self.release_buffers(&body),
+            }
             return;
         }
         // An answer is for a request whose payload is here, handled in the same step.

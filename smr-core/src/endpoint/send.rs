@@ -94,14 +94,20 @@ struct InjectMsg<'a> {
     msg_id: u64,
     hdr: &'a MsgHeader,
     ack: bool,
+    /// Our incarnation, which tags the spare buffer we keep in the receiver's pool (`spare`).
+    incarnation: u64,
 }
 
 impl InjectMsg<'_> {
-    /// Take one of the receiver's inject buffers and copy the payload into it; its index.
+    /// Take one of the receiver's inject buffers (the spare we hold, or one from its pool) and
+    /// copy the payload into it; its index.
     #[inline(always)]
     fn fill(&self, region: &Region, src: Small<'_>) -> Result<u32> {
         let len = self.hdr.len;
-        let index = region.inject_stack().pop().map_err(|_| Error::Again)?;
+        let index = match super::spare::take(region, self.src_slot) {
+            Some(index) => index,
+            None => region.inject_stack().pop().map_err(|_| Error::Again)?,
+        };
         let dst = match region.geometry().inject_offset(index).and_then(|off| region.mapping().bytes_ptr(off, len)) {
             Ok(dst) => dst,
             Err(e) => {
@@ -123,12 +129,16 @@ impl InjectMsg<'_> {
     }
 
     /// Filled and pushed into the receiver's ring; the buffer goes back if the ring is full.
+    /// Once it is out, the buffer for the next message is taken while the receiver copies this
+    /// one (`spare`).
     #[inline(always)]
     fn push(&self, region: &Region, src: Small<'_>) -> Result<()> {
         let index = self.fill(region, src)?;
         super::peers::push_cmd_with(region, |e| self.write(e, index)).inspect_err(|_| {
             let _ = region.inject_stack().push(index);
-        })
+        })?;
+        super::spare::refill(region, self.src_slot, self.incarnation);
+        Ok(())
     }
 }
 
@@ -231,8 +241,9 @@ impl Endpoint {
         if bytes.len() > self.params.inject_max {
             return false;
         }
+        let incarnation = self.region.incarnation();
         let pushed = self.express_push(peer, hdr, bytes.len(), |region, src_slot, msg_id, _| {
-            InjectMsg { src_slot, msg_id, hdr, ack }.push(region, Small::Bytes(bytes))
+            InjectMsg { src_slot, msg_id, hdr, ack, incarnation }.push(region, Small::Bytes(bytes))
         });
         self.stats.sent_inject += u64::from(pushed);
         pushed
@@ -363,6 +374,7 @@ impl Endpoint {
         // would move for nothing while the reply is on its way.
         let streaming = !opts.more && self.sent_since_poll > 0;
         self.sent_since_poll = self.sent_since_poll.saturating_add(1);
+        let incarnation = self.region.incarnation();
         let link = self.link(peer)?;
         link.used = true;
         let src_slot = link.slot;
@@ -376,7 +388,7 @@ impl Endpoint {
             self.stats.sent_inline += 1;
             return Ok(());
         }
-        let inject = InjectMsg { src_slot, msg_id, hdr, ack };
+        let inject = InjectMsg { src_slot, msg_id, hdr, ack, incarnation };
         if opts.more {
             let index = inject.fill(&link.region, src)?;
             self.stage_with(peer, (!ack).then_some(opts.cookie), |e| inject.write(e, index));

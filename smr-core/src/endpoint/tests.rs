@@ -115,6 +115,11 @@ fn free_buffers(ep: &Endpoint) -> (usize, usize) {
     (count(ep.region.inject_stack()), count(ep.region.sar_stack()))
 }
 
+/// Inject buffers of `ep`'s pool that its senders hold for their next message (`spare`).
+fn spares_held(ep: &Endpoint) -> usize {
+    ep.region.peer_slots().iter().filter(|s| s.spare.load(crate::sync::Ordering::Relaxed) != 0).count()
+}
+
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
     (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
 }
@@ -602,7 +607,9 @@ fn inline_messages_take_the_express_path() {
             assert_eq!((hdr.data, bytes), (7, &pattern(hdr.len as usize, hdr.tag as u8)));
         }
         assert_eq!(hb.inline_taken, if take { 4 } else { 0 });
-        assert_eq!(free_buffers(&b).0, pool, "inject buffers back (take {take})");
+        // The taken message's buffer comes back at b's next pass; a keeps one for its next.
+        b.progress(&mut hb);
+        assert_eq!(free_buffers(&b).0 + spares_held(&b), pool, "inject buffers back but a's spare (take {take})");
         // Each once, in order: taken on the express path (through `Collect::on_inline`) or not.
         let tags: Vec<u64> = hb.taken.iter().map(|m| m.0.tag).collect();
         assert_eq!(tags, [0, 1, 2, 3], "taken (take {take})");
@@ -715,7 +722,8 @@ fn taken_inject_messages_return_their_buffers_and_bad_ones_are_refused() {
             assert_eq!((hdr.tag, bytes), (i as u64, &pattern(len, i as u8)));
         }
         assert_eq!(hb.inline_taken, if take_inline { count } else { 0 }, "taken on the express path");
-        assert_eq!(free_buffers(&b).0, pool);
+        b.progress(&mut hb);
+        assert_eq!(free_buffers(&b).0 + spares_held(&b), pool, "every buffer back but a's spare");
         assert_eq!(b.stats().corrupt_commands, 0);
 
         // A forged command: an inject message naming buffer `pool` (one past the last).
@@ -728,6 +736,90 @@ fn taken_inject_messages_return_their_buffers_and_bad_ones_are_refused() {
         let offered = (hb.taken.len(), hb.offered.len(), hb.inline_offered.len());
         assert_eq!(offered, (count, 0, count), "the forged message was offered");
     }
+}
+
+/// The spare inject buffer a sender keeps in its receiver's pool (`spare`): taken after each
+/// inject message, filled by the next, and never lost. It goes back when the sender stops
+/// sending (its second liveness tick without a send), when it closes, and, when it dies, by the
+/// receiver that forgets it; a receiver forgetting one sender leaves a successor's spare alone,
+/// and a sender claiming a dead holder's entry gives back what that holder left.
+#[test]
+fn a_senders_spare_inject_buffer_always_comes_back() {
+    use crate::sync::Ordering::Relaxed;
+    let (mut a, mut b, to_b) = pair("spare", Params::default());
+    let (mut ha, mut hb) =
+        (Collect::default(), Collect { take_payload: true, take_inline: true, ..Default::default() });
+    let (pool, _) = free_buffers(&b);
+    let len = INLINE_MAX + 1;
+    let send = |a: &mut Endpoint, b: &mut Endpoint, hb: &mut Collect, tag: u64| {
+        let hdr = MsgHeader { app: 0, tag, data: 0, aux: 0, len: len as u64 };
+        let dl = deadline();
+        while a.send_bytes(to_b, hdr, &pattern(len, tag as u8), SendOpts::default()) == Err(Error::Again) {
+            assert!(std::time::Instant::now() < dl, "no inject buffer");
+            b.progress(hb);
+        }
+    };
+    send(&mut a, &mut b, &mut hb, 0);
+    let src = a.link(to_b).unwrap().slot as usize;
+    let entry = |b: &Endpoint| b.region.peer_slots()[src].spare.load(Relaxed);
+    pump_until((&mut a, &mut ha), (&mut b, &mut hb), "the first message", |_, hb| hb.taken.len() == 1);
+    b.progress(&mut hb);
+    assert_ne!(entry(&b), 0, "a keeps a spare after an inject message");
+    assert_eq!(free_buffers(&b).0, pool - 1, "the message's buffer is back, the spare is not");
+
+    // The next message fills the spare: b's pool is not touched for it, and a takes another.
+    let spare = entry(&b);
+    send(&mut a, &mut b, &mut hb, 1);
+    assert_eq!(free_buffers(&b).0, pool - 2, "one buffer for the message, one spare");
+    assert_ne!(entry(&b), spare, "a new spare");
+    pump_until((&mut a, &mut ha), (&mut b, &mut hb), "the second message", |_, hb| hb.taken.len() == 2);
+    b.progress(&mut hb);
+    assert_eq!(hb.taken[1].1, pattern(len, 1), "the spare carried the message");
+
+    // A tick with a send since the last keeps the spare; the next one gives it back.
+    a.tick_due = true;
+    a.progress(&mut ha);
+    assert_ne!(entry(&b), 0, "kept while a still sends");
+    a.tick_due = true;
+    a.progress(&mut ha);
+    assert_eq!(entry(&b), 0, "given back once a stopped sending");
+    assert_eq!(free_buffers(&b).0, pool);
+
+    // a dies holding a spare: b, forgetting it, takes the spare back; a successor's stays.
+    send(&mut a, &mut b, &mut hb, 2);
+    pump_until((&mut a, &mut ha), (&mut b, &mut hb), "the third message", |_, hb| hb.taken.len() == 3);
+    b.progress(&mut hb);
+    let held_by_a = entry(&b);
+    let incarnation = b.inp.get(&(src as SrcId)).unwrap().incarnation;
+    let region = Arc::clone(&b.region);
+    let slots = region.peer_slots();
+    slots[src].spare.store(held_by_a ^ (1 << 20), Relaxed);
+    super::spare::reclaim(&region, &slots[src], incarnation);
+    assert_eq!(entry(&b), held_by_a ^ (1 << 20), "another incarnation's spare is not taken");
+    slots[src].spare.store(held_by_a, Relaxed);
+    b.forget_in_peer(src as SrcId, &mut hb);
+    assert_eq!((entry(&b), free_buffers(&b).0), (0, pool), "the dead sender's spare is back");
+
+    // A spare left in an entry by a holder that died before its receiver noticed goes back
+    // when another sender claims the entry.
+    let index = b.region.inject_stack().pop().unwrap();
+    slots[src].spare.store(held_by_a & !0xffff | u64::from(index), Relaxed);
+    super::spare::reclaim_left(&region, &slots[src]);
+    assert_eq!((entry(&b), free_buffers(&b).0), (0, pool), "the left spare is back");
+
+    // Closing gives the spare back.
+    let (mut c, mut hc) = (Endpoint::create(&name("sparec"), Params::default()).unwrap(), Collect::default());
+    let c_to_b = c.add_peer(b.name()).unwrap();
+    let hdr = MsgHeader { app: 0, tag: 9, data: 0, aux: 0, len: len as u64 };
+    let dl = deadline();
+    while c.send_bytes(c_to_b, hdr, &pattern(len, 9), SendOpts::default()) == Err(Error::Again) {
+        assert!(std::time::Instant::now() < dl, "c never connected");
+        b.progress(&mut hb);
+        c.progress(&mut hc);
+    }
+    assert_eq!(spares_held(&b), 1, "c keeps a spare");
+    drop(c);
+    assert_eq!(spares_held(&b), 0, "c gave its spare back when it closed");
 }
 
 /// `pull` asks for CMA only above the first SAR segment: a one-segment message goes by SAR
