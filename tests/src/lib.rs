@@ -87,16 +87,36 @@ pub const INJECT_MAX: usize = smr_core::layout::INJECT_SIZE as usize;
 /// use CMA), or where a miscount can only fail the check. A message that went by CMA leaves
 /// the receiver's SAR pool untouched.
 pub fn sar_buffers(name: &str) -> (usize, usize) {
+    free_buffers(name, "SAR", |r| (r.sar_stack(), r.geometry().counts.sar_count))
+}
+
+/// `sar_buffers` for the inject pool (the same caveats).
+pub fn inject_buffers(name: &str) -> (usize, usize) {
+    free_buffers(name, "inject", |r| (r.inject_stack(), r.geometry().counts.inject_count))
+}
+
+/// How many of endpoint `name`'s senders hold one of its inject buffers for their next
+/// message (`smr_core::endpoint` keeps such a spare per receiver).
+pub fn spares_held(name: &str) -> usize {
     let region = smr_core::region::Region::open(name).unwrap_or_else(|e| panic!("open {name}: {e}"));
-    let stack = region.sar_stack();
+    region.peer_slots().iter().filter(|e| e.spare.load(std::sync::atomic::Ordering::Relaxed) != 0).count()
+}
+
+fn free_buffers(
+    name: &str,
+    pool: &str,
+    stack: for<'a> fn(&'a smr_core::region::Region) -> (smr_core::free_stack::FreeStack<'a>, u64),
+) -> (usize, usize) {
+    let region = smr_core::region::Region::open(name).unwrap_or_else(|e| panic!("open {name}: {e}"));
+    let (stack, total) = stack(&region);
     let mut taken = Vec::new();
     while let Ok(i) = stack.pop() {
         taken.push(i);
     }
     for &i in &taken {
-        stack.push(i).unwrap_or_else(|e| panic!("give back SAR buffer {i} of {name}: {e:?}"));
+        stack.push(i).unwrap_or_else(|e| panic!("give back {pool} buffer {i} of {name}: {e:?}"));
     }
-    (taken.len(), region.geometry().counts.sar_count as usize)
+    (taken.len(), total as usize)
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -204,6 +204,12 @@ fn sender_killed_mid_stream_leaves_the_receiver_working() {
     }
     let from_dead = std::mem::take(&mut node.h.received);
     assert!(from_dead.len() >= 500, "only {} messages from the streamer", from_dead.len());
+    // The inject buffers are back: those of the messages taken, and the one the streamer held
+    // for its next message (`spare`), which we take back when we learn it died. Only the buffer
+    // of a message it was copying when it died (taken, not yet named by a command) may stay out.
+    let (free, total) = inject_buffers(&me);
+    assert!(free + 1 >= total, "{} inject buffers lost with the dead streamer", total - free);
+    assert_eq!(spares_held(&me), 0, "the dead streamer's spare is still recorded");
     for (i, m) in from_dead.iter().enumerate() {
         assert_eq!(split_tag(m.hdr.tag), (1, i as u32), "streamer's messages in order");
         assert_eq!(m.result, Ok(m.hdr.len as usize));
@@ -442,6 +448,36 @@ fn restarted_endpoint_takes_over_the_name_and_old_peers_reach_it() {
     assert_eq!(kv["senders"], "7:2", "{line}");
     println!("refusals before the new incarnation was reached: {refusals}");
     sc.child(r2).finish(dl);
+}
+
+/// (g) A sender that exits while it holds one of our inject buffers for its next message (its
+/// spare, taken after its last inject message): without closing its endpoint (as a crash
+/// leaves it), the buffer comes back once we learn that it is gone; closing first, it gives the
+/// buffer back itself.
+#[test]
+fn a_departed_senders_spare_inject_buffer_comes_back() {
+    for how in ["abandon", "close"] {
+        let mut sc = Scenario::new(PEER, &format!("kg{how}"));
+        let me = sc.name("r");
+        let mut node = Node::create(&me, params(false)).unwrap();
+        let s = sc.name("s");
+        let args = ["node", "--name", &s, "--id", "1", "--to", &me, "--sizes", "4096", "--exit-when-sent", how];
+        let c = sc.spawn("sender", &args);
+        let dl = deadline();
+        sc.child(c).expect_line("RESULT", dl);
+        let status = sc.child(c).wait_exit(dl);
+        assert!(status.success(), "the sender exited with {status}\n{}", sc.transcripts());
+        assert_eq!(spares_held(&me), usize::from(how == "abandon"), "spares held once the sender exited ({how})");
+        node.wait_until(dl, "the sender's message", |n| n.h.received.len() == 1);
+        verify(&node.h.received[0].hdr, &node.h.received[0].bytes).unwrap();
+        let learned = Instant::now() + Duration::from_millis(500);
+        while Instant::now() < learned {
+            node.pump_or_wait(Duration::from_millis(1));
+        }
+        assert_eq!(spares_held(&me), 0, "a spare still recorded ({how})");
+        let (free, total) = inject_buffers(&me);
+        assert_eq!(free, total, "inject buffers lost with the departed sender ({how})");
+    }
 }
 
 /// (f) A sender dies in the middle of copying a command into our ring: its slot stays `WRITING`
