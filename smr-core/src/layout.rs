@@ -35,8 +35,8 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"RSHMREG\0");
 /// 6: command slots of 1,088 bytes, inline payload up to 1,032 bytes.
 /// 7: peers may write published registrations too (`published::REMOTE_WRITE`), counted in the
 ///    entry while they copy (`MrSlot::writers`).
-/// 8: a sender records the inject buffer it holds for its next message in its peer-table entry
-///    (`PeerSlot::spare`).
+/// 8: a sender records the inject buffer it holds for its next message, or that carries its
+///    last one, in its peer-table entry (`PeerSlot::held`).
 pub const LAYOUT_VERSION: u32 = 8;
 /// Longest region name, without the terminating NUL.
 pub const NAME_MAX: usize = 63;
@@ -224,9 +224,11 @@ pub struct PeerSlot {
     pub start: AtomicU64,
     pub incarnation: AtomicU64,
     pub name: [AtomicU64; (NAME_MAX + 1) / 8],
-    /// The buffer of our inject pool that this sender holds for its next message, tagged with
-    /// its incarnation (0: none): `endpoint::spare`.
-    pub spare: AtomicU64,
+    /// The buffer of our inject pool that this sender holds (for its next message, or carrying
+    /// one we may not have handled yet), tagged with its incarnation (0: none), and the id of
+    /// the message it carries: a `held::Record` (`endpoint::spare`).
+    pub held: AtomicU64,
+    pub held_msg: AtomicU64,
 }
 
 /// How many times the owner progressed while it had no operation of its own outstanding: a

@@ -600,6 +600,21 @@ impl Consumer {
     pub fn position(&self) -> u64 {
         self.head
     }
+
+    /// The position up to which producers have claimed slots: every entry pushed before this
+    /// call sits below it. Peer-written: a value past a full ring's worth is taken as that.
+    pub fn claimed<T: Pod>(&self, ring: &Ring<'_, T>) -> u64 {
+        let tail = ring.ctl.tail.load(Ordering::Acquire);
+        if tail.wrapping_sub(self.head) > ring.capacity() {
+            return self.head.wrapping_add(ring.capacity());
+        }
+        tail
+    }
+
+    /// Whether this consumer has taken or skipped every entry below position `pos`.
+    pub fn passed(&self, pos: u64) -> bool {
+        self.head.wrapping_sub(pos) as i64 >= 0
+    }
 }
 
 /// Tracks a consumer whose head stopped advancing, and decides when to `skip` it: a producer

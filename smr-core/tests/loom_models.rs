@@ -988,41 +988,47 @@ fn published_withdraw_waits_for_a_write() {
     refused.assert_seen("published_withdraw_waits_for_a_write", "a write refused after the withdrawal began");
 }
 
-/// (7a) A buffer held out of a free stack by a holder that died (`held`): the stack's owner
-/// forgetting it (`reclaim` for its incarnation) and a new holder taking over its word
-/// (`reclaim_any`) race. Exactly one of them returns the buffer, and the stack ends with every
-/// index once. The new holder then records a spare of its own, which the owner's late reclaim
-/// for the dead incarnation leaves alone.
+/// (7a) The record of a buffer held out of a free stack (`held`) by a holder that died while it
+/// carried message 7, decided by the stack's owner while a new holder of the entry records a
+/// buffer of its own. The owner gives the dead holder's buffer back exactly when the message was
+/// not handled (`handled` below 7), never twice; the new holder records only into an empty
+/// record, so its buffer is never taken for the dead one's, and the stack ends with every index
+/// once.
 #[test]
 fn held_buffer_of_a_dead_holder_comes_back_once() {
-    use smr_core::held;
+    use smr_core::held::Record;
     const DEAD: u64 = 5;
     const SUCCESSOR: u64 = 6;
-    let (by_owner, by_successor) = (Tally::default(), Tally::default());
-    let (o, s) = (by_owner.clone(), by_successor.clone());
+    let (recorded, refused) = (Tally::default(), Tally::default());
+    let (r, f) = (recorded.clone(), refused.clone());
     model("held_buffer_of_a_dead_holder_comes_back_once", move || {
-        let parts = StackParts::new(3);
-        let word = Arc::new(loom::sync::atomic::AtomicU64::new(0));
-        let index = parts.stack().pop().unwrap();
-        held::record(&word, DEAD, index);
-        let (p, w) = (parts.clone(), word.clone());
-        let owner = thread::spawn(move || held::reclaim(&w, &p.stack(), DEAD));
-        let took = held::reclaim_any(&word, &parts.stack());
-        let own = parts.stack().pop().unwrap();
-        held::record(&word, SUCCESSOR, own);
-        let owner_took = owner.join().unwrap();
-        assert!(
-            took != owner_took,
-            "the dead holder's buffer returned {} times",
-            u8::from(took) + u8::from(owner_took)
-        );
-        o.note(owner_took);
-        s.note(took);
-        assert!(!held::reclaim(&word, &parts.stack(), DEAD), "the successor's spare taken for the dead holder's");
-        assert_eq!(held::take(&word), Some(own), "the successor's spare is still recorded");
-        parts.stack().push(own).unwrap();
-        parts.assert_all_free();
+        for handled in [Some(6), Some(7)] {
+            let parts = StackParts::new(3);
+            let words = Arc::new([loom::sync::atomic::AtomicU64::new(0), loom::sync::atomic::AtomicU64::new(0)]);
+            let rec = Record { word: &words[0], msg: &words[1] };
+            let index = parts.stack().pop().unwrap();
+            rec.hold_in_flight(DEAD, index, 7);
+            let (p, w) = (parts.clone(), words.clone());
+            let owner = thread::spawn(move || Record { word: &w[0], msg: &w[1] }.decide(DEAD, handled, &p.stack()));
+            let own = parts.stack().pop().unwrap();
+            rec.hold_in_flight(SUCCESSOR, own, 1);
+            let gave_back = owner.join().unwrap();
+            // The owner has cleared the dead holder's record: what is left is the successor's.
+            let mine = words[0].load(Ordering::Relaxed) != 0;
+            assert_eq!(rec.take_spare(SUCCESSOR, 2), None, "a message's buffer taken for a spare");
+            assert_eq!(gave_back, handled == Some(6), "the dead holder's buffer, message handled: {handled:?}");
+            if !gave_back {
+                // Handled: it went back with its message.
+                parts.stack().push(index).unwrap();
+            }
+            r.note(mine);
+            f.note(!mine);
+            rec.unsent(SUCCESSOR, own);
+            assert_eq!(words[0].load(Ordering::Relaxed), 0, "a record left after the successor's unsent");
+            parts.stack().push(own).unwrap();
+            parts.assert_all_free();
+        }
     });
-    by_owner.assert_seen("held_buffer_of_a_dead_holder_comes_back_once", "the owner returned it");
-    by_successor.assert_seen("held_buffer_of_a_dead_holder_comes_back_once", "the successor returned it");
+    recorded.assert_seen("held_buffer_of_a_dead_holder_comes_back_once", "the successor recorded its buffer");
+    refused.assert_seen("held_buffer_of_a_dead_holder_comes_back_once", "the successor found the record still taken");
 }

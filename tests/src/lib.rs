@@ -99,7 +99,7 @@ pub fn inject_buffers(name: &str) -> (usize, usize) {
 /// message (`smr_core::endpoint` keeps such a spare per receiver).
 pub fn spares_held(name: &str) -> usize {
     let region = smr_core::region::Region::open(name).unwrap_or_else(|e| panic!("open {name}: {e}"));
-    region.peer_slots().iter().filter(|e| e.spare.load(std::sync::atomic::Ordering::Relaxed) != 0).count()
+    region.peer_slots().iter().filter(|e| e.held.load(std::sync::atomic::Ordering::Relaxed) != 0).count()
 }
 
 fn free_buffers(

@@ -204,11 +204,11 @@ fn sender_killed_mid_stream_leaves_the_receiver_working() {
     }
     let from_dead = std::mem::take(&mut node.h.received);
     assert!(from_dead.len() >= 500, "only {} messages from the streamer", from_dead.len());
-    // The inject buffers are back: those of the messages taken, and the one the streamer held
-    // for its next message (`spare`), which we take back when we learn it died. Only the buffer
-    // of a message it was copying when it died (taken, not yet named by a command) may stay out.
+    // Every inject buffer is back: those of the messages taken, and the one the streamer held
+    // when it died (its spare, or the buffer of a message it was copying), which we take back
+    // once we learn it died and have handled every command it pushed (`spare`).
     let (free, total) = inject_buffers(&me);
-    assert!(free + 1 >= total, "{} inject buffers lost with the dead streamer", total - free);
+    assert_eq!(free, total, "inject buffers lost with the dead streamer");
     assert_eq!(spares_held(&me), 0, "the dead streamer's spare is still recorded");
     for (i, m) in from_dead.iter().enumerate() {
         assert_eq!(split_tag(m.hdr.tag), (1, i as u32), "streamer's messages in order");

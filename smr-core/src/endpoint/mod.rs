@@ -300,6 +300,10 @@ pub struct Endpoint {
     /// Our inject buffers of the messages taken in the last pass, given back at the next
     /// (`spare`).
     taken_injects: Vec<u32>,
+    /// Per entry of our peer table: the highest id of the inject messages handled from it, and
+    /// the forgotten senders whose held buffer is still to be decided about (`spare`).
+    inject_handled: Vec<Option<u64>>,
+    decisions: Vec<spare::Decision>,
     /// Messages sent with `SendOpts::more`, not yet in their peers' rings (`batch.rs`).
     staged: batch::Staged,
     /// Batched sends that went out (or failed) and still have to be reported to the handler.
@@ -362,6 +366,8 @@ impl Endpoint {
             held: IdMap::default(),
             resp_backlog: VecDeque::new(),
             taken_injects: Vec::new(),
+            inject_handled: vec![None; c.max_peers as usize],
+            decisions: Vec::new(),
             staged: batch::Staged::default(),
             staged_done: Vec::new(),
             next_msg_id: 1,
@@ -422,6 +428,7 @@ impl Endpoint {
             self.last_liveness = Instant::now();
             self.check_stalls();
             events += self.check_peers(h);
+            self.decide_due();
         }
         events
     }

@@ -369,6 +369,7 @@ impl Endpoint {
     /// the number of completions raised.
     pub(super) fn check_peers(&mut self, h: &mut impl Handler) -> usize {
         let mut events = 0;
+        let incarnation = self.region.incarnation();
         let waited: std::collections::HashSet<PeerId> =
             self.pending.values().map(|s| s.peer).chain(self.acked.values().map(|s| s.peer)).collect();
         for (id, p) in self.out.iter_mut().enumerate() {
@@ -377,7 +378,7 @@ impl Endpoint {
             if !link.used {
                 // Nothing sent to it since the last tick: the buffer we held for the next
                 // message goes back to its pool, for its other senders.
-                super::spare::give_back(&link.region, link.slot);
+                super::spare::give_back(&link.region, link.slot, incarnation);
             }
             link.used = false;
             if !watched {
@@ -428,14 +429,12 @@ impl Endpoint {
 
     /// Drop a sender: fail its partial receives, free its table entry.
     pub(super) fn forget_in_peer(&mut self, src: SrcId, h: &mut impl Handler) -> usize {
-        let incarnation = self.inp.remove(&src).map(|peer| {
+        if let Some(peer) = self.inp.remove(&src) {
             self.forgotten.insert(src, peer.name);
-            peer.incarnation
-        });
+            // Before the entry is free: a successor's commands then come after `until`.
+            self.decide_later(src, peer.incarnation);
+        }
         if let Some(slot) = self.region.peer_slots().get(src as usize) {
-            if let Some(incarnation) = incarnation {
-                super::spare::reclaim(&self.region, slot, incarnation);
-            }
             slot.state.store(SLOT_FREE, Ordering::Release);
         }
         self.fail_receives_from(src, h)
@@ -445,9 +444,10 @@ impl Endpoint {
     /// send to us stop, and fail what they are waiting for.
     pub(super) fn disconnect_all(&mut self) {
         self.region.mark_closed();
+        let incarnation = self.region.incarnation();
         for p in &self.out {
             if let Some(link) = &p.link {
-                super::spare::give_back(&link.region, link.slot);
+                super::spare::give_back(&link.region, link.slot, incarnation);
                 let _ = push_cmd(&link.region, &CmdEntry::control(op::DISCONNECT, link.slot));
             }
         }
@@ -472,7 +472,6 @@ fn claim_slot(region: &Region, name: &str, me: ProcessIdentity, incarnation: u64
             _ => false,
         };
         if reusable && slot.state.compare_exchange(state, SLOT_CLAIMED, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
-            super::spare::reclaim_left(region, slot);
             fill_slot(slot, name, me, incarnation);
             return Ok(i as u32);
         }

@@ -168,7 +168,7 @@ impl Endpoint {
         let Some(payload) = (unsafe { self.inject_payload(buf, entry.len) }) else { return false };
         let taken = self.offer_express(entry, payload, h);
         if taken {
-            self.give_back_later(buf);
+            self.give_back_later(entry.src, entry.msg_id, buf);
         }
         taken
     }
@@ -314,7 +314,7 @@ impl Endpoint {
         if let Some(bytes) = payload {
             self.finish_with_payload(src, key, msg_id, ack, hdr, bytes, disposition, h);
             match body {
-                Body::Inject { buf } => self.give_back_later(buf),
+                Body::Inject { buf } => self.give_back_later(src, msg_id, buf),
                 _ => self.release_buffers(&body),
             }
             return;

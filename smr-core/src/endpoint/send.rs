@@ -99,19 +99,22 @@ struct InjectMsg<'a> {
 }
 
 impl InjectMsg<'_> {
-    /// Take one of the receiver's inject buffers (the spare we hold, or one from its pool) and
-    /// copy the payload into it; its index.
+    /// Take one of the receiver's inject buffers and copy the payload into it; its index. A
+    /// message pushed at once takes the spare we hold, or records the buffer it takes as in
+    /// flight (`spare`); a staged one (`SendOpts::more`) takes one from the pool, unrecorded.
     #[inline(always)]
-    fn fill(&self, region: &Region, src: Small<'_>) -> Result<u32> {
+    fn fill(&self, region: &Region, src: Small<'_>, staged: bool) -> Result<u32> {
         let len = self.hdr.len;
-        let index = match super::spare::take(region, self.src_slot) {
-            Some(index) => index,
-            None => region.inject_stack().pop().map_err(|_| Error::Again)?,
+        let index = if staged {
+            region.inject_stack().pop().ok()
+        } else {
+            super::spare::take(region, self.src_slot, self.incarnation, self.msg_id)
         };
+        let index = index.ok_or(Error::Again)?;
         let dst = match region.geometry().inject_offset(index).and_then(|off| region.mapping().bytes_ptr(off, len)) {
             Ok(dst) => dst,
             Err(e) => {
-                let _ = region.inject_stack().push(index);
+                super::spare::untake(region, self.src_slot, self.incarnation, index);
                 return Err(e);
             }
         };
@@ -133,9 +136,9 @@ impl InjectMsg<'_> {
     /// one (`spare`).
     #[inline(always)]
     fn push(&self, region: &Region, src: Small<'_>) -> Result<()> {
-        let index = self.fill(region, src)?;
+        let index = self.fill(region, src, false)?;
         super::peers::push_cmd_with(region, |e| self.write(e, index)).inspect_err(|_| {
-            let _ = region.inject_stack().push(index);
+            super::spare::untake(region, self.src_slot, self.incarnation, index);
         })?;
         super::spare::refill(region, self.src_slot, self.incarnation);
         Ok(())
@@ -390,7 +393,7 @@ impl Endpoint {
         }
         let inject = InjectMsg { src_slot, msg_id, hdr, ack, incarnation };
         if opts.more {
-            let index = inject.fill(&link.region, src)?;
+            let index = inject.fill(&link.region, src, true)?;
             self.stage_with(peer, (!ack).then_some(opts.cookie), |e| inject.write(e, index));
         } else {
             inject.push(&link.region, src)?;

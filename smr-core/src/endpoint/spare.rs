@@ -1,4 +1,5 @@
-//! Keeping the inject pool's shared words off a message's critical path.
+//! Keeping the inject pool's shared words off a message's critical path, and no buffer lost to
+//! a sender that dies.
 //!
 //! An inject message takes a buffer from the receiver's free stack (`free_stack`), and the
 //! receiver gives it back once it has taken the message. The stack's head and link words are
@@ -13,67 +14,93 @@
 //!   progress pass, or before it sleeps (`Endpoint::give_back_taken`), not in the pass that
 //!   hands the messages over.
 //!
-//! A spare is recorded in the sender's entry of the receiver's peer table (`PeerSlot::spare`,
-//! a `held` word tagged with the sender's incarnation), so that none is lost:
+//! The buffer a sender holds, a spare or one that carries its message, is recorded in its entry
+//! of the receiver's peer table (`PeerSlot::held`, a `held::Record` tagged with the sender's
+//! incarnation), so that none is lost:
 //! - a sender gives its spare back on the first liveness tick on which it has not sent to that
 //!   receiver since the last, and before it disconnects;
-//! - a receiver that forgets a sender (dead or gone) takes back the spare that sender's
-//!   incarnation left in the entry, and only that one (a successor in the entry keeps its own);
-//! - a sender that claims an entry whose previous holder died gives back that holder's spare.
+//! - a receiver that forgets a sender (dead or gone) decides about its record once it has
+//!   handled every command the sender pushed (`Decision`): a spare, or a buffer whose message
+//!   never arrived (the sender died copying it), goes back to the pool.
 //!
-//! A sender that dies between taking a buffer and recording it, or between clearing the record
-//! and publishing the command that names the buffer, leaves that buffer in use, as one that
-//! dies between its pop and its push always did.
+//! Not recorded, and so lost if the sender dies before it pushes the command: a buffer filled
+//! while the record is taken (a second message staged behind `SendOpts::more`, or a record a
+//! predecessor in the entry left that the receiver has not decided about yet).
 
-use crate::held;
+use super::{Endpoint, SrcId};
+use crate::held::Record;
 use crate::layout::PeerSlot;
 use crate::region::Region;
 
-/// Sender: the spare we hold in `region`'s pool (our entry `slot` records it), now ours to fill
-/// and no longer recorded; None if we hold none.
+fn record(entry: &PeerSlot) -> Record<'_> {
+    Record { word: &entry.held, msg: &entry.held_msg }
+}
+
+/// Sender: the buffer to carry message `msg_id` to `region` (our entry `slot`): the spare we
+/// hold, or one from its pool, recorded as in flight where the record allows.
 #[inline(always)]
-pub(super) fn take(region: &Region, slot: u32) -> Option<u32> {
-    held::take(&region.peer_slots().get(slot as usize)?.spare)
+pub(super) fn take(region: &Region, slot: u32, incarnation: u64, msg_id: u64) -> Option<u32> {
+    let entry = region.peer_slots().get(slot as usize)?;
+    let rec = record(entry);
+    if let Some(index) = rec.take_spare(incarnation, msg_id) {
+        return Some(index);
+    }
+    let index = region.inject_stack().pop().ok()?;
+    rec.hold_in_flight(incarnation, index, msg_id);
+    Some(index)
+}
+
+/// Sender: the message in `index` was not sent after all; the buffer goes back to the pool.
+pub(super) fn untake(region: &Region, slot: u32, incarnation: u64, index: u32) {
+    if let Some(entry) = region.peer_slots().get(slot as usize) {
+        record(entry).unsent(incarnation, index);
+    }
+    let _ = region.inject_stack().push(index);
 }
 
 /// Sender: after a message to `region` went out, take the buffer for the next one now, while
-/// the receiver is busy with this one (nothing if we hold one already or the pool is empty).
+/// the receiver is busy with this one (none if the pool is empty, or the record is not ours to
+/// write).
 #[inline]
 pub(super) fn refill(region: &Region, slot: u32, incarnation: u64) {
     let Some(entry) = region.peer_slots().get(slot as usize) else { return };
-    if held::is_held(&entry.spare) {
-        return;
-    }
-    if let Ok(index) = region.inject_stack().pop() {
-        held::record(&entry.spare, incarnation, index);
+    let rec = record(entry);
+    if rec.wants_spare(incarnation) {
+        rec.sent(incarnation, region.inject_stack().pop().ok());
     }
 }
 
 /// Sender: give our spare in `region`'s pool back (a receiver we stopped sending to, or leave).
-pub(super) fn give_back(region: &Region, slot: u32) {
+pub(super) fn give_back(region: &Region, slot: u32, incarnation: u64) {
     if let Some(entry) = region.peer_slots().get(slot as usize) {
-        held::give_back(&entry.spare, &region.inject_stack());
+        record(entry).give_back(incarnation, &region.inject_stack());
     }
 }
 
-/// Receiver: the spare that the sender of `incarnation` left in `entry` of our table when it
-/// died or left goes back into our pool (`region`). A successor's spare stays.
-pub(super) fn reclaim(region: &Region, entry: &PeerSlot, incarnation: u64) {
-    let _ = held::reclaim(&entry.spare, &region.inject_stack(), incarnation);
+/// Receiver: what to do about the record of a sender we forgot, once our command ring has
+/// passed `until` (every command it pushed before we forgot it is handled by then).
+pub(super) struct Decision {
+    src: SrcId,
+    incarnation: u64,
+    until: u64,
 }
 
-/// Sender claiming `entry` of `region`'s table: a spare its previous holder (dead, or our own
-/// earlier incarnation of the link) left there goes back into the pool.
-pub(super) fn reclaim_left(region: &Region, entry: &PeerSlot) {
-    let _ = held::reclaim_any(&entry.spare, &region.inject_stack());
-}
-
-impl super::Endpoint {
+impl Endpoint {
     /// Receiver: the inject buffer of a message taken in this pass goes back to our pool at
     /// the start of the next one (or before we sleep), once the application has the message.
+    /// Message `msg_id` from `src` counts as handled for `Decision`.
     #[inline(always)]
-    pub(super) fn give_back_later(&mut self, buf: u32) {
+    pub(super) fn give_back_later(&mut self, src: SrcId, msg_id: u64, buf: u32) {
+        self.note_inject_handled(src, msg_id);
         self.taken_injects.push(buf);
+    }
+
+    /// Receiver: an inject message `msg_id` from `src` was handled (its buffer given back).
+    #[inline(always)]
+    pub(super) fn note_inject_handled(&mut self, src: SrcId, msg_id: u64) {
+        if let Some(seen) = self.inject_handled.get_mut(src as usize) {
+            *seen = Some(seen.map_or(msg_id, |s| s.max(msg_id)));
+        }
     }
 
     /// Give the inject buffers of the messages taken since the last pass back to our pool.
@@ -92,5 +119,30 @@ impl super::Endpoint {
         for buf in self.taken_injects.drain(..) {
             let _ = stack.push(buf);
         }
+    }
+
+    /// Receiver forgetting the sender of `incarnation` in entry `src`: decide about the buffer
+    /// it holds once every command it pushed so far is handled.
+    pub(super) fn decide_later(&mut self, src: SrcId, incarnation: u64) {
+        let until = self.cmd_rx.claimed(&self.region.cmd_ring());
+        self.decisions.push(Decision { src, incarnation, until });
+    }
+
+    /// On the liveness tick: the decisions whose commands are all handled.
+    pub(super) fn decide_due(&mut self) {
+        if self.decisions.is_empty() {
+            return;
+        }
+        let (rx, region, handled) = (&self.cmd_rx, &self.region, &self.inject_handled);
+        self.decisions.retain(|d| {
+            if !rx.passed(d.until) {
+                return true;
+            }
+            if let Some(entry) = region.peer_slots().get(d.src as usize) {
+                let seen = handled.get(d.src as usize).copied().flatten();
+                record(entry).decide(d.incarnation, seen, &region.inject_stack());
+            }
+            false
+        });
     }
 }

@@ -117,7 +117,7 @@ fn free_buffers(ep: &Endpoint) -> (usize, usize) {
 
 /// Inject buffers of `ep`'s pool that its senders hold for their next message (`spare`).
 fn spares_held(ep: &Endpoint) -> usize {
-    ep.region.peer_slots().iter().filter(|s| s.spare.load(crate::sync::Ordering::Relaxed) != 0).count()
+    ep.region.peer_slots().iter().filter(|s| s.held.load(crate::sync::Ordering::Relaxed) != 0).count()
 }
 
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
@@ -741,8 +741,9 @@ fn taken_inject_messages_return_their_buffers_and_bad_ones_are_refused() {
 /// The spare inject buffer a sender keeps in its receiver's pool (`spare`): taken after each
 /// inject message, filled by the next, and never lost. It goes back when the sender stops
 /// sending (its second liveness tick without a send), when it closes, and, when it dies, by the
-/// receiver that forgets it; a receiver forgetting one sender leaves a successor's spare alone,
-/// and a sender claiming a dead holder's entry gives back what that holder left.
+/// receiver that forgets it, as does a buffer the sender died copying a message into; a buffer
+/// whose message the receiver handled does not go back twice, and a record of another
+/// incarnation stays as it is.
 #[test]
 fn a_senders_spare_inject_buffer_always_comes_back() {
     use crate::sync::Ordering::Relaxed;
@@ -761,7 +762,7 @@ fn a_senders_spare_inject_buffer_always_comes_back() {
     };
     send(&mut a, &mut b, &mut hb, 0);
     let src = a.link(to_b).unwrap().slot as usize;
-    let entry = |b: &Endpoint| b.region.peer_slots()[src].spare.load(Relaxed);
+    let entry = |b: &Endpoint| b.region.peer_slots()[src].held.load(Relaxed);
     pump_until((&mut a, &mut ha), (&mut b, &mut hb), "the first message", |_, hb| hb.taken.len() == 1);
     b.progress(&mut hb);
     assert_ne!(entry(&b), 0, "a keeps a spare after an inject message");
@@ -785,27 +786,52 @@ fn a_senders_spare_inject_buffer_always_comes_back() {
     assert_eq!(entry(&b), 0, "given back once a stopped sending");
     assert_eq!(free_buffers(&b).0, pool);
 
-    // a dies holding a spare: b, forgetting it, takes the spare back; a successor's stays.
+    // a dies holding a spare: b, forgetting it, decides about its record once every command
+    // a pushed is handled (at once here: none is left), and takes the spare back.
     send(&mut a, &mut b, &mut hb, 2);
     pump_until((&mut a, &mut ha), (&mut b, &mut hb), "the third message", |_, hb| hb.taken.len() == 3);
     b.progress(&mut hb);
-    let held_by_a = entry(&b);
-    let incarnation = b.inp.get(&(src as SrcId)).unwrap().incarnation;
-    let region = Arc::clone(&b.region);
-    let slots = region.peer_slots();
-    slots[src].spare.store(held_by_a ^ (1 << 20), Relaxed);
-    super::spare::reclaim(&region, &slots[src], incarnation);
-    assert_eq!(entry(&b), held_by_a ^ (1 << 20), "another incarnation's spare is not taken");
-    slots[src].spare.store(held_by_a, Relaxed);
+    assert_ne!(entry(&b), 0, "a holds a spare");
+    let inc = b.inp.get(&(src as SrcId)).unwrap().incarnation;
     b.forget_in_peer(src as SrcId, &mut hb);
+    b.tick_due = true;
+    b.progress(&mut hb);
     assert_eq!((entry(&b), free_buffers(&b).0), (0, pool), "the dead sender's spare is back");
+    // What forgetting a sender of incarnation `inc` does about its record, without a sender.
+    let forget_and_decide = |b: &mut Endpoint, hb: &mut Collect, inc: u64| {
+        b.decide_later(src as SrcId, inc);
+        b.tick_due = true;
+        b.progress(hb);
+    };
 
-    // A spare left in an entry by a holder that died before its receiver noticed goes back
-    // when another sender claims the entry.
-    let index = b.region.inject_stack().pop().unwrap();
-    slots[src].spare.store(held_by_a & !0xffff | u64::from(index), Relaxed);
-    super::spare::reclaim_left(&region, &slots[src]);
-    assert_eq!((entry(&b), free_buffers(&b).0), (0, pool), "the left spare is back");
+    // A buffer a dead sender was copying a message into (recorded in flight, the message never
+    // handled) goes back; one whose message b handled (the last inject message's id) does not:
+    // it went back when b took the message, and may be another sender's by now.
+    let region = Arc::clone(&b.region);
+    let rec = crate::held::Record { word: &region.peer_slots()[src].held, msg: &region.peer_slots()[src].held_msg };
+    let last = b.inject_handled[src].expect("three inject messages handled");
+    for (msg_id, back) in [(last + 1, true), (last, false)] {
+        let index = region.inject_stack().pop().unwrap();
+        rec.hold_in_flight(inc, index, msg_id);
+        forget_and_decide(&mut b, &mut hb, inc);
+        assert_eq!(entry(&b), 0, "the record of message {msg_id} is decided");
+        assert_eq!(free_buffers(&b).0, if back { pool } else { pool - 1 }, "message {msg_id}'s buffer");
+        if !back {
+            region.inject_stack().push(index).unwrap();
+        }
+    }
+
+    // A record another incarnation left: a new holder of the entry does not touch it, and b's
+    // decision about a third incarnation leaves it too.
+    let index = region.inject_stack().pop().unwrap();
+    rec.hold_in_flight(inc, index, 9);
+    let left = entry(&b);
+    assert!(!rec.wants_spare(inc + 1) && rec.take_spare(inc + 1, 10).is_none());
+    rec.hold_in_flight(inc + 1, index ^ 1, 10);
+    forget_and_decide(&mut b, &mut hb, inc + 2);
+    assert_eq!(entry(&b), left, "another incarnation's record changed");
+    forget_and_decide(&mut b, &mut hb, inc);
+    assert_eq!((entry(&b), free_buffers(&b).0), (0, pool), "the left buffer is back");
 
     // Closing gives the spare back.
     let (mut c, mut hc) = (Endpoint::create(&name("sparec"), Params::default()).unwrap(), Collect::default());
