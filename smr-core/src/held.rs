@@ -83,9 +83,10 @@ impl Record<'_> {
         w == NONE || (ours(w, incarnation) && w & IN_FLIGHT != 0)
     }
 
-    /// Holder: the message in flight in `index` was not sent after all (the caller gives the
-    /// buffer back): no longer recorded.
-    pub fn unsent(&self, incarnation: u64, index: u32) {
+    /// Holder: `index` no longer needs recording: the command that names it is published, or
+    /// the message was not sent after all (the caller gives the buffer back).
+    #[inline(always)]
+    pub fn clear(&self, incarnation: u64, index: u32) {
         let w = self.word.load(Ordering::Relaxed);
         if ours(w, incarnation) && w & IN_FLIGHT != 0 && index_of(w) == index {
             self.word.store(NONE, Ordering::Relaxed);

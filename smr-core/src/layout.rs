@@ -36,7 +36,8 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"RSHMREG\0");
 /// 7: peers may write published registrations too (`published::REMOTE_WRITE`), counted in the
 ///    entry while they copy (`MrSlot::writers`).
 /// 8: a sender records the inject buffer it holds for its next message, or that carries its
-///    last one, in its peer-table entry (`PeerSlot::held`).
+///    last one, and the SAR buffer it copies a segment into, in its peer-table entry
+///    (`PeerSlot::held`, `PeerSlot::sar_held`).
 pub const LAYOUT_VERSION: u32 = 8;
 /// Longest region name, without the terminating NUL.
 pub const NAME_MAX: usize = 63;
@@ -229,6 +230,10 @@ pub struct PeerSlot {
     /// the message it carries: a `held::Record` (`endpoint::spare`).
     pub held: AtomicU64,
     pub held_msg: AtomicU64,
+    /// The same for the SAR buffer this sender is copying a segment into (its message id and
+    /// the segment's offset, `endpoint::spare::sar_key`).
+    pub sar_held: AtomicU64,
+    pub sar_held_msg: AtomicU64,
 }
 
 /// How many times the owner progressed while it had no operation of its own outstanding: a

@@ -1023,8 +1023,8 @@ fn held_buffer_of_a_dead_holder_comes_back_once() {
             }
             r.note(mine);
             f.note(!mine);
-            rec.unsent(SUCCESSOR, own);
-            assert_eq!(words[0].load(Ordering::Relaxed), 0, "a record left after the successor's unsent");
+            rec.clear(SUCCESSOR, own);
+            assert_eq!(words[0].load(Ordering::Relaxed), 0, "a record left after the successor's clear");
             parts.stack().push(own).unwrap();
             parts.assert_all_free();
         }

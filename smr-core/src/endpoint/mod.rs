@@ -300,9 +300,11 @@ pub struct Endpoint {
     /// Our inject buffers of the messages taken in the last pass, given back at the next
     /// (`spare`).
     taken_injects: Vec<u32>,
-    /// Per entry of our peer table: the highest id of the inject messages handled from it, and
-    /// the forgotten senders whose held buffer is still to be decided about (`spare`).
+    /// Per entry of our peer table: the highest id of the inject messages, and the highest key
+    /// of the SAR segments, handled from it; and the forgotten senders whose held buffers are
+    /// still to be decided about (`spare`).
     inject_handled: Vec<Option<u64>>,
+    sar_handled: Vec<Option<u64>>,
     decisions: Vec<spare::Decision>,
     /// Messages sent with `SendOpts::more`, not yet in their peers' rings (`batch.rs`).
     staged: batch::Staged,
@@ -367,6 +369,7 @@ impl Endpoint {
             resp_backlog: VecDeque::new(),
             taken_injects: Vec::new(),
             inject_handled: vec![None; c.max_peers as usize],
+            sar_handled: vec![None; c.max_peers as usize],
             decisions: Vec::new(),
             staged: batch::Staged::default(),
             staged_done: Vec::new(),

@@ -205,6 +205,13 @@ impl Endpoint {
                 return;
             }
         };
+        // Whatever becomes of it, a segment's SAR buffer comes back through this command.
+        match &cmd {
+            Command::Msg { src, msg_id, body: Body::Sar(seg), .. } | Command::SarSeg { src, msg_id, seg } => {
+                self.note_sar_handled(*src, super::spare::sar_key(*msg_id, seg.offset));
+            }
+            _ => {}
+        }
         match cmd {
             Command::Connect { src } => {
                 // A sender that has already gone is not corruption (`accept` remembers it).

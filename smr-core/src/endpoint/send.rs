@@ -426,6 +426,7 @@ impl Endpoint {
         // used to rotate a message that found no buffer to the back, and a later one that found
         // a buffer freed meanwhile overtook it.)
         let queue = std::mem::take(&mut self.sar_tx);
+        let incarnation = self.region.incarnation();
         let mut waiting: smallvec::SmallVec<[PeerId; 4]> = smallvec::SmallVec::new();
         for msg_id in queue {
             let Some(send) = self.pending.get(&msg_id) else { continue };
@@ -439,7 +440,7 @@ impl Endpoint {
                 continue; // the peer died; check_peers fails the send
             };
             let send = self.pending.get_mut(&msg_id).expect("looked up above");
-            if !push_segments(link, msg_id, send) {
+            if !push_segments(link, incarnation, msg_id, send) {
                 if unstarted(send) {
                     waiting.push(peer);
                 }
@@ -594,7 +595,7 @@ fn segment_len(offset: u64, sar_size: u64) -> u64 {
 }
 
 /// Push segments of one SAR send until done or out of buffers. True when all are out.
-fn push_segments(link: &super::peers::Link, msg_id: u64, send: &mut PendingSend) -> bool {
+fn push_segments(link: &super::peers::Link, incarnation: u64, msg_id: u64, send: &mut PendingSend) -> bool {
     let geo = *link.region.geometry();
     let sar_size = geo.counts.sar_size;
     while let Some(offset) = send.sar_next {
@@ -602,7 +603,8 @@ fn push_segments(link: &super::peers::Link, msg_id: u64, send: &mut PendingSend)
             send.sar_next = None;
             return true;
         }
-        let Ok(index) = link.region.sar_stack().pop() else { return false };
+        let key = super::spare::sar_key(msg_id, offset);
+        let Some(index) = super::spare::take_sar(&link.region, link.slot, incarnation, key) else { return false };
         let seg_len = (send.hdr.len - offset).min(segment_len(offset, sar_size));
         let copied = geo
             .sar_offset(index)
@@ -610,7 +612,7 @@ fn push_segments(link: &super::peers::Link, msg_id: u64, send: &mut PendingSend)
             // SAFETY: `dst` is `seg_len` bytes inside the peer's mapping (bounds-checked).
             .map(|dst| unsafe { send.buf.read_to_raw(offset as usize, dst, seg_len as usize) });
         if copied.is_err() {
-            let _ = link.region.sar_stack().push(index);
+            super::spare::sar_done(&link.region, link.slot, incarnation, index, false);
             return false;
         }
         let first = offset == 0 && !send.sar_continuation;
@@ -623,8 +625,9 @@ fn push_segments(link: &super::peers::Link, msg_id: u64, send: &mut PendingSend)
             }
             e.set_sar(SarSeg { buf: index, len: seg_len as u32, offset });
         };
-        if super::peers::push_cmd_with(&link.region, segment).is_err() {
-            let _ = link.region.sar_stack().push(index);
+        let pushed = super::peers::push_cmd_with(&link.region, segment).is_ok();
+        super::spare::sar_done(&link.region, link.slot, incarnation, index, pushed);
+        if !pushed {
             return false;
         }
         let next = offset + seg_len;

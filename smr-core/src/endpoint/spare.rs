@@ -23,6 +23,9 @@
 //!   handled every command the sender pushed (`Decision`): a spare, or a buffer whose message
 //!   never arrived (the sender died copying it), goes back to the pool.
 //!
+//! The SAR buffer a sender copies a segment into is recorded the same way (`PeerSlot::sar_held`)
+//! from its pop until the segment's command is pushed, and decided about with the inject one.
+//!
 //! Not recorded, and so lost if the sender dies before it pushes the command: a buffer filled
 //! while the record is taken (a second message staged behind `SendOpts::more`, or a record a
 //! predecessor in the entry left that the receiver has not decided about yet).
@@ -34,6 +37,40 @@ use crate::region::Region;
 
 fn record(entry: &PeerSlot) -> Record<'_> {
     Record { word: &entry.held, msg: &entry.held_msg }
+}
+
+fn sar_record(entry: &PeerSlot) -> Record<'_> {
+    Record { word: &entry.sar_held, msg: &entry.sar_held_msg }
+}
+
+/// A SAR segment's place in its sender's order of segments to one receiver: its message's id,
+/// then its offset (messages are below 2^30 bytes). A sender pushes the segments of a message in
+/// order, and messages mostly in order of id; where not, a decision only keeps a buffer.
+pub(super) fn sar_key(msg_id: u64, offset: u64) -> u64 {
+    msg_id << 30 | (offset & ((1 << 30) - 1))
+}
+
+/// Sender: a SAR buffer of `region`'s pool (our entry `slot`) for the segment `key`, recorded
+/// while we copy into it, until `sar_pushed`.
+#[inline]
+pub(super) fn take_sar(region: &Region, slot: u32, incarnation: u64, key: u64) -> Option<u32> {
+    let index = region.sar_stack().pop().ok()?;
+    if let Some(entry) = region.peer_slots().get(slot as usize) {
+        sar_record(entry).hold_in_flight(incarnation, index, key);
+    }
+    Some(index)
+}
+
+/// Sender: the segment in SAR buffer `index` is pushed (`pushed`), or the buffer goes back to
+/// the pool; no longer recorded either way.
+#[inline]
+pub(super) fn sar_done(region: &Region, slot: u32, incarnation: u64, index: u32, pushed: bool) {
+    if let Some(entry) = region.peer_slots().get(slot as usize) {
+        sar_record(entry).clear(incarnation, index);
+    }
+    if !pushed {
+        let _ = region.sar_stack().push(index);
+    }
 }
 
 /// Sender: the buffer to carry message `msg_id` to `region` (our entry `slot`): the spare we
@@ -53,7 +90,7 @@ pub(super) fn take(region: &Region, slot: u32, incarnation: u64, msg_id: u64) ->
 /// Sender: the message in `index` was not sent after all; the buffer goes back to the pool.
 pub(super) fn untake(region: &Region, slot: u32, incarnation: u64, index: u32) {
     if let Some(entry) = region.peer_slots().get(slot as usize) {
-        record(entry).unsent(incarnation, index);
+        record(entry).clear(incarnation, index);
     }
     let _ = region.inject_stack().push(index);
 }
@@ -103,6 +140,14 @@ impl Endpoint {
         }
     }
 
+    /// Receiver: a command naming a SAR buffer (segment `key`, `sar_key`) from `src` is handled:
+    /// the buffer comes back through it.
+    pub(super) fn note_sar_handled(&mut self, src: SrcId, key: u64) {
+        if let Some(seen) = self.sar_handled.get_mut(src as usize) {
+            *seen = Some(seen.map_or(key, |s| s.max(key)));
+        }
+    }
+
     /// Give the inject buffers of the messages taken since the last pass back to our pool.
     /// `progress` does it first thing; a caller about to sleep after a pass calls it, so that
     /// no buffer stays out while we sleep.
@@ -133,14 +178,16 @@ impl Endpoint {
         if self.decisions.is_empty() {
             return;
         }
-        let (rx, region, handled) = (&self.cmd_rx, &self.region, &self.inject_handled);
+        let (rx, region) = (&self.cmd_rx, &self.region);
+        let (injects, sars) = (&self.inject_handled, &self.sar_handled);
         self.decisions.retain(|d| {
             if !rx.passed(d.until) {
                 return true;
             }
             if let Some(entry) = region.peer_slots().get(d.src as usize) {
-                let seen = handled.get(d.src as usize).copied().flatten();
-                record(entry).decide(d.incarnation, seen, &region.inject_stack());
+                let seen = |handled: &[Option<u64>]| handled.get(d.src as usize).copied().flatten();
+                record(entry).decide(d.incarnation, seen(injects), &region.inject_stack());
+                sar_record(entry).decide(d.incarnation, seen(sars), &region.sar_stack());
             }
             false
         });

@@ -848,6 +848,36 @@ fn a_senders_spare_inject_buffer_always_comes_back() {
     assert_eq!(spares_held(&b), 0, "c gave its spare back when it closed");
 }
 
+/// The SAR buffer a sender copies a segment into is recorded until the segment is pushed
+/// (`spare`): none stays recorded once SAR messages of every size went through. A receiver
+/// forgetting the sender gives back one recorded for a segment it never handled (the sender died
+/// copying it), and not one whose segment it handled (that buffer came back with the segment).
+#[test]
+fn a_dead_senders_sar_buffer_comes_back_unless_its_segment_arrived() {
+    use crate::sync::Ordering::Relaxed;
+    let (_a, mut b) = exchange_all_sizes("sarheld", Params { cma: false, ..Params::default() });
+    let mut hb = Collect::default();
+    let (src, inc) = b.inp.iter().map(|(s, p)| (s, p.incarnation)).next().expect("a connected sender");
+    let region = Arc::clone(&b.region);
+    let entry = &region.peer_slots()[src as usize];
+    assert_eq!(entry.sar_held.load(Relaxed), 0, "a SAR buffer still recorded after its segment went out");
+    let handled = b.sar_handled[src as usize].expect("segments handled");
+    let rec = crate::held::Record { word: &entry.sar_held, msg: &entry.sar_held_msg };
+    let (_, pool) = free_buffers(&b);
+    for (key, back) in [(handled + 1, true), (handled, false)] {
+        let index = region.sar_stack().pop().unwrap();
+        rec.hold_in_flight(inc, index, key);
+        b.decide_later(src, inc);
+        b.tick_due = true;
+        b.progress(&mut hb);
+        assert_eq!(entry.sar_held.load(Relaxed), 0, "segment {key:#x}: the record is decided");
+        assert_eq!(free_buffers(&b).1, if back { pool } else { pool - 1 }, "segment {key:#x}'s buffer");
+        if !back {
+            region.sar_stack().push(index).unwrap();
+        }
+    }
+}
+
 /// `pull` asks for CMA only above the first SAR segment: a one-segment message goes by SAR
 /// (no system call, one step of the receiver either way), a longer one by CMA; both arrive.
 /// One segment is the receiver's: with smaller SAR buffers, less fits.
