@@ -1,17 +1,17 @@
 //! The buffer that a sender holds out of its receiver's free stack (`free_stack`) while no
 //! command the receiver has handled names it, recorded in shared memory so that the receiver
-//! can give it back if the sender dies (`endpoint::spare` keeps a sender's next inject buffer
-//! this way).
+//! can give it back if the sender dies (`endpoint::spare` records a sender's inject buffer, its
+//! spare or one carrying a message, and the SAR buffer it copies a segment into, this way).
 //!
 //! A `Record` is two words of the sender's entry in the receiver's peer table. The first is 0
 //! when nothing is held, else the `HELD` flag, the holder's incarnation (its low 46 bits), the
 //! buffer's index (16 bits: pools hold at most 2^16 buffers, `layout`) and `IN_FLIGHT` once the
-//! buffer carries a message; the second is then that message's id. Only the live holder stores
-//! to them, and only to a record that is empty or its own. The receiver decides about the
-//! record of a holder that is gone (`decide`) once every command that holder pushed is handled:
-//! a spare goes back; a buffer in flight goes back unless the receiver handled that message (an
-//! inject command from that entry with that id or a later one). An id of a successor in the
-//! entry can only make it keep a buffer, never give one back twice. The words are peer-written
+//! buffer carries a message; the second is then that message's id (a SAR segment's key). Only
+//! the live holder stores to them, and only to a record that is empty or its own. The receiver
+//! decides about the record of a holder that is gone (`decide`) once every command that holder
+//! pushed is handled: a spare goes back; a buffer in flight goes back unless the receiver
+//! handled that message (a command of its kind from that entry with that id or a later one). An
+//! id of a successor in the entry can only make it keep a buffer, never give one back twice. The words are peer-written
 //! like the rest of a region: the stack's push range-checks the index and refuses a buffer that
 //! is not in use.
 
