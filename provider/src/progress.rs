@@ -90,9 +90,11 @@ pub fn all(st: &mut DomainState) -> usize {
     drive(st, st.eps.iter().map(|(id, _)| id).collect())
 }
 
-/// Before a thread sleeps on the domain's endpoints: what a progress pass keeps for the next
-/// one (the inject buffers of the messages it took, `Endpoint::give_back_taken`) goes back now,
-/// so that it does not stay out of its senders' reach while nobody progresses.
+/// Before a thread sleeps on the domain's endpoints after a poll that found nothing it waits
+/// for: what that poll's progress kept for the next pass (the inject buffers of the messages it
+/// took, `Endpoint::give_back_taken`) goes back now, so that it does not stay out of its
+/// senders' reach while nobody progresses. (The auto-progress thread sleeps only after a pass
+/// that handled nothing, which gave everything back when it began.)
 pub fn before_sleep(st: &mut DomainState) {
     for (_, ep) in st.eps.iter_mut() {
         if let Some(engine) = ep.engine.as_mut() {
@@ -209,9 +211,6 @@ fn run(domain: Weak<DomainShared>, control: Arc<Control>) {
                 })
                 .collect();
             let events = all(&mut st);
-            if events == 0 {
-                before_sleep(&mut st);
-            }
             (handles, events)
         };
         if events > 0 {

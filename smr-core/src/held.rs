@@ -104,14 +104,14 @@ impl Record<'_> {
 
     /// Receiver, once every command the holder of `incarnation` pushed is handled (the holder is
     /// gone): give its buffer back to `stack` unless a handled command named it. `handled` is
-    /// the highest id of the inject messages handled from this entry. True if a buffer went
-    /// back.
-    pub fn decide(&self, incarnation: u64, handled: Option<u64>, stack: &FreeStack<'_>) -> bool {
+    /// the highest id of the messages (keys of the segments) of this kind handled from this
+    /// entry, 0 for none (ids start at 1). True if a buffer went back.
+    pub fn decide(&self, incarnation: u64, handled: u64, stack: &FreeStack<'_>) -> bool {
         let w = self.word.load(Ordering::Acquire);
         if !ours(w, incarnation) {
             return false;
         }
-        let delivered = w & IN_FLIGHT != 0 && handled.is_some_and(|h| h >= self.msg.load(Ordering::Acquire));
+        let delivered = w & IN_FLIGHT != 0 && handled >= self.msg.load(Ordering::Acquire);
         if self.word.compare_exchange(w, NONE, Ordering::AcqRel, Ordering::Relaxed).is_err() {
             return false;
         }

@@ -300,11 +300,10 @@ pub struct Endpoint {
     /// Our inject buffers of the messages taken in the last pass, given back at the next
     /// (`spare`).
     taken_injects: Vec<u32>,
-    /// Per entry of our peer table: the highest id of the inject messages, and the highest key
-    /// of the SAR segments, handled from it; and the forgotten senders whose held buffers are
-    /// still to be decided about (`spare`).
-    inject_handled: Vec<Option<u64>>,
-    sar_handled: Vec<Option<u64>>,
+    /// Per entry of our peer table, per pool (`spare::Pool`): the highest id of the inject
+    /// messages, and the highest key of the SAR segments, handled from it (0: none); and the
+    /// forgotten senders whose held buffers are still to be decided about (`spare`).
+    handled: Vec<[u64; 2]>,
     decisions: Vec<spare::Decision>,
     /// Messages sent with `SendOpts::more`, not yet in their peers' rings (`batch.rs`).
     staged: batch::Staged,
@@ -368,8 +367,7 @@ impl Endpoint {
             held: IdMap::default(),
             resp_backlog: VecDeque::new(),
             taken_injects: Vec::new(),
-            inject_handled: vec![None; c.max_peers as usize],
-            sar_handled: vec![None; c.max_peers as usize],
+            handled: vec![[0; 2]; c.max_peers as usize],
             decisions: Vec::new(),
             staged: batch::Staged::default(),
             staged_done: Vec::new(),
@@ -437,17 +435,18 @@ impl Endpoint {
     }
 
     /// Whether `progress` has anything to do: a command or a response published at a ring's
-    /// head, responses or SAR segments of ours still to push, inject buffers to give back, or a
-    /// liveness tick due. On the
+    /// head, responses or SAR segments of ours still to push, or a liveness tick due. On the
     /// idle path that is two loads of ring stamps, so a caller polling in a tight loop can skip
-    /// the rest of its progress pass (and the polling thread notices an arrival sooner).
+    /// the rest of its progress pass (and the polling thread notices an arrival sooner). The
+    /// inject buffers of the messages the last pass took go back here too (`spare`), without a
+    /// pass of their own.
     #[inline]
     pub fn has_work(&mut self) -> bool {
         self.sent_since_poll = 0;
+        self.give_back_taken();
         if self.cmd_rx.ready(&self.region.cmd_ring())
             || self.resp_rx.ready(&self.region.resp_ring())
             || !self.resp_backlog.is_empty()
-            || !self.taken_injects.is_empty()
             || !self.sar_tx.is_empty()
             || !self.staged.is_empty()
             || !self.staged_done.is_empty()

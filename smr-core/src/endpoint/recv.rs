@@ -208,7 +208,7 @@ impl Endpoint {
         // Whatever becomes of it, a segment's SAR buffer comes back through this command.
         match &cmd {
             Command::Msg { src, msg_id, body: Body::Sar(seg), .. } | Command::SarSeg { src, msg_id, seg } => {
-                self.note_sar_handled(*src, super::spare::sar_key(*msg_id, seg.offset));
+                self.note_handled(*src, super::spare::Pool::Sar, super::spare::sar_key(*msg_id, seg.offset));
             }
             _ => {}
         }

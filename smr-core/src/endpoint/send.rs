@@ -12,6 +12,7 @@ use super::{Endpoint, Handler, PeerId, SendOpts, SendStatus};
 use crate::cmd::{op, proto, resp, CmdEntry, MsgHeader, RespEntry, SarSeg, Status, IOV_MAX};
 use crate::error::{Error, Result};
 use crate::iov::LocalIov;
+use crate::layout::PeerSlot;
 use crate::region::Region;
 use crate::ring::Pop;
 
@@ -100,21 +101,25 @@ struct InjectMsg<'a> {
 
 impl InjectMsg<'_> {
     /// Take one of the receiver's inject buffers and copy the payload into it; its index. A
-    /// message pushed at once takes the spare we hold, or records the buffer it takes as in
-    /// flight (`spare`); a staged one (`SendOpts::more`) takes one from the pool, unrecorded.
+    /// message pushed at once passes our `entry` of the receiver's peer table: it takes the
+    /// spare we hold, or records the buffer it takes as in flight (`spare`); a staged one
+    /// (`SendOpts::more`, no entry) takes one from the pool, unrecorded.
     #[inline(always)]
-    fn fill(&self, region: &Region, src: Small<'_>, staged: bool) -> Result<u32> {
+    fn fill(&self, region: &Region, entry: Option<&PeerSlot>, src: Small<'_>) -> Result<u32> {
+        use super::spare::Pool;
         let len = self.hdr.len;
-        let index = if staged {
-            region.inject_stack().pop().ok()
-        } else {
-            super::spare::take(region, self.src_slot, self.incarnation, self.msg_id)
+        let index = match entry {
+            Some(entry) => super::spare::take(region, entry, Pool::Inject, self.incarnation, self.msg_id),
+            None => region.inject_stack().pop().ok(),
         };
         let index = index.ok_or(Error::Again)?;
         let dst = match region.geometry().inject_offset(index).and_then(|off| region.mapping().bytes_ptr(off, len)) {
             Ok(dst) => dst,
             Err(e) => {
-                super::spare::untake(region, self.src_slot, self.incarnation, index);
+                match entry {
+                    Some(entry) => super::spare::done(region, entry, Pool::Inject, self.incarnation, index, false),
+                    None => drop(region.inject_stack().push(index)),
+                }
                 return Err(e);
             }
         };
@@ -136,12 +141,11 @@ impl InjectMsg<'_> {
     /// one (`spare`).
     #[inline(always)]
     fn push(&self, region: &Region, src: Small<'_>) -> Result<()> {
-        let index = self.fill(region, src, false)?;
-        super::peers::push_cmd_with(region, |e| self.write(e, index)).inspect_err(|_| {
-            super::spare::untake(region, self.src_slot, self.incarnation, index);
-        })?;
-        super::spare::refill(region, self.src_slot, self.incarnation);
-        Ok(())
+        let entry = region.peer_slots().get(self.src_slot as usize).ok_or(Error::Again)?;
+        let index = self.fill(region, Some(entry), src)?;
+        let pushed = super::peers::push_cmd_with(region, |e| self.write(e, index));
+        super::spare::done(region, entry, super::spare::Pool::Inject, self.incarnation, index, pushed.is_ok());
+        pushed
     }
 }
 
@@ -393,7 +397,7 @@ impl Endpoint {
         }
         let inject = InjectMsg { src_slot, msg_id, hdr, ack, incarnation };
         if opts.more {
-            let index = inject.fill(&link.region, src, true)?;
+            let index = inject.fill(&link.region, None, src)?;
             self.stage_with(peer, (!ack).then_some(opts.cookie), |e| inject.write(e, index));
         } else {
             inject.push(&link.region, src)?;
@@ -596,6 +600,7 @@ fn segment_len(offset: u64, sar_size: u64) -> u64 {
 
 /// Push segments of one SAR send until done or out of buffers. True when all are out.
 fn push_segments(link: &super::peers::Link, incarnation: u64, msg_id: u64, send: &mut PendingSend) -> bool {
+    use super::spare::Pool;
     let geo = *link.region.geometry();
     let sar_size = geo.counts.sar_size;
     while let Some(offset) = send.sar_next {
@@ -603,8 +608,9 @@ fn push_segments(link: &super::peers::Link, incarnation: u64, msg_id: u64, send:
             send.sar_next = None;
             return true;
         }
+        let Some(entry) = link.region.peer_slots().get(link.slot as usize) else { return false };
         let key = super::spare::sar_key(msg_id, offset);
-        let Some(index) = super::spare::take_sar(&link.region, link.slot, incarnation, key) else { return false };
+        let Some(index) = super::spare::take(&link.region, entry, Pool::Sar, incarnation, key) else { return false };
         let seg_len = (send.hdr.len - offset).min(segment_len(offset, sar_size));
         let copied = geo
             .sar_offset(index)
@@ -612,7 +618,7 @@ fn push_segments(link: &super::peers::Link, incarnation: u64, msg_id: u64, send:
             // SAFETY: `dst` is `seg_len` bytes inside the peer's mapping (bounds-checked).
             .map(|dst| unsafe { send.buf.read_to_raw(offset as usize, dst, seg_len as usize) });
         if copied.is_err() {
-            super::spare::sar_done(&link.region, link.slot, incarnation, index, false);
+            super::spare::done(&link.region, entry, Pool::Sar, incarnation, index, false);
             return false;
         }
         let first = offset == 0 && !send.sar_continuation;
@@ -626,7 +632,7 @@ fn push_segments(link: &super::peers::Link, incarnation: u64, msg_id: u64, send:
             e.set_sar(SarSeg { buf: index, len: seg_len as u32, offset });
         };
         let pushed = super::peers::push_cmd_with(&link.region, segment).is_ok();
-        super::spare::sar_done(&link.region, link.slot, incarnation, index, pushed);
+        super::spare::done(&link.region, entry, Pool::Sar, incarnation, index, pushed);
         if !pushed {
             return false;
         }

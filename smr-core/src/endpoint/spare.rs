@@ -31,16 +31,33 @@
 //! predecessor in the entry left that the receiver has not decided about yet).
 
 use super::{Endpoint, SrcId};
+use crate::free_stack::FreeStack;
 use crate::held::Record;
 use crate::layout::PeerSlot;
 use crate::region::Region;
 
-fn record(entry: &PeerSlot) -> Record<'_> {
-    Record { word: &entry.held, msg: &entry.held_msg }
+/// The two pools a sender takes buffers of the receiver's from, each with its record in the
+/// sender's peer-table entry.
+#[derive(Clone, Copy)]
+pub(super) enum Pool {
+    Inject,
+    Sar,
 }
 
-fn sar_record(entry: &PeerSlot) -> Record<'_> {
-    Record { word: &entry.sar_held, msg: &entry.sar_held_msg }
+impl Pool {
+    fn record(self, entry: &PeerSlot) -> Record<'_> {
+        match self {
+            Pool::Inject => Record { word: &entry.held, msg: &entry.held_msg },
+            Pool::Sar => Record { word: &entry.sar_held, msg: &entry.sar_held_msg },
+        }
+    }
+
+    fn stack(self, region: &Region) -> FreeStack<'_> {
+        match self {
+            Pool::Inject => region.inject_stack(),
+            Pool::Sar => region.sar_stack(),
+        }
+    }
 }
 
 /// A SAR segment's place in its sender's order of segments to one receiver: its message's id,
@@ -50,67 +67,43 @@ pub(super) fn sar_key(msg_id: u64, offset: u64) -> u64 {
     msg_id << 30 | (offset & ((1 << 30) - 1))
 }
 
-/// Sender: a SAR buffer of `region`'s pool (our entry `slot`) for the segment `key`, recorded
-/// while we copy into it, until `sar_pushed`.
-#[inline]
-pub(super) fn take_sar(region: &Region, slot: u32, incarnation: u64, key: u64) -> Option<u32> {
-    let index = region.sar_stack().pop().ok()?;
-    if let Some(entry) = region.peer_slots().get(slot as usize) {
-        sar_record(entry).hold_in_flight(incarnation, index, key);
-    }
-    Some(index)
-}
-
-/// Sender: the segment in SAR buffer `index` is pushed (`pushed`), or the buffer goes back to
-/// the pool; no longer recorded either way.
-#[inline]
-pub(super) fn sar_done(region: &Region, slot: u32, incarnation: u64, index: u32, pushed: bool) {
-    if let Some(entry) = region.peer_slots().get(slot as usize) {
-        sar_record(entry).clear(incarnation, index);
-    }
-    if !pushed {
-        let _ = region.sar_stack().push(index);
-    }
-}
-
-/// Sender: the buffer to carry message `msg_id` to `region` (our entry `slot`): the spare we
-/// hold, or one from its pool, recorded as in flight where the record allows.
+/// Sender: a buffer of `region`'s `pool` for message (segment) `key`, from `entry` (ours in its
+/// peer table): for an inject message the spare we hold, else one popped and recorded as in
+/// flight where the record allows.
 #[inline(always)]
-pub(super) fn take(region: &Region, slot: u32, incarnation: u64, msg_id: u64) -> Option<u32> {
-    let entry = region.peer_slots().get(slot as usize)?;
-    let rec = record(entry);
-    if let Some(index) = rec.take_spare(incarnation, msg_id) {
-        return Some(index);
+pub(super) fn take(region: &Region, entry: &PeerSlot, pool: Pool, incarnation: u64, key: u64) -> Option<u32> {
+    let rec = pool.record(entry);
+    if let Pool::Inject = pool {
+        if let Some(index) = rec.take_spare(incarnation, key) {
+            return Some(index);
+        }
     }
-    let index = region.inject_stack().pop().ok()?;
-    rec.hold_in_flight(incarnation, index, msg_id);
+    let index = pool.stack(region).pop().ok()?;
+    rec.hold_in_flight(incarnation, index, key);
     Some(index)
 }
 
-/// Sender: the message in `index` was not sent after all; the buffer goes back to the pool.
-pub(super) fn untake(region: &Region, slot: u32, incarnation: u64, index: u32) {
-    if let Some(entry) = region.peer_slots().get(slot as usize) {
-        record(entry).clear(incarnation, index);
-    }
-    let _ = region.inject_stack().push(index);
-}
-
-/// Sender: after a message to `region` went out, take the buffer for the next one now, while
-/// the receiver is busy with this one (none if the pool is empty, or the record is not ours to
-/// write).
-#[inline]
-pub(super) fn refill(region: &Region, slot: u32, incarnation: u64) {
-    let Some(entry) = region.peer_slots().get(slot as usize) else { return };
-    let rec = record(entry);
-    if rec.wants_spare(incarnation) {
-        rec.sent(incarnation, region.inject_stack().pop().ok());
+/// Sender: the command naming `index` is pushed (`pushed`), or the buffer goes back to the
+/// pool; no longer recorded as in flight either way. After an inject message the buffer for the
+/// next one is taken now, while the receiver is busy with this one (none if the pool is empty,
+/// or the record is not ours to write).
+#[inline(always)]
+pub(super) fn done(region: &Region, entry: &PeerSlot, pool: Pool, incarnation: u64, index: u32, pushed: bool) {
+    let rec = pool.record(entry);
+    match (pool, pushed) {
+        (Pool::Inject, true) if rec.wants_spare(incarnation) => rec.sent(incarnation, region.inject_stack().pop().ok()),
+        (_, true) => rec.clear(incarnation, index),
+        (_, false) => {
+            rec.clear(incarnation, index);
+            let _ = pool.stack(region).push(index);
+        }
     }
 }
 
 /// Sender: give our spare in `region`'s pool back (a receiver we stopped sending to, or leave).
 pub(super) fn give_back(region: &Region, slot: u32, incarnation: u64) {
     if let Some(entry) = region.peer_slots().get(slot as usize) {
-        record(entry).give_back(incarnation, &region.inject_stack());
+        Pool::Inject.record(entry).give_back(incarnation, &region.inject_stack());
     }
 }
 
@@ -128,24 +121,23 @@ impl Endpoint {
     /// Message `msg_id` from `src` counts as handled for `Decision`.
     #[inline(always)]
     pub(super) fn give_back_later(&mut self, src: SrcId, msg_id: u64, buf: u32) {
-        self.note_inject_handled(src, msg_id);
+        self.note_handled(src, Pool::Inject, msg_id);
         self.taken_injects.push(buf);
     }
 
-    /// Receiver: an inject message `msg_id` from `src` was handled (its buffer given back).
+    /// Receiver: a command from `src` naming a buffer of `pool` (message id, or segment key) is
+    /// handled: the buffer comes back through it.
     #[inline(always)]
-    pub(super) fn note_inject_handled(&mut self, src: SrcId, msg_id: u64) {
-        if let Some(seen) = self.inject_handled.get_mut(src as usize) {
-            *seen = Some(seen.map_or(msg_id, |s| s.max(msg_id)));
+    pub(super) fn note_handled(&mut self, src: SrcId, pool: Pool, key: u64) {
+        if let Some(seen) = self.handled.get_mut(src as usize) {
+            seen[pool as usize] = seen[pool as usize].max(key);
         }
     }
 
-    /// Receiver: a command naming a SAR buffer (segment `key`, `sar_key`) from `src` is handled:
-    /// the buffer comes back through it.
-    pub(super) fn note_sar_handled(&mut self, src: SrcId, key: u64) {
-        if let Some(seen) = self.sar_handled.get_mut(src as usize) {
-            *seen = Some(seen.map_or(key, |s| s.max(key)));
-        }
+    /// The highest id (key) of the commands naming a buffer of `pool` handled from `src`.
+    #[cfg(test)]
+    pub(super) fn handled(&self, src: SrcId, pool: Pool) -> Option<u64> {
+        self.handled.get(src as usize).map(|seen| seen[pool as usize]).filter(|&k| k > 0)
     }
 
     /// Give the inject buffers of the messages taken since the last pass back to our pool.
@@ -178,16 +170,15 @@ impl Endpoint {
         if self.decisions.is_empty() {
             return;
         }
-        let (rx, region) = (&self.cmd_rx, &self.region);
-        let (injects, sars) = (&self.inject_handled, &self.sar_handled);
+        let (rx, region, handled) = (&self.cmd_rx, &self.region, &self.handled);
         self.decisions.retain(|d| {
             if !rx.passed(d.until) {
                 return true;
             }
-            if let Some(entry) = region.peer_slots().get(d.src as usize) {
-                let seen = |handled: &[Option<u64>]| handled.get(d.src as usize).copied().flatten();
-                record(entry).decide(d.incarnation, seen(injects), &region.inject_stack());
-                sar_record(entry).decide(d.incarnation, seen(sars), &region.sar_stack());
+            if let (Some(entry), Some(seen)) = (region.peer_slots().get(d.src as usize), handled.get(d.src as usize)) {
+                for pool in [Pool::Inject, Pool::Sar] {
+                    pool.record(entry).decide(d.incarnation, seen[pool as usize], &pool.stack(region));
+                }
             }
             false
         });

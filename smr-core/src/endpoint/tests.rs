@@ -809,7 +809,7 @@ fn a_senders_spare_inject_buffer_always_comes_back() {
     // it went back when b took the message, and may be another sender's by now.
     let region = Arc::clone(&b.region);
     let rec = crate::held::Record { word: &region.peer_slots()[src].held, msg: &region.peer_slots()[src].held_msg };
-    let last = b.inject_handled[src].expect("three inject messages handled");
+    let last = b.handled(src as SrcId, super::spare::Pool::Inject).expect("three inject messages handled");
     for (msg_id, back) in [(last + 1, true), (last, false)] {
         let index = region.inject_stack().pop().unwrap();
         rec.hold_in_flight(inc, index, msg_id);
@@ -861,7 +861,7 @@ fn a_dead_senders_sar_buffer_comes_back_unless_its_segment_arrived() {
     let region = Arc::clone(&b.region);
     let entry = &region.peer_slots()[src as usize];
     assert_eq!(entry.sar_held.load(Relaxed), 0, "a SAR buffer still recorded after its segment went out");
-    let handled = b.sar_handled[src as usize].expect("segments handled");
+    let handled = b.handled(src, super::spare::Pool::Sar).expect("segments handled");
     let rec = crate::held::Record { word: &entry.sar_held, msg: &entry.sar_held_msg };
     let (_, pool) = free_buffers(&b);
     for (key, back) in [(handled + 1, true), (handled, false)] {
