@@ -145,7 +145,7 @@ fn slot_name(slot: &PeerSlot) -> Option<String> {
     Some(name)
 }
 
-fn fill_slot(slot: &PeerSlot, name: &str, me: ProcessIdentity, incarnation: u64) {
+pub(super) fn fill_slot(slot: &PeerSlot, name: &str, me: ProcessIdentity, incarnation: u64) {
     let bytes = name_bytes(name);
     for (word, chunk) in slot.name.iter().zip(bytes.chunks_exact(8)) {
         word.store(u64::from_le_bytes(chunk.try_into().expect("8 bytes")), Ordering::Relaxed);
@@ -307,7 +307,7 @@ impl Endpoint {
             Ok(r) if r.incarnation() == incarnation && r.owner() == ident => r,
             other => {
                 if let Some(slot) = self.region.peer_slots().get(src as usize) {
-                    slot.state.store(SLOT_FREE, Ordering::Release);
+                    free_entry_of(slot, incarnation);
                 }
                 self.forgotten.insert(src, name);
                 return Err(other.err().unwrap_or(Error::Corrupt("peer entry does not match the region it names")));
@@ -427,15 +427,16 @@ impl Endpoint {
         Error::Again
     }
 
-    /// Drop a sender: fail its partial receives, free its table entry.
+    /// Drop a sender: fail its partial receives, free its table entry (unless a successor holds
+    /// it already).
     pub(super) fn forget_in_peer(&mut self, src: SrcId, h: &mut impl Handler) -> usize {
         if let Some(peer) = self.inp.remove(&src) {
             self.forgotten.insert(src, peer.name);
             // Before the entry is free: a successor's commands then come after `until`.
             self.decide_later(src, peer.incarnation);
-        }
-        if let Some(slot) = self.region.peer_slots().get(src as usize) {
-            slot.state.store(SLOT_FREE, Ordering::Release);
+            if let Some(slot) = self.region.peer_slots().get(src as usize) {
+                free_entry_of(slot, peer.incarnation);
+            }
         }
         self.fail_receives_from(src, h)
     }
@@ -452,6 +453,19 @@ impl Endpoint {
             }
         }
     }
+}
+
+/// Receiver side: free entry `slot` of our peer table if it still holds the sender of
+/// `incarnation`. Once that sender died, another may have claimed the entry (`claim_slot`)
+/// before we noticed: that claim stays, or a third sender could take the entry from under it
+/// and the successor's messages would come from the wrong name. Holding the entry CLAIMED while
+/// we look keeps new claimants out; one that is filling it now (CLAIMED) keeps it.
+fn free_entry_of(slot: &PeerSlot, incarnation: u64) {
+    if slot.state.compare_exchange(SLOT_READY, SLOT_CLAIMED, Ordering::AcqRel, Ordering::Acquire).is_err() {
+        return;
+    }
+    let still_its = slot.incarnation.load(Ordering::Relaxed) == incarnation;
+    slot.state.store(if still_its { SLOT_FREE } else { SLOT_READY }, Ordering::Release);
 }
 
 /// Claim an entry in the peer's table: a free one, or one whose claimant died.

@@ -852,6 +852,44 @@ fn a_senders_spare_inject_buffer_always_comes_back() {
 /// (`spare`): none stays recorded once SAR messages of every size went through. A receiver
 /// forgetting the sender gives back one recorded for a segment it never handled (the sender died
 /// copying it), and not one whose segment it handled (that buffer came back with the segment).
+/// A sender that died and whose entry in the receiver's peer table a successor claimed before
+/// the receiver noticed (`claim_slot` takes the entry of a dead claimant): forgetting the dead
+/// sender, on its liveness tick or on the successor's connection request, leaves the
+/// successor's claim, so that no third sender takes the entry from under it. An entry that
+/// still holds the sender forgotten is freed.
+#[test]
+fn forgetting_a_dead_sender_leaves_its_successors_entry() {
+    use crate::layout::{SLOT_FREE, SLOT_READY};
+    use crate::sync::Ordering::Relaxed;
+    let (mut a, mut b, to_b) = pair("successor", Params::default());
+    let (mut ha, mut hb) = (Collect::default(), Collect { take_inline: true, ..Default::default() });
+    let hdr = MsgHeader { app: 0, tag: 7, data: 0, aux: 0, len: 8 };
+    a.send_bytes(to_b, hdr, &pattern(8, 1), SendOpts::default()).unwrap();
+    pump_until((&mut a, &mut ha), (&mut b, &mut hb), "a's message", |_, hb| hb.inline_taken == 1);
+    let src = a.link(to_b).unwrap().slot as SrcId;
+    let region = Arc::clone(&b.region);
+    let entry = &region.peer_slots()[src as usize];
+    let successor = Endpoint::create(&name("successorc"), Params::default()).unwrap();
+    let me = crate::liveness::ProcessIdentity::current().unwrap();
+    super::peers::fill_slot(entry, successor.name(), me, successor.region.incarnation());
+
+    b.forget_in_peer(src, &mut hb);
+    assert_eq!(entry.state.load(Relaxed), SLOT_READY, "the successor keeps the entry a's death freed");
+    b.accept(src, &mut hb).unwrap();
+    assert_eq!(entry.state.load(Relaxed), SLOT_READY, "and keeps it once b learns of it");
+    assert_eq!(b.inp.get(&src).map(|p| p.name.as_str()), Some(successor.name()));
+
+    // The same on the connection request alone: b forgets the sender it knew and learns the new
+    // one, whose entry stays claimed.
+    super::peers::fill_slot(entry, a.name(), me, a.region.incarnation());
+    b.accept(src, &mut hb).unwrap();
+    assert_eq!(b.inp.get(&src).map(|p| p.name.as_str()), Some(a.name()));
+    assert_eq!(entry.state.load(Relaxed), SLOT_READY, "a keeps the entry it took back");
+
+    b.forget_in_peer(src, &mut hb);
+    assert_eq!(entry.state.load(Relaxed), SLOT_FREE, "an entry still holding the sender forgotten is free");
+}
+
 #[test]
 fn a_dead_senders_sar_buffer_comes_back_unless_its_segment_arrived() {
     use crate::sync::Ordering::Relaxed;
