@@ -12,18 +12,7 @@ use std::ffi::c_void;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-/// Why a scenario did not pass.
-#[derive(Debug)]
-pub enum TestErr {
-    /// The provider did something wrong (or timed out).
-    Fail(String),
-    /// The provider does not offer what the scenario needs (libfabric code, explanation).
-    Nos(i32, String),
-    /// Another rank gave up first; its reason is the one that counts.
-    Aborted(String),
-}
-
-pub type TResult<T = ()> = Result<T, TestErr>;
+pub use crate::outcome::{TResult, TestErr};
 
 #[macro_export]
 macro_rules! bail {

@@ -17,6 +17,7 @@ mod expected;
 #[allow(dead_code)]
 mod fabric;
 mod harness;
+mod outcome;
 mod pmi;
 mod runner;
 mod scenarios;

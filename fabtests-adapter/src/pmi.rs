@@ -13,7 +13,7 @@
 //!   `RESULT PASS|FAIL <why>|NOS <code> <why>|ABORTED <why>`
 //! Coordinator -> rank: the answers above, or `ABORT <why>` when the scenario cannot go on.
 
-use crate::harness::{TResult, TestErr};
+use crate::outcome::{TResult, TestErr};
 use std::io::{BufRead, Write};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, TryRecvError};
 use std::time::{Duration, Instant};

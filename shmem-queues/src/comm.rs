@@ -389,9 +389,9 @@ impl CommQueue {
         let remote = if p.op == OP_GET { p.src } else { p.dest };
         let rec = wire::Record { op: p.op, esize: p.esize, nelems: p.nelems, offset: 0, payload };
         let mut reply = Vec::new();
-        mem::apply(&rec, remote, &mut reply);
+        wire::apply(&rec, remote, &mut reply);
         if p.op == OP_GET {
-            mem::scatter(&reply, &[(p.dest, bytes)]);
+            wire::scatter(&reply, &[(p.dest, bytes)]);
         }
     }
 
@@ -526,7 +526,7 @@ impl CommQueue {
                 reply.resize(f.reply, 0);
                 // SAFETY: the reply area of that slot on the target, f.reply <= slot_bytes.
                 unsafe { sys::get(&mut reply, (self.base + self.layout.reply(self.me, slot)) as *const u8, pe as i32) };
-                mem::scatter(&reply, &f.gets);
+                wire::scatter(&reply, &f.gets);
             }
             self.outstanding -= f.ops;
         }

@@ -5,7 +5,8 @@
 //! Modules: `ffi` (the exported C functions), `handle` (queue objects and their sharing rule),
 //! `comm` (communication queues), `data` (data queues), `service` (the thread that applies
 //! incoming batches), `inbox` (the symmetric block layout of a communication queue), `image`
-//! (where the main program's symmetric globals are), `wire` (the batch format), `mem` (raw
+//! (where the main program's symmetric globals are), `wire` (the batch format, and
+//! what a record does to memory), `mem` (raw
 //! memory access), `sys` (the OpenSHMEM calls), `config` (C types and error codes). Unsafe code
 //! is confined to `sys`, `mem`, `image`, `handle` and `ffi`.
 #![deny(unsafe_op_in_unsafe_fn)]

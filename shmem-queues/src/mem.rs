@@ -10,9 +10,6 @@
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-use crate::config::{OP_ATOMIC_ADD, OP_ATOMIC_INC, OP_GET, OP_PUT};
-use crate::wire::Record;
-
 /// Acquire-load of an aligned 64-bit word at `addr`.
 pub fn load_word(addr: usize) -> u64 {
     debug_assert_eq!(addr % 8, 0);
@@ -80,11 +77,11 @@ pub fn move_bytes(dst: usize, src: usize, len: usize) {
     unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, len) }
 }
 
-fn aligned(addr: usize, esize: usize) -> bool {
+pub fn aligned(addr: usize, esize: usize) -> bool {
     addr % esize == 0
 }
 
-fn add_elems(addr: usize, esize: usize, nelems: usize, value: impl Fn(usize) -> u64) {
+pub fn add_elems(addr: usize, esize: usize, nelems: usize, value: impl Fn(usize) -> u64) {
     for i in 0..nelems {
         let a = addr + i * esize;
         let v = value(i);
@@ -95,75 +92,5 @@ fn add_elems(addr: usize, esize: usize, nelems: usize, value: impl Fn(usize) -> 
             // SAFETY: module contract; `a` is 4-byte aligned (checked by the caller).
             unsafe { AtomicU32::from_ptr(a as *mut u32) }.fetch_add(v as u32, Ordering::Relaxed);
         }
-    }
-}
-
-fn elem(payload: &[u8], esize: usize, i: usize) -> u64 {
-    let b = &payload[i * esize..(i + 1) * esize];
-    if esize == 8 {
-        u64::from_ne_bytes(b.try_into().unwrap_or_default())
-    } else {
-        u64::from(u32::from_ne_bytes(b.try_into().unwrap_or_default()))
-    }
-}
-
-/// Applies one record whose target is `addr` in this process. GET answers are appended to
-/// `reply` (padded to 8 bytes). Returns false (and does nothing) for a misaligned atomic.
-pub fn apply(rec: &Record<'_>, addr: usize, reply: &mut Vec<u8>) -> bool {
-    let bytes = rec.esize * rec.nelems;
-    match rec.op {
-        OP_PUT => write_bytes(addr, &rec.payload[..bytes]),
-        OP_GET => {
-            reply.extend_from_slice(read_bytes(addr, bytes));
-            reply.resize((reply.len() + 7) & !7, 0);
-        }
-        OP_ATOMIC_ADD | OP_ATOMIC_INC if !aligned(addr, rec.esize) || rec.esize < 4 => return false,
-        OP_ATOMIC_ADD => add_elems(addr, rec.esize, rec.nelems, |i| elem(rec.payload, rec.esize, i)),
-        OP_ATOMIC_INC => add_elems(addr, rec.esize, rec.nelems, |_| 1),
-        _ => return false,
-    }
-    true
-}
-
-/// Scatters GET answers (each padded to 8 bytes) into the local buffers that asked for them.
-pub fn scatter(reply: &[u8], gets: &[(usize, usize)]) {
-    let mut at = 0;
-    for &(dst, len) in gets {
-        if let Some(src) = reply.get(at..at + len) {
-            write_bytes(dst, src);
-        }
-        at += (len + 7) & !7;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn apply_each_op() {
-        let mut table = [0u64; 4];
-        let base = table.as_mut_ptr() as usize;
-        let mut reply = Vec::new();
-        let add = [5u64.to_ne_bytes(), 6u64.to_ne_bytes()].concat();
-        assert!(apply(&Record { op: OP_ATOMIC_ADD, esize: 8, nelems: 2, offset: 0, payload: &add }, base, &mut reply));
-        assert!(apply(
-            &Record { op: OP_ATOMIC_INC, esize: 8, nelems: 1, offset: 0, payload: &[] },
-            base + 8,
-            &mut reply
-        ));
-        let put = 9u64.to_ne_bytes();
-        assert!(apply(&Record { op: OP_PUT, esize: 8, nelems: 1, offset: 0, payload: &put }, base + 16, &mut reply));
-        assert!(apply(&Record { op: OP_GET, esize: 4, nelems: 1, offset: 0, payload: &[] }, base + 8, &mut reply));
-        assert!(!apply(
-            &Record { op: OP_ATOMIC_INC, esize: 8, nelems: 1, offset: 0, payload: &[] },
-            base + 4,
-            &mut reply
-        ));
-        assert_eq!(table, [5, 7, 9, 0]);
-        assert_eq!(reply.len(), 8);
-        let mut out = 0u32;
-        scatter(&reply, &[(&mut out as *mut u32 as usize, 4)]);
-        assert_eq!(out, 7);
     }
 }

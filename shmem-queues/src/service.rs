@@ -90,7 +90,7 @@ impl Inbox {
             if self.reply.len() + need > self.layout.slot_bytes {
                 break; // a source never builds this; a corrupt batch stops here
             }
-            mem::apply(&rec, addr, &mut self.reply);
+            wire::apply(&rec, addr, &mut self.reply);
             at = next;
         }
         if !self.reply.is_empty() {

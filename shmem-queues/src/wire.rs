@@ -14,6 +14,8 @@
 //!
 //! GET records are answered in order into the slot's reply area: each one's elements, padded to
 //! 8 bytes. Decoding checks every length against the batch (a batch comes from another process).
+//! [`apply`] carries a decoded record out on this process's memory (through `mem`), and
+//! [`scatter`] hands GET answers to the buffers that asked.
 //!
 //! The one-element increment of an 8- or 4-byte integer (the histogram's operation) is one word
 //! whose low 16 bits are [`INC8`] or [`INC4`]: the pushing side builds it with [`inc_word`] and
@@ -240,6 +242,44 @@ pub fn records(body: &[u64]) -> impl Iterator<Item = Option<Record<'_>>> {
     })
 }
 
+fn elem(payload: &[u8], esize: usize, i: usize) -> u64 {
+    let b = &payload[i * esize..(i + 1) * esize];
+    if esize == 8 {
+        u64::from_ne_bytes(b.try_into().unwrap_or_default())
+    } else {
+        u64::from(u32::from_ne_bytes(b.try_into().unwrap_or_default()))
+    }
+}
+
+/// Applies one record whose target is `addr` in this process. GET answers are appended to
+/// `reply` (padded to 8 bytes). Returns false (and does nothing) for a misaligned atomic.
+pub fn apply(rec: &Record<'_>, addr: usize, reply: &mut Vec<u8>) -> bool {
+    let bytes = rec.esize * rec.nelems;
+    match rec.op {
+        OP_PUT => mem::write_bytes(addr, &rec.payload[..bytes]),
+        OP_GET => {
+            reply.extend_from_slice(mem::read_bytes(addr, bytes));
+            reply.resize((reply.len() + 7) & !7, 0);
+        }
+        OP_ATOMIC_ADD | OP_ATOMIC_INC if !mem::aligned(addr, rec.esize) || rec.esize < 4 => return false,
+        OP_ATOMIC_ADD => mem::add_elems(addr, rec.esize, rec.nelems, |i| elem(rec.payload, rec.esize, i)),
+        OP_ATOMIC_INC => mem::add_elems(addr, rec.esize, rec.nelems, |_| 1),
+        _ => return false,
+    }
+    true
+}
+
+/// Scatters GET answers (each padded to 8 bytes) into the local buffers that asked for them.
+pub fn scatter(reply: &[u8], gets: &[(usize, usize)]) {
+    let mut at = 0;
+    for &(dst, len) in gets {
+        if let Some(src) = reply.get(at..at + len) {
+            mem::write_bytes(dst, src);
+        }
+        at += (len + 7) & !7;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -298,5 +338,32 @@ mod tests {
         assert_eq!(records(&small_atomic).collect::<Vec<_>>(), vec![None]);
         let add_cut = [compact_word(OP_ATOMIC_ADD, 8, 1)];
         assert_eq!(records(&add_cut).collect::<Vec<_>>(), vec![None]);
+    }
+
+    #[test]
+    fn apply_each_op() {
+        let mut table = [0u64; 4];
+        let base = table.as_mut_ptr() as usize;
+        let mut reply = Vec::new();
+        let add = [5u64.to_ne_bytes(), 6u64.to_ne_bytes()].concat();
+        assert!(apply(&Record { op: OP_ATOMIC_ADD, esize: 8, nelems: 2, offset: 0, payload: &add }, base, &mut reply));
+        assert!(apply(
+            &Record { op: OP_ATOMIC_INC, esize: 8, nelems: 1, offset: 0, payload: &[] },
+            base + 8,
+            &mut reply
+        ));
+        let put = 9u64.to_ne_bytes();
+        assert!(apply(&Record { op: OP_PUT, esize: 8, nelems: 1, offset: 0, payload: &put }, base + 16, &mut reply));
+        assert!(apply(&Record { op: OP_GET, esize: 4, nelems: 1, offset: 0, payload: &[] }, base + 8, &mut reply));
+        assert!(!apply(
+            &Record { op: OP_ATOMIC_INC, esize: 8, nelems: 1, offset: 0, payload: &[] },
+            base + 4,
+            &mut reply
+        ));
+        assert_eq!(table, [5, 7, 9, 0]);
+        assert_eq!(reply.len(), 8);
+        let mut out = 0u32;
+        scatter(&reply, &[(&mut out as *mut u32 as usize, 4)]);
+        assert_eq!(out, 7);
     }
 }

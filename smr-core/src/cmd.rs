@@ -6,6 +6,9 @@
 use crate::error::{Error, Result};
 use crate::pod::Pod;
 
+/// Size of one inject buffer: the longest message an inject command carries.
+pub const INJECT_SIZE: u64 = 4096;
+
 /// Inline payload capacity of a command entry: the whole tail of the 1,088-byte slot (17 cache
 /// lines), so that messages up to 1 KiB travel in the ring itself. From 201 B to 1 KiB that
 /// saves an inject buffer's round trip through the free stack (a contended line each way) and
@@ -294,7 +297,7 @@ pub fn decode(entry: &CmdEntry, limits: &Limits) -> Result<Command> {
             if u64::from(buf) >= limits.inject_count {
                 return Err(Error::Corrupt("inject buffer index out of range"));
             }
-            if len > crate::layout::INJECT_SIZE {
+            if len > INJECT_SIZE {
                 return Err(Error::Corrupt("inject message too long"));
             }
             Body::Inject { buf }

@@ -41,8 +41,8 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"RSHMREG\0");
 pub const LAYOUT_VERSION: u32 = 8;
 /// Longest region name, without the terminating NUL.
 pub const NAME_MAX: usize = 63;
-/// Size of one inject buffer.
-pub const INJECT_SIZE: u64 = 4096;
+/// Size of one inject buffer (defined with the commands that name them, which check against it).
+pub use crate::cmd::INJECT_SIZE;
 /// Alignment of every part, so data buffers start on page boundaries.
 const PART_ALIGN: u64 = 4096;
 
