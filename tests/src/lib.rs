@@ -102,6 +102,13 @@ pub fn spares_held(name: &str) -> usize {
     region.peer_slots().iter().filter(|e| e.held.load(std::sync::atomic::Ordering::Relaxed) != 0).count()
 }
 
+/// How many of endpoint `name`'s senders have one of its SAR buffers recorded as theirs (the one
+/// a segment is being copied into: `smr_core::held`).
+pub fn sar_buffers_held(name: &str) -> usize {
+    let region = smr_core::region::Region::open(name).unwrap_or_else(|e| panic!("open {name}: {e}"));
+    region.peer_slots().iter().filter(|e| e.sar_held.load(std::sync::atomic::Ordering::Relaxed) != 0).count()
+}
+
 fn free_buffers(
     name: &str,
     pool: &str,

@@ -234,6 +234,71 @@ fn sender_killed_mid_stream_leaves_the_receiver_working() {
     assert_eq!(node.ep.outstanding(), 0);
 }
 
+/// A sender streaming SAR messages (with small ones between) is killed, most likely inside the
+/// copy of a segment into one of the receiver's SAR buffers (the copies are most of its time):
+/// every message before the one it died in arrives whole and in order, that one fails with
+/// the death, and every SAR and inject buffer comes back (`held`: the receiver gives back the
+/// buffer of a segment it never handled once it has handled every command the sender pushed).
+#[test]
+fn sender_killed_mid_sar_stream_leaves_every_buffer() {
+    let mut sc = Scenario::new(PEER, "kss");
+    let me = sc.name("r");
+    let mut node = Node::create(&me, params(true)).unwrap();
+    let s1 = sc.name("s");
+    let args = [
+        "node",
+        "--name",
+        &s1,
+        "--id",
+        "1",
+        "--to",
+        &me,
+        "--sar",
+        "--sizes",
+        "300,200000,2000,70000",
+        "--count",
+        "100000000",
+        "--mark-after",
+        "200",
+    ];
+    let s = sc.spawn("SAR streamer", &args);
+    let dl = deadline();
+    sc.child(s).expect_line_while("MARK", dl, || {
+        node.pump_or_wait(Duration::from_millis(1));
+    });
+    // Keep the stream going for a while that differs from run to run, so that the kill lands
+    // anywhere in it.
+    let run_on = Duration::from_micros(u64::from(std::process::id() % 97) * 100);
+    let until = Instant::now() + run_on;
+    while Instant::now() < until {
+        node.pump_or_wait(Duration::from_millis(1));
+    }
+    let killed = sc.child(s).kill();
+    let until = killed + Duration::from_millis(800);
+    while Instant::now() < until {
+        node.pump_or_wait(Duration::from_millis(1));
+    }
+    let from_dead = std::mem::take(&mut node.h.received);
+    assert!(from_dead.len() >= 150, "only {} messages from the streamer", from_dead.len());
+    let (whole, last) = from_dead.split_at(from_dead.len() - 1);
+    for (i, m) in whole.iter().enumerate() {
+        assert_eq!(split_tag(m.hdr.tag), (1, i as u32), "streamer's messages in order");
+        assert_eq!(m.result, Ok(m.hdr.len as usize), "message {i}");
+        verify(&m.hdr, &m.bytes).unwrap();
+    }
+    println!("{} messages from the streamer, the last {:?} ({} B)", from_dead.len(), last[0].result, last[0].hdr.len);
+    match &last[0].result {
+        Ok(len) => verify(&last[0].hdr, &last[0].bytes[..*len]).unwrap(),
+        Err(e) => assert_eq!(*e, Error::PeerDead, "the message the streamer died in"),
+    }
+    assert_eq!(node.ep.outstanding(), 0);
+    let (free, total) = sar_buffers(&me);
+    assert_eq!(free, total, "SAR buffers lost with the dead streamer");
+    let (free, total) = inject_buffers(&me);
+    assert_eq!(free, total, "inject buffers lost with the dead streamer");
+    assert_eq!((spares_held(&me), sar_buffers_held(&me)), (0, 0), "records of the dead streamer left");
+}
+
 /// (c) The receiver holds two unexpected CMA messages when their sender is killed: delivering
 /// them reports the death, right away and after the engine's own liveness check.
 #[test]
