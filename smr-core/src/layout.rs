@@ -38,7 +38,9 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"RSHMREG\0");
 /// 8: a sender records the inject buffer it holds for its next message, or that carries its
 ///    last one, and the SAR buffer it copies a segment into, in its peer-table entry
 ///    (`PeerSlot::held`, `PeerSlot::sar_held`).
-pub const LAYOUT_VERSION: u32 = 8;
+/// 9: a peer-table entry being claimed names its claimant's pid in its state word
+///    (`SLOT_CLAIMED` in the low two bits), so that a claimant killed mid-claim loses it.
+pub const LAYOUT_VERSION: u32 = 9;
 /// Longest region name, without the terminating NUL.
 pub const NAME_MAX: usize = 63;
 /// Size of one inject buffer (defined with the commands that name them, which check against it).
@@ -248,6 +250,8 @@ pub struct OwnerBeat {
 /// Entries of the MR table.
 pub const MR_SLOTS: u64 = 64;
 
+/// States of a peer-table entry (`PeerSlot::state`): free; being claimed (in the low two bits,
+/// with the claimant's pid above them: `endpoint::peers::claimed_by`); filled by its claimant.
 pub const SLOT_FREE: u32 = 0;
 pub const SLOT_CLAIMED: u32 = 1;
 pub const SLOT_READY: u32 = 2;

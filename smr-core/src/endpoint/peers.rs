@@ -461,14 +461,28 @@ impl Endpoint {
 /// and the successor's messages would come from the wrong name. Holding the entry CLAIMED while
 /// we look keeps new claimants out; one that is filling it now (CLAIMED) keeps it.
 fn free_entry_of(slot: &PeerSlot, incarnation: u64) {
-    if slot.state.compare_exchange(SLOT_READY, SLOT_CLAIMED, Ordering::AcqRel, Ordering::Acquire).is_err() {
+    let mine = claimed_by(std::process::id());
+    if slot.state.compare_exchange(SLOT_READY, mine, Ordering::AcqRel, Ordering::Acquire).is_err() {
         return;
     }
     let still_its = slot.incarnation.load(Ordering::Relaxed) == incarnation;
     slot.state.store(if still_its { SLOT_FREE } else { SLOT_READY }, Ordering::Release);
 }
 
-/// Claim an entry in the peer's table: a free one, or one whose claimant died.
+/// The state of a peer-table entry that process `pid` is claiming: SLOT_CLAIMED in the low two
+/// bits, the pid above them (Linux pids fit in 22 bits), so that an entry whose claimant was
+/// killed before it filled the entry can be claimed again instead of being lost for good.
+pub(super) fn claimed_by(pid: u32) -> u32 {
+    SLOT_CLAIMED | (pid & 0x3FFF_FFFF) << 2
+}
+
+/// The process claiming an entry in `state`, if it is being claimed.
+fn claimant(state: u32) -> Option<u32> {
+    (state & 3 == SLOT_CLAIMED).then_some(state >> 2)
+}
+
+/// Claim an entry in the peer's table: a free one, or one whose claimant died (after it
+/// filled the entry, or while it was claiming it).
 fn claim_slot(region: &Region, name: &str, me: ProcessIdentity, incarnation: u64) -> Result<u32> {
     let slots = region.peer_slots();
     let n = slots.len();
@@ -483,9 +497,11 @@ fn claim_slot(region: &Region, name: &str, me: ProcessIdentity, incarnation: u64
                 let owner = ProcessIdentity { pid, start: slot.start.load(Ordering::Relaxed) };
                 slot.incarnation.load(Ordering::Relaxed) == incarnation || !owner.is_alive()
             }
-            _ => false,
+            other => claimant(other).is_some_and(crate::liveness::pid_gone),
         };
-        if reusable && slot.state.compare_exchange(state, SLOT_CLAIMED, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+        if reusable
+            && slot.state.compare_exchange(state, claimed_by(me.pid), Ordering::AcqRel, Ordering::Relaxed).is_ok()
+        {
             fill_slot(slot, name, me, incarnation);
             return Ok(i as u32);
         }

@@ -890,6 +890,41 @@ fn forgetting_a_dead_sender_leaves_its_successors_entry() {
     assert_eq!(entry.state.load(Relaxed), SLOT_FREE, "an entry still holding the sender forgotten is free");
 }
 
+/// Peer-table entries whose claimants were killed after claiming them and before filling them
+/// in are claimed again; those of a live claimant are not.
+#[test]
+fn entries_left_half_claimed_by_the_dead_are_claimed_again() {
+    use crate::layout::SLOT_READY;
+    use crate::sync::Ordering::Relaxed;
+    let mut b = Endpoint::create(&name("halfb"), Params::default()).unwrap();
+    let mut child = std::process::Command::new("true").spawn().unwrap();
+    let dead = child.id();
+    child.wait().unwrap();
+    let region = Arc::clone(&b.region);
+    let entries = region.peer_slots();
+    for e in entries {
+        e.state.store(super::peers::claimed_by(dead), Relaxed);
+    }
+    // One entry a live process is claiming (this one): nobody takes it.
+    let live = (std::process::id() as usize) % entries.len();
+    entries[live].state.store(super::peers::claimed_by(std::process::id()), Relaxed);
+
+    let mut a = Endpoint::create(&name("halfa"), Params::default()).unwrap();
+    let to_b = a.add_peer(b.name()).unwrap();
+    let (mut ha, mut hb) = (Collect::default(), Collect { take_inline: true, ..Default::default() });
+    let hdr = MsgHeader { app: 0, tag: 3, data: 0, aux: 0, len: 8 };
+    let dl = deadline();
+    while a.send_bytes(to_b, hdr, &pattern(8, 3), SendOpts::default()) == Err(Error::Again) {
+        assert!(std::time::Instant::now() < dl, "no entry of b's peer table could be claimed");
+        a.progress(&mut ha);
+    }
+    pump_until((&mut a, &mut ha), (&mut b, &mut hb), "the message", |_, hb| hb.inline_taken == 1);
+    let src = a.link(to_b).unwrap().slot as usize;
+    assert_ne!(src, live, "a live claimant's entry was taken");
+    assert_eq!(entries[src].state.load(Relaxed), SLOT_READY);
+    assert_eq!(hb.inline_offered[0].3, pattern(8, 3));
+}
+
 #[test]
 fn a_dead_senders_sar_buffer_comes_back_unless_its_segment_arrived() {
     use crate::sync::Ordering::Relaxed;
