@@ -1,5 +1,5 @@
-//! FI_MORE batching: small messages sent with `SendOpts::more` wait here, already built (inline
-//! payload copied, inject buffer filled), and go into their peer's ring together: one claim of
+//! FI_MORE batching: inline messages sent with `SendOpts::more` wait here, already built (payload
+//! copied into the entry), and go into their peer's ring together: one claim of
 //! consecutive slots (`Ring::push_batch`) and one wake-up per peer, instead of one of each per
 //! message. The batch goes out on the next send without `more`, before any large send, on every
 //! `progress`, and whenever `BATCH_MAX` messages are staged, so it never waits on the caller

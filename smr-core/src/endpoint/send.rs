@@ -100,26 +100,19 @@ struct InjectMsg<'a> {
 }
 
 impl InjectMsg<'_> {
-    /// Take one of the receiver's inject buffers and copy the payload into it; its index. A
-    /// message pushed at once passes our `entry` of the receiver's peer table: it takes the
-    /// spare we hold, or records the buffer it takes as in flight (`spare`); a staged one
-    /// (`SendOpts::more`, no entry) takes one from the pool, unrecorded.
+    /// Take one of the receiver's inject buffers and copy the payload into it; its index. Through
+    /// our `entry` of the receiver's peer table: the spare we hold, or a buffer recorded as in
+    /// flight (`spare`).
     #[inline(always)]
-    fn fill(&self, region: &Region, entry: Option<&PeerSlot>, src: Small<'_>) -> Result<u32> {
+    fn fill(&self, region: &Region, entry: &PeerSlot, src: Small<'_>) -> Result<u32> {
         use super::spare::Pool;
         let len = self.hdr.len;
-        let index = match entry {
-            Some(entry) => super::spare::take(region, entry, Pool::Inject, self.incarnation, self.msg_id),
-            None => region.inject_stack().pop().ok(),
-        };
-        let index = index.ok_or(Error::Again)?;
+        let index =
+            super::spare::take(region, entry, Pool::Inject, self.incarnation, self.msg_id).ok_or(Error::Again)?;
         let dst = match region.geometry().inject_offset(index).and_then(|off| region.mapping().bytes_ptr(off, len)) {
             Ok(dst) => dst,
             Err(e) => {
-                match entry {
-                    Some(entry) => super::spare::done(region, entry, Pool::Inject, self.incarnation, index, false),
-                    None => drop(region.inject_stack().push(index)),
-                }
+                super::spare::done(region, entry, Pool::Inject, self.incarnation, index, false);
                 return Err(e);
             }
         };
@@ -142,7 +135,7 @@ impl InjectMsg<'_> {
     #[inline(always)]
     fn push(&self, region: &Region, src: Small<'_>) -> Result<()> {
         let entry = region.peer_slots().get(self.src_slot as usize).ok_or(Error::Again)?;
-        let index = self.fill(region, Some(entry), src)?;
+        let index = self.fill(region, entry, src)?;
         let pushed = super::peers::push_cmd_with(region, |e| self.write(e, index));
         super::spare::done(region, entry, super::spare::Pool::Inject, self.incarnation, index, pushed.is_ok());
         pushed
@@ -300,6 +293,7 @@ impl Endpoint {
         if bytes.len() as u64 != hdr.len || bytes.len() > self.params.inject_max {
             return Err(Error::Invalid("send_bytes takes one inject-sized buffer of the header's length"));
         }
+        let opts = self.more_if_inline(opts, bytes.len());
         let msg_id = self.next_msg_id;
         if !opts.more && self.send_express_with(peer, &hdr, bytes, opts.delivery_complete) {
             return Ok(self.after_small(peer, msg_id, opts, answer));
@@ -321,6 +315,7 @@ impl Endpoint {
         opts: SendOpts,
     ) -> Result<SendStatus> {
         if buf.len() <= self.params.inject_max {
+            let opts = self.more_if_inline(opts, buf.len());
             self.push_small(peer, msg_id, &hdr, opts, Small::Iov(&buf))?;
             return Ok(self.after_small(peer, msg_id, opts, None));
         }
@@ -395,15 +390,19 @@ impl Endpoint {
             self.stats.sent_inline += 1;
             return Ok(());
         }
-        let inject = InjectMsg { src_slot, msg_id, hdr, ack, incarnation };
-        if opts.more {
-            let index = inject.fill(&link.region, None, src)?;
-            self.stage_with(peer, (!ack).then_some(opts.cookie), |e| inject.write(e, index));
-        } else {
-            inject.push(&link.region, src)?;
-        }
+        debug_assert!(!opts.more, "only inline messages are staged (`more_if_inline`)");
+        InjectMsg { src_slot, msg_id, hdr, ack, incarnation }.push(&link.region, src)?;
         self.stats.sent_inject += 1;
         Ok(())
+    }
+
+    /// `SendOpts::more` stages inline messages only. An inject message pushed at once has its
+    /// buffer recorded in our entry of the receiver's peer table until the push (`spare`), so
+    /// that the buffer comes back should we die in between; a staged one could not be (the
+    /// record holds one buffer), and a batch of up to `BATCH_MAX` of them was lost with us.
+    #[inline(always)]
+    fn more_if_inline(&self, opts: SendOpts, len: usize) -> SendOpts {
+        SendOpts { more: opts.more && len <= self.params.inline_max, ..opts }
     }
 
     /// A small message is out: done, unless its sender wants the receiver's acknowledgement.

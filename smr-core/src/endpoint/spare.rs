@@ -27,8 +27,9 @@
 //! from its pop until the segment's command is pushed, and decided about with the inject one.
 //!
 //! Not recorded, and so lost if the sender dies before it pushes the command: a buffer filled
-//! while the record is taken (a second message staged behind `SendOpts::more`, or a record a
-//! predecessor in the entry left that the receiver has not decided about yet).
+//! while a record a predecessor in the entry left waits for the receiver's decision. (Inject
+//! messages are never staged behind `SendOpts::more`, which could hold many buffers at once:
+//! `Endpoint::more_if_inline`.)
 
 use super::{Endpoint, SrcId};
 use crate::free_stack::FreeStack;

@@ -1007,7 +1007,7 @@ fn more_batches_small_messages_in_order() {
     pump_until((&mut a, &mut ha), (&mut b, &mut hb), "hello", |_, hb| hb.received.len() == 1);
     hb.received.clear();
 
-    let sizes = [8usize, 0, INLINE_MAX + 1, 100, 4096, 16, 8, 8, 8, 8, 8, 8];
+    let sizes = [8usize, 0, INLINE_MAX, 100, 1, 16, 8, 8, 8, 8, 8, 8];
     for (i, &len) in sizes.iter().enumerate() {
         let hdr = MsgHeader { app: 0, tag: i as u64, data: 0, aux: 0, len: len as u64 };
         let opts = SendOpts { cookie: i as u64, delivery_complete: i == 3, more: true, pull: false };
@@ -1039,6 +1039,32 @@ fn more_batches_small_messages_in_order() {
     assert_eq!(done, (0..sizes.len() as u64).collect::<Vec<_>>());
     assert!(ha.sends_done.iter().all(|d| d.1.is_ok()));
     assert!(a.stats().batches >= 2, "the rest of the batch did not go out as a batch");
+}
+
+/// `more` stages inline messages only: an inject-sized one goes out at once, behind the messages
+/// staged before it (in order), with its buffer recorded through the push like any inject
+/// message (`spare`), so that it is not lost should the sender die with a batch staged.
+#[test]
+fn inject_sized_more_sends_go_out_at_once_behind_the_staged_ones() {
+    let (mut a, mut b, to_b) = pair("moreinject", Params::default());
+    let (mut ha, mut hb) = (Collect::default(), Collect::default());
+    let sizes = [8usize, INLINE_MAX + 1, 100, 4096];
+    let more = |i: usize| SendOpts { cookie: i as u64, delivery_complete: false, more: true, pull: false };
+    let send = |a: &mut Endpoint, i: usize| {
+        let hdr = MsgHeader { app: 0, tag: i as u64, data: 0, aux: 0, len: sizes[i] as u64 };
+        a.send_bytes(to_b, hdr, &pattern(sizes[i], i as u8), more(i))
+    };
+    assert_eq!(send(&mut a, 0), Ok(SendStatus::Pending), "an inline message is staged");
+    assert_eq!(send(&mut a, 1), Ok(SendStatus::Done), "an inject-sized one goes out at once");
+    assert_eq!(send(&mut a, 2), Ok(SendStatus::Pending));
+    assert_eq!(send(&mut a, 3), Ok(SendStatus::Done));
+    assert_eq!(a.stats().sent_inject, 2);
+    // Both went through the recorded path: the second left a spare behind it in b's pool.
+    assert_ne!(spares_held(&b), 0, "no spare: the inject-sized sends were not pushed as recorded");
+    pump_until((&mut a, &mut ha), (&mut b, &mut hb), "the four", |_, hb| hb.received.len() == sizes.len());
+    let got: Vec<(u64, Vec<u8>)> = hb.received.iter().map(|r| (r.0.tag, r.2.clone())).collect();
+    let want: Vec<(u64, Vec<u8>)> = (0..sizes.len()).map(|i| (i as u64, pattern(sizes[i], i as u8))).collect();
+    assert_eq!(got, want, "out of order, or bytes wrong");
 }
 
 /// A long run of `more` sends goes out every `BATCH_MAX` messages, so the receiver works on it
