@@ -168,6 +168,37 @@ fn receiver_killed_during_delivery_complete_inject_stream_fails_the_sender() {
     receiver_killed_during_inject_stream("kbd", true);
 }
 
+/// A streamer (`rshm-peer node`, sending `how` to `node` until killed) sends `mark` messages
+/// and goes on for `run_on`, then is killed; returns what `node` received from it, including
+/// what it drained over the next 800 ms (past any slot the streamer claimed but never published).
+fn stream_and_kill(
+    sc: &mut Scenario,
+    node: &mut Node,
+    node_name: &str,
+    how: &[&str],
+    mark: u32,
+    run_on: Duration,
+) -> Vec<Received> {
+    let name = sc.name("s1");
+    let mark = mark.to_string();
+    let mut args = vec!["node", "--name", &name, "--id", "1", "--to", node_name, "--count", "100000000"];
+    args.extend_from_slice(how);
+    args.extend_from_slice(&["--mark-after", &mark]);
+    let s = sc.spawn("streamer", &args);
+    sc.child(s).expect_line_while("MARK", deadline(), || {
+        node.pump_or_wait(Duration::from_millis(1));
+    });
+    let pump_until = |node: &mut Node, until: Instant| {
+        while Instant::now() < until {
+            node.pump_or_wait(Duration::from_millis(1));
+        }
+    };
+    pump_until(node, Instant::now() + run_on);
+    let killed = sc.child(s).kill();
+    pump_until(node, killed + Duration::from_millis(800));
+    std::mem::take(&mut node.h.received)
+}
+
 /// (b) The sender dies mid-stream (possibly between claiming a queue slot and publishing it):
 /// the receiver keeps every message it got intact and still hears from a new sender.
 #[test]
@@ -175,34 +206,7 @@ fn sender_killed_mid_stream_leaves_the_receiver_working() {
     let mut sc = Scenario::new(PEER, "kbs");
     let me = sc.name("r");
     let mut node = Node::create(&me, params(false)).unwrap();
-    let s1 = sc.name("s1");
-    let args = [
-        "node",
-        "--name",
-        &s1,
-        "--id",
-        "1",
-        "--to",
-        &me,
-        "--sizes",
-        "300,1000,4096,100",
-        "--count",
-        "100000000",
-        "--mark-after",
-        "500",
-    ];
-    let s = sc.spawn("streamer", &args);
-    let dl = deadline();
-    sc.child(s).expect_line_while("MARK", dl, || {
-        node.pump_or_wait(Duration::from_millis(1));
-    });
-    let killed = sc.child(s).kill();
-    // Drain what the dead sender left, past any slot it claimed but never published.
-    let until = killed + Duration::from_millis(800);
-    while Instant::now() < until {
-        node.pump_or_wait(Duration::from_millis(1));
-    }
-    let from_dead = std::mem::take(&mut node.h.received);
+    let from_dead = stream_and_kill(&mut sc, &mut node, &me, &["--sizes", "300,1000,4096,100"], 500, Duration::ZERO);
     assert!(from_dead.len() >= 500, "only {} messages from the streamer", from_dead.len());
     // Every inject buffer is back: those of the messages taken, and the one the streamer held
     // when it died (its spare, or the buffer of a message it was copying), which we take back
@@ -219,6 +223,7 @@ fn sender_killed_mid_stream_leaves_the_receiver_working() {
     let s2 = sc.name("s2");
     let args = ["node", "--name", &s2, "--id", "2", "--to", &me, "--sizes", "1,300,5000,100000", "--count", "2"];
     let s = sc.spawn("second sender", &args);
+    let dl = deadline();
     node.wait_until(dl, "8 messages from the second sender", |n| n.h.received.len() >= 8);
     for m in &node.h.received {
         assert_eq!(split_tag(m.hdr.tag).0, 2);
@@ -244,41 +249,11 @@ fn sender_killed_mid_sar_stream_leaves_every_buffer() {
     let mut sc = Scenario::new(PEER, "kss");
     let me = sc.name("r");
     let mut node = Node::create(&me, params(true)).unwrap();
-    let s1 = sc.name("s");
-    let args = [
-        "node",
-        "--name",
-        &s1,
-        "--id",
-        "1",
-        "--to",
-        &me,
-        "--sar",
-        "--sizes",
-        "300,200000,2000,70000",
-        "--count",
-        "100000000",
-        "--mark-after",
-        "200",
-    ];
-    let s = sc.spawn("SAR streamer", &args);
-    let dl = deadline();
-    sc.child(s).expect_line_while("MARK", dl, || {
-        node.pump_or_wait(Duration::from_millis(1));
-    });
-    // Keep the stream going for a while that differs from run to run, so that the kill lands
+    // The stream goes on for a while that differs from run to run, so that the kill lands
     // anywhere in it.
     let run_on = Duration::from_micros(u64::from(std::process::id() % 97) * 100);
-    let until = Instant::now() + run_on;
-    while Instant::now() < until {
-        node.pump_or_wait(Duration::from_millis(1));
-    }
-    let killed = sc.child(s).kill();
-    let until = killed + Duration::from_millis(800);
-    while Instant::now() < until {
-        node.pump_or_wait(Duration::from_millis(1));
-    }
-    let from_dead = std::mem::take(&mut node.h.received);
+    let sizes = ["--sar", "--sizes", "300,200000,2000,70000"];
+    let from_dead = stream_and_kill(&mut sc, &mut node, &me, &sizes, 200, run_on);
     assert!(from_dead.len() >= 150, "only {} messages from the streamer", from_dead.len());
     let (whole, last) = from_dead.split_at(from_dead.len() - 1);
     for (i, m) in whole.iter().enumerate() {
