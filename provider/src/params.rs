@@ -18,6 +18,7 @@ const DEFINITIONS: &[(&str, ffi::fi_param_type, &str)] = &[
     ("MAX_PEERS", ffi::FI_PARAM_SIZE_T, "Peers that may send to one endpoint (default: 1024)"),
     ("READ_ONE_TRIP_MAX", ffi::FI_PARAM_SIZE_T, "Largest RMA read answered in one round trip, its bytes placed by the target in a buffer of the initiator's region (an inject buffer up to 4 KiB, a SAR buffer above); larger reads take a reply message (default: 16384)"),
     ("PEER_TIMEOUT_MS", ffi::FI_PARAM_SIZE_T, "How long sends to an address with no endpoint behind it retry before failing (default: 30000)"),
+    ("DEAD_PEER_TIMEOUT_MS", ffi::FI_PARAM_SIZE_T, "How long sends to an address whose endpoint's process died before this one reached it retry, waiting for a restarted process to take the address, before failing with FI_EIO (default: 500)"),
 ];
 
 /// Register the parameters (once per load).
@@ -92,6 +93,9 @@ pub fn config() -> &'static Config {
         }
         if let Some(ms) = get_size("PEER_TIMEOUT_MS") {
             engine.absent_peer_timeout = Duration::from_millis(ms as u64);
+        }
+        if let Some(ms) = get_size("DEAD_PEER_TIMEOUT_MS") {
+            engine.dead_owner_timeout = Duration::from_millis(ms as u64);
         }
         let read_one_trip_max = get_size("READ_ONE_TRIP_MAX").unwrap_or(READ_ONE_TRIP_MAX);
         Config { engine, remote_comm: get_bool("REMOTE_COMM").unwrap_or(false), read_one_trip_max }

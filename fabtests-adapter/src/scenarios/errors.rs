@@ -15,6 +15,13 @@ pub fn scenarios() -> Vec<Scenario> {
         scn("err/send_after_peer_close", 2, 40, send_after_peer_close, "sends to an endpoint its owner closed"),
         scn("err/peer_died", 2, 40, peer_died, "sends in flight to and after a SIGKILLed peer complete with errors"),
         scn(
+            "err/peer_died_unreached",
+            2,
+            40,
+            peer_died_unreached,
+            "a send to a peer SIGKILLed before anything was sent to it fails (rshm: after FI_RSHM_DEAD_PEER_TIMEOUT_MS)",
+        ),
+        scn(
             "err/peer_died_rma",
             2,
             60,
@@ -383,6 +390,36 @@ fn peer_died(r: &mut Rank) -> TResult {
     }
     fates.push(format!("inject after: {}", fabric::errname(ret as i32)));
     r.pmi.step(&fates.join("; "));
+    Ok(())
+}
+
+/// What this scenario sets FI_RSHM_DEAD_PEER_TIMEOUT_MS to: three times its default, so that
+/// a provider that ignored it would fail too soon.
+const DEAD_PEER_WAIT: Duration = Duration::from_millis(1500);
+
+/// A peer SIGKILLed before anything was sent to it: its endpoint is left behind with a dead
+/// owner, and a restarted process could still take its address. A send to it must fail, not
+/// hang; for rshm with FI_EIO once FI_RSHM_DEAD_PEER_TIMEOUT_MS (set here) has passed with no
+/// successor, and not before. Other providers: no assertion beyond the deadline.
+fn peer_died_unreached(r: &mut Rank) -> TResult {
+    if r.prov == "rshm" && r.rank == 0 {
+        // Before the provider reads its parameters (at the first endpoint).
+        std::env::set_var("FI_RSHM_DEAD_PEER_TIMEOUT_MS", DEAD_PEER_WAIT.as_millis().to_string());
+    }
+    let (mut node, addrs) = setup(r, &NodeCfg::default())?;
+    let peer = addrs[1 - r.rank];
+    if r.rank == 1 {
+        r.pmi.killme();
+    }
+    r.pmi.wait_exit_with(1, &mut node.progressor())?;
+    node.timeout = ERR_TIMEOUT;
+    let what = "send of 64 B to a peer SIGKILLed before anything was sent to it";
+    let (f, took) = timed_send_fate(&mut node, None, peer, 64, what)?;
+    r.pmi.step(&format!("{what}: {} after {took:?}", describe(&f)));
+    if let Some(g) = gone_peer_contract(&r.prov) {
+        ensure!(took >= DEAD_PEER_WAIT, "{what}: failed after {took:?}, before FI_RSHM_DEAD_PEER_TIMEOUT_MS");
+        GonePeer { within: DEAD_PEER_WAIT + g.within, ..g }.check(what, &f, took)?;
+    }
     Ok(())
 }
 
