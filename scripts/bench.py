@@ -121,9 +121,40 @@ def run(cmd, **kw):
 
 
 def build():
-    log("== building librshm-fi.so and rshm-fi-bench")
+    log("== building librshm-fi.so, rshm-fi-bench and rshm-engine-pingpong (the host's speed)")
     run(["bash", "scripts/build-provider.sh"], check=True, stdout=subprocess.DEVNULL)
-    run(["cargo", "build", "--release", "--locked", "-q", "-p", "rshm-benches", "--bin", "rshm-fi-bench"], check=True)
+    run(
+        ["cargo", "build", "--release", "--locked", "-q", "-p", "rshm-benches", "--bin", "rshm-fi-bench"]
+        + ["--bin", "rshm-engine-pingpong"],
+        check=True,
+    )
+
+
+# The host's own speed. This project's VMs move between states in which one cache-line handoff
+# between the two CPUs takes about 0.015, 0.04 or 0.24 us, minutes or seconds apart, and every
+# provider's figures move with it (docs/perf/where-the-time-goes.md); no CPU-time count shows it.
+# So the bench times that handoff before every invocation (a few ms) and reports its spread.
+HOST_SWING_WARN = 1.5
+
+
+def host_handoff():
+    """One-way us of the bare cache-line handoff between two pinned processes, or None."""
+    exe = os.path.join(ROOT, "target", "release", "rshm-engine-pingpong")
+    try:
+        out = subprocess.run(
+            [exe, "--sizes", "8", "--iters", "20000", "--batches", "5"], capture_output=True, text=True, timeout=60
+        ).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    for line in out.splitlines():
+        f = line.split()
+        # "8 B  bare cache line  40000  0.043  0.039  186.9  1.00x": the median batch's one-way.
+        if f[2:5] == ["bare", "cache", "line"] and len(f) > 6:
+            try:
+                return float(f[6])
+            except ValueError:
+                return None
+    return None
 
 
 def wheel_core(venv, install):
@@ -423,6 +454,20 @@ def commit():
         return "?"
 
 
+def host_swung(handoffs):
+    """True if the host's handoff time moved by more than HOST_SWING_WARN during the run."""
+    return len(handoffs) > 1 and max(handoffs) > HOST_SWING_WARN * min(handoffs)
+
+
+def host_line(handoffs):
+    if not handoffs:
+        return "- host: its speed was not measured (no rshm-engine-pingpong)"
+    return (
+        f"- host: a bare cache-line handoff between the two CPUs took {min(handoffs):.3f}-{max(handoffs):.3f} us "
+        f"one way (median {statistics.median(handoffs):.3f}) before the {len(handoffs)} invocations"
+    )
+
+
 def write_report(path, meta, agg, rows, labels, sizes, figures):
     rshms = [lb for lb in labels if lb.startswith("rshm@")]
     busy_points, points = meta["busy_points"], meta["points"]
@@ -441,8 +486,17 @@ def write_report(path, meta, agg, rows, labels, sizes, figures):
         f"its CPU more than {BUSY_SHARE:.0%} of the run); other processes used "
         f"{meta['other_median']:.1%} of the CPUs (median over invocations, max {meta['other_max']:.1%}); "
         f"load average at the end {meta['loadavg']} (the bench's own two processes included)",
+        host_line(meta.get("handoffs", [])),
         "",
     ]
+    if host_swung(meta.get("handoffs", [])):
+        out += [
+            "> **The host changed speed during this run** (the handoff above moved by more than "
+            f"{HOST_SWING_WARN}x): every provider's figures moved with it, by up to that much, between and within "
+            "invocations, so medians and ratios mix its states. Do not quote them as a record; run again "
+            "when the host keeps one speed.",
+            "",
+        ]
     if busy_points or meta["other_max"] > OTHER_WARN:
         out += [
             "> **Measured on a busy machine**: other processes competed for the CPUs, so these figures "
@@ -697,13 +751,16 @@ def main():
         warn("other processes are using the CPUs: figures will be inflated (the report will say so)")
     total = runs * len(plan) * len(labels)
     log(f"== {runs} runs x {len(plan)} families x {len(labels)} providers ({total} invocations), sizes {sizes_arg}")
-    rows, others, n = [], [], 0
+    rows, others, handoffs, n = [], [], [], 0
     per_timeout = 120 + len(sizes) * 40
     for r in range(runs):
         order = labels[r % len(labels):] + labels[: r % len(labels)]
         for fam, tests in plan:
             for prov in order:
                 n += 1
+                handoff = host_handoff()
+                if handoff is not None:
+                    handoffs.append(handoff)
                 t0 = time.monotonic()
                 got, other = invoke(prov, core_dir, fam, tests, ",".join(map(str, sizes)), time_ms, a.tries, per_timeout)
                 for g in got:
@@ -727,7 +784,8 @@ def main():
                 if bad:
                     status += f", FAILED: {bad[0]['reason'][:100]}"
                 took = time.monotonic() - t0
-                log(f"[{n:3}/{total}] run {r + 1} {fam:6} {prov:10} {status}; {took:.0f} s, other processes {other:.0%} of the CPUs")
+                speed = f", handoff {handoff:.3f} us" if handoff is not None else ""
+                log(f"[{n:3}/{total}] run {r + 1} {fam:6} {prov:10} {status}; {took:.0f} s, other processes {other:.0%} of the CPUs{speed}")
                 if res and other > OTHER_WARN:
                     warn(f"other processes used {other:.0%} of the CPUs during {prov} {fam}")
 
@@ -749,6 +807,7 @@ def main():
         "loadavg": " ".join(open("/proc/loadavg").read().split()[:3]),
         "points": sum(1 for r in rows if r["kind"] == "RESULT"),
         "busy_points": sum(1 for r in rows if r["kind"] == "RESULT" and r["busy"] == "1"),
+        "handoffs": handoffs,
     }
     json_path = os.path.join(a.out, "bench.json")
     with open(json_path, "w") as f:
@@ -780,6 +839,8 @@ def main():
         warn(f"{len(failed)} failures (listed at the end of {os.path.relpath(md, ROOT)})")
     if meta["other_max"] > OTHER_WARN or any(r.get("busy") == "1" for r in rows):
         warn("the machine was busy during this run: see the load line of the report")
+    if host_swung(handoffs):
+        warn("the host changed speed during this run: see the host line of the report")
     return 1 if failed else 0
 
 
