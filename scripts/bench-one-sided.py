@@ -10,7 +10,9 @@ a Markdown report with the median of the runs and the rshm/shm ratio at every si
                                [--runs 3] [--provider-path target/rshm] [--out FILE]
 
 Latency ratios below 1 and bandwidth ratios above 1 mean rshm is faster. The load average is
-printed first: figures taken while other work runs on the machine are not comparable.
+printed first: figures taken while other work runs on the machine are not comparable. The host's
+own speed (`hostspeed`), timed before every program, is given at the end, with a warning when it
+changed during the run.
 """
 import argparse
 import os
@@ -19,6 +21,8 @@ import statistics
 import subprocess
 import sys
 import time
+
+import hostspeed
 
 SOS_PROGRAMS = [
     # (program, [(what a table measures, the column it takes, unit, lower is better)]): the
@@ -162,10 +166,19 @@ def main():
             with open(a.out, "w") as f:
                 f.write("\n".join(parts) + "\n")
 
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    handoffs = []
+
+    def timed_host():
+        h = hostspeed.handoff(root)
+        if h is not None:
+            handoffs.append(h)
+
     for prog, tables in SOS_PROGRAMS:
         outputs = {p: [] for p in ("rshm", "shm")}
         for _ in range(a.runs):
             for p in ("rshm", "shm"):
+                timed_host()
                 outputs[p].append(run_sos(a.sos_build, prog, p, a.provider_path))
         for what, column, unit, lower in tables:
             per = {p: median_table([parse_sos(o, column) for o in v]) for p, v in outputs.items()}
@@ -177,8 +190,13 @@ def main():
             for _ in range(a.runs):
                 for p in ("rshm", "shm"):
                     port += 1
+                    timed_host()
                     per[p].append(run_rma_bw(a.fabtests, op, p, a.provider_path, port))
             done(report(f"fi_rma_bw -o {op}", "MB/s", False, {p: median_table(v) for p, v in per.items()}))
+    swing = hostspeed.warning(handoffs)
+    done("\n".join(["## Host", "", hostspeed.line(handoffs)] + (["", swing] if swing else [])) + "\n")
+    if swing:
+        print("WARNING: the host changed speed during this run: see the Host section", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -39,6 +39,8 @@ import subprocess
 import sys
 import time
 
+import hostspeed
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.join(ROOT, "target", "release", "rshm-fi-bench")
 PROVIDER_DIR = os.path.join(ROOT, "target", "rshm")
@@ -128,33 +130,6 @@ def build():
         + ["--bin", "rshm-engine-pingpong"],
         check=True,
     )
-
-
-# The host's own speed. This project's VMs move between states in which one cache-line handoff
-# between the two CPUs takes about 0.015, 0.04 or 0.24 us, minutes or seconds apart, and every
-# provider's figures move with it (docs/perf/where-the-time-goes.md); no CPU-time count shows it.
-# So the bench times that handoff before every invocation (a few ms) and reports its spread.
-HOST_SWING_WARN = 1.5
-
-
-def host_handoff():
-    """One-way us of the bare cache-line handoff between two pinned processes, or None."""
-    exe = os.path.join(ROOT, "target", "release", "rshm-engine-pingpong")
-    try:
-        out = subprocess.run(
-            [exe, "--sizes", "8", "--iters", "20000", "--batches", "5"], capture_output=True, text=True, timeout=60
-        ).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    for line in out.splitlines():
-        f = line.split()
-        # "8 B  bare cache line  40000  0.043  0.039  186.9  1.00x": the median batch's one-way.
-        if f[2:5] == ["bare", "cache", "line"] and len(f) > 6:
-            try:
-                return float(f[6])
-            except ValueError:
-                return None
-    return None
 
 
 def wheel_core(venv, install):
@@ -454,20 +429,6 @@ def commit():
         return "?"
 
 
-def host_swung(handoffs):
-    """True if the host's handoff time moved by more than HOST_SWING_WARN during the run."""
-    return len(handoffs) > 1 and max(handoffs) > HOST_SWING_WARN * min(handoffs)
-
-
-def host_line(handoffs):
-    if not handoffs:
-        return "- host: its speed was not measured (no rshm-engine-pingpong)"
-    return (
-        f"- host: a bare cache-line handoff between the two CPUs took {min(handoffs):.3f}-{max(handoffs):.3f} us "
-        f"one way (median {statistics.median(handoffs):.3f}) before the {len(handoffs)} invocations"
-    )
-
-
 def write_report(path, meta, agg, rows, labels, sizes, figures):
     rshms = [lb for lb in labels if lb.startswith("rshm@")]
     busy_points, points = meta["busy_points"], meta["points"]
@@ -486,17 +447,12 @@ def write_report(path, meta, agg, rows, labels, sizes, figures):
         f"its CPU more than {BUSY_SHARE:.0%} of the run); other processes used "
         f"{meta['other_median']:.1%} of the CPUs (median over invocations, max {meta['other_max']:.1%}); "
         f"load average at the end {meta['loadavg']} (the bench's own two processes included)",
-        host_line(meta.get("handoffs", [])),
+        hostspeed.line(meta.get("handoffs", [])),
         "",
     ]
-    if host_swung(meta.get("handoffs", [])):
-        out += [
-            "> **The host changed speed during this run** (the handoff above moved by more than "
-            f"{HOST_SWING_WARN}x): every provider's figures moved with it, by up to that much, between and within "
-            "invocations, so medians and ratios mix its states. Do not quote them as a record; run again "
-            "when the host keeps one speed.",
-            "",
-        ]
+    swing = hostspeed.warning(meta.get("handoffs", []))
+    if swing:
+        out += [swing, ""]
     if busy_points or meta["other_max"] > OTHER_WARN:
         out += [
             "> **Measured on a busy machine**: other processes competed for the CPUs, so these figures "
@@ -758,7 +714,7 @@ def main():
         for fam, tests in plan:
             for prov in order:
                 n += 1
-                handoff = host_handoff()
+                handoff = hostspeed.handoff(ROOT)
                 if handoff is not None:
                     handoffs.append(handoff)
                 t0 = time.monotonic()
@@ -839,7 +795,7 @@ def main():
         warn(f"{len(failed)} failures (listed at the end of {os.path.relpath(md, ROOT)})")
     if meta["other_max"] > OTHER_WARN or any(r.get("busy") == "1" for r in rows):
         warn("the machine was busy during this run: see the load line of the report")
-    if host_swung(handoffs):
+    if hostspeed.swung(handoffs):
         warn("the host changed speed during this run: see the host line of the report")
     return 1 if failed else 0
 
