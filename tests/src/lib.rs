@@ -98,15 +98,19 @@ pub fn inject_buffers(name: &str) -> (usize, usize) {
 /// How many of endpoint `name`'s senders hold one of its inject buffers for their next
 /// message (`smr_core::endpoint` keeps such a spare per receiver).
 pub fn spares_held(name: &str) -> usize {
-    let region = smr_core::region::Region::open(name).unwrap_or_else(|e| panic!("open {name}: {e}"));
-    region.peer_slots().iter().filter(|e| e.held.load(std::sync::atomic::Ordering::Relaxed) != 0).count()
+    entries_recording(name, |e| &e.held)
 }
 
 /// How many of endpoint `name`'s senders have one of its SAR buffers recorded as theirs (the one
 /// a segment is being copied into: `smr_core::held`).
 pub fn sar_buffers_held(name: &str) -> usize {
+    entries_recording(name, |e| &e.sar_held)
+}
+
+/// Entries of endpoint `name`'s peer table whose record `word` is set.
+fn entries_recording(name: &str, word: fn(&smr_core::layout::PeerSlot) -> &std::sync::atomic::AtomicU64) -> usize {
     let region = smr_core::region::Region::open(name).unwrap_or_else(|e| panic!("open {name}: {e}"));
-    region.peer_slots().iter().filter(|e| e.sar_held.load(std::sync::atomic::Ordering::Relaxed) != 0).count()
+    region.peer_slots().iter().filter(|e| word(e).load(std::sync::atomic::Ordering::Relaxed) != 0).count()
 }
 
 fn free_buffers(

@@ -602,12 +602,12 @@ fn push_segments(link: &super::peers::Link, incarnation: u64, msg_id: u64, send:
     use super::spare::Pool;
     let geo = *link.region.geometry();
     let sar_size = geo.counts.sar_size;
+    let Some(entry) = link.region.peer_slots().get(link.slot as usize) else { return false };
     while let Some(offset) = send.sar_next {
         if offset >= send.hdr.len {
             send.sar_next = None;
             return true;
         }
-        let Some(entry) = link.region.peer_slots().get(link.slot as usize) else { return false };
         let key = super::spare::sar_key(msg_id, offset);
         let Some(index) = super::spare::take(&link.region, entry, Pool::Sar, incarnation, key) else { return false };
         let seg_len = (send.hdr.len - offset).min(segment_len(offset, sar_size));

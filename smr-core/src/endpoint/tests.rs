@@ -848,10 +848,6 @@ fn a_senders_spare_inject_buffer_always_comes_back() {
     assert_eq!(spares_held(&b), 0, "c gave its spare back when it closed");
 }
 
-/// The SAR buffer a sender copies a segment into is recorded until the segment is pushed
-/// (`spare`): none stays recorded once SAR messages of every size went through. A receiver
-/// forgetting the sender gives back one recorded for a segment it never handled (the sender died
-/// copying it), and not one whose segment it handled (that buffer came back with the segment).
 /// A sender that died and whose entry in the receiver's peer table a successor claimed before
 /// the receiver noticed (`claim_slot` takes the entry of a dead claimant): forgetting the dead
 /// sender, on its liveness tick or on the successor's connection request, leaves the
@@ -925,6 +921,10 @@ fn entries_left_half_claimed_by_the_dead_are_claimed_again() {
     assert_eq!(hb.inline_offered[0].3, pattern(8, 3));
 }
 
+/// The SAR buffer a sender copies a segment into is recorded until the segment is pushed
+/// (`spare`): none stays recorded once SAR messages of every size went through. A receiver
+/// forgetting the sender gives back one recorded for a segment it never handled (the sender died
+/// copying it), and not one whose segment it handled (that buffer came back with the segment).
 #[test]
 fn a_dead_senders_sar_buffer_comes_back_unless_its_segment_arrived() {
     use crate::sync::Ordering::Relaxed;
