@@ -9,7 +9,7 @@ use std::time::Duration;
 /// Every parameter: name (without the FI_RSHM_ prefix), type, help.
 const DEFINITIONS: &[(&str, ffi::fi_param_type, &str)] = &[
     ("CMA", ffi::FI_PARAM_BOOL, "Use cross-memory attach (process_vm_readv) for large messages; off forces SAR bounce buffers (default: on, if the kernel permits)"),
-    ("CMA_MIN", ffi::FI_PARAM_SIZE_T, "Smallest message sent by cross-memory attach (process_vm_readv by the receiver; RMA pulls with it at every size where allowed); messages above the inject size but below it go through SAR bounce buffers, both sides copying. 0: CMA for every message above the inject size (default: unset, SAR for every size, the faster on the hosts measured last: docs/perf/protocols.md)"),
+    ("CMA_MIN", ffi::FI_PARAM_SIZE_T, "Smallest message sent by cross-memory attach (process_vm_readv by the receiver; RMA pulls with it at every size where allowed); messages above the inject size but below it go through SAR bounce buffers, both sides copying. 0: CMA for every message above the inject size (default: unset, SAR up to one SAR segment and above it whichever of SAR and CMA the receivers measure faster on this host: docs/perf/protocols.md)"),
     ("REMOTE_COMM", ffi::FI_PARAM_BOOL, "Advertise FI_REMOTE_COMM (Open MPI's mtl/ofi requires it; all peers are still on this node) (default: off)"),
     ("QUEUE_LEN", ffi::FI_PARAM_SIZE_T, "Entries in each endpoint's command queue, a power of two (default: 1024)"),
     ("INJECT_COUNT", ffi::FI_PARAM_SIZE_T, "4 KiB inject buffers per endpoint (default: 128)"),
@@ -51,10 +51,12 @@ fn get_size(name: &str) -> Option<usize> {
 /// (see `ep::rma`), chosen by measurement (docs/perf/protocols.md).
 pub const READ_ONE_TRIP_MAX: usize = 16384;
 
-/// Default of FI_RSHM_CMA_MIN: no message is sent by CMA unless the user asks. Measured on
-/// this project's VM at 2026-11-23 12:17 (kernel 6.18.44-fc-v782), SAR (then through 64 KiB
-/// buffers) beat CMA from 8 KiB to 4 MiB by 1.5-2.5x in latency and bandwidth, where an earlier
-/// host (6.18.44-fc-v669) had CMA ahead by 1.4x at 64 KiB and 1 MiB (docs/perf/protocols.md).
+/// Without FI_RSHM_CMA_MIN no message is sent by CMA by size alone: up to one SAR segment they
+/// go by SAR, above it by whichever of the two the receivers' timings say is faster
+/// (`Params::measure_large`). On this project's VM, SAR beat CMA from 8 KiB to 4 MiB by
+/// 1.5-2.5x at 2026-11-23 12:17 (kernel 6.18.44-fc-v782), where hosts before (6.18.44-fc-v669)
+/// and after (6.18.44-fc-v595, 2026-11-25) had CMA ahead by 1.4-1.6x from 64 KiB
+/// (docs/perf/protocols.md).
 pub const CMA_MIN: usize = usize::MAX;
 
 /// The parameters as read once from the environment.
@@ -73,7 +75,9 @@ pub fn config() -> &'static Config {
         if let Some(cma) = get_bool("CMA") {
             engine.cma = cma;
         }
-        engine.cma_min = get_size("CMA_MIN").unwrap_or(CMA_MIN);
+        let cma_min = get_size("CMA_MIN");
+        engine.cma_min = cma_min.unwrap_or(CMA_MIN);
+        engine.measure_large = cma_min.is_none();
         let c = &mut engine.counts;
         if let Some(n) = get_size("QUEUE_LEN").filter(|n| n.is_power_of_two()) {
             c.cmd_len = n as u64;

@@ -183,7 +183,7 @@ pub fn send(st: &mut DomainState, id: usize, args: SendArgs) -> FiResult<()> {
         delivery_complete: args.flags & ffi::FI_DELIVERY_COMPLETE as u64 != 0,
         // FI_MORE: the engine batches small messages to a peer until the next call without it.
         more: args.flags & ffi::FI_MORE as u64 != 0,
-        // Messages: both sides are active, SAR or CMA by size (`Params::cma_min`).
+        // Messages: both sides are active, SAR or CMA by measurement or by size (`Params`).
         pull: false,
     };
     crate::debug!(

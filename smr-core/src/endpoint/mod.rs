@@ -9,6 +9,7 @@
 mod answer;
 mod batch;
 mod direct;
+pub mod measured;
 mod peers;
 mod recv;
 mod send;
@@ -54,6 +55,9 @@ pub struct Params {
     /// where CMA is allowed (0: CMA for every message above `inject_max`). Which of the two is
     /// faster depends on the host; the provider's default is measured (docs/perf/protocols.md).
     pub cma_min: usize,
+    /// Choose between SAR and CMA by measurement (`measured.rs`) for messages longer than the
+    /// first SAR segment, where CMA is allowed; `cma_min` then decides nothing above that size.
+    pub measure_large: bool,
     /// Largest message carried inside the command entry.
     pub inline_max: usize,
     /// Largest message carried through one inject buffer.
@@ -90,6 +94,7 @@ impl Default for Params {
             },
             cma: true,
             cma_min: 0,
+            measure_large: false,
             inline_max: INLINE_MAX,
             inject_max: INJECT_SIZE as usize,
             max_msg_size: 1 << 30,
@@ -321,6 +326,8 @@ pub struct Endpoint {
     publisher: crate::published::Publisher,
     /// Our count of free polls (`note_free_poll`), mirrored into the region.
     free_polls: u64,
+    /// What the receivers' answers taught about SAR against CMA (`Params::measure_large`).
+    chooser: measured::Chooser,
     stats: Stats,
 }
 
@@ -379,6 +386,7 @@ impl Endpoint {
             tick_due: false,
             publisher: Default::default(),
             free_polls: 0,
+            chooser: Default::default(),
             stats: Stats::default(),
         })
     }

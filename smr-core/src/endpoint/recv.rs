@@ -15,6 +15,14 @@ pub(super) struct SarRx {
     hdr: MsgHeader,
     received: u64,
     sink: Sink,
+    /// When its first segment came (the time reported to the sender, `measured.rs`).
+    started: std::time::Instant,
+}
+
+impl SarRx {
+    fn new(hdr: MsgHeader, sink: Sink) -> SarRx {
+        SarRx { hdr, received: 0, sink, started: std::time::Instant::now() }
+    }
 }
 
 enum Sink {
@@ -54,6 +62,8 @@ enum HeldData {
     Reassembled {
         bytes: Vec<u8>,
         msg_id: u64,
+        /// How long its segments took (`measured.rs`): the answer reports it.
+        ns: u64,
     },
     Failed(Error),
 }
@@ -70,6 +80,12 @@ pub fn outcome(sent: u64, delivered: usize) -> Result<usize> {
 
 pub(super) fn done(msg_id: u64, status: Status, value: u64) -> RespEntry {
     RespEntry { kind: resp::DONE, status: status as u32, msg_id, value, ..Default::default() }
+}
+
+/// A large message's answer with the receiver's time for its transfer (`measured.rs`).
+fn timed(mut entry: RespEntry, ns: u64) -> RespEntry {
+    super::measured::put_time(&mut entry.data, ns.max(1));
+    entry
 }
 
 /// The answer to `msg_id` carrying `bytes` (at most `ANSWER_DATA_MAX`; callers check).
@@ -370,7 +386,7 @@ impl Endpoint {
                     | Disposition::AnswerWith(_) => Sink::Dropped,
                     Disposition::Refuse(errno) => Sink::Refused(errno),
                 };
-                self.sar_rx.insert((src, msg_id), SarRx { hdr, received: 0, sink });
+                self.sar_rx.insert((src, msg_id), SarRx::new(hdr, sink));
                 self.on_segment(src, msg_id, seg, h);
             }
         }
@@ -468,10 +484,10 @@ impl Endpoint {
         ctx: u64,
         h: &mut impl Handler,
     ) {
-        match self.cma_read(src, iovs, &mut dest) {
-            Ok(n) => {
+        match self.timed_cma_read(src, iovs, &mut dest) {
+            Ok((n, ns)) => {
                 let result = outcome(hdr.len, n);
-                self.send_resp(src, done(msg_id, status_of(&result), n as u64));
+                self.send_resp(src, timed(done(msg_id, status_of(&result), n as u64), ns));
                 h.on_recv_done(ctx, result, dest);
             }
             Err(e) if crate::cma::refused(&e) => {
@@ -486,8 +502,15 @@ impl Endpoint {
 
     fn refuse_cma(&mut self, src: SrcId, msg_id: u64, hdr: MsgHeader, sink: Sink) {
         self.stats.cma_fallbacks += 1;
-        self.sar_rx.insert((src, msg_id), SarRx { hdr, received: 0, sink });
+        self.sar_rx.insert((src, msg_id), SarRx::new(hdr, sink));
         self.send_resp(src, done(msg_id, Status::CmaFailed, 0));
+    }
+
+    /// `cma_read`, and how long it took (reported to the sender: `measured.rs`).
+    fn timed_cma_read(&mut self, src: SrcId, iovs: &[RemoteIov], dest: &mut LocalIov) -> Result<(usize, u64)> {
+        let started = std::time::Instant::now();
+        let n = self.cma_read(src, iovs, dest)?;
+        Ok((n, started.elapsed().as_nanos() as u64))
     }
 
     fn cma_read(&mut self, src: SrcId, iovs: &[RemoteIov], dest: &mut LocalIov) -> Result<usize> {
@@ -562,11 +585,13 @@ impl Endpoint {
 
     fn finish_sar(&mut self, src: SrcId, msg_id: u64, rx: SarRx, h: &mut impl Handler) {
         let len = rx.hdr.len;
+        let ns = rx.started.elapsed().as_nanos() as u64;
+        let ns = super::measured::sar_time_of_whole(ns, len, super::send::SAR_FIRST_SEGMENT);
         match rx.sink {
             Sink::Deliver { dest, ctx, answer } => {
                 let result = outcome(len, dest.len().min(len as usize));
                 if answer {
-                    self.send_resp(src, done(msg_id, status_of(&result), len));
+                    self.send_resp(src, timed(done(msg_id, status_of(&result), len), ns));
                 }
                 h.on_recv_done(ctx, result, dest);
             }
@@ -582,11 +607,11 @@ impl Endpoint {
                 match waiting.take() {
                     Some((mut dest, ctx)) => {
                         self.held.remove(&key);
-                        let result = self.hand_over(src, msg_id, len, &bytes, &mut dest);
+                        let result = self.hand_over(src, msg_id, len, &bytes, &mut dest, ns);
                         h.on_recv_done(ctx, result, dest);
                     }
                     // Answered when delivered (`deliver`).
-                    None => held.data = HeldData::Reassembled { bytes, msg_id },
+                    None => held.data = HeldData::Reassembled { bytes, msg_id, ns },
                 }
             }
             Sink::Dropped => self.send_resp(src, done(msg_id, Status::Dropped, 0)),
@@ -595,10 +620,20 @@ impl Endpoint {
     }
 
     /// Copy a reassembled SAR message into the receive it matched and answer its sender, who
-    /// waited for this delivery.
-    fn hand_over(&mut self, src: SrcId, msg_id: u64, len: u64, bytes: &[u8], dest: &mut LocalIov) -> Result<usize> {
+    /// waited for this delivery. The time reported: the segments' (`ns`) and this copy's.
+    fn hand_over(
+        &mut self,
+        src: SrcId,
+        msg_id: u64,
+        len: u64,
+        bytes: &[u8],
+        dest: &mut LocalIov,
+        ns: u64,
+    ) -> Result<usize> {
+        let started = std::time::Instant::now();
         let result = outcome(len, dest.write_at(0, bytes));
-        self.send_resp(src, done(msg_id, status_of(&result), len));
+        let ns = ns.saturating_add(started.elapsed().as_nanos() as u64);
+        self.send_resp(src, timed(done(msg_id, status_of(&result), len), ns));
         result
     }
 
@@ -613,10 +648,10 @@ impl Endpoint {
                 let n = dest.write_at(0, &bytes);
                 Ok(Delivered::Now(outcome(hdr.len, n), dest))
             }
-            HeldData::Cma { iovs, msg_id } => match self.cma_read(src, &iovs, &mut dest) {
-                Ok(n) => {
+            HeldData::Cma { iovs, msg_id } => match self.timed_cma_read(src, &iovs, &mut dest) {
+                Ok((n, ns)) => {
                     let result = outcome(hdr.len, n);
-                    self.send_resp(src, done(msg_id, status_of(&result), n as u64));
+                    self.send_resp(src, timed(done(msg_id, status_of(&result), n as u64), ns));
                     Ok(Delivered::Now(result, dest))
                 }
                 Err(e) if crate::cma::refused(&e) => {
@@ -628,8 +663,8 @@ impl Endpoint {
                     Ok(Delivered::Now(Err(e), dest))
                 }
             },
-            HeldData::Reassembled { bytes, msg_id } => {
-                let result = self.hand_over(src, msg_id, hdr.len, &bytes, &mut dest);
+            HeldData::Reassembled { bytes, msg_id, ns } => {
+                let result = self.hand_over(src, msg_id, hdr.len, &bytes, &mut dest, ns);
                 Ok(Delivered::Now(result, dest))
             }
             HeldData::Arriving { bytes, .. } => {

@@ -8,6 +8,7 @@
 //! | larger otherwise             | SAR      | when the receiver acks the last segment     |
 
 use super::answer::AnswerBuf;
+use super::measured::{self, Choice, Via};
 use super::{Endpoint, Handler, PeerId, SendOpts, SendStatus};
 use crate::cmd::{op, proto, resp, CmdEntry, MsgHeader, RespEntry, SarSeg, Status, IOV_MAX};
 use crate::error::{Error, Result};
@@ -154,6 +155,9 @@ pub(super) struct PendingSend {
     pub sar_continuation: bool,
     /// The buffer of ours its answer goes into (`answer.rs`): freed when the send ends.
     pub answer: Option<AnswerBuf>,
+    /// Its protocol was chosen by measurement: the receiver's time in the answer teaches the
+    /// chooser (`measured.rs`).
+    pub measured: Option<Choice>,
 }
 
 /// An acknowledged small send: in the receiver's ring whole, waiting for its answer. Nothing of
@@ -325,16 +329,35 @@ impl Endpoint {
         let (cma_ok, cma_min) = (self.cma_ok, self.params.cma_min);
         let link = self.link(peer)?;
         link.used = true;
+        let link_cma = link.cma;
         // A message that fits the first SAR segment (of the receiver's buffers) asks its
         // receiver for one step of progress either way (copy one segment out, or make one CMA
         // read), so `pull` leaves it to SAR, which spares both sides the system call.
         let one_segment = buf.len() as u64 <= segment_len(0, link.region.geometry().counts.sar_size);
-        let my_cma = cma_ok && ((opts.pull && !one_segment) || buf.len() >= cma_min);
-        let remote = (my_cma && link.cma).then(|| buf.as_remote(IOV_MAX)).flatten();
-        let mut pending =
-            PendingSend { peer, cookie: opts.cookie, hdr, buf, sar_next: None, sar_continuation: false, answer: None };
+        // Above one segment, where both ways are open, the faster one as measured, if asked.
+        let measured = (self.params.measure_large && cma_ok && link_cma && !opts.pull && !one_segment)
+            .then(|| self.chooser.choose(buf.len() as u64))
+            .flatten();
+        let my_cma = match measured {
+            Some(choice) => choice.via == Via::Cma,
+            None => cma_ok && ((opts.pull && !one_segment) || buf.len() >= cma_min),
+        };
+        let remote = (my_cma && link_cma).then(|| buf.as_remote(IOV_MAX)).flatten();
+        // A CMA choice that fell back to SAR (too many ranges) teaches nothing.
+        let measured = measured.filter(|c| (c.via == Via::Cma) == remote.is_some());
+        let mut pending = PendingSend {
+            peer,
+            cookie: opts.cookie,
+            hdr,
+            buf,
+            sar_next: None,
+            sar_continuation: false,
+            answer: None,
+            measured,
+        };
         match remote {
             Some(iovs) => {
+                let link = self.link(peer)?;
                 let src_slot = link.slot;
                 super::peers::push_cmd_with(&link.region, |e| {
                     e.set_message(src_slot, msg_id, &hdr, true);
@@ -514,6 +537,9 @@ impl Endpoint {
             return 0;
         }
         let send = self.pending.remove(&entry.msg_id).expect("looked up above");
+        if let (Some(choice), Status::Ok, false) = (send.measured, status, send.sar_continuation) {
+            self.chooser.learn(choice, send.hdr.len, measured::time_in(&entry.data));
+        }
         self.finish_send(Some(status), entry, send.cookie, send.answer, h);
         1
     }

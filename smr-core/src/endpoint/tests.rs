@@ -990,6 +990,69 @@ fn pull_takes_cma_only_for_messages_longer_than_one_segment() {
     assert_eq!(hb.received[0].2, pattern(len, 5));
 }
 
+/// `measure_large`: above one SAR segment the sender tries both protocols in turn until it has
+/// three timed answers of each; its receivers time every transfer, held and delivered later or
+/// delivered at once, and report the time in their answers (`measured.rs`); every byte arrives
+/// whichever way.
+#[test]
+fn large_messages_go_both_ways_and_every_answer_is_timed() {
+    if !cma_or_skip("large_messages_go_both_ways_and_every_answer_is_timed") {
+        return;
+    }
+    let params = Params { cma_min: usize::MAX, measure_large: true, ..Params::default() };
+    let (mut a, mut b, to_b) = pair("measured", params);
+    let (mut ha, mut hb) = (Collect::default(), Collect::default());
+    let len = 200_000usize;
+    let send = |a: &mut Endpoint, i: usize| {
+        let hdr = MsgHeader { app: 0, tag: i as u64, data: 0, aux: 0, len: len as u64 };
+        let opts = SendOpts { cookie: i as u64, delivery_complete: false, more: false, pull: false };
+        a.send(to_b, hdr, LocalIov::owned(pattern(len, i as u8)), opts).unwrap();
+    };
+    // Four held (no receive posted), two of each protocol, then delivered.
+    hb.hold = true;
+    for i in 0..4 {
+        send(&mut a, i);
+    }
+    assert_eq!((a.stats().sent_cma, a.stats().sent_sar), (2, 2));
+    pump_until((&mut a, &mut ha), (&mut b, &mut hb), "four held messages", |_, hb| hb.offered.len() == 4);
+    let dl = deadline();
+    while !b.sar_rx.is_empty() {
+        assert!(std::time::Instant::now() < dl, "timed out waiting for the held messages' segments");
+        a.progress(&mut ha);
+        b.progress(&mut hb);
+    }
+    assert_eq!(b.held_count(), 4);
+    for m in hb.offered.clone() {
+        match b.deliver(m.key, LocalIov::owned(vec![0; len]), m.hdr.tag).unwrap() {
+            Delivered::Now(result, dest) => {
+                assert_eq!(result, Ok(len));
+                assert!(
+                    dest.into_owned().unwrap() == pattern(len, m.hdr.tag as u8),
+                    "held message {} differs",
+                    m.hdr.tag
+                );
+            }
+            Delivered::Later => panic!("held message {} not delivered at once", m.hdr.tag),
+        }
+    }
+    pump_until((&mut a, &mut ha), (&mut b, &mut hb), "their answers", |ha, _| ha.sends_done.len() == 4);
+    assert_eq!(a.chooser.answers(len as u64), (2, 2));
+    // Two delivered at once: one of each, and with them three timed answers of each.
+    hb.hold = false;
+    for i in 4..6 {
+        send(&mut a, i);
+        pump_until((&mut a, &mut ha), (&mut b, &mut hb), "a large message", |ha, _| ha.sends_done.len() == i + 1);
+    }
+    assert_eq!((a.stats().sent_cma, a.stats().sent_sar), (3, 3));
+    assert_eq!(a.chooser.answers(len as u64), (3, 3));
+    assert!(ha.sends_done.iter().all(|(_, r)| r.is_ok()), "{:?}", ha.sends_done);
+    for (hdr, result, bytes) in &hb.received {
+        assert_eq!(result, &Ok(len));
+        assert!(*bytes == pattern(len, hdr.tag as u8), "message {} differs", hdr.tag);
+    }
+    assert_eq!((hb.received.len(), b.stats().corrupt_commands), (2, 0));
+}
+
 /// FI_MORE: messages sent with `more` wait in the sender (the receiver sees none of them) until a
 /// send without it; then they all arrive, in order, with the last one, in one batch per ring
 /// claim; unacknowledged ones complete once out. A batch larger than the receiver's ring goes in

@@ -1,0 +1,267 @@
+//! Which protocol moves a large message faster on this host, SAR or CMA, learnt from the
+//! messages themselves.
+//!
+//! Neither wins everywhere. On the hosts this project has run on, SAR (both CPUs copying through
+//! bounce buffers) moved 64 KiB-4 MiB 1.5-2.5x faster than one `process_vm_readv` on one, and
+//! CMA 1.4-1.6x faster than SAR on another (docs/perf/protocols.md); a fixed threshold is wrong
+//! on one of them. So a receiver times each large transfer it completes (the CMA read, or the
+//! SAR segments from the first to the last, scaled to the whole message) and reports the time in
+//! its answer, and the sender keeps, per size class, a running figure for each protocol and
+//! sends by the faster one. It keeps trying the other now and then, since a host's state moves.
+
+/// The two ways a large message can travel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Via {
+    Sar,
+    Cma,
+}
+
+impl Via {
+    fn other(self) -> Via {
+        match self {
+            Via::Sar => Via::Cma,
+            Via::Cma => Via::Sar,
+        }
+    }
+}
+
+/// A choice made by measurement: what the answer's time is to be credited to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Choice {
+    pub via: Via,
+    class: usize,
+}
+
+/// Size classes: (32 KiB, 64 KiB], (64 KiB, 128 KiB], ... up to (2 MiB, 4 MiB], then one class
+/// for everything larger.
+const CLASSES: usize = 8;
+const SMALLEST_CLASS_TOP: u64 = 64 * 1024;
+/// Answers of each protocol a class waits for before it trusts its figures.
+const LEARN: u32 = 3;
+/// Once it trusts them, one message in this many goes the other way, so that a change in the
+/// host is noticed (about 2% of large messages on the slower protocol).
+const RECHECK_EVERY: u32 = 32;
+/// Messages a class sends alternately while it waits for its first timed answers.
+const GIVE_UP: u32 = 64;
+
+/// A protocol's running cost in a class, in nanoseconds per KiB.
+#[derive(Debug, Clone, Copy, Default)]
+struct Cost {
+    ns_per_kib: u64,
+    answers: u32,
+}
+
+impl Cost {
+    fn learn(&mut self, ns_per_kib: u64) {
+        // An exponentially weighted mean (a quarter for the newest), the first answer as is.
+        self.ns_per_kib = if self.answers == 0 { ns_per_kib } else { (3 * self.ns_per_kib + ns_per_kib) / 4 };
+        self.answers = self.answers.saturating_add(1);
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+struct Class {
+    sar: Cost,
+    cma: Cost,
+    /// Messages sent each way, answered or not (a window of messages goes out before the first
+    /// answer comes back: while learning, they alternate).
+    sent_sar: u32,
+    sent_cma: u32,
+    /// Messages since the last recheck.
+    since_recheck: u32,
+}
+
+/// The sender's figures, for every peer alike (the speeds are the host's).
+#[derive(Debug, Clone, Default)]
+pub struct Chooser {
+    classes: [Class; CLASSES],
+}
+
+fn class_of(len: u64) -> usize {
+    let mut top = SMALLEST_CLASS_TOP;
+    let mut class = 0;
+    while len > top && class + 1 < CLASSES {
+        top *= 2;
+        class += 1;
+    }
+    class
+}
+
+impl Chooser {
+    /// The protocol for a message of `len` bytes; None when the answers taught nothing (no
+    /// timed answer of either protocol after `GIVE_UP` messages): the caller's fixed rule.
+    pub fn choose(&mut self, len: u64) -> Option<Choice> {
+        let class = class_of(len);
+        let c = &mut self.classes[class];
+        let learning = c.sar.answers < LEARN || c.cma.answers < LEARN;
+        let via = if learning && c.sent_sar.saturating_add(c.sent_cma) < GIVE_UP {
+            if c.sent_cma <= c.sent_sar {
+                Via::Cma
+            } else {
+                Via::Sar
+            }
+        } else {
+            // A protocol whose answers never carry a time (a receiver that answers later, by
+            // another path) counts as slower; the rechecks keep asking.
+            let best = match (c.sar.answers, c.cma.answers) {
+                (0, 0) => return None,
+                (0, _) => Via::Cma,
+                (_, 0) => Via::Sar,
+                _ if c.cma.ns_per_kib <= c.sar.ns_per_kib => Via::Cma,
+                _ => Via::Sar,
+            };
+            c.since_recheck += 1;
+            if c.since_recheck >= RECHECK_EVERY {
+                c.since_recheck = 0;
+                best.other()
+            } else {
+                best
+            }
+        };
+        match via {
+            Via::Sar => c.sent_sar = c.sent_sar.saturating_add(1),
+            Via::Cma => c.sent_cma = c.sent_cma.saturating_add(1),
+        }
+        Some(Choice { via, class })
+    }
+
+    /// A receiver's time for a message sent by `choice`: `ns` for `len` bytes (0: not timed).
+    pub fn learn(&mut self, choice: Choice, len: u64, ns: u64) {
+        if ns == 0 || len == 0 {
+            return;
+        }
+        let ns_per_kib = ns.saturating_mul(1024) / len;
+        let c = &mut self.classes[choice.class.min(CLASSES - 1)];
+        match choice.via {
+            Via::Sar => c.sar.learn(ns_per_kib),
+            Via::Cma => c.cma.learn(ns_per_kib),
+        }
+    }
+}
+
+impl Chooser {
+    /// Timed answers so far for messages of `len` bytes: (SAR, CMA).
+    #[cfg(test)]
+    pub fn answers(&self, len: u64) -> (u32, u32) {
+        let c = &self.classes[class_of(len)];
+        (c.sar.answers, c.cma.answers)
+    }
+}
+
+/// A SAR receiver's time for a whole message of `len` bytes, from its time between the first
+/// segment's arrival and the last segment's copy: the sender had copied the first
+/// `first_segment` bytes before the receiver saw anything, at about the same rate.
+pub fn sar_time_of_whole(ns_seen: u64, len: u64, first_segment: u64) -> u64 {
+    let seen = len.saturating_sub(first_segment.min(len));
+    if seen == 0 {
+        return ns_seen;
+    }
+    ((ns_seen as u128 * len as u128) / seen as u128).min(u64::MAX as u128) as u64
+}
+
+/// Where an answer carries the receiver's time (nanoseconds, little-endian) in its data.
+pub fn put_time(data: &mut [u8], ns: u64) {
+    if let Some(d) = data.get_mut(..8) {
+        d.copy_from_slice(&ns.to_le_bytes());
+    }
+}
+
+/// The receiver's time an answer carries (0: none).
+pub fn time_in(data: &[u8]) -> u64 {
+    data.get(..8).and_then(|d| d.try_into().ok()).map_or(0, u64::from_le_bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+
+    /// Answer `n` messages of `len` with what each protocol costs, in ns per KiB.
+    fn run(ch: &mut Chooser, len: u64, n: usize, sar: u64, cma: u64) -> (usize, usize) {
+        let (mut by_sar, mut by_cma) = (0, 0);
+        for _ in 0..n {
+            let c = ch.choose(len).expect("timed answers");
+            let per_kib = match c.via {
+                Via::Sar => {
+                    by_sar += 1;
+                    sar
+                }
+                Via::Cma => {
+                    by_cma += 1;
+                    cma
+                }
+            };
+            ch.learn(c, len, per_kib * len / 1024);
+        }
+        (by_sar, by_cma)
+    }
+
+    #[test]
+    fn sends_by_the_faster_once_it_has_measured_both() {
+        let mut ch = Chooser::default();
+        // CMA faster (the host of 2026-11-25): after learning, nearly all go by CMA.
+        let (sar, cma) = run(&mut ch, MIB, 200, 120, 78);
+        assert!(sar <= LEARN as usize + 200 / RECHECK_EVERY as usize + 1, "sar {sar} cma {cma}");
+        // SAR faster in another class (the host of 2026-11-23): that class learns on its own.
+        let (sar, cma) = run(&mut ch, 128 * 1024, 200, 40, 100);
+        assert!(cma <= LEARN as usize + 200 / RECHECK_EVERY as usize + 1, "sar {sar} cma {cma}");
+        // And the first class still goes by CMA.
+        assert_eq!(ch.choose(MIB).map(|c| c.via), Some(Via::Cma));
+    }
+
+    #[test]
+    fn follows_the_host_when_it_changes() {
+        let mut ch = Chooser::default();
+        run(&mut ch, 4 * MIB, 100, 50, 100);
+        assert_eq!(ch.choose(4 * MIB).map(|c| c.via), Some(Via::Sar));
+        // SAR becomes slow: the rechecks of CMA, and SAR's own answers, turn the choice.
+        let (_, cma) = run(&mut ch, 4 * MIB, 400, 200, 100);
+        assert!(cma > 300, "cma {cma}");
+        assert_eq!(run(&mut ch, 4 * MIB, 10, 200, 100), (0, 10));
+    }
+
+    #[test]
+    fn a_window_sent_before_any_answer_tries_both() {
+        let mut ch = Chooser::default();
+        let vias: Vec<Via> = (0..8).map(|_| ch.choose(MIB).expect("learning").via).collect();
+        assert_eq!(vias.iter().filter(|&&v| v == Via::Cma).count(), 4);
+        assert_eq!(vias.iter().filter(|&&v| v == Via::Sar).count(), 4);
+    }
+
+    #[test]
+    fn untimed_answers_teach_nothing_and_leave_the_choice_to_the_caller() {
+        let mut ch = Chooser::default();
+        for _ in 0..GIVE_UP {
+            let c = ch.choose(MIB).expect("learning");
+            ch.learn(c, MIB, 0);
+        }
+        let class = &ch.classes[class_of(MIB)];
+        assert_eq!((class.sar.answers, class.cma.answers), (0, 0));
+        assert_eq!(ch.choose(MIB), None);
+        // Timed answers of one protocol only: that one, and the other now and then.
+        let c = Choice { via: Via::Sar, class: class_of(MIB) };
+        ch.learn(c, MIB, 1_000_000);
+        let vias: Vec<Via> = (0..RECHECK_EVERY).map(|_| ch.choose(MIB).expect("one answer").via).collect();
+        assert_eq!(vias.iter().filter(|&&v| v == Via::Cma).count(), 1);
+    }
+
+    #[test]
+    fn classes_by_size() {
+        assert_eq!(class_of(40 * 1024), 0);
+        assert_eq!(class_of(64 * 1024), 0);
+        assert_eq!(class_of(64 * 1024 + 1), 1);
+        assert_eq!(class_of(MIB), 4);
+        assert_eq!(class_of(4 * MIB), 6);
+        assert_eq!(class_of(1 << 30), CLASSES - 1);
+    }
+
+    #[test]
+    fn sar_time_counts_the_first_segment() {
+        assert_eq!(sar_time_of_whole(3_000, 64 * 1024, 16 * 1024), 4_000);
+        assert_eq!(sar_time_of_whole(5, 16 * 1024, 16 * 1024), 5);
+        let mut data = [0u8; 32];
+        put_time(&mut data, 123_456);
+        assert_eq!(time_in(&data), 123_456);
+    }
+}
