@@ -54,7 +54,12 @@ struct Cost {
 impl Cost {
     fn learn(&mut self, ns_per_kib: u64) {
         // An exponentially weighted mean (a quarter for the newest), the first answer as is.
-        self.ns_per_kib = if self.answers == 0 { ns_per_kib } else { (3 * self.ns_per_kib + ns_per_kib) / 4 };
+        // Saturating: the figure is a peer's word, and may be anything.
+        self.ns_per_kib = if self.answers == 0 {
+            ns_per_kib
+        } else {
+            self.ns_per_kib.saturating_mul(3).saturating_add(ns_per_kib) / 4
+        };
         self.answers = self.answers.saturating_add(1);
     }
 }
@@ -244,6 +249,16 @@ mod tests {
         ch.learn(c, MIB, 1_000_000);
         let vias: Vec<Via> = (0..RECHECK_EVERY).map(|_| ch.choose(MIB).expect("one answer").via).collect();
         assert_eq!(vias.iter().filter(|&&v| v == Via::Cma).count(), 1);
+    }
+
+    #[test]
+    fn any_time_a_peer_reports_is_taken_without_overflow() {
+        let mut ch = Chooser::default();
+        for ns in [u64::MAX, u64::MAX, 1, u64::MAX / 3] {
+            let c = ch.choose(1).unwrap_or(Choice { via: Via::Cma, class: 0 });
+            ch.learn(c, 1, ns);
+        }
+        assert!(ch.choose(1).is_some());
     }
 
     #[test]

@@ -15,13 +15,22 @@ pub(super) struct SarRx {
     hdr: MsgHeader,
     received: u64,
     sink: Sink,
-    /// When its first segment came (the time reported to the sender, `measured.rs`).
-    started: std::time::Instant,
+    /// When its first segment came, for a message of more than one (the time reported to the
+    /// sender, `measured.rs`; the sender chooses only for those).
+    started: Option<std::time::Instant>,
 }
 
 impl SarRx {
     fn new(hdr: MsgHeader, sink: Sink) -> SarRx {
-        SarRx { hdr, received: 0, sink, started: std::time::Instant::now() }
+        let started = (hdr.len > super::send::SAR_FIRST_SEGMENT).then(std::time::Instant::now);
+        SarRx { hdr, received: 0, sink, started }
+    }
+
+    /// The whole message's time as reported to its sender (0: not timed).
+    fn time(&self) -> u64 {
+        let Some(started) = self.started else { return 0 };
+        let ns = started.elapsed().as_nanos() as u64;
+        super::measured::sar_time_of_whole(ns, self.hdr.len, super::send::SAR_FIRST_SEGMENT)
     }
 }
 
@@ -82,9 +91,9 @@ pub(super) fn done(msg_id: u64, status: Status, value: u64) -> RespEntry {
     RespEntry { kind: resp::DONE, status: status as u32, msg_id, value, ..Default::default() }
 }
 
-/// A large message's answer with the receiver's time for its transfer (`measured.rs`).
+/// A large message's answer with the receiver's time for its transfer (`measured.rs`; 0: none).
 fn timed(mut entry: RespEntry, ns: u64) -> RespEntry {
-    super::measured::put_time(&mut entry.data, ns.max(1));
+    super::measured::put_time(&mut entry.data, ns);
     entry
 }
 
@@ -510,7 +519,7 @@ impl Endpoint {
     fn timed_cma_read(&mut self, src: SrcId, iovs: &[RemoteIov], dest: &mut LocalIov) -> Result<(usize, u64)> {
         let started = std::time::Instant::now();
         let n = self.cma_read(src, iovs, dest)?;
-        Ok((n, started.elapsed().as_nanos() as u64))
+        Ok((n, (started.elapsed().as_nanos() as u64).max(1)))
     }
 
     fn cma_read(&mut self, src: SrcId, iovs: &[RemoteIov], dest: &mut LocalIov) -> Result<usize> {
@@ -585,8 +594,7 @@ impl Endpoint {
 
     fn finish_sar(&mut self, src: SrcId, msg_id: u64, rx: SarRx, h: &mut impl Handler) {
         let len = rx.hdr.len;
-        let ns = rx.started.elapsed().as_nanos() as u64;
-        let ns = super::measured::sar_time_of_whole(ns, len, super::send::SAR_FIRST_SEGMENT);
+        let ns = rx.time();
         match rx.sink {
             Sink::Deliver { dest, ctx, answer } => {
                 let result = outcome(len, dest.len().min(len as usize));
@@ -630,9 +638,9 @@ impl Endpoint {
         dest: &mut LocalIov,
         ns: u64,
     ) -> Result<usize> {
-        let started = std::time::Instant::now();
+        let started = (ns > 0).then(std::time::Instant::now);
         let result = outcome(len, dest.write_at(0, bytes));
-        let ns = ns.saturating_add(started.elapsed().as_nanos() as u64);
+        let ns = started.map_or(0, |t| ns.saturating_add(t.elapsed().as_nanos() as u64));
         self.send_resp(src, timed(done(msg_id, status_of(&result), len), ns));
         result
     }
