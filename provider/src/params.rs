@@ -10,6 +10,7 @@ use std::time::Duration;
 const DEFINITIONS: &[(&str, ffi::fi_param_type, &str)] = &[
     ("CMA", ffi::FI_PARAM_BOOL, "Use cross-memory attach (process_vm_readv) for large messages; off forces SAR bounce buffers (default: on, if the kernel permits)"),
     ("CMA_MIN", ffi::FI_PARAM_SIZE_T, "Smallest message sent by cross-memory attach (process_vm_readv by the receiver; RMA pulls with it at every size where allowed); messages above the inject size but below it go through SAR bounce buffers, both sides copying. 0: CMA for every message above the inject size (default: unset, SAR up to one SAR segment and above it whichever of SAR and CMA the receivers measure faster on this host: docs/perf/protocols.md)"),
+    ("SPLIT_MIN", ffi::FI_PARAM_SIZE_T, "Smallest message sent by CMA whose copy the two processes share, the receiver reading the first half while the sender writes the second into the receive's buffer (default: 65536; a size above max_msg_size turns it off)"),
     ("REMOTE_COMM", ffi::FI_PARAM_BOOL, "Advertise FI_REMOTE_COMM (Open MPI's mtl/ofi requires it; all peers are still on this node) (default: off)"),
     ("QUEUE_LEN", ffi::FI_PARAM_SIZE_T, "Entries in each endpoint's command queue, a power of two (default: 1024)"),
     ("INJECT_COUNT", ffi::FI_PARAM_SIZE_T, "4 KiB inject buffers per endpoint (default: 128)"),
@@ -59,6 +60,10 @@ pub const READ_ONE_TRIP_MAX: usize = 16384;
 /// (docs/perf/protocols.md).
 pub const CMA_MIN: usize = usize::MAX;
 
+/// Default of FI_RSHM_SPLIT_MIN: CMA messages from 64 KiB are copied by both processes at once
+/// (`smr_core::endpoint::split`; docs/perf/protocols.md).
+pub const SPLIT_MIN: usize = 64 * 1024;
+
 /// The parameters as read once from the environment.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -78,6 +83,7 @@ pub fn config() -> &'static Config {
         let cma_min = get_size("CMA_MIN");
         engine.cma_min = cma_min.unwrap_or(CMA_MIN);
         engine.measure_large = cma_min.is_none();
+        engine.split_min = get_size("SPLIT_MIN").unwrap_or(SPLIT_MIN);
         let c = &mut engine.counts;
         if let Some(n) = get_size("QUEUE_LEN").filter(|n| n.is_power_of_two()) {
             c.cmd_len = n as u64;

@@ -85,6 +85,16 @@ pub fn write_to(pid: u32, local: &LocalIov, remote: &[RemoteIov]) -> Result<usiz
     unsafe { transfer(pid, local_vecs, remote, Direction::Write) }
 }
 
+/// Copy the bytes of `local` from `local_off` on, in order, into the peer's `remote` ranges (a
+/// sender writing its part of a split copy, `endpoint::split`). Returns how many bytes were
+/// copied (the shorter of the two totals).
+pub fn write_part_to(pid: u32, local: &LocalIov, local_off: usize, remote: &[RemoteIov]) -> Result<usize> {
+    let mut local_vecs = Vec::new();
+    local.iovecs_for_reading_from(local_off, &mut local_vecs);
+    // SAFETY: `local_vecs` describes memory the caller lent us; a write only reads it.
+    unsafe { transfer(pid, local_vecs, remote, Direction::Write) }
+}
+
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Direction {
     /// The peer's memory into ours.

@@ -140,6 +140,9 @@ pub mod resp {
     pub const CONN_ACK: u32 = 1;
     /// The message identified by `msg_id` is finished; `status` says how.
     pub const DONE: u32 = 2;
+    /// The receiver offers the sender the tail of message `msg_id`'s copy from byte `value`,
+    /// to be written to the address and length in `data` (`endpoint::split`).
+    pub const SPLIT: u32 = 3;
 }
 
 /// How a message ended at the receiver, as reported in a `DONE` response.

@@ -182,8 +182,14 @@ impl LocalIov {
 
     /// All the ranges, as iovecs a syscall reads from.
     pub(crate) fn iovecs_for_reading(&self, out: &mut Vec<libc::iovec>) {
+        self.iovecs_for_reading_from(0, out)
+    }
+
+    /// The ranges from byte `off` on, as iovecs a syscall reads from.
+    pub(crate) fn iovecs_for_reading_from(&self, off: usize, out: &mut Vec<libc::iovec>) {
+        let len = self.len().saturating_sub(off);
         self.with_parts(|parts| {
-            walk(parts, 0, self.len(), |p, n, _| out.push(libc::iovec { iov_base: p.cast(), iov_len: n }))
+            walk(parts, off, len, |p, n, _| out.push(libc::iovec { iov_base: p.cast(), iov_len: n }))
         });
     }
 

@@ -40,7 +40,7 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"RSHMREG\0");
 ///    (`PeerSlot::held`, `PeerSlot::sar_held`).
 /// 9: a peer-table entry being claimed names its claimant's pid in its state word
 ///    (`SLOT_CLAIMED` in the low two bits), so that a claimant killed mid-claim loses it.
-pub const LAYOUT_VERSION: u32 = 9;
+pub const LAYOUT_VERSION: u32 = 10;
 /// Longest region name, without the terminating NUL.
 pub const NAME_MAX: usize = 63;
 /// Size of one inject buffer (defined with the commands that name them, which check against it).
@@ -236,6 +236,9 @@ pub struct PeerSlot {
     /// the segment's offset, `endpoint::spare::sar_key`).
     pub sar_held: AtomicU64,
     pub sar_held_msg: AtomicU64,
+    /// Who copies the tail of this sender's large CMA message (`endpoint::split`): its id and
+    /// the claim's state.
+    pub split: AtomicU64,
 }
 
 /// How many times the owner progressed while it had no operation of its own outstanding: a

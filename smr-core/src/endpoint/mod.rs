@@ -14,6 +14,7 @@ mod peers;
 mod recv;
 mod send;
 mod spare;
+mod split;
 #[cfg(test)]
 mod tests;
 
@@ -58,6 +59,9 @@ pub struct Params {
     /// Choose between SAR and CMA by measurement (`measured.rs`) for messages longer than the
     /// first SAR segment, where CMA is allowed; `cma_min` then decides nothing above that size.
     pub measure_large: bool,
+    /// A CMA message of at least this many bytes, received into one buffer, is copied by both
+    /// processes at once (`split.rs`): the receiver reads the head, the sender writes the tail.
+    pub split_min: usize,
     /// Largest message carried inside the command entry.
     pub inline_max: usize,
     /// Largest message carried through one inject buffer.
@@ -95,6 +99,7 @@ impl Default for Params {
             cma: true,
             cma_min: 0,
             measure_large: false,
+            split_min: usize::MAX,
             inline_max: INLINE_MAX,
             inject_max: INJECT_SIZE as usize,
             max_msg_size: 1 << 30,
@@ -252,6 +257,11 @@ pub struct Stats {
     /// scribbled over and the owner put back (`check_stalls`).
     pub repaired_words: u64,
     pub cma_fallbacks: u64,
+    /// Split copies (`split.rs`): tails offered by us as a receiver, written by our senders
+    /// (as receiver: `splits_taken`), and written by us as a sender.
+    pub splits_offered: u64,
+    pub splits_taken: u64,
+    pub splits_written: u64,
     /// Messages copied out of their sender with CMA (tests check that CMA really carried data).
     pub cma_reads: u64,
     /// Answers copied into their requesters' memory with CMA (`cma_write`).
@@ -328,6 +338,8 @@ pub struct Endpoint {
     free_polls: u64,
     /// What the receivers' answers taught about SAR against CMA (`Params::measure_large`).
     chooser: measured::Chooser,
+    /// Received messages whose tails their senders are writing (`split.rs`).
+    splits: Vec<split::SplitRx>,
     stats: Stats,
 }
 
@@ -387,6 +399,7 @@ impl Endpoint {
             publisher: Default::default(),
             free_polls: 0,
             chooser: Default::default(),
+            splits: Vec::new(),
             stats: Stats::default(),
         })
     }
@@ -410,7 +423,7 @@ impl Endpoint {
 
     /// Operations still waiting for a peer (sends not yet completed, partial receives).
     pub fn outstanding(&self) -> usize {
-        self.pending.len() + self.acked.len() + self.sar_rx.len()
+        self.pending.len() + self.acked.len() + self.sar_rx.len() + self.splits.len()
     }
 
     /// Run the engine once. Returns how many events it handled.
@@ -427,6 +440,9 @@ impl Endpoint {
         }
         events += self.drain_commands(h);
         events += self.drain_responses(h);
+        if !self.splits.is_empty() {
+            events += self.check_splits(h);
+        }
         if !self.resp_backlog.is_empty() {
             self.flush_resp_backlog();
         }
@@ -458,6 +474,7 @@ impl Endpoint {
             || !self.sar_tx.is_empty()
             || !self.staged.is_empty()
             || !self.staged_done.is_empty()
+            || !self.splits.is_empty()
         {
             return true;
         }
@@ -585,6 +602,9 @@ impl WaitHandle {
 
 impl Drop for Endpoint {
     fn drop(&mut self) {
+        // Senders still writing into receives' buffers: the owner may free those once we are
+        // gone, so let them finish first (or die).
+        self.wait_for_split_writers(Duration::from_secs(2));
         self.disconnect_all();
     }
 }

@@ -493,6 +493,22 @@ impl Endpoint {
         ctx: u64,
         h: &mut impl Handler,
     ) {
+        match self.split_read(src, msg_id, iovs, &mut dest, hdr.len) {
+            None => {}
+            Some(super::split::Split::Later(rx)) => return self.splits.push(rx.with_ctx(ctx)),
+            Some(super::split::Split::Done(Ok(ns))) => {
+                let result = outcome(hdr.len, hdr.len as usize);
+                self.send_resp(src, timed(done(msg_id, Status::Ok, hdr.len), ns));
+                return h.on_recv_done(ctx, result, dest);
+            }
+            Some(super::split::Split::Done(Err(e))) if crate::cma::refused(&e) => {
+                return self.refuse_cma(src, msg_id, hdr, Sink::Deliver { dest, ctx, answer: true });
+            }
+            Some(super::split::Split::Done(Err(e))) => {
+                self.send_resp(src, done(msg_id, Status::Dropped, 0));
+                return h.on_recv_done(ctx, Err(e), dest);
+            }
+        }
         match self.timed_cma_read(src, iovs, &mut dest) {
             Ok((n, ns)) => {
                 let result = outcome(hdr.len, n);
@@ -544,7 +560,7 @@ impl Endpoint {
 
     /// The pid of sender `src`, if it is still alive: a dead sender's pid may already belong to
     /// another process, so CMA never goes to one blindly.
-    fn live_pid(&self, src: SrcId) -> Result<u32> {
+    pub(super) fn live_pid(&self, src: SrcId) -> Result<u32> {
         let peer = self.inp.get(&src).ok_or(Error::PeerDead)?;
         if !peer.watch.alive() {
             return Err(Error::PeerDead);
@@ -730,6 +746,10 @@ impl Endpoint {
     /// handler hears no more of `ctx` (no `on_recv_done`). False when no message arrives for
     /// `ctx`.
     pub fn refuse_arriving(&mut self, ctx: u64, errno: u32) -> bool {
+        // A sender writing the tail of a split copy into it is waited for first (`split.rs`).
+        if self.refuse_split(ctx, errno, std::time::Duration::from_secs(2)) {
+            return true;
+        }
         let Some(rx) = self.sar_rx.values_mut().find(|rx| matches!(rx.sink, Sink::Deliver { ctx: c, .. } if c == ctx))
         else {
             return false;

@@ -504,6 +504,7 @@ impl Endpoint {
             match entry.kind {
                 resp::CONN_ACK => self.on_conn_ack(entry.value),
                 resp::DONE => events += self.on_done(&entry, h),
+                resp::SPLIT => self.on_split_offer(&entry),
                 _ => self.stats.corrupt_commands += 1,
             }
         }

@@ -1536,3 +1536,77 @@ fn a_published_registration_is_written_only_as_its_entry_allows() {
     assert!(mem[..100].iter().all(|&x| x == 0), "a refused write touched the memory");
     assert_eq!(a.stats().published_writes, 1);
 }
+
+/// Split copies (`split.rs`), one thread driving both endpoints: the sender never sees the offer
+/// before the receiver's head is in, so the receiver withdraws it and reads the tail itself;
+/// every byte arrives, in a buffer exactly the message's size and in a larger one.
+#[test]
+fn a_split_offer_the_sender_does_not_take_is_withdrawn() {
+    if !cma_or_skip("a_split_offer_the_sender_does_not_take_is_withdrawn") {
+        return;
+    }
+    let params = Params { cma_min: 0, split_min: 64 * 1024, ..Params::default() };
+    let (mut a, mut b, to_b) = pair("splitalone", params);
+    let (mut ha, mut hb) = (Collect::default(), Collect::default());
+    let sizes = [64 * 1024usize, 1 << 20, 300_001];
+    for (i, &len) in sizes.iter().enumerate() {
+        hb.dest_len = Some(len + 4096 * i);
+        let hdr = MsgHeader { app: 0, tag: i as u64, data: 0, aux: 0, len: len as u64 };
+        let opts = SendOpts { cookie: i as u64, ..SendOpts::default() };
+        a.send(to_b, hdr, LocalIov::owned(pattern(len, i as u8 + 1)), opts).unwrap();
+        pump_until((&mut a, &mut ha), (&mut b, &mut hb), "a split message", |ha, _| ha.sends_done.len() == i + 1);
+    }
+    assert_eq!((b.stats().splits_offered, b.stats().splits_taken, a.stats().splits_written), (3, 0, 0));
+    for (i, (hdr, result, bytes)) in hb.received.iter().enumerate() {
+        let len = sizes[i];
+        assert_eq!((hdr.tag, result), (i as u64, &Ok(len)));
+        assert!(bytes[..len] == pattern(len, i as u8 + 1)[..], "message {i} differs");
+    }
+    assert!(ha.sends_done.iter().all(|(_, r)| r.is_ok()));
+    assert_eq!((a.outstanding(), b.outstanding(), b.stats().corrupt_commands), (0, 0, 0));
+}
+
+/// Split copies with the sender polling in a thread of its own: it takes the offers and writes
+/// the tails while the receiver reads the heads; every byte arrives, and what the receiver
+/// counts as written by its sender is what the sender counts as written.
+#[test]
+fn a_polling_sender_writes_the_tail_of_its_large_messages() {
+    if !cma_or_skip("a_polling_sender_writes_the_tail_of_its_large_messages") {
+        return;
+    }
+    let params = Params { cma_min: 0, split_min: 64 * 1024, ..Params::default() };
+    let (mut a, mut b, to_b) = pair("splitboth", params);
+    let n = 24usize;
+    let len = 4 << 20;
+    let sender = std::thread::spawn(move || {
+        let mut ha = Collect::default();
+        let dl = deadline();
+        for i in 0..n {
+            let hdr = MsgHeader { app: 0, tag: i as u64, data: 0, aux: 0, len: len as u64 };
+            let opts = SendOpts { cookie: i as u64, ..SendOpts::default() };
+            a.send(to_b, hdr, LocalIov::owned(pattern(len, i as u8)), opts).unwrap();
+            while ha.sends_done.len() < i + 1 {
+                assert!(std::time::Instant::now() < dl, "timed out waiting for send {i}");
+                a.progress(&mut ha);
+            }
+        }
+        assert!(ha.sends_done.iter().all(|(_, r)| r.is_ok()), "{:?}", ha.sends_done);
+        a
+    });
+    let mut hb = Collect::default();
+    let dl = deadline();
+    while hb.received.len() < n {
+        assert!(std::time::Instant::now() < dl, "timed out waiting for the messages");
+        b.progress(&mut hb);
+    }
+    let a = sender.join().unwrap();
+    for (i, (hdr, result, bytes)) in hb.received.iter().enumerate() {
+        assert_eq!((hdr.tag, result), (i as u64, &Ok(len)));
+        assert!(*bytes == pattern(len, i as u8), "message {i} differs");
+    }
+    let (offered, taken, written) = (b.stats().splits_offered, b.stats().splits_taken, a.stats().splits_written);
+    assert_eq!(offered, n as u64);
+    assert_eq!(taken, written, "tails the receiver saw written against the sender's count");
+    assert!(taken > 0, "the polling sender took none of {n} offers");
+    assert_eq!((b.outstanding(), b.stats().corrupt_commands), (0, 0));
+}
