@@ -258,10 +258,11 @@ pub struct Stats {
     pub repaired_words: u64,
     pub cma_fallbacks: u64,
     /// Split copies (`split.rs`): tails offered by us as a receiver, written by our senders
-    /// (as receiver: `splits_taken`), and written by us as a sender.
+    /// (as receiver: `splits_taken`), and written (or failed to write) by us as a sender.
     pub splits_offered: u64,
     pub splits_taken: u64,
     pub splits_written: u64,
+    pub split_writes_failed: u64,
     /// Messages copied out of their sender with CMA (tests check that CMA really carried data).
     pub cma_reads: u64,
     /// Answers copied into their requesters' memory with CMA (`cma_write`).
@@ -340,6 +341,9 @@ pub struct Endpoint {
     chooser: measured::Chooser,
     /// Received messages whose tails their senders are writing (`split.rs`).
     splits: Vec<split::SplitRx>,
+    /// Tests: this sender's split writes fail (as if the kernel refused them).
+    #[cfg(test)]
+    fail_split_writes: bool,
     stats: Stats,
 }
 
@@ -400,6 +404,8 @@ impl Endpoint {
             free_polls: 0,
             chooser: Default::default(),
             splits: Vec::new(),
+            #[cfg(test)]
+            fail_split_writes: false,
             stats: Stats::default(),
         })
     }

@@ -1566,16 +1566,28 @@ fn a_split_offer_the_sender_does_not_take_is_withdrawn() {
     assert_eq!((a.outstanding(), b.outstanding(), b.stats().corrupt_commands), (0, 0, 0));
 }
 
+/// Split copies whose sender takes the tail and fails to write it (its `process_vm_writev`
+/// refused): it says so (FAILED), and the receiver reads the tail itself; every byte arrives.
+#[test]
+fn a_tail_the_sender_fails_to_write_is_read_by_the_receiver() {
+    split_with_a_polling_sender("splitfail", true);
+}
+
 /// Split copies with the sender polling in a thread of its own: it takes the offers and writes
 /// the tails while the receiver reads the heads; every byte arrives, and what the receiver
 /// counts as written by its sender is what the sender counts as written.
 #[test]
 fn a_polling_sender_writes_the_tail_of_its_large_messages() {
-    if !cma_or_skip("a_polling_sender_writes_the_tail_of_its_large_messages") {
+    split_with_a_polling_sender("splitboth", false);
+}
+
+fn split_with_a_polling_sender(tag: &str, fail_writes: bool) {
+    if !cma_or_skip(tag) {
         return;
     }
     let params = Params { cma_min: 0, split_min: 64 * 1024, ..Params::default() };
-    let (mut a, mut b, to_b) = pair("splitboth", params);
+    let (mut a, mut b, to_b) = pair(tag, params);
+    a.fail_split_writes = fail_writes;
     let n = 24usize;
     let len = 4 << 20;
     let sender = std::thread::spawn(move || {
@@ -1607,6 +1619,10 @@ fn a_polling_sender_writes_the_tail_of_its_large_messages() {
     let (offered, taken, written) = (b.stats().splits_offered, b.stats().splits_taken, a.stats().splits_written);
     assert_eq!(offered, n as u64);
     assert_eq!(taken, written, "tails the receiver saw written against the sender's count");
-    assert!(taken > 0, "the polling sender took none of {n} offers");
+    if fail_writes {
+        assert_eq!((taken, a.stats().split_writes_failed > 0), (0, true), "no tail written, some taken");
+    } else {
+        assert!(taken > 0, "the polling sender took none of {n} offers");
+    }
     assert_eq!((b.outstanding(), b.stats().corrupt_commands), (0, 0));
 }
