@@ -118,11 +118,12 @@ closed_sum() {
     grep -o "closed: .*" "$2" | grep -oE "[0-9]+ $1" | awk '{ s += $1 } END { print s + 0 }'
 }
 
-# cma_is cma|sar|off COMMAND...: run COMMAND with rshm's info log, and require that at least two
-# endpoints were enabled (fi_pingpong's server and client), that each one logged CMA on (cma,
-# sar) or off (off), and, from the counts the endpoints log when they close, that large messages
-# really went by CMA (cma) or by SAR with no CMA at all (sar: CMA permitted but below
-# FI_RSHM_CMA_MIN, the default; off: CMA not permitted).
+# cma_is cma|both|sar|off COMMAND...: run COMMAND with rshm's info log, and require that at least
+# two endpoints were enabled (fi_pingpong's server and client), that each one logged CMA on (cma,
+# both, sar) or off (off), and, from the counts the endpoints log when they close, that large
+# messages really went by CMA (cma), by both (both: the default, each size class trying both
+# before it settles on the faster: smr-core/src/endpoint/measured.rs), or by SAR with no CMA at
+# all (sar: CMA permitted but below FI_RSHM_CMA_MIN; off: CMA not permitted).
 cma_is() {
     local mode=$1 want=on; shift
     [ "$mode" = off ] && want=off
@@ -138,7 +139,11 @@ cma_is() {
     rm -f "$log"
     echo "$wanted of $enabled endpoints enabled with CMA $want; large messages sent: $cma by CMA, $sar by SAR"
     [ "$enabled" -ge 2 ] && [ "$wanted" = "$enabled" ] || rc=1
-    if [ "$mode" = cma ]; then [ "$cma" -gt 0 ] || rc=1; else [ "$sar" -gt 0 ] && [ "$cma" = 0 ] || rc=1; fi
+    case $mode in
+        cma) [ "$cma" -gt 0 ] || rc=1 ;;
+        both) [ "$cma" -gt 0 ] && [ "$sar" -gt 0 ] || rc=1 ;;
+        *) [ "$sar" -gt 0 ] && [ "$cma" = 0 ] || rc=1 ;;
+    esac
     return $rc
 }
 
@@ -177,9 +182,10 @@ check fi_info-1.17 lists_rshm
 check fi_info-params params_listed
 
 # CMA is expected to be permitted where the kernel allows it (no Yama restriction) and always in
-# CI, though by default large messages go through SAR (FI_RSHM_CMA_MIN unset); on a machine whose
-# Yama ptrace_scope forbids it, rshm must notice, and the checks that ask for CMA are skipped.
-CMA_WANT=sar
+# CI, and by default large messages go both ways (FI_RSHM_CMA_MIN unset: measured); on a machine
+# whose Yama ptrace_scope forbids it, rshm must notice, and the checks that ask for CMA are
+# skipped.
+CMA_WANT=both
 if [ "${CI:-}" != true ] && [ "$(cat /proc/sys/kernel/yama/ptrace_scope 2>/dev/null || echo 0)" != 0 ]; then
     CMA_WANT=off
     echo "  note: Yama ptrace_scope forbids CMA here: the default checks expect CMA off, the CMA check is skipped"
@@ -191,9 +197,11 @@ for ep in rdm dgram; do
         check "fi_pingpong-$ep-$mode" cma_is "$CMA_WANT" pingpong -e "$ep" -m "$mode" -S all -I 50 -c
     done
 done
-# With FI_RSHM_CMA_MIN=0, every message above the inject size (4 KiB) goes by CMA.
-if [ "$CMA_WANT" = sar ]; then
+# With FI_RSHM_CMA_MIN=0, every message above the inject size (4 KiB) goes by CMA; with it above
+# every size, by SAR (the choice fixed, not measured).
+if [ "$CMA_WANT" = both ]; then
     check "fi_pingpong-rdm-tagged-cma" bash -c 'export FI_RSHM_CMA_MIN=0; cma_is cma pingpong -e rdm -m tagged -S all -I 20 -c'
+    check "fi_pingpong-rdm-tagged-sar" bash -c 'export FI_RSHM_CMA_MIN=1073741825; cma_is sar pingpong -e rdm -m tagged -S all -I 20 -c'
 fi
 # With CMA off, every message above the inject size (4 KiB) goes through SAR.
 check "fi_pingpong-rdm-tagged-cma-off" bash -c 'export FI_RSHM_CMA=0; cma_is off pingpong -e rdm -m tagged -S all -I 20 -c'
