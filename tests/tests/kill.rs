@@ -295,6 +295,9 @@ fn sender_killed_mid_split_copy_stream() {
     let mut sc = Scenario::new(PEER, "ksp");
     let me = sc.name("r");
     let mut node = Node::create(&me, Params { split_min: 64 * 1024, ..params(false) }).unwrap();
+    // Offers stay open until the streamer takes them (bounded), so that it is writing tails when
+    // it dies, however it is scheduled.
+    node.ep.set_split_offer_wait(Duration::from_millis(200));
     let run_on = Duration::from_micros(u64::from(std::process::id() % 97) * 100);
     let sizes = ["--sizes", "300,1000000,2000,200000"];
     let from_dead = stream_and_kill(&mut sc, &mut node, &me, &sizes, 100, run_on);

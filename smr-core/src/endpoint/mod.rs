@@ -344,6 +344,10 @@ pub struct Endpoint {
     /// Tests: this sender's split writes fail (as if the kernel refused them).
     #[cfg(test)]
     fail_split_writes: bool,
+    /// Tests: how long this receiver leaves a split offer open for its sender before it looks
+    /// (so that a test's sender, however it is scheduled, takes it).
+    #[cfg(any(test, feature = "test-hooks"))]
+    split_offer_wait: Duration,
     stats: Stats,
 }
 
@@ -406,6 +410,8 @@ impl Endpoint {
             splits: Vec::new(),
             #[cfg(test)]
             fail_split_writes: false,
+            #[cfg(any(test, feature = "test-hooks"))]
+            split_offer_wait: Duration::ZERO,
             stats: Stats::default(),
         })
     }

@@ -124,6 +124,15 @@ impl Endpoint {
         let (head, tail) = (sub_ranges(iovs, 0, offset as u64), sub_ranges(iovs, offset as u64, tail_len));
         let head = self.read_exactly(src, &head, dest, 0);
         let elapsed = |t: std::time::Instant| (t.elapsed().as_nanos() as u64).max(1);
+        #[cfg(any(test, feature = "test-hooks"))]
+        if head.is_ok() {
+            let until = std::time::Instant::now() + self.split_offer_wait;
+            while std::time::Instant::now() < until
+                && self.split_word(src).is_some_and(|w| w.load(Ordering::Acquire) == word(msg_id, OFFERED))
+            {
+                std::hint::spin_loop();
+            }
+        }
         let mut claim = self.withdraw(src, msg_id);
         if matches!(claim, Claim::Taken) {
             // The sender started about when we did and copies as fast: wait for it here, a
@@ -277,6 +286,9 @@ impl Endpoint {
         // A locked exchange, not a plain store: it orders every store of the kernel's copy
         // before it, fast-string stores included, which a release store alone may not.
         claim.swap(word(msg_id, if ok { WRITTEN } else { FAILED }), Ordering::SeqCst);
+        // A receiver that left the tail to a later pass may be asleep (fi_cq_sread, a progress
+        // thread): no command of ours follows to wake it.
+        crate::wake::notify(link.region.wake_word());
     }
 
     /// Whether the sender of `s` is still writing its tail (it took it, and is alive).
@@ -306,6 +318,15 @@ impl Endpoint {
         let s = self.splits.swap_remove(i);
         self.send_resp(s.src, super::recv::done(s.msg_id, Status::Refused, errno.into()));
         true
+    }
+}
+
+#[cfg(any(test, feature = "test-hooks"))]
+impl Endpoint {
+    /// Tests: leave each split offer open up to `wait` for the sender to take it, once our half
+    /// is in, instead of taking the tail back at once.
+    pub fn set_split_offer_wait(&mut self, wait: std::time::Duration) {
+        self.split_offer_wait = wait;
     }
 }
 
