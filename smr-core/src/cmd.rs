@@ -106,6 +106,26 @@ pub struct RespEntry {
     pub data: [u8; ANSWER_DATA_MAX],
 }
 
+impl RespEntry {
+    /// The answer that message `msg_id` is finished, with `status` and its `value`.
+    pub fn done(msg_id: u64, status: Status, value: u64) -> RespEntry {
+        RespEntry { kind: resp::DONE, status: status as u32, msg_id, value, ..Default::default() }
+    }
+
+    /// `done` for a large message, with the receiver's time for its transfer in the data
+    /// (`endpoint::measured`; 0: none).
+    pub fn done_timed(msg_id: u64, status: Status, value: u64, ns: u64) -> RespEntry {
+        let mut entry = RespEntry::done(msg_id, status, value);
+        entry.data[..8].copy_from_slice(&ns.to_le_bytes());
+        entry
+    }
+}
+
+/// The first SAR segment's length: segments double from it up to a whole bounce buffer (the
+/// sender's `segment_len`); a receiver timing a SAR message knows the sender copied this much
+/// before it saw anything (`endpoint::measured`).
+pub const SAR_FIRST_SEGMENT: u64 = 16 * 1024;
+
 /// Bytes an answer carries in its response entry: the entry then fills its slot's cache line.
 pub const ANSWER_DATA_MAX: usize = 32;
 

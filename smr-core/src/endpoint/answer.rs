@@ -23,7 +23,7 @@
 //! mapping. A bad name refuses the request (`EINVAL`) with nothing written.
 
 use super::{Endpoint, PeerId, SendOpts, SendStatus, SrcId};
-use crate::cmd::{MsgHeader, Status};
+use crate::cmd::{MsgHeader, RespEntry, Status};
 use crate::error::{Error, Result};
 use crate::iov::LocalIov;
 use crate::layout::{Geometry, INJECT_SIZE};
@@ -133,11 +133,11 @@ impl Endpoint {
         let entry = match placed {
             Ok(_) => {
                 self.stats.answers_placed += 1;
-                super::recv::done(msg_id, Status::Placed, len as u64)
+                RespEntry::done(msg_id, Status::Placed, len as u64)
             }
             Err(_) => {
                 self.stats.corrupt_commands += 1;
-                super::recv::done(msg_id, Status::Refused, libc::EINVAL as u64)
+                RespEntry::done(msg_id, Status::Refused, libc::EINVAL as u64)
             }
         };
         self.send_resp(src, entry);

@@ -164,14 +164,7 @@ pub fn sar_time_of_whole(ns_seen: u64, len: u64, first_segment: u64) -> u64 {
     ((ns_seen as u128 * len as u128) / seen as u128).min(u64::MAX as u128) as u64
 }
 
-/// Where an answer carries the receiver's time (nanoseconds, little-endian) in its data.
-pub fn put_time(data: &mut [u8], ns: u64) {
-    if let Some(d) = data.get_mut(..8) {
-        d.copy_from_slice(&ns.to_le_bytes());
-    }
-}
-
-/// The receiver's time an answer carries (0: none).
+/// The receiver's time an answer carries (0: none; `RespEntry::done_timed` puts it there).
 pub fn time_in(data: &[u8]) -> u64 {
     data.get(..8).and_then(|d| d.try_into().ok()).map_or(0, u64::from_le_bytes)
 }
@@ -275,8 +268,7 @@ mod tests {
     fn sar_time_counts_the_first_segment() {
         assert_eq!(sar_time_of_whole(3_000, 64 * 1024, 16 * 1024), 4_000);
         assert_eq!(sar_time_of_whole(5, 16 * 1024, 16 * 1024), 5);
-        let mut data = [0u8; 32];
-        put_time(&mut data, 123_456);
-        assert_eq!(time_in(&data), 123_456);
+        let entry = crate::cmd::RespEntry::done_timed(7, crate::cmd::Status::Ok, 1, 123_456);
+        assert_eq!(time_in(&entry.data), 123_456);
     }
 }

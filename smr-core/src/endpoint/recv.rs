@@ -3,7 +3,7 @@
 
 use super::{Delivered, Disposition, Endpoint, Handler, Incoming, MsgKey, SrcId};
 use crate::cmd::{
-    decode, op, proto, resp, Body, CmdEntry, Command, MsgHeader, RemoteIov, RespEntry, SarSeg, Status, ANSWER_DATA_MAX,
+    decode, op, proto, Body, CmdEntry, Command, MsgHeader, RemoteIov, RespEntry, SarSeg, Status, ANSWER_DATA_MAX,
     FLAG_ACK, INLINE_MAX,
 };
 use crate::error::{Error, Result};
@@ -22,7 +22,7 @@ pub(super) struct SarRx {
 
 impl SarRx {
     fn new(hdr: MsgHeader, sink: Sink) -> SarRx {
-        let started = (hdr.len > super::send::SAR_FIRST_SEGMENT).then(std::time::Instant::now);
+        let started = (hdr.len > crate::cmd::SAR_FIRST_SEGMENT).then(std::time::Instant::now);
         SarRx { hdr, received: 0, sink, started }
     }
 
@@ -30,7 +30,7 @@ impl SarRx {
     fn time(&self) -> u64 {
         let Some(started) = self.started else { return 0 };
         let ns = started.elapsed().as_nanos() as u64;
-        super::measured::sar_time_of_whole(ns, self.hdr.len, super::send::SAR_FIRST_SEGMENT)
+        super::measured::sar_time_of_whole(ns, self.hdr.len, crate::cmd::SAR_FIRST_SEGMENT)
     }
 }
 
@@ -87,19 +87,9 @@ pub fn outcome(sent: u64, delivered: usize) -> Result<usize> {
     }
 }
 
-pub(super) fn done(msg_id: u64, status: Status, value: u64) -> RespEntry {
-    RespEntry { kind: resp::DONE, status: status as u32, msg_id, value, ..Default::default() }
-}
-
-/// A large message's answer with the receiver's time for its transfer (`measured.rs`; 0: none).
-fn timed(mut entry: RespEntry, ns: u64) -> RespEntry {
-    super::measured::put_time(&mut entry.data, ns);
-    entry
-}
-
 /// The answer to `msg_id` carrying `bytes` (at most `ANSWER_DATA_MAX`; callers check).
 fn answered_with(msg_id: u64, bytes: &[u8]) -> RespEntry {
-    let mut entry = done(msg_id, Status::Answered, bytes.len() as u64);
+    let mut entry = RespEntry::done(msg_id, Status::Answered, bytes.len() as u64);
     entry.data[..bytes.len()].copy_from_slice(bytes);
     entry
 }
@@ -214,7 +204,7 @@ impl Endpoint {
             // of `finish_with_payload`.
             Some(Disposition::Taken { answer_later: false }) => {
                 if ack {
-                    self.send_resp(src, done(msg_id, Status::Ok, len));
+                    self.send_resp(src, RespEntry::done(msg_id, Status::Ok, len));
                 }
             }
             Some(d) => self.finish_with_payload(src, key, msg_id, ack, hdr, payload, d, h),
@@ -335,7 +325,7 @@ impl Endpoint {
                     self.stats.corrupt_commands += 1;
                     self.release_buffers(&body);
                     if ack {
-                        self.send_resp(src, done(msg_id, Status::Refused, libc::EINVAL as u64));
+                        self.send_resp(src, RespEntry::done(msg_id, Status::Refused, libc::EINVAL as u64));
                     }
                     return;
                 }
@@ -375,8 +365,10 @@ impl Endpoint {
                     Disposition::Discard
                     | Disposition::Taken { .. }
                     | Disposition::AnswerInto { .. }
-                    | Disposition::AnswerWith(_) => self.send_resp(src, done(msg_id, Status::Dropped, 0)),
-                    Disposition::Refuse(errno) => self.send_resp(src, done(msg_id, Status::Refused, errno.into())),
+                    | Disposition::AnswerWith(_) => self.send_resp(src, RespEntry::done(msg_id, Status::Dropped, 0)),
+                    Disposition::Refuse(errno) => {
+                        self.send_resp(src, RespEntry::done(msg_id, Status::Refused, errno.into()))
+                    }
                 }
             }
             // The last segment answers.
@@ -441,7 +433,9 @@ impl Endpoint {
             // The answer placed in the sender's buffer is the response.
             Disposition::AnswerInto { buf, data } => self.answer_into(src, msg_id, buf, &data),
             Disposition::AnswerWith(data) if ack => self.send_resp(src, answered_with(msg_id, data.as_slice())),
-            Disposition::Refuse(errno) if ack => self.send_resp(src, done(msg_id, Status::Refused, errno.into())),
+            Disposition::Refuse(errno) if ack => {
+                self.send_resp(src, RespEntry::done(msg_id, Status::Refused, errno.into()))
+            }
             Disposition::AnswerWith(_) | Disposition::Refuse(_) => {}
             // The handler answers.
             Disposition::Later { .. } | Disposition::Taken { answer_later: true } => {
@@ -450,7 +444,7 @@ impl Endpoint {
             Disposition::Deliver { .. } | Disposition::Hold | Disposition::Discard | Disposition::Taken { .. } => {
                 self.take_bytes(src, key, hdr, bytes, d, h);
                 if ack {
-                    self.send_resp(src, done(msg_id, Status::Ok, hdr.len));
+                    self.send_resp(src, RespEntry::done(msg_id, Status::Ok, hdr.len));
                 }
             }
         }
@@ -498,28 +492,28 @@ impl Endpoint {
             Some(super::split::Split::Later(rx)) => return self.splits.push(rx.with_ctx(ctx)),
             Some(super::split::Split::Done(Ok(ns))) => {
                 let result = outcome(hdr.len, hdr.len as usize);
-                self.send_resp(src, timed(done(msg_id, Status::Ok, hdr.len), ns));
+                self.send_resp(src, RespEntry::done_timed(msg_id, Status::Ok, hdr.len, ns));
                 return h.on_recv_done(ctx, result, dest);
             }
             Some(super::split::Split::Done(Err(e))) if crate::cma::refused(&e) => {
                 return self.refuse_cma(src, msg_id, hdr, Sink::Deliver { dest, ctx, answer: true });
             }
             Some(super::split::Split::Done(Err(e))) => {
-                self.send_resp(src, done(msg_id, Status::Dropped, 0));
+                self.send_resp(src, RespEntry::done(msg_id, Status::Dropped, 0));
                 return h.on_recv_done(ctx, Err(e), dest);
             }
         }
         match self.timed_cma_read(src, iovs, &mut dest) {
             Ok((n, ns)) => {
                 let result = outcome(hdr.len, n);
-                self.send_resp(src, timed(done(msg_id, status_of(&result), n as u64), ns));
+                self.send_resp(src, RespEntry::done_timed(msg_id, status_of(&result), n as u64, ns));
                 h.on_recv_done(ctx, result, dest);
             }
             Err(e) if crate::cma::refused(&e) => {
                 self.refuse_cma(src, msg_id, hdr, Sink::Deliver { dest, ctx, answer: true });
             }
             Err(e) => {
-                self.send_resp(src, done(msg_id, Status::Dropped, 0));
+                self.send_resp(src, RespEntry::done(msg_id, Status::Dropped, 0));
                 h.on_recv_done(ctx, Err(e), dest);
             }
         }
@@ -528,7 +522,7 @@ impl Endpoint {
     fn refuse_cma(&mut self, src: SrcId, msg_id: u64, hdr: MsgHeader, sink: Sink) {
         self.stats.cma_fallbacks += 1;
         self.sar_rx.insert((src, msg_id), SarRx::new(hdr, sink));
-        self.send_resp(src, done(msg_id, Status::CmaFailed, 0));
+        self.send_resp(src, RespEntry::done(msg_id, Status::CmaFailed, 0));
     }
 
     /// `cma_read`, and how long it took (reported to the sender: `measured.rs`).
@@ -615,17 +609,17 @@ impl Endpoint {
             Sink::Deliver { dest, ctx, answer } => {
                 let result = outcome(len, dest.len().min(len as usize));
                 if answer {
-                    self.send_resp(src, timed(done(msg_id, status_of(&result), len), ns));
+                    self.send_resp(src, RespEntry::done_timed(msg_id, status_of(&result), len, ns));
                 }
                 h.on_recv_done(ctx, result, dest);
             }
             Sink::Held(key) => {
                 // Not arriving any more (dropped meanwhile): answered now, as it always was.
                 let Some(held) = self.held.get_mut(&key) else {
-                    return self.send_resp(src, done(msg_id, Status::Ok, len));
+                    return self.send_resp(src, RespEntry::done(msg_id, Status::Ok, len));
                 };
                 let HeldData::Arriving { bytes, waiting } = &mut held.data else {
-                    return self.send_resp(src, done(msg_id, Status::Ok, len));
+                    return self.send_resp(src, RespEntry::done(msg_id, Status::Ok, len));
                 };
                 let bytes = std::mem::take(bytes);
                 match waiting.take() {
@@ -638,8 +632,8 @@ impl Endpoint {
                     None => held.data = HeldData::Reassembled { bytes, msg_id, ns },
                 }
             }
-            Sink::Dropped => self.send_resp(src, done(msg_id, Status::Dropped, 0)),
-            Sink::Refused(errno) => self.send_resp(src, done(msg_id, Status::Refused, errno.into())),
+            Sink::Dropped => self.send_resp(src, RespEntry::done(msg_id, Status::Dropped, 0)),
+            Sink::Refused(errno) => self.send_resp(src, RespEntry::done(msg_id, Status::Refused, errno.into())),
         }
     }
 
@@ -657,7 +651,7 @@ impl Endpoint {
         let started = (ns > 0).then(std::time::Instant::now);
         let result = outcome(len, dest.write_at(0, bytes));
         let ns = started.map_or(0, |t| ns.saturating_add(t.elapsed().as_nanos() as u64));
-        self.send_resp(src, timed(done(msg_id, status_of(&result), len), ns));
+        self.send_resp(src, RespEntry::done_timed(msg_id, status_of(&result), len, ns));
         result
     }
 
@@ -675,7 +669,7 @@ impl Endpoint {
             HeldData::Cma { iovs, msg_id } => match self.timed_cma_read(src, &iovs, &mut dest) {
                 Ok((n, ns)) => {
                     let result = outcome(hdr.len, n);
-                    self.send_resp(src, timed(done(msg_id, status_of(&result), n as u64), ns));
+                    self.send_resp(src, RespEntry::done_timed(msg_id, status_of(&result), n as u64, ns));
                     Ok(Delivered::Now(result, dest))
                 }
                 Err(e) if crate::cma::refused(&e) => {
@@ -683,7 +677,7 @@ impl Endpoint {
                     Ok(Delivered::Later)
                 }
                 Err(e) => {
-                    self.send_resp(src, done(msg_id, Status::Dropped, 0));
+                    self.send_resp(src, RespEntry::done(msg_id, Status::Dropped, 0));
                     Ok(Delivered::Now(Err(e), dest))
                 }
             },
@@ -704,8 +698,8 @@ impl Endpoint {
     /// `Err(errno)` as `Error::Refused(errno)`. A sender that has gone is not told.
     pub fn answer(&mut self, src: SrcId, msg_id: u64, result: std::result::Result<(), u32>) {
         let entry = match result {
-            Ok(()) => done(msg_id, Status::Ok, 0),
-            Err(errno) => done(msg_id, Status::Refused, errno.into()),
+            Ok(()) => RespEntry::done(msg_id, Status::Ok, 0),
+            Err(errno) => RespEntry::done(msg_id, Status::Refused, errno.into()),
         };
         self.send_resp(src, entry);
     }
@@ -726,7 +720,7 @@ impl Endpoint {
         let held = self.held.remove(&key).ok_or(Error::Invalid("no held message with that key"))?;
         match held.data {
             HeldData::Cma { msg_id, .. } | HeldData::Reassembled { msg_id, .. } => {
-                self.send_resp(held.src, done(msg_id, Status::Dropped, 0))
+                self.send_resp(held.src, RespEntry::done(msg_id, Status::Dropped, 0))
             }
             HeldData::Arriving { .. } => {
                 for rx in self.sar_rx.values_mut() {

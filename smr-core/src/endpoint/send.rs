@@ -10,7 +10,7 @@
 use super::answer::AnswerBuf;
 use super::measured::{self, Choice, Via};
 use super::{Endpoint, Handler, PeerId, SendOpts, SendStatus};
-use crate::cmd::{op, proto, resp, CmdEntry, MsgHeader, RespEntry, SarSeg, Status, IOV_MAX};
+use crate::cmd::{op, proto, resp, CmdEntry, MsgHeader, RespEntry, SarSeg, Status, IOV_MAX, SAR_FIRST_SEGMENT};
 use crate::error::{Error, Result};
 use crate::iov::LocalIov;
 use crate::layout::PeerSlot;
@@ -612,9 +612,6 @@ fn take_sends_to<S>(
         to != peer
     });
 }
-
-/// The first SAR segment of a message, in bytes (later ones double up to the buffer size).
-pub(super) const SAR_FIRST_SEGMENT: u64 = 16 * 1024;
 
 /// The longest SAR segment that starts at byte `offset` of a message, into buffers of
 /// `sar_size` bytes. Segments double from SAR_FIRST_SEGMENT up to a whole buffer: the receiver

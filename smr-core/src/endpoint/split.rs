@@ -242,11 +242,11 @@ impl Endpoint {
     /// Answer the sender (with the whole copy's time) and report the delivery.
     fn finish_split(&mut self, s: SplitRx, result: Result<()>, h: &mut impl Handler) {
         let result = result.map(|()| s.len as usize);
-        let mut entry = match result {
-            Ok(n) => super::recv::done(s.msg_id, Status::Ok, n as u64),
-            Err(_) => super::recv::done(s.msg_id, Status::Dropped, 0),
+        let ns = (s.started.elapsed().as_nanos() as u64).max(1);
+        let entry = match result {
+            Ok(n) => RespEntry::done_timed(s.msg_id, Status::Ok, n as u64, ns),
+            Err(_) => RespEntry::done(s.msg_id, Status::Dropped, 0),
         };
-        super::measured::put_time(&mut entry.data, (s.started.elapsed().as_nanos() as u64).max(1));
         self.send_resp(s.src, entry);
         h.on_recv_done(s.ctx, result, s.dest);
     }
@@ -316,7 +316,7 @@ impl Endpoint {
             std::hint::spin_loop();
         }
         let s = self.splits.swap_remove(i);
-        self.send_resp(s.src, super::recv::done(s.msg_id, Status::Refused, errno.into()));
+        self.send_resp(s.src, RespEntry::done(s.msg_id, Status::Refused, errno.into()));
         true
     }
 }

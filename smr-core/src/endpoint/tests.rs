@@ -1,7 +1,7 @@
 //! In-process tests of two endpoints: every protocol, held and direct delivery, truncation.
 
-use super::send::SAR_FIRST_SEGMENT;
 use super::*;
+use crate::cmd::SAR_FIRST_SEGMENT;
 use crate::cmd::{CmdEntry, RemoteIov};
 use crate::layout::INJECT_SIZE;
 
@@ -1306,7 +1306,7 @@ fn hostile_placed_answers_are_clamped_or_refused() {
     let peer = crate::region::Region::open(a.name()).unwrap();
     use crate::cmd::Status::{CmaFailed, Placed};
     for (msg_id, status, value) in [(with_buf, Placed, u64::MAX), (without, Placed, 8), (small, CmaFailed, 0)] {
-        let entry = super::recv::done(msg_id, status, value);
+        let entry = RespEntry::done(msg_id, status, value);
         peer.resp_ring().push(&entry).unwrap();
     }
     let dl = deadline();
@@ -1322,7 +1322,7 @@ fn hostile_placed_answers_are_clamped_or_refused() {
     assert_eq!(a.outstanding(), 0);
     // Answered again: nothing is pending under that id any more.
     let corrupt = a.stats().corrupt_commands;
-    peer.resp_ring().push(&super::recv::done(small, crate::cmd::Status::Ok, 0)).unwrap();
+    peer.resp_ring().push(&RespEntry::done(small, crate::cmd::Status::Ok, 0)).unwrap();
     while a.stats().corrupt_commands == corrupt {
         assert!(std::time::Instant::now() < dl, "second answer not seen");
         a.progress(&mut ha);
