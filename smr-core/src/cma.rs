@@ -79,10 +79,7 @@ pub fn read_from(pid: u32, remote: &[RemoteIov], local: &mut LocalIov, local_off
 /// into its initiator's buffer). Returns how many bytes were copied (the shorter of the two
 /// totals).
 pub fn write_to(pid: u32, local: &LocalIov, remote: &[RemoteIov]) -> Result<usize> {
-    let mut local_vecs = Vec::new();
-    local.iovecs_for_reading(&mut local_vecs);
-    // SAFETY: `local_vecs` describes memory the caller lent us; a write only reads it.
-    unsafe { transfer(pid, local_vecs, remote, Direction::Write) }
+    write_part_to(pid, local, 0, remote)
 }
 
 /// Copy the bytes of `local` from `local_off` on, in order, into the peer's `remote` ranges (a

@@ -119,6 +119,13 @@ impl RespEntry {
         entry.data[..8].copy_from_slice(&ns.to_le_bytes());
         entry
     }
+
+    /// The receiver's time a `done_timed` answer carries (0: none).
+    pub fn time(&self) -> u64 {
+        let mut ns = [0u8; 8];
+        ns.copy_from_slice(&self.data[..8]);
+        u64::from_le_bytes(ns)
+    }
 }
 
 /// The first SAR segment's length: segments double from it up to a whole bounce buffer (the

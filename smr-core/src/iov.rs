@@ -180,11 +180,6 @@ impl LocalIov {
         });
     }
 
-    /// All the ranges, as iovecs a syscall reads from.
-    pub(crate) fn iovecs_for_reading(&self, out: &mut Vec<libc::iovec>) {
-        self.iovecs_for_reading_from(0, out)
-    }
-
     /// The ranges from byte `off` on, as iovecs a syscall reads from.
     pub(crate) fn iovecs_for_reading_from(&self, off: usize, out: &mut Vec<libc::iovec>) {
         let len = self.len().saturating_sub(off);

@@ -164,11 +164,6 @@ pub fn sar_time_of_whole(ns_seen: u64, len: u64, first_segment: u64) -> u64 {
     ((ns_seen as u128 * len as u128) / seen as u128).min(u64::MAX as u128) as u64
 }
 
-/// The receiver's time an answer carries (0: none; `RespEntry::done_timed` puts it there).
-pub fn time_in(data: &[u8]) -> u64 {
-    data.get(..8).and_then(|d| d.try_into().ok()).map_or(0, u64::from_le_bytes)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -269,6 +264,6 @@ mod tests {
         assert_eq!(sar_time_of_whole(3_000, 64 * 1024, 16 * 1024), 4_000);
         assert_eq!(sar_time_of_whole(5, 16 * 1024, 16 * 1024), 5);
         let entry = crate::cmd::RespEntry::done_timed(7, crate::cmd::Status::Ok, 1, 123_456);
-        assert_eq!(time_in(&entry.data), 123_456);
+        assert_eq!(entry.time(), 123_456);
     }
 }

@@ -8,7 +8,7 @@
 //! | larger otherwise             | SAR      | when the receiver acks the last segment     |
 
 use super::answer::AnswerBuf;
-use super::measured::{self, Choice, Via};
+use super::measured::{Choice, Via};
 use super::{Endpoint, Handler, PeerId, SendOpts, SendStatus};
 use crate::cmd::{op, proto, resp, CmdEntry, MsgHeader, RespEntry, SarSeg, Status, IOV_MAX, SAR_FIRST_SEGMENT};
 use crate::error::{Error, Result};
@@ -539,7 +539,7 @@ impl Endpoint {
         }
         let send = self.pending.remove(&entry.msg_id).expect("looked up above");
         if let (Some(choice), Status::Ok, false) = (send.measured, status, send.sar_continuation) {
-            self.chooser.learn(choice, send.hdr.len, measured::time_in(&entry.data));
+            self.chooser.learn(choice, send.hdr.len, entry.time());
         }
         self.finish_send(Some(status), entry, send.cookie, send.answer, h);
         1

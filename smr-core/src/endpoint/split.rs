@@ -144,7 +144,7 @@ impl Endpoint {
             let until = std::time::Instant::now() + head_took + head_took / 2 + std::time::Duration::from_micros(20);
             while matches!(claim, Claim::Taken) && std::time::Instant::now() < until {
                 std::hint::spin_loop();
-                claim = Self::claim_of(self.split_word(src).map_or(0, |w| w.load(Ordering::Acquire)), msg_id);
+                claim = Self::claim_of(self.claim_now(src), msg_id);
             }
         }
         Some(match claim {
@@ -199,6 +199,11 @@ impl Endpoint {
         }
     }
 
+    /// The claim word's value for sender `src` (0, no message's state, if there is no entry).
+    fn claim_now(&self, src: SrcId) -> u64 {
+        self.split_word(src).map_or(0, |w| w.load(Ordering::Acquire))
+    }
+
     /// Our peer-table entry's claim word for sender `src`.
     fn split_word(&self, src: SrcId) -> Option<&AtomicU64> {
         self.region.peer_slots().get(src as usize).map(|s| &s.split)
@@ -212,7 +217,7 @@ impl Endpoint {
         let mut i = 0;
         while i < self.splits.len() {
             let (src, msg_id) = (self.splits[i].src, self.splits[i].msg_id);
-            let now = self.split_word(src).map_or(0, |w| w.load(Ordering::Acquire));
+            let now = self.claim_now(src);
             let claim = Self::claim_of(now, msg_id);
             if matches!(claim, Claim::Taken) && (!look_alive || self.live_pid(src).is_ok()) {
                 i += 1;
@@ -293,7 +298,7 @@ impl Endpoint {
 
     /// Whether the sender of `s` is still writing its tail (it took it, and is alive).
     fn writing(&self, s: &SplitRx) -> bool {
-        let now = self.split_word(s.src).map_or(0, |w| w.load(Ordering::Acquire));
+        let now = self.claim_now(s.src);
         now == word(s.msg_id, TAKEN) && self.inp.get(&s.src).is_some_and(|p| p.watch.alive())
     }
 
