@@ -6,8 +6,11 @@
 //! CMA 1.4-1.6x faster than SAR on another (docs/perf/protocols.md); a fixed threshold is wrong
 //! on one of them. So a receiver times each large transfer it completes (the CMA read, or the
 //! SAR segments from the first to the last, scaled to the whole message) and reports the time in
-//! its answer, and the sender keeps, per size class, a running figure for each protocol and
-//! sends by the faster one. It keeps trying the other now and then, since a host's state moves.
+//! its answer. The sender of a SAR message times its own copies into the SAR buffers too and
+//! credits the message with the larger time: in a stream the receiver may find every segment
+//! already in and copy at memory speed while the sender's copies set the pace. It keeps, per
+//! size class, a figure for each protocol and sends by the faster one. It keeps trying the other
+//! now and then, since a host's state moves.
 
 /// The two ways a large message can travel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,23 +47,34 @@ const RECHECK_EVERY: u32 = 32;
 /// Messages a class sends alternately while it waits for its first timed answers.
 const GIVE_UP: u32 = 64;
 
-/// A protocol's running cost in a class, in nanoseconds per KiB.
+/// Answers a protocol's figure is the median of. An odd number, so that one answer far off
+/// either way (the first message into pages never touched, which fault in the copy; a copy
+/// preempted by the hypervisor) does not move the figure while the others agree.
+const KEPT: usize = 5;
+
+/// A protocol's cost in a class, in nanoseconds per KiB: the median of its newest answers.
 #[derive(Debug, Clone, Copy, Default)]
 struct Cost {
-    ns_per_kib: u64,
+    newest: [u64; KEPT],
+    /// Where the next answer goes in `newest`.
+    next: usize,
     answers: u32,
 }
 
 impl Cost {
     fn learn(&mut self, ns_per_kib: u64) {
-        // An exponentially weighted mean (a quarter for the newest), the first answer as is.
-        // Saturating: the figure is a peer's word, and may be anything.
-        self.ns_per_kib = if self.answers == 0 {
-            ns_per_kib
-        } else {
-            self.ns_per_kib.saturating_mul(3).saturating_add(ns_per_kib) / 4
-        };
+        self.newest[self.next] = ns_per_kib;
+        self.next = (self.next + 1) % KEPT;
         self.answers = self.answers.saturating_add(1);
+    }
+
+    /// The median of the answers kept (the upper one of an even count). The running mean this
+    /// replaced let one answer four times the others hold the choice for a hundred messages.
+    fn ns_per_kib(&self) -> u64 {
+        let kept = (self.answers as usize).min(KEPT);
+        let mut sorted = self.newest;
+        sorted[..kept].sort_unstable();
+        sorted[kept / 2]
     }
 }
 
@@ -112,7 +126,7 @@ impl Chooser {
                 (0, 0) => return None,
                 (0, _) => Via::Cma,
                 (_, 0) => Via::Sar,
-                _ if c.cma.ns_per_kib <= c.sar.ns_per_kib => Via::Cma,
+                _ if c.cma.ns_per_kib() <= c.sar.ns_per_kib() => Via::Cma,
                 _ => Via::Sar,
             };
             c.since_recheck += 1;
@@ -212,6 +226,24 @@ mod tests {
         let (_, cma) = run(&mut ch, 4 * MIB, 400, 200, 100);
         assert!(cma > 300, "cma {cma}");
         assert_eq!(run(&mut ch, 4 * MIB, 10, 200, 100), (0, 10));
+    }
+
+    #[test]
+    fn one_answer_far_off_does_not_decide() {
+        let mut ch = Chooser::default();
+        // The first CMA answer took 25 times the others (pages faulting in, a preempted copy):
+        // the faster protocol still wins as soon as both have been measured.
+        let first = ch.choose(MIB).expect("learning");
+        assert_eq!(first.via, Via::Cma);
+        ch.learn(first, MIB, 1000 * 1024);
+        run(&mut ch, MIB, 2 * LEARN as usize - 1, 100, 40);
+        assert_eq!(ch.answers(MIB), (LEARN, LEARN));
+        let (sar, cma) = run(&mut ch, MIB, 20, 100, 40);
+        assert_eq!((sar, cma), (0, 20));
+        // And a single slow CMA answer later does not turn it either.
+        let c = ch.choose(MIB).expect("measured");
+        ch.learn(c, MIB, 1000 * 1024);
+        assert_eq!(run(&mut ch, MIB, 5, 100, 40), (0, 5));
     }
 
     #[test]

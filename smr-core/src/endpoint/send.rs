@@ -158,6 +158,9 @@ pub(super) struct PendingSend {
     /// Its protocol was chosen by measurement: the receiver's time in the answer teaches the
     /// chooser (`measured.rs`).
     pub measured: Option<Choice>,
+    /// Nanoseconds we spent copying its SAR segments in (measured sends only): a SAR message
+    /// costs the chooser the larger of this and its receiver's time.
+    pub copy_ns: u64,
 }
 
 /// An acknowledged small send: in the receiver's ring whole, waiting for its answer. Nothing of
@@ -354,6 +357,7 @@ impl Endpoint {
             sar_continuation: false,
             answer: None,
             measured,
+            copy_ns: 0,
         };
         match remote {
             Some(iovs) => {
@@ -539,7 +543,9 @@ impl Endpoint {
         }
         let send = self.pending.remove(&entry.msg_id).expect("looked up above");
         if let (Some(choice), Status::Ok, false) = (send.measured, status, send.sar_continuation) {
-            self.chooser.learn(choice, send.hdr.len, entry.time());
+            // A SAR message costs at least our copies in: in a stream the receiver may find every
+            // segment already in and copy at memory speed while ours set the pace (`measured.rs`).
+            self.chooser.learn(choice, send.hdr.len, entry.time().max(send.copy_ns));
         }
         self.finish_send(Some(status), entry, send.cookie, send.answer, h);
         1
@@ -635,6 +641,7 @@ fn push_segments(link: &super::peers::Link, incarnation: u64, msg_id: u64, send:
         let key = super::spare::sar_key(msg_id, offset);
         let Some(index) = super::spare::take(&link.region, entry, Pool::Sar, incarnation, key) else { return false };
         let seg_len = (send.hdr.len - offset).min(segment_len(offset, sar_size));
+        let started = send.measured.is_some().then(std::time::Instant::now);
         let copied = geo
             .sar_offset(index)
             .and_then(|off| link.region.mapping().bytes_ptr(off, seg_len))
@@ -643,6 +650,9 @@ fn push_segments(link: &super::peers::Link, incarnation: u64, msg_id: u64, send:
         if copied.is_err() {
             super::spare::done(&link.region, entry, Pool::Sar, incarnation, index, false);
             return false;
+        }
+        if let Some(started) = started {
+            send.copy_ns = send.copy_ns.saturating_add(started.elapsed().as_nanos() as u64);
         }
         let first = offset == 0 && !send.sar_continuation;
         // Written in place into the claimed slot, as small messages are (a command is over a
