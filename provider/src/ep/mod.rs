@@ -326,7 +326,7 @@ unsafe extern "C" fn ep_close(fid: *mut ffi::fid) -> i32 {
                 "endpoint {} closed: sent {} inline, {} inject, {} CMA, {} SAR; received {} by CMA; {} CMA fallbacks; \
                  one-sided {} issued, {} served; {} reads and {} writes of published registrations, \
                  {} reads answered by CMA write; \
-                 {} FI_MORE batches",
+                 {} FI_MORE batches; split copies: {} offered, {} taken by their senders, {} written for receivers",
                 engine.name(),
                 s.sent_inline,
                 s.sent_inject,
@@ -339,7 +339,10 @@ unsafe extern "C" fn ep_close(fid: *mut ffi::fid) -> i32 {
                 s.published_reads,
                 s.published_writes,
                 s.cma_writes,
-                s.batches
+                s.batches,
+                s.splits_offered,
+                s.splits_taken,
+                s.splits_written
             );
         }
         // Dropping the engine endpoint tells connected peers and unlinks the region.
