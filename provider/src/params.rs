@@ -52,9 +52,9 @@ fn get_size(name: &str) -> Option<usize> {
 /// (see `ep::rma`), chosen by measurement (docs/perf/protocols.md).
 pub const READ_ONE_TRIP_MAX: usize = 16384;
 
-/// Without FI_RSHM_CMA_MIN no message is sent by CMA by size alone: up to one SAR segment they
-/// go by SAR, above it by whichever of the two the receivers' timings say is faster
-/// (`Params::measure_large`). On this project's VM, SAR beat CMA from 8 KiB to 4 MiB by
+/// Without FI_RSHM_CMA_MIN no message is sent by CMA by size alone: up to 8 KiB they go by SAR,
+/// above by whichever of SAR and CMA the timings say is faster (`Params::measure_protocol`). On
+/// this project's VM, SAR beat CMA from 8 KiB to 4 MiB by
 /// 1.5-2.5x at 2026-11-23 12:17 (kernel 6.18.44-fc-v782), where hosts before (6.18.44-fc-v669)
 /// and after (6.18.44-fc-v595, 2026-11-25) had CMA ahead by 1.4-1.6x from 64 KiB
 /// (docs/perf/protocols.md).
@@ -82,7 +82,7 @@ pub fn config() -> &'static Config {
         }
         let cma_min = get_size("CMA_MIN");
         engine.cma_min = cma_min.unwrap_or(CMA_MIN);
-        engine.measure_large = cma_min.is_none();
+        engine.measure_protocol = cma_min.is_none();
         engine.split_min = get_size("SPLIT_MIN").unwrap_or(SPLIT_MIN);
         let c = &mut engine.counts;
         if let Some(n) = get_size("QUEUE_LEN").filter(|n| n.is_power_of_two()) {

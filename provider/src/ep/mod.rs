@@ -487,8 +487,11 @@ fn enable(ep: &Ep) -> FiResult<()> {
     })?;
     let cma_min = engine.params().cma_min;
     let large = match (engine.cma_enabled(), cma_min) {
-        (true, _) if engine.params().measure_large => {
-            "SAR up to one SAR segment, above it SAR or CMA as measured (FI_RSHM_CMA_MIN unset)".to_string()
+        (true, _) if engine.params().measure_protocol => {
+            format!(
+                "SAR up to {} B, above it SAR or CMA as measured (FI_RSHM_CMA_MIN unset)",
+                smr_core::endpoint::measured::MEASURED_ABOVE
+            )
         }
         (true, usize::MAX) => "SAR".to_string(),
         (true, n) => format!("CMA from {} B, SAR below", n.max(engine.params().inject_max + 1)),

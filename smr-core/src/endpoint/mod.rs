@@ -56,9 +56,9 @@ pub struct Params {
     /// where CMA is allowed (0: CMA for every message above `inject_max`). Which of the two is
     /// faster depends on the host; the provider's default is measured (docs/perf/protocols.md).
     pub cma_min: usize,
-    /// Choose between SAR and CMA by measurement (`measured.rs`) for messages longer than the
-    /// first SAR segment, where CMA is allowed; `cma_min` then decides nothing above that size.
-    pub measure_large: bool,
+    /// Choose between SAR and CMA by measurement (`measured.rs`) for messages above
+    /// `measured::MEASURED_ABOVE` where CMA is allowed; below, `cma_min` decides.
+    pub measure_protocol: bool,
     /// A CMA message of at least this many bytes, received into one buffer, is copied by both
     /// processes at once (`split.rs`): the receiver reads the head, the sender writes the tail.
     pub split_min: usize,
@@ -98,7 +98,7 @@ impl Default for Params {
             },
             cma: true,
             cma_min: 0,
-            measure_large: false,
+            measure_protocol: false,
             split_min: usize::MAX,
             inline_max: INLINE_MAX,
             inject_max: INJECT_SIZE as usize,
@@ -337,7 +337,7 @@ pub struct Endpoint {
     publisher: crate::published::Publisher,
     /// Our count of free polls (`note_free_poll`), mirrored into the region.
     free_polls: u64,
-    /// What the receivers' answers taught about SAR against CMA (`Params::measure_large`).
+    /// What the receivers' answers taught about SAR against CMA (`Params::measure_protocol`).
     chooser: measured::Chooser,
     /// Received messages whose tails their senders are writing (`split.rs`).
     splits: Vec<split::SplitRx>,

@@ -15,21 +15,21 @@ pub(super) struct SarRx {
     hdr: MsgHeader,
     received: u64,
     sink: Sink,
-    /// When its first segment came, for a message of more than one (the time reported to the
-    /// sender, `measured.rs`; the sender chooses only for those).
+    /// When its first segment came, for a message its sender may have measured (the time
+    /// reported to it, `measured.rs`).
     started: Option<std::time::Instant>,
 }
 
 impl SarRx {
     fn new(hdr: MsgHeader, sink: Sink) -> SarRx {
-        let started = (hdr.len > crate::cmd::SAR_FIRST_SEGMENT).then(std::time::Instant::now);
+        let started = (hdr.len > super::measured::MEASURED_ABOVE).then(std::time::Instant::now);
         SarRx { hdr, received: 0, sink, started }
     }
 
     /// The whole message's time as reported to its sender (0: not timed).
     fn time(&self) -> u64 {
         let Some(started) = self.started else { return 0 };
-        let ns = started.elapsed().as_nanos() as u64;
+        let ns = (started.elapsed().as_nanos() as u64).max(1);
         super::measured::sar_time_of_whole(ns, self.hdr.len, crate::cmd::SAR_FIRST_SEGMENT)
     }
 }

@@ -337,8 +337,14 @@ impl Endpoint {
         // receiver for one step of progress either way (copy one segment out, or make one CMA
         // read), so `pull` leaves it to SAR, which spares both sides the system call.
         let one_segment = buf.len() as u64 <= segment_len(0, link.region.geometry().counts.sar_size);
-        // Above one segment, where both ways are open, the faster one as measured, if asked.
-        let measured = (self.params.measure_large && cma_ok && link_cma && !opts.pull && !one_segment)
+        // Where both ways are open, the faster one as measured, if asked: one segment too, whose
+        // two copies through a SAR buffer cost twice one CMA read when the host is in its slow
+        // state (cache lines crossing between the CPUs at 0.16 us; docs/perf/protocols.md).
+        let measured = (self.params.measure_protocol
+            && cma_ok
+            && link_cma
+            && !opts.pull
+            && buf.len() as u64 > super::measured::MEASURED_ABOVE)
             .then(|| self.chooser.choose(buf.len() as u64))
             .flatten();
         let my_cma = match measured {

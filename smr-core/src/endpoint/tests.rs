@@ -990,7 +990,37 @@ fn pull_takes_cma_only_for_messages_longer_than_one_segment() {
     assert_eq!(hb.received[0].2, pattern(len, 5));
 }
 
-/// `measure_large`: above one SAR segment the sender tries both protocols in turn until it has
+/// `measure_protocol` from just above `measured::MEASURED_ABOVE`, one SAR segment included: the
+/// sender tries CMA and SAR in turn while it learns, and every answer carries the receiver's time;
+/// at that size and below the fixed rule (SAR) holds and nothing is learnt.
+#[test]
+fn one_segment_messages_are_measured_above_the_smallest_class() {
+    if !cma_or_skip("one_segment_messages_are_measured_above_the_smallest_class") {
+        return;
+    }
+    let params = Params { cma_min: usize::MAX, measure_protocol: true, ..Params::default() };
+    let (mut a, mut b, to_b) = pair("measured-small", params);
+    let (mut ha, mut hb) = (Collect::default(), Collect::default());
+    let smallest = super::measured::MEASURED_ABOVE as usize;
+    let lens = [smallest, smallest + 1, smallest, 12 * 1024, 16 * 1024, 16 * 1024];
+    for (i, &len) in lens.iter().enumerate() {
+        let hdr = MsgHeader { app: 0, tag: i as u64, data: 0, aux: 0, len: len as u64 };
+        let opts = SendOpts { cookie: i as u64, delivery_complete: false, more: false, pull: false };
+        a.send(to_b, hdr, LocalIov::owned(pattern(len, i as u8)), opts).unwrap();
+        pump_until((&mut a, &mut ha), (&mut b, &mut hb), "a message", |ha, _| ha.sends_done.len() == i + 1);
+    }
+    // Four of MEASURED_ABOVE + 1 .. 16 KiB, learning: CMA, SAR, CMA, SAR; two by the fixed rule.
+    assert_eq!((a.stats().sent_cma, a.stats().sent_sar), (2, 4));
+    assert_eq!(a.chooser.answers(16 * 1024), (2, 2));
+    for (hdr, result, bytes) in &hb.received {
+        let len = lens[hdr.tag as usize];
+        assert_eq!(result, &Ok(len));
+        assert!(*bytes == pattern(len, hdr.tag as u8), "message {} differs", hdr.tag);
+    }
+    assert_eq!(hb.received.len(), lens.len());
+}
+
+/// `measure_protocol`: above one SAR segment the sender tries both protocols in turn until it has
 /// three timed answers of each; its receivers time every transfer, held and delivered later or
 /// delivered at once, and report the time in their answers (`measured.rs`); every byte arrives
 /// whichever way.
@@ -999,7 +1029,7 @@ fn large_messages_go_both_ways_and_every_answer_is_timed() {
     if !cma_or_skip("large_messages_go_both_ways_and_every_answer_is_timed") {
         return;
     }
-    let params = Params { cma_min: usize::MAX, measure_large: true, ..Params::default() };
+    let params = Params { cma_min: usize::MAX, measure_protocol: true, ..Params::default() };
     let (mut a, mut b, to_b) = pair("measured", params);
     let (mut ha, mut hb) = (Collect::default(), Collect::default());
     let len = 200_000usize;
