@@ -309,18 +309,21 @@ def aggregate(rows):
             key_test = {"bw": "rate", "bw_more": "rate_more", "bw_msg": "rate_msg"}.get(r["test"], r["test"]) \
                 if metric == "rate" else r["test"]
             k = (r["family"], key_test, int(r["size"]), r["label"])
-            samples.setdefault(k, []).append((v, r["busy"] == "1"))
+            samples.setdefault(k, []).append((v, r["busy"] == "1", r.get("host") == "1"))
     agg = {}
     for k, s in samples.items():
-        clean = [v for v, busy in s if not busy]
-        use = clean or [v for v, _ in s]
+        clean = [v for v, busy, host in s if not busy and not host]
+        use = clean or [v for v, _, _ in s]
         agg[k] = {
             "median": statistics.median(use),
             "min": min(use),
             "max": max(use),
             "n": len(use),
+            # Samples left out (or, with no other, the only ones): the CPU was taken, or the host
+            # was in another state than the run's reference (`hostspeed.in_state`).
             "busy": len(s) - len(clean),
             "all_busy": not clean,
+            "why": "busy" if any(busy for _, busy, _ in s) else "host",
         }
     return agg
 
@@ -358,7 +361,8 @@ def table(agg, family, test, labels, sizes):
                 continue
             any_row = True
             spread = f" [{fmt(a['min'], unit)}-{fmt(a['max'], unit)}]" if a["n"] > 1 else ""
-            mark = " (busy)" if a["all_busy"] else (f" ({a['busy']} busy)" if a["busy"] else "")
+            why = a.get("why", "busy")
+            mark = f" ({why})" if a["all_busy"] else (f" ({a['busy']} {why})" if a["busy"] else "")
             cells.append(f"{fmt(a['median'], unit)}{spread}{mark}")
         best = None
         for lb in others:
@@ -447,10 +451,10 @@ def write_report(path, meta, agg, rows, labels, sizes, figures):
         f"its CPU more than {BUSY_SHARE:.0%} of the run); other processes used "
         f"{meta['other_median']:.1%} of the CPUs (median over invocations, max {meta['other_max']:.1%}); "
         f"load average at the end {meta['loadavg']} (the bench's own two processes included)",
-        hostspeed.line(meta.get("handoffs", [])),
+        hostspeed.line(meta.get("handoffs", []), meta),
         "",
     ]
-    swing = hostspeed.warning(meta.get("handoffs", []))
+    swing = hostspeed.warning(meta.get("handoffs", []), meta)
     if swing:
         out += [swing, ""]
     if busy_points or meta["other_max"] > OTHER_WARN:
@@ -614,14 +618,18 @@ def replot(json_path, outdir, py):
 def self_test():
     """The aggregation and the report on made-up samples (run by `cargo test -p rshm-benches`)."""
 
-    def res(label, fam, test, size, ns, ops, busy="0"):
+    def res(label, fam, test, size, ns, ops, busy="0", host="0"):
         return {"kind": "RESULT", "label": label, "family": fam, "test": test, "size": str(size),
-                "ns": str(ns), "ops": str(ops), "busy": busy}
+                "ns": str(ns), "ops": str(ops), "busy": busy, "host": host}
 
     rows = [
         # rshm 8 B ping-pong: 1.0, 1.2 us one-way, and a busy 9.0 us sample that must not count.
         res("rshm@1.17", "tagged", "lat", 8, 2000, 1), res("rshm@1.17", "tagged", "lat", 8, 2400, 1),
         res("rshm@1.17", "tagged", "lat", 8, 18000, 1, busy="1"),
+        # ... and one taken with the host in another state, which must not count either.
+        res("rshm@1.17", "tagged", "lat", 8, 8000, 1, host="1"),
+        # An msg point measured only in another state: kept, and marked so.
+        res("rshm@1.17", "msg", "lat", 8, 8000, 1, host="1"),
         res("shm@1.17", "tagged", "lat", 8, 4000, 1), res("sm2@2.5", "tagged", "lat", 8, 3000, 1),
         # 64 KiB stream: rshm 2 GB/s, shm 1 GB/s (one busy-only sample: kept, and flagged).
         res("rshm@1.17", "tagged", "bw", 65536, 65536 * 64 // 2, 64),
@@ -630,7 +638,15 @@ def self_test():
     ]
     agg = aggregate(rows)
     lat = agg[("tagged", "lat", 8, "rshm@1.17")]
-    assert abs(lat["median"] - 1.1) < 1e-9 and lat["min"] == 1.0 and lat["max"] == 1.2 and lat["busy"] == 1, lat
+    assert abs(lat["median"] - 1.1) < 1e-9 and lat["min"] == 1.0 and lat["max"] == 1.2 and lat["busy"] == 2, lat
+    only_host = agg[("msg", "lat", 8, "rshm@1.17")]
+    assert only_host["all_busy"] and only_host["why"] == "host" and only_host["median"] == 4.0, only_host
+    # The host's state: the reference is the median handoff; an invocation counts as in it when
+    # both of its ends are within hostspeed.SWING_WARN of it.
+    ref = hostspeed.reference([0.033, 0.035, 0.034, 0.16, 0.036])
+    assert ref == 0.035 and hostspeed.in_state([0.033, 0.040], ref), ref
+    assert not hostspeed.in_state([0.034, 0.16], ref) and not hostspeed.in_state([], ref)
+    assert hostspeed.off_by([0.034, 0.16], ref) > hostspeed.off_by([0.07], ref) > 1.9
     assert abs(agg[("tagged", "bw", 65536, "rshm@1.17")]["median"] - 2000) < 1e-6
     assert agg[("tagged", "bw", 65536, "shm@1.17")]["all_busy"]
     labels = ["rshm@1.17", "shm@1.17", "sm2@2.5"]
@@ -657,6 +673,8 @@ def main():
     ap.add_argument("--ops", default="tagged,msg,rma,atomic", help="families and/or test names")
     ap.add_argument("--time-ms", type=int, help="duration of one timed run (default 100; --quick 40)")
     ap.add_argument("--tries", type=int, default=3, help="timed runs per point while busy (default 3)")
+    ap.add_argument("--host-tries", type=int, default=3,
+                    help="times an invocation made while the host was in another state is run again (default 3)")
     ap.add_argument("--out", default=os.path.join(ROOT, "docs", "perf"), help="where bench.md and the PNGs go")
     ap.add_argument("--mpich-venv", default=os.environ.get("RSHM_MPICH_VENV", os.path.join(ROOT, "target", "venv-mpich")))
     ap.add_argument("--no-build", action="store_true", help="use the already built provider and binary")
@@ -707,43 +725,71 @@ def main():
         warn("other processes are using the CPUs: figures will be inflated (the report will say so)")
     total = runs * len(plan) * len(labels)
     log(f"== {runs} runs x {len(plan)} families x {len(labels)} providers ({total} invocations), sizes {sizes_arg}")
-    rows, others, handoffs, n = [], [], [], 0
     per_timeout = 120 + len(sizes) * 40
+
+    def measure(r, fam, tests, prov, what):
+        """One invocation, with the host's handoff timed before and after it."""
+        handoffs = [h for h in [hostspeed.handoff(ROOT)] if h is not None]
+        t0 = time.monotonic()
+        got, other = invoke(prov, core_dir, fam, tests, ",".join(map(str, sizes)), time_ms, a.tries, per_timeout)
+        took = time.monotonic() - t0
+        handoffs += [h for h in [hostspeed.handoff(ROOT)] if h is not None]
+        for g in got:
+            g["run"] = r
+            if g["kind"] == "RESULT" and g.get("core") != prov.split("@")[1]:
+                g["kind"] = "ERROR"
+                g["reason"] = f"expected libfabric {prov.split('@')[1]}, ran on {g.get('core')}"
+        res = [g for g in got if g["kind"] == "RESULT"]
+        busy = sum(g["busy"] == "1" for g in res)
+        status = f"{len(res)} points" + (f", {busy} busy" if busy else "")
+        na = [g for g in got if g["kind"] == "NA"]
+        if na and not res:
+            status = "n/a (" + na[0]["reason"][:60] + ")"
+        bad = [g for g in got if g["kind"] in ("FAIL", "ERROR")]
+        if bad:
+            status += f", FAILED: {bad[0]['reason'][:100]}"
+        speed = f", handoff {'/'.join(f'{h:.3f}' for h in handoffs)} us" if handoffs else ""
+        log(f"[{what}] run {r + 1} {fam:6} {prov:10} {status}; {took:.0f} s, other processes {other:.0%} of the CPUs{speed}")
+        if res and other > OTHER_WARN:
+            warn(f"other processes used {other:.0%} of the CPUs during {prov} {fam}")
+        # Only invocations that measured something count for the load: one that found nothing
+        # to run (n/a) lasts a fraction of a second, over which the jiffy-based share is noise
+        # (22-24% seen on an idle machine), and no figure of it could be skewed.
+        return {"key": (r, fam, tests, prov), "rows": got, "other": other, "handoffs": handoffs, "measured": bool(res)}
+
+    invs, n = [], 0
     for r in range(runs):
         order = labels[r % len(labels):] + labels[: r % len(labels)]
         for fam, tests in plan:
             for prov in order:
                 n += 1
-                handoff = hostspeed.handoff(ROOT)
-                if handoff is not None:
-                    handoffs.append(handoff)
-                t0 = time.monotonic()
-                got, other = invoke(prov, core_dir, fam, tests, ",".join(map(str, sizes)), time_ms, a.tries, per_timeout)
-                for g in got:
-                    g["run"] = r
-                    if g["kind"] == "RESULT" and g.get("core") != prov.split("@")[1]:
-                        g["kind"] = "ERROR"
-                        g["reason"] = f"expected libfabric {prov.split('@')[1]}, ran on {g.get('core')}"
-                rows += got
-                res = [g for g in got if g["kind"] == "RESULT"]
-                # Only invocations that measured something: one that found nothing to run (n/a)
-                # lasts a fraction of a second, over which the jiffy-based share is noise (22-24%
-                # seen on an idle machine), and no figure of it could be skewed.
-                if res:
-                    others.append(other)
-                busy = sum(g["busy"] == "1" for g in res)
-                status = f"{len(res)} points" + (f", {busy} busy" if busy else "")
-                na = [g for g in got if g["kind"] == "NA"]
-                if na and not res:
-                    status = "n/a (" + na[0]["reason"][:60] + ")"
-                bad = [g for g in got if g["kind"] in ("FAIL", "ERROR")]
-                if bad:
-                    status += f", FAILED: {bad[0]['reason'][:100]}"
-                took = time.monotonic() - t0
-                speed = f", handoff {handoff:.3f} us" if handoff is not None else ""
-                log(f"[{n:3}/{total}] run {r + 1} {fam:6} {prov:10} {status}; {took:.0f} s, other processes {other:.0%} of the CPUs{speed}")
-                if res and other > OTHER_WARN:
-                    warn(f"other processes used {other:.0%} of the CPUs during {prov} {fam}")
+                invs.append(measure(r, fam, tests, prov, f"{n:3}/{total}"))
+
+    # The host moves between states in which every figure differs by up to 4x, seconds or
+    # minutes apart: an invocation whose handoffs (before and after it) were in another state than
+    # the run's reference is run again, up to --host-tries times, keeping the one closest to it.
+    ref = hostspeed.reference([h for inv in invs if inv["measured"] for h in inv["handoffs"]])
+    reruns = 0
+    for attempt in range(a.host_tries if ref else 0):
+        off = [i for i, inv in enumerate(invs) if inv["measured"] and not hostspeed.in_state(inv["handoffs"], ref)]
+        if not off:
+            break
+        log(f"== host: {len(off)} invocations ran in another state than the run's reference (handoff "
+            f"{ref:.3f} us): running them again ({attempt + 1} of {a.host_tries})")
+        for k, i in enumerate(off):
+            again = measure(*invs[i]["key"], f"again {k + 1}/{len(off)}")
+            reruns += 1
+            if hostspeed.off_by(again["handoffs"], ref) < hostspeed.off_by(invs[i]["handoffs"], ref):
+                invs[i] = again
+    host_off = 0
+    for inv in invs:
+        if inv["measured"] and ref and not hostspeed.in_state(inv["handoffs"], ref):
+            host_off += 1
+            for g in inv["rows"]:
+                g["host"] = "1"
+    rows = [g for inv in invs for g in inv["rows"]]
+    others = [inv["other"] for inv in invs if inv["measured"]]
+    handoffs = [h for inv in invs if inv["measured"] for h in inv["handoffs"]]
 
     agg = aggregate(rows)
     os.makedirs(a.out, exist_ok=True)
@@ -764,6 +810,10 @@ def main():
         "points": sum(1 for r in rows if r["kind"] == "RESULT"),
         "busy_points": sum(1 for r in rows if r["kind"] == "RESULT" and r["busy"] == "1"),
         "handoffs": handoffs,
+        "host_ref": ref,
+        "host_reruns": reruns,
+        "host_off": host_off,
+        "invocations": sum(1 for inv in invs if inv["measured"]),
     }
     json_path = os.path.join(a.out, "bench.json")
     with open(json_path, "w") as f:
@@ -795,7 +845,7 @@ def main():
         warn(f"{len(failed)} failures (listed at the end of {os.path.relpath(md, ROOT)})")
     if meta["other_max"] > OTHER_WARN or any(r.get("busy") == "1" for r in rows):
         warn("the machine was busy during this run: see the load line of the report")
-    if hostspeed.swung(handoffs):
+    if hostspeed.warning(handoffs, meta):
         warn("the host changed speed during this run: see the host line of the report")
     return 1 if failed else 0
 

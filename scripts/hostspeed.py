@@ -3,7 +3,8 @@
 This project's VMs move between states in which one cache-line handoff between the two CPUs
 takes about 0.015, 0.04 or 0.24 us, minutes or seconds apart, and every provider's figures move
 with it (docs/perf/where-the-time-goes.md); no CPU-time count shows it. So the benches time that
-handoff before every invocation (a few ms) and report its spread.
+handoff before and after every invocation (a few ms), run again the invocations whose ends were
+in another state than the run's reference (`in_state`, `reference`), and report the spread.
 """
 import os
 import statistics
@@ -33,23 +34,59 @@ def handoff(root):
     return None
 
 
+def in_state(handoffs, ref):
+    """True if every handoff in `handoffs` (timed before and after one invocation) is within
+    SWING_WARN of `ref` either way: the invocation ran in the reference state throughout, as
+    far as its two ends show."""
+    return bool(handoffs) and all(ref / SWING_WARN <= h <= ref * SWING_WARN for h in handoffs)
+
+
+def off_by(handoffs, ref):
+    """How far the worst of `handoffs` is from `ref`, as a ratio >= 1 (for keeping the
+    invocation closest to the reference state)."""
+    return max(max(h / ref, ref / h) for h in handoffs) if handoffs else float("inf")
+
+
+def reference(handoffs):
+    """The state a run measures in: the median of its handoffs (the state it spent most time in,
+    where the host moves between states far apart)."""
+    return statistics.median(handoffs) if handoffs else None
+
+
 def swung(handoffs):
     """True if the handoff moved by more than SWING_WARN over `handoffs`."""
     return len(handoffs) > 1 and max(handoffs) > SWING_WARN * min(handoffs)
 
 
-def line(handoffs):
-    """The report's host line."""
+def line(handoffs, meta=None):
+    """The report's host line. `meta` (bench.py's) adds the reference state and the re-runs."""
     if not handoffs:
         return "- host: its speed was not measured (no target/release/rshm-engine-pingpong)"
-    return (
+    text = (
         f"- host: a bare cache-line handoff between the two CPUs took {min(handoffs):.3f}-{max(handoffs):.3f} us "
-        f"one way (median {statistics.median(handoffs):.3f}) before the {len(handoffs)} invocations"
+        f"one way (median {statistics.median(handoffs):.3f})"
     )
+    if meta and meta.get("host_ref"):
+        return text + (
+            f" before and after the {meta['invocations']} invocations kept; reference state {meta['host_ref']:.3f} us, "
+            f"{meta['host_reruns']} invocations run again because the host was in another state, "
+            f"{meta['host_off']} still in another state (their points marked (host))"
+        )
+    return text + f" before the {len(handoffs)} invocations"
 
 
-def warning(handoffs):
-    """The warning a report opens with when the host changed speed, or None."""
+def warning(handoffs, meta=None):
+    """The warning a report opens with when the host changed speed, or None. With `meta`
+    (bench.py's re-runs), only when invocations stayed in another state than the reference."""
+    if meta and meta.get("host_ref"):
+        if not meta["host_off"]:
+            return None
+        return (
+            f"> **The host changed speed during this run**: {meta['host_off']} invocations stayed in another "
+            f"state than the reference one (handoff {meta['host_ref']:.3f} us) after {meta['host_reruns']} re-runs. "
+            "Their figures are left out of the medians where other samples exist, and are the only ones "
+            "where none do (bench.py marks those points (host)). Do not quote those as a record."
+        )
     if not swung(handoffs):
         return None
     return (
