@@ -12,7 +12,7 @@ a Markdown report with the median of the runs and the rshm/shm ratio at every si
 Latency ratios below 1 and bandwidth ratios above 1 mean rshm is faster. The load average is
 printed first: figures taken while other work runs on the machine are not comparable. The host's
 own speed (`hostspeed`) is timed before and after every program; a program that ran while the
-host was in another state than the run's reference (the median handoff) is run again, up to
+host was in another state than the run's reference (the state most handoffs fell in) is run again, up to
 --host-tries times, and the Host section at the end says how many were and whether any stayed
 off (then with a warning).
 """

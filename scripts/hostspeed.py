@@ -4,7 +4,8 @@ This project's VMs move between states in which one cache-line handoff between t
 takes about 0.015, 0.04 or 0.24 us, minutes or seconds apart, and every provider's figures move
 with it (docs/perf/where-the-time-goes.md); no CPU-time count shows it. So the benches time that
 handoff before and after every invocation (a few ms), run again the invocations whose ends were
-in another state than the run's reference (`in_state`, `reference`), and report the spread.
+in another state than the run's reference (`in_state`, `reference`: the state it spent most
+time in), and report the spread.
 """
 import os
 import statistics
@@ -48,9 +49,13 @@ def off_by(handoffs, ref):
 
 
 def reference(handoffs):
-    """The state a run measures in: the median of its handoffs (the state it spent most time in,
-    where the host moves between states far apart)."""
-    return statistics.median(handoffs) if handoffs else None
+    """The state a run measures in: the state it spent most time in. The host's states lie far
+    apart (a median of handoffs half in one and half in another falls between them, in neither),
+    so this is the handoff with the most others within SWING_WARN of it either way, and of
+    those, the fastest."""
+    if not handoffs:
+        return None
+    return min(handoffs, key=lambda v: (-sum(1 for h in handoffs if v / SWING_WARN <= h <= v * SWING_WARN), v))
 
 
 def swung(handoffs):
