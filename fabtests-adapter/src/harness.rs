@@ -527,6 +527,10 @@ impl Node {
         self.av.as_ref().expect("av open")
     }
 
+    pub fn fabric(&self) -> &crate::fabric::Fabric {
+        self._fabric.as_ref().expect("fabric open")
+    }
+
     pub fn domain(&self) -> &Domain {
         self.domain.as_ref().expect("domain open")
     }

@@ -18,7 +18,7 @@ pub fn cq_eps(st: &DomainState, id: usize) -> Option<Vec<usize>> {
 }
 
 /// How long a blocking wait polls (driving progress) before it sleeps.
-const SPIN: Duration = Duration::from_micros(50);
+pub const SPIN: Duration = Duration::from_micros(50);
 
 /// Longest single sleep: signals, and endpoints bound while we sleep, are noticed this often.
 const SLICE: Duration = Duration::from_millis(100);

@@ -16,6 +16,24 @@ pub struct CntrState {
     /// Registrations that count remote accesses into this counter (`fi_mr_bind`): while any
     /// exist, reading it progresses every endpoint of the domain (any may be the target).
     pub mrs: usize,
+    pub wait_obj: ffi::fi_wait_obj,
+    /// The descriptor of an FI_WAIT_FD counter (`waitfd`).
+    pub wait_fd: Option<crate::waitfd::WaitFd>,
+}
+
+impl CntrState {
+    /// An operation completed: one more, or one more error.
+    #[inline]
+    pub fn count(&mut self, failed: bool) {
+        if failed {
+            self.errors += 1;
+        } else {
+            self.value += 1;
+        }
+        if let Some(fd) = &mut self.wait_fd {
+            fd.changed();
+        }
+    }
 }
 
 #[repr(C)]
@@ -25,7 +43,7 @@ pub struct Cntr {
     pub id: usize,
 }
 
-static FI_OPS: ffi::fi_ops = object::fi_ops(cntr_close, None, None);
+static FI_OPS: ffi::fi_ops = object::fi_ops(cntr_close, None, Some(cntr_control));
 
 static CNTR_OPS: ffi::fi_ops_cntr = ffi::fi_ops_cntr {
     size: size_of::<ffi::fi_ops_cntr>(),
@@ -56,6 +74,7 @@ pub(crate) unsafe extern "C" fn cntr_open(
         int_ret((|| -> FiResult<()> {
             // SAFETY: libfabric contract.
             let dom = unsafe { domain::get(domain) }?;
+            let mut state = CntrState::default();
             // SAFETY: NULL or the caller's attr.
             if let Some(attr) = unsafe { attr.as_ref() } {
                 if attr.events != ffi::FI_CNTR_EVENTS_COMP {
@@ -63,13 +82,20 @@ pub(crate) unsafe extern "C" fn cntr_open(
                 }
                 match attr.wait_obj {
                     ffi::FI_WAIT_NONE | ffi::FI_WAIT_UNSPEC | ffi::FI_WAIT_YIELD | ffi::FI_WAIT_MUTEX_COND => {}
+                    ffi::FI_WAIT_FD => {
+                        state.wait_fd = Some(crate::waitfd::WaitFd::new().map_err(|e| {
+                            crate::warn!(Domain, "fi_cntr_open: no eventfd for FI_WAIT_FD: {e}");
+                            FiError::NOMEM
+                        })?)
+                    }
                     other => {
                         crate::warn!(Domain, "fi_cntr_open: wait object {other} not supported");
                         return Err(FiError::NOSYS);
                     }
                 }
+                state.wait_obj = attr.wait_obj;
             }
-            let id = dom.shared.lock().cntrs.insert(CntrState::default());
+            let id = dom.shared.lock().cntrs.insert(state);
             let obj = object::into_raw(Cntr {
                 fid: ffi::fid_cntr {
                     fid: object::fid(ffi::FI_CLASS_CNTR, context, &FI_OPS),
@@ -81,6 +107,21 @@ pub(crate) unsafe extern "C" fn cntr_open(
             // SAFETY: the caller's out-pointer.
             unsafe { put(cntr, obj.cast::<ffi::fid_cntr>()) }
         })())
+    })
+}
+
+unsafe extern "C" fn cntr_control(fid: *mut ffi::fid, command: c_int, arg: *mut c_void) -> i32 {
+    crate::guard("cntr control", FiError::OTHER.code(), || {
+        // SAFETY: libfabric contract.
+        let c = match unsafe { get(fid) } {
+            Ok(c) => c,
+            Err(e) => return e.code(),
+        };
+        let st = c.shared.lock();
+        let Some(state) = st.cntrs.get(c.id) else { return FiError::INVAL.code() };
+        // SAFETY: FI_GETWAIT and FI_GETWAITOBJ give `arg` as the caller's int / enum
+        // fi_wait_obj to fill (fi_control(3)); NULL is refused.
+        unsafe { crate::waitfd::control(command, arg, state.wait_obj, state.wait_fd.as_ref()) }
     })
 }
 
@@ -139,7 +180,21 @@ fn with_counter<T>(cntr: *mut ffi::fid_cntr, call: Call, f: impl FnOnce(&mut Cnt
     if call == Call::Change || (drive && crate::progress::cntr(&mut st, c.id) > 0) {
         c.shared.completed();
     }
-    Ok(f(st.cntrs.get_mut(c.id).ok_or(FiError::INVAL)?))
+    let state = st.cntrs.get_mut(c.id).ok_or(FiError::INVAL)?;
+    let answer = f(state);
+    if let Some(fd) = &mut state.wait_fd {
+        match call {
+            // The application read it: what fi_trywait compares with, and no peer needs to
+            // wake the descriptor any more.
+            Call::Read | Call::ReadErr => {
+                fd.seen = (state.value, state.errors);
+                fd.disarm();
+            }
+            Call::Change => fd.changed(),
+            Call::Look => {}
+        }
+    }
+    Ok(answer)
 }
 
 unsafe extern "C" fn cntr_read(cntr: *mut ffi::fid_cntr) -> u64 {

@@ -37,11 +37,17 @@ pub struct CqState {
     pub events: VecDeque<CqEvent>,
     /// Endpoints bound to this CQ (domain slab keys): the ones its reads progress.
     pub eps: Vec<usize>,
+    pub wait_obj: ffi::fi_wait_obj,
+    /// The descriptor of an FI_WAIT_FD CQ (`waitfd`).
+    pub wait_fd: Option<crate::waitfd::WaitFd>,
 }
 
 impl CqState {
     pub fn push(&mut self, ev: CqEvent) {
         self.events.push_back(ev);
+        if let Some(fd) = &mut self.wait_fd {
+            fd.changed();
+        }
     }
 }
 
@@ -97,17 +103,25 @@ pub(crate) unsafe extern "C" fn cq_open(
                     return Err(FiError::NOSYS);
                 }
             };
-            match attr.wait_obj {
-                ffi::FI_WAIT_NONE | ffi::FI_WAIT_UNSPEC | ffi::FI_WAIT_YIELD | ffi::FI_WAIT_MUTEX_COND => {}
+            let wait_fd = match attr.wait_obj {
+                ffi::FI_WAIT_NONE | ffi::FI_WAIT_UNSPEC | ffi::FI_WAIT_YIELD | ffi::FI_WAIT_MUTEX_COND => None,
+                ffi::FI_WAIT_FD => Some(crate::waitfd::WaitFd::new().map_err(|e| {
+                    crate::warn!(Cq, "fi_cq_open: no eventfd for FI_WAIT_FD: {e}");
+                    FiError::NOMEM
+                })?),
                 other => {
-                    crate::warn!(Cq, "fi_cq_open: wait object {other} not supported (use FI_WAIT_UNSPEC)");
+                    crate::warn!(
+                        Cq,
+                        "fi_cq_open: wait object {other} not supported (FI_WAIT_UNSPEC and FI_WAIT_FD are)"
+                    );
                     return Err(FiError::NOSYS);
                 }
-            }
+            };
             if attr.wait_cond != ffi::FI_CQ_COND_NONE && attr.wait_cond != ffi::FI_CQ_COND_THRESHOLD {
                 return Err(FiError::INVAL);
             }
-            let id = dom.shared.lock().cqs.insert(CqState { format, events: VecDeque::new(), eps: Vec::new() });
+            let state = CqState { format, events: VecDeque::new(), eps: Vec::new(), wait_obj: attr.wait_obj, wait_fd };
+            let id = dom.shared.lock().cqs.insert(state);
             let obj = object::into_raw(Cq {
                 fid: ffi::fid_cq {
                     fid: object::fid(ffi::FI_CLASS_CQ, context, &FI_OPS),
@@ -137,16 +151,18 @@ unsafe extern "C" fn cq_close(fid: *mut ffi::fid) -> i32 {
     unsafe { object::close::<Cq>(fid, ffi::FI_CLASS_CQ, "fi_close(cq)", release) }
 }
 
-unsafe extern "C" fn cq_control(fid: *mut ffi::fid, command: c_int, _arg: *mut c_void) -> i32 {
+unsafe extern "C" fn cq_control(fid: *mut ffi::fid, command: c_int, arg: *mut c_void) -> i32 {
     crate::guard("cq control", FiError::OTHER.code(), || {
         // SAFETY: libfabric contract.
-        if let Err(e) = unsafe { get(fid) } {
-            return e.code();
-        }
-        match command as u32 {
-            ffi::FI_GETWAIT | ffi::FI_GETWAITOBJ => FiError::NOSYS.code(),
-            _ => FiError::NOSYS.code(),
-        }
+        let cq = match unsafe { get(fid) } {
+            Ok(cq) => cq,
+            Err(e) => return e.code(),
+        };
+        let st = cq.shared.lock();
+        let Some(state) = st.cqs.get(cq.id) else { return FiError::INVAL.code() };
+        // SAFETY: (both arms) FI_GETWAIT and FI_GETWAITOBJ give `arg` as the caller's int /
+        // enum fi_wait_obj to fill (fi_control(3)); NULL is refused.
+        unsafe { crate::waitfd::control(command, arg, state.wait_obj, state.wait_fd.as_ref()) }
     })
 }
 
@@ -201,8 +217,10 @@ fn read_locked(
     src: *mut u64,
     drive: bool,
 ) -> FiResult<usize> {
-    if !st.cqs.contains(id) {
-        return Err(FiError::INVAL);
+    let Some(cq) = st.cqs.get_mut(id) else { return Err(FiError::INVAL) };
+    if let Some(fd) = &mut cq.wait_fd {
+        // The application reads: no peer needs to wake its descriptor any more.
+        fd.disarm();
     }
     if drive && crate::progress::cq(st, id) > 0 {
         shared.completed();

@@ -71,6 +71,10 @@ pub struct DomainShared {
     auto: Mutex<Option<crate::progress::AutoThread>>,
     /// What the application tells that thread (it polls, it sleeps) and how it is poked.
     pub progress: Arc<crate::progress::Control>,
+    /// The thread that rings FI_WAIT_FD descriptors (`waitfd`), started by the first
+    /// `fi_trywait` that arms one.
+    bell: Mutex<Option<crate::waitfd::Bell>>,
+    bell_control: Arc<crate::waitfd::BellControl>,
 }
 
 impl DomainShared {
@@ -83,6 +87,8 @@ impl DomainShared {
             sleepers: AtomicU32::new(0),
             auto: Mutex::new(None),
             progress: Arc::default(),
+            bell: Mutex::new(None),
+            bell_control: Arc::default(),
         }
     }
 
@@ -117,8 +123,12 @@ impl DomainShared {
         self.locked_by_me(guard)
     }
 
-    /// An endpoint was enabled or closed: an auto-progress domain starts or re-reads its thread.
+    /// An endpoint was enabled or closed: an auto-progress domain starts or re-reads its thread,
+    /// and the bell thread (`waitfd`) lets go of the wake words it sleeps on.
     pub fn endpoints_changed(self: &Arc<Self>) {
+        if let Some(b) = self.bell.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+            b.poke();
+        }
         if !self.config.auto_progress {
             return;
         }
@@ -132,12 +142,33 @@ impl DomainShared {
         }
     }
 
-    /// Stop the auto-progress thread (domain close).
+    /// Stop the auto-progress and bell threads (domain close).
     fn stop_progress(&self) {
         let thread = self.auto.lock().unwrap_or_else(|p| p.into_inner()).take();
         if let Some(t) = thread {
             t.stop();
         }
+        let bell = self.bell.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(b) = bell {
+            b.stop();
+        }
+    }
+
+    /// `fi_trywait` armed an FI_WAIT_FD object: the bell thread, started now if need be, must
+    /// watch its endpoints' wake words. False if it cannot run (nobody would ring).
+    pub fn bell_armed(self: &Arc<Self>) -> bool {
+        let mut bell = self.bell.lock().unwrap_or_else(|p| p.into_inner());
+        match bell.as_ref() {
+            Some(b) => b.poke(),
+            None => match crate::waitfd::Bell::start(self, Arc::clone(&self.bell_control)) {
+                Ok(b) => *bell = Some(b),
+                Err(e) => {
+                    crate::warn!(Domain, "cannot start the thread that wakes FI_WAIT_FD waiters: {e}");
+                    return false;
+                }
+            },
+        }
+        true
     }
 
     /// Lock the domain; a panic while locked does not wedge it forever.

@@ -27,6 +27,7 @@ pub mod poll;
 pub mod progress;
 pub mod stubs;
 pub mod wait;
+pub mod waitfd;
 
 use rshm_ffi as ffi;
 use std::ffi::c_char;

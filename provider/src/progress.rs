@@ -276,7 +276,7 @@ fn stand_aside(domain: &Weak<DomainShared>, control: &Control) {
     }
 }
 
-fn futex_wait_private(word: &AtomicU32, expected: u32, timeout: Duration) {
+pub(crate) fn futex_wait_private(word: &AtomicU32, expected: u32, timeout: Duration) {
     let ts = libc::timespec { tv_sec: timeout.as_secs() as libc::time_t, tv_nsec: timeout.subsec_nanos() as _ };
     // SAFETY: FUTEX_WAIT_PRIVATE on a live, aligned u32 of this process with a timespec we own;
     // the kernel only compares and sleeps.
@@ -285,7 +285,7 @@ fn futex_wait_private(word: &AtomicU32, expected: u32, timeout: Duration) {
     };
 }
 
-fn futex_wake_private(word: &AtomicU32) {
+pub(crate) fn futex_wake_private(word: &AtomicU32) {
     // SAFETY: FUTEX_WAKE_PRIVATE on a live, aligned u32 of this process; wakes every sleeper.
     unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG, i32::MAX) };
 }

@@ -1,10 +1,15 @@
-//! `fi_trywait`: rshm's CQs and counters sleep on futexes inside `fi_cq_sread`/`fi_cntr_wait`,
-//! and offer no file descriptors, so trywait only answers whether anything is ready now.
+//! `fi_trywait`: whether the application may block on the wait objects of CQs and counters.
+//! Those opened with FI_WAIT_FD are armed, so that a peer's arrival makes their descriptor
+//! readable (`waitfd`); the others (rshm's blocking reads sleep on futexes inside the provider)
+//! are only asked whether something is ready now.
 
 use crate::error::FiError;
+use crate::waitfd::{try_arm, Waitable};
 use rshm_ffi as ffi;
 
-/// `fi_trywait`: `-FI_EAGAIN` if any CQ has completions ready, else 0.
+/// `fi_trywait`: 0 if the caller may block on every object's wait object, `-FI_EAGAIN` if any
+/// has completions to read first. Objects that are neither CQs nor counters of ours are left
+/// alone.
 pub(crate) unsafe extern "C" fn trywait(_fabric: *mut ffi::fid_fabric, fids: *mut *mut ffi::fid, count: i32) -> i32 {
     crate::guard("fi_trywait", FiError::OTHER.code(), || {
         if fids.is_null() || count < 0 {
@@ -13,13 +18,18 @@ pub(crate) unsafe extern "C" fn trywait(_fabric: *mut ffi::fid_fabric, fids: *mu
         for i in 0..count as usize {
             // SAFETY: the caller's array of `count` fids.
             let fid = unsafe { *fids.add(i) };
-            // SAFETY: fids are live objects of ours, per the libfabric contract.
-            if let Ok(cq) = unsafe { crate::cq::get(fid) } {
-                let mut st = cq.shared.lock();
-                crate::progress::cq(&mut st, cq.id);
-                if st.cqs.get(cq.id).is_some_and(|c| !c.events.is_empty()) {
-                    return FiError::AGAIN.code();
-                }
+            // SAFETY: fids are live objects of ours, per the libfabric contract (`get` checks the
+            // class before it uses one as a CQ).
+            let cq = unsafe { crate::cq::get(fid) };
+            // SAFETY: as above, for a counter.
+            let cntr = unsafe { crate::cntr::get(fid) };
+            let armed = match (cq, cntr) {
+                (Ok(cq), _) => try_arm(&cq.shared, Waitable::Cq(cq.id)),
+                (_, Ok(c)) => try_arm(&c.shared, Waitable::Cntr(c.id)),
+                _ => Ok(()),
+            };
+            if let Err(e) = armed {
+                return e.code();
             }
         }
         0

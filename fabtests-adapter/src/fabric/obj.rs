@@ -121,6 +121,21 @@ impl Fabric {
         // SAFETY: ptr is an open fid_fabric.
         unsafe { (*self.ptr).api_version }
     }
+
+    /// `fi_trywait(fabric, fids, count)`.
+    pub fn trywait(&self, fids: &mut [*mut ffi::fid]) -> c_int {
+        // SAFETY: ptr is an open fid_fabric; `fids` holds `len` fids the caller keeps open.
+        unsafe { call!((*self.ptr).ops, trywait(self.ptr, fids.as_mut_ptr(), fids.len() as c_int)) }
+    }
+}
+
+/// `fi_control(fid, command, arg)`.
+///
+/// # Safety
+/// `fid` is an open object and `arg` what `command` expects of it (fi_control(3)).
+pub unsafe fn control(fid: *mut ffi::fid, command: u32, arg: *mut c_void) -> c_int {
+    // SAFETY: per the contract, fid is open, so fid->ops is its valid ops table.
+    unsafe { call!((*fid).ops, control(fid, command as c_int, arg)) }
 }
 
 impl Domain {

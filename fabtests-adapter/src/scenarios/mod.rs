@@ -15,6 +15,7 @@ mod progress;
 mod rma;
 mod rma_util;
 mod unit;
+mod wait_fd;
 
 use crate::harness::{Completion, Node, NodeCfg, Rank, TResult, Tx};
 use crate::{bail, ensure};
@@ -54,6 +55,7 @@ pub fn all() -> Vec<Scenario> {
     v.extend(access::scenarios());
     v.extend(counters::scenarios());
     v.extend(progress::scenarios());
+    v.extend(wait_fd::scenarios());
     v.extend(kill::scenarios());
     v
 }

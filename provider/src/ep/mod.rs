@@ -88,11 +88,7 @@ impl Sinks<'_> {
         crate::debug!(EpData, "completion {event:?} wanted {wanted} cq {cq:?} cntr {cntr:?}");
         let failed = matches!(event, CqEvent::Failed { .. });
         if let Some(c) = cntr.and_then(|id| self.cntrs.get_mut(id)) {
-            if failed {
-                c.errors += 1;
-            } else {
-                c.value += 1;
-            }
+            c.count(failed);
         }
         if failed || wanted {
             if let Some(q) = cq.and_then(|id| self.cqs.get_mut(id)) {
@@ -116,7 +112,7 @@ impl Sinks<'_> {
         let mr_cntr = mr_cntr.filter(|&m| Some(m) != ep_cntr);
         for id in [ep_cntr, mr_cntr].into_iter().flatten() {
             if let Some(c) = self.cntrs.get_mut(id) {
-                c.value += 1;
+                c.count(false);
             }
         }
     }

@@ -610,6 +610,11 @@ impl WaitHandle {
     pub fn wait_on(&self, seq: u32) -> crate::wake::WaitOn<'_> {
         crate::wake::WaitOn { word: &self.region.wake_word().seq, expected: seq, private: false }
     }
+
+    /// Whether a sender woke the word since `arm` returned `seq`.
+    pub fn woken_since(&self, seq: u32) -> bool {
+        self.region.wake_word().seq.load(crate::sync::Ordering::SeqCst) != seq
+    }
 }
 
 impl Drop for Endpoint {

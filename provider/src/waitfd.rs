@@ -1,0 +1,297 @@
+//! FI_WAIT_FD: CQs and counters whose wait object is a file descriptor that the application
+//! blocks on itself (poll, epoll, select) after `fi_trywait` said it may.
+//!
+//! Peers wake an endpoint through the futex word in its region, which no file descriptor can
+//! watch. So the descriptor is an eventfd of the CQ or counter (`WaitFd`), and one thread of the
+//! domain (`Bell`, started by the first `fi_trywait` that arms anything) sleeps on the wake words
+//! of the armed objects' endpoints and writes the eventfd of each object whose endpoint a peer
+//! woke. `fi_trywait` drains the eventfd, drives the endpoints, arms their wake words and drives
+//! them again, so that nothing published in between goes unseen, and answers -FI_EAGAIN instead
+//! when something is ready. A completion made by a thread of this process (the auto-progress
+//! thread, another application thread) into an armed object rings it at once. The next read, a
+//! ring, or the next `fi_trywait` disarms. Senders pay nothing unless an object is armed: these
+//! are the wake words that blocking reads arm.
+
+use crate::domain::{DomainShared, DomainState};
+use crate::error::{FiError, FiResult};
+use smr_core::endpoint::WaitHandle;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+/// The eventfd of a CQ or counter opened with FI_WAIT_FD, and the wake words armed for it.
+pub struct WaitFd {
+    fd: OwnedFd,
+    /// The endpoints' wake words `fi_trywait` armed, each with the sequence it was armed at.
+    armed: Vec<(WaitHandle, u32)>,
+    /// A counter's value and error count as the application last read them: `fi_trywait` says
+    /// -FI_EAGAIN while they differ.
+    pub seen: (u64, u64),
+}
+
+impl WaitFd {
+    pub fn new() -> std::io::Result<WaitFd> {
+        // SAFETY: eventfd takes no pointers; it returns a new descriptor or -1.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: `fd` is a descriptor we just opened and own alone.
+        Ok(WaitFd { fd: unsafe { OwnedFd::from_raw_fd(fd) }, armed: Vec::new(), seen: (0, 0) })
+    }
+
+    /// What `fi_control(FI_GETWAIT)` hands out.
+    pub fn raw(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+
+    pub fn is_armed(&self) -> bool {
+        !self.armed.is_empty()
+    }
+
+    /// Something completed into the object in this process (not through a peer's wake-up): the
+    /// application, if it blocks on the descriptor, must wake.
+    #[inline]
+    pub fn changed(&mut self) {
+        if self.is_armed() {
+            self.ring();
+        }
+    }
+
+    /// Make the descriptor readable, and stop watching: the application will read.
+    pub fn ring(&mut self) {
+        let one = 1u64;
+        // SAFETY: writes 8 bytes from a local into our eventfd. It fails only when the counter
+        // would overflow (then it is readable anyway).
+        unsafe { libc::write(self.fd.as_raw_fd(), (&one as *const u64).cast(), 8) };
+        self.disarm();
+    }
+
+    /// Take back what rang before: the descriptor stays readable until drained.
+    fn drain(&self) {
+        let mut n = 0u64;
+        // SAFETY: reads at most 8 bytes into a local; non-blocking, so it returns at once.
+        unsafe { libc::read(self.fd.as_raw_fd(), (&mut n as *mut u64).cast(), 8) };
+    }
+
+    pub fn disarm(&mut self) {
+        for (h, _) in self.armed.drain(..) {
+            h.disarm();
+        }
+    }
+
+    /// Whether a peer woke one of the armed wake words.
+    fn woken(&self) -> bool {
+        self.armed.iter().any(|(h, seq)| h.woken_since(*seq))
+    }
+}
+
+impl Drop for WaitFd {
+    fn drop(&mut self) {
+        self.disarm();
+    }
+}
+
+/// An object `fi_trywait` can be asked about.
+#[derive(Clone, Copy)]
+pub enum Waitable {
+    Cq(usize),
+    Cntr(usize),
+}
+
+/// Drive what can complete into `w`; true if something is ready for the application to read:
+/// a CQ entry, or a counter that moved since the application last read it (an object without
+/// a descriptor: since ever, so never).
+fn ready(st: &mut DomainState, w: Waitable) -> bool {
+    match w {
+        Waitable::Cq(id) => {
+            crate::progress::cq(st, id);
+            st.cqs.get(id).is_some_and(|c| !c.events.is_empty())
+        }
+        Waitable::Cntr(id) => {
+            crate::progress::cntr(st, id);
+            st.cntrs.get(id).is_some_and(|c| c.wait_fd.as_ref().is_some_and(|fd| fd.seen != (c.value, c.errors)))
+        }
+    }
+}
+
+fn wait_fd(st: &mut DomainState, w: Waitable) -> Option<&mut WaitFd> {
+    match w {
+        Waitable::Cq(id) => st.cqs.get_mut(id)?.wait_fd.as_mut(),
+        Waitable::Cntr(id) => st.cntrs.get_mut(id)?.wait_fd.as_mut(),
+    }
+}
+
+fn endpoints(st: &DomainState, w: Waitable) -> Vec<usize> {
+    match w {
+        Waitable::Cq(id) => st.cqs.get(id).map(|c| c.eps.clone()).unwrap_or_default(),
+        Waitable::Cntr(id) => crate::progress::cntr_wait_eps(st, id).unwrap_or_default(),
+    }
+}
+
+/// `fi_trywait` for one object: Ok(()) if the application may block on its descriptor now (it
+/// is armed), -FI_EAGAIN if something is ready to read first. An object without FI_WAIT_FD is
+/// only asked whether something is ready.
+pub fn try_arm(shared: &Arc<DomainShared>, w: Waitable) -> FiResult<()> {
+    // Poll a little first, as a blocking read does (`block::SPIN`): an answer microseconds away
+    // then costs no sleep and no two wake-ups (the bell thread's, then the application's).
+    let spin_end = std::time::Instant::now() + crate::block::SPIN;
+    loop {
+        shared.app_polls();
+        if ready(&mut shared.lock(), w) {
+            return Err(FiError::AGAIN);
+        }
+        if std::time::Instant::now() >= spin_end {
+            break;
+        }
+        for _ in 0..32 {
+            std::hint::spin_loop();
+        }
+    }
+    let mut st = shared.lock();
+    let Some(fd) = wait_fd(&mut st, w) else {
+        return if ready(&mut st, w) { Err(FiError::AGAIN) } else { Ok(()) };
+    };
+    fd.drain();
+    fd.disarm();
+    if ready(&mut st, w) {
+        return Err(FiError::AGAIN);
+    }
+    let armed: Vec<(WaitHandle, u32)> = endpoints(&st, w)
+        .iter()
+        .filter_map(|&id| st.eps.get(id)?.engine.as_ref().map(|e| e.wait_handle()))
+        .map(|h| {
+            let seq = h.arm();
+            (h, seq)
+        })
+        .collect();
+    // What a peer published before the words were armed woke nobody: look once more.
+    if ready(&mut st, w) {
+        for (h, _) in armed {
+            h.disarm();
+        }
+        return Err(FiError::AGAIN);
+    }
+    if let Some(fd) = wait_fd(&mut st, w) {
+        fd.armed = armed;
+    }
+    drop(st);
+    if !shared.bell_armed() {
+        if let Some(fd) = wait_fd(&mut shared.lock(), w) {
+            fd.disarm();
+        }
+        return Err(FiError::OTHER);
+    }
+    Ok(())
+}
+
+/// What the bell thread sleeps on besides the wake words: a private word bumped to make it
+/// look again (an object was armed, the domain is closing).
+#[derive(Default)]
+pub struct BellControl {
+    seq: AtomicU32,
+    stop: AtomicBool,
+}
+
+impl BellControl {
+    pub fn poke(&self) {
+        self.seq.fetch_add(1, Ordering::SeqCst);
+        crate::progress::futex_wake_private(&self.seq);
+    }
+}
+
+/// The domain's thread that turns peers' wake-ups of armed objects into eventfd writes.
+pub struct Bell {
+    control: Arc<BellControl>,
+    handle: Option<std::thread::JoinHandle<()>>,
+}
+
+/// Longest sleep without a wake-up (a backstop: an object armed meanwhile pokes the thread).
+const IDLE: Duration = Duration::from_secs(1);
+
+impl Bell {
+    pub fn start(shared: &Arc<DomainShared>, control: Arc<BellControl>) -> std::io::Result<Bell> {
+        let weak = Arc::downgrade(shared);
+        let c = Arc::clone(&control);
+        let handle = std::thread::Builder::new().name("rshm-bell".into()).spawn(move || run(weak, c))?;
+        Ok(Bell { control, handle: Some(handle) })
+    }
+
+    pub fn poke(&self) {
+        self.control.poke();
+    }
+
+    /// Stop the thread and wait for it.
+    pub fn stop(mut self) {
+        self.control.stop.store(true, Ordering::SeqCst);
+        self.control.poke();
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+fn run(domain: Weak<DomainShared>, control: Arc<BellControl>) {
+    while !control.stop.load(Ordering::SeqCst) {
+        let control_seq = control.seq.load(Ordering::SeqCst);
+        // The domain is held only while the thread looks at it, never while it sleeps.
+        let Some(shared) = domain.upgrade() else { return };
+        let watched: Vec<(WaitHandle, u32)> = {
+            let mut st = shared.lock();
+            ring_woken(&mut st);
+            let cqs = st.cqs.iter().filter_map(|(_, c)| c.wait_fd.as_ref());
+            let cntrs = st.cntrs.iter().filter_map(|(_, c)| c.wait_fd.as_ref());
+            cqs.chain(cntrs).flat_map(|fd| fd.armed.iter().cloned()).collect()
+        };
+        drop(shared);
+        let mut words: Vec<smr_core::wake::WaitOn<'_>> = watched.iter().map(|(h, seq)| h.wait_on(*seq)).collect();
+        words.push(smr_core::wake::WaitOn { word: &control.seq, expected: control_seq, private: true });
+        if !smr_core::wake::sleep_any(&words, IDLE) {
+            // No futex_waitv (before Linux 5.16) or too many words: look again every millisecond.
+            crate::progress::futex_wait_private(&control.seq, control_seq, Duration::from_millis(1));
+        }
+    }
+}
+
+/// Ring every armed object one of whose endpoints a peer woke.
+fn ring_woken(st: &mut DomainState) {
+    let cqs = st.cqs.iter_mut().filter_map(|(_, c)| c.wait_fd.as_mut());
+    let cntrs = st.cntrs.iter_mut().filter_map(|(_, c)| c.wait_fd.as_mut());
+    for fd in cqs.chain(cntrs) {
+        if fd.is_armed() && fd.woken() {
+            fd.ring();
+        }
+    }
+}
+
+/// `fi_control` of a CQ or counter: FI_GETWAITOBJ says which wait object it has, FI_GETWAIT
+/// gives the descriptor of an FI_WAIT_FD one (other wait objects have nothing to hand out).
+///
+/// # Safety
+/// `arg` is NULL or, for those two commands, the caller's `enum fi_wait_obj` or `int`.
+pub unsafe fn control(
+    command: i32,
+    arg: *mut std::ffi::c_void,
+    wait_obj: rshm_ffi::fi_wait_obj,
+    fd: Option<&WaitFd>,
+) -> i32 {
+    use rshm_ffi as ffi;
+    match command as u32 {
+        _ if arg.is_null() => FiError::INVAL.code(),
+        ffi::FI_GETWAITOBJ => {
+            // SAFETY: per the contract, the caller's enum fi_wait_obj.
+            unsafe { arg.cast::<ffi::fi_wait_obj>().write_unaligned(wait_obj) };
+            0
+        }
+        ffi::FI_GETWAIT => match fd {
+            Some(fd) => {
+                // SAFETY: per the contract, the caller's int.
+                unsafe { arg.cast::<std::ffi::c_int>().write_unaligned(fd.raw()) };
+                0
+            }
+            None => FiError::NOSYS.code(),
+        },
+        _ => FiError::NOSYS.code(),
+    }
+}
