@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 pub type Bound = fn(&DomainState, usize) -> Option<Vec<usize>>;
 
 pub fn cq_eps(st: &DomainState, id: usize) -> Option<Vec<usize>> {
-    st.cqs.get(id).map(|c| c.eps.clone())
+    st.cqs.get(id).map(|c| c.eps.to_vec())
 }
 
 /// How long a blocking wait polls (driving progress) before it sleeps.

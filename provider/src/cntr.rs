@@ -18,7 +18,7 @@ pub struct CntrState {
     pub mrs: usize,
     pub wait_obj: ffi::fi_wait_obj,
     /// The descriptor of an FI_WAIT_FD counter (`waitfd`).
-    pub wait_fd: Option<crate::waitfd::WaitFd>,
+    pub wait_fd: Option<Box<crate::waitfd::WaitFd>>,
 }
 
 impl CntrState {
@@ -83,10 +83,10 @@ pub(crate) unsafe extern "C" fn cntr_open(
                 match attr.wait_obj {
                     ffi::FI_WAIT_NONE | ffi::FI_WAIT_UNSPEC | ffi::FI_WAIT_YIELD | ffi::FI_WAIT_MUTEX_COND => {}
                     ffi::FI_WAIT_FD => {
-                        state.wait_fd = Some(crate::waitfd::WaitFd::new().map_err(|e| {
+                        state.wait_fd = Some(Box::new(crate::waitfd::WaitFd::new().map_err(|e| {
                             crate::warn!(Domain, "fi_cntr_open: no eventfd for FI_WAIT_FD: {e}");
                             FiError::NOMEM
-                        })?)
+                        })?))
                     }
                     other => {
                         crate::warn!(Domain, "fi_cntr_open: wait object {other} not supported");
@@ -121,7 +121,7 @@ unsafe extern "C" fn cntr_control(fid: *mut ffi::fid, command: c_int, arg: *mut 
         let Some(state) = st.cntrs.get(c.id) else { return FiError::INVAL.code() };
         // SAFETY: FI_GETWAIT and FI_GETWAITOBJ give `arg` as the caller's int / enum
         // fi_wait_obj to fill (fi_control(3)); NULL is refused.
-        unsafe { crate::waitfd::control(command, arg, state.wait_obj, state.wait_fd.as_ref()) }
+        unsafe { crate::waitfd::control(command, arg, state.wait_obj, state.wait_fd.as_deref()) }
     })
 }
 

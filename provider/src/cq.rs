@@ -32,17 +32,35 @@ pub enum CqEvent {
     Failed { entry: Completion, err: u32, olen: usize },
 }
 
+// Every read of a CQ indexes the domain's slab of these: kept at 64 bytes (a shift, not a
+// multiply, and one line), which is why `eps` is a boxed slice and the descriptor boxed.
 pub struct CqState {
     pub format: ffi::fi_cq_format,
+    pub wait_obj: ffi::fi_wait_obj,
     pub events: VecDeque<CqEvent>,
     /// Endpoints bound to this CQ (domain slab keys): the ones its reads progress.
-    pub eps: Vec<usize>,
-    pub wait_obj: ffi::fi_wait_obj,
+    pub eps: Box<[usize]>,
     /// The descriptor of an FI_WAIT_FD CQ (`waitfd`).
-    pub wait_fd: Option<crate::waitfd::WaitFd>,
+    pub wait_fd: Option<Box<crate::waitfd::WaitFd>>,
 }
 
+const _: () = assert!(size_of::<CqState>() == 64);
+
 impl CqState {
+    /// An endpoint bound to this CQ (once).
+    pub fn bind_ep(&mut self, ep: usize) -> bool {
+        if self.eps.contains(&ep) {
+            return false;
+        }
+        self.eps = self.eps.iter().copied().chain([ep]).collect();
+        true
+    }
+
+    /// An endpoint unbound from it (closed).
+    pub fn unbind_ep(&mut self, ep: usize) {
+        self.eps = self.eps.iter().copied().filter(|&e| e != ep).collect();
+    }
+
     pub fn push(&mut self, ev: CqEvent) {
         self.events.push_back(ev);
         if let Some(fd) = &mut self.wait_fd {
@@ -120,7 +138,13 @@ pub(crate) unsafe extern "C" fn cq_open(
             if attr.wait_cond != ffi::FI_CQ_COND_NONE && attr.wait_cond != ffi::FI_CQ_COND_THRESHOLD {
                 return Err(FiError::INVAL);
             }
-            let state = CqState { format, events: VecDeque::new(), eps: Vec::new(), wait_obj: attr.wait_obj, wait_fd };
+            let state = CqState {
+                format,
+                wait_obj: attr.wait_obj,
+                events: VecDeque::new(),
+                eps: Box::new([]),
+                wait_fd: wait_fd.map(Box::new),
+            };
             let id = dom.shared.lock().cqs.insert(state);
             let obj = object::into_raw(Cq {
                 fid: ffi::fid_cq {
@@ -162,7 +186,7 @@ unsafe extern "C" fn cq_control(fid: *mut ffi::fid, command: c_int, arg: *mut c_
         let Some(state) = st.cqs.get(cq.id) else { return FiError::INVAL.code() };
         // SAFETY: (both arms) FI_GETWAIT and FI_GETWAITOBJ give `arg` as the caller's int /
         // enum fi_wait_obj to fill (fi_control(3)); NULL is refused.
-        unsafe { crate::waitfd::control(command, arg, state.wait_obj, state.wait_fd.as_ref()) }
+        unsafe { crate::waitfd::control(command, arg, state.wait_obj, state.wait_fd.as_deref()) }
     })
 }
 
@@ -217,15 +241,17 @@ fn read_locked(
     src: *mut u64,
     drive: bool,
 ) -> FiResult<usize> {
-    let Some(cq) = st.cqs.get_mut(id) else { return Err(FiError::INVAL) };
-    if let Some(fd) = &mut cq.wait_fd {
-        // The application reads: no peer needs to wake its descriptor any more.
-        fd.disarm();
+    if !st.cqs.contains(id) {
+        return Err(FiError::INVAL);
     }
     if drive && crate::progress::cq(st, id) > 0 {
         shared.completed();
     }
     let cq = &mut st.cqs[id];
+    if cq.wait_fd.is_some() {
+        // The application reads: no peer needs to wake its descriptor any more.
+        crate::waitfd::reading(&mut cq.wait_fd);
+    }
     match cq.events.front() {
         None => return Err(FiError::AGAIN),
         Some(CqEvent::Failed { .. }) => return Err(FiError::AVAIL),

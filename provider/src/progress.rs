@@ -47,7 +47,7 @@ fn drive_these(st: &mut DomainState, ids: impl FnOnce(&DomainState) -> Option<&[
 /// Drive the endpoints bound to CQ `cq`.
 #[inline(always)]
 pub fn cq(st: &mut DomainState, cq: usize) -> usize {
-    drive_these(st, |st| st.cqs.get(cq).map(|c| c.eps.as_slice()))
+    drive_these(st, |st| st.cqs.get(cq).map(|c| &c.eps[..]))
 }
 
 /// The endpoints that can move a counter.

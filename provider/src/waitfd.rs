@@ -93,6 +93,16 @@ impl Drop for WaitFd {
     }
 }
 
+/// The application reads an FI_WAIT_FD object: no peer needs to wake its descriptor any more.
+/// Out of line: every read of every CQ checks for a descriptor, and most have none.
+#[cold]
+#[inline(never)]
+pub fn reading(fd: &mut Option<Box<WaitFd>>) {
+    if let Some(fd) = fd {
+        fd.disarm();
+    }
+}
+
 /// An object `fi_trywait` can be asked about.
 #[derive(Clone, Copy)]
 pub enum Waitable {
@@ -118,14 +128,14 @@ fn ready(st: &mut DomainState, w: Waitable) -> bool {
 
 fn wait_fd(st: &mut DomainState, w: Waitable) -> Option<&mut WaitFd> {
     match w {
-        Waitable::Cq(id) => st.cqs.get_mut(id)?.wait_fd.as_mut(),
-        Waitable::Cntr(id) => st.cntrs.get_mut(id)?.wait_fd.as_mut(),
+        Waitable::Cq(id) => st.cqs.get_mut(id)?.wait_fd.as_deref_mut(),
+        Waitable::Cntr(id) => st.cntrs.get_mut(id)?.wait_fd.as_deref_mut(),
     }
 }
 
 fn endpoints(st: &DomainState, w: Waitable) -> Vec<usize> {
     match w {
-        Waitable::Cq(id) => st.cqs.get(id).map(|c| c.eps.clone()).unwrap_or_default(),
+        Waitable::Cq(id) => st.cqs.get(id).map(|c| c.eps.to_vec()).unwrap_or_default(),
         Waitable::Cntr(id) => crate::progress::cntr_wait_eps(st, id).unwrap_or_default(),
     }
 }

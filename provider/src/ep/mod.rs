@@ -298,7 +298,7 @@ fn unbind_all(st: &mut DomainState, id: usize) {
     let av = ep.av.take();
     for cq in bound.cqs {
         if let Some(c) = st.cqs.get_mut(cq) {
-            c.eps.retain(|&e| e != id);
+            c.unbind_ep(id);
         }
     }
     for cntr in bound.cntrs {
@@ -384,9 +384,7 @@ fn bind(ep: &Ep, bfid: *mut ffi::fid, flags: u64) -> FiResult<()> {
                 b.rx_cq = Some(cq.id);
                 b.rx_selective = selective;
             }
-            let eps = &mut st.cqs[cq.id].eps;
-            if !eps.contains(&ep.id) {
-                eps.push(ep.id);
+            if st.cqs[cq.id].bind_ep(ep.id) {
                 st.eps[ep.id].bound.cqs.push(cq.id);
             }
         }
