@@ -220,6 +220,13 @@ pub struct Bell {
 /// Longest sleep without a wake-up (a backstop: an object armed meanwhile pokes the thread).
 const IDLE: Duration = Duration::from_secs(1);
 
+/// While an armed object's endpoints have operations outstanding, the thread rings it at least
+/// this often even if no peer woke it: a peer that died never will, and only the application's
+/// next read (its progress pass, and the liveness checks in it) turns what waited on that peer
+/// into error completions. So a dead peer costs a waiter in poll(2) this much at most on top of
+/// the liveness checks' own bound, instead of a hang.
+const OUTSTANDING_CHECK: Duration = Duration::from_millis(250);
+
 impl Bell {
     pub fn start(shared: &Arc<DomainShared>, control: Arc<BellControl>) -> std::io::Result<Bell> {
         let weak = Arc::downgrade(shared);
@@ -243,36 +250,68 @@ impl Bell {
 }
 
 fn run(domain: Weak<DomainShared>, control: Arc<BellControl>) {
+    let mut last_check = std::time::Instant::now();
     while !control.stop.load(Ordering::SeqCst) {
         let control_seq = control.seq.load(Ordering::SeqCst);
         // The domain is held only while the thread looks at it, never while it sleeps.
         let Some(shared) = domain.upgrade() else { return };
-        let watched: Vec<(WaitHandle, u32)> = {
+        let (watched, waiting) = {
             let mut st = shared.lock();
-            ring_woken(&mut st);
+            let check = last_check.elapsed() >= OUTSTANDING_CHECK;
+            if check {
+                last_check = std::time::Instant::now();
+            }
+            let waiting = ring(&mut st, check);
             let cqs = st.cqs.iter().filter_map(|(_, c)| c.wait_fd.as_ref());
             let cntrs = st.cntrs.iter().filter_map(|(_, c)| c.wait_fd.as_ref());
-            cqs.chain(cntrs).flat_map(|fd| fd.armed.iter().cloned()).collect()
+            let watched: Vec<(WaitHandle, u32)> = cqs.chain(cntrs).flat_map(|fd| fd.armed.iter().cloned()).collect();
+            (watched, waiting)
         };
         drop(shared);
         let mut words: Vec<smr_core::wake::WaitOn<'_>> = watched.iter().map(|(h, seq)| h.wait_on(*seq)).collect();
         words.push(smr_core::wake::WaitOn { word: &control.seq, expected: control_seq, private: true });
-        if !smr_core::wake::sleep_any(&words, IDLE) {
+        let sleep = if waiting { OUTSTANDING_CHECK.saturating_sub(last_check.elapsed()) } else { IDLE };
+        if !smr_core::wake::sleep_any(&words, sleep) {
             // No futex_waitv (before Linux 5.16) or too many words: look again every millisecond.
             crate::progress::futex_wait_private(&control.seq, control_seq, Duration::from_millis(1));
         }
     }
 }
 
-/// Ring every armed object one of whose endpoints a peer woke.
-fn ring_woken(st: &mut DomainState) {
-    let cqs = st.cqs.iter_mut().filter_map(|(_, c)| c.wait_fd.as_mut());
-    let cntrs = st.cntrs.iter_mut().filter_map(|(_, c)| c.wait_fd.as_mut());
-    for fd in cqs.chain(cntrs) {
-        if fd.is_armed() && fd.woken() {
+/// Ring every armed object one of whose endpoints a peer woke, and with `check`, every armed
+/// object one of whose endpoints has operations outstanding (`OUTSTANDING_CHECK`). Returns
+/// whether an armed object is left whose endpoints have operations outstanding.
+fn ring(st: &mut DomainState, check: bool) -> bool {
+    let busy = |st: &DomainState, eps: &[usize]| {
+        eps.iter().any(|&id| {
+            st.eps
+                .get(id)
+                .is_some_and(|e| !e.tx_ops.is_empty() || e.engine.as_ref().is_some_and(|g| g.outstanding() > 0))
+        })
+    };
+    let mut waiting = false;
+    let ids: Vec<Waitable> = st
+        .cqs
+        .iter()
+        .filter(|(_, c)| c.wait_fd.as_ref().is_some_and(|fd| fd.is_armed()))
+        .map(|(id, _)| Waitable::Cq(id))
+        .chain(
+            st.cntrs
+                .iter()
+                .filter(|(_, c)| c.wait_fd.as_ref().is_some_and(|fd| fd.is_armed()))
+                .map(|(id, _)| Waitable::Cntr(id)),
+        )
+        .collect();
+    for w in ids {
+        let outstanding = busy(st, &endpoints(st, w));
+        let Some(fd) = wait_fd(st, w) else { continue };
+        if fd.woken() || (check && outstanding) {
             fd.ring();
+        } else {
+            waiting |= outstanding;
         }
     }
+    waiting
 }
 
 /// `fi_control` of a CQ or counter: FI_GETWAITOBJ says which wait object it has, FI_GETWAIT

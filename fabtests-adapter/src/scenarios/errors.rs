@@ -258,7 +258,7 @@ fn close_busy(r: &mut Rank) -> TResult {
 }
 
 /// One message each way, so both sides are connected before the interesting part.
-fn handshake(r: &mut Rank, node: &mut Node, peer: FiAddr) -> TResult {
+pub(super) fn handshake(r: &mut Rank, node: &mut Node, peer: FiAddr) -> TResult {
     let rid = node.recv(16, peer, &Default::default())?;
     let sid = node.send(&pattern(r.rank as u64, 16), peer, &Tx::default())?;
     node.wait_ok(sid, "handshake send")?;

@@ -10,6 +10,10 @@
 //! - with a message already in rank 0's queue, `fi_trywait` says -FI_EAGAIN;
 //! - the same for a receive counter opened with FI_WAIT_FD: its descriptor wakes rank 0 and
 //!   `fi_cntr_read` has moved.
+//!
+//! `progress/wait_fd_dead_peer`: rank 0 blocks in poll(2) on its CQ's descriptor with a 1 MiB
+//! send in flight to rank 1, which never receives it and is SIGKILLed: nothing will ever come
+//! from rank 1, yet the descriptor must wake and the send complete with an error (not hang).
 
 use super::{finish, scn, setup, Scenario};
 use crate::fabric::Cq;
@@ -20,13 +24,22 @@ use std::ffi::c_void;
 use std::time::{Duration, Instant};
 
 pub fn scenarios() -> Vec<Scenario> {
-    vec![scn(
-        "progress/wait_fd",
-        2,
-        40,
-        wait_fd,
-        "FI_WAIT_FD CQ and counter: fi_trywait, then poll(2) on the descriptor until a peer's message arrives",
-    )]
+    vec![
+        scn(
+            "progress/wait_fd",
+            2,
+            40,
+            wait_fd,
+            "FI_WAIT_FD CQ and counter: fi_trywait, then poll(2) on the descriptor until a peer's message arrives",
+        ),
+        scn(
+            "progress/wait_fd_dead_peer",
+            2,
+            40,
+            dead_peer,
+            "FI_WAIT_FD CQ: a send in flight to a peer SIGKILLed while we block in poll(2) fails; the descriptor wakes",
+        ),
+    ]
 }
 
 const LEN: usize = 64;
@@ -174,4 +187,46 @@ fn sender(r: &mut Rank, mut node: Node, peer: FiAddr) -> TResult {
     let id = node.send(&pattern(3, LEN), peer, &Tx::tagged(3))?;
     node.wait_ok(id, "send of the counted message")?;
     finish(r, &mut node)
+}
+
+fn dead_peer(r: &mut Rank) -> TResult {
+    let cfg = NodeCfg { cq_wait: ffi::FI_WAIT_FD, ..NodeCfg::default() };
+    {
+        let probe = Node::open(&r.prov, &NodeCfg::default(), r.timeout)?;
+        let mut attr = ffi::fi_cq_attr { format: cfg.cq_format, wait_obj: ffi::FI_WAIT_FD, ..Default::default() };
+        Cq::open(probe.domain(), &mut attr).nos("fi_cq_open(FI_WAIT_FD)")?;
+    }
+    let (mut node, addrs) = setup(r, &cfg)?;
+    let peer: FiAddr = addrs[1 - r.rank];
+    super::errors::handshake(r, &mut node, peer)?;
+    if r.rank == 1 {
+        // No progress from here on: the 1 MiB message is never received.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while r.pmi.get_with("blocking", None)?.is_none() {
+            ensure!(Instant::now() < deadline, "rank 0 never blocked");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        std::thread::sleep(LATE);
+        r.pmi.killme();
+    }
+    let cq = node.tx_cq().fid();
+    let fd = descriptor(cq, "cq")?;
+    let big = node.send(&pattern(7, 1 << 20), peer, &Tx::default())?;
+    r.pmi.set("blocking", "1");
+    r.pmi.step("blocked in poll(2) with a 1 MiB send in flight to a peer about to be killed");
+    let wall = Instant::now();
+    let done = loop {
+        if let Some(c) = node.poll_op(big)? {
+            break c;
+        }
+        ensure!(wall.elapsed() < Duration::from_secs(20), "no completion of the send 20 s after its peer was killed");
+        let (ret, woke, _) = trywait_and_poll(&node, cq, fd, Duration::from_secs(10))?;
+        if ret == 0 && !woke {
+            bail!("poll(2) on the CQ's descriptor slept 10 s with a send in flight to a dead peer");
+        }
+    };
+    ensure!(done.err != 0, "the 1 MiB send to a peer that never received it and was killed completed successfully");
+    r.pmi.step(&format!("the send failed with {} after {:?}", fabric::errname(-done.err), wall.elapsed()));
+    r.pmi.wait_exit_with(1, &mut node.progressor())?;
+    Ok(())
 }
