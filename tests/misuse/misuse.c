@@ -272,6 +272,17 @@ static long cancel_unknown_ctx(struct env *e) {
     return fi_cancel(&e->ep->fid, ctx);
 }
 static long cancel_null_ctx(struct env *e) { return fi_cancel(&e->ep->fid, NULL); }
+static long getwait_null_arg(struct env *e) {
+    struct fi_cq_attr cqa = {.format = FI_CQ_FORMAT_TAGGED, .wait_obj = FI_WAIT_FD};
+    struct fid_cq *cq;
+    SETUP(fi_cq_open(e->domain, &cqa, &cq, NULL));
+    return fi_control(&cq->fid, FI_GETWAIT, NULL);
+}
+static long getwait_without_fd(struct env *e) {
+    int fd = -1;
+    return fi_control(&e->cq->fid, FI_GETWAIT, &fd);
+}
+static long trywait_null_fids(struct env *e) { return fi_trywait(e->fabric, NULL, 1); }
 
 struct kase {
     const char *name;
@@ -296,6 +307,7 @@ static const struct kase cases[] = {
     K(mr_reg_unknown_access), K(control_unknown), K(setopt_unknown), K(getopt_null_len),
     K(atomic_bad_op), K(atomic_bad_datatype), K_OK(atomicvalid_null_count), K(read_null_buf),
     K(write_no_mr), K_OK(cntr_open_null_attr), K(cancel_unknown_ctx), K(cancel_null_ctx),
+    K(getwait_null_arg), K(getwait_without_fd), K(trywait_null_fids),
 };
 #define NCASES (sizeof(cases) / sizeof(cases[0]))
 
