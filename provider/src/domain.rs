@@ -74,7 +74,7 @@ pub struct DomainShared {
     /// The thread that rings FI_WAIT_FD descriptors (`waitfd`), started by the first
     /// `fi_trywait` that arms one.
     bell: Mutex<Option<crate::waitfd::Bell>>,
-    bell_control: Arc<crate::waitfd::BellControl>,
+    bell_control: Arc<crate::progress::ThreadControl>,
 }
 
 impl DomainShared {
@@ -135,7 +135,7 @@ impl DomainShared {
         let mut auto = self.auto.lock().unwrap_or_else(|p| p.into_inner());
         match auto.as_ref() {
             Some(t) => t.poke(),
-            None => match crate::progress::AutoThread::start(self) {
+            None => match crate::progress::start_auto(self) {
                 Ok(t) => *auto = Some(t),
                 Err(e) => crate::warn!(Domain, "cannot start the progress thread: {e}"),
             },
@@ -160,7 +160,7 @@ impl DomainShared {
         let mut bell = self.bell.lock().unwrap_or_else(|p| p.into_inner());
         match bell.as_ref() {
             Some(b) => b.poke(),
-            None => match crate::waitfd::Bell::start(self, Arc::clone(&self.bell_control)) {
+            None => match crate::waitfd::start_bell(self, Arc::clone(&self.bell_control)) {
                 Ok(b) => *bell = Some(b),
                 Err(e) => {
                     crate::warn!(Domain, "cannot start the thread that wakes FI_WAIT_FD waiters: {e}");

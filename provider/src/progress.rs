@@ -116,19 +116,78 @@ pub fn cntr_wait_eps(st: &DomainState, id: usize) -> Option<Vec<usize>> {
 /// sleep in a blocking wait.
 const ASIDE_CHECK: Duration = Duration::from_millis(1);
 
-/// The progress thread of an FI_PROGRESS_AUTO domain.
-pub struct AutoThread {
-    control: Arc<Control>,
+/// How a thread of the domain (the FI_PROGRESS_AUTO thread here, the FI_WAIT_FD bell of
+/// `waitfd`) is made to look again and told to stop: a private futex word it sleeps on besides
+/// the endpoints' wake words, bumped by `poke`, and a flag.
+#[derive(Default)]
+pub struct ThreadControl {
+    pub seq: AtomicU32,
+    pub stop: AtomicBool,
+}
+
+impl ThreadControl {
+    pub fn poke(&self) {
+        self.seq.fetch_add(1, Ordering::SeqCst);
+        futex_wake_private(&self.seq);
+    }
+
+    pub fn stopping(&self) -> bool {
+        self.stop.load(Ordering::SeqCst)
+    }
+}
+
+/// A thread that needs nothing else (the bell of `waitfd`).
+impl AsRef<ThreadControl> for ThreadControl {
+    fn as_ref(&self) -> &ThreadControl {
+        self
+    }
+}
+
+/// A thread of the domain, holding it only weakly (so that fi_close(domain) sees no extra
+/// reference while it sleeps), stopped and joined by `stop`.
+pub struct DomainThread<C: AsRef<ThreadControl> + Send + Sync + 'static> {
+    control: Arc<C>,
     handle: Option<std::thread::JoinHandle<()>>,
 }
 
-/// What the thread sleeps on besides the endpoints: a private word bumped to make it look again
-/// (an endpoint was enabled or closed, a waiter went to sleep, or the domain is closing); and
-/// what tells it that the application polls.
+impl<C: AsRef<ThreadControl> + Send + Sync + 'static> DomainThread<C> {
+    pub fn start(
+        name: &str,
+        shared: &Arc<DomainShared>,
+        control: Arc<C>,
+        run: fn(Weak<DomainShared>, Arc<C>),
+    ) -> std::io::Result<Self> {
+        let weak = Arc::downgrade(shared);
+        let c = Arc::clone(&control);
+        let handle = std::thread::Builder::new().name(name.into()).spawn(move || run(weak, c))?;
+        Ok(DomainThread { control, handle: Some(handle) })
+    }
+
+    /// Something it watches changed: look again.
+    pub fn poke(&self) {
+        (*self.control).as_ref().poke();
+    }
+
+    /// Stop the thread and wait for it (not from the thread itself).
+    pub fn stop(mut self) {
+        let control = (*self.control).as_ref();
+        control.stop.store(true, Ordering::SeqCst);
+        control.poke();
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+/// The progress thread of an FI_PROGRESS_AUTO domain.
+pub type AutoThread = DomainThread<Control>;
+
+/// What the thread sleeps on besides the endpoints: its `ThreadControl`, poked when an endpoint
+/// was enabled or closed, a waiter went to sleep, or the domain is closing; and what tells it
+/// that the application polls.
 #[derive(Default)]
 pub struct Control {
-    seq: AtomicU32,
-    stop: AtomicBool,
+    thread: ThreadControl,
     /// Application threads drive progress: the thread stands aside.
     aside: AtomicBool,
     /// Application progress calls, counted loosely (a lost increment between racing threads
@@ -136,12 +195,13 @@ pub struct Control {
     app_polls: AtomicU64,
 }
 
-impl Control {
-    fn poke(&self) {
-        self.seq.fetch_add(1, Ordering::SeqCst);
-        futex_wake_private(&self.seq);
+impl AsRef<ThreadControl> for Control {
+    fn as_ref(&self) -> &ThreadControl {
+        &self.thread
     }
+}
 
+impl Control {
     /// An application thread drives progress (every CQ or counter read, every spin of a wait).
     /// Two loads and a store on a line of this process: no atomic read-modify-write, no syscall.
     #[inline]
@@ -156,7 +216,7 @@ impl Control {
     /// the thread must be back on the wake words first.
     pub fn app_sleeps(&self) {
         if self.aside.swap(false, Ordering::SeqCst) {
-            self.poke();
+            self.thread.poke();
         }
     }
 }
@@ -164,32 +224,13 @@ impl Control {
 /// Longest sleep without a wake-up (a backstop; wake-ups are what normally end a sleep).
 const IDLE: Duration = Duration::from_secs(1);
 
-impl AutoThread {
-    pub fn start(shared: &Arc<DomainShared>) -> std::io::Result<AutoThread> {
-        let control = Arc::clone(&shared.progress);
-        let weak = Arc::downgrade(shared);
-        let c = Arc::clone(&control);
-        let handle = std::thread::Builder::new().name("rshm-progress".into()).spawn(move || run(weak, c))?;
-        Ok(AutoThread { control, handle: Some(handle) })
-    }
-
-    /// The set of endpoints changed: look again.
-    pub fn poke(&self) {
-        self.control.poke();
-    }
-
-    /// Stop the thread and wait for it (not from the thread itself).
-    pub fn stop(mut self) {
-        self.control.stop.store(true, Ordering::SeqCst);
-        self.control.poke();
-        if let Some(h) = self.handle.take() {
-            let _ = h.join();
-        }
-    }
+/// Start the progress thread of `shared`.
+pub fn start_auto(shared: &Arc<DomainShared>) -> std::io::Result<AutoThread> {
+    DomainThread::start("rshm-progress", shared, Arc::clone(&shared.progress), run)
 }
 
 fn run(domain: Weak<DomainShared>, control: Arc<Control>) {
-    while !control.stop.load(Ordering::SeqCst) {
+    while !control.thread.stopping() {
         if control.aside.load(Ordering::Relaxed) {
             stand_aside(&domain, &control);
             continue;
@@ -197,7 +238,7 @@ fn run(domain: Weak<DomainShared>, control: Arc<Control>) {
         // The thread holds the domain only while it works, so fi_close(domain) sees no extra
         // reference while the thread sleeps.
         let Some(shared) = domain.upgrade() else { return };
-        let control_seq = control.seq.load(Ordering::SeqCst);
+        let control_seq = control.thread.seq.load(Ordering::SeqCst);
         let (handles, events) = {
             let mut st = shared.lock();
             let handles: Vec<(WaitHandle, u32)> = st
@@ -219,7 +260,7 @@ fn run(domain: Weak<DomainShared>, control: Arc<Control>) {
         drop(shared);
         if events == 0 {
             let mut words: Vec<smr_core::wake::WaitOn<'_>> = handles.iter().map(|(h, seq)| h.wait_on(*seq)).collect();
-            words.push(smr_core::wake::WaitOn { word: &control.seq, expected: control_seq, private: true });
+            words.push(smr_core::wake::WaitOn { word: &control.thread.seq, expected: control_seq, private: true });
             if !smr_core::wake::sleep_any(&words, IDLE) {
                 // No futex_waitv (before Linux 5.16) or too many endpoints: sleep on the first
                 // endpoint, briefly, so the others are still served.
@@ -245,11 +286,11 @@ fn stand_aside(domain: &Weak<DomainShared>, control: &Control) {
     let mut polls = control.app_polls.load(Ordering::Relaxed);
     let mut driven: HashMap<usize, u64> = HashMap::new();
     loop {
-        let seq = control.seq.load(Ordering::SeqCst);
-        if control.stop.load(Ordering::SeqCst) || !control.aside.load(Ordering::SeqCst) {
+        let seq = control.thread.seq.load(Ordering::SeqCst);
+        if control.thread.stopping() || !control.aside.load(Ordering::SeqCst) {
             return;
         }
-        futex_wait_private(&control.seq, seq, ASIDE_CHECK);
+        futex_wait_private(&control.thread.seq, seq, ASIDE_CHECK);
         let now = control.app_polls.load(Ordering::Relaxed);
         if now == polls {
             control.aside.store(false, Ordering::SeqCst);

@@ -14,9 +14,10 @@
 
 use crate::domain::{DomainShared, DomainState};
 use crate::error::{FiError, FiResult};
+use crate::progress::{DomainThread, ThreadControl};
 use smr_core::endpoint::WaitHandle;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -196,25 +197,12 @@ pub fn try_arm(shared: &Arc<DomainShared>, w: Waitable) -> FiResult<()> {
     Ok(())
 }
 
-/// What the bell thread sleeps on besides the wake words: a private word bumped to make it
-/// look again (an object was armed, the domain is closing).
-#[derive(Default)]
-pub struct BellControl {
-    seq: AtomicU32,
-    stop: AtomicBool,
-}
-
-impl BellControl {
-    pub fn poke(&self) {
-        self.seq.fetch_add(1, Ordering::SeqCst);
-        crate::progress::futex_wake_private(&self.seq);
-    }
-}
-
 /// The domain's thread that turns peers' wake-ups of armed objects into eventfd writes.
-pub struct Bell {
-    control: Arc<BellControl>,
-    handle: Option<std::thread::JoinHandle<()>>,
+pub type Bell = DomainThread<ThreadControl>;
+
+/// Start the bell thread of `shared`.
+pub fn start_bell(shared: &Arc<DomainShared>, control: Arc<ThreadControl>) -> std::io::Result<Bell> {
+    DomainThread::start("rshm-bell", shared, control, run)
 }
 
 /// Longest sleep without a wake-up (a backstop: an object armed meanwhile pokes the thread).
@@ -227,31 +215,9 @@ const IDLE: Duration = Duration::from_secs(1);
 /// the liveness checks' own bound, instead of a hang.
 const OUTSTANDING_CHECK: Duration = Duration::from_millis(250);
 
-impl Bell {
-    pub fn start(shared: &Arc<DomainShared>, control: Arc<BellControl>) -> std::io::Result<Bell> {
-        let weak = Arc::downgrade(shared);
-        let c = Arc::clone(&control);
-        let handle = std::thread::Builder::new().name("rshm-bell".into()).spawn(move || run(weak, c))?;
-        Ok(Bell { control, handle: Some(handle) })
-    }
-
-    pub fn poke(&self) {
-        self.control.poke();
-    }
-
-    /// Stop the thread and wait for it.
-    pub fn stop(mut self) {
-        self.control.stop.store(true, Ordering::SeqCst);
-        self.control.poke();
-        if let Some(h) = self.handle.take() {
-            let _ = h.join();
-        }
-    }
-}
-
-fn run(domain: Weak<DomainShared>, control: Arc<BellControl>) {
+fn run(domain: Weak<DomainShared>, control: Arc<ThreadControl>) {
     let mut last_check = std::time::Instant::now();
-    while !control.stop.load(Ordering::SeqCst) {
+    while !control.stopping() {
         let control_seq = control.seq.load(Ordering::SeqCst);
         // The domain is held only while the thread looks at it, never while it sleeps.
         let Some(shared) = domain.upgrade() else { return };

@@ -18,7 +18,7 @@
 use super::{finish, scn, setup, Scenario};
 use crate::fabric::Cq;
 use crate::fabric::{self, ffi, FiAddr};
-use crate::harness::{check_pattern, fi_ok, pattern, FiCtx, Node, NodeCfg, Rank, Rx, TResult, TestErr, Tx};
+use crate::harness::{check_pattern, fi_ok, pattern, Completion, FiCtx, Node, NodeCfg, Rank, Rx, TResult, TestErr, Tx};
 use crate::{bail, ensure};
 use std::ffi::c_void;
 use std::time::{Duration, Instant};
@@ -45,6 +45,16 @@ pub fn scenarios() -> Vec<Scenario> {
 const LEN: usize = 64;
 /// How long the sender waits before each message that rank 0 blocks for.
 const LATE: Duration = Duration::from_millis(300);
+
+/// A provider without FI_WAIT_FD declines the scenarios (the C shm: fi_cq_open says
+/// -FI_ENOSYS).
+fn offers_wait_fd(r: &Rank) -> TResult {
+    let probe = Node::open(&r.prov, &NodeCfg::default(), r.timeout)?;
+    let mut attr =
+        ffi::fi_cq_attr { format: ffi::FI_CQ_FORMAT_TAGGED, wait_obj: ffi::FI_WAIT_FD, ..Default::default() };
+    Cq::open(probe.domain(), &mut attr).nos("fi_cq_open(FI_WAIT_FD)")?;
+    Ok(())
+}
 
 /// The descriptor of a CQ or counter (`fi_control(FI_GETWAIT)`), after checking that
 /// FI_GETWAITOBJ reports FI_WAIT_FD.
@@ -93,14 +103,34 @@ fn trywait_and_poll(node: &Node, fid: *mut ffi::fid, fd: i32, limit: Duration) -
     Ok((0, woke, t.elapsed()))
 }
 
+/// Until operation `id` completes: fi_trywait on the CQ, then poll(2) on its descriptor for up to
+/// `limit` each time it allows. The completion, and whether a poll was woken by the descriptor
+/// (not only a trywait that found the completion ready). A poll that sleeps its whole `limit`
+/// through (`what` is what it waited for) fails, as does no completion within twice `limit`.
+fn block_until_done(
+    node: &mut Node,
+    id: u64,
+    (cq, fd): (*mut ffi::fid, i32),
+    limit: Duration,
+    what: &str,
+) -> TResult<(Completion, bool)> {
+    let (wall, mut woken) = (Instant::now(), false);
+    loop {
+        if let Some(c) = node.poll_op(id)? {
+            return Ok((c, woken));
+        }
+        ensure!(wall.elapsed() < 2 * limit, "no completion {:?} after blocking for {what}", 2 * limit);
+        let (ret, woke, _) = trywait_and_poll(node, cq, fd, limit)?;
+        if ret == 0 && !woke {
+            bail!("poll(2) on the CQ's descriptor slept {limit:?} through {what}");
+        }
+        woken |= woke;
+    }
+}
+
 fn wait_fd(r: &mut Rank) -> TResult {
     let cfg = NodeCfg { cq_wait: ffi::FI_WAIT_FD, counters: true, cntr_wait: ffi::FI_WAIT_FD, ..NodeCfg::default() };
-    {
-        // A provider without FI_WAIT_FD declines the scenario (the C shm: -FI_ENOSYS).
-        let probe = Node::open(&r.prov, &NodeCfg::default(), r.timeout)?;
-        let mut attr = ffi::fi_cq_attr { format: cfg.cq_format, wait_obj: ffi::FI_WAIT_FD, ..Default::default() };
-        Cq::open(probe.domain(), &mut attr).nos("fi_cq_open(FI_WAIT_FD)")?;
-    }
+    offers_wait_fd(r)?;
     let (mut node, addrs) = setup(r, &cfg)?;
     let peer: FiAddr = addrs[1 - r.rank];
     if r.rank == 1 {
@@ -123,18 +153,7 @@ fn wait_fd(r: &mut Rank) -> TResult {
     r.pmi.barrier()?;
     r.pmi.step("blocked in poll(2) until the peer's message");
     let (wall, cpu) = (Instant::now(), cpu_time());
-    let mut woken = false;
-    let got = loop {
-        if let Some(c) = node.poll_op(first)? {
-            break c;
-        }
-        ensure!(wall.elapsed() < Duration::from_secs(10), "no completion 10 s after the peer's message was due");
-        let (ret, woke, _) = trywait_and_poll(&node, cq, cq_fd, Duration::from_secs(5))?;
-        if ret == 0 && !woke {
-            bail!("poll(2) on the CQ's descriptor slept 5 s through the peer's message");
-        }
-        woken |= woke;
-    };
+    let (got, woken) = block_until_done(&mut node, first, (cq, cq_fd), Duration::from_secs(5), "the peer's message")?;
     let (waited, spent) = (wall.elapsed(), cpu_time() - cpu);
     ensure!(woken, "the message completed, but the descriptor never woke the poll");
     ensure!(waited >= LATE / 2, "woke after {waited:?}, before the peer can have sent (it waits {LATE:?})");
@@ -191,11 +210,7 @@ fn sender(r: &mut Rank, mut node: Node, peer: FiAddr) -> TResult {
 
 fn dead_peer(r: &mut Rank) -> TResult {
     let cfg = NodeCfg { cq_wait: ffi::FI_WAIT_FD, ..NodeCfg::default() };
-    {
-        let probe = Node::open(&r.prov, &NodeCfg::default(), r.timeout)?;
-        let mut attr = ffi::fi_cq_attr { format: cfg.cq_format, wait_obj: ffi::FI_WAIT_FD, ..Default::default() };
-        Cq::open(probe.domain(), &mut attr).nos("fi_cq_open(FI_WAIT_FD)")?;
-    }
+    offers_wait_fd(r)?;
     let (mut node, addrs) = setup(r, &cfg)?;
     let peer: FiAddr = addrs[1 - r.rank];
     super::errors::handshake(r, &mut node, peer)?;
@@ -215,16 +230,8 @@ fn dead_peer(r: &mut Rank) -> TResult {
     r.pmi.set("blocking", "1");
     r.pmi.step("blocked in poll(2) with a 1 MiB send in flight to a peer about to be killed");
     let wall = Instant::now();
-    let done = loop {
-        if let Some(c) = node.poll_op(big)? {
-            break c;
-        }
-        ensure!(wall.elapsed() < Duration::from_secs(20), "no completion of the send 20 s after its peer was killed");
-        let (ret, woke, _) = trywait_and_poll(&node, cq, fd, Duration::from_secs(10))?;
-        if ret == 0 && !woke {
-            bail!("poll(2) on the CQ's descriptor slept 10 s with a send in flight to a dead peer");
-        }
-    };
+    let (done, _) =
+        block_until_done(&mut node, big, (cq, fd), Duration::from_secs(10), "a send in flight to a dead peer")?;
     ensure!(done.err != 0, "the 1 MiB send to a peer that never received it and was killed completed successfully");
     r.pmi.step(&format!("the send failed with {} after {:?}", fabric::errname(-done.err), wall.elapsed()));
     r.pmi.wait_exit_with(1, &mut node.progressor())?;
