@@ -181,6 +181,9 @@ pub struct NodeCfg {
     /// Open and bind a send and a receive counter.
     pub counters: bool,
     pub cntr_wait: ffi::fi_wait_obj,
+    /// Open a wait set (FI_WAIT_UNSPEC) on the fabric and put the CQs and counters in it
+    /// (FI_WAIT_SET; `cq_wait` and `cntr_wait` are then ignored).
+    pub wait_set: bool,
     pub min_multi_recv: Option<usize>,
     /// Size of the AV to open.
     pub av_count: usize,
@@ -204,6 +207,7 @@ impl Default for NodeCfg {
             selective: false,
             counters: false,
             cntr_wait: ffi::FI_WAIT_NONE,
+            wait_set: false,
             min_multi_recv: None,
             av_count: 64,
         }
@@ -409,6 +413,8 @@ pub struct Node {
     pub tx_cntr: Option<Cntr>,
     pub rx_cntr: Option<Cntr>,
     mrs: Vec<Mr>,
+    /// Closed after the CQs and counters in it, before the fabric.
+    pub wait_set: Option<crate::fabric::WaitSet>,
     pub domain: Option<Domain>,
     /// Held so it closes after the domain.
     _fabric: Option<Fabric>,
@@ -449,6 +455,7 @@ impl Node {
             tx_cntr: None,
             rx_cntr: None,
             mrs: Vec::new(),
+            wait_set: None,
             domain: Some(dom),
             _fabric: Some(fab),
             source: info.raw().caps & ffi::FI_SOURCE != 0,
@@ -464,11 +471,23 @@ impl Node {
             name: Vec::new(),
             cfg: cfg.clone(),
         };
+        if cfg.wait_set {
+            let mut attr = ffi::fi_wait_attr { wait_obj: ffi::FI_WAIT_UNSPEC, ..Default::default() };
+            node.wait_set = Some(crate::fabric::WaitSet::open(node.fabric(), &mut attr).nos("fi_wait_open")?);
+        }
+        let set = node.wait_set.as_ref().map_or(std::ptr::null_mut(), |w| w.raw());
+        let (cq_wait, cntr_wait) =
+            if set.is_null() { (cfg.cq_wait, cfg.cntr_wait) } else { (ffi::FI_WAIT_SET, ffi::FI_WAIT_SET) };
         let dom = node.domain.as_ref().expect("domain");
         let mut av_attr = ffi::fi_av_attr { type_: cfg.av_type, count: cfg.av_count, ..Default::default() };
         let av = Av::open(dom, &mut av_attr).ctx("fi_av_open")?;
-        let mut cq_attr =
-            ffi::fi_cq_attr { size: cfg.cq_size, format: cfg.cq_format, wait_obj: cfg.cq_wait, ..Default::default() };
+        let mut cq_attr = ffi::fi_cq_attr {
+            size: cfg.cq_size,
+            format: cfg.cq_format,
+            wait_obj: cq_wait,
+            wait_set: set,
+            ..Default::default()
+        };
         let tx_cq = Cq::open(dom, &mut cq_attr).ctx("fi_cq_open")?;
         let rx_cq = if cfg.separate_cqs || cfg.selective {
             Some(Cq::open(dom, &mut cq_attr).ctx("fi_cq_open (rx)")?)
@@ -476,8 +495,12 @@ impl Node {
             None
         };
         let (tx_cntr, rx_cntr) = if cfg.counters {
-            let mut a =
-                ffi::fi_cntr_attr { events: ffi::FI_CNTR_EVENTS_COMP, wait_obj: cfg.cntr_wait, ..Default::default() };
+            let mut a = ffi::fi_cntr_attr {
+                events: ffi::FI_CNTR_EVENTS_COMP,
+                wait_obj: cntr_wait,
+                wait_set: set,
+                ..Default::default()
+            };
             let t = Cntr::open(dom, &mut a).ctx("fi_cntr_open")?;
             let r = Cntr::open(dom, &mut a).ctx("fi_cntr_open")?;
             (Some(t), Some(r))

@@ -41,6 +41,8 @@ pub struct Cntr {
     pub fid: ffi::fid_cntr,
     pub shared: Arc<DomainShared>,
     pub id: usize,
+    /// Its place in the wait set it was opened with (FI_WAIT_SET), left when it closes.
+    _member: Option<crate::waitset::Member>,
 }
 
 static FI_OPS: ffi::fi_ops = object::fi_ops(cntr_close, None, Some(cntr_control));
@@ -75,6 +77,7 @@ pub(crate) unsafe extern "C" fn cntr_open(
             // SAFETY: libfabric contract.
             let dom = unsafe { domain::get(domain) }?;
             let mut state = CntrState::default();
+            let mut set = None;
             // SAFETY: NULL or the caller's attr.
             if let Some(attr) = unsafe { attr.as_ref() } {
                 if attr.events != ffi::FI_CNTR_EVENTS_COMP {
@@ -88,6 +91,13 @@ pub(crate) unsafe extern "C" fn cntr_open(
                             FiError::NOMEM
                         })?))
                     }
+                    ffi::FI_WAIT_SET => {
+                        // SAFETY: the caller's wait set (fi_cntr(3)); `get` checks that it is
+                        // one of ours.
+                        set = Some(unsafe { crate::waitset::get(attr.wait_set.cast()) }.inspect_err(|_| {
+                            crate::warn!(Domain, "fi_cntr_open: FI_WAIT_SET without a wait set of this provider");
+                        })?);
+                    }
                     other => {
                         crate::warn!(Domain, "fi_cntr_open: wait object {other} not supported");
                         return Err(FiError::NOSYS);
@@ -95,7 +105,14 @@ pub(crate) unsafe extern "C" fn cntr_open(
                 }
                 state.wait_obj = attr.wait_obj;
             }
-            let id = dom.shared.lock().cntrs.insert(state);
+            let mut st = dom.shared.lock();
+            let id = st.cntrs.insert(state);
+            let member = set.map(|set| {
+                let (fd, member) = set.join(&dom.shared, crate::waitfd::Waitable::Cntr(id));
+                st.cntrs[id].wait_fd = Some(Box::new(fd));
+                member
+            });
+            drop(st);
             let obj = object::into_raw(Cntr {
                 fid: ffi::fid_cntr {
                     fid: object::fid(ffi::FI_CLASS_CNTR, context, &FI_OPS),
@@ -103,6 +120,7 @@ pub(crate) unsafe extern "C" fn cntr_open(
                 },
                 shared: Arc::clone(&dom.shared),
                 id,
+                _member: member,
             });
             // SAFETY: the caller's out-pointer.
             unsafe { put(cntr, obj.cast::<ffi::fid_cntr>()) }
@@ -121,7 +139,7 @@ unsafe extern "C" fn cntr_control(fid: *mut ffi::fid, command: c_int, arg: *mut 
         let Some(state) = st.cntrs.get(c.id) else { return FiError::INVAL.code() };
         // SAFETY: FI_GETWAIT and FI_GETWAITOBJ give `arg` as the caller's int / enum
         // fi_wait_obj to fill (fi_control(3)); NULL is refused.
-        unsafe { crate::waitfd::control(command, arg, state.wait_obj, state.wait_fd.as_deref()) }
+        unsafe { crate::waitfd::control(command, arg, state.wait_obj, state.wait_fd.as_deref().map(|f| f.raw())) }
     })
 }
 

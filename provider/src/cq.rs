@@ -75,6 +75,8 @@ pub struct Cq {
     pub shared: Arc<DomainShared>,
     pub id: usize,
     signaled: AtomicBool,
+    /// Its place in the wait set it was opened with (FI_WAIT_SET), left when it closes.
+    _member: Option<crate::waitset::Member>,
 }
 
 static FI_OPS: ffi::fi_ops = object::fi_ops(cq_close, None, Some(cq_control));
@@ -127,10 +129,12 @@ pub(crate) unsafe extern "C" fn cq_open(
                     crate::warn!(Cq, "fi_cq_open: no eventfd for FI_WAIT_FD: {e}");
                     FiError::NOMEM
                 })?),
+                // Joined below, once the CQ has its id.
+                ffi::FI_WAIT_SET => None,
                 other => {
                     crate::warn!(
                         Cq,
-                        "fi_cq_open: wait object {other} not supported (FI_WAIT_UNSPEC and FI_WAIT_FD are)"
+                        "fi_cq_open: wait object {other} not supported (FI_WAIT_UNSPEC, FI_WAIT_FD and FI_WAIT_SET are)"
                     );
                     return Err(FiError::NOSYS);
                 }
@@ -138,6 +142,13 @@ pub(crate) unsafe extern "C" fn cq_open(
             if attr.wait_cond != ffi::FI_CQ_COND_NONE && attr.wait_cond != ffi::FI_CQ_COND_THRESHOLD {
                 return Err(FiError::INVAL);
             }
+            let set = match attr.wait_obj {
+                // SAFETY: the caller's wait set (fi_cq(3)); `get` checks that it is one of ours.
+                ffi::FI_WAIT_SET => Some(unsafe { crate::waitset::get(attr.wait_set.cast()) }.inspect_err(|_| {
+                    crate::warn!(Cq, "fi_cq_open: FI_WAIT_SET without a wait set of this provider");
+                })?),
+                _ => None,
+            };
             let state = CqState {
                 format,
                 wait_obj: attr.wait_obj,
@@ -145,7 +156,14 @@ pub(crate) unsafe extern "C" fn cq_open(
                 eps: Box::new([]),
                 wait_fd: wait_fd.map(Box::new),
             };
-            let id = dom.shared.lock().cqs.insert(state);
+            let mut st = dom.shared.lock();
+            let id = st.cqs.insert(state);
+            let member = set.map(|set| {
+                let (fd, member) = set.join(&dom.shared, crate::waitfd::Waitable::Cq(id));
+                st.cqs[id].wait_fd = Some(Box::new(fd));
+                member
+            });
+            drop(st);
             let obj = object::into_raw(Cq {
                 fid: ffi::fid_cq {
                     fid: object::fid(ffi::FI_CLASS_CQ, context, &FI_OPS),
@@ -154,6 +172,7 @@ pub(crate) unsafe extern "C" fn cq_open(
                 shared: Arc::clone(&dom.shared),
                 id,
                 signaled: AtomicBool::new(false),
+                _member: member,
             });
             // SAFETY: the caller's out-pointer.
             unsafe { put(cq, obj.cast::<ffi::fid_cq>()) }
@@ -186,7 +205,7 @@ unsafe extern "C" fn cq_control(fid: *mut ffi::fid, command: c_int, arg: *mut c_
         let Some(state) = st.cqs.get(cq.id) else { return FiError::INVAL.code() };
         // SAFETY: (both arms) FI_GETWAIT and FI_GETWAITOBJ give `arg` as the caller's int /
         // enum fi_wait_obj to fill (fi_control(3)); NULL is refused.
-        unsafe { crate::waitfd::control(command, arg, state.wait_obj, state.wait_fd.as_deref()) }
+        unsafe { crate::waitfd::control(command, arg, state.wait_obj, state.wait_fd.as_deref().map(|f| f.raw())) }
     })
 }
 

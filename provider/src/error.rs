@@ -31,6 +31,7 @@ impl FiError {
     pub const ADDRINUSE: FiError = FiError(ffi::FI_EADDRINUSE);
     pub const AVAIL: FiError = FiError(ffi::FI_EAVAIL as _);
     pub const TIMEDOUT: FiError = FiError(ffi::FI_ETIMEDOUT);
+    pub const INTR: FiError = FiError(ffi::FI_EINTR);
     pub const ACCES: FiError = FiError(ffi::FI_EACCES);
     pub const NOKEY: FiError = FiError(ffi::FI_ENOKEY as _);
     pub const NOCQ: FiError = FiError(ffi::FI_ENOCQ as _);

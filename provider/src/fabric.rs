@@ -20,7 +20,7 @@ static FABRIC_OPS: ffi::fi_ops_fabric = ffi::fi_ops_fabric {
     domain: Some(crate::domain::domain_open),
     passive_ep: Some(stubs::passive_ep),
     eq_open: Some(crate::eq::eq_open),
-    wait_open: Some(stubs::wait_open),
+    wait_open: Some(crate::waitset::wait_open),
     trywait: Some(crate::wait::trywait),
     domain2: Some(stubs::domain2),
 };

@@ -28,6 +28,7 @@ pub mod progress;
 pub mod stubs;
 pub mod wait;
 pub mod waitfd;
+pub mod waitset;
 
 use rshm_ffi as ffi;
 use std::ffi::c_char;

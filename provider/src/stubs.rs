@@ -24,7 +24,6 @@ nosys! {
     fi_tostr(*const ffi::fid, *mut c_char, usize) -> c_int;
     fi_ops_set(*mut ffi::fid, *const c_char, u64, *mut c_void, *mut c_void) -> c_int;
     passive_ep(*mut ffi::fid_fabric, *mut ffi::fi_info, *mut *mut ffi::fid_pep, *mut c_void) -> c_int;
-    wait_open(*mut ffi::fid_fabric, *mut ffi::fi_wait_attr, *mut *mut ffi::fid_wait) -> c_int;
     domain2(*mut ffi::fid_fabric, *mut ffi::fi_info, *mut *mut ffi::fid_domain, u64, *mut c_void) -> c_int;
     scalable_ep(*mut ffi::fid_domain, *mut ffi::fi_info, *mut *mut ffi::fid_ep, *mut c_void) -> c_int;
     stx_ctx(*mut ffi::fid_domain, *mut ffi::fi_tx_attr, *mut *mut ffi::fid_stx, *mut c_void) -> c_int;

@@ -23,9 +23,12 @@ pub(crate) unsafe extern "C" fn trywait(_fabric: *mut ffi::fid_fabric, fids: *mu
             let cq = unsafe { crate::cq::get(fid) };
             // SAFETY: as above, for a counter.
             let cntr = unsafe { crate::cntr::get(fid) };
-            let armed = match (cq, cntr) {
-                (Ok(cq), _) => try_arm(&cq.shared, Waitable::Cq(cq.id)),
-                (_, Ok(c)) => try_arm(&c.shared, Waitable::Cntr(c.id)),
+            // SAFETY: as above, for a wait set.
+            let set = unsafe { crate::waitset::get(fid) };
+            let armed = match (cq, cntr, set) {
+                (Ok(cq), _, _) => try_arm(&cq.shared, Waitable::Cq(cq.id)),
+                (_, Ok(c), _) => try_arm(&c.shared, Waitable::Cntr(c.id)),
+                (_, _, Ok(set)) => crate::waitset::try_arm(set),
                 _ => Ok(()),
             };
             if let Err(e) = armed {

@@ -23,7 +23,8 @@ use std::time::Duration;
 
 /// The eventfd of a CQ or counter opened with FI_WAIT_FD, and the wake words armed for it.
 pub struct WaitFd {
-    fd: OwnedFd,
+    /// Its own eventfd, or its wait set's (`waitset`).
+    fd: Arc<OwnedFd>,
     /// The endpoints' wake words `fi_trywait` armed, each with the sequence it was armed at.
     armed: Vec<(WaitHandle, u32)>,
     /// A counter's value and error count as the application last read them: `fi_trywait` says
@@ -31,15 +32,32 @@ pub struct WaitFd {
     pub seen: (u64, u64),
 }
 
+/// A new non-blocking eventfd.
+pub fn eventfd() -> std::io::Result<OwnedFd> {
+    // SAFETY: eventfd takes no pointers; it returns a new descriptor or -1.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a descriptor we just opened and own alone.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Take back what rang before: an eventfd stays readable until drained.
+pub fn drain(fd: &OwnedFd) {
+    let mut n = 0u64;
+    // SAFETY: reads at most 8 bytes into a local; non-blocking, so it returns at once.
+    unsafe { libc::read(fd.as_raw_fd(), (&mut n as *mut u64).cast(), 8) };
+}
+
 impl WaitFd {
     pub fn new() -> std::io::Result<WaitFd> {
-        // SAFETY: eventfd takes no pointers; it returns a new descriptor or -1.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        // SAFETY: `fd` is a descriptor we just opened and own alone.
-        Ok(WaitFd { fd: unsafe { OwnedFd::from_raw_fd(fd) }, armed: Vec::new(), seen: (0, 0) })
+        Ok(WaitFd::sharing(Arc::new(eventfd()?)))
+    }
+
+    /// A member of a wait set: it rings the set's descriptor.
+    pub fn sharing(fd: Arc<OwnedFd>) -> WaitFd {
+        WaitFd { fd, armed: Vec::new(), seen: (0, 0) }
     }
 
     /// What `fi_control(FI_GETWAIT)` hands out.
@@ -67,13 +85,6 @@ impl WaitFd {
         // would overflow (then it is readable anyway).
         unsafe { libc::write(self.fd.as_raw_fd(), (&one as *const u64).cast(), 8) };
         self.disarm();
-    }
-
-    /// Take back what rang before: the descriptor stays readable until drained.
-    fn drain(&self) {
-        let mut n = 0u64;
-        // SAFETY: reads at most 8 bytes into a local; non-blocking, so it returns at once.
-        unsafe { libc::read(self.fd.as_raw_fd(), (&mut n as *mut u64).cast(), 8) };
     }
 
     pub fn disarm(&mut self) {
@@ -145,6 +156,12 @@ fn endpoints(st: &DomainState, w: Waitable) -> Vec<usize> {
 /// is armed), -FI_EAGAIN if something is ready to read first. An object without FI_WAIT_FD is
 /// only asked whether something is ready.
 pub fn try_arm(shared: &Arc<DomainShared>, w: Waitable) -> FiResult<()> {
+    arm(shared, w, true)
+}
+
+/// `try_arm`, draining the object's descriptor first if `drain_first` (not for the members of
+/// a wait set, whose one descriptor `waitset::try_arm` drains before the first).
+pub fn arm(shared: &Arc<DomainShared>, w: Waitable, drain_first: bool) -> FiResult<()> {
     // Poll a little first, as a blocking read does (`block::SPIN`): an answer microseconds away
     // then costs no sleep and no two wake-ups (the bell thread's, then the application's).
     let spin_end = std::time::Instant::now() + crate::block::SPIN;
@@ -164,7 +181,9 @@ pub fn try_arm(shared: &Arc<DomainShared>, w: Waitable) -> FiResult<()> {
     let Some(fd) = wait_fd(&mut st, w) else {
         return if ready(&mut st, w) { Err(FiError::AGAIN) } else { Ok(()) };
     };
-    fd.drain();
+    if drain_first {
+        drain(&fd.fd);
+    }
     fd.disarm();
     if ready(&mut st, w) {
         return Err(FiError::AGAIN);
@@ -280,8 +299,9 @@ fn ring(st: &mut DomainState, check: bool) -> bool {
     waiting
 }
 
-/// `fi_control` of a CQ or counter: FI_GETWAITOBJ says which wait object it has, FI_GETWAIT
-/// gives the descriptor of an FI_WAIT_FD one (other wait objects have nothing to hand out).
+/// `fi_control` of a CQ, counter or wait set: FI_GETWAITOBJ says which wait object it has,
+/// FI_GETWAIT gives the descriptor of an FI_WAIT_FD one, or of a wait set (other wait objects
+/// have nothing to hand out).
 ///
 /// # Safety
 /// `arg` is NULL or, for those two commands, the caller's `enum fi_wait_obj` or `int`.
@@ -289,7 +309,7 @@ pub unsafe fn control(
     command: i32,
     arg: *mut std::ffi::c_void,
     wait_obj: rshm_ffi::fi_wait_obj,
-    fd: Option<&WaitFd>,
+    fd: Option<RawFd>,
 ) -> i32 {
     use rshm_ffi as ffi;
     match command as u32 {
@@ -302,7 +322,7 @@ pub unsafe fn control(
         ffi::FI_GETWAIT => match fd {
             Some(fd) => {
                 // SAFETY: per the contract, the caller's int.
-                unsafe { arg.cast::<std::ffi::c_int>().write_unaligned(fd.raw()) };
+                unsafe { arg.cast::<std::ffi::c_int>().write_unaligned(fd) };
                 0
             }
             None => FiError::NOSYS.code(),

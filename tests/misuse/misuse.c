@@ -283,6 +283,24 @@ static long getwait_without_fd(struct env *e) {
     return fi_control(&e->cq->fid, FI_GETWAIT, &fd);
 }
 static long trywait_null_fids(struct env *e) { return fi_trywait(e->fabric, NULL, 1); }
+static long wait_open_null_attr(struct env *e) {
+    struct fid_wait *w;
+    return fi_wait_open(e->fabric, NULL, &w);
+}
+static long cq_open_set_without_set(struct env *e) {
+    struct fi_cq_attr cqa = {.format = FI_CQ_FORMAT_TAGGED, .wait_obj = FI_WAIT_SET, .wait_set = NULL};
+    struct fid_cq *cq;
+    return fi_cq_open(e->domain, &cqa, &cq, NULL);
+}
+static long wait_close_with_member(struct env *e) {
+    struct fi_wait_attr wa = {.wait_obj = FI_WAIT_UNSPEC};
+    struct fid_wait *w;
+    SETUP(fi_wait_open(e->fabric, &wa, &w));
+    struct fi_cq_attr cqa = {.format = FI_CQ_FORMAT_TAGGED, .wait_obj = FI_WAIT_SET, .wait_set = w};
+    struct fid_cq *cq;
+    SETUP(fi_cq_open(e->domain, &cqa, &cq, NULL));
+    return fi_close(&w->fid);
+}
 
 struct kase {
     const char *name;
@@ -307,7 +325,8 @@ static const struct kase cases[] = {
     K(mr_reg_unknown_access), K(control_unknown), K(setopt_unknown), K(getopt_null_len),
     K(atomic_bad_op), K(atomic_bad_datatype), K_OK(atomicvalid_null_count), K(read_null_buf),
     K(write_no_mr), K_OK(cntr_open_null_attr), K(cancel_unknown_ctx), K(cancel_null_ctx),
-    K(getwait_null_arg), K(getwait_without_fd), K(trywait_null_fids),
+    K(getwait_null_arg), K(getwait_without_fd), K(trywait_null_fids), K(wait_open_null_attr),
+    K(cq_open_set_without_set), K(wait_close_with_member),
 };
 #define NCASES (sizeof(cases) / sizeof(cases[0]))
 

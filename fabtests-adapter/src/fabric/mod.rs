@@ -15,7 +15,7 @@ mod info;
 mod obj;
 
 pub use info::{Hints, Info, InfoList};
-pub use obj::{close_fid, control, Av, Cntr, Cq, CqEntry, Domain, Ep, Eq, Fabric, Mr};
+pub use obj::{close_fid, control, Av, Cntr, Cq, CqEntry, Domain, Ep, Eq, Fabric, Mr, WaitSet};
 pub use rshm_ffi as ffi;
 
 use std::ffi::{c_char, c_int, c_void, CStr};

@@ -106,6 +106,7 @@ object!(Cq, ffi::fid_cq);
 object!(Cntr, ffi::fid_cntr);
 object!(Mr, ffi::fid_mr);
 object!(Ep, ffi::fid_ep);
+object!(WaitSet, ffi::fid_wait);
 
 fn ret_ok(ret: c_int) -> Result<(), FiError> {
     if ret == 0 {
@@ -126,6 +127,22 @@ impl Fabric {
     pub fn trywait(&self, fids: &mut [*mut ffi::fid]) -> c_int {
         // SAFETY: ptr is an open fid_fabric; `fids` holds `len` fids the caller keeps open.
         unsafe { call!((*self.ptr).ops, trywait(self.ptr, fids.as_mut_ptr(), fids.len() as c_int)) }
+    }
+}
+
+impl WaitSet {
+    /// `fi_wait_open(fabric, attr, &waitset)`.
+    pub fn open(fabric: &Fabric, attr: &mut ffi::fi_wait_attr) -> Result<WaitSet, FiError> {
+        let mut w: *mut ffi::fid_wait = null_mut();
+        // SAFETY: fabric is open, attr a valid fi_wait_attr, w a valid out-pointer.
+        ret_ok(unsafe { call!((*fabric.ptr).ops, wait_open(fabric.ptr, attr, &mut w)) })?;
+        Ok(WaitSet::from_raw(w))
+    }
+
+    /// `fi_wait(waitset, timeout)`.
+    pub fn wait(&self, timeout_ms: c_int) -> c_int {
+        // SAFETY: ptr is an open fid_wait.
+        unsafe { call!((*self.ptr).ops, wait(self.ptr, timeout_ms)) }
     }
 }
 

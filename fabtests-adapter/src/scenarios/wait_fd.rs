@@ -11,13 +11,18 @@
 //! - the same for a receive counter opened with FI_WAIT_FD: its descriptor wakes rank 0 and
 //!   `fi_cntr_read` has moved.
 //!
+//! `progress/wait_set`: a wait set (fi_wait_open) holding the transmit and receive CQs and
+//! counters (FI_WAIT_SET): fi_wait times out with nothing sent, returns once a message sent
+//! 300 ms later arrives (without spinning), and fi_trywait on the set says -FI_EAGAIN with a
+//! message queued; fi_control(FI_GETWAIT) gives the set's descriptor.
+//!
 //! `progress/wait_fd_dead_peer`: rank 0 blocks in poll(2) on its CQ's descriptor with a 1 MiB
 //! send in flight to rank 1, which never receives it and is SIGKILLed: nothing will ever come
 //! from rank 1, yet the descriptor must wake and the send complete with an error (not hang).
 
 use super::{finish, scn, setup, Scenario};
-use crate::fabric::Cq;
 use crate::fabric::{self, ffi, FiAddr};
+use crate::fabric::{Cq, WaitSet};
 use crate::harness::{check_pattern, fi_ok, pattern, Completion, FiCtx, Node, NodeCfg, Rank, Rx, TResult, TestErr, Tx};
 use crate::{bail, ensure};
 use std::ffi::c_void;
@@ -31,6 +36,13 @@ pub fn scenarios() -> Vec<Scenario> {
             40,
             wait_fd,
             "FI_WAIT_FD CQ and counter: fi_trywait, then poll(2) on the descriptor until a peer's message arrives",
+        ),
+        scn(
+            "progress/wait_set",
+            2,
+            40,
+            wait_set,
+            "fi_wait on a wait set holding both CQs and both counters: times out with nothing sent, wakes for a peer's message",
         ),
         scn(
             "progress/wait_fd_dead_peer",
@@ -236,4 +248,83 @@ fn dead_peer(r: &mut Rank) -> TResult {
     r.pmi.step(&format!("the send failed with {} after {:?}", fabric::errname(-done.err), wall.elapsed()));
     r.pmi.wait_exit_with(1, &mut node.progressor())?;
     Ok(())
+}
+
+fn wait_set(r: &mut Rank) -> TResult {
+    {
+        // A provider without wait sets declines (the C shm opens one, then refuses a CQ in it
+        // with -FI_ENOSYS).
+        let probe = Node::open(&r.prov, &NodeCfg::default(), r.timeout)?;
+        let mut attr = ffi::fi_wait_attr { wait_obj: ffi::FI_WAIT_UNSPEC, ..Default::default() };
+        let set = WaitSet::open(probe.fabric(), &mut attr).nos("fi_wait_open")?;
+        let mut attr = ffi::fi_cq_attr {
+            format: ffi::FI_CQ_FORMAT_TAGGED,
+            wait_obj: ffi::FI_WAIT_SET,
+            wait_set: set.raw(),
+            ..Default::default()
+        };
+        Cq::open(probe.domain(), &mut attr).nos("fi_cq_open(FI_WAIT_SET)")?;
+    }
+    let cfg = NodeCfg { wait_set: true, separate_cqs: true, counters: true, ..NodeCfg::default() };
+    let (mut node, addrs) = setup(r, &cfg)?;
+    let peer: FiAddr = addrs[1 - r.rank];
+    if r.rank == 1 {
+        return sender(r, node, peer);
+    }
+    let set = node.wait_set.as_ref().map(|w| w.fid()).ok_or_else(|| TestErr::Fail("no wait set".into()))?;
+    let mut fd = -1i32;
+    // SAFETY: the node's open wait set; FI_GETWAIT fills an int.
+    let ret = unsafe { fabric::control(set, ffi::FI_GETWAIT, (&mut fd as *mut i32).cast::<c_void>()) };
+    fi_ok("fi_control(wait set, FI_GETWAIT)", ret)?;
+    ensure!(fd >= 0, "fi_control(wait set, FI_GETWAIT) gave descriptor {fd}");
+    let wait = |node: &Node, ms: i32| node.wait_set.as_ref().map_or(0, |w| w.wait(ms));
+
+    // 1. Nothing on its way: fi_wait times out, having waited.
+    let first = node.recv(LEN, peer, &Rx::tagged(1, 0))?;
+    r.pmi.barrier()?;
+    r.pmi.step("fi_wait(200 ms) with nothing sent");
+    let t = Instant::now();
+    let ret = wait(&node, 200);
+    ensure!(ret == -(ffi::FI_ETIMEDOUT as i32), "fi_wait(200 ms) with nothing sent returned {}", fabric::errname(ret));
+    ensure!(t.elapsed() >= Duration::from_millis(150), "fi_wait(200 ms) returned after {:?}", t.elapsed());
+
+    // 2. A message sent while we wait ends fi_wait, and we did not spin.
+    r.pmi.barrier()?;
+    r.pmi.step("fi_wait until the peer's message");
+    let (wall, cpu) = (Instant::now(), cpu_time());
+    let got = loop {
+        if let Some(c) = node.poll_op(first)? {
+            break c;
+        }
+        ensure!(wall.elapsed() < Duration::from_secs(10), "no completion 10 s after blocking in fi_wait");
+        let ret = wait(&node, 5000);
+        ensure!(ret == 0, "fi_wait(5 s) with the peer's message on its way returned {}", fabric::errname(ret));
+    };
+    let (waited, spent) = (wall.elapsed(), cpu_time() - cpu);
+    ensure!(waited >= LATE / 2, "fi_wait returned after {waited:?}, before the peer can have sent");
+    ensure!(
+        waited < LATE + Duration::from_secs(1),
+        "fi_wait returned {waited:?} after it began; the message came at {LATE:?}"
+    );
+    ensure!(spent < waited / 4, "used {spent:?} of CPU in fi_wait over {waited:?}: it spun instead of sleeping");
+    got.ok("receive of the message that ended fi_wait")?;
+    check_pattern("the message that ended fi_wait", 1, &got.payload, LEN)?;
+
+    // 3. A message already queued: fi_trywait on the set must say so.
+    let second = node.recv(LEN, peer, &Rx::tagged(2, 0))?;
+    r.pmi.barrier()?;
+    r.pmi.barrier()?; // the peer sent it
+    let ret = node.fabric().trywait(&mut [set]);
+    ensure!(
+        ret == -(ffi::FI_EAGAIN as i32),
+        "fi_trywait(wait set) with a message queued returned {} (expected -FI_EAGAIN)",
+        fabric::errname(ret)
+    );
+    node.wait_ok(second, "receive of the message trywait found")?;
+
+    // 4. The sender's last message, taken as it comes.
+    let third = node.recv(LEN, peer, &Rx::tagged(3, 0))?;
+    r.pmi.barrier()?;
+    node.wait_ok(third, "receive of the last message")?;
+    finish(r, &mut node)
 }
