@@ -140,6 +140,23 @@ fn block_until_done(
     }
 }
 
+/// Step 3 of both scenarios: with the sender's second message already in our queue (two
+/// barriers, no progress of ours in between), fi_trywait on `fid` must say -FI_EAGAIN.
+fn trywait_finds_queued(r: &mut Rank, node: &mut Node, peer: FiAddr, fid: *mut ffi::fid, what: &str) -> TResult {
+    let second = node.recv(LEN, peer, &Rx::tagged(2, 0))?;
+    r.pmi.barrier()?;
+    r.pmi.barrier()?; // the peer sent it
+    r.pmi.step(&format!("fi_trywait({what}) with a message waiting"));
+    let ret = node.fabric().trywait(&mut [fid]);
+    ensure!(
+        ret == -(ffi::FI_EAGAIN as i32),
+        "fi_trywait({what}) with a message in its queue returned {} (expected -FI_EAGAIN)",
+        fabric::errname(ret)
+    );
+    node.wait_ok(second, "receive of the message trywait found")?;
+    Ok(())
+}
+
 fn wait_fd(r: &mut Rank) -> TResult {
     let cfg = NodeCfg { cq_wait: ffi::FI_WAIT_FD, counters: true, cntr_wait: ffi::FI_WAIT_FD, ..NodeCfg::default() };
     offers_wait_fd(r)?;
@@ -175,17 +192,7 @@ fn wait_fd(r: &mut Rank) -> TResult {
     check_pattern("the message that woke the poll", 1, &got.payload, LEN)?;
 
     // 3. A message already in our queue: trywait must say so instead of letting us block.
-    let second = node.recv(LEN, peer, &Rx::tagged(2, 0))?;
-    r.pmi.barrier()?;
-    r.pmi.barrier()?; // the peer sent it (no progress of ours in between)
-    r.pmi.step("fi_trywait with a message waiting");
-    let ret = node.fabric().trywait(&mut [cq]);
-    ensure!(
-        ret == -(ffi::FI_EAGAIN as i32),
-        "fi_trywait(cq) with a message in its queue returned {} (expected -FI_EAGAIN)",
-        fabric::errname(ret)
-    );
-    node.wait_ok(second, "receive of the message trywait found")?;
+    trywait_finds_queued(r, &mut node, peer, cq, "cq")?;
 
     // 4. The receive counter's descriptor: it wakes for the next message, and the count moved.
     let counted = node.rx_cntr.as_ref().map(|c| c.read()).unwrap_or(0);
@@ -311,16 +318,7 @@ fn wait_set(r: &mut Rank) -> TResult {
     check_pattern("the message that ended fi_wait", 1, &got.payload, LEN)?;
 
     // 3. A message already queued: fi_trywait on the set must say so.
-    let second = node.recv(LEN, peer, &Rx::tagged(2, 0))?;
-    r.pmi.barrier()?;
-    r.pmi.barrier()?; // the peer sent it
-    let ret = node.fabric().trywait(&mut [set]);
-    ensure!(
-        ret == -(ffi::FI_EAGAIN as i32),
-        "fi_trywait(wait set) with a message queued returned {} (expected -FI_EAGAIN)",
-        fabric::errname(ret)
-    );
-    node.wait_ok(second, "receive of the message trywait found")?;
+    trywait_finds_queued(r, &mut node, peer, set, "wait set")?;
 
     // 4. The sender's last message, taken as it comes.
     let third = node.recv(LEN, peer, &Rx::tagged(3, 0))?;
