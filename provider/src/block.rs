@@ -18,10 +18,34 @@ pub fn cq_eps(st: &DomainState, id: usize) -> Option<Vec<usize>> {
 }
 
 /// How long a blocking wait polls (driving progress) before it sleeps.
-pub const SPIN: Duration = Duration::from_micros(50);
+const SPIN: Duration = Duration::from_micros(50);
 
 /// Longest single sleep: signals, and endpoints bound while we sleep, are noticed this often.
 const SLICE: Duration = Duration::from_millis(100);
+
+/// Poll (`poll` under the domain lock, driving progress) for up to `SPIN`, or until `deadline`
+/// if sooner: what it answers, or None once the time is up. What a blocking wait does before it
+/// sleeps, and `fi_trywait` before it arms (`waitfd`).
+pub fn spin<T>(
+    shared: &DomainShared,
+    deadline: Option<Instant>,
+    mut poll: impl FnMut(&mut DomainState) -> Option<T>,
+) -> Option<T> {
+    let spin_end = Instant::now() + SPIN;
+    let spin_end = deadline.map_or(spin_end, |d| d.min(spin_end));
+    loop {
+        shared.app_polls();
+        if let Some(answer) = poll(&mut shared.lock()) {
+            return Some(answer);
+        }
+        if Instant::now() >= spin_end {
+            return None;
+        }
+        for _ in 0..32 {
+            std::hint::spin_loop();
+        }
+    }
+}
 
 /// Repeat `poll` until it answers (`Ok(Some)` or an error) or `timeout_ms` passes (then
 /// `timed_out`; a negative timeout waits for ever). `eps` names the endpoints whose arrivals
@@ -39,19 +63,8 @@ pub fn until<T>(
     // wake-up, and with auto progress no wait for the progress threads to be scheduled
     // (measured idle, OpenSHMEM's default build, blocking random gets between 2 PEs: 0.21 M/s
     // per PE with the spin, 0.08 without).
-    let spin_end = Instant::now() + SPIN;
-    let spin_end = deadline.map_or(spin_end, |d| d.min(spin_end));
-    loop {
-        shared.app_polls();
-        if let Some(answer) = poll(&mut shared.lock()).transpose() {
-            return answer;
-        }
-        if Instant::now() >= spin_end {
-            break;
-        }
-        for _ in 0..32 {
-            std::hint::spin_loop();
-        }
+    if let Some(answer) = spin(shared, deadline, |st| poll(st).transpose()) {
+        return answer;
     }
     if shared.config.auto_progress {
         return until_notified(shared, deadline, timed_out, poll);

@@ -77,41 +77,20 @@ pub(crate) unsafe extern "C" fn cntr_open(
             // SAFETY: libfabric contract.
             let dom = unsafe { domain::get(domain) }?;
             let mut state = CntrState::default();
-            let mut set = None;
+            let mut waiting = crate::waitset::Waiting::Inside;
             // SAFETY: NULL or the caller's attr.
             if let Some(attr) = unsafe { attr.as_ref() } {
                 if attr.events != ffi::FI_CNTR_EVENTS_COMP {
                     return Err(FiError::NOSYS);
                 }
-                match attr.wait_obj {
-                    ffi::FI_WAIT_NONE | ffi::FI_WAIT_UNSPEC | ffi::FI_WAIT_YIELD | ffi::FI_WAIT_MUTEX_COND => {}
-                    ffi::FI_WAIT_FD => {
-                        state.wait_fd = Some(Box::new(crate::waitfd::WaitFd::new().map_err(|e| {
-                            crate::warn!(Domain, "fi_cntr_open: no eventfd for FI_WAIT_FD: {e}");
-                            FiError::NOMEM
-                        })?))
-                    }
-                    ffi::FI_WAIT_SET => {
-                        // SAFETY: the caller's wait set (fi_cntr(3)); `get` checks that it is
-                        // one of ours.
-                        set = Some(unsafe { crate::waitset::get(attr.wait_set.cast()) }.inspect_err(|_| {
-                            crate::warn!(Domain, "fi_cntr_open: FI_WAIT_SET without a wait set of this provider");
-                        })?);
-                    }
-                    other => {
-                        crate::warn!(Domain, "fi_cntr_open: wait object {other} not supported");
-                        return Err(FiError::NOSYS);
-                    }
-                }
+                // SAFETY: the caller's attr names a wait set of theirs, if any (fi_cntr(3)).
+                waiting = unsafe { crate::waitset::Waiting::of(attr.wait_obj, attr.wait_set, "fi_cntr_open") }?;
                 state.wait_obj = attr.wait_obj;
             }
             let mut st = dom.shared.lock();
             let id = st.cntrs.insert(state);
-            let member = set.map(|set| {
-                let (fd, member) = set.join(&dom.shared, crate::waitfd::Waitable::Cntr(id));
-                st.cntrs[id].wait_fd = Some(Box::new(fd));
-                member
-            });
+            let (wait_fd, member) = waiting.attach(&dom.shared, crate::waitfd::Waitable::Cntr(id));
+            st.cntrs[id].wait_fd = wait_fd;
             drop(st);
             let obj = object::into_raw(Cntr {
                 fid: ffi::fid_cntr {

@@ -123,46 +123,17 @@ pub(crate) unsafe extern "C" fn cq_open(
                     return Err(FiError::NOSYS);
                 }
             };
-            let wait_fd = match attr.wait_obj {
-                ffi::FI_WAIT_NONE | ffi::FI_WAIT_UNSPEC | ffi::FI_WAIT_YIELD | ffi::FI_WAIT_MUTEX_COND => None,
-                ffi::FI_WAIT_FD => Some(crate::waitfd::WaitFd::new().map_err(|e| {
-                    crate::warn!(Cq, "fi_cq_open: no eventfd for FI_WAIT_FD: {e}");
-                    FiError::NOMEM
-                })?),
-                // Joined below, once the CQ has its id.
-                ffi::FI_WAIT_SET => None,
-                other => {
-                    crate::warn!(
-                        Cq,
-                        "fi_cq_open: wait object {other} not supported (FI_WAIT_UNSPEC, FI_WAIT_FD and FI_WAIT_SET are)"
-                    );
-                    return Err(FiError::NOSYS);
-                }
-            };
+            // SAFETY: the caller's attr names a wait set of theirs, if any (fi_cq(3)).
+            let waiting = unsafe { crate::waitset::Waiting::of(attr.wait_obj, attr.wait_set, "fi_cq_open") }?;
             if attr.wait_cond != ffi::FI_CQ_COND_NONE && attr.wait_cond != ffi::FI_CQ_COND_THRESHOLD {
                 return Err(FiError::INVAL);
             }
-            let set = match attr.wait_obj {
-                // SAFETY: the caller's wait set (fi_cq(3)); `get` checks that it is one of ours.
-                ffi::FI_WAIT_SET => Some(unsafe { crate::waitset::get(attr.wait_set.cast()) }.inspect_err(|_| {
-                    crate::warn!(Cq, "fi_cq_open: FI_WAIT_SET without a wait set of this provider");
-                })?),
-                _ => None,
-            };
-            let state = CqState {
-                format,
-                wait_obj: attr.wait_obj,
-                events: VecDeque::new(),
-                eps: Box::new([]),
-                wait_fd: wait_fd.map(Box::new),
-            };
+            let state =
+                CqState { format, wait_obj: attr.wait_obj, events: VecDeque::new(), eps: Box::new([]), wait_fd: None };
             let mut st = dom.shared.lock();
             let id = st.cqs.insert(state);
-            let member = set.map(|set| {
-                let (fd, member) = set.join(&dom.shared, crate::waitfd::Waitable::Cq(id));
-                st.cqs[id].wait_fd = Some(Box::new(fd));
-                member
-            });
+            let (wait_fd, member) = waiting.attach(&dom.shared, crate::waitfd::Waitable::Cq(id));
+            st.cqs[id].wait_fd = wait_fd;
             drop(st);
             let obj = object::into_raw(Cq {
                 fid: ffi::fid_cq {

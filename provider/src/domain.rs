@@ -74,7 +74,6 @@ pub struct DomainShared {
     /// The thread that rings FI_WAIT_FD descriptors (`waitfd`), started by the first
     /// `fi_trywait` that arms one.
     bell: Mutex<Option<crate::waitfd::Bell>>,
-    bell_control: Arc<crate::progress::ThreadControl>,
 }
 
 impl DomainShared {
@@ -88,7 +87,6 @@ impl DomainShared {
             auto: Mutex::new(None),
             progress: Arc::default(),
             bell: Mutex::new(None),
-            bell_control: Arc::default(),
         }
     }
 
@@ -160,7 +158,7 @@ impl DomainShared {
         let mut bell = self.bell.lock().unwrap_or_else(|p| p.into_inner());
         match bell.as_ref() {
             Some(b) => b.poke(),
-            None => match crate::waitfd::start_bell(self, Arc::clone(&self.bell_control)) {
+            None => match crate::waitfd::start_bell(self) {
                 Ok(b) => *bell = Some(b),
                 Err(e) => {
                     crate::warn!(Domain, "cannot start the thread that wakes FI_WAIT_FD waiters: {e}");

@@ -116,7 +116,7 @@ pub fn reading(fd: &mut Option<Box<WaitFd>>) {
 }
 
 /// An object `fi_trywait` can be asked about.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 pub enum Waitable {
     Cq(usize),
     Cntr(usize),
@@ -162,32 +162,19 @@ pub fn try_arm(shared: &Arc<DomainShared>, w: Waitable) -> FiResult<()> {
 /// `try_arm`, draining the object's descriptor first if `drain_first` (not for the members of
 /// a wait set, whose one descriptor `waitset::try_arm` drains before the first).
 pub fn arm(shared: &Arc<DomainShared>, w: Waitable, drain_first: bool) -> FiResult<()> {
-    // Poll a little first, as a blocking read does (`block::SPIN`): an answer microseconds away
-    // then costs no sleep and no two wake-ups (the bell thread's, then the application's).
-    let spin_end = std::time::Instant::now() + crate::block::SPIN;
-    loop {
-        shared.app_polls();
-        if ready(&mut shared.lock(), w) {
-            return Err(FiError::AGAIN);
-        }
-        if std::time::Instant::now() >= spin_end {
-            break;
-        }
-        for _ in 0..32 {
-            std::hint::spin_loop();
-        }
+    // Poll a little first, as a blocking read does: an answer microseconds away then costs no
+    // sleep and no two wake-ups (the bell thread's, then the application's).
+    if crate::block::spin(shared, None, |st| ready(st, w).then_some(())).is_some() {
+        return Err(FiError::AGAIN);
     }
     let mut st = shared.lock();
-    let Some(fd) = wait_fd(&mut st, w) else {
-        return if ready(&mut st, w) { Err(FiError::AGAIN) } else { Ok(()) };
-    };
+    // An object without a descriptor was only asked whether something is ready: the spin said.
+    let Some(fd) = wait_fd(&mut st, w) else { return Ok(()) };
+    // What rang before is drained; what it rang for is seen by the look after the arming below.
     if drain_first {
         drain(&fd.fd);
     }
     fd.disarm();
-    if ready(&mut st, w) {
-        return Err(FiError::AGAIN);
-    }
     let armed: Vec<(WaitHandle, u32)> = endpoints(&st, w)
         .iter()
         .filter_map(|&id| st.eps.get(id)?.engine.as_ref().map(|e| e.wait_handle()))
@@ -220,8 +207,8 @@ pub fn arm(shared: &Arc<DomainShared>, w: Waitable, drain_first: bool) -> FiResu
 pub type Bell = DomainThread<ThreadControl>;
 
 /// Start the bell thread of `shared`.
-pub fn start_bell(shared: &Arc<DomainShared>, control: Arc<ThreadControl>) -> std::io::Result<Bell> {
-    DomainThread::start("rshm-bell", shared, control, run)
+pub fn start_bell(shared: &Arc<DomainShared>) -> std::io::Result<Bell> {
+    DomainThread::start("rshm-bell", shared, Arc::default(), run)
 }
 
 /// Longest sleep without a wake-up (a backstop: an object armed meanwhile pokes the thread).

@@ -13,37 +13,30 @@ use std::ffi::{c_int, c_void};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::{Arc, Mutex};
 
-/// The objects of a set: each with its domain, under a key its handle (`Member`) removes it by.
-#[derive(Default)]
-pub struct Members {
-    list: Mutex<Vec<(u64, Arc<DomainShared>, Waitable)>>,
-    next: std::sync::atomic::AtomicU64,
-}
+/// The objects of a set, each with its domain.
+type Members = Mutex<Vec<(Arc<DomainShared>, Waitable)>>;
 
-impl Members {
-    fn snapshot(&self) -> Vec<(Arc<DomainShared>, Waitable)> {
-        let list = self.list.lock().unwrap_or_else(|p| p.into_inner());
-        list.iter().map(|(_, d, w)| (Arc::clone(d), *w)).collect()
-    }
+fn members_of(m: &Members) -> std::sync::MutexGuard<'_, Vec<(Arc<DomainShared>, Waitable)>> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// A CQ's or counter's place in its wait set: it leaves the set when dropped (the object closes).
 pub struct Member {
     members: Arc<Members>,
-    key: u64,
+    /// Its domain (by address: an object is its domain and its id there) and its id.
+    domain: usize,
+    w: Waitable,
 }
 
 impl Drop for Member {
     fn drop(&mut self) {
-        let mut list = self.members.list.lock().unwrap_or_else(|p| p.into_inner());
-        list.retain(|(k, _, _)| *k != self.key);
+        members_of(&self.members).retain(|(d, w)| !(Arc::as_ptr(d) as usize == self.domain && *w == self.w));
     }
 }
 
 #[repr(C)]
 pub struct WaitSet {
     pub fid: ffi::fid_wait,
-    wait_obj: ffi::fi_wait_obj,
     fd: Arc<OwnedFd>,
     members: Arc<Members>,
 }
@@ -59,14 +52,60 @@ pub unsafe fn get<'a>(fid: *const ffi::fid) -> FiResult<&'a WaitSet> {
     unsafe { object::get::<WaitSet>(fid, ffi::FI_CLASS_WAIT) }
 }
 
-impl WaitSet {
-    /// Make the CQ or counter `w` of `shared` a member: the descriptor its FI_WAIT_FD machinery
-    /// rings (the set's), and its place in the set.
-    pub fn join(&self, shared: &Arc<DomainShared>, w: Waitable) -> (WaitFd, Member) {
-        let key = self.members.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let mut list = self.members.list.lock().unwrap_or_else(|p| p.into_inner());
-        list.push((key, Arc::clone(shared), w));
-        (WaitFd::sharing(Arc::clone(&self.fd)), Member { members: Arc::clone(&self.members), key })
+/// How a CQ or counter being opened waits, from its attributes' `wait_obj` and `wait_set`.
+pub enum Waiting<'a> {
+    /// Inside the provider (fi_cq_sread, fi_cntr_wait), or not at all.
+    Inside,
+    /// FI_WAIT_FD: on a descriptor of its own.
+    Fd(WaitFd),
+    /// FI_WAIT_SET: with the other members of the set.
+    Set(&'a WaitSet),
+}
+
+impl Waiting<'_> {
+    /// What `wait_obj` asks for; `what` names the call in the log line of a refusal.
+    ///
+    /// # Safety
+    /// `wait_set` is NULL or, per fi_cq(3) and fi_cntr(3), the caller's wait set.
+    pub unsafe fn of<'a>(
+        wait_obj: ffi::fi_wait_obj,
+        wait_set: *mut ffi::fid_wait,
+        what: &str,
+    ) -> FiResult<Waiting<'a>> {
+        match wait_obj {
+            ffi::FI_WAIT_NONE | ffi::FI_WAIT_UNSPEC | ffi::FI_WAIT_YIELD | ffi::FI_WAIT_MUTEX_COND => {
+                Ok(Waiting::Inside)
+            }
+            ffi::FI_WAIT_FD => WaitFd::new().map(Waiting::Fd).map_err(|e| {
+                crate::warn!(Domain, "{what}: no eventfd for FI_WAIT_FD: {e}");
+                FiError::NOMEM
+            }),
+            // SAFETY: per this function's contract; `get` checks that it is one of ours.
+            ffi::FI_WAIT_SET => unsafe { get(wait_set.cast()) }.map(Waiting::Set).inspect_err(|_| {
+                crate::warn!(Domain, "{what}: FI_WAIT_SET without a wait set of this provider");
+            }),
+            other => {
+                crate::warn!(
+                    Domain,
+                    "{what}: wait object {other} not supported (FI_WAIT_UNSPEC, FI_WAIT_FD and FI_WAIT_SET are)"
+                );
+                Err(FiError::NOSYS)
+            }
+        }
+    }
+
+    /// For the object `w` of `shared`, now that it has its id: its descriptor (of its own, or its
+    /// set's), and its place in the set.
+    pub fn attach(self, shared: &Arc<DomainShared>, w: Waitable) -> (Option<Box<WaitFd>>, Option<Member>) {
+        match self {
+            Waiting::Inside => (None, None),
+            Waiting::Fd(fd) => (Some(Box::new(fd)), None),
+            Waiting::Set(set) => {
+                members_of(&set.members).push((Arc::clone(shared), w));
+                let member = Member { members: Arc::clone(&set.members), domain: Arc::as_ptr(shared) as usize, w };
+                (Some(Box::new(WaitFd::sharing(Arc::clone(&set.fd)))), Some(member))
+            }
+        }
     }
 }
 
@@ -80,8 +119,8 @@ pub(crate) unsafe extern "C" fn wait_open(
         crate::error::int_ret((|| -> FiResult<()> {
             // SAFETY: NULL or the caller's attr.
             let attr = unsafe { attr.as_ref() }.ok_or(FiError::INVAL)?;
-            let wait_obj = match attr.wait_obj {
-                ffi::FI_WAIT_UNSPEC | ffi::FI_WAIT_FD => ffi::FI_WAIT_FD,
+            match attr.wait_obj {
+                ffi::FI_WAIT_UNSPEC | ffi::FI_WAIT_FD => {}
                 other => {
                     crate::warn!(
                         Fabric,
@@ -89,7 +128,7 @@ pub(crate) unsafe extern "C" fn wait_open(
                     );
                     return Err(FiError::NOSYS);
                 }
-            };
+            }
             let fd = waitfd::eventfd().map_err(|e| {
                 crate::warn!(Fabric, "fi_wait_open: no eventfd: {e}");
                 FiError::NOMEM
@@ -99,7 +138,6 @@ pub(crate) unsafe extern "C" fn wait_open(
                     fid: object::fid(ffi::FI_CLASS_WAIT, std::ptr::null_mut(), &FI_OPS),
                     ops: &WAIT_OPS as *const _ as *mut _,
                 },
-                wait_obj,
                 fd: Arc::new(fd),
                 members: Arc::default(),
             });
@@ -111,7 +149,7 @@ pub(crate) unsafe extern "C" fn wait_open(
 
 unsafe extern "C" fn wait_close(fid: *mut ffi::fid) -> i32 {
     let release = |obj: &WaitSet| -> FiResult<()> {
-        if !obj.members.list.lock().unwrap_or_else(|p| p.into_inner()).is_empty() {
+        if !members_of(&obj.members).is_empty() {
             crate::warn!(Fabric, "fi_close(wait set): CQs or counters still wait on it");
             return Err(FiError::BUSY);
         }
@@ -130,7 +168,7 @@ unsafe extern "C" fn wait_control(fid: *mut ffi::fid, command: c_int, arg: *mut 
         };
         // SAFETY: FI_GETWAIT and FI_GETWAITOBJ give `arg` as the caller's int / enum
         // fi_wait_obj to fill (fi_control(3)); NULL is refused.
-        unsafe { waitfd::control(command, arg, set.wait_obj, Some(set.fd.as_raw_fd())) }
+        unsafe { waitfd::control(command, arg, ffi::FI_WAIT_FD, Some(set.fd.as_raw_fd())) }
     })
 }
 
@@ -139,7 +177,8 @@ unsafe extern "C" fn wait_control(fid: *mut ffi::fid, command: c_int, arg: *mut 
 /// member is armed: a member's ring after its arming must not be drained by the next one's.
 pub fn try_arm(set: &WaitSet) -> FiResult<()> {
     waitfd::drain(&set.fd);
-    for (shared, w) in set.members.snapshot() {
+    let members = members_of(&set.members).clone();
+    for (shared, w) in members {
         waitfd::arm(&shared, w, false)?;
     }
     Ok(())

@@ -68,7 +68,7 @@ fn offers_wait_fd(r: &Rank) -> TResult {
     Ok(())
 }
 
-/// The descriptor of a CQ or counter (`fi_control(FI_GETWAIT)`), after checking that
+/// The descriptor of a CQ, counter or wait set (`fi_control(FI_GETWAIT)`), after checking that
 /// FI_GETWAITOBJ reports FI_WAIT_FD.
 fn descriptor(fid: *mut ffi::fid, what: &str) -> TResult<i32> {
     let mut obj: ffi::fi_wait_obj = ffi::FI_WAIT_NONE;
@@ -279,11 +279,7 @@ fn wait_set(r: &mut Rank) -> TResult {
         return sender(r, node, peer);
     }
     let set = node.wait_set.as_ref().map(|w| w.fid()).ok_or_else(|| TestErr::Fail("no wait set".into()))?;
-    let mut fd = -1i32;
-    // SAFETY: the node's open wait set; FI_GETWAIT fills an int.
-    let ret = unsafe { fabric::control(set, ffi::FI_GETWAIT, (&mut fd as *mut i32).cast::<c_void>()) };
-    fi_ok("fi_control(wait set, FI_GETWAIT)", ret)?;
-    ensure!(fd >= 0, "fi_control(wait set, FI_GETWAIT) gave descriptor {fd}");
+    descriptor(set, "wait set")?;
     let wait = |node: &Node, ms: i32| node.wait_set.as_ref().map_or(0, |w| w.wait(ms));
 
     // 1. Nothing on its way: fi_wait times out, having waited.
