@@ -387,7 +387,7 @@ fn child_main(args: &[String]) -> Result<()> {
 }
 
 fn child_serve(a: &ChildArgs, ctl: &Control) -> Result<()> {
-    let params = Params { cma: !a.sar, ..Params::default() };
+    let params = engine_params(!a.sar);
     let mut ep = Endpoint::create(&a.child_ep, params).map_err(|e| format!("create endpoint {}: {e}", a.child_ep))?;
     let parent = ep.add_peer(&a.parent_ep).map_err(|e| format!("add peer {}: {e}", a.parent_ep))?;
     let send = Buf::new(a.max_size, CHILD_SEED);
@@ -463,6 +463,17 @@ impl Transport {
             Transport::Sar => "sar",
         }
     }
+}
+
+/// The engine's defaults, with or without CMA, and `RSHM_SAR_HOLD` (the provider's
+/// FI_RSHM_SAR_HOLD) if set, inherited by the echo child: an A/B of cold SAR reuse
+/// (smr-core `endpoint/cold.rs`) without a rebuild.
+fn engine_params(cma: bool) -> Params {
+    let mut params = Params { cma, ..Params::default() };
+    if let Some(n) = std::env::var("RSHM_SAR_HOLD").ok().and_then(|v| v.parse().ok()) {
+        params.sar_hold = n;
+    }
+    params
 }
 
 /// Options of a session.
@@ -541,7 +552,7 @@ impl Session {
         ctl.mode.store(MODE_IDLE, Ordering::Relaxed);
         ctl.state.store(0, Ordering::Relaxed);
         ctl.line.store(0, Ordering::Relaxed);
-        let params = Params { cma: cfg.transport == Transport::Cma, ..Params::default() };
+        let params = engine_params(cfg.transport == Transport::Cma);
         let ep = Endpoint::create(&parent_ep, params);
         let ep = ep.map_err(|e| {
             let _ = smr_core::shm::unlink(&ctl_name);
@@ -771,7 +782,7 @@ pub struct LocalPair {
 impl LocalPair {
     pub fn new(transport: Transport, max_size: usize) -> Result<LocalPair> {
         let (pid, n) = (std::process::id(), SESSIONS.fetch_add(1, Ordering::Relaxed));
-        let params = Params { cma: transport == Transport::Cma, ..Params::default() };
+        let params = engine_params(transport == Transport::Cma);
         let create = |side: &str| {
             let name = format!("rshm_bench_local_{side}_{pid}_{n}");
             Endpoint::create(&name, params.clone()).map_err(|e| format!("create endpoint {name}: {e}"))

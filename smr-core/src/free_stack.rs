@@ -105,6 +105,11 @@ impl<'a> FreeStack<'a> {
         self.links.len()
     }
 
+    /// No free buffer at this instant (a peer may push one right after): one load of the head.
+    pub fn looks_empty(&self) -> bool {
+        self.head.head.load(Ordering::Relaxed) & INDEX_MASK == 0
+    }
+
     /// Owner only, before the region is published: all buffers free, lowest index on top.
     pub fn fill(&self) {
         let n = self.links.len();

@@ -27,6 +27,9 @@ usage: rshm-engine-pingpong [--iters N] [--sizes LIST] [--sar | --both] [--batch
                 to show the engine's own cost per message (no cache line crosses cores)
   --help        show this text
 
+RSHM_SAR_HOLD=N in the environment sets how many SAR buffers each endpoint holds back after
+copying out of them (the provider's FI_RSHM_SAR_HOLD; 0 gives each back at once).
+
 Both processes busy-poll. After a warm-up batch, the round trips run in B batches; the table
 shows the median batch (bandwidth and ratio use it) and the best batch. The figures are only
 meaningful on otherwise idle CPUs: each table ends with how long parent and child waited for a

@@ -68,11 +68,6 @@ impl AnswerBuf {
         region.mapping().bytes_ptr(off, len as u64)
     }
 
-    /// Back to the pool it came from (our own region).
-    fn release(self, region: &Region) {
-        let index = self.0 & !SAR_POOL;
-        let _ = if self.0 & SAR_POOL != 0 { region.sar_stack().push(index) } else { region.inject_stack().push(index) };
-    }
 }
 
 impl Endpoint {
@@ -84,11 +79,16 @@ impl Endpoint {
         let (stack, tag) = if len as u64 <= INJECT_SIZE {
             (self.region.inject_stack(), 0)
         } else if len as u64 <= counts.sar_size {
+            self.region.map_sar_pool(false);
             (self.region.sar_stack(), SAR_POOL)
         } else {
             return Err(Error::Invalid("answer larger than any pool buffer"));
         };
-        let index = stack.pop().map_err(|_| Error::Again)?;
+        let index = match stack.pop() {
+            Ok(index) => index,
+            Err(_) if tag == SAR_POOL => self.sar_cold.take().ok_or(Error::Again)?,
+            Err(_) => return Err(Error::Again),
+        };
         Ok(AnswerBuf(index | tag))
     }
 
@@ -106,12 +106,12 @@ impl Endpoint {
         buf: AnswerBuf,
     ) -> Result<SendStatus> {
         if !opts.delivery_complete {
-            buf.release(&self.region);
+            self.release_answer_buf(Some(buf));
             return Err(Error::Invalid("a request with an answer buffer must be acknowledged"));
         }
         let sent = self.send_small_bytes(peer, hdr, bytes, opts, Some(buf));
         if sent.is_err() {
-            buf.release(&self.region);
+            self.release_answer_buf(Some(buf));
         }
         sent
     }
@@ -124,6 +124,9 @@ impl Endpoint {
     pub fn answer_into(&mut self, src: SrcId, msg_id: u64, buf: u32, data: &LocalIov) {
         let Some(peer) = self.inp.get(&src) else { return };
         let len = data.len();
+        if buf & SAR_POOL != 0 {
+            peer.region.map_sar_pool(true);
+        }
         let placed = AnswerBuf::from_wire(buf).place(&peer.region, len).map(|dst| {
             // SAFETY: `dst..dst+len` lies inside our mapping of the sender's region (checked by
             // `place`); shared memory that a misbehaving sender may write meanwhile, which can
@@ -167,10 +170,15 @@ impl Endpoint {
         }
     }
 
-    /// A send that held an answer buffer ended: free it.
-    pub(super) fn release_answer_buf(&self, buf: Option<AnswerBuf>) {
-        if let Some(buf) = buf {
-            buf.release(&self.region);
+    /// A send that held an answer buffer ended: back to the pool it came from (a SAR buffer
+    /// cold, `cold.rs`: the peer that answers next writes into it).
+    pub(super) fn release_answer_buf(&mut self, buf: Option<AnswerBuf>) {
+        let Some(AnswerBuf(name)) = buf else { return };
+        let index = name & !SAR_POOL;
+        if name & SAR_POOL != 0 {
+            self.sar_cold.give_back(&self.region.sar_stack(), index);
+        } else {
+            let _ = self.region.inject_stack().push(index);
         }
     }
 }

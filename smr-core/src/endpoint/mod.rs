@@ -8,6 +8,7 @@
 
 mod answer;
 mod batch;
+mod cold;
 mod direct;
 pub mod measured;
 mod peers;
@@ -62,6 +63,9 @@ pub struct Params {
     /// A CMA message of at least this many bytes, received into one buffer, is copied by both
     /// processes at once (`split.rs`): the receiver reads the head, the sender writes the tail.
     pub split_min: usize,
+    /// SAR buffers of ours held back after we copy out of them, so that a sender writes into
+    /// lines that have left our caches (`cold.rs`); at most seven eighths of the pool.
+    pub sar_hold: usize,
     /// Largest message carried inside the command entry.
     pub inline_max: usize,
     /// Largest message carried through one inject buffer.
@@ -100,6 +104,7 @@ impl Default for Params {
             cma_min: 0,
             measure_protocol: false,
             split_min: usize::MAX,
+            sar_hold: usize::MAX,
             inline_max: INLINE_MAX,
             inject_max: INJECT_SIZE as usize,
             max_msg_size: 1 << 30,
@@ -310,6 +315,8 @@ pub struct Endpoint {
     /// atomic).
     acked: IdMap<u64, AckedSend>,
     sar_tx: VecDeque<u64>,
+    /// Our SAR buffers we are done with, on their way back to the pool (`cold.rs`).
+    sar_cold: cold::ColdReuse,
     sar_rx: HashMap<(SrcId, u64), SarRx>,
     held: IdMap<MsgKey, Held>,
     resp_backlog: VecDeque<(SrcId, RespEntry)>,
@@ -371,6 +378,7 @@ impl Endpoint {
             sar_size: c.sar_size,
             max_msg_size: params.max_msg_size,
         };
+        let sar_cold = cold::ColdReuse::new(params.sar_hold, c.sar_count);
         Ok(Endpoint {
             region: Arc::new(region),
             limits,
@@ -390,6 +398,7 @@ impl Endpoint {
             pending: IdMap::default(),
             acked: IdMap::default(),
             sar_tx: VecDeque::new(),
+            sar_cold,
             sar_rx: HashMap::new(),
             held: IdMap::default(),
             resp_backlog: VecDeque::new(),

@@ -563,6 +563,7 @@ impl Endpoint {
     }
 
     fn on_segment(&mut self, src: SrcId, msg_id: u64, seg: SarSeg, h: &mut impl Handler) {
+        self.region.map_sar_pool(false);
         let map = self.region.mapping();
         let at = self.region.geometry().sar_offset(seg.buf);
         let Some(rx) = self.sar_rx.get_mut(&(src, msg_id)) else {
@@ -595,7 +596,7 @@ impl Endpoint {
         if copied.is_ok() {
             rx.received += u64::from(seg.len);
         }
-        let _ = self.region.sar_stack().push(seg.buf);
+        self.sar_cold.give_back(&self.region.sar_stack(), seg.buf);
         if rx.received >= rx.hdr.len {
             let rx = self.sar_rx.remove(&(src, msg_id)).expect("present");
             self.finish_sar(src, msg_id, rx, h);

@@ -639,6 +639,7 @@ fn push_segments(link: &super::peers::Link, incarnation: u64, msg_id: u64, send:
     let geo = *link.region.geometry();
     let sar_size = geo.counts.sar_size;
     let Some(entry) = link.region.peer_slots().get(link.slot as usize) else { return false };
+    link.region.map_sar_pool(true);
     while let Some(offset) = send.sar_next {
         if offset >= send.hdr.len {
             send.sar_next = None;

@@ -105,14 +105,15 @@ fn parse_request(p: &[u8]) -> (u32, usize) {
     (u32::from_le_bytes(p[0..4].try_into().unwrap()), u32::from_le_bytes(p[4..8].try_into().unwrap()) as usize)
 }
 
-/// Free buffers in an endpoint's inject and SAR pools (popped and pushed back).
+/// Free buffers in an endpoint's inject and SAR pools (popped and pushed back), SAR buffers
+/// it holds back on their way to the pool (`cold.rs`) counted as free.
 fn free_buffers(ep: &Endpoint) -> (usize, usize) {
     let count = |stack: crate::free_stack::FreeStack<'_>| {
         let taken: Vec<u32> = std::iter::from_fn(|| stack.pop().ok()).collect();
         taken.iter().for_each(|&i| stack.push(i).unwrap());
         taken.len()
     };
-    (count(ep.region.inject_stack()), count(ep.region.sar_stack()))
+    (count(ep.region.inject_stack()), count(ep.region.sar_stack()) + ep.sar_cold.held())
 }
 
 /// Inject buffers of `ep`'s pool that its senders hold for their next message (`spare`).

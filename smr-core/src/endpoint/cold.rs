@@ -1,0 +1,152 @@
+//! Our SAR buffers go back to their free stack cold.
+//!
+//! A sender copying a segment into a SAR buffer of ours writes cache lines that we read last,
+//! when we copied the previous segment out of that buffer. The free stack hands out the buffer
+//! pushed last, so without this the sender got the very buffer we had just read: every line it
+//! wrote had first to be taken out of our core's caches, and on the project's AMD EPYC VMs those
+//! writes, not the copies themselves, set SAR's pace. A throwaway two-process test (one process
+//! writes n bytes into a shared buffer, the other copies them out; host handoff 0.034 us),
+//! rotating through K buffers, us per transfer:
+//!
+//! | n | K = 1 | K = 32 | K = 64 |
+//! |---:|---:|---:|---:|
+//! | 16 KiB | 2.48 | 2.84 | 1.89 |
+//! | 64 KiB | 11.48 | 4.08 | 4.13 |
+//!
+//! The writer's share fell from 9.4 to 2.1 us at 64 KiB once the buffers it wrote had left the
+//! reader's 1 MiB L2 for the shared L3 (the reader's share stayed at 2.0 us). So the owner gives
+//! a SAR buffer back only after it has copied out of `hold` others (`Params::sar_hold`; the
+//! engine ping-pong's SAR at 64 KiB: 10.8 -> 3.7-5.6 us one-way, docs/perf/protocols.md).
+//!
+//! Held buffers stay `IN_USE` in the stack (popped, not yet pushed), so its repair finds no
+//! orphans among them, and a region is only ever ours to hold back. Senders are never starved
+//! by it: when the stack is empty as we give a buffer back, one more held buffer goes back with
+//! it, so under pressure the held queue drains by one a segment; and our own answer buffers
+//! (`reserve_answer_buf`) take a held one when the stack is empty.
+
+use crate::free_stack::FreeStack;
+use std::collections::VecDeque;
+
+/// SAR buffers we copied out of, oldest first, not yet back on our free stack.
+#[derive(Debug)]
+pub(super) struct ColdReuse {
+    held: VecDeque<u32>,
+    hold: usize,
+}
+
+impl ColdReuse {
+    /// Hold back up to `hold` buffers of a pool of `count`, leaving at least an eighth of the
+    /// pool (and at least one buffer) to circulate.
+    pub(super) fn new(hold: usize, count: u64) -> Self {
+        let count = usize::try_from(count).unwrap_or(usize::MAX);
+        let hold = hold.min(count.saturating_sub((count / 8).max(1)));
+        ColdReuse { held: VecDeque::with_capacity(hold + 1), hold }
+    }
+
+    /// We are done with `buf` (copied out of, or its answer read): hold it, and give back the
+    /// oldest held buffer once more than `hold` wait, or whenever the stack is empty.
+    pub(super) fn give_back(&mut self, stack: &FreeStack<'_>, buf: u32) {
+        if self.hold == 0 {
+            let _ = stack.push(buf);
+            return;
+        }
+        self.held.push_back(buf);
+        let starved = stack.looks_empty();
+        // Starved: this buffer and one held one more, so that the queue shrinks under pressure.
+        let due = self.held.len().saturating_sub(self.hold) + 2 * usize::from(starved);
+        for _ in 0..due {
+            match self.held.pop_front() {
+                Some(b) => {
+                    let _ = stack.push(b);
+                }
+                None => break,
+            }
+        }
+    }
+
+    /// A held buffer for our own use (the coldest), when the stack had none.
+    pub(super) fn take(&mut self) -> Option<u32> {
+        self.held.pop_front()
+    }
+
+    #[cfg(test)]
+    pub(super) fn held(&self) -> usize {
+        self.held.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::free_stack::StackHead;
+    use crate::sync::AtomicU32;
+
+    fn pool(n: usize) -> (StackHead, Vec<AtomicU32>) {
+        (StackHead::new(), (0..n).map(|_| AtomicU32::new(0)).collect())
+    }
+
+    /// Pop every buffer, give them back in order: the stack sees each only after `hold` others,
+    /// and hands out first the one given back longest ago among those it has.
+    #[test]
+    fn a_buffer_goes_back_only_after_hold_others() {
+        let (head, links) = pool(16);
+        let stack = FreeStack::new(&head, &links);
+        stack.fill();
+        let mut cold = ColdReuse::new(8, 16);
+        let all: Vec<u32> = (0..16).map(|_| stack.pop().unwrap()).collect();
+        // Stack empty: the first give-backs each release one more (none held yet to release
+        // beyond the buffer itself), so the stack is never left empty for a sender.
+        cold.give_back(&stack, all[0]);
+        assert_eq!(cold.held(), 0, "an empty stack takes the buffer at once");
+        for &b in &all[1..] {
+            cold.give_back(&stack, b);
+        }
+        assert_eq!(cold.held(), 8);
+        // The stack now holds all[0..8] (last pushed on top); all[8..] are held back.
+        let top = stack.pop().unwrap();
+        assert_eq!(top, all[7]);
+        let mut out = vec![top];
+        while let Ok(b) = stack.pop() {
+            out.push(b);
+        }
+        out.sort_unstable();
+        let mut want = all[..8].to_vec();
+        want.sort_unstable();
+        assert_eq!(out, want);
+    }
+
+    /// An empty stack as a buffer comes back releases one held buffer more than came back,
+    /// until none are held: senders waiting on the pool are never left with nothing.
+    #[test]
+    fn an_empty_stack_drains_the_held_buffers() {
+        let (head, links) = pool(16);
+        let stack = FreeStack::new(&head, &links);
+        stack.fill();
+        let mut cold = ColdReuse::new(14, 16);
+        let first: Vec<u32> = (0..12).map(|_| stack.pop().unwrap()).collect();
+        for &b in &first {
+            cold.give_back(&stack, b);
+        }
+        assert_eq!(cold.held(), 12, "four buffers still free: nothing is due");
+        // Senders take everything free, and each buffer the receiver gives back at once.
+        let mut in_flight: Vec<u32> = std::iter::from_fn(|| stack.pop().ok()).collect();
+        let mut rounds = 0;
+        while cold.held() > 0 {
+            let b = in_flight.pop().expect("senders hold buffers while the receiver holds some");
+            cold.give_back(&stack, b);
+            in_flight.extend(std::iter::from_fn(|| stack.pop().ok()));
+            rounds += 1;
+        }
+        assert_eq!(rounds, 12, "the held queue shrank by one a round");
+        assert_eq!(in_flight.len(), 16, "every buffer reached the senders");
+        assert!(cold.take().is_none());
+    }
+
+    #[test]
+    fn hold_is_clamped_to_leave_part_of_the_pool_circulating() {
+        assert_eq!(ColdReuse::new(usize::MAX, 64).hold, 56);
+        assert_eq!(ColdReuse::new(10, 64).hold, 10);
+        assert_eq!(ColdReuse::new(usize::MAX, 1).hold, 0);
+        assert_eq!(ColdReuse::new(0, 64).hold, 0);
+    }
+}
