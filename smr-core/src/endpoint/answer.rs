@@ -67,7 +67,6 @@ impl AnswerBuf {
         }
         region.mapping().bytes_ptr(off, len as u64)
     }
-
 }
 
 impl Endpoint {

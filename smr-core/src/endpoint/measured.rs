@@ -132,11 +132,9 @@ impl Class {
         if fast == 0 {
             return RECHECK_EVERY;
         }
-        let spacing =
-            (slow - fast).saturating_mul(100 * u64::from(RUN)) / fast.saturating_mul(RECHECK_COST_PERCENT);
+        let spacing = (slow - fast).saturating_mul(100 * u64::from(RUN)) / fast.saturating_mul(RECHECK_COST_PERCENT);
         spacing.clamp(u64::from(RECHECK_EVERY), u64::from(RECHECK_MOST)) as u32
     }
-
 }
 
 /// The sender's figures, for every peer alike (the speeds are the host's).
@@ -355,8 +353,7 @@ mod tests {
         // Timed answers of one protocol only: that one, and the other now and then.
         let c = Choice { via: Via::Sar, class: class_of(MIB), counts: true };
         ch.learn(c, MIB, 1_000_000);
-        let vias: Vec<Via> =
-            (0..RECHECK_EVERY + RUN - 1).map(|_| ch.choose(MIB).expect("one answer").via).collect();
+        let vias: Vec<Via> = (0..RECHECK_EVERY + RUN - 1).map(|_| ch.choose(MIB).expect("one answer").via).collect();
         assert_eq!(vias.iter().filter(|&&v| v == Via::Cma).count(), RUN as usize, "one run of rechecks");
     }
 
