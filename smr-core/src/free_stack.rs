@@ -110,6 +110,11 @@ impl<'a> FreeStack<'a> {
         self.head.head.load(Ordering::Relaxed) & INDEX_MASK == 0
     }
 
+    /// True if buffer `index` is popped and not yet pushed back (false for one out of range).
+    pub fn in_use(&self, index: u32) -> bool {
+        self.links.get(index as usize).is_some_and(|l| l.load(Ordering::Relaxed) == IN_USE)
+    }
+
     /// Owner only, before the region is published: all buffers free, lowest index on top.
     pub fn fill(&self) {
         let n = self.links.len();

@@ -85,7 +85,7 @@ impl Endpoint {
         };
         let index = match stack.pop() {
             Ok(index) => index,
-            Err(_) if tag == SAR_POOL => self.sar_cold.take().ok_or(Error::Again)?,
+            Err(_) if tag == SAR_POOL => self.sar_cold.take(&stack).ok_or(Error::Again)?,
             Err(_) => return Err(Error::Again),
         };
         Ok(AnswerBuf(index | tag))

@@ -50,6 +50,12 @@ impl ColdReuse {
             let _ = stack.push(buf);
             return;
         }
+        // `buf` was named by a peer (a segment's buffer): only a buffer popped from the stack,
+        // and not held already, is held; a free or repeated name is dropped, as the stack's push
+        // would refuse it, so that `take` never hands out a buffer the stack holds too.
+        if !stack.in_use(buf) || self.held.contains(&buf) {
+            return;
+        }
         self.held.push_back(buf);
         let starved = stack.looks_empty();
         // Starved: this buffer and one held one more, so that the queue shrinks under pressure.
@@ -64,12 +70,14 @@ impl ColdReuse {
         }
     }
 
-    /// A held buffer for our own use (the coldest), when the stack had none.
-    pub(super) fn take(&mut self) -> Option<u32> {
-        self.held.pop_front()
+    /// A held buffer for our own use (the coldest), when the stack had none. A peer may have
+    /// pushed a held index onto the stack meanwhile (a hostile one can name any buffer): such a
+    /// buffer is free there, not ours, and is skipped.
+    pub(super) fn take(&mut self, stack: &FreeStack<'_>) -> Option<u32> {
+        std::iter::from_fn(|| self.held.pop_front()).find(|&b| stack.in_use(b))
     }
 
-    #[cfg(test)]
+    /// Buffers held now.
     pub(super) fn held(&self) -> usize {
         self.held.len()
     }
@@ -139,7 +147,30 @@ mod tests {
         }
         assert_eq!(rounds, 12, "the held queue shrank by one a round");
         assert_eq!(in_flight.len(), 16, "every buffer reached the senders");
-        assert!(cold.take().is_none());
+        assert!(cold.take(&stack).is_none());
+    }
+
+    /// Segment buffers are named by peers: a name that is free in the stack, or already held, is
+    /// not held (again), and a held buffer a peer pushed meanwhile is not taken.
+    #[test]
+    fn free_or_repeated_names_are_not_held() {
+        let (head, links) = pool(8);
+        let stack = FreeStack::new(&head, &links);
+        stack.fill();
+        let mut cold = ColdReuse::new(4, 8);
+        let (a, b) = (stack.pop().unwrap(), stack.pop().unwrap());
+        cold.give_back(&stack, a);
+        cold.give_back(&stack, a);
+        let free = stack.pop().unwrap();
+        stack.push(free).unwrap();
+        cold.give_back(&stack, free);
+        cold.give_back(&stack, 99);
+        assert_eq!(cold.held(), 1, "only the popped buffer, once");
+        cold.give_back(&stack, b);
+        // A peer pushes `a` (held by us) back itself: it is free now, not ours to take.
+        stack.push(a).unwrap();
+        assert_eq!(cold.take(&stack), Some(b));
+        assert_eq!(cold.take(&stack), None);
     }
 
     #[test]

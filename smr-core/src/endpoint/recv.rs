@@ -758,6 +758,12 @@ impl Endpoint {
         self.held.len()
     }
 
+    /// SAR buffers of our pool we hold back on their way to it (`cold.rs`): not free in the
+    /// stack, but not lost either (a check that every buffer came back counts them).
+    pub fn sar_held_back(&self) -> usize {
+        self.sar_cold.held()
+    }
+
     /// Fail what waits on sender `src`. Returns the number of completions raised.
     pub(super) fn fail_receives_from(&mut self, src: SrcId, h: &mut impl Handler) -> usize {
         let mut events = 0;

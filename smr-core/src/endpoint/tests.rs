@@ -113,7 +113,7 @@ fn free_buffers(ep: &Endpoint) -> (usize, usize) {
         taken.iter().for_each(|&i| stack.push(i).unwrap());
         taken.len()
     };
-    (count(ep.region.inject_stack()), count(ep.region.sar_stack()) + ep.sar_cold.held())
+    (count(ep.region.inject_stack()), count(ep.region.sar_stack()) + ep.sar_held_back())
 }
 
 /// Inject buffers of `ep`'s pool that its senders hold for their next message (`spare`).
