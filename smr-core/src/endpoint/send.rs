@@ -351,8 +351,15 @@ impl Endpoint {
             Some(choice) => choice.via == Via::Cma,
             None => cma_ok && ((opts.pull && !one_segment) || buf.len() >= cma_min),
         };
-        let remote = (my_cma && link_cma).then(|| buf.as_remote(IOV_MAX)).flatten();
-        // A CMA choice that fell back to SAR (too many ranges) teaches nothing.
+        // A SAR message to this peer still waiting for its first segment's buffer is matched
+        // when that segment arrives: a CMA command pushed now would be matched before it. Then
+        // this one goes by SAR too, queued behind it (the chooser may switch protocols from one
+        // message to the next, and a receiver that holds SAR buffers back cold leaves senders
+        // waiting for one more often).
+        let behind_sar = !self.sar_tx.is_empty() && self.sar_unstarted(peer);
+        let remote = (my_cma && link_cma && !behind_sar).then(|| buf.as_remote(IOV_MAX)).flatten();
+        // A CMA choice that fell back to SAR (too many ranges, or behind a SAR message) teaches
+        // nothing.
         let measured = measured.filter(|c| (c.via == Via::Cma) == remote.is_some());
         let mut pending = PendingSend {
             peer,
@@ -396,8 +403,8 @@ impl Endpoint {
         // A SAR message to this peer still waiting for a buffer for its first segment (the one
         // the receiver matches) would be overtaken by a message pushed straight into the ring:
         // messages must be matched in the order they were sent. Later SAR messages queue behind
-        // it in `sar_tx` (FIFO), and so do CMA-sized ones (a peer whose messages go by SAR
-        // never goes back to CMA); inline and inject ones wait until it has started.
+        // it in `sar_tx` (FIFO), and so do CMA-sized ones (sent by SAR instead, `send`); inline
+        // and inject ones wait until it has started.
         if !self.sar_tx.is_empty() && self.sar_unstarted(peer) {
             return Err(Error::Again);
         }
@@ -449,7 +456,7 @@ impl Endpoint {
     }
 
     /// True if a SAR message to `peer` has not pushed its first segment yet.
-    fn sar_unstarted(&self, peer: PeerId) -> bool {
+    pub(super) fn sar_unstarted(&self, peer: PeerId) -> bool {
         self.sar_tx.iter().any(|id| {
             self.pending.get(id).is_some_and(|s| s.peer == peer && s.sar_next == Some(0) && !s.sar_continuation)
         })

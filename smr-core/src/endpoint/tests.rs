@@ -1087,6 +1087,52 @@ fn large_messages_go_both_ways_and_every_answer_is_timed() {
     assert_eq!((hb.received.len(), b.stats().corrupt_commands), (2, 0));
 }
 
+/// Messages are matched in the order they were sent when the chooser switches from SAR to CMA
+/// while a SAR message still waits for a buffer for its first segment: the later ones go by SAR
+/// too, queued behind it, not by a CMA command the receiver would match first.
+#[test]
+fn a_cma_choice_behind_an_unstarted_sar_message_keeps_send_order() {
+    if !cma_or_skip("a_cma_choice_behind_an_unstarted_sar_message_keeps_send_order") {
+        return;
+    }
+    let d = Params::default();
+    // Two SAR buffers, given back at once: the second SAR message waits for one.
+    let counts = Counts { sar_count: 2, ..d.counts };
+    let params = Params { cma_min: usize::MAX, measure_protocol: true, sar_hold: 0, counts, ..d };
+    let (mut a, mut b, to_b) = pair("measured-order", params);
+    let (mut ha, mut hb) = (Collect::default(), Collect { hold: true, ..Default::default() });
+    let len = 200_000usize;
+    // Learning sends runs of three: CMA, CMA, CMA, SAR, SAR, SAR, then CMA again.
+    let n = 9;
+    for i in 0..n {
+        let hdr = MsgHeader { app: 0, tag: i as u64, data: 0, aux: 0, len: len as u64 };
+        let opts = SendOpts { cookie: i as u64, delivery_complete: false, more: false, pull: false };
+        a.send(to_b, hdr, LocalIov::owned(pattern(len, i as u8)), opts).unwrap();
+    }
+    assert!(a.sar_unstarted(to_b), "a SAR message waits for a buffer");
+    pump_until((&mut a, &mut ha), (&mut b, &mut hb), "every message offered", |_, hb| hb.offered.len() == n);
+    let order: Vec<u64> = hb.offered.iter().map(|m| m.hdr.tag).collect();
+    assert_eq!(order, (0..n as u64).collect::<Vec<_>>(), "matched out of send order");
+    assert_eq!(a.stats().sent_cma, 3, "the CMA choices behind the SAR run went by SAR");
+    let dl = deadline();
+    while !b.sar_rx.is_empty() {
+        assert!(std::time::Instant::now() < dl, "timed out waiting for the segments");
+        a.progress(&mut ha);
+        b.progress(&mut hb);
+    }
+    for m in hb.offered.clone() {
+        match b.deliver(m.key, LocalIov::owned(vec![0; len]), m.hdr.tag).unwrap() {
+            Delivered::Now(result, dest) => {
+                assert_eq!(result, Ok(len));
+                assert!(dest.into_owned().unwrap() == pattern(len, m.hdr.tag as u8), "message {} differs", m.hdr.tag);
+            }
+            Delivered::Later => {}
+        }
+    }
+    pump_until((&mut a, &mut ha), (&mut b, &mut hb), "every send done", |ha, _| ha.sends_done.len() == n);
+    assert!(ha.sends_done.iter().all(|(_, r)| r.is_ok()), "{:?}", ha.sends_done);
+}
+
 /// FI_MORE: messages sent with `more` wait in the sender (the receiver sees none of them) until a
 /// send without it; then they all arrive, in order, with the last one, in one batch per ring
 /// claim; unacknowledged ones complete once out. A batch larger than the receiver's ring goes in
