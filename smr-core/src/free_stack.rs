@@ -313,17 +313,19 @@ impl FreeStack<'_> {
     }
 }
 
+/// Tests: the head and links of an `n`-buffer stack on the heap, not yet filled.
+#[cfg(all(test, not(loom)))]
+pub(crate) fn heap_parts(n: usize) -> (StackHead, Vec<AtomicU32>) {
+    (StackHead::new(), (0..n).map(|_| AtomicU32::new(0)).collect())
+}
+
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
 
-    fn parts(n: usize) -> (StackHead, Vec<AtomicU32>) {
-        (StackHead::new(), (0..n).map(|_| AtomicU32::new(0)).collect())
-    }
-
     #[test]
     fn pops_each_index_once_then_empty() {
-        let (head, links) = parts(5);
+        let (head, links) = heap_parts(5);
         let stack = FreeStack::new(&head, &links);
         stack.fill();
         let mut got: Vec<u32> = (0..5).map(|_| stack.pop().unwrap()).collect();
@@ -336,7 +338,7 @@ mod tests {
 
     #[test]
     fn releasing_a_free_buffer_is_refused() {
-        let (head, links) = parts(3);
+        let (head, links) = heap_parts(3);
         let stack = FreeStack::new(&head, &links);
         stack.fill();
         assert_eq!(stack.push(1), Err(StackError::NotInUse));
@@ -351,7 +353,7 @@ mod tests {
 
     #[test]
     fn corrupt_head_and_links_give_errors() {
-        let (head, links) = parts(3);
+        let (head, links) = heap_parts(3);
         let stack = FreeStack::new(&head, &links);
         stack.fill();
         head.head.store(77, Ordering::Relaxed);
@@ -377,7 +379,7 @@ mod tests {
 
     #[test]
     fn owner_repairs_a_scribbled_head_and_links() {
-        let (head, links) = parts(6);
+        let (head, links) = heap_parts(6);
         let stack = FreeStack::new(&head, &links);
         stack.fill();
         let mut check = StackCheck::default();
@@ -426,7 +428,7 @@ mod tests {
 
     #[test]
     fn threads_never_hold_the_same_index() {
-        let (head, links) = parts(8);
+        let (head, links) = heap_parts(8);
         let stack = FreeStack::new(&head, &links);
         stack.fill();
         let owners: Vec<AtomicU32> = (0..8).map(|_| AtomicU32::new(0)).collect();

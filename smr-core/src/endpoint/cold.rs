@@ -83,14 +83,17 @@ impl ColdReuse {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
-    use crate::free_stack::StackHead;
+    use crate::free_stack::{heap_parts, StackHead};
     use crate::sync::AtomicU32;
 
+    /// A heap-backed pool of `n` buffers, all free.
     fn pool(n: usize) -> (StackHead, Vec<AtomicU32>) {
-        (StackHead::new(), (0..n).map(|_| AtomicU32::new(0)).collect())
+        let (head, links) = heap_parts(n);
+        FreeStack::new(&head, &links).fill();
+        (head, links)
     }
 
     /// Pop every buffer, give them back in order: the stack sees each only after `hold` others,
@@ -99,7 +102,6 @@ mod tests {
     fn a_buffer_goes_back_only_after_hold_others() {
         let (head, links) = pool(16);
         let stack = FreeStack::new(&head, &links);
-        stack.fill();
         let mut cold = ColdReuse::new(8, 16);
         let all: Vec<u32> = (0..16).map(|_| stack.pop().unwrap()).collect();
         // Stack empty: the first give-backs each release one more (none held yet to release
@@ -129,7 +131,6 @@ mod tests {
     fn an_empty_stack_drains_the_held_buffers() {
         let (head, links) = pool(16);
         let stack = FreeStack::new(&head, &links);
-        stack.fill();
         let mut cold = ColdReuse::new(14, 16);
         let first: Vec<u32> = (0..12).map(|_| stack.pop().unwrap()).collect();
         for &b in &first {
@@ -156,7 +157,6 @@ mod tests {
     fn free_or_repeated_names_are_not_held() {
         let (head, links) = pool(8);
         let stack = FreeStack::new(&head, &links);
-        stack.fill();
         let mut cold = ColdReuse::new(4, 8);
         let (a, b) = (stack.pop().unwrap(), stack.pop().unwrap());
         cold.give_back(&stack, a);
