@@ -104,9 +104,9 @@ pub struct Region {
     /// The pid of the process that mapped this region, named in the ring slots it writes so
     /// that the owner can reclaim one it dies in the middle of (`ring::Consumer::reclaim`).
     writer: u32,
-    /// Our page-table entries for the SAR pool are filled in (`map_sar_pool`). Private to this
-    /// mapping, not shared memory: std's atomic, which loom need not model.
-    sar_mapped: std::sync::atomic::AtomicBool,
+    /// Our page-table entries for the SAR pool are filled in (`map_sar_pool`): private to this
+    /// mapping, not shared memory.
+    sar_mapped: std::sync::Once,
 }
 
 impl Region {
@@ -141,7 +141,7 @@ impl Region {
             flags,
             is_owner: true,
             writer: me.pid,
-            sar_mapped: Default::default(),
+            sar_mapped: std::sync::Once::new(),
         };
         // SAFETY: the header page is ours alone until `ready` is set: nobody else has opened the
         // file yet (O_EXCL) or, if one did, it waits for `ready` before reading.
@@ -212,7 +212,7 @@ impl Region {
             flags,
             is_owner: false,
             writer: std::process::id(),
-            sar_mapped: Default::default(),
+            sar_mapped: std::sync::Once::new(),
         })
     }
 
@@ -293,19 +293,19 @@ impl Region {
         unsafe { self.inject.stack() }
     }
 
-    /// Before the first copy into (`write`) or out of the SAR pool through this mapping: map
-    /// the whole pool now. Our SAR buffers are reused cold, in rotation (`endpoint::cold`), so
+    /// Before the first copy into or out of the SAR pool through this mapping: map the whole
+    /// pool now, for writing in a peer's region (senders copy segments in, targets answers) and
+    /// for reading in our own (we copy them out). Our SAR buffers are reused cold, in rotation (`endpoint::cold`), so
     /// without this every buffer's first use faulted its pages in one at a time: a 64 KiB
     /// message over fresh buffers took about 40 us instead of 4, and the protocol chooser, whose
     /// rare rechecks of SAR kept landing on fresh buffers, kept choosing CMA. 2 MiB of pages
     /// the file already holds; one call per mapping, later ones are a load.
     #[inline]
-    pub fn map_sar_pool(&self, write: bool) {
-        if !self.sar_mapped.load(std::sync::atomic::Ordering::Relaxed) {
-            self.sar_mapped.store(true, std::sync::atomic::Ordering::Relaxed);
+    pub fn map_sar_pool(&self) {
+        self.sar_mapped.call_once(|| {
             let pool = self.geo.counts.sar_count.saturating_mul(self.geo.counts.sar_size);
-            self.map.populate(self.geo.sar_data, pool, write);
-        }
+            self.map.populate(self.geo.sar_data, pool, !self.is_owner);
+        });
     }
 
     pub fn sar_stack(&self) -> FreeStack<'_> {

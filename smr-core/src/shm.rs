@@ -158,18 +158,20 @@ impl Mapping {
 
     /// Fill in this process's page-table entries for `len` bytes at `off` now, for writing or
     /// for reading, rather than one page fault at a time as they are first touched (the file's
-    /// pages exist: `create` reserved them). False when the kernel could not (before Linux
-    /// 5.14 it does not know the request; a file a peer cut short fails it): the pages then
-    /// fault in as before.
-    pub fn populate(&self, off: u64, len: u64, write: bool) -> bool {
+    /// pages exist: `create` reserved them). Where the kernel cannot (before Linux 5.14 it does
+    /// not know the request; a file a peer cut short fails it) the pages fault in as before.
+    pub fn populate(&self, off: u64, len: u64, write: bool) {
         const PAGE: u64 = 4096;
-        let Some(end) = off.checked_add(len).filter(|&e| e <= self.len as u64) else { return false };
+        if self.check(off, len, 1).is_err() {
+            return;
+        }
         let start = off - off % PAGE;
-        let end = end.div_ceil(PAGE).saturating_mul(PAGE).min(self.len as u64);
+        let end = (off + len).div_ceil(PAGE).saturating_mul(PAGE).min(self.len as u64);
         let advice = if write { libc::MADV_POPULATE_WRITE } else { libc::MADV_POPULATE_READ };
         // SAFETY: a page-aligned range inside our own mapping (the mapping's base is page-aligned,
-        // checked above against its length); the advice only maps pages, changing no bytes.
-        unsafe { libc::madvise(self.base.add(start as usize).cast(), (end - start) as usize, advice) == 0 }
+        // the range checked above against its length); the advice only maps pages, changing no
+        // bytes. Its result is not needed: a failure leaves the pages to fault in.
+        unsafe { libc::madvise(self.base.add(start as usize).cast(), (end - start) as usize, advice) };
     }
 
     /// Raw pointer to `len` bytes at `off`, for copies to or from caller-owned memory.

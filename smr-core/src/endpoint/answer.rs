@@ -78,7 +78,7 @@ impl Endpoint {
         let (stack, tag) = if len as u64 <= INJECT_SIZE {
             (self.region.inject_stack(), 0)
         } else if len as u64 <= counts.sar_size {
-            self.region.map_sar_pool(false);
+            self.region.map_sar_pool();
             (self.region.sar_stack(), SAR_POOL)
         } else {
             return Err(Error::Invalid("answer larger than any pool buffer"));
@@ -124,7 +124,7 @@ impl Endpoint {
         let Some(peer) = self.inp.get(&src) else { return };
         let len = data.len();
         if buf & SAR_POOL != 0 {
-            peer.region.map_sar_pool(true);
+            peer.region.map_sar_pool();
         }
         let placed = AnswerBuf::from_wire(buf).place(&peer.region, len).map(|dst| {
             // SAFETY: `dst..dst+len` lies inside our mapping of the sender's region (checked by

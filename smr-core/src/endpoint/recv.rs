@@ -563,7 +563,7 @@ impl Endpoint {
     }
 
     fn on_segment(&mut self, src: SrcId, msg_id: u64, seg: SarSeg, h: &mut impl Handler) {
-        self.region.map_sar_pool(false);
+        self.region.map_sar_pool();
         let map = self.region.mapping();
         let at = self.region.geometry().sar_offset(seg.buf);
         let Some(rx) = self.sar_rx.get_mut(&(src, msg_id)) else {

@@ -163,6 +163,13 @@ pub(super) struct PendingSend {
     pub copy_ns: u64,
 }
 
+impl PendingSend {
+    /// A SAR message whose first segment, the one its receiver matches, is not out yet.
+    fn unstarted(&self) -> bool {
+        self.sar_next == Some(0) && !self.sar_continuation
+    }
+}
+
 /// An acknowledged small send: in the receiver's ring whole, waiting for its answer. Nothing of
 /// it is sent again, so no buffer or header is kept.
 pub(super) struct AckedSend {
@@ -356,7 +363,7 @@ impl Endpoint {
         // this one goes by SAR too, queued behind it (the chooser may switch protocols from one
         // message to the next, and a receiver that holds SAR buffers back cold leaves senders
         // waiting for one more often).
-        let behind_sar = !self.sar_tx.is_empty() && self.sar_unstarted(peer);
+        let behind_sar = self.sar_unstarted(peer);
         let remote = (my_cma && link_cma && !behind_sar).then(|| buf.as_remote(IOV_MAX)).flatten();
         // A CMA choice that fell back to SAR (too many ranges, or behind a SAR message) teaches
         // nothing.
@@ -405,7 +412,7 @@ impl Endpoint {
         // messages must be matched in the order they were sent. Later SAR messages queue behind
         // it in `sar_tx` (FIFO), and so do CMA-sized ones (sent by SAR instead, `send`); inline
         // and inject ones wait until it has started.
-        if !self.sar_tx.is_empty() && self.sar_unstarted(peer) {
+        if self.sar_unstarted(peer) {
             return Err(Error::Again);
         }
         let len = hdr.len as usize;
@@ -455,11 +462,12 @@ impl Endpoint {
         SendStatus::Pending
     }
 
-    /// True if a SAR message to `peer` has not pushed its first segment yet.
+    /// True if a SAR message to `peer` has not pushed its first segment yet. Inline: every
+    /// small send asks, and the queue is nearly always empty.
+    #[inline(always)]
     pub(super) fn sar_unstarted(&self, peer: PeerId) -> bool {
-        self.sar_tx.iter().any(|id| {
-            self.pending.get(id).is_some_and(|s| s.peer == peer && s.sar_next == Some(0) && !s.sar_continuation)
-        })
+        !self.sar_tx.is_empty()
+            && self.sar_tx.iter().any(|id| self.pending.get(id).is_some_and(|s| s.peer == peer && s.unstarted()))
     }
 
     /// Move as many SAR segments as the receivers' pools and rings take.
@@ -474,8 +482,7 @@ impl Endpoint {
         for msg_id in queue {
             let Some(send) = self.pending.get(&msg_id) else { continue };
             let peer = send.peer;
-            let unstarted = |s: &PendingSend| s.sar_next == Some(0) && !s.sar_continuation;
-            if unstarted(send) && waiting.contains(&peer) {
+            if send.unstarted() && waiting.contains(&peer) {
                 self.sar_tx.push_back(msg_id);
                 continue;
             }
@@ -484,7 +491,7 @@ impl Endpoint {
             };
             let send = self.pending.get_mut(&msg_id).expect("looked up above");
             if !push_segments(link, incarnation, msg_id, send) {
-                if unstarted(send) {
+                if send.unstarted() {
                     waiting.push(peer);
                 }
                 self.sar_tx.push_back(msg_id);
@@ -646,7 +653,7 @@ fn push_segments(link: &super::peers::Link, incarnation: u64, msg_id: u64, send:
     let geo = *link.region.geometry();
     let sar_size = geo.counts.sar_size;
     let Some(entry) = link.region.peer_slots().get(link.slot as usize) else { return false };
-    link.region.map_sar_pool(true);
+    link.region.map_sar_pool();
     while let Some(offset) = send.sar_next {
         if offset >= send.hdr.len {
             send.sar_next = None;
