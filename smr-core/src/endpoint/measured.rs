@@ -4,13 +4,14 @@
 //! Neither wins everywhere. On the hosts this project has run on, SAR (both CPUs copying through
 //! bounce buffers) moved 64 KiB-4 MiB 1.5-2.5x faster than one `process_vm_readv` on one, and
 //! CMA 1.4-1.6x faster than SAR on another (docs/perf/protocols.md); a fixed threshold is wrong
-//! on one of them. So a receiver times each large transfer it completes (the CMA read, or the
-//! SAR segments from the first to the last, scaled to the whole message) and reports the time in
-//! its answer. The sender of a SAR message times its own copies into the SAR buffers too and
-//! credits the message with the larger time: in a stream the receiver may find every segment
-//! already in and copy at memory speed while the sender's copies set the pace. It keeps, per
-//! size class, a figure for each protocol and sends by the faster one. It keeps trying the other
-//! now and then, since a host's state moves.
+//! on one of them. So a receiver times each large transfer it completes (the CMA read, or its
+//! copies out of the SAR segments) and reports the time in its answer. The sender of a SAR
+//! message times its own copies into the SAR buffers too and credits the message with the two
+//! as a pipeline (`sar_time`): in a stream the receiver may find every segment already in and
+//! copy at memory speed while the sender's copies set the pace, and on some hosts the sender's
+//! writes into lines the receiver read crawl at 2 GB/s where the receiver's reads do not. It
+//! keeps, per size class, a figure for each protocol and sends by the faster one. It keeps trying
+//! the other now and then, since a host's state moves.
 
 /// The two ways a large message can travel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -211,24 +212,34 @@ impl Chooser {
     }
 }
 
+#[cfg(test)]
 impl Chooser {
     /// Timed answers so far for messages of `len` bytes: (SAR, CMA).
-    #[cfg(test)]
     pub fn answers(&self, len: u64) -> (u32, u32) {
         let c = &self.classes[class_of(len)];
         (c.sar.answers, c.cma.answers)
     }
+
+    /// The figures compared for messages of `len` bytes, ns per KiB: (SAR, CMA).
+    pub fn figures(&self, len: u64) -> (u64, u64) {
+        let c = &self.classes[class_of(len)];
+        (c.sar.median, c.cma.median)
+    }
 }
 
-/// A SAR receiver's time for a whole message of `len` bytes, from its time between the first
-/// segment's arrival and the last segment's copy: the sender had copied the first
-/// `first_segment` bytes before the receiver saw anything, at about the same rate.
-pub fn sar_time_of_whole(ns_seen: u64, len: u64, first_segment: u64) -> u64 {
-    let seen = len.saturating_sub(first_segment.min(len));
-    if seen == 0 {
-        return ns_seen;
+/// A SAR message's time, from the receiver's copies out (`receiver_ns`) and the sender's copies
+/// in (`sender_ns`) of its `len` bytes: the two copy in a pipeline, so the slower side's copies
+/// plus the other side's share of the first segment (`first_segment` bytes), which nothing
+/// overlaps. Copies only, not the span from first segment to last: that span also holds whatever
+/// else either side did meanwhile (the CMA messages queued between the segments, docs/perf/
+/// protocols.md), which made SAR look up to 200 times slower than it was.
+pub fn sar_time(receiver_ns: u64, sender_ns: u64, len: u64, first_segment: u64) -> u64 {
+    let (slow, fast) = (receiver_ns.max(sender_ns), receiver_ns.min(sender_ns));
+    if len == 0 {
+        return slow;
     }
-    ((ns_seen as u128 * len as u128) / seen as u128).min(u64::MAX as u128) as u64
+    let fill = (fast as u128 * first_segment.min(len) as u128 / len as u128) as u64;
+    slow.saturating_add(fill)
 }
 
 #[cfg(test)]
@@ -381,9 +392,15 @@ mod tests {
     }
 
     #[test]
-    fn sar_time_counts_the_first_segment() {
-        assert_eq!(sar_time_of_whole(3_000, 64 * 1024, 16 * 1024), 4_000);
-        assert_eq!(sar_time_of_whole(5, 16 * 1024, 16 * 1024), 5);
+    fn sar_time_is_the_slower_side_and_the_first_segment_of_the_other() {
+        // 64 KiB: the receiver copied out in 2,000 ns, the sender in in 3,000; the receiver's
+        // first quarter (16 KiB) could not overlap anything.
+        assert_eq!(sar_time(2_000, 3_000, 64 * 1024, 16 * 1024), 3_500);
+        assert_eq!(sar_time(3_000, 2_000, 64 * 1024, 16 * 1024), 3_500);
+        // One segment: both copies in turn.
+        assert_eq!(sar_time(5, 7, 16 * 1024, 16 * 1024), 12);
+        assert_eq!(sar_time(u64::MAX, u64::MAX, 1, 1), u64::MAX);
+        assert_eq!(sar_time(9, 0, 0, 16 * 1024), 9);
         let entry = crate::cmd::RespEntry::done_timed(7, crate::cmd::Status::Ok, 1, 123_456);
         assert_eq!(entry.time(), 123_456);
     }

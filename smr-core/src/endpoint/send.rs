@@ -565,7 +565,11 @@ impl Endpoint {
         if let (Some(choice), Status::Ok, false) = (send.measured, status, send.sar_continuation) {
             // A SAR message costs at least our copies in: in a stream the receiver may find every
             // segment already in and copy at memory speed while ours set the pace (`measured.rs`).
-            self.chooser.learn(choice, send.hdr.len, entry.time().max(send.copy_ns));
+            let ns = match choice.via {
+                Via::Sar => super::measured::sar_time(entry.time(), send.copy_ns, send.hdr.len, SAR_FIRST_SEGMENT),
+                Via::Cma => entry.time(),
+            };
+            self.chooser.learn(choice, send.hdr.len, ns);
         }
         self.finish_send(Some(status), entry, send.cookie, send.answer, h);
         1

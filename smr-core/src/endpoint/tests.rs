@@ -1022,6 +1022,49 @@ fn one_segment_messages_are_measured_above_the_smallest_class() {
     assert_eq!(hb.received.len(), lens.len());
 }
 
+/// A SAR message's time is the copies, not the span from its first segment to its last: here
+/// the receiver has two SAR buffers and pauses 20 ms between taking segments, as it did when CMA
+/// messages queued between a SAR message's segments (docs/perf/protocols.md), and SAR must still
+/// be credited with about what its copies took, not the pauses.
+#[test]
+fn a_sar_message_is_timed_by_its_copies_not_by_pauses_between_segments() {
+    if !cma_or_skip("a_sar_message_is_timed_by_its_copies_not_by_pauses_between_segments") {
+        return;
+    }
+    let mut params = Params { cma_min: usize::MAX, measure_protocol: true, sar_hold: 0, ..Params::default() };
+    params.counts.sar_count = 2;
+    let (mut a, mut b, to_b) = pair("measured-pauses", params);
+    let (mut ha, mut hb) = (Collect::default(), Collect::default());
+    let len = 200_000usize;
+    let pause = std::time::Duration::from_millis(20);
+    // Learning: a run of three by CMA, then three by SAR (the first of each run not learnt).
+    for i in 0..6 {
+        let hdr = MsgHeader { app: 0, tag: i as u64, data: 0, aux: 0, len: len as u64 };
+        let opts = SendOpts { cookie: i as u64, delivery_complete: false, more: false, pull: false };
+        a.send(to_b, hdr, LocalIov::owned(pattern(len, i as u8)), opts).unwrap();
+        let dl = deadline();
+        while ha.sends_done.len() < i + 1 {
+            assert!(std::time::Instant::now() < dl, "timed out waiting for message {i}");
+            a.progress(&mut ha);
+            b.progress(&mut hb);
+            if !b.sar_rx.is_empty() {
+                std::thread::sleep(pause);
+            }
+        }
+    }
+    assert_eq!((a.stats().sent_cma, a.stats().sent_sar), (3, 3));
+    assert_eq!(a.chooser.answers(len as u64), (2, 2));
+    // Seven segments into two buffers: at least three pauses, 60 ms, inside each SAR message.
+    let spans_ns_per_kib = 3 * pause.as_nanos() as u64 * 1024 / len as u64;
+    let (sar, _) = a.chooser.figures(len as u64);
+    assert!(sar > 0 && sar < spans_ns_per_kib / 10, "SAR credited {sar} ns/KiB, its pauses alone {spans_ns_per_kib}");
+    for (hdr, result, bytes) in &hb.received {
+        assert_eq!(result, &Ok(len));
+        assert!(*bytes == pattern(len, hdr.tag as u8), "message {} differs", hdr.tag);
+    }
+    assert_eq!(hb.received.len(), 6);
+}
+
 /// `measure_protocol`: above one SAR segment the sender tries both protocols in turn until it has
 /// three timed answers of each; its receivers time every transfer, held and delivered later or
 /// delivered at once, and report the time in their answers (`measured.rs`); every byte arrives
