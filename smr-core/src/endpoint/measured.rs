@@ -330,9 +330,33 @@ mod tests {
         assert!(run(&mut ch, 64 * 1024, 20, 50, 100).0 >= 20 - RUN as usize);
     }
 
+    /// A recheck's run teaches one answer, its last: the earlier ones still pay for the switch.
+    #[test]
+    fn a_recheck_run_learns_only_its_last_message() {
+        let mut ch = Chooser::default();
+        run(&mut ch, MIB, 2 * LEARN_SENT, 100, 50);
+        let (sar_before, _) = ch.answers(MIB);
+        let mut rechecks = 0;
+        for _ in 0..2000 {
+            let c = ch.choose(MIB).expect("measured");
+            if c.via == Via::Sar {
+                rechecks += 1;
+                assert_eq!(c.counts, ch.classes[class_of(MIB)].recheck.is_none(), "only the run's last counts");
+            }
+            ch.learn(c, MIB, if c.via == Via::Sar { 100 * 1024 } else { 50 * 1024 });
+            if rechecks == 3 * RUN as usize {
+                break;
+            }
+        }
+        assert_eq!(rechecks, 3 * RUN as usize, "three recheck runs by SAR");
+        assert_eq!(ch.answers(MIB).0 - sar_before, 3);
+    }
+
     /// The protocol not in use is compared warm: its rechecks' second message still pays for
     /// the switch (here 80 ns/KiB for SAR, as a 1 MiB ping-pong measured), and only the run's
-    /// last, warm one (38) counts against the one in use (CMA, 48).
+    /// last, warm one (38) counts against the one in use (CMA, 48); a recheck that beats it calls
+    /// the next at once, so SAR takes over after three rechecks in a row (79 messages when each
+    /// waited for the usual spacing).
     #[test]
     fn a_recheck_is_judged_by_its_warm_last_message() {
         let mut ch = Chooser::default();
@@ -341,28 +365,32 @@ mod tests {
         assert_eq!(ch.choose(MIB).map(|c| c.via), Some(Via::Cma));
         // SAR becomes faster once warm; its first two messages after a CMA one pay 80.
         let mut since_cma = 0;
-        let mut by_sar = 0;
-        for i in 0..2000 {
-            let c = ch.choose(MIB).expect("measured");
-            let per_kib = match c.via {
-                Via::Cma => {
-                    since_cma = 0;
-                    48
-                }
-                Via::Sar => {
-                    since_cma += 1;
-                    if since_cma <= 2 {
-                        80
-                    } else {
-                        38
+        let vias: Vec<Via> = (0..2000)
+            .map(|_| {
+                let c = ch.choose(MIB).expect("measured");
+                let per_kib = match c.via {
+                    Via::Cma => {
+                        since_cma = 0;
+                        48
                     }
-                }
-            };
-            if i >= 1000 && c.via == Via::Sar {
-                by_sar += 1;
-            }
-            ch.learn(c, MIB, per_kib * 1024);
-        }
+                    Via::Sar => {
+                        since_cma += 1;
+                        if since_cma <= 2 {
+                            80
+                        } else {
+                            38
+                        }
+                    }
+                };
+                ch.learn(c, MIB, per_kib * 1024);
+                c.via
+            })
+            .collect();
+        // SAR takes over within the first recheck spacing and the three rechecks after it (the
+        // first beat CMA, so the next follow at once), and keeps the choice.
+        let took_over = vias.windows(20).position(|w| w.iter().all(|&v| v == Via::Sar)).expect("SAR never took over");
+        assert!(took_over <= RECHECK_EVERY as usize + 3 * RUN as usize, "SAR took over after {took_over} messages");
+        let by_sar = vias[1000..].iter().filter(|&&v| v == Via::Sar).count();
         assert!(by_sar > 900, "SAR {by_sar} of the last 1000");
     }
 
