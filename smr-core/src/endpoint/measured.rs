@@ -72,7 +72,6 @@ const GIVE_UP: u32 = 64;
 /// out of the SAR buffer had to take them back first.
 const RUN: u32 = 3;
 
-
 /// Answers a protocol's figure is the median of. An odd number, so that one answer far off
 /// either way (the first message into pages never touched, which fault in the copy; a copy
 /// preempted by the hypervisor) does not move the figure while the others agree.
