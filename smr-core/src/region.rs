@@ -295,11 +295,11 @@ impl Region {
 
     /// Before the first copy into or out of the SAR pool through this mapping: map the whole
     /// pool now, for writing in a peer's region (senders copy segments in, targets answers) and
-    /// for reading in our own (we copy them out). Our SAR buffers are reused cold, in rotation (`endpoint::cold`), so
-    /// without this every buffer's first use faulted its pages in one at a time: a 64 KiB
-    /// message over fresh buffers took about 40 us instead of 4, and the protocol chooser, whose
-    /// rare rechecks of SAR kept landing on fresh buffers, kept choosing CMA. 2 MiB of pages
-    /// the file already holds; one call per mapping, later ones are a load.
+    /// for reading in our own (we copy them out). Our SAR buffers are reused cold, in rotation
+    /// (`endpoint::cold`), so without this every buffer's first use faulted its pages in one at
+    /// a time: a 64 KiB message over fresh buffers took about 40 us instead of 4, and the
+    /// protocol chooser, whose rare rechecks of SAR kept landing on fresh buffers, kept choosing
+    /// CMA. 2 MiB of pages the file already holds; one call per mapping, later ones are a load.
     #[inline]
     pub fn map_sar_pool(&self) {
         self.sar_mapped.call_once(|| {

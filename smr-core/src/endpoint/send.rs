@@ -352,12 +352,15 @@ impl Endpoint {
             && link_cma
             && !opts.pull
             && buf.len() as u64 > super::measured::MEASURED_ABOVE;
-        // Behind a SAR message still waiting for its first buffer, a message the chooser would
-        // send by CMA could only go by SAR (below): it waits instead, as small ones do. When the
-        // chooser tried SAR amid CMA messages (a recheck), every later message of a window of
-        // 64 followed it into SAR, one in six of a 256 KiB stream; with SAR at 2 GB/s in the
-        // host's slow state that halved the stream (docs/perf/protocols.md).
-        if measurable && self.sar_unstarted(peer) {
+        // A SAR message to this peer still waiting for its first segment's buffer is matched
+        // when that segment arrives: a CMA command pushed now would be matched before it.
+        let behind_sar = self.sar_unstarted(peer);
+        // Then a message the chooser would send by CMA could only go by SAR (below): it waits
+        // instead, as small ones do. When the chooser tried SAR amid CMA messages (a recheck),
+        // every later message of a window of 64 followed it into SAR, one in six of a 256 KiB
+        // stream; with SAR at 2 GB/s in the host's slow state that halved the stream
+        // (docs/perf/protocols.md).
+        if measurable && behind_sar {
             return Err(Error::Again);
         }
         let measured = measurable.then(|| self.chooser.choose(buf.len() as u64)).flatten();
@@ -365,11 +368,7 @@ impl Endpoint {
             Some(choice) => choice.via == Via::Cma,
             None => cma_ok && ((opts.pull && !one_segment) || buf.len() >= cma_min),
         };
-        // A SAR message to this peer still waiting for its first segment's buffer is matched
-        // when that segment arrives: a CMA command pushed now would be matched before it. Then
-        // this one goes by SAR too, queued behind it (a CMA message by the fixed rule, after a
-        // SAR one that fell back from CMA; a measured one waited above).
-        let behind_sar = self.sar_unstarted(peer);
+        // A CMA message by the fixed rule goes by SAR too, queued behind it.
         let remote = (my_cma && link_cma && !behind_sar).then(|| buf.as_remote(IOV_MAX)).flatten();
         // A CMA choice that fell back to SAR (too many ranges, or behind a SAR message) teaches
         // nothing.
