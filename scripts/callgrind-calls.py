@@ -21,7 +21,8 @@ def parse(path):
             line = line.rstrip("\n")
             if pending is not None:
                 parts = line.split()
-                cost = int(parts[1]) if len(parts) > 1 else 0
+                # "position(s) cost": one position (line), or two with --dump-instr=yes.
+                cost = int(parts[-1]) if len(parts) > 1 else 0
                 incl[pending[0]] = incl.get(pending[0], 0) + cost
                 calls[pending[0]] = calls.get(pending[0], 0) + pending[1]
                 pending = None
