@@ -40,7 +40,9 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"RSHMREG\0");
 ///    (`PeerSlot::held`, `PeerSlot::sar_held`).
 /// 9: a peer-table entry being claimed names its claimant's pid in its state word
 ///    (`SLOT_CLAIMED` in the low two bits), so that a claimant killed mid-claim loses it.
-pub const LAYOUT_VERSION: u32 = 10;
+/// 10: a sender's peer-table entry names who copies the tail of its large CMA message (`split`).
+/// 11: the owner counts every progress call too (`OwnerBeat::polls`).
+pub const LAYOUT_VERSION: u32 = 11;
 /// Longest region name, without the terminating NUL.
 pub const NAME_MAX: usize = 63;
 /// Size of one inject buffer (defined with the commands that name them, which check against it).
@@ -241,13 +243,19 @@ pub struct PeerSlot {
     pub split: AtomicU64,
 }
 
-/// How many times the owner progressed while it had no operation of its own outstanding: a
-/// peer that sees it move between two of its large reads knows the owner has a CPU to spare for
-/// them (`Endpoint::peer_is_free`). Only the owner writes it; its own cache line, so the owner's
-/// stores do not touch the lines senders read on every message.
+/// How often the owner progresses, for peers choosing how to make a large read or write. Only
+/// the owner writes it; its own cache line, so the owner's stores do not touch the lines senders
+/// read on every message.
 #[repr(C, align(128))]
 pub struct OwnerBeat {
+    /// Progress calls made with no operation of the owner's own outstanding: a peer that sees it
+    /// move between two of its large reads knows the owner has a CPU to spare for them
+    /// (`Endpoint::peer_is_free`).
     pub free_polls: AtomicU64,
+    /// Every progress call: a peer that sees it move knows the owner is in the provider and
+    /// answers requests within microseconds, even while busy with its own operations
+    /// (`Endpoint::peer_progresses`).
+    pub polls: AtomicU64,
 }
 
 /// Entries of the MR table.

@@ -734,11 +734,10 @@ pub fn progress(st: &mut DomainState, id: usize) -> usize {
     ep.driven = ep.driven.wrapping_add(1);
     let directed = ep.directed();
     let Some(engine) = ep.engine.as_mut() else { return 0 };
-    if ep.rma.poll_is_free(ep.tx_ops.is_empty()) {
-        // Nothing of ours outstanding or started for a while: peers may hand us copying
-        // (`Endpoint::peer_is_free`).
-        engine.note_free_poll();
-    }
+    // Peers see that we progress (they may ask us for reads we answer at once), and whether
+    // with nothing of ours outstanding or started for a while (they may hand us copying):
+    // `Endpoint::peer_progresses`, `Endpoint::peer_is_free`.
+    engine.note_poll(ep.rma.poll_is_free(ep.tx_ops.is_empty()));
     if ep.driven % POLLS_PER_YIELD == 0 {
         std::thread::yield_now();
     }

@@ -91,6 +91,11 @@ impl Endpoint {
         Ok(AnswerBuf(index | tag))
     }
 
+    /// The largest answer `reserve_answer_buf` can find a buffer for: one SAR buffer.
+    pub fn answer_buf_max(&self) -> usize {
+        self.region.geometry().counts.sar_size as usize
+    }
+
     /// `send_bytes` of a request whose answer goes into `buf` (named in the request's bytes by
     /// the caller). The send must be acknowledged (`opts.delivery_complete`): its answer
     /// completes it. From here on the engine owns `buf`: it hands the answer's bytes to

@@ -31,6 +31,15 @@ const POLLING_NOW: Duration = Duration::from_micros(200);
 /// How long to watch a peer's idle-poll count for a move when the last look is too old.
 const WATCH: Duration = Duration::from_micros(1);
 
+/// Which of the owner's progress counts (`layout::OwnerBeat`) a look is about.
+#[derive(Clone, Copy)]
+enum Beat {
+    /// Progress calls with nothing of the owner's own outstanding.
+    Free,
+    /// Every progress call.
+    Any,
+}
+
 impl Endpoint {
     /// Publish a registration of `len` bytes at `base` under `key` for peers to read with CMA
     /// (`published` flags). None when CMA is off here or the table is full: peers then ask us.
@@ -41,47 +50,82 @@ impl Endpoint {
         self.publisher.publish(self.region.mr_slots(), key, base, len, flags)
     }
 
-    /// Count one progress call made with no operation of the caller's own outstanding
-    /// (`layout::OwnerBeat`): peers then hand us work that a spare CPU does well.
+    /// Count one progress call, `free` when made with no operation of the caller's own
+    /// outstanding (`layout::OwnerBeat`): peers then hand us work that a spare CPU does well, and
+    /// while we progress at all, requests that we answer within microseconds.
     #[inline]
-    pub fn note_free_poll(&mut self) {
-        self.free_polls = self.free_polls.wrapping_add(1);
-        self.region.beat().free_polls.store(self.free_polls, Ordering::Relaxed);
+    pub fn note_poll(&mut self, free: bool) {
+        let beat = self.region.beat();
+        self.polls_made = self.polls_made.wrapping_add(1);
+        beat.polls.store(self.polls_made, Ordering::Relaxed);
+        if free {
+            self.free_polls = self.free_polls.wrapping_add(1);
+            beat.free_polls.store(self.free_polls, Ordering::Relaxed);
+        }
     }
 
     /// Whether `peer`'s owner keeps progressing with nothing of its own outstanding: it has a
     /// CPU to spare right now. Large data to or from such a peer is faster pushed through SAR
     /// while it copies too (both CPUs copy); to or from any other (busy with its own
-    /// operations, computing, asleep) as our own CMA copy, which needs nothing from it. False
-    /// for a peer we cannot reach yet.
+    /// operations, computing, asleep) as our own CMA copy, which needs nothing from it, or
+    /// (reads of one SAR buffer from an owner that progresses: `peer_progresses`) answered into
+    /// a buffer of ours. False for a peer we cannot reach yet.
     pub fn peer_is_free(&mut self, peer: PeerId) -> bool {
+        self.owner_moves(peer, Beat::Free)
+    }
+
+    /// Whether `peer`'s owner calls progress, whatever else it does: it moved its count of
+    /// progress calls since a look of ours a moment ago, or within `POLLING_NOW` of this one as
+    /// an earlier look saw, or while we watch. Such an owner answers a request within
+    /// microseconds, even while its own operations keep it from polling for a few (fi_rma_bw's
+    /// reads, each side's CMA reads of the other); one that computes or sleeps may take
+    /// milliseconds or more.
+    pub fn peer_progresses(&mut self, peer: PeerId) -> bool {
+        self.owner_moves(peer, Beat::Any)
+    }
+
+    /// Whether the owner's count `which` moves: since a look a moment ago, or while we watch
+    /// for a microsecond; for `Beat::Any`, also within `POLLING_NOW` before this look.
+    fn owner_moves(&mut self, peer: PeerId, which: Beat) -> bool {
         // Maps the peer's region on first use, so that the first large operation to a peer is
         // chosen as well as the next ones.
         let Ok(link) = self.link(peer) else { return false };
-        let beat = || link.region.beat().free_polls.load(Ordering::Relaxed);
+        let owner = link.region.beat();
+        let (count, seen) = match which {
+            Beat::Free => (&owner.free_polls, &mut link.seen_free),
+            Beat::Any => (&owner.polls, &mut link.seen_polls),
+        };
+        let beat = || count.load(Ordering::Relaxed);
         let first = beat();
         let now = Instant::now();
-        let last = std::mem::replace(&mut link.seen_beat, BeatSeen { count: first, at: now, free: false });
+        let last = std::mem::replace(seen, BeatSeen { count: first, at: now, moving: false, moved_at: None });
         let recent = now.saturating_duration_since(last.at) < POLLING_NOW;
         if recent && first != last.count {
-            link.seen_beat.free = true;
+            (seen.moving, seen.moved_at) = (true, Some(now));
             return true;
         }
-        // No move since a recent look at an owner found busy then: busy still (an owner that
-        // turned free moves the count every few hundred nanoseconds). Not watching again saves
-        // a microsecond per large operation to a busy peer (fi_rma_bw's two-way reads and
+        seen.moved_at = last.moved_at;
+        let moved_lately = last.moved_at.is_some_and(|t| now.saturating_duration_since(t) < POLLING_NOW);
+        if matches!(which, Beat::Any) && moved_lately {
+            seen.moving = true;
+            return true;
+        }
+        // No move since a recent look that found it still: still now (an owner that turned to
+        // polling moves the count every few hundred nanoseconds). Not watching again saves a
+        // microsecond per large operation to a busy peer (fi_rma_bw's two-way reads and
         // writes).
-        if recent && !last.free {
+        if recent && !last.moving {
             return false;
         }
-        // Nothing recent to compare with, or an owner found free then, which may have been busy
-        // serving our last operation since: watch for a moment. An owner in its polling loop
-        // moves the count every few hundred nanoseconds.
+        // Nothing recent to compare with, or a count found moving then, whose owner may have
+        // been busy serving our last operation since: watch for a moment. An owner in its
+        // polling loop moves the count every few hundred nanoseconds.
         loop {
             std::hint::spin_loop();
             let b = beat();
             if b != first {
-                link.seen_beat = BeatSeen { count: b, at: Instant::now(), free: true };
+                let at = Instant::now();
+                *seen = BeatSeen { count: b, at, moving: true, moved_at: Some(at) };
                 return true;
             }
             if now.elapsed() > WATCH {

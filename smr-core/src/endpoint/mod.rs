@@ -342,7 +342,9 @@ pub struct Endpoint {
     tick_due: bool,
     /// Which entries of our region's MR table we filled (`direct.rs`).
     publisher: crate::published::Publisher,
-    /// Our count of free polls (`note_free_poll`), mirrored into the region.
+    /// Our counts of progress calls and of free ones among them (`note_poll`), mirrored into
+    /// the region.
+    polls_made: u64,
     free_polls: u64,
     /// What the receivers' answers taught about SAR against CMA (`Params::measure_protocol`).
     chooser: measured::Chooser,
@@ -414,6 +416,7 @@ impl Endpoint {
             sent_since_poll: 0,
             tick_due: false,
             publisher: Default::default(),
+            polls_made: 0,
             free_polls: 0,
             chooser: Default::default(),
             splits: Vec::new(),

@@ -39,8 +39,10 @@ pub(super) struct Link {
     pub used: bool,
     pub last_check: Instant,
     pub owner: Watch,
-    /// Our last look at the owner's free-poll count (`peer_is_free`).
-    pub seen_beat: BeatSeen,
+    /// Our last looks at the owner's free-poll count (`peer_is_free`) and at its count of every
+    /// progress call (`peer_progresses`).
+    pub seen_free: BeatSeen,
+    pub seen_polls: BeatSeen,
     /// When the owner's process was last seen alive before a direct copy (`live_link`).
     pub alive_seen: Instant,
 }
@@ -60,13 +62,16 @@ impl Link {
     }
 }
 
-/// What `peer_is_free` last saw of a peer's owner: its free-poll count, when (the fine clock:
-/// the window is microseconds, below the coarse clock's tick), and whether it found it free.
+/// What a look at one of a peer's owner's progress counts (`peer_is_free`, `peer_progresses`)
+/// saw: the count, when (the fine clock: the window is microseconds, below the coarse clock's
+/// tick), and whether it found it moving.
 #[derive(Clone, Copy)]
 pub(super) struct BeatSeen {
     pub count: u64,
     pub at: std::time::Instant,
-    pub free: bool,
+    pub moving: bool,
+    /// When a look last saw the count move.
+    pub moved_at: Option<std::time::Instant>,
 }
 
 /// A peer that sends to us.
@@ -249,11 +254,13 @@ impl Endpoint {
             let slot = claim_slot(&region, self.region.name(), me, my_inc)?;
             let cma = region.flags() & crate::layout::FLAG_CMA != 0;
             let now = Instant::now();
-            let seen_beat = BeatSeen {
-                count: region.beat().free_polls.load(Ordering::Relaxed),
+            let seen = |count: &crate::sync::AtomicU64| BeatSeen {
+                count: count.load(Ordering::Relaxed),
                 at: std::time::Instant::now(),
-                free: false,
+                moving: false,
+                moved_at: None,
             };
+            let (seen_free, seen_polls) = (seen(&region.beat().free_polls), seen(&region.beat().polls));
             p.link = Some(Link {
                 region,
                 slot,
@@ -263,7 +270,8 @@ impl Endpoint {
                 used: false,
                 last_check: now,
                 owner,
-                seen_beat,
+                seen_free,
+                seen_polls,
                 alive_seen: now,
             });
             p.dead = false;

@@ -1571,7 +1571,7 @@ fn cma_write_copies_into_the_senders_memory_and_not_after_it_is_gone() {
 #[test]
 fn a_peer_is_free_only_while_it_keeps_polling() {
     let (mut a, mut b, to_b) = pair("free", Params::default());
-    b.note_free_poll();
+    b.note_poll(true);
     // The first look maps b's region and has nothing earlier to compare with; b does not poll
     // while we watch.
     assert!(!a.peer_is_free(to_b), "a poll before our first look says nothing about now");
@@ -1581,12 +1581,34 @@ fn a_peer_is_free_only_while_it_keeps_polling() {
     assert_eq!(a.send(to_b, hdr, LocalIov::owned(pattern(8, 1)), opts), Ok(SendStatus::Pending));
     pump_until((&mut a, &mut ha), (&mut b, &mut hb), "the message", |ha, _| ha.sends_done.len() == 1);
     assert!(!a.peer_is_free(to_b), "b has not polled since our first look");
-    b.note_free_poll();
+    b.note_poll(true);
     assert!(a.peer_is_free(to_b), "b polled since our last look, a moment ago");
     assert!(!a.peer_is_free(to_b), "and not since");
-    b.note_free_poll();
+    b.note_poll(true);
     std::thread::sleep(std::time::Duration::from_millis(2));
     assert!(!a.peer_is_free(to_b), "a poll long before this look says nothing about now");
+}
+
+/// `peer_progresses` counts every progress call, `peer_is_free` only those made with nothing of
+/// the owner's own outstanding: an owner busy with its own operations progresses, not free. A
+/// move seen a moment ago still counts for `peer_progresses` (the owner's own operations may
+/// keep it from polling for a few microseconds), not once `POLLING_NOW` has passed.
+#[test]
+fn a_busy_peer_progresses_without_being_free() {
+    let (mut a, mut b, to_b) = pair("progresses", Params::default());
+    assert!(!a.peer_progresses(to_b), "no poll at all");
+    assert!(!a.peer_is_free(to_b));
+    b.note_poll(false);
+    assert!(a.peer_progresses(to_b), "b progressed since our last look, a moment ago");
+    assert!(!a.peer_is_free(to_b), "but had operations of its own outstanding");
+    assert!(a.peer_progresses(to_b), "a move seen a moment ago still counts");
+    b.note_poll(true);
+    assert!(a.peer_is_free(to_b), "a free poll since our last look");
+    std::thread::sleep(std::time::Duration::from_millis(2));
+    assert!(!a.peer_progresses(to_b), "no poll for longer than POLLING_NOW: it computes or sleeps");
+    b.note_poll(false);
+    std::thread::sleep(std::time::Duration::from_millis(2));
+    assert!(!a.peer_progresses(to_b), "a poll long before this look says nothing about now");
 }
 
 /// Delivers every message into one caller-owned buffer (registered memory, as a write's).
