@@ -49,6 +49,13 @@ pub fn scenarios() -> Vec<Scenario> {
         scn("rma/scalable/read", 2, 60, read::<SCALABLE, 0>, "fi_read 0 B..16 MiB into canaried buffers"),
         scn("rma/basic/read", 2, 60, read::<BASIC, 0>, "fi_read 0 B..16 MiB into canaried buffers"),
         scn(
+            "rma/scalable/two_way_read",
+            2,
+            60,
+            two_way_read,
+            "both ranks fi_read each other at once, 16-48 KiB, many in flight: bytes checked, targets unchanged",
+        ),
+        scn(
             "rma/scalable/read_transmit_complete",
             2,
             60,
@@ -419,6 +426,47 @@ fn read<const M: u8, const FLAGS: u64>(r: &mut Rank) -> TResult {
         }
         p.barrier(r)?;
     }
+    p.barrier(r)
+}
+
+/// Sizes for reads made while the target reads us too: around one SAR buffer (32 KiB by
+/// default), up to which rshm has a target that progresses, though busy, answer into a buffer
+/// of the initiator's; above, the initiator reads the target's published registration itself.
+const TWO_WAY_SIZES: &[usize] = &[16384, 16385, 24576, 32767, 32768, 32769, 49152];
+
+/// Both ranks are initiator and target at once, as in fi_rma_bw -o read: each posts rounds of
+/// reads of every `TWO_WAY_SIZES` from the other's registration, all in flight together, and
+/// progresses only while it waits for them.
+fn two_way_read(r: &mut Rank) -> TResult {
+    const ROUNDS: usize = 4;
+    let mut p = open(r, MSG | RMA, SCALABLE)?;
+    let lay = layout(TWO_WAY_SIZES);
+    let mine = |rank: usize| pattern(seed(0x2A, rank as u64, lay.len as u64), lay.len);
+    let reg = p.alloc(lay.len);
+    p.region(reg).write(0, &mine(r.rank));
+    let (_, mi) = p.reg(reg, 0, lay.len, REMOTE_READ | REMOTE_WRITE, KEY, 0)?;
+    let all = p.share_mrs(r, &[mi])?;
+    let other = 1 - r.rank;
+    let m = *all[other].first().ok_or_else(|| TestErr::Fail("the other rank shared no MR".into()))?;
+    let t = Target { dest: p.addrs[other], addr: m.addr, key: m.key };
+    let want = mine(other);
+    p.barrier(r)?;
+    for round in 0..ROUNDS {
+        let mut ids = Vec::new();
+        for &(o, l) in &lay.ranges {
+            let what = format!("round {round}: fi_read of {l} B while the target reads us");
+            ids.push((must(&what, p.read(&what, l, t.at(o))?)?, o, l, what));
+        }
+        for (id, o, l, what) in ids {
+            let d = p.wait_ok(id)?;
+            let got = payload(&what, &d.bufs[0], l)?;
+            if let Some(i) = first_diff(got, &want[o..o + l]) {
+                bail!("{what}: byte {i} is {:#04x}, the target holds {:#04x}", got[i], want[o + i]);
+            }
+        }
+    }
+    p.barrier(r)?;
+    check_unchanged(&mut p, reg, &mine(r.rank), &lay, "own memory after the other's fi_reads (must be unchanged)")?;
     p.barrier(r)
 }
 

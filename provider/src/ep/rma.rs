@@ -10,13 +10,14 @@
 //! | READ_RESP  | tag = op id                              | the bytes read / old values       | -                                 |
 //! | ATOMIC     | tag = key, aux = address, data = `Desc`  | op id, operands, compares         | if acknowledged / reply           |
 //!
-//! A read travels one of six ways, by size (the request's format: `read_req.rs`):
+//! A read travels one of seven ways, by size (the request's format: `read_req.rs`):
 //!
 //! | length                              | ring entries | the bytes travel                                           |
 //! |-------------------------------------|--------------|------------------------------------------------------------|
 //! | <= 32 B (`ANSWER_DATA_MAX`)         | 2            | in the answer's response entry (`answer_with`)             |
 //! | 33 B ..= FI_RSHM_READ_ONE_TRIP_MAX  | 2            | in an answer buffer of the initiator's region (`answer_into`) |
 //! | larger, from a target with a CPU to spare (`Endpoint::peer_is_free`) | 2 + segments | pushed by the target through the initiator's SAR buffers while the initiator copies out (`ReturnBy::Pushed`) |
+//! | larger up to one SAR buffer, from a target that progresses though busy (`Endpoint::peer_progresses`) | 2 | in an answer buffer, as the one-trip read |
 //! | larger, from a registration the target published | 0 | read by the initiator itself with CMA (`copy_published`; `published.rs`) |
 //! | larger otherwise (or no answer buffer free and above 4 KiB), CMA both ways | 2 | written by the target into the initiator's buffer (`Endpoint::cma_write`), then the answer |
 //! | otherwise                           | 3            | in a READ_RESP message (inline, inject, CMA or SAR), then the answer |
@@ -25,10 +26,12 @@
 //! started (its region's `OwnerBeat` moved since our last look, a moment ago, or while we watched
 //! for a microsecond). Then both processes copy at once, each at memcpy speed, which beats one
 //! kernel copy (SOS `shmem_bw_get_perf` at 1 MiB: 15-16 GB/s pushed against 8-11 by CMA). A
-//! target that computes, sleeps, or issues operations of its own (fi_rma_bw's two-way reads)
-//! gets the fourth row, which needs no step of its own: it still serves reads from a registration
-//! it published while it has not progressed since it started. Registrations whose reads a FI_REMOTE_READ
-//! counter must count are not published, so their reads take the rows below it.
+//! target busy with operations of its own that still calls progress (fi_rma_bw's two-way reads)
+//! gets the fourth row: at 24-32 KiB its copy into our buffer and ours out of it beat our CMA
+//! read 2.4-4x. One that computes or sleeps, or a larger read, gets the fifth, which needs no
+//! step of the target's: it still serves reads from a registration it published while it has
+//! not progressed since it started. Registrations whose reads a FI_REMOTE_READ counter must
+//! count are not published, so their reads take the rows below it.
 //!
 //! The one-trip read (the middle row, 16 KiB by default): the initiator reserves a buffer of its
 //! own region (an inject buffer up to 4 KiB, a SAR buffer above), names it in the request, and
@@ -388,31 +391,49 @@ pub fn start(st: &mut crate::domain::DomainState, id: usize, a: OneSided, op: Op
 /// fi_read. The less frequent general atomic forms call `start`.
 #[inline(always)]
 pub fn start_inline(st: &mut crate::domain::DomainState, id: usize, a: OneSided, op: Op) -> FiResult<()> {
-    let Start { ep, cqs, cntrs, peer, wanted } = begin(st, id, &a)?;
-    // Large data to or from a target that polls with nothing of its own to do goes through SAR,
-    // both CPUs copying at once: it pushes a read's reply, and takes a write's segments as they
-    // come. From any other target a large read is ours to make, where the target published the
-    // registration (its CPU is busy, or not in the provider at all), and a large write is
-    // pulled by the target with CMA in one step of its progress.
     // The bytes a read or write moves (an atomic's are bounded by one inject buffer).
     let len: usize = match &op {
         Op::Read { local } | Op::Write { local, .. } => local.iter().map(|p| p.1).sum(),
         Op::Atomic { .. } => 0,
     };
     let large = len >= large_min();
+    if large {
+        // Serve what peers asked of us before we start a large operation of our own: a peer
+        // that reads us while we read it (fi_rma_bw) then finds us progressing and has its
+        // reads answered into its buffers (below), not made by its own CMA call, and neither
+        // waits for the other's whole burst of operations. Against the operation's copy, an
+        // idle pass is nothing.
+        super::progress(st, id);
+    }
+    let Start { ep, cqs, cntrs, peer, wanted } = begin(st, id, &a)?;
+    // Large data to or from a target that polls with nothing of its own to do goes through SAR,
+    // both CPUs copying at once: it pushes a read's reply, and takes a write's segments as they
+    // come. From any other target a large read is ours to make, where the target published the
+    // registration (its CPU is busy, or not in the provider at all), and a large write is
+    // pulled by the target with CMA in one step of its progress.
     let pushed = large && ep.engine.as_mut().expect("checked above").peer_is_free(peer);
+    // A read's answer buffer (one-trip reads): owned by the engine once the send is called.
+    let mut answer_buf = None;
     if large && !pushed {
         let engine = ep.engine.as_mut().expect("checked above");
-        if let Some((kind, flags)) = copy_published(engine, peer, &a, &op) {
-            let tx = TxOp::new(a.ctx, flags, wanted, kind);
-            ep.rma.issued += 1;
-            done_at_once(&mut super::Sinks { cqs, cntrs, b: &ep.bindings }, a.ctx, &tx);
-            return Ok(());
+        // A read of up to one SAR buffer from a target that progresses, though busy with its
+        // own operations (fi_rma_bw, where both read each other), is still answered into a
+        // buffer of ours: its copy and ours at memcpy speed beat our CMA read of it (24-32 KiB:
+        // 11-18 GB/s against 3.5-5, docs/perf/protocols.md). A target that computes or sleeps
+        // would keep us waiting: its registration is ours to read.
+        if matches!(op, Op::Read { .. }) && len <= engine.answer_buf_max() && engine.peer_progresses(peer) {
+            answer_buf = engine.reserve_answer_buf(len).ok();
+        }
+        if answer_buf.is_none() {
+            if let Some((kind, flags)) = copy_published(engine, peer, &a, &op) {
+                let tx = TxOp::new(a.ctx, flags, wanted, kind);
+                ep.rma.issued += 1;
+                done_at_once(&mut super::Sinks { cqs, cntrs, b: &ep.bindings }, a.ctx, &tx);
+                return Ok(());
+            }
         }
     }
     let slot = ep.tx_ops.vacant_key();
-    // A read's answer buffer (one-trip reads): owned by the engine once the send is called.
-    let mut answer_buf = None;
     let (hdr, payload, tx, reply_to) = match op {
         Op::Write { local, data } => {
             if a.flags & ffi::FI_INJECT as u64 != 0 && len > crate::getinfo::INJECT_SIZE {
@@ -429,7 +450,7 @@ pub fn start_inline(st: &mut crate::domain::DomainState, id: usize, a: OneSided,
             // them in a buffer of ours, named here, or (larger ones, where CMA works) writes
             // them straight into the caller's buffer. Otherwise (a target with time to spare,
             // no answer buffer free, too many ranges, no CMA) it sends a reply.
-            if len > ANSWER_DATA_MAX && len <= crate::params::config().read_one_trip_max {
+            if answer_buf.is_none() && len > ANSWER_DATA_MAX && len <= crate::params::config().read_one_trip_max {
                 answer_buf = engine.reserve_answer_buf(len).ok();
             }
             let answered = len <= ANSWER_DATA_MAX || answer_buf.is_some();
@@ -814,7 +835,7 @@ impl RmaState {
     }
 
     /// Called once per progress call, `tx_idle` when no operation of ours is outstanding: true
-    /// while this endpoint is free to serve its peers' copies (`Endpoint::note_free_poll`),
+    /// while this endpoint is free to serve its peers' copies (`Endpoint::note_poll`),
     /// that is, once it has gone `FREE_CHECK_EVERY` calls and then `FREE_AFTER` without an
     /// operation outstanding or started. An endpoint whose application issues one-sided
     /// operations (even ones that complete within the call, like copies of published
