@@ -16,22 +16,25 @@
 //! |-------------------------------------|--------------|------------------------------------------------------------|
 //! | <= 32 B (`ANSWER_DATA_MAX`)         | 2            | in the answer's response entry (`answer_with`)             |
 //! | 33 B ..= FI_RSHM_READ_ONE_TRIP_MAX  | 2            | in an answer buffer of the initiator's region (`answer_into`) |
+//! | larger up to one SAR buffer, from a target that calls progress (`Endpoint::peer_progresses`) | 2 | in an answer buffer, as the one-trip read |
 //! | larger, from a target with a CPU to spare (`Endpoint::peer_is_free`) | 2 + segments | pushed by the target through the initiator's SAR buffers while the initiator copies out (`ReturnBy::Pushed`) |
-//! | larger up to one SAR buffer, from a target that progresses though busy (`Endpoint::peer_progresses`) | 2 | in an answer buffer, as the one-trip read |
 //! | larger, from a registration the target published | 0 | read by the initiator itself with CMA (`copy_published`; `published.rs`) |
 //! | larger otherwise (or no answer buffer free and above 4 KiB), CMA both ways | 2 | written by the target into the initiator's buffer (`Endpoint::cma_write`), then the answer |
 //! | otherwise                           | 3            | in a READ_RESP message (inline, inject, CMA or SAR), then the answer |
 //!
-//! "A CPU to spare": the target kept progressing with no operation of its own outstanding or
-//! started (its region's `OwnerBeat` moved since our last look, a moment ago, or while we watched
-//! for a microsecond). Then both processes copy at once, each at memcpy speed, which beats one
-//! kernel copy (SOS `shmem_bw_get_perf` at 1 MiB: 15-16 GB/s pushed against 8-11 by CMA). A
-//! target busy with operations of its own that still calls progress (fi_rma_bw's two-way reads)
-//! gets the fourth row: at 24-32 KiB its copy into our buffer and ours out of it beat our CMA
-//! read 2.4-4x. One that computes or sleeps, or a larger read, gets the fifth, which needs no
-//! step of the target's: it still serves reads from a registration it published while it has
-//! not progressed since it started. Registrations whose reads a FI_REMOTE_READ counter must
-//! count are not published, so their reads take the rows below it.
+//! "Calls progress": the target's count of progress calls (`OwnerBeat::polls`) moved since our
+//! last look a moment ago, or under 200 us before this look, or while we watch for a
+//! microsecond. Free or busy with operations of its own (fi_rma_bw's two-way reads), it then
+//! answers within microseconds, and its copy into our buffer and ours out of it beat both the
+//! pushed reply (SOS gets of 32 KiB: 2.3-2.8 us against 3.3-4.0) and our CMA read (fi_rma_bw at
+//! 24-32 KiB: 2.4-4.8x). "A CPU to spare": the target kept progressing with no operation of its
+//! own outstanding or started (`OwnerBeat::free_polls`). Then both processes copy at once, each
+//! at memcpy speed, which beats one kernel copy (SOS `shmem_bw_get_perf` at 1 MiB: 15-16 GB/s
+//! pushed against 8-11 by CMA). A target that computes or sleeps, or is busy with a larger
+//! read, gets the fifth row, which needs no step of the target's: it still serves reads from a
+//! registration it published while it has not progressed since it started. Registrations whose
+//! reads a FI_REMOTE_READ counter must count are not published, so their reads take the rows
+//! below it.
 //!
 //! The one-trip read (the middle row, 16 KiB by default): the initiator reserves a buffer of its
 //! own region (an inject buffer up to 4 KiB, a SAR buffer above), names it in the request, and
