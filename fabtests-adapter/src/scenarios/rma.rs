@@ -201,7 +201,8 @@ const SIZES: &[usize] = &[0, 1, 8, 200, INLINE_MAX, INLINE_MAX + 1, 4096, 4097, 
 
 /// Read sizes: `SIZES` and rshm's one-round-trip read thresholds: the bytes in the answer
 /// entry (<= 32 B), in an inject buffer of the initiator's (<= 4096 B) or a SAR buffer (up to
-/// FI_RSHM_READ_ONE_TRIP_MAX, 16384 B by default), a reply message above.
+/// FI_RSHM_READ_ONE_TRIP_MAX, 16384 B by default, and up to one SAR buffer, 32768 B, from a
+/// target that calls progress, as these targets do), a reply or the initiator's CMA read above.
 const READ_SIZES: &[usize] = &[
     0,
     1,
@@ -218,6 +219,8 @@ const READ_SIZES: &[usize] = &[
     16383,
     16384,
     16385,
+    32768,
+    32769,
     65536,
     1 << 20,
     16 << 20,
