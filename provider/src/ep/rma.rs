@@ -417,15 +417,20 @@ pub fn start_inline(st: &mut crate::domain::DomainState, id: usize, a: OneSided,
     // ours as a one-trip read: at 32 KiB, 12-13 GB/s and 2.6-2.8 us against 6.8-8.7 GB/s and
     // 3.8 us pushed through SAR, and in fi_rma_bw 8-22 GB/s against 3.2-5 by our CMA read
     // (docs/perf/protocols.md). A target that computes or sleeps would keep us waiting.
-    if large && matches!(op, Op::Read { .. }) && len <= engine.answer_buf_max() && engine.peer_progresses(peer) {
+    let one_buffer_read = large && matches!(op, Op::Read { .. }) && len <= engine.answer_buf_max();
+    let progresses = one_buffer_read && engine.peer_progresses(peer);
+    if progresses {
         answer_buf = engine.reserve_answer_buf(len).ok();
     }
     // Other large data to or from a target that polls with nothing of its own to do goes
     // through SAR, both CPUs copying at once: it pushes a read's reply, and takes a write's
     // segments as they come. From any other target a large read is ours to make, where the
     // target published the registration (its CPU is busy, or not in the provider at all), and a
-    // large write is pulled by the target with CMA in one step of its progress.
-    let pushed = large && answer_buf.is_none() && engine.peer_is_free(peer);
+    // large write is pulled by the target with CMA in one step of its progress. A target just
+    // found not progressing is not free either (its free polls are polls): no second look, which
+    // could watch it for another microsecond.
+    let still = one_buffer_read && !progresses;
+    let pushed = large && answer_buf.is_none() && !still && engine.peer_is_free(peer);
     if large && !pushed && answer_buf.is_none() {
         if let Some((kind, flags)) = copy_published(engine, peer, &a, &op) {
             let tx = TxOp::new(a.ctx, flags, wanted, kind);
