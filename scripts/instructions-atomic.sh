@@ -10,7 +10,7 @@
 #   completion  the initiator's provider reporting the answer (`on_send_answer` and
 #               `on_send_done`, inclusive; 0 when no answer comes back: an operation completed
 #               when queued is reported inside the call);
-# and the answers per operation (responses the target pushed, `send_resp`/`answer_with`).
+# and the answers per operation (responses the target pushed, `push_resp`/`answer_with`).
 # Polling (idle fi_cq_read) is left out: how often a process polls depends on timing.
 #
 #   [TIME_MS=ms] scripts/instructions-atomic.sh [-t tests] [provider dir (default target/rshm)]
@@ -49,7 +49,7 @@ for t in ${TESTS//,/ }; do
     call=$(sum 2 "$init" "rshm_provider::ep::$entry")
     arrival=$(sum 2 "$peer" '<impl smr_core::endpoint::Endpoint>::on_msg' '<impl smr_core::endpoint::Endpoint>::answer_with')
     done_=$(sum 2 "$init" 'as smr_core::endpoint::Handler>::on_send_done' 'as smr_core::endpoint::Handler>::on_send_answer')
-    answers=$(sum 1 "$peer" '<impl smr_core::endpoint::Endpoint>::send_resp' '<impl smr_core::endpoint::Endpoint>::answer_with')
+    answers=$(sum 1 "$peer" '<impl smr_core::endpoint::Endpoint>::push_resp' '<impl smr_core::endpoint::Endpoint>::answer_with')
     # The run also carries a few messages (ready, run end): a handful per thousands of operations.
     awk -v t="$t" -v n="$ops" -v a="$call" -v b="$arrival" -v c="$done_" -v r="$answers" 'BEGIN {
         printf "  %-12s %8.0f %8.0f %11.0f %8.2f   (%d operations)\n", t, a / n, b / n, c / n, r / n, n }'

@@ -120,6 +120,28 @@ impl RespEntry {
         entry
     }
 
+    /// One response finishing every message of `ids` (2 ..= `DONE_MANY_MAX` of them) with
+    /// `Status::Ok`.
+    pub fn done_many(ids: &[u64]) -> RespEntry {
+        debug_assert!((2..=DONE_MANY_MAX).contains(&ids.len()));
+        let n = ids.len().min(DONE_MANY_MAX);
+        let mut entry = RespEntry { kind: resp::DONE_MANY, status: n as u32, ..Default::default() };
+        entry.msg_id = ids.first().copied().unwrap_or(0);
+        entry.value = ids.get(1).copied().unwrap_or(0);
+        for (word, id) in entry.data.chunks_exact_mut(8).zip(ids.iter().skip(2)) {
+            word.copy_from_slice(&id.to_le_bytes());
+        }
+        entry
+    }
+
+    /// The ids a `done_many` response finishes. Peer-written: the count is clamped to what
+    /// the entry holds, and the ids are checked by whoever looks them up.
+    pub fn many_ids(&self) -> impl Iterator<Item = u64> + '_ {
+        let n = (self.status as usize).min(DONE_MANY_MAX);
+        let in_data = self.data.chunks_exact(8).map(|w| u64::from_le_bytes(w.try_into().expect("8 bytes")));
+        [self.msg_id, self.value].into_iter().chain(in_data).take(n)
+    }
+
     /// The receiver's time a `done_timed` answer carries (0: none).
     pub fn time(&self) -> u64 {
         let mut ns = [0u8; 8];
@@ -170,7 +192,14 @@ pub mod resp {
     /// The receiver offers the sender the tail of message `msg_id`'s copy from byte `value`,
     /// to be written to the address and length in `data` (`endpoint::split`).
     pub const SPLIT: u32 = 3;
+    /// Messages `msg_id`, `value` and the ids in `data` (`status` of them, 2 ..=
+    /// `DONE_MANY_MAX`) all finished with `Status::Ok`: the answers to a run of acknowledged
+    /// messages from one sender, handled in one pass of the receiver's (`RespEntry::done_many`).
+    pub const DONE_MANY: u32 = 4;
 }
+
+/// The most messages one `resp::DONE_MANY` response finishes.
+pub const DONE_MANY_MAX: usize = 2 + ANSWER_DATA_MAX / 8;
 
 /// How a message ended at the receiver, as reported in a `DONE` response.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -424,6 +453,21 @@ mod tests {
 
     fn hdr(len: u64) -> MsgHeader {
         MsgHeader { app: 3, tag: 0xfeed, data: 42, aux: 0x7000, len }
+    }
+
+    #[test]
+    fn done_many_carries_its_ids_and_clamps_a_peers_count() {
+        for n in 2..=DONE_MANY_MAX {
+            let ids: Vec<u64> = (0..n as u64).map(|i| 1000 + i * 7).collect();
+            let entry = RespEntry::done_many(&ids);
+            assert_eq!(entry.kind, resp::DONE_MANY);
+            assert_eq!(entry.many_ids().collect::<Vec<_>>(), ids);
+        }
+        let mut entry = RespEntry::done_many(&[1, 2, 3]);
+        entry.status = u32::MAX;
+        assert_eq!(entry.many_ids().count(), DONE_MANY_MAX, "a peer's count is clamped");
+        entry.status = 0;
+        assert_eq!(entry.many_ids().count(), 0);
     }
 
     #[test]

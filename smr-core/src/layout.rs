@@ -42,7 +42,8 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"RSHMREG\0");
 ///    (`SLOT_CLAIMED` in the low two bits), so that a claimant killed mid-claim loses it.
 /// 10: a sender's peer-table entry names who copies the tail of its large CMA message (`split`).
 /// 11: the owner counts every progress call too (`OwnerBeat::polls`).
-pub const LAYOUT_VERSION: u32 = 11;
+/// 12: one response may finish several messages (`resp::DONE_MANY`).
+pub const LAYOUT_VERSION: u32 = 12;
 /// Longest region name, without the terminating NUL.
 pub const NAME_MAX: usize = 63;
 /// Size of one inject buffer (defined with the commands that name them, which check against it).

@@ -321,7 +321,7 @@ unsafe extern "C" fn ep_close(fid: *mut ffi::fid) -> i32 {
                 EpCtrl,
                 "endpoint {} closed: sent {} inline, {} inject, {} CMA, {} SAR; received {} by CMA; {} CMA fallbacks; \
                  one-sided {} issued, {} served; {} reads and {} writes of published registrations, \
-                 {} reads answered by CMA write; \
+                 {} reads answered by CMA write; {} answers finishing several operations; \
                  {} FI_MORE batches; split copies: {} offered, {} taken by their senders, {} written for receivers",
                 engine.name(),
                 s.sent_inline,
@@ -335,6 +335,7 @@ unsafe extern "C" fn ep_close(fid: *mut ffi::fid) -> i32 {
                 s.published_reads,
                 s.published_writes,
                 s.cma_writes,
+                s.ok_runs,
                 s.batches,
                 s.splits_offered,
                 s.splits_taken,

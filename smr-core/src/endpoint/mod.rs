@@ -6,11 +6,13 @@
 //! first (`on_message`), which either gives a destination, asks the engine to hold the message
 //! (unexpected), or discards it; held messages are delivered later with `deliver`.
 
+mod acked;
 mod answer;
 mod batch;
 mod cold;
 mod direct;
 pub mod measured;
+mod ok_run;
 mod peers;
 mod recv;
 mod send;
@@ -31,7 +33,7 @@ use crate::region::Region;
 use crate::ring::{Consumer, Pop, StallWatch};
 use peers::{OutPeer, SrcTable};
 use recv::{Held, SarRx};
-use send::{AckedSend, PendingSend};
+use send::PendingSend;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
@@ -285,6 +287,8 @@ pub struct Stats {
     pub batches: u64,
     /// Answers this endpoint placed in their senders' answer buffers (`answer_into`).
     pub answers_placed: u64,
+    /// Responses that each finished several acknowledged messages (`ok_run.rs`).
+    pub ok_runs: u64,
 }
 
 pub struct Endpoint {
@@ -312,14 +316,16 @@ pub struct Endpoint {
     /// Acknowledged small sends, all in the ring already: only whom they went to and whom to
     /// tell (`send::AckedSend`), kept apart from `pending`, whose records carry a buffer and SAR
     /// state (about 140 bytes moved in and out of the map on every acknowledged write, read and
-    /// atomic).
-    acked: IdMap<u64, AckedSend>,
+    /// atomic), in a table by id (`acked.rs`).
+    acked: acked::AckedSends,
     sar_tx: VecDeque<u64>,
     /// Our SAR buffers we are done with, on their way back to the pool (`cold.rs`).
     sar_cold: cold::ColdReuse,
     sar_rx: HashMap<(SrcId, u64), SarRx>,
     held: IdMap<MsgKey, Held>,
     resp_backlog: VecDeque<(SrcId, RespEntry)>,
+    /// Ok answers of this pass not pushed yet (`ok_run.rs`).
+    ok_run: ok_run::OkRun,
     /// Our inject buffers of the messages taken in the last pass, given back at the next
     /// (`spare`).
     taken_injects: Vec<u32>,
@@ -398,12 +404,13 @@ impl Endpoint {
             inp: SrcTable::default(),
             forgotten: HashMap::new(),
             pending: IdMap::default(),
-            acked: IdMap::default(),
+            acked: acked::AckedSends::default(),
             sar_tx: VecDeque::new(),
             sar_cold,
             sar_rx: HashMap::new(),
             held: IdMap::default(),
             resp_backlog: VecDeque::new(),
+            ok_run: ok_run::OkRun::default(),
             taken_injects: Vec::new(),
             handled: vec![[0; 2]; c.max_peers as usize],
             decisions: Vec::new(),
@@ -463,6 +470,9 @@ impl Endpoint {
             }
         }
         events += self.drain_commands(h);
+        if !self.ok_run.is_empty() {
+            self.flush_ok_run();
+        }
         events += self.drain_responses(h);
         if !self.splits.is_empty() {
             events += self.check_splits(h);

@@ -327,8 +327,17 @@ impl Endpoint {
         Ok(())
     }
 
-    /// Queue a response to sender `src`; it goes out now or from the backlog later.
+    /// Queue a response to sender `src`; it goes out now or from the backlog later, after the
+    /// Ok answers gathered before it (`ok_run.rs`).
     pub(super) fn send_resp(&mut self, src: SrcId, entry: RespEntry) {
+        if !self.ok_run.is_empty() {
+            self.flush_ok_run();
+        }
+        self.push_resp(src, entry);
+    }
+
+    /// `send_resp` without the gathered answers: their own push.
+    pub(super) fn push_resp(&mut self, src: SrcId, entry: RespEntry) {
         if self.resp_backlog.is_empty() && self.try_resp(src, &entry) != Err(Error::Again) {
             return;
         }
@@ -438,6 +447,10 @@ impl Endpoint {
     /// Drop a sender: fail its partial receives, free its table entry (unless a successor holds
     /// it already).
     pub(super) fn forget_in_peer(&mut self, src: SrcId, h: &mut impl Handler) -> usize {
+        // Answers gathered for this sender go to its region, not to a successor's in its entry.
+        if !self.ok_run.is_empty() {
+            self.flush_ok_run();
+        }
         if let Some(peer) = self.inp.remove(&src) {
             self.forgotten.insert(src, peer.name);
             // Before the entry is free: a successor's commands then come after `until`.

@@ -205,7 +205,7 @@ impl Endpoint {
             // of `finish_with_payload`.
             Some(Disposition::Taken { answer_later: false }) => {
                 if ack {
-                    self.send_resp(src, RespEntry::done(msg_id, Status::Ok, len));
+                    self.answer_ok(src, msg_id);
                 }
             }
             Some(d) => self.finish_with_payload(src, key, msg_id, ack, hdr, payload, d, h),
@@ -445,7 +445,7 @@ impl Endpoint {
             Disposition::Deliver { .. } | Disposition::Hold | Disposition::Discard | Disposition::Taken { .. } => {
                 self.take_bytes(src, key, hdr, bytes, d, h);
                 if ack {
-                    self.send_resp(src, RespEntry::done(msg_id, Status::Ok, hdr.len));
+                    self.answer_ok(src, msg_id);
                 }
             }
         }

@@ -172,6 +172,7 @@ impl PendingSend {
 
 /// An acknowledged small send: in the receiver's ring whole, waiting for its answer. Nothing of
 /// it is sent again, so no buffer or header is kept.
+#[derive(Clone, Copy)]
 pub(super) struct AckedSend {
     pub peer: PeerId,
     pub cookie: u64,
@@ -533,6 +534,7 @@ impl Endpoint {
             match entry.kind {
                 resp::CONN_ACK => self.on_conn_ack(entry.value),
                 resp::DONE => events += self.on_done(&entry, h),
+                resp::DONE_MANY => events += self.on_done_many(&entry, h),
                 resp::SPLIT => self.on_split_offer(&entry),
                 _ => self.stats.corrupt_commands += 1,
             }
@@ -545,7 +547,7 @@ impl Endpoint {
             self.stats.corrupt_commands += 1;
             return 0;
         };
-        if let Some(send) = self.acked.remove(&entry.msg_id) {
+        if let Some(send) = self.acked.remove(entry.msg_id) {
             // A small send has no CMA read to fail: that answer is a peer's error.
             let status = if status == Status::CmaFailed { None } else { Some(status) };
             self.finish_send(status, entry, send.cookie, send.answer, h);
@@ -578,6 +580,22 @@ impl Endpoint {
         }
         self.finish_send(Some(status), entry, send.cookie, send.answer, h);
         1
+    }
+
+    /// A `DONE_MANY` answer: each of its ids an acknowledged small send finished with
+    /// `Status::Ok` (`ok_run.rs`).
+    fn on_done_many(&mut self, entry: &RespEntry, h: &mut impl Handler) -> usize {
+        let mut events = 0;
+        for id in entry.many_ids() {
+            let Some(send) = self.acked.remove(id) else {
+                // Not ours, or answered already: a peer's error.
+                self.stats.corrupt_commands += 1;
+                continue;
+            };
+            self.finish_send(Some(Status::Ok), entry, send.cookie, send.answer, h);
+            events += 1;
+        }
+        events
     }
 
     /// A send's answer (`entry`, of `status`; None: one that makes no sense for the send)
@@ -616,9 +634,15 @@ impl Endpoint {
 
     /// Fail every send waiting on `peer`.
     pub(super) fn fail_sends_to(&mut self, peer: PeerId, h: &mut impl Handler) -> usize {
-        let mut ended = Vec::new();
-        take_sends_to(&mut self.pending, peer, |s| (s.peer, s.cookie, s.answer), &mut ended);
-        take_sends_to(&mut self.acked, peer, |s| (s.peer, s.cookie, s.answer), &mut ended);
+        // (message id, cookie, answer buffer) of each.
+        let mut ended: Vec<(u64, u64, Option<AnswerBuf>)> =
+            self.acked.take_to(peer).into_iter().map(|(id, s)| (id, s.cookie, s.answer)).collect();
+        self.pending.retain(|&id, s| {
+            if s.peer == peer {
+                ended.push((id, s.cookie, s.answer));
+            }
+            s.peer != peer
+        });
         // In send order (ids grow), whichever map held them.
         ended.sort_unstable_by_key(|e| e.0);
         for &(_, cookie, answer) in &ended {
@@ -629,23 +653,6 @@ impl Endpoint {
         self.sar_tx.retain(|id| self.pending.contains_key(id));
         ended.len()
     }
-}
-
-/// Move the sends to `peer` out of `map` (of either kind of send record: `fields` reads its
-/// receiver, cookie and answer buffer) into `ended`, as (message id, cookie, answer buffer).
-fn take_sends_to<S>(
-    map: &mut crate::idmap::IdMap<u64, S>,
-    peer: PeerId,
-    fields: fn(&S) -> (PeerId, u64, Option<AnswerBuf>),
-    ended: &mut Vec<(u64, u64, Option<AnswerBuf>)>,
-) {
-    map.retain(|&id, s| {
-        let (to, cookie, answer) = fields(s);
-        if to == peer {
-            ended.push((id, cookie, answer));
-        }
-        to != peer
-    });
 }
 
 /// The longest SAR segment that starts at byte `offset` of a message, into buffers of

@@ -11,6 +11,8 @@ struct Collect {
     hold: bool,
     /// Refuse every message with this errno.
     refuse: Option<u32>,
+    /// Refuse the messages with these tags (EINVAL).
+    refuse_tags: Vec<u64>,
     /// Take messages with `Disposition::Later`; answered by the test.
     later: bool,
     /// Take the payloads offered in `on_payload` (recorded in `taken`).
@@ -46,6 +48,9 @@ impl Handler for Collect {
         }
         if let Some(errno) = self.refuse {
             return Disposition::Refuse(errno);
+        }
+        if self.refuse_tags.contains(&msg.hdr.tag) {
+            return Disposition::Refuse(libc::EINVAL as u32);
         }
         let len = self.dest_len.unwrap_or(msg.hdr.len as usize);
         let dest = LocalIov::owned(vec![0; len]);
@@ -435,6 +440,39 @@ fn an_answer_left_by_a_receiver_that_closed_completes_its_send() {
     // The liveness check, before any drain of the response ring.
     a.check_peers(&mut ha);
     assert_eq!(ha.sends_done, vec![(1, Ok(())), (2, Ok(())), (3, Err(Error::PeerDead))]);
+}
+
+/// Acknowledged messages that one pass of the receiver's handles are answered in runs, one
+/// response for up to `DONE_MANY_MAX` of them (`ok_run.rs`), and the answers keep the order of
+/// the sends around a refusal among them.
+#[test]
+fn answers_of_one_pass_go_out_in_runs_in_send_order() {
+    let (mut a, mut b, to_b) = pair("okrun", Params::default());
+    let (mut ha, mut hb) = (Collect::default(), Collect::default());
+    let hdr = |tag: u64| MsgHeader { app: 0, tag, data: 0, aux: 0, len: 8 };
+    let acked = |cookie: u64| SendOpts { cookie, delivery_complete: true, ..SendOpts::default() };
+    // Connected first, so that the pass below handles the messages alone.
+    assert_eq!(a.send_bytes(to_b, hdr(100), &pattern(8, 0), acked(100)), Ok(SendStatus::Pending));
+    pump_until((&mut a, &mut ha), (&mut b, &mut hb), "the first answer", |ha, _| ha.sends_done.len() == 1);
+    hb.refuse_tags = vec![9];
+    for tag in 1..=16u64 {
+        assert_eq!(a.send_bytes(to_b, hdr(tag), &pattern(8, tag as u8), acked(tag)), Ok(SendStatus::Pending));
+    }
+    let runs = b.stats().ok_runs;
+    b.progress(&mut hb);
+    assert_eq!(hb.received.len(), 1 + 15, "one pass took every message but the refused one");
+    // 1..=6 full, 7 and 8 before the refusal of 9, 10..=15 full; 16 alone goes as a plain answer.
+    assert_eq!(b.stats().ok_runs - runs, 3);
+    pump_until((&mut a, &mut ha), (&mut b, &mut hb), "every answer", |ha, _| ha.sends_done.len() == 17);
+    let expected: Vec<(u64, Result<()>)> = std::iter::once((100, Ok(())))
+        .chain((1..=16).map(|t| (t, if t == 9 { Err(Error::Refused(libc::EINVAL as u32)) } else { Ok(()) })))
+        .collect();
+    assert_eq!(ha.sends_done, expected);
+    assert_eq!(a.stats().corrupt_commands, 0);
+    for (i, (h, r, bytes)) in hb.received.iter().skip(1).enumerate() {
+        let tag = if i < 8 { i as u64 + 1 } else { i as u64 + 2 };
+        assert_eq!((h.tag, r, bytes), (tag, &Ok(8), &pattern(8, tag as u8)));
+    }
 }
 
 /// A refused message fails its sender with the errno the receiver gave, for every protocol
@@ -1368,7 +1406,7 @@ fn answers_placed(take_inline: bool) {
     let mut names = Vec::new();
     for (i, &len) in sizes.iter().enumerate() {
         assert_eq!(send_request(&mut a, to_b, i as u64, len), Ok(SendStatus::Pending), "size {len}");
-        names.push(a.acked.get(&(a.next_msg_id - 1)).and_then(|s| s.answer).unwrap());
+        names.push(a.acked.get(a.next_msg_id - 1).and_then(|s| s.answer).unwrap());
     }
     assert_eq!(a.answer_bufs_held(), sizes.len());
     assert!(names[..5].iter().all(|n| n.wire() & (1 << 31) == 0), "inject buffers up to 4 KiB: {names:?}");
