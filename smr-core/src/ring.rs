@@ -596,6 +596,14 @@ impl Consumer {
         slot.stamp.load(Ordering::Acquire) == self.head.wrapping_add(1)
     }
 
+    /// True if the entry after the head is published too: for a caller still holding the head
+    /// (`peek_into`, not yet released), whether another entry waits behind it.
+    #[inline]
+    pub fn next_ready<T: Pod>(&self, ring: &Ring<'_, T>) -> bool {
+        let next = self.head.wrapping_add(1);
+        ring.slots[(next & ring.mask) as usize].stamp.load(Ordering::Acquire) == next.wrapping_add(1)
+    }
+
     /// How many entries this consumer has taken or skipped.
     pub fn position(&self) -> u64 {
         self.head

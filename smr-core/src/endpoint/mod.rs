@@ -533,6 +533,7 @@ impl Endpoint {
             // `self` mutably, with no reference count to bump on the data path.
             match self.cmd_rx.peek_into(&self.region.cmd_ring(), &mut entry) {
                 Pop::Item(in_slot) => {
+                    self.ok_run.in_slot = true;
                     // SAFETY: the entry `peek_into` found stays in its slot of our own region,
                     // mapped as long as `self`, until the release below.
                     if unsafe { self.express(&entry, in_slot, h) } {
@@ -541,6 +542,7 @@ impl Endpoint {
                         // The general path works on a copy of the whole entry: the slot goes
                         // back before it runs (a SAR segment's copy or a CMA read can be long).
                         self.cmd_rx.take_rest(&self.region.cmd_ring(), &mut entry);
+                        self.ok_run.in_slot = false;
                         self.handle_command(&entry, h);
                     }
                     handled += 1;

@@ -7,11 +7,13 @@
 //! several commands from one sender in a row now answers those that simply succeeded with one
 //! `resp::DONE_MANY` entry (up to `DONE_MANY_MAX` ids).
 //!
-//! The run is pushed before this pass returns (`Endpoint::progress`), before any other response
+//! Answers are gathered only while more commands wait behind the one answered, as seen when it
+//! is answered (`Endpoint::commands_behind`): an answer with nothing behind it goes out at once,
+//! as it always did, so a sender waiting for one operation at a time waits no longer. A run is
+//! pushed when full, when the next command does not wait already, before any other response
 //! goes out (so that the answers to one sender keep their order), when a command from another
-//! sender is answered, and when it is full. A single answer goes out as the plain `DONE` it
-//! always was. A latency-bound sender (one operation at a time) waits for nothing more than the
-//! end of the pass that handled its command: the next, empty, look at our command ring.
+//! sender is answered, when its sender is forgotten, and at the latest before this pass returns
+//! (`Endpoint::progress`). A single answer goes out as the plain `DONE` it always was.
 
 use super::{Endpoint, SrcId};
 use crate::cmd::{RespEntry, Status, DONE_MANY_MAX};
@@ -22,6 +24,9 @@ pub(super) struct OkRun {
     src: SrcId,
     ids: [u64; DONE_MANY_MAX],
     len: usize,
+    /// Whether the command being handled still holds its ring slot (the express path reads it
+    /// in place), so that the next command is the one after the head.
+    pub in_slot: bool,
 }
 
 impl OkRun {
@@ -38,12 +43,31 @@ impl Endpoint {
         if !self.ok_run.is_empty() && self.ok_run.src != src {
             self.flush_ok_run();
         }
+        let more = self.commands_behind();
         let run = &mut self.ok_run;
+        if run.is_empty() && !more {
+            // The usual answer of a sender waiting for one operation: the value of a plain Ok
+            // answer is the message's length, which no sender of an acknowledged small message
+            // reads.
+            self.push_resp(src, RespEntry::done(msg_id, Status::Ok, 0));
+            return;
+        }
         run.src = src;
         run.ids[run.len] = msg_id;
         run.len += 1;
-        if run.len == DONE_MANY_MAX {
+        if run.len == DONE_MANY_MAX || !more {
             self.flush_ok_run();
+        }
+    }
+
+    /// Whether another command is published behind the one being handled: one load.
+    #[inline(always)]
+    fn commands_behind(&self) -> bool {
+        let ring = self.region.cmd_ring();
+        if self.ok_run.in_slot {
+            self.cmd_rx.next_ready(&ring)
+        } else {
+            self.cmd_rx.ready(&ring)
         }
     }
 
@@ -54,8 +78,6 @@ impl Endpoint {
         let ids = &self.ok_run.ids[..run];
         let entry = match ids {
             [] => return,
-            // The value of a plain Ok answer is the message's length, which no sender of an
-            // acknowledged small message reads.
             [id] => RespEntry::done(*id, Status::Ok, 0),
             _ => {
                 self.stats.ok_runs += 1;

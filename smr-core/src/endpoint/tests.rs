@@ -454,6 +454,7 @@ fn answers_of_one_pass_go_out_in_runs_in_send_order() {
     // Connected first, so that the pass below handles the messages alone.
     assert_eq!(a.send_bytes(to_b, hdr(100), &pattern(8, 0), acked(100)), Ok(SendStatus::Pending));
     pump_until((&mut a, &mut ha), (&mut b, &mut hb), "the first answer", |ha, _| ha.sends_done.len() == 1);
+    assert_eq!(b.stats().ok_runs, 0, "an answer with nothing behind it goes out alone");
     hb.refuse_tags = vec![9];
     for tag in 1..=16u64 {
         assert_eq!(a.send_bytes(to_b, hdr(tag), &pattern(8, tag as u8), acked(tag)), Ok(SendStatus::Pending));
