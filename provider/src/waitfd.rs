@@ -258,7 +258,7 @@ fn ring(st: &mut DomainState, check: bool) -> bool {
         eps.iter().any(|&id| {
             st.eps
                 .get(id)
-                .is_some_and(|e| !e.tx_ops.is_empty() || e.engine.as_ref().is_some_and(|g| g.outstanding() > 0))
+                .is_some_and(|e| e.tx_outstanding() > 0 || e.engine.as_ref().is_some_and(|g| g.outstanding() > 0))
         })
     };
     let mut waiting = false;

@@ -157,6 +157,13 @@ pub struct EpState {
 }
 
 impl EpState {
+    /// Transmit operations started and not yet complete: those with a record in `tx_ops`, and
+    /// acknowledged ones that keep none (`rma::COOKIE_UNTRACKED`).
+    #[inline(always)]
+    pub fn tx_outstanding(&self) -> usize {
+        self.tx_ops.len() + self.rma.untracked
+    }
+
     fn directed(&self) -> bool {
         self.caps & ffi::FI_DIRECTED_RECV != 0
     }
@@ -707,7 +714,7 @@ unsafe extern "C" fn ep_tx_size_left(ep: *mut ffi::fid_ep) -> isize {
             Ok(ep) => {
                 let st = ep.shared.lock();
                 let s = &st.eps[ep.id];
-                s.tx_size.saturating_sub(s.tx_ops.len()) as isize
+                s.tx_size.saturating_sub(s.tx_outstanding()) as isize
             }
             Err(e) => e.code() as isize,
         }
@@ -738,7 +745,8 @@ pub fn progress(st: &mut DomainState, id: usize) -> usize {
     // Peers see that we progress (they may ask us for reads we answer at once), and whether
     // with nothing of ours outstanding or started for a while (they may hand us copying):
     // `Endpoint::peer_progresses`, `Endpoint::peer_is_free`.
-    engine.note_poll(ep.rma.poll_is_free(ep.tx_ops.is_empty()));
+    let idle = ep.tx_ops.is_empty() && ep.rma.untracked == 0;
+    engine.note_poll(ep.rma.poll_is_free(idle));
     if ep.driven % POLLS_PER_YIELD == 0 {
         std::thread::yield_now();
     }

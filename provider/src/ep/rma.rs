@@ -68,7 +68,8 @@
 //! Reads and fetching (or compare) atomics complete when their data is back, which is
 //! FI_DELIVERY_COMPLETE whatever the caller asked (fi_atomic(3): "atomic fetch operations have
 //! FI_DELIVERY_COMPLETE semantics"). Writes and base atomics are *acknowledged* by default: the
-//! target answers once the data is placed, and the answer completes them (delivery complete).
+//! target answers once the data is placed, and the answer completes them (delivery complete);
+//! the engine answers a run of them handled in one pass with one response (`ok_run.rs`).
 //! That default is deliberate. SOS's default context is its target endpoint, whose tx op_flags
 //! it sets to 0 (SOS.md 1.3), and `shmem_quiet` counts on a completed put being visible to every
 //! PE: were a put complete once queued in the target's ring, a third PE told about it could read
@@ -152,6 +153,12 @@ pub const CTX_REPLY: u64 = 1 << 63;
 pub const CTX_TARGET: u64 = 1 << 62;
 /// Cookie bit of `on_send_done` for replies the target sends.
 pub const COOKIE_REPLY: u64 = 1 << 63;
+/// Cookie bit of `on_send_done` for an acknowledged inject write or base atomic, which keeps no
+/// transmit record (`untracked`): all there is to report is in the cookie, and a counter of
+/// them (`RmaState::untracked`) holds their place in the transmit queue.
+pub const COOKIE_UNTRACKED: u64 = 1 << 62;
+/// With `COOKIE_UNTRACKED`: a base atomic (otherwise a write).
+const UNTRACKED_ATOMIC: u64 = 1;
 
 /// Largest payload of an atomic: its operands always travel inline or through one inject buffer,
 /// so the target applies it in the same step in which it arrives.
@@ -346,6 +353,9 @@ pub struct RmaState {
     /// which client checks read to prove that one-sided traffic went through rshm).
     pub issued: u64,
     pub served: u64,
+    /// Acknowledged operations in flight without a transmit record (`COOKIE_UNTRACKED`): they
+    /// count against the transmit queue's size and hold back a fenced operation as records do.
+    pub untracked: usize,
     /// Per engine peer: whether it is this endpoint itself (`loopback`).
     loopback: Vec<Option<bool>>,
     /// `issued` at the last `poll_is_free`.
@@ -506,7 +516,7 @@ pub fn start_inline(st: &mut crate::domain::DomainState, id: usize, a: OneSided,
     let acked = acknowledged(ep.tx_op_flags, &a, &tx, &mut ep.rma, engine, peer);
     // A one-sided target may progress rarely: a large write is pulled with CMA where allowed,
     // unless the target has a CPU to spare (above).
-    let opts = SendOpts { cookie: slot as u64, delivery_complete: acked, more: more(&a), pull: !pushed };
+    let opts = SendOpts { cookie: cookie(&a, &tx, slot), delivery_complete: acked, more: more(&a), pull: !pushed };
     let sent = match (payload, answer_buf) {
         // SAFETY: the application's source buffer, which it leaves unchanged until the write
         // completes (the engine copies inject-sized ones before returning).
@@ -593,7 +603,7 @@ pub fn start_atomic(
     let hdr = header(app(KIND_ATOMIC, 0), a.key, a.addr, desc.pack(), req.len());
     let engine = ep.engine.as_mut().expect("checked by admit");
     let acked = acknowledged(ep.tx_op_flags, &a, &tx, &mut ep.rma, engine, peer);
-    let opts = SendOpts { cookie: slot as u64, delivery_complete: acked, more: more(&a), pull: true };
+    let opts = SendOpts { cookie: cookie(&a, &tx, slot), delivery_complete: acked, more: more(&a), pull: true };
     let sent = engine.send_bytes(peer, hdr, req, opts);
     launched(ep, cqs, cntrs, &a, sent, acked, tx, reply, slot)
 }
@@ -626,12 +636,12 @@ fn admit(ep: &super::EpState, a: &OneSided) -> FiResult<()> {
     if ep.engine.is_none() {
         return Err(FiError::NOTCONN);
     }
-    if ep.tx_ops.len() >= ep.tx_size {
+    if ep.tx_outstanding() >= ep.tx_size {
         return Err(FiError::AGAIN);
     }
     // A fenced operation starts once everything before it has completed; until then the caller
     // progresses and retries.
-    if a.flags & ffi::FI_FENCE as u64 != 0 && !ep.tx_ops.is_empty() {
+    if a.flags & ffi::FI_FENCE as u64 != 0 && ep.tx_outstanding() > 0 {
         return Err(FiError::AGAIN);
     }
     Ok(())
@@ -727,6 +737,11 @@ fn launched(
             return Err(FiError::from(e));
         }
     }
+    if untracked(a, &tx) {
+        ep.rma.untracked += 1;
+        ep.rma.issued += 1;
+        return Ok(());
+    }
     if let Some(Reply { op_id, local, want, write_back }) = reply {
         ep.rma.pending.insert(op_id, Pending::new(slot, local, want, write_back));
     }
@@ -734,6 +749,38 @@ fn launched(
     debug_assert_eq!(taken, slot);
     ep.rma.issued += 1;
     Ok(())
+}
+
+/// Whether operation `tx` keeps no transmit record while it waits for its answer: an inject
+/// write or base atomic (no context, no CQ entry on success, nothing coming back), whose
+/// completion needs only its kind, in the cookie. It saves the record's insertion, look-up and
+/// removal on the path of SOS's puts and non-fetching atomics.
+#[inline(always)]
+fn untracked(a: &OneSided, tx: &TxOp) -> bool {
+    a.inject_call && !tx.wanted() && tx.kind() == super::TxKind::Write && tx.returns == Returns::Nothing
+}
+
+/// The cookie of operation `tx`, to be kept in tx slot `slot` unless it is `untracked`.
+#[inline(always)]
+fn cookie(a: &OneSided, tx: &TxOp, slot: usize) -> u64 {
+    if !untracked(a, tx) {
+        return slot as u64;
+    }
+    let atomic = tx.flags() & ffi::FI_ATOMIC as u64 != 0;
+    COOKIE_UNTRACKED | if atomic { UNTRACKED_ATOMIC } else { 0 }
+}
+
+/// The initiator side of `on_send_done` for an untracked operation (`cookie`): its answer
+/// arrived, or its target died.
+pub fn untracked_done(rma: &mut RmaState, cookie: u64, result: smr_core::Result<()>, sinks: &mut Sinks) {
+    rma.untracked = rma.untracked.saturating_sub(1);
+    let class = if cookie & UNTRACKED_ATOMIC != 0 { ffi::FI_ATOMIC } else { ffi::FI_RMA };
+    let entry = super::ctx_completion(0, (class | ffi::FI_WRITE) as u64);
+    let event = match result {
+        Ok(()) => CqEvent::Done(entry),
+        Err(e) => CqEvent::Failed { entry, err: FiError::from(e).0, olen: 0 },
+    };
+    sinks.tx_done(event, false, super::TxKind::Write);
 }
 
 /// Report an operation that completed within its call, unless nothing would see it (an inject

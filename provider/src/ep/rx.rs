@@ -369,15 +369,17 @@ impl smr_core::endpoint::Handler for Handler<'_> {
     }
 
     fn on_send_answer(&mut self, cookie: u64, data: &[u8]) {
-        if cookie & super::rma::COOKIE_REPLY == 0 {
+        if cookie & (super::rma::COOKIE_REPLY | super::rma::COOKIE_UNTRACKED) == 0 {
             super::rma::answer_data(self.target.rma, self.tx_ops, cookie as usize, data);
         }
     }
 
     fn on_send_done(&mut self, cookie: u64, result: smr_core::Result<()>) {
-        use super::rma::COOKIE_REPLY;
+        use super::rma::{COOKIE_REPLY, COOKIE_UNTRACKED};
         if cookie & COOKIE_REPLY != 0 {
             super::rma::reply_sent(self.target.rma, (cookie & !COOKIE_REPLY) as usize, result);
+        } else if cookie & COOKIE_UNTRACKED != 0 {
+            super::rma::untracked_done(self.target.rma, cookie, result, &mut self.sinks);
         } else {
             super::rma::answered(self.target.rma, self.tx_ops, cookie as usize, result, &mut self.sinks);
         }

@@ -137,7 +137,7 @@ pub fn inject_express(
     data: Option<u64>,
 ) -> bool {
     let Some(ep) = st.eps.get_mut(id) else { return false };
-    if ep.bindings.send_cntr.is_some() || ep.tx_ops.len() >= ep.tx_size {
+    if ep.bindings.send_cntr.is_some() || ep.tx_outstanding() >= ep.tx_size {
         return false;
     }
     let Some(&Some(peer)) = ep.peers.get(dest as usize) else { return false };
@@ -164,7 +164,7 @@ pub fn send(st: &mut DomainState, id: usize, args: SendArgs) -> FiResult<()> {
     if len as u64 > crate::params::config().engine.max_msg_size {
         return Err(FiError::MSGSIZE);
     }
-    if ep.tx_ops.len() >= ep.tx_size {
+    if ep.tx_outstanding() >= ep.tx_size {
         return Err(FiError::AGAIN);
     }
     let peer = peer_for(ep, avs, args.dest)?;
