@@ -1508,6 +1508,39 @@ fn hostile_placed_answers_are_clamped_or_refused() {
     assert_eq!(free_buffers(&a), free_before, "reserved buffers not returned");
 }
 
+/// A hostile receiver's gathered answers (`resp::DONE_MANY`): ids that are not outstanding (never
+/// sent, repeated within the entry, 0, the largest id) finish nothing and are counted as
+/// corrupt, a count beyond what the entry holds is clamped, and the sends it does name finish
+/// once each; a send it does not name stays outstanding.
+#[test]
+fn hostile_gathered_answers_finish_only_outstanding_sends() {
+    let (mut a, _b, to_b) = pair("hostilemany", Params::default());
+    let mut ha = Collect::default();
+    let hdr = |tag: u64| MsgHeader { app: 0, tag, data: 0, aux: 0, len: 8 };
+    let mut ids = Vec::new();
+    for tag in 1..=3u64 {
+        let opts = SendOpts { cookie: tag, delivery_complete: true, more: false, pull: false };
+        assert_eq!(a.send_bytes(to_b, hdr(tag), &[0; 8], opts), Ok(SendStatus::Pending));
+        ids.push(a.next_msg_id - 1);
+    }
+    let peer = crate::region::Region::open(a.name()).unwrap();
+    let mut entry = RespEntry::done_many(&[ids[0], ids[1] + 1000, ids[0], ids[1], u64::MAX, 0]);
+    entry.status = 200;
+    peer.resp_ring().push(&entry).unwrap();
+    let mut empty = RespEntry::done_many(&[ids[2], ids[2]]);
+    empty.status = 0;
+    peer.resp_ring().push(&empty).unwrap();
+    let dl = deadline();
+    while a.stats().corrupt_commands < 4 || ha.sends_done.len() < 2 {
+        assert!(std::time::Instant::now() < dl, "forged answers not handled");
+        a.progress(&mut ha);
+    }
+    a.progress(&mut ha);
+    assert_eq!(ha.sends_done, vec![(1, Ok(())), (2, Ok(()))]);
+    assert_eq!(a.stats().corrupt_commands, 4, "the unknown, repeated, 0 and largest ids");
+    assert_eq!(a.outstanding(), 1, "the third send, named by no valid answer, still waits");
+}
+
 /// A receiver that goes away with requests unanswered: they fail, and their buffers (and
 /// those of requests that never went out) are free again.
 #[test]
