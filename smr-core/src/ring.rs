@@ -591,17 +591,17 @@ impl Consumer {
     }
 
     /// True if `pop` would return an item now (for deciding whether to sleep).
+    #[inline]
     pub fn ready<T: Pod>(&self, ring: &Ring<'_, T>) -> bool {
-        let slot = &ring.slots[(self.head & ring.mask) as usize];
-        slot.stamp.load(Ordering::Acquire) == self.head.wrapping_add(1)
+        self.ready_at(ring, 0)
     }
 
-    /// True if the entry after the head is published too: for a caller still holding the head
-    /// (`peek_into`, not yet released), whether another entry waits behind it.
+    /// True if the entry `ahead` places after the head is published: with 1, for a caller still
+    /// holding the head (`peek_into`, not yet released), whether another entry waits behind it.
     #[inline]
-    pub fn next_ready<T: Pod>(&self, ring: &Ring<'_, T>) -> bool {
-        let next = self.head.wrapping_add(1);
-        ring.slots[(next & ring.mask) as usize].stamp.load(Ordering::Acquire) == next.wrapping_add(1)
+    pub fn ready_at<T: Pod>(&self, ring: &Ring<'_, T>, ahead: u64) -> bool {
+        let pos = self.head.wrapping_add(ahead);
+        ring.slots[(pos & ring.mask) as usize].stamp.load(Ordering::Acquire) == pos.wrapping_add(1)
     }
 
     /// How many entries this consumer has taken or skipped.

@@ -741,11 +741,11 @@ pub fn progress(st: &mut DomainState, id: usize) -> usize {
     let Some(ep) = eps.get_mut(id) else { return 0 };
     ep.driven = ep.driven.wrapping_add(1);
     let directed = ep.directed();
+    let idle = ep.tx_outstanding() == 0;
     let Some(engine) = ep.engine.as_mut() else { return 0 };
     // Peers see that we progress (they may ask us for reads we answer at once), and whether
     // with nothing of ours outstanding or started for a while (they may hand us copying):
     // `Endpoint::peer_progresses`, `Endpoint::peer_is_free`.
-    let idle = ep.tx_ops.is_empty() && ep.rma.untracked == 0;
     engine.note_poll(ep.rma.poll_is_free(idle));
     if ep.driven % POLLS_PER_YIELD == 0 {
         std::thread::yield_now();

@@ -154,7 +154,7 @@ pub const CTX_TARGET: u64 = 1 << 62;
 /// Cookie bit of `on_send_done` for replies the target sends.
 pub const COOKIE_REPLY: u64 = 1 << 63;
 /// Cookie bit of `on_send_done` for an acknowledged inject write or base atomic, which keeps no
-/// transmit record (`untracked`): all there is to report is in the cookie, and a counter of
+/// transmit record (`cookie_of`): all there is to report is in the cookie, and a counter of
 /// them (`RmaState::untracked`) holds their place in the transmit queue.
 pub const COOKIE_UNTRACKED: u64 = 1 << 62;
 /// With `COOKIE_UNTRACKED`: a base atomic (otherwise a write).
@@ -516,7 +516,8 @@ pub fn start_inline(st: &mut crate::domain::DomainState, id: usize, a: OneSided,
     let acked = acknowledged(ep.tx_op_flags, &a, &tx, &mut ep.rma, engine, peer);
     // A one-sided target may progress rarely: a large write is pulled with CMA where allowed,
     // unless the target has a CPU to spare (above).
-    let opts = SendOpts { cookie: cookie(&a, &tx, slot), delivery_complete: acked, more: more(&a), pull: !pushed };
+    let cookie = cookie_of(&a, &tx, slot);
+    let opts = SendOpts { cookie, delivery_complete: acked, more: more(&a), pull: !pushed };
     let sent = match (payload, answer_buf) {
         // SAFETY: the application's source buffer, which it leaves unchanged until the write
         // completes (the engine copies inject-sized ones before returning).
@@ -527,7 +528,7 @@ pub fn start_inline(st: &mut crate::domain::DomainState, id: usize, a: OneSided,
         }
         (Payload::Own(bytes), None) => engine.send(peer, hdr, LocalIov::owned(bytes.into_vec()), opts),
     };
-    launched(ep, cqs, cntrs, &a, sent, acked, tx, reply_to, slot)
+    launched(ep, cqs, cntrs, &a, sent, acked, tx, reply_to, cookie)
 }
 
 /// Start a read of `len` bytes into the caller's buffer at `buf` (checked by the entry point:
@@ -564,12 +565,13 @@ pub fn start_read(st: &mut crate::domain::DomainState, id: usize, a: OneSided, b
     let (_, returns, _) = answered_into(buf, len);
     let tx = TxOp::new(a.ctx, (ffi::FI_RMA | ffi::FI_READ) as u64, wanted, super::TxKind::Read).returning(returns);
     // A read always completes on its answer (`acknowledged`).
-    let opts = SendOpts { cookie: slot as u64, delivery_complete: true, more: more(&a), pull: true };
+    let cookie = slot as u64;
+    let opts = SendOpts { cookie, delivery_complete: true, more: more(&a), pull: true };
     let sent = match answer_buf {
         Some(b) => engine.send_bytes_answered(peer, hdr, &req[..n], opts, b),
         None => engine.send_bytes(peer, hdr, &req[..n], opts),
     };
-    launched(ep, cqs, cntrs, &a, sent, true, tx, None, slot)
+    launched(ep, cqs, cntrs, &a, sent, true, tx, None, cookie)
 }
 
 /// Start a one-sided atomic whose request (`req`: 8 bytes for its op id, then operands and
@@ -603,9 +605,10 @@ pub fn start_atomic(
     let hdr = header(app(KIND_ATOMIC, 0), a.key, a.addr, desc.pack(), req.len());
     let engine = ep.engine.as_mut().expect("checked by admit");
     let acked = acknowledged(ep.tx_op_flags, &a, &tx, &mut ep.rma, engine, peer);
-    let opts = SendOpts { cookie: cookie(&a, &tx, slot), delivery_complete: acked, more: more(&a), pull: true };
+    let cookie = cookie_of(&a, &tx, slot);
+    let opts = SendOpts { cookie, delivery_complete: acked, more: more(&a), pull: true };
     let sent = engine.send_bytes(peer, hdr, req, opts);
-    launched(ep, cqs, cntrs, &a, sent, acked, tx, reply, slot)
+    launched(ep, cqs, cntrs, &a, sent, acked, tx, reply, cookie)
 }
 
 /// What starting a one-sided operation on an endpoint needs, checked (`admit`): the endpoint,
@@ -719,7 +722,7 @@ fn launched(
     acked: bool,
     tx: TxOp,
     reply: Option<Reply>,
-    slot: usize,
+    cookie: u64,
 ) -> FiResult<()> {
     match sent {
         // Queued and complete (never so for an acknowledged send): report it now, unless
@@ -737,33 +740,28 @@ fn launched(
             return Err(FiError::from(e));
         }
     }
-    if untracked(a, &tx) {
+    ep.rma.issued += 1;
+    if cookie & COOKIE_UNTRACKED != 0 {
         ep.rma.untracked += 1;
-        ep.rma.issued += 1;
         return Ok(());
     }
+    let slot = cookie as usize;
     if let Some(Reply { op_id, local, want, write_back }) = reply {
         ep.rma.pending.insert(op_id, Pending::new(slot, local, want, write_back));
     }
     let taken = ep.tx_ops.insert(tx);
     debug_assert_eq!(taken, slot);
-    ep.rma.issued += 1;
     Ok(())
 }
 
-/// Whether operation `tx` keeps no transmit record while it waits for its answer: an inject
-/// write or base atomic (no context, no CQ entry on success, nothing coming back), whose
-/// completion needs only its kind, in the cookie. It saves the record's insertion, look-up and
+/// The cookie of operation `tx`: tx slot `slot`, where its record will be kept, unless it keeps
+/// none (`COOKIE_UNTRACKED`). An inject write or base atomic (no context, no CQ entry on
+/// success: `wanted` is false for inject calls; a write brings nothing back) needs only its
+/// kind at completion, and that fits the cookie. It saves the record's insertion, look-up and
 /// removal on the path of SOS's puts and non-fetching atomics.
 #[inline(always)]
-fn untracked(a: &OneSided, tx: &TxOp) -> bool {
-    a.inject_call && !tx.wanted() && tx.kind() == super::TxKind::Write && tx.returns == Returns::Nothing
-}
-
-/// The cookie of operation `tx`, to be kept in tx slot `slot` unless it is `untracked`.
-#[inline(always)]
-fn cookie(a: &OneSided, tx: &TxOp, slot: usize) -> u64 {
-    if !untracked(a, tx) {
+fn cookie_of(a: &OneSided, tx: &TxOp, slot: usize) -> u64 {
+    if !a.inject_call || tx.kind() != super::TxKind::Write {
         return slot as u64;
     }
     let atomic = tx.flags() & ffi::FI_ATOMIC as u64 != 0;

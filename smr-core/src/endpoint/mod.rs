@@ -470,9 +470,7 @@ impl Endpoint {
             }
         }
         events += self.drain_commands(h);
-        if !self.ok_run.is_empty() {
-            self.flush_ok_run();
-        }
+        self.flush_ok_run();
         events += self.drain_responses(h);
         if !self.splits.is_empty() {
             events += self.check_splits(h);

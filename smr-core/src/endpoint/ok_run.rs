@@ -40,7 +40,7 @@ impl Endpoint {
     /// Answer message `msg_id` of sender `src` with `Status::Ok`, in this pass's run.
     #[inline]
     pub(super) fn answer_ok(&mut self, src: SrcId, msg_id: u64) {
-        if !self.ok_run.is_empty() && self.ok_run.src != src {
+        if self.ok_run.src != src {
             self.flush_ok_run();
         }
         let more = self.commands_behind();
@@ -60,20 +60,23 @@ impl Endpoint {
         }
     }
 
-    /// Whether another command is published behind the one being handled: one load.
+    /// Whether another command is published behind the one being handled: one load (the head
+    /// is that command while it still holds its slot, the next one once released).
     #[inline(always)]
     fn commands_behind(&self) -> bool {
-        let ring = self.region.cmd_ring();
-        if self.ok_run.in_slot {
-            self.cmd_rx.next_ready(&ring)
-        } else {
-            self.cmd_rx.ready(&ring)
+        self.cmd_rx.ready_at(&self.region.cmd_ring(), u64::from(self.ok_run.in_slot))
+    }
+
+    /// Push the run gathered so far, if any: a test inline, the push out of line.
+    #[inline(always)]
+    pub(super) fn flush_ok_run(&mut self) {
+        if !self.ok_run.is_empty() {
+            self.push_ok_run();
         }
     }
 
-    /// Push the run gathered so far, if any.
     #[inline(never)]
-    pub(super) fn flush_ok_run(&mut self) {
+    fn push_ok_run(&mut self) {
         let run = std::mem::take(&mut self.ok_run.len);
         let ids = &self.ok_run.ids[..run];
         let entry = match ids {

@@ -330,9 +330,7 @@ impl Endpoint {
     /// Queue a response to sender `src`; it goes out now or from the backlog later, after the
     /// Ok answers gathered before it (`ok_run.rs`).
     pub(super) fn send_resp(&mut self, src: SrcId, entry: RespEntry) {
-        if !self.ok_run.is_empty() {
-            self.flush_ok_run();
-        }
+        self.flush_ok_run();
         self.push_resp(src, entry);
     }
 
@@ -448,9 +446,7 @@ impl Endpoint {
     /// it already).
     pub(super) fn forget_in_peer(&mut self, src: SrcId, h: &mut impl Handler) -> usize {
         // Answers gathered for this sender go to its region, not to a successor's in its entry.
-        if !self.ok_run.is_empty() {
-            self.flush_ok_run();
-        }
+        self.flush_ok_run();
         if let Some(peer) = self.inp.remove(&src) {
             self.forgotten.insert(src, peer.name);
             // Before the entry is free: a successor's commands then come after `until`.

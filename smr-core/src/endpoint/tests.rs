@@ -126,6 +126,16 @@ fn spares_held(ep: &Endpoint) -> usize {
     ep.region.peer_slots().iter().filter(|s| s.held.load(crate::sync::Ordering::Relaxed) != 0).count()
 }
 
+/// An 8-byte message's header with tag `tag`.
+fn hdr(tag: u64) -> MsgHeader {
+    MsgHeader { app: 0, tag, data: 0, aux: 0, len: 8 }
+}
+
+/// Options of an acknowledged send (delivery complete) with cookie `cookie`.
+fn acked(cookie: u64) -> SendOpts {
+    SendOpts { cookie, delivery_complete: true, ..SendOpts::default() }
+}
+
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
     (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
 }
@@ -419,8 +429,6 @@ fn closing_a_receiver_fails_pending_and_later_sends() {
 fn an_answer_left_by_a_receiver_that_closed_completes_its_send() {
     let (mut a, mut b, to_b) = pair("answeredclosed", Params::default());
     let (mut ha, mut hb) = (Collect::default(), Collect::default());
-    let hdr = |tag: u64| MsgHeader { app: 0, tag, data: 0, aux: 0, len: 8 };
-    let acked = |cookie: u64| SendOpts { cookie, delivery_complete: true, ..SendOpts::default() };
     assert_eq!(a.send_bytes(to_b, hdr(1), &pattern(8, 1), acked(1)), Ok(SendStatus::Pending));
     pump_until((&mut a, &mut ha), (&mut b, &mut hb), "the first answer", |ha, _| ha.sends_done.len() == 1);
     assert_eq!(a.send_bytes(to_b, hdr(2), &pattern(8, 2), acked(2)), Ok(SendStatus::Pending));
@@ -449,8 +457,6 @@ fn an_answer_left_by_a_receiver_that_closed_completes_its_send() {
 fn answers_of_one_pass_go_out_in_runs_in_send_order() {
     let (mut a, mut b, to_b) = pair("okrun", Params::default());
     let (mut ha, mut hb) = (Collect::default(), Collect::default());
-    let hdr = |tag: u64| MsgHeader { app: 0, tag, data: 0, aux: 0, len: 8 };
-    let acked = |cookie: u64| SendOpts { cookie, delivery_complete: true, ..SendOpts::default() };
     // Connected first, so that the pass below handles the messages alone.
     assert_eq!(a.send_bytes(to_b, hdr(100), &pattern(8, 0), acked(100)), Ok(SendStatus::Pending));
     pump_until((&mut a, &mut ha), (&mut b, &mut hb), "the first answer", |ha, _| ha.sends_done.len() == 1);
@@ -1516,11 +1522,9 @@ fn hostile_placed_answers_are_clamped_or_refused() {
 fn hostile_gathered_answers_finish_only_outstanding_sends() {
     let (mut a, _b, to_b) = pair("hostilemany", Params::default());
     let mut ha = Collect::default();
-    let hdr = |tag: u64| MsgHeader { app: 0, tag, data: 0, aux: 0, len: 8 };
     let mut ids = Vec::new();
     for tag in 1..=3u64 {
-        let opts = SendOpts { cookie: tag, delivery_complete: true, more: false, pull: false };
-        assert_eq!(a.send_bytes(to_b, hdr(tag), &[0; 8], opts), Ok(SendStatus::Pending));
+        assert_eq!(a.send_bytes(to_b, hdr(tag), &[0; 8], acked(tag)), Ok(SendStatus::Pending));
         ids.push(a.next_msg_id - 1);
     }
     let peer = crate::region::Region::open(a.name()).unwrap();
