@@ -19,6 +19,10 @@ pub const INLINE_MAX: usize = 1024 + 8;
 pub const IOV_MAX: usize = (INLINE_MAX - 8) / 16;
 /// Bytes of a command entry before its payload.
 pub const HEADER_BYTES: usize = std::mem::offset_of!(CmdEntry, payload);
+/// Payload bytes that share the slot's first cache line with its stamp and the header: a command
+/// whose payload fits is one line for the receiver to fetch, where a longer one is two, the
+/// second asked for only once the first has been seen (docs/perf/where-the-time-goes.md).
+pub const FIRST_LINE_PAYLOAD: usize = crate::ring::FIRST_LINE_BYTES - HEADER_BYTES;
 
 /// One command slot's contents (the ring's stamp precedes it, making the slot 1,088 bytes). The
 /// fields a small message needs, plus its first 8 payload bytes, share the slot's first line.

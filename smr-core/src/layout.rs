@@ -43,7 +43,9 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"RSHMREG\0");
 /// 10: a sender's peer-table entry names who copies the tail of its large CMA message (`split`).
 /// 11: the owner counts every progress call too (`OwnerBeat::polls`).
 /// 12: one response may finish several messages (`resp::DONE_MANY`).
-pub const LAYOUT_VERSION: u32 = 12;
+/// 13: the provider's atomic requests carry an op id only when a reply names it, and reads
+///     answered in one trip have a short request (both fit the command's first line).
+pub const LAYOUT_VERSION: u32 = 13;
 /// Longest region name, without the terminating NUL.
 pub const NAME_MAX: usize = 63;
 /// Size of one inject buffer (defined with the commands that name them, which check against it).

@@ -1,12 +1,26 @@
 //! The payload of a read request (READ_REQ), and how the initiator wants its bytes back.
 //!
+//! A read the target answers in one round trip (op id 0: the initiator keeps no reply record)
+//! has a short form, so that the request shares the command's first cache line with its header
+//! and the target's copy of the command takes one line from the initiator, not two in a row:
+//!
+//! | bytes | field                                                                       |
+//! |-------|-----------------------------------------------------------------------------|
+//! | 0..4  | length (< 2^32)                                                             |
+//! | 4..8  | absent: answer with the bytes (up to `ANSWER_DATA_MAX`); or the answer buffer's name |
+//!
+//! Every other request has the long form:
+//!
 //! | bytes          | field                                                              |
 //! |----------------|--------------------------------------------------------------------|
-//! | 0..8           | op id (the initiator's, echoed in a READ_RESP)                      |
+//! | 0..8           | op id (the initiator's, echoed in a READ_RESP; not 0)              |
 //! | 8..16          | length                                                             |
 //! | 16..24         | absent: reply with a READ_RESP message; an answer buffer's name (< 2^32); `PUSHED`; or `WRITE_BACK` |
 //! | 24..32         | with `WRITE_BACK`: how many ranges follow (1 ..= `WRITE_BACK_RANGES_MAX`) |
 //! | 32..           | with `WRITE_BACK`: (address, length) of each range of the initiator's buffer |
+//!
+//! Each request has one encoding: a long form whose op id is 0 and that a short form could
+//! carry is refused.
 //!
 //! With `WRITE_BACK` the target copies the bytes straight into the initiator's buffer with
 //! CMA (`Endpoint::cma_write`) and then answers: one request, one answer, one system call, all
@@ -28,6 +42,8 @@ const PUSHED: u64 = 1 << 33;
 /// Most ranges of the initiator's buffer a write-back request names (its iov limit).
 pub const WRITE_BACK_RANGES_MAX: usize = smr_core::cmd::IOV_MAX;
 const HEADER: usize = 16;
+/// Bytes of the short form without an answer buffer: the length.
+const SHORT: usize = 4;
 
 /// How the target returns the bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -57,6 +73,11 @@ pub type Bytes = smallvec::SmallVec<[u8; 64]>;
 
 impl ReadReq {
     pub fn encode(&self) -> Bytes {
+        if let Some(buf) = self.short_form() {
+            let mut out = [0u8; SHORT + 4];
+            let n = Self::encode_answered(self.len, buf, &mut out);
+            return Bytes::from_slice(&out[..n]);
+        }
         // The fixed words in one array, copied in at once (a read's request is built on every
         // read: appending word by word cost more than the rest of it).
         let word = match &self.by {
@@ -86,24 +107,43 @@ impl ReadReq {
         b
     }
 
-    /// `encode` of a read answered in one round trip, on the stack: op id 0 (the target
-    /// answers the request itself), `len`, and the answer buffer's name if one is named
+    /// The short form's answer buffer (None: answered with the bytes), if this request has one.
+    fn short_form(&self) -> Option<Option<u32>> {
+        if self.op_id != 0 || self.len > u64::from(u32::MAX) {
+            return None;
+        }
+        match self.by {
+            ReturnBy::Reply => Some(None),
+            ReturnBy::AnswerBuf(name) => Some(Some(name)),
+            _ => None,
+        }
+    }
+
+    /// `encode` of a read answered in one round trip (op id 0: the target answers the request
+    /// itself), on the stack, in the short form: `len` (below 2^32: a read answered in one
+    /// trip fits one buffer), and the answer buffer's name if one is named
     /// (`ReturnBy::AnswerBuf`; else `ReturnBy::Reply`, which a read of up to `ANSWER_DATA_MAX`
     /// bytes asks, and which its target answers with the bytes). Returns the bytes in use.
-    pub fn encode_answered(len: u64, buf: Option<u32>, out: &mut [u8; HEADER + 8]) -> usize {
-        out[..8].copy_from_slice(&0u64.to_le_bytes());
-        out[8..HEADER].copy_from_slice(&len.to_le_bytes());
+    pub fn encode_answered(len: u64, buf: Option<u32>, out: &mut [u8; SHORT + 4]) -> usize {
+        debug_assert!(len <= u64::from(u32::MAX));
+        out[..SHORT].copy_from_slice(&(len as u32).to_le_bytes());
         match buf {
             Some(name) => {
-                out[HEADER..].copy_from_slice(&u64::from(name).to_le_bytes());
-                HEADER + 8
+                out[SHORT..].copy_from_slice(&name.to_le_bytes());
+                SHORT + 4
             }
-            None => HEADER,
+            None => SHORT,
         }
     }
 
     /// A peer's payload, checked; None if it is malformed.
     pub fn decode(p: &[u8]) -> Option<ReadReq> {
+        let word = |at: usize| Some(u32::from_le_bytes(p.get(at..at + 4)?.try_into().ok()?));
+        match p.len() {
+            SHORT => return Some(ReadReq { op_id: 0, len: u64::from(word(0)?), by: ReturnBy::Reply }),
+            8 => return Some(ReadReq { op_id: 0, len: u64::from(word(0)?), by: ReturnBy::AnswerBuf(word(SHORT)?) }),
+            _ => {}
+        }
         let (op_id, len) = (u64_at(p, 0)?, u64_at(p, 8)?);
         let by = match p.len() {
             HEADER => ReturnBy::Reply,
@@ -132,13 +172,17 @@ impl ReadReq {
                 ReturnBy::WriteBack(ranges)
             }
         };
-        Some(ReadReq { op_id, len, by })
+        let req = ReadReq { op_id, len, by };
+        // One encoding per request: this one has a short form.
+        req.short_form().is_none().then_some(req)
     }
 
     /// Whether a message of `len` bytes can be a read request's payload (checked before the
     /// payload is taken; `decode` checks the rest).
     pub fn plausible_len(len: u64) -> bool {
-        len == 16
+        len == SHORT as u64
+            || len == SHORT as u64 + 4
+            || len == 16
             || len == 24
             || (len >= 48 && (len - 32).is_multiple_of(16) && (len - 32) / 16 <= WRITE_BACK_RANGES_MAX as u64)
     }
@@ -161,6 +205,9 @@ mod tests {
 
     #[test]
     fn every_form_round_trips() {
+        round_trip(ReadReq { op_id: 0, len: 32, by: ReturnBy::Reply });
+        round_trip(ReadReq { op_id: 0, len: u64::from(u32::MAX), by: ReturnBy::AnswerBuf(u32::MAX) });
+        round_trip(ReadReq { op_id: 0, len: 1 << 32, by: ReturnBy::AnswerBuf(3) });
         round_trip(ReadReq { op_id: 7, len: 100, by: ReturnBy::Reply });
         round_trip(ReadReq { op_id: 7, len: 100, by: ReturnBy::AnswerBuf(u32::MAX) });
         round_trip(ReadReq { op_id: 7, len: 1 << 20, by: ReturnBy::Pushed });
@@ -171,12 +218,24 @@ mod tests {
     }
 
     #[test]
-    fn answered_requests_encode_as_the_general_form() {
+    fn answered_requests_encode_as_the_general_form_in_one_line() {
         for (len, buf) in [(0, None), (8, None), (32, None), (33, Some(0)), (16384, Some(u32::MAX))] {
-            let mut out = [0xEEu8; HEADER + 8];
+            let mut out = [0xEEu8; SHORT + 4];
             let n = ReadReq::encode_answered(len, buf, &mut out);
             let by = buf.map_or(ReturnBy::Reply, ReturnBy::AnswerBuf);
             assert_eq!(&out[..n], &ReadReq { op_id: 0, len, by }.encode()[..], "len {len} buf {buf:?}");
+            // The command's first line holds its header and 8 payload bytes.
+            assert!(n <= smr_core::cmd::FIRST_LINE_PAYLOAD, "{n} bytes");
+        }
+    }
+
+    #[test]
+    fn a_long_form_that_has_a_short_one_is_refused() {
+        for by in [ReturnBy::Reply, ReturnBy::AnswerBuf(5)] {
+            let mut long = ReadReq { op_id: 1, len: 100, by }.encode().to_vec();
+            assert!(long.len() >= HEADER, "the long form");
+            long[..8].copy_from_slice(&0u64.to_le_bytes());
+            assert_eq!(ReadReq::decode(&long), None, "op id 0 in the long form");
         }
     }
 
@@ -231,7 +290,7 @@ mod tests {
         };
         let mut decoded = 0;
         for round in 0..20_000 {
-            let len = [16, 24, 48, 64, 224, 232, (next() % 300) as usize][round % 7];
+            let len = [4, 8, 16, 24, 48, 64, 224, 232, (next() % 300) as usize][round % 9];
             let mut p: Vec<u8> = (0..len).map(|_| next() as u8).collect();
             if round % 3 == 0 && len >= 32 {
                 // Often well-formed headers, so the range checks are reached.

@@ -6,9 +6,12 @@
 //! | kind       | header                                   | payload                           | answered                          |
 //! |------------|------------------------------------------|-----------------------------------|-----------------------------------|
 //! | WRITE      | tag = key, aux = address, data = CQ data | the bytes                         | if acknowledged                   |
-//! | READ_REQ   | tag = key, aux = address                 | op id, length[, answer buffer]    | with the bytes, or after the reply |
+//! | READ_REQ   | tag = key, aux = address                 | [op id,] length[, answer buffer] (`read_req.rs`) | with the bytes, or after the reply |
 //! | READ_RESP  | tag = op id                              | the bytes read / old values       | -                                 |
-//! | ATOMIC     | tag = key, aux = address, data = `Desc`  | op id, operands, compares         | if acknowledged / reply           |
+//! | ATOMIC     | tag = key, aux = address, data = `Desc`  | [op id,] operands, compares       | if acknowledged / reply           |
+//!
+//! An op id travels only in a request whose data comes back in a READ_RESP (which names it), so
+//! that the usual small atomic and read request fits the command's first cache line.
 //!
 //! A read travels one of seven ways, by size (the request's format: `read_req.rs`):
 //!
@@ -174,7 +177,15 @@ pub struct Desc {
     pub op: u32,
     pub datatype: u32,
     pub count: u32,
+    /// The request's payload starts with an op id: only for old values that come back in a
+    /// reply message (`RmaState::returns`), which names it. Without one, an 8-byte operand
+    /// shares the command's first cache line with its header: the target's copy of the
+    /// command then takes one line from the initiator, not two, one after the other.
+    pub with_op_id: bool,
 }
+
+/// The bit of a packed `Desc` that says its payload starts with an op id.
+const DESC_OP_ID: u64 = 1 << 24;
 
 impl Desc {
     pub fn pack(self) -> u64 {
@@ -183,7 +194,11 @@ impl Desc {
             Kind::Fetch => 1,
             Kind::Compare => 2,
         };
-        kind | u64::from(self.op as u8) << 8 | u64::from(self.datatype as u8) << 16 | u64::from(self.count) << 32
+        let with_op_id = if self.with_op_id { DESC_OP_ID } else { 0 };
+        kind | u64::from(self.op as u8) << 8
+            | u64::from(self.datatype as u8) << 16
+            | with_op_id
+            | u64::from(self.count) << 32
     }
 
     /// Decode a peer's word; None unless it names a valid operation whose operands fit.
@@ -194,8 +209,13 @@ impl Desc {
             2 => Kind::Compare,
             _ => return None,
         };
-        let d =
-            Desc { kind, op: ((v >> 8) & 0xff) as u32, datatype: ((v >> 16) & 0xff) as u32, count: (v >> 32) as u32 };
+        let d = Desc {
+            kind,
+            op: ((v >> 8) & 0xff) as u32,
+            datatype: ((v >> 16) & 0xff) as u32,
+            count: (v >> 32) as u32,
+            with_op_id: v & DESC_OP_ID != 0,
+        };
         (apply::valid(d.kind, d.op, d.datatype) && d.count > 0 && fits(kind, d.datatype, d.count as usize)?)
             .then_some(d)
     }
@@ -205,11 +225,20 @@ impl Desc {
         self.count as usize * apply::type_size(self.datatype).unwrap_or(0)
     }
 
-    /// Bytes of its payload: op id, operands (none for FI_ATOMIC_READ), compare values.
+    /// Bytes of its payload before the operands: the op id, if it carries one.
+    pub fn id_bytes(self) -> usize {
+        if self.with_op_id {
+            8
+        } else {
+            0
+        }
+    }
+
+    /// Bytes of its payload: op id (if any), operands (none for FI_ATOMIC_READ), compare values.
     pub fn payload(self) -> usize {
         let operands = if self.op == ffi::FI_ATOMIC_READ { 0 } else { self.bytes() };
         let compares = if self.kind == Kind::Compare { self.bytes() } else { 0 };
-        8 + operands + compares
+        self.id_bytes() + operands + compares
     }
 }
 
@@ -492,12 +521,13 @@ pub fn start_inline(st: &mut crate::domain::DomainState, id: usize, a: OneSided,
         }
         Op::Atomic { desc, operand, compare, result } => {
             let (op_id, tx, reply) = atomic_tx(&mut ep.rma, desc, &a, wanted, result);
-            // The request: op id, then the operands and compare values, copied from the
-            // application's buffers into one array sized by the operation (checked against
-            // their lengths by the entry point).
+            let desc = Desc { with_op_id: op_id != 0, ..desc };
+            // The request: the op id if there is one, then the operands and compare values,
+            // copied from the application's buffers into one array sized by the operation
+            // (checked against their lengths by the entry point).
             let mut payload = Bytes::from_elem(0, desc.payload());
-            let (id, values) = payload.split_at_mut(8);
-            id.copy_from_slice(&op_id.to_le_bytes());
+            let (id, values) = payload.split_at_mut(desc.id_bytes());
+            id.copy_from_slice(&op_id.to_le_bytes()[..desc.id_bytes()]);
             // SAFETY: the application's operand and compare buffers (non-NULL, of their
             // lengths: checked by the entry point), read during this call only.
             let copied = unsafe {
@@ -559,7 +589,7 @@ pub fn start_read(st: &mut crate::domain::DomainState, id: usize, a: OneSided, b
     } else {
         None
     };
-    let mut req = [0u8; 24];
+    let mut req = [0u8; 8];
     let n = ReadReq::encode_answered(len as u64, answer_buf.map(|b| b.wire()), &mut req);
     let hdr = header(app(KIND_READ_REQ, 0), a.key, a.addr, 0, n);
     let (_, returns, _) = answered_into(buf, len);
@@ -574,8 +604,8 @@ pub fn start_read(st: &mut crate::domain::DomainState, id: usize, a: OneSided, b
     launched(ep, cqs, cntrs, &a, sent, true, tx, None, cookie)
 }
 
-/// Start a one-sided atomic whose request (`req`: 8 bytes for its op id, then operands and
-/// compare values; `desc.payload()` long) the caller built from one contiguous buffer each: the
+/// Start a one-sided atomic whose request (`req`: 8 bytes left for an op id, then operands and
+/// compare values; 8 + `desc.payload()` long) the caller built from one contiguous buffer each: the
 /// short way of the usual small atomic (`rma_ops::call_contiguous`), with no iov lists to build,
 /// move and walk. `result` receives the old values of a fetching or compare atomic.
 pub fn start_atomic(
@@ -601,7 +631,15 @@ pub fn start_atomic(
         }
         atomic_tx(&mut ep.rma, desc, &a, wanted, local)
     };
-    req.get_mut(..8).ok_or(FiError::INVAL)?.copy_from_slice(&op_id.to_le_bytes());
+    // `req` keeps 8 bytes in front for an op id; most requests carry none (`Desc::with_op_id`).
+    let desc = Desc { with_op_id: op_id != 0, ..desc };
+    let req = match desc.with_op_id {
+        true => {
+            req.get_mut(..8).ok_or(FiError::INVAL)?.copy_from_slice(&op_id.to_le_bytes());
+            req
+        }
+        false => req.get_mut(8..).ok_or(FiError::INVAL)?,
+    };
     let hdr = header(app(KIND_ATOMIC, 0), a.key, a.addr, desc.pack(), req.len());
     let engine = ep.engine.as_mut().expect("checked by admit");
     let acked = acknowledged(ep.tx_op_flags, &a, &tx, &mut ep.rma, engine, peer);
@@ -1169,6 +1207,27 @@ fn write_back(rma: &mut RmaState, engine: &mut Endpoint, mrs: &MrTable, req: Wri
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The op id's bit survives packing, counts in the payload, and an 8-byte atomic without
+    /// one (every atomic whose old values come back in its answer) fits the command's first line.
+    #[test]
+    fn an_atomic_request_carries_an_op_id_only_when_it_says_so() {
+        let sum = Desc { kind: Kind::Fetch, op: ffi::FI_SUM, datatype: ffi::FI_UINT64, count: 1, with_op_id: false };
+        for desc in [sum, Desc { with_op_id: true, ..sum }, Desc { kind: Kind::Compare, op: ffi::FI_CSWAP, ..sum }] {
+            assert_eq!(Desc::unpack(desc.pack()), Some(desc));
+        }
+        assert_eq!(sum.payload(), 8);
+        assert!(sum.payload() <= smr_core::cmd::FIRST_LINE_PAYLOAD);
+        assert_eq!(Desc { with_op_id: true, ..sum }.payload(), 16);
+        let read = Desc { op: ffi::FI_ATOMIC_READ, ..sum };
+        assert_eq!((read.payload(), Desc { with_op_id: true, ..read }.payload()), (0, 8));
+        // The operands start after the op id, where there is one.
+        let operand = 5u64.to_le_bytes();
+        let with_id = [7u64.to_le_bytes(), operand].concat();
+        assert_eq!(target::operands(sum, &operand), Ok((&operand[..], &[][..])));
+        assert_eq!(target::operands(Desc { with_op_id: true, ..sum }, &with_id), Ok((&operand[..], &[][..])));
+        assert_eq!(target::operands(sum, &[]), Err(ffi::FI_EINVAL), "a payload without the operand");
+    }
 
     /// A read of `want` bytes into `buf`, pending in tx slot 0.
     fn pending_read(buf: &mut [u8], want: usize) -> (RmaState, Slab<TxOp>, u64) {

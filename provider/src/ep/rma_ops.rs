@@ -50,8 +50,9 @@ struct Contiguous {
     result: *mut c_void,
 }
 
-/// The request of a small atomic, built on the stack: 8 bytes for the op id, then operands and
-/// compare values (one element of every datatype, two of most).
+/// The request of a small atomic, built on the stack: 8 bytes left for an op id (which most
+/// requests do not carry: `Desc::with_op_id`), then operands and compare values (one element of
+/// every datatype, two of most).
 const SMALL_REQUEST: usize = 8 + 2 * 32;
 
 /// Run a `Contiguous` atomic: one whose request fits `SMALL_REQUEST` takes the short way
@@ -87,7 +88,7 @@ fn small_request(c: &Contiguous, req: &mut [u8; SMALL_REQUEST]) -> FiResult<Opti
     let desc = counted(c.kind, c.op, c.datatype, c.count)?;
     // No overflow: `counted` bounds the count by what one request carries.
     let bytes = c.count * size;
-    let len = desc.payload();
+    let len = 8 + desc.payload();
     if len > SMALL_REQUEST {
         return Ok(None);
     }
@@ -365,7 +366,7 @@ fn counted(kind: Kind, op: u32, datatype: u32, count: usize) -> FiResult<Desc> {
     if count == 0 || count > rma::max_count(kind, datatype).unwrap_or(0) {
         return Err(FiError::INVAL);
     }
-    Ok(Desc { kind, op, datatype, count: count as u32 })
+    Ok(Desc { kind, op, datatype, count: count as u32, with_op_id: false })
 }
 
 /// An atomic message and its one remote element array (whose count the local arrays must match).

@@ -301,7 +301,7 @@ impl Target<'_> {
             (Err(errno), _) => Outgoing::Answer { src, msg_id, result: Err(errno) },
             (Ok(()), Some(data)) => Outgoing::AnswerData { src, msg_id, data },
             (Ok(()), None) => {
-                let op_id = payload.and_then(|b| u64_at(b, 0)).unwrap_or(0);
+                let op_id = payload.filter(|_| desc.with_op_id).and_then(|b| u64_at(b, 0)).unwrap_or(0);
                 Outgoing::Reply { src, msg_id, op_id, data: ReplyData::Copy(old_heap), pull: true }
             }
         })
@@ -380,15 +380,16 @@ fn apply_atomic(desc: Desc, target: &Ranges, payload: &[u8], value: &mut [u8], o
     Ok(())
 }
 
-/// An atomic's operands and compare values in its payload (after the op id), checked against
-/// what `desc` says they hold.
+/// An atomic's operands and compare values in its payload (after the op id, if it carries
+/// one), checked against what `desc` says they hold.
 #[inline(always)]
-fn operands(desc: Desc, payload: &[u8]) -> Result<(&[u8], &[u8]), u32> {
+pub(super) fn operands(desc: Desc, payload: &[u8]) -> Result<(&[u8], &[u8]), u32> {
     let n = desc.bytes();
+    let at = desc.id_bytes();
     let operands = if desc.op == ffi::FI_ATOMIC_READ { 0 } else { n };
-    let operand = payload.get(8..8 + operands).ok_or(ffi::FI_EINVAL)?;
+    let operand = payload.get(at..at + operands).ok_or(ffi::FI_EINVAL)?;
     let compare = if desc.kind == Kind::Compare {
-        payload.get(8 + operands..8 + operands + n).ok_or(ffi::FI_EINVAL)?
+        payload.get(at + operands..at + operands + n).ok_or(ffi::FI_EINVAL)?
     } else {
         &[]
     };
