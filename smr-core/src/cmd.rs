@@ -23,6 +23,11 @@ pub const HEADER_BYTES: usize = std::mem::offset_of!(CmdEntry, payload);
 /// whose payload fits is one line for the receiver to fetch, where a longer one is two, the
 /// second asked for only once the first has been seen (docs/perf/where-the-time-goes.md).
 pub const FIRST_LINE_PAYLOAD: usize = crate::ring::FIRST_LINE_BYTES - HEADER_BYTES;
+/// Where a `proto::COMPACT` command's payload starts: at `data`, the first header field such a
+/// message leaves out (it has no CQ data, no `aux`, and wants no answer, so no `msg_id`).
+pub const COMPACT_AT: usize = std::mem::offset_of!(CmdEntry, data);
+/// The longest payload a `proto::COMPACT` command carries: what its first line holds.
+pub const COMPACT_MAX: usize = crate::ring::FIRST_LINE_BYTES - COMPACT_AT;
 
 /// One command slot's contents (the ring's stamp precedes it, making the slot 1,088 bytes). The
 /// fields a small message needs, plus its first 8 payload bytes, share the slot's first line.
@@ -82,6 +87,9 @@ unsafe impl Pod for CmdEntry {
     /// first 56 bytes (header and the first 8 payload bytes), which the ring copies first.
     #[inline]
     fn wire_len(&self) -> usize {
+        if self.proto == proto::COMPACT {
+            return COMPACT_AT + (self.len as usize).min(COMPACT_MAX);
+        }
         let used = match (self.op, self.proto) {
             (op::CONNECT | op::DISCONNECT, _) => 0,
             (_, proto::INLINE) => (self.len as usize).min(INLINE_MAX),
@@ -168,6 +176,9 @@ unsafe impl Pod for RespEntry {}
 const _: () = {
     assert!(std::mem::size_of::<CmdEntry>() + 8 == 17 * 64);
     assert!(std::mem::offset_of!(CmdEntry, payload) == 48);
+    // No padding: every byte of an entry is a field's (`CmdEntry::as_bytes`).
+    assert!(std::mem::size_of::<CmdEntry>() == 48 + INLINE_MAX);
+    assert!(COMPACT_AT == 24 && COMPACT_MAX == 32);
     assert!(std::mem::size_of::<RespEntry>() == 24 + ANSWER_DATA_MAX);
 };
 
@@ -183,6 +194,10 @@ pub mod proto {
     pub const INJECT: u8 = 2;
     pub const IOV: u8 = 3;
     pub const SAR: u8 = 4;
+    /// Inline, for a message of at most `COMPACT_MAX` bytes with no CQ data, no `aux` and no
+    /// answer wanted: its payload starts at `COMPACT_AT`, in the fields it leaves out, so that
+    /// up to 32 bytes travel in the slot's first cache line (the usual header leaves room for 8).
+    pub const COMPACT: u8 = 5;
 }
 
 /// Command flag: the sender wants a response once the data is delivered.
@@ -279,7 +294,8 @@ pub struct SarSeg {
 /// Where a message's bytes are.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Body {
-    /// The payload is the first `len` bytes of the entry's `payload`.
+    /// The payload is the first `len` bytes of the entry's inline bytes
+    /// (`CmdEntry::inline_bytes`: its `payload`, or from `COMPACT_AT` in a compact command).
     Inline {
         len: usize,
     },
@@ -355,6 +371,17 @@ pub fn decode(entry: &CmdEntry, limits: &Limits) -> Result<Command> {
             }
             Body::Inline { len: len as usize }
         }
+        proto::COMPACT => {
+            if len > COMPACT_MAX as u64 {
+                return Err(Error::Corrupt("compact message too long"));
+            }
+            if entry.flags & FLAG_ACK != 0 {
+                return Err(Error::Corrupt("compact message asking for an answer"));
+            }
+            // The fields it leaves out hold its payload: they are 0.
+            let hdr = MsgHeader { app: entry.app, tag: entry.tag, data: 0, aux: 0, len };
+            return Ok(Command::Msg { src, msg_id: 0, ack: false, hdr, body: Body::Inline { len: len as usize } });
+        }
         proto::INJECT => {
             let buf = entry.inject_buf();
             if u64::from(buf) >= limits.inject_count {
@@ -407,6 +434,49 @@ impl CmdEntry {
         self.data = hdr.data;
         self.aux = hdr.aux;
         self.msg_id = msg_id;
+    }
+
+    /// Make this entry a `proto::COMPACT` message command (`hdr` without CQ data or `aux`,
+    /// at most `COMPACT_MAX` bytes, no answer wanted: the caller checks) and return where its
+    /// payload goes: `hdr.len` bytes from `COMPACT_AT`.
+    pub fn set_compact(&mut self, src: u32, hdr: &MsgHeader) -> &mut [u8] {
+        debug_assert!(hdr.data == 0 && hdr.aux == 0 && hdr.len as usize <= COMPACT_MAX);
+        self.op = op::MSG;
+        self.proto = proto::COMPACT;
+        self.flags = 0;
+        self.app = hdr.app;
+        self.src = src;
+        self.len = hdr.len;
+        self.tag = hdr.tag;
+        let len = (hdr.len as usize).min(COMPACT_MAX);
+        &mut self.as_bytes_mut()[COMPACT_AT..COMPACT_AT + len]
+    }
+
+    /// Where an inline message's bytes start in the entry: `payload`, or `COMPACT_AT`.
+    #[inline(always)]
+    pub fn inline_at(&self) -> usize {
+        if self.proto == proto::COMPACT {
+            COMPACT_AT
+        } else {
+            HEADER_BYTES
+        }
+    }
+
+    /// The entry's bytes from where an inline message's start (`inline_at`) to its end.
+    #[inline(always)]
+    pub fn inline_bytes(&self) -> &[u8] {
+        &self.as_bytes()[self.inline_at()..]
+    }
+
+    fn as_bytes(&self) -> &[u8] {
+        // SAFETY: `CmdEntry` is `repr(C)`, integers and a byte array with no padding (checked at
+        // the end of this module), so all its bytes are initialised; the slice borrows `self`.
+        unsafe { std::slice::from_raw_parts((self as *const CmdEntry).cast::<u8>(), size_of::<CmdEntry>()) }
+    }
+
+    fn as_bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as `as_bytes`; any bytes written are a valid `CmdEntry` (`Pod`).
+        unsafe { std::slice::from_raw_parts_mut((self as *mut CmdEntry).cast::<u8>(), size_of::<CmdEntry>()) }
     }
 
     pub fn control(op: u8, src: u32) -> CmdEntry {
@@ -496,6 +566,40 @@ mod tests {
             decode(&e, &LIMITS).unwrap(),
             Command::SarSeg { src: 1, msg_id: 2, seg: SarSeg { buf: 1, len: 65536, offset: 0 } }
         );
+    }
+
+    /// A compact message of every length it carries decodes as the inline message it stands
+    /// for (no CQ data, no `aux`, no answer), its bytes in the slot's first line; a compact
+    /// command that is too long or asks for an answer is refused.
+    #[test]
+    fn compact_messages_travel_in_the_first_line() {
+        let plain = |len| MsgHeader { app: 3, tag: 0xfeed, data: 0, aux: 0, len };
+        for len in 0..=COMPACT_MAX {
+            let bytes: Vec<u8> = (0..len as u8).map(|b| b ^ 0x5a).collect();
+            // Over an entry an earlier command left behind: every field it carries is rewritten.
+            let mut e = CmdEntry::message(6, 99, &hdr(500), true);
+            e.proto = proto::IOV;
+            e.set_compact(5, &plain(len as u64)).copy_from_slice(&bytes);
+            assert!(e.wire_len() <= crate::ring::FIRST_LINE_BYTES, "{len} B: {} bytes", e.wire_len());
+            match decode(&e, &LIMITS).unwrap() {
+                Command::Msg { src: 5, msg_id: 0, ack: false, hdr: h, body: Body::Inline { len: n } } => {
+                    assert_eq!((h, n), (plain(len as u64), len));
+                    assert_eq!(&e.inline_bytes()[..n], &bytes[..], "{len} B");
+                }
+                other => panic!("{len} B: {other:?}"),
+            }
+        }
+        let mut e = CmdEntry::default();
+        e.set_compact(1, &plain(8)).fill(7);
+        let mut long = e;
+        long.len = COMPACT_MAX as u64 + 1;
+        assert_eq!(decode(&long, &LIMITS), Err(Error::Corrupt("compact message too long")));
+        let mut acked = e;
+        acked.flags = FLAG_ACK;
+        assert_eq!(decode(&acked, &LIMITS), Err(Error::Corrupt("compact message asking for an answer")));
+        // A peer's length is clamped for the ring's copy as well.
+        long.len = u64::MAX;
+        assert_eq!(long.wire_len(), COMPACT_AT + COMPACT_MAX);
     }
 
     #[test]

@@ -4,7 +4,7 @@
 use super::{Delivered, Disposition, Endpoint, Handler, Incoming, MsgKey, SrcId};
 use crate::cmd::{
     decode, op, proto, Body, CmdEntry, Command, MsgHeader, RemoteIov, RespEntry, SarSeg, Status, ANSWER_DATA_MAX,
-    FLAG_ACK, INLINE_MAX,
+    COMPACT_MAX, FLAG_ACK, INLINE_MAX,
 };
 use crate::error::{Error, Result};
 use crate::iov::LocalIov;
@@ -169,6 +169,11 @@ impl Endpoint {
                 self.offer_express(entry, payload, h)
             }
             proto::INJECT if len <= INJECT_SIZE => self.express_inject(entry, h),
+            // Its payload is in the slot's first line, which `entry` holds.
+            proto::COMPACT if len <= COMPACT_MAX as u64 && entry.flags & FLAG_ACK == 0 => {
+                let hdr = MsgHeader { app: entry.app, tag: entry.tag, data: 0, aux: 0, len };
+                self.offer_express_as(entry.src, 0, false, hdr, &entry.inline_bytes()[..len as usize], h)
+            }
             _ => false,
         }
     }
@@ -192,10 +197,24 @@ impl Endpoint {
     /// `express`'s offer of a command from a connected sender whose payload it found.
     #[inline(always)]
     fn offer_express(&mut self, entry: &CmdEntry, payload: &[u8], h: &mut impl Handler) -> bool {
-        let (src, msg_id, ack, len) = (entry.src, entry.msg_id, entry.flags & FLAG_ACK != 0, entry.len);
+        let hdr = MsgHeader { app: entry.app, tag: entry.tag, data: entry.data, aux: entry.aux, len: entry.len };
+        self.offer_express_as(entry.src, entry.msg_id, entry.flags & FLAG_ACK != 0, hdr, payload, h)
+    }
+
+    /// `offer_express` of a command whose fields are given: those the command carries, or for
+    /// a compact one, 0 for those it leaves out.
+    #[inline(always)]
+    fn offer_express_as(
+        &mut self,
+        src: SrcId,
+        msg_id: u64,
+        ack: bool,
+        hdr: MsgHeader,
+        payload: &[u8],
+        h: &mut impl Handler,
+    ) -> bool {
         let Some(sender) = self.inp.get(&src) else { return false };
         let src_gen = sender.incarnation;
-        let hdr = MsgHeader { app: entry.app, tag: entry.tag, data: entry.data, aux: entry.aux, len };
         // A key as the general path gives every offered message (one declined here wastes one).
         let key = self.new_key();
         let msg = Incoming { key, src, src_gen, msg_id, hdr, acked: ack };
@@ -318,7 +337,7 @@ impl Endpoint {
         // buffers) is offered with the message: the handler copies it where it belongs and
         // completes in this one step, with no destination lent and no delivery to report back.
         let payload = match body {
-            Body::Inline { len } => Some(&entry.payload[..len]),
+            Body::Inline { len } => Some(&entry.inline_bytes()[..len]),
             // SAFETY: the slice is used within this function only, where `self.region` stays.
             Body::Inject { buf } => match unsafe { self.inject_payload(buf, hdr.len) } {
                 Some(bytes) => Some(bytes),

@@ -10,7 +10,9 @@
 use super::answer::AnswerBuf;
 use super::measured::{Choice, Via};
 use super::{Endpoint, Handler, PeerId, SendOpts, SendStatus};
-use crate::cmd::{op, proto, resp, CmdEntry, MsgHeader, RespEntry, SarSeg, Status, IOV_MAX, SAR_FIRST_SEGMENT};
+use crate::cmd::{
+    op, proto, resp, CmdEntry, MsgHeader, RespEntry, SarSeg, Status, COMPACT_MAX, IOV_MAX, SAR_FIRST_SEGMENT,
+};
 use crate::error::{Error, Result};
 use crate::iov::LocalIov;
 use crate::layout::PeerSlot;
@@ -71,9 +73,20 @@ struct InlineMsg<'a> {
 }
 
 impl InlineMsg<'_> {
+    /// Whether the command is a compact one (`proto::COMPACT`): short, no CQ data, no `aux`,
+    /// no answer wanted. From 9 to 32 bytes it is then one cache line for the receiver to
+    /// fetch instead of two in a row.
+    #[inline(always)]
+    fn compact(&self) -> bool {
+        !self.ack && self.hdr.len as usize <= COMPACT_MAX && self.hdr.data == 0 && self.hdr.aux == 0
+    }
+
     /// The command, with its payload filled by `fill`, in `e` (a ring slot or a staged entry).
     #[inline(always)]
     fn write(&self, e: &mut CmdEntry, fill: impl FnOnce(&mut [u8])) {
+        if self.compact() {
+            return fill(e.set_compact(self.src_slot, self.hdr));
+        }
         e.set_message(self.src_slot, self.msg_id, self.hdr, self.ack);
         e.proto = proto::INLINE;
         fill(&mut e.payload[..self.hdr.len as usize]);
@@ -84,7 +97,8 @@ impl InlineMsg<'_> {
     #[inline(always)]
     fn push(&self, region: &Region, streaming: bool, fill: impl FnOnce(&mut [u8])) -> Result<()> {
         if streaming {
-            region.cmd_ring().prefetch_for_claim(STREAM_AHEAD, stream_lines(self.hdr.len as usize));
+            let lines = if self.compact() { 1 } else { stream_lines(self.hdr.len as usize) };
+            region.cmd_ring().prefetch_for_claim(STREAM_AHEAD, lines);
         }
         super::peers::push_cmd_with(region, |e| self.write(e, fill))
     }

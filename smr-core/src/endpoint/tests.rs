@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::cmd::SAR_FIRST_SEGMENT;
-use crate::cmd::{CmdEntry, RemoteIov};
+use crate::cmd::{CmdEntry, RemoteIov, COMPACT_MAX};
 use crate::layout::INJECT_SIZE;
 
 /// A handler that delivers straight into owned buffers of the message's size (or holds).
@@ -672,6 +672,44 @@ fn inline_messages_take_the_express_path() {
             b.progress(&mut hb);
         }
         assert_eq!(ha.sends_done.len(), 1, "answered twice");
+    }
+}
+
+/// Short messages arrive whole with their header's every field, on the express path or off it,
+/// one by one or in a FI_MORE batch: those that go compact (up to 32 bytes, no CQ data, no
+/// `aux`, no answer wanted: `proto::COMPACT`) and those next to them that do not.
+#[test]
+fn short_messages_arrive_whole_compact_or_not() {
+    for take in [true, false] {
+        let (mut a, mut b, to_b) = pair(if take { "compacttake" } else { "compactdecline" }, Params::default());
+        let (mut ha, mut hb) =
+            (Collect::default(), Collect { take_payload: true, take_inline: take, ..Default::default() });
+        let mut sent = Vec::new();
+        // Completions reported to the sender: acknowledged messages', and batched ones'.
+        let mut reported = 0;
+        for len in 0..=COMPACT_MAX + 8 {
+            // Batched (pushed with the next), plain (compact up to 32 B), with CQ data, with
+            // `aux`, acknowledged.
+            let kinds = [(0, 0, false, true), (0, 0, false, false), (7, 0, false, false), (0, 9, false, false)];
+            for (data, aux, ack, more) in kinds.into_iter().chain([(0, 0, true, false)]) {
+                let tag = sent.len() as u64;
+                let hdr = MsgHeader { app: 2, tag, data, aux, len: len as u64 };
+                let opts = SendOpts { cookie: tag, delivery_complete: ack, more, pull: false };
+                a.send_bytes(to_b, hdr, &pattern(len, tag as u8), opts).unwrap();
+                sent.push(hdr);
+                reported += usize::from(ack || more);
+            }
+            pump_until((&mut a, &mut ha), (&mut b, &mut hb), "the messages", |_, hb| hb.taken.len() == sent.len());
+        }
+        pump_until((&mut a, &mut ha), (&mut b, &mut hb), "the answers", |ha, _| ha.sends_done.len() >= reported);
+        let got: Vec<MsgHeader> = hb.taken.iter().map(|m| m.0).collect();
+        assert_eq!(got, sent, "headers, in order (take {take})");
+        for (h, bytes) in &hb.taken {
+            assert_eq!(bytes, &pattern(h.len as usize, h.tag as u8), "message {} of {} B", h.tag, h.len);
+        }
+        assert_eq!(ha.sends_done.len(), reported, "each acknowledged or batched message reported once");
+        assert!(ha.sends_done.iter().all(|d| d.1.is_ok()));
+        assert_eq!(hb.inline_taken, if take { sent.len() } else { 0 }, "taken on the express path (take {take})");
     }
 }
 
