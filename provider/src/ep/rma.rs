@@ -633,12 +633,11 @@ pub fn start_atomic(
     };
     // `req` keeps 8 bytes in front for an op id; most requests carry none (`Desc::with_op_id`).
     let desc = Desc { with_op_id: op_id != 0, ..desc };
-    let req = match desc.with_op_id {
-        true => {
-            req.get_mut(..8).ok_or(FiError::INVAL)?.copy_from_slice(&op_id.to_le_bytes());
-            req
-        }
-        false => req.get_mut(8..).ok_or(FiError::INVAL)?,
+    let req = if desc.with_op_id {
+        req.get_mut(..8).ok_or(FiError::INVAL)?.copy_from_slice(&op_id.to_le_bytes());
+        req
+    } else {
+        req.get_mut(8..).ok_or(FiError::INVAL)?
     };
     let hdr = header(app(KIND_ATOMIC, 0), a.key, a.addr, desc.pack(), req.len());
     let engine = ep.engine.as_mut().expect("checked by admit");

@@ -87,11 +87,12 @@ impl InlineMsg<'_> {
     #[inline(always)]
     fn write(&self, e: &mut CmdEntry, fill: impl FnOnce(&mut [u8])) {
         if self.compact() {
-            return fill(e.set_compact(self.src_slot, self.hdr));
+            fill(e.set_compact(self.src_slot, self.hdr));
+        } else {
+            e.set_message(self.src_slot, self.msg_id, self.hdr, self.ack);
+            e.proto = proto::INLINE;
+            fill(&mut e.payload[..self.hdr.len as usize]);
         }
-        e.set_message(self.src_slot, self.msg_id, self.hdr, self.ack);
-        e.proto = proto::INLINE;
-        fill(&mut e.payload[..self.hdr.len as usize]);
     }
 
     /// Into the receiver's ring, written straight into the claimed slot (no command built aside

@@ -625,6 +625,13 @@ fn send_bytes_moves_small_messages_and_refuses_longer_ones() {
     assert!(hb.offered.iter().all(|m| m.hdr.tag != 99), "the refused message was sent");
 }
 
+/// A connected pair whose receiver takes what the express path offers (`take`) or declines it,
+/// with the sender's and the receiver's handlers.
+fn express_pair(take: bool, name: &str) -> (Endpoint, Endpoint, PeerId, Collect, Collect) {
+    let (a, b, to_b) = pair(&format!("{name}{}", if take { "take" } else { "decline" }), Params::default());
+    (a, b, to_b, Collect::default(), Collect { take_payload: true, take_inline: take, ..Default::default() })
+}
+
 /// The express path (`Handler::on_inline`): inline messages and messages in inject buffers are
 /// offered there, with their bytes and their sender's id and incarnation (the same as
 /// `on_payload` gives), and one whose sender asked for an answer is answered once taken. A
@@ -633,9 +640,7 @@ fn send_bytes_moves_small_messages_and_refuses_longer_ones() {
 #[test]
 fn inline_messages_take_the_express_path() {
     for take in [true, false] {
-        let (mut a, mut b, to_b) = pair(if take { "expresstake" } else { "expressdecline" }, Params::default());
-        let (mut ha, mut hb) =
-            (Collect::default(), Collect { take_payload: true, take_inline: take, ..Default::default() });
+        let (mut a, mut b, to_b, mut ha, mut hb) = express_pair(take, "express");
         let (pool, _) = free_buffers(&b);
         // Inline without an answer, inline acknowledged, inline without, inject without.
         let sends = [(0usize, false), (8, true), (INLINE_MAX, false), (INLINE_MAX + 1, false)];
@@ -681,9 +686,7 @@ fn inline_messages_take_the_express_path() {
 #[test]
 fn short_messages_arrive_whole_compact_or_not() {
     for take in [true, false] {
-        let (mut a, mut b, to_b) = pair(if take { "compacttake" } else { "compactdecline" }, Params::default());
-        let (mut ha, mut hb) =
-            (Collect::default(), Collect { take_payload: true, take_inline: take, ..Default::default() });
+        let (mut a, mut b, to_b, mut ha, mut hb) = express_pair(take, "compact");
         let mut sent = Vec::new();
         // Completions reported to the sender: acknowledged messages', and batched ones'.
         let mut reported = 0;
