@@ -3,7 +3,9 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use smr_core::cmd::{decode, Body, CmdEntry, Command, Limits, INLINE_MAX};
+use smr_core::cmd::{
+    decode, proto, Body, CmdEntry, Command, Limits, COMPACT_AT, COMPACT_MAX, HEADER_BYTES, INLINE_MAX,
+};
 
 fn entry_from(bytes: &[u8]) -> CmdEntry {
     let mut e = CmdEntry::default();
@@ -37,10 +39,18 @@ fuzz_target!(|bytes: &[u8]| {
     match cmd {
         Command::Connect { src } | Command::Disconnect { src } => assert!(u64::from(src) < limits.max_peers),
         Command::SarSeg { seg, .. } => assert!(u64::from(seg.buf) < limits.sar_count),
-        Command::Msg { src, hdr, body, .. } => {
+        Command::Msg { src, msg_id, ack, hdr, body } => {
             assert!(u64::from(src) < limits.max_peers && hdr.len <= limits.max_msg_size);
-            // The provider's words pass through untouched.
-            assert!(hdr.app == entry.app && hdr.tag == entry.tag && hdr.data == entry.data && hdr.aux == entry.aux);
+            assert!(hdr.app == entry.app && hdr.tag == entry.tag);
+            if entry.proto == proto::COMPACT {
+                // The words a compact command leaves out hold its payload: they read as 0, no
+                // answer is wanted, and the bytes all lie in the slot's first line.
+                assert!(hdr.data == 0 && hdr.aux == 0 && !ack && msg_id == 0);
+                assert!(hdr.len as usize <= COMPACT_MAX && entry.inline_at() == COMPACT_AT);
+            } else {
+                // The provider's words pass through untouched.
+                assert!(hdr.data == entry.data && hdr.aux == entry.aux && entry.inline_at() == HEADER_BYTES);
+            }
             match body {
                 Body::Inline { len, .. } => assert!(len <= INLINE_MAX),
                 Body::Inject { buf } => assert!(u64::from(buf) < limits.inject_count && hdr.len <= 4096),
