@@ -28,6 +28,29 @@ pub const FIRST_LINE_PAYLOAD: usize = crate::ring::FIRST_LINE_BYTES - HEADER_BYT
 pub const COMPACT_AT: usize = std::mem::offset_of!(CmdEntry, data);
 /// The longest payload a `proto::COMPACT` command carries: what its first line holds.
 pub const COMPACT_MAX: usize = crate::ring::FIRST_LINE_BYTES - COMPACT_AT;
+/// Where a `proto::COMPACT_DATA` command's payload starts: at `aux`, after its CQ data.
+pub const COMPACT_DATA_AT: usize = std::mem::offset_of!(CmdEntry, aux);
+/// The longest payload a `proto::COMPACT_DATA` command carries.
+pub const COMPACT_DATA_MAX: usize = crate::ring::FIRST_LINE_BYTES - COMPACT_DATA_AT;
+
+/// Where a compact command of protocol `proto` starts its payload; None for the others.
+#[inline(always)]
+pub fn compact_at(proto: u8) -> Option<usize> {
+    match proto {
+        proto::COMPACT => Some(COMPACT_AT),
+        proto::COMPACT_DATA => Some(COMPACT_DATA_AT),
+        _ => None,
+    }
+}
+
+/// The compact protocol a message with header `hdr` may travel by, if any: no `aux`, no answer
+/// wanted (`ack`), and short enough for the first line with its CQ data, if it carries any.
+#[inline(always)]
+pub fn compact_proto(hdr: &MsgHeader, ack: bool) -> Option<u8> {
+    let (proto, max) =
+        if hdr.data == 0 { (proto::COMPACT, COMPACT_MAX) } else { (proto::COMPACT_DATA, COMPACT_DATA_MAX) };
+    (!ack && hdr.aux == 0 && hdr.len <= max as u64).then_some(proto)
+}
 
 /// One command slot's contents (the ring's stamp precedes it, making the slot 1,088 bytes). The
 /// fields a small message needs, plus its first 8 payload bytes, share the slot's first line.
@@ -87,8 +110,8 @@ unsafe impl Pod for CmdEntry {
     /// first 56 bytes (header and the first 8 payload bytes), which the ring copies first.
     #[inline]
     fn wire_len(&self) -> usize {
-        if self.proto == proto::COMPACT {
-            return COMPACT_AT + (self.len as usize).min(COMPACT_MAX);
+        if let Some(at) = compact_at(self.proto) {
+            return at + (self.len as usize).min(crate::ring::FIRST_LINE_BYTES - at);
         }
         let used = match (self.op, self.proto) {
             (op::CONNECT | op::DISCONNECT, _) => 0,
@@ -178,7 +201,7 @@ const _: () = {
     assert!(std::mem::offset_of!(CmdEntry, payload) == 48);
     // No padding: every byte of an entry is a field's (`CmdEntry::as_bytes`).
     assert!(std::mem::size_of::<CmdEntry>() == 48 + INLINE_MAX);
-    assert!(COMPACT_AT == 24 && COMPACT_MAX == 32);
+    assert!(COMPACT_AT == 24 && COMPACT_MAX == 32 && COMPACT_DATA_AT == 32 && COMPACT_DATA_MAX == 24);
     assert!(std::mem::size_of::<RespEntry>() == 24 + ANSWER_DATA_MAX);
 };
 
@@ -198,6 +221,9 @@ pub mod proto {
     /// answer wanted: its payload starts at `COMPACT_AT`, in the fields it leaves out, so that
     /// up to 32 bytes travel in the slot's first cache line (the usual header leaves room for 8).
     pub const COMPACT: u8 = 5;
+    /// `COMPACT` for a message with CQ data (MPI's, which names the sender there): the data in
+    /// its field, the payload from `COMPACT_DATA_AT`, up to 24 bytes.
+    pub const COMPACT_DATA: u8 = 6;
 }
 
 /// Command flag: the sender wants a response once the data is delivered.
@@ -371,15 +397,11 @@ pub fn decode(entry: &CmdEntry, limits: &Limits) -> Result<Command> {
             }
             Body::Inline { len: len as usize }
         }
-        proto::COMPACT => {
-            if len > COMPACT_MAX as u64 {
-                return Err(Error::Corrupt("compact message too long"));
-            }
+        proto::COMPACT | proto::COMPACT_DATA => {
+            let hdr = entry.compact_header().ok_or(Error::Corrupt("compact message too long"))?;
             if entry.flags & FLAG_ACK != 0 {
                 return Err(Error::Corrupt("compact message asking for an answer"));
             }
-            // The fields it leaves out hold its payload: they are 0.
-            let hdr = MsgHeader { app: entry.app, tag: entry.tag, data: 0, aux: 0, len };
             return Ok(Command::Msg { src, msg_id: 0, ack: false, hdr, body: Body::Inline { len: len as usize } });
         }
         proto::INJECT => {
@@ -436,30 +458,38 @@ impl CmdEntry {
         self.msg_id = msg_id;
     }
 
-    /// Make this entry a `proto::COMPACT` message command (`hdr` without CQ data or `aux`,
-    /// at most `COMPACT_MAX` bytes, no answer wanted: the caller checks) and return where its
-    /// payload goes: `hdr.len` bytes from `COMPACT_AT`.
-    pub fn set_compact(&mut self, src: u32, hdr: &MsgHeader) -> &mut [u8] {
-        debug_assert!(hdr.data == 0 && hdr.aux == 0 && hdr.len as usize <= COMPACT_MAX);
+    /// Make this entry a compact message command of protocol `proto` (`compact_proto` of its
+    /// `hdr`: the caller asked it) and return where its payload goes: `hdr.len` bytes from
+    /// where that protocol starts it.
+    pub fn set_compact(&mut self, proto: u8, src: u32, hdr: &MsgHeader) -> &mut [u8] {
+        debug_assert_eq!(compact_proto(hdr, false), Some(proto));
+        let at = compact_at(proto).unwrap_or(COMPACT_AT);
         self.op = op::MSG;
-        self.proto = proto::COMPACT;
+        self.proto = proto;
         self.flags = 0;
         self.app = hdr.app;
         self.src = src;
         self.len = hdr.len;
         self.tag = hdr.tag;
-        let len = (hdr.len as usize).min(COMPACT_MAX);
-        &mut self.as_bytes_mut()[COMPACT_AT..COMPACT_AT + len]
+        self.data = hdr.data; // overwritten by the payload of a `proto::COMPACT` one
+        let len = (hdr.len as usize).min(crate::ring::FIRST_LINE_BYTES - at);
+        &mut self.as_bytes_mut()[at..at + len]
     }
 
-    /// Where an inline message's bytes start in the entry: `payload`, or `COMPACT_AT`.
+    /// The header a compact command stands for (0 in the words it leaves out), or None if it
+    /// is longer than its first line holds. The caller checked that it is a compact one.
+    #[inline(always)]
+    pub fn compact_header(&self) -> Option<MsgHeader> {
+        let (data, max) =
+            if self.proto == proto::COMPACT_DATA { (self.data, COMPACT_DATA_MAX) } else { (0, COMPACT_MAX) };
+        (self.len <= max as u64).then_some(MsgHeader { app: self.app, tag: self.tag, data, aux: 0, len: self.len })
+    }
+
+    /// Where an inline message's bytes start in the entry: `payload`, or where a compact
+    /// command starts them (`compact_at`).
     #[inline(always)]
     pub fn inline_at(&self) -> usize {
-        if self.proto == proto::COMPACT {
-            COMPACT_AT
-        } else {
-            HEADER_BYTES
-        }
+        compact_at(self.proto).unwrap_or(HEADER_BYTES)
     }
 
     /// The entry's bytes from where an inline message's start (`inline_at`) to its end.
@@ -568,38 +598,44 @@ mod tests {
         );
     }
 
-    /// A compact message of every length it carries decodes as the inline message it stands
-    /// for (no CQ data, no `aux`, no answer), its bytes in the slot's first line; a compact
-    /// command that is too long or asks for an answer is refused.
+    /// A compact message of every length it carries, with CQ data and without, decodes as the
+    /// inline message it stands for (no `aux`, no answer), its bytes in the slot's first line;
+    /// a compact command that is too long or asks for an answer is refused.
     #[test]
     fn compact_messages_travel_in_the_first_line() {
-        let plain = |len| MsgHeader { app: 3, tag: 0xfeed, data: 0, aux: 0, len };
-        for len in 0..=COMPACT_MAX {
-            let bytes: Vec<u8> = (0..len as u8).map(|b| b ^ 0x5a).collect();
-            // Over an entry an earlier command left behind: every field it carries is rewritten.
-            let mut e = CmdEntry::message(6, 99, &hdr(500), true);
-            e.proto = proto::IOV;
-            e.set_compact(5, &plain(len as u64)).copy_from_slice(&bytes);
-            assert!(e.wire_len() <= crate::ring::FIRST_LINE_BYTES, "{len} B: {} bytes", e.wire_len());
-            match decode(&e, &LIMITS).unwrap() {
-                Command::Msg { src: 5, msg_id: 0, ack: false, hdr: h, body: Body::Inline { len: n } } => {
-                    assert_eq!((h, n), (plain(len as u64), len));
-                    assert_eq!(&e.inline_bytes()[..n], &bytes[..], "{len} B");
+        for (data, proto, max) in [(0, proto::COMPACT, COMPACT_MAX), (0xda7a, proto::COMPACT_DATA, COMPACT_DATA_MAX)] {
+            let short = |len| MsgHeader { app: 3, tag: 0xfeed, data, aux: 0, len };
+            assert_eq!(compact_proto(&short(max as u64), false), Some(proto));
+            assert_eq!(compact_proto(&short(max as u64 + 1), false), None, "too long");
+            assert_eq!(compact_proto(&short(8), true), None, "answer wanted");
+            assert_eq!(compact_proto(&MsgHeader { aux: 1, ..short(8) }, false), None, "aux");
+            for len in 0..=max {
+                let bytes: Vec<u8> = (0..len as u8).map(|b| b ^ 0x5a).collect();
+                // Over an entry an earlier command left behind: every field it carries is rewritten.
+                let mut e = CmdEntry::message(6, 99, &hdr(500), true);
+                e.proto = proto::IOV;
+                e.set_compact(proto, 5, &short(len as u64)).copy_from_slice(&bytes);
+                assert!(e.wire_len() <= crate::ring::FIRST_LINE_BYTES, "{len} B: {} bytes", e.wire_len());
+                match decode(&e, &LIMITS).unwrap() {
+                    Command::Msg { src: 5, msg_id: 0, ack: false, hdr: h, body: Body::Inline { len: n } } => {
+                        assert_eq!((h, n), (short(len as u64), len));
+                        assert_eq!(&e.inline_bytes()[..n], &bytes[..], "{len} B");
+                    }
+                    other => panic!("{len} B: {other:?}"),
                 }
-                other => panic!("{len} B: {other:?}"),
             }
+            let mut e = CmdEntry::default();
+            e.set_compact(proto, 1, &short(8)).fill(7);
+            let mut long = e;
+            long.len = max as u64 + 1;
+            assert_eq!(decode(&long, &LIMITS), Err(Error::Corrupt("compact message too long")));
+            let mut acked = e;
+            acked.flags = FLAG_ACK;
+            assert_eq!(decode(&acked, &LIMITS), Err(Error::Corrupt("compact message asking for an answer")));
+            // A peer's length is clamped for the ring's copy as well.
+            long.len = u64::MAX;
+            assert_eq!(long.wire_len(), crate::ring::FIRST_LINE_BYTES);
         }
-        let mut e = CmdEntry::default();
-        e.set_compact(1, &plain(8)).fill(7);
-        let mut long = e;
-        long.len = COMPACT_MAX as u64 + 1;
-        assert_eq!(decode(&long, &LIMITS), Err(Error::Corrupt("compact message too long")));
-        let mut acked = e;
-        acked.flags = FLAG_ACK;
-        assert_eq!(decode(&acked, &LIMITS), Err(Error::Corrupt("compact message asking for an answer")));
-        // A peer's length is clamped for the ring's copy as well.
-        long.len = u64::MAX;
-        assert_eq!(long.wire_len(), COMPACT_AT + COMPACT_MAX);
     }
 
     #[test]

@@ -48,10 +48,13 @@ pub enum Test {
     /// asks for completion once the operation is queued, not once it is applied (fi_cq(3)).
     AtomicLatTc,
     AtomicRateTc,
+    /// As `Bw`, each message with remote CQ data (`fi_tinjectdata`/`fi_tsenddata`), as MPI
+    /// sends name their source rank.
+    BwData,
 }
 
 impl Test {
-    pub const ALL: [Test; 14] = [
+    pub const ALL: [Test; 15] = [
         Test::Lat,
         Test::Bw,
         Test::WriteLat,
@@ -66,6 +69,7 @@ impl Test {
         Test::AtomicRateMore,
         Test::AtomicLatTc,
         Test::AtomicRateTc,
+        Test::BwData,
     ];
 
     pub fn name(self) -> &'static str {
@@ -84,6 +88,7 @@ impl Test {
             Test::AtomicRateMore => "atomic_rate_more",
             Test::AtomicLatTc => "atomic_lat_tc",
             Test::AtomicRateTc => "atomic_rate_tc",
+            Test::BwData => "bw_data",
         }
     }
 
@@ -94,7 +99,7 @@ impl Test {
     /// The tests of one family, in the order they run.
     pub fn of(family: Family) -> &'static [Test] {
         match family {
-            Family::Tagged => &[Test::Lat, Test::Bw, Test::BwMsg, Test::BwMore],
+            Family::Tagged => &[Test::Lat, Test::Bw, Test::BwMsg, Test::BwMore, Test::BwData],
             Family::Msg => &[Test::Lat, Test::Bw],
             Family::Rma => &[Test::WriteLat, Test::WriteBw, Test::ReadLat, Test::ReadBw],
             Family::Atomic => &[
@@ -115,6 +120,7 @@ impl Test {
             Test::Bw
                 | Test::BwMore
                 | Test::BwMsg
+                | Test::BwData
                 | Test::WriteBw
                 | Test::ReadBw
                 | Test::AtomicRate
@@ -168,6 +174,25 @@ pub struct Run {
 
 fn seed(base: u64, size: usize) -> u64 {
     base ^ (size as u64).wrapping_mul(0x9e37_79b9)
+}
+
+/// Post one tagged message of `len` bytes from `tx` with remote CQ data `data` (inject at or
+/// below the provider's inject size).
+fn send_data(e: &mut Endpoint, len: usize, data: u64) -> Result<bool> {
+    let (buf, dest) = (e.tx.ptr(), e.peer);
+    let inject = len <= e.inject_size;
+    e.retry("senddata", |e| {
+        let ctx = e.ctx();
+        // SAFETY: as in `send`.
+        unsafe {
+            if inject {
+                e.ep().tinjectdata(std::slice::from_raw_parts(buf, len), data, dest, 0)
+            } else {
+                e.ep().tsenddata(buf, len, null_mut(), data, dest, 0, ctx)
+            }
+        }
+    })?;
+    Ok(!inject)
 }
 
 /// Post one message of `len` bytes from `tx` (inject at or below the provider's inject size).
@@ -266,7 +291,7 @@ pub fn prepare_responder(e: &mut Endpoint, r: &Run) -> Result<()> {
             }
             recv(e, r.size, false)
         }
-        Test::Bw | Test::BwMore | Test::BwMsg => {
+        Test::Bw | Test::BwMore | Test::BwMsg | Test::BwData => {
             if r.verify {
                 e.rx.bytes_mut()[..r.size].fill(0);
             }
@@ -291,7 +316,7 @@ pub fn prepare_responder(e: &mut Endpoint, r: &Run) -> Result<()> {
 pub fn prepare_initiator(e: &mut Endpoint, r: &Run) -> Result<()> {
     if r.verify {
         match r.test {
-            Test::Lat | Test::Bw | Test::BwMore | Test::BwMsg | Test::WriteLat | Test::WriteBw => {
+            Test::Lat | Test::Bw | Test::BwMore | Test::BwMsg | Test::BwData | Test::WriteLat | Test::WriteBw => {
                 fill_pattern(&mut e.tx.bytes_mut()[..r.size], seed(INIT_SEED, r.size))
             }
             _ => {}
@@ -319,7 +344,7 @@ pub fn respond(e: &mut Endpoint, r: &Run) -> Result<()> {
             }
             e.wait(tx0 + sends, 0)
         }
-        Test::Bw | Test::BwMore | Test::BwMsg => {
+        Test::Bw | Test::BwMore | Test::BwMsg | Test::BwData => {
             let mut sends = 0;
             for it in 0..r.iters {
                 e.wait(0, rx0 + (it + 1) * WINDOW)?;
@@ -365,6 +390,15 @@ pub fn initiate(e: &mut Endpoint, r: &Run) -> Result<Duration> {
                 recv(e, 8, true)?;
                 for _ in 0..WINDOW {
                     sends += send(e, r.size, false)? as u64;
+                }
+                e.wait(tx0 + sends, rx0 + it + 1)?;
+            }
+        }
+        Test::BwData => {
+            for it in 0..r.iters {
+                recv(e, 8, true)?;
+                for k in 0..WINDOW {
+                    sends += send_data(e, r.size, it * WINDOW + k + 1)? as u64;
                 }
                 e.wait(tx0 + sends, rx0 + it + 1)?;
             }
@@ -429,7 +463,7 @@ pub fn initiate(e: &mut Endpoint, r: &Run) -> Result<Duration> {
     }
     let elapsed = start.elapsed();
     let mut tx_expected = tx0 + sends;
-    if !matches!(r.test, Test::Lat | Test::Bw | Test::BwMore | Test::BwMsg) {
+    if !matches!(r.test, Test::Lat | Test::Bw | Test::BwMore | Test::BwMsg | Test::BwData) {
         // One-sided: every operation completed above; then the run-end message, which the
         // target has been progressing for.
         tx_expected = e.tx_done;

@@ -3,9 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use smr_core::cmd::{
-    decode, proto, Body, CmdEntry, Command, Limits, COMPACT_AT, COMPACT_MAX, HEADER_BYTES, INLINE_MAX,
-};
+use smr_core::cmd::{compact_at, decode, proto, Body, CmdEntry, Command, Limits, HEADER_BYTES, INLINE_MAX};
 
 fn entry_from(bytes: &[u8]) -> CmdEntry {
     let mut e = CmdEntry::default();
@@ -42,11 +40,12 @@ fuzz_target!(|bytes: &[u8]| {
         Command::Msg { src, msg_id, ack, hdr, body } => {
             assert!(u64::from(src) < limits.max_peers && hdr.len <= limits.max_msg_size);
             assert!(hdr.app == entry.app && hdr.tag == entry.tag);
-            if entry.proto == proto::COMPACT {
+            if let Some(at) = compact_at(entry.proto) {
                 // The words a compact command leaves out hold its payload: they read as 0, no
                 // answer is wanted, and the bytes all lie in the slot's first line.
-                assert!(hdr.data == 0 && hdr.aux == 0 && !ack && msg_id == 0);
-                assert!(hdr.len as usize <= COMPACT_MAX && entry.inline_at() == COMPACT_AT);
+                let data = if entry.proto == proto::COMPACT_DATA { entry.data } else { 0 };
+                assert!(hdr.data == data && hdr.aux == 0 && !ack && msg_id == 0);
+                assert!(entry.inline_at() == at && at + hdr.len as usize <= 56);
             } else {
                 // The provider's words pass through untouched.
                 assert!(hdr.data == entry.data && hdr.aux == entry.aux && entry.inline_at() == HEADER_BYTES);

@@ -4,7 +4,7 @@
 use super::{Delivered, Disposition, Endpoint, Handler, Incoming, MsgKey, SrcId};
 use crate::cmd::{
     decode, op, proto, Body, CmdEntry, Command, MsgHeader, RemoteIov, RespEntry, SarSeg, Status, ANSWER_DATA_MAX,
-    COMPACT_MAX, FLAG_ACK, INLINE_MAX,
+    FLAG_ACK, INLINE_MAX,
 };
 use crate::error::{Error, Result};
 use crate::iov::LocalIov;
@@ -170,10 +170,10 @@ impl Endpoint {
             }
             proto::INJECT if len <= INJECT_SIZE => self.express_inject(entry, h),
             // Its payload is in the slot's first line, which `entry` holds.
-            proto::COMPACT if len <= COMPACT_MAX as u64 && entry.flags & FLAG_ACK == 0 => {
-                let hdr = MsgHeader { app: entry.app, tag: entry.tag, data: 0, aux: 0, len };
-                self.offer_express_as(entry.src, 0, false, hdr, &entry.inline_bytes()[..len as usize], h)
-            }
+            proto::COMPACT | proto::COMPACT_DATA if entry.flags & FLAG_ACK == 0 => match entry.compact_header() {
+                Some(hdr) => self.offer_express_as(entry.src, 0, false, hdr, &entry.inline_bytes()[..len as usize], h),
+                None => false,
+            },
             _ => false,
         }
     }

@@ -11,7 +11,7 @@ use super::answer::AnswerBuf;
 use super::measured::{Choice, Via};
 use super::{Endpoint, Handler, PeerId, SendOpts, SendStatus};
 use crate::cmd::{
-    op, proto, resp, CmdEntry, MsgHeader, RespEntry, SarSeg, Status, COMPACT_MAX, IOV_MAX, SAR_FIRST_SEGMENT,
+    compact_proto, op, proto, resp, CmdEntry, MsgHeader, RespEntry, SarSeg, Status, IOV_MAX, SAR_FIRST_SEGMENT,
 };
 use crate::error::{Error, Result};
 use crate::iov::LocalIov;
@@ -75,19 +75,19 @@ struct InlineMsg<'a> {
 }
 
 impl InlineMsg<'_> {
-    /// Whether the command is a compact one (`proto::COMPACT`): short, no CQ data, no `aux`,
-    /// no answer wanted. From 9 to 32 bytes it is then one cache line for the receiver to
-    /// fetch instead of two in a row.
+    /// The compact protocol the command goes by, if any (`cmd::compact_proto`: short, no
+    /// `aux`, no answer wanted). From 9 to 32 bytes (24 with CQ data) it is then one cache line
+    /// for the receiver to fetch instead of two in a row.
     #[inline(always)]
-    fn compact(&self) -> bool {
-        !self.ack && self.hdr.len as usize <= COMPACT_MAX && self.hdr.data == 0 && self.hdr.aux == 0
+    fn compact(&self) -> Option<u8> {
+        compact_proto(self.hdr, self.ack)
     }
 
     /// The command, with its payload filled by `fill`, in `e` (a ring slot or a staged entry).
     #[inline(always)]
     fn write(&self, e: &mut CmdEntry, fill: impl FnOnce(&mut [u8])) {
-        if self.compact() {
-            fill(e.set_compact(self.src_slot, self.hdr));
+        if let Some(proto) = self.compact() {
+            fill(e.set_compact(proto, self.src_slot, self.hdr));
         } else {
             e.set_message(self.src_slot, self.msg_id, self.hdr, self.ack);
             e.proto = proto::INLINE;
@@ -100,7 +100,7 @@ impl InlineMsg<'_> {
     #[inline(always)]
     fn push(&self, region: &Region, streaming: bool, fill: impl FnOnce(&mut [u8])) -> Result<()> {
         if streaming {
-            let lines = if self.compact() { 1 } else { stream_lines(self.hdr.len as usize) };
+            let lines = if self.compact().is_some() { 1 } else { stream_lines(self.hdr.len as usize) };
             region.cmd_ring().prefetch_for_claim(STREAM_AHEAD, lines);
         }
         super::peers::push_cmd_with(region, |e| self.write(e, fill))

@@ -681,8 +681,9 @@ fn inline_messages_take_the_express_path() {
 }
 
 /// Short messages arrive whole with their header's every field, on the express path or off it,
-/// one by one or in a FI_MORE batch: those that go compact (up to 32 bytes, no CQ data, no
-/// `aux`, no answer wanted: `proto::COMPACT`) and those next to them that do not.
+/// one by one or in a FI_MORE batch: those that go compact (no `aux`, no answer wanted, up to
+/// 32 bytes without CQ data, `proto::COMPACT`, or 24 with it, `proto::COMPACT_DATA`) and those
+/// next to them that do not.
 #[test]
 fn short_messages_arrive_whole_compact_or_not() {
     for take in [true, false] {
