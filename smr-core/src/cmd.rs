@@ -27,11 +27,11 @@ pub const FIRST_LINE_PAYLOAD: usize = crate::ring::FIRST_LINE_BYTES - HEADER_BYT
 /// message leaves out (it has no CQ data, no `aux`, and wants no answer, so no `msg_id`).
 pub const COMPACT_AT: usize = std::mem::offset_of!(CmdEntry, data);
 /// The longest payload a `proto::COMPACT` command carries: what its first line holds.
-pub const COMPACT_MAX: usize = crate::ring::FIRST_LINE_BYTES - COMPACT_AT;
+pub const COMPACT_MAX: usize = compact_max(COMPACT_AT);
 /// Where a `proto::COMPACT_DATA` command's payload starts: at `aux`, after its CQ data.
 pub const COMPACT_DATA_AT: usize = std::mem::offset_of!(CmdEntry, aux);
 /// The longest payload a `proto::COMPACT_DATA` command carries.
-pub const COMPACT_DATA_MAX: usize = crate::ring::FIRST_LINE_BYTES - COMPACT_DATA_AT;
+pub const COMPACT_DATA_MAX: usize = compact_max(COMPACT_DATA_AT);
 
 /// Where a compact command of protocol `proto` starts its payload; None for the others.
 #[inline(always)]
@@ -41,6 +41,13 @@ pub fn compact_at(proto: u8) -> Option<usize> {
         proto::COMPACT_DATA => Some(COMPACT_DATA_AT),
         _ => None,
     }
+}
+
+/// The longest payload a compact command whose payload starts at `at` carries: what the slot's
+/// first line holds from there.
+#[inline(always)]
+const fn compact_max(at: usize) -> usize {
+    crate::ring::FIRST_LINE_BYTES - at
 }
 
 /// The compact protocol a message with header `hdr` may travel by, if any: no `aux`, no answer
@@ -111,7 +118,7 @@ unsafe impl Pod for CmdEntry {
     #[inline]
     fn wire_len(&self) -> usize {
         if let Some(at) = compact_at(self.proto) {
-            return at + (self.len as usize).min(crate::ring::FIRST_LINE_BYTES - at);
+            return at + (self.len as usize).min(compact_max(at));
         }
         let used = match (self.op, self.proto) {
             (op::CONNECT | op::DISCONNECT, _) => 0,
@@ -472,17 +479,23 @@ impl CmdEntry {
         self.len = hdr.len;
         self.tag = hdr.tag;
         self.data = hdr.data; // overwritten by the payload of a `proto::COMPACT` one
-        let len = (hdr.len as usize).min(crate::ring::FIRST_LINE_BYTES - at);
+        let len = (hdr.len as usize).min(compact_max(at));
         &mut self.as_bytes_mut()[at..at + len]
     }
 
     /// The header a compact command stands for (0 in the words it leaves out), or None if it
-    /// is longer than its first line holds. The caller checked that it is a compact one.
+    /// is longer than its first line holds (or not a compact command).
     #[inline(always)]
     pub fn compact_header(&self) -> Option<MsgHeader> {
-        let (data, max) =
-            if self.proto == proto::COMPACT_DATA { (self.data, COMPACT_DATA_MAX) } else { (0, COMPACT_MAX) };
-        (self.len <= max as u64).then_some(MsgHeader { app: self.app, tag: self.tag, data, aux: 0, len: self.len })
+        let at = compact_at(self.proto)?;
+        let data = if self.proto == proto::COMPACT_DATA { self.data } else { 0 };
+        (self.len <= compact_max(at) as u64).then_some(MsgHeader {
+            app: self.app,
+            tag: self.tag,
+            data,
+            aux: 0,
+            len: self.len,
+        })
     }
 
     /// Where an inline message's bytes start in the entry: `payload`, or where a compact

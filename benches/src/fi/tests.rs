@@ -176,27 +176,13 @@ fn seed(base: u64, size: usize) -> u64 {
     base ^ (size as u64).wrapping_mul(0x9e37_79b9)
 }
 
-/// Post one tagged message of `len` bytes from `tx` with remote CQ data `data` (inject at or
-/// below the provider's inject size).
-fn send_data(e: &mut Endpoint, len: usize, data: u64) -> Result<bool> {
-    let (buf, dest) = (e.tx.ptr(), e.peer);
-    let inject = len <= e.inject_size;
-    e.retry("senddata", |e| {
-        let ctx = e.ctx();
-        // SAFETY: as in `send`.
-        unsafe {
-            if inject {
-                e.ep().tinjectdata(std::slice::from_raw_parts(buf, len), data, dest, 0)
-            } else {
-                e.ep().tsenddata(buf, len, null_mut(), data, dest, 0, ctx)
-            }
-        }
-    })?;
-    Ok(!inject)
-}
-
 /// Post one message of `len` bytes from `tx` (inject at or below the provider's inject size).
 fn send(e: &mut Endpoint, len: usize, from_ack: bool) -> Result<bool> {
+    send_with(e, len, from_ack, None)
+}
+
+/// `send`, with remote CQ data `data` if given (tagged only: `fi_tinjectdata`/`fi_tsenddata`).
+fn send_with(e: &mut Endpoint, len: usize, from_ack: bool, data: Option<u64>) -> Result<bool> {
     let buf = if from_ack { e.ack.ptr() } else { e.tx.ptr() };
     let dest = e.peer;
     let inject = len <= e.inject_size;
@@ -206,11 +192,13 @@ fn send(e: &mut Endpoint, len: usize, from_ack: bool) -> Result<bool> {
         // SAFETY: `buf..buf+len` is inside the endpoint's own buffers, which outlive every
         // operation (the endpoint is dropped only after its runs ended); inject copies at once.
         unsafe {
-            match (tagged, inject) {
-                (true, true) => e.ep().tinject(std::slice::from_raw_parts(buf, len), dest, 0),
-                (true, false) => e.ep().tsend(buf, len, null_mut(), dest, 0, ctx),
-                (false, true) => e.ep().inject(std::slice::from_raw_parts(buf, len), dest),
-                (false, false) => e.ep().send(buf, len, null_mut(), dest, ctx),
+            match (tagged, inject, data) {
+                (true, true, Some(d)) => e.ep().tinjectdata(std::slice::from_raw_parts(buf, len), d, dest, 0),
+                (true, false, Some(d)) => e.ep().tsenddata(buf, len, null_mut(), d, dest, 0, ctx),
+                (true, true, None) => e.ep().tinject(std::slice::from_raw_parts(buf, len), dest, 0),
+                (true, false, None) => e.ep().tsend(buf, len, null_mut(), dest, 0, ctx),
+                (false, true, _) => e.ep().inject(std::slice::from_raw_parts(buf, len), dest),
+                (false, false, _) => e.ep().send(buf, len, null_mut(), dest, ctx),
             }
         }
     })?;
@@ -398,7 +386,7 @@ pub fn initiate(e: &mut Endpoint, r: &Run) -> Result<Duration> {
             for it in 0..r.iters {
                 recv(e, 8, true)?;
                 for k in 0..WINDOW {
-                    sends += send_data(e, r.size, it * WINDOW + k + 1)? as u64;
+                    sends += send_with(e, r.size, false, Some(it * WINDOW + k + 1))? as u64;
                 }
                 e.wait(tx0 + sends, rx0 + it + 1)?;
             }

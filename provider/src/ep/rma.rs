@@ -225,6 +225,12 @@ impl Desc {
         self.count as usize * apply::type_size(self.datatype).unwrap_or(0)
     }
 
+    /// This operation as sent with op id `op_id`: the id leads the payload unless it is 0 (the
+    /// initiator keeps no reply record to match).
+    pub fn for_op(self, op_id: u64) -> Desc {
+        Desc { with_op_id: op_id != 0, ..self }
+    }
+
     /// Bytes of its payload before the operands: the op id, if it carries one.
     pub fn id_bytes(self) -> usize {
         if self.with_op_id {
@@ -521,7 +527,7 @@ pub fn start_inline(st: &mut crate::domain::DomainState, id: usize, a: OneSided,
         }
         Op::Atomic { desc, operand, compare, result } => {
             let (op_id, tx, reply) = atomic_tx(&mut ep.rma, desc, &a, wanted, result);
-            let desc = Desc { with_op_id: op_id != 0, ..desc };
+            let desc = desc.for_op(op_id);
             // The request: the op id if there is one, then the operands and compare values,
             // copied from the application's buffers into one array sized by the operation
             // (checked against their lengths by the entry point).
@@ -632,7 +638,7 @@ pub fn start_atomic(
         atomic_tx(&mut ep.rma, desc, &a, wanted, local)
     };
     // `req` keeps 8 bytes in front for an op id; most requests carry none (`Desc::with_op_id`).
-    let desc = Desc { with_op_id: op_id != 0, ..desc };
+    let desc = desc.for_op(op_id);
     let req = if desc.with_op_id {
         req.get_mut(..8).ok_or(FiError::INVAL)?.copy_from_slice(&op_id.to_le_bytes());
         req

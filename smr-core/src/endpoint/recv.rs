@@ -122,7 +122,7 @@ const EARLY_LINES: usize = 4;
 /// when it copies the payload out (tagged one-way 64 B and 256 B -4%, 21 alternated runs).
 #[inline(always)]
 fn fetch_beyond_first_line(payload: &[u8]) {
-    let first = crate::ring::FIRST_LINE_BYTES - crate::cmd::HEADER_BYTES;
+    let first = crate::cmd::FIRST_LINE_PAYLOAD;
     let end = payload.len().min(first + EARLY_LINES * 64);
     let mut at = first;
     while at < end {

@@ -100,8 +100,7 @@ impl InlineMsg<'_> {
     #[inline(always)]
     fn push(&self, region: &Region, streaming: bool, fill: impl FnOnce(&mut [u8])) -> Result<()> {
         if streaming {
-            let lines = if self.compact().is_some() { 1 } else { stream_lines(self.hdr.len as usize) };
-            region.cmd_ring().prefetch_for_claim(STREAM_AHEAD, lines);
+            region.cmd_ring().prefetch_for_claim(STREAM_AHEAD, stream_lines(self.hdr.len as usize));
         }
         super::peers::push_cmd_with(region, |e| self.write(e, fill))
     }
