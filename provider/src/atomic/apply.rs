@@ -277,6 +277,34 @@ pub fn apply(
     check("compare", compare.len(), if kind == Kind::Compare { len } else { 0 })?;
     check("result", result.len(), if kind == Kind::Write { 0 } else { len })?;
 
+    // One int or long under an operation whose bits do not depend on its sign: nearly every
+    // atomic OpenSHMEM and MPI send, computed on a machine word instead of through the tables
+    // (a target's fetching add: 380 -> 348 instructions, the copies around it included).
+    if len == size {
+        let old = word_of(dst);
+        if let Some(new) = word(op, datatype, size, old, word_of(operand), word_of(compare)) {
+            if kind != Kind::Write {
+                store_word(old, result);
+            }
+            if op != ffi::FI_ATOMIC_READ {
+                store_word(new, dst);
+            }
+            return Ok(());
+        }
+    }
+    elements(kind, op, datatype, dst, operand, compare, result)
+}
+
+/// `apply` through the element tables, its arguments checked.
+fn elements(
+    kind: Kind,
+    op: u32,
+    datatype: u32,
+    dst: &mut [u8],
+    operand: &[u8],
+    compare: &[u8],
+    result: &mut [u8],
+) -> Result<(), ApplyError> {
     if kind != Kind::Write {
         result.copy_from_slice(dst);
     }
@@ -297,16 +325,13 @@ pub fn apply(
     }
 }
 
-/// [`apply`] for one element of a 4- or 8-byte integer (`bytes` long, the element's width)
-/// under an operation whose result bits do not depend on the type's sign: the new value of
-/// `dst`, from `dst`, `operand` and `compare` zero-extended to 64 bits (the caller keeps the
-/// low `bytes`). These are nearly all the atomics OpenSHMEM and MPI issue (add, inc, fetch,
-/// set, swap, compare-and-swap, and/or/xor on int, long and long long), and this computes them
-/// on a machine word instead of through the element tables and copies. None for any other
-/// operation, datatype or width: the caller takes [`apply`]. The caller checked
+/// One element of a 4- or 8-byte integer (`bytes` long, the element's width) under an
+/// operation whose result bits do not depend on the type's sign: the new value of `dst`, from
+/// `dst`, `operand` and `compare` zero-extended to 64 bits (the caller keeps the low `bytes`).
+/// None for any other operation, datatype or width: `elements` takes those. The caller checked
 /// `(kind, op, datatype)` with [`valid`]; FI_ATOMIC_READ returns `dst` (write nothing back).
 #[inline(always)]
-pub fn word(op: u32, datatype: u32, bytes: usize, dst: u64, operand: u64, compare: u64) -> Option<u64> {
+fn word(op: u32, datatype: u32, bytes: usize, dst: u64, operand: u64, compare: u64) -> Option<u64> {
     let width = match datatype {
         ffi::FI_INT32 | ffi::FI_UINT32 => 4,
         ffi::FI_INT64 | ffi::FI_UINT64 => 8,
@@ -329,6 +354,28 @@ pub fn word(op: u32, datatype: u32, bytes: usize, dst: u64, operand: u64, compar
         ffi::FI_MSWAP => (operand & compare) | (dst & !compare),
         _ => return None,
     })
+}
+
+/// A 4- or 8-byte element, zero-extended (0 for no bytes: an absent operand or compare).
+#[inline(always)]
+fn word_of(b: &[u8]) -> u64 {
+    if let Ok(b4) = <[u8; 4]>::try_from(b) {
+        u32::from_ne_bytes(b4).into()
+    } else if let Ok(b8) = <[u8; 8]>::try_from(b) {
+        u64::from_ne_bytes(b8)
+    } else {
+        0
+    }
+}
+
+/// The low `dst.len()` (4 or 8) bytes of `v` into `dst`.
+#[inline(always)]
+fn store_word(v: u64, dst: &mut [u8]) {
+    if let Ok(d4) = <&mut [u8; 4]>::try_from(&mut *dst) {
+        *d4 = (v as u32).to_ne_bytes();
+    } else if let Ok(d8) = <&mut [u8; 8]>::try_from(dst) {
+        *d8 = v.to_ne_bytes();
+    }
 }
 
 /// `dst[i] = f(dst[i], operand[i])` where `f` returns `Some`.
@@ -1667,7 +1714,7 @@ mod tests {
         }
     }
 
-    /// `word` computes what `apply` computes, for every valid combination it takes, over
+    /// `word` computes what the element tables compute, for every valid combination it takes, over
     /// values at the types' boundaries (both sign bits, carries out of the low half), and
     /// takes nothing of another width or datatype.
     #[test]
@@ -1694,7 +1741,8 @@ mod tests {
                             let mut dst = le(d);
                             let operand = if op == FI_ATOMIC_READ { Vec::new() } else { le(s) };
                             let compare = if kind == Kind::Compare { le(c) } else { Vec::new() };
-                            let old = run(kind, op, dt, &mut dst, &operand, &compare).unwrap();
+                            let mut old = vec![0xa5; if kind == Kind::Write { 0 } else { bytes }];
+                            elements(kind, op, dt, &mut dst, &operand, &compare, &mut old).unwrap();
                             let what = format!("{kind:?} op {op} datatype {dt}: {d:#x} {s:#x} {c:#x}");
                             assert_eq!(le(cut(new)), dst, "{what}");
                             if kind != Kind::Write {

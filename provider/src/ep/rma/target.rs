@@ -366,11 +366,6 @@ fn scratch<'a>(n: usize, stack: &'a mut [u8; ATOMIC_STACK], heap: &'a mut Vec<u8
 fn apply_atomic(desc: Desc, target: &Ranges, payload: &[u8], value: &mut [u8], old: &mut [u8]) -> Result<(), u32> {
     let n = desc.bytes();
     let (operand, compare) = operands(desc, payload)?;
-    if let &[(addr, len)] = target.as_slice() {
-        if len == n && atomic_on_word(desc, addr, operand, compare, old) {
-            return Ok(());
-        }
-    }
     // SAFETY: registered memory the application exposed for remote atomics (range checked by
     // `resolve`: `n` bytes); only this path, under the domain lock, changes it on behalf of peers.
     let got = unsafe { crate::iov::gather(target, value) };
@@ -383,58 +378,6 @@ fn apply_atomic(desc: Desc, target: &Ranges, payload: &[u8], value: &mut [u8], o
         unsafe { crate::iov::scatter(target, value) };
     }
     Ok(())
-}
-
-/// `apply_atomic` for one element of a word-sized integer at `addr` (`apply::word`): read,
-/// computed and written in place, and its old value into `old` (empty when nothing is
-/// fetched), without the copies in and out and the element tables (about 200 instructions of
-/// the target's 630 for a fetching add). False, with nothing touched, for any other atomic.
-#[inline(always)]
-fn atomic_on_word(desc: Desc, addr: usize, operand: &[u8], compare: &[u8], old: &mut [u8]) -> bool {
-    let n = desc.bytes();
-    if n != 4 && n != 8 {
-        return false;
-    }
-    let mut cur = [0u8; 8];
-    // SAFETY: `n` bytes of registered memory the application exposed for remote atomics
-    // (`resolve` checked the range, access and key); only this path, under the domain lock,
-    // changes it on behalf of peers. Read as bytes: it need not be aligned.
-    unsafe { std::ptr::copy_nonoverlapping(addr as *const u8, cur.as_mut_ptr(), n) };
-    let Some(new) = apply::word(desc.op, desc.datatype, n, word_of(&cur[..n]), word_of(operand), word_of(compare))
-    else {
-        return false;
-    };
-    if let Some(old) = old.get_mut(..n) {
-        old.copy_from_slice(&cur[..n]);
-    }
-    if desc.op != ffi::FI_ATOMIC_READ {
-        let new = word_bytes(new, n);
-        // SAFETY: as above: the same `n` bytes.
-        unsafe { std::ptr::copy_nonoverlapping(new.as_ptr(), addr as *mut u8, n) };
-    }
-    true
-}
-
-/// A 4- or 8-byte element in native order, zero-extended (0 for no bytes: an absent operand).
-#[inline(always)]
-fn word_of(b: &[u8]) -> u64 {
-    match b.len() {
-        4 => u32::from_ne_bytes([b[0], b[1], b[2], b[3]]) as u64,
-        8 => u64::from_ne_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]),
-        _ => 0,
-    }
-}
-
-/// The low `n` (4 or 8) bytes' worth of `v` in native order, in the first `n` bytes.
-#[inline(always)]
-fn word_bytes(v: u64, n: usize) -> [u8; 8] {
-    let mut b = [0u8; 8];
-    if n == 4 {
-        b[..4].copy_from_slice(&(v as u32).to_ne_bytes());
-    } else {
-        b = v.to_ne_bytes();
-    }
-    b
 }
 
 /// An atomic's operands and compare values in its payload (after the op id, if it carries
