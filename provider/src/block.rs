@@ -5,8 +5,8 @@
 //! The wake word is armed before the poll that may find nothing, and the sleep is on the
 //! sequence read when arming, so a message that arrives after the poll still wakes us.
 
-use crate::domain::{DomainShared, DomainState};
 use crate::error::{FiError, FiResult};
+use crate::state::{DomainShared, DomainState};
 use std::ffi::c_int;
 use std::time::{Duration, Instant};
 

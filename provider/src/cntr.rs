@@ -1,40 +1,12 @@
 //! Counters: read, readerr, add, set, adderr, seterr, and wait with a threshold and timeout.
 
-use crate::domain::{self, DomainShared, PollTurn};
 use crate::error::{int_ret, FiError, FiResult};
 use crate::object::{self, put};
+use crate::state::cntr::CntrState;
+use crate::state::{DomainShared, PollTurn};
 use rshm_ffi as ffi;
 use std::ffi::{c_int, c_void};
 use std::sync::Arc;
-
-#[derive(Default)]
-pub struct CntrState {
-    pub value: u64,
-    pub errors: u64,
-    /// Endpoints bound to this counter: the ones reading it progresses.
-    pub eps: Vec<usize>,
-    /// Registrations that count remote accesses into this counter (`fi_mr_bind`): while any
-    /// exist, reading it progresses every endpoint of the domain (any may be the target).
-    pub mrs: usize,
-    pub wait_obj: ffi::fi_wait_obj,
-    /// The descriptor of an FI_WAIT_FD counter (`waitfd`).
-    pub wait_fd: Option<Box<crate::waitfd::WaitFd>>,
-}
-
-impl CntrState {
-    /// An operation completed: one more, or one more error.
-    #[inline]
-    pub fn count(&mut self, failed: bool) {
-        if failed {
-            self.errors += 1;
-        } else {
-            self.value += 1;
-        }
-        if let Some(fd) = &mut self.wait_fd {
-            fd.changed();
-        }
-    }
-}
 
 #[repr(C)]
 pub struct Cntr {
@@ -75,7 +47,7 @@ pub(crate) unsafe extern "C" fn cntr_open(
     crate::guard("fi_cntr_open", FiError::OTHER.code(), || {
         int_ret((|| -> FiResult<()> {
             // SAFETY: libfabric contract.
-            let dom = unsafe { domain::get(domain) }?;
+            let dom = unsafe { crate::state::get(domain) }?;
             let mut state = CntrState::default();
             let mut waiting = crate::waitset::Waiting::Inside;
             // SAFETY: NULL or the caller's attr.

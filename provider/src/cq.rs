@@ -4,70 +4,15 @@
 //! endpoint's futex before the last drain and sleeps only if that drain found nothing, so a
 //! completion that arrives meanwhile is never slept through.
 
-use crate::domain::{self, DomainShared, DomainState};
 use crate::error::{int_ret, ssize_ret, FiError, FiResult};
 use crate::object::{self, put};
+use crate::state::cq::{Completion, CqEvent, CqState};
+use crate::state::{DomainShared, DomainState};
 use rshm_ffi as ffi;
 use std::collections::VecDeque;
 use std::ffi::{c_char, c_int, c_void};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-
-/// One completion, in the widest form; formats copy the fields they have.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Completion {
-    pub op_context: usize,
-    pub flags: u64,
-    pub len: usize,
-    pub buf: usize,
-    pub data: u64,
-    pub tag: u64,
-    /// Source address for `fi_cq_readfrom` (FI_ADDR_NOTAVAIL when unknown).
-    pub src: u64,
-}
-
-#[derive(Debug, Clone, Copy)]
-pub enum CqEvent {
-    Done(Completion),
-    Failed { entry: Completion, err: u32, olen: usize },
-}
-
-// Every read of a CQ indexes the domain's slab of these: kept at 64 bytes (a shift, not a
-// multiply, and one line), which is why `eps` is a boxed slice and the descriptor boxed.
-pub struct CqState {
-    pub format: ffi::fi_cq_format,
-    pub wait_obj: ffi::fi_wait_obj,
-    pub events: VecDeque<CqEvent>,
-    /// Endpoints bound to this CQ (domain slab keys): the ones its reads progress.
-    pub eps: Box<[usize]>,
-    /// The descriptor of an FI_WAIT_FD CQ (`waitfd`).
-    pub wait_fd: Option<Box<crate::waitfd::WaitFd>>,
-}
-
-const _: () = assert!(size_of::<CqState>() == 64);
-
-impl CqState {
-    /// An endpoint bound to this CQ (once).
-    pub fn bind_ep(&mut self, ep: usize) -> bool {
-        if self.eps.contains(&ep) {
-            return false;
-        }
-        self.eps = self.eps.iter().copied().chain([ep]).collect();
-        true
-    }
-
-    /// An endpoint unbound from it (closed).
-    pub fn unbind_ep(&mut self, ep: usize) {
-        self.eps = self.eps.iter().copied().filter(|&e| e != ep).collect();
-    }
-
-    pub fn push(&mut self, ev: CqEvent) {
-        self.events.push_back(ev);
-        if let Some(fd) = &mut self.wait_fd {
-            fd.changed();
-        }
-    }
-}
 
 #[repr(C)]
 pub struct Cq {
@@ -109,7 +54,7 @@ pub(crate) unsafe extern "C" fn cq_open(
     crate::guard("fi_cq_open", FiError::OTHER.code(), || {
         int_ret((|| -> FiResult<()> {
             // SAFETY: libfabric contract.
-            let dom = unsafe { domain::get(domain) }?;
+            let dom = unsafe { crate::state::get(domain) }?;
             // SAFETY: the caller's attr, valid for the call.
             let attr = unsafe { attr.as_ref() }.ok_or(FiError::INVAL)?;
             let format = match attr.format {

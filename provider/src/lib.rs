@@ -25,6 +25,7 @@ pub mod object;
 pub mod params;
 pub mod poll;
 pub mod progress;
+pub mod state;
 pub mod stubs;
 pub mod wait;
 pub mod waitfd;

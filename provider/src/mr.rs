@@ -8,90 +8,13 @@
 //! FI_MR_VIRT_ADDR a remote address is a virtual address inside the region, otherwise an offset
 //! from its start.
 
-use crate::domain::DomainShared;
 use crate::error::{int_ret, FiError, FiResult};
 use crate::object::{self, put};
+use crate::state::mr::MrEntry;
+use crate::state::DomainShared;
 use rshm_ffi as ffi;
-use smr_core::idmap::IdMap;
 use std::ffi::c_void;
 use std::sync::Arc;
-
-/// What one registration covers.
-#[derive(Debug, Clone)]
-pub struct MrEntry {
-    /// Fixed once registered: `total` is summed from it.
-    iov: smr_core::iov::Ranges,
-    pub access: u64,
-    /// Counters bound with FI_REMOTE_WRITE / FI_REMOTE_READ (ids in the domain's slab).
-    pub write_cntr: Option<usize>,
-    pub read_cntr: Option<usize>,
-    /// The bytes `iov` covers, summed once here rather than on every remote access.
-    total: u64,
-}
-
-impl MrEntry {
-    fn new(iov: smr_core::iov::Ranges, access: u64) -> MrEntry {
-        let total = iov.iter().map(|&(_, l)| l as u64).sum();
-        MrEntry { iov, access, write_cntr: None, read_cntr: None, total }
-    }
-
-    /// The memory the registration covers.
-    pub fn iov(&self) -> &smr_core::iov::Ranges {
-        &self.iov
-    }
-}
-
-#[derive(Default)]
-pub struct MrTable {
-    pub by_key: IdMap<u64, MrEntry>,
-    /// Remote addresses are virtual addresses (FI_MR_VIRT_ADDR), not offsets.
-    pub virt_addr: bool,
-    /// The domain chooses keys (FI_MR_PROV_KEY).
-    pub prov_key: bool,
-    next_key: u64,
-}
-
-/// Why a peer's access was refused (a positive errno for the engine's refusal).
-pub const REFUSED: u32 = ffi::FI_EACCES;
-
-impl MrTable {
-    /// The memory a remote access of `len` bytes at `addr` under `key` touches, if the key
-    /// exists, the range lies inside the registration and `access` (FI_REMOTE_READ and/or
-    /// FI_REMOTE_WRITE) is allowed. Every value comes from a peer: checked arithmetic only.
-    pub fn resolve(
-        &self,
-        key: u64,
-        addr: u64,
-        len: u64,
-        access: u64,
-    ) -> Result<(smr_core::iov::Ranges, &MrEntry), u32> {
-        let refuse = |why: &str| {
-            crate::debug!(Mr, "remote access refused: key {key:#x} addr {addr:#x} len {len}: {why}");
-            REFUSED
-        };
-        let mr = self.by_key.get(&key).ok_or_else(|| refuse("no such key"))?;
-        if mr.access & access != access {
-            return Err(refuse("access not granted"));
-        }
-        let start = if self.virt_addr {
-            let base = mr.iov.first().map_or(0, |&(b, _)| b as u64);
-            addr.checked_sub(base).ok_or_else(|| refuse("below the region"))?
-        } else {
-            addr
-        };
-        match start.checked_add(len) {
-            Some(end) if end <= mr.total => {}
-            _ => return Err(refuse("beyond the region")),
-        }
-        // `start + len` fits in the registration, which lies in this address space: usize holds it.
-        let ranges = match *mr.iov.as_slice() {
-            // One range, the usual registration: no walk.
-            [(base, _)] if len > 0 => smallvec::smallvec![(base + start as usize, len as usize)],
-            _ => crate::iov::sub_ranges(&mr.iov, start as usize, len as usize),
-        };
-        Ok((ranges, mr))
-    }
-}
 
 #[repr(C)]
 pub struct Mr {
@@ -114,7 +37,7 @@ fn register(
     context: *mut c_void,
 ) -> FiResult<()> {
     // SAFETY: libfabric contract: the domain's fid.
-    let dom = unsafe { object::get::<crate::domain::Domain>(fid, ffi::FI_CLASS_DOMAIN) }?;
+    let dom = unsafe { object::get::<crate::state::Domain>(fid, ffi::FI_CLASS_DOMAIN) }?;
     if access & !ACCESS != 0 {
         return Err(FiError::INVAL);
     }
@@ -125,14 +48,7 @@ fn register(
     }
     let iov = iov?;
     let mut st = dom.shared.lock();
-    let key = if st.mrs.prov_key {
-        while st.mrs.by_key.contains_key(&st.mrs.next_key) {
-            st.mrs.next_key = st.mrs.next_key.wrapping_add(1);
-        }
-        st.mrs.next_key
-    } else {
-        requested_key
-    };
+    let key = st.mrs.key_for(requested_key);
     if st.mrs.by_key.contains_key(&key) {
         crate::warn!(Mr, "fi_mr_reg: key {key} is already registered");
         return Err(FiError::NOKEY);

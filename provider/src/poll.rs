@@ -8,7 +8,6 @@
 //!
 //! `fi_poll` returns the number of contexts it wrote (the `context` each object was opened with).
 
-use crate::domain;
 use crate::error::{int_ret, FiError, FiResult};
 use crate::object::{self, put};
 use rshm_ffi as ffi;
@@ -59,7 +58,7 @@ pub(crate) unsafe extern "C" fn poll_open(
     crate::guard("fi_poll_open", FiError::OTHER.code(), || {
         int_ret((|| -> FiResult<()> {
             // SAFETY: libfabric contract.
-            unsafe { domain::get(domain) }?;
+            unsafe { crate::state::get(domain) }?;
             // SAFETY: NULL or the caller's attr.
             if unsafe { attr.as_ref() }.is_some_and(|a| a.flags != 0) {
                 crate::warn!(Domain, "fi_poll_open: unknown flags in the attributes");

@@ -17,7 +17,7 @@
 //! handled events notifies the domain's condition variable, on which blocking waits of an
 //! auto-progress domain sleep.
 
-use crate::domain::{DomainShared, DomainState};
+use crate::state::{DomainShared, DomainState};
 use smr_core::endpoint::WaitHandle;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};

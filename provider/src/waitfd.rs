@@ -12,9 +12,9 @@
 //! ring, or the next `fi_trywait` disarms. Senders pay nothing unless an object is armed: these
 //! are the wake words that blocking reads arm.
 
-use crate::domain::{DomainShared, DomainState};
 use crate::error::{FiError, FiResult};
 use crate::progress::{DomainThread, ThreadControl};
+use crate::state::{DomainShared, DomainState};
 use smr_core::endpoint::WaitHandle;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::Ordering;

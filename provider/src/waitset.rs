@@ -4,9 +4,9 @@
 //! poll(2) on that descriptor, which the application may also take (FI_GETWAIT) to block on
 //! itself after `fi_trywait` on the set.
 
-use crate::domain::DomainShared;
 use crate::error::{FiError, FiResult};
 use crate::object::{self, put};
+use crate::state::DomainShared;
 use crate::waitfd::{self, WaitFd, Waitable};
 use rshm_ffi as ffi;
 use std::ffi::{c_int, c_void};

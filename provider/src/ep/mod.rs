@@ -14,13 +14,13 @@ mod rma_ops;
 mod rx;
 mod tx;
 
-use crate::cntr::CntrState;
-use crate::cq::{Completion, CqEvent, CqState};
-use crate::domain::{self, DomainShared, DomainState};
 use crate::error::{int_ret, FiError, FiResult};
 use crate::getinfo::{decode_addr, encode_addr, ADDR_LEN};
 use crate::object::{self, put};
 use crate::params::config;
+use crate::state::cntr::CntrState;
+use crate::state::cq::{Completion, CqEvent, CqState};
+use crate::state::{DomainShared, DomainState};
 use crate::stubs;
 use rshm_ffi as ffi;
 use slab::Slab;
@@ -232,7 +232,7 @@ pub(crate) unsafe extern "C" fn endpoint_open(
     crate::guard("fi_endpoint", FiError::OTHER.code(), || {
         int_ret((|| -> FiResult<()> {
             // SAFETY: libfabric contract.
-            let dom = unsafe { domain::get(domain) }?;
+            let dom = unsafe { crate::state::get(domain) }?;
             // SAFETY: the caller's info.
             let info = unsafe { info.as_ref() }.ok_or(FiError::INVAL)?;
             // SAFETY: attribute pointers of the caller's info are NULL or valid.

@@ -4,9 +4,9 @@
 use super::rx::{self, PostCtx, PostedRecv};
 use super::tx::{self, SendArgs};
 use super::{get, Ep, Sinks};
-use crate::domain::DomainState;
 use crate::error::{FiError, FiResult};
 use crate::iov::{many, one};
+use crate::state::DomainState;
 use rshm_ffi as ffi;
 use smr_core::iov::Ranges;
 use std::ffi::c_void;

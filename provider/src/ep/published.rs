@@ -12,8 +12,8 @@
 //! under the domain lock; a peer's read that races a rewrite is refused and done the ordinary
 //! way, and the rewrite waits for a peer's write under way.
 
-use crate::domain::DomainState;
-use crate::mr::MrEntry;
+use crate::state::mr::MrEntry;
+use crate::state::DomainState;
 use rshm_ffi as ffi;
 use smr_core::published::{REMOTE_READ, REMOTE_WRITE, VIRT_ADDR};
 

@@ -119,9 +119,9 @@ use super::replies::{Pending, Replies};
 use super::tx::Returns;
 use super::{Sinks, TxOp};
 use crate::atomic::apply::{self, Kind};
-use crate::cq::CqEvent;
 use crate::error::{FiError, FiResult};
-use crate::mr::MrTable;
+use crate::state::cq::CqEvent;
+use crate::state::mr::MrTable;
 use rshm_ffi as ffi;
 use slab::Slab;
 use smr_core::cmd::RemoteIov;
@@ -430,7 +430,7 @@ pub enum Op {
 }
 
 /// Start a one-sided operation on endpoint `id`.
-pub fn start(st: &mut crate::domain::DomainState, id: usize, a: OneSided, op: Op) -> FiResult<()> {
+pub fn start(st: &mut crate::state::DomainState, id: usize, a: OneSided, op: Op) -> FiResult<()> {
     start_inline(st, id, a, op)
 }
 
@@ -438,7 +438,7 @@ pub fn start(st: &mut crate::domain::DomainState, id: usize, a: OneSided, op: Op
 /// moving the operation into a frame of its own cost about 130 instructions per fi_write and
 /// fi_read. The less frequent general atomic forms call `start`.
 #[inline(always)]
-pub fn start_inline(st: &mut crate::domain::DomainState, id: usize, a: OneSided, op: Op) -> FiResult<()> {
+pub fn start_inline(st: &mut crate::state::DomainState, id: usize, a: OneSided, op: Op) -> FiResult<()> {
     // The bytes a read or write moves (an atomic's are bounded by one inject buffer).
     let len: usize = match &op {
         Op::Read { local } | Op::Write { local, .. } => local.iter().map(|p| p.1).sum(),
@@ -573,8 +573,8 @@ pub fn start_inline(st: &mut crate::domain::DomainState, id: usize, a: OneSided,
 /// answer buffer of ours, takes no iov list, request builder or reply record; the transmit record
 /// says where the bytes go. A larger read, or one for which no answer buffer is free, goes as
 /// any read does (`start_inline`).
-pub fn start_read(st: &mut crate::domain::DomainState, id: usize, a: OneSided, buf: usize, len: usize) -> FiResult<()> {
-    let general = |st: &mut crate::domain::DomainState, a: OneSided| {
+pub fn start_read(st: &mut crate::state::DomainState, id: usize, a: OneSided, buf: usize, len: usize) -> FiResult<()> {
+    let general = |st: &mut crate::state::DomainState, a: OneSided| {
         let mut local = Ranges::new();
         if len > 0 {
             local.push((buf, len));
@@ -615,7 +615,7 @@ pub fn start_read(st: &mut crate::domain::DomainState, id: usize, a: OneSided, b
 /// short way of the usual small atomic (`rma_ops::call_contiguous`), with no iov lists to build,
 /// move and walk. `result` receives the old values of a fetching or compare atomic.
 pub fn start_atomic(
-    st: &mut crate::domain::DomainState,
+    st: &mut crate::state::DomainState,
     id: usize,
     a: OneSided,
     desc: Desc,
@@ -659,16 +659,16 @@ pub fn start_atomic(
 /// makes a CQ entry (`wanted`).
 struct Start<'a> {
     ep: &'a mut super::EpState,
-    cqs: &'a mut Slab<crate::cq::CqState>,
-    cntrs: &'a mut Slab<crate::cntr::CntrState>,
+    cqs: &'a mut Slab<crate::state::cq::CqState>,
+    cntrs: &'a mut Slab<crate::state::cntr::CntrState>,
     peer: PeerId,
     wanted: bool,
 }
 
 /// `Start` for operation `a` on endpoint `id`.
 #[inline(always)]
-fn begin<'a>(st: &'a mut crate::domain::DomainState, id: usize, a: &OneSided) -> FiResult<Start<'a>> {
-    let crate::domain::DomainState { eps, avs, cqs, cntrs, .. } = st;
+fn begin<'a>(st: &'a mut crate::state::DomainState, id: usize, a: &OneSided) -> FiResult<Start<'a>> {
+    let crate::state::DomainState { eps, avs, cqs, cntrs, .. } = st;
     let ep = eps.get_mut(id).ok_or(FiError::INVAL)?;
     admit(ep, a)?;
     let peer = super::tx::peer_for(ep, avs, a.dest)?;
@@ -758,8 +758,8 @@ fn fetch_tx(a: &OneSided, wanted: bool) -> TxOp {
 #[inline(always)]
 fn launched(
     ep: &mut super::EpState,
-    cqs: &mut Slab<crate::cq::CqState>,
-    cntrs: &mut Slab<crate::cntr::CntrState>,
+    cqs: &mut Slab<crate::state::cq::CqState>,
+    cntrs: &mut Slab<crate::state::cntr::CntrState>,
     a: &OneSided,
     sent: smr_core::Result<SendStatus>,
     acked: bool,
@@ -1281,7 +1281,7 @@ mod tests {
         let mut tx_ops = Slab::new();
         let slot = tx_ops.insert(TxOp::new(0, 0, false, super::super::TxKind::Read).returning(returns));
         let (mut cqs, mut cntrs) = (Slab::new(), Slab::new());
-        let cntr = cntrs.insert(crate::cntr::CntrState::default());
+        let cntr = cntrs.insert(crate::state::cntr::CntrState::default());
         let b = super::super::Bindings { read_cntr: Some(cntr), ..Default::default() };
         let mut sinks = Sinks { cqs: &mut cqs, cntrs: &mut cntrs, b: &b };
         if let Some(data) = answer {

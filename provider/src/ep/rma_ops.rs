@@ -26,7 +26,7 @@ fn call(ep: *mut ffi::fid_ep, default_flags: bool, make: impl FnOnce(u64) -> FiR
 fn run(
     ep: *mut ffi::fid_ep,
     default_flags: bool,
-    go: impl FnOnce(&mut crate::domain::DomainState, usize, u64) -> FiResult<()>,
+    go: impl FnOnce(&mut crate::state::DomainState, usize, u64) -> FiResult<()>,
 ) -> isize {
     super::ops::with_ep(ep, |ep: &Ep, st| {
         let flags = if default_flags { st.eps[ep.id].tx_op_flags } else { 0 };
@@ -62,7 +62,7 @@ fn call_contiguous(ep: *mut ffi::fid_ep, default_flags: bool, a: impl FnOnce(u64
     run(ep, default_flags, |st, id, flags| start_contiguous(st, id, a(flags), c))
 }
 
-fn start_contiguous(st: &mut crate::domain::DomainState, id: usize, a: OneSided, c: Contiguous) -> FiResult<()> {
+fn start_contiguous(st: &mut crate::state::DomainState, id: usize, a: OneSided, c: Contiguous) -> FiResult<()> {
     let mut req = [0u8; SMALL_REQUEST];
     match small_request(&c, &mut req)? {
         Some((desc, len)) => rma::start_atomic(st, id, a, desc, &mut req[..len], c.result as usize),
@@ -398,7 +398,7 @@ const NO_IOCS: (*const ffi::fi_ioc, usize) = (std::ptr::null(), 0);
 /// arrays of their lengths (read only for the kinds that have them).
 #[allow(clippy::too_many_arguments)]
 unsafe fn start_msg(
-    st: &mut crate::domain::DomainState,
+    st: &mut crate::state::DomainState,
     id: usize,
     msg: *const ffi::fi_msg_atomic,
     flags: u64,
@@ -745,7 +745,7 @@ pub(crate) unsafe extern "C" fn query_atomic(
 ) -> c_int {
     crate::guard("fi_query_atomic", FiError::OTHER.code(), || {
         // SAFETY: libfabric contract: a live domain of ours.
-        if let Err(e) = unsafe { crate::domain::get(domain) } {
+        if let Err(e) = unsafe { crate::state::get(domain) } {
             return e.code();
         }
         if attr.is_null() {

@@ -7,9 +7,9 @@
 //! rx_size: a receiver that posts late never makes a sender hang.
 
 use super::{ctx_completion, Sinks, TxOp, APP_DATA, APP_TAGGED};
-use crate::av::AvState;
-use crate::cq::{Completion, CqEvent};
 use crate::error::FiError;
+use crate::state::av::AvState;
+use crate::state::cq::{Completion, CqEvent};
 use rshm_ffi as ffi;
 use slab::Slab;
 use smr_core::cmd::MsgHeader;

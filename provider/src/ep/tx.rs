@@ -1,10 +1,10 @@
 //! Send side: resolve the destination, hand the message to the engine, report completions.
 
 use super::{ctx_completion, EpState, Sinks, APP_DATA, APP_TAGGED};
-use crate::cq::CqEvent;
-use crate::domain::DomainState;
 use crate::error::{FiError, FiResult};
 use crate::getinfo::INJECT_SIZE;
+use crate::state::cq::CqEvent;
+use crate::state::DomainState;
 use rshm_ffi as ffi;
 use slab::Slab;
 use smr_core::cmd::MsgHeader;
@@ -83,7 +83,7 @@ pub struct SendArgs {
 
 /// The engine peer of fi_addr `dest`: one load once known (inline on every send path).
 #[inline(always)]
-pub(super) fn peer_for(ep: &mut EpState, avs: &Slab<crate::av::AvState>, dest: u64) -> FiResult<PeerId> {
+pub(super) fn peer_for(ep: &mut EpState, avs: &Slab<crate::state::av::AvState>, dest: u64) -> FiResult<PeerId> {
     match ep.peers.get(dest as usize) {
         Some(&Some(p)) => Ok(p),
         _ => peer_first_use(ep, avs, dest),
@@ -92,7 +92,7 @@ pub(super) fn peer_for(ep: &mut EpState, avs: &Slab<crate::av::AvState>, dest: u
 
 /// `peer_for` of an fi_addr not used yet: look its name up in the AV and add the peer.
 #[cold]
-fn peer_first_use(ep: &mut EpState, avs: &Slab<crate::av::AvState>, dest: u64) -> FiResult<PeerId> {
+fn peer_first_use(ep: &mut EpState, avs: &Slab<crate::state::av::AvState>, dest: u64) -> FiResult<PeerId> {
     let av = ep.av.and_then(|a| avs.get(a)).ok_or(FiError::NOAV)?;
     let name = av.name(dest).ok_or_else(|| {
         crate::warn!(EpData, "send to fi_addr {dest}, which is not in the AV");

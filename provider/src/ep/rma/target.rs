@@ -343,7 +343,7 @@ fn written(sinks: &mut Sinks, mr_cntr: Option<usize>, data: Option<u64>, len: u6
     sinks.remote_done(mr_cntr, true);
     if let Some(data) = data {
         let flags = (ffi::FI_RMA | ffi::FI_REMOTE_WRITE) as u64 | ffi::FI_REMOTE_CQ_DATA as u64;
-        let entry = crate::cq::Completion { flags, len: len as usize, data, ..crate::ep::ctx_completion(0, 0) };
+        let entry = crate::state::cq::Completion { flags, len: len as usize, data, ..crate::ep::ctx_completion(0, 0) };
         sinks.remote_cq(CqEvent::Done(entry));
     }
 }

@@ -1,0 +1,32 @@
+//! A counter's state: its value, its errors, and what reading it progresses.
+
+use rshm_ffi as ffi;
+
+#[derive(Default)]
+pub struct CntrState {
+    pub value: u64,
+    pub errors: u64,
+    /// Endpoints bound to this counter: the ones reading it progresses.
+    pub eps: Vec<usize>,
+    /// Registrations that count remote accesses into this counter (`fi_mr_bind`): while any
+    /// exist, reading it progresses every endpoint of the domain (any may be the target).
+    pub mrs: usize,
+    pub wait_obj: ffi::fi_wait_obj,
+    /// The descriptor of an FI_WAIT_FD counter (`waitfd`).
+    pub wait_fd: Option<Box<crate::waitfd::WaitFd>>,
+}
+
+impl CntrState {
+    /// An operation completed: one more, or one more error.
+    #[inline]
+    pub fn count(&mut self, failed: bool) {
+        if failed {
+            self.errors += 1;
+        } else {
+            self.value += 1;
+        }
+        if let Some(fd) = &mut self.wait_fd {
+            fd.changed();
+        }
+    }
+}

@@ -1,0 +1,386 @@
+//! The domain's state: every object's state behind one lock.
+//!
+//! All mutable state of a domain's endpoints, CQs, counters, AVs and MRs lives in one
+//! `DomainState` behind one mutex. That makes FI_THREAD_SAFE hold by construction, lets an
+//! endpoint's progress write straight into the CQs and counters it is bound to, and costs one
+//! uncontended lock per call for the common FI_THREAD_DOMAIN user. The objects' entry points
+//! lock it (`DomainShared::lock`); the domain object (`domain`) opens them.
+
+pub mod av;
+pub mod cntr;
+pub mod cq;
+pub mod mr;
+
+use crate::ep::EpState;
+use crate::error::FiResult;
+use crate::object;
+use av::AvState;
+use cntr::CntrState;
+use cq::CqState;
+use mr::MrTable;
+use rshm_ffi as ffi;
+use slab::Slab;
+use std::mem::ManuallyDrop;
+use std::ops::{Deref, DerefMut};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, TryLockError};
+
+/// Domain-wide settings fixed at open.
+#[derive(Debug, Clone)]
+pub struct DomainConfig {
+    pub api_version: u32,
+    pub threading: ffi::fi_threading,
+    pub av_type: ffi::fi_av_type,
+    /// FI_PROGRESS_AUTO: a provider thread serves peers while the application is away.
+    pub auto_progress: bool,
+}
+
+#[derive(Default)]
+pub struct DomainState {
+    pub eps: Slab<EpState>,
+    pub cqs: Slab<CqState>,
+    pub cntrs: Slab<CntrState>,
+    pub avs: Slab<AvState>,
+    pub mrs: MrTable,
+    /// Numbers endpoint names within this process.
+    pub next_ep_index: u32,
+    /// Where a poll loop over a counter stands, for the passes it may skip (`cntr::Call`).
+    /// Every counter call sets or clears it, and a progress probe (fi_cq_read of count 0) takes
+    /// it. So a skipped pass follows a real pass of the same endpoints by a call or two, and
+    /// never another skipped one. (A read of entries leaves it: it drives its own CQ's
+    /// endpoints; `cq::probe`.)
+    pub poll_turn: Option<PollTurn>,
+}
+
+/// The last counter call: a fi_cntr_read of `cntr` that drove its endpoints, followed (`paired`)
+/// by a fi_cntr_readerr of the same counter that took that read's pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PollTurn {
+    pub cntr: usize,
+    pub paired: bool,
+}
+
+pub struct DomainShared {
+    state: Mutex<DomainState>,
+    /// The thread holding `state` (`pthread_self`), 0 while nobody does: set after locking,
+    /// cleared before unlocking (`Locked`).
+    owner: AtomicUsize,
+    pub config: DomainConfig,
+    /// Notified when progress made completions, for blocking waits of auto-progress domains.
+    completions: Condvar,
+    /// Threads asleep on `completions`: with none, `completed` makes no syscall.
+    sleepers: AtomicU32,
+    /// The FI_PROGRESS_AUTO thread, started when the first endpoint is enabled.
+    auto: Mutex<Option<crate::progress::AutoThread>>,
+    /// What the application tells that thread (it polls, it sleeps) and how it is poked.
+    pub progress: Arc<crate::progress::Control>,
+    /// The thread that rings FI_WAIT_FD descriptors (`waitfd`), started by the first
+    /// `fi_trywait` that arms one.
+    bell: Mutex<Option<crate::waitfd::Bell>>,
+}
+
+impl DomainShared {
+    pub fn new(state: DomainState, config: DomainConfig) -> DomainShared {
+        DomainShared {
+            state: Mutex::new(state),
+            owner: AtomicUsize::new(0),
+            config,
+            completions: Condvar::new(),
+            sleepers: AtomicU32::new(0),
+            auto: Mutex::new(None),
+            progress: Arc::default(),
+            bell: Mutex::new(None),
+        }
+    }
+
+    /// Progress made completions: wake blocking waits (auto-progress domains sleep on this).
+    /// Called with the domain locked, or after unlocking it: a waiter counts itself in
+    /// `sleepers` before its wait releases the lock, so either it is counted here or its own
+    /// poll, after ours, sees the completion.
+    pub fn completed(&self) {
+        if self.config.auto_progress && self.sleepers.load(Ordering::SeqCst) > 0 {
+            self.completions.notify_all();
+        }
+    }
+
+    /// An application thread drives progress itself: the auto-progress thread may stand aside.
+    #[inline]
+    pub fn app_polls(&self) {
+        if self.config.auto_progress {
+            self.progress.app_polls();
+        }
+    }
+
+    /// Sleep until `completed` or `timeout`, releasing the lock meanwhile.
+    pub fn wait_completion<'a>(&'a self, locked: Locked<'a>, timeout: std::time::Duration) -> Locked<'a> {
+        self.progress.app_sleeps();
+        self.sleepers.fetch_add(1, Ordering::SeqCst);
+        let guard = locked.release_owner();
+        let guard = match self.completions.wait_timeout(guard, timeout) {
+            Ok((g, _)) => g,
+            Err(poisoned) => poisoned.into_inner().0,
+        };
+        self.sleepers.fetch_sub(1, Ordering::SeqCst);
+        self.locked_by_me(guard)
+    }
+
+    /// An endpoint was enabled or closed: an auto-progress domain starts or re-reads its thread,
+    /// and the bell thread (`waitfd`) lets go of the wake words it sleeps on.
+    pub fn endpoints_changed(self: &Arc<Self>) {
+        if let Some(b) = self.bell.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+            b.poke();
+        }
+        if !self.config.auto_progress {
+            return;
+        }
+        let mut auto = self.auto.lock().unwrap_or_else(|p| p.into_inner());
+        match auto.as_ref() {
+            Some(t) => t.poke(),
+            None => match crate::progress::start_auto(self) {
+                Ok(t) => *auto = Some(t),
+                Err(e) => crate::warn!(Domain, "cannot start the progress thread: {e}"),
+            },
+        }
+    }
+
+    /// Stop the auto-progress and bell threads (domain close).
+    pub fn stop_progress(&self) {
+        let thread = self.auto.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(t) = thread {
+            t.stop();
+        }
+        let bell = self.bell.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(b) = bell {
+            b.stop();
+        }
+    }
+
+    /// `fi_trywait` armed an FI_WAIT_FD object: the bell thread, started now if need be, must
+    /// watch its endpoints' wake words. False if it cannot run (nobody would ring).
+    pub fn bell_armed(self: &Arc<Self>) -> bool {
+        let mut bell = self.bell.lock().unwrap_or_else(|p| p.into_inner());
+        match bell.as_ref() {
+            Some(b) => b.poke(),
+            None => match crate::waitfd::start_bell(self) {
+                Ok(b) => *bell = Some(b),
+                Err(e) => {
+                    crate::warn!(Domain, "cannot start the thread that wakes FI_WAIT_FD waiters: {e}");
+                    return false;
+                }
+            },
+        }
+        true
+    }
+
+    /// Lock the domain; a panic while locked does not wedge it forever.
+    ///
+    /// A call made from a signal handler that interrupted this same thread inside the provider
+    /// would wait forever for the lock the interrupted code holds. That happens: libraries
+    /// libfabric loads (libinfinipath, under its psm provider) install handlers that call
+    /// `exit()` on SIGTERM, and the application's `atexit` handler (OpenSHMEM's finalize) then
+    /// calls into the provider, so a PE told to stop hung instead. Such a call ends the process
+    /// (`reentered`) instead: what the interrupted code was doing cannot be finished or undone
+    /// from the handler, and the process was on its way out.
+    pub fn lock(&self) -> Locked<'_> {
+        let guard = match self.state.try_lock() {
+            Ok(guard) => guard,
+            Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+            Err(TryLockError::WouldBlock) => {
+                // Only this thread stores its own id, and it clears it before it unlocks: seeing
+                // it here means this thread holds the lock, below us on its stack.
+                if self.owner.load(Ordering::Relaxed) == this_thread() {
+                    reentered();
+                }
+                self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+            }
+        };
+        self.locked_by_me(guard)
+    }
+
+    fn locked_by_me<'a>(&'a self, guard: MutexGuard<'a, DomainState>) -> Locked<'a> {
+        self.owner.store(this_thread(), Ordering::Relaxed);
+        Locked { guard: ManuallyDrop::new(guard), owner: &self.owner }
+    }
+}
+
+/// The domain's state, locked by this thread (`DomainShared::lock`).
+pub struct Locked<'a> {
+    /// Dropped by `Drop` (after the owner mark is cleared) or handed out by `release_owner`.
+    guard: ManuallyDrop<MutexGuard<'a, DomainState>>,
+    owner: &'a AtomicUsize,
+}
+
+impl<'a> Locked<'a> {
+    /// The bare guard, for a wait that unlocks it: this thread no longer counts as the owner.
+    fn release_owner(self) -> MutexGuard<'a, DomainState> {
+        self.owner.store(0, Ordering::Relaxed);
+        let mut this = ManuallyDrop::new(self);
+        // SAFETY: `this` is never dropped (ManuallyDrop), so the guard is taken exactly once.
+        unsafe { ManuallyDrop::take(&mut this.guard) }
+    }
+}
+
+impl Deref for Locked<'_> {
+    type Target = DomainState;
+    fn deref(&self) -> &DomainState {
+        &self.guard
+    }
+}
+
+impl DerefMut for Locked<'_> {
+    fn deref_mut(&mut self) -> &mut DomainState {
+        &mut self.guard
+    }
+}
+
+impl Drop for Locked<'_> {
+    fn drop(&mut self) {
+        self.owner.store(0, Ordering::Relaxed);
+        // SAFETY: dropped once, here (`release_owner` forgets `self` instead), after the owner
+        // mark is cleared: another thread may take the lock from this point on.
+        unsafe { ManuallyDrop::drop(&mut self.guard) }
+    }
+}
+
+/// This thread's id, never 0: on x86_64 the thread pointer, whose first word the TLS ABI
+/// makes point to itself (one load, where `pthread_self` is a call through the PLT on every
+/// lock); elsewhere `pthread_self`.
+#[inline]
+fn this_thread() -> usize {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let tp: usize;
+        // SAFETY: reads the word at %fs:0, which the x86_64 TLS ABI defines (the thread
+        // control block's pointer to itself) in every thread of a Linux process.
+        unsafe { std::arch::asm!("mov {}, fs:0", out(reg) tp, options(nostack, readonly, preserves_flags)) };
+        tp
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    // SAFETY: pthread_self has no preconditions and cannot fail.
+    unsafe {
+        libc::pthread_self() as usize
+    }
+}
+
+/// A provider call re-entered the domain lock from a signal handler on the thread that holds
+/// it (`DomainShared::lock`): say so and end the process, with calls safe in a signal handler
+/// only (the interrupted code may hold the allocator's lock too).
+#[cold]
+fn reentered() -> ! {
+    const WHY: &[u8] = b"rshm: a libfabric call from a signal handler found the domain locked by the code it \
+        interrupted (it would wait forever); the process exits\n";
+    // SAFETY: write(2) and _exit(2) are async-signal-safe; WHY is a static buffer of its length.
+    unsafe {
+        libc::write(2, WHY.as_ptr().cast(), WHY.len());
+        libc::_exit(1)
+    }
+}
+
+#[repr(C)]
+pub struct Domain {
+    pub fid: ffi::fid_domain,
+    /// The fabric it was opened on (`fabric::Fabric`, which counts its domains).
+    pub fabric: *mut ffi::fid_fabric,
+    pub shared: Arc<DomainShared>,
+}
+
+/// Look up the domain behind a `fid_domain`.
+///
+/// # Safety
+/// `domain` must be NULL or a live domain of ours.
+pub unsafe fn get<'a>(domain: *mut ffi::fid_domain) -> FiResult<&'a Domain> {
+    // SAFETY: per the contract.
+    unsafe { object::get::<Domain>(domain.cast(), ffi::FI_CLASS_DOMAIN) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::process::{Command, Stdio};
+    use std::sync::OnceLock;
+    use std::time::{Duration, Instant};
+
+    fn shared() -> DomainShared {
+        let config = DomainConfig {
+            api_version: 0,
+            threading: ffi::FI_THREAD_SAFE,
+            av_type: ffi::FI_AV_TABLE,
+            auto_progress: false,
+        };
+        DomainShared::new(DomainState::default(), config)
+    }
+
+    static REENTERED: OnceLock<DomainShared> = OnceLock::new();
+
+    extern "C" fn lock_from_handler(_signal: libc::c_int) {
+        let _locked = REENTERED.get().expect("set before the signal").lock();
+    }
+
+    /// In the child: hold the lock, and take it again from a signal handler on the same thread.
+    fn reenter_from_a_signal_handler() -> ! {
+        let shared = REENTERED.get_or_init(shared);
+        // SAFETY: a zeroed sigaction with a plain handler is valid; the handler is ours.
+        unsafe {
+            let mut action: libc::sigaction = std::mem::zeroed();
+            action.sa_sigaction = lock_from_handler as *const () as usize;
+            libc::sigaction(libc::SIGUSR1, &action, std::ptr::null_mut());
+        }
+        let _locked = shared.lock();
+        // SAFETY: raising a signal whose handler we installed.
+        unsafe { libc::raise(libc::SIGUSR1) };
+        unreachable!("the handler's lock returned");
+    }
+
+    /// A provider call from a signal handler that interrupted the lock's holder (libinfinipath's
+    /// SIGTERM handler calling exit(), OpenSHMEM's atexit finalize calling in) ends the process
+    /// with a message, where it used to wait forever. Run in a child process (this test binary
+    /// again), which must exit with status 1 well before the deadline.
+    #[test]
+    fn a_call_reentering_the_lock_from_a_signal_handler_exits_instead_of_hanging() {
+        const CHILD: &str = "RSHM_TEST_REENTER_CHILD";
+        if std::env::var_os(CHILD).is_some() {
+            reenter_from_a_signal_handler();
+        }
+        let name = "state::tests::a_call_reentering_the_lock_from_a_signal_handler_exits_instead_of_hanging";
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", name, "--nocapture", "--test-threads=1"])
+            .env(CHILD, "1")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            if Instant::now() > deadline {
+                child.kill().unwrap();
+                panic!("the re-entered lock waited forever");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        let stderr = std::io::read_to_string(child.stderr.take().unwrap()).unwrap();
+        assert_eq!(status.code(), Some(1), "stderr: {stderr}");
+        assert!(stderr.contains("found the domain locked by the code it interrupted"), "stderr: {stderr}");
+    }
+
+    /// Another thread holding the lock is waited for, not taken for a re-entry; the owner mark
+    /// follows the lock through a condition-variable wait.
+    #[test]
+    fn another_threads_lock_is_waited_for() {
+        let shared = Arc::new(shared());
+        let held = shared.lock();
+        let other = {
+            let shared = Arc::clone(&shared);
+            std::thread::spawn(move || shared.lock().next_ep_index += 1)
+        };
+        std::thread::sleep(Duration::from_millis(50));
+        let held = shared.wait_completion(held, Duration::from_millis(1));
+        assert_eq!(shared.owner.load(Ordering::Relaxed), this_thread());
+        drop(held);
+        other.join().unwrap();
+        assert_eq!(shared.lock().next_ep_index, 1);
+        assert_eq!(shared.owner.load(Ordering::Relaxed), 0);
+    }
+}

@@ -1,0 +1,94 @@
+//! The domain's registrations by key, and the check every remote access passes
+//! (`MrTable::resolve`).
+
+use rshm_ffi as ffi;
+use smr_core::idmap::IdMap;
+
+/// What one registration covers.
+#[derive(Debug, Clone)]
+pub struct MrEntry {
+    /// Fixed once registered: `total` is summed from it.
+    iov: smr_core::iov::Ranges,
+    pub access: u64,
+    /// Counters bound with FI_REMOTE_WRITE / FI_REMOTE_READ (ids in the domain's slab).
+    pub write_cntr: Option<usize>,
+    pub read_cntr: Option<usize>,
+    /// The bytes `iov` covers, summed once here rather than on every remote access.
+    total: u64,
+}
+
+impl MrEntry {
+    pub fn new(iov: smr_core::iov::Ranges, access: u64) -> MrEntry {
+        let total = iov.iter().map(|&(_, l)| l as u64).sum();
+        MrEntry { iov, access, write_cntr: None, read_cntr: None, total }
+    }
+
+    /// The memory the registration covers.
+    pub fn iov(&self) -> &smr_core::iov::Ranges {
+        &self.iov
+    }
+}
+
+#[derive(Default)]
+pub struct MrTable {
+    pub by_key: IdMap<u64, MrEntry>,
+    /// Remote addresses are virtual addresses (FI_MR_VIRT_ADDR), not offsets.
+    pub virt_addr: bool,
+    /// The domain chooses keys (FI_MR_PROV_KEY).
+    pub prov_key: bool,
+    next_key: u64,
+}
+
+/// Why a peer's access was refused (a positive errno for the engine's refusal).
+pub const REFUSED: u32 = ffi::FI_EACCES;
+
+impl MrTable {
+    /// The key of a new registration: the application's, or with FI_MR_PROV_KEY the next one
+    /// not in use.
+    pub fn key_for(&mut self, requested: u64) -> u64 {
+        if !self.prov_key {
+            return requested;
+        }
+        while self.by_key.contains_key(&self.next_key) {
+            self.next_key = self.next_key.wrapping_add(1);
+        }
+        self.next_key
+    }
+
+    /// The memory a remote access of `len` bytes at `addr` under `key` touches, if the key
+    /// exists, the range lies inside the registration and `access` (FI_REMOTE_READ and/or
+    /// FI_REMOTE_WRITE) is allowed. Every value comes from a peer: checked arithmetic only.
+    pub fn resolve(
+        &self,
+        key: u64,
+        addr: u64,
+        len: u64,
+        access: u64,
+    ) -> Result<(smr_core::iov::Ranges, &MrEntry), u32> {
+        let refuse = |why: &str| {
+            crate::debug!(Mr, "remote access refused: key {key:#x} addr {addr:#x} len {len}: {why}");
+            REFUSED
+        };
+        let mr = self.by_key.get(&key).ok_or_else(|| refuse("no such key"))?;
+        if mr.access & access != access {
+            return Err(refuse("access not granted"));
+        }
+        let start = if self.virt_addr {
+            let base = mr.iov.first().map_or(0, |&(b, _)| b as u64);
+            addr.checked_sub(base).ok_or_else(|| refuse("below the region"))?
+        } else {
+            addr
+        };
+        match start.checked_add(len) {
+            Some(end) if end <= mr.total => {}
+            _ => return Err(refuse("beyond the region")),
+        }
+        // `start + len` fits in the registration, which lies in this address space: usize holds it.
+        let ranges = match *mr.iov.as_slice() {
+            // One range, the usual registration: no walk.
+            [(base, _)] if len > 0 => smallvec::smallvec![(base + start as usize, len as usize)],
+            _ => crate::iov::sub_ranges(&mr.iov, start as usize, len as usize),
+        };
+        Ok((ranges, mr))
+    }
+}
