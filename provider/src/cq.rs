@@ -185,7 +185,7 @@ fn read_locked(
     let cq = &mut st.cqs[id];
     if cq.wait_fd.is_some() {
         // The application reads: no peer needs to wake its descriptor any more.
-        crate::waitfd::reading(&mut cq.wait_fd);
+        crate::state::wait_fd::reading(&mut cq.wait_fd);
     }
     match cq.events.front() {
         None => return Err(FiError::AGAIN),

@@ -99,9 +99,9 @@ fn mr_addressing(mr_mode: i32, api_version: u32) -> (bool, bool) {
 unsafe extern "C" fn domain_close(fid: *mut ffi::fid) -> i32 {
     let release = |obj: &Domain| -> FiResult<()> {
         // The thread briefly holds a reference while it works: stop it before counting.
-        obj.shared.stop_progress();
+        crate::progress::stop_threads(&obj.shared);
         if Arc::strong_count(&obj.shared) > 1 {
-            obj.shared.endpoints_changed();
+            crate::progress::endpoints_changed(&obj.shared);
             crate::warn!(Domain, "fi_close(domain): endpoints, CQs, counters, AVs or MRs still open");
             return Err(FiError::BUSY);
         }

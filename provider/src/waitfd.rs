@@ -13,107 +13,14 @@
 //! are the wake words that blocking reads arm.
 
 use crate::error::{FiError, FiResult};
-use crate::progress::{DomainThread, ThreadControl};
+use crate::state::threads::{futex_wait_private, Bell, DomainThread, ThreadControl};
+use crate::state::wait_fd::WaitFd;
 use crate::state::{DomainShared, DomainState};
 use smr_core::endpoint::WaitHandle;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::RawFd;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
-
-/// The eventfd of a CQ or counter opened with FI_WAIT_FD, and the wake words armed for it.
-pub struct WaitFd {
-    /// Its own eventfd, or its wait set's (`waitset`).
-    fd: Arc<OwnedFd>,
-    /// The endpoints' wake words `fi_trywait` armed, each with the sequence it was armed at.
-    armed: Vec<(WaitHandle, u32)>,
-    /// A counter's value and error count as the application last read them: `fi_trywait` says
-    /// -FI_EAGAIN while they differ.
-    pub seen: (u64, u64),
-}
-
-/// A new non-blocking eventfd.
-pub fn eventfd() -> std::io::Result<OwnedFd> {
-    // SAFETY: eventfd takes no pointers; it returns a new descriptor or -1.
-    let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: `fd` is a descriptor we just opened and own alone.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
-
-/// Take back what rang before: an eventfd stays readable until drained.
-pub fn drain(fd: &OwnedFd) {
-    let mut n = 0u64;
-    // SAFETY: reads at most 8 bytes into a local; non-blocking, so it returns at once.
-    unsafe { libc::read(fd.as_raw_fd(), (&mut n as *mut u64).cast(), 8) };
-}
-
-impl WaitFd {
-    pub fn new() -> std::io::Result<WaitFd> {
-        Ok(WaitFd::sharing(Arc::new(eventfd()?)))
-    }
-
-    /// A member of a wait set: it rings the set's descriptor.
-    pub fn sharing(fd: Arc<OwnedFd>) -> WaitFd {
-        WaitFd { fd, armed: Vec::new(), seen: (0, 0) }
-    }
-
-    /// What `fi_control(FI_GETWAIT)` hands out.
-    pub fn raw(&self) -> RawFd {
-        self.fd.as_raw_fd()
-    }
-
-    pub fn is_armed(&self) -> bool {
-        !self.armed.is_empty()
-    }
-
-    /// Something completed into the object in this process (not through a peer's wake-up): the
-    /// application, if it blocks on the descriptor, must wake.
-    #[inline]
-    pub fn changed(&mut self) {
-        if self.is_armed() {
-            self.ring();
-        }
-    }
-
-    /// Make the descriptor readable, and stop watching: the application will read.
-    pub fn ring(&mut self) {
-        let one = 1u64;
-        // SAFETY: writes 8 bytes from a local into our eventfd. It fails only when the counter
-        // would overflow (then it is readable anyway).
-        unsafe { libc::write(self.fd.as_raw_fd(), (&one as *const u64).cast(), 8) };
-        self.disarm();
-    }
-
-    pub fn disarm(&mut self) {
-        for (h, _) in self.armed.drain(..) {
-            h.disarm();
-        }
-    }
-
-    /// Whether a peer woke one of the armed wake words.
-    fn woken(&self) -> bool {
-        self.armed.iter().any(|(h, seq)| h.woken_since(*seq))
-    }
-}
-
-impl Drop for WaitFd {
-    fn drop(&mut self) {
-        self.disarm();
-    }
-}
-
-/// The application reads an FI_WAIT_FD object: no peer needs to wake its descriptor any more.
-/// Out of line: every read of every CQ checks for a descriptor, and most have none.
-#[cold]
-#[inline(never)]
-pub fn reading(fd: &mut Option<Box<WaitFd>>) {
-    if let Some(fd) = fd {
-        fd.disarm();
-    }
-}
 
 /// An object `fi_trywait` can be asked about.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -172,7 +79,7 @@ pub fn arm(shared: &Arc<DomainShared>, w: Waitable, drain_first: bool) -> FiResu
     let Some(fd) = wait_fd(&mut st, w) else { return Ok(()) };
     // What rang before is drained; what it rang for is seen by the look after the arming below.
     if drain_first {
-        drain(&fd.fd);
+        fd.drain();
     }
     fd.disarm();
     let armed: Vec<(WaitHandle, u32)> = endpoints(&st, w)
@@ -191,10 +98,10 @@ pub fn arm(shared: &Arc<DomainShared>, w: Waitable, drain_first: bool) -> FiResu
         return Err(FiError::AGAIN);
     }
     if let Some(fd) = wait_fd(&mut st, w) {
-        fd.armed = armed;
+        fd.watch(armed);
     }
     drop(st);
-    if !shared.bell_armed() {
+    if !bell_armed(shared) {
         if let Some(fd) = wait_fd(&mut shared.lock(), w) {
             fd.disarm();
         }
@@ -203,11 +110,25 @@ pub fn arm(shared: &Arc<DomainShared>, w: Waitable, drain_first: bool) -> FiResu
     Ok(())
 }
 
-/// The domain's thread that turns peers' wake-ups of armed objects into eventfd writes.
-pub type Bell = DomainThread<ThreadControl>;
+/// `fi_trywait` armed an FI_WAIT_FD object: the bell thread, started now if need be, must
+/// watch its endpoints' wake words. False if it cannot run (nobody would ring).
+fn bell_armed(shared: &Arc<DomainShared>) -> bool {
+    let mut bell = shared.bell.lock().unwrap_or_else(|p| p.into_inner());
+    match bell.as_ref() {
+        Some(b) => b.poke(),
+        None => match start_bell(shared) {
+            Ok(b) => *bell = Some(b),
+            Err(e) => {
+                crate::warn!(Domain, "cannot start the thread that wakes FI_WAIT_FD waiters: {e}");
+                return false;
+            }
+        },
+    }
+    true
+}
 
 /// Start the bell thread of `shared`.
-pub fn start_bell(shared: &Arc<DomainShared>) -> std::io::Result<Bell> {
+fn start_bell(shared: &Arc<DomainShared>) -> std::io::Result<Bell> {
     DomainThread::start("rshm-bell", shared, Arc::default(), run)
 }
 
@@ -236,7 +157,7 @@ fn run(domain: Weak<DomainShared>, control: Arc<ThreadControl>) {
             let waiting = ring(&mut st, check);
             let cqs = st.cqs.iter().filter_map(|(_, c)| c.wait_fd.as_ref());
             let cntrs = st.cntrs.iter().filter_map(|(_, c)| c.wait_fd.as_ref());
-            let watched: Vec<(WaitHandle, u32)> = cqs.chain(cntrs).flat_map(|fd| fd.armed.iter().cloned()).collect();
+            let watched: Vec<(WaitHandle, u32)> = cqs.chain(cntrs).flat_map(|fd| fd.armed().iter().cloned()).collect();
             (watched, waiting)
         };
         drop(shared);
@@ -245,7 +166,7 @@ fn run(domain: Weak<DomainShared>, control: Arc<ThreadControl>) {
         let sleep = if waiting { OUTSTANDING_CHECK.saturating_sub(last_check.elapsed()) } else { IDLE };
         if !smr_core::wake::sleep_any(&words, sleep) {
             // No futex_waitv (before Linux 5.16) or too many words: look again every millisecond.
-            crate::progress::futex_wait_private(&control.seq, control_seq, Duration::from_millis(1));
+            futex_wait_private(&control.seq, control_seq, Duration::from_millis(1));
         }
     }
 }

@@ -6,8 +6,9 @@
 
 use crate::error::{FiError, FiResult};
 use crate::object::{self, put};
+use crate::state::wait_fd::{self, WaitFd};
 use crate::state::DomainShared;
-use crate::waitfd::{self, WaitFd, Waitable};
+use crate::waitfd::{self, Waitable};
 use rshm_ffi as ffi;
 use std::ffi::{c_int, c_void};
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -129,7 +130,7 @@ pub(crate) unsafe extern "C" fn wait_open(
                     return Err(FiError::NOSYS);
                 }
             }
-            let fd = waitfd::eventfd().map_err(|e| {
+            let fd = wait_fd::eventfd().map_err(|e| {
                 crate::warn!(Fabric, "fi_wait_open: no eventfd: {e}");
                 FiError::NOMEM
             })?;
@@ -176,7 +177,7 @@ unsafe extern "C" fn wait_control(fid: *mut ffi::fid, command: c_int, arg: *mut 
 /// if one has something to read now. The set's descriptor is drained once, before the first
 /// member is armed: a member's ring after its arming must not be drained by the next one's.
 pub fn try_arm(set: &WaitSet) -> FiResult<()> {
-    waitfd::drain(&set.fd);
+    wait_fd::drain(&set.fd);
     let members = members_of(&set.members).clone();
     for (shared, w) in members {
         waitfd::arm(&shared, w, false)?;

@@ -352,7 +352,7 @@ unsafe extern "C" fn ep_close(fid: *mut ffi::fid) -> i32 {
         // Dropping the engine endpoint tells connected peers and unlinks the region.
         st.eps.remove(obj.id);
         drop(st);
-        obj.shared.endpoints_changed();
+        crate::progress::endpoints_changed(&obj.shared);
         Ok(())
     };
     // SAFETY: the libfabric contract: a live ep of ours.
@@ -519,7 +519,7 @@ fn enable(ep: &Ep) -> FiResult<()> {
     state.engine = Some(engine);
     published::sync(&mut st);
     drop(st);
-    ep.shared.endpoints_changed();
+    crate::progress::endpoints_changed(&ep.shared);
     Ok(())
 }
 

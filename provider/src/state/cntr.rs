@@ -13,7 +13,7 @@ pub struct CntrState {
     pub mrs: usize,
     pub wait_obj: ffi::fi_wait_obj,
     /// The descriptor of an FI_WAIT_FD counter (`waitfd`).
-    pub wait_fd: Option<Box<crate::waitfd::WaitFd>>,
+    pub wait_fd: Option<Box<crate::state::wait_fd::WaitFd>>,
 }
 
 impl CntrState {

@@ -31,7 +31,7 @@ pub struct CqState {
     /// Endpoints bound to this CQ (domain slab keys): the ones its reads progress.
     pub eps: Box<[usize]>,
     /// The descriptor of an FI_WAIT_FD CQ (`waitfd`).
-    pub wait_fd: Option<Box<crate::waitfd::WaitFd>>,
+    pub wait_fd: Option<Box<crate::state::wait_fd::WaitFd>>,
 }
 
 const _: () = assert!(size_of::<CqState>() == 64);

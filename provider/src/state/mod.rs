@@ -10,6 +10,8 @@ pub mod av;
 pub mod cntr;
 pub mod cq;
 pub mod mr;
+pub mod threads;
+pub mod wait_fd;
 
 use crate::ep::EpState;
 use crate::error::FiResult;
@@ -71,12 +73,12 @@ pub struct DomainShared {
     /// Threads asleep on `completions`: with none, `completed` makes no syscall.
     sleepers: AtomicU32,
     /// The FI_PROGRESS_AUTO thread, started when the first endpoint is enabled.
-    auto: Mutex<Option<crate::progress::AutoThread>>,
+    pub auto: Mutex<Option<threads::AutoThread>>,
     /// What the application tells that thread (it polls, it sleeps) and how it is poked.
-    pub progress: Arc<crate::progress::Control>,
+    pub progress: Arc<threads::Control>,
     /// The thread that rings FI_WAIT_FD descriptors (`waitfd`), started by the first
     /// `fi_trywait` that arms one.
-    bell: Mutex<Option<crate::waitfd::Bell>>,
+    pub bell: Mutex<Option<threads::Bell>>,
 }
 
 impl DomainShared {
@@ -122,54 +124,6 @@ impl DomainShared {
         };
         self.sleepers.fetch_sub(1, Ordering::SeqCst);
         self.locked_by_me(guard)
-    }
-
-    /// An endpoint was enabled or closed: an auto-progress domain starts or re-reads its thread,
-    /// and the bell thread (`waitfd`) lets go of the wake words it sleeps on.
-    pub fn endpoints_changed(self: &Arc<Self>) {
-        if let Some(b) = self.bell.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
-            b.poke();
-        }
-        if !self.config.auto_progress {
-            return;
-        }
-        let mut auto = self.auto.lock().unwrap_or_else(|p| p.into_inner());
-        match auto.as_ref() {
-            Some(t) => t.poke(),
-            None => match crate::progress::start_auto(self) {
-                Ok(t) => *auto = Some(t),
-                Err(e) => crate::warn!(Domain, "cannot start the progress thread: {e}"),
-            },
-        }
-    }
-
-    /// Stop the auto-progress and bell threads (domain close).
-    pub fn stop_progress(&self) {
-        let thread = self.auto.lock().unwrap_or_else(|p| p.into_inner()).take();
-        if let Some(t) = thread {
-            t.stop();
-        }
-        let bell = self.bell.lock().unwrap_or_else(|p| p.into_inner()).take();
-        if let Some(b) = bell {
-            b.stop();
-        }
-    }
-
-    /// `fi_trywait` armed an FI_WAIT_FD object: the bell thread, started now if need be, must
-    /// watch its endpoints' wake words. False if it cannot run (nobody would ring).
-    pub fn bell_armed(self: &Arc<Self>) -> bool {
-        let mut bell = self.bell.lock().unwrap_or_else(|p| p.into_inner());
-        match bell.as_ref() {
-            Some(b) => b.poke(),
-            None => match crate::waitfd::start_bell(self) {
-                Ok(b) => *bell = Some(b),
-                Err(e) => {
-                    crate::warn!(Domain, "cannot start the thread that wakes FI_WAIT_FD waiters: {e}");
-                    return false;
-                }
-            },
-        }
-        true
     }
 
     /// Lock the domain; a panic while locked does not wedge it forever.
