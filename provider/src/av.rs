@@ -123,7 +123,9 @@ fn insert_names(
         }
     }
     for ep in eps {
-        crate::ep::av_changed(&mut st, ep);
+        if let Some(e) = st.eps.get_mut(ep) {
+            e.forget_peers();
+        }
     }
     Ok(inserted)
 }
@@ -220,7 +222,9 @@ unsafe extern "C" fn av_remove(av: *mut ffi::fid_av, fi_addr: *mut ffi::fi_addr_
                 }
             }
             for ep in st.avs[av.id].eps.clone() {
-                crate::ep::av_changed(&mut st, ep);
+                if let Some(e) = st.eps.get_mut(ep) {
+                    e.forget_peers();
+                }
             }
             result
         })())

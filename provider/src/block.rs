@@ -72,7 +72,8 @@ pub fn until<T>(
     loop {
         let (answer, armed) = {
             let mut st = shared.lock();
-            let armed = crate::ep::wait_handle_for(&st, &eps(&st, id).ok_or(FiError::INVAL)?).map(|h| {
+            let first = eps(&st, id).ok_or(FiError::INVAL)?.iter().find_map(|&e| st.eps.get(e)?.wait_handle());
+            let armed = first.map(|h| {
                 let seq = h.arm();
                 (h, seq)
             });

@@ -274,7 +274,7 @@ fn fill(info: &mut ffi::fi_info, ep_type: ffi::fi_ep_type, version: u32, hints: 
     info.addr_format = ffi::FI_ADDR_STR;
     // Always name a source, as callers expect: a generated name stands for "any name of this
     // process", and each endpoint opened with it gets a fresh one (see `ep::endpoint_open`).
-    let src = addrs.src.clone().unwrap_or_else(crate::ep::generated_name);
+    let src = addrs.src.clone().unwrap_or_else(generated_name);
     info.src_addr = c_memdup(&encode_addr(&src));
     info.src_addrlen = ADDR_LEN;
     if let Some(dest) = &addrs.dest {
@@ -427,4 +427,19 @@ pub(crate) unsafe extern "C" fn rshm_getinfo(
             Err(e) => e.code(),
         }
     })
+}
+
+/// The prefix of every name `generated_name` makes in this process.
+pub fn generated_prefix() -> String {
+    // SAFETY: getuid has no preconditions.
+    let uid = unsafe { libc::getuid() };
+    format!("rshm_{uid}_{}_", std::process::id())
+}
+
+/// A process-unique default name: uid, pid and a counter.
+pub fn generated_name() -> String {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    format!("{}{n}", generated_prefix())
 }

@@ -126,7 +126,9 @@ unsafe extern "C" fn mr_close(fid: *mut ffi::fid) -> i32 {
             // Peers reading it on their own, and replies to reads still going out of this
             // memory, must not read it after we return.
             crate::ep::published::sync(&mut st);
-            crate::ep::registration_closed(&mut st, entry.iov());
+            for (_, ep) in st.eps.iter_mut() {
+                ep.registration_closed(entry.iov());
+            }
             for id in [entry.write_cntr, entry.read_cntr].into_iter().flatten() {
                 if let Some(c) = st.cntrs.get_mut(id) {
                     c.mrs = c.mrs.saturating_sub(1);

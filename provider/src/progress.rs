@@ -25,11 +25,17 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+/// Drive endpoint `id` once (`EpState::drive`); returns how many events it handled.
+pub fn endpoint(st: &mut DomainState, id: usize) -> usize {
+    let DomainState { eps, cqs, cntrs, avs, mrs, .. } = st;
+    eps.get_mut(id).map_or(0, |ep| ep.drive(cqs, cntrs, avs, mrs))
+}
+
 /// Endpoint ids, copied out of the state so that progress can borrow it mutably.
 type Ids = smallvec::SmallVec<[usize; 8]>;
 
 fn drive(st: &mut DomainState, ids: Ids) -> usize {
-    ids.into_iter().map(|id| crate::ep::progress(st, id)).sum()
+    ids.into_iter().map(|id| endpoint(st, id)).sum()
 }
 
 /// Drive the endpoints `ids` (copied out first, unless there is just one: the common case,
@@ -37,7 +43,7 @@ fn drive(st: &mut DomainState, ids: Ids) -> usize {
 fn drive_these(st: &mut DomainState, ids: impl FnOnce(&DomainState) -> Option<&[usize]>) -> usize {
     match ids(st) {
         None | Some([]) => 0,
-        Some(&[one]) => crate::ep::progress(st, one),
+        Some(&[one]) => endpoint(st, one),
         Some(many) => {
             let many: Ids = many.iter().copied().collect();
             drive(st, many)
@@ -200,7 +206,7 @@ fn stand_aside(domain: &Weak<DomainShared>, control: &Control) {
             let mut events = 0;
             for id in ids {
                 if driven.get(&id) == Some(&st.eps[id].driven) {
-                    events += crate::ep::progress(&mut st, id);
+                    events += endpoint(&mut st, id);
                 }
                 driven.insert(id, st.eps[id].driven);
             }

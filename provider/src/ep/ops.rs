@@ -2,8 +2,9 @@
 //! `tx::send` or `rx::post`.
 
 use super::rx::{self, PostCtx, PostedRecv};
+use super::state::Sinks;
 use super::tx::{self, SendArgs};
-use super::{get, Ep, Sinks};
+use super::{get, Ep};
 use crate::error::{FiError, FiResult};
 use crate::iov::{many, one};
 use crate::state::DomainState;
@@ -39,10 +40,14 @@ fn send(ep: *mut ffi::fid_ep, make: impl FnOnce(u64) -> FiResult<SendArgs>, defa
 
 #[inline(always)]
 fn send_locked(st: &mut DomainState, id: usize, args: SendArgs) -> FiResult<()> {
-    let result = tx::send(st, id, args);
+    let DomainState { eps, cqs, cntrs, avs, .. } = &mut *st;
+    let result = match eps.get_mut(id) {
+        Some(ep) => tx::send(ep, cqs, cntrs, avs, args),
+        None => Err(FiError::INVAL),
+    };
     if result == Err(FiError::AGAIN) {
         // Make room: drain our rings (responses free peers' buffers and our tx slots).
-        super::progress(st, id);
+        crate::progress::endpoint(st, id);
     }
     result
 }
@@ -60,7 +65,7 @@ fn inject(
         if !buf.is_null() {
             // SAFETY: the caller's buffer of `len` bytes, readable during the call (fi_msg(3)).
             let bytes = unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), len) };
-            if tx::inject_express(st, ep.id, bytes, dest, tag, data) {
+            if st.eps.get_mut(ep.id).is_some_and(|e| tx::inject_express(e, bytes, dest, tag, data)) {
                 return Ok(());
             }
         }

@@ -114,10 +114,11 @@
 //! waiting. Reads up to `READ_SNAPSHOT_MAX`, and every one-trip read, are copied when the
 //! request arrives (FI_ORDER_WAR).
 
-use super::read_req::{u64_at, Bytes, ReadReq, ReturnBy, WRITE_BACK_RANGES_MAX};
+use super::read_req::{u64_at, Bytes, ReadReq, ReturnBy};
 use super::replies::{Pending, Replies};
+use super::state::Sinks;
 use super::tx::Returns;
-use super::{Sinks, TxOp};
+use super::tx::TxOp;
 use crate::atomic::apply::{self, Kind};
 use crate::error::{FiError, FiResult};
 use crate::state::cq::CqEvent;
@@ -146,7 +147,7 @@ pub fn kind_of(app: u8) -> u8 {
     app >> 4
 }
 
-fn app(kind: u8, low: u8) -> u8 {
+pub(super) fn app(kind: u8, low: u8) -> u8 {
     kind << 4 | low
 }
 
@@ -429,256 +430,9 @@ pub enum Op {
     Atomic { desc: Desc, operand: Ranges, compare: Ranges, result: Ranges },
 }
 
-/// Start a one-sided operation on endpoint `id`.
-pub fn start(st: &mut crate::state::DomainState, id: usize, a: OneSided, op: Op) -> FiResult<()> {
-    start_inline(st, id, a, op)
-}
-
-/// `start`, inlined into the caller: the RMA entry points take it (`rma_ops::call`), where
-/// moving the operation into a frame of its own cost about 130 instructions per fi_write and
-/// fi_read. The less frequent general atomic forms call `start`.
-#[inline(always)]
-pub fn start_inline(st: &mut crate::state::DomainState, id: usize, a: OneSided, op: Op) -> FiResult<()> {
-    // The bytes a read or write moves (an atomic's are bounded by one inject buffer).
-    let len: usize = match &op {
-        Op::Read { local } | Op::Write { local, .. } => local.iter().map(|p| p.1).sum(),
-        Op::Atomic { .. } => 0,
-    };
-    let large = len >= large_min();
-    if large {
-        // Serve what peers asked of us before we start a large operation of our own: a peer
-        // that reads us while we read it (fi_rma_bw) then finds us progressing and has its
-        // reads answered into its buffers (below), not made by its own CMA call, and neither
-        // waits for the other's whole burst of operations. Against the operation's copy, an
-        // idle pass is nothing.
-        super::progress(st, id);
-    }
-    let Start { ep, cqs, cntrs, peer, wanted } = begin(st, id, &a)?;
-    let engine = ep.engine.as_mut().expect("checked above");
-    // A read's answer buffer (one-trip reads): owned by the engine once the send is called.
-    let mut answer_buf = None;
-    // A large read of up to one SAR buffer from a target that calls progress, free or busy with
-    // its own operations (fi_rma_bw, where both read each other), is answered into a buffer of
-    // ours as a one-trip read: at 32 KiB, 12-13 GB/s and 2.6-2.8 us against 6.8-8.7 GB/s and
-    // 3.8 us pushed through SAR, and in fi_rma_bw 8-22 GB/s against 3.2-5 by our CMA read
-    // (docs/perf/protocols.md). A target that computes or sleeps would keep us waiting.
-    let one_buffer_read = large && matches!(op, Op::Read { .. }) && len <= engine.answer_buf_max();
-    let progresses = one_buffer_read && engine.peer_progresses(peer);
-    if progresses {
-        answer_buf = engine.reserve_answer_buf(len).ok();
-    }
-    // Other large data to or from a target that polls with nothing of its own to do goes
-    // through SAR, both CPUs copying at once: it pushes a read's reply, and takes a write's
-    // segments as they come. From any other target a large read is ours to make, where the
-    // target published the registration (its CPU is busy, or not in the provider at all), and a
-    // large write is pulled by the target with CMA in one step of its progress. A target just
-    // found not progressing is not free either (its free polls are polls): no second look, which
-    // could watch it for another microsecond.
-    let still = one_buffer_read && !progresses;
-    let pushed = large && answer_buf.is_none() && !still && engine.peer_is_free(peer);
-    if large && !pushed && answer_buf.is_none() {
-        if let Some((kind, flags)) = copy_published(engine, peer, &a, &op) {
-            let tx = TxOp::new(a.ctx, flags, wanted, kind);
-            ep.rma.issued += 1;
-            done_at_once(&mut super::Sinks { cqs, cntrs, b: &ep.bindings }, a.ctx, &tx);
-            return Ok(());
-        }
-    }
-    let slot = ep.tx_ops.vacant_key();
-    let (hdr, payload, tx, reply_to) = match op {
-        Op::Write { local, data } => {
-            if a.flags & ffi::FI_INJECT as u64 != 0 && len > crate::getinfo::INJECT_SIZE {
-                return Err(FiError::MSGSIZE);
-            }
-            let low = if data.is_some() { super::APP_DATA } else { 0 };
-            let hdr = header(app(KIND_WRITE, low), a.key, a.addr, data.unwrap_or(0), len);
-            let tx = TxOp::new(a.ctx, (ffi::FI_RMA | ffi::FI_WRITE) as u64, wanted, super::TxKind::Write);
-            (hdr, Payload::App(local), tx, None)
-        }
-        Op::Read { local } => {
-            let engine = ep.engine.as_mut().expect("checked above");
-            // One round trip: the target answers with the bytes (up to ANSWER_DATA_MAX), places
-            // them in a buffer of ours, named here, or (larger ones, where CMA works) writes
-            // them straight into the caller's buffer. Otherwise (a target with time to spare,
-            // no answer buffer free, too many ranges, no CMA) it sends a reply.
-            if answer_buf.is_none() && len > ANSWER_DATA_MAX && len <= crate::params::config().read_one_trip_max {
-                answer_buf = engine.reserve_answer_buf(len).ok();
-            }
-            let answered = len <= ANSWER_DATA_MAX || answer_buf.is_some();
-            let write_back = !answered
-                && !pushed
-                && len > engine.params().inject_max
-                && local.len() <= WRITE_BACK_RANGES_MAX
-                && engine.cma_with(peer);
-            let by = match answer_buf {
-                Some(buf) => ReturnBy::AnswerBuf(buf.wire()),
-                None if pushed => ReturnBy::Pushed,
-                None if write_back => ReturnBy::WriteBack(
-                    local.iter().map(|&(a, n)| RemoteIov { addr: a as u64, len: n as u64 }).collect(),
-                ),
-                None => ReturnBy::Reply,
-            };
-            let (op_id, returns, reply) = ep.rma.returns(local, len, answered, write_back);
-            let payload = ReadReq { op_id, len: len as u64, by }.encode();
-            let hdr = header(app(KIND_READ_REQ, 0), a.key, a.addr, 0, payload.len());
-            let tx =
-                TxOp::new(a.ctx, (ffi::FI_RMA | ffi::FI_READ) as u64, wanted, super::TxKind::Read).returning(returns);
-            (hdr, Payload::Own(payload), tx, reply)
-        }
-        Op::Atomic { desc, operand, compare, result } => {
-            let (op_id, tx, reply) = atomic_tx(&mut ep.rma, desc, &a, wanted, result);
-            let desc = desc.for_op(op_id);
-            // The request: the op id if there is one, then the operands and compare values,
-            // copied from the application's buffers into one array sized by the operation
-            // (checked against their lengths by the entry point).
-            let mut payload = Bytes::from_elem(0, desc.payload());
-            let (id, values) = payload.split_at_mut(desc.id_bytes());
-            id.copy_from_slice(&op_id.to_le_bytes()[..desc.id_bytes()]);
-            // SAFETY: the application's operand and compare buffers (non-NULL, of their
-            // lengths: checked by the entry point), read during this call only.
-            let copied = unsafe {
-                let n = crate::iov::gather(&operand, values);
-                n + crate::iov::gather(&compare, &mut values[n..])
-            };
-            if copied != values.len() {
-                return Err(FiError::INVAL);
-            }
-            let hdr = header(app(KIND_ATOMIC, 0), a.key, a.addr, desc.pack(), payload.len());
-            (hdr, Payload::Own(payload), tx, reply)
-        }
-    };
-    crate::debug!(EpData, "one-sided {:#x} to {} key {:#x} addr {:#x} len {}", hdr.app, a.dest, a.key, a.addr, hdr.len);
-    let engine = ep.engine.as_mut().expect("checked above");
-    let acked = acknowledged(ep.tx_op_flags, &a, &tx, &mut ep.rma, engine, peer);
-    // A one-sided target may progress rarely: a large write is pulled with CMA where allowed,
-    // unless the target has a CPU to spare (above).
-    let cookie = cookie_of(&a, &tx, slot);
-    let opts = SendOpts { cookie, delivery_complete: acked, more: more(&a), pull: !pushed };
-    let sent = match (payload, answer_buf) {
-        // SAFETY: the application's source buffer, which it leaves unchanged until the write
-        // completes (the engine copies inject-sized ones before returning).
-        (Payload::App(local), _) => unsafe { super::tx::engine_send(engine, peer, hdr, local, opts) },
-        (Payload::Own(bytes), Some(buf)) => engine.send_bytes_answered(peer, hdr, &bytes, opts, buf),
-        (Payload::Own(bytes), None) if bytes.len() <= engine.params().inject_max => {
-            engine.send_bytes(peer, hdr, &bytes, opts)
-        }
-        (Payload::Own(bytes), None) => engine.send(peer, hdr, LocalIov::owned(bytes.into_vec()), opts),
-    };
-    launched(ep, cqs, cntrs, &a, sent, acked, tx, reply_to, cookie)
-}
-
-/// Start a read of `len` bytes into the caller's buffer at `buf` (checked by the entry point:
-/// non-NULL when `len > 0`). The short way of the usual read (fi_read, SOS's get): one the target
-/// answers in one round trip, with the bytes in the answer (up to `ANSWER_DATA_MAX`) or in an
-/// answer buffer of ours, takes no iov list, request builder or reply record; the transmit record
-/// says where the bytes go. A larger read, or one for which no answer buffer is free, goes as
-/// any read does (`start_inline`).
-pub fn start_read(st: &mut crate::state::DomainState, id: usize, a: OneSided, buf: usize, len: usize) -> FiResult<()> {
-    let general = |st: &mut crate::state::DomainState, a: OneSided| {
-        let mut local = Ranges::new();
-        if len > 0 {
-            local.push((buf, len));
-        }
-        start_inline(st, id, a, Op::Read { local })
-    };
-    if len > ANSWER_DATA_MAX && len > crate::params::config().read_one_trip_max {
-        return general(st, a);
-    }
-    let Start { ep, cqs, cntrs, peer, wanted } = begin(st, id, &a)?;
-    let slot = ep.tx_ops.vacant_key();
-    let engine = ep.engine.as_mut().expect("checked by admit");
-    let answer_buf = if len > ANSWER_DATA_MAX {
-        match engine.reserve_answer_buf(len) {
-            Ok(b) => Some(b),
-            Err(_) => return general(st, a),
-        }
-    } else {
-        None
-    };
-    let mut req = [0u8; 8];
-    let n = ReadReq::encode_answered(len as u64, answer_buf.map(|b| b.wire()), &mut req);
-    let hdr = header(app(KIND_READ_REQ, 0), a.key, a.addr, 0, n);
-    let (_, returns, _) = answered_into(buf, len);
-    let tx = TxOp::new(a.ctx, (ffi::FI_RMA | ffi::FI_READ) as u64, wanted, super::TxKind::Read).returning(returns);
-    // A read always completes on its answer (`acknowledged`).
-    let cookie = slot as u64;
-    let opts = SendOpts { cookie, delivery_complete: true, more: more(&a), pull: true };
-    let sent = match answer_buf {
-        Some(b) => engine.send_bytes_answered(peer, hdr, &req[..n], opts, b),
-        None => engine.send_bytes(peer, hdr, &req[..n], opts),
-    };
-    launched(ep, cqs, cntrs, &a, sent, true, tx, None, cookie)
-}
-
-/// Start a one-sided atomic whose request (`req`: 8 bytes left for an op id, then operands and
-/// compare values; 8 + `desc.payload()` long) the caller built from one contiguous buffer each: the
-/// short way of the usual small atomic (`rma_ops::call_contiguous`), with no iov lists to build,
-/// move and walk. `result` receives the old values of a fetching or compare atomic.
-pub fn start_atomic(
-    st: &mut crate::state::DomainState,
-    id: usize,
-    a: OneSided,
-    desc: Desc,
-    req: &mut [u8],
-    result: usize,
-) -> FiResult<()> {
-    let Start { ep, cqs, cntrs, peer, wanted } = begin(st, id, &a)?;
-    let slot = ep.tx_ops.vacant_key();
-    let want = desc.bytes();
-    let (op_id, tx, reply) = if desc.kind != Kind::Write && want <= ANSWER_DATA_MAX {
-        // Answered with the old values, straight into `result` (`RmaState::returns`, without
-        // the range list it would take).
-        let (op_id, returns, reply) = answered_into(result, want);
-        (op_id, fetch_tx(&a, wanted).returning(returns), reply)
-    } else {
-        let mut local = Ranges::new();
-        if desc.kind != Kind::Write {
-            local.push((result, want));
-        }
-        atomic_tx(&mut ep.rma, desc, &a, wanted, local)
-    };
-    // `req` keeps 8 bytes in front for an op id; most requests carry none (`Desc::with_op_id`).
-    let desc = desc.for_op(op_id);
-    let req = if desc.with_op_id {
-        req.get_mut(..8).ok_or(FiError::INVAL)?.copy_from_slice(&op_id.to_le_bytes());
-        req
-    } else {
-        req.get_mut(8..).ok_or(FiError::INVAL)?
-    };
-    let hdr = header(app(KIND_ATOMIC, 0), a.key, a.addr, desc.pack(), req.len());
-    let engine = ep.engine.as_mut().expect("checked by admit");
-    let acked = acknowledged(ep.tx_op_flags, &a, &tx, &mut ep.rma, engine, peer);
-    let cookie = cookie_of(&a, &tx, slot);
-    let opts = SendOpts { cookie, delivery_complete: acked, more: more(&a), pull: true };
-    let sent = engine.send_bytes(peer, hdr, req, opts);
-    launched(ep, cqs, cntrs, &a, sent, acked, tx, reply, cookie)
-}
-
-/// What starting a one-sided operation on an endpoint needs, checked (`admit`): the endpoint,
-/// the completion queues and counters it reports to, the target peer, and whether a success
-/// makes a CQ entry (`wanted`).
-struct Start<'a> {
-    ep: &'a mut super::EpState,
-    cqs: &'a mut Slab<crate::state::cq::CqState>,
-    cntrs: &'a mut Slab<crate::state::cntr::CntrState>,
-    peer: PeerId,
-    wanted: bool,
-}
-
-/// `Start` for operation `a` on endpoint `id`.
-#[inline(always)]
-fn begin<'a>(st: &'a mut crate::state::DomainState, id: usize, a: &OneSided) -> FiResult<Start<'a>> {
-    let crate::state::DomainState { eps, avs, cqs, cntrs, .. } = st;
-    let ep = eps.get_mut(id).ok_or(FiError::INVAL)?;
-    admit(ep, a)?;
-    let peer = super::tx::peer_for(ep, avs, a.dest)?;
-    let wanted = wanted(ep, a);
-    Ok(Start { ep, cqs, cntrs, peer, wanted })
-}
-
 /// Whether endpoint `ep` can start a one-sided operation now.
 #[inline(always)]
-fn admit(ep: &super::EpState, a: &OneSided) -> FiResult<()> {
+pub(super) fn admit(ep: &super::state::EpState, a: &OneSided) -> FiResult<()> {
     if ep.engine.is_none() {
         return Err(FiError::NOTCONN);
     }
@@ -695,13 +449,13 @@ fn admit(ep: &super::EpState, a: &OneSided) -> FiResult<()> {
 
 /// Whether the operation's successful completion makes a CQ entry.
 #[inline(always)]
-fn wanted(ep: &super::EpState, a: &OneSided) -> bool {
+pub(super) fn wanted(ep: &super::state::EpState, a: &OneSided) -> bool {
     !a.inject_call && (!ep.bindings.tx_selective || a.flags & ffi::FI_COMPLETION as u64 != 0)
 }
 
 /// FI_MORE: the engine batches small requests to a peer until the next call without it.
 #[inline(always)]
-fn more(a: &OneSided) -> bool {
+pub(super) fn more(a: &OneSided) -> bool {
     a.flags & ffi::FI_MORE as u64 != 0
 }
 
@@ -711,8 +465,15 @@ fn more(a: &OneSided) -> bool {
 /// doc) does unless it asks for transmit or inject completion and for nothing stronger, and
 /// targets another endpoint; the engine acknowledges the large ones (CMA, SAR) anyway.
 #[inline(always)]
-fn acknowledged(op_flags: u64, a: &OneSided, tx: &TxOp, rma: &mut RmaState, engine: &Endpoint, peer: PeerId) -> bool {
-    if tx.kind() == super::TxKind::Read {
+pub(super) fn acknowledged(
+    op_flags: u64,
+    a: &OneSided,
+    tx: &TxOp,
+    rma: &mut RmaState,
+    engine: &Endpoint,
+    peer: PeerId,
+) -> bool {
+    if tx.kind() == super::tx::TxKind::Read {
         return true;
     }
     let flags = a.flags | op_flags;
@@ -725,10 +486,16 @@ fn acknowledged(op_flags: u64, a: &OneSided, tx: &TxOp, rma: &mut RmaState, engi
 /// old values go (`RmaState::returns`: the target answers with them when they fit the answer).
 /// A base atomic sends id 0.
 #[inline(always)]
-fn atomic_tx(rma: &mut RmaState, desc: Desc, a: &OneSided, wanted: bool, result: Ranges) -> (u64, TxOp, Option<Reply>) {
+pub(super) fn atomic_tx(
+    rma: &mut RmaState,
+    desc: Desc,
+    a: &OneSided,
+    wanted: bool,
+    result: Ranges,
+) -> (u64, TxOp, Option<Reply>) {
     match desc.kind {
         Kind::Write => {
-            (0, TxOp::new(a.ctx, (ffi::FI_ATOMIC | ffi::FI_WRITE) as u64, wanted, super::TxKind::Write), None)
+            (0, TxOp::new(a.ctx, (ffi::FI_ATOMIC | ffi::FI_WRITE) as u64, wanted, super::tx::TxKind::Write), None)
         }
         _ => {
             let want = desc.bytes();
@@ -742,22 +509,22 @@ fn atomic_tx(rma: &mut RmaState, desc: Desc, a: &OneSided, wanted: bool, result:
 /// (`addr`, `len` bytes), keeps (`RmaState::returns`): op id 0 in its request, which the
 /// target answers itself, the place in its transmit record, and no reply record.
 #[inline(always)]
-fn answered_into(addr: usize, len: usize) -> (u64, Returns, Option<Reply>) {
+pub(super) fn answered_into(addr: usize, len: usize) -> (u64, Returns, Option<Reply>) {
     (0, Returns::Answer { addr, len, got: None }, None)
 }
 
 /// The transmit record of a fetching or compare atomic, before it says where its old values go.
 #[inline(always)]
-fn fetch_tx(a: &OneSided, wanted: bool) -> TxOp {
-    TxOp::new(a.ctx, (ffi::FI_ATOMIC | ffi::FI_READ) as u64, wanted, super::TxKind::Read)
+pub(super) fn fetch_tx(a: &OneSided, wanted: bool) -> TxOp {
+    TxOp::new(a.ctx, (ffi::FI_ATOMIC | ffi::FI_READ) as u64, wanted, super::tx::TxKind::Read)
 }
 
 /// After the engine took (or refused) a one-sided operation's request: report one that is
 /// complete already, or keep its transmit record (and reply buffer) in tx slot `slot`.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-fn launched(
-    ep: &mut super::EpState,
+pub(super) fn launched(
+    ep: &mut super::state::EpState,
     cqs: &mut Slab<crate::state::cq::CqState>,
     cntrs: &mut Slab<crate::state::cntr::CntrState>,
     a: &OneSided,
@@ -772,7 +539,7 @@ fn launched(
         // nothing would see it (an inject with no counter).
         Ok(SendStatus::Done) if !acked => {
             ep.rma.issued += 1;
-            done_at_once(&mut super::Sinks { cqs, cntrs, b: &ep.bindings }, a.ctx, &tx);
+            done_at_once(&mut super::state::Sinks { cqs, cntrs, b: &ep.bindings }, a.ctx, &tx);
             return Ok(());
         }
         // The answer (or, for a batched one, its push into the ring) completes it.
@@ -803,8 +570,8 @@ fn launched(
 /// kind at completion, and that fits the cookie. It saves the record's insertion, look-up and
 /// removal on the path of SOS's puts and non-fetching atomics.
 #[inline(always)]
-fn cookie_of(a: &OneSided, tx: &TxOp, slot: usize) -> u64 {
-    if !a.inject_call || tx.kind() != super::TxKind::Write {
+pub(super) fn cookie_of(a: &OneSided, tx: &TxOp, slot: usize) -> u64 {
+    if !a.inject_call || tx.kind() != super::tx::TxKind::Write {
         return slot as u64;
     }
     let atomic = tx.flags() & ffi::FI_ATOMIC as u64 != 0;
@@ -816,20 +583,20 @@ fn cookie_of(a: &OneSided, tx: &TxOp, slot: usize) -> u64 {
 pub fn untracked_done(rma: &mut RmaState, cookie: u64, result: smr_core::Result<()>, sinks: &mut Sinks) {
     rma.untracked = rma.untracked.saturating_sub(1);
     let class = if cookie & UNTRACKED_ATOMIC != 0 { ffi::FI_ATOMIC } else { ffi::FI_RMA };
-    let entry = super::ctx_completion(0, (class | ffi::FI_WRITE) as u64);
+    let entry = super::state::ctx_completion(0, (class | ffi::FI_WRITE) as u64);
     let event = match result {
         Ok(()) => CqEvent::Done(entry),
         Err(e) => CqEvent::Failed { entry, err: FiError::from(e).0, olen: 0 },
     };
-    sinks.tx_done(event, false, super::TxKind::Write);
+    sinks.tx_done(event, false, super::tx::TxKind::Write);
 }
 
 /// Report an operation that completed within its call, unless nothing would see it (an inject
 /// with no counter).
-fn done_at_once(sinks: &mut super::Sinks, ctx: usize, tx: &TxOp) {
+pub(super) fn done_at_once(sinks: &mut super::state::Sinks, ctx: usize, tx: &TxOp) {
     let kind = tx.kind();
     if tx.wanted() || sinks.b.tx_cntr(kind).is_some() {
-        sinks.tx_done(CqEvent::Done(super::ctx_completion(ctx, tx.flags())), tx.wanted(), kind);
+        sinks.tx_done(CqEvent::Done(super::state::ctx_completion(ctx, tx.flags())), tx.wanted(), kind);
     }
 }
 
@@ -837,7 +604,7 @@ fn done_at_once(sinks: &mut super::Sinks, ctx: usize, tx: &TxOp) {
 /// to another, reads and writes try its published registrations first (`copy_published`): one system
 /// call of the initiator's, against a round trip through the target. Shorter reads are cheaper
 /// through the target's answer (docs/perf/protocols.md), and shorter writes fit one SAR segment.
-fn large_min() -> usize {
+pub(super) fn large_min() -> usize {
     crate::params::config().read_one_trip_max + 1
 }
 
@@ -845,7 +612,12 @@ fn large_min() -> usize {
 /// registration for it (`smr_core::published`): complete when this returns its kind and
 /// completion flags. None: nothing is complete, take the ordinary path (a copy that fell short
 /// may have placed some bytes; the ordinary path copies them all again).
-fn copy_published(engine: &mut Endpoint, peer: PeerId, a: &OneSided, op: &Op) -> Option<(super::TxKind, u64)> {
+pub(super) fn copy_published(
+    engine: &mut Endpoint,
+    peer: PeerId,
+    a: &OneSided,
+    op: &Op,
+) -> Option<(super::tx::TxKind, u64)> {
     let (local, read) = match op {
         Op::Read { local } => (local, true),
         Op::Write { local, data: None } => (local, false),
@@ -860,16 +632,17 @@ fn copy_published(engine: &mut Endpoint, peer: PeerId, a: &OneSided, op: &Op) ->
     } else {
         engine.write_published(peer, &p, a.addr, &iov)
     };
-    let (kind, dir) = if read { (super::TxKind::Read, ffi::FI_READ) } else { (super::TxKind::Write, ffi::FI_WRITE) };
+    let (kind, dir) =
+        if read { (super::tx::TxKind::Read, ffi::FI_READ) } else { (super::tx::TxKind::Write, ffi::FI_WRITE) };
     copied.is_ok().then_some((kind, (ffi::FI_RMA | dir) as u64))
 }
 
-fn header(app: u8, tag: u64, aux: u64, data: u64, len: usize) -> MsgHeader {
+pub(super) fn header(app: u8, tag: u64, aux: u64, data: u64, len: usize) -> MsgHeader {
     MsgHeader { app, tag, data, aux, len: len as u64 }
 }
 
 /// Where the bytes of a read or fetching atomic go when they come back.
-struct Reply {
+pub(super) struct Reply {
     op_id: u64,
     local: Ranges,
     want: usize,
@@ -878,7 +651,7 @@ struct Reply {
 }
 
 /// What an operation sends: the application's memory (writes) or its own request.
-enum Payload {
+pub(super) enum Payload {
     App(Ranges),
     Own(Bytes),
 }
@@ -895,7 +668,7 @@ impl RmaState {
     /// which the target does not use then). Otherwise in a reply (or by a write-back), matched
     /// by a new operation id.
     #[inline(always)]
-    fn returns(
+    pub(super) fn returns(
         &mut self,
         local: Ranges,
         want: usize,
@@ -1239,7 +1012,8 @@ mod tests {
         let mut rma = RmaState::default();
         let mut tx_ops = Slab::new();
         let op_id = rma.new_op();
-        let slot = tx_ops.insert(TxOp::new(0, 0, false, super::super::TxKind::Read).returning(Returns::Reply(op_id)));
+        let slot =
+            tx_ops.insert(TxOp::new(0, 0, false, super::super::tx::TxKind::Read).returning(Returns::Reply(op_id)));
         let dest = [(buf.as_mut_ptr() as usize, buf.len())].into_iter().collect();
         rma.pending.insert(op_id, Pending::new(slot, dest, want, false));
         (rma, tx_ops, op_id)
@@ -1279,10 +1053,10 @@ mod tests {
             rma.returns([(buf.as_mut_ptr() as usize, want)].into_iter().collect(), want, true, false);
         assert!(op_id == 0 && reply.is_none(), "an answered read keeps no reply record");
         let mut tx_ops = Slab::new();
-        let slot = tx_ops.insert(TxOp::new(0, 0, false, super::super::TxKind::Read).returning(returns));
+        let slot = tx_ops.insert(TxOp::new(0, 0, false, super::super::tx::TxKind::Read).returning(returns));
         let (mut cqs, mut cntrs) = (Slab::new(), Slab::new());
         let cntr = cntrs.insert(crate::state::cntr::CntrState::default());
-        let b = super::super::Bindings { read_cntr: Some(cntr), ..Default::default() };
+        let b = super::super::state::Bindings { read_cntr: Some(cntr), ..Default::default() };
         let mut sinks = Sinks { cqs: &mut cqs, cntrs: &mut cntrs, b: &b };
         if let Some(data) = answer {
             answer_data(&mut rma, &mut tx_ops, slot, data);

@@ -1,9 +1,10 @@
-//! The one-sided entry points (fi_ops_rma, fi_ops_atomic): argument checks, then `rma::start`.
+//! The one-sided entry points (fi_ops_rma, fi_ops_atomic): argument checks, then `rma_start::start`.
 //!
 //! Every call reduces to one `OneSided` (where and how) and one `Op` (what); the v and msg
 //! forms only differ in how the caller describes its buffers.
 
 use super::rma::{self, Desc, OneSided, Op};
+use super::rma_start;
 use super::Ep;
 use crate::atomic::apply::{self, Kind};
 use crate::error::{FiError, FiResult};
@@ -17,7 +18,7 @@ use std::ptr::{null, null_mut};
 fn call(ep: *mut ffi::fid_ep, default_flags: bool, make: impl FnOnce(u64) -> FiResult<(OneSided, Op)>) -> isize {
     run(ep, default_flags, |st, id, flags| {
         let (a, op) = make(flags)?;
-        rma::start_inline(st, id, a, op)
+        rma_start::start_inline(st, id, a, op)
     })
 }
 
@@ -32,7 +33,7 @@ fn run(
         let flags = if default_flags { st.eps[ep.id].tx_op_flags } else { 0 };
         let result = go(st, ep.id, flags);
         if result == Err(FiError::AGAIN) {
-            super::progress(st, ep.id);
+            crate::progress::endpoint(st, ep.id);
         }
         result
     })
@@ -56,7 +57,7 @@ struct Contiguous {
 const SMALL_REQUEST: usize = 8 + 2 * 32;
 
 /// Run a `Contiguous` atomic: one whose request fits `SMALL_REQUEST` takes the short way
-/// (`rma::start_atomic`: checked against the tables, copied once into the request, no iov lists);
+/// (`rma_start::start_atomic`: checked against the tables, copied once into the request, no iov lists);
 /// the others go as any atomic does.
 fn call_contiguous(ep: *mut ffi::fid_ep, default_flags: bool, a: impl FnOnce(u64) -> OneSided, c: Contiguous) -> isize {
     run(ep, default_flags, |st, id, flags| start_contiguous(st, id, a(flags), c))
@@ -65,7 +66,7 @@ fn call_contiguous(ep: *mut ffi::fid_ep, default_flags: bool, a: impl FnOnce(u64
 fn start_contiguous(st: &mut crate::state::DomainState, id: usize, a: OneSided, c: Contiguous) -> FiResult<()> {
     let mut req = [0u8; SMALL_REQUEST];
     match small_request(&c, &mut req)? {
-        Some((desc, len)) => rma::start_atomic(st, id, a, desc, &mut req[..len], c.result as usize),
+        Some((desc, len)) => rma_start::start_atomic(st, id, a, desc, &mut req[..len], c.result as usize),
         None => {
             let operand = operand_of(c.op, || elems(c.operand, c.count, c.datatype))?;
             let compare = match c.kind {
@@ -76,7 +77,7 @@ fn start_contiguous(st: &mut crate::state::DomainState, id: usize, a: OneSided, 
                 Kind::Write => Ranges::new(),
                 _ => elems(c.result, c.count, c.datatype)?,
             };
-            rma::start(st, id, a, atomic_op(c.kind, c.op, c.datatype, operand, compare, result)?)
+            rma_start::start(st, id, a, atomic_op(c.kind, c.op, c.datatype, operand, compare, result)?)
         }
     }
 }
@@ -157,7 +158,7 @@ unsafe extern "C" fn rma_read(
 ) -> isize {
     crate::guard("fi_read", FiError::OTHER.code() as isize, || {
         run(ep, true, |st, id, f| {
-            rma::start_read(st, id, target(src, addr, key, ctx, f), crate::iov::one_addr(buf, len)?, len)
+            rma_start::start_read(st, id, target(src, addr, key, ctx, f), crate::iov::one_addr(buf, len)?, len)
         })
     })
 }
@@ -423,7 +424,7 @@ unsafe fn start_msg(
     };
     let o = atomic_op(kind, m.op, m.datatype, operand, cmp, res)?;
     check_remote_count(&m, &o)?;
-    rma::start(st, id, a, o)
+    rma_start::start(st, id, a, o)
 }
 
 /// An atomic message whose arrays are one fi_ioc each, all of the remote array's count: the
@@ -825,7 +826,7 @@ mod tests {
         assert!(got.operand.is_null());
     }
 
-    /// The short way checks what `describe` checks, and builds the request `rma::start` would.
+    /// The short way checks what `describe` checks, and builds the request `rma_start::start` would.
     #[test]
     fn small_requests_are_checked_and_built_like_the_general_ones() {
         let (operand, compare, mut result) = (7u64, 9u64, 0u64);

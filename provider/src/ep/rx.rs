@@ -6,7 +6,8 @@
 //! so a receive posted later finds it. Unexpected messages are bounded by memory, not by
 //! rx_size: a receiver that posts late never makes a sender hang.
 
-use super::{ctx_completion, Sinks, TxOp, APP_DATA, APP_TAGGED};
+use super::state::{ctx_completion, Sinks, APP_DATA, APP_TAGGED};
+use super::tx::TxOp;
 use crate::error::FiError;
 use crate::state::av::AvState;
 use crate::state::cq::{Completion, CqEvent};

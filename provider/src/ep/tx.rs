@@ -1,10 +1,12 @@
 //! Send side: resolve the destination, hand the message to the engine, report completions.
 
-use super::{ctx_completion, EpState, Sinks, APP_DATA, APP_TAGGED};
+use super::state::{ctx_completion, EpState, Sinks, APP_DATA, APP_TAGGED};
 use crate::error::{FiError, FiResult};
 use crate::getinfo::INJECT_SIZE;
+use crate::state::av::AvState;
+use crate::state::cntr::CntrState;
 use crate::state::cq::CqEvent;
-use crate::state::DomainState;
+use crate::state::cq::CqState;
 use rshm_ffi as ffi;
 use slab::Slab;
 use smr_core::cmd::MsgHeader;
@@ -83,7 +85,7 @@ pub struct SendArgs {
 
 /// The engine peer of fi_addr `dest`: one load once known (inline on every send path).
 #[inline(always)]
-pub(super) fn peer_for(ep: &mut EpState, avs: &Slab<crate::state::av::AvState>, dest: u64) -> FiResult<PeerId> {
+pub(super) fn peer_for(ep: &mut EpState, avs: &Slab<AvState>, dest: u64) -> FiResult<PeerId> {
     match ep.peers.get(dest as usize) {
         Some(&Some(p)) => Ok(p),
         _ => peer_first_use(ep, avs, dest),
@@ -92,7 +94,7 @@ pub(super) fn peer_for(ep: &mut EpState, avs: &Slab<crate::state::av::AvState>, 
 
 /// `peer_for` of an fi_addr not used yet: look its name up in the AV and add the peer.
 #[cold]
-fn peer_first_use(ep: &mut EpState, avs: &Slab<crate::state::av::AvState>, dest: u64) -> FiResult<PeerId> {
+fn peer_first_use(ep: &mut EpState, avs: &Slab<AvState>, dest: u64) -> FiResult<PeerId> {
     let av = ep.av.and_then(|a| avs.get(a)).ok_or(FiError::NOAV)?;
     let name = av.name(dest).ok_or_else(|| {
         crate::warn!(EpData, "send to fi_addr {dest}, which is not in the AV");
@@ -128,15 +130,7 @@ fn header(tag: Option<u64>, data: Option<u64>, len: usize) -> MsgHeader {
 /// there is nothing to report). False, with nothing sent, for anything else: `send` takes it,
 /// and also says why a send fails.
 #[inline(always)]
-pub fn inject_express(
-    st: &mut DomainState,
-    id: usize,
-    bytes: &[u8],
-    dest: u64,
-    tag: Option<u64>,
-    data: Option<u64>,
-) -> bool {
-    let Some(ep) = st.eps.get_mut(id) else { return false };
+pub fn inject_express(ep: &mut EpState, bytes: &[u8], dest: u64, tag: Option<u64>, data: Option<u64>) -> bool {
     if ep.bindings.send_cntr.is_some() || ep.tx_outstanding() >= ep.tx_size {
         return false;
     }
@@ -150,9 +144,13 @@ pub fn inject_express(
 /// Start a send on endpoint `id`.
 // Forced inline into its one caller (`ops::send`), which built the arguments.
 #[inline(always)]
-pub fn send(st: &mut DomainState, id: usize, args: SendArgs) -> FiResult<()> {
-    let DomainState { eps, cqs, cntrs, avs, .. } = st;
-    let ep = eps.get_mut(id).ok_or(FiError::INVAL)?;
+pub fn send(
+    ep: &mut EpState,
+    cqs: &mut Slab<CqState>,
+    cntrs: &mut Slab<CntrState>,
+    avs: &Slab<AvState>,
+    args: SendArgs,
+) -> FiResult<()> {
     if ep.engine.is_none() {
         return Err(FiError::NOTCONN);
     }

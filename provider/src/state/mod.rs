@@ -13,7 +13,7 @@ pub mod mr;
 pub mod threads;
 pub mod wait_fd;
 
-use crate::ep::EpState;
+use crate::ep::state::EpState;
 use crate::error::FiResult;
 use crate::object;
 use av::AvState;

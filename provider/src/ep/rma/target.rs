@@ -335,7 +335,7 @@ fn refuse(msg: &Incoming, errno: u32) -> Disposition {
 
 /// A write's remote CQ data, if it carries any.
 fn cq_data(hdr: &MsgHeader) -> Option<u64> {
-    (hdr.app & crate::ep::APP_DATA != 0).then_some(hdr.data)
+    (hdr.app & crate::ep::state::APP_DATA != 0).then_some(hdr.data)
 }
 
 /// A peer's write landed: the remote counters count it, and its CQ data makes an entry.
@@ -343,7 +343,8 @@ fn written(sinks: &mut Sinks, mr_cntr: Option<usize>, data: Option<u64>, len: u6
     sinks.remote_done(mr_cntr, true);
     if let Some(data) = data {
         let flags = (ffi::FI_RMA | ffi::FI_REMOTE_WRITE) as u64 | ffi::FI_REMOTE_CQ_DATA as u64;
-        let entry = crate::state::cq::Completion { flags, len: len as usize, data, ..crate::ep::ctx_completion(0, 0) };
+        let entry =
+            crate::state::cq::Completion { flags, len: len as usize, data, ..crate::ep::state::ctx_completion(0, 0) };
         sinks.remote_cq(CqEvent::Done(entry));
     }
 }

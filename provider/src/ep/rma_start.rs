@@ -1,0 +1,266 @@
+//! Starting a one-sided operation on the locked domain: the endpoint, its peer and the
+//! CQs and counters it reports to are taken from the state (`begin`), the request goes to the
+//! engine, and `rma::launched` keeps or reports what was started. The RMA and atomic entry
+//! points (`rma_ops`) call these; what the operations are and how their answers complete is
+//! `rma`'s.
+
+use super::read_req::{Bytes, ReadReq, ReturnBy, WRITE_BACK_RANGES_MAX};
+use super::rma::*;
+use super::state::EpState;
+use super::tx::{TxKind, TxOp};
+use crate::atomic::apply::Kind;
+use crate::error::{FiError, FiResult};
+use crate::state::cntr::CntrState;
+use crate::state::cq::CqState;
+use crate::state::DomainState;
+use rshm_ffi as ffi;
+use slab::Slab;
+use smr_core::cmd::{RemoteIov, ANSWER_DATA_MAX};
+use smr_core::endpoint::{PeerId, SendOpts};
+use smr_core::iov::{LocalIov, Ranges};
+
+/// Start a one-sided operation on endpoint `id`.
+pub fn start(st: &mut DomainState, id: usize, a: OneSided, op: Op) -> FiResult<()> {
+    start_inline(st, id, a, op)
+}
+
+/// `start`, inlined into the caller: the RMA entry points take it (`rma_ops::call`), where
+/// moving the operation into a frame of its own cost about 130 instructions per fi_write and
+/// fi_read. The less frequent general atomic forms call `start`.
+#[inline(always)]
+pub fn start_inline(st: &mut DomainState, id: usize, a: OneSided, op: Op) -> FiResult<()> {
+    // The bytes a read or write moves (an atomic's are bounded by one inject buffer).
+    let len: usize = match &op {
+        Op::Read { local } | Op::Write { local, .. } => local.iter().map(|p| p.1).sum(),
+        Op::Atomic { .. } => 0,
+    };
+    let large = len >= large_min();
+    if large {
+        // Serve what peers asked of us before we start a large operation of our own: a peer
+        // that reads us while we read it (fi_rma_bw) then finds us progressing and has its
+        // reads answered into its buffers (below), not made by its own CMA call, and neither
+        // waits for the other's whole burst of operations. Against the operation's copy, an
+        // idle pass is nothing.
+        crate::progress::endpoint(st, id);
+    }
+    let Start { ep, cqs, cntrs, peer, wanted } = begin(st, id, &a)?;
+    let engine = ep.engine.as_mut().expect("checked above");
+    // A read's answer buffer (one-trip reads): owned by the engine once the send is called.
+    let mut answer_buf = None;
+    // A large read of up to one SAR buffer from a target that calls progress, free or busy with
+    // its own operations (fi_rma_bw, where both read each other), is answered into a buffer of
+    // ours as a one-trip read: at 32 KiB, 12-13 GB/s and 2.6-2.8 us against 6.8-8.7 GB/s and
+    // 3.8 us pushed through SAR, and in fi_rma_bw 8-22 GB/s against 3.2-5 by our CMA read
+    // (docs/perf/protocols.md). A target that computes or sleeps would keep us waiting.
+    let one_buffer_read = large && matches!(op, Op::Read { .. }) && len <= engine.answer_buf_max();
+    let progresses = one_buffer_read && engine.peer_progresses(peer);
+    if progresses {
+        answer_buf = engine.reserve_answer_buf(len).ok();
+    }
+    // Other large data to or from a target that polls with nothing of its own to do goes
+    // through SAR, both CPUs copying at once: it pushes a read's reply, and takes a write's
+    // segments as they come. From any other target a large read is ours to make, where the
+    // target published the registration (its CPU is busy, or not in the provider at all), and a
+    // large write is pulled by the target with CMA in one step of its progress. A target just
+    // found not progressing is not free either (its free polls are polls): no second look, which
+    // could watch it for another microsecond.
+    let still = one_buffer_read && !progresses;
+    let pushed = large && answer_buf.is_none() && !still && engine.peer_is_free(peer);
+    if large && !pushed && answer_buf.is_none() {
+        if let Some((kind, flags)) = copy_published(engine, peer, &a, &op) {
+            let tx = TxOp::new(a.ctx, flags, wanted, kind);
+            ep.rma.issued += 1;
+            done_at_once(&mut super::state::Sinks { cqs, cntrs, b: &ep.bindings }, a.ctx, &tx);
+            return Ok(());
+        }
+    }
+    let slot = ep.tx_ops.vacant_key();
+    let (hdr, payload, tx, reply_to) = match op {
+        Op::Write { local, data } => {
+            if a.flags & ffi::FI_INJECT as u64 != 0 && len > crate::getinfo::INJECT_SIZE {
+                return Err(FiError::MSGSIZE);
+            }
+            let low = if data.is_some() { super::state::APP_DATA } else { 0 };
+            let hdr = header(app(KIND_WRITE, low), a.key, a.addr, data.unwrap_or(0), len);
+            let tx = TxOp::new(a.ctx, (ffi::FI_RMA | ffi::FI_WRITE) as u64, wanted, TxKind::Write);
+            (hdr, Payload::App(local), tx, None)
+        }
+        Op::Read { local } => {
+            let engine = ep.engine.as_mut().expect("checked above");
+            // One round trip: the target answers with the bytes (up to ANSWER_DATA_MAX), places
+            // them in a buffer of ours, named here, or (larger ones, where CMA works) writes
+            // them straight into the caller's buffer. Otherwise (a target with time to spare,
+            // no answer buffer free, too many ranges, no CMA) it sends a reply.
+            if answer_buf.is_none() && len > ANSWER_DATA_MAX && len <= crate::params::config().read_one_trip_max {
+                answer_buf = engine.reserve_answer_buf(len).ok();
+            }
+            let answered = len <= ANSWER_DATA_MAX || answer_buf.is_some();
+            let write_back = !answered
+                && !pushed
+                && len > engine.params().inject_max
+                && local.len() <= WRITE_BACK_RANGES_MAX
+                && engine.cma_with(peer);
+            let by = match answer_buf {
+                Some(buf) => ReturnBy::AnswerBuf(buf.wire()),
+                None if pushed => ReturnBy::Pushed,
+                None if write_back => ReturnBy::WriteBack(
+                    local.iter().map(|&(a, n)| RemoteIov { addr: a as u64, len: n as u64 }).collect(),
+                ),
+                None => ReturnBy::Reply,
+            };
+            let (op_id, returns, reply) = ep.rma.returns(local, len, answered, write_back);
+            let payload = ReadReq { op_id, len: len as u64, by }.encode();
+            let hdr = header(app(KIND_READ_REQ, 0), a.key, a.addr, 0, payload.len());
+            let tx = TxOp::new(a.ctx, (ffi::FI_RMA | ffi::FI_READ) as u64, wanted, TxKind::Read).returning(returns);
+            (hdr, Payload::Own(payload), tx, reply)
+        }
+        Op::Atomic { desc, operand, compare, result } => {
+            let (op_id, tx, reply) = atomic_tx(&mut ep.rma, desc, &a, wanted, result);
+            let desc = desc.for_op(op_id);
+            // The request: the op id if there is one, then the operands and compare values,
+            // copied from the application's buffers into one array sized by the operation
+            // (checked against their lengths by the entry point).
+            let mut payload = Bytes::from_elem(0, desc.payload());
+            let (id, values) = payload.split_at_mut(desc.id_bytes());
+            id.copy_from_slice(&op_id.to_le_bytes()[..desc.id_bytes()]);
+            // SAFETY: the application's operand and compare buffers (non-NULL, of their
+            // lengths: checked by the entry point), read during this call only.
+            let copied = unsafe {
+                let n = crate::iov::gather(&operand, values);
+                n + crate::iov::gather(&compare, &mut values[n..])
+            };
+            if copied != values.len() {
+                return Err(FiError::INVAL);
+            }
+            let hdr = header(app(KIND_ATOMIC, 0), a.key, a.addr, desc.pack(), payload.len());
+            (hdr, Payload::Own(payload), tx, reply)
+        }
+    };
+    crate::debug!(EpData, "one-sided {:#x} to {} key {:#x} addr {:#x} len {}", hdr.app, a.dest, a.key, a.addr, hdr.len);
+    let engine = ep.engine.as_mut().expect("checked above");
+    let acked = acknowledged(ep.tx_op_flags, &a, &tx, &mut ep.rma, engine, peer);
+    // A one-sided target may progress rarely: a large write is pulled with CMA where allowed,
+    // unless the target has a CPU to spare (above).
+    let cookie = cookie_of(&a, &tx, slot);
+    let opts = SendOpts { cookie, delivery_complete: acked, more: more(&a), pull: !pushed };
+    let sent = match (payload, answer_buf) {
+        // SAFETY: the application's source buffer, which it leaves unchanged until the write
+        // completes (the engine copies inject-sized ones before returning).
+        (Payload::App(local), _) => unsafe { super::tx::engine_send(engine, peer, hdr, local, opts) },
+        (Payload::Own(bytes), Some(buf)) => engine.send_bytes_answered(peer, hdr, &bytes, opts, buf),
+        (Payload::Own(bytes), None) if bytes.len() <= engine.params().inject_max => {
+            engine.send_bytes(peer, hdr, &bytes, opts)
+        }
+        (Payload::Own(bytes), None) => engine.send(peer, hdr, LocalIov::owned(bytes.into_vec()), opts),
+    };
+    launched(ep, cqs, cntrs, &a, sent, acked, tx, reply_to, cookie)
+}
+
+/// Start a read of `len` bytes into the caller's buffer at `buf` (checked by the entry point:
+/// non-NULL when `len > 0`). The short way of the usual read (fi_read, SOS's get): one the target
+/// answers in one round trip, with the bytes in the answer (up to `ANSWER_DATA_MAX`) or in an
+/// answer buffer of ours, takes no iov list, request builder or reply record; the transmit record
+/// says where the bytes go. A larger read, or one for which no answer buffer is free, goes as
+/// any read does (`start_inline`).
+pub fn start_read(st: &mut DomainState, id: usize, a: OneSided, buf: usize, len: usize) -> FiResult<()> {
+    let general = |st: &mut DomainState, a: OneSided| {
+        let mut local = Ranges::new();
+        if len > 0 {
+            local.push((buf, len));
+        }
+        start_inline(st, id, a, Op::Read { local })
+    };
+    if len > ANSWER_DATA_MAX && len > crate::params::config().read_one_trip_max {
+        return general(st, a);
+    }
+    let Start { ep, cqs, cntrs, peer, wanted } = begin(st, id, &a)?;
+    let slot = ep.tx_ops.vacant_key();
+    let engine = ep.engine.as_mut().expect("checked by admit");
+    let answer_buf = if len > ANSWER_DATA_MAX {
+        match engine.reserve_answer_buf(len) {
+            Ok(b) => Some(b),
+            Err(_) => return general(st, a),
+        }
+    } else {
+        None
+    };
+    let mut req = [0u8; 8];
+    let n = ReadReq::encode_answered(len as u64, answer_buf.map(|b| b.wire()), &mut req);
+    let hdr = header(app(KIND_READ_REQ, 0), a.key, a.addr, 0, n);
+    let (_, returns, _) = answered_into(buf, len);
+    let tx = TxOp::new(a.ctx, (ffi::FI_RMA | ffi::FI_READ) as u64, wanted, TxKind::Read).returning(returns);
+    // A read always completes on its answer (`acknowledged`).
+    let cookie = slot as u64;
+    let opts = SendOpts { cookie, delivery_complete: true, more: more(&a), pull: true };
+    let sent = match answer_buf {
+        Some(b) => engine.send_bytes_answered(peer, hdr, &req[..n], opts, b),
+        None => engine.send_bytes(peer, hdr, &req[..n], opts),
+    };
+    launched(ep, cqs, cntrs, &a, sent, true, tx, None, cookie)
+}
+
+/// Start a one-sided atomic whose request (`req`: 8 bytes left for an op id, then operands and
+/// compare values; 8 + `desc.payload()` long) the caller built from one contiguous buffer each: the
+/// short way of the usual small atomic (`rma_ops::call_contiguous`), with no iov lists to build,
+/// move and walk. `result` receives the old values of a fetching or compare atomic.
+pub fn start_atomic(
+    st: &mut DomainState,
+    id: usize,
+    a: OneSided,
+    desc: Desc,
+    req: &mut [u8],
+    result: usize,
+) -> FiResult<()> {
+    let Start { ep, cqs, cntrs, peer, wanted } = begin(st, id, &a)?;
+    let slot = ep.tx_ops.vacant_key();
+    let want = desc.bytes();
+    let (op_id, tx, reply) = if desc.kind != Kind::Write && want <= ANSWER_DATA_MAX {
+        // Answered with the old values, straight into `result` (`RmaState::returns`, without
+        // the range list it would take).
+        let (op_id, returns, reply) = answered_into(result, want);
+        (op_id, fetch_tx(&a, wanted).returning(returns), reply)
+    } else {
+        let mut local = Ranges::new();
+        if desc.kind != Kind::Write {
+            local.push((result, want));
+        }
+        atomic_tx(&mut ep.rma, desc, &a, wanted, local)
+    };
+    // `req` keeps 8 bytes in front for an op id; most requests carry none (`Desc::with_op_id`).
+    let desc = desc.for_op(op_id);
+    let req = if desc.with_op_id {
+        req.get_mut(..8).ok_or(FiError::INVAL)?.copy_from_slice(&op_id.to_le_bytes());
+        req
+    } else {
+        req.get_mut(8..).ok_or(FiError::INVAL)?
+    };
+    let hdr = header(app(KIND_ATOMIC, 0), a.key, a.addr, desc.pack(), req.len());
+    let engine = ep.engine.as_mut().expect("checked by admit");
+    let acked = acknowledged(ep.tx_op_flags, &a, &tx, &mut ep.rma, engine, peer);
+    let cookie = cookie_of(&a, &tx, slot);
+    let opts = SendOpts { cookie, delivery_complete: acked, more: more(&a), pull: true };
+    let sent = engine.send_bytes(peer, hdr, req, opts);
+    launched(ep, cqs, cntrs, &a, sent, acked, tx, reply, cookie)
+}
+
+/// What starting a one-sided operation on an endpoint needs, checked (`admit`): the endpoint,
+/// the completion queues and counters it reports to, the target peer, and whether a success
+/// makes a CQ entry (`wanted`).
+struct Start<'a> {
+    ep: &'a mut EpState,
+    cqs: &'a mut Slab<CqState>,
+    cntrs: &'a mut Slab<CntrState>,
+    peer: PeerId,
+    wanted: bool,
+}
+
+/// `Start` for operation `a` on endpoint `id`.
+#[inline(always)]
+fn begin<'a>(st: &'a mut DomainState, id: usize, a: &OneSided) -> FiResult<Start<'a>> {
+    let DomainState { eps, avs, cqs, cntrs, .. } = st;
+    let ep = eps.get_mut(id).ok_or(FiError::INVAL)?;
+    admit(ep, a)?;
+    let peer = super::tx::peer_for(ep, avs, a.dest)?;
+    let wanted = wanted(ep, a);
+    Ok(Start { ep, cqs, cntrs, peer, wanted })
+}

@@ -1,0 +1,234 @@
+//! One endpoint's state behind the domain lock (`EpState`), where its completions go
+//! (`Bindings`, `Sinks`), and one progress pass over it (`EpState::drive`), which the progress
+//! module runs for whoever polls.
+
+use super::rma::{self, RmaState};
+use super::rx::{self, RxState};
+use super::tx::{TxKind, TxOp};
+use crate::state::av::AvState;
+use crate::state::cntr::CntrState;
+use crate::state::cq::{Completion, CqEvent, CqState};
+use crate::state::mr::MrTable;
+use rshm_ffi as ffi;
+use slab::Slab;
+use smr_core::endpoint::{Endpoint, PeerId, WaitHandle};
+
+/// The provider's bits in the engine's opaque `app` byte.
+pub const APP_TAGGED: u8 = 1;
+pub const APP_DATA: u8 = 2;
+
+/// Where an endpoint's completions go.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Bindings {
+    pub tx_cq: Option<usize>,
+    pub tx_selective: bool,
+    pub rx_cq: Option<usize>,
+    pub rx_selective: bool,
+    pub send_cntr: Option<usize>,
+    pub recv_cntr: Option<usize>,
+    /// FI_WRITE / FI_READ: this endpoint's RMA writes (and atomics) / reads (and fetches).
+    pub write_cntr: Option<usize>,
+    pub read_cntr: Option<usize>,
+    /// FI_REMOTE_WRITE / FI_REMOTE_READ: peers' writes and atomics into / reads from us.
+    pub remote_write_cntr: Option<usize>,
+    pub remote_read_cntr: Option<usize>,
+}
+
+impl Bindings {
+    /// The counter a transmit operation of `kind` counts on.
+    pub fn tx_cntr(&self, kind: TxKind) -> Option<usize> {
+        match kind {
+            TxKind::Send => self.send_cntr,
+            TxKind::Write => self.write_cntr,
+            TxKind::Read => self.read_cntr,
+        }
+    }
+}
+
+/// Everything bound to an endpoint, so closing it unbinds all of it.
+#[derive(Debug, Default)]
+pub struct Bound {
+    pub cqs: Vec<usize>,
+    pub cntrs: Vec<usize>,
+}
+
+/// CQs and counters an endpoint reports into, borrowed from the domain state.
+pub struct Sinks<'a> {
+    pub cqs: &'a mut Slab<CqState>,
+    pub cntrs: &'a mut Slab<CntrState>,
+    pub b: &'a Bindings,
+}
+
+impl Sinks<'_> {
+    // Forced inline: the event is built in the caller and would otherwise be copied on each of
+    // the two calls down to the queue.
+    #[inline(always)]
+    fn report(&mut self, cq: Option<usize>, cntr: Option<usize>, event: CqEvent, wanted: bool) {
+        crate::debug!(EpData, "completion {event:?} wanted {wanted} cq {cq:?} cntr {cntr:?}");
+        let failed = matches!(event, CqEvent::Failed { .. });
+        if let Some(c) = cntr.and_then(|id| self.cntrs.get_mut(id)) {
+            c.count(failed);
+        }
+        if failed || wanted {
+            if let Some(q) = cq.and_then(|id| self.cqs.get_mut(id)) {
+                q.push(event);
+            }
+        }
+    }
+
+    /// A transmit operation finished; `wanted` is false for injects and unselected selective
+    /// completions.
+    #[inline(always)]
+    pub fn tx_done(&mut self, event: CqEvent, wanted: bool, kind: TxKind) {
+        self.report(self.b.tx_cq, self.b.tx_cntr(kind), event, wanted);
+    }
+
+    /// A peer's write or atomic (`write`) or read landed: the endpoint's remote counter and the
+    /// registration's own counter (`fi_mr_bind`) count it.
+    pub fn remote_done(&mut self, mr_cntr: Option<usize>, write: bool) {
+        let ep_cntr = if write { self.b.remote_write_cntr } else { self.b.remote_read_cntr };
+        // One event counts once on a counter bound both ways.
+        let mr_cntr = mr_cntr.filter(|&m| Some(m) != ep_cntr);
+        for id in [ep_cntr, mr_cntr].into_iter().flatten() {
+            if let Some(c) = self.cntrs.get_mut(id) {
+                c.count(false);
+            }
+        }
+    }
+
+    /// A remote write with CQ data: an entry on the receive CQ.
+    pub fn remote_cq(&mut self, event: CqEvent) {
+        if let Some(q) = self.b.rx_cq.and_then(|id| self.cqs.get_mut(id)) {
+            q.push(event);
+        }
+    }
+
+    #[inline(always)]
+    pub fn recv_done(&mut self, event: CqEvent, wanted: bool) {
+        let (cq, cntr) = (self.b.rx_cq, self.b.recv_cntr);
+        self.report(cq, cntr, event, wanted);
+    }
+}
+
+pub struct EpState {
+    pub engine: Option<Endpoint>,
+    pub name: String,
+    pub caps: u64,
+    pub tx_op_flags: u64,
+    pub rx_op_flags: u64,
+    pub av: Option<usize>,
+    pub bindings: Bindings,
+    pub bound: Bound,
+    /// fi_addr -> engine peer, filled on first send (fi_addrs are dense AV indices).
+    pub peers: Vec<Option<PeerId>>,
+    /// Sender (engine source id) -> its name and fi_addr, for FI_SOURCE and directed receives.
+    pub src_addrs: Vec<Option<rx::SourceAddr>>,
+    pub rx: RxState,
+    pub tx_ops: Slab<TxOp>,
+    pub rma: RmaState,
+    pub tx_size: usize,
+    pub rx_size: usize,
+    /// Progress passes over this endpoint, by anyone: an auto-progress thread standing aside
+    /// while the application polls still drives the endpoints whose count did not move.
+    pub driven: u64,
+    /// Slots of the engine's MR table this endpoint filled (`published::sync`).
+    pub published: Vec<u32>,
+}
+
+impl EpState {
+    /// Transmit operations started and not yet complete: those with a record in `tx_ops`, and
+    /// acknowledged ones that keep none (`rma::COOKIE_UNTRACKED`).
+    #[inline(always)]
+    pub fn tx_outstanding(&self) -> usize {
+        self.tx_ops.len() + self.rma.untracked
+    }
+
+    pub fn directed(&self) -> bool {
+        self.caps & ffi::FI_DIRECTED_RECV != 0
+    }
+
+    /// Drive this endpoint once; returns how many events it handled.
+    pub fn drive(
+        &mut self,
+        cqs: &mut Slab<CqState>,
+        cntrs: &mut Slab<CntrState>,
+        avs: &Slab<AvState>,
+        mrs: &MrTable,
+    ) -> usize {
+        let ep = self;
+        ep.driven = ep.driven.wrapping_add(1);
+        let directed = ep.directed();
+        let idle = ep.tx_outstanding() == 0;
+        let Some(engine) = ep.engine.as_mut() else { return 0 };
+        // Peers see that we progress (they may ask us for reads we answer at once), and whether
+        // with nothing of ours outstanding or started for a while (they may hand us copying):
+        // `Endpoint::peer_progresses`, `Endpoint::peer_is_free`.
+        engine.note_poll(ep.rma.poll_is_free(idle));
+        if ep.driven.is_multiple_of(POLLS_PER_YIELD) {
+            std::thread::yield_now();
+        }
+        if !engine.has_work() && !ep.rma.has_outgoing() {
+            return 0; // the idle poll: no handler to build
+        }
+        let av = ep.av.and_then(|a| avs.get(a));
+        let mut handler = rx::Handler {
+            rx: &mut ep.rx,
+            tx_ops: &mut ep.tx_ops,
+            target: rma::Target { rma: &mut ep.rma, mrs },
+            sinks: Sinks { cqs, cntrs, b: &ep.bindings },
+            av,
+            src_addrs: &mut ep.src_addrs,
+            directed,
+        };
+        let events = engine.progress(&mut handler);
+        if ep.rma.has_outgoing() {
+            rma::flush(&mut ep.rma, engine, mrs);
+        }
+        events
+    }
+
+    /// Something to sleep on for this endpoint, once enabled.
+    pub fn wait_handle(&self) -> Option<WaitHandle> {
+        self.engine.as_ref().map(|e| e.wait_handle())
+    }
+
+    /// A registration over `iov` was closed: read replies still going out of its memory through
+    /// SAR take a copy of what they have not sent yet (`rma::detach_replies`), and writes still
+    /// arriving into it stop (`rma::refuse_writes_into`).
+    pub fn registration_closed(&mut self, iov: &[(usize, usize)]) {
+        let Some(engine) = self.engine.as_mut() else { return };
+        let n = rma::detach_replies(&mut self.rma, engine, iov);
+        if n > 0 {
+            crate::info!(Mr, "fi_close(mr): {n} read replies in flight took a copy of its memory");
+        }
+        let n = rma::refuse_writes_into(&mut self.rma, engine, iov);
+        if n > 0 {
+            crate::info!(Mr, "fi_close(mr): {n} writes still arriving into it fail at their initiators");
+        }
+    }
+
+    /// The AV bound to it changed: forget cached peers.
+    pub fn forget_peers(&mut self) {
+        self.peers.clear();
+        self.src_addrs.clear();
+    }
+}
+
+/// Progress passes over an endpoint between two yields of the CPU (`sched_yield`). A process
+/// that spins waiting on a peer then hands its CPU to a runnable process now and then: on a node
+/// with more polling processes than CPUs (SOS's tests at 4 PEs on 2 CPUs), the peer it waits for
+/// may be the one waiting for that CPU, and without the yield it runs only when the scheduler's
+/// time slice (milliseconds) ends: SOS `lfinc` at 4 PEs took from 1 s to beyond 5 minutes.
+/// Every pass, not only idle ones, counts: a process waiting for its own answer keeps serving
+/// its other peers' requests, so its passes are rarely idle (yielding after 1,024 idle passes in
+/// a row fired 16 times in a whole `lfinc` run). With a CPU per process nothing else is runnable
+/// and the call returns at once: one system call per 1,024 passes, which costs a tagged 8 B
+/// ping-pong about 0.01 us one-way here (0.36 us). Fewer yields leave an oversubscribed node
+/// slower in proportion (`lfinc` at 4 PEs: 1.2-2.2 s every 1,024 passes, 5.6 s every 2,048,
+/// 10.6 s every 4,096).
+const POLLS_PER_YIELD: u64 = 1024;
+
+/// A completion entry with just a context and flags.
+pub fn ctx_completion(ctx: usize, flags: u64) -> Completion {
+    Completion { op_context: ctx, flags, src: ffi::FI_ADDR_NOTAVAIL, ..Completion::default() }
+}
