@@ -2,13 +2,11 @@
 //! registrations over one shared state (`state`), and closes once they are all gone.
 
 use crate::error::{int_ret, FiError, FiResult};
-use crate::fabric::Fabric;
-use crate::object::{self, put};
+use crate::object::{self, put, Parent};
 use crate::state::{Domain, DomainConfig, DomainShared, DomainState};
 use crate::stubs;
 use rshm_ffi as ffi;
 use std::ffi::c_void;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 static FI_OPS: ffi::fi_ops = object::fi_ops(domain_close, None, None);
@@ -45,7 +43,7 @@ pub(crate) unsafe extern "C" fn domain_open(
     crate::guard("fi_domain", FiError::OTHER.code(), || {
         int_ret((|| -> FiResult<()> {
             // SAFETY: libfabric contract: a live fabric of ours.
-            let fab = unsafe { object::get::<Fabric>(fabric.cast(), ffi::FI_CLASS_FABRIC) }?;
+            let fab = unsafe { object::get::<Parent<ffi::fid_fabric>>(fabric.cast(), ffi::FI_CLASS_FABRIC) }?;
             // SAFETY: the caller's info, valid for the call.
             let info = unsafe { info.as_ref() }.ok_or(FiError::INVAL)?;
             // SAFETY: attribute pointers of a caller's info are NULL or valid.
@@ -75,7 +73,7 @@ pub(crate) unsafe extern "C" fn domain_open(
                 fabric: fabric.cast(),
                 shared,
             });
-            fab.children.fetch_add(1, Ordering::AcqRel);
+            fab.adopt();
             // SAFETY: the caller's out-pointer.
             unsafe { put(domain, obj.cast::<ffi::fid_domain>()) }
         })())
@@ -106,7 +104,7 @@ unsafe extern "C" fn domain_close(fid: *mut ffi::fid) -> i32 {
             return Err(FiError::BUSY);
         }
         // SAFETY: the fabric outlives its domains (it refuses to close while we count).
-        unsafe { (*obj.fabric.cast::<Fabric>()).children.fetch_sub(1, Ordering::AcqRel) };
+        unsafe { (*obj.fabric.cast::<Parent<ffi::fid_fabric>>()).release() };
         Ok(())
     };
     // SAFETY: the libfabric contract: a live domain of ours.

@@ -2,12 +2,10 @@
 //! synchronous), but applications open an EQ and may write to it, so it is a real queue.
 
 use crate::error::{int_ret, ssize_ret, FiError, FiResult};
-use crate::fabric::Fabric;
-use crate::object::{self, put};
+use crate::object::{self, put, Parent};
 use rshm_ffi as ffi;
 use std::collections::VecDeque;
 use std::ffi::{c_char, c_int, c_void};
-use std::sync::atomic::Ordering;
 use std::sync::{Condvar, Mutex};
 use std::time::Duration;
 
@@ -19,7 +17,7 @@ struct Event {
 #[repr(C)]
 pub struct Eq {
     pub fid: ffi::fid_eq,
-    fabric: *mut Fabric,
+    fabric: *mut Parent<ffi::fid_fabric>,
     events: Mutex<VecDeque<Event>>,
     ready: Condvar,
 }
@@ -45,7 +43,7 @@ pub(crate) unsafe extern "C" fn eq_open(
     crate::guard("fi_eq_open", FiError::OTHER.code(), || {
         int_ret((|| -> FiResult<()> {
             // SAFETY: libfabric contract.
-            let fab = unsafe { object::get::<Fabric>(fabric.cast(), ffi::FI_CLASS_FABRIC) }?;
+            let fab = unsafe { object::get::<Parent<ffi::fid_fabric>>(fabric.cast(), ffi::FI_CLASS_FABRIC) }?;
             // SAFETY: NULL or the caller's attr.
             if let Some(attr) = unsafe { attr.as_ref() } {
                 if !matches!(
@@ -65,7 +63,7 @@ pub(crate) unsafe extern "C" fn eq_open(
                 events: Mutex::new(VecDeque::new()),
                 ready: Condvar::new(),
             });
-            fab.children.fetch_add(1, Ordering::AcqRel);
+            fab.adopt();
             // SAFETY: the caller's out-pointer.
             unsafe { put(eq, obj.cast::<ffi::fid_eq>()) }
         })())
@@ -82,7 +80,7 @@ unsafe fn get<'a>(fid: *const ffi::fid) -> FiResult<&'a Eq> {
 unsafe extern "C" fn eq_close(fid: *mut ffi::fid) -> i32 {
     let release = |obj: &Eq| -> FiResult<()> {
         // SAFETY: the fabric refuses to close while its EQs are open.
-        unsafe { (*obj.fabric).children.fetch_sub(1, Ordering::AcqRel) };
+        unsafe { (*obj.fabric).release() };
         Ok(())
     };
     // SAFETY: the libfabric contract: a live eq of ours.

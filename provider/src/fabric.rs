@@ -5,13 +5,9 @@ use crate::object::{self, put};
 use crate::stubs;
 use rshm_ffi as ffi;
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
-#[repr(C)]
-pub struct Fabric {
-    pub fid: ffi::fid_fabric,
-    pub children: AtomicUsize,
-}
+/// The fabric: a parent of the domains and EQs opened on it (`object::Parent`).
+pub type Fabric = object::Parent<ffi::fid_fabric>;
 
 static FI_OPS: ffi::fi_ops = object::fi_ops(fabric_close, None, None);
 
@@ -41,14 +37,11 @@ pub(crate) unsafe extern "C" fn fabric_open(
                     return Err(FiError::NODATA);
                 }
             }
-            let obj = object::into_raw(Fabric {
-                fid: ffi::fid_fabric {
-                    fid: object::fid(ffi::FI_CLASS_FABRIC, context, &FI_OPS),
-                    ops: &FABRIC_OPS as *const _ as *mut _,
-                    api_version: attr.api_version,
-                },
-                children: AtomicUsize::new(0),
-            });
+            let obj = object::into_raw(Fabric::new(ffi::fid_fabric {
+                fid: object::fid(ffi::FI_CLASS_FABRIC, context, &FI_OPS),
+                ops: &FABRIC_OPS as *const _ as *mut _,
+                api_version: attr.api_version,
+            }));
             // SAFETY: `fabric` is the caller's out-pointer.
             unsafe { put(fabric, obj.cast::<ffi::fid_fabric>()) }
         })())
@@ -57,7 +50,7 @@ pub(crate) unsafe extern "C" fn fabric_open(
 
 unsafe extern "C" fn fabric_close(fid: *mut ffi::fid) -> i32 {
     let release = |obj: &Fabric| -> FiResult<()> {
-        if obj.children.load(Ordering::Acquire) != 0 {
+        if obj.has_children() {
             crate::warn!(Fabric, "fi_close(fabric): domains or EQs still open");
             return Err(FiError::BUSY);
         }

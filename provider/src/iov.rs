@@ -104,3 +104,12 @@ pub fn sub_ranges(iov: &Ranges, mut off: usize, mut len: usize) -> Ranges {
     }
     out
 }
+
+/// Lend application ranges to the engine.
+///
+/// # Safety
+/// The ranges must stay valid and untouched until the operation completes.
+pub unsafe fn lend(parts: smr_core::iov::Ranges) -> smr_core::iov::LocalIov {
+    // SAFETY: per this function's contract.
+    unsafe { smr_core::iov::LocalIov::from_ranges(parts) }
+}

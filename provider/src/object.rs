@@ -7,6 +7,7 @@
 use crate::error::{FiError, FiResult};
 use rshm_ffi as ffi;
 use std::ffi::c_void;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Our object behind a `fid` of class `class`.
 ///
@@ -23,6 +24,35 @@ pub unsafe fn get<'a, T>(fid: *const ffi::fid, class: u32) -> FiResult<&'a T> {
     }
     // SAFETY: the class identifies the object type; `T` starts with the fid.
     Ok(unsafe { &*fid.cast::<T>() })
+}
+
+/// An object that others are opened on and count on, so that it refuses to close under them
+/// (the fabric: its domains and EQs). They find it from the `fid_*` they were opened with, so
+/// they need its layout, not the module that opens it.
+#[repr(C)]
+pub struct Parent<F> {
+    pub fid: F,
+    children: AtomicUsize,
+}
+
+impl<F> Parent<F> {
+    pub fn new(fid: F) -> Parent<F> {
+        Parent { fid, children: AtomicUsize::new(0) }
+    }
+
+    /// An object was opened on it.
+    pub fn adopt(&self) {
+        self.children.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// An object opened on it closed.
+    pub fn release(&self) {
+        self.children.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    pub fn has_children(&self) -> bool {
+        self.children.load(Ordering::Acquire) != 0
+    }
 }
 
 /// The generic `fi_ops` of an object: its own `close` (and `bind`/`control` where it has them),

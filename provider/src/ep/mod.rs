@@ -13,6 +13,7 @@ mod rma;
 mod rma_ops;
 mod rma_start;
 mod rx;
+pub mod sinks;
 pub mod state;
 mod tx;
 
@@ -25,9 +26,10 @@ use crate::stubs;
 use rma::RmaState;
 use rshm_ffi as ffi;
 use rx::RxState;
+use sinks::{Bindings, Bound, Sinks};
 use slab::Slab;
 use smr_core::endpoint::Endpoint;
-use state::{Bindings, Bound, EpState, Sinks};
+use state::EpState;
 use std::ffi::{c_int, c_void};
 use std::sync::Arc;
 

@@ -1,14 +1,22 @@
 //! The data-transfer entry points (fi_ops_msg and fi_ops_tagged): argument checks, then
-//! `tx::send` or `rx::post`.
+//! `send` or `rx::post`.
 
 use super::rx::{self, PostCtx, PostedRecv};
-use super::state::Sinks;
-use super::tx::{self, SendArgs};
+use super::sinks::Sinks;
+use super::sinks::TxKind;
+use super::state::EpState;
+use super::tx::{self, SendArgs, TxOp};
 use super::{get, Ep};
 use crate::error::{FiError, FiResult};
+use crate::getinfo::INJECT_SIZE;
 use crate::iov::{many, one};
+use crate::state::av::AvState;
+use crate::state::cntr::CntrState;
+use crate::state::cq::{CqEvent, CqState};
 use crate::state::DomainState;
 use rshm_ffi as ffi;
+use slab::Slab;
+use smr_core::endpoint::{SendOpts, SendStatus};
 use smr_core::iov::Ranges;
 use std::ffi::c_void;
 
@@ -42,7 +50,7 @@ fn send(ep: *mut ffi::fid_ep, make: impl FnOnce(u64) -> FiResult<SendArgs>, defa
 fn send_locked(st: &mut DomainState, id: usize, args: SendArgs) -> FiResult<()> {
     let DomainState { eps, cqs, cntrs, avs, .. } = &mut *st;
     let result = match eps.get_mut(id) {
-        Some(ep) => tx::send(ep, cqs, cntrs, avs, args),
+        Some(ep) => start_send(ep, cqs, cntrs, avs, args),
         None => Err(FiError::INVAL),
     };
     if result == Err(FiError::AGAIN) {
@@ -52,7 +60,7 @@ fn send_locked(st: &mut DomainState, id: usize, args: SendArgs) -> FiResult<()> 
     result
 }
 
-/// The fi_inject family: the express path (`tx::inject_express`) where it applies, else `send`.
+/// The fi_inject family: the express path (`inject_express`) where it applies, else `send`.
 fn inject(
     ep: *mut ffi::fid_ep,
     buf: *const c_void,
@@ -65,7 +73,7 @@ fn inject(
         if !buf.is_null() {
             // SAFETY: the caller's buffer of `len` bytes, readable during the call (fi_msg(3)).
             let bytes = unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), len) };
-            if st.eps.get_mut(ep.id).is_some_and(|e| tx::inject_express(e, bytes, dest, tag, data)) {
+            if st.eps.get_mut(ep.id).is_some_and(|e| inject_express(e, bytes, dest, tag, data)) {
                 return Ok(());
             }
         }
@@ -412,3 +420,98 @@ pub static TAGGED_OPS: ffi::fi_ops_tagged = ffi::fi_ops_tagged {
     senddata: Some(tagged_senddata),
     injectdata: Some(tagged_injectdata),
 };
+
+/// The express path of the fi_inject family: a message of up to the inject size (inline in the
+/// command, or in one of the receiver's inject buffers: the engine's `send_express`), to a peer
+/// already in use, from an endpoint with no send counter (an inject writes no CQ entry, so
+/// there is nothing to report). False, with nothing sent, for anything else: `start_send` takes it,
+/// and also says why a send fails.
+#[inline(always)]
+fn inject_express(ep: &mut EpState, bytes: &[u8], dest: u64, tag: Option<u64>, data: Option<u64>) -> bool {
+    if ep.bindings.send_cntr.is_some() || ep.tx_outstanding() >= ep.tx_size {
+        return false;
+    }
+    let Some(&Some(peer)) = ep.peers.get(dest as usize) else { return false };
+    let Some(engine) = ep.engine.as_mut() else { return false };
+    let hdr = tx::header(tag, data, bytes.len());
+    crate::debug!(EpData, "inject to {dest} len {} tag {:#x} app {} (express)", hdr.len, hdr.tag, hdr.app);
+    engine.send_express(peer, &hdr, bytes)
+}
+
+/// Start a send on endpoint `ep`.
+// Forced inline into its one caller (`send_locked`), which built the arguments.
+#[inline(always)]
+fn start_send(
+    ep: &mut EpState,
+    cqs: &mut Slab<CqState>,
+    cntrs: &mut Slab<CntrState>,
+    avs: &Slab<AvState>,
+    args: SendArgs,
+) -> FiResult<()> {
+    if ep.engine.is_none() {
+        return Err(FiError::NOTCONN);
+    }
+    let len: usize = args.iov.iter().map(|p| p.1).sum();
+    let inject = args.flags & ffi::FI_INJECT as u64 != 0;
+    if inject && len > INJECT_SIZE {
+        return Err(FiError::MSGSIZE);
+    }
+    if len as u64 > crate::params::config().engine.max_msg_size {
+        return Err(FiError::MSGSIZE);
+    }
+    if ep.tx_outstanding() >= ep.tx_size {
+        return Err(FiError::AGAIN);
+    }
+    let peer = ep.peer_for(avs, args.dest)?;
+    let hdr = tx::header(args.tag, args.data, len);
+    let kind = if args.tag.is_some() { ffi::FI_TAGGED } else { ffi::FI_MSG } as u64;
+    // The FI_INJECT flag (on fi_sendmsg or in the endpoint's op_flags) frees the buffer at once
+    // but still completes as usual; only the inject calls are silent.
+    let wanted = !args.inject_call && (!ep.bindings.tx_selective || args.flags & ffi::FI_COMPLETION as u64 != 0);
+    let op = TxOp::new(args.ctx, ffi::FI_SEND as u64 | kind, wanted, TxKind::Send);
+    // The slot a pending send will take; most sends finish at once and never take it.
+    let slot = ep.tx_ops.vacant_key();
+    let opts = SendOpts {
+        cookie: slot as u64,
+        // The engine copies every message up to INJECT_SIZE before returning, so FI_INJECT and
+        // an acknowledged delivery go together.
+        delivery_complete: args.flags & ffi::FI_DELIVERY_COMPLETE as u64 != 0,
+        // FI_MORE: the engine batches small messages to a peer until the next call without it.
+        more: args.flags & ffi::FI_MORE as u64 != 0,
+        // Messages: both sides are active, SAR or CMA by measurement or by size (`Params`).
+        pull: false,
+    };
+    crate::debug!(
+        EpData,
+        "send to {} len {len} tag {:?} data {:?} flags {:#x} ctx {:#x}",
+        args.dest,
+        args.tag,
+        args.data,
+        args.flags,
+        args.ctx
+    );
+    let engine = ep.engine.as_mut().expect("checked above");
+    // SAFETY: the application's send buffer, which it keeps unchanged until the send completes.
+    let sent = unsafe { tx::engine_send(engine, peer, hdr, args.iov, opts) };
+    match sent {
+        // Done at once: report it, unless nothing would see it (an inject with no counter).
+        Ok(SendStatus::Done) if op.wanted() || ep.bindings.tx_cntr(TxKind::Send).is_some() => {
+            let mut sinks = Sinks { cqs, cntrs, b: &ep.bindings };
+            sinks.tx_done(CqEvent::Done(op.entry()), op.wanted(), TxKind::Send);
+            Ok(())
+        }
+        Ok(SendStatus::Done) => Ok(()),
+        Ok(SendStatus::Pending) => {
+            let taken = ep.tx_ops.insert(op);
+            debug_assert_eq!(taken, slot);
+            Ok(())
+        }
+        Err(e) => {
+            if e == smr_core::Error::Again {
+                return Err(FiError::AGAIN);
+            }
+            crate::warn!(EpData, "send to fi_addr {} failed: {e}", args.dest);
+            Err(FiError::from(e))
+        }
+    }
+}

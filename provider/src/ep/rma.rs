@@ -116,7 +116,7 @@
 
 use super::read_req::{u64_at, Bytes, ReadReq, ReturnBy};
 use super::replies::{Pending, Replies};
-use super::state::Sinks;
+use super::sinks::Sinks;
 use super::tx::Returns;
 use super::tx::TxOp;
 use crate::atomic::apply::{self, Kind};
@@ -372,7 +372,7 @@ impl ReplyData {
             ReplyData::Copy(v) => unsafe { LocalIov::from_raw(&[(v.as_ptr().cast_mut(), v.len())]) },
             // SAFETY: registered memory the application exposed for remote reads (checked by
             // `resolve` when the request arrived).
-            ReplyData::Memory(r) => unsafe { super::rx::lend(r.clone()) },
+            ReplyData::Memory(r) => unsafe { crate::iov::lend(r.clone()) },
         }
     }
 }
@@ -430,29 +430,6 @@ pub enum Op {
     Atomic { desc: Desc, operand: Ranges, compare: Ranges, result: Ranges },
 }
 
-/// Whether endpoint `ep` can start a one-sided operation now.
-#[inline(always)]
-pub(super) fn admit(ep: &super::state::EpState, a: &OneSided) -> FiResult<()> {
-    if ep.engine.is_none() {
-        return Err(FiError::NOTCONN);
-    }
-    if ep.tx_outstanding() >= ep.tx_size {
-        return Err(FiError::AGAIN);
-    }
-    // A fenced operation starts once everything before it has completed; until then the caller
-    // progresses and retries.
-    if a.flags & ffi::FI_FENCE as u64 != 0 && ep.tx_outstanding() > 0 {
-        return Err(FiError::AGAIN);
-    }
-    Ok(())
-}
-
-/// Whether the operation's successful completion makes a CQ entry.
-#[inline(always)]
-pub(super) fn wanted(ep: &super::state::EpState, a: &OneSided) -> bool {
-    !a.inject_call && (!ep.bindings.tx_selective || a.flags & ffi::FI_COMPLETION as u64 != 0)
-}
-
 /// FI_MORE: the engine batches small requests to a peer until the next call without it.
 #[inline(always)]
 pub(super) fn more(a: &OneSided) -> bool {
@@ -473,7 +450,7 @@ pub(super) fn acknowledged(
     engine: &Endpoint,
     peer: PeerId,
 ) -> bool {
-    if tx.kind() == super::tx::TxKind::Read {
+    if tx.kind() == super::sinks::TxKind::Read {
         return true;
     }
     let flags = a.flags | op_flags;
@@ -495,7 +472,7 @@ pub(super) fn atomic_tx(
 ) -> (u64, TxOp, Option<Reply>) {
     match desc.kind {
         Kind::Write => {
-            (0, TxOp::new(a.ctx, (ffi::FI_ATOMIC | ffi::FI_WRITE) as u64, wanted, super::tx::TxKind::Write), None)
+            (0, TxOp::new(a.ctx, (ffi::FI_ATOMIC | ffi::FI_WRITE) as u64, wanted, super::sinks::TxKind::Write), None)
         }
         _ => {
             let want = desc.bytes();
@@ -516,7 +493,7 @@ pub(super) fn answered_into(addr: usize, len: usize) -> (u64, Returns, Option<Re
 /// The transmit record of a fetching or compare atomic, before it says where its old values go.
 #[inline(always)]
 pub(super) fn fetch_tx(a: &OneSided, wanted: bool) -> TxOp {
-    TxOp::new(a.ctx, (ffi::FI_ATOMIC | ffi::FI_READ) as u64, wanted, super::tx::TxKind::Read)
+    TxOp::new(a.ctx, (ffi::FI_ATOMIC | ffi::FI_READ) as u64, wanted, super::sinks::TxKind::Read)
 }
 
 /// After the engine took (or refused) a one-sided operation's request: report one that is
@@ -524,9 +501,9 @@ pub(super) fn fetch_tx(a: &OneSided, wanted: bool) -> TxOp {
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 pub(super) fn launched(
-    ep: &mut super::state::EpState,
-    cqs: &mut Slab<crate::state::cq::CqState>,
-    cntrs: &mut Slab<crate::state::cntr::CntrState>,
+    rma: &mut RmaState,
+    tx_ops: &mut Slab<TxOp>,
+    sinks: &mut Sinks,
     a: &OneSided,
     sent: smr_core::Result<SendStatus>,
     acked: bool,
@@ -538,8 +515,8 @@ pub(super) fn launched(
         // Queued and complete (never so for an acknowledged send): report it now, unless
         // nothing would see it (an inject with no counter).
         Ok(SendStatus::Done) if !acked => {
-            ep.rma.issued += 1;
-            done_at_once(&mut super::state::Sinks { cqs, cntrs, b: &ep.bindings }, a.ctx, &tx);
+            rma.issued += 1;
+            done_at_once(sinks, a.ctx, &tx);
             return Ok(());
         }
         // The answer (or, for a batched one, its push into the ring) completes it.
@@ -550,16 +527,16 @@ pub(super) fn launched(
             return Err(FiError::from(e));
         }
     }
-    ep.rma.issued += 1;
+    rma.issued += 1;
     if cookie & COOKIE_UNTRACKED != 0 {
-        ep.rma.untracked += 1;
+        rma.untracked += 1;
         return Ok(());
     }
     let slot = cookie as usize;
     if let Some(Reply { op_id, local, want, write_back }) = reply {
-        ep.rma.pending.insert(op_id, Pending::new(slot, local, want, write_back));
+        rma.pending.insert(op_id, Pending::new(slot, local, want, write_back));
     }
-    let taken = ep.tx_ops.insert(tx);
+    let taken = tx_ops.insert(tx);
     debug_assert_eq!(taken, slot);
     Ok(())
 }
@@ -571,7 +548,7 @@ pub(super) fn launched(
 /// removal on the path of SOS's puts and non-fetching atomics.
 #[inline(always)]
 pub(super) fn cookie_of(a: &OneSided, tx: &TxOp, slot: usize) -> u64 {
-    if !a.inject_call || tx.kind() != super::tx::TxKind::Write {
+    if !a.inject_call || tx.kind() != super::sinks::TxKind::Write {
         return slot as u64;
     }
     let atomic = tx.flags() & ffi::FI_ATOMIC as u64 != 0;
@@ -583,20 +560,20 @@ pub(super) fn cookie_of(a: &OneSided, tx: &TxOp, slot: usize) -> u64 {
 pub fn untracked_done(rma: &mut RmaState, cookie: u64, result: smr_core::Result<()>, sinks: &mut Sinks) {
     rma.untracked = rma.untracked.saturating_sub(1);
     let class = if cookie & UNTRACKED_ATOMIC != 0 { ffi::FI_ATOMIC } else { ffi::FI_RMA };
-    let entry = super::state::ctx_completion(0, (class | ffi::FI_WRITE) as u64);
+    let entry = super::sinks::ctx_completion(0, (class | ffi::FI_WRITE) as u64);
     let event = match result {
         Ok(()) => CqEvent::Done(entry),
         Err(e) => CqEvent::Failed { entry, err: FiError::from(e).0, olen: 0 },
     };
-    sinks.tx_done(event, false, super::tx::TxKind::Write);
+    sinks.tx_done(event, false, super::sinks::TxKind::Write);
 }
 
 /// Report an operation that completed within its call, unless nothing would see it (an inject
 /// with no counter).
-pub(super) fn done_at_once(sinks: &mut super::state::Sinks, ctx: usize, tx: &TxOp) {
+pub(super) fn done_at_once(sinks: &mut super::sinks::Sinks, ctx: usize, tx: &TxOp) {
     let kind = tx.kind();
     if tx.wanted() || sinks.b.tx_cntr(kind).is_some() {
-        sinks.tx_done(CqEvent::Done(super::state::ctx_completion(ctx, tx.flags())), tx.wanted(), kind);
+        sinks.tx_done(CqEvent::Done(super::sinks::ctx_completion(ctx, tx.flags())), tx.wanted(), kind);
     }
 }
 
@@ -617,7 +594,7 @@ pub(super) fn copy_published(
     peer: PeerId,
     a: &OneSided,
     op: &Op,
-) -> Option<(super::tx::TxKind, u64)> {
+) -> Option<(super::sinks::TxKind, u64)> {
     let (local, read) = match op {
         Op::Read { local } => (local, true),
         Op::Write { local, data: None } => (local, false),
@@ -626,14 +603,14 @@ pub(super) fn copy_published(
     let p = engine.peer_mr(peer, a.key)?;
     // SAFETY: the application's buffer (the read's destination, the write's source), lent for
     // the operation, which ends within this call.
-    let mut iov = unsafe { super::rx::lend(local.clone()) };
+    let mut iov = unsafe { crate::iov::lend(local.clone()) };
     let copied = if read {
         engine.read_published(peer, &p, a.addr, &mut iov)
     } else {
         engine.write_published(peer, &p, a.addr, &iov)
     };
     let (kind, dir) =
-        if read { (super::tx::TxKind::Read, ffi::FI_READ) } else { (super::tx::TxKind::Write, ffi::FI_WRITE) };
+        if read { (super::sinks::TxKind::Read, ffi::FI_READ) } else { (super::sinks::TxKind::Write, ffi::FI_WRITE) };
     copied.is_ok().then_some((kind, (ffi::FI_RMA | dir) as u64))
 }
 
@@ -848,7 +825,7 @@ pub fn detach_replies(rma: &mut RmaState, engine: &mut Endpoint, mr: &[(usize, u
     let overlaps = |ranges: &Ranges| overlaps(ranges, mr);
     let copy_of = |ranges: &Ranges| {
         // SAFETY: registered memory that is still registered (the close is in progress).
-        let mem = unsafe { super::rx::lend(ranges.clone()) };
+        let mem = unsafe { crate::iov::lend(ranges.clone()) };
         let mut bytes = vec![0; mem.len()];
         mem.read_at(0, &mut bytes);
         ReplyData::Copy(bytes)
@@ -966,7 +943,7 @@ fn write_back(rma: &mut RmaState, engine: &mut Endpoint, mrs: &MrTable, req: Wri
     };
     // SAFETY: registered memory the application exposed for remote reads, looked up just now;
     // the copy ends before this function returns.
-    let mem = unsafe { super::rx::lend(ranges.clone()) };
+    let mem = unsafe { crate::iov::lend(ranges.clone()) };
     match engine.cma_write(src, &mem, &remote) {
         Ok(n) if n as u64 == len => engine.answer(src, msg_id, Ok(())),
         Ok(_) => engine.answer(src, msg_id, Err(ffi::FI_EIO)),
@@ -1013,7 +990,7 @@ mod tests {
         let mut tx_ops = Slab::new();
         let op_id = rma.new_op();
         let slot =
-            tx_ops.insert(TxOp::new(0, 0, false, super::super::tx::TxKind::Read).returning(Returns::Reply(op_id)));
+            tx_ops.insert(TxOp::new(0, 0, false, super::super::sinks::TxKind::Read).returning(Returns::Reply(op_id)));
         let dest = [(buf.as_mut_ptr() as usize, buf.len())].into_iter().collect();
         rma.pending.insert(op_id, Pending::new(slot, dest, want, false));
         (rma, tx_ops, op_id)
@@ -1053,10 +1030,10 @@ mod tests {
             rma.returns([(buf.as_mut_ptr() as usize, want)].into_iter().collect(), want, true, false);
         assert!(op_id == 0 && reply.is_none(), "an answered read keeps no reply record");
         let mut tx_ops = Slab::new();
-        let slot = tx_ops.insert(TxOp::new(0, 0, false, super::super::tx::TxKind::Read).returning(returns));
+        let slot = tx_ops.insert(TxOp::new(0, 0, false, super::super::sinks::TxKind::Read).returning(returns));
         let (mut cqs, mut cntrs) = (Slab::new(), Slab::new());
         let cntr = cntrs.insert(crate::state::cntr::CntrState::default());
-        let b = super::super::state::Bindings { read_cntr: Some(cntr), ..Default::default() };
+        let b = super::super::sinks::Bindings { read_cntr: Some(cntr), ..Default::default() };
         let mut sinks = Sinks { cqs: &mut cqs, cntrs: &mut cntrs, b: &b };
         if let Some(data) = answer {
             answer_data(&mut rma, &mut tx_ops, slot, data);

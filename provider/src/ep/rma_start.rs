@@ -6,8 +6,9 @@
 
 use super::read_req::{Bytes, ReadReq, ReturnBy, WRITE_BACK_RANGES_MAX};
 use super::rma::*;
+use super::sinks::{Sinks, TxKind};
 use super::state::EpState;
-use super::tx::{TxKind, TxOp};
+use super::tx::TxOp;
 use crate::atomic::apply::Kind;
 use crate::error::{FiError, FiResult};
 use crate::state::cntr::CntrState;
@@ -70,7 +71,7 @@ pub fn start_inline(st: &mut DomainState, id: usize, a: OneSided, op: Op) -> FiR
         if let Some((kind, flags)) = copy_published(engine, peer, &a, &op) {
             let tx = TxOp::new(a.ctx, flags, wanted, kind);
             ep.rma.issued += 1;
-            done_at_once(&mut super::state::Sinks { cqs, cntrs, b: &ep.bindings }, a.ctx, &tx);
+            done_at_once(&mut super::sinks::Sinks { cqs, cntrs, b: &ep.bindings }, a.ctx, &tx);
             return Ok(());
         }
     }
@@ -80,7 +81,7 @@ pub fn start_inline(st: &mut DomainState, id: usize, a: OneSided, op: Op) -> FiR
             if a.flags & ffi::FI_INJECT as u64 != 0 && len > crate::getinfo::INJECT_SIZE {
                 return Err(FiError::MSGSIZE);
             }
-            let low = if data.is_some() { super::state::APP_DATA } else { 0 };
+            let low = if data.is_some() { super::sinks::APP_DATA } else { 0 };
             let hdr = header(app(KIND_WRITE, low), a.key, a.addr, data.unwrap_or(0), len);
             let tx = TxOp::new(a.ctx, (ffi::FI_RMA | ffi::FI_WRITE) as u64, wanted, TxKind::Write);
             (hdr, Payload::App(local), tx, None)
@@ -153,7 +154,17 @@ pub fn start_inline(st: &mut DomainState, id: usize, a: OneSided, op: Op) -> FiR
         }
         (Payload::Own(bytes), None) => engine.send(peer, hdr, LocalIov::owned(bytes.into_vec()), opts),
     };
-    launched(ep, cqs, cntrs, &a, sent, acked, tx, reply_to, cookie)
+    launched(
+        &mut ep.rma,
+        &mut ep.tx_ops,
+        &mut Sinks { cqs, cntrs, b: &ep.bindings },
+        &a,
+        sent,
+        acked,
+        tx,
+        reply_to,
+        cookie,
+    )
 }
 
 /// Start a read of `len` bytes into the caller's buffer at `buf` (checked by the entry point:
@@ -196,7 +207,7 @@ pub fn start_read(st: &mut DomainState, id: usize, a: OneSided, buf: usize, len:
         Some(b) => engine.send_bytes_answered(peer, hdr, &req[..n], opts, b),
         None => engine.send_bytes(peer, hdr, &req[..n], opts),
     };
-    launched(ep, cqs, cntrs, &a, sent, true, tx, None, cookie)
+    launched(&mut ep.rma, &mut ep.tx_ops, &mut Sinks { cqs, cntrs, b: &ep.bindings }, &a, sent, true, tx, None, cookie)
 }
 
 /// Start a one-sided atomic whose request (`req`: 8 bytes left for an op id, then operands and
@@ -240,7 +251,17 @@ pub fn start_atomic(
     let cookie = cookie_of(&a, &tx, slot);
     let opts = SendOpts { cookie, delivery_complete: acked, more: more(&a), pull: true };
     let sent = engine.send_bytes(peer, hdr, req, opts);
-    launched(ep, cqs, cntrs, &a, sent, acked, tx, reply, cookie)
+    launched(
+        &mut ep.rma,
+        &mut ep.tx_ops,
+        &mut Sinks { cqs, cntrs, b: &ep.bindings },
+        &a,
+        sent,
+        acked,
+        tx,
+        reply,
+        cookie,
+    )
 }
 
 /// What starting a one-sided operation on an endpoint needs, checked (`admit`): the endpoint,
@@ -260,7 +281,30 @@ fn begin<'a>(st: &'a mut DomainState, id: usize, a: &OneSided) -> FiResult<Start
     let DomainState { eps, avs, cqs, cntrs, .. } = st;
     let ep = eps.get_mut(id).ok_or(FiError::INVAL)?;
     admit(ep, a)?;
-    let peer = super::tx::peer_for(ep, avs, a.dest)?;
+    let peer = ep.peer_for(avs, a.dest)?;
     let wanted = wanted(ep, a);
     Ok(Start { ep, cqs, cntrs, peer, wanted })
+}
+
+/// Whether endpoint `ep` can start a one-sided operation now.
+#[inline(always)]
+fn admit(ep: &EpState, a: &OneSided) -> FiResult<()> {
+    if ep.engine.is_none() {
+        return Err(FiError::NOTCONN);
+    }
+    if ep.tx_outstanding() >= ep.tx_size {
+        return Err(FiError::AGAIN);
+    }
+    // A fenced operation starts once everything before it has completed; until then the caller
+    // progresses and retries.
+    if a.flags & ffi::FI_FENCE as u64 != 0 && ep.tx_outstanding() > 0 {
+        return Err(FiError::AGAIN);
+    }
+    Ok(())
+}
+
+/// Whether the operation's successful completion makes a CQ entry.
+#[inline(always)]
+fn wanted(ep: &EpState, a: &OneSided) -> bool {
+    !a.inject_call && (!ep.bindings.tx_selective || a.flags & ffi::FI_COMPLETION as u64 != 0)
 }

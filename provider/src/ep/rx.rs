@@ -6,7 +6,7 @@
 //! so a receive posted later finds it. Unexpected messages are bounded by memory, not by
 //! rx_size: a receiver that posts late never makes a sender hang.
 
-use super::state::{ctx_completion, Sinks, APP_DATA, APP_TAGGED};
+use super::sinks::{ctx_completion, Sinks, APP_DATA, APP_TAGGED};
 use super::tx::TxOp;
 use crate::error::FiError;
 use crate::state::av::AvState;
@@ -313,7 +313,7 @@ impl smr_core::endpoint::Handler for Handler<'_> {
         let ctx = self.rx.in_flight.insert(op) as u64;
         // SAFETY: the ranges are the application's posted receive buffer, which it may not touch
         // until the receive completes (libfabric's buffer contract).
-        let dest = unsafe { lend(dest) };
+        let dest = unsafe { crate::iov::lend(dest) };
         Disposition::Deliver { dest, ctx }
     }
 
@@ -387,15 +387,6 @@ impl smr_core::endpoint::Handler for Handler<'_> {
     }
 }
 
-/// Lend application ranges to the engine.
-///
-/// # Safety
-/// The ranges must stay valid and untouched until the operation completes.
-pub unsafe fn lend(parts: Ranges) -> LocalIov {
-    // SAFETY: per this function's contract.
-    unsafe { LocalIov::from_ranges(parts) }
-}
-
 /// Everything posting a receive needs from the endpoint state.
 pub struct PostCtx<'a, 'b> {
     pub rx: &'a mut RxState,
@@ -441,7 +432,7 @@ pub fn post(ctx: PostCtx, mut recv: PostedRecv) -> Result<(), FiError> {
 fn deliver(rx: &mut RxState, engine: &mut Endpoint, sinks: &mut Sinks, key: MsgKey, op: RecvOp, dest: Ranges) {
     let slot = rx.in_flight.insert(op);
     // SAFETY: the application's receive buffer, lent until completion.
-    let lent = unsafe { lend(dest) };
+    let lent = unsafe { crate::iov::lend(dest) };
     match engine.deliver(key, lent, slot as u64) {
         Ok(Delivered::Now(result, _)) => rx.complete(slot, result, sinks),
         Ok(Delivered::Later) => {}

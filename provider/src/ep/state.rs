@@ -1,114 +1,19 @@
-//! One endpoint's state behind the domain lock (`EpState`), where its completions go
-//! (`Bindings`, `Sinks`), and one progress pass over it (`EpState::drive`), which the progress
-//! module runs for whoever polls.
+//! One endpoint's state behind the domain lock (`EpState`): its engine endpoint, peers,
+//! receives, transmit records and one-sided operations, and one progress pass over it
+//! (`EpState::drive`), which the progress module runs for whoever polls.
 
 use super::rma::{self, RmaState};
 use super::rx::{self, RxState};
-use super::tx::{TxKind, TxOp};
+use super::sinks::{Bindings, Bound, Sinks};
+use super::tx::TxOp;
+use crate::error::{FiError, FiResult};
 use crate::state::av::AvState;
 use crate::state::cntr::CntrState;
-use crate::state::cq::{Completion, CqEvent, CqState};
+use crate::state::cq::CqState;
 use crate::state::mr::MrTable;
 use rshm_ffi as ffi;
 use slab::Slab;
 use smr_core::endpoint::{Endpoint, PeerId, WaitHandle};
-
-/// The provider's bits in the engine's opaque `app` byte.
-pub const APP_TAGGED: u8 = 1;
-pub const APP_DATA: u8 = 2;
-
-/// Where an endpoint's completions go.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Bindings {
-    pub tx_cq: Option<usize>,
-    pub tx_selective: bool,
-    pub rx_cq: Option<usize>,
-    pub rx_selective: bool,
-    pub send_cntr: Option<usize>,
-    pub recv_cntr: Option<usize>,
-    /// FI_WRITE / FI_READ: this endpoint's RMA writes (and atomics) / reads (and fetches).
-    pub write_cntr: Option<usize>,
-    pub read_cntr: Option<usize>,
-    /// FI_REMOTE_WRITE / FI_REMOTE_READ: peers' writes and atomics into / reads from us.
-    pub remote_write_cntr: Option<usize>,
-    pub remote_read_cntr: Option<usize>,
-}
-
-impl Bindings {
-    /// The counter a transmit operation of `kind` counts on.
-    pub fn tx_cntr(&self, kind: TxKind) -> Option<usize> {
-        match kind {
-            TxKind::Send => self.send_cntr,
-            TxKind::Write => self.write_cntr,
-            TxKind::Read => self.read_cntr,
-        }
-    }
-}
-
-/// Everything bound to an endpoint, so closing it unbinds all of it.
-#[derive(Debug, Default)]
-pub struct Bound {
-    pub cqs: Vec<usize>,
-    pub cntrs: Vec<usize>,
-}
-
-/// CQs and counters an endpoint reports into, borrowed from the domain state.
-pub struct Sinks<'a> {
-    pub cqs: &'a mut Slab<CqState>,
-    pub cntrs: &'a mut Slab<CntrState>,
-    pub b: &'a Bindings,
-}
-
-impl Sinks<'_> {
-    // Forced inline: the event is built in the caller and would otherwise be copied on each of
-    // the two calls down to the queue.
-    #[inline(always)]
-    fn report(&mut self, cq: Option<usize>, cntr: Option<usize>, event: CqEvent, wanted: bool) {
-        crate::debug!(EpData, "completion {event:?} wanted {wanted} cq {cq:?} cntr {cntr:?}");
-        let failed = matches!(event, CqEvent::Failed { .. });
-        if let Some(c) = cntr.and_then(|id| self.cntrs.get_mut(id)) {
-            c.count(failed);
-        }
-        if failed || wanted {
-            if let Some(q) = cq.and_then(|id| self.cqs.get_mut(id)) {
-                q.push(event);
-            }
-        }
-    }
-
-    /// A transmit operation finished; `wanted` is false for injects and unselected selective
-    /// completions.
-    #[inline(always)]
-    pub fn tx_done(&mut self, event: CqEvent, wanted: bool, kind: TxKind) {
-        self.report(self.b.tx_cq, self.b.tx_cntr(kind), event, wanted);
-    }
-
-    /// A peer's write or atomic (`write`) or read landed: the endpoint's remote counter and the
-    /// registration's own counter (`fi_mr_bind`) count it.
-    pub fn remote_done(&mut self, mr_cntr: Option<usize>, write: bool) {
-        let ep_cntr = if write { self.b.remote_write_cntr } else { self.b.remote_read_cntr };
-        // One event counts once on a counter bound both ways.
-        let mr_cntr = mr_cntr.filter(|&m| Some(m) != ep_cntr);
-        for id in [ep_cntr, mr_cntr].into_iter().flatten() {
-            if let Some(c) = self.cntrs.get_mut(id) {
-                c.count(false);
-            }
-        }
-    }
-
-    /// A remote write with CQ data: an entry on the receive CQ.
-    pub fn remote_cq(&mut self, event: CqEvent) {
-        if let Some(q) = self.b.rx_cq.and_then(|id| self.cqs.get_mut(id)) {
-            q.push(event);
-        }
-    }
-
-    #[inline(always)]
-    pub fn recv_done(&mut self, event: CqEvent, wanted: bool) {
-        let (cq, cntr) = (self.b.rx_cq, self.b.recv_cntr);
-        self.report(cq, cntr, event, wanted);
-    }
-}
 
 pub struct EpState {
     pub engine: Option<Endpoint>,
@@ -136,6 +41,34 @@ pub struct EpState {
 }
 
 impl EpState {
+    /// The engine peer of fi_addr `dest`: one load once known (inline on every send path).
+    #[inline(always)]
+    pub fn peer_for(&mut self, avs: &Slab<AvState>, dest: u64) -> FiResult<PeerId> {
+        match self.peers.get(dest as usize) {
+            Some(&Some(p)) => Ok(p),
+            _ => self.peer_first_use(avs, dest),
+        }
+    }
+
+    /// `peer_for` of an fi_addr not used yet: look its name up in the AV and add the peer.
+    #[cold]
+    fn peer_first_use(&mut self, avs: &Slab<AvState>, dest: u64) -> FiResult<PeerId> {
+        let ep = self;
+        let av = ep.av.and_then(|a| avs.get(a)).ok_or(FiError::NOAV)?;
+        let name = av.name(dest).ok_or_else(|| {
+            crate::warn!(EpData, "send to fi_addr {dest}, which is not in the AV");
+            FiError::ADDRNOTAVAIL
+        })?;
+        let engine = ep.engine.as_mut().ok_or(FiError::NOTCONN)?;
+        let peer = engine.add_peer(name).map_err(FiError::from)?;
+        let at = dest as usize;
+        if ep.peers.len() <= at {
+            ep.peers.resize(at + 1, None);
+        }
+        ep.peers[at] = Some(peer);
+        Ok(peer)
+    }
+
     /// Transmit operations started and not yet complete: those with a record in `tx_ops`, and
     /// acknowledged ones that keep none (`rma::COOKIE_UNTRACKED`).
     #[inline(always)]
@@ -227,8 +160,3 @@ impl EpState {
 /// slower in proportion (`lfinc` at 4 PEs: 1.2-2.2 s every 1,024 passes, 5.6 s every 2,048,
 /// 10.6 s every 4,096).
 const POLLS_PER_YIELD: u64 = 1024;
-
-/// A completion entry with just a context and flags.
-pub fn ctx_completion(ctx: usize, flags: u64) -> Completion {
-    Completion { op_context: ctx, flags, src: ffi::FI_ADDR_NOTAVAIL, ..Completion::default() }
-}

@@ -1,13 +1,8 @@
 //! Send side: resolve the destination, hand the message to the engine, report completions.
 
-use super::state::{ctx_completion, EpState, Sinks, APP_DATA, APP_TAGGED};
-use crate::error::{FiError, FiResult};
-use crate::getinfo::INJECT_SIZE;
-use crate::state::av::AvState;
-use crate::state::cntr::CntrState;
-use crate::state::cq::CqEvent;
-use crate::state::cq::CqState;
-use rshm_ffi as ffi;
+use super::sinks::{ctx_completion, Sinks, TxKind, APP_DATA, APP_TAGGED};
+use crate::error::FiError;
+use crate::state::cq::{Completion, CqEvent};
 use slab::Slab;
 use smr_core::cmd::MsgHeader;
 use smr_core::endpoint::{PeerId, SendOpts, SendStatus};
@@ -39,14 +34,6 @@ pub enum Returns {
     Answer { addr: usize, len: usize, got: Option<bool> },
 }
 
-/// Which counter a transmit operation bumps.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TxKind {
-    Send,
-    Write,
-    Read,
-}
-
 impl TxOp {
     pub fn new(ctx: usize, flags: u64, wanted: bool, kind: TxKind) -> TxOp {
         TxOp { ctx, flags, wanted, kind, returns: Returns::Nothing }
@@ -67,6 +54,11 @@ impl TxOp {
     pub fn flags(&self) -> u64 {
         self.flags
     }
+
+    /// Its completion entry: its context and flags.
+    pub fn entry(&self) -> Completion {
+        ctx_completion(self.ctx, self.flags)
+    }
 }
 
 /// What a send call asks for.
@@ -83,37 +75,10 @@ pub struct SendArgs {
     pub inject_call: bool,
 }
 
-/// The engine peer of fi_addr `dest`: one load once known (inline on every send path).
-#[inline(always)]
-pub(super) fn peer_for(ep: &mut EpState, avs: &Slab<AvState>, dest: u64) -> FiResult<PeerId> {
-    match ep.peers.get(dest as usize) {
-        Some(&Some(p)) => Ok(p),
-        _ => peer_first_use(ep, avs, dest),
-    }
-}
-
-/// `peer_for` of an fi_addr not used yet: look its name up in the AV and add the peer.
-#[cold]
-fn peer_first_use(ep: &mut EpState, avs: &Slab<AvState>, dest: u64) -> FiResult<PeerId> {
-    let av = ep.av.and_then(|a| avs.get(a)).ok_or(FiError::NOAV)?;
-    let name = av.name(dest).ok_or_else(|| {
-        crate::warn!(EpData, "send to fi_addr {dest}, which is not in the AV");
-        FiError::ADDRNOTAVAIL
-    })?;
-    let engine = ep.engine.as_mut().ok_or(FiError::NOTCONN)?;
-    let peer = engine.add_peer(name).map_err(FiError::from)?;
-    let at = dest as usize;
-    if ep.peers.len() <= at {
-        ep.peers.resize(at + 1, None);
-    }
-    ep.peers[at] = Some(peer);
-    Ok(peer)
-}
-
 /// The engine header of a message of `len` bytes, with or without a tag and CQ data (the
 /// provider's bits in its `app` byte say which).
 #[inline(always)]
-fn header(tag: Option<u64>, data: Option<u64>, len: usize) -> MsgHeader {
+pub(super) fn header(tag: Option<u64>, data: Option<u64>, len: usize) -> MsgHeader {
     let mut app = 0;
     if tag.is_some() {
         app |= APP_TAGGED;
@@ -122,101 +87,6 @@ fn header(tag: Option<u64>, data: Option<u64>, len: usize) -> MsgHeader {
         app |= APP_DATA;
     }
     MsgHeader { app, tag: tag.unwrap_or(0), data: data.unwrap_or(0), aux: 0, len: len as u64 }
-}
-
-/// The express path of the fi_inject family: a message of up to the inject size (inline in the
-/// command, or in one of the receiver's inject buffers: the engine's `send_express`), to a peer
-/// already in use, from an endpoint with no send counter (an inject writes no CQ entry, so
-/// there is nothing to report). False, with nothing sent, for anything else: `send` takes it,
-/// and also says why a send fails.
-#[inline(always)]
-pub fn inject_express(ep: &mut EpState, bytes: &[u8], dest: u64, tag: Option<u64>, data: Option<u64>) -> bool {
-    if ep.bindings.send_cntr.is_some() || ep.tx_outstanding() >= ep.tx_size {
-        return false;
-    }
-    let Some(&Some(peer)) = ep.peers.get(dest as usize) else { return false };
-    let Some(engine) = ep.engine.as_mut() else { return false };
-    let hdr = header(tag, data, bytes.len());
-    crate::debug!(EpData, "inject to {dest} len {} tag {:#x} app {} (express)", hdr.len, hdr.tag, hdr.app);
-    engine.send_express(peer, &hdr, bytes)
-}
-
-/// Start a send on endpoint `id`.
-// Forced inline into its one caller (`ops::send`), which built the arguments.
-#[inline(always)]
-pub fn send(
-    ep: &mut EpState,
-    cqs: &mut Slab<CqState>,
-    cntrs: &mut Slab<CntrState>,
-    avs: &Slab<AvState>,
-    args: SendArgs,
-) -> FiResult<()> {
-    if ep.engine.is_none() {
-        return Err(FiError::NOTCONN);
-    }
-    let len: usize = args.iov.iter().map(|p| p.1).sum();
-    let inject = args.flags & ffi::FI_INJECT as u64 != 0;
-    if inject && len > INJECT_SIZE {
-        return Err(FiError::MSGSIZE);
-    }
-    if len as u64 > crate::params::config().engine.max_msg_size {
-        return Err(FiError::MSGSIZE);
-    }
-    if ep.tx_outstanding() >= ep.tx_size {
-        return Err(FiError::AGAIN);
-    }
-    let peer = peer_for(ep, avs, args.dest)?;
-    let hdr = header(args.tag, args.data, len);
-    let kind = if args.tag.is_some() { ffi::FI_TAGGED } else { ffi::FI_MSG } as u64;
-    // The FI_INJECT flag (on fi_sendmsg or in the endpoint's op_flags) frees the buffer at once
-    // but still completes as usual; only the inject calls are silent.
-    let wanted = !args.inject_call && (!ep.bindings.tx_selective || args.flags & ffi::FI_COMPLETION as u64 != 0);
-    let op = TxOp::new(args.ctx, ffi::FI_SEND as u64 | kind, wanted, TxKind::Send);
-    // The slot a pending send will take; most sends finish at once and never take it.
-    let slot = ep.tx_ops.vacant_key();
-    let opts = SendOpts {
-        cookie: slot as u64,
-        // The engine copies every message up to INJECT_SIZE before returning, so FI_INJECT and
-        // an acknowledged delivery go together.
-        delivery_complete: args.flags & ffi::FI_DELIVERY_COMPLETE as u64 != 0,
-        // FI_MORE: the engine batches small messages to a peer until the next call without it.
-        more: args.flags & ffi::FI_MORE as u64 != 0,
-        // Messages: both sides are active, SAR or CMA by measurement or by size (`Params`).
-        pull: false,
-    };
-    crate::debug!(
-        EpData,
-        "send to {} len {len} tag {:?} data {:?} flags {:#x} ctx {:#x}",
-        args.dest,
-        args.tag,
-        args.data,
-        args.flags,
-        args.ctx
-    );
-    let engine = ep.engine.as_mut().expect("checked above");
-    // SAFETY: the application's send buffer, which it keeps unchanged until the send completes.
-    let sent = unsafe { engine_send(engine, peer, hdr, args.iov, opts) };
-    match sent {
-        // Done at once: report it, unless nothing would see it (an inject with no counter).
-        Ok(SendStatus::Done) if op.wanted || ep.bindings.tx_cntr(TxKind::Send).is_some() => {
-            let mut sinks = Sinks { cqs, cntrs, b: &ep.bindings };
-            sinks.tx_done(CqEvent::Done(ctx_completion(op.ctx, op.flags)), op.wanted, TxKind::Send);
-            Ok(())
-        }
-        Ok(SendStatus::Done) => Ok(()),
-        Ok(SendStatus::Pending) => {
-            let taken = ep.tx_ops.insert(op);
-            debug_assert_eq!(taken, slot);
-            Ok(())
-        }
-        Err(e) => {
-            if e == smr_core::Error::Again {
-                return Err(FiError::AGAIN);
-            }
-            crate::warn!(EpData, "send to fi_addr {} failed: {e}", args.dest);
-            Err(FiError::from(e))
-        }
-    }
 }
 
 /// Hand a message in application memory to the engine: a small one in one buffer is copied
@@ -252,7 +122,7 @@ pub(super) unsafe fn engine_send(
 #[inline(always)]
 pub fn send_finished(tx_ops: &mut Slab<TxOp>, slot: usize, result: smr_core::Result<()>, sinks: &mut Sinks) {
     let Some(op) = tx_ops.try_remove(slot) else { return };
-    let entry = ctx_completion(op.ctx, op.flags);
+    let entry = op.entry();
     let event = match result {
         Ok(()) => CqEvent::Done(entry),
         Err(e) => CqEvent::Failed { entry, err: FiError::from(e).0, olen: 0 },

@@ -233,7 +233,7 @@ fn reentered() -> ! {
 #[repr(C)]
 pub struct Domain {
     pub fid: ffi::fid_domain,
-    /// The fabric it was opened on (`fabric::Fabric`, which counts its domains).
+    /// The fabric it was opened on (an `object::Parent`, which counts its domains).
     pub fabric: *mut ffi::fid_fabric,
     pub shared: Arc<DomainShared>,
 }

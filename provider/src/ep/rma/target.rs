@@ -25,7 +25,7 @@ impl Target<'_> {
                     // SAFETY: registered memory the application exposed for remote writes; it
                     // may not release it while the registration exists, and a close stops a
                     // write still arriving before it returns (`refuse_writes_into`).
-                    let dest = unsafe { crate::ep::rx::lend(ranges.clone()) };
+                    let dest = unsafe { crate::iov::lend(ranges.clone()) };
                     let op = TargetOp::Write { mr_cntr: mr.write_cntr, data: cq_data(&hdr), len: hdr.len, mem: ranges };
                     let ctx = self.rma.target.insert(op);
                     Disposition::Deliver { dest, ctx: CTX_TARGET | ctx as u64 }
@@ -236,7 +236,7 @@ impl Target<'_> {
                 }
                 let data = match by {
                     // SAFETY: as above.
-                    ReturnBy::AnswerBuf(buf) => return ReadAnswer::Into(buf, unsafe { crate::ep::rx::lend(ranges) }),
+                    ReturnBy::AnswerBuf(buf) => return ReadAnswer::Into(buf, unsafe { crate::iov::lend(ranges) }),
                     ReturnBy::WriteBack(remote) => {
                         // Once progress returns (the engine makes the copy); the registration is
                         // looked up again then, in case it closes before.
@@ -335,7 +335,7 @@ fn refuse(msg: &Incoming, errno: u32) -> Disposition {
 
 /// A write's remote CQ data, if it carries any.
 fn cq_data(hdr: &MsgHeader) -> Option<u64> {
-    (hdr.app & crate::ep::state::APP_DATA != 0).then_some(hdr.data)
+    (hdr.app & crate::ep::sinks::APP_DATA != 0).then_some(hdr.data)
 }
 
 /// A peer's write landed: the remote counters count it, and its CQ data makes an entry.
@@ -344,7 +344,7 @@ fn written(sinks: &mut Sinks, mr_cntr: Option<usize>, data: Option<u64>, len: u6
     if let Some(data) = data {
         let flags = (ffi::FI_RMA | ffi::FI_REMOTE_WRITE) as u64 | ffi::FI_REMOTE_CQ_DATA as u64;
         let entry =
-            crate::state::cq::Completion { flags, len: len as usize, data, ..crate::ep::state::ctx_completion(0, 0) };
+            crate::state::cq::Completion { flags, len: len as usize, data, ..crate::ep::sinks::ctx_completion(0, 0) };
         sinks.remote_cq(CqEvent::Done(entry));
     }
 }
