@@ -46,7 +46,7 @@ pub(crate) unsafe extern "C" fn av_open(
     av: *mut *mut ffi::fid_av,
     context: *mut c_void,
 ) -> i32 {
-    crate::guard("fi_av_open", FiError::OTHER.code(), || {
+    crate::boundary::guard("fi_av_open", FiError::OTHER.code(), || {
         int_ret((|| -> FiResult<()> {
             // SAFETY: libfabric contract.
             let dom = unsafe { crate::state::get(domain) }?;
@@ -138,7 +138,7 @@ unsafe extern "C" fn av_insert(
     flags: u64,
     context: *mut c_void,
 ) -> i32 {
-    crate::guard("fi_av_insert", FiError::OTHER.code(), || {
+    crate::boundary::guard("fi_av_insert", FiError::OTHER.code(), || {
         if addr.is_null() && count > 0 {
             return FiError::INVAL.code();
         }
@@ -165,7 +165,7 @@ unsafe extern "C" fn av_insertsvc(
     flags: u64,
     context: *mut c_void,
 ) -> i32 {
-    crate::guard("fi_av_insertsvc", FiError::OTHER.code(), || {
+    crate::boundary::guard("fi_av_insertsvc", FiError::OTHER.code(), || {
         // SAFETY: NULL or C strings of the caller.
         let (node, service) = unsafe { (crate::core_api::opt_str(node), crate::core_api::opt_str(service)) };
         let Some(service) = service else { return FiError::INVAL.code() };
@@ -187,7 +187,7 @@ unsafe extern "C" fn av_insertsym(
     flags: u64,
     context: *mut c_void,
 ) -> i32 {
-    crate::guard("fi_av_insertsym", FiError::OTHER.code(), || {
+    crate::boundary::guard("fi_av_insertsym", FiError::OTHER.code(), || {
         // SAFETY: NULL or C strings of the caller.
         let (node, service) = unsafe { (crate::core_api::opt_str(node), crate::core_api::opt_str(service)) };
         let (Some(node), Some(service)) = (node, service) else { return FiError::INVAL.code() };
@@ -205,7 +205,7 @@ unsafe extern "C" fn av_insertsym(
 }
 
 unsafe extern "C" fn av_remove(av: *mut ffi::fid_av, fi_addr: *mut ffi::fi_addr_t, count: usize, _flags: u64) -> i32 {
-    crate::guard("fi_av_remove", FiError::OTHER.code(), || {
+    crate::boundary::guard("fi_av_remove", FiError::OTHER.code(), || {
         int_ret((|| -> FiResult<()> {
             // SAFETY: libfabric contract.
             let av = unsafe { get(av.cast()) }?;
@@ -237,7 +237,7 @@ unsafe extern "C" fn av_lookup(
     addr: *mut c_void,
     addrlen: *mut usize,
 ) -> i32 {
-    crate::guard("fi_av_lookup", FiError::OTHER.code(), || {
+    crate::boundary::guard("fi_av_lookup", FiError::OTHER.code(), || {
         int_ret((|| -> FiResult<()> {
             // SAFETY: libfabric contract.
             let av = unsafe { get(av.cast()) }?;
@@ -269,7 +269,7 @@ unsafe extern "C" fn av_straddr(
     buf: *mut c_char,
     len: *mut usize,
 ) -> *const c_char {
-    crate::guard("fi_av_straddr", std::ptr::null(), || {
+    crate::boundary::guard("fi_av_straddr", std::ptr::null(), || {
         if len.is_null() || addr.is_null() {
             return std::ptr::null();
         }

@@ -44,7 +44,7 @@ pub(crate) unsafe extern "C" fn cntr_open(
     cntr: *mut *mut ffi::fid_cntr,
     context: *mut c_void,
 ) -> i32 {
-    crate::guard("fi_cntr_open", FiError::OTHER.code(), || {
+    crate::boundary::guard("fi_cntr_open", FiError::OTHER.code(), || {
         int_ret((|| -> FiResult<()> {
             // SAFETY: libfabric contract.
             let dom = unsafe { crate::state::get(domain) }?;
@@ -80,7 +80,7 @@ pub(crate) unsafe extern "C" fn cntr_open(
 }
 
 unsafe extern "C" fn cntr_control(fid: *mut ffi::fid, command: c_int, arg: *mut c_void) -> i32 {
-    crate::guard("cntr control", FiError::OTHER.code(), || {
+    crate::boundary::guard("cntr control", FiError::OTHER.code(), || {
         // SAFETY: libfabric contract.
         let c = match unsafe { get(fid) } {
             Ok(c) => c,
@@ -167,33 +167,33 @@ fn with_counter<T>(cntr: *mut ffi::fid_cntr, call: Call, f: impl FnOnce(&mut Cnt
 }
 
 unsafe extern "C" fn cntr_read(cntr: *mut ffi::fid_cntr) -> u64 {
-    crate::guard("fi_cntr_read", 0, || with_counter(cntr, Call::Read, |c| c.value).unwrap_or(0))
+    crate::boundary::guard("fi_cntr_read", 0, || with_counter(cntr, Call::Read, |c| c.value).unwrap_or(0))
 }
 
 unsafe extern "C" fn cntr_readerr(cntr: *mut ffi::fid_cntr) -> u64 {
-    crate::guard("fi_cntr_readerr", 0, || with_counter(cntr, Call::ReadErr, |c| c.errors).unwrap_or(0))
+    crate::boundary::guard("fi_cntr_readerr", 0, || with_counter(cntr, Call::ReadErr, |c| c.errors).unwrap_or(0))
 }
 
 unsafe extern "C" fn cntr_add(cntr: *mut ffi::fid_cntr, value: u64) -> i32 {
-    crate::guard("fi_cntr_add", FiError::OTHER.code(), || {
+    crate::boundary::guard("fi_cntr_add", FiError::OTHER.code(), || {
         int_ret(with_counter(cntr, Call::Change, |c| c.value = c.value.wrapping_add(value)))
     })
 }
 
 unsafe extern "C" fn cntr_set(cntr: *mut ffi::fid_cntr, value: u64) -> i32 {
-    crate::guard("fi_cntr_set", FiError::OTHER.code(), || {
+    crate::boundary::guard("fi_cntr_set", FiError::OTHER.code(), || {
         int_ret(with_counter(cntr, Call::Change, |c| c.value = value))
     })
 }
 
 unsafe extern "C" fn cntr_adderr(cntr: *mut ffi::fid_cntr, value: u64) -> i32 {
-    crate::guard("fi_cntr_adderr", FiError::OTHER.code(), || {
+    crate::boundary::guard("fi_cntr_adderr", FiError::OTHER.code(), || {
         int_ret(with_counter(cntr, Call::Change, |c| c.errors = c.errors.wrapping_add(value)))
     })
 }
 
 unsafe extern "C" fn cntr_seterr(cntr: *mut ffi::fid_cntr, value: u64) -> i32 {
-    crate::guard("fi_cntr_seterr", FiError::OTHER.code(), || {
+    crate::boundary::guard("fi_cntr_seterr", FiError::OTHER.code(), || {
         int_ret(with_counter(cntr, Call::Change, |c| c.errors = value))
     })
 }
@@ -220,5 +220,5 @@ fn wait(cntr: *mut ffi::fid_cntr, threshold: u64, timeout_ms: c_int) -> FiResult
 }
 
 unsafe extern "C" fn cntr_wait(cntr: *mut ffi::fid_cntr, threshold: u64, timeout: c_int) -> i32 {
-    crate::guard("fi_cntr_wait", FiError::OTHER.code(), || int_ret(wait(cntr, threshold, timeout)))
+    crate::boundary::guard("fi_cntr_wait", FiError::OTHER.code(), || int_ret(wait(cntr, threshold, timeout)))
 }

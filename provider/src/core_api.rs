@@ -4,9 +4,29 @@
 //! These are thin wrappers over the core's exported C functions; strings passed down are
 //! NUL-terminated `CString`s that outlive the call.
 
-use crate::provider_ptr;
 use rshm_ffi as ffi;
 use std::ffi::{c_char, CStr, CString};
+
+/// Provider version reported to the core: 1.0.
+pub const PROVIDER_VERSION: u32 = ffi::fi_version_make(1, 0);
+pub const PROVIDER_NAME: &CStr = c"rshm";
+
+/// The provider struct the core registers, whose entry points `fi_prov_ini` fills in. It must
+/// be writable: the core stores into `context`.
+static mut PROVIDER: ffi::fi_provider = ffi::fi_provider {
+    version: PROVIDER_VERSION,
+    fi_version: ffi::fi_version_make(1, 17),
+    context: ffi::fi_context { internal: [std::ptr::null_mut(); 4] },
+    name: PROVIDER_NAME.as_ptr() as *const c_char,
+    getinfo: None,
+    fabric: None,
+    cleanup: None,
+};
+
+/// Pointer to our provider struct, for logging and parameter calls.
+pub fn provider_ptr() -> *mut ffi::fi_provider {
+    &raw mut PROVIDER
+}
 
 /// Log levels, as libfabric's enum.
 #[derive(Clone, Copy)]

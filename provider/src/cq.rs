@@ -51,7 +51,7 @@ pub(crate) unsafe extern "C" fn cq_open(
     cq: *mut *mut ffi::fid_cq,
     context: *mut c_void,
 ) -> i32 {
-    crate::guard("fi_cq_open", FiError::OTHER.code(), || {
+    crate::boundary::guard("fi_cq_open", FiError::OTHER.code(), || {
         int_ret((|| -> FiResult<()> {
             // SAFETY: libfabric contract.
             let dom = unsafe { crate::state::get(domain) }?;
@@ -111,7 +111,7 @@ unsafe extern "C" fn cq_close(fid: *mut ffi::fid) -> i32 {
 }
 
 unsafe extern "C" fn cq_control(fid: *mut ffi::fid, command: c_int, arg: *mut c_void) -> i32 {
-    crate::guard("cq control", FiError::OTHER.code(), || {
+    crate::boundary::guard("cq control", FiError::OTHER.code(), || {
         // SAFETY: libfabric contract.
         let cq = match unsafe { get(fid) } {
             Ok(cq) => cq,
@@ -258,7 +258,9 @@ fn sread(cq: *mut ffi::fid_cq, buf: *mut c_void, count: usize, src: *mut u64, ti
 }
 
 unsafe extern "C" fn cq_read(cq: *mut ffi::fid_cq, buf: *mut c_void, count: usize) -> isize {
-    crate::guard("fi_cq_read", FiError::OTHER.code() as isize, || ssize_ret(read(cq, buf, count, std::ptr::null_mut())))
+    crate::boundary::guard("fi_cq_read", FiError::OTHER.code() as isize, || {
+        ssize_ret(read(cq, buf, count, std::ptr::null_mut()))
+    })
 }
 
 unsafe extern "C" fn cq_readfrom(
@@ -267,7 +269,9 @@ unsafe extern "C" fn cq_readfrom(
     count: usize,
     src_addr: *mut ffi::fi_addr_t,
 ) -> isize {
-    crate::guard("fi_cq_readfrom", FiError::OTHER.code() as isize, || ssize_ret(read(cq, buf, count, src_addr)))
+    crate::boundary::guard("fi_cq_readfrom", FiError::OTHER.code() as isize, || {
+        ssize_ret(read(cq, buf, count, src_addr))
+    })
 }
 
 unsafe extern "C" fn cq_sread(
@@ -277,7 +281,7 @@ unsafe extern "C" fn cq_sread(
     _cond: *const c_void,
     timeout: c_int,
 ) -> isize {
-    crate::guard("fi_cq_sread", FiError::OTHER.code() as isize, || {
+    crate::boundary::guard("fi_cq_sread", FiError::OTHER.code() as isize, || {
         ssize_ret(sread(cq, buf, count, std::ptr::null_mut(), timeout))
     })
 }
@@ -290,13 +294,13 @@ unsafe extern "C" fn cq_sreadfrom(
     _cond: *const c_void,
     timeout: c_int,
 ) -> isize {
-    crate::guard("fi_cq_sreadfrom", FiError::OTHER.code() as isize, || {
+    crate::boundary::guard("fi_cq_sreadfrom", FiError::OTHER.code() as isize, || {
         ssize_ret(sread(cq, buf, count, src_addr, timeout))
     })
 }
 
 unsafe extern "C" fn cq_readerr(cq: *mut ffi::fid_cq, buf: *mut ffi::fi_cq_err_entry, _flags: u64) -> isize {
-    crate::guard("fi_cq_readerr", FiError::OTHER.code() as isize, || {
+    crate::boundary::guard("fi_cq_readerr", FiError::OTHER.code() as isize, || {
         ssize_ret((|| -> FiResult<usize> {
             // SAFETY: libfabric contract.
             let obj = unsafe { get(cq.cast()) }?;
@@ -333,7 +337,7 @@ unsafe extern "C" fn cq_readerr(cq: *mut ffi::fid_cq, buf: *mut ffi::fi_cq_err_e
 }
 
 unsafe extern "C" fn cq_signal(cq: *mut ffi::fid_cq) -> i32 {
-    crate::guard("fi_cq_signal", FiError::OTHER.code(), || {
+    crate::boundary::guard("fi_cq_signal", FiError::OTHER.code(), || {
         // SAFETY: libfabric contract.
         match unsafe { get(cq.cast()) } {
             Ok(obj) => {

@@ -40,7 +40,7 @@ pub(crate) unsafe extern "C" fn domain_open(
     domain: *mut *mut ffi::fid_domain,
     context: *mut c_void,
 ) -> i32 {
-    crate::guard("fi_domain", FiError::OTHER.code(), || {
+    crate::boundary::guard("fi_domain", FiError::OTHER.code(), || {
         int_ret((|| -> FiResult<()> {
             // SAFETY: libfabric contract: a live fabric of ours.
             let fab = unsafe { object::get::<Parent<ffi::fid_fabric>>(fabric.cast(), ffi::FI_CLASS_FABRIC) }?;

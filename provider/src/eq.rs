@@ -40,7 +40,7 @@ pub(crate) unsafe extern "C" fn eq_open(
     eq: *mut *mut ffi::fid_eq,
     context: *mut c_void,
 ) -> i32 {
-    crate::guard("fi_eq_open", FiError::OTHER.code(), || {
+    crate::boundary::guard("fi_eq_open", FiError::OTHER.code(), || {
         int_ret((|| -> FiResult<()> {
             // SAFETY: libfabric contract.
             let fab = unsafe { object::get::<Parent<ffi::fid_fabric>>(fabric.cast(), ffi::FI_CLASS_FABRIC) }?;
@@ -120,7 +120,7 @@ fn take(
 }
 
 unsafe extern "C" fn eq_read(eq: *mut ffi::fid_eq, event: *mut u32, buf: *mut c_void, len: usize, flags: u64) -> isize {
-    crate::guard("fi_eq_read", FiError::OTHER.code() as isize, || {
+    crate::boundary::guard("fi_eq_read", FiError::OTHER.code() as isize, || {
         // SAFETY: libfabric contract.
         ssize_ret(unsafe { get(eq.cast()) }.and_then(|q| take(q, event, buf, len, flags, None)))
     })
@@ -134,7 +134,7 @@ unsafe extern "C" fn eq_sread(
     timeout: c_int,
     flags: u64,
 ) -> isize {
-    crate::guard("fi_eq_sread", FiError::OTHER.code() as isize, || {
+    crate::boundary::guard("fi_eq_sread", FiError::OTHER.code() as isize, || {
         let t = if timeout < 0 { Duration::from_secs(3600) } else { Duration::from_millis(timeout as u64) };
         // SAFETY: libfabric contract.
         ssize_ret(unsafe { get(eq.cast()) }.and_then(|q| take(q, event, buf, len, flags, Some(t))))
@@ -142,7 +142,7 @@ unsafe extern "C" fn eq_sread(
 }
 
 unsafe extern "C" fn eq_readerr(eq: *mut ffi::fid_eq, _buf: *mut ffi::fi_eq_err_entry, _flags: u64) -> isize {
-    crate::guard("fi_eq_readerr", FiError::OTHER.code() as isize, || {
+    crate::boundary::guard("fi_eq_readerr", FiError::OTHER.code() as isize, || {
         // SAFETY: libfabric contract.
         match unsafe { get(eq.cast()) } {
             Ok(_) => FiError::AGAIN.code() as isize,
@@ -152,7 +152,7 @@ unsafe extern "C" fn eq_readerr(eq: *mut ffi::fid_eq, _buf: *mut ffi::fi_eq_err_
 }
 
 unsafe extern "C" fn eq_write(eq: *mut ffi::fid_eq, event: u32, buf: *const c_void, len: usize, _flags: u64) -> isize {
-    crate::guard("fi_eq_write", FiError::OTHER.code() as isize, || {
+    crate::boundary::guard("fi_eq_write", FiError::OTHER.code() as isize, || {
         // SAFETY: libfabric contract.
         let q = match unsafe { get(eq.cast()) } {
             Ok(q) => q,

@@ -27,7 +27,7 @@ pub(crate) unsafe extern "C" fn fabric_open(
     fabric: *mut *mut ffi::fid_fabric,
     context: *mut c_void,
 ) -> i32 {
-    crate::guard("fi_fabric", FiError::OTHER.code(), || {
+    crate::boundary::guard("fi_fabric", FiError::OTHER.code(), || {
         int_ret((|| -> FiResult<()> {
             // SAFETY: the core passes a valid attr (or NULL).
             let attr = unsafe { attr.as_ref() }.ok_or(FiError::INVAL)?;

@@ -355,7 +355,7 @@ fn fill(info: &mut ffi::fi_info, ep_type: ffi::fi_ep_type, version: u32, hints: 
     dom.mr_cnt = 1 << 16;
     fab.name = c_strdup(FABRIC_NAME);
     fab.prov_name = std::ptr::null_mut();
-    fab.prov_version = crate::PROVIDER_VERSION;
+    fab.prov_version = crate::core_api::PROVIDER_VERSION;
     fab.api_version = version;
 }
 
@@ -412,7 +412,7 @@ pub(crate) unsafe extern "C" fn rshm_getinfo(
     hints: *const ffi::fi_info,
     info: *mut *mut ffi::fi_info,
 ) -> i32 {
-    crate::guard("getinfo", FiError::OTHER.code(), || {
+    crate::boundary::guard("getinfo", FiError::OTHER.code(), || {
         if info.is_null() {
             return FiError::INVAL.code();
         }

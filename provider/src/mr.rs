@@ -78,7 +78,7 @@ pub(crate) unsafe extern "C" fn mr_reg(
     mr: *mut *mut ffi::fid_mr,
     context: *mut c_void,
 ) -> i32 {
-    crate::guard("fi_mr_reg", FiError::OTHER.code(), || {
+    crate::boundary::guard("fi_mr_reg", FiError::OTHER.code(), || {
         int_ret(register(fid, crate::iov::one(buf, len), access, requested_key, flags, mr, context))
     })
 }
@@ -95,7 +95,7 @@ pub(crate) unsafe extern "C" fn mr_regv(
     mr: *mut *mut ffi::fid_mr,
     context: *mut c_void,
 ) -> i32 {
-    crate::guard("fi_mr_regv", FiError::OTHER.code(), || {
+    crate::boundary::guard("fi_mr_regv", FiError::OTHER.code(), || {
         // SAFETY: the caller's array of `count` iovecs.
         let list = unsafe { crate::iov::many(iov, count) };
         int_ret(register(fid, list, access, requested_key, flags, mr, context))
@@ -110,7 +110,7 @@ pub(crate) unsafe extern "C" fn mr_regattr(
     flags: u64,
     mr: *mut *mut ffi::fid_mr,
 ) -> i32 {
-    crate::guard("fi_mr_regattr", FiError::OTHER.code(), || {
+    crate::boundary::guard("fi_mr_regattr", FiError::OTHER.code(), || {
         // SAFETY: the caller's attr.
         let Some(attr) = (unsafe { attr.as_ref() }) else { return FiError::INVAL.code() };
         // SAFETY: the caller's iov array of `iov_count` entries.
@@ -145,7 +145,7 @@ unsafe extern "C" fn mr_close(fid: *mut ffi::fid) -> i32 {
 /// of the domain) or to a counter: with FI_REMOTE_WRITE / FI_REMOTE_READ the counter counts the
 /// peers' writes (and atomics) / reads into this region, as OpenSHMEM's target counter does.
 unsafe extern "C" fn mr_bind(fid: *mut ffi::fid, bfid: *mut ffi::fid, flags: u64) -> i32 {
-    crate::guard("fi_mr_bind", FiError::OTHER.code(), || {
+    crate::boundary::guard("fi_mr_bind", FiError::OTHER.code(), || {
         int_ret((|| -> FiResult<()> {
             // SAFETY: libfabric contract.
             let mr = unsafe { object::get::<Mr>(fid, ffi::FI_CLASS_MR) }?;
@@ -185,7 +185,7 @@ unsafe extern "C" fn mr_bind(fid: *mut ffi::fid, bfid: *mut ffi::fid, flags: u64
 }
 
 unsafe extern "C" fn mr_control(fid: *mut ffi::fid, command: i32, _arg: *mut c_void) -> i32 {
-    crate::guard("mr control", FiError::OTHER.code(), || {
+    crate::boundary::guard("mr control", FiError::OTHER.code(), || {
         // SAFETY: libfabric contract.
         if let Err(e) = unsafe { object::get::<Mr>(fid, ffi::FI_CLASS_MR) } {
             return e.code();

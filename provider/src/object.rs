@@ -104,7 +104,7 @@ pub unsafe fn from_raw<T>(ptr: *mut T) -> Box<T> {
 /// # Safety
 /// As `get`: `fid` is NULL or a live object of ours of type `T`.
 pub unsafe fn close<T>(fid: *mut ffi::fid, class: u32, what: &str, release: impl FnOnce(&T) -> FiResult<()>) -> i32 {
-    crate::guard(what, FiError::OTHER.code(), || {
+    crate::boundary::guard(what, FiError::OTHER.code(), || {
         // SAFETY: per this function's contract.
         let obj = match unsafe { get::<T>(fid, class) } {
             Ok(o) => o,

@@ -1,6 +1,6 @@
 //! FI_RSHM_* parameters, registered with the core so `fi_info -e` lists them.
 
-use crate::provider_ptr;
+use crate::core_api::provider_ptr;
 use rshm_ffi as ffi;
 use std::ffi::{c_int, CString};
 use std::sync::OnceLock;

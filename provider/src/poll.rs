@@ -55,7 +55,7 @@ pub(crate) unsafe extern "C" fn poll_open(
     attr: *mut ffi::fi_poll_attr,
     pollset: *mut *mut ffi::fid_poll,
 ) -> c_int {
-    crate::guard("fi_poll_open", FiError::OTHER.code(), || {
+    crate::boundary::guard("fi_poll_open", FiError::OTHER.code(), || {
         int_ret((|| -> FiResult<()> {
             // SAFETY: libfabric contract.
             unsafe { crate::state::get(domain) }?;
@@ -83,7 +83,7 @@ unsafe extern "C" fn poll_close(fid: *mut ffi::fid) -> i32 {
 }
 
 unsafe extern "C" fn poll_add(pollset: *mut ffi::fid_poll, event_fid: *mut ffi::fid, flags: u64) -> c_int {
-    crate::guard("fi_poll_add", FiError::OTHER.code(), || {
+    crate::boundary::guard("fi_poll_add", FiError::OTHER.code(), || {
         int_ret((|| -> FiResult<()> {
             // SAFETY: libfabric contract.
             let set = unsafe { get(pollset.cast()) }?;
@@ -117,7 +117,7 @@ unsafe extern "C" fn poll_add(pollset: *mut ffi::fid_poll, event_fid: *mut ffi::
 }
 
 unsafe extern "C" fn poll_del(pollset: *mut ffi::fid_poll, event_fid: *mut ffi::fid, flags: u64) -> c_int {
-    crate::guard("fi_poll_del", FiError::OTHER.code(), || {
+    crate::boundary::guard("fi_poll_del", FiError::OTHER.code(), || {
         int_ret((|| -> FiResult<()> {
             // SAFETY: libfabric contract.
             let set = unsafe { get(pollset.cast()) }?;
@@ -150,7 +150,7 @@ unsafe fn counter_now(fid: *mut ffi::fid) -> FiResult<(u64, u64)> {
 }
 
 unsafe extern "C" fn poll_run(pollset: *mut ffi::fid_poll, context: *mut *mut c_void, count: c_int) -> c_int {
-    crate::guard("fi_poll", FiError::OTHER.code(), || {
+    crate::boundary::guard("fi_poll", FiError::OTHER.code(), || {
         (|| -> FiResult<c_int> {
             // SAFETY: libfabric contract.
             let set = unsafe { get(pollset.cast()) }?;

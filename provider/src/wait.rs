@@ -11,7 +11,7 @@ use rshm_ffi as ffi;
 /// has completions to read first. Objects that are neither CQs nor counters of ours are left
 /// alone.
 pub(crate) unsafe extern "C" fn trywait(_fabric: *mut ffi::fid_fabric, fids: *mut *mut ffi::fid, count: i32) -> i32 {
-    crate::guard("fi_trywait", FiError::OTHER.code(), || {
+    crate::boundary::guard("fi_trywait", FiError::OTHER.code(), || {
         if fids.is_null() || count < 0 {
             return FiError::INVAL.code();
         }

@@ -116,7 +116,7 @@ pub(crate) unsafe extern "C" fn wait_open(
     attr: *mut ffi::fi_wait_attr,
     waitset: *mut *mut ffi::fid_wait,
 ) -> c_int {
-    crate::guard("fi_wait_open", FiError::OTHER.code(), || {
+    crate::boundary::guard("fi_wait_open", FiError::OTHER.code(), || {
         crate::error::int_ret((|| -> FiResult<()> {
             // SAFETY: NULL or the caller's attr.
             let attr = unsafe { attr.as_ref() }.ok_or(FiError::INVAL)?;
@@ -161,7 +161,7 @@ unsafe extern "C" fn wait_close(fid: *mut ffi::fid) -> i32 {
 }
 
 unsafe extern "C" fn wait_control(fid: *mut ffi::fid, command: c_int, arg: *mut c_void) -> c_int {
-    crate::guard("wait set control", FiError::OTHER.code(), || {
+    crate::boundary::guard("wait set control", FiError::OTHER.code(), || {
         // SAFETY: libfabric contract.
         let set = match unsafe { get(fid) } {
             Ok(s) => s,
@@ -206,5 +206,5 @@ fn wait(fid: *mut ffi::fid_wait, timeout_ms: c_int) -> FiResult<()> {
 }
 
 unsafe extern "C" fn wait_wait(waitset: *mut ffi::fid_wait, timeout: c_int) -> c_int {
-    crate::guard("fi_wait", FiError::OTHER.code(), || crate::error::int_ret(wait(waitset, timeout)))
+    crate::boundary::guard("fi_wait", FiError::OTHER.code(), || crate::error::int_ret(wait(waitset, timeout)))
 }

@@ -5,42 +5,30 @@
 //! shared-memory region) is created by `fi_enable`, under the name from `info->src_addr`,
 //! `fi_setname`, or a generated one.
 
+mod handle;
 mod ops;
 pub(crate) mod published;
-mod read_req;
-mod replies;
-mod rma;
 mod rma_ops;
 mod rma_start;
-mod rx;
-pub mod sinks;
-pub mod state;
-mod tx;
 
 use crate::error::{int_ret, FiError, FiResult};
 use crate::getinfo::{decode_addr, encode_addr, ADDR_LEN};
 use crate::object::{self, put};
 use crate::params::config;
-use crate::state::{DomainShared, DomainState};
+use crate::state::ep::rma::RmaState;
+use crate::state::ep::rx::RxState;
+use crate::state::ep::sinks::{Bindings, Bound, Sinks};
+use crate::state::ep::EpState;
+use crate::state::DomainState;
 use crate::stubs;
-use rma::RmaState;
+use handle::{get, Ep};
 use rshm_ffi as ffi;
-use rx::RxState;
-use sinks::{Bindings, Bound, Sinks};
 use slab::Slab;
 use smr_core::endpoint::Endpoint;
-use state::EpState;
 use std::ffi::{c_int, c_void};
 use std::sync::Arc;
 
 pub(crate) use rma_ops::query_atomic;
-
-#[repr(C)]
-pub struct Ep {
-    pub fid: ffi::fid_ep,
-    pub shared: Arc<DomainShared>,
-    pub id: usize,
-}
 
 static FI_OPS: ffi::fi_ops = object::fi_ops(ep_close, Some(ep_bind), Some(ep_control));
 
@@ -68,13 +56,6 @@ static CM_OPS: ffi::fi_ops_cm = ffi::fi_ops_cm {
     join: Some(stubs::join),
 };
 
-/// # Safety
-/// NULL or a live endpoint of ours.
-pub unsafe fn get<'a>(fid: *const ffi::fid) -> FiResult<&'a Ep> {
-    // SAFETY: per the contract.
-    unsafe { object::get::<Ep>(fid, ffi::FI_CLASS_EP) }
-}
-
 /// `fi_endpoint`.
 pub(crate) unsafe extern "C" fn endpoint_open(
     domain: *mut ffi::fid_domain,
@@ -82,7 +63,7 @@ pub(crate) unsafe extern "C" fn endpoint_open(
     ep: *mut *mut ffi::fid_ep,
     context: *mut c_void,
 ) -> i32 {
-    crate::guard("fi_endpoint", FiError::OTHER.code(), || {
+    crate::boundary::guard("fi_endpoint", FiError::OTHER.code(), || {
         int_ret((|| -> FiResult<()> {
             // SAFETY: libfabric contract.
             let dom = unsafe { crate::state::get(domain) }?;
@@ -309,7 +290,7 @@ fn bind(ep: &Ep, bfid: *mut ffi::fid, flags: u64) -> FiResult<()> {
 }
 
 unsafe extern "C" fn ep_bind(fid: *mut ffi::fid, bfid: *mut ffi::fid, flags: u64) -> i32 {
-    crate::guard("fi_ep_bind", FiError::OTHER.code(), || {
+    crate::boundary::guard("fi_ep_bind", FiError::OTHER.code(), || {
         // SAFETY: libfabric contract.
         int_ret(unsafe { get(fid) }.and_then(|ep| bind(ep, bfid, flags)))
     })
@@ -377,7 +358,7 @@ fn enable(ep: &Ep) -> FiResult<()> {
 }
 
 unsafe extern "C" fn ep_control(fid: *mut ffi::fid, command: c_int, arg: *mut c_void) -> i32 {
-    crate::guard("fi_control(ep)", FiError::OTHER.code(), || {
+    crate::boundary::guard("fi_control(ep)", FiError::OTHER.code(), || {
         // SAFETY: libfabric contract.
         let ep = match unsafe { get(fid) } {
             Ok(e) => e,
@@ -412,7 +393,7 @@ unsafe extern "C" fn ep_control(fid: *mut ffi::fid, command: c_int, arg: *mut c_
 }
 
 unsafe extern "C" fn ep_getname(fid: ffi::fid_t, addr: *mut c_void, addrlen: *mut usize) -> i32 {
-    crate::guard("fi_getname", FiError::OTHER.code(), || {
+    crate::boundary::guard("fi_getname", FiError::OTHER.code(), || {
         int_ret((|| -> FiResult<()> {
             // SAFETY: libfabric contract.
             let ep = unsafe { get(fid) }?;
@@ -437,7 +418,7 @@ unsafe extern "C" fn ep_getname(fid: ffi::fid_t, addr: *mut c_void, addrlen: *mu
 }
 
 unsafe extern "C" fn ep_setname(fid: ffi::fid_t, addr: *mut c_void, addrlen: usize) -> i32 {
-    crate::guard("fi_setname", FiError::OTHER.code(), || {
+    crate::boundary::guard("fi_setname", FiError::OTHER.code(), || {
         int_ret((|| -> FiResult<()> {
             // SAFETY: libfabric contract.
             let ep = unsafe { get(fid) }?;
@@ -465,7 +446,7 @@ unsafe extern "C" fn ep_getopt(
     optval: *mut c_void,
     optlen: *mut usize,
 ) -> i32 {
-    crate::guard("fi_getopt", FiError::OTHER.code(), || {
+    crate::boundary::guard("fi_getopt", FiError::OTHER.code(), || {
         int_ret((|| -> FiResult<()> {
             // SAFETY: libfabric contract.
             let ep = unsafe { get(fid) }?;
@@ -502,7 +483,7 @@ unsafe extern "C" fn ep_setopt(
     optval: *const c_void,
     optlen: usize,
 ) -> i32 {
-    crate::guard("fi_setopt", FiError::OTHER.code(), || {
+    crate::boundary::guard("fi_setopt", FiError::OTHER.code(), || {
         int_ret((|| -> FiResult<()> {
             // SAFETY: libfabric contract.
             let ep = unsafe { get(fid) }?;
@@ -528,7 +509,7 @@ unsafe extern "C" fn ep_setopt(
 }
 
 unsafe extern "C" fn ep_cancel(fid: ffi::fid_t, context: *mut c_void) -> isize {
-    crate::guard("fi_cancel", FiError::OTHER.code() as isize, || {
+    crate::boundary::guard("fi_cancel", FiError::OTHER.code() as isize, || {
         // SAFETY: libfabric contract.
         let ep = match unsafe { get(fid) } {
             Ok(e) => e,
@@ -547,7 +528,7 @@ unsafe extern "C" fn ep_cancel(fid: ffi::fid_t, context: *mut c_void) -> isize {
 }
 
 unsafe extern "C" fn ep_rx_size_left(ep: *mut ffi::fid_ep) -> isize {
-    crate::guard("fi_rx_size_left", FiError::OTHER.code() as isize, || {
+    crate::boundary::guard("fi_rx_size_left", FiError::OTHER.code() as isize, || {
         // SAFETY: libfabric contract.
         match unsafe { get(ep.cast()) } {
             Ok(ep) => {
@@ -561,7 +542,7 @@ unsafe extern "C" fn ep_rx_size_left(ep: *mut ffi::fid_ep) -> isize {
 }
 
 unsafe extern "C" fn ep_tx_size_left(ep: *mut ffi::fid_ep) -> isize {
-    crate::guard("fi_tx_size_left", FiError::OTHER.code() as isize, || {
+    crate::boundary::guard("fi_tx_size_left", FiError::OTHER.code() as isize, || {
         // SAFETY: libfabric contract.
         match unsafe { get(ep.cast()) } {
             Ok(ep) => {

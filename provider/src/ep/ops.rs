@@ -1,42 +1,24 @@
 //! The data-transfer entry points (fi_ops_msg and fi_ops_tagged): argument checks, then
 //! `send` or `rx::post`.
 
-use super::rx::{self, PostCtx, PostedRecv};
-use super::sinks::Sinks;
-use super::sinks::TxKind;
-use super::state::EpState;
-use super::tx::{self, SendArgs, TxOp};
-use super::{get, Ep};
+use super::handle::with_ep;
 use crate::error::{FiError, FiResult};
 use crate::getinfo::INJECT_SIZE;
 use crate::iov::{many, one};
 use crate::state::av::AvState;
 use crate::state::cntr::CntrState;
 use crate::state::cq::{CqEvent, CqState};
+use crate::state::ep::rx::{self, PostCtx, PostedRecv};
+use crate::state::ep::sinks::Sinks;
+use crate::state::ep::sinks::TxKind;
+use crate::state::ep::tx::{self, SendArgs, TxOp};
+use crate::state::ep::EpState;
 use crate::state::DomainState;
 use rshm_ffi as ffi;
 use slab::Slab;
 use smr_core::endpoint::{SendOpts, SendStatus};
 use smr_core::iov::Ranges;
 use std::ffi::c_void;
-
-fn ret(r: FiResult<()>) -> isize {
-    match r {
-        Ok(()) => 0,
-        Err(e) => e.code() as isize,
-    }
-}
-
-/// Run `f` on the endpoint's locked state.
-pub(super) fn with_ep(ep: *mut ffi::fid_ep, f: impl FnOnce(&Ep, &mut DomainState) -> FiResult<()>) -> isize {
-    // SAFETY: libfabric contract: a live endpoint of ours.
-    let ep = match unsafe { get(ep.cast()) } {
-        Ok(e) => e,
-        Err(e) => return e.code() as isize,
-    };
-    let mut st = ep.shared.lock();
-    ret(f(ep, &mut st))
-}
 
 fn send(ep: *mut ffi::fid_ep, make: impl FnOnce(u64) -> FiResult<SendArgs>, default_flags: bool) -> isize {
     with_ep(ep, |ep, st| {
@@ -129,7 +111,7 @@ unsafe extern "C" fn msg_recv(
     src: ffi::fi_addr_t,
     ctx: *mut c_void,
 ) -> isize {
-    crate::guard("fi_recv", FiError::OTHER.code() as isize, || {
+    crate::boundary::guard("fi_recv", FiError::OTHER.code() as isize, || {
         recv(ep, |f| Ok(posted(one(buf, len)?, src, ctx, false, 0, 0, f)), true)
     })
 }
@@ -142,7 +124,7 @@ unsafe extern "C" fn msg_recvv(
     src: ffi::fi_addr_t,
     ctx: *mut c_void,
 ) -> isize {
-    crate::guard("fi_recvv", FiError::OTHER.code() as isize, || {
+    crate::boundary::guard("fi_recvv", FiError::OTHER.code() as isize, || {
         recv(
             ep,
             |f| {
@@ -156,7 +138,7 @@ unsafe extern "C" fn msg_recvv(
 }
 
 unsafe extern "C" fn msg_recvmsg(ep: *mut ffi::fid_ep, msg: *const ffi::fi_msg, flags: u64) -> isize {
-    crate::guard("fi_recvmsg", FiError::OTHER.code() as isize, || {
+    crate::boundary::guard("fi_recvmsg", FiError::OTHER.code() as isize, || {
         recv(
             ep,
             |_| {
@@ -178,7 +160,7 @@ unsafe extern "C" fn msg_send(
     dest: ffi::fi_addr_t,
     ctx: *mut c_void,
 ) -> isize {
-    crate::guard("fi_send", FiError::OTHER.code() as isize, || {
+    crate::boundary::guard("fi_send", FiError::OTHER.code() as isize, || {
         send(ep, |f| Ok(args(one(buf, len)?, dest, ctx, None, None, f)), true)
     })
 }
@@ -191,7 +173,7 @@ unsafe extern "C" fn msg_sendv(
     dest: ffi::fi_addr_t,
     ctx: *mut c_void,
 ) -> isize {
-    crate::guard("fi_sendv", FiError::OTHER.code() as isize, || {
+    crate::boundary::guard("fi_sendv", FiError::OTHER.code() as isize, || {
         send(
             ep,
             |f| {
@@ -205,7 +187,7 @@ unsafe extern "C" fn msg_sendv(
 }
 
 unsafe extern "C" fn msg_sendmsg(ep: *mut ffi::fid_ep, msg: *const ffi::fi_msg, flags: u64) -> isize {
-    crate::guard("fi_sendmsg", FiError::OTHER.code() as isize, || {
+    crate::boundary::guard("fi_sendmsg", FiError::OTHER.code() as isize, || {
         send(
             ep,
             |_| {
@@ -221,7 +203,7 @@ unsafe extern "C" fn msg_sendmsg(ep: *mut ffi::fid_ep, msg: *const ffi::fi_msg, 
 }
 
 unsafe extern "C" fn msg_inject(ep: *mut ffi::fid_ep, buf: *const c_void, len: usize, dest: ffi::fi_addr_t) -> isize {
-    crate::guard("fi_inject", FiError::OTHER.code() as isize, || inject(ep, buf, len, dest, None, None))
+    crate::boundary::guard("fi_inject", FiError::OTHER.code() as isize, || inject(ep, buf, len, dest, None, None))
 }
 
 unsafe extern "C" fn msg_senddata(
@@ -233,7 +215,7 @@ unsafe extern "C" fn msg_senddata(
     dest: ffi::fi_addr_t,
     ctx: *mut c_void,
 ) -> isize {
-    crate::guard("fi_senddata", FiError::OTHER.code() as isize, || {
+    crate::boundary::guard("fi_senddata", FiError::OTHER.code() as isize, || {
         send(ep, |f| Ok(args(one(buf, len)?, dest, ctx, None, Some(data), f)), true)
     })
 }
@@ -245,7 +227,9 @@ unsafe extern "C" fn msg_injectdata(
     data: u64,
     dest: ffi::fi_addr_t,
 ) -> isize {
-    crate::guard("fi_injectdata", FiError::OTHER.code() as isize, || inject(ep, buf, len, dest, None, Some(data)))
+    crate::boundary::guard("fi_injectdata", FiError::OTHER.code() as isize, || {
+        inject(ep, buf, len, dest, None, Some(data))
+    })
 }
 
 pub static MSG_OPS: ffi::fi_ops_msg = ffi::fi_ops_msg {
@@ -274,7 +258,7 @@ unsafe extern "C" fn tagged_recv(
     ignore: u64,
     ctx: *mut c_void,
 ) -> isize {
-    crate::guard("fi_trecv", FiError::OTHER.code() as isize, || {
+    crate::boundary::guard("fi_trecv", FiError::OTHER.code() as isize, || {
         recv(ep, |f| Ok(posted(one(buf, len)?, src, ctx, true, tag, ignore, f)), true)
     })
 }
@@ -290,7 +274,7 @@ unsafe extern "C" fn tagged_recvv(
     ignore: u64,
     ctx: *mut c_void,
 ) -> isize {
-    crate::guard("fi_trecvv", FiError::OTHER.code() as isize, || {
+    crate::boundary::guard("fi_trecvv", FiError::OTHER.code() as isize, || {
         recv(
             ep,
             |f| {
@@ -304,7 +288,7 @@ unsafe extern "C" fn tagged_recvv(
 }
 
 unsafe extern "C" fn tagged_recvmsg(ep: *mut ffi::fid_ep, msg: *const ffi::fi_msg_tagged, flags: u64) -> isize {
-    crate::guard("fi_trecvmsg", FiError::OTHER.code() as isize, || {
+    crate::boundary::guard("fi_trecvmsg", FiError::OTHER.code() as isize, || {
         recv(
             ep,
             |_| {
@@ -327,7 +311,7 @@ unsafe extern "C" fn tagged_send(
     tag: u64,
     ctx: *mut c_void,
 ) -> isize {
-    crate::guard("fi_tsend", FiError::OTHER.code() as isize, || {
+    crate::boundary::guard("fi_tsend", FiError::OTHER.code() as isize, || {
         send(ep, |f| Ok(args(one(buf, len)?, dest, ctx, Some(tag), None, f)), true)
     })
 }
@@ -342,7 +326,7 @@ unsafe extern "C" fn tagged_sendv(
     tag: u64,
     ctx: *mut c_void,
 ) -> isize {
-    crate::guard("fi_tsendv", FiError::OTHER.code() as isize, || {
+    crate::boundary::guard("fi_tsendv", FiError::OTHER.code() as isize, || {
         send(
             ep,
             |f| {
@@ -356,7 +340,7 @@ unsafe extern "C" fn tagged_sendv(
 }
 
 unsafe extern "C" fn tagged_sendmsg(ep: *mut ffi::fid_ep, msg: *const ffi::fi_msg_tagged, flags: u64) -> isize {
-    crate::guard("fi_tsendmsg", FiError::OTHER.code() as isize, || {
+    crate::boundary::guard("fi_tsendmsg", FiError::OTHER.code() as isize, || {
         send(
             ep,
             |_| {
@@ -378,7 +362,7 @@ unsafe extern "C" fn tagged_inject(
     dest: ffi::fi_addr_t,
     tag: u64,
 ) -> isize {
-    crate::guard("fi_tinject", FiError::OTHER.code() as isize, || inject(ep, buf, len, dest, Some(tag), None))
+    crate::boundary::guard("fi_tinject", FiError::OTHER.code() as isize, || inject(ep, buf, len, dest, Some(tag), None))
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -392,7 +376,7 @@ unsafe extern "C" fn tagged_senddata(
     tag: u64,
     ctx: *mut c_void,
 ) -> isize {
-    crate::guard("fi_tsenddata", FiError::OTHER.code() as isize, || {
+    crate::boundary::guard("fi_tsenddata", FiError::OTHER.code() as isize, || {
         send(ep, |f| Ok(args(one(buf, len)?, dest, ctx, Some(tag), Some(data), f)), true)
     })
 }
@@ -405,7 +389,9 @@ unsafe extern "C" fn tagged_injectdata(
     dest: ffi::fi_addr_t,
     tag: u64,
 ) -> isize {
-    crate::guard("fi_tinjectdata", FiError::OTHER.code() as isize, || inject(ep, buf, len, dest, Some(tag), Some(data)))
+    crate::boundary::guard("fi_tinjectdata", FiError::OTHER.code() as isize, || {
+        inject(ep, buf, len, dest, Some(tag), Some(data))
+    })
 }
 
 pub static TAGGED_OPS: ffi::fi_ops_tagged = ffi::fi_ops_tagged {

@@ -3,12 +3,12 @@
 //! Every call reduces to one `OneSided` (where and how) and one `Op` (what); the v and msg
 //! forms only differ in how the caller describes its buffers.
 
-use super::rma::{self, Desc, OneSided, Op};
+use super::handle::{self, Ep};
 use super::rma_start;
-use super::Ep;
 use crate::atomic::apply::{self, Kind};
 use crate::error::{FiError, FiResult};
 use crate::iov::{many, one};
+use crate::state::ep::rma::{self, Desc, OneSided, Op};
 use rshm_ffi as ffi;
 use smr_core::iov::Ranges;
 use std::ffi::{c_int, c_void};
@@ -29,7 +29,7 @@ fn run(
     default_flags: bool,
     go: impl FnOnce(&mut crate::state::DomainState, usize, u64) -> FiResult<()>,
 ) -> isize {
-    super::ops::with_ep(ep, |ep: &Ep, st| {
+    handle::with_ep(ep, |ep: &Ep, st| {
         let flags = if default_flags { st.eps[ep.id].tx_op_flags } else { 0 };
         let result = go(st, ep.id, flags);
         if result == Err(FiError::AGAIN) {
@@ -156,7 +156,7 @@ unsafe extern "C" fn rma_read(
     key: u64,
     ctx: *mut c_void,
 ) -> isize {
-    crate::guard("fi_read", FiError::OTHER.code() as isize, || {
+    crate::boundary::guard("fi_read", FiError::OTHER.code() as isize, || {
         run(ep, true, |st, id, f| {
             rma_start::start_read(st, id, target(src, addr, key, ctx, f), crate::iov::one_addr(buf, len)?, len)
         })
@@ -173,7 +173,7 @@ unsafe extern "C" fn rma_readv(
     key: u64,
     ctx: *mut c_void,
 ) -> isize {
-    crate::guard("fi_readv", FiError::OTHER.code() as isize, || {
+    crate::boundary::guard("fi_readv", FiError::OTHER.code() as isize, || {
         call(ep, true, |f| {
             // SAFETY: the caller's iovec array.
             let local = unsafe { many(iov, count) }?;
@@ -183,7 +183,7 @@ unsafe extern "C" fn rma_readv(
 }
 
 unsafe extern "C" fn rma_readmsg(ep: *mut ffi::fid_ep, msg: *const ffi::fi_msg_rma, flags: u64) -> isize {
-    crate::guard("fi_readmsg", FiError::OTHER.code() as isize, || {
+    crate::boundary::guard("fi_readmsg", FiError::OTHER.code() as isize, || {
         call(ep, false, |_| {
             // SAFETY: the caller's message.
             let (a, local, _) = unsafe { rma_msg(msg, flags) }?;
@@ -202,7 +202,7 @@ unsafe extern "C" fn rma_write(
     key: u64,
     ctx: *mut c_void,
 ) -> isize {
-    crate::guard("fi_write", FiError::OTHER.code() as isize, || {
+    crate::boundary::guard("fi_write", FiError::OTHER.code() as isize, || {
         call(ep, true, |f| Ok((target(dest, addr, key, ctx, f), Op::Write { local: one(buf, len)?, data: None })))
     })
 }
@@ -217,7 +217,7 @@ unsafe extern "C" fn rma_writev(
     key: u64,
     ctx: *mut c_void,
 ) -> isize {
-    crate::guard("fi_writev", FiError::OTHER.code() as isize, || {
+    crate::boundary::guard("fi_writev", FiError::OTHER.code() as isize, || {
         call(ep, true, |f| {
             // SAFETY: the caller's iovec array.
             let local = unsafe { many(iov, count) }?;
@@ -227,7 +227,7 @@ unsafe extern "C" fn rma_writev(
 }
 
 unsafe extern "C" fn rma_writemsg(ep: *mut ffi::fid_ep, msg: *const ffi::fi_msg_rma, flags: u64) -> isize {
-    crate::guard("fi_writemsg", FiError::OTHER.code() as isize, || {
+    crate::boundary::guard("fi_writemsg", FiError::OTHER.code() as isize, || {
         call(ep, false, |_| {
             // SAFETY: the caller's message.
             let (a, local, data) = unsafe { rma_msg(msg, flags) }?;
@@ -244,7 +244,7 @@ unsafe extern "C" fn rma_inject(
     addr: u64,
     key: u64,
 ) -> isize {
-    crate::guard("fi_inject_write", FiError::OTHER.code() as isize, || {
+    crate::boundary::guard("fi_inject_write", FiError::OTHER.code() as isize, || {
         call(ep, false, |_| Ok((injected(dest, addr, key), Op::Write { local: one(buf, len)?, data: None })))
     })
 }
@@ -261,7 +261,7 @@ unsafe extern "C" fn rma_writedata(
     key: u64,
     ctx: *mut c_void,
 ) -> isize {
-    crate::guard("fi_writedata", FiError::OTHER.code() as isize, || {
+    crate::boundary::guard("fi_writedata", FiError::OTHER.code() as isize, || {
         call(ep, true, |f| Ok((target(dest, addr, key, ctx, f), Op::Write { local: one(buf, len)?, data: Some(data) })))
     })
 }
@@ -275,7 +275,7 @@ unsafe extern "C" fn rma_injectdata(
     addr: u64,
     key: u64,
 ) -> isize {
-    crate::guard("fi_inject_writedata", FiError::OTHER.code() as isize, || {
+    crate::boundary::guard("fi_inject_writedata", FiError::OTHER.code() as isize, || {
         call(ep, false, |_| Ok((injected(dest, addr, key), Op::Write { local: one(buf, len)?, data: Some(data) })))
     })
 }
@@ -482,7 +482,7 @@ unsafe extern "C" fn atomic_write(
     op: ffi::fi_op,
     ctx: *mut c_void,
 ) -> isize {
-    crate::guard("fi_atomic", FiError::OTHER.code() as isize, || {
+    crate::boundary::guard("fi_atomic", FiError::OTHER.code() as isize, || {
         let c =
             Contiguous { kind: Kind::Write, op, datatype, count, operand: buf, compare: null(), result: null_mut() };
         call_contiguous(ep, true, |f| target(dest, addr, key, ctx, f), c)
@@ -502,7 +502,7 @@ unsafe extern "C" fn atomic_writev(
     op: ffi::fi_op,
     ctx: *mut c_void,
 ) -> isize {
-    crate::guard("fi_atomicv", FiError::OTHER.code() as isize, || {
+    crate::boundary::guard("fi_atomicv", FiError::OTHER.code() as isize, || {
         call(ep, true, |f| {
             // SAFETY: the caller's fi_ioc array.
             let operand = unsafe { iocs(iov, count, datatype) }?;
@@ -513,7 +513,7 @@ unsafe extern "C" fn atomic_writev(
 }
 
 unsafe extern "C" fn atomic_writemsg(ep: *mut ffi::fid_ep, msg: *const ffi::fi_msg_atomic, flags: u64) -> isize {
-    crate::guard("fi_atomicmsg", FiError::OTHER.code() as isize, || {
+    crate::boundary::guard("fi_atomicmsg", FiError::OTHER.code() as isize, || {
         // SAFETY: the caller's message; a base atomic has no compare or result array.
         run(ep, false, |st, id, _| unsafe { start_msg(st, id, msg, flags, Kind::Write, NO_IOCS, NO_IOCS) })
     })
@@ -530,7 +530,7 @@ unsafe extern "C" fn atomic_inject(
     datatype: ffi::fi_datatype,
     op: ffi::fi_op,
 ) -> isize {
-    crate::guard("fi_inject_atomic", FiError::OTHER.code() as isize, || {
+    crate::boundary::guard("fi_inject_atomic", FiError::OTHER.code() as isize, || {
         let c =
             Contiguous { kind: Kind::Write, op, datatype, count, operand: buf, compare: null(), result: null_mut() };
         call_contiguous(ep, false, |_| injected(dest, addr, key), c)
@@ -552,7 +552,7 @@ unsafe extern "C" fn atomic_readwrite(
     op: ffi::fi_op,
     ctx: *mut c_void,
 ) -> isize {
-    crate::guard("fi_fetch_atomic", FiError::OTHER.code() as isize, || {
+    crate::boundary::guard("fi_fetch_atomic", FiError::OTHER.code() as isize, || {
         let c = Contiguous { kind: Kind::Fetch, op, datatype, count, operand: buf, compare: null(), result };
         call_contiguous(ep, true, |f| target(dest, addr, key, ctx, f), c)
     })
@@ -574,7 +574,7 @@ unsafe extern "C" fn atomic_readwritev(
     op: ffi::fi_op,
     ctx: *mut c_void,
 ) -> isize {
-    crate::guard("fi_fetch_atomicv", FiError::OTHER.code() as isize, || {
+    crate::boundary::guard("fi_fetch_atomicv", FiError::OTHER.code() as isize, || {
         call(ep, true, |f| {
             // SAFETY: the caller's fi_ioc array (not read for FI_ATOMIC_READ).
             let operand = operand_of(op, || unsafe { iocs(iov, count, datatype) })?;
@@ -594,7 +594,7 @@ unsafe extern "C" fn atomic_readwritemsg(
     result_count: usize,
     flags: u64,
 ) -> isize {
-    crate::guard("fi_fetch_atomicmsg", FiError::OTHER.code() as isize, || {
+    crate::boundary::guard("fi_fetch_atomicmsg", FiError::OTHER.code() as isize, || {
         let result = (resultv.cast_const(), result_count);
         // SAFETY: the caller's message and result array.
         run(ep, false, |st, id, _| unsafe { start_msg(st, id, msg, flags, Kind::Fetch, NO_IOCS, result) })
@@ -618,7 +618,7 @@ unsafe extern "C" fn atomic_compwrite(
     op: ffi::fi_op,
     ctx: *mut c_void,
 ) -> isize {
-    crate::guard("fi_compare_atomic", FiError::OTHER.code() as isize, || {
+    crate::boundary::guard("fi_compare_atomic", FiError::OTHER.code() as isize, || {
         let c = Contiguous { kind: Kind::Compare, op, datatype, count, operand: buf, compare, result };
         call_contiguous(ep, true, |f| target(dest, addr, key, ctx, f), c)
     })
@@ -643,7 +643,7 @@ unsafe extern "C" fn atomic_compwritev(
     op: ffi::fi_op,
     ctx: *mut c_void,
 ) -> isize {
-    crate::guard("fi_compare_atomicv", FiError::OTHER.code() as isize, || {
+    crate::boundary::guard("fi_compare_atomicv", FiError::OTHER.code() as isize, || {
         call(ep, true, |f| {
             // SAFETY: the caller's fi_ioc arrays.
             let (operand, cmp, res) = unsafe {
@@ -670,7 +670,7 @@ unsafe extern "C" fn atomic_compwritemsg(
     result_count: usize,
     flags: u64,
 ) -> isize {
-    crate::guard("fi_compare_atomicmsg", FiError::OTHER.code() as isize, || {
+    crate::boundary::guard("fi_compare_atomicmsg", FiError::OTHER.code() as isize, || {
         let (compare, result) = ((comparev, compare_count), (resultv.cast_const(), result_count));
         // SAFETY: the caller's message, compare and result arrays.
         run(ep, false, |st, id, _| unsafe { start_msg(st, id, msg, flags, Kind::Compare, compare, result) })
@@ -694,9 +694,9 @@ macro_rules! valid_fn {
             op: ffi::fi_op,
             count: *mut usize,
         ) -> c_int {
-            crate::guard($what, FiError::OTHER.code(), || {
+            crate::boundary::guard($what, FiError::OTHER.code(), || {
                 // SAFETY: libfabric contract: a live endpoint of ours.
-                if let Err(e) = unsafe { super::get(ep.cast()) } {
+                if let Err(e) = unsafe { handle::get(ep.cast()) } {
                     return e.code();
                 }
                 match query($kind, datatype, op) {
@@ -744,7 +744,7 @@ pub(crate) unsafe extern "C" fn query_atomic(
     attr: *mut ffi::fi_atomic_attr,
     flags: u64,
 ) -> c_int {
-    crate::guard("fi_query_atomic", FiError::OTHER.code(), || {
+    crate::boundary::guard("fi_query_atomic", FiError::OTHER.code(), || {
         // SAFETY: libfabric contract: a live domain of ours.
         if let Err(e) = unsafe { crate::state::get(domain) } {
             return e.code();

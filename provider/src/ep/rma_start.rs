@@ -4,15 +4,15 @@
 //! points (`rma_ops`) call these; what the operations are and how their answers complete is
 //! `rma`'s.
 
-use super::read_req::{Bytes, ReadReq, ReturnBy, WRITE_BACK_RANGES_MAX};
-use super::rma::*;
-use super::sinks::{Sinks, TxKind};
-use super::state::EpState;
-use super::tx::TxOp;
 use crate::atomic::apply::Kind;
 use crate::error::{FiError, FiResult};
 use crate::state::cntr::CntrState;
 use crate::state::cq::CqState;
+use crate::state::ep::read_req::{Bytes, ReadReq, ReturnBy, WRITE_BACK_RANGES_MAX};
+use crate::state::ep::rma::*;
+use crate::state::ep::sinks::{Sinks, TxKind};
+use crate::state::ep::tx::TxOp;
+use crate::state::ep::EpState;
 use crate::state::DomainState;
 use rshm_ffi as ffi;
 use slab::Slab;
@@ -71,7 +71,7 @@ pub fn start_inline(st: &mut DomainState, id: usize, a: OneSided, op: Op) -> FiR
         if let Some((kind, flags)) = copy_published(engine, peer, &a, &op) {
             let tx = TxOp::new(a.ctx, flags, wanted, kind);
             ep.rma.issued += 1;
-            done_at_once(&mut super::sinks::Sinks { cqs, cntrs, b: &ep.bindings }, a.ctx, &tx);
+            done_at_once(&mut crate::state::ep::sinks::Sinks { cqs, cntrs, b: &ep.bindings }, a.ctx, &tx);
             return Ok(());
         }
     }
@@ -81,7 +81,7 @@ pub fn start_inline(st: &mut DomainState, id: usize, a: OneSided, op: Op) -> FiR
             if a.flags & ffi::FI_INJECT as u64 != 0 && len > crate::getinfo::INJECT_SIZE {
                 return Err(FiError::MSGSIZE);
             }
-            let low = if data.is_some() { super::sinks::APP_DATA } else { 0 };
+            let low = if data.is_some() { crate::state::ep::sinks::APP_DATA } else { 0 };
             let hdr = header(app(KIND_WRITE, low), a.key, a.addr, data.unwrap_or(0), len);
             let tx = TxOp::new(a.ctx, (ffi::FI_RMA | ffi::FI_WRITE) as u64, wanted, TxKind::Write);
             (hdr, Payload::App(local), tx, None)
@@ -147,7 +147,7 @@ pub fn start_inline(st: &mut DomainState, id: usize, a: OneSided, op: Op) -> FiR
     let sent = match (payload, answer_buf) {
         // SAFETY: the application's source buffer, which it leaves unchanged until the write
         // completes (the engine copies inject-sized ones before returning).
-        (Payload::App(local), _) => unsafe { super::tx::engine_send(engine, peer, hdr, local, opts) },
+        (Payload::App(local), _) => unsafe { crate::state::ep::tx::engine_send(engine, peer, hdr, local, opts) },
         (Payload::Own(bytes), Some(buf)) => engine.send_bytes_answered(peer, hdr, &bytes, opts, buf),
         (Payload::Own(bytes), None) if bytes.len() <= engine.params().inject_max => {
             engine.send_bytes(peer, hdr, &bytes, opts)

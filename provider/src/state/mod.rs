@@ -9,16 +9,17 @@
 pub mod av;
 pub mod cntr;
 pub mod cq;
+pub mod ep;
 pub mod mr;
 pub mod threads;
 pub mod wait_fd;
 
-use crate::ep::state::EpState;
 use crate::error::FiResult;
 use crate::object;
 use av::AvState;
 use cntr::CntrState;
 use cq::CqState;
+use ep::EpState;
 use mr::MrTable;
 use rshm_ffi as ffi;
 use slab::Slab;

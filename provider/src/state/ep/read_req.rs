@@ -189,7 +189,7 @@ impl ReadReq {
 }
 
 /// The little-endian word at byte `at` of a peer's payload, if it is there.
-pub(super) fn u64_at(b: &[u8], at: usize) -> Option<u64> {
+pub(crate) fn u64_at(b: &[u8], at: usize) -> Option<u64> {
     Some(u64::from_le_bytes(b.get(at..at + 8)?.try_into().ok()?))
 }
 

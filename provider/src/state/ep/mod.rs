@@ -2,18 +2,25 @@
 //! receives, transmit records and one-sided operations, and one progress pass over it
 //! (`EpState::drive`), which the progress module runs for whoever polls.
 
-use super::rma::{self, RmaState};
-use super::rx::{self, RxState};
-use super::sinks::{Bindings, Bound, Sinks};
-use super::tx::TxOp;
+pub mod read_req;
+pub mod replies;
+pub mod rma;
+pub mod rx;
+pub mod sinks;
+pub mod tx;
+
 use crate::error::{FiError, FiResult};
 use crate::state::av::AvState;
 use crate::state::cntr::CntrState;
 use crate::state::cq::CqState;
 use crate::state::mr::MrTable;
+use rma::RmaState;
 use rshm_ffi as ffi;
+use rx::RxState;
+use sinks::{Bindings, Bound, Sinks};
 use slab::Slab;
 use smr_core::endpoint::{Endpoint, PeerId, WaitHandle};
+use tx::TxOp;
 
 pub struct EpState {
     pub engine: Option<Endpoint>,

@@ -78,7 +78,7 @@ pub struct SendArgs {
 /// The engine header of a message of `len` bytes, with or without a tag and CQ data (the
 /// provider's bits in its `app` byte say which).
 #[inline(always)]
-pub(super) fn header(tag: Option<u64>, data: Option<u64>, len: usize) -> MsgHeader {
+pub(crate) fn header(tag: Option<u64>, data: Option<u64>, len: usize) -> MsgHeader {
     let mut app = 0;
     if tag.is_some() {
         app |= APP_TAGGED;
@@ -97,7 +97,7 @@ pub(super) fn header(tag: Option<u64>, data: Option<u64>, len: usize) -> MsgHead
 /// ones are copied before this returns).
 // Forced inline (two callers): the header and ranges were passed down one frame more.
 #[inline(always)]
-pub(super) unsafe fn engine_send(
+pub(crate) unsafe fn engine_send(
     engine: &mut smr_core::endpoint::Endpoint,
     peer: PeerId,
     hdr: MsgHeader,

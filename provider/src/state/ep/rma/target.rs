@@ -335,7 +335,7 @@ fn refuse(msg: &Incoming, errno: u32) -> Disposition {
 
 /// A write's remote CQ data, if it carries any.
 fn cq_data(hdr: &MsgHeader) -> Option<u64> {
-    (hdr.app & crate::ep::sinks::APP_DATA != 0).then_some(hdr.data)
+    (hdr.app & crate::state::ep::sinks::APP_DATA != 0).then_some(hdr.data)
 }
 
 /// A peer's write landed: the remote counters count it, and its CQ data makes an entry.
@@ -343,8 +343,12 @@ fn written(sinks: &mut Sinks, mr_cntr: Option<usize>, data: Option<u64>, len: u6
     sinks.remote_done(mr_cntr, true);
     if let Some(data) = data {
         let flags = (ffi::FI_RMA | ffi::FI_REMOTE_WRITE) as u64 | ffi::FI_REMOTE_CQ_DATA as u64;
-        let entry =
-            crate::state::cq::Completion { flags, len: len as usize, data, ..crate::ep::sinks::ctx_completion(0, 0) };
+        let entry = crate::state::cq::Completion {
+            flags,
+            len: len as usize,
+            data,
+            ..crate::state::ep::sinks::ctx_completion(0, 0)
+        };
         sinks.remote_cq(CqEvent::Done(entry));
     }
 }
@@ -384,7 +388,7 @@ fn apply_atomic(desc: Desc, target: &Ranges, payload: &[u8], value: &mut [u8], o
 /// An atomic's operands and compare values in its payload (after the op id, if it carries
 /// one), checked against what `desc` says they hold.
 #[inline(always)]
-pub(super) fn operands(desc: Desc, payload: &[u8]) -> Result<(&[u8], &[u8]), u32> {
+pub(crate) fn operands(desc: Desc, payload: &[u8]) -> Result<(&[u8], &[u8]), u32> {
     let n = desc.bytes();
     let at = desc.id_bytes();
     let operands = if desc.op == ffi::FI_ATOMIC_READ { 0 } else { n };

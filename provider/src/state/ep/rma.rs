@@ -147,7 +147,7 @@ pub fn kind_of(app: u8) -> u8 {
     app >> 4
 }
 
-pub(super) fn app(kind: u8, low: u8) -> u8 {
+pub(crate) fn app(kind: u8, low: u8) -> u8 {
     kind << 4 | low
 }
 
@@ -432,7 +432,7 @@ pub enum Op {
 
 /// FI_MORE: the engine batches small requests to a peer until the next call without it.
 #[inline(always)]
-pub(super) fn more(a: &OneSided) -> bool {
+pub(crate) fn more(a: &OneSided) -> bool {
     a.flags & ffi::FI_MORE as u64 != 0
 }
 
@@ -442,7 +442,7 @@ pub(super) fn more(a: &OneSided) -> bool {
 /// doc) does unless it asks for transmit or inject completion and for nothing stronger, and
 /// targets another endpoint; the engine acknowledges the large ones (CMA, SAR) anyway.
 #[inline(always)]
-pub(super) fn acknowledged(
+pub(crate) fn acknowledged(
     op_flags: u64,
     a: &OneSided,
     tx: &TxOp,
@@ -463,7 +463,7 @@ pub(super) fn acknowledged(
 /// old values go (`RmaState::returns`: the target answers with them when they fit the answer).
 /// A base atomic sends id 0.
 #[inline(always)]
-pub(super) fn atomic_tx(
+pub(crate) fn atomic_tx(
     rma: &mut RmaState,
     desc: Desc,
     a: &OneSided,
@@ -486,13 +486,13 @@ pub(super) fn atomic_tx(
 /// (`addr`, `len` bytes), keeps (`RmaState::returns`): op id 0 in its request, which the
 /// target answers itself, the place in its transmit record, and no reply record.
 #[inline(always)]
-pub(super) fn answered_into(addr: usize, len: usize) -> (u64, Returns, Option<Reply>) {
+pub(crate) fn answered_into(addr: usize, len: usize) -> (u64, Returns, Option<Reply>) {
     (0, Returns::Answer { addr, len, got: None }, None)
 }
 
 /// The transmit record of a fetching or compare atomic, before it says where its old values go.
 #[inline(always)]
-pub(super) fn fetch_tx(a: &OneSided, wanted: bool) -> TxOp {
+pub(crate) fn fetch_tx(a: &OneSided, wanted: bool) -> TxOp {
     TxOp::new(a.ctx, (ffi::FI_ATOMIC | ffi::FI_READ) as u64, wanted, super::sinks::TxKind::Read)
 }
 
@@ -500,7 +500,7 @@ pub(super) fn fetch_tx(a: &OneSided, wanted: bool) -> TxOp {
 /// complete already, or keep its transmit record (and reply buffer) in tx slot `slot`.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-pub(super) fn launched(
+pub(crate) fn launched(
     rma: &mut RmaState,
     tx_ops: &mut Slab<TxOp>,
     sinks: &mut Sinks,
@@ -547,7 +547,7 @@ pub(super) fn launched(
 /// kind at completion, and that fits the cookie. It saves the record's insertion, look-up and
 /// removal on the path of SOS's puts and non-fetching atomics.
 #[inline(always)]
-pub(super) fn cookie_of(a: &OneSided, tx: &TxOp, slot: usize) -> u64 {
+pub(crate) fn cookie_of(a: &OneSided, tx: &TxOp, slot: usize) -> u64 {
     if !a.inject_call || tx.kind() != super::sinks::TxKind::Write {
         return slot as u64;
     }
@@ -570,7 +570,7 @@ pub fn untracked_done(rma: &mut RmaState, cookie: u64, result: smr_core::Result<
 
 /// Report an operation that completed within its call, unless nothing would see it (an inject
 /// with no counter).
-pub(super) fn done_at_once(sinks: &mut super::sinks::Sinks, ctx: usize, tx: &TxOp) {
+pub(crate) fn done_at_once(sinks: &mut super::sinks::Sinks, ctx: usize, tx: &TxOp) {
     let kind = tx.kind();
     if tx.wanted() || sinks.b.tx_cntr(kind).is_some() {
         sinks.tx_done(CqEvent::Done(super::sinks::ctx_completion(ctx, tx.flags())), tx.wanted(), kind);
@@ -581,7 +581,7 @@ pub(super) fn done_at_once(sinks: &mut super::sinks::Sinks, ctx: usize, tx: &TxO
 /// to another, reads and writes try its published registrations first (`copy_published`): one system
 /// call of the initiator's, against a round trip through the target. Shorter reads are cheaper
 /// through the target's answer (docs/perf/protocols.md), and shorter writes fit one SAR segment.
-pub(super) fn large_min() -> usize {
+pub(crate) fn large_min() -> usize {
     crate::params::config().read_one_trip_max + 1
 }
 
@@ -589,7 +589,7 @@ pub(super) fn large_min() -> usize {
 /// registration for it (`smr_core::published`): complete when this returns its kind and
 /// completion flags. None: nothing is complete, take the ordinary path (a copy that fell short
 /// may have placed some bytes; the ordinary path copies them all again).
-pub(super) fn copy_published(
+pub(crate) fn copy_published(
     engine: &mut Endpoint,
     peer: PeerId,
     a: &OneSided,
@@ -614,12 +614,12 @@ pub(super) fn copy_published(
     copied.is_ok().then_some((kind, (ffi::FI_RMA | dir) as u64))
 }
 
-pub(super) fn header(app: u8, tag: u64, aux: u64, data: u64, len: usize) -> MsgHeader {
+pub(crate) fn header(app: u8, tag: u64, aux: u64, data: u64, len: usize) -> MsgHeader {
     MsgHeader { app, tag, data, aux, len: len as u64 }
 }
 
 /// Where the bytes of a read or fetching atomic go when they come back.
-pub(super) struct Reply {
+pub(crate) struct Reply {
     op_id: u64,
     local: Ranges,
     want: usize,
@@ -628,7 +628,7 @@ pub(super) struct Reply {
 }
 
 /// What an operation sends: the application's memory (writes) or its own request.
-pub(super) enum Payload {
+pub(crate) enum Payload {
     App(Ranges),
     Own(Bytes),
 }
@@ -645,7 +645,7 @@ impl RmaState {
     /// which the target does not use then). Otherwise in a reply (or by a write-back), matched
     /// by a new operation id.
     #[inline(always)]
-    pub(super) fn returns(
+    pub(crate) fn returns(
         &mut self,
         local: Ranges,
         want: usize,

@@ -1,0 +1,34 @@
+//! `fi_prov_ini`, the entry point libfabric looks up after `dlopen`: it fills in our
+//! `fi_provider` (`core_api::provider_ptr`) with the version we claim and the calls that open
+//! everything else.
+
+use crate::{core_api, fabric, getinfo, params};
+use rshm_ffi as ffi;
+
+/// The entry point libfabric looks up after `dlopen`.
+///
+/// # Safety
+/// Called by the libfabric core, once, before any other entry point.
+#[no_mangle]
+pub unsafe extern "C" fn fi_prov_ini() -> *mut ffi::fi_provider {
+    let prov = core_api::provider_ptr();
+    let result = std::panic::catch_unwind(|| {
+        // Claim the running core's API version: the core skips providers older than the
+        // version a caller asks for, and callers ask for the core's own (see ABI.md).
+        let version = core_api::core_version().max(ffi::fi_version_make(1, 17));
+        // SAFETY: the core calls fi_prov_ini before using the struct; nothing else touches it.
+        unsafe {
+            (*prov).fi_version = version;
+            (*prov).getinfo = Some(getinfo::rshm_getinfo);
+            (*prov).fabric = Some(fabric::fabric_open);
+            (*prov).cleanup = Some(rshm_cleanup);
+        }
+        params::define_all();
+    });
+    if result.is_err() {
+        return std::ptr::null_mut();
+    }
+    prov
+}
+
+unsafe extern "C" fn rshm_cleanup() {}
