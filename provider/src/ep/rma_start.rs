@@ -17,7 +17,7 @@ use crate::state::DomainState;
 use rshm_ffi as ffi;
 use slab::Slab;
 use smr_core::cmd::{RemoteIov, ANSWER_DATA_MAX};
-use smr_core::endpoint::{PeerId, SendOpts};
+use smr_core::endpoint::{PeerId, SendOpts, SendStatus};
 use smr_core::iov::{LocalIov, Ranges};
 
 /// Start a one-sided operation on endpoint `id`.
@@ -154,17 +154,7 @@ pub fn start_inline(st: &mut DomainState, id: usize, a: OneSided, op: Op) -> FiR
         }
         (Payload::Own(bytes), None) => engine.send(peer, hdr, LocalIov::owned(bytes.into_vec()), opts),
     };
-    launched(
-        &mut ep.rma,
-        &mut ep.tx_ops,
-        &mut Sinks { cqs, cntrs, b: &ep.bindings },
-        &a,
-        sent,
-        acked,
-        tx,
-        reply_to,
-        cookie,
-    )
+    launched_on(ep, cqs, cntrs, &a, sent, acked, tx, reply_to, cookie)
 }
 
 /// Start a read of `len` bytes into the caller's buffer at `buf` (checked by the entry point:
@@ -207,7 +197,7 @@ pub fn start_read(st: &mut DomainState, id: usize, a: OneSided, buf: usize, len:
         Some(b) => engine.send_bytes_answered(peer, hdr, &req[..n], opts, b),
         None => engine.send_bytes(peer, hdr, &req[..n], opts),
     };
-    launched(&mut ep.rma, &mut ep.tx_ops, &mut Sinks { cqs, cntrs, b: &ep.bindings }, &a, sent, true, tx, None, cookie)
+    launched_on(ep, cqs, cntrs, &a, sent, true, tx, None, cookie)
 }
 
 /// Start a one-sided atomic whose request (`req`: 8 bytes left for an op id, then operands and
@@ -251,17 +241,7 @@ pub fn start_atomic(
     let cookie = cookie_of(&a, &tx, slot);
     let opts = SendOpts { cookie, delivery_complete: acked, more: more(&a), pull: true };
     let sent = engine.send_bytes(peer, hdr, req, opts);
-    launched(
-        &mut ep.rma,
-        &mut ep.tx_ops,
-        &mut Sinks { cqs, cntrs, b: &ep.bindings },
-        &a,
-        sent,
-        acked,
-        tx,
-        reply,
-        cookie,
-    )
+    launched_on(ep, cqs, cntrs, &a, sent, acked, tx, reply, cookie)
 }
 
 /// What starting a one-sided operation on an endpoint needs, checked (`admit`): the endpoint,
@@ -307,4 +287,22 @@ fn admit(ep: &EpState, a: &OneSided) -> FiResult<()> {
 #[inline(always)]
 fn wanted(ep: &EpState, a: &OneSided) -> bool {
     !a.inject_call && (!ep.bindings.tx_selective || a.flags & ffi::FI_COMPLETION as u64 != 0)
+}
+
+/// `rma::launched` for endpoint `ep`, reporting into `cqs` and `cntrs`.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn launched_on(
+    ep: &mut EpState,
+    cqs: &mut Slab<CqState>,
+    cntrs: &mut Slab<CntrState>,
+    a: &OneSided,
+    sent: smr_core::Result<SendStatus>,
+    acked: bool,
+    tx: TxOp,
+    reply: Option<Reply>,
+    cookie: u64,
+) -> FiResult<()> {
+    let sinks = &mut Sinks { cqs, cntrs, b: &ep.bindings };
+    launched(&mut ep.rma, &mut ep.tx_ops, sinks, a, sent, acked, tx, reply, cookie)
 }
