@@ -1,7 +1,8 @@
-//! Endpoints (FI_EP_RDM and FI_EP_DGRAM): lifecycle, bindings, names and options.
+//! Endpoints (FI_EP_RDM and FI_EP_DGRAM): lifecycle, bindings, names and options, and the data
+//! entry points (`ops`, `rma_ops`).
 //!
-//! An endpoint's state lives in the domain's slab (`EpState`); the `Ep` object handed to the
-//! application holds the domain handle and the slab key. The engine endpoint (and with it the
+//! An endpoint's state lives in the domain's slab (`state::ep::EpState`); the `Ep` object handed
+//! to the application (`handle`) holds the domain handle and the slab key. The engine endpoint (and with it the
 //! shared-memory region) is created by `fi_enable`, under the name from `info->src_addr`,
 //! `fi_setname`, or a generated one.
 
