@@ -132,139 +132,12 @@ use smr_core::iov::{LocalIov, Ranges};
 use smr_core::Error as EngineError;
 use std::collections::VecDeque;
 
+mod answers;
 mod target;
+mod wire;
+pub use answers::*;
 pub use target::Target;
-
-/// Message kinds, in the upper nibble of the engine's `app` byte (the lower one holds
-/// APP_TAGGED and APP_DATA).
-pub const KIND_MSG: u8 = 0;
-pub const KIND_WRITE: u8 = 1;
-pub const KIND_READ_REQ: u8 = 2;
-pub const KIND_READ_RESP: u8 = 3;
-pub const KIND_ATOMIC: u8 = 4;
-
-pub fn kind_of(app: u8) -> u8 {
-    app >> 4
-}
-
-pub(crate) fn app(kind: u8, low: u8) -> u8 {
-    kind << 4 | low
-}
-
-/// Context bits of `on_recv_done`: deliveries of replies and of target operations (the rest
-/// are receives).
-pub const CTX_REPLY: u64 = 1 << 63;
-pub const CTX_TARGET: u64 = 1 << 62;
-/// Cookie bit of `on_send_done` for replies the target sends.
-pub const COOKIE_REPLY: u64 = 1 << 63;
-/// Cookie bit of `on_send_done` for an acknowledged inject write or base atomic, which keeps no
-/// transmit record (`cookie_of`): all there is to report is in the cookie, and a counter of
-/// them (`RmaState::untracked`) holds their place in the transmit queue.
-pub const COOKIE_UNTRACKED: u64 = 1 << 62;
-/// With `COOKIE_UNTRACKED`: a base atomic (otherwise a write).
-const UNTRACKED_ATOMIC: u64 = 1;
-
-/// Largest payload of an atomic: its operands always travel inline or through one inject buffer,
-/// so the target applies it in the same step in which it arrives.
-const ATOMIC_PAYLOAD_MAX: usize = 4096;
-/// Reads up to this size are copied out when the request arrives, so a write that follows the
-/// read from the same initiator cannot change what it returns (FI_ORDER_WAR).
-pub const READ_SNAPSHOT_MAX: usize = 4096;
-
-/// An atomic's operation, packed into the header's `data` word.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Desc {
-    pub kind: Kind,
-    pub op: u32,
-    pub datatype: u32,
-    pub count: u32,
-    /// The request's payload starts with an op id: only for old values that come back in a
-    /// reply message (`RmaState::returns`), which names it. Without one, an 8-byte operand
-    /// shares the command's first cache line with its header: the target's copy of the
-    /// command then takes one line from the initiator, not two, one after the other.
-    pub with_op_id: bool,
-}
-
-/// The bit of a packed `Desc` that says its payload starts with an op id.
-const DESC_OP_ID: u64 = 1 << 24;
-
-impl Desc {
-    pub fn pack(self) -> u64 {
-        let kind = match self.kind {
-            Kind::Write => 0u64,
-            Kind::Fetch => 1,
-            Kind::Compare => 2,
-        };
-        let with_op_id = if self.with_op_id { DESC_OP_ID } else { 0 };
-        kind | u64::from(self.op as u8) << 8
-            | u64::from(self.datatype as u8) << 16
-            | with_op_id
-            | u64::from(self.count) << 32
-    }
-
-    /// Decode a peer's word; None unless it names a valid operation whose operands fit.
-    pub fn unpack(v: u64) -> Option<Desc> {
-        let kind = match v & 0xff {
-            0 => Kind::Write,
-            1 => Kind::Fetch,
-            2 => Kind::Compare,
-            _ => return None,
-        };
-        let d = Desc {
-            kind,
-            op: ((v >> 8) & 0xff) as u32,
-            datatype: ((v >> 16) & 0xff) as u32,
-            count: (v >> 32) as u32,
-            with_op_id: v & DESC_OP_ID != 0,
-        };
-        (apply::valid(d.kind, d.op, d.datatype) && d.count > 0 && fits(kind, d.datatype, d.count as usize)?)
-            .then_some(d)
-    }
-
-    /// Bytes of the target memory it touches.
-    pub fn bytes(self) -> usize {
-        self.count as usize * apply::type_size(self.datatype).unwrap_or(0)
-    }
-
-    /// This operation as sent with op id `op_id`: the id leads the payload unless it is 0 (the
-    /// initiator keeps no reply record to match).
-    pub fn for_op(self, op_id: u64) -> Desc {
-        Desc { with_op_id: op_id != 0, ..self }
-    }
-
-    /// Bytes of its payload before the operands: the op id, if it carries one.
-    pub fn id_bytes(self) -> usize {
-        if self.with_op_id {
-            8
-        } else {
-            0
-        }
-    }
-
-    /// Bytes of its payload: op id (if any), operands (none for FI_ATOMIC_READ), compare values.
-    pub fn payload(self) -> usize {
-        let operands = if self.op == ffi::FI_ATOMIC_READ { 0 } else { self.bytes() };
-        let compares = if self.kind == Kind::Compare { self.bytes() } else { 0 };
-        self.id_bytes() + operands + compares
-    }
-}
-
-/// Most elements one atomic call may carry (what `fi_atomicvalid` reports).
-pub fn max_count(kind: Kind, datatype: u32) -> Option<usize> {
-    Some((ATOMIC_PAYLOAD_MAX - 8) / element_payload(kind, datatype)?)
-}
-
-/// Whether `count` elements are at most `max_count` (asked of every atomic that arrives: a
-/// product, where `max_count` divides).
-fn fits(kind: Kind, datatype: u32, count: usize) -> Option<bool> {
-    Some(count * element_payload(kind, datatype)? <= ATOMIC_PAYLOAD_MAX - 8)
-}
-
-/// Payload bytes one element of `datatype` takes: its operand, and its compare value.
-fn element_payload(kind: Kind, datatype: u32) -> Option<usize> {
-    let size = apply::type_size(datatype)?;
-    Some(if kind == Kind::Compare { 2 * size } else { size })
-}
+pub use wire::*;
 
 /// What the target still has to do for an operation that arrived.
 enum TargetOp {
@@ -555,28 +428,6 @@ pub(crate) fn cookie_of(a: &OneSided, tx: &TxOp, slot: usize) -> u64 {
     COOKIE_UNTRACKED | if atomic { UNTRACKED_ATOMIC } else { 0 }
 }
 
-/// The initiator side of `on_send_done` for an untracked operation (`cookie`): its answer
-/// arrived, or its target died.
-pub fn untracked_done(rma: &mut RmaState, cookie: u64, result: smr_core::Result<()>, sinks: &mut Sinks) {
-    rma.untracked = rma.untracked.saturating_sub(1);
-    let class = if cookie & UNTRACKED_ATOMIC != 0 { ffi::FI_ATOMIC } else { ffi::FI_RMA };
-    let entry = super::sinks::ctx_completion(0, (class | ffi::FI_WRITE) as u64);
-    let event = match result {
-        Ok(()) => CqEvent::Done(entry),
-        Err(e) => CqEvent::Failed { entry, err: FiError::from(e).0, olen: 0 },
-    };
-    sinks.tx_done(event, false, super::sinks::TxKind::Write);
-}
-
-/// Report an operation that completed within its call, unless nothing would see it (an inject
-/// with no counter).
-pub(crate) fn done_at_once(sinks: &mut super::sinks::Sinks, ctx: usize, tx: &TxOp) {
-    let kind = tx.kind();
-    if tx.wanted() || sinks.b.tx_cntr(kind).is_some() {
-        sinks.tx_done(CqEvent::Done(super::sinks::ctx_completion(ctx, tx.flags())), tx.wanted(), kind);
-    }
-}
-
 /// Reads and writes at least this long are pushed through SAR to a target with a CPU to spare;
 /// to another, reads and writes try its published registrations first (`copy_published`): one system
 /// call of the initiator's, against a round trip through the target. Shorter reads are cheaper
@@ -612,10 +463,6 @@ pub(crate) fn copy_published(
     let (kind, dir) =
         if read { (super::sinks::TxKind::Read, ffi::FI_READ) } else { (super::sinks::TxKind::Write, ffi::FI_WRITE) };
     copied.is_ok().then_some((kind, (ffi::FI_RMA | dir) as u64))
-}
-
-pub(crate) fn header(app: u8, tag: u64, aux: u64, data: u64, len: usize) -> MsgHeader {
-    MsgHeader { app, tag, data, aux, len: len as u64 }
 }
 
 /// Where the bytes of a read or fetching atomic go when they come back.
@@ -712,101 +559,6 @@ impl RmaState {
     pub fn has_outgoing(&self) -> bool {
         !self.outbox.is_empty()
     }
-}
-
-/// The initiator side of `on_recv_done`: a reply's data arrived for op `op_id`.
-pub fn reply_delivered(
-    rma: &mut RmaState,
-    tx_ops: &mut Slab<TxOp>,
-    op_id: u64,
-    result: smr_core::Result<usize>,
-    sinks: &mut Sinks,
-) {
-    let Some(p) = rma.pending.get_mut(op_id) else { return };
-    p.got = Some(result);
-    if p.answered {
-        finish(rma, tx_ops, op_id, Ok(()), sinks);
-    }
-}
-
-/// The initiator side of `on_send_answer`: the target answered the operation in tx slot `slot`
-/// with its reply's bytes (small reads, fetching atomics); `answered` follows.
-pub fn answer_data(rma: &mut RmaState, tx_ops: &mut Slab<TxOp>, slot: usize, data: &[u8]) {
-    let op_id = match tx_ops.get_mut(slot).map(|op| &mut op.returns) {
-        Some(Returns::Answer { addr, len, got: got @ None }) => {
-            // The length is the target's word: checked before a byte reaches the user's buffer.
-            let fits = data.len() == *len;
-            if fits {
-                // SAFETY: the application's result buffer of `len` bytes (one range, the whole
-                // result), which it leaves alone until the operation completes; written once.
-                unsafe { smr_core::copy::copy_bytes(data.as_ptr(), *addr as *mut u8, data.len()) };
-            }
-            *got = Some(fits);
-            return;
-        }
-        Some(&mut Returns::Reply(op_id)) => op_id,
-        _ => return,
-    };
-    let Some(p) = rma.pending.get_mut(op_id) else { return };
-    if let Some(dest) = p.dest.take() {
-        // The length is the target's word: checked before a byte reaches the user's buffer.
-        p.got = Some(if data.len() == p.want {
-            // SAFETY: the application's result buffer, which it leaves alone until the operation
-            // completes.
-            Ok(unsafe { crate::iov::scatter(&dest, data) })
-        } else {
-            Err(EngineError::Corrupt("answer of the wrong length"))
-        });
-    }
-}
-
-/// The initiator side of `on_send_done` for a one-sided operation in tx slot `slot`: its answer
-/// arrived. Reads complete when their data has arrived too.
-pub fn answered(
-    rma: &mut RmaState,
-    tx_ops: &mut Slab<TxOp>,
-    slot: usize,
-    result: smr_core::Result<()>,
-    sinks: &mut Sinks,
-) {
-    let op_id = match tx_ops.get(slot).map(|op| op.returns) {
-        Some(Returns::Reply(op_id)) => op_id,
-        other => {
-            super::tx::send_finished(tx_ops, slot, result.and(answer_bytes(other)), sinks);
-            return;
-        }
-    };
-    match rma.pending.get_mut(op_id) {
-        // The target wrote the bytes into our buffer before it answered.
-        Some(p) if result.is_ok() && p.got.is_none() && p.write_back => {
-            p.got = Some(Ok(p.want));
-            finish(rma, tx_ops, op_id, Ok(()), sinks);
-        }
-        Some(p) if result.is_ok() && p.got.is_none() => p.answered = true,
-        Some(_) => finish(rma, tx_ops, op_id, result, sinks),
-        None => super::tx::send_finished(tx_ops, slot, result, sinks),
-    }
-}
-
-/// Whether an operation that keeps no reply record got what it waits for with its answer:
-/// nothing, or its bytes in full (`answer_data` checked their length).
-fn answer_bytes(returns: Option<Returns>) -> smr_core::Result<()> {
-    match returns {
-        Some(Returns::Answer { got: Some(false), .. }) => Err(EngineError::Corrupt("answer of the wrong length")),
-        Some(Returns::Answer { got: None, .. }) => Err(EngineError::Corrupt("answered without a reply")),
-        _ => Ok(()),
-    }
-}
-
-fn finish(rma: &mut RmaState, tx_ops: &mut Slab<TxOp>, op_id: u64, answer: smr_core::Result<()>, sinks: &mut Sinks) {
-    let Some(p) = rma.pending.remove(op_id) else { return };
-    let result = match (answer, p.got) {
-        (Err(e), _) | (Ok(()), Some(Err(e))) => Err(e),
-        (Ok(()), Some(Ok(n))) if n == p.want => Ok(()),
-        (Ok(()), Some(Ok(_))) => Err(EngineError::Corrupt("reply of the wrong length")),
-        (Ok(()), None) => Err(EngineError::Corrupt("answered without a reply")),
-    };
-    super::tx::send_finished(tx_ops, p.slot, result, sinks);
 }
 
 /// A reply the target sent finished (cookie without COOKIE_REPLY): answer its request.

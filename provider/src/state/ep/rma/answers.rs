@@ -1,0 +1,122 @@
+//! How one-sided operations complete at the initiator: a reply's data delivered, an answer's
+//! bytes taken, an answer (or a dead target) completing the operation, and operations that
+//! completed within their call.
+
+use super::*;
+
+/// The initiator side of `on_recv_done`: a reply's data arrived for op `op_id`.
+pub fn reply_delivered(
+    rma: &mut RmaState,
+    tx_ops: &mut Slab<TxOp>,
+    op_id: u64,
+    result: smr_core::Result<usize>,
+    sinks: &mut Sinks,
+) {
+    let Some(p) = rma.pending.get_mut(op_id) else { return };
+    p.got = Some(result);
+    if p.answered {
+        finish(rma, tx_ops, op_id, Ok(()), sinks);
+    }
+}
+
+/// The initiator side of `on_send_answer`: the target answered the operation in tx slot `slot`
+/// with its reply's bytes (small reads, fetching atomics); `answered` follows.
+pub fn answer_data(rma: &mut RmaState, tx_ops: &mut Slab<TxOp>, slot: usize, data: &[u8]) {
+    let op_id = match tx_ops.get_mut(slot).map(|op| &mut op.returns) {
+        Some(Returns::Answer { addr, len, got: got @ None }) => {
+            // The length is the target's word: checked before a byte reaches the user's buffer.
+            let fits = data.len() == *len;
+            if fits {
+                // SAFETY: the application's result buffer of `len` bytes (one range, the whole
+                // result), which it leaves alone until the operation completes; written once.
+                unsafe { smr_core::copy::copy_bytes(data.as_ptr(), *addr as *mut u8, data.len()) };
+            }
+            *got = Some(fits);
+            return;
+        }
+        Some(&mut Returns::Reply(op_id)) => op_id,
+        _ => return,
+    };
+    let Some(p) = rma.pending.get_mut(op_id) else { return };
+    if let Some(dest) = p.dest.take() {
+        // The length is the target's word: checked before a byte reaches the user's buffer.
+        p.got = Some(if data.len() == p.want {
+            // SAFETY: the application's result buffer, which it leaves alone until the operation
+            // completes.
+            Ok(unsafe { crate::iov::scatter(&dest, data) })
+        } else {
+            Err(EngineError::Corrupt("answer of the wrong length"))
+        });
+    }
+}
+
+/// The initiator side of `on_send_done` for a one-sided operation in tx slot `slot`: its answer
+/// arrived. Reads complete when their data has arrived too.
+pub fn answered(
+    rma: &mut RmaState,
+    tx_ops: &mut Slab<TxOp>,
+    slot: usize,
+    result: smr_core::Result<()>,
+    sinks: &mut Sinks,
+) {
+    let op_id = match tx_ops.get(slot).map(|op| op.returns) {
+        Some(Returns::Reply(op_id)) => op_id,
+        other => {
+            super::super::tx::send_finished(tx_ops, slot, result.and(answer_bytes(other)), sinks);
+            return;
+        }
+    };
+    match rma.pending.get_mut(op_id) {
+        // The target wrote the bytes into our buffer before it answered.
+        Some(p) if result.is_ok() && p.got.is_none() && p.write_back => {
+            p.got = Some(Ok(p.want));
+            finish(rma, tx_ops, op_id, Ok(()), sinks);
+        }
+        Some(p) if result.is_ok() && p.got.is_none() => p.answered = true,
+        Some(_) => finish(rma, tx_ops, op_id, result, sinks),
+        None => super::super::tx::send_finished(tx_ops, slot, result, sinks),
+    }
+}
+
+/// Whether an operation that keeps no reply record got what it waits for with its answer:
+/// nothing, or its bytes in full (`answer_data` checked their length).
+fn answer_bytes(returns: Option<Returns>) -> smr_core::Result<()> {
+    match returns {
+        Some(Returns::Answer { got: Some(false), .. }) => Err(EngineError::Corrupt("answer of the wrong length")),
+        Some(Returns::Answer { got: None, .. }) => Err(EngineError::Corrupt("answered without a reply")),
+        _ => Ok(()),
+    }
+}
+
+fn finish(rma: &mut RmaState, tx_ops: &mut Slab<TxOp>, op_id: u64, answer: smr_core::Result<()>, sinks: &mut Sinks) {
+    let Some(p) = rma.pending.remove(op_id) else { return };
+    let result = match (answer, p.got) {
+        (Err(e), _) | (Ok(()), Some(Err(e))) => Err(e),
+        (Ok(()), Some(Ok(n))) if n == p.want => Ok(()),
+        (Ok(()), Some(Ok(_))) => Err(EngineError::Corrupt("reply of the wrong length")),
+        (Ok(()), None) => Err(EngineError::Corrupt("answered without a reply")),
+    };
+    super::super::tx::send_finished(tx_ops, p.slot, result, sinks);
+}
+
+/// The initiator side of `on_send_done` for an untracked operation (`cookie`): its answer
+/// arrived, or its target died.
+pub fn untracked_done(rma: &mut RmaState, cookie: u64, result: smr_core::Result<()>, sinks: &mut Sinks) {
+    rma.untracked = rma.untracked.saturating_sub(1);
+    let class = if cookie & UNTRACKED_ATOMIC != 0 { ffi::FI_ATOMIC } else { ffi::FI_RMA };
+    let entry = super::super::sinks::ctx_completion(0, (class | ffi::FI_WRITE) as u64);
+    let event = match result {
+        Ok(()) => CqEvent::Done(entry),
+        Err(e) => CqEvent::Failed { entry, err: FiError::from(e).0, olen: 0 },
+    };
+    sinks.tx_done(event, false, super::super::sinks::TxKind::Write);
+}
+
+/// Report an operation that completed within its call, unless nothing would see it (an inject
+/// with no counter).
+pub(crate) fn done_at_once(sinks: &mut super::super::sinks::Sinks, ctx: usize, tx: &TxOp) {
+    let kind = tx.kind();
+    if tx.wanted() || sinks.b.tx_cntr(kind).is_some() {
+        sinks.tx_done(CqEvent::Done(super::super::sinks::ctx_completion(ctx, tx.flags())), tx.wanted(), kind);
+    }
+}
