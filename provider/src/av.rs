@@ -5,7 +5,7 @@ use crate::error::{int_ret, FiError, FiResult};
 use crate::getinfo::{decode_addr, encode_addr, node_is_local, service_name, ADDR_LEN};
 use crate::object::{self, put};
 use crate::state::av::AvState;
-use crate::state::DomainShared;
+use crate::state::{DomainShared, DomainState};
 use crate::stubs;
 use rshm_ffi as ffi;
 use std::ffi::{c_char, c_int, c_void};
@@ -91,6 +91,16 @@ unsafe extern "C" fn av_close(fid: *mut ffi::fid) -> i32 {
     unsafe { object::close::<Av>(fid, ffi::FI_CLASS_AV, "fi_close(av)", release) }
 }
 
+/// AV `id` changed: the endpoints bound to it forget the peers they cached from it.
+fn changed(st: &mut DomainState, id: usize) {
+    let DomainState { avs, eps, .. } = st;
+    for &ep in &avs[id].eps {
+        if let Some(e) = eps.get_mut(ep) {
+            e.forget_peers();
+        }
+    }
+}
+
 /// Insert names; `out[i]` gets each fi_addr (FI_ADDR_NOTAVAIL for a bad one).
 fn insert_names(
     av: *mut ffi::fid_av,
@@ -102,7 +112,6 @@ fn insert_names(
     // SAFETY: libfabric contract.
     let av = unsafe { get(av.cast()) }?;
     let mut st = av.shared.lock();
-    let eps = st.avs[av.id].eps.clone();
     let mut inserted = 0;
     for (i, name) in names.into_iter().enumerate() {
         let addr = match name {
@@ -122,11 +131,7 @@ fn insert_names(
             unsafe { context.cast::<c_int>().add(i).write(err) };
         }
     }
-    for ep in eps {
-        if let Some(e) = st.eps.get_mut(ep) {
-            e.forget_peers();
-        }
-    }
+    changed(&mut st, av.id);
     Ok(inserted)
 }
 
@@ -221,11 +226,7 @@ unsafe extern "C" fn av_remove(av: *mut ffi::fid_av, fi_addr: *mut ffi::fi_addr_
                     result = Err(FiError::INVAL);
                 }
             }
-            for ep in st.avs[av.id].eps.clone() {
-                if let Some(e) = st.eps.get_mut(ep) {
-                    e.forget_peers();
-                }
-            }
+            changed(&mut st, av.id);
             result
         })())
     })

@@ -104,7 +104,7 @@ unsafe extern "C" fn domain_close(fid: *mut ffi::fid) -> i32 {
             return Err(FiError::BUSY);
         }
         // SAFETY: the fabric outlives its domains (it refuses to close while we count).
-        unsafe { (*obj.fabric.cast::<Parent<ffi::fid_fabric>>()).release() };
+        unsafe { (*obj.fabric).release() };
         Ok(())
     };
     // SAFETY: the libfabric contract: a live domain of ours.

@@ -19,6 +19,7 @@ use slab::Slab;
 use smr_core::cmd::{RemoteIov, ANSWER_DATA_MAX};
 use smr_core::endpoint::{PeerId, SendOpts, SendStatus};
 use smr_core::iov::{LocalIov, Ranges};
+use smr_core::Error as EngineError;
 
 /// Start a one-sided operation on endpoint `id`.
 pub fn start(st: &mut DomainState, id: usize, a: OneSided, op: Op) -> FiResult<()> {
@@ -154,7 +155,7 @@ pub fn start_inline(st: &mut DomainState, id: usize, a: OneSided, op: Op) -> FiR
         }
         (Payload::Own(bytes), None) => engine.send(peer, hdr, LocalIov::owned(bytes.into_vec()), opts),
     };
-    launched_on(ep, cqs, cntrs, &a, sent, acked, tx, reply_to, cookie)
+    launched(ep, cqs, cntrs, &a, sent, acked, tx, reply_to, cookie)
 }
 
 /// Start a read of `len` bytes into the caller's buffer at `buf` (checked by the entry point:
@@ -197,7 +198,7 @@ pub fn start_read(st: &mut DomainState, id: usize, a: OneSided, buf: usize, len:
         Some(b) => engine.send_bytes_answered(peer, hdr, &req[..n], opts, b),
         None => engine.send_bytes(peer, hdr, &req[..n], opts),
     };
-    launched_on(ep, cqs, cntrs, &a, sent, true, tx, None, cookie)
+    launched(ep, cqs, cntrs, &a, sent, true, tx, None, cookie)
 }
 
 /// Start a one-sided atomic whose request (`req`: 8 bytes left for an op id, then operands and
@@ -241,7 +242,7 @@ pub fn start_atomic(
     let cookie = cookie_of(&a, &tx, slot);
     let opts = SendOpts { cookie, delivery_complete: acked, more: more(&a), pull: true };
     let sent = engine.send_bytes(peer, hdr, req, opts);
-    launched_on(ep, cqs, cntrs, &a, sent, acked, tx, reply, cookie)
+    launched(ep, cqs, cntrs, &a, sent, acked, tx, reply, cookie)
 }
 
 /// What starting a one-sided operation on an endpoint needs, checked (`admit`): the endpoint,
@@ -289,10 +290,11 @@ fn wanted(ep: &EpState, a: &OneSided) -> bool {
     !a.inject_call && (!ep.bindings.tx_selective || a.flags & ffi::FI_COMPLETION as u64 != 0)
 }
 
-/// `rma::launched` for endpoint `ep`, reporting into `cqs` and `cntrs`.
+/// After the engine took (or refused) a one-sided operation's request: report one that is
+/// complete already, or keep its transmit record (and reply buffer) in tx slot `slot`.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-fn launched_on(
+fn launched(
     ep: &mut EpState,
     cqs: &mut Slab<CqState>,
     cntrs: &mut Slab<CntrState>,
@@ -303,6 +305,32 @@ fn launched_on(
     reply: Option<Reply>,
     cookie: u64,
 ) -> FiResult<()> {
-    let sinks = &mut Sinks { cqs, cntrs, b: &ep.bindings };
-    launched(&mut ep.rma, &mut ep.tx_ops, sinks, a, sent, acked, tx, reply, cookie)
+    match sent {
+        // Queued and complete (never so for an acknowledged send): report it now, unless
+        // nothing would see it (an inject with no counter).
+        Ok(SendStatus::Done) if !acked => {
+            ep.rma.issued += 1;
+            done_at_once(&mut Sinks { cqs, cntrs, b: &ep.bindings }, a.ctx, &tx);
+            return Ok(());
+        }
+        // The answer (or, for a batched one, its push into the ring) completes it.
+        Ok(SendStatus::Pending | SendStatus::Done) => {}
+        Err(EngineError::Again) => return Err(FiError::AGAIN),
+        Err(e) => {
+            crate::warn!(EpData, "one-sided operation to fi_addr {} failed: {e}", a.dest);
+            return Err(FiError::from(e));
+        }
+    }
+    ep.rma.issued += 1;
+    if cookie & COOKIE_UNTRACKED != 0 {
+        ep.rma.untracked += 1;
+        return Ok(());
+    }
+    let slot = cookie as usize;
+    if let Some(reply) = reply {
+        ep.rma.await_reply(slot, reply);
+    }
+    let taken = ep.tx_ops.insert(tx);
+    debug_assert_eq!(taken, slot);
+    Ok(())
 }

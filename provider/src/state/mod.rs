@@ -235,7 +235,7 @@ fn reentered() -> ! {
 pub struct Domain {
     pub fid: ffi::fid_domain,
     /// The fabric it was opened on (an `object::Parent`, which counts its domains).
-    pub fabric: *mut ffi::fid_fabric,
+    pub fabric: *mut object::Parent<ffi::fid_fabric>,
     pub shared: Arc<DomainShared>,
 }
 

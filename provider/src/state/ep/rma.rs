@@ -120,7 +120,7 @@ use super::sinks::Sinks;
 use super::tx::Returns;
 use super::tx::TxOp;
 use crate::atomic::apply::{self, Kind};
-use crate::error::{FiError, FiResult};
+use crate::error::FiError;
 use crate::state::cq::CqEvent;
 use crate::state::mr::MrTable;
 use rshm_ffi as ffi;
@@ -369,51 +369,6 @@ pub(crate) fn fetch_tx(a: &OneSided, wanted: bool) -> TxOp {
     TxOp::new(a.ctx, (ffi::FI_ATOMIC | ffi::FI_READ) as u64, wanted, super::sinks::TxKind::Read)
 }
 
-/// After the engine took (or refused) a one-sided operation's request: report one that is
-/// complete already, or keep its transmit record (and reply buffer) in tx slot `slot`.
-#[allow(clippy::too_many_arguments)]
-#[inline(always)]
-pub(crate) fn launched(
-    rma: &mut RmaState,
-    tx_ops: &mut Slab<TxOp>,
-    sinks: &mut Sinks,
-    a: &OneSided,
-    sent: smr_core::Result<SendStatus>,
-    acked: bool,
-    tx: TxOp,
-    reply: Option<Reply>,
-    cookie: u64,
-) -> FiResult<()> {
-    match sent {
-        // Queued and complete (never so for an acknowledged send): report it now, unless
-        // nothing would see it (an inject with no counter).
-        Ok(SendStatus::Done) if !acked => {
-            rma.issued += 1;
-            done_at_once(sinks, a.ctx, &tx);
-            return Ok(());
-        }
-        // The answer (or, for a batched one, its push into the ring) completes it.
-        Ok(SendStatus::Pending | SendStatus::Done) => {}
-        Err(EngineError::Again) => return Err(FiError::AGAIN),
-        Err(e) => {
-            crate::warn!(EpData, "one-sided operation to fi_addr {} failed: {e}", a.dest);
-            return Err(FiError::from(e));
-        }
-    }
-    rma.issued += 1;
-    if cookie & COOKIE_UNTRACKED != 0 {
-        rma.untracked += 1;
-        return Ok(());
-    }
-    let slot = cookie as usize;
-    if let Some(Reply { op_id, local, want, write_back }) = reply {
-        rma.pending.insert(op_id, Pending::new(slot, local, want, write_back));
-    }
-    let taken = tx_ops.insert(tx);
-    debug_assert_eq!(taken, slot);
-    Ok(())
-}
-
 /// The cookie of operation `tx`: tx slot `slot`, where its record will be kept, unless it keeps
 /// none (`COOKIE_UNTRACKED`). An inject write or base atomic (no context, no CQ entry on
 /// success: `wanted` is false for inject calls; a write brings nothing back) needs only its
@@ -553,6 +508,12 @@ impl RmaState {
             }
         }
         self.free
+    }
+
+    /// Operation `slot`, just started, waits for its reply `reply` (`RmaState::returns`).
+    pub(crate) fn await_reply(&mut self, slot: usize, reply: Reply) {
+        let Reply { op_id, local, want, write_back } = reply;
+        self.pending.insert(op_id, Pending::new(slot, local, want, write_back));
     }
 
     /// Replies or answers are waiting to go out.
