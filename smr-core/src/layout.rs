@@ -187,6 +187,11 @@ impl Geometry {
         Ok(self.inject_data + u64::from(index) * INJECT_SIZE)
     }
 
+    /// Bytes of the SAR pool (its buffers' data).
+    pub fn sar_pool_len(&self) -> u64 {
+        self.counts.sar_count.saturating_mul(self.counts.sar_size)
+    }
+
     pub fn sar_offset(&self, index: u32) -> Result<u64> {
         if u64::from(index) >= self.counts.sar_count {
             return Err(Error::Corrupt("SAR buffer index out of range"));

@@ -104,9 +104,9 @@ pub struct Region {
     /// The pid of the process that mapped this region, named in the ring slots it writes so
     /// that the owner can reclaim one it dies in the middle of (`ring::Consumer::reclaim`).
     writer: u32,
-    /// Our page-table entries for the SAR pool are filled in (`map_sar_pool`): private to this
-    /// mapping, not shared memory.
-    sar_mapped: std::sync::Once,
+    /// The SAR pool's pages are reserved and our page-table entries for them filled in
+    /// (`map_sar_pool`): private to this mapping, not shared memory.
+    sar_mapped: std::sync::atomic::AtomicBool,
 }
 
 impl Region {
@@ -116,7 +116,9 @@ impl Region {
         let geo = Geometry::compute(counts)?;
         let me = ProcessIdentity::current()?;
         for _ in 0..4 {
-            match Mapping::create(name, geo.size as usize) {
+            // The SAR pool is reserved when it is first used (`map_sar_pool`): an endpoint that
+            // never receives a message by SAR holds 2 MiB less of /dev/shm.
+            match Mapping::create_lazy(name, geo.size as usize, (geo.sar_data, geo.sar_pool_len())) {
                 Ok(map) => return Ok(Self::init(map, geo, name, me, flags)),
                 Err(Error::Os(libc::EEXIST)) => reclaim_if_stale(name)?,
                 Err(e) => return Err(e),
@@ -141,7 +143,7 @@ impl Region {
             flags,
             is_owner: true,
             writer: me.pid,
-            sar_mapped: std::sync::Once::new(),
+            sar_mapped: std::sync::atomic::AtomicBool::new(false),
         };
         // SAFETY: the header page is ours alone until `ready` is set: nobody else has opened the
         // file yet (O_EXCL) or, if one did, it waits for `ready` before reading.
@@ -212,7 +214,7 @@ impl Region {
             flags,
             is_owner: false,
             writer: std::process::id(),
-            sar_mapped: std::sync::Once::new(),
+            sar_mapped: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -293,19 +295,27 @@ impl Region {
         unsafe { self.inject.stack() }
     }
 
-    /// Before the first copy into or out of the SAR pool through this mapping: map the whole
-    /// pool now, for writing in a peer's region (senders copy segments in, targets answers) and
-    /// for reading in our own (we copy them out). Our SAR buffers are reused cold, in rotation
-    /// (`endpoint::cold`), so without this every buffer's first use faulted its pages in one at
-    /// a time: a 64 KiB message over fresh buffers took about 40 us instead of 4, and the
-    /// protocol chooser, whose rare rechecks of SAR kept landing on fresh buffers, kept choosing
-    /// CMA. 2 MiB of pages the file already holds; one call per mapping, later ones are a load.
+    /// Before the first copy into or out of the SAR pool through this mapping: reserve the
+    /// pool's pages (left unreserved at creation, so an endpoint whose pool is never used holds
+    /// 2 MiB less; ENOSPC when /dev/shm has no room for them, instead of a SIGBUS at the first
+    /// touch) and map the whole pool now, for writing in a peer's region (senders copy
+    /// segments in, targets answers) and for reading in our own (we copy them out). Our SAR
+    /// buffers are reused cold, in rotation (`endpoint::cold`), so without the mapping every
+    /// buffer's first use faulted its pages in one at a time: a 64 KiB message over fresh
+    /// buffers took about 40 us instead of 4, and the protocol chooser, whose rare rechecks of
+    /// SAR kept landing on fresh buffers, kept choosing CMA. Two system calls the first time
+    /// per mapping (whoever reserved the pages first, the rest find them there); a load after.
     #[inline]
-    pub fn map_sar_pool(&self) {
-        self.sar_mapped.call_once(|| {
-            let pool = self.geo.counts.sar_count.saturating_mul(self.geo.counts.sar_size);
-            self.map.populate(self.geo.sar_data, pool, !self.is_owner);
-        });
+    pub fn map_sar_pool(&self) -> Result<()> {
+        use std::sync::atomic::Ordering as StdOrdering;
+        if self.sar_mapped.load(StdOrdering::Acquire) {
+            return Ok(());
+        }
+        let pool = self.geo.sar_pool_len();
+        self.map.reserve(self.geo.sar_data, pool)?;
+        self.map.populate(self.geo.sar_data, pool, !self.is_owner);
+        self.sar_mapped.store(true, StdOrdering::Release);
+        Ok(())
     }
 
     pub fn sar_stack(&self) -> FreeStack<'_> {

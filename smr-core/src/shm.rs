@@ -27,8 +27,14 @@ fn shm_path(name: &str) -> Result<CString> {
 }
 
 impl Mapping {
-    /// Create `name` exclusively (mode 0600), size it and map it.
+    /// Create `name` exclusively (mode 0600), size it, reserve its pages and map it.
     pub fn create(name: &str, len: usize) -> Result<Mapping> {
+        Self::create_lazy(name, len, (0, 0))
+    }
+
+    /// `create`, reserving every page but those of the range `lazy` (offset, length: pages
+    /// that may stay unused, reserved on first use with `reserve`).
+    pub fn create_lazy(name: &str, len: usize, lazy: (u64, u64)) -> Result<Mapping> {
         let path = shm_path(name)?;
         // SAFETY: `path` is a valid NUL-terminated string.
         let fd = unsafe {
@@ -45,18 +51,27 @@ impl Mapping {
             let _ = unlink(name);
             return Err(err);
         }
-        // Reserve every page now: on a tmpfs without room, ftruncate succeeds and the first
+        // Reserve the pages now: on a tmpfs without room, ftruncate succeeds and the first
         // touch of a page beyond the room raises SIGBUS, in us or in a peer. fallocate says
-        // ENOSPC here instead.
-        // SAFETY: plain syscall on an fd we own.
-        let rc = unsafe { libc::posix_fallocate(fd.as_raw_fd(), 0, len as libc::off_t) };
-        if rc != 0 && rc != libc::EOPNOTSUPP && rc != libc::EINVAL {
+        // ENOSPC here instead. The lazy range is reserved by whoever uses it first.
+        let end = len as u64;
+        let (lazy_start, lazy_end) = (lazy.0.min(end), lazy.0.saturating_add(lazy.1).min(end));
+        let reserved = reserve_range(&fd, 0, lazy_start).and_then(|()| reserve_range(&fd, lazy_end, end - lazy_end));
+        if let Err(e) = reserved {
             let _ = unlink(name);
-            return Err(Error::Os(rc));
+            return Err(e);
         }
         Self::map(fd, len).inspect_err(|_| {
             let _ = unlink(name);
         })
+    }
+
+    /// Reserve the file's pages in `off..off + len` (those already there stay as they are): a
+    /// range left unreserved at creation, before its first use. ENOSPC when the file system has
+    /// no room for them, so that nobody touches a page the kernel cannot back (SIGBUS).
+    pub fn reserve(&self, off: u64, len: u64) -> Result<()> {
+        self.check(off, len, 1)?;
+        reserve_range(&self.fd, off, len)
     }
 
     /// Map an existing region file whole, at the size `fstat` reports.
@@ -187,6 +202,20 @@ impl Drop for Mapping {
         // SAFETY: `base`/`len` came from our own successful mmap; no references outlive `self`.
         unsafe { libc::munmap(self.base.cast(), self.len) };
     }
+}
+
+/// `posix_fallocate` of `off..off + len` in `fd`; a file system without it (EOPNOTSUPP, EINVAL)
+/// is left to fault pages in as they are touched, as before fallocate was used.
+fn reserve_range(fd: &OwnedFd, off: u64, len: u64) -> Result<()> {
+    if len == 0 {
+        return Ok(());
+    }
+    // SAFETY: plain syscall on an fd we hold open.
+    let rc = unsafe { libc::posix_fallocate(fd.as_raw_fd(), off as libc::off_t, len as libc::off_t) };
+    if rc != 0 && rc != libc::EOPNOTSUPP && rc != libc::EINVAL {
+        return Err(Error::Os(rc));
+    }
+    Ok(())
 }
 
 fn file_size(fd: &OwnedFd) -> Result<usize> {

@@ -78,7 +78,7 @@ impl Endpoint {
         let (stack, tag) = if len as u64 <= INJECT_SIZE {
             (self.region.inject_stack(), 0)
         } else if len as u64 <= counts.sar_size {
-            self.region.map_sar_pool();
+            self.region.map_sar_pool()?;
             (self.region.sar_stack(), SAR_POOL)
         } else {
             return Err(Error::Invalid("answer larger than any pool buffer"));
@@ -128,10 +128,10 @@ impl Endpoint {
     pub fn answer_into(&mut self, src: SrcId, msg_id: u64, buf: u32, data: &LocalIov) {
         let Some(peer) = self.inp.get(&src) else { return };
         let len = data.len();
-        if buf & SAR_POOL != 0 {
-            peer.region.map_sar_pool();
-        }
-        let placed = AnswerBuf::from_wire(buf).place(&peer.region, len).map(|dst| {
+        // A SAR buffer its sender reserved is backed already: the reserve here finds its pages
+        // (a sender naming one it never reserved may get ENOSPC, and a refusal).
+        let pool_ready = if buf & SAR_POOL != 0 { peer.region.map_sar_pool() } else { Ok(()) };
+        let placed = pool_ready.and_then(|()| AnswerBuf::from_wire(buf).place(&peer.region, len)).map(|dst| {
             // SAFETY: `dst..dst+len` lies inside our mapping of the sender's region (checked by
             // `place`); shared memory that a misbehaving sender may write meanwhile, which can
             // only garble its own answer.

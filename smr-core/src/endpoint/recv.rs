@@ -583,9 +583,10 @@ impl Endpoint {
     }
 
     fn on_segment(&mut self, src: SrcId, msg_id: u64, seg: SarSeg, h: &mut impl Handler) {
-        self.region.map_sar_pool();
         let map = self.region.mapping();
-        let at = self.region.geometry().sar_offset(seg.buf);
+        // The sender reserved our pool's pages before it wrote the segment: the reserve here
+        // finds them (one from a sender that did not is refused like any corrupt segment).
+        let at = self.region.map_sar_pool().and_then(|()| self.region.geometry().sar_offset(seg.buf));
         let Some(rx) = self.sar_rx.get_mut(&(src, msg_id)) else {
             // A segment of a message we gave up on (its sender died) still holds a buffer of
             // ours; one from a stranger refers to a buffer that is not its own to return.

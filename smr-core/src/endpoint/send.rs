@@ -512,11 +512,21 @@ impl Endpoint {
                 continue; // the peer died; check_peers fails the send
             };
             let send = self.pending.get_mut(&msg_id).expect("looked up above");
-            if !push_segments(link, incarnation, msg_id, send) {
-                if send.unstarted() {
-                    waiting.push(peer);
+            match push_segments(link, incarnation, msg_id, send) {
+                Ok(true) => {}
+                // A send the receiver's pool cannot take fails (only one that has not started:
+                // the pool is reserved before any segment goes out); `progress` reports it.
+                Err(e) if send.unstarted() => {
+                    let failed = self.pending.remove(&msg_id).expect("looked up above");
+                    self.release_answer_buf(failed.answer);
+                    self.staged_done.push((failed.cookie, Err(e)));
                 }
-                self.sar_tx.push_back(msg_id);
+                Ok(false) | Err(_) => {
+                    if send.unstarted() {
+                        waiting.push(peer);
+                    }
+                    self.sar_tx.push_back(msg_id);
+                }
             }
         }
     }
@@ -679,20 +689,24 @@ fn segment_len(offset: u64, sar_size: u64) -> u64 {
     sar_size.min(offset.max(SAR_FIRST_SEGMENT))
 }
 
-/// Push segments of one SAR send until done or out of buffers. True when all are out.
-fn push_segments(link: &super::peers::Link, incarnation: u64, msg_id: u64, send: &mut PendingSend) -> bool {
+/// Push segments of one SAR send until done or out of buffers. True when all are out; an error
+/// when the receiver's pool has no room in /dev/shm (`Region::map_sar_pool`: then no segment to
+/// that receiver went out yet).
+fn push_segments(link: &super::peers::Link, incarnation: u64, msg_id: u64, send: &mut PendingSend) -> Result<bool> {
     use super::spare::Pool;
     let geo = *link.region.geometry();
     let sar_size = geo.counts.sar_size;
-    let Some(entry) = link.region.peer_slots().get(link.slot as usize) else { return false };
-    link.region.map_sar_pool();
+    let Some(entry) = link.region.peer_slots().get(link.slot as usize) else { return Ok(false) };
+    link.region.map_sar_pool()?;
     while let Some(offset) = send.sar_next {
         if offset >= send.hdr.len {
             send.sar_next = None;
-            return true;
+            return Ok(true);
         }
         let key = super::spare::sar_key(msg_id, offset);
-        let Some(index) = super::spare::take(&link.region, entry, Pool::Sar, incarnation, key) else { return false };
+        let Some(index) = super::spare::take(&link.region, entry, Pool::Sar, incarnation, key) else {
+            return Ok(false);
+        };
         let seg_len = (send.hdr.len - offset).min(segment_len(offset, sar_size));
         let started = send.measured.is_some().then(std::time::Instant::now);
         let copied = geo
@@ -702,7 +716,7 @@ fn push_segments(link: &super::peers::Link, incarnation: u64, msg_id: u64, send:
             .map(|dst| unsafe { send.buf.read_to_raw(offset as usize, dst, seg_len as usize) });
         if copied.is_err() {
             super::spare::done(&link.region, entry, Pool::Sar, incarnation, index, false);
-            return false;
+            return Ok(false);
         }
         if let Some(started) = started {
             send.copy_ns = send.copy_ns.saturating_add(started.elapsed().as_nanos() as u64);
@@ -720,10 +734,10 @@ fn push_segments(link: &super::peers::Link, incarnation: u64, msg_id: u64, send:
         let pushed = super::peers::push_cmd_with(&link.region, segment).is_ok();
         super::spare::done(&link.region, entry, Pool::Sar, incarnation, index, pushed);
         if !pushed {
-            return false;
+            return Ok(false);
         }
         let next = offset + seg_len;
         send.sar_next = (next < send.hdr.len).then_some(next);
     }
-    true
+    Ok(true)
 }

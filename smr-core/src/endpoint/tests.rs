@@ -266,6 +266,33 @@ fn every_size_through_sar() {
     assert_eq!((a.stats().cma_reads, b.stats().cma_reads), (0, 0));
 }
 
+/// Bytes of /dev/shm that region `name` holds (its allocated pages).
+fn region_bytes(name: &str) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(format!("/dev/shm/{name}")).expect("region file").blocks() * 512
+}
+
+/// The SAR pool's pages are reserved by the first process that copies into or out of it, not
+/// at creation: an endpoint that only sends, or only gets small messages, holds 2 MiB less.
+#[test]
+fn the_sar_pool_is_reserved_on_first_use() {
+    let fresh = Endpoint::create(&name("lazysar"), Params::default()).unwrap();
+    let geo = *fresh.region.geometry();
+    let (size, pool) = (geo.size, geo.sar_pool_len());
+    assert!(pool >= 1 << 20, "a pool of {pool} bytes is too small to tell apart");
+    let held = region_bytes(fresh.name());
+    assert!(held <= size - pool, "a fresh region holds {held} of {size} bytes, its {pool}-byte SAR pool included");
+    assert!(
+        held + 4096 >= size - pool,
+        "a fresh region holds only {held} of the {} bytes outside its SAR pool",
+        size - pool
+    );
+    // Messages of every size by SAR: the receiver's pool is used, the sender's is not.
+    let (a, b) = exchange_all_sizes("lazysar", Params { cma: false, ..Params::default() });
+    assert_eq!(region_bytes(b.name()), size, "the receiver's region after SAR messages");
+    assert_eq!(region_bytes(a.name()), held, "the sender's region, whose pool nobody used");
+}
+
 /// Progress both endpoints until `done` holds; panic with `what` at the deadline.
 fn pump_until(
     (a, ha): (&mut Endpoint, &mut Collect),
