@@ -72,7 +72,7 @@ else
     cargo run -q --locked -p smr-core --bin rshm-regions -- clean
 fi
 
-step "no room in /dev/shm: fi_enable fails with -FI_ENOSPC and a log line saying what to change; a SAR pool without room fails its message"
+step "no room in /dev/shm: fi_enable fails with -FI_ENOSPC and a log line saying what to change; a pool without room fails the message that needs it"
 # A private mount namespace with a 1 MiB tmpfs on /dev/shm (root only; unshare ignores SIGTERM).
 if [ "$(id -u)" = 0 ] && timeout -k 5 20 unshare -m sh -c "mount -t tmpfs -o size=1m tmpfs /dev/shm" 2>/dev/null; then
     out=$(timeout -k 5 60 unshare -m sh -c "mount -t tmpfs -o size=1m tmpfs /dev/shm && \
@@ -84,11 +84,15 @@ if [ "$(id -u)" = 0 ] && timeout -k 5 20 unshare -m sh -c "mount -t tmpfs -o siz
         echo "expected fi_enable to fail with -FI_ENOSPC and the log line"
         exit 1
     fi
-    # Room for two endpoints but not for a SAR pool, which is reserved on first use: the SAR
-    # message fails with -FI_ENOSPC (no SIGBUS, no hang) and a small one after it still arrives.
-    cc -O2 -Wall -o target/misuse/sar_no_room tests/misuse/sar_no_room.c -lfabric
-    timeout -k 5 60 unshare -m sh -c "mount -t tmpfs -o size=4m tmpfs /dev/shm && \
-        FI_PROVIDER_PATH='$PWD/target/rshm' exec target/misuse/sar_no_room" | sed 's/^/  /'
+    # Pools are reserved on first use. Room for two endpoints and an inject pool but not a SAR
+    # pool (4 MiB), then for neither (2900 KiB): the message that needs the pool fails with
+    # -FI_ENOSPC (no SIGBUS, no hang) and a small one after it still arrives.
+    cc -O2 -Wall -o target/misuse/pool_no_room tests/misuse/pool_no_room.c -lfabric
+    for room in "4m sar" "2900k inject"; do
+        set -- $room
+        timeout -k 5 60 unshare -m sh -c "mount -t tmpfs -o size=$1 tmpfs /dev/shm && \
+            FI_PROVIDER_PATH='$PWD/target/rshm' exec target/misuse/pool_no_room $2" | sed "s/^/  $2: /"
+    done
 else
     echo "  SKIPPED: needs root and a mount namespace (unshare -m) for a private /dev/shm"
 fi

@@ -192,6 +192,17 @@ impl Geometry {
         self.counts.sar_count.saturating_mul(self.counts.sar_size)
     }
 
+    /// Bytes of the inject pool (its buffers' data).
+    pub fn inject_pool_len(&self) -> u64 {
+        self.counts.inject_count.saturating_mul(INJECT_SIZE)
+    }
+
+    /// The pools' data, (offset, length) in ascending order: what a region reserves in /dev/shm
+    /// only when it is first used.
+    pub fn pools(&self) -> [(u64, u64); 2] {
+        [(self.inject_data, self.inject_pool_len()), (self.sar_data, self.sar_pool_len())]
+    }
+
     pub fn sar_offset(&self, index: u32) -> Result<u64> {
         if u64::from(index) >= self.counts.sar_count {
             return Err(Error::Corrupt("SAR buffer index out of range"));

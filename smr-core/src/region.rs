@@ -107,6 +107,8 @@ pub struct Region {
     /// The SAR pool's pages are reserved and our page-table entries for them filled in
     /// (`map_sar_pool`): private to this mapping, not shared memory.
     sar_mapped: std::sync::atomic::AtomicBool,
+    /// The inject pool's pages are reserved (`map_inject_pool`); private to this mapping.
+    inject_mapped: std::sync::atomic::AtomicBool,
 }
 
 impl Region {
@@ -116,9 +118,10 @@ impl Region {
         let geo = Geometry::compute(counts)?;
         let me = ProcessIdentity::current()?;
         for _ in 0..4 {
-            // The SAR pool is reserved when it is first used (`map_sar_pool`): an endpoint that
-            // never receives a message by SAR holds 2 MiB less of /dev/shm.
-            match Mapping::create_lazy(name, geo.size as usize, (geo.sar_data, geo.sar_pool_len())) {
+            // The pools are reserved when they are first used (`map_inject_pool`,
+            // `map_sar_pool`): an endpoint that never receives a message through them holds
+            // 2.5 MiB less of /dev/shm.
+            match Mapping::create_lazy(name, geo.size as usize, &geo.pools()) {
                 Ok(map) => return Ok(Self::init(map, geo, name, me, flags)),
                 Err(Error::Os(libc::EEXIST)) => reclaim_if_stale(name)?,
                 Err(e) => return Err(e),
@@ -144,6 +147,7 @@ impl Region {
             is_owner: true,
             writer: me.pid,
             sar_mapped: std::sync::atomic::AtomicBool::new(false),
+            inject_mapped: std::sync::atomic::AtomicBool::new(false),
         };
         // SAFETY: the header page is ours alone until `ready` is set: nobody else has opened the
         // file yet (O_EXCL) or, if one did, it waits for `ready` before reading.
@@ -215,6 +219,7 @@ impl Region {
             is_owner: false,
             writer: std::process::id(),
             sar_mapped: std::sync::atomic::AtomicBool::new(false),
+            inject_mapped: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -288,6 +293,25 @@ impl Region {
     pub fn resp_ring(&self) -> Ring<'_, RespEntry> {
         // SAFETY: `self.map` stays mapped while `self` lives.
         unsafe { self.resp.ring(self.writer) }
+    }
+
+    /// Before the first copy into or out of the inject pool through this mapping: reserve its
+    /// pages, left unreserved at creation (ENOSPC when /dev/shm has no room for them, instead of
+    /// a SIGBUS at the first touch). One system call the first time per mapping, a load after.
+    #[inline(always)]
+    pub fn map_inject_pool(&self) -> Result<()> {
+        use std::sync::atomic::Ordering as StdOrdering;
+        if self.inject_mapped.load(StdOrdering::Acquire) {
+            return Ok(());
+        }
+        self.reserve_inject_pool()
+    }
+
+    #[cold]
+    fn reserve_inject_pool(&self) -> Result<()> {
+        self.map.reserve(self.geo.inject_data, self.geo.inject_pool_len())?;
+        self.inject_mapped.store(true, std::sync::atomic::Ordering::Release);
+        Ok(())
     }
 
     pub fn inject_stack(&self) -> FreeStack<'_> {

@@ -29,12 +29,13 @@ fn shm_path(name: &str) -> Result<CString> {
 impl Mapping {
     /// Create `name` exclusively (mode 0600), size it, reserve its pages and map it.
     pub fn create(name: &str, len: usize) -> Result<Mapping> {
-        Self::create_lazy(name, len, (0, 0))
+        Self::create_lazy(name, len, &[])
     }
 
-    /// `create`, reserving every page but those of the range `lazy` (offset, length: pages
-    /// that may stay unused, reserved on first use with `reserve`).
-    pub fn create_lazy(name: &str, len: usize, lazy: (u64, u64)) -> Result<Mapping> {
+    /// `create`, reserving every page but those of the ranges `lazy` ((offset, length) in
+    /// ascending order, not overlapping: pages that may stay unused, reserved on first use with
+    /// `reserve`).
+    pub fn create_lazy(name: &str, len: usize, lazy: &[(u64, u64)]) -> Result<Mapping> {
         let path = shm_path(name)?;
         // SAFETY: `path` is a valid NUL-terminated string.
         let fd = unsafe {
@@ -53,11 +54,16 @@ impl Mapping {
         }
         // Reserve the pages now: on a tmpfs without room, ftruncate succeeds and the first
         // touch of a page beyond the room raises SIGBUS, in us or in a peer. fallocate says
-        // ENOSPC here instead. The lazy range is reserved by whoever uses it first.
+        // ENOSPC here instead. The lazy ranges are reserved by whoever uses them first.
         let end = len as u64;
-        let (lazy_start, lazy_end) = (lazy.0.min(end), lazy.0.saturating_add(lazy.1).min(end));
-        let reserved = reserve_range(&fd, 0, lazy_start).and_then(|()| reserve_range(&fd, lazy_end, end - lazy_end));
-        if let Err(e) = reserved {
+        let mut at = 0;
+        let mut reserved = Ok(());
+        for &(off, n) in lazy {
+            let (start, stop) = (off.clamp(at, end), off.saturating_add(n).clamp(at, end));
+            reserved = reserved.and_then(|()| reserve_range(&fd, at, start - at));
+            at = stop;
+        }
+        if let Err(e) = reserved.and_then(|()| reserve_range(&fd, at, end - at)) {
             let _ = unlink(name);
             return Err(e);
         }

@@ -3,14 +3,16 @@
  * provider sets up at first use is counted), and prints after each the process's private
  * resident memory (RssAnon) and what /dev/shm holds (its used blocks, whoever maps them: a
  * region's pages count once there, where RssShmem counts only the pages this process touched).
- * Then it closes everything and prints /dev/shm again, so that a provider that leaves files
- * behind shows it.
+ * Then each endpoint sends itself a 2 KiB and a 6 KiB message (through whatever buffers a
+ * provider keeps for them, set up on first use or not) and it prints the totals again. Then it
+ * closes everything and prints /dev/shm again, so that a provider that leaves files behind
+ * shows it.
  *
  *   cc -O2 -o ep_memory ep_memory.c -lfabric
  *   FI_PROVIDER_PATH=... ./ep_memory rshm 4 [MAX_KIB]
  *
- * With MAX_KIB, it exits 1 when an endpoint costs more than that (private and /dev/shm together,
- * averaged over the endpoints) or when closing left anything in /dev/shm.
+ * With MAX_KIB, it exits 1 when an endpoint with every pool in use costs more than that (private
+ * and /dev/shm together, averaged over the endpoints) or when closing left anything in /dev/shm.
  *
  * Run nothing else that uses /dev/shm meanwhile: its figure is the whole file system's. */
 #include <rdma/fabric.h>
@@ -34,6 +36,9 @@
     } while (0)
 
 #define MAX_EPS 64
+/* Sizes sent once each: inline, through an inject buffer, through SAR buffers. */
+static const size_t POOL_SIZES[] = {2048, 6144};
+#define MAX_MSG 6144
 
 static long status_kib(const char *field) {
     FILE *f = fopen("/proc/self/status", "r");
@@ -57,29 +62,37 @@ static void report(const char *what, long anon0, long shm0) {
            shm_used_kib() - shm0);
 }
 
-/* One message from the endpoint to itself, so that its first use is behind us. */
-static void use_once(struct fid_ep *ep, struct fid_av *av, struct fid_cq *cq) {
-    char name[256], out[8] = "ep_mem", in[8];
+/* The endpoint's fi_addr for itself (inserted into its AV once). */
+static fi_addr_t self_addr(struct fid_ep *ep, struct fid_av *av) {
+    char name[256];
     size_t len = sizeof name;
     fi_addr_t self;
-    struct fi_cq_tagged_entry e;
-    int done = 0;
     CHECK(fi_getname(&ep->fid, name, &len));
     if (fi_av_insert(av, name, 1, &self, 0, NULL) != 1) {
         fprintf(stderr, "fi_av_insert of the endpoint's own name failed\n");
         exit(1);
     }
-    CHECK(fi_trecv(ep, in, sizeof in, NULL, self, 1, 0, NULL));
+    return self;
+}
+
+/* One message of `size` bytes from the endpoint to itself, checked. */
+static void to_self(struct fid_ep *ep, fi_addr_t self, struct fid_cq *cq, size_t size) {
+    static char out[MAX_MSG], in[MAX_MSG];
+    struct fi_cq_tagged_entry e;
+    int sent = 0, received = 0;
+    for (size_t i = 0; i < size; i++) out[i] = (char)(i * 7 + size);
+    memset(in, 0, size);
+    CHECK(fi_trecv(ep, in, size, NULL, self, 1, 0, &received));
     ssize_t rc;
-    while ((rc = fi_tinject(ep, out, sizeof out, self, 1)) == -FI_EAGAIN) fi_cq_read(cq, &e, 1);
+    while ((rc = fi_tsend(ep, out, size, NULL, self, 1, &sent)) == -FI_EAGAIN) fi_cq_read(cq, &e, 1);
     CHECK(rc);
-    while (!done) {
+    for (int done = 0; done < 2;) {
         rc = fi_cq_read(cq, &e, 1);
-        if (rc == 1) done = 1;
+        if (rc == 1) done++;
         else if (rc != -FI_EAGAIN) CHECK(rc);
     }
-    if (memcmp(in, out, sizeof out)) {
-        fprintf(stderr, "the message to itself arrived wrong\n");
+    if (memcmp(in, out, size)) {
+        fprintf(stderr, "a %zu-byte message to itself arrived wrong\n", size);
         exit(1);
     }
 }
@@ -114,6 +127,7 @@ int main(int argc, char **argv) {
     struct fid_av *avs[MAX_EPS];
     struct fid_cq *cqs[MAX_EPS];
     struct fid_ep *eps[MAX_EPS];
+    fi_addr_t selves[MAX_EPS];
     for (int i = 0; i < n; i++) {
         struct fi_av_attr av_attr = {.type = FI_AV_TABLE};
         struct fi_cq_attr cq_attr = {.format = FI_CQ_FORMAT_TAGGED};
@@ -123,13 +137,23 @@ int main(int argc, char **argv) {
         CHECK(fi_ep_bind(eps[i], &avs[i]->fid, 0));
         CHECK(fi_ep_bind(eps[i], &cqs[i]->fid, FI_TRANSMIT | FI_RECV));
         CHECK(fi_enable(eps[i]));
-        use_once(eps[i], avs[i], cqs[i]);
+        selves[i] = self_addr(eps[i], avs[i]);
+        to_self(eps[i], selves[i], cqs[i], 8);
         char what[32];
         snprintf(what, sizeof what, "%d endpoint%s", i + 1, i ? "s" : "");
         report(what, anon0, shm0);
     }
     long anon_n = status_kib("RssAnon:") - anon0, shm_n = shm_used_kib() - shm0;
     printf("%-24s private %7ld KiB  /dev/shm %7ld KiB  (per endpoint, all %d)\n", "per endpoint",
+           anon_n / n, shm_n / n, n);
+    /* Then a message through each pool (inject and SAR buffers, which a provider may set up
+     * only when first used): the budget holds with all of an endpoint in use. */
+    for (int i = 0; i < n; i++)
+        for (size_t k = 0; k < sizeof POOL_SIZES / sizeof POOL_SIZES[0]; k++)
+            to_self(eps[i], selves[i], cqs[i], POOL_SIZES[k]);
+    anon_n = status_kib("RssAnon:") - anon0;
+    shm_n = shm_used_kib() - shm0;
+    printf("%-24s private %7ld KiB  /dev/shm %7ld KiB  (per endpoint, all %d)\n", "... every pool used",
            anon_n / n, shm_n / n, n);
     for (int i = n - 1; i >= 0; i--) {
         CHECK(fi_close(&eps[i]->fid));

@@ -497,6 +497,9 @@ fn start_send(
                 return Err(FiError::AGAIN);
             }
             crate::warn!(EpData, "send to fi_addr {} failed: {e}", args.dest);
+            if e == smr_core::Error::Os(libc::ENOSPC) {
+                crate::params::warn_no_room_for_pools();
+            }
             Err(FiError::from(e))
         }
     }

@@ -76,6 +76,7 @@ impl Endpoint {
     pub fn reserve_answer_buf(&mut self, len: usize) -> Result<AnswerBuf> {
         let counts = &self.region.geometry().counts;
         let (stack, tag) = if len as u64 <= INJECT_SIZE {
+            self.region.map_inject_pool()?;
             (self.region.inject_stack(), 0)
         } else if len as u64 <= counts.sar_size {
             self.region.map_sar_pool()?;
@@ -128,9 +129,9 @@ impl Endpoint {
     pub fn answer_into(&mut self, src: SrcId, msg_id: u64, buf: u32, data: &LocalIov) {
         let Some(peer) = self.inp.get(&src) else { return };
         let len = data.len();
-        // A SAR buffer its sender reserved is backed already: the reserve here finds its pages
-        // (a sender naming one it never reserved may get ENOSPC, and a refusal).
-        let pool_ready = if buf & SAR_POOL != 0 { peer.region.map_sar_pool() } else { Ok(()) };
+        // A buffer its sender reserved is backed already: the reserve here finds its pages (a
+        // sender naming one it never reserved may get ENOSPC, and a refusal).
+        let pool_ready = if buf & SAR_POOL != 0 { peer.region.map_sar_pool() } else { peer.region.map_inject_pool() };
         let placed = pool_ready.and_then(|()| AnswerBuf::from_wire(buf).place(&peer.region, len)).map(|dst| {
             // SAFETY: `dst..dst+len` lies inside our mapping of the sender's region (checked by
             // `place`); shared memory that a misbehaving sender may write meanwhile, which can

@@ -425,6 +425,9 @@ impl Endpoint {
     /// caller must use it only while `self.region` stays mapped, as it does for the rest of
     /// `on_msg`, where nothing unmaps or replaces it.
     unsafe fn inject_payload<'r>(&self, buf: u32, len: u64) -> Option<&'r [u8]> {
+        // The sender reserved our pool's pages before it wrote the payload: the reserve here
+        // finds them (a payload from a sender that did not is refused like any corrupt one).
+        self.region.map_inject_pool().ok()?;
         let off = self.region.geometry().inject_offset(buf).ok()?;
         let ptr = self.region.mapping().bytes_ptr(off, len).ok()?;
         // SAFETY: `len` bytes inside our own mapping (checked), used only while it stays mapped

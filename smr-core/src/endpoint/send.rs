@@ -124,6 +124,9 @@ impl InjectMsg<'_> {
     fn fill(&self, region: &Region, entry: &PeerSlot, src: Small<'_>) -> Result<u32> {
         use super::spare::Pool;
         let len = self.hdr.len;
+        // ENOSPC when the receiver's pool finds no room in /dev/shm (`Region::map_inject_pool`):
+        // the send fails with it.
+        region.map_inject_pool()?;
         let index =
             super::spare::take(region, entry, Pool::Inject, self.incarnation, self.msg_id).ok_or(Error::Again)?;
         let dst = match region.geometry().inject_offset(index).and_then(|off| region.mapping().bytes_ptr(off, len)) {

@@ -378,7 +378,7 @@ impl smr_core::endpoint::Handler for Handler<'_> {
     fn on_send_done(&mut self, cookie: u64, result: smr_core::Result<()>) {
         use super::rma::{COOKIE_REPLY, COOKIE_UNTRACKED};
         if let Err(smr_core::Error::Os(libc::ENOSPC)) = result {
-            no_room_for_sar();
+            crate::params::warn_no_room_for_pools();
         }
         if cookie & COOKIE_REPLY != 0 {
             super::rma::reply_sent(self.target.rma, (cookie & !COOKIE_REPLY) as usize, result);
@@ -388,20 +388,6 @@ impl smr_core::endpoint::Handler for Handler<'_> {
             super::rma::answered(self.target.rma, self.tx_ops, cookie as usize, result, &mut self.sinks);
         }
     }
-}
-
-/// A send failed because the receiver's SAR pool, reserved on its first use, found no room in
-/// /dev/shm (`smr_core::region::Region::map_sar_pool`): say what to change.
-#[cold]
-fn no_room_for_sar() {
-    let counts = crate::params::config().engine.counts;
-    crate::warn!(
-        EpData,
-        "a message failed (-FI_ENOSPC): no room in /dev/shm for the receiver's SAR buffers ({} KiB, \
-         reserved when first used): enlarge /dev/shm (e.g. mount -o remount,size=... /dev/shm, or docker \
-         --shm-size), or shrink them with FI_RSHM_SAR_COUNT, FI_RSHM_SAR_SIZE",
-        counts.sar_count * counts.sar_size / 1024
-    );
 }
 
 /// Everything posting a receive needs from the endpoint state.

@@ -1,15 +1,18 @@
-/* A SAR message to a receiver whose SAR pool finds no room in /dev/shm: the pool's pages are
- * reserved on first use, not when the endpoint is created, so a full /dev/shm must surface
- * there as an error completion (-FI_ENOSPC) of that send, never as a SIGBUS or a hang, and the
- * endpoints must go on carrying small messages. Run in a tmpfs with room for two endpoints but
- * not for a SAR pool (scripts/test.sh: 4 MiB):
+/* Messages to a receiver whose pools find no room in /dev/shm: a region's inject and SAR pools
+ * are reserved on first use, not when the endpoint is created, so a full /dev/shm must surface
+ * there as -FI_ENOSPC for the send that needed the pool (returned by the call or as its error
+ * completion), never as a SIGBUS or a hang, and the endpoints must go on carrying small
+ * messages. Run in a tmpfs with room for two endpoints and then, for `sar`, for an inject pool
+ * but not a SAR pool (scripts/test.sh: 4 MiB), or, for `inject`, for neither (2900 KiB):
  *
- *   cc -O2 -o sar_no_room sar_no_room.c -lfabric
+ *   cc -O2 -o pool_no_room pool_no_room.c -lfabric
  *   unshare -m sh -c "mount -t tmpfs -o size=4m tmpfs /dev/shm && \
- *       FI_PROVIDER_PATH=target/rshm ./sar_no_room"
+ *       FI_PROVIDER_PATH=target/rshm ./pool_no_room sar"
  *
- * Exits 0 when the large send failed with -FI_ENOSPC and the small message after it arrived
- * intact; 1 (with what happened) otherwise; 70 when the setup failed. */
+ * `sar`: a 2 KiB message (inject pool) arrives, a 64 KiB one (SAR) fails with -FI_ENOSPC.
+ * `inject`: the 2 KiB message fails with -FI_ENOSPC. Then an 8-byte message must arrive intact.
+ * Exits 0 when all of that held; 1 (with what happened) otherwise; 70 when the setup failed,
+ * 2 on a usage error. */
 #include <rdma/fabric.h>
 #include <rdma/fi_cm.h>
 #include <rdma/fi_domain.h>
@@ -32,11 +35,14 @@
     } while (0)
 
 #define LARGE (64 * 1024)
+#define MEDIUM 2048
 #define SMALL 8
 #define TAG_LARGE 1
 #define TAG_SMALL 2
+#define TAG_MEDIUM 3
 
 static char large_out[LARGE], large_in[LARGE], small_out[SMALL] = "no room", small_in[SMALL];
+static char medium_out[MEDIUM], medium_in[MEDIUM];
 
 static double now(void) {
     struct timespec t;
@@ -67,7 +73,12 @@ static int next_completion(struct fid_cq *cq, struct fid_cq *other, void **ctx) 
     return -FI_ETIMEDOUT;
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    int sar = argc == 2 && !strcmp(argv[1], "sar"), inject = argc == 2 && !strcmp(argv[1], "inject");
+    if (!sar && !inject) {
+        fprintf(stderr, "usage: %s sar|inject\n", argv[0]);
+        return 2;
+    }
     /* SAR, not CMA, for every message above the inject size. */
     setenv("FI_RSHM_CMA", "0", 1);
     struct fi_info *hints = fi_allocinfo(), *info;
@@ -104,17 +115,42 @@ int main(void) {
     SETUP(fi_av_insert(av, name, 1, &to_b, 0, NULL) != 1);
 
     memset(large_out, 0x5a, sizeof large_out);
-    static int large_send, small_send, small_recv;
+    memset(medium_out, 0x3c, sizeof medium_out);
+    static int large_send, medium_send, medium_recv, small_send, small_recv;
     void *ctx = NULL;
-    SETUP(fi_trecv(b, large_in, LARGE, NULL, FI_ADDR_UNSPEC, TAG_LARGE, 0, NULL));
-    SETUP(fi_tsend(a, large_out, LARGE, NULL, to_b, TAG_LARGE, &large_send));
-    int rc = next_completion(cq_a, cq_b, &ctx);
-    if (rc != -FI_ENOSPC || ctx != &large_send) {
-        printf("FAIL: the %d-byte send completed with %d (%s), expected -FI_ENOSPC\n", LARGE, rc,
-               rc < 0 ? fi_strerror(-rc) : "success");
-        return 1;
+    int rc;
+    SETUP(fi_trecv(b, medium_in, MEDIUM, NULL, FI_ADDR_UNSPEC, TAG_MEDIUM, 0, &medium_recv));
+    ssize_t posted = fi_tsend(a, medium_out, MEDIUM, NULL, to_b, TAG_MEDIUM, &medium_send);
+    if (inject) {
+        rc = posted ? (int)posted : next_completion(cq_a, cq_b, &ctx);
+        if (rc != -FI_ENOSPC) {
+            printf("FAIL: the %d-byte send gave %d (%s), expected -FI_ENOSPC\n", MEDIUM, rc,
+                   rc < 0 ? fi_strerror(-rc) : "success");
+            return 1;
+        }
+        printf("the %d-byte send failed with -FI_ENOSPC (%s)\n", MEDIUM, posted ? "returned" : "completion");
+    } else {
+        SETUP(posted);
+        rc = next_completion(cq_b, cq_a, &ctx);
+        if (rc != 1 || ctx != &medium_recv || memcmp(medium_in, medium_out, MEDIUM)) {
+            printf("FAIL: the %d-byte message: completion %d, bytes %s\n", MEDIUM, rc,
+                   memcmp(medium_in, medium_out, MEDIUM) ? "wrong" : "right");
+            return 1;
+        }
+        printf("a %d-byte message arrived intact\n", MEDIUM);
+        SETUP(fi_trecv(b, large_in, LARGE, NULL, FI_ADDR_UNSPEC, TAG_LARGE, 0, NULL));
+        SETUP(fi_tsend(a, large_out, LARGE, NULL, to_b, TAG_LARGE, &large_send));
+        /* The sender's completion of the medium message may come first. */
+        do {
+            rc = next_completion(cq_a, cq_b, &ctx);
+        } while (rc == 1 && ctx == &medium_send);
+        if (rc != -FI_ENOSPC || ctx != &large_send) {
+            printf("FAIL: the %d-byte send completed with %d (%s), expected -FI_ENOSPC\n", LARGE, rc,
+                   rc < 0 ? fi_strerror(-rc) : "success");
+            return 1;
+        }
+        printf("the %d-byte send failed with -FI_ENOSPC\n", LARGE);
     }
-    printf("the %d-byte send failed with -FI_ENOSPC\n", LARGE);
 
     SETUP(fi_trecv(b, small_in, SMALL, NULL, FI_ADDR_UNSPEC, TAG_SMALL, 0, &small_recv));
     SETUP(fi_tsend(a, small_out, SMALL, NULL, to_b, TAG_SMALL, &small_send));
