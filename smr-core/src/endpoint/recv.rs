@@ -213,8 +213,7 @@ impl Endpoint {
         payload: &[u8],
         h: &mut impl Handler,
     ) -> bool {
-        let Some(sender) = self.inp.get(&src) else { return false };
-        let src_gen = sender.incarnation;
+        let Some(src_gen) = self.inp.incarnation(src) else { return false };
         // A key as the general path gives every offered message (one declined here wastes one).
         let key = self.new_key();
         let msg = Incoming { key, src, src_gen, msg_id, hdr, acked: ack };
