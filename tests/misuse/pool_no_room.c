@@ -73,6 +73,29 @@ static int next_completion(struct fid_cq *cq, struct fid_cq *other, void **ctx) 
     return -FI_ETIMEDOUT;
 }
 
+/* The receive `recv_ctx` on `cq` completes with `size` bytes equal to `out`; else exits 1. */
+static void expect_delivered(struct fid_cq *cq, struct fid_cq *other, void *recv_ctx, const char *in,
+                             const char *out, int size, const char *what) {
+    void *ctx = NULL;
+    int rc = next_completion(cq, other, &ctx);
+    if (rc != 1 || ctx != recv_ctx || memcmp(in, out, size)) {
+        printf("FAIL: the %d-byte message%s: completion %d, bytes %s\n", size, what, rc,
+               memcmp(in, out, size) ? "wrong" : "right");
+        exit(1);
+    }
+    printf("a %d-byte message%s arrived intact\n", size, what);
+}
+
+/* A send of `size` bytes gave `rc`: -FI_ENOSPC is expected; else exits 1. */
+static void expect_enospc(int rc, int size, const char *how) {
+    if (rc != -FI_ENOSPC) {
+        printf("FAIL: the %d-byte send gave %d (%s), expected -FI_ENOSPC\n", size, rc,
+               rc < 0 ? fi_strerror(-rc) : "success");
+        exit(1);
+    }
+    printf("the %d-byte send failed with -FI_ENOSPC (%s)\n", size, how);
+}
+
 int main(int argc, char **argv) {
     int sar = argc == 2 && !strcmp(argv[1], "sar"), inject = argc == 2 && !strcmp(argv[1], "inject");
     if (!sar && !inject) {
@@ -122,45 +145,23 @@ int main(int argc, char **argv) {
     SETUP(fi_trecv(b, medium_in, MEDIUM, NULL, FI_ADDR_UNSPEC, TAG_MEDIUM, 0, &medium_recv));
     ssize_t posted = fi_tsend(a, medium_out, MEDIUM, NULL, to_b, TAG_MEDIUM, &medium_send);
     if (inject) {
-        rc = posted ? (int)posted : next_completion(cq_a, cq_b, &ctx);
-        if (rc != -FI_ENOSPC) {
-            printf("FAIL: the %d-byte send gave %d (%s), expected -FI_ENOSPC\n", MEDIUM, rc,
-                   rc < 0 ? fi_strerror(-rc) : "success");
-            return 1;
-        }
-        printf("the %d-byte send failed with -FI_ENOSPC (%s)\n", MEDIUM, posted ? "returned" : "completion");
+        expect_enospc(posted ? (int)posted : next_completion(cq_a, cq_b, &ctx), MEDIUM,
+                      posted ? "returned" : "completion");
     } else {
         SETUP(posted);
-        rc = next_completion(cq_b, cq_a, &ctx);
-        if (rc != 1 || ctx != &medium_recv || memcmp(medium_in, medium_out, MEDIUM)) {
-            printf("FAIL: the %d-byte message: completion %d, bytes %s\n", MEDIUM, rc,
-                   memcmp(medium_in, medium_out, MEDIUM) ? "wrong" : "right");
-            return 1;
-        }
-        printf("a %d-byte message arrived intact\n", MEDIUM);
+        expect_delivered(cq_b, cq_a, &medium_recv, medium_in, medium_out, MEDIUM, "");
         SETUP(fi_trecv(b, large_in, LARGE, NULL, FI_ADDR_UNSPEC, TAG_LARGE, 0, NULL));
         SETUP(fi_tsend(a, large_out, LARGE, NULL, to_b, TAG_LARGE, &large_send));
         /* The sender's completion of the medium message may come first. */
         do {
             rc = next_completion(cq_a, cq_b, &ctx);
         } while (rc == 1 && ctx == &medium_send);
-        if (rc != -FI_ENOSPC || ctx != &large_send) {
-            printf("FAIL: the %d-byte send completed with %d (%s), expected -FI_ENOSPC\n", LARGE, rc,
-                   rc < 0 ? fi_strerror(-rc) : "success");
-            return 1;
-        }
-        printf("the %d-byte send failed with -FI_ENOSPC\n", LARGE);
+        expect_enospc(ctx == &large_send ? rc : 1, LARGE, "completion");
     }
 
     SETUP(fi_trecv(b, small_in, SMALL, NULL, FI_ADDR_UNSPEC, TAG_SMALL, 0, &small_recv));
     SETUP(fi_tsend(a, small_out, SMALL, NULL, to_b, TAG_SMALL, &small_send));
-    rc = next_completion(cq_b, cq_a, &ctx);
-    if (rc != 1 || ctx != &small_recv || memcmp(small_in, small_out, SMALL)) {
-        printf("FAIL: the %d-byte message after it: completion %d, bytes %s\n", SMALL, rc,
-               memcmp(small_in, small_out, SMALL) ? "wrong" : "right");
-        return 1;
-    }
-    printf("a %d-byte message after it arrived intact\n", SMALL);
+    expect_delivered(cq_b, cq_a, &small_recv, small_in, small_out, SMALL, " after it");
     SETUP(fi_close(&a->fid));
     SETUP(fi_close(&b->fid));
     SETUP(fi_close(&cq_a->fid));
