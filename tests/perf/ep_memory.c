@@ -9,10 +9,12 @@
  * shows it.
  *
  *   cc -O2 -o ep_memory ep_memory.c -lfabric
- *   FI_PROVIDER_PATH=... ./ep_memory rshm 4 [MAX_KIB]
+ *   FI_PROVIDER_PATH=... ./ep_memory rshm 4 [MAX_KIB [MAX_SMALL_KIB]]
  *
  * With MAX_KIB, it exits 1 when an endpoint with every pool in use costs more than that (private
- * and /dev/shm together, averaged over the endpoints) or when closing left anything in /dev/shm.
+ * and /dev/shm together, averaged over the endpoints) or when closing left anything in /dev/shm;
+ * with MAX_SMALL_KIB too, when one that has sent only its 8-byte message costs more than that
+ * (pools that should not be there before they are used).
  *
  * Run nothing else that uses /dev/shm meanwhile: its figure is the whole file system's. */
 #include <rdma/fabric.h>
@@ -99,11 +101,11 @@ static void to_self(struct fid_ep *ep, fi_addr_t self, struct fid_cq *cq, size_t
 
 int main(int argc, char **argv) {
     if (argc < 2) {
-        fprintf(stderr, "usage: %s PROVIDER [ENDPOINTS (default 4)] [MAX_KIB]\n", argv[0]);
+        fprintf(stderr, "usage: %s PROVIDER [ENDPOINTS (default 4)] [MAX_KIB [MAX_SMALL_KIB]]\n", argv[0]);
         return 2;
     }
     int n = argc > 2 ? atoi(argv[2]) : 4;
-    long max_kib = argc > 3 ? atol(argv[3]) : 0;
+    long max_kib = argc > 3 ? atol(argv[3]) : 0, max_small_kib = argc > 4 ? atol(argv[4]) : 0;
     if (n < 1 || n > MAX_EPS) {
         fprintf(stderr, "ENDPOINTS must be 1..%d\n", MAX_EPS);
         return 2;
@@ -144,6 +146,7 @@ int main(int argc, char **argv) {
         report(what, anon0, shm0);
     }
     long anon_n = status_kib("RssAnon:") - anon0, shm_n = shm_used_kib() - shm0;
+    long small_kib = (anon_n + shm_n) / n;
     printf("%-24s private %7ld KiB  /dev/shm %7ld KiB  (per endpoint, all %d)\n", "per endpoint",
            anon_n / n, shm_n / n, n);
     /* Then a message through each pool (inject and SAR buffers, which a provider may set up
@@ -168,6 +171,10 @@ int main(int argc, char **argv) {
     fi_freeinfo(hints);
     if (max_kib > 0 && (anon_n + shm_n) / n > max_kib) {
         printf("FAIL: %ld KiB per endpoint, more than %ld\n", (anon_n + shm_n) / n, max_kib);
+        return 1;
+    }
+    if (max_small_kib > 0 && small_kib > max_small_kib) {
+        printf("FAIL: %ld KiB per endpoint after an 8-byte message, more than %ld\n", small_kib, max_small_kib);
         return 1;
     }
     if (max_kib > 0 && left > 0) {
