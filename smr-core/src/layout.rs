@@ -203,6 +203,11 @@ impl Geometry {
         [(self.inject_data, self.inject_pool_len()), (self.sar_data, self.sar_pool_len())]
     }
 
+    /// Bytes a region reserves in /dev/shm when it is created: all but its pools.
+    pub fn reserved_at_creation(&self) -> u64 {
+        self.size - self.pools().iter().map(|&(_, len)| len).sum::<u64>()
+    }
+
     pub fn sar_offset(&self, index: u32) -> Result<u64> {
         if u64::from(index) >= self.counts.sar_count {
             return Err(Error::Corrupt("SAR buffer index out of range"));

@@ -309,10 +309,15 @@ fn enable(ep: &Ep) -> FiResult<()> {
     }
     let engine = Endpoint::create(&state.name, config().engine.clone()).map_err(|e| {
         if e == smr_core::Error::Os(libc::ENOSPC) {
-            let size = smr_core::layout::Geometry::compute(config().engine.counts).map(|g| g.size).unwrap_or(0);
+            // The pools are reserved later, when first used (`Region::map_inject_pool`,
+            // `map_sar_pool`): the region needs `now` bytes to open and `size` once they are.
+            let (now, size) = smr_core::layout::Geometry::compute(config().engine.counts)
+                .map(|g| (g.reserved_at_creation(), g.size))
+                .unwrap_or((0, 0));
             crate::warn!(
                 EpCtrl,
-                "fi_enable: no room in /dev/shm for region {} ({size} bytes): enlarge /dev/shm \
+                "fi_enable: no room in /dev/shm for region {} ({now} bytes now, {size} once its message \
+                 buffers are used): enlarge /dev/shm \
                  (e.g. mount -o remount,size=... /dev/shm, or docker --shm-size) or shrink the region \
                  with FI_RSHM_QUEUE_LEN, FI_RSHM_INJECT_COUNT, FI_RSHM_SAR_COUNT, FI_RSHM_SAR_SIZE, FI_RSHM_MAX_PEERS",
                 state.name
