@@ -12,7 +12,7 @@ use crate::layout::*;
 use crate::liveness::ProcessIdentity;
 use crate::ring::{Ring, RingCtl, Slot};
 use crate::shm::{self, Mapping};
-use crate::sync::{AtomicU32, Ordering};
+use crate::sync::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, SystemTime};
 
 /// How old a region without a valid header must be before we take it for a crashed creation.
@@ -106,9 +106,9 @@ pub struct Region {
     writer: u32,
     /// The SAR pool's pages are reserved and our page-table entries for them filled in
     /// (`map_sar_pool`): private to this mapping, not shared memory.
-    sar_mapped: std::sync::atomic::AtomicBool,
+    sar_mapped: AtomicBool,
     /// The inject pool's pages are reserved (`map_inject_pool`); private to this mapping.
-    inject_mapped: std::sync::atomic::AtomicBool,
+    inject_mapped: AtomicBool,
 }
 
 impl Region {
@@ -146,8 +146,8 @@ impl Region {
             flags,
             is_owner: true,
             writer: me.pid,
-            sar_mapped: std::sync::atomic::AtomicBool::new(false),
-            inject_mapped: std::sync::atomic::AtomicBool::new(false),
+            sar_mapped: AtomicBool::new(false),
+            inject_mapped: AtomicBool::new(false),
         };
         // SAFETY: the header page is ours alone until `ready` is set: nobody else has opened the
         // file yet (O_EXCL) or, if one did, it waits for `ready` before reading.
@@ -218,8 +218,8 @@ impl Region {
             flags,
             is_owner: false,
             writer: std::process::id(),
-            sar_mapped: std::sync::atomic::AtomicBool::new(false),
-            inject_mapped: std::sync::atomic::AtomicBool::new(false),
+            sar_mapped: AtomicBool::new(false),
+            inject_mapped: AtomicBool::new(false),
         })
     }
 
@@ -300,17 +300,21 @@ impl Region {
     /// a SIGBUS at the first touch). One system call the first time per mapping, a load after.
     #[inline(always)]
     pub fn map_inject_pool(&self) -> Result<()> {
-        use std::sync::atomic::Ordering as StdOrdering;
-        if self.inject_mapped.load(StdOrdering::Acquire) {
+        if self.inject_mapped.load(Ordering::Acquire) {
             return Ok(());
         }
-        self.reserve_inject_pool()
+        self.first_use(&self.inject_mapped, self.geo.inject_data, self.geo.inject_pool_len(), false)
     }
 
+    /// A pool's first use through this mapping (`map_inject_pool`, `map_sar_pool`): reserve its
+    /// pages, map them too if asked, and remember that it is done (`mapped`).
     #[cold]
-    fn reserve_inject_pool(&self) -> Result<()> {
-        self.map.reserve(self.geo.inject_data, self.geo.inject_pool_len())?;
-        self.inject_mapped.store(true, std::sync::atomic::Ordering::Release);
+    fn first_use(&self, mapped: &AtomicBool, off: u64, len: u64, populate: bool) -> Result<()> {
+        self.map.reserve(off, len)?;
+        if populate {
+            self.map.populate(off, len, !self.is_owner);
+        }
+        mapped.store(true, Ordering::Release);
         Ok(())
     }
 
@@ -331,15 +335,10 @@ impl Region {
     /// per mapping (whoever reserved the pages first, the rest find them there); a load after.
     #[inline]
     pub fn map_sar_pool(&self) -> Result<()> {
-        use std::sync::atomic::Ordering as StdOrdering;
-        if self.sar_mapped.load(StdOrdering::Acquire) {
+        if self.sar_mapped.load(Ordering::Acquire) {
             return Ok(());
         }
-        let pool = self.geo.sar_pool_len();
-        self.map.reserve(self.geo.sar_data, pool)?;
-        self.map.populate(self.geo.sar_data, pool, !self.is_owner);
-        self.sar_mapped.store(true, StdOrdering::Release);
-        Ok(())
+        self.first_use(&self.sar_mapped, self.geo.sar_data, self.geo.sar_pool_len(), true)
     }
 
     pub fn sar_stack(&self) -> FreeStack<'_> {

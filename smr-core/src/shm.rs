@@ -56,14 +56,16 @@ impl Mapping {
         // touch of a page beyond the room raises SIGBUS, in us or in a peer. fallocate says
         // ENOSPC here instead. The lazy ranges are reserved by whoever uses them first.
         let end = len as u64;
-        let mut at = 0;
-        let mut reserved = Ok(());
-        for &(off, n) in lazy {
-            let (start, stop) = (off.clamp(at, end), off.saturating_add(n).clamp(at, end));
-            reserved = reserved.and_then(|()| reserve_range(&fd, at, start - at));
-            at = stop;
-        }
-        if let Err(e) = reserved.and_then(|()| reserve_range(&fd, at, end - at)) {
+        let reserve_all_but_lazy = || {
+            let mut at = 0;
+            for &(off, n) in lazy {
+                let start = off.clamp(at, end);
+                reserve_range(&fd, at, start - at)?;
+                at = off.saturating_add(n).clamp(at, end);
+            }
+            reserve_range(&fd, at, end - at)
+        };
+        if let Err(e) = reserve_all_but_lazy() {
             let _ = unlink(name);
             return Err(e);
         }

@@ -10,6 +10,10 @@ pub(crate) use loom::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 #[cfg(not(loom))]
 pub(crate) use core::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 
+/// Only in modules the loom models do not build (a region's private per-mapping flags).
+#[cfg(not(loom))]
+pub(crate) use core::sync::atomic::AtomicBool;
+
 #[cfg(loom)]
 pub(crate) use loom::cell::UnsafeCell;
 
