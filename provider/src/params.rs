@@ -115,19 +115,3 @@ pub fn config() -> &'static Config {
         Config { engine, remote_comm: get_bool("REMOTE_COMM").unwrap_or(false), read_one_trip_max }
     })
 }
-
-/// A send failed with ENOSPC: the receiver's inject or SAR pool, whose pages are reserved in
-/// /dev/shm when the pool is first used (`smr_core::region::Region::map_inject_pool`,
-/// `map_sar_pool`), found no room. Says what to change.
-#[cold]
-pub fn warn_no_room_for_pools() {
-    let c = config().engine.counts;
-    crate::warn!(
-        EpData,
-        "no room in /dev/shm for the receiver's message buffers (inject {} KiB, SAR {} KiB, each reserved \
-         when first used): enlarge /dev/shm (e.g. mount -o remount,size=... /dev/shm, or docker --shm-size), \
-         or shrink them with FI_RSHM_INJECT_COUNT, FI_RSHM_SAR_COUNT, FI_RSHM_SAR_SIZE",
-        c.inject_count * smr_core::layout::INJECT_SIZE / 1024,
-        c.sar_count * c.sar_size / 1024
-    );
-}

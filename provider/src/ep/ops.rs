@@ -492,15 +492,7 @@ fn start_send(
             debug_assert_eq!(taken, slot);
             Ok(())
         }
-        Err(e) => {
-            if e == smr_core::Error::Again {
-                return Err(FiError::AGAIN);
-            }
-            crate::warn!(EpData, "send to fi_addr {} failed: {e}", args.dest);
-            if e == smr_core::Error::Os(libc::ENOSPC) {
-                crate::params::warn_no_room_for_pools();
-            }
-            Err(FiError::from(e))
-        }
+        Err(smr_core::Error::Again) => Err(FiError::AGAIN),
+        Err(e) => Err(tx::refused("send", args.dest, e)),
     }
 }

@@ -316,10 +316,7 @@ fn launched(
         // The answer (or, for a batched one, its push into the ring) completes it.
         Ok(SendStatus::Pending | SendStatus::Done) => {}
         Err(EngineError::Again) => return Err(FiError::AGAIN),
-        Err(e) => {
-            crate::warn!(EpData, "one-sided operation to fi_addr {} failed: {e}", a.dest);
-            return Err(FiError::from(e));
-        }
+        Err(e) => return Err(crate::state::ep::tx::refused("one-sided operation", a.dest, e)),
     }
     ep.rma.issued += 1;
     if cookie & COOKIE_UNTRACKED != 0 {

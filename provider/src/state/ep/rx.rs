@@ -378,7 +378,7 @@ impl smr_core::endpoint::Handler for Handler<'_> {
     fn on_send_done(&mut self, cookie: u64, result: smr_core::Result<()>) {
         use super::rma::{COOKIE_REPLY, COOKIE_UNTRACKED};
         if let Err(smr_core::Error::Os(libc::ENOSPC)) = result {
-            crate::params::warn_no_room_for_pools();
+            super::tx::no_room_for_pools();
         }
         if cookie & COOKIE_REPLY != 0 {
             super::rma::reply_sent(self.target.rma, (cookie & !COOKIE_REPLY) as usize, result);

@@ -129,3 +129,32 @@ pub fn send_finished(tx_ops: &mut Slab<TxOp>, slot: usize, result: smr_core::Res
     };
     sinks.tx_done(event, op.wanted, op.kind);
 }
+
+/// An engine send refused when it was posted (not `Again`): log it, with what to change when a
+/// receiver's pool found no room (`no_room_for_pools`), and the libfabric code to return.
+/// `what` names the operation for the log ("send", "one-sided operation").
+#[cold]
+pub fn refused(what: &str, dest: u64, e: smr_core::Error) -> FiError {
+    crate::warn!(EpData, "{what} to fi_addr {dest} failed: {e}");
+    if e == smr_core::Error::Os(libc::ENOSPC) {
+        no_room_for_pools();
+    }
+    FiError::from(e)
+}
+
+/// A send failed with ENOSPC, when posted (`refused`) or later (`rx::Handler::on_send_done`):
+/// the receiver's inject or SAR pool, whose pages are reserved in /dev/shm when the pool is
+/// first used (`smr_core::region::Region::map_inject_pool`, `map_sar_pool`), found no room.
+/// Says what to change.
+#[cold]
+pub fn no_room_for_pools() {
+    let c = crate::params::config().engine.counts;
+    crate::warn!(
+        EpData,
+        "no room in /dev/shm for the receiver's message buffers (inject {} KiB, SAR {} KiB, each reserved \
+         when first used): enlarge /dev/shm (e.g. mount -o remount,size=... /dev/shm, or docker --shm-size), \
+         or shrink them with FI_RSHM_INJECT_COUNT, FI_RSHM_SAR_COUNT, FI_RSHM_SAR_SIZE",
+        c.inject_count * smr_core::layout::INJECT_SIZE / 1024,
+        c.sar_count * c.sar_size / 1024
+    );
+}
