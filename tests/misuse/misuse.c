@@ -31,6 +31,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../include/fi_check.h"
+
 static const char *prov;
 
 struct env {
@@ -45,14 +47,7 @@ struct env {
     char buf[8192];
 };
 
-#define SETUP(call)                                                                              \
-    do {                                                                                         \
-        int _rc = (int)(call);                                                                   \
-        if (_rc) {                                                                               \
-            fprintf(stderr, "setup: %s = %d (%s)\n", #call, _rc, fi_strerror(-_rc));            \
-            exit(70);                                                                            \
-        }                                                                                        \
-    } while (0)
+#define SETUP(call) FI_CHECK_OR_EXIT(call, "setup: ", 70)
 
 static struct fid_ep *open_ep(struct env *e, struct fid_cq **cq) {
     struct fi_cq_attr cqa = {.format = FI_CQ_FORMAT_TAGGED, .size = 64};

@@ -25,14 +25,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#define SETUP(call)                                                                          \
-    do {                                                                                     \
-        int _rc = (int)(call);                                                               \
-        if (_rc) {                                                                           \
-            fprintf(stderr, "setup: %s = %d (%s)\n", #call, _rc, fi_strerror(-_rc));        \
-            exit(70);                                                                        \
-        }                                                                                    \
-    } while (0)
+#include "../include/fi_check.h"
+
+#define SETUP(call) FI_CHECK_OR_EXIT(call, "setup: ", 70)
 
 #define LARGE (64 * 1024)
 #define MEDIUM 2048

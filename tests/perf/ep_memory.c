@@ -28,14 +28,9 @@
 #include <string.h>
 #include <sys/statvfs.h>
 
-#define CHECK(call)                                                                          \
-    do {                                                                                     \
-        int _rc = (int)(call);                                                               \
-        if (_rc) {                                                                           \
-            fprintf(stderr, "%s = %d (%s)\n", #call, _rc, fi_strerror(-_rc));                \
-            exit(1);                                                                         \
-        }                                                                                    \
-    } while (0)
+#include "../include/fi_check.h"
+
+#define CHECK(call) FI_CHECK_OR_EXIT(call, "", 1)
 
 #define MAX_EPS 64
 /* Sizes sent once each: inline, through an inject buffer, through SAR buffers. */

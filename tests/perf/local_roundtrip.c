@@ -17,14 +17,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#define CHECK(call)                                                                          \
-    do {                                                                                     \
-        int _rc = (int)(call);                                                               \
-        if (_rc) {                                                                           \
-            fprintf(stderr, "%s = %d (%s)\n", #call, _rc, fi_strerror(-_rc));                \
-            exit(1);                                                                         \
-        }                                                                                    \
-    } while (0)
+#include "../include/fi_check.h"
+
+#define CHECK(call) FI_CHECK_OR_EXIT(call, "", 1)
 
 static void wait_one(struct fid_cq *cq) {
     struct fi_cq_tagged_entry e;
