@@ -21,7 +21,7 @@ use super::{Endpoint, Handler, SrcId};
 use crate::cmd::{resp, RemoteIov, RespEntry, Status};
 use crate::error::{Error, Result};
 use crate::iov::LocalIov;
-use std::sync::atomic::{AtomicU64, Ordering};
+use crate::sync::{AtomicU64, Ordering};
 
 const OFFERED: u64 = 1;
 const TAKEN: u64 = 2;
