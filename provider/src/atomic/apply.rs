@@ -331,7 +331,7 @@ fn elements(
 /// None for any other operation, datatype or width: `elements` takes those. The caller checked
 /// `(kind, op, datatype)` with [`valid`]; FI_ATOMIC_READ returns `dst` (write nothing back).
 #[inline(always)]
-fn word(op: u32, datatype: u32, bytes: usize, dst: u64, operand: u64, compare: u64) -> Option<u64> {
+pub(crate) fn word(op: u32, datatype: u32, bytes: usize, dst: u64, operand: u64, compare: u64) -> Option<u64> {
     let width = match datatype {
         ffi::FI_INT32 | ffi::FI_UINT32 => 4,
         ffi::FI_INT64 | ffi::FI_UINT64 => 8,
@@ -358,7 +358,7 @@ fn word(op: u32, datatype: u32, bytes: usize, dst: u64, operand: u64, compare: u
 
 /// A 4- or 8-byte element, zero-extended (0 for no bytes: an absent operand or compare).
 #[inline(always)]
-fn word_of(b: &[u8]) -> u64 {
+pub(crate) fn word_of(b: &[u8]) -> u64 {
     if let Ok(b4) = <[u8; 4]>::try_from(b) {
         u32::from_ne_bytes(b4).into()
     } else if let Ok(b8) = <[u8; 8]>::try_from(b) {
@@ -370,7 +370,7 @@ fn word_of(b: &[u8]) -> u64 {
 
 /// The low `dst.len()` (4 or 8) bytes of `v` into `dst`.
 #[inline(always)]
-fn store_word(v: u64, dst: &mut [u8]) {
+pub(crate) fn store_word(v: u64, dst: &mut [u8]) {
     if let Ok(d4) = <&mut [u8; 4]>::try_from(&mut *dst) {
         *d4 = (v as u32).to_ne_bytes();
     } else if let Ok(d8) = <&mut [u8; 8]>::try_from(dst) {

@@ -91,4 +91,22 @@ impl MrTable {
         };
         Ok((ranges, mr))
     }
+
+    /// `resolve` for the usual registration, one range, and an access of `len > 0` bytes: the
+    /// address it starts at. None when the registration has more ranges or the access fails
+    /// (`resolve` then says why).
+    #[inline(always)]
+    pub fn resolve_in_one_range(&self, key: u64, addr: u64, len: u64, access: u64) -> Option<(usize, &MrEntry)> {
+        let mr = self.by_key.get(&key)?;
+        let [(base, _)] = *mr.iov.as_slice() else { return None };
+        if mr.access & access != access {
+            return None;
+        }
+        let start = if self.virt_addr { addr.checked_sub(base as u64)? } else { addr };
+        match start.checked_add(len) {
+            // `start + len` fits in the registration, which lies in this address space.
+            Some(end) if len > 0 && end <= mr.total => Some((base + start as usize, mr)),
+            _ => None,
+        }
+    }
 }

@@ -92,6 +92,26 @@ impl Desc {
             .then_some(d)
     }
 
+    /// The remote access it needs of a registration: a read only reads, a base atomic writes,
+    /// a fetching or compare one does both.
+    pub fn access(self) -> u64 {
+        (match (self.op, self.kind) {
+            (ffi::FI_ATOMIC_READ, _) => ffi::FI_REMOTE_READ,
+            (_, Kind::Write) => ffi::FI_REMOTE_WRITE,
+            _ => ffi::FI_REMOTE_READ | ffi::FI_REMOTE_WRITE,
+        }) as u64
+    }
+
+    /// The counter of registration `mr` it moves (fi_mr(3): any atomic that may modify the
+    /// memory counts as a write).
+    pub fn mr_cntr(self, mr: &crate::state::mr::MrEntry) -> Option<usize> {
+        if self.op == ffi::FI_ATOMIC_READ {
+            mr.read_cntr
+        } else {
+            mr.write_cntr
+        }
+    }
+
     /// Bytes of the target memory it touches.
     pub fn bytes(self) -> usize {
         self.count as usize * apply::type_size(self.datatype).unwrap_or(0)
