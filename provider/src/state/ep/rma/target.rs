@@ -274,11 +274,12 @@ impl Target<'_> {
         if len as usize <= ANSWER_DATA_MAX {
             // The usual small read, from a registration of one range: one copy into the answer.
             if let Some((at, mr)) = self.mrs.resolve_in_one_range(key, addr, len, ffi::FI_REMOTE_READ as u64) {
-                sinks.remote_done(mr.read_cntr, false);
                 // SAFETY: registered memory the application exposed for remote reads, `len`
                 // bytes at `at` (range checked by `resolve_in_one_range`).
-                let copied = |b: &mut [u8]| unsafe { smr_core::copy::copy_bytes(at as *const u8, b.as_mut_ptr(), b.len()) };
+                let copied =
+                    |b: &mut [u8]| unsafe { smr_core::copy::copy_bytes(at as *const u8, b.as_mut_ptr(), b.len()) };
                 if let Some(data) = AnswerData::new(len as usize, copied) {
+                    sinks.remote_done(mr.read_cntr, false);
                     return ReadAnswer::With(data);
                 }
             }
