@@ -106,8 +106,10 @@
 //! The target checks key, range and access against its domain's registrations
 //! (`MrTable::resolve`) before it touches memory and refuses what fails (the initiator gets an
 //! error completion if it waits for one, the target's memory is untouched, and so is the initiator's buffer). It
-//! applies atomics itself, in arrival order, all through one path under the domain lock, so they
-//! are atomic with respect to each other from any peer and from the endpoint itself. A read (or
+//! applies atomics itself, in arrival order, under the domain lock, so they are atomic with
+//! respect to each other from any peer and from the endpoint itself: the usual one (one 4- or
+//! 8-byte integer in a registration of one range) in place (`Target::atomic_in_place`), every
+//! other on a copy (`apply_atomic`). A read (or
 //! fetching atomic) completes at the initiator when the target's answer and the reply's data
 //! have both arrived: the target answers only after its reply is in the initiator's memory, so a
 //! dead target fails the read through the engine's liveness checks instead of leaving it

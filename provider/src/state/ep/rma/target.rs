@@ -431,7 +431,8 @@ fn apply_atomic(desc: Desc, target: &Ranges, payload: &[u8], value: &mut [u8], o
     let n = desc.bytes();
     let (operand, compare) = operands(desc, payload)?;
     // SAFETY: registered memory the application exposed for remote atomics (range checked by
-    // `resolve`: `n` bytes); only this path, under the domain lock, changes it on behalf of peers.
+    // `resolve`: `n` bytes); only this path and `Target::atomic_in_place`, under the domain
+    // lock, change it on behalf of peers.
     let got = unsafe { crate::iov::gather(target, value) };
     if got != n || value.len() != n {
         return Err(ffi::FI_EINVAL);
