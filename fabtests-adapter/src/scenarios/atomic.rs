@@ -49,6 +49,20 @@ pub fn scenarios() -> Vec<Scenario> {
             "fi_fetch_atomicmsg(FI_SUM) of 1, 4 and 16 u64 with FI_TRANSMIT_COMPLETE, FI_INJECT_COMPLETE or neither: complete only with the old values in the result",
         ),
         scn(
+            "atomic/scalable/unaligned",
+            2,
+            40,
+            unaligned::<SCALABLE>,
+            "fetch, compare and base atomics on 4- and 8-byte integers at odd byte offsets: fetched values, target bytes (neighbours untouched)",
+        ),
+        scn(
+            "atomic/basic/unaligned",
+            2,
+            40,
+            unaligned::<BASIC>,
+            "fetch, compare and base atomics on 4- and 8-byte integers at odd byte offsets: fetched values, target bytes (neighbours untouched)",
+        ),
+        scn(
             "atomic/fetch_add_4procs",
             4,
             60,
@@ -704,6 +718,124 @@ fn fetch_completion_levels(r: &mut Rank) -> TResult {
         }
         p.barrier(r)?;
         report("fetched values", &bad)?;
+    }
+    p.barrier(r)
+}
+
+/// One atomic of `unaligned`: on the element at byte `off` of the target's buffer.
+struct Unaligned {
+    kind: AKind,
+    dt: ffi::fi_datatype,
+    op: ffi::fi_op,
+    off: usize,
+    operand: u64,
+    compare: u64,
+}
+
+/// Elements at odd offsets, none overlapping but the last, which reads back the first; the
+/// bytes between them (0, 9-12, 17-20, 29, 34, 39-42, 51-63) must stay as they were.
+const UNALIGNED: [Unaligned; 7] = [
+    Unaligned {
+        kind: AKind::Fetch,
+        dt: ffi::FI_UINT64,
+        op: ffi::FI_SUM,
+        off: 1,
+        operand: 0x0102_0304_0506_0708,
+        compare: 0,
+    },
+    Unaligned { kind: AKind::Fetch, dt: ffi::FI_UINT32, op: ffi::FI_SUM, off: 13, operand: 0xF0F0_0001, compare: 0 },
+    // Compare value: the element's initial bytes (`unaligned_model` fills it in), so it swaps.
+    Unaligned {
+        kind: AKind::Compare,
+        dt: ffi::FI_UINT64,
+        op: ffi::FI_CSWAP,
+        off: 21,
+        operand: 0x1122_3344_5566_7788,
+        compare: u64::MAX,
+    },
+    Unaligned { kind: AKind::Compare, dt: ffi::FI_INT32, op: ffi::FI_CSWAP, off: 30, operand: 0x7777_7777, compare: 0 },
+    Unaligned { kind: AKind::Base, dt: ffi::FI_INT32, op: ffi::FI_BXOR, off: 35, operand: 0x5A5A_5A5A, compare: 0 },
+    Unaligned {
+        kind: AKind::Fetch,
+        dt: ffi::FI_INT64,
+        op: ffi::FI_ATOMIC_WRITE,
+        off: 43,
+        operand: 0x0F0E_0D0C_0B0A_0908,
+        compare: 0,
+    },
+    Unaligned { kind: AKind::Fetch, dt: ffi::FI_UINT64, op: ffi::FI_ATOMIC_READ, off: 1, operand: 0, compare: 0 },
+];
+const UNALIGNED_LEN: usize = 64;
+
+/// What `UNALIGNED` does, one after the other, to the target's initial bytes: the operands as
+/// sent (the swapping compare filled in), the values each returns, and the bytes at the end.
+fn unaligned_model() -> (Vec<(u64, u64)>, Vec<u64>, Vec<u8>) {
+    let mut mem: Vec<u8> = (0..UNALIGNED_LEN).map(|i| (i * 37 + 11) as u8).collect();
+    let (mut sent, mut old_values) = (Vec::new(), Vec::new());
+    for (k, s) in UNALIGNED.iter().enumerate() {
+        let w = dt_size(s.dt);
+        let mut le = [0u8; 8];
+        le[..w].copy_from_slice(&mem[s.off..s.off + w]);
+        let old = u64::from_le_bytes(le);
+        let mask = if w == 8 { u64::MAX } else { (1u64 << (8 * w)) - 1 };
+        let compare = if k == 2 { old } else { s.compare & mask };
+        let operand = s.operand & mask;
+        let new = match s.op {
+            ffi::FI_SUM => old.wrapping_add(operand) & mask,
+            ffi::FI_BXOR => old ^ operand,
+            ffi::FI_CSWAP if compare == old => operand,
+            ffi::FI_CSWAP | ffi::FI_ATOMIC_READ => old,
+            ffi::FI_ATOMIC_WRITE => operand,
+            other => unreachable!("op {other} not in UNALIGNED"),
+        };
+        mem[s.off..s.off + w].copy_from_slice(&new.to_le_bytes()[..w]);
+        sent.push((operand, compare));
+        old_values.push(old);
+    }
+    (sent, old_values, mem)
+}
+
+/// Atomics on elements at odd byte offsets (fi_atomic(3) asks no alignment of the target
+/// address): each fetched value, and every byte of the target's buffer afterwards. Little-endian
+/// layouts (x86_64, aarch64), as the provider's own tests assume.
+fn unaligned<const M: u8>(r: &mut Rank) -> TResult {
+    let (sent, old_values, want) = unaligned_model();
+    let mut p = open(r, M)?;
+    if r.rank == TARGET {
+        let reg = p.alloc(UNALIGNED_LEN);
+        let init: Vec<u8> = (0..UNALIGNED_LEN).map(|i| (i * 37 + 11) as u8).collect();
+        p.region(reg).write(0, &init);
+        let (_, mi) = p.reg(reg, 0, UNALIGNED_LEN, REMOTE_READ | REMOTE_WRITE, 0x0DD, 0)?;
+        p.share_mrs(r, &[mi])?;
+        p.barrier(r)?;
+        let got = p.region(reg).read(0, UNALIGNED_LEN);
+        let bad: Vec<String> = (0..UNALIGNED_LEN)
+            .filter(|&i| got[i] != want[i])
+            .map(|i| format!("byte {i} is {:#04x}, want {:#04x} (was {:#04x})", got[i], want[i], init[i]))
+            .collect();
+        report("target bytes after the unaligned atomics", &bad)?;
+    } else {
+        let all = p.share_mrs(r, &[])?;
+        let m = *all[TARGET].first().ok_or_else(|| TestErr::Fail("no MR from the target".into()))?;
+        let mut bad = Vec::new();
+        for (k, s) in UNALIGNED.iter().enumerate() {
+            let w = dt_size(s.dt);
+            let what = format!("{}(datatype {}, op {}) at byte {}", s.kind.call(), s.dt, s.op, s.off);
+            r.pmi.step(&what);
+            let t = Target { dest: p.addrs[TARGET], addr: m.addr + s.off as u64, key: m.key };
+            let (operand, compare) = sent[k];
+            let bytes = |v: u64| v.to_le_bytes()[..w].to_vec();
+            let id = must(&what, p.atomic(&what, s.kind, s.dt, s.op, 1, bytes(operand), bytes(compare), t)?)?;
+            let d = p.wait_ok(id)?;
+            if s.kind != AKind::Base {
+                let got = payload(&what, &d.bufs[2], w)?;
+                if got != bytes(old_values[k]).as_slice() {
+                    bad.push(format!("{what}: fetched {got:02x?}, want {:02x?}", bytes(old_values[k])));
+                }
+            }
+        }
+        p.barrier(r)?;
+        report("fetched values of the unaligned atomics", &bad)?;
     }
     p.barrier(r)
 }
