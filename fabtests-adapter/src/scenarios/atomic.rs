@@ -5,7 +5,8 @@
 //! (every slot, including elements past `count` and slots nobody touched) and, for fetch and
 //! compare, in the fetched values. The combinations the valid calls reject must be rejected by
 //! the calls too. Four processes fetch-add one word of rank 0 (rank 0 too, through its own
-//! address): the final value and the set of fetched values are checked.
+//! address): the final value and the set of fetched values are checked. Atomics on 4- and 8-byte
+//! integers at odd byte offsets change exactly their bytes and fetch exactly their old values.
 
 use super::rma_util::{
     self as u, dt_size, must, payload, AKind, MrInfo, Peer, Spec, Target, ATOMIC, BASIC, MSG, REMOTE_READ,
