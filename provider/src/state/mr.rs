@@ -55,16 +55,13 @@ impl MrTable {
         self.next_key
     }
 
-    /// The memory a remote access of `len` bytes at `addr` under `key` touches, if the key
-    /// exists, the range lies inside the registration and `access` (FI_REMOTE_READ and/or
-    /// FI_REMOTE_WRITE) is allowed. Every value comes from a peer: checked arithmetic only.
-    pub fn resolve(
-        &self,
-        key: u64,
-        addr: u64,
-        len: u64,
-        access: u64,
-    ) -> Result<(smr_core::iov::Ranges, &MrEntry), u32> {
+    /// Where a remote access of `len` bytes at `addr` under `key` starts in the registration (a
+    /// byte offset into it), if the key exists, the range lies inside the registration and
+    /// `access` (FI_REMOTE_READ and/or FI_REMOTE_WRITE) is allowed; else the refusal's errno,
+    /// logged. Every value comes from a peer: checked arithmetic only. The one check every
+    /// remote access passes (`resolve`, `resolve_in_one_range`).
+    #[inline(always)]
+    fn locate(&self, key: u64, addr: u64, len: u64, access: u64) -> Result<(u64, &MrEntry), u32> {
         let refuse = |why: &str| {
             crate::debug!(Mr, "remote access refused: key {key:#x} addr {addr:#x} len {len}: {why}");
             REFUSED
@@ -80,9 +77,21 @@ impl MrTable {
             addr
         };
         match start.checked_add(len) {
-            Some(end) if end <= mr.total => {}
-            _ => return Err(refuse("beyond the region")),
+            Some(end) if end <= mr.total => Ok((start, mr)),
+            _ => Err(refuse("beyond the region")),
         }
+    }
+
+    /// The memory a remote access of `len` bytes at `addr` under `key` touches, as ranges, if
+    /// `locate` lets it through.
+    pub fn resolve(
+        &self,
+        key: u64,
+        addr: u64,
+        len: u64,
+        access: u64,
+    ) -> Result<(smr_core::iov::Ranges, &MrEntry), u32> {
+        let (start, mr) = self.locate(key, addr, len, access)?;
         // `start + len` fits in the registration, which lies in this address space: usize holds it.
         let ranges = match *mr.iov.as_slice() {
             // One range, the usual registration: no walk.
@@ -93,20 +102,21 @@ impl MrTable {
     }
 
     /// `resolve` for the usual registration, one range, and an access of `len > 0` bytes: the
-    /// address it starts at. None when the registration has more ranges or the access fails
-    /// (`resolve` then says why).
+    /// address it starts at, without a range list. Ok(None) for a registration of more ranges
+    /// (or `len` 0), which `resolve` takes.
     #[inline(always)]
-    pub fn resolve_in_one_range(&self, key: u64, addr: u64, len: u64, access: u64) -> Option<(usize, &MrEntry)> {
-        let mr = self.by_key.get(&key)?;
-        let [(base, _)] = *mr.iov.as_slice() else { return None };
-        if mr.access & access != access {
-            return None;
-        }
-        let start = if self.virt_addr { addr.checked_sub(base as u64)? } else { addr };
-        match start.checked_add(len) {
-            // `start + len` fits in the registration, which lies in this address space.
-            Some(end) if len > 0 && end <= mr.total => Some((base + start as usize, mr)),
+    pub fn resolve_in_one_range(
+        &self,
+        key: u64,
+        addr: u64,
+        len: u64,
+        access: u64,
+    ) -> Result<Option<(usize, &MrEntry)>, u32> {
+        let (start, mr) = self.locate(key, addr, len, access)?;
+        Ok(match *mr.iov.as_slice() {
+            // As in `resolve`: `start + len` fits in the registration.
+            [(base, _)] if len > 0 => Some((base + start as usize, mr)),
             _ => None,
-        }
+        })
     }
 }

@@ -37,8 +37,8 @@ impl Target<'_> {
                 let ctx = self.rma.target.insert(op);
                 Disposition::Later { dest: LocalIov::owned(vec![0; hdr.len as usize]), ctx: CTX_TARGET | ctx as u64 }
             }
-            KIND_ATOMIC => match self.atomic_target(msg) {
-                Ok((desc, target, mr_cntr, reply)) => {
+            KIND_ATOMIC => match atomic_desc(&hdr).and_then(|desc| Ok((desc, self.atomic_target(msg, desc)?))) {
+                Ok((desc, (target, mr_cntr, reply))) => {
                     let ctx =
                         CTX_TARGET | self.rma.target.insert(TargetOp::Atomic { desc, target, mr_cntr, reply }) as u64;
                     let dest = LocalIov::owned(vec![0; hdr.len as usize]);
@@ -85,23 +85,31 @@ impl Target<'_> {
                 ReadAnswer::With(data) => self.answer_now(msg, data),
                 ReadAnswer::Queued => taken(true),
             },
-            _ if let Some(done) = self.atomic_in_place(msg, payload, sinks) => done,
-            _ => match self.atomic_target(msg) {
-                Ok((desc, target, mr_cntr, reply)) => {
-                    if let Some(done) = self.atomic_at_once(msg, desc, &target, mr_cntr, payload, sinks) {
-                        return Some(done);
-                    }
-                    match self.serve_atomic(desc, &target, mr_cntr, reply, Some(payload), sinks) {
-                        Some(Outgoing::AnswerData { data, .. }) => self.answer_now(msg, data),
-                        Some(out) => {
-                            self.rma.outbox.push_back(out);
-                            taken(true)
-                        }
-                        None => taken(false),
-                    }
+            _ => {
+                let desc = match atomic_desc(&hdr) {
+                    Ok(desc) => desc,
+                    Err(errno) => return Some(refuse(msg, errno)),
+                };
+                if let Some(done) = self.atomic_in_place(msg, desc, payload, sinks) {
+                    return Some(done);
                 }
-                Err(errno) => refuse(msg, errno),
-            },
+                match self.atomic_target(msg, desc) {
+                    Ok((target, mr_cntr, reply)) => {
+                        if let Some(done) = self.atomic_at_once(msg, desc, &target, mr_cntr, payload, sinks) {
+                            return Some(done);
+                        }
+                        match self.serve_atomic(desc, &target, mr_cntr, reply, Some(payload), sinks) {
+                            Some(Outgoing::AnswerData { data, .. }) => self.answer_now(msg, data),
+                            Some(out) => {
+                                self.rma.outbox.push_back(out);
+                                taken(true)
+                            }
+                            None => taken(false),
+                        }
+                    }
+                    Err(errno) => refuse(msg, errno),
+                }
+            }
         })
     }
 
@@ -141,21 +149,29 @@ impl Target<'_> {
     /// of one range, with no op id and (if it fetches) no earlier answer waiting. Read, computed
     /// and written back on the target memory itself, without the range list, the copies around
     /// `apply` and its checks (a target's fetching add: 587 -> 419 instructions per arrival).
-    /// None, with nothing touched, for any other atomic, and for one the registrations refuse:
-    /// the general path then refuses it and says why.
+    /// A refusal by the registrations is answered here; None, with nothing touched, for any
+    /// other atomic, which the general path takes.
     #[inline(always)]
-    fn atomic_in_place(&mut self, msg: &Incoming, payload: &[u8], sinks: &mut Sinks) -> Option<Disposition> {
+    fn atomic_in_place(
+        &mut self,
+        msg: &Incoming,
+        desc: Desc,
+        payload: &[u8],
+        sinks: &mut Sinks,
+    ) -> Option<Disposition> {
         let hdr = &msg.hdr;
-        let desc = Desc::unpack(hdr.data)?;
         let width = desc.bytes();
-        if desc.count != 1 || !matches!(width, 4 | 8) || desc.with_op_id || desc.payload() as u64 != hdr.len {
+        if desc.count != 1 || !matches!(width, 4 | 8) || desc.with_op_id {
             return None;
         }
         let fetching = desc.kind != Kind::Write;
         if fetching && !self.rma.outbox.is_empty() {
             return None;
         }
-        let (at, mr) = self.mrs.resolve_in_one_range(hdr.tag, hdr.aux, width as u64, desc.access())?;
+        let (at, mr) = match self.mrs.resolve_in_one_range(hdr.tag, hdr.aux, width as u64, desc.access()) {
+            Ok(one) => one?,
+            Err(errno) => return Some(refuse(msg, errno)),
+        };
         let (operand, compare) = operands(desc, payload).ok()?;
         // SAFETY: registered memory the application exposed for this access, `width` bytes at
         // `at` (range checked by `resolve_in_one_range`); only this path and `apply_atomic`,
@@ -208,18 +224,16 @@ impl Target<'_> {
         Disposition::Taken { answer_later: true }
     }
 
-    /// What an atomic asks for, checked: its operation, the memory it touches, the counter of
-    /// the registration, and whom to answer with the old values (fetching kinds).
+    /// What atomic `desc` (`atomic_desc`) touches, checked: the memory, the counter of the
+    /// registration, and whom to answer with the old values (fetching kinds).
     #[allow(clippy::type_complexity)]
-    // Forced inline (two callers): its four results were returned through memory.
+    // Forced inline (two callers): its results were returned through memory.
     #[inline(always)]
-    fn atomic_target(&self, msg: &Incoming) -> Result<(Desc, Ranges, Option<usize>, Option<(SrcId, u64)>), u32> {
+    fn atomic_target(&self, msg: &Incoming, desc: Desc) -> Result<(Ranges, Option<usize>, Option<(SrcId, u64)>), u32> {
         let hdr = msg.hdr;
-        let desc = Desc::unpack(hdr.data).filter(|d| d.payload() as u64 == hdr.len).ok_or(ffi::FI_EINVAL)?;
         let (target, mr) = self.mrs.resolve(hdr.tag, hdr.aux, desc.bytes() as u64, desc.access())?;
-        let mr_cntr = desc.mr_cntr(mr);
         let reply = (desc.kind != Kind::Write).then_some((msg.src, msg.msg_id));
-        Ok((desc, target, mr_cntr, reply))
+        Ok((target, desc.mr_cntr(mr), reply))
     }
 
     /// A target operation's data arrived (`ctx` without CTX_TARGET).
@@ -273,7 +287,14 @@ impl Target<'_> {
         };
         if len as usize <= ANSWER_DATA_MAX {
             // The usual small read, from a registration of one range: one copy into the answer.
-            if let Some((at, mr)) = self.mrs.resolve_in_one_range(key, addr, len, ffi::FI_REMOTE_READ as u64) {
+            let one = match self.mrs.resolve_in_one_range(key, addr, len, ffi::FI_REMOTE_READ as u64) {
+                Ok(one) => one,
+                Err(errno) => {
+                    self.answer(src, msg_id, Err(errno));
+                    return ReadAnswer::Queued;
+                }
+            };
+            if let Some((at, mr)) = one {
                 // SAFETY: registered memory the application exposed for remote reads, `len`
                 // bytes at `at` (range checked by `resolve_in_one_range`).
                 let copied =
@@ -369,6 +390,12 @@ impl Target<'_> {
     fn answer(&mut self, src: SrcId, msg_id: u64, result: Result<(), u32>) {
         self.rma.outbox.push_back(Outgoing::Answer { src, msg_id, result });
     }
+}
+
+/// The operation an atomic's header names, decoded and checked against its payload's length.
+#[inline(always)]
+fn atomic_desc(hdr: &MsgHeader) -> Result<Desc, u32> {
+    Desc::unpack(hdr.data).filter(|d| d.payload() as u64 == hdr.len).ok_or(ffi::FI_EINVAL)
 }
 
 /// Refuse a peer's operation (bad key, range, access or request). One its initiator completed
