@@ -745,14 +745,14 @@ const UNALIGNED: [Unaligned; 7] = [
         compare: 0,
     },
     Unaligned { kind: AKind::Fetch, dt: ffi::FI_UINT32, op: ffi::FI_SUM, off: 13, operand: 0xF0F0_0001, compare: 0 },
-    // Compare value: the element's initial bytes (`unaligned_model` fills it in), so it swaps.
+    // Compares with the element's old value (`OLD_VALUE`), so it swaps.
     Unaligned {
         kind: AKind::Compare,
         dt: ffi::FI_UINT64,
         op: ffi::FI_CSWAP,
         off: 21,
         operand: 0x1122_3344_5566_7788,
-        compare: u64::MAX,
+        compare: OLD_VALUE,
     },
     Unaligned { kind: AKind::Compare, dt: ffi::FI_INT32, op: ffi::FI_CSWAP, off: 30, operand: 0x7777_7777, compare: 0 },
     Unaligned { kind: AKind::Base, dt: ffi::FI_INT32, op: ffi::FI_BXOR, off: 35, operand: 0x5A5A_5A5A, compare: 0 },
@@ -767,19 +767,26 @@ const UNALIGNED: [Unaligned; 7] = [
     Unaligned { kind: AKind::Fetch, dt: ffi::FI_UINT64, op: ffi::FI_ATOMIC_READ, off: 1, operand: 0, compare: 0 },
 ];
 const UNALIGNED_LEN: usize = 64;
+/// An `Unaligned::compare` that stands for the element's value before the atomic.
+const OLD_VALUE: u64 = u64::MAX;
+
+/// The target's buffer before `UNALIGNED`.
+fn unaligned_init() -> Vec<u8> {
+    (0..UNALIGNED_LEN).map(|i| (i * 37 + 11) as u8).collect()
+}
 
 /// What `UNALIGNED` does, one after the other, to the target's initial bytes: the operands as
 /// sent (the swapping compare filled in), the values each returns, and the bytes at the end.
 fn unaligned_model() -> (Vec<(u64, u64)>, Vec<u64>, Vec<u8>) {
-    let mut mem: Vec<u8> = (0..UNALIGNED_LEN).map(|i| (i * 37 + 11) as u8).collect();
+    let mut mem = unaligned_init();
     let (mut sent, mut old_values) = (Vec::new(), Vec::new());
-    for (k, s) in UNALIGNED.iter().enumerate() {
+    for s in &UNALIGNED {
         let w = dt_size(s.dt);
         let mut le = [0u8; 8];
         le[..w].copy_from_slice(&mem[s.off..s.off + w]);
         let old = u64::from_le_bytes(le);
         let mask = if w == 8 { u64::MAX } else { (1u64 << (8 * w)) - 1 };
-        let compare = if k == 2 { old } else { s.compare & mask };
+        let compare = if s.compare == OLD_VALUE { old } else { s.compare & mask };
         let operand = s.operand & mask;
         let new = match s.op {
             ffi::FI_SUM => old.wrapping_add(operand) & mask,
@@ -804,7 +811,7 @@ fn unaligned<const M: u8>(r: &mut Rank) -> TResult {
     let mut p = open(r, M)?;
     if r.rank == TARGET {
         let reg = p.alloc(UNALIGNED_LEN);
-        let init: Vec<u8> = (0..UNALIGNED_LEN).map(|i| (i * 37 + 11) as u8).collect();
+        let init = unaligned_init();
         p.region(reg).write(0, &init);
         let (_, mi) = p.reg(reg, 0, UNALIGNED_LEN, REMOTE_READ | REMOTE_WRITE, 0x0DD, 0)?;
         p.share_mrs(r, &[mi])?;
