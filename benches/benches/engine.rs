@@ -5,7 +5,8 @@
 //! "time per iteration" is the one-way latency and its throughput (`Throughput::Bytes(size)`)
 //! is the one-way bandwidth. `bare` is the floor: one `AtomicU64` handed back and forth between
 //! the same two processes on the same two CPUs. `local` runs both endpoints in this process on
-//! one thread: the engine's instruction cost with no cache line crossing cores.
+//! one thread: the engine's instruction cost with no cache line crossing cores. `copy` times the
+//! payload copy alone.
 //!
 //! Run with `cargo bench -p rshm-benches` (about two minutes).
 
@@ -87,6 +88,31 @@ fn local(c: &mut Criterion) {
     report_cpu("local", &before, &CpuSnapshot::take(None));
 }
 
+/// The payload copy every protocol makes (`smr_core::copy::copy_bytes`), in this process with
+/// the bytes in cache: into a destination at a 64-byte boundary and into one 16 bytes past it,
+/// where `malloc` puts an application's large buffers.
+fn copy(c: &mut Criterion) {
+    let src = vec![0x5au8; 64 << 10];
+    let mut dst = vec![0u8; (64 << 10) + 128];
+    let mut g = c.benchmark_group("copy");
+    g.warm_up_time(Duration::from_millis(300)).measurement_time(Duration::from_secs(1)).sample_size(40);
+    for size in [4 << 10, 32 << 10] {
+        g.throughput(Throughput::Bytes(size as u64));
+        for dst_offset in [0, 16] {
+            let at = dst.as_ptr().align_offset(64) + dst_offset;
+            let name = format!("{}_dst+{dst_offset}", size_label(size).replace(' ', ""));
+            g.bench_function(name, |b| {
+                // SAFETY: `src` holds `size` bytes and `dst` at least `at + size` (`at` < 128);
+                // two distinct vectors do not overlap.
+                b.iter(|| unsafe {
+                    smr_core::copy::copy_bytes(src.as_ptr(), dst.as_mut_ptr().add(at), black_box(size))
+                })
+            });
+        }
+    }
+    g.finish();
+}
+
 fn main() {
     // This executable is also the echo child of every session.
     rshm_benches::run_child_if_requested();
@@ -94,5 +120,6 @@ fn main() {
     one_way(&mut c, Transport::Cma);
     one_way(&mut c, Transport::Sar);
     local(&mut c);
+    copy(&mut c);
     c.final_summary();
 }
