@@ -1173,8 +1173,11 @@ fn a_sar_message_is_timed_by_its_copies_not_by_pauses_between_segments() {
     assert_eq!(a.chooser.answers(len as u64), (2, 2));
     // Seven segments into two buffers: at least three pauses, 60 ms, inside each SAR message.
     let spans_ns_per_kib = 3 * pause.as_nanos() as u64 * 1024 / len as u64;
+    // Credited with the pauses, SAR would be at `spans_ns_per_kib` or above. Its copies alone
+    // are far below, but this machine's tests run in parallel on two CPUs, and a copy preempted
+    // midway once came to 44,000 ns/KiB (a seventh of the pauses): half is the line.
     let (sar, _) = a.chooser.figures(len as u64);
-    assert!(sar > 0 && sar < spans_ns_per_kib / 10, "SAR credited {sar} ns/KiB, its pauses alone {spans_ns_per_kib}");
+    assert!(sar > 0 && sar < spans_ns_per_kib / 2, "SAR credited {sar} ns/KiB, its pauses alone {spans_ns_per_kib}");
     for (hdr, result, bytes) in &hb.received {
         assert_eq!(result, &Ok(len));
         assert!(*bytes == pattern(len, hdr.tag as u8), "message {} differs", hdr.tag);
@@ -1747,6 +1750,10 @@ fn a_busy_peer_progresses_without_being_free() {
     // otherwise, so a run with a pause in that stretch is run again.
     for attempt in 0.. {
         let (mut a, mut b, to_b) = pair(&format!("progresses{attempt}"), Params::default());
+        // The first look maps b's region (a connection, system calls, page faults): done here,
+        // outside "a moment", which took longer than 100 us in every attempt when the host was
+        // slow, so that the test failed though nothing was wrong.
+        a.link(to_b).unwrap();
         let moment = std::time::Instant::now();
         let first = [a.peer_progresses(to_b), a.peer_is_free(to_b)];
         b.note_poll(false);
