@@ -132,6 +132,9 @@ impl Endpoint {
         // A buffer its sender reserved is backed already: the reserve here finds its pages (a
         // sender naming one it never reserved may get ENOSPC, and a refusal).
         let pool_ready = if buf & SAR_POOL != 0 { peer.region.map_sar_pool() } else { peer.region.map_inject_pool() };
+        // A large answer's copy is timed for its sender, which may be choosing between answers
+        // and its own CMA reads (`read_way.rs`): two clock reads, against microseconds of copy.
+        let started = (len as u64 > super::measured::MEASURED_ABOVE).then(std::time::Instant::now);
         let placed = pool_ready.and_then(|()| AnswerBuf::from_wire(buf).place(&peer.region, len)).map(|dst| {
             // SAFETY: `dst..dst+len` lies inside our mapping of the sender's region (checked by
             // `place`); shared memory that a misbehaving sender may write meanwhile, which can
@@ -141,7 +144,8 @@ impl Endpoint {
         let entry = match placed {
             Ok(_) => {
                 self.stats.answers_placed += 1;
-                RespEntry::done(msg_id, Status::Placed, len as u64)
+                let ns = started.map_or(0, |t| t.elapsed().as_nanos() as u64);
+                RespEntry::done_timed(msg_id, Status::Placed, len as u64, ns)
             }
             Err(_) => {
                 self.stats.corrupt_commands += 1;

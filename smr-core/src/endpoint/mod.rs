@@ -14,6 +14,7 @@ mod direct;
 pub mod measured;
 mod ok_run;
 mod peers;
+mod read_way;
 mod recv;
 mod send;
 mod spare;
@@ -354,6 +355,10 @@ pub struct Endpoint {
     free_polls: u64,
     /// What the receivers' answers taught about SAR against CMA (`Params::measure_protocol`).
     chooser: measured::Chooser,
+    /// What timed reads taught about answered reads against our CMA reads (`read_way.rs`).
+    read_chooser: measured::Chooser,
+    /// Answered reads being timed, by message id: how they were chosen, and their length.
+    timed_reads: crate::idmap::IdMap<u64, (measured::Choice, u64)>,
     /// Received messages whose tails their senders are writing (`split.rs`).
     splits: Vec<split::SplitRx>,
     /// Tests: this sender's split writes fail (as if the kernel refused them).
@@ -426,6 +431,8 @@ impl Endpoint {
             polls_made: 0,
             free_polls: 0,
             chooser: Default::default(),
+            read_chooser: Default::default(),
+            timed_reads: Default::default(),
             splits: Vec::new(),
             #[cfg(test)]
             fail_split_writes: false,

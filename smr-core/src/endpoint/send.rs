@@ -579,7 +579,13 @@ impl Endpoint {
         if let Some(send) = self.acked.remove(entry.msg_id) {
             // A small send has no CMA read to fail: that answer is a peer's error.
             let status = if status == Status::CmaFailed { None } else { Some(status) };
+            // A read being timed (`read_way.rs`) is timed through the handler's copy out.
+            let timed = !self.timed_reads.is_empty();
+            let started = timed.then(std::time::Instant::now);
             self.finish_send(status, entry, send.cookie, send.answer, h);
+            if let Some(started) = started {
+                self.learn_answer(entry.msg_id, entry, started);
+            }
             return 1;
         }
         let Some(send) = self.pending.get_mut(&entry.msg_id) else {
@@ -621,6 +627,8 @@ impl Endpoint {
                 self.stats.corrupt_commands += 1;
                 continue;
             };
+            // A timed read is answered with its bytes, not in a run: a peer's error too.
+            self.forget_timed_reads(std::iter::once(id));
             self.finish_send(Some(Status::Ok), entry, send.cookie, send.answer, h);
             events += 1;
         }
@@ -674,6 +682,7 @@ impl Endpoint {
         });
         // In send order (ids grow), whichever map held them.
         ended.sort_unstable_by_key(|e| e.0);
+        self.forget_timed_reads(ended.iter().map(|e| e.0));
         for &(_, cookie, answer) in &ended {
             // A dead receiver writes no more: its answer buffer is ours again.
             self.release_answer_buf(answer);

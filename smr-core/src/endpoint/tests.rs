@@ -1467,6 +1467,44 @@ fn send_request(a: &mut Endpoint, to_b: PeerId, cookie: u64, len: usize) -> Resu
     a.send_bytes_answered(to_b, hdr, &request(buf.wire(), len), opts, buf)
 }
 
+/// Reads timed for `choose_read` (`read_way.rs`): a read of one SAR buffer's size goes one way
+/// or the other in runs while the chooser learns, CMA first; the receiver times its copy into
+/// the answer buffer and says so in its answer, and the sender learns every answered read but
+/// the first of each run, as it learns the CMA reads it timed itself. Nothing stays recorded
+/// once the answers are in.
+#[test]
+fn answered_reads_are_timed_and_learnt_beside_cma_reads() {
+    use measured::Via;
+    let params = Params { measure_protocol: true, ..Params::default() };
+    let len = params.counts.sar_size as usize;
+    let (mut a, mut b, to_b) = pair("readway", params);
+    let (mut ha, mut hb) = (Collect::default(), Collect { answer_into: true, ..Default::default() });
+    assert_eq!(a.choose_read(measured::MEASURED_ABOVE as usize), None, "too small to be worth timing");
+    let mut answered = 0;
+    for i in 0..12u64 {
+        let choice = a.choose_read(len).expect("measuring");
+        match choice.via {
+            // As if read with CMA in 5 us.
+            Via::Cma => a.learn_read(choice, len, 5_000),
+            Via::Sar => {
+                let buf = a.reserve_answer_buf(len).unwrap();
+                let hdr = MsgHeader { app: 0, tag: i, data: 0, aux: 0, len: 8 };
+                let opts = SendOpts { cookie: i, delivery_complete: true, more: false, pull: false };
+                let sent = a.send_read_answered(to_b, hdr, &request(buf.wire(), len), opts, buf, (choice, len));
+                assert_eq!(sent, Ok(SendStatus::Pending));
+                answered += 1;
+            }
+        }
+    }
+    assert_eq!(answered, 6, "runs of three, CMA first");
+    assert_eq!(a.read_answers(len), (0, 4), "CMA: the first of each run is not learnt");
+    pump_until((&mut a, &mut ha), (&mut b, &mut hb), "answers", |ha, _| ha.sends_done.len() == answered);
+    assert!(ha.sends_done.iter().all(|d| d.1.is_ok()), "{:?}", ha.sends_done);
+    assert!(ha.answers.iter().all(|(_, data)| data.len() == len), "every answer whole");
+    assert_eq!(a.read_answers(len), (4, 4), "answered reads learnt as CMA ones are");
+    assert!(a.timed_reads.is_empty());
+}
+
 /// Answers placed in the sender's own buffers (`answer_into`): every size up to a SAR buffer,
 /// inject buffers up to 4 KiB and SAR buffers above, arrive intact in one response each, and
 /// every reserved buffer is free again afterwards (and while none is pending, none is held).

@@ -19,7 +19,7 @@
 //! |-------------------------------------|--------------|------------------------------------------------------------|
 //! | <= 32 B (`ANSWER_DATA_MAX`)         | 2            | in the answer's response entry (`answer_with`)             |
 //! | 33 B ..= FI_RSHM_READ_ONE_TRIP_MAX  | 2            | in an answer buffer of the initiator's region (`answer_into`) |
-//! | larger up to one SAR buffer, from a target that calls progress (`Endpoint::peer_progresses`) | 2 | in an answer buffer, as the one-trip read |
+//! | larger up to one SAR buffer, from a target that calls progress (`Endpoint::peer_progresses`) | 2 | in an answer buffer, as the one-trip read (or, where the registration is published, by the fifth row when measured faster: `Endpoint::choose_read`) |
 //! | larger, from a target with a CPU to spare (`Endpoint::peer_is_free`) | 2 + segments | pushed by the target through the initiator's SAR buffers while the initiator copies out (`ReturnBy::Pushed`) |
 //! | larger, from a registration the target published | 0 | read by the initiator itself with CMA (`copy_published`; `published.rs`) |
 //! | larger otherwise (or no answer buffer free and above 4 KiB), CMA both ways | 2 | written by the target into the initiator's buffer (`Endpoint::cma_write`), then the answer |

@@ -1,0 +1,94 @@
+//! Which way a read that fits one of our answer buffers goes when both are open: answered by
+//! its target into that buffer (two copies, one on each CPU), or read by us from a registration
+//! the target published (one `process_vm_readv`). Learnt from the reads themselves.
+//!
+//! Neither wins in every state of the host. `fi_rma_bw -o read` at 32 KiB, both processes
+//! reading each other, the two ways alternated on this project's VM within minutes: answered
+//! 8.4-15.6 GB/s against 2.3 by CMA in some runs, 2.0 against 3.9 in others, where both copies of
+//! the answered read crawl (docs/perf/one-sided.md). So, as for large messages (`measured.rs`),
+//! the initiator times both ways per size class and reads by the cheaper one, trying the other
+//! now and then:
+//! - a CMA read costs its system call, timed by the initiator (`learn_read`);
+//! - an answered read costs the target's copy into our buffer, which the target times and
+//!   reports in its answer (`answer_into`, `RespEntry::done_timed`), plus our handler's copy out
+//!   of it, timed around the handler (`learn_answer`).
+//!
+//! Both are copying time on some CPU, which is what two processes that read each other at once
+//! (every CPU busy) and a reader waiting for one get alike pay.
+
+use super::measured::{Choice, Via, MEASURED_ABOVE};
+use super::{AnswerBuf, Endpoint, PeerId, SendOpts, SendStatus};
+use crate::cmd::{MsgHeader, RespEntry};
+use crate::error::Result;
+use std::time::Instant;
+
+/// The most an answer's reported copy time counts for: a peer writes it, and one absurd figure
+/// should not hold the choice (the chooser takes medians, but of a few answers only).
+const REPORTED_MAX_NS: u64 = 1_000_000_000;
+
+impl Endpoint {
+    /// How to make a read of `len` bytes that the target would answer into one of our buffers
+    /// at once and that we could also make ourselves with CMA: `Via::Sar` for the answered way,
+    /// `Via::Cma` for ours. None when there is no choice to make (measuring is off, the read is
+    /// too small to time); the caller's fixed rule then.
+    pub fn choose_read(&mut self, len: usize) -> Option<Choice> {
+        if !self.params.measure_protocol || len as u64 <= MEASURED_ABOVE {
+            return None;
+        }
+        self.read_chooser.choose(len as u64)
+    }
+
+    /// A read chosen `Via::Cma` copied `len` bytes in `ns`.
+    pub fn learn_read(&mut self, choice: Choice, len: usize, ns: u64) {
+        if choice.via == Via::Cma {
+            self.read_chooser.learn(choice, len as u64, ns);
+        }
+    }
+
+    /// `send_bytes_answered` of the request of a read of `read` bytes chosen `Via::Sar`: its
+    /// answer is timed and learnt.
+    pub fn send_read_answered(
+        &mut self,
+        peer: PeerId,
+        hdr: MsgHeader,
+        bytes: &[u8],
+        opts: SendOpts,
+        buf: AnswerBuf,
+        (choice, read): (Choice, usize),
+    ) -> Result<SendStatus> {
+        // The id the send takes, by the express path or the general one.
+        let msg_id = self.next_msg_id;
+        let sent = self.send_bytes_answered(peer, hdr, bytes, opts, buf)?;
+        if choice.via == Via::Sar {
+            self.timed_reads.insert(msg_id, (choice, read as u64));
+        }
+        Ok(sent)
+    }
+
+    /// The answer to send `msg_id` arrived (`entry`) and our handler took `ours` to take it: if
+    /// it was a read being timed, learn what it cost. An answer the target did not time (it
+    /// refused, or answered some other way) teaches nothing.
+    pub(super) fn learn_answer(&mut self, msg_id: u64, entry: &RespEntry, started: Instant) {
+        let Some((choice, len)) = self.timed_reads.remove(&msg_id) else { return };
+        let theirs = entry.time().min(REPORTED_MAX_NS);
+        if entry.status == crate::cmd::Status::Placed as u32 && theirs > 0 {
+            let ours = started.elapsed().as_nanos() as u64;
+            self.read_chooser.learn(choice, len, theirs.saturating_add(ours));
+        }
+    }
+
+    /// Forget the timed reads among sends `ids` (ended without an answer).
+    pub(super) fn forget_timed_reads(&mut self, ids: impl Iterator<Item = u64>) {
+        if !self.timed_reads.is_empty() {
+            for id in ids {
+                self.timed_reads.remove(&id);
+            }
+        }
+    }
+
+    /// Tests: timed reads of `len` bytes so far, (answered, CMA).
+    #[cfg(test)]
+    pub fn read_answers(&self, len: usize) -> (u32, u32) {
+        self.read_chooser.answers(len as u64)
+    }
+}
