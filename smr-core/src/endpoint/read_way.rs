@@ -4,10 +4,10 @@
 //!
 //! Neither wins in every state of the host. `fi_rma_bw -o read` at 32 KiB, both processes
 //! reading each other, the two ways alternated on this project's VM within minutes: answered
-//! 8.4-15.6 GB/s against 2.3 by CMA in some runs, 2.0 against 3.9 in others, where both copies of
-//! the answered read crawl (docs/perf/one-sided.md). So, as for large messages (`measured.rs`),
-//! the initiator times both ways per size class and reads by the cheaper one, trying the other
-//! now and then:
+//! 8.4 GB/s against 2.3 by CMA in one run, 2.0 against 3.9 in others, where both copies of the
+//! answered read crawl (docs/perf/where-the-time-goes.md). So, as for large messages
+//! (`measured.rs`), the initiator times both ways per size class and reads by the cheaper one,
+//! trying the other now and then:
 //! - a CMA read costs its system call, timed by the initiator (`learn_read`);
 //! - an answered read costs the target's copy into our buffer, which the target times and
 //!   reports in its answer (`answer_into`, `RespEntry::done_timed`), plus our handler's copy out
