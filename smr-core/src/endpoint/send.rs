@@ -580,7 +580,7 @@ impl Endpoint {
             // A small send has no CMA read to fail: that answer is a peer's error.
             let status = if status == Status::CmaFailed { None } else { Some(status) };
             // A read being timed (`read_way.rs`) is timed through the handler's copy out.
-            let timed = !self.timed_reads.is_empty();
+            let timed = !self.timed_reads.is_empty() && self.timed_reads.contains_key(&entry.msg_id);
             let started = timed.then(std::time::Instant::now);
             self.finish_send(status, entry, send.cookie, send.answer, h);
             if let Some(started) = started {
