@@ -119,6 +119,8 @@ pub fn start_inline(st: &mut DomainState, id: usize, a: OneSided, op: Op) -> FiR
                 && local.len() <= WRITE_BACK_RANGES_MAX
                 && engine.cma_with(peer);
             let by = match answer_buf {
+                // A read being timed asks the target for its copy's time (`read_way.rs`).
+                Some(buf) if choice.is_some() => ReturnBy::AnswerBuf(buf.timed().wire()),
                 Some(buf) => ReturnBy::AnswerBuf(buf.wire()),
                 None if pushed => ReturnBy::Pushed,
                 None if write_back => ReturnBy::WriteBack(

@@ -29,8 +29,12 @@ use crate::iov::LocalIov;
 use crate::layout::{Geometry, INJECT_SIZE};
 use crate::region::Region;
 
-/// The wire name's bit that says "SAR pool" (otherwise: inject pool); the rest is the index.
+/// The wire name's bit that says "SAR pool" (otherwise: inject pool); the rest, but for
+/// `TIMED`, is the index.
 const SAR_POOL: u32 = 1 << 31;
+/// The wire name's bit that asks the receiver to time its copy into the buffer and report it
+/// (`AnswerBuf::timed`, `read_way.rs`); no pool has this many buffers (`layout::MAX_BUFFERS`).
+const TIMED: u32 = 1 << 30;
 
 /// A buffer of the sender's own region, reserved for one answer (`Endpoint::reserve_answer_buf`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,6 +46,12 @@ impl AnswerBuf {
         self.0
     }
 
+    /// The name that also asks the receiver for its copy's time (`read_way.rs`): for the wire
+    /// only, the buffer is the same.
+    pub fn timed(self) -> AnswerBuf {
+        AnswerBuf(self.0 | TIMED)
+    }
+
     /// A name read from a request: untrusted until `place` checks it.
     pub fn from_wire(v: u32) -> AnswerBuf {
         AnswerBuf(v)
@@ -50,7 +60,7 @@ impl AnswerBuf {
     /// Offset and size of the buffer in a region of geometry `geo`, if the name is in range: a
     /// pure function of a peer-written name (fuzz target `answer_buf_name`).
     pub fn span(self, geo: &Geometry) -> Result<(u64, u64)> {
-        let index = self.0 & !SAR_POOL;
+        let index = self.0 & !(SAR_POOL | TIMED);
         if self.0 & SAR_POOL != 0 {
             Ok((geo.sar_offset(index)?, geo.counts.sar_size))
         } else {
@@ -132,9 +142,9 @@ impl Endpoint {
         // A buffer its sender reserved is backed already: the reserve here finds its pages (a
         // sender naming one it never reserved may get ENOSPC, and a refusal).
         let pool_ready = if buf & SAR_POOL != 0 { peer.region.map_sar_pool() } else { peer.region.map_inject_pool() };
-        // A large answer's copy is timed for its sender, which may be choosing between answers
-        // and its own CMA reads (`read_way.rs`): two clock reads, against microseconds of copy.
-        let started = (len as u64 > super::measured::MEASURED_ABOVE).then(std::time::Instant::now);
+        // A sender choosing between answers and its own CMA reads asks for the copy's time
+        // (`read_way.rs`).
+        let started = (buf & TIMED != 0).then(std::time::Instant::now);
         let placed = pool_ready.and_then(|()| AnswerBuf::from_wire(buf).place(&peer.region, len)).map(|dst| {
             // SAFETY: `dst..dst+len` lies inside our mapping of the sender's region (checked by
             // `place`); shared memory that a misbehaving sender may write meanwhile, which can

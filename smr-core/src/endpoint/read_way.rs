@@ -9,9 +9,10 @@
 //! (`measured.rs`), the initiator times both ways per size class and reads by the cheaper one,
 //! trying the other now and then:
 //! - a CMA read costs its system call, timed by the initiator (`learn_read`);
-//! - an answered read costs the target's copy into our buffer, which the target times and
-//!   reports in its answer (`answer_into`, `RespEntry::done_timed`), plus our handler's copy out
-//!   of it, timed around the handler (`learn_answer`).
+//! - an answered read costs the target's copy into our buffer, which the target times when the
+//!   request names the buffer `AnswerBuf::timed` and reports in its answer (`answer_into`,
+//!   `RespEntry::done_timed`), plus our handler's copy out of it, timed around the handler
+//!   (`learn_answer`).
 //!
 //! Both are copying time on some CPU, which is what two processes that read each other at once
 //! (every CPU busy) and a reader waiting for one get alike pay.
@@ -45,7 +46,8 @@ impl Endpoint {
         }
     }
 
-    /// `send_bytes_answered` of the request of a read of `read` bytes chosen `Via::Sar`: its
+    /// `send_bytes_answered` of the request of a read of `read` bytes chosen `Via::Sar`, which
+    /// names its buffer `AnswerBuf::timed` so that the target reports its copy's time: the
     /// answer is timed and learnt.
     pub fn send_read_answered(
         &mut self,

@@ -1490,7 +1490,8 @@ fn answered_reads_are_timed_and_learnt_beside_cma_reads() {
                 let buf = a.reserve_answer_buf(len).unwrap();
                 let hdr = MsgHeader { app: 0, tag: i, data: 0, aux: 0, len: 8 };
                 let opts = SendOpts { cookie: i, delivery_complete: true, more: false, pull: false };
-                let sent = a.send_read_answered(to_b, hdr, &request(buf.wire(), len), opts, buf, (choice, len));
+                let name = buf.timed().wire();
+                let sent = a.send_read_answered(to_b, hdr, &request(name, len), opts, buf, (choice, len));
                 assert_eq!(sent, Ok(SendStatus::Pending));
                 answered += 1;
             }
