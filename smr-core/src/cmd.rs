@@ -154,8 +154,9 @@ impl RespEntry {
         RespEntry { kind: resp::DONE, status: status as u32, msg_id, value, ..Default::default() }
     }
 
-    /// `done` for a large message, with the receiver's time for its transfer in the data
-    /// (`endpoint::measured`; 0: none).
+    /// `done` with the receiver's time in the data (0: none): for a large message, its transfer
+    /// (`endpoint::measured`); for an answer placed in a buffer named timed, its copy
+    /// (`endpoint::read_way`).
     pub fn done_timed(msg_id: u64, status: Status, value: u64, ns: u64) -> RespEntry {
         let mut entry = RespEntry::done(msg_id, status, value);
         entry.data[..8].copy_from_slice(&ns.to_le_bytes());
