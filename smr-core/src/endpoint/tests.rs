@@ -1545,8 +1545,9 @@ fn answers_placed(take_inline: bool) {
     assert_eq!(hb.inline_taken, if take_inline { sizes.len() } else { 0 }, "requests on the express path");
 }
 
-/// A request naming a buffer out of range, in either pool, or one too small for the answer, is
-/// refused (EINVAL) with nothing written; a refused request's buffer is free again.
+/// A request naming a buffer out of range, in either pool, timed or not, or one too small for
+/// the answer, is refused (EINVAL) with nothing written; a refused request's buffer is free
+/// again.
 #[test]
 fn bad_answer_buffer_names_are_refused() {
     let (mut a, mut b, to_b) = pair("badname", Params::default());
@@ -1558,6 +1559,8 @@ fn bad_answer_buffer_names_are_refused() {
         (counts.inject_count as u32, 8),
         (u32::MAX >> 1, 8),
         (sar | counts.sar_count as u32, 8),
+        // Asking for the copy's time (`AnswerBuf::timed`) names no other buffer.
+        (AnswerBuf::from_wire(sar | counts.sar_count as u32).timed().wire(), 8),
         (u32::MAX, 8),
         (0, INJECT_SIZE as usize + 1),
         (sar, counts.sar_size as usize + 1),
