@@ -63,8 +63,13 @@ pub fn start_inline(st: &mut DomainState, id: usize, a: OneSided, op: Op) -> FiR
     // where answered reads run 8-15 GB/s in others): the faster one as measured
     // (`Endpoint::choose_read`).
     let choice = if progresses && engine.peer_mr(peer, a.key).is_some() { engine.choose_read(len) } else { None };
-    let cma_first = choice.is_some_and(|c| c.via == Via::Cma);
-    if progresses && !cma_first {
+    // Chosen for our CMA read, or chosen answered: then timed, its request asking the target for
+    // its copy's time (`AnswerBuf::timed`).
+    let (by_cma, timed) = match choice {
+        Some(c) if c.via == Via::Cma => (Some(c), None),
+        answered => (None, answered),
+    };
+    if progresses && by_cma.is_none() {
         answer_buf = engine.reserve_answer_buf(len).ok();
     }
     // Other large data to or from a target that polls with nothing of its own to do goes
@@ -75,9 +80,9 @@ pub fn start_inline(st: &mut DomainState, id: usize, a: OneSided, op: Op) -> FiR
     // found not progressing is not free either (its free polls are polls): no second look, which
     // could watch it for another microsecond.
     let still = one_buffer_read && !progresses;
-    let pushed = large && answer_buf.is_none() && !still && !cma_first && engine.peer_is_free(peer);
+    let pushed = large && answer_buf.is_none() && !still && by_cma.is_none() && engine.peer_is_free(peer);
     if large && !pushed && answer_buf.is_none() {
-        let started = choice.map(|c| (c, Instant::now()));
+        let started = by_cma.map(|c| (c, Instant::now()));
         if let Some((kind, flags)) = copy_published(engine, peer, &a, &op) {
             if let Some((c, t)) = started {
                 engine.learn_read(c, len, t.elapsed().as_nanos() as u64);
@@ -87,8 +92,9 @@ pub fn start_inline(st: &mut DomainState, id: usize, a: OneSided, op: Op) -> FiR
             done_at_once(&mut crate::state::ep::sinks::Sinks { cqs, cntrs, b: &ep.bindings }, a.ctx, &tx);
             return Ok(());
         }
-        if cma_first {
-            // The registration went away, or the copy failed: the target answers it after all.
+        if by_cma.is_some() {
+            // The registration went away, or the copy failed: the target answers it after all,
+            // untimed.
             answer_buf = engine.reserve_answer_buf(len).ok();
         }
     }
@@ -119,8 +125,7 @@ pub fn start_inline(st: &mut DomainState, id: usize, a: OneSided, op: Op) -> FiR
                 && local.len() <= WRITE_BACK_RANGES_MAX
                 && engine.cma_with(peer);
             let by = match answer_buf {
-                // A read being timed asks the target for its copy's time (`read_way.rs`).
-                Some(buf) if choice.is_some() => ReturnBy::AnswerBuf(buf.timed().wire()),
+                Some(buf) if timed.is_some() => ReturnBy::AnswerBuf(buf.timed().wire()),
                 Some(buf) => ReturnBy::AnswerBuf(buf.wire()),
                 None if pushed => ReturnBy::Pushed,
                 None if write_back => ReturnBy::WriteBack(
@@ -167,10 +172,9 @@ pub fn start_inline(st: &mut DomainState, id: usize, a: OneSided, op: Op) -> FiR
         // SAFETY: the application's source buffer, which it leaves unchanged until the write
         // completes (the engine copies inject-sized ones before returning).
         (Payload::App(local), _) => unsafe { crate::state::ep::tx::engine_send(engine, peer, hdr, local, opts) },
-        (Payload::Own(bytes), Some(buf)) => match choice {
-            Some(c) => engine.send_read_answered(peer, hdr, &bytes, opts, buf, (c, len)),
-            None => engine.send_bytes_answered(peer, hdr, &bytes, opts, buf),
-        },
+        (Payload::Own(bytes), Some(buf)) => {
+            engine.send_bytes_answered(peer, hdr, &bytes, opts, buf, timed.map(|c| (c, len)))
+        }
         (Payload::Own(bytes), None) if bytes.len() <= engine.params().inject_max => {
             engine.send_bytes(peer, hdr, &bytes, opts)
         }
@@ -216,7 +220,7 @@ pub fn start_read(st: &mut DomainState, id: usize, a: OneSided, buf: usize, len:
     let cookie = slot as u64;
     let opts = SendOpts { cookie, delivery_complete: true, more: more(&a), pull: true };
     let sent = match answer_buf {
-        Some(b) => engine.send_bytes_answered(peer, hdr, &req[..n], opts, b),
+        Some(b) => engine.send_bytes_answered(peer, hdr, &req[..n], opts, b, None),
         None => engine.send_bytes(peer, hdr, &req[..n], opts),
     };
     launched(ep, cqs, cntrs, &a, sent, true, tx, None, cookie)

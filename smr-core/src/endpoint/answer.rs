@@ -22,6 +22,7 @@
 //! against the buffer's size, and the copy goes through a bounds-checked pointer of that
 //! mapping. A bad name refuses the request (`EINVAL`) with nothing written.
 
+use super::measured::Choice;
 use super::{Endpoint, PeerId, SendOpts, SendStatus, SrcId};
 use crate::cmd::{MsgHeader, RespEntry, Status};
 use crate::error::{Error, Result};
@@ -111,7 +112,9 @@ impl Endpoint {
     /// the caller). The send must be acknowledged (`opts.delivery_complete`): its answer
     /// completes it. From here on the engine owns `buf`: it hands the answer's bytes to
     /// `Handler::on_send_answer` and frees the buffer when the send ends, however it ends; if
-    /// this returns an error, the buffer is already free again.
+    /// this returns an error, the buffer is already free again. `timed`: a read of that many
+    /// bytes chosen answered (`choose_read`), whose request names `buf.timed()`: its answer is
+    /// timed and learnt (`read_way.rs`).
     pub fn send_bytes_answered(
         &mut self,
         peer: PeerId,
@@ -119,14 +122,19 @@ impl Endpoint {
         bytes: &[u8],
         opts: SendOpts,
         buf: AnswerBuf,
+        timed: Option<(Choice, usize)>,
     ) -> Result<SendStatus> {
         if !opts.delivery_complete {
             self.release_answer_buf(Some(buf));
             return Err(Error::Invalid("a request with an answer buffer must be acknowledged"));
         }
+        // The id the send takes, by the express path or the general one.
+        let msg_id = self.next_msg_id;
         let sent = self.send_small_bytes(peer, hdr, bytes, opts, Some(buf));
-        if sent.is_err() {
-            self.release_answer_buf(Some(buf));
+        match (&sent, timed) {
+            (Err(_), _) => self.release_answer_buf(Some(buf)),
+            (Ok(_), Some(read)) => self.time_answer(msg_id, read),
+            (Ok(_), None) => {}
         }
         sent
     }

@@ -18,9 +18,8 @@
 //! (every CPU busy) and a reader waiting for one get alike pay.
 
 use super::measured::{Choice, Via, MEASURED_ABOVE};
-use super::{AnswerBuf, Endpoint, PeerId, SendOpts, SendStatus};
-use crate::cmd::{MsgHeader, RespEntry};
-use crate::error::Result;
+use super::Endpoint;
+use crate::cmd::RespEntry;
 use std::time::Instant;
 
 /// The most an answer's reported copy time counts for: a peer writes it, and one absurd figure
@@ -41,37 +40,21 @@ impl Endpoint {
 
     /// A read chosen `Via::Cma` copied `len` bytes in `ns`.
     pub fn learn_read(&mut self, choice: Choice, len: usize, ns: u64) {
-        if choice.via == Via::Cma {
-            self.read_chooser.learn(choice, len as u64, ns);
-        }
+        debug_assert_eq!(choice.via, Via::Cma, "only a read chosen for CMA is made with it");
+        self.read_chooser.learn(choice, len as u64, ns);
     }
 
-    /// `send_bytes_answered` of the request of a read of `read` bytes chosen `Via::Sar`, which
-    /// names its buffer `AnswerBuf::timed` so that the target reports its copy's time: the
-    /// answer is timed and learnt.
-    pub fn send_read_answered(
-        &mut self,
-        peer: PeerId,
-        hdr: MsgHeader,
-        bytes: &[u8],
-        opts: SendOpts,
-        buf: AnswerBuf,
-        (choice, read): (Choice, usize),
-    ) -> Result<SendStatus> {
-        // The id the send takes, by the express path or the general one.
-        let msg_id = self.next_msg_id;
-        let sent = self.send_bytes_answered(peer, hdr, bytes, opts, buf)?;
-        if choice.via == Via::Sar {
-            self.timed_reads.insert(msg_id, (choice, read as u64));
-        }
-        Ok(sent)
+    /// Time the answer to send `msg_id`, a read of `len` bytes chosen answered
+    /// (`send_bytes_answered` with `timed`).
+    pub(super) fn time_answer(&mut self, msg_id: u64, (choice, len): (Choice, usize)) {
+        debug_assert_eq!(choice.via, Via::Sar, "a read chosen for CMA is not answered");
+        self.timed_reads.insert(msg_id, (choice, len as u64));
     }
 
-    /// The answer to send `msg_id` arrived (`entry`) and our handler took `ours` to take it: if
-    /// it was a read being timed, learn what it cost. An answer the target did not time (it
-    /// refused, or answered some other way) teaches nothing.
-    pub(super) fn learn_answer(&mut self, msg_id: u64, entry: &RespEntry, started: Instant) {
-        let Some((choice, len)) = self.timed_reads.remove(&msg_id) else { return };
+    /// The answer of a timed read (`timed`, taken from `timed_reads`) arrived (`entry`) and our
+    /// handler took it out, starting at `started`: learn what the read cost. An answer the target
+    /// did not time (it refused, or answered some other way) teaches nothing.
+    pub(super) fn learn_answer(&mut self, (choice, len): (Choice, u64), entry: &RespEntry, started: Instant) {
         let theirs = entry.time().min(REPORTED_MAX_NS);
         if entry.status == crate::cmd::Status::Placed as u32 && theirs > 0 {
             let ours = started.elapsed().as_nanos() as u64;

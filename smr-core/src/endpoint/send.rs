@@ -580,11 +580,11 @@ impl Endpoint {
             // A small send has no CMA read to fail: that answer is a peer's error.
             let status = if status == Status::CmaFailed { None } else { Some(status) };
             // A read being timed (`read_way.rs`) is timed through the handler's copy out.
-            let timed = !self.timed_reads.is_empty() && self.timed_reads.contains_key(&entry.msg_id);
-            let started = timed.then(std::time::Instant::now);
+            let timed = if self.timed_reads.is_empty() { None } else { self.timed_reads.remove(&entry.msg_id) };
+            let started = timed.map(|t| (t, std::time::Instant::now()));
             self.finish_send(status, entry, send.cookie, send.answer, h);
-            if let Some(started) = started {
-                self.learn_answer(entry.msg_id, entry, started);
+            if let Some((timed, started)) = started {
+                self.learn_answer(timed, entry, started);
             }
             return 1;
         }

@@ -1464,7 +1464,7 @@ fn send_request(a: &mut Endpoint, to_b: PeerId, cookie: u64, len: usize) -> Resu
     let buf = a.reserve_answer_buf(len)?;
     let hdr = MsgHeader { app: 0, tag: cookie, data: 0, aux: 0, len: 8 };
     let opts = SendOpts { cookie, delivery_complete: true, more: false, pull: false };
-    a.send_bytes_answered(to_b, hdr, &request(buf.wire(), len), opts, buf)
+    a.send_bytes_answered(to_b, hdr, &request(buf.wire(), len), opts, buf, None)
 }
 
 /// Reads timed for `choose_read` (`read_way.rs`): a read of one SAR buffer's size goes one way
@@ -1491,7 +1491,7 @@ fn answered_reads_are_timed_and_learnt_beside_cma_reads() {
                 let hdr = MsgHeader { app: 0, tag: i, data: 0, aux: 0, len: 8 };
                 let opts = SendOpts { cookie: i, delivery_complete: true, more: false, pull: false };
                 let name = buf.timed().wire();
-                let sent = a.send_read_answered(to_b, hdr, &request(name, len), opts, buf, (choice, len));
+                let sent = a.send_bytes_answered(to_b, hdr, &request(name, len), opts, buf, Some((choice, len)));
                 assert_eq!(sent, Ok(SendStatus::Pending));
                 answered += 1;
             }
@@ -1570,7 +1570,7 @@ fn bad_answer_buffer_names_are_refused() {
         let buf = a.reserve_answer_buf(8).unwrap();
         let hdr = MsgHeader { app: 0, tag: i as u64, data: 0, aux: 0, len: 8 };
         let opts = SendOpts { cookie: i as u64, delivery_complete: true, more: false, pull: false };
-        a.send_bytes_answered(to_b, hdr, &request(name, len), opts, buf).unwrap();
+        a.send_bytes_answered(to_b, hdr, &request(name, len), opts, buf, None).unwrap();
     }
     pump_until((&mut a, &mut ha), (&mut b, &mut hb), "refusals", |ha, _| ha.sends_done.len() == bad.len());
     let einval = Error::Refused(libc::EINVAL as u32);
@@ -1676,7 +1676,7 @@ fn answer_buffers_come_back_when_the_receiver_goes() {
     // Not acknowledged: refused before anything is sent, the buffer freed at once.
     let buf = a.reserve_answer_buf(100).unwrap();
     let hdr = MsgHeader { app: 0, tag: 9, data: 0, aux: 0, len: 8 };
-    assert!(a.send_bytes_answered(to_b, hdr, &request(buf.wire(), 100), SendOpts::default(), buf).is_err());
+    assert!(a.send_bytes_answered(to_b, hdr, &request(buf.wire(), 100), SendOpts::default(), buf, None).is_err());
     drop(b);
     let dl = deadline();
     while ha.sends_done.len() < 2 {

@@ -148,9 +148,9 @@ impl Target<'_> {
     /// integer under an operation computed on a machine word (`apply::word`), in a registration
     /// of one range, with no op id and (if it fetches) no earlier answer waiting. Read, computed
     /// and written back on the target memory itself, without the range list, the copies around
-    /// `apply` and its checks (a target's fetching add: 587 -> 328 instructions per arrival, with the review after it).
-    /// A refusal by the registrations is answered here; None, with nothing touched, for any
-    /// other atomic, which the general path takes.
+    /// `apply` and its checks (a target's fetching add: 587 -> 328 instructions per arrival,
+    /// with the review after it). A refusal by the registrations is answered here; None, with
+    /// nothing touched, for any other atomic, which the general path takes.
     #[inline(always)]
     fn atomic_in_place(
         &mut self,
