@@ -66,6 +66,21 @@ pub unsafe fn scatter(dest: &Ranges, src: &[u8]) -> usize {
     unsafe { smr_core::iov::LocalIov::from_ranges(dest.clone()) }.write_at(0, src)
 }
 
+/// `scatter` of bytes that come in parts (an answer spanning buffers), in order: returns the
+/// bytes copied.
+///
+/// # Safety
+/// As `scatter`.
+pub unsafe fn scatter_parts(dest: &Ranges, parts: &[&[u8]]) -> usize {
+    if let [one] = parts {
+        // SAFETY: per this function's contract.
+        return unsafe { scatter(dest, one) };
+    }
+    // SAFETY: per this function's contract.
+    let mut dest = unsafe { smr_core::iov::LocalIov::from_ranges(dest.clone()) };
+    parts.iter().fold(0, |at, part| at + dest.write_at(at, part))
+}
+
 /// Copy the memory of `src` (application or registered ranges) into `dest`, as far as either
 /// reaches; returns the bytes copied. One range, the usual case, is one copy.
 ///

@@ -202,7 +202,8 @@ const SIZES: &[usize] = &[0, 1, 8, 200, INLINE_MAX, INLINE_MAX + 1, 4096, 4097, 
 /// Read sizes: `SIZES` and rshm's one-round-trip read thresholds: the bytes in the answer
 /// entry (<= 32 B), in an inject buffer of the initiator's (<= 4096 B) or a SAR buffer (up to
 /// FI_RSHM_READ_ONE_TRIP_MAX, 16384 B by default, and up to one SAR buffer, 32768 B, from a
-/// target that calls progress, as these targets do), a reply or the initiator's CMA read above.
+/// target that calls progress, as these targets do), in up to four SAR buffers (131072 B) from
+/// such a target, a reply or the initiator's CMA read above.
 const READ_SIZES: &[usize] = &[
     0,
     1,
@@ -222,6 +223,9 @@ const READ_SIZES: &[usize] = &[
     32768,
     32769,
     65536,
+    98303,
+    131072,
+    131073,
     1 << 20,
     16 << 20,
 ];
@@ -433,9 +437,10 @@ fn read<const M: u8, const FLAGS: u64>(r: &mut Rank) -> TResult {
 }
 
 /// Sizes for reads made while the target reads us too: around one SAR buffer (32 KiB by
-/// default), up to which rshm has a target that progresses, though busy, answer into a buffer
-/// of the initiator's; above, the initiator reads the target's published registration itself.
-const TWO_WAY_SIZES: &[usize] = &[16384, 16385, 24576, 32767, 32768, 32769, 49152];
+/// default) and four, up to which rshm has a target that progresses, though busy, answer into
+/// buffers of the initiator's (or reads the target's published registration itself, where
+/// that measures faster); above, the initiator reads the registration itself.
+const TWO_WAY_SIZES: &[usize] = &[16384, 16385, 24576, 32767, 32768, 32769, 49152, 98303, 131072, 131073];
 
 /// Both ranks are initiator and target at once, as in fi_rma_bw -o read: each posts rounds of
 /// reads of every `TWO_WAY_SIZES` from the other's registration, all in flight together, and
@@ -486,7 +491,7 @@ struct IovCase {
 
 fn iov_cases() -> Vec<IovCase> {
     let mut v = Vec::new();
-    for &len in &[1usize, 8, 33, 200, INLINE_MAX, INLINE_MAX + 1, 4096, 4097, 16384, 16385, 65536, 1 << 20] {
+    for &len in &[1usize, 8, 33, 200, INLINE_MAX, INLINE_MAX + 1, 4096, 4097, 16384, 16385, 65536, 131072, 1 << 20] {
         v.push(IovCase { len, msg: false, lparts: 2, segs: 1 });
         v.push(IovCase { len, msg: false, lparts: 4, segs: 1 });
         v.push(IovCase { len, msg: true, lparts: 3, segs: 1 });

@@ -8,7 +8,7 @@ use crate::atomic::apply::Kind;
 use crate::error::{FiError, FiResult};
 use crate::state::cntr::CntrState;
 use crate::state::cq::CqState;
-use crate::state::ep::read_req::{Bytes, ReadReq, ReturnBy, WRITE_BACK_RANGES_MAX};
+use crate::state::ep::read_req::{Bytes, ReadReq, ReturnBy, SHORT_MAX, WRITE_BACK_RANGES_MAX};
 use crate::state::ep::rma::*;
 use crate::state::ep::sinks::{Sinks, TxKind};
 use crate::state::ep::tx::TxOp;
@@ -51,13 +51,15 @@ pub fn start_inline(st: &mut DomainState, id: usize, a: OneSided, op: Op) -> FiR
     let engine = ep.engine.as_mut().expect("checked above");
     // A read's answer buffer (one-trip reads): owned by the engine once the send is called.
     let mut answer_buf = None;
-    // A large read of up to one SAR buffer from a target that calls progress, free or busy with
-    // its own operations (fi_rma_bw, where both read each other), is answered into a buffer of
-    // ours as a one-trip read: at 32 KiB, 12-13 GB/s and 2.6-2.8 us against 6.8-8.7 GB/s and
-    // 3.8 us pushed through SAR, and in fi_rma_bw 8-22 GB/s against 3.2-5 by our CMA read
-    // (docs/perf/protocols.md). A target that computes or sleeps would keep us waiting.
-    let one_buffer_read = large && matches!(op, Op::Read { .. }) && len <= engine.answer_buf_max();
-    let progresses = one_buffer_read && engine.peer_progresses(peer);
+    // A large read of up to `ANSWER_BUFS_MAX` SAR buffers from a target that calls progress,
+    // free or busy with its own operations (fi_rma_bw, where both read each other), is answered
+    // into buffers of ours as a one-trip read: at 32 KiB, 12-13 GB/s and 2.6-2.8 us against
+    // 6.8-8.7 GB/s and 3.8 us pushed through SAR, and in fi_rma_bw 8-22 GB/s against 3.2-5 by
+    // our CMA read (docs/perf/protocols.md); at 48-128 KiB, spanning buffers, 7.9-15.7 GB/s
+    // against 4.5-6.8 (docs/perf/where-the-time-goes.md). A target that computes or sleeps
+    // would keep us waiting.
+    let answerable_read = large && matches!(op, Op::Read { .. }) && len <= engine.answer_buf_max();
+    let progresses = answerable_read && engine.peer_progresses(peer);
     // Where the target also published the registration, our own CMA read is the other way, and
     // on some states of the host the faster (32 KiB in fi_rma_bw: 3.9 GB/s against 2.0 answered,
     // where answered reads run 8-15 GB/s in others): the faster one as measured
@@ -79,7 +81,7 @@ pub fn start_inline(st: &mut DomainState, id: usize, a: OneSided, op: Op) -> FiR
     // large write is pulled by the target with CMA in one step of its progress. A target just
     // found not progressing is not free either (its free polls are polls): no second look, which
     // could watch it for another microsecond.
-    let still = one_buffer_read && !progresses;
+    let still = answerable_read && !progresses;
     let pushed = large && answer_buf.is_none() && !still && by_cma.is_none() && engine.peer_is_free(peer);
     if large && !pushed && answer_buf.is_none() {
         let started = by_cma.map(|c| (c, Instant::now()));
@@ -125,8 +127,8 @@ pub fn start_inline(st: &mut DomainState, id: usize, a: OneSided, op: Op) -> FiR
                 && local.len() <= WRITE_BACK_RANGES_MAX
                 && engine.cma_with(peer);
             let by = match answer_buf {
-                Some(buf) if timed.is_some() => ReturnBy::AnswerBuf(buf.timed().wire()),
-                Some(buf) => ReturnBy::AnswerBuf(buf.wire()),
+                Some(buf) if timed.is_some() => ReturnBy::AnswerBuf(buf.timed()),
+                Some(buf) => ReturnBy::AnswerBuf(buf),
                 None if pushed => ReturnBy::Pushed,
                 None if write_back => ReturnBy::WriteBack(
                     local.iter().map(|&(a, n)| RemoteIov { addr: a as u64, len: n as u64 }).collect(),
@@ -211,8 +213,8 @@ pub fn start_read(st: &mut DomainState, id: usize, a: OneSided, buf: usize, len:
     } else {
         None
     };
-    let mut req = [0u8; 8];
-    let n = ReadReq::encode_answered(len as u64, answer_buf.map(|b| b.wire()), &mut req);
+    let mut req = [0u8; SHORT_MAX];
+    let n = ReadReq::encode_answered(len as u64, answer_buf, &mut req);
     let hdr = header(app(KIND_READ_REQ, 0), a.key, a.addr, 0, n);
     let (_, returns, _) = answered_into(buf, len);
     let tx = TxOp::new(a.ctx, (ffi::FI_RMA | ffi::FI_READ) as u64, wanted, TxKind::Read).returning(returns);

@@ -1,26 +1,34 @@
-//! Answers placed in a buffer the sender reserved: a request/answer pair (an RMA read) in one
-//! round trip, whatever the answer's size up to a pool buffer.
+//! Answers placed in buffers the sender reserved: a request/answer pair (an RMA read) in one
+//! round trip, whatever the answer's size up to `ANSWER_BUFS_MAX` pool buffers.
 //!
 //! An answer of up to `ANSWER_DATA_MAX` bytes rides in the response entry (`answer_with`).
-//! For a larger one the sender reserves, before it sends the request, one buffer of its *own*
-//! region's pools (`reserve_answer_buf`: an inject buffer up to `INJECT_SIZE`, a SAR buffer up
-//! to the SAR size), and names it in the request (`AnswerBuf::wire`, in the provider's payload).
-//! The receiver copies the answer straight into that buffer, through the mapping of the
-//! sender's region it holds already (no connection back, no ring entry of its own), and answers
-//! `Status::Placed` with the length: one command and one response entry in all, where a reply
-//! message would take a command each way plus the response.
+//! For a larger one the sender reserves, before it sends the request, buffers of its *own*
+//! region's pools (`reserve_answer_buf`: an inject buffer up to `INJECT_SIZE`, one SAR buffer
+//! up to the SAR size, and up to `ANSWER_BUFS_MAX` SAR buffers above, each taken from the
+//! pool on its own, so in no particular order), and names them in the request
+//! (`AnswerBuf::wire` and `AnswerBuf::more`, in the provider's payload).
+//! The receiver copies the answer straight into those buffers, in order, through the mapping of
+//! the sender's region it holds already (no connection back, no ring entry of its own), and
+//! answers `Status::Placed` with the length: one command and one response entry in all, where a
+//! reply message would take a command each way plus the response.
 //!
-//! Why the sender's buffer and not one of the receiver's: the sender then takes the bytes out
-//! of its own memory and frees the buffer locally, with no free-list push into a peer's region
-//! and nothing to trust from the receiver but a length, which it clamps to the buffer and the
-//! provider checks against what it asked for. The buffer belongs to the pending send from the
-//! request on: the engine frees it however the send ends (answered, refused, failed to go out,
+//! Why several buffers and not a pushed reply: a read of 48-128 KiB that `fi_rma_bw` makes
+//! while its target reads it too moved 7.9-15.7 GB/s answered into buffers of that size, against
+//! 4.5-6.8 for the C shm and for our own CMA read (docs/perf/where-the-time-goes.md): the
+//! source, the buffers and the destination all stay in cache. Above that they do not, and the
+//! answered way lost.
+//!
+//! Why the sender's buffers and not the receiver's: the sender then takes the bytes out
+//! of its own memory and frees the buffers locally, with no free-list push into a peer's region
+//! and nothing to trust from the receiver but a length, which it clamps to the buffers and the
+//! provider checks against what it asked for. The buffers belong to the pending send from the
+//! request on: the engine frees them however the send ends (answered, refused, failed to go out,
 //! receiver dead), so no path leaks one.
 //!
-//! The receiver trusts nothing in the name: the index is checked against the sender's geometry
-//! (the receiver's private copy, validated when it mapped the sender), the answer's length
-//! against the buffer's size, and the copy goes through a bounds-checked pointer of that
-//! mapping. A bad name refuses the request (`EINVAL`) with nothing written.
+//! The receiver trusts nothing in the names: each index is checked against the sender's
+//! geometry (the receiver's private copy, validated when it mapped the sender), the answer's
+//! length against the buffers' total size, and each copy goes through a bounds-checked pointer
+//! of that mapping. A bad name refuses the request (`EINVAL`) with nothing written.
 
 use super::measured::Choice;
 use super::{Endpoint, PeerId, SendOpts, SendStatus, SrcId};
@@ -30,82 +38,163 @@ use crate::iov::LocalIov;
 use crate::layout::{Geometry, INJECT_SIZE};
 use crate::region::Region;
 
+/// Most buffers one answer spans: four SAR buffers, 128 KiB with the default geometry.
+pub const ANSWER_BUFS_MAX: usize = 4;
+
 /// The wire name's bit that says "SAR pool" (otherwise: inject pool); the rest, but for
-/// `TIMED`, is the index.
+/// `TIMED` and `MORE`, is the (first) buffer's index.
 const SAR_POOL: u32 = 1 << 31;
-/// The wire name's bit that asks the receiver to time its copy into the buffer and report it
+/// The wire name's bit that asks the receiver to time its copy into the buffers and report it
 /// (`AnswerBuf::timed`, `read_way.rs`); no pool has this many buffers (`layout::MAX_BUFFERS`).
 const TIMED: u32 = 1 << 30;
+/// The wire name's bits that count the SAR buffers named after it (`AnswerBuf::more`).
+const MORE_SHIFT: u32 = 28;
+const MORE: u32 = 3 << MORE_SHIFT;
+const INDEX: u32 = !(SAR_POOL | TIMED | MORE);
 
-/// A buffer of the sender's own region, reserved for one answer (`Endpoint::reserve_answer_buf`).
+/// Buffers of the sender's own region, reserved for one answer (`Endpoint::reserve_answer_buf`):
+/// the first named by `wire`, the SAR buffers after it (none for most answers) by `more`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct AnswerBuf(u32);
+pub struct AnswerBuf {
+    name: u32,
+    /// Indices of the further SAR buffers, as many as the name's `MORE` bits say.
+    more: [u16; ANSWER_BUFS_MAX - 1],
+}
+
+/// Where an answer's buffers lie in a region: (offset, size) of each, in the answer's order.
+#[derive(Debug, Clone, Copy)]
+pub struct Spans {
+    parts: [(u64, u64); ANSWER_BUFS_MAX],
+    n: usize,
+}
+
+impl Spans {
+    pub fn iter(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.parts[..self.n].iter().copied()
+    }
+
+    /// Bytes the buffers hold together.
+    pub fn capacity(&self) -> u64 {
+        self.iter().map(|(_, size)| size).sum()
+    }
+}
+
+/// The bytes of an answer placed in buffers (`Endpoint::placed_answer`): its parts, in order.
+pub type AnswerParts<'a> = smallvec::SmallVec<[&'a [u8]; ANSWER_BUFS_MAX]>;
 
 impl AnswerBuf {
-    /// How the request names it to the receiver.
+    fn one(name: u32) -> AnswerBuf {
+        AnswerBuf { name, more: [0; ANSWER_BUFS_MAX - 1] }
+    }
+
+    /// How the request names the first buffer (and how many follow) to the receiver.
     pub fn wire(self) -> u32 {
-        self.0
+        self.name
+    }
+
+    /// How the request names the SAR buffers after the first (`layout::MAX_BUFFERS` keeps an
+    /// index within 16 bits); empty for an answer of one buffer.
+    pub fn more(&self) -> &[u16] {
+        &self.more[..((self.name & MORE) >> MORE_SHIFT) as usize]
     }
 
     /// The name that also asks the receiver for its copy's time (`read_way.rs`): for the wire
-    /// only, the buffer is the same.
+    /// only, the buffers are the same.
     pub fn timed(self) -> AnswerBuf {
-        AnswerBuf(self.0 | TIMED)
+        AnswerBuf { name: self.name | TIMED, ..self }
     }
 
-    /// A name read from a request: untrusted until `place` checks it.
-    pub fn from_wire(v: u32) -> AnswerBuf {
-        AnswerBuf(v)
-    }
-
-    /// Offset and size of the buffer in a region of geometry `geo`, if the name is in range: a
-    /// pure function of a peer-written name (fuzz target `answer_buf_name`).
-    pub fn span(self, geo: &Geometry) -> Result<(u64, u64)> {
-        let index = self.0 & !(SAR_POOL | TIMED);
-        if self.0 & SAR_POOL != 0 {
-            Ok((geo.sar_offset(index)?, geo.counts.sar_size))
-        } else {
-            Ok((geo.inject_offset(index)?, INJECT_SIZE))
+    /// The names read from a request: untrusted until `place` checks them. None when the
+    /// further buffers are not as many as `name` says.
+    pub fn from_wire(name: u32, more: &[u16]) -> Option<AnswerBuf> {
+        let mut buf = AnswerBuf::one(name);
+        if more.len() != buf.more().len() {
+            return None;
         }
+        buf.more[..more.len()].copy_from_slice(more);
+        Some(buf)
     }
 
-    /// Where `len` bytes of an answer go in `region` (the sender's): checked name, length and
-    /// bounds.
-    fn place(self, region: &Region, len: usize) -> Result<*mut u8> {
-        let (off, size) = self.span(region.geometry())?;
-        if len as u64 > size {
-            return Err(Error::Corrupt("answer longer than the buffer named for it"));
+    /// Offset and size of each buffer in a region of geometry `geo`, if every name is in range:
+    /// a pure function of peer-written names (fuzz target `answer_buf_name`). Only SAR buffers
+    /// are named after the first.
+    pub fn spans(&self, geo: &Geometry) -> Result<Spans> {
+        let index = self.name & INDEX;
+        let mut spans = Spans { parts: [(0, 0); ANSWER_BUFS_MAX], n: 1 };
+        if self.name & SAR_POOL == 0 {
+            if !self.more().is_empty() {
+                return Err(Error::Corrupt("an answer spanning inject buffers"));
+            }
+            spans.parts[0] = (geo.inject_offset(index)?, INJECT_SIZE);
+            return Ok(spans);
         }
-        region.mapping().bytes_ptr(off, len as u64)
+        spans.parts[0] = (geo.sar_offset(index)?, geo.counts.sar_size);
+        for &more in self.more() {
+            spans.parts[spans.n] = (geo.sar_offset(u32::from(more))?, geo.counts.sar_size);
+            spans.n += 1;
+        }
+        Ok(spans)
+    }
+
+    /// Where `len` bytes of an answer go in `region` (the sender's): checked names, length and
+    /// bounds; (pointer, bytes) of each buffer in use.
+    fn place(&self, region: &Region, len: usize) -> Result<smallvec::SmallVec<[(*mut u8, usize); ANSWER_BUFS_MAX]>> {
+        let spans = self.spans(region.geometry())?;
+        if len as u64 > spans.capacity() {
+            return Err(Error::Corrupt("answer longer than the buffers named for it"));
+        }
+        let mut left = len as u64;
+        let mut out = smallvec::SmallVec::new();
+        for (off, size) in spans.iter() {
+            let n = left.min(size);
+            out.push((region.mapping().bytes_ptr(off, n)?, n as usize));
+            left -= n;
+        }
+        Ok(out)
+    }
+
+    /// The index and pool of each buffer, to give back.
+    fn indices(&self) -> impl Iterator<Item = u32> + '_ {
+        std::iter::once(self.name & INDEX).chain(self.more().iter().map(|&i| u32::from(i)))
     }
 }
 
 impl Endpoint {
-    /// Reserve a buffer of our own region for an answer of `len` bytes: an inject buffer if it
-    /// fits one, else a SAR buffer. `Again` when that pool is empty (the caller may use another
-    /// protocol), `Invalid` when no buffer is that large. Hand it to `send_bytes_answered`.
+    /// Reserve buffers of our own region for an answer of `len` bytes: an inject buffer if it
+    /// fits one, else as many SAR buffers as it fills (up to `ANSWER_BUFS_MAX`). `Again` when the
+    /// pool has too few free (the caller may use another protocol), `Invalid` when no buffers
+    /// are that large. Hand them to `send_bytes_answered`.
     pub fn reserve_answer_buf(&mut self, len: usize) -> Result<AnswerBuf> {
-        let counts = &self.region.geometry().counts;
-        let (stack, tag) = if len as u64 <= INJECT_SIZE {
+        if len as u64 <= INJECT_SIZE {
             self.region.map_inject_pool()?;
-            (self.region.inject_stack(), 0)
-        } else if len as u64 <= counts.sar_size {
-            self.region.map_sar_pool()?;
-            (self.region.sar_stack(), SAR_POOL)
-        } else {
-            return Err(Error::Invalid("answer larger than any pool buffer"));
-        };
-        let index = match stack.pop() {
-            Ok(index) => index,
-            Err(_) if tag == SAR_POOL => self.sar_cold.take(&stack).ok_or(Error::Again)?,
-            Err(_) => return Err(Error::Again),
-        };
-        Ok(AnswerBuf(index | tag))
+            return self.region.inject_stack().pop().map(AnswerBuf::one).map_err(|_| Error::Again);
+        }
+        if len > self.answer_buf_max() {
+            return Err(Error::Invalid("answer larger than the pool buffers one answer may span"));
+        }
+        self.region.map_sar_pool()?;
+        let wanted = len.div_ceil(self.region.geometry().counts.sar_size as usize);
+        let stack = self.region.sar_stack();
+        let taken: smallvec::SmallVec<[u32; ANSWER_BUFS_MAX]> =
+            std::iter::from_fn(|| stack.pop().ok().or_else(|| self.sar_cold.take(&stack))).take(wanted).collect();
+        if taken.len() < wanted {
+            // Too few free: what was taken goes back (cold, as an answer's buffers would).
+            taken.iter().for_each(|&index| self.sar_cold.give_back(&stack, index));
+            return Err(Error::Again);
+        }
+        let mut buf = AnswerBuf::one(SAR_POOL | taken[0] | ((wanted as u32 - 1) << MORE_SHIFT));
+        for (more, &index) in buf.more.iter_mut().zip(&taken[1..]) {
+            // Below `layout::MAX_BUFFERS` (2^16): an index of the pool's own.
+            *more = index as u16;
+        }
+        Ok(buf)
     }
 
-    /// The largest answer `reserve_answer_buf` can find a buffer for: one SAR buffer.
+    /// The largest answer `reserve_answer_buf` can find buffers for: `ANSWER_BUFS_MAX` SAR
+    /// buffers (fewer in a smaller pool).
     pub fn answer_buf_max(&self) -> usize {
-        self.region.geometry().counts.sar_size as usize
+        let counts = &self.region.geometry().counts;
+        (counts.sar_size * counts.sar_count.min(ANSWER_BUFS_MAX as u64)) as usize
     }
 
     /// `send_bytes` of a request whose answer goes into `buf` (named in the request's bytes by
@@ -144,23 +233,27 @@ impl Endpoint {
     /// or later for a request taken with `Disposition::Later`. A bad name or an answer longer than
     /// the buffer refuses the request (`EINVAL`) without writing anything; a sender that has gone
     /// is not answered.
-    pub fn answer_into(&mut self, src: SrcId, msg_id: u64, buf: u32, data: &LocalIov) {
+    pub fn answer_into(&mut self, src: SrcId, msg_id: u64, buf: AnswerBuf, data: &LocalIov) {
         let Some(peer) = self.inp.get(&src) else { return };
         let len = data.len();
-        // A buffer its sender reserved is backed already: the reserve here finds its pages (a
-        // sender naming one it never reserved may get ENOSPC, and a refusal).
-        let pool_ready = if buf & SAR_POOL != 0 { peer.region.map_sar_pool() } else { peer.region.map_inject_pool() };
+        // Buffers their sender reserved are backed already: the reserve here finds their pages
+        // (a sender naming one it never reserved may get ENOSPC, and a refusal).
+        let pool_ready =
+            if buf.name & SAR_POOL != 0 { peer.region.map_sar_pool() } else { peer.region.map_inject_pool() };
         // A sender choosing between answers and its own CMA reads asks for the copy's time
         // (`read_way.rs`).
-        let started = (buf & TIMED != 0).then(std::time::Instant::now);
-        let placed = pool_ready.and_then(|()| AnswerBuf::from_wire(buf).place(&peer.region, len)).map(|dst| {
-            // SAFETY: `dst..dst+len` lies inside our mapping of the sender's region (checked by
-            // `place`); shared memory that a misbehaving sender may write meanwhile, which can
-            // only garble its own answer.
-            unsafe { data.read_to_raw(0, dst, len) }
+        let started = (buf.name & TIMED != 0).then(std::time::Instant::now);
+        let placed = pool_ready.and_then(|()| buf.place(&peer.region, len)).map(|parts| {
+            let mut off = 0;
+            for (dst, n) in parts {
+                // SAFETY: `dst..dst+n` lies inside our mapping of the sender's region (checked by
+                // `place`); shared memory that a misbehaving sender may write meanwhile, which
+                // can only garble its own answer.
+                off += unsafe { data.read_to_raw(off, dst, n) };
+            }
         });
         let entry = match placed {
-            Ok(_) => {
+            Ok(()) => {
                 self.stats.answers_placed += 1;
                 let ns = started.map_or(0, |t| t.elapsed().as_nanos() as u64);
                 RespEntry::done_timed(msg_id, Status::Placed, len as u64, ns)
@@ -180,32 +273,41 @@ impl Endpoint {
     }
 
     /// The bytes of an answer placed in `buf` (a `value` the receiver wrote: clamped to the
-    /// buffer), for the handler.
+    /// buffers), for the handler: a part per buffer in use.
     ///
-    /// The slice is of our own region: the buffer is ours (reserved until the send ends), and
-    /// the receiver wrote it before it published the answer, which we popped (Acquire). A
-    /// misbehaving receiver can still write it while the handler copies it out, which garbles
-    /// only the bytes of its own answer.
-    pub(super) fn placed_answer(&self, buf: AnswerBuf, value: u64) -> &[u8] {
-        let Ok((off, size)) = buf.span(self.region.geometry()) else { return &[] };
-        let len = value.min(size);
-        match self.region.mapping().bytes_ptr(off, len) {
-            // SAFETY: `len` bytes inside our own mapping (checked), which lives as long as
-            // `self`; any byte value is a valid `u8` (see above for concurrent writes).
-            Ok(p) => unsafe { std::slice::from_raw_parts(p, len as usize) },
-            Err(_) => &[],
+    /// The slices are of our own region: the buffers are ours (reserved until the send ends),
+    /// and the receiver wrote them before it published the answer, which we popped (Acquire). A
+    /// misbehaving receiver can still write them while the handler copies them out, which
+    /// garbles only the bytes of its own answer.
+    pub(super) fn placed_answer(&self, buf: AnswerBuf, value: u64) -> AnswerParts<'_> {
+        let Ok(spans) = buf.spans(self.region.geometry()) else { return AnswerParts::new() };
+        let mut left = value.min(spans.capacity());
+        let mut parts = AnswerParts::new();
+        for (off, size) in spans.iter() {
+            let n = left.min(size);
+            if n == 0 && !parts.is_empty() {
+                break;
+            }
+            match self.region.mapping().bytes_ptr(off, n) {
+                // SAFETY: `n` bytes inside our own mapping (checked), which lives as long as
+                // `self`; any byte value is a valid `u8` (see above for concurrent writes).
+                Ok(p) => parts.push(unsafe { std::slice::from_raw_parts(p, n as usize) }),
+                Err(_) => return AnswerParts::new(),
+            }
+            left -= n;
         }
+        parts
     }
 
-    /// A send that held an answer buffer ended: back to the pool it came from (a SAR buffer
-    /// cold, `cold.rs`: the peer that answers next writes into it).
+    /// A send that held answer buffers ended: back to the pool they came from (SAR buffers
+    /// cold, `cold.rs`: the peer that answers next writes into them).
     pub(super) fn release_answer_buf(&mut self, buf: Option<AnswerBuf>) {
-        let Some(AnswerBuf(name)) = buf else { return };
-        let index = name & !SAR_POOL;
-        if name & SAR_POOL != 0 {
-            self.sar_cold.give_back(&self.region.sar_stack(), index);
+        let Some(buf) = buf else { return };
+        if buf.name & SAR_POOL != 0 {
+            let stack = self.region.sar_stack();
+            buf.indices().for_each(|index| self.sar_cold.give_back(&stack, index));
         } else {
-            let _ = self.region.inject_stack().push(index);
+            let _ = self.region.inject_stack().push(buf.name & INDEX);
         }
     }
 }

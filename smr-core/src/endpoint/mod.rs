@@ -40,7 +40,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use crate::cmd::MsgHeader as Header;
-pub use answer::AnswerBuf;
+pub use answer::{AnswerBuf, ANSWER_BUFS_MAX};
 pub use recv::outcome;
 
 /// Handle of a peer we send to (index into our peer list).
@@ -161,7 +161,7 @@ pub enum Disposition {
     /// which the engine copies now into the answer buffer `buf` that the request named
     /// (`Endpoint::answer_into`: the name is checked; a bad one refuses the request). Returned
     /// for any other message it refuses it (`EINVAL`).
-    AnswerInto { buf: u32, data: LocalIov },
+    AnswerInto { buf: AnswerBuf, data: LocalIov },
     /// From `on_payload` only: the handler took the payload and answers at once with these few
     /// bytes (`Endpoint::answer_with`, in this same step: no answer queued for later). Returned
     /// for any other message it refuses it (`EINVAL`).
@@ -214,9 +214,11 @@ pub trait Handler {
     fn on_recv_done(&mut self, ctx: u64, result: Result<usize>, dest: LocalIov);
     /// A send that returned `SendStatus::Pending` finished.
     fn on_send_done(&mut self, cookie: u64, result: Result<()>);
-    /// The receiver answered that send with data (`Endpoint::answer_with`); `on_send_done`
-    /// follows at once. The bytes are a peer's: as untrusted as a message's payload.
-    fn on_send_answer(&mut self, _cookie: u64, _data: &[u8]) {}
+    /// The receiver answered that send with data (`Endpoint::answer_with`, or placed in the
+    /// send's answer buffers: `Endpoint::answer_into`), in parts to be read in order (one but
+    /// for an answer spanning buffers); `on_send_done` follows at once. The bytes are a peer's:
+    /// as untrusted as a message's payload.
+    fn on_send_answer(&mut self, _cookie: u64, _parts: &[&[u8]]) {}
 }
 
 /// How to send.

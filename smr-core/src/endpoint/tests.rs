@@ -35,6 +35,8 @@ struct Collect {
     offered: Vec<Incoming>,
     sends_done: Vec<(u64, Result<()>)>,
     answers: Vec<(u64, Vec<u8>)>,
+    /// How many parts each of `answers` came in.
+    answer_parts: Vec<usize>,
 }
 
 impl Handler for Collect {
@@ -62,7 +64,7 @@ impl Handler for Collect {
     fn on_payload(&mut self, msg: &Incoming, src_name: &str, payload: &[u8]) -> Disposition {
         if self.answer_into && self.refuse.is_none() {
             let (buf, len) = parse_request(payload);
-            return Disposition::AnswerInto { buf, data: LocalIov::owned(pattern(len, buf as u8)) };
+            return Disposition::AnswerInto { buf, data: LocalIov::owned(pattern(len, buf.wire() as u8)) };
         }
         if self.answer_with {
             let n = payload.len().min(crate::cmd::ANSWER_DATA_MAX);
@@ -94,20 +96,31 @@ impl Handler for Collect {
     fn on_send_done(&mut self, cookie: u64, result: Result<()>) {
         self.sends_done.push((cookie, result));
     }
-    fn on_send_answer(&mut self, cookie: u64, data: &[u8]) {
+    fn on_send_answer(&mut self, cookie: u64, parts: &[&[u8]]) {
         assert!(!self.sends_done.iter().any(|d| d.0 == cookie), "answer data after the send's completion");
-        self.answers.push((cookie, data.to_vec()));
+        self.answers.push((cookie, parts.concat()));
+        self.answer_parts.push(parts.len());
     }
 }
 
-/// A test request for an answer placed in the sender's buffer: the buffer's name and the
-/// answer's length.
-fn request(buf: u32, len: usize) -> Vec<u8> {
-    [buf.to_le_bytes(), (len as u32).to_le_bytes()].concat()
+/// A test request for an answer placed in the sender's buffers: the first buffer's name, the
+/// answer's length, the further buffers' names.
+fn request(buf: AnswerBuf, len: usize) -> Vec<u8> {
+    let mut req = [buf.wire().to_le_bytes(), (len as u32).to_le_bytes()].concat();
+    buf.more().iter().for_each(|m| req.extend_from_slice(&m.to_le_bytes()));
+    req
 }
 
-fn parse_request(p: &[u8]) -> (u32, usize) {
-    (u32::from_le_bytes(p[0..4].try_into().unwrap()), u32::from_le_bytes(p[4..8].try_into().unwrap()) as usize)
+fn parse_request(p: &[u8]) -> (AnswerBuf, usize) {
+    let more: Vec<u16> = p[8..].chunks_exact(2).map(|b| u16::from_le_bytes([b[0], b[1]])).collect();
+    let name = u32::from_le_bytes(p[0..4].try_into().unwrap());
+    let len = u32::from_le_bytes(p[4..8].try_into().unwrap()) as usize;
+    (AnswerBuf::from_wire(name, &more).expect("a well-formed test request"), len)
+}
+
+/// A request's header: `tag`, and its payload's length.
+fn request_hdr(tag: u64, req: &[u8]) -> MsgHeader {
+    MsgHeader { app: 0, tag, data: 0, aux: 0, len: req.len() as u64 }
 }
 
 /// Free buffers in an endpoint's inject and SAR pools (popped and pushed back), SAR buffers
@@ -1462,9 +1475,9 @@ fn small_message_does_not_overtake_a_sar_message_waiting_for_a_buffer() {
 /// Send `request(buf, len)` with `buf` reserved for its answer.
 fn send_request(a: &mut Endpoint, to_b: PeerId, cookie: u64, len: usize) -> Result<SendStatus> {
     let buf = a.reserve_answer_buf(len)?;
-    let hdr = MsgHeader { app: 0, tag: cookie, data: 0, aux: 0, len: 8 };
+    let req = request(buf, len);
     let opts = SendOpts { cookie, delivery_complete: true, more: false, pull: false };
-    a.send_bytes_answered(to_b, hdr, &request(buf.wire(), len), opts, buf, None)
+    a.send_bytes_answered(to_b, request_hdr(cookie, &req), &req, opts, buf, None)
 }
 
 /// Reads timed for `choose_read` (`read_way.rs`): a read of one SAR buffer's size goes one way
@@ -1488,10 +1501,9 @@ fn answered_reads_are_timed_and_learnt_beside_cma_reads() {
             Via::Cma => a.learn_read(choice, len, 5_000),
             Via::Sar => {
                 let buf = a.reserve_answer_buf(len).unwrap();
-                let hdr = MsgHeader { app: 0, tag: i, data: 0, aux: 0, len: 8 };
+                let req = request(buf.timed(), len);
                 let opts = SendOpts { cookie: i, delivery_complete: true, more: false, pull: false };
-                let name = buf.timed().wire();
-                let sent = a.send_bytes_answered(to_b, hdr, &request(name, len), opts, buf, Some((choice, len)));
+                let sent = a.send_bytes_answered(to_b, request_hdr(i, &req), &req, opts, buf, Some((choice, len)));
                 assert_eq!(sent, Ok(SendStatus::Pending));
                 answered += 1;
             }
@@ -1506,9 +1518,11 @@ fn answered_reads_are_timed_and_learnt_beside_cma_reads() {
     assert!(a.timed_reads.is_empty());
 }
 
-/// Answers placed in the sender's own buffers (`answer_into`): every size up to a SAR buffer,
-/// inject buffers up to 4 KiB and SAR buffers above, arrive intact in one response each, and
-/// every reserved buffer is free again afterwards (and while none is pending, none is held).
+/// Answers placed in the sender's own buffers (`answer_into`): every size up to
+/// `ANSWER_BUFS_MAX` SAR buffers, in an inject buffer up to 4 KiB, one SAR buffer up to its
+/// size and as many as it fills above, arrive intact in one response each (in a part per
+/// buffer), and every reserved buffer is free again afterwards (and while none is pending, none
+/// is held).
 #[test]
 fn answers_placed_in_the_senders_buffers_arrive_and_free_them() {
     for take_inline in [false, true] {
@@ -1522,8 +1536,20 @@ fn answers_placed(take_inline: bool) {
     let (mut a, mut b, to_b) = pair(if take_inline { "placedx" } else { "placed" }, params);
     let free_before = free_buffers(&a);
     let (mut ha, mut hb) = (Collect::default(), Collect { answer_into: true, take_inline, ..Default::default() });
-    let sizes =
-        [0usize, 33, 1024, INJECT_SIZE as usize - 1, INJECT_SIZE as usize, INJECT_SIZE as usize + 1, 16384, sar_size];
+    let most = ANSWER_BUFS_MAX * sar_size;
+    let sizes = [
+        0usize,
+        33,
+        1024,
+        INJECT_SIZE as usize - 1,
+        INJECT_SIZE as usize,
+        INJECT_SIZE as usize + 1,
+        16384,
+        sar_size,
+        sar_size + 1,
+        3 * sar_size - 7,
+        most,
+    ];
     let mut names = Vec::new();
     for (i, &len) in sizes.iter().enumerate() {
         assert_eq!(send_request(&mut a, to_b, i as u64, len), Ok(SendStatus::Pending), "size {len}");
@@ -1532,11 +1558,15 @@ fn answers_placed(take_inline: bool) {
     assert_eq!(a.answer_bufs_held(), sizes.len());
     assert!(names[..5].iter().all(|n| n.wire() & (1 << 31) == 0), "inject buffers up to 4 KiB: {names:?}");
     assert!(names[5..].iter().all(|n| n.wire() & (1 << 31) != 0), "SAR buffers above: {names:?}");
-    assert!(matches!(a.reserve_answer_buf(sar_size + 1), Err(Error::Invalid(_))));
+    let spanned: Vec<usize> = names.iter().map(|n| n.more().len() + 1).collect();
+    assert_eq!(spanned, [1, 1, 1, 1, 1, 1, 1, 1, 2, 3, ANSWER_BUFS_MAX], "buffers per answer");
+    assert_eq!(a.answer_buf_max(), most);
+    assert!(matches!(a.reserve_answer_buf(most + 1), Err(Error::Invalid(_))));
     pump_until((&mut a, &mut ha), (&mut b, &mut hb), "answers", |ha, _| ha.sends_done.len() == sizes.len());
     for (i, &len) in sizes.iter().enumerate() {
         assert_eq!(ha.sends_done[i], (i as u64, Ok(())));
         assert_eq!(ha.answers[i], (i as u64, pattern(len, names[i].wire() as u8)), "size {len}");
+        assert_eq!(ha.answer_parts[i], spanned[i], "size {len}: a part per buffer");
     }
     assert_eq!(b.stats().answers_placed, sizes.len() as u64);
     assert_eq!(a.answer_bufs_held(), 0);
@@ -1545,32 +1575,60 @@ fn answers_placed(take_inline: bool) {
     assert_eq!(hb.inline_taken, if take_inline { sizes.len() } else { 0 }, "requests on the express path");
 }
 
-/// A request naming a buffer out of range, in either pool, timed or not, or one too small for
-/// the answer, is refused (EINVAL) with nothing written; a refused request's buffer is free
-/// again.
+/// An answer that spans SAR buffers takes all of them or none: with fewer free than it needs,
+/// the reserve fails (`Again`) and gives back what it took, so the pool is as it was.
+#[test]
+fn a_spanning_answer_takes_all_its_buffers_or_none() {
+    let (mut a, _b, _to_b) = pair("spanall", Params::default());
+    let sar_size = a.params().counts.sar_size as usize;
+    let free_before = free_buffers(&a);
+    let mut held = Vec::new();
+    while free_buffers(&a).1 > 2 {
+        held.push(a.reserve_answer_buf(sar_size).unwrap());
+    }
+    assert!(matches!(a.reserve_answer_buf(3 * sar_size), Err(Error::Again)));
+    assert_eq!(free_buffers(&a).1, 2, "buffers taken by a reserve that failed");
+    let two = a.reserve_answer_buf(2 * sar_size).unwrap();
+    assert_eq!(two.more().len(), 1);
+    assert_eq!(free_buffers(&a).1, 0);
+    held.push(two);
+    held.into_iter().for_each(|buf| a.release_answer_buf(Some(buf)));
+    assert_eq!(free_buffers(&a), free_before);
+}
+
+/// A request naming a buffer out of range, in either pool, timed or not, first or further, inject
+/// buffers spanned, or buffers too small for the answer, is refused (EINVAL) with nothing
+/// written; a refused request's buffers are free again.
 #[test]
 fn bad_answer_buffer_names_are_refused() {
     let (mut a, mut b, to_b) = pair("badname", Params::default());
     let free_before = free_buffers(&a);
     let (mut ha, mut hb) = (Collect::default(), Collect { answer_into: true, ..Default::default() });
     let counts = a.params().counts;
-    let sar = 1u32 << 31;
+    let (sar, more) = (1u32 << 31, |n: u32| n << 28);
+    let named = |name: u32, further: &[u16]| AnswerBuf::from_wire(name, further).unwrap();
     let bad = [
-        (counts.inject_count as u32, 8),
-        (u32::MAX >> 1, 8),
-        (sar | counts.sar_count as u32, 8),
+        (named(counts.inject_count as u32, &[]), 8),
+        (named(u32::MAX >> 4, &[]), 8),
+        (named(sar | counts.sar_count as u32, &[]), 8),
         // Asking for the copy's time (`AnswerBuf::timed`) names no other buffer.
-        (AnswerBuf::from_wire(sar | counts.sar_count as u32).timed().wire(), 8),
-        (u32::MAX, 8),
-        (0, INJECT_SIZE as usize + 1),
-        (sar, counts.sar_size as usize + 1),
+        (named(sar | counts.sar_count as u32, &[]).timed(), 8),
+        (named(u32::MAX, &[0, 1, 2]), 8),
+        // Only SAR buffers are spanned.
+        (named(more(1), &[1]), 8),
+        // A further buffer out of range.
+        (named(sar | more(2), &[1, counts.sar_count as u16]), 8),
+        (named(sar | more(1), &[u16::MAX]), 8),
+        (named(0, &[]), INJECT_SIZE as usize + 1),
+        (named(sar, &[]), counts.sar_size as usize + 1),
+        (named(sar | more(1), &[1]), 2 * counts.sar_size as usize + 1),
     ];
     // Hostile requests: the names are forged, the buffers the sender reserves are others.
     for (i, &(name, len)) in bad.iter().enumerate() {
         let buf = a.reserve_answer_buf(8).unwrap();
-        let hdr = MsgHeader { app: 0, tag: i as u64, data: 0, aux: 0, len: 8 };
+        let req = request(name, len);
         let opts = SendOpts { cookie: i as u64, delivery_complete: true, more: false, pull: false };
-        a.send_bytes_answered(to_b, hdr, &request(name, len), opts, buf, None).unwrap();
+        a.send_bytes_answered(to_b, request_hdr(i as u64, &req), &req, opts, buf, None).unwrap();
     }
     pump_until((&mut a, &mut ha), (&mut b, &mut hb), "refusals", |ha, _| ha.sends_done.len() == bad.len());
     let einval = Error::Refused(libc::EINVAL as u32);
@@ -1676,7 +1734,7 @@ fn answer_buffers_come_back_when_the_receiver_goes() {
     // Not acknowledged: refused before anything is sent, the buffer freed at once.
     let buf = a.reserve_answer_buf(100).unwrap();
     let hdr = MsgHeader { app: 0, tag: 9, data: 0, aux: 0, len: 8 };
-    assert!(a.send_bytes_answered(to_b, hdr, &request(buf.wire(), 100), SendOpts::default(), buf, None).is_err());
+    assert!(a.send_bytes_answered(to_b, hdr, &request(buf, 100), SendOpts::default(), buf, None).is_err());
     drop(b);
     let dl = deadline();
     while ha.sends_done.len() < 2 {

@@ -8,6 +8,7 @@
 //! |-------|-----------------------------------------------------------------------------|
 //! | 0..4  | length (< 2^32)                                                             |
 //! | 4..8  | absent: answer with the bytes (up to `ANSWER_DATA_MAX`); or the answer buffer's name |
+//! | 8..   | with a name that says so: the SAR buffers the answer continues in (1 to 3 of 2 bytes each, `AnswerBuf::more`) |
 //!
 //! Every other request has the long form:
 //!
@@ -16,6 +17,7 @@
 //! | 0..8           | op id (the initiator's, echoed in a READ_RESP; not 0)              |
 //! | 8..16          | length                                                             |
 //! | 16..24         | absent: reply with a READ_RESP message; an answer buffer's name (< 2^32); `PUSHED`; or `WRITE_BACK` |
+//! | 24..           | with a name that says so: the SAR buffers the answer continues in, as in the short form |
 //! | 24..32         | with `WRITE_BACK`: how many ranges follow (1 ..= `WRITE_BACK_RANGES_MAX`) |
 //! | 32..           | with `WRITE_BACK`: (address, length) of each range of the initiator's buffer |
 //!
@@ -33,6 +35,7 @@
 //! copy with EFAULT, which fails the read).
 
 use smr_core::cmd::RemoteIov;
+use smr_core::endpoint::{AnswerBuf, ANSWER_BUFS_MAX};
 
 /// The answer-buffer word's value that asks for a CMA write-back (no buffer name is this large).
 const WRITE_BACK: u64 = 1 << 32;
@@ -44,6 +47,10 @@ pub const WRITE_BACK_RANGES_MAX: usize = smr_core::cmd::IOV_MAX;
 const HEADER: usize = 16;
 /// Bytes of the short form without an answer buffer: the length.
 const SHORT: usize = 4;
+/// Bytes of the longest short form: the length, the first buffer's name, the others'.
+pub const SHORT_MAX: usize = SHORT + 4 + 2 * (ANSWER_BUFS_MAX - 1);
+/// Bytes of the longest long form that names answer buffers.
+const LONG_NAMED_MAX: usize = HEADER + 8 + 2 * (ANSWER_BUFS_MAX - 1);
 
 /// How the target returns the bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,8 +62,8 @@ pub enum ReturnBy {
     /// initiator copies the segments out: both CPUs copy at once. For a target with time to
     /// spare (`Endpoint::peer_is_free`).
     Pushed,
-    /// Placed in the initiator's answer buffer of this name (`Endpoint::answer_into`).
-    AnswerBuf(u32),
+    /// Placed in the initiator's answer buffers of these names (`Endpoint::answer_into`).
+    AnswerBuf(AnswerBuf),
     /// Written into these ranges of the initiator's memory with CMA.
     WriteBack(Vec<RemoteIov>),
 }
@@ -74,7 +81,7 @@ pub type Bytes = smallvec::SmallVec<[u8; 64]>;
 impl ReadReq {
     pub fn encode(&self) -> Bytes {
         if let Some(buf) = self.short_form() {
-            let mut out = [0u8; SHORT + 4];
+            let mut out = [0u8; SHORT_MAX];
             let n = Self::encode_answered(self.len, buf, &mut out);
             return Bytes::from_slice(&out[..n]);
         }
@@ -82,7 +89,7 @@ impl ReadReq {
         // read: appending word by word cost more than the rest of it).
         let word = match &self.by {
             ReturnBy::Reply => None,
-            ReturnBy::AnswerBuf(name) => Some(u64::from(*name)),
+            ReturnBy::AnswerBuf(buf) => Some(u64::from(buf.wire())),
             ReturnBy::Pushed => Some(PUSHED),
             ReturnBy::WriteBack(_) => Some(WRITE_BACK),
         };
@@ -97,6 +104,9 @@ impl ReadReq {
             None => HEADER,
         };
         let mut b = Bytes::from_slice(&head[..n]);
+        if let ReturnBy::AnswerBuf(buf) = &self.by {
+            buf.more().iter().for_each(|index| b.extend_from_slice(&index.to_le_bytes()));
+        }
         if let ReturnBy::WriteBack(ranges) = &self.by {
             b.extend_from_slice(&(ranges.len() as u64).to_le_bytes());
             for r in ranges {
@@ -108,32 +118,33 @@ impl ReadReq {
     }
 
     /// The short form's answer buffer (None: answered with the bytes), if this request has one.
-    fn short_form(&self) -> Option<Option<u32>> {
+    fn short_form(&self) -> Option<Option<AnswerBuf>> {
         if self.op_id != 0 || self.len > u64::from(u32::MAX) {
             return None;
         }
         match self.by {
             ReturnBy::Reply => Some(None),
-            ReturnBy::AnswerBuf(name) => Some(Some(name)),
+            ReturnBy::AnswerBuf(buf) => Some(Some(buf)),
             _ => None,
         }
     }
 
     /// `encode` of a read answered in one round trip (op id 0: the target answers the request
     /// itself), on the stack, in the short form: `len` (below 2^32: a read answered in one
-    /// trip fits one buffer), and the answer buffer's name if one is named
+    /// trip fits its buffers), and the answer buffers' names if it has any
     /// (`ReturnBy::AnswerBuf`; else `ReturnBy::Reply`, which a read of up to `ANSWER_DATA_MAX`
     /// bytes asks, and which its target answers with the bytes). Returns the bytes in use.
-    pub fn encode_answered(len: u64, buf: Option<u32>, out: &mut [u8; SHORT + 4]) -> usize {
+    pub fn encode_answered(len: u64, buf: Option<AnswerBuf>, out: &mut [u8; SHORT_MAX]) -> usize {
         debug_assert!(len <= u64::from(u32::MAX));
         out[..SHORT].copy_from_slice(&(len as u32).to_le_bytes());
-        match buf {
-            Some(name) => {
-                out[SHORT..].copy_from_slice(&name.to_le_bytes());
-                SHORT + 4
-            }
-            None => SHORT,
+        let Some(buf) = buf else { return SHORT };
+        out[SHORT..SHORT + 4].copy_from_slice(&buf.wire().to_le_bytes());
+        let mut n = SHORT + 4;
+        for &index in buf.more() {
+            out[n..n + 2].copy_from_slice(&index.to_le_bytes());
+            n += 2;
         }
+        n
     }
 
     /// A peer's payload, checked; None if it is malformed.
@@ -141,7 +152,10 @@ impl ReadReq {
         let word = |at: usize| Some(u32::from_le_bytes(p.get(at..at + 4)?.try_into().ok()?));
         match p.len() {
             SHORT => return Some(ReadReq { op_id: 0, len: u64::from(word(0)?), by: ReturnBy::Reply }),
-            8 => return Some(ReadReq { op_id: 0, len: u64::from(word(0)?), by: ReturnBy::AnswerBuf(word(SHORT)?) }),
+            n @ 8..=SHORT_MAX if n % 2 == 0 => {
+                let buf = AnswerBuf::from_wire(word(SHORT)?, &u16s(&p[8..]))?;
+                return Some(ReadReq { op_id: 0, len: u64::from(word(0)?), by: ReturnBy::AnswerBuf(buf) });
+            }
             _ => {}
         }
         let (op_id, len) = (u64_at(p, 0)?, u64_at(p, 8)?);
@@ -149,8 +163,12 @@ impl ReadReq {
             HEADER => ReturnBy::Reply,
             24 => match u64_at(p, 16)? {
                 PUSHED => ReturnBy::Pushed,
-                name => ReturnBy::AnswerBuf(u32::try_from(name).ok()?),
+                name => ReturnBy::AnswerBuf(AnswerBuf::from_wire(u32::try_from(name).ok()?, &[])?),
             },
+            n @ 26..=LONG_NAMED_MAX if n % 2 == 0 => {
+                let more = u16s(&p[24..]);
+                ReturnBy::AnswerBuf(AnswerBuf::from_wire(u32::try_from(u64_at(p, 16)?).ok()?, &more)?)
+            }
             _ => {
                 if u64_at(p, 16)? != WRITE_BACK {
                     return None;
@@ -181,11 +199,17 @@ impl ReadReq {
     /// payload is taken; `decode` checks the rest).
     pub fn plausible_len(len: u64) -> bool {
         len == SHORT as u64
-            || len == SHORT as u64 + 4
+            || ((SHORT as u64 + 4..=SHORT_MAX as u64).contains(&len) && len.is_multiple_of(2))
             || len == 16
             || len == 24
+            || ((26..=LONG_NAMED_MAX as u64).contains(&len) && len.is_multiple_of(2))
             || (len >= 48 && (len - 32).is_multiple_of(16) && (len - 32) / 16 <= WRITE_BACK_RANGES_MAX as u64)
     }
+}
+
+/// The further answer buffers' names at the end of a request.
+fn u16s(b: &[u8]) -> smallvec::SmallVec<[u16; ANSWER_BUFS_MAX]> {
+    b.chunks_exact(2).map(|pair| u16::from_le_bytes([pair[0], pair[1]])).collect()
 }
 
 /// The little-endian word at byte `at` of a peer's payload, if it is there.
@@ -203,13 +227,25 @@ mod tests {
         assert_eq!(ReadReq::decode(&bytes), Some(req));
     }
 
+    /// An answer buffer's name as a request carries it: `name`, and the buffers after it.
+    fn bufs(name: u32, more: &[u16]) -> ReturnBy {
+        ReturnBy::AnswerBuf(AnswerBuf::from_wire(name, more).expect("as many as the name says"))
+    }
+
+    /// The name bits that count further buffers (`AnswerBuf`'s `MORE`).
+    const MORE: u32 = 3 << 28;
+
     #[test]
     fn every_form_round_trips() {
         round_trip(ReadReq { op_id: 0, len: 32, by: ReturnBy::Reply });
-        round_trip(ReadReq { op_id: 0, len: u64::from(u32::MAX), by: ReturnBy::AnswerBuf(u32::MAX) });
-        round_trip(ReadReq { op_id: 0, len: 1 << 32, by: ReturnBy::AnswerBuf(3) });
+        round_trip(ReadReq { op_id: 0, len: u64::from(u32::MAX), by: bufs(u32::MAX, &[1, 2, u16::MAX]) });
+        round_trip(ReadReq { op_id: 0, len: 1 << 17, by: bufs(1 << 31 | 1 << 28, &[9]) });
+        round_trip(ReadReq { op_id: 0, len: 1 << 17, by: bufs(1 << 31 | 2 << 28 | 5, &[0, 7]) });
+        round_trip(ReadReq { op_id: 0, len: 1 << 32, by: bufs(3, &[]) });
         round_trip(ReadReq { op_id: 7, len: 100, by: ReturnBy::Reply });
-        round_trip(ReadReq { op_id: 7, len: 100, by: ReturnBy::AnswerBuf(u32::MAX) });
+        round_trip(ReadReq { op_id: 7, len: 100, by: bufs(!MORE, &[]) });
+        round_trip(ReadReq { op_id: 7, len: 1 << 17, by: bufs(u32::MAX, &[3, 2, 1]) });
+        round_trip(ReadReq { op_id: 0, len: 1 << 33, by: bufs(1 << 31 | 1 << 28, &[1]) });
         round_trip(ReadReq { op_id: 7, len: 1 << 20, by: ReturnBy::Pushed });
         let ranges = vec![RemoteIov { addr: 0x1000, len: 60 }, RemoteIov { addr: 0x9000, len: 40 }];
         round_trip(ReadReq { op_id: u64::MAX, len: 100, by: ReturnBy::WriteBack(ranges) });
@@ -219,19 +255,24 @@ mod tests {
 
     #[test]
     fn answered_requests_encode_as_the_general_form_in_one_line() {
-        for (len, buf) in [(0, None), (8, None), (32, None), (33, Some(0)), (16384, Some(u32::MAX))] {
-            let mut out = [0xEEu8; SHORT + 4];
+        let one = |name| AnswerBuf::from_wire(name, &[]);
+        let spanning = AnswerBuf::from_wire(1 << 31 | 3 << 28, &[4, 5, 6]);
+        for (len, buf) in [(0, None), (8, None), (32, None), (33, one(0)), (16384, one(!MORE)), (1 << 17, spanning)] {
+            let mut out = [0xEEu8; SHORT_MAX];
             let n = ReadReq::encode_answered(len, buf, &mut out);
             let by = buf.map_or(ReturnBy::Reply, ReturnBy::AnswerBuf);
             assert_eq!(&out[..n], &ReadReq { op_id: 0, len, by }.encode()[..], "len {len} buf {buf:?}");
-            // The command's first line holds its header and 8 payload bytes.
-            assert!(n <= smr_core::cmd::FIRST_LINE_PAYLOAD, "{n} bytes");
+            // The command's first line holds its header and 8 payload bytes: every request
+            // but one that spans buffers (a read of more than one SAR buffer) fits it.
+            if buf.is_none_or(|b| b.more().is_empty()) {
+                assert!(n <= smr_core::cmd::FIRST_LINE_PAYLOAD, "{n} bytes");
+            }
         }
     }
 
     #[test]
     fn a_long_form_that_has_a_short_one_is_refused() {
-        for by in [ReturnBy::Reply, ReturnBy::AnswerBuf(5)] {
+        for by in [ReturnBy::Reply, bufs(5, &[])] {
             let mut long = ReadReq { op_id: 1, len: 100, by }.encode().to_vec();
             assert!(long.len() >= HEADER, "the long form");
             long[..8].copy_from_slice(&0u64.to_le_bytes());
@@ -269,9 +310,21 @@ mod tests {
         cases.push(overflow.clone());
         overflow.truncate(20);
         cases.push(overflow);
-        let mut big_name = ReadReq { op_id: 1, len: 100, by: ReturnBy::AnswerBuf(0) }.encode().to_vec();
+        let mut big_name = ReadReq { op_id: 1, len: 100, by: bufs(0, &[]) }.encode().to_vec();
         big_name[16..24].copy_from_slice(&(1u64 << 34).to_le_bytes());
+        cases.push(big_name.clone());
+        // A long form whose further buffers are not as many as the name says.
+        big_name[16..24].copy_from_slice(&(1u64 << 28).to_le_bytes());
+        cases.push(big_name.clone());
+        big_name.extend_from_slice(&[1, 0, 2, 0]);
         cases.push(big_name);
+        // Short forms whose further buffers are not as many as the name says, or odd bytes.
+        let short = |name: u32, more: &[u8]| [&100u32.to_le_bytes()[..], &name.to_le_bytes(), more].concat();
+        cases.push(short(1 << 31 | 2 << 28, &[1, 0]));
+        cases.push(short(1 << 31 | 1 << 28, &[]));
+        cases.push(short(1 << 31, &[1, 0]));
+        cases.push(short(1 << 31 | 1 << 28, &[1]));
+        cases.push(short(1 << 31 | 2 << 28, &[1, 0, 2, 0, 3, 0]));
         for (i, case) in cases.iter().enumerate() {
             assert_eq!(ReadReq::decode(case), None, "case {i}");
         }
@@ -290,7 +343,7 @@ mod tests {
         };
         let mut decoded = 0;
         for round in 0..20_000 {
-            let len = [4, 8, 16, 24, 48, 64, 224, 232, (next() % 300) as usize][round % 9];
+            let len = [4, 8, 10, 12, 14, 16, 24, 26, 30, 48, 64, 224, 232, (next() % 300) as usize][round % 14];
             let mut p: Vec<u8> = (0..len).map(|_| next() as u8).collect();
             if round % 3 == 0 && len >= 32 {
                 // Often well-formed headers, so the range checks are reached.

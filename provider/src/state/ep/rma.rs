@@ -129,7 +129,7 @@ use rshm_ffi as ffi;
 use slab::Slab;
 use smr_core::cmd::RemoteIov;
 use smr_core::cmd::{MsgHeader, ANSWER_DATA_MAX};
-use smr_core::endpoint::{AnswerData, Disposition, Endpoint, Incoming, PeerId, SendOpts, SendStatus, SrcId};
+use smr_core::endpoint::{AnswerBuf, AnswerData, Disposition, Endpoint, Incoming, PeerId, SendOpts, SendStatus, SrcId};
 use smr_core::iov::{LocalIov, Ranges};
 use smr_core::Error as EngineError;
 use std::collections::VecDeque;
@@ -195,7 +195,7 @@ enum Outgoing {
     AnswerInto {
         src: SrcId,
         msg_id: u64,
-        buf: u32,
+        buf: AnswerBuf,
         data: Vec<u8>,
     },
 }
@@ -205,7 +205,7 @@ enum ReadAnswer {
     /// With its bytes, which fit in the answer.
     With(AnswerData),
     /// In the answer buffer the request named: copy this target memory into it.
-    Into(u32, LocalIov),
+    Into(AnswerBuf, LocalIov),
     /// Refused, or answered later: through the outbox.
     Queued,
 }
@@ -719,18 +719,29 @@ mod tests {
         for (want, answer) in [(100usize, 4096usize), (100, 99), (33, 32), (16384, 0)] {
             let mut buf = vec![0xC5u8; want];
             let (mut rma, tx_ops, op_id) = pending_read(&mut buf, want);
-            answer_data(&mut rma, &mut { tx_ops }, 0, &vec![7u8; answer]);
+            answer_data(&mut rma, &mut { tx_ops }, 0, &[&vec![7u8; answer]]);
             let got = rma.pending.get_mut(op_id).and_then(|p| p.got.clone());
             assert!(matches!(got, Some(Err(EngineError::Corrupt(_)))), "{want} B read, {answer} B answer: {got:?}");
             drop(rma);
             assert!(buf.iter().all(|&b| b == 0xC5), "{want} B read: buffer written by a {answer} B answer");
         }
-        let mut buf = vec![0u8; 1000];
-        let (mut rma, mut tx_ops, op_id) = pending_read(&mut buf, 1000);
-        answer_data(&mut rma, &mut tx_ops, 0, &[9u8; 1000]);
-        assert_eq!(rma.pending.get_mut(op_id).and_then(|p| p.got.clone()), Some(Ok(1000)));
+        // Parts that add up to another length (an answer spanning buffers) fail it too.
+        let mut buf = vec![0xC5u8; 1000];
+        let (mut rma, tx_ops, op_id) = pending_read(&mut buf, 1000);
+        answer_data(&mut rma, &mut { tx_ops }, 0, &[&[7u8; 600], &[7u8; 600]]);
+        assert!(matches!(rma.pending.get_mut(op_id).and_then(|p| p.got.clone()), Some(Err(_))));
         drop(rma);
-        assert!(buf.iter().all(|&b| b == 9));
+        assert!(buf.iter().all(|&b| b == 0xC5), "buffer written by parts of the wrong length");
+        // The right length is copied, whole or in parts, in order.
+        let whole: Vec<u8> = (0..1000).map(|i| (i * 7) as u8).collect();
+        for parts in [vec![&whole[..]], vec![&whole[..400], &whole[400..999], &whole[999..]]] {
+            let mut buf = vec![0u8; 1000];
+            let (mut rma, mut tx_ops, op_id) = pending_read(&mut buf, 1000);
+            answer_data(&mut rma, &mut tx_ops, 0, &parts);
+            assert_eq!(rma.pending.get_mut(op_id).and_then(|p| p.got.clone()), Some(Ok(1000)));
+            drop(rma);
+            assert_eq!(buf, whole, "{} parts", parts.len());
+        }
     }
 
     /// A read or fetching atomic answered with its bytes (`Returns::Answer`, no reply id):
@@ -738,7 +749,7 @@ mod tests {
     /// of another length, an answer with no bytes, or a refusal. `answer`: the bytes the target
     /// answered with (None: none), `result`: the answer's status. Returns the counter's
     /// (value, errors) and the buffer.
-    fn answered_read(want: usize, answer: Option<&[u8]>, result: smr_core::Result<()>) -> ((u64, u64), Vec<u8>) {
+    fn answered_read(want: usize, answer: Option<&[&[u8]]>, result: smr_core::Result<()>) -> ((u64, u64), Vec<u8>) {
         let mut buf = vec![0xC5u8; want];
         let mut rma = RmaState::default();
         let (op_id, returns, reply) =
@@ -762,11 +773,14 @@ mod tests {
     fn reads_answered_with_their_bytes_complete_only_with_the_length_asked() {
         for want in [0usize, 1, 8, 32, 1000] {
             let bytes: Vec<u8> = (0..want).map(|i| i as u8 ^ 0x5A).collect();
-            let (counted, buf) = answered_read(want, Some(&bytes), Ok(()));
+            let (counted, buf) = answered_read(want, Some(&[&bytes]), Ok(()));
             assert_eq!((counted, &buf), ((1, 0), &bytes), "{want} B answered with {want} B");
+            let (half, rest) = bytes.split_at(want / 2);
+            let (counted, buf) = answered_read(want, Some(&[half, rest]), Ok(()));
+            assert_eq!((counted, &buf), ((1, 0), &bytes), "{want} B answered in two parts");
         }
         for (want, answer) in [(8usize, 7usize), (8, 9), (32, 0), (1, 32)] {
-            let (counted, buf) = answered_read(want, Some(&vec![7u8; answer]), Ok(()));
+            let (counted, buf) = answered_read(want, Some(&[&vec![7u8; answer]]), Ok(()));
             assert_eq!(counted, (0, 1), "{want} B read, {answer} B answer: an error");
             assert!(buf.iter().all(|&b| b == 0xC5), "{want} B read: buffer written by a {answer} B answer");
         }

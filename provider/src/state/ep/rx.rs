@@ -369,9 +369,9 @@ impl smr_core::endpoint::Handler for Handler<'_> {
         }
     }
 
-    fn on_send_answer(&mut self, cookie: u64, data: &[u8]) {
+    fn on_send_answer(&mut self, cookie: u64, parts: &[&[u8]]) {
         if cookie & (super::rma::COOKIE_REPLY | super::rma::COOKIE_UNTRACKED) == 0 {
-            super::rma::answer_data(self.target.rma, self.tx_ops, cookie as usize, data);
+            super::rma::answer_data(self.target.rma, self.tx_ops, cookie as usize, parts);
         }
     }
 

@@ -20,16 +20,25 @@ pub fn reply_delivered(
 }
 
 /// The initiator side of `on_send_answer`: the target answered the operation in tx slot `slot`
-/// with its reply's bytes (small reads, fetching atomics); `answered` follows.
-pub fn answer_data(rma: &mut RmaState, tx_ops: &mut Slab<TxOp>, slot: usize, data: &[u8]) {
+/// with its reply's bytes (small reads, fetching atomics; in parts when they span answer
+/// buffers); `answered` follows.
+pub fn answer_data(rma: &mut RmaState, tx_ops: &mut Slab<TxOp>, slot: usize, parts: &[&[u8]]) {
+    // The length is the target's word: checked before a byte reaches the user's buffer.
+    let total: usize = parts.iter().map(|p| p.len()).sum();
     let op_id = match tx_ops.get_mut(slot).map(|op| &mut op.returns) {
         Some(Returns::Answer { addr, len, got: got @ None }) => {
-            // The length is the target's word: checked before a byte reaches the user's buffer.
-            let fits = data.len() == *len;
+            let fits = total == *len;
             if fits {
-                // SAFETY: the application's result buffer of `len` bytes (one range, the whole
-                // result), which it leaves alone until the operation completes; written once.
-                unsafe { smr_core::copy::copy_bytes(data.as_ptr(), *addr as *mut u8, data.len()) };
+                let mut at = *addr as *mut u8;
+                for part in parts {
+                    // SAFETY: the application's result buffer of `len` bytes (one range, the
+                    // whole result), which it leaves alone until the operation completes; the
+                    // parts add up to `len`, each written once.
+                    unsafe {
+                        smr_core::copy::copy_bytes(part.as_ptr(), at, part.len());
+                        at = at.add(part.len());
+                    }
+                }
             }
             *got = Some(fits);
             return;
@@ -39,11 +48,10 @@ pub fn answer_data(rma: &mut RmaState, tx_ops: &mut Slab<TxOp>, slot: usize, dat
     };
     let Some(p) = rma.pending.get_mut(op_id) else { return };
     if let Some(dest) = p.dest.take() {
-        // The length is the target's word: checked before a byte reaches the user's buffer.
-        p.got = Some(if data.len() == p.want {
+        p.got = Some(if total == p.want {
             // SAFETY: the application's result buffer, which it leaves alone until the operation
             // completes.
-            Ok(unsafe { crate::iov::scatter(&dest, data) })
+            Ok(unsafe { crate::iov::scatter_parts(&dest, parts) })
         } else {
             Err(EngineError::Corrupt("answer of the wrong length"))
         });
