@@ -68,8 +68,8 @@ impl Endpoint {
     /// CPU to spare right now. Large data to or from such a peer is faster pushed through SAR
     /// while it copies too (both CPUs copy); to or from any other (busy with its own
     /// operations, computing, asleep) as our own CMA copy, which needs nothing from it, or
-    /// (reads of one SAR buffer from an owner that progresses: `peer_progresses`) answered into
-    /// a buffer of ours. False for a peer we cannot reach yet.
+    /// (reads of up to four SAR buffers from an owner that progresses: `peer_progresses`)
+    /// answered into buffers of ours. False for a peer we cannot reach yet.
     pub fn peer_is_free(&mut self, peer: PeerId) -> bool {
         self.owner_moves(peer, Beat::Free)
     }

@@ -19,7 +19,7 @@
 //! |-------------------------------------|--------------|------------------------------------------------------------|
 //! | <= 32 B (`ANSWER_DATA_MAX`)         | 2            | in the answer's response entry (`answer_with`)             |
 //! | 33 B ..= FI_RSHM_READ_ONE_TRIP_MAX  | 2            | in an answer buffer of the initiator's region (`answer_into`) |
-//! | larger up to one SAR buffer, from a target that calls progress (`Endpoint::peer_progresses`) | 2 | in an answer buffer, as the one-trip read (or, where the registration is published, by the fifth row when measured faster: `Endpoint::choose_read`) |
+//! | larger up to four SAR buffers (`Endpoint::answer_buf_max`), from a target that calls progress (`Endpoint::peer_progresses`) | 2 | in answer buffers, as the one-trip read, spanning them above one (or, where the registration is published, by the fifth row when measured faster: `Endpoint::choose_read`) |
 //! | larger, from a target with a CPU to spare (`Endpoint::peer_is_free`) | 2 + segments | pushed by the target through the initiator's SAR buffers while the initiator copies out (`ReturnBy::Pushed`) |
 //! | larger, from a registration the target published | 0 | read by the initiator itself with CMA (`copy_published`; `published.rs`) |
 //! | larger otherwise (or no answer buffer free and above 4 KiB), CMA both ways | 2 | written by the target into the initiator's buffer (`Endpoint::cma_write`), then the answer |
@@ -40,9 +40,9 @@
 //! below it.
 //!
 //! The one-trip read (the middle row, 16 KiB by default): the initiator reserves a buffer of its
-//! own region (an inject buffer up to 4 KiB, a SAR buffer above), names it in the request, and
-//! the target copies the registered memory into it when the request arrives and answers with the
-//! length. Why a buffer of the initiator's, not the target's: the initiator then copies out of
+//! own region (an inject buffer up to 4 KiB, a SAR buffer above; for the third row's reads
+//! above one SAR buffer, as many as they fill), names it in the request, and the target copies
+//! the registered memory into it when the request arrives and answers with the length. Why a buffer of the initiator's, not the target's: the initiator then copies out of
 //! its own memory and frees the buffer locally, with no free-list push into a peer's region and
 //! nothing to trust from the target but a length, which it checks against what it asked; the
 //! target needs no connection back (it writes through the mapping it holds of the initiator) and
