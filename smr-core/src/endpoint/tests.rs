@@ -1720,24 +1720,25 @@ fn hostile_gathered_answers_finish_only_outstanding_sends() {
     assert_eq!(a.outstanding(), 1, "the third send, named by no valid answer, still waits");
 }
 
-/// A receiver that goes away with requests unanswered: they fail, and their buffers (and
-/// those of requests that never went out) are free again.
+/// A receiver that goes away with requests unanswered: they fail, and their buffers (all of
+/// those an answer spans, and those of requests that never went out) are free again.
 #[test]
 fn answer_buffers_come_back_when_the_receiver_goes() {
     let (mut a, b, to_b) = pair("anslost", Params::default());
     let free_before = free_buffers(&a);
     let mut ha = Collect::default();
-    for (i, len) in [100usize, 20_000].into_iter().enumerate() {
+    let spanning = 3 * a.params().counts.sar_size as usize;
+    for (i, len) in [100usize, 20_000, spanning].into_iter().enumerate() {
         assert_eq!(send_request(&mut a, to_b, i as u64, len), Ok(SendStatus::Pending));
     }
-    assert_eq!(a.answer_bufs_held(), 2);
+    assert_eq!(a.answer_bufs_held(), 3);
     // Not acknowledged: refused before anything is sent, the buffer freed at once.
     let buf = a.reserve_answer_buf(100).unwrap();
     let hdr = MsgHeader { app: 0, tag: 9, data: 0, aux: 0, len: 8 };
     assert!(a.send_bytes_answered(to_b, hdr, &request(buf, 100), SendOpts::default(), buf, None).is_err());
     drop(b);
     let dl = deadline();
-    while ha.sends_done.len() < 2 {
+    while ha.sends_done.len() < 3 {
         assert!(std::time::Instant::now() < dl, "requests to a closed receiver not failed");
         a.progress(&mut ha);
     }
