@@ -86,7 +86,8 @@ pub const INJECT_MAX: usize = smr_core::layout::INJECT_SIZE as usize;
 /// returns that endpoint's buffers (its owner stalled or never progressing, and senders that
 /// use CMA), or where a miscount can only fail the check. A message that went by CMA leaves
 /// the receiver's SAR pool untouched. Buffers the owner holds back on their way to the pool
-/// (`Endpoint::sar_held_back`) are not free here: add them where the owner is at hand.
+/// (`Endpoint::sar_held_back`, `inject_held_back`) are not free here: add them where the owner
+/// is at hand.
 pub fn sar_buffers(name: &str) -> (usize, usize) {
     free_buffers(name, "SAR", |r| (r.sar_stack(), r.geometry().counts.sar_count))
 }

@@ -167,7 +167,9 @@ impl Endpoint {
     pub fn reserve_answer_buf(&mut self, len: usize) -> Result<AnswerBuf> {
         if len as u64 <= INJECT_SIZE {
             self.region.map_inject_pool()?;
-            return self.region.inject_stack().pop().map(AnswerBuf::one).map_err(|_| Error::Again);
+            let stack = self.region.inject_stack();
+            let index = stack.pop().ok().or_else(|| self.inject_cold.take(&stack)).ok_or(Error::Again)?;
+            return Ok(AnswerBuf::one(index));
         }
         if len > self.answer_buf_max() {
             return Err(Error::Invalid("answer larger than the pool buffers one answer may span"));
@@ -299,15 +301,15 @@ impl Endpoint {
         parts
     }
 
-    /// A send that held answer buffers ended: back to the pool they came from (SAR buffers
-    /// cold, `cold.rs`: the peer that answers next writes into them).
+    /// A send that held answer buffers ended: back to the pool they came from, cold
+    /// (`cold.rs`: the peer that answers next writes into them).
     pub(super) fn release_answer_buf(&mut self, buf: Option<AnswerBuf>) {
         let Some(buf) = buf else { return };
         if buf.name & SAR_POOL != 0 {
             let stack = self.region.sar_stack();
             buf.indices().for_each(|index| self.sar_cold.give_back(&stack, index));
         } else {
-            let _ = self.region.inject_stack().push(buf.name & INDEX);
+            self.inject_cold.give_back(&self.region.inject_stack(), buf.name & INDEX);
         }
     }
 }

@@ -1,4 +1,4 @@
-//! Our SAR buffers go back to their free stack cold.
+//! Our SAR buffers go back to their free stack cold (and our inject buffers, where asked).
 //!
 //! A sender copying a segment into a SAR buffer of ours writes cache lines that we read last,
 //! when we copied the previous segment out of that buffer. The free stack hands out the buffer
@@ -18,6 +18,20 @@
 //! a SAR buffer back only after it has copied out of `hold` others (`Params::sar_hold`; the
 //! engine ping-pong's SAR at 64 KiB: 10.8 -> 3.7-5.6 us one-way, docs/perf/protocols.md).
 //!
+//! Inject buffers (messages of 1-4 KiB, answers of reads up to 4 KiB) can go back the same way
+//! (`Params::inject_hold`, FI_RSHM_INJECT_HOLD), but do not by default: at 4 KiB it depends on
+//! how far apart the two CPUs are. `rshm-fi-bench` tagged, 50 alternated rounds on the
+//! project's VM, median us per message, hold 0 against the most:
+//!
+//! | host state (8 B one-way) | 4 KiB ping-pong one-way | 4 KiB stream |
+//! |---|---|---|
+//! | CPUs close (< 0.31 us, the bench's reference) | 0.654 / 0.657 | 0.311 / 0.384 |
+//! | CPUs apart (0.31-0.5 us) | 0.937 / 0.771 | 0.589 / 0.427 |
+//!
+//! A throwaway C ping-pong of 4 KiB through K shared buffers a direction (32-byte AVX copies)
+//! agreed where the CPUs were apart (K = 1: 2.4 us one way, K = 128: 1.8) and, unlike rshm,
+//! gained where they were close too (0.64 against 0.39-0.42).
+//!
 //! Held buffers stay `IN_USE` in the stack (popped, not yet pushed), so its repair finds no
 //! orphans among them, and a region is only ever ours to hold back. Senders are never starved
 //! by it: when the stack is empty as we give a buffer back, one more held buffer goes back with
@@ -27,10 +41,13 @@
 use crate::free_stack::FreeStack;
 use std::collections::VecDeque;
 
-/// SAR buffers we copied out of, oldest first, not yet back on our free stack.
+/// Buffers we copied out of, oldest first, not yet back on our free stack.
 #[derive(Debug)]
 pub(super) struct ColdReuse {
     held: VecDeque<u32>,
+    /// A bit per buffer of the pool: set while it is in `held` (a give-back checks a peer's
+    /// name against it in one look, where the queue would take up to `hold` of them).
+    is_held: Vec<u64>,
     hold: usize,
 }
 
@@ -40,7 +57,8 @@ impl ColdReuse {
     pub(super) fn new(hold: usize, count: u64) -> Self {
         let count = usize::try_from(count).unwrap_or(usize::MAX);
         let hold = hold.min(count.saturating_sub((count / 8).max(1)));
-        ColdReuse { held: VecDeque::with_capacity(hold + 1), hold }
+        let words = if hold == 0 { 0 } else { count.div_ceil(64) };
+        ColdReuse { held: VecDeque::with_capacity(hold + 1), is_held: vec![0; words], hold }
     }
 
     /// We are done with `buf` (copied out of, or its answer read): hold it, and give back the
@@ -53,9 +71,10 @@ impl ColdReuse {
         // `buf` was named by a peer (a segment's buffer): only a buffer popped from the stack,
         // and not held already, is held; a free or repeated name is dropped, as the stack's push
         // would refuse it, so that `take` never hands out a buffer the stack holds too.
-        if !stack.in_use(buf) || self.held.contains(&buf) {
+        if !stack.in_use(buf) || self.marked(buf) != Some(false) {
             return;
         }
+        self.mark(buf, true);
         self.held.push_back(buf);
         let starved = stack.looks_empty();
         // Starved: this buffer and one held one more, so that the queue shrinks under pressure.
@@ -63,6 +82,7 @@ impl ColdReuse {
         for _ in 0..due {
             match self.held.pop_front() {
                 Some(b) => {
+                    self.mark(b, false);
                     let _ = stack.push(b);
                 }
                 None => break,
@@ -74,7 +94,26 @@ impl ColdReuse {
     /// pushed a held index onto the stack meanwhile (a hostile one can name any buffer): such a
     /// buffer is free there, not ours, and is skipped.
     pub(super) fn take(&mut self, stack: &FreeStack<'_>) -> Option<u32> {
-        std::iter::from_fn(|| self.held.pop_front()).find(|&b| stack.in_use(b))
+        while let Some(b) = self.held.pop_front() {
+            self.mark(b, false);
+            if stack.in_use(b) {
+                return Some(b);
+            }
+        }
+        None
+    }
+
+    /// Whether `buf` is held; None for a name beyond the pool.
+    fn marked(&self, buf: u32) -> Option<bool> {
+        let word = self.is_held.get(buf as usize / 64)?;
+        Some(word & (1 << (buf % 64)) != 0)
+    }
+
+    fn mark(&mut self, buf: u32, held: bool) {
+        if let Some(word) = self.is_held.get_mut(buf as usize / 64) {
+            let bit = 1u64 << (buf % 64);
+            *word = if held { *word | bit } else { *word & !bit };
+        }
     }
 
     /// Buffers held now.

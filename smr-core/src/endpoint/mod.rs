@@ -69,6 +69,10 @@ pub struct Params {
     /// SAR buffers of ours held back after we copy out of them, so that a sender writes into
     /// lines that have left our caches (`cold.rs`); at most seven eighths of the pool.
     pub sar_hold: usize,
+    /// The same for our inject buffers: held back after we take a message or an answer out of
+    /// them (`cold.rs`); at most seven eighths of the pool. Off by default: at 2-4 KiB it pays
+    /// only where a line costs much to cross between the two CPUs (`cold.rs` has the figures).
+    pub inject_hold: usize,
     /// Largest message carried inside the command entry.
     pub inline_max: usize,
     /// Largest message carried through one inject buffer.
@@ -108,6 +112,7 @@ impl Default for Params {
             measure_protocol: false,
             split_min: usize::MAX,
             sar_hold: usize::MAX,
+            inject_hold: 0,
             inline_max: INLINE_MAX,
             inject_max: INJECT_SIZE as usize,
             max_msg_size: 1 << 30,
@@ -324,6 +329,8 @@ pub struct Endpoint {
     sar_tx: VecDeque<u64>,
     /// Our SAR buffers we are done with, on their way back to the pool (`cold.rs`).
     sar_cold: cold::ColdReuse,
+    /// Our inject buffers we are done with, on their way back to the pool (`cold.rs`).
+    inject_cold: cold::ColdReuse,
     sar_rx: HashMap<(SrcId, u64), SarRx>,
     held: IdMap<MsgKey, Held>,
     resp_backlog: VecDeque<(SrcId, RespEntry)>,
@@ -394,6 +401,7 @@ impl Endpoint {
             max_msg_size: params.max_msg_size,
         };
         let sar_cold = cold::ColdReuse::new(params.sar_hold, c.sar_count);
+        let inject_cold = cold::ColdReuse::new(params.inject_hold, c.inject_count);
         Ok(Endpoint {
             region: Arc::new(region),
             limits,
@@ -414,6 +422,7 @@ impl Endpoint {
             acked: acked::AckedSends::default(),
             sar_tx: VecDeque::new(),
             sar_cold,
+            inject_cold,
             sar_rx: HashMap::new(),
             held: IdMap::default(),
             resp_backlog: VecDeque::new(),

@@ -791,6 +791,11 @@ impl Endpoint {
         self.sar_cold.held()
     }
 
+    /// `sar_held_back` for our inject pool.
+    pub fn inject_held_back(&self) -> usize {
+        self.inject_cold.held()
+    }
+
     /// Fail what waits on sender `src`. Returns the number of completions raised.
     pub(super) fn fail_receives_from(&mut self, src: SrcId, h: &mut impl Handler) -> usize {
         let mut events = 0;

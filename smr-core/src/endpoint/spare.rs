@@ -155,7 +155,7 @@ impl Endpoint {
     fn give_back_taken_now(&mut self) {
         let stack = self.region.inject_stack();
         for buf in self.taken_injects.drain(..) {
-            let _ = stack.push(buf);
+            self.inject_cold.give_back(&stack, buf);
         }
     }
 

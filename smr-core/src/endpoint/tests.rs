@@ -123,15 +123,15 @@ fn request_hdr(tag: u64, req: &[u8]) -> MsgHeader {
     MsgHeader { app: 0, tag, data: 0, aux: 0, len: req.len() as u64 }
 }
 
-/// Free buffers in an endpoint's inject and SAR pools (popped and pushed back), SAR buffers
-/// it holds back on their way to the pool (`cold.rs`) counted as free.
+/// Free buffers in an endpoint's inject and SAR pools (popped and pushed back), buffers it
+/// holds back on their way to the pool (`cold.rs`) counted as free.
 fn free_buffers(ep: &Endpoint) -> (usize, usize) {
     let count = |stack: crate::free_stack::FreeStack<'_>| {
         let taken: Vec<u32> = std::iter::from_fn(|| stack.pop().ok()).collect();
         taken.iter().for_each(|&i| stack.push(i).unwrap());
         taken.len()
     };
-    (count(ep.region.inject_stack()), count(ep.region.sar_stack()) + ep.sar_held_back())
+    (count(ep.region.inject_stack()) + ep.inject_held_back(), count(ep.region.sar_stack()) + ep.sar_held_back())
 }
 
 /// Inject buffers of `ep`'s pool that its senders hold for their next message (`spare`).
@@ -866,6 +866,40 @@ fn taken_inject_messages_return_their_buffers_and_bad_ones_are_refused() {
         assert_eq!(b.stats().corrupt_commands, 1);
         let offered = (hb.taken.len(), hb.offered.len(), hb.inline_offered.len());
         assert_eq!(offered, (count, 0, count), "the forged message was offered");
+    }
+}
+
+/// With `inject_hold`, the inject buffers of the messages we took go back to our pool only after
+/// `hold` others (`cold.rs`): a sender streaming to us fills buffers in turn, not the same two,
+/// and none is lost (held ones are ours, counted free). Without it, the same two serve.
+#[test]
+fn inject_buffers_go_back_cold_when_asked() {
+    use crate::sync::Ordering::Relaxed;
+    for hold in [0usize, 8] {
+        let params = Params { inject_hold: hold, ..Params::default() };
+        let (mut a, mut b, to_b) = pair(&format!("injhold{hold}"), params);
+        let (mut ha, mut hb) =
+            (Collect::default(), Collect { take_payload: true, take_inline: true, ..Default::default() });
+        let (pool, _) = free_buffers(&b);
+        let len = INLINE_MAX + 1;
+        let mut spares = std::collections::HashSet::new();
+        for tag in 0..20u64 {
+            let hdr = MsgHeader { app: 0, tag, data: 0, aux: 0, len: len as u64 };
+            assert_eq!(a.send_bytes(to_b, hdr, &pattern(len, tag as u8), SendOpts::default()), Ok(SendStatus::Done));
+            let want = tag as usize + 1;
+            pump_until((&mut a, &mut ha), (&mut b, &mut hb), "a message", |_, hb| hb.taken.len() == want);
+            b.progress(&mut hb);
+            let src = a.link(to_b).unwrap().slot as usize;
+            spares.insert(b.region.peer_slots()[src].held.load(Relaxed));
+        }
+        assert!(hb.taken.iter().enumerate().all(|(i, t)| t.1 == pattern(len, i as u8)), "hold {hold}");
+        assert_eq!(b.inject_held_back(), hold, "buffers held back");
+        assert_eq!(free_buffers(&b).0, pool - 1, "hold {hold}: all back but the sender's spare");
+        if hold == 0 {
+            assert!(spares.len() <= 2, "without a hold the same buffers serve: {}", spares.len());
+        } else {
+            assert!(spares.len() > hold, "with a hold of {hold}, only {} buffers served", spares.len());
+        }
     }
 }
 
