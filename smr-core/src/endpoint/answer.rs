@@ -77,6 +77,17 @@ impl Spans {
     pub fn capacity(&self) -> u64 {
         self.iter().map(|(_, size)| size).sum()
     }
+
+    /// (offset, bytes) in each buffer that `len` bytes of an answer fill, in order: the first
+    /// buffer always (an empty answer is one empty part), the others while bytes are left.
+    fn cut(&self, len: u64) -> impl Iterator<Item = (u64, u64)> + '_ {
+        let mut left = len;
+        self.iter().enumerate().map_while(move |(i, (off, size))| {
+            let n = left.min(size);
+            left -= n;
+            (n > 0 || i == 0).then_some((off, n))
+        })
+    }
 }
 
 /// The bytes of an answer placed in buffers (`Endpoint::placed_answer`): its parts, in order.
@@ -143,17 +154,10 @@ impl AnswerBuf {
         if len as u64 > spans.capacity() {
             return Err(Error::Corrupt("answer longer than the buffers named for it"));
         }
-        let mut left = len as u64;
-        let mut out = smallvec::SmallVec::new();
-        for (off, size) in spans.iter() {
-            let n = left.min(size);
-            out.push((region.mapping().bytes_ptr(off, n)?, n as usize));
-            left -= n;
-        }
-        Ok(out)
+        spans.cut(len as u64).map(|(off, n)| Ok((region.mapping().bytes_ptr(off, n)?, n as usize))).collect()
     }
 
-    /// The index and pool of each buffer, to give back.
+    /// The index of each buffer in its pool, to give back.
     fn indices(&self) -> impl Iterator<Item = u32> + '_ {
         std::iter::once(self.name & INDEX).chain(self.more().iter().map(|&i| u32::from(i)))
     }
@@ -283,22 +287,13 @@ impl Endpoint {
     /// garbles only the bytes of its own answer.
     pub(super) fn placed_answer(&self, buf: AnswerBuf, value: u64) -> AnswerParts<'_> {
         let Ok(spans) = buf.spans(self.region.geometry()) else { return AnswerParts::new() };
-        let mut left = value.min(spans.capacity());
-        let mut parts = AnswerParts::new();
-        for (off, size) in spans.iter() {
-            let n = left.min(size);
-            if n == 0 && !parts.is_empty() {
-                break;
-            }
-            match self.region.mapping().bytes_ptr(off, n) {
-                // SAFETY: `n` bytes inside our own mapping (checked), which lives as long as
-                // `self`; any byte value is a valid `u8` (see above for concurrent writes).
-                Ok(p) => parts.push(unsafe { std::slice::from_raw_parts(p, n as usize) }),
-                Err(_) => return AnswerParts::new(),
-            }
-            left -= n;
-        }
-        parts
+        let part = |(off, n): (u64, u64)| {
+            let p = self.region.mapping().bytes_ptr(off, n)?;
+            // SAFETY: `n` bytes inside our own mapping (checked), which lives as long as
+            // `self`; any byte value is a valid `u8` (see above for concurrent writes).
+            Ok(unsafe { std::slice::from_raw_parts(p, n as usize) })
+        };
+        spans.cut(value.min(spans.capacity())).map(part).collect::<Result<_>>().unwrap_or_default()
     }
 
     /// A send that held answer buffers ended: back to the pool they came from, cold

@@ -105,7 +105,9 @@ impl ReadReq {
         };
         let mut b = Bytes::from_slice(&head[..n]);
         if let ReturnBy::AnswerBuf(buf) = &self.by {
-            buf.more().iter().for_each(|index| b.extend_from_slice(&index.to_le_bytes()));
+            let mut more = [0u8; 2 * (ANSWER_BUFS_MAX - 1)];
+            let n = put_more(buf, &mut more);
+            b.extend_from_slice(&more[..n]);
         }
         if let ReturnBy::WriteBack(ranges) = &self.by {
             b.extend_from_slice(&(ranges.len() as u64).to_le_bytes());
@@ -139,12 +141,7 @@ impl ReadReq {
         out[..SHORT].copy_from_slice(&(len as u32).to_le_bytes());
         let Some(buf) = buf else { return SHORT };
         out[SHORT..SHORT + 4].copy_from_slice(&buf.wire().to_le_bytes());
-        let mut n = SHORT + 4;
-        for &index in buf.more() {
-            out[n..n + 2].copy_from_slice(&index.to_le_bytes());
-            n += 2;
-        }
-        n
+        SHORT + 4 + put_more(&buf, &mut out[SHORT + 4..])
     }
 
     /// A peer's payload, checked; None if it is malformed.
@@ -205,6 +202,15 @@ impl ReadReq {
             || ((26..=LONG_NAMED_MAX as u64).contains(&len) && len.is_multiple_of(2))
             || (len >= 48 && (len - 32).is_multiple_of(16) && (len - 32) / 16 <= WRITE_BACK_RANGES_MAX as u64)
     }
+}
+
+/// Write the further answer buffers' names (`AnswerBuf::more`) at the start of `out`, which has
+/// room for them; returns the bytes written.
+fn put_more(buf: &AnswerBuf, out: &mut [u8]) -> usize {
+    for (at, index) in out.chunks_exact_mut(2).zip(buf.more()) {
+        at.copy_from_slice(&index.to_le_bytes());
+    }
+    2 * buf.more().len()
 }
 
 /// The further answer buffers' names at the end of a request.
