@@ -656,7 +656,9 @@ impl Endpoint {
                 let n = (entry.value as usize).min(entry.data.len());
                 h.on_send_answer(cookie, &[&entry.data[..n]]);
             }
-            (Some(Status::Placed), Some(buf)) => h.on_send_answer(cookie, &self.placed_answer(buf, entry.value)),
+            (Some(Status::Placed), Some(buf)) => {
+                h.on_send_answer(cookie, self.placed_answer(buf, entry.value).as_slice())
+            }
             (Some(Status::Placed), None) => {
                 self.stats.corrupt_commands += 1;
                 result = Err(Error::Corrupt("answer placed for a send that named no buffer"));

@@ -150,7 +150,8 @@ impl ReadReq {
         match p.len() {
             SHORT => return Some(ReadReq { op_id: 0, len: u64::from(word(0)?), by: ReturnBy::Reply }),
             n @ 8..=SHORT_MAX if n % 2 == 0 => {
-                let buf = AnswerBuf::from_wire(word(SHORT)?, &u16s(&p[8..]))?;
+                let (more, n) = u16s(&p[8..]);
+                let buf = AnswerBuf::from_wire(word(SHORT)?, &more[..n])?;
                 return Some(ReadReq { op_id: 0, len: u64::from(word(0)?), by: ReturnBy::AnswerBuf(buf) });
             }
             _ => {}
@@ -163,8 +164,8 @@ impl ReadReq {
                 name => ReturnBy::AnswerBuf(AnswerBuf::from_wire(u32::try_from(name).ok()?, &[])?),
             },
             n @ 26..=LONG_NAMED_MAX if n % 2 == 0 => {
-                let more = u16s(&p[24..]);
-                ReturnBy::AnswerBuf(AnswerBuf::from_wire(u32::try_from(u64_at(p, 16)?).ok()?, &more)?)
+                let (more, n) = u16s(&p[24..]);
+                ReturnBy::AnswerBuf(AnswerBuf::from_wire(u32::try_from(u64_at(p, 16)?).ok()?, &more[..n])?)
             }
             _ => {
                 if u64_at(p, 16)? != WRITE_BACK {
@@ -213,9 +214,18 @@ fn put_more(buf: &AnswerBuf, out: &mut [u8]) -> usize {
     2 * buf.more().len()
 }
 
-/// The further answer buffers' names at the end of a request.
-fn u16s(b: &[u8]) -> smallvec::SmallVec<[u16; ANSWER_BUFS_MAX]> {
-    b.chunks_exact(2).map(|pair| u16::from_le_bytes([pair[0], pair[1]])).collect()
+/// The further answer buffers' names at the end of a request, as `AnswerBuf::from_wire` takes
+/// them: on the stack, none for the usual request (a `SmallVec` cost every read's decoding about
+/// 100 instructions). More than `ANSWER_BUFS_MAX - 1` are cut to that many, which `from_wire`
+/// then refuses as not the count the name says.
+fn u16s(b: &[u8]) -> ([u16; ANSWER_BUFS_MAX - 1], usize) {
+    let mut more = [0u16; ANSWER_BUFS_MAX - 1];
+    let mut n = 0;
+    for (at, pair) in more.iter_mut().zip(b.chunks_exact(2)) {
+        *at = u16::from_le_bytes([pair[0], pair[1]]);
+        n += 1;
+    }
+    (more, n)
 }
 
 /// The little-endian word at byte `at` of a peer's payload, if it is there.
