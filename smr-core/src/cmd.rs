@@ -135,9 +135,11 @@ unsafe impl Pod for CmdEntry {
     }
 }
 
-/// A response from a receiver back to a sender, through the sender's response ring.
+/// A response from a receiver back to a sender, through the sender's response ring. Its slot is
+/// two cache lines; all but an answer of more than `FIRST_LINE_DATA` bytes use only the first
+/// (`Pod::wire_len`), so that the second crosses between the processes only with such an answer.
 #[repr(C)]
-#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RespEntry {
     pub kind: u32,
     pub status: u32,
@@ -146,6 +148,12 @@ pub struct RespEntry {
     /// With `Status::Answered`: the answer's bytes (`value` of them). A small reply (a read of a
     /// few bytes, an atomic's old value) rides here instead of in a message of its own.
     pub data: [u8; ANSWER_DATA_MAX],
+}
+
+impl Default for RespEntry {
+    fn default() -> Self {
+        RespEntry { kind: 0, status: 0, msg_id: 0, value: 0, data: [0; ANSWER_DATA_MAX] }
+    }
 }
 
 impl RespEntry {
@@ -171,7 +179,7 @@ impl RespEntry {
         let mut entry = RespEntry { kind: resp::DONE_MANY, status: n as u32, ..Default::default() };
         entry.msg_id = ids.first().copied().unwrap_or(0);
         entry.value = ids.get(1).copied().unwrap_or(0);
-        for (word, id) in entry.data.chunks_exact_mut(8).zip(ids.iter().skip(2)) {
+        for (word, id) in entry.data[..FIRST_LINE_DATA].chunks_exact_mut(8).zip(ids.iter().skip(2)) {
             word.copy_from_slice(&id.to_le_bytes());
         }
         entry
@@ -181,7 +189,8 @@ impl RespEntry {
     /// the entry holds, and the ids are checked by whoever looks them up.
     pub fn many_ids(&self) -> impl Iterator<Item = u64> + '_ {
         let n = (self.status as usize).min(DONE_MANY_MAX);
-        let in_data = self.data.chunks_exact(8).map(|w| u64::from_le_bytes(w.try_into().expect("8 bytes")));
+        let in_data =
+            self.data[..FIRST_LINE_DATA].chunks_exact(8).map(|w| u64::from_le_bytes(w.try_into().expect("8 bytes")));
         [self.msg_id, self.value].into_iter().chain(in_data).take(n)
     }
 
@@ -198,11 +207,27 @@ impl RespEntry {
 /// before it saw anything (`endpoint::measured`).
 pub const SAR_FIRST_SEGMENT: u64 = 16 * 1024;
 
-/// Bytes an answer carries in its response entry: the entry then fills its slot's cache line.
-pub const ANSWER_DATA_MAX: usize = 32;
+/// Bytes an answer carries in its response entry: the entry then fills its slot's two cache
+/// lines. An answer of up to 96 bytes (a read of 33-96 B, the usual 64 B get among them) then
+/// crosses between the processes in the entry's two lines, where in an answer buffer it took
+/// the response's line and then the buffer's, one after the other (docs/perf/where-the-time-goes.md).
+pub const ANSWER_DATA_MAX: usize = 96;
+/// Data bytes that share the slot's first cache line with its stamp and the entry's header:
+/// what every response but a longer answer uses (`done_timed`, `done_many`, a split's offer).
+pub const FIRST_LINE_DATA: usize = crate::ring::FIRST_LINE_BYTES - 24;
 
 // SAFETY: integers only, no padding.
-unsafe impl Pod for RespEntry {}
+unsafe impl Pod for RespEntry {
+    /// The first line, and the second only for an answer that needs it. Peer-written `value`:
+    /// clamped to the entry.
+    #[inline]
+    fn wire_len(&self) -> usize {
+        let answered = self.kind == resp::DONE && self.status == Status::Answered as u32;
+        let data =
+            if answered { (self.value as usize).clamp(FIRST_LINE_DATA, ANSWER_DATA_MAX) } else { FIRST_LINE_DATA };
+        24 + data
+    }
+}
 
 const _: () = {
     assert!(std::mem::size_of::<CmdEntry>() + 8 == 17 * 64);
@@ -211,6 +236,7 @@ const _: () = {
     assert!(std::mem::size_of::<CmdEntry>() == 48 + INLINE_MAX);
     assert!(COMPACT_AT == 24 && COMPACT_MAX == 32 && COMPACT_DATA_AT == 32 && COMPACT_DATA_MAX == 24);
     assert!(std::mem::size_of::<RespEntry>() == 24 + ANSWER_DATA_MAX);
+    assert!(FIRST_LINE_DATA == 32 && 8 + 24 + ANSWER_DATA_MAX == 2 * 64);
 };
 
 pub mod op {
@@ -252,7 +278,7 @@ pub mod resp {
 }
 
 /// The most messages one `resp::DONE_MANY` response finishes.
-pub const DONE_MANY_MAX: usize = 2 + ANSWER_DATA_MAX / 8;
+pub const DONE_MANY_MAX: usize = 2 + FIRST_LINE_DATA / 8;
 
 /// How a message ended at the receiver, as reported in a `DONE` response.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -571,6 +597,25 @@ mod tests {
 
     fn hdr(len: u64) -> MsgHeader {
         MsgHeader { app: 3, tag: 0xfeed, data: 42, aux: 0x7000, len }
+    }
+
+    /// Only an answer of more than `FIRST_LINE_DATA` bytes makes the ring copy the slot's second
+    /// line (so only it takes that line across), whatever a peer wrote in `value`; a run of
+    /// answers whose count reads as `Status::Answered` stays in the first.
+    #[test]
+    fn a_response_uses_its_second_line_only_for_a_long_answer() {
+        let line = crate::ring::FIRST_LINE_BYTES;
+        let whole = std::mem::size_of::<RespEntry>();
+        assert_eq!(RespEntry::done(1, Status::Ok, u64::MAX).wire_len(), line);
+        assert_eq!(RespEntry::done_timed(1, Status::Placed, 1 << 20, 99).wire_len(), line);
+        let run = RespEntry::done_many(&[100, 200, 300, 400, 500]);
+        assert_eq!((run.status, run.wire_len()), (Status::Answered as u32, line));
+        for (value, len) in [(0, line), (8, line), (32, line), (33, line + 1), (64, line + 32), (96, whole)] {
+            assert_eq!(RespEntry::done(1, Status::Answered, value).wire_len(), len, "{value} B answer");
+        }
+        for value in [97, 1 << 32, u64::MAX] {
+            assert_eq!(RespEntry::done(1, Status::Answered, value).wire_len(), whole, "a peer's {value} is clamped");
+        }
     }
 
     #[test]

@@ -45,7 +45,9 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"RSHMREG\0");
 /// 12: one response may finish several messages (`resp::DONE_MANY`).
 /// 13: the provider's atomic requests carry an op id only when a reply names it, and reads
 ///     answered in one trip have a short request (both fit the command's first line).
-pub const LAYOUT_VERSION: u32 = 13;
+/// 14: response slots of two cache lines: an answer carries up to 96 bytes, every other
+///     response stays in the first line (`cmd::FIRST_LINE_DATA`).
+pub const LAYOUT_VERSION: u32 = 14;
 /// Longest region name, without the terminating NUL.
 pub const NAME_MAX: usize = 63;
 /// Size of one inject buffer (defined with the commands that name them, which check against it).
@@ -329,7 +331,7 @@ const _: () = {
     assert!(size_of::<PeerSlot>() == 128);
     assert!(size_of::<RingCtl>() == 128);
     assert!(size_of::<Slot<CmdEntry>>() == 17 * 64);
-    assert!(size_of::<Slot<RespEntry>>() == 64);
+    assert!(size_of::<Slot<RespEntry>>() == 128);
     assert!(align_of::<Slot<CmdEntry>>() == 8);
 };
 

@@ -282,11 +282,19 @@ impl<'a, T: Pod> Ring<'a, T> {
     /// publish it.
     fn write_claimed(&self, pos: u64, value: &T) -> Result<(), PushError> {
         let len = value.wire_len().min(size_of::<T>());
+        // The first line in one copy of a size known here (a few moves, where a length known
+        // only at run time takes a `memcpy` call), as `peek_into` reads it; the rest, if any,
+        // as `take_rest` does.
+        let first = FIRST_LINE_BYTES.min(size_of::<T>());
         self.fill_claimed(pos, |slot| {
-            // SAFETY: two distinct `T`s (ours and the claimed slot); `len` is at most the size
-            // of `T`.
+            let (src, dst) = ((value as *const T).cast::<u8>(), (slot as *mut T).cast::<u8>());
+            // SAFETY: two distinct `T`s (ours and the claimed slot); `first` and `len` are at
+            // most the size of `T`.
             unsafe {
-                core::ptr::copy_nonoverlapping((value as *const T).cast::<u8>(), (slot as *mut T).cast::<u8>(), len)
+                core::ptr::copy_nonoverlapping(src, dst, first);
+                if len > first {
+                    core::ptr::copy_nonoverlapping(src.add(first), dst.add(first), len - first);
+                }
             }
         })
     }

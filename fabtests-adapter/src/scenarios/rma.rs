@@ -200,7 +200,7 @@ const KEY: u64 = 0x5EED;
 const SIZES: &[usize] = &[0, 1, 8, 200, INLINE_MAX, INLINE_MAX + 1, 4096, 4097, 65536, 1 << 20, 16 << 20];
 
 /// Read sizes: `SIZES` and rshm's one-round-trip read thresholds: the bytes in the answer
-/// entry (<= 32 B), in an inject buffer of the initiator's (<= 4096 B) or a SAR buffer (up to
+/// entry (<= 96 B, the first 32 in its first cache line), in an inject buffer of the initiator's (<= 4096 B) or a SAR buffer (up to
 /// FI_RSHM_READ_ONE_TRIP_MAX, 16384 B by default, and up to one SAR buffer, 32768 B, from a
 /// target that calls progress, as these targets do), in up to four SAR buffers (131072 B) from
 /// such a target, a reply or the initiator's CMA read above.
@@ -210,6 +210,9 @@ const READ_SIZES: &[usize] = &[
     8,
     32,
     33,
+    64,
+    96,
+    97,
     200,
     INLINE_MAX,
     INLINE_MAX + 1,

@@ -88,13 +88,6 @@ pub fn outcome(sent: u64, delivered: usize) -> Result<usize> {
     }
 }
 
-/// The answer to `msg_id` carrying `bytes` (at most `ANSWER_DATA_MAX`; callers check).
-fn answered_with(msg_id: u64, bytes: &[u8]) -> RespEntry {
-    let mut entry = RespEntry::done(msg_id, Status::Answered, bytes.len() as u64);
-    entry.data[..bytes.len()].copy_from_slice(bytes);
-    entry
-}
-
 fn status_of(result: &Result<usize>) -> Status {
     match result {
         Ok(_) => Status::Ok,
@@ -454,7 +447,7 @@ impl Endpoint {
         match d {
             // The answer placed in the sender's buffer is the response.
             Disposition::AnswerInto { buf, data } => self.answer_into(src, msg_id, buf, &data),
-            Disposition::AnswerWith(data) if ack => self.send_resp(src, answered_with(msg_id, data.as_slice())),
+            Disposition::AnswerWith(data) if ack => self.send_answer(src, msg_id, data.as_slice()),
             Disposition::Refuse(errno) if ack => {
                 self.send_resp(src, RespEntry::done(msg_id, Status::Refused, errno.into()))
             }
@@ -739,7 +732,7 @@ impl Endpoint {
         if bytes.len() > ANSWER_DATA_MAX {
             return Err(Error::Invalid("answer data too long"));
         }
-        self.send_resp(src, answered_with(msg_id, bytes));
+        self.send_answer(src, msg_id, bytes);
         Ok(())
     }
 

@@ -549,10 +549,12 @@ impl Endpoint {
     #[inline(never)]
     fn drain_published_responses(&mut self, h: &mut impl Handler) -> usize {
         let mut events = 0;
+        // One entry for the pass: a pop copies only the bytes in use (the first line, and the
+        // second only for a long answer), where `pop` would clear and move the whole entry.
+        let mut entry = RespEntry::default();
         loop {
-            let popped = self.resp_rx.pop(&self.region.resp_ring());
-            let entry: RespEntry = match popped {
-                Pop::Item(e) => e,
+            match self.resp_rx.pop_into(&self.region.resp_ring(), &mut entry) {
+                Pop::Item(()) => {}
                 Pop::Empty => break,
                 Pop::Pending => {
                     // A responder is mid-push, or died there: the liveness tick skips it later.

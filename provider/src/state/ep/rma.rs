@@ -17,8 +17,8 @@
 //!
 //! | length                              | ring entries | the bytes travel                                           |
 //! |-------------------------------------|--------------|------------------------------------------------------------|
-//! | <= 32 B (`ANSWER_DATA_MAX`)         | 2            | in the answer's response entry (`answer_with`)             |
-//! | 33 B ..= FI_RSHM_READ_ONE_TRIP_MAX  | 2            | in an answer buffer of the initiator's region (`answer_into`) |
+//! | <= 96 B (`ANSWER_DATA_MAX`)         | 2            | in the answer's response entry (`answer_with`)             |
+//! | 97 B ..= FI_RSHM_READ_ONE_TRIP_MAX  | 2            | in an answer buffer of the initiator's region (`answer_into`) |
 //! | larger up to four SAR buffers (`Endpoint::answer_buf_max`), from a target that calls progress (`Endpoint::peer_progresses`) | 2 | in answer buffers, as the one-trip read, spanning them above one (or, where the registration is published, by the fifth row when measured faster: `Endpoint::choose_read`) |
 //! | larger, from a target with a CPU to spare (`Endpoint::peer_is_free`) | 2 + segments | pushed by the target through the initiator's SAR buffers while the initiator copies out (`ReturnBy::Pushed`) |
 //! | larger, from a registration the target published | 0 | read by the initiator itself with CMA (`copy_published`; `published.rs`) |
