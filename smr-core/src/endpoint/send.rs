@@ -132,7 +132,7 @@ impl InjectMsg<'_> {
         let dst = match region.geometry().inject_offset(index).and_then(|off| region.mapping().bytes_ptr(off, len)) {
             Ok(dst) => dst,
             Err(e) => {
-                super::spare::done(region, entry, Pool::Inject, self.incarnation, index, false);
+                super::spare::done(region, entry, Pool::Inject, self.incarnation, index, false, 0);
                 return Err(e);
             }
         };
@@ -157,7 +157,15 @@ impl InjectMsg<'_> {
         let entry = region.peer_slots().get(self.src_slot as usize).ok_or(Error::Again)?;
         let index = self.fill(region, entry, src)?;
         let pushed = super::peers::push_cmd_with(region, |e| self.write(e, index));
-        super::spare::done(region, entry, super::spare::Pool::Inject, self.incarnation, index, pushed.is_ok());
+        super::spare::done(
+            region,
+            entry,
+            super::spare::Pool::Inject,
+            self.incarnation,
+            index,
+            pushed.is_ok(),
+            self.hdr.len,
+        );
         pushed
     }
 }
@@ -731,7 +739,7 @@ fn push_segments(link: &super::peers::Link, incarnation: u64, msg_id: u64, send:
             // SAFETY: `dst` is `seg_len` bytes inside the peer's mapping (bounds-checked).
             .map(|dst| unsafe { send.buf.read_to_raw(offset as usize, dst, seg_len as usize) });
         if copied.is_err() {
-            super::spare::done(&link.region, entry, Pool::Sar, incarnation, index, false);
+            super::spare::done(&link.region, entry, Pool::Sar, incarnation, index, false, 0);
             return Ok(false);
         }
         if let Some(started) = started {
@@ -748,7 +756,7 @@ fn push_segments(link: &super::peers::Link, incarnation: u64, msg_id: u64, send:
             e.set_sar(SarSeg { buf: index, len: seg_len as u32, offset });
         };
         let pushed = super::peers::push_cmd_with(&link.region, segment).is_ok();
-        super::spare::done(&link.region, entry, Pool::Sar, incarnation, index, pushed);
+        super::spare::done(&link.region, entry, Pool::Sar, incarnation, index, pushed, 0);
         if !pushed {
             return Ok(false);
         }
