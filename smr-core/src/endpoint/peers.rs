@@ -367,6 +367,9 @@ impl Endpoint {
     pub(super) fn send_answer(&mut self, src: SrcId, msg_id: u64, bytes: &[u8]) {
         self.flush_ok_run();
         if self.resp_backlog.is_empty() {
+            // The consumer copies the first line's 32 data bytes whatever the answer's length,
+            // and reads `value` of them: the rest of a short answer's are what this slot held a
+            // lap ago, bytes of an answer the same sender already had, and nobody reads them.
             let fill = |e: &mut RespEntry| {
                 (e.kind, e.status, e.msg_id, e.value) =
                     (resp::DONE, Status::Answered as u32, msg_id, bytes.len() as u64);
