@@ -214,7 +214,9 @@ pub const SAR_FIRST_SEGMENT: u64 = 16 * 1024;
 pub const ANSWER_DATA_MAX: usize = 96;
 /// Data bytes that share the slot's first cache line with its stamp and the entry's header:
 /// what every response but a longer answer uses (`done_timed`, `done_many`, a split's offer).
-pub const FIRST_LINE_DATA: usize = crate::ring::FIRST_LINE_BYTES - 24;
+pub const FIRST_LINE_DATA: usize = crate::ring::FIRST_LINE_BYTES - RESP_HEADER_BYTES;
+/// Bytes of a response entry before its data.
+const RESP_HEADER_BYTES: usize = std::mem::offset_of!(RespEntry, data);
 
 // SAFETY: integers only, no padding.
 unsafe impl Pod for RespEntry {
@@ -225,7 +227,7 @@ unsafe impl Pod for RespEntry {
         let answered = self.kind == resp::DONE && self.status == Status::Answered as u32;
         let data =
             if answered { (self.value as usize).clamp(FIRST_LINE_DATA, ANSWER_DATA_MAX) } else { FIRST_LINE_DATA };
-        24 + data
+        RESP_HEADER_BYTES + data
     }
 }
 
@@ -235,8 +237,8 @@ const _: () = {
     // No padding: every byte of an entry is a field's (`CmdEntry::as_bytes`).
     assert!(std::mem::size_of::<CmdEntry>() == 48 + INLINE_MAX);
     assert!(COMPACT_AT == 24 && COMPACT_MAX == 32 && COMPACT_DATA_AT == 32 && COMPACT_DATA_MAX == 24);
-    assert!(std::mem::size_of::<RespEntry>() == 24 + ANSWER_DATA_MAX);
-    assert!(FIRST_LINE_DATA == 32 && 8 + 24 + ANSWER_DATA_MAX == 2 * 64);
+    assert!(std::mem::size_of::<RespEntry>() == RESP_HEADER_BYTES + ANSWER_DATA_MAX);
+    assert!(FIRST_LINE_DATA == 32 && 8 + RESP_HEADER_BYTES + ANSWER_DATA_MAX == 2 * 64);
 };
 
 pub mod op {
