@@ -6,7 +6,7 @@
 
 use crate::error::{int_ret, ssize_ret, FiError, FiResult};
 use crate::object::{self, put};
-use crate::state::cq::{Completion, CqEvent, CqState};
+use crate::state::cq::{write_entry, CqEvent, CqState, Reader};
 use crate::state::{DomainShared, DomainState};
 use rshm_ffi as ffi;
 use std::collections::VecDeque;
@@ -125,44 +125,6 @@ unsafe extern "C" fn cq_control(fid: *mut ffi::fid, command: c_int, arg: *mut c_
     })
 }
 
-/// Write one completion in `format` at index `i` of the caller's array.
-///
-/// # Safety
-/// `buf` must hold at least `i + 1` entries of `format`.
-unsafe fn write_entry(buf: *mut c_void, i: usize, format: ffi::fi_cq_format, c: &Completion) {
-    let ctx = c.op_context as *mut c_void;
-    // SAFETY: (all arms) per the contract, entry `i` of the caller's array is writable.
-    unsafe {
-        match format {
-            ffi::FI_CQ_FORMAT_CONTEXT => {
-                buf.cast::<ffi::fi_cq_entry>().add(i).write_unaligned(ffi::fi_cq_entry { op_context: ctx })
-            }
-            ffi::FI_CQ_FORMAT_MSG => buf.cast::<ffi::fi_cq_msg_entry>().add(i).write_unaligned(ffi::fi_cq_msg_entry {
-                op_context: ctx,
-                flags: c.flags,
-                len: c.len,
-            }),
-            ffi::FI_CQ_FORMAT_DATA => {
-                buf.cast::<ffi::fi_cq_data_entry>().add(i).write_unaligned(ffi::fi_cq_data_entry {
-                    op_context: ctx,
-                    flags: c.flags,
-                    len: c.len,
-                    buf: c.buf as *mut c_void,
-                    data: c.data,
-                })
-            }
-            _ => buf.cast::<ffi::fi_cq_tagged_entry>().add(i).write_unaligned(ffi::fi_cq_tagged_entry {
-                op_context: ctx,
-                flags: c.flags,
-                len: c.len,
-                buf: c.buf as *mut c_void,
-                data: c.data,
-                tag: c.tag,
-            }),
-        }
-    }
-}
-
 /// Drive the CQ's endpoints, then take up to `count` completions. Waiters asleep in other
 /// threads (`fi_cntr_wait`, `fi_cq_sread` of an auto-progress domain) learn of what this pass
 /// completed for them.
@@ -179,29 +141,36 @@ fn read_locked(
     if !st.cqs.contains(id) {
         return Err(FiError::INVAL);
     }
-    if drive && crate::progress::cq(st, id) > 0 {
-        shared.completed();
+    let mut n = 0;
+    if drive {
+        // What this pass completes for the CQ while nothing is queued goes straight into the
+        // caller's array (`Reader`); anything queued comes first, and then the pass queues.
+        // SAFETY: the caller's arrays hold `count` entries (`buf` of the CQ's format), ours
+        // until this call returns, and the reader ends before that.
+        let mut reader = unsafe { Reader::new(id, buf, src, count) };
+        let handled = crate::progress::cq(st, id, Some(&mut reader));
+        n = reader.filled;
+        if handled > 0 {
+            shared.completed();
+        }
     }
     let cq = &mut st.cqs[id];
     if cq.wait_fd.is_some() {
         // The application reads: no peer needs to wake its descriptor any more.
         crate::state::wait_fd::reading(&mut cq.wait_fd);
     }
-    match cq.events.front() {
-        None => return Err(FiError::AGAIN),
-        Some(CqEvent::Failed { .. }) => return Err(FiError::AVAIL),
-        Some(CqEvent::Done(_)) => {}
+    if n == 0 {
+        match cq.events.front() {
+            None => return Err(FiError::AGAIN),
+            Some(CqEvent::Failed { .. }) => return Err(FiError::AVAIL),
+            Some(CqEvent::Done(_)) => {}
+        }
     }
-    let mut n = 0;
     while n < count {
         let Some(CqEvent::Done(c)) = cq.events.front().copied() else { break };
         cq.events.pop_front();
-        // SAFETY: the caller's array holds `count` entries of the CQ's format.
-        unsafe { write_entry(buf, n, cq.format, &c) };
-        if !src.is_null() {
-            // SAFETY: the caller's src_addr array holds `count` entries.
-            unsafe { src.add(n).write(c.src) };
-        }
+        // SAFETY: the caller's arrays hold `count` entries (`buf` of the CQ's format).
+        unsafe { write_entry(buf, src, n, cq.format, &c) };
         n += 1;
     }
     Ok(n)

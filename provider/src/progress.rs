@@ -17,6 +17,7 @@
 //! handled events notifies the domain's condition variable, on which blocking waits of an
 //! auto-progress domain sleep.
 
+use crate::state::cq::Reader;
 use crate::state::threads::{futex_wait_private, AutoThread, Control, DomainThread};
 use crate::state::{DomainShared, DomainState};
 use smr_core::endpoint::WaitHandle;
@@ -27,8 +28,14 @@ use std::time::Duration;
 
 /// Drive endpoint `id` once (`EpState::drive`); returns how many events it handled.
 pub fn endpoint(st: &mut DomainState, id: usize) -> usize {
+    endpoint_for(st, id, None)
+}
+
+/// `endpoint`, with completions for the CQ that `reader` reads going into its array.
+#[inline(always)]
+fn endpoint_for(st: &mut DomainState, id: usize, reader: Option<&mut Reader>) -> usize {
     let DomainState { eps, cqs, cntrs, avs, mrs, .. } = st;
-    eps.get_mut(id).map_or(0, |ep| ep.drive(cqs, cntrs, avs, mrs))
+    eps.get_mut(id).map_or(0, |ep| ep.drive(cqs, cntrs, reader, avs, mrs))
 }
 
 /// Endpoint ids, copied out of the state so that progress can borrow it mutably.
@@ -41,20 +48,31 @@ fn drive(st: &mut DomainState, ids: Ids) -> usize {
 /// Drive the endpoints `ids` (copied out first, unless there is just one: the common case,
 /// which a poll loop takes millions of times).
 fn drive_these(st: &mut DomainState, ids: impl FnOnce(&DomainState) -> Option<&[usize]>) -> usize {
+    drive_these_for(st, ids, None)
+}
+
+/// `drive_these`, with `reader` (`endpoint_for`).
+#[inline(always)]
+fn drive_these_for(
+    st: &mut DomainState,
+    ids: impl FnOnce(&DomainState) -> Option<&[usize]>,
+    mut reader: Option<&mut Reader>,
+) -> usize {
     match ids(st) {
         None | Some([]) => 0,
-        Some(&[one]) => endpoint(st, one),
+        Some(&[one]) => endpoint_for(st, one, reader),
         Some(many) => {
             let many: Ids = many.iter().copied().collect();
-            drive(st, many)
+            many.into_iter().map(|id| endpoint_for(st, id, reader.as_deref_mut())).sum()
         }
     }
 }
 
-/// Drive the endpoints bound to CQ `cq`.
+/// Drive the endpoints bound to CQ `cq`; what they complete for it while nothing is queued
+/// goes into `reader`'s array, if given (`cq::Reader`).
 #[inline(always)]
-pub fn cq(st: &mut DomainState, cq: usize) -> usize {
-    drive_these(st, |st| st.cqs.get(cq).map(|c| &c.eps[..]))
+pub fn cq(st: &mut DomainState, cq: usize, reader: Option<&mut Reader>) -> usize {
+    drive_these_for(st, |st| st.cqs.get(cq).map(|c| &c.eps[..]), reader)
 }
 
 /// The endpoints that can move a counter.

@@ -35,7 +35,7 @@ pub enum Waitable {
 fn ready(st: &mut DomainState, w: Waitable) -> bool {
     match w {
         Waitable::Cq(id) => {
-            crate::progress::cq(st, id);
+            crate::progress::cq(st, id, None);
             st.cqs.get(id).is_some_and(|c| !c.events.is_empty())
         }
         Waitable::Cntr(id) => {

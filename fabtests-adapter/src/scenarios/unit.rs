@@ -38,6 +38,13 @@ pub fn scenarios() -> Vec<Scenario> {
         scn("unit/cq_formats", 1, 20, cq_formats, "CQ formats CONTEXT/MSG/DATA/TAGGED/UNSPEC and their fields"),
         scn("unit/cq_sizes", 1, 20, cq_sizes, "small CQ (size 4) with 16 completions loses none"),
         scn("unit/cq_readerr", 1, 20, cq_readerr, "truncation: -FI_EAVAIL, fi_cq_readerr FI_ETRUNC, olen"),
+        scn(
+            "unit/cq_read_order",
+            1,
+            20,
+            cq_read_order,
+            "arrivals read two at a time keep their order around an error entry, with their source",
+        ),
         scn("unit/cq_sread", 1, 20, cq_sread, "fi_cq_sread timeout on empty CQ and wake-up on completion"),
         scn("unit/cq_signal", 1, 20, cq_signal, "fi_cq_signal wakes a thread blocked in fi_cq_sread"),
         scn("unit/cntr_ops", 1, 20, cntr_ops, "counter read/add/set"),
@@ -686,6 +693,93 @@ fn cq_readerr(r: &mut Rank) -> TResult {
             fabric::errname(c.err)
         );
     }
+    Ok(())
+}
+
+/// Seven messages arrive before the receiver reads its CQ at all, so that one progress pass can
+/// find them all; the fourth lands in a receive too small for it (FI_ETRUNC). The receiver reads
+/// two entries at a time with fi_cq_readfrom, and after its first read three more messages
+/// arrive, behind entries still queued. The completions come in the order the receives were
+/// posted, the error entry in its place (-FI_EAVAIL, then fi_cq_readerr), each with the sender's
+/// address and its bytes. (rshm writes the entries a read's own pass completes straight into the
+/// caller's array while nothing is queued before them, and queues the rest: this holds the two
+/// together.)
+fn cq_read_order(r: &mut Rank) -> TResult {
+    const FIRST: usize = 7;
+    const N: usize = 10;
+    const SMALL: usize = 3;
+    let cfg = NodeCfg::caps((ffi::FI_MSG | ffi::FI_TAGGED) as u64 | ffi::FI_SOURCE);
+    let mut a = Node::open(&r.prov, &cfg, r.timeout)?;
+    let mut b = Node::open(&r.prov, &cfg, r.timeout)?;
+    let dest = a.insert(&b.name.clone())?;
+    let a_in_b = b.insert(&a.name.clone())?;
+    // A first message with both sides progressing, so that whatever a first send to a peer
+    // needs from it is done.
+    let rid = b.recv(64, fabric::FI_ADDR_UNSPEC, &Rx::default())?;
+    let sid = send2(&mut a, &mut b, &pattern(100, 64), dest, &Tx::default())?;
+    wait2(&mut a, &mut b, sid)?.ok("first send")?;
+    check_recv(&wait2(&mut b, &mut a, rid)?, "first receive", 64, false)?;
+
+    let mut rids = Vec::new();
+    let mut ctxs = Vec::new();
+    for i in 0..N {
+        let id = b.recv(if i == SMALL { 8 } else { 64 }, fabric::FI_ADDR_UNSPEC, &Rx::default())?;
+        ctxs.push(b.ctx_ptr(id).expect("pending"));
+        rids.push(id);
+    }
+    let deadline = Instant::now() + r.timeout;
+    // Messages `range` sent, with only the sender progressing until they completed.
+    let send_only = |a: &mut Node, range: std::ops::Range<usize>| -> TResult {
+        let sids: Vec<u64> =
+            range.map(|i| a.send(&pattern(i as u64, 64), dest, &Tx::default())).collect::<TResult<_>>()?;
+        for s in sids {
+            while a.poll_op(s)?.is_none() {
+                ensure!(Instant::now() < deadline, "timeout waiting for the sends (the receiver not progressing)");
+            }
+        }
+        Ok(())
+    };
+    send_only(&mut a, 0..FIRST)?;
+    let mut order = Vec::new();
+    while order.len() < N {
+        let mut e = [ffi::fi_cq_tagged_entry::default(); 2];
+        let mut src = [fabric::FI_ADDR_NOTAVAIL; 2];
+        let ret = b.tx_cq().readfrom(&mut e, &mut src);
+        if ret > 0 {
+            ensure!(ret <= 2, "fi_cq_readfrom of 2 entries returned {ret}");
+            for k in 0..ret as usize {
+                let Some(i) = ctxs.iter().position(|&c| c == e[k].op_context) else {
+                    bail!("an entry with an unknown context after receives {order:?}")
+                };
+                ensure!(i != SMALL, "the truncated receive came as a successful entry");
+                ensure!(e[k].len == 64, "receive {i}: len {}", e[k].len);
+                ensure!(e[k].flags & ffi::FI_RECV as u64 != 0, "receive {i}: flags {:#x} lack FI_RECV", e[k].flags);
+                ensure!(src[k] == a_in_b, "receive {i}: source {} != the sender's fi_addr {a_in_b}", src[k]);
+                let got = b.peek_buf(rids[i]).expect("pending");
+                check_pattern(&format!("receive {i}"), i as u64, &got, 64)?;
+                order.push(i);
+            }
+        } else if ret == fabric::EAVAIL as isize {
+            let mut err = ffi::fi_cq_err_entry::default();
+            let ret = b.tx_cq().readerr(&mut err, 0);
+            ensure!(ret == 1, "fi_cq_readerr returned {}", fabric::errname(ret as i32));
+            ensure!(err.err == ffi::FI_ETRUNC as i32, "error entry err = {}", fabric::errname(err.err));
+            let Some(i) = ctxs.iter().position(|&c| c == err.op_context) else {
+                bail!("an error entry with an unknown context after receives {order:?}")
+            };
+            order.push(i);
+        } else {
+            ensure!(ret == EAGAIN as isize, "fi_cq_readfrom returned {}", fabric::errname(ret as i32));
+            ensure!(Instant::now() < deadline, "timeout: receives {order:?} of {N} read");
+        }
+        if ret > 0 && order.len() <= 2 {
+            send_only(&mut a, FIRST..N)?;
+        }
+    }
+    ensure!(order == (0..N).collect::<Vec<_>>(), "completions read in the order {order:?}");
+    let mut e = [ffi::fi_cq_tagged_entry::default(); 2];
+    let ret = b.tx_cq().read(&mut e);
+    ensure!(ret == EAGAIN as isize, "fi_cq_read after every receive returned {ret}");
     Ok(())
 }
 

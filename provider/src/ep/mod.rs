@@ -524,7 +524,7 @@ unsafe extern "C" fn ep_cancel(fid: ffi::fid_t, context: *mut c_void) -> isize {
         let mut st = ep.shared.lock();
         let DomainState { eps, cqs, cntrs, .. } = &mut *st;
         let s = &mut eps[ep.id];
-        let mut sinks = Sinks { cqs, cntrs, b: &s.bindings };
+        let mut sinks = Sinks::new(cqs, cntrs, &s.bindings);
         if s.rx.cancel(context as usize, &mut sinks) {
             0
         } else {

@@ -74,7 +74,7 @@ fn recv(ep: *mut ffi::fid_ep, make: impl FnOnce(u64) -> FiResult<PostedRecv>, de
         }
         let directed = s.directed();
         let engine = s.engine.as_mut().ok_or(FiError::NOTCONN)?;
-        let mut sinks = Sinks { cqs, cntrs, b: &s.bindings };
+        let mut sinks = Sinks::new(cqs, cntrs, &s.bindings);
         let ctx = PostCtx { rx: &mut s.rx, engine, sinks: &mut sinks, directed };
         if recv.tagged && recv.flags & ffi::FI_PEEK as u64 != 0 {
             rx::peek(ctx, &recv);
@@ -482,7 +482,7 @@ fn start_send(
     match sent {
         // Done at once: report it, unless nothing would see it (an inject with no counter).
         Ok(SendStatus::Done) if op.wanted() || ep.bindings.tx_cntr(TxKind::Send).is_some() => {
-            let mut sinks = Sinks { cqs, cntrs, b: &ep.bindings };
+            let mut sinks = Sinks::new(cqs, cntrs, &ep.bindings);
             sinks.tx_done(CqEvent::Done(op.entry()), op.wanted(), TxKind::Send);
             Ok(())
         }

@@ -91,7 +91,7 @@ pub fn start_inline(st: &mut DomainState, id: usize, a: OneSided, op: Op) -> FiR
             }
             let tx = TxOp::new(a.ctx, flags, wanted, kind);
             ep.rma.issued += 1;
-            done_at_once(&mut crate::state::ep::sinks::Sinks { cqs, cntrs, b: &ep.bindings }, a.ctx, &tx);
+            done_at_once(&mut crate::state::ep::sinks::Sinks::new(cqs, cntrs, &ep.bindings), a.ctx, &tx);
             return Ok(());
         }
         if by_cma.is_some() {
@@ -337,7 +337,7 @@ fn launched(
         // nothing would see it (an inject with no counter).
         Ok(SendStatus::Done) if !acked => {
             ep.rma.issued += 1;
-            done_at_once(&mut Sinks { cqs, cntrs, b: &ep.bindings }, a.ctx, &tx);
+            done_at_once(&mut Sinks::new(cqs, cntrs, &ep.bindings), a.ctx, &tx);
             return Ok(());
         }
         // The answer (or, for a batched one, its push into the ring) completes it.

@@ -12,7 +12,7 @@ pub mod tx;
 use crate::error::{FiError, FiResult};
 use crate::state::av::AvState;
 use crate::state::cntr::CntrState;
-use crate::state::cq::CqState;
+use crate::state::cq::{CqState, Reader};
 use crate::state::mr::MrTable;
 use rma::RmaState;
 use rshm_ffi as ffi;
@@ -88,10 +88,12 @@ impl EpState {
     }
 
     /// Drive this endpoint once; returns how many events it handled.
+    /// Completions for the CQ that `reader` reads go into its array while they can.
     pub fn drive(
         &mut self,
         cqs: &mut Slab<CqState>,
         cntrs: &mut Slab<CntrState>,
+        reader: Option<&mut Reader>,
         avs: &Slab<AvState>,
         mrs: &MrTable,
     ) -> usize {
@@ -115,7 +117,7 @@ impl EpState {
             rx: &mut ep.rx,
             tx_ops: &mut ep.tx_ops,
             target: rma::Target { rma: &mut ep.rma, mrs },
-            sinks: Sinks { cqs, cntrs, b: &ep.bindings },
+            sinks: Sinks { cqs, cntrs, b: &ep.bindings, reader },
             av,
             src_addrs: &mut ep.src_addrs,
             directed,

@@ -760,7 +760,7 @@ mod tests {
         let (mut cqs, mut cntrs) = (Slab::new(), Slab::new());
         let cntr = cntrs.insert(crate::state::cntr::CntrState::default());
         let b = super::super::sinks::Bindings { read_cntr: Some(cntr), ..Default::default() };
-        let mut sinks = Sinks { cqs: &mut cqs, cntrs: &mut cntrs, b: &b };
+        let mut sinks = Sinks::new(&mut cqs, &mut cntrs, &b);
         if let Some(data) = answer {
             answer_data(&mut rma, &mut tx_ops, slot, data);
         }

@@ -3,7 +3,7 @@
 //! `app` byte.
 
 use crate::state::cntr::CntrState;
-use crate::state::cq::{Completion, CqEvent, CqState};
+use crate::state::cq::{Completion, CqEvent, CqState, Reader};
 use rshm_ffi as ffi;
 use slab::Slab;
 
@@ -51,9 +51,16 @@ pub struct Sinks<'a> {
     pub cqs: &'a mut Slab<CqState>,
     pub cntrs: &'a mut Slab<CntrState>,
     pub b: &'a Bindings,
+    /// The array of the fi_cq_read driving this pass, if any (`Reader`).
+    pub reader: Option<&'a mut Reader>,
 }
 
-impl Sinks<'_> {
+impl<'a> Sinks<'a> {
+    /// Sinks outside a CQ read's pass: every completion is queued.
+    pub fn new(cqs: &'a mut Slab<CqState>, cntrs: &'a mut Slab<CntrState>, b: &'a Bindings) -> Sinks<'a> {
+        Sinks { cqs, cntrs, b, reader: None }
+    }
+
     // Forced inline: the event is built in the caller and would otherwise be copied on each of
     // the two calls down to the queue.
     #[inline(always)]
@@ -64,10 +71,23 @@ impl Sinks<'_> {
             c.count(failed);
         }
         if failed || wanted {
-            if let Some(q) = cq.and_then(|id| self.cqs.get_mut(id)) {
-                q.push(event);
+            if let Some(id) = cq {
+                self.complete_on(id, event);
             }
         }
+    }
+
+    /// Queue `event` on CQ `id`, or, for a success that nothing queued precedes, hand it to
+    /// the reader of that CQ while its array has room.
+    #[inline(always)]
+    fn complete_on(&mut self, id: usize, event: CqEvent) {
+        let Some(q) = self.cqs.get_mut(id) else { return };
+        if let (Some(r), CqEvent::Done(c)) = (self.reader.as_deref_mut(), &event) {
+            if r.cq == id && r.put(q, c) {
+                return;
+            }
+        }
+        q.push(event);
     }
 
     /// A transmit operation finished; `wanted` is false for injects and unselected selective
@@ -92,8 +112,8 @@ impl Sinks<'_> {
 
     /// A remote write with CQ data: an entry on the receive CQ.
     pub fn remote_cq(&mut self, event: CqEvent) {
-        if let Some(q) = self.b.rx_cq.and_then(|id| self.cqs.get_mut(id)) {
-            q.push(event);
+        if let Some(id) = self.b.rx_cq {
+            self.complete_on(id, event);
         }
     }
 
