@@ -21,12 +21,13 @@ use cntr::CntrState;
 use cq::CqState;
 use ep::EpState;
 use mr::MrTable;
+use parking_lot::{Condvar, MutexGuard};
 use rshm_ffi as ffi;
 use slab::Slab;
 use std::mem::ManuallyDrop;
 use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, TryLockError};
+use std::sync::{Arc, Mutex};
 
 /// Domain-wide settings fixed at open.
 #[derive(Debug, Clone)]
@@ -64,7 +65,11 @@ pub struct PollTurn {
 }
 
 pub struct DomainShared {
-    state: Mutex<DomainState>,
+    /// parking_lot's lock, not std's: no poisoning to check on every lock and unlock (a panic
+    /// inside the provider is caught at the boundary, and std's poisoned lock was taken anyway),
+    /// which saved 10-17 instructions per libfabric call (plain build: fi_tinject 382 -> 372,
+    /// fi_trecv 205 -> 193, an 8 B arrival's fi_cq_read 840 -> 823).
+    state: parking_lot::Mutex<DomainState>,
     /// The thread holding `state` (`pthread_self`), 0 while nobody does: set after locking,
     /// cleared before unlocking (`Locked`).
     owner: AtomicUsize,
@@ -85,7 +90,7 @@ pub struct DomainShared {
 impl DomainShared {
     pub fn new(state: DomainState, config: DomainConfig) -> DomainShared {
         DomainShared {
-            state: Mutex::new(state),
+            state: parking_lot::Mutex::new(state),
             owner: AtomicUsize::new(0),
             config,
             completions: Condvar::new(),
@@ -118,16 +123,13 @@ impl DomainShared {
     pub fn wait_completion<'a>(&'a self, locked: Locked<'a>, timeout: std::time::Duration) -> Locked<'a> {
         self.progress.app_sleeps();
         self.sleepers.fetch_add(1, Ordering::SeqCst);
-        let guard = locked.release_owner();
-        let guard = match self.completions.wait_timeout(guard, timeout) {
-            Ok((g, _)) => g,
-            Err(poisoned) => poisoned.into_inner().0,
-        };
+        let mut guard = locked.release_owner();
+        self.completions.wait_for(&mut guard, timeout);
         self.sleepers.fetch_sub(1, Ordering::SeqCst);
         self.locked_by_me(guard)
     }
 
-    /// Lock the domain; a panic while locked does not wedge it forever.
+    /// Lock the domain (a panic while it was locked left it unlocked: no poisoning).
     ///
     /// A call made from a signal handler that interrupted this same thread inside the provider
     /// would wait forever for the lock the interrupted code holds. That happens: libraries
@@ -138,15 +140,14 @@ impl DomainShared {
     /// from the handler, and the process was on its way out.
     pub fn lock(&self) -> Locked<'_> {
         let guard = match self.state.try_lock() {
-            Ok(guard) => guard,
-            Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
-            Err(TryLockError::WouldBlock) => {
+            Some(guard) => guard,
+            None => {
                 // Only this thread stores its own id, and it clears it before it unlocks: seeing
                 // it here means this thread holds the lock, below us on its stack.
                 if self.owner.load(Ordering::Relaxed) == this_thread() {
                     reentered();
                 }
-                self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+                self.state.lock()
             }
         };
         self.locked_by_me(guard)
