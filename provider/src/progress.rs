@@ -41,8 +41,9 @@ fn endpoint_for(st: &mut DomainState, id: usize, reader: Option<&mut Reader>) ->
 /// Endpoint ids, copied out of the state so that progress can borrow it mutably.
 type Ids = smallvec::SmallVec<[usize; 8]>;
 
-fn drive(st: &mut DomainState, ids: Ids) -> usize {
-    ids.into_iter().map(|id| endpoint(st, id)).sum()
+/// Drive the endpoints `ids`, with `reader` (`endpoint_for`).
+fn drive(st: &mut DomainState, ids: Ids, mut reader: Option<&mut Reader>) -> usize {
+    ids.into_iter().map(|id| endpoint_for(st, id, reader.as_deref_mut())).sum()
 }
 
 /// Drive the endpoints `ids` (copied out first, unless there is just one: the common case,
@@ -51,15 +52,12 @@ fn drive(st: &mut DomainState, ids: Ids) -> usize {
 fn drive_these(
     st: &mut DomainState,
     ids: impl FnOnce(&DomainState) -> Option<&[usize]>,
-    mut reader: Option<&mut Reader>,
+    reader: Option<&mut Reader>,
 ) -> usize {
     match ids(st) {
         None | Some([]) => 0,
         Some(&[one]) => endpoint_for(st, one, reader),
-        Some(many) => {
-            let many: Ids = many.iter().copied().collect();
-            many.into_iter().map(|id| endpoint_for(st, id, reader.as_deref_mut())).sum()
-        }
+        Some(many) => drive(st, many.iter().copied().collect(), reader),
     }
 }
 
@@ -91,7 +89,7 @@ pub fn cntr(st: &mut DomainState, cntr: usize) -> usize {
     match cntr_eps(st, cntr) {
         None | Some(CntrEps::Bound([])) => 0,
         Some(CntrEps::Bound(&[one])) => endpoint(st, one),
-        Some(CntrEps::Bound(many)) => drive(st, many.iter().copied().collect()),
+        Some(CntrEps::Bound(many)) => drive(st, many.iter().copied().collect(), None),
         Some(CntrEps::All) => all(st),
     }
 }
@@ -115,7 +113,7 @@ pub fn probe_is_fresh(st: &DomainState, cq: usize, cntr: usize) -> bool {
 
 /// Drive every endpoint of the domain.
 pub fn all(st: &mut DomainState) -> usize {
-    drive(st, st.eps.iter().map(|(id, _)| id).collect())
+    drive(st, st.eps.iter().map(|(id, _)| id).collect(), None)
 }
 
 /// Before a thread sleeps on the domain's endpoints after a poll that found nothing it waits

@@ -740,6 +740,8 @@ fn cq_read_order(r: &mut Rank) -> TResult {
         Ok(())
     };
     send_only(&mut a, 0..FIRST)?;
+    // Which receive an entry's context names.
+    let receive_of = |ctx: *mut std::ffi::c_void| ctxs.iter().position(|&c| c == ctx);
     let mut order = Vec::new();
     while order.len() < N {
         let mut e = [ffi::fi_cq_tagged_entry::default(); 2];
@@ -748,7 +750,7 @@ fn cq_read_order(r: &mut Rank) -> TResult {
         if ret > 0 {
             ensure!(ret <= 2, "fi_cq_readfrom of 2 entries returned {ret}");
             for k in 0..ret as usize {
-                let Some(i) = ctxs.iter().position(|&c| c == e[k].op_context) else {
+                let Some(i) = receive_of(e[k].op_context) else {
                     bail!("an entry with an unknown context after receives {order:?}")
                 };
                 ensure!(i != SMALL, "the truncated receive came as a successful entry");
@@ -764,7 +766,7 @@ fn cq_read_order(r: &mut Rank) -> TResult {
             let ret = b.tx_cq().readerr(&mut err, 0);
             ensure!(ret == 1, "fi_cq_readerr returned {}", fabric::errname(ret as i32));
             ensure!(err.err == ffi::FI_ETRUNC as i32, "error entry err = {}", fabric::errname(err.err));
-            let Some(i) = ctxs.iter().position(|&c| c == err.op_context) else {
+            let Some(i) = receive_of(err.op_context) else {
                 bail!("an error entry with an unknown context after receives {order:?}")
             };
             order.push(i);
