@@ -1,28 +1,45 @@
 #!/usr/bin/env python3
 """Inclusive instructions and call counts per function, from callgrind output files.
 
-    scripts/callgrind-calls.py FILE [PATTERN...]
+    scripts/callgrind-calls.py [--event NAME] FILE [PATTERN...]
 
 For every function whose name contains one of the PATTERNs (all functions without any): how
 often it was called and the instructions executed inside it and everything it called, summed
 over its callers' call edges (so a function inlined away has no row). Prints
 `calls <TAB> inclusive <TAB> per-call <TAB> name`.
+
+--event NAME counts another of the profile's events instead of instructions (Ir): with
+`--cache-sim=yes`, D1mr/D1mw (first-level data cache read/write misses) or DLmr/DLmw
+(last-level misses), summed when NAME lists several with '+' (D1mr+D1mw).
 """
 import re
 import sys
 
 
-def parse(path):
+def parse(path, event="Ir"):
     names = {"fn": {}, "cfn": {}}
     calls, incl = {}, {}
     cur_cfn, pending = None, None
+    # A cost line is its positions (one, the line; two with --dump-instr=yes), then one column
+    # per event in the header's order, trailing zeros left out.
+    positions, columns = 1, [0]
     with open(path, errors="replace") as f:
         for line in f:
             line = line.rstrip("\n")
+            if line.startswith("positions:"):
+                positions = len(line.split()[1:])
+                continue
+            if line.startswith("events:"):
+                events = line.split()[1:]
+                wanted = event.split("+")
+                missing = [e for e in wanted if e not in events]
+                if missing:
+                    sys.exit(f"{path}: no event {', '.join(missing)} (events: {' '.join(events)})")
+                columns = [positions + events.index(e) for e in wanted]
+                continue
             if pending is not None:
                 parts = line.split()
-                # "position(s) cost": one position (line), or two with --dump-instr=yes.
-                cost = int(parts[-1]) if len(parts) > 1 else 0
+                cost = sum(int(parts[c]) for c in columns if c < len(parts))
                 incl[pending[0]] = incl.get(pending[0], 0) + cost
                 calls[pending[0]] = calls.get(pending[0], 0) + pending[1]
                 pending = None
@@ -48,8 +65,13 @@ def parse(path):
 
 
 def main():
-    path, pats = sys.argv[1], sys.argv[2:]
-    calls, incl = parse(path)
+    args, event = sys.argv[1:], "Ir"
+    if args[:1] == ["--event"] and len(args) > 1:
+        event, args = args[1], args[2:]
+    if not args:
+        sys.exit(__doc__)
+    path, pats = args[0], args[1:]
+    calls, incl = parse(path, event)
     for name in sorted(calls, key=lambda n: -incl.get(n, 0)):
         if pats and not any(p in name for p in pats):
             continue
