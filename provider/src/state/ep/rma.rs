@@ -135,6 +135,8 @@ use smr_core::Error as EngineError;
 use std::collections::VecDeque;
 
 mod answers;
+#[cfg(test)]
+mod hostile;
 mod target;
 mod wire;
 pub use answers::*;
