@@ -4,9 +4,10 @@
 #   scripts/sanitizers.sh miri   Miri on the heap-backed ring and free stack and the pure decoders
 #                                (smr-core unit tests; the ones that need shm, mmap, futex, CMA or
 #                                /proc cannot run under Miri and are left out by the filter)
-#   scripts/sanitizers.sh asan   AddressSanitizer on smr-core's tests and every multi-process test
-#                                of rshm-tests; the helper binaries they spawn (rshm-peer,
-#                                rshm-storm) are built with ASan too, in the same build
+#   scripts/sanitizers.sh asan   AddressSanitizer on smr-core's and the provider's unit tests and
+#                                every multi-process test of rshm-tests; the helper binaries
+#                                they spawn (rshm-peer, rshm-storm) are built with ASan too, in
+#                                the same build
 #   scripts/sanitizers.sh        both
 #
 # Needs the nightly toolchain with miri and rust-src: rustup +nightly component add miri rust-src
@@ -24,7 +25,7 @@ if [ "$what" = miri ] || [ "$what" = all ]; then
 fi
 
 if [ "$what" = asan ] || [ "$what" = all ]; then
-    step "AddressSanitizer: smr-core and rshm-tests (multi-process), helpers built with ASan"
+    step "AddressSanitizer: smr-core, the provider's unit tests and rshm-tests (multi-process), helpers built with ASan"
     # --target makes RUSTFLAGS apply to the target crates only (proc macros and build scripts
     # stay uninstrumented); every binary the tests spawn is built in this same ASan build.
     # Leak checking stays on: a test or helper that leaks fails.
@@ -38,6 +39,9 @@ if [ "$what" = asan ] || [ "$what" = all ]; then
     for t in "${rss_bound[@]}"; do skip+=(--skip "$t"); done
     ASAN_OPTIONS="detect_leaks=1" CARGO_TARGET_DIR=target/asan \
         "${asan[@]}" -p smr-core -p rshm-tests --lib --bins --tests -- "${skip[@]}"
+    # The provider's own tests: among them a hostile peer's one-sided commands against a target
+    # (`rma/hostile.rs`), whose copies in and out of registered memory ASan checks too.
+    ASAN_OPTIONS="detect_leaks=1" CARGO_TARGET_DIR=target/asan "${asan[@]}" -p rshm-provider --lib
     step "AddressSanitizer, no quarantine: the tests with a memory bound"
     ASAN_OPTIONS="detect_leaks=1:quarantine_size_mb=0" CARGO_TARGET_DIR=target/asan \
         "${asan[@]}" -p rshm-tests --test exhaustion --test soak -- "${rss_bound[@]}"
