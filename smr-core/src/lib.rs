@@ -34,6 +34,8 @@ pub mod published;
 pub mod region;
 #[cfg(not(loom))]
 pub mod shm;
+#[cfg(feature = "test-hooks")]
+pub mod testing;
 #[cfg(not(loom))]
 pub mod wake;
 

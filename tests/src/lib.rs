@@ -135,23 +135,7 @@ fn free_buffers(
 // ---------------------------------------------------------------------------------------------
 // Payloads
 
-/// A seeded xorshift generator: the random choices of the kill storm and the soak, repeatable
-/// from the seed they print.
-pub struct Rng(pub u64);
-
-impl Rng {
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    /// Uniform enough below `n` (n > 0).
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next_u64() % n
-    }
-}
+pub use smr_core::testing::Rng;
 
 /// Tag layout: sender id in the high 32 bits, sequence number in the low 32.
 pub fn make_tag(sender: u32, seq: u32) -> u64 {

@@ -15,6 +15,7 @@ use crate::state::ep::sinks::{Bindings, Sinks};
 use crate::state::mr::{MrEntry, MrTable};
 use smr_core::cmd::{MsgHeader, RemoteIov};
 use smr_core::endpoint::{AnswerBuf, Disposition, Incoming};
+use smr_core::testing::Rng;
 
 /// Each registration's size, and the guard of untouched memory around each.
 const W: usize = 4096;
@@ -26,32 +27,17 @@ const UNTOUCHED: u8 = 0xC5;
 /// Commands per addressing mode.
 const COMMANDS: u64 = 6000;
 
-/// xorshift64*: reproducible, and no dependency.
-struct Rng(u64);
+/// `n` random bytes.
+fn bytes(rng: &mut Rng, n: usize) -> Vec<u8> {
+    (0..n).map(|_| rng.next_u64() as u8).collect()
+}
 
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-
-    fn bytes(&mut self, n: usize) -> Vec<u8> {
-        (0..n).map(|_| self.next() as u8).collect()
-    }
-
-    /// One of `options`, or (one time in `wild`) any value at all.
-    fn pick(&mut self, options: &[u64], wild: u64) -> u64 {
-        if self.below(wild) == 0 {
-            self.next()
-        } else {
-            options[self.below(options.len() as u64) as usize]
-        }
+/// One of `options`, or (one time in `wild`) any value at all.
+fn pick(rng: &mut Rng, options: &[u64], wild: u64) -> u64 {
+    if rng.below(wild) == 0 {
+        rng.next_u64()
+    } else {
+        options[rng.below(options.len() as u64) as usize]
     }
 }
 
@@ -107,18 +93,18 @@ fn table(mem: &Memory, virt_addr: bool) -> MrTable {
 /// A command's header and payload: mostly near-valid (a real key, an address in or around a
 /// registration, a valid atomic, a well-formed read request), often not.
 fn command(rng: &mut Rng, mem: &Memory, virt_addr: bool) -> (MsgHeader, Vec<u8>) {
-    let kind = rng.pick(&[u64::from(KIND_WRITE), u64::from(KIND_READ_REQ), u64::from(KIND_ATOMIC)], 8) as u8 & 0xf;
-    let key = rng.pick(&[RW, RO], 6);
+    let kind = pick(rng, &[u64::from(KIND_WRITE), u64::from(KIND_READ_REQ), u64::from(KIND_ATOMIC)], 8) as u8 & 0xf;
+    let key = pick(rng, &[RW, RO], 6);
     // Anywhere in or around the registration, or (half the time) within a few bytes of one of
     // its ends, less a usual length: where an off-by-a-few range check would let a byte through.
     let offset = if rng.below(2) == 0 {
         rng.below(3 * W as u64) as i64 - W as i64
     } else {
-        let end = rng.pick(&[0, W as u64], 1 << 20) as i64;
-        end - rng.pick(&[0, 1, 4, 8, 16, 64], 1 << 20) as i64 + rng.below(17) as i64 - 8
+        let end = pick(rng, &[0, W as u64], 1 << 20) as i64;
+        end - pick(rng, &[0, 1, 4, 8, 16, 64], 1 << 20) as i64 + rng.below(17) as i64 - 8
     };
     let addr = match rng.below(8) {
-        0 => rng.next(),
+        0 => rng.next_u64(),
         _ if virt_addr => (mem.region(RW).0 as i64 + offset) as u64,
         _ => offset as u64,
     };
@@ -129,38 +115,38 @@ fn command(rng: &mut Rng, mem: &Memory, virt_addr: bool) -> (MsgHeader, Vec<u8>)
                 kind: [Kind::Write, Kind::Fetch, Kind::Compare][rng.below(3) as usize],
                 op: rng.below(20) as u32,
                 datatype: rng.below(14) as u32,
-                count: rng.pick(&[1, 1, 1, 2, 7], 16) as u32,
+                count: pick(rng, &[1, 1, 1, 2, 7], 16) as u32,
                 with_op_id: rng.below(4) == 0,
             };
-            hdr.data = if rng.below(8) == 0 { rng.next() } else { d.pack() };
+            hdr.data = if rng.below(8) == 0 { rng.next_u64() } else { d.pack() };
             let n = match Desc::unpack(hdr.data) {
                 Some(d) if rng.below(8) != 0 => d.payload(),
                 _ => rng.below(80) as usize,
             };
-            rng.bytes(n)
+            bytes(rng, n)
         }
         KIND_READ_REQ => {
-            let len = rng.pick(&[0, 1, 8, 33, 96, 97, 200, 4096, 5000], 8);
+            let len = pick(rng, &[0, 1, 8, 33, 96, 97, 200, 4096, 5000], 8);
             let by = match rng.below(4) {
                 0 => ReturnBy::Reply,
                 1 => ReturnBy::Pushed,
-                2 => ReturnBy::WriteBack(vec![RemoteIov { addr: rng.next(), len: rng.below(8192) }]),
-                _ => AnswerBuf::from_wire(rng.next() as u32, &[]).map_or(ReturnBy::Reply, ReturnBy::AnswerBuf),
+                2 => ReturnBy::WriteBack(vec![RemoteIov { addr: rng.next_u64(), len: rng.below(8192) }]),
+                _ => AnswerBuf::from_wire(rng.next_u64() as u32, &[]).map_or(ReturnBy::Reply, ReturnBy::AnswerBuf),
             };
             let req = ReadReq { op_id: rng.below(4), len, by }.encode().to_vec();
             if rng.below(6) == 0 {
                 let n = rng.below(40) as usize;
-                rng.bytes(n)
+                bytes(rng, n)
             } else {
                 req
             }
         }
         _ => {
-            let n = rng.pick(&[0, 1, 8, 64, 1000, W as u64, W as u64 + 8], 8) as usize % (2 * W);
-            rng.bytes(n)
+            let n = pick(rng, &[0, 1, 8, 64, 1000, W as u64, W as u64 + 8], 8) as usize % (2 * W);
+            bytes(rng, n)
         }
     };
-    hdr.len = if rng.below(10) == 0 { rng.pick(&[0, 1, 1 << 20], 4) } else { payload.len() as u64 };
+    hdr.len = if rng.below(10) == 0 { pick(rng, &[0, 1, 1 << 20], 4) } else { payload.len() as u64 };
     (hdr, payload)
 }
 
@@ -235,7 +221,7 @@ fn hostile_one_sided_commands_touch_only_what_registrations_allow() {
         let (mut cqs, mut cntrs) = (slab::Slab::new(), slab::Slab::new());
         let b = Bindings::default();
         let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ u64::from(virt_addr));
-        let mut served = [0u64; 2];
+        let mut outcomes = [0u64; 2];
         for msg_id in 0..COMMANDS {
             let (hdr, payload) = command(&mut rng, &mem, virt_addr);
             let msg = Incoming { key: msg_id, src: 1, src_gen: 1, msg_id, hdr, acked: rng.below(2) == 0 };
@@ -248,13 +234,13 @@ fn hostile_one_sided_commands_touch_only_what_registrations_allow() {
                 Some(d) => d,
                 None => target.on_message(&msg),
             };
-            served[usize::from(matches!(d, Disposition::Refuse(_)))] += 1;
+            outcomes[usize::from(matches!(d, Disposition::Refuse(_)))] += 1;
             engine_part(&mut target, &msg, d, &payload, (&mem, virt_addr), &mut rng, &mut sinks);
             check_outbox(&mut rma, &mem);
             assert!(mem.untouched_outside_rw(), "command {msg_id} ({hdr:?}) wrote outside the writable registration");
         }
         assert!(rma.target.is_empty(), "every delivered operation finished");
         // Both outcomes came up often: the commands reached the code that applies them.
-        assert!(served.iter().all(|&n| n > COMMANDS / 10), "taken and refused: {served:?} (virt_addr {virt_addr})");
+        assert!(outcomes.iter().all(|&n| n > COMMANDS / 10), "taken and refused: {outcomes:?} (virt_addr {virt_addr})");
     }
 }
