@@ -76,16 +76,16 @@ fn take_value<'a>(args: &'a [String], i: &mut usize, flag: &str) -> Result<&'a s
     args.get(*i).map(String::as_str).ok_or_else(|| format!("{flag} needs a value"))
 }
 
-/// `--provider-path`, made absolute: the tests run in other directories (and the upstream ones
-/// in namespaces of their own), where a relative path named nothing and every getinfo of rshm
-/// answered ENODATA.
-fn provider_dir(arg: &str) -> PathBuf {
-    std::path::absolute(arg).unwrap_or_else(|_| PathBuf::from(arg))
+/// A provider directory (`--provider-path`, or FI_PROVIDER_PATH), made absolute: the tests run
+/// in other directories (and the upstream ones in namespaces of their own), where a relative
+/// path named nothing and every getinfo of rshm answered ENODATA.
+fn provider_dir(arg: impl AsRef<std::path::Path>) -> PathBuf {
+    std::path::absolute(&arg).unwrap_or_else(|_| arg.as_ref().to_path_buf())
 }
 
 fn default_provider_path() -> Option<PathBuf> {
     if let Some(p) = std::env::var_os("FI_PROVIDER_PATH") {
-        return Some(PathBuf::from(p));
+        return Some(provider_dir(p));
     }
     let exe = std::env::current_exe().ok()?;
     let dir = exe.parent()?.parent()?.join("rshm");

@@ -127,7 +127,7 @@ fn parse(args: &[String]) -> Result<Opts, String> {
             "--isolate" => o.isolate = val()?,
             "--junit" => o.junit = Some(PathBuf::from(val()?)),
             "--log-dir" => o.log_dir = Some(PathBuf::from(val()?)),
-            "--provider-path" => o.provider_path = Some(crate::provider_dir(&val()?)),
+            "--provider-path" => o.provider_path = Some(crate::provider_dir(val()?)),
             "--base-port" => o.base_port = u16::try_from(num(&val()?, a)?).map_err(|_| "bad --base-port")?,
             "--server-wait-ms" => o.server_wait_ms = num(&val()?, a)?,
             "--list" => o.list = true,
