@@ -21,8 +21,9 @@ def parse(path, event="Ir"):
     calls, incl = {}, {}
     cur_cfn, pending = None, None
     # A cost line is its positions (one, the line; two with --dump-instr=yes), then one column
-    # per event in the header's order, trailing zeros left out.
-    positions, columns = 1, [0]
+    # per event in the header's order, trailing zeros left out. The header (`positions:`, then
+    # `events:`) comes before any cost line and says which columns to sum.
+    positions, columns = 1, None
     with open(path, errors="replace") as f:
         for line in f:
             line = line.rstrip("\n")
