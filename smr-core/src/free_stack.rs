@@ -171,6 +171,13 @@ impl<'a> FreeStack<'a> {
 
     /// Return a buffer index taken by `pop`.
     pub fn push(&self, index: u32) -> Result<(), StackError> {
+        self.push_refilling(index).map(|_| ())
+    }
+
+    /// `push`, saying whether the stack was empty until this push (`Ok(true)`). A sender that
+    /// found it empty may be waiting for a buffer: the first push after the empty head it read
+    /// is this one (a pop cannot move an empty head), so whoever makes such a push can wake it.
+    pub fn push_refilling(&self, index: u32) -> Result<bool, StackError> {
         let Some(link) = self.links.get(index as usize) else {
             return Err(StackError::Corrupt);
         };
@@ -186,7 +193,7 @@ impl<'a> FreeStack<'a> {
             link.store((head & INDEX_MASK) as u32, Ordering::Release);
             let new = (((head >> 32) + 1) << 32) | u64::from(index + 1);
             if self.head.head.compare_exchange_weak(head, new, Ordering::Release, Ordering::Relaxed).is_ok() {
-                return Ok(());
+                return Ok(head & INDEX_MASK == 0);
             }
             spin_hint();
         }

@@ -20,7 +20,7 @@
 #![cfg(loom)]
 
 use loom::cell::UnsafeCell;
-use loom::sync::atomic::{AtomicU32, Ordering};
+use loom::sync::atomic::{fence, AtomicU32, Ordering};
 use loom::sync::Arc;
 use loom::thread;
 use smr_core::free_stack::{self, FreeStack, StackError, StackHead};
@@ -719,6 +719,54 @@ fn free_stack_double_release() {
         assert_eq!(results, [Ok(()), Err(StackError::NotInUse)]);
         parts.assert_all_free();
     });
+}
+
+/// (4d) A sender that finds the receiver's pool empty sleeps until woken, and the receiver's push
+/// onto the empty stack wakes it (`endpoint/refill.rs`): `FreeStack::push_refilling` composed
+/// with the wake word's protocol (`wake.rs`, which is not built under loom: its `arm` and
+/// `notify` are written out below with the same orderings). The sender arms, then pops; the
+/// receiver pushes back the only buffer and, if that push refilled the empty stack, notifies.
+/// Whenever the sender's pop finds nothing, the notify saw it armed and moved the sequence it
+/// would sleep on, so its sleep returns at once.
+#[test]
+fn free_stack_refill_wakes_a_sender_that_found_it_empty() {
+    const NAME: &str = "free_stack_refill_wakes_a_sender_that_found_it_empty";
+    let empty = Tally::default();
+    let seen_empty = empty.clone();
+    model(NAME, move || {
+        let parts = StackParts::new(1);
+        let held = parts.stack().pop().unwrap();
+        // The sender's wake word: (sequence, armed).
+        let word = Arc::new((AtomicU32::new(0), AtomicU32::new(0)));
+        let receiver = {
+            let (parts, word) = (parts.clone(), word.clone());
+            thread::spawn(move || {
+                if parts.stack().push_refilling(held) == Ok(true) {
+                    // `wake::notify`
+                    fence(Ordering::SeqCst);
+                    if word.1.load(Ordering::Relaxed) != 0 {
+                        word.0.fetch_add(1, Ordering::SeqCst);
+                    }
+                }
+            })
+        };
+        // `wake::arm`, then the progress pass's pop.
+        let seq = word.0.load(Ordering::SeqCst);
+        word.1.fetch_add(1, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        let got = parts.stack().pop();
+        receiver.join().unwrap();
+        match got {
+            Ok(i) => parts.stack().push(i).unwrap(),
+            Err(e) => {
+                assert_eq!(e, StackError::Empty);
+                empty.note(true);
+                assert_ne!(word.0.load(Ordering::SeqCst), seq, "the sender found the pool empty and nothing woke it");
+            }
+        }
+        parts.assert_all_free();
+    });
+    seen_empty.assert_seen(NAME, "a sender finding the pool empty");
 }
 
 /// (5a) The owner's check of the claim counter (`Consumer::repair_tail`) between its pops, while

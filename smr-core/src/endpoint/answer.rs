@@ -261,7 +261,7 @@ impl Endpoint {
             std::iter::from_fn(|| stack.pop().ok().or_else(|| self.sar_cold.take(&stack))).take(wanted).collect();
         if taken.len() < wanted {
             // Too few free: what was taken goes back (cold, as an answer's buffers would).
-            taken.iter().for_each(|&index| self.sar_cold.give_back(&stack, index));
+            taken.iter().for_each(|&index| self.give_back_sar(index));
             return Err(Error::Again);
         }
         let mut buf = AnswerBuf::one(SAR_POOL | taken[0] | ((wanted as u32 - 1) << MORE_SHIFT));
@@ -381,8 +381,7 @@ impl Endpoint {
     pub(super) fn release_answer_buf(&mut self, buf: Option<AnswerBuf>) {
         let Some(buf) = buf else { return };
         if buf.name & SAR_POOL != 0 {
-            let stack = self.region.sar_stack();
-            buf.indices().for_each(|index| self.sar_cold.give_back(&stack, index));
+            buf.indices().for_each(|index| self.give_back_sar(index));
         } else {
             self.inject_cold.give_back(&self.region.inject_stack(), buf.name & INDEX);
         }

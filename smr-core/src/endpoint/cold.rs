@@ -62,32 +62,34 @@ impl ColdReuse {
     }
 
     /// We are done with `buf` (copied out of, or its answer read): hold it, and give back the
-    /// oldest held buffer once more than `hold` wait, or whenever the stack is empty.
-    pub(super) fn give_back(&mut self, stack: &FreeStack<'_>, buf: u32) {
+    /// oldest held buffer once more than `hold` wait, or whenever the stack is empty. True if a
+    /// buffer went onto the stack while it was empty (`FreeStack::push_refilling`).
+    pub(super) fn give_back(&mut self, stack: &FreeStack<'_>, buf: u32) -> bool {
         if self.hold == 0 {
-            let _ = stack.push(buf);
-            return;
+            return stack.push_refilling(buf) == Ok(true);
         }
         // `buf` was named by a peer (a segment's buffer): only a buffer popped from the stack,
         // and not held already, is held; a free or repeated name is dropped, as the stack's push
         // would refuse it, so that `take` never hands out a buffer the stack holds too.
         if !stack.in_use(buf) || self.marked(buf) != Some(false) {
-            return;
+            return false;
         }
         self.mark(buf, true);
         self.held.push_back(buf);
         let starved = stack.looks_empty();
         // Starved: this buffer and one held one more, so that the queue shrinks under pressure.
         let due = self.held.len().saturating_sub(self.hold) + 2 * usize::from(starved);
+        let mut refilled = false;
         for _ in 0..due {
             match self.held.pop_front() {
                 Some(b) => {
                     self.mark(b, false);
-                    let _ = stack.push(b);
+                    refilled |= stack.push_refilling(b) == Ok(true);
                 }
                 None => break,
             }
         }
+        refilled
     }
 
     /// A held buffer for our own use (the coldest), when the stack had none. A peer may have

@@ -16,6 +16,7 @@ mod ok_run;
 mod peers;
 mod read_way;
 mod recv;
+mod refill;
 mod send;
 mod spare;
 mod split;

@@ -91,6 +91,9 @@ pub(super) struct InPeer {
 #[derive(Default)]
 pub(super) struct SrcTable {
     slots: Vec<Option<Box<InPeer>>>,
+    /// The ids that have an entry, so that a walk over the senders takes as many steps as there
+    /// are senders, not as the table is long (up to `max_peers`).
+    present: Vec<SrcId>,
     /// The incarnation of the sender at each id, 0 where there is none (or where it is 0 itself:
     /// then `incarnation` says None and callers take the general path, which uses `get`).
     gens: Vec<u64>,
@@ -118,18 +121,22 @@ impl SrcTable {
             self.gens.resize(at + 1, 0);
         }
         self.gens[at] = peer.incarnation;
-        self.slots[at] = Some(Box::new(peer));
+        if self.slots[at].replace(Box::new(peer)).is_none() {
+            self.present.push(src);
+        }
     }
 
     pub fn remove(&mut self, src: &SrcId) -> Option<InPeer> {
         if let Some(g) = self.gens.get_mut(*src as usize) {
             *g = 0;
         }
-        self.slots.get_mut(*src as usize)?.take().map(|p| *p)
+        let peer = self.slots.get_mut(*src as usize)?.take()?;
+        self.present.retain(|id| id != src);
+        Some(*peer)
     }
 
     pub fn iter(&self) -> impl Iterator<Item = (SrcId, &InPeer)> {
-        self.slots.iter().enumerate().filter_map(|(i, p)| Some((i as SrcId, p.as_deref()?)))
+        self.present.iter().filter_map(|&id| Some((id, self.get(&id)?)))
     }
 }
 

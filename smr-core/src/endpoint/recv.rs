@@ -279,9 +279,7 @@ impl Endpoint {
             Body::Inject { buf } => {
                 let _ = self.region.inject_stack().push(*buf);
             }
-            Body::Sar(seg) => {
-                let _ = self.region.sar_stack().push(seg.buf);
-            }
+            Body::Sar(seg) => self.push_back_sar(seg.buf),
             Body::Inline { .. } | Body::Iov { .. } => {}
         }
     }
@@ -587,7 +585,7 @@ impl Endpoint {
             // ours; one from a stranger refers to a buffer that is not its own to return.
             self.stats.corrupt_commands += 1;
             if self.forgotten.contains_key(&src) {
-                let _ = self.region.sar_stack().push(seg.buf);
+                self.push_back_sar(seg.buf);
             }
             return;
         };
@@ -616,8 +614,9 @@ impl Endpoint {
         if let (Some(ns), Some(started)) = (rx.copy_ns.as_mut(), started) {
             *ns = ns.saturating_add(started.elapsed().as_nanos() as u64);
         }
-        self.sar_cold.give_back(&self.region.sar_stack(), seg.buf);
-        if rx.received >= rx.hdr.len {
+        let complete = rx.received >= rx.hdr.len;
+        self.give_back_sar(seg.buf);
+        if complete {
             let rx = self.sar_rx.remove(&(src, msg_id)).expect("present");
             self.finish_sar(src, msg_id, rx, h);
         }

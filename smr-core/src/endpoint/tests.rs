@@ -2092,3 +2092,56 @@ fn split_with_a_polling_sender(tag: &str, fail_writes: bool) {
     }
     assert_eq!((b.outstanding(), b.stats().corrupt_commands), (0, 0));
 }
+
+/// A sender whose SAR message is longer than the receiver's pool sleeps on its wake word while
+/// it waits for buffers, as a blocking `fi_cntr_wait` does: the receiver, giving back buffers to
+/// its empty pool, wakes it (`refill.rs`), so that every such sleep ends woken, not timed out
+/// (before, each slept out its whole slice: 100 ms a sleep in the provider's waits). Every byte
+/// arrives.
+#[test]
+fn a_sender_asleep_for_sar_buffers_is_woken_when_they_come_back() {
+    let d = Params::default();
+    let params = Params { cma: false, sar_hold: 0, counts: Counts { sar_count: 2, sar_size: 16384, ..d.counts }, ..d };
+    let (mut a, mut b, to_b) = pair("refillwake", params);
+    let len = 40 * 16384;
+    let timeout = std::time::Duration::from_secs(5);
+    let sender = std::thread::spawn(move || {
+        let mut ha = Collect::default();
+        let hdr = MsgHeader { app: 0, tag: 7, data: 0, aux: 0, len: len as u64 };
+        a.send(to_b, hdr, LocalIov::owned(pattern(len, 7)), SendOpts { cookie: 7, ..SendOpts::default() }).unwrap();
+        let (mut woken, mut timed_out) = (0, 0);
+        let dl = deadline();
+        while ha.sends_done.is_empty() {
+            assert!(std::time::Instant::now() < dl, "timed out waiting for the send");
+            // The blocking waits' protocol (`WaitHandle`): arm, drive, sleep if nothing moved.
+            let handle = a.wait_handle();
+            let seq = handle.arm();
+            if a.progress(&mut ha) == 0 && a.waits_for_room() {
+                let slept = std::time::Instant::now();
+                handle.sleep(seq, Some(timeout));
+                if handle.woken_since(seq) {
+                    woken += 1;
+                } else if slept.elapsed() >= timeout {
+                    timed_out += 1;
+                }
+            }
+            handle.disarm();
+        }
+        assert_eq!(ha.sends_done, [(7, Ok(()))]);
+        (woken, timed_out)
+    });
+    let mut hb = Collect::default();
+    let dl = deadline();
+    while hb.received.is_empty() {
+        assert!(std::time::Instant::now() < dl, "timed out waiting for the message");
+        b.progress(&mut hb);
+        // Slower than the sender, so that it finds the pool empty and sleeps.
+        std::thread::sleep(std::time::Duration::from_micros(200));
+    }
+    let (woken, timed_out) = sender.join().unwrap();
+    let (hdr, result, bytes) = &hb.received[0];
+    assert_eq!((hdr.tag, result), (7, &Ok(len)));
+    assert!(*bytes == pattern(len, 7), "the message differs");
+    assert!(woken > 0, "the sender never slept waiting for buffers");
+    assert_eq!(timed_out, 0, "sleeps that nothing woke ({woken} woken)");
+}
