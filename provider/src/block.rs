@@ -23,6 +23,10 @@ const SPIN: Duration = Duration::from_micros(50);
 /// Longest single sleep: signals, and endpoints bound while we sleep, are noticed this often.
 const SLICE: Duration = Duration::from_millis(100);
 
+/// Longest single sleep while an endpoint's work waits for room at a peer that makes room
+/// without waking us (`smr_core::endpoint::Endpoint::waits_for_room`).
+pub const ROOM_SLICE: Duration = Duration::from_millis(1);
+
 /// Poll (`poll` under the domain lock, driving progress) for up to `SPIN`, or until `deadline`
 /// if sooner: what it answers, or None once the time is up. What a blocking wait does before it
 /// sleeps, and `fi_trywait` before it arms (`waitfd`).
@@ -70,9 +74,10 @@ pub fn until<T>(
         return until_notified(shared, deadline, timed_out, poll);
     }
     loop {
-        let (answer, armed) = {
+        let (answer, armed, short) = {
             let mut st = shared.lock();
-            let first = eps(&st, id).ok_or(FiError::INVAL)?.iter().find_map(|&e| st.eps.get(e)?.wait_handle());
+            let bound = eps(&st, id).ok_or(FiError::INVAL)?;
+            let first = bound.iter().find_map(|&e| st.eps.get(e)?.wait_handle());
             let armed = first.map(|h| {
                 let seq = h.arm();
                 (h, seq)
@@ -81,7 +86,7 @@ pub fn until<T>(
             if matches!(answer, Ok(None)) {
                 crate::progress::before_sleep(&mut st);
             }
-            (answer, armed)
+            (answer, armed, bound.iter().any(|&e| st.eps.get(e).is_some_and(|ep| ep.waits_for_room())))
         };
         let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
         let answer = match answer {
@@ -96,7 +101,7 @@ pub fn until<T>(
             }
             return answer;
         }
-        let slice = left.unwrap_or(SLICE).min(SLICE);
+        let slice = left.unwrap_or(SLICE).min(if short { ROOM_SLICE } else { SLICE });
         match armed {
             Some((h, seq)) => {
                 h.sleep(seq, Some(slice));

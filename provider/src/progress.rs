@@ -160,7 +160,7 @@ fn run(domain: Weak<DomainShared>, control: Arc<Control>) {
         // reference while the thread sleeps.
         let Some(shared) = domain.upgrade() else { return };
         let control_seq = control.thread.seq.load(Ordering::SeqCst);
-        let (handles, events) = {
+        let (handles, events, short) = {
             let mut st = shared.lock();
             let handles: Vec<(WaitHandle, u32)> = st
                 .eps
@@ -173,7 +173,8 @@ fn run(domain: Weak<DomainShared>, control: Arc<Control>) {
                 })
                 .collect();
             let events = all(&mut st);
-            (handles, events)
+            let short = st.eps.iter().any(|(_, ep)| ep.waits_for_room());
+            (handles, events, short)
         };
         if events > 0 {
             shared.completed();
@@ -182,7 +183,7 @@ fn run(domain: Weak<DomainShared>, control: Arc<Control>) {
         if events == 0 {
             let mut words: Vec<smr_core::wake::WaitOn<'_>> = handles.iter().map(|(h, seq)| h.wait_on(*seq)).collect();
             words.push(smr_core::wake::WaitOn { word: &control.thread.seq, expected: control_seq, private: true });
-            if !smr_core::wake::sleep_any(&words, IDLE) {
+            if !smr_core::wake::sleep_any(&words, if short { crate::block::ROOM_SLICE } else { IDLE }) {
                 // No futex_waitv (before Linux 5.16) or too many endpoints: sleep on the first
                 // endpoint, briefly, so the others are still served.
                 match handles.first() {

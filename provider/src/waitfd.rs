@@ -144,17 +144,22 @@ const OUTSTANDING_CHECK: Duration = Duration::from_millis(250);
 
 fn run(domain: Weak<DomainShared>, control: Arc<ThreadControl>) {
     let mut last_check = std::time::Instant::now();
+    // An endpoint's work waited for room at a peer at the last look: that peer makes room
+    // without waking us (`Endpoint::waits_for_room`), so the objects are rung again soon, and
+    // the application's next read pushes that work on.
+    let mut room = false;
     while !control.stopping() {
         let control_seq = control.seq.load(Ordering::SeqCst);
         // The domain is held only while the thread looks at it, never while it sleeps.
         let Some(shared) = domain.upgrade() else { return };
         let (watched, waiting) = {
             let mut st = shared.lock();
-            let check = last_check.elapsed() >= OUTSTANDING_CHECK;
+            let check = room || last_check.elapsed() >= OUTSTANDING_CHECK;
             if check {
                 last_check = std::time::Instant::now();
             }
             let waiting = ring(&mut st, check);
+            room = st.eps.iter().any(|(_, ep)| ep.waits_for_room());
             let cqs = st.cqs.iter().filter_map(|(_, c)| c.wait_fd.as_ref());
             let cntrs = st.cntrs.iter().filter_map(|(_, c)| c.wait_fd.as_ref());
             let watched: Vec<(WaitHandle, u32)> = cqs.chain(cntrs).flat_map(|fd| fd.armed().iter().cloned()).collect();
@@ -163,7 +168,11 @@ fn run(domain: Weak<DomainShared>, control: Arc<ThreadControl>) {
         drop(shared);
         let mut words: Vec<smr_core::wake::WaitOn<'_>> = watched.iter().map(|(h, seq)| h.wait_on(*seq)).collect();
         words.push(smr_core::wake::WaitOn { word: &control.seq, expected: control_seq, private: true });
-        let sleep = if waiting { OUTSTANDING_CHECK.saturating_sub(last_check.elapsed()) } else { IDLE };
+        let sleep = match (room, waiting) {
+            (true, _) => crate::block::ROOM_SLICE,
+            (false, true) => OUTSTANDING_CHECK.saturating_sub(last_check.elapsed()),
+            (false, false) => IDLE,
+        };
         if !smr_core::wake::sleep_any(&words, sleep) {
             // No futex_waitv (before Linux 5.16) or too many words: look again every millisecond.
             futex_wait_private(&control.seq, control_seq, Duration::from_millis(1));

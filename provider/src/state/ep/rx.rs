@@ -206,7 +206,10 @@ fn complete_op(op: &RecvOp, result: smr_core::Result<usize>, sinks: &mut Sinks) 
             entry.len = delivered;
             CqEvent::Failed { entry, err: ffi::FI_ETRUNC, olen: sent - delivered }
         }
-        Err(e) => CqEvent::Failed { entry, err: FiError::from(e).0, olen: 0 },
+        Err(e) => {
+            crate::warn!(EpData, "receive ctx {:#x} failed: {e}", entry.op_context);
+            CqEvent::Failed { entry, err: FiError::from(e).0, olen: 0 }
+        }
     };
     sinks.recv_done(event, op.wanted);
 }

@@ -125,7 +125,10 @@ pub fn send_finished(tx_ops: &mut Slab<TxOp>, slot: usize, result: smr_core::Res
     let entry = op.entry();
     let event = match result {
         Ok(()) => CqEvent::Done(entry),
-        Err(e) => CqEvent::Failed { entry, err: FiError::from(e).0, olen: 0 },
+        Err(e) => {
+            crate::warn!(EpData, "operation ctx {:#x} failed: {e}", entry.op_context);
+            CqEvent::Failed { entry, err: FiError::from(e).0, olen: 0 }
+        }
     };
     sinks.tx_done(event, op.wanted, op.kind);
 }
