@@ -58,6 +58,10 @@ cargo run --release --locked -q -p fabtests-adapter -- suite --providers rshm,sh
 step "conformance suite again with FI_RSHM_CMA_MIN=0: messages above the inject size by CMA, not SAR"
 FI_RSHM_CMA_MIN=0 cargo run --release --locked -q -p fabtests-adapter -- suite --providers rshm --provider-path "$PWD/target/rshm"
 
+step "large messages through SAR alone (FI_RSHM_CMA=0) waited for in fi_cntr_wait: no sleep outlasts the transfer"
+FI_RSHM_CMA=0 cargo run --release --locked -q -p fabtests-adapter -- suite --providers rshm --provider-path "$PWD/target/rshm" \
+    --filter pair/cntr_wait_large --filter pair/msg_pingpong --filter pair/msg_bw
+
 step "misuse through libfabric's API (tests/misuse/misuse.c): a -FI_E* code and a log line, never a crash"
 mkdir -p target/misuse
 cc -O2 -Wall -o target/misuse/misuse tests/misuse/misuse.c -lfabric

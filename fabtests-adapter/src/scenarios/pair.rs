@@ -2,7 +2,7 @@
 
 use super::{check_recv, check_send, scn, seed, setup, Scenario, SIZES};
 use crate::fabric::{self, ffi, FiAddr, FI_ADDR_UNSPEC};
-use crate::harness::{check_pattern, pattern, Completion, Node, NodeCfg, Rank, Rx, TResult, TestErr, Tx};
+use crate::harness::{check_pattern, fi_ok, pattern, Completion, Node, NodeCfg, Rank, Rx, TResult, TestErr, Tx};
 use crate::{bail, ensure};
 use std::time::{Duration, Instant};
 
@@ -24,6 +24,13 @@ pub fn scenarios() -> Vec<Scenario> {
         scn("pair/selective_completion", 2, 40, selective_completion, "FI_SELECTIVE_COMPLETION with FI_COMPLETION"),
         scn("pair/delivery_complete", 2, 40, delivery_complete, "FI_DELIVERY_COMPLETE: data is at the target first"),
         scn("pair/av_insert_during_traffic", 3, 40, av_insert_during_traffic, "AV insert/remove while traffic flows"),
+        scn(
+            "pair/cntr_wait_large",
+            2,
+            60,
+            cntr_wait_large,
+            "8 MiB ping-pong waited for in fi_cntr_wait (4x the SAR pool): no sleep outlasts the transfer",
+        ),
     ]
 }
 
@@ -826,5 +833,46 @@ fn av_insert_during_traffic(r: &mut Rank) -> TResult {
             }
         }
     }
+    super::finish(r, &mut node)
+}
+
+/// A ping-pong of messages four times the receiver's SAR pool (2 MiB by default), each side
+/// blocking in fi_cntr_wait for its send and its receive, as fabtests' fi_rdm_cntr_pingpong does.
+/// By SAR (FI_RSHM_CMA=0 in scripts/test.sh) a sender waits for buffers the receiver gives back
+/// while it sleeps; it used to sleep out the wait's 100 ms slice each time (400 ms a message
+/// here), so the bound below is about 70 times what the round trips need, and the content is
+/// checked.
+fn cntr_wait_large(r: &mut Rank) -> TResult {
+    const SIZE: usize = 8 << 20;
+    const ROUNDS: u64 = 6;
+    let cfg = NodeCfg { counters: true, cntr_wait: ffi::FI_WAIT_UNSPEC, ..default_cfg() };
+    let (mut node, addrs) = setup(r, &cfg)?;
+    let peer = addrs[peer_of(r)];
+    r.pmi.barrier_with(&mut node.progressor())?;
+    r.pmi.step("8 MiB ping-pong in fi_cntr_wait");
+    let t = Instant::now();
+    for round in 0..ROUNDS {
+        let what = format!("8 MiB round {round}");
+        let rid = node.recv(SIZE, peer, &Rx::default())?;
+        let send = |node: &mut Node, side: u64| -> TResult<u64> {
+            let sid = node.send(&pattern(seed(SIZE as u64, round, side), SIZE), peer, &Tx::default())?;
+            let tc = node.tx_cntr.as_ref().expect("counters");
+            fi_ok(&format!("{what}: fi_cntr_wait(tx counter, {})", round + 1), tc.wait(round + 1, 20_000))?;
+            Ok(sid)
+        };
+        let sid = if r.rank == 0 { Some(send(&mut node, 0)?) } else { None };
+        let rc = node.rx_cntr.as_ref().expect("counters");
+        fi_ok(&format!("{what}: fi_cntr_wait(rx counter, {})", round + 1), rc.wait(round + 1, 20_000))?;
+        let sid = match sid {
+            Some(sid) => sid,
+            None => send(&mut node, 1)?,
+        };
+        check_send(&node.wait_op(sid)?, &what)?;
+        let c = node.wait_op(rid)?;
+        check_recv(&c, &what, SIZE, false)?;
+        check_pattern(&what, seed(SIZE as u64, round, 1 - r.rank as u64), &c.payload, SIZE)?;
+    }
+    let took = t.elapsed();
+    ensure!(took < Duration::from_secs(2), "{ROUNDS} round trips of 8 MiB in fi_cntr_wait took {took:?}");
     super::finish(r, &mut node)
 }
