@@ -23,10 +23,6 @@ const SPIN: Duration = Duration::from_micros(50);
 /// Longest single sleep: signals, and endpoints bound while we sleep, are noticed this often.
 const SLICE: Duration = Duration::from_millis(100);
 
-/// Longest single sleep while an endpoint's work waits for room at a peer that makes room
-/// without waking us (`smr_core::endpoint::Endpoint::waits_for_room`).
-pub const ROOM_SLICE: Duration = Duration::from_millis(1);
-
 /// Poll (`poll` under the domain lock, driving progress) for up to `SPIN`, or until `deadline`
 /// if sooner: what it answers, or None once the time is up. What a blocking wait does before it
 /// sleeps, and `fi_trywait` before it arms (`waitfd`).
@@ -101,7 +97,7 @@ pub fn until<T>(
             }
             return answer;
         }
-        let slice = left.unwrap_or(SLICE).min(if short { ROOM_SLICE } else { SLICE });
+        let slice = left.unwrap_or(SLICE).min(if short { crate::progress::ROOM_SLICE } else { SLICE });
         match armed {
             Some((h, seq)) => {
                 h.sleep(seq, Some(slice));

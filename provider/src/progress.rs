@@ -145,6 +145,11 @@ const ASIDE_CHECK: Duration = Duration::from_millis(1);
 /// Longest sleep without a wake-up (a backstop; wake-ups are what normally end a sleep).
 const IDLE: Duration = Duration::from_secs(1);
 
+/// Longest single sleep of any thread (a blocking wait, the progress or the bell thread) while an
+/// endpoint's work waits for room at a peer that makes room without waking us
+/// (`smr_core::endpoint::Endpoint::waits_for_room`).
+pub const ROOM_SLICE: Duration = Duration::from_millis(1);
+
 /// Start the progress thread of `shared`.
 fn start_auto(shared: &Arc<DomainShared>) -> std::io::Result<AutoThread> {
     DomainThread::start("rshm-progress", shared, Arc::clone(&shared.progress), run)
@@ -183,7 +188,7 @@ fn run(domain: Weak<DomainShared>, control: Arc<Control>) {
         if events == 0 {
             let mut words: Vec<smr_core::wake::WaitOn<'_>> = handles.iter().map(|(h, seq)| h.wait_on(*seq)).collect();
             words.push(smr_core::wake::WaitOn { word: &control.thread.seq, expected: control_seq, private: true });
-            if !smr_core::wake::sleep_any(&words, if short { crate::block::ROOM_SLICE } else { IDLE }) {
+            if !smr_core::wake::sleep_any(&words, if short { ROOM_SLICE } else { IDLE }) {
                 // No futex_waitv (before Linux 5.16) or too many endpoints: sleep on the first
                 // endpoint, briefly, so the others are still served.
                 match handles.first() {

@@ -169,7 +169,7 @@ fn run(domain: Weak<DomainShared>, control: Arc<ThreadControl>) {
         let mut words: Vec<smr_core::wake::WaitOn<'_>> = watched.iter().map(|(h, seq)| h.wait_on(*seq)).collect();
         words.push(smr_core::wake::WaitOn { word: &control.seq, expected: control_seq, private: true });
         let sleep = match (room, waiting) {
-            (true, _) => crate::block::ROOM_SLICE,
+            (true, _) => crate::progress::ROOM_SLICE,
             (false, true) => OUTSTANDING_CHECK.saturating_sub(last_check.elapsed()),
             (false, false) => IDLE,
         };

@@ -135,7 +135,7 @@ impl EpState {
     }
 
     /// Work of ours waits for room at a peer, which makes room without waking us: whoever sleeps
-    /// for this endpoint sleeps briefly (`block::ROOM_SLICE`).
+    /// for this endpoint sleeps briefly (`progress::ROOM_SLICE`).
     pub fn waits_for_room(&self) -> bool {
         self.engine.as_ref().is_some_and(|e| e.waits_for_room())
     }
