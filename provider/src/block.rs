@@ -82,7 +82,7 @@ pub fn until<T>(
             if matches!(answer, Ok(None)) {
                 crate::progress::before_sleep(&mut st);
             }
-            (answer, armed, bound.iter().any(|&e| st.eps.get(e).is_some_and(|ep| ep.waits_for_room())))
+            (answer, armed, crate::progress::waits_for_room(&st, bound.iter().copied()))
         };
         let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
         let answer = match answer {

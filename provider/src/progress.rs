@@ -146,9 +146,15 @@ const ASIDE_CHECK: Duration = Duration::from_millis(1);
 const IDLE: Duration = Duration::from_secs(1);
 
 /// Longest single sleep of any thread (a blocking wait, the progress or the bell thread) while an
-/// endpoint's work waits for room at a peer that makes room without waking us
-/// (`smr_core::endpoint::Endpoint::waits_for_room`).
+/// endpoint's work waits for room at a peer (`waits_for_room`).
 pub const ROOM_SLICE: Duration = Duration::from_millis(1);
+
+/// Whether work of one of endpoints `eps` waits for room at a peer, which makes room without
+/// waking us (`smr_core::endpoint::Endpoint::waits_for_room`): a thread that sleeps for them
+/// sleeps at most `ROOM_SLICE`.
+pub fn waits_for_room(st: &DomainState, mut eps: impl Iterator<Item = usize>) -> bool {
+    eps.any(|id| st.eps.get(id).and_then(|ep| ep.engine.as_ref()).is_some_and(|e| e.waits_for_room()))
+}
 
 /// Start the progress thread of `shared`.
 fn start_auto(shared: &Arc<DomainShared>) -> std::io::Result<AutoThread> {
@@ -165,7 +171,7 @@ fn run(domain: Weak<DomainShared>, control: Arc<Control>) {
         // reference while the thread sleeps.
         let Some(shared) = domain.upgrade() else { return };
         let control_seq = control.thread.seq.load(Ordering::SeqCst);
-        let (handles, events, short) = {
+        let (handles, events, sleep) = {
             let mut st = shared.lock();
             let handles: Vec<(WaitHandle, u32)> = st
                 .eps
@@ -178,8 +184,9 @@ fn run(domain: Weak<DomainShared>, control: Arc<Control>) {
                 })
                 .collect();
             let events = all(&mut st);
-            let short = st.eps.iter().any(|(_, ep)| ep.waits_for_room());
-            (handles, events, short)
+            // Asked only before a sleep: a pass that served something goes round again at once.
+            let short = events == 0 && waits_for_room(&st, st.eps.iter().map(|(id, _)| id));
+            (handles, events, if short { ROOM_SLICE } else { IDLE })
         };
         if events > 0 {
             shared.completed();
@@ -188,7 +195,7 @@ fn run(domain: Weak<DomainShared>, control: Arc<Control>) {
         if events == 0 {
             let mut words: Vec<smr_core::wake::WaitOn<'_>> = handles.iter().map(|(h, seq)| h.wait_on(*seq)).collect();
             words.push(smr_core::wake::WaitOn { word: &control.thread.seq, expected: control_seq, private: true });
-            if !smr_core::wake::sleep_any(&words, if short { ROOM_SLICE } else { IDLE }) {
+            if !smr_core::wake::sleep_any(&words, sleep) {
                 // No futex_waitv (before Linux 5.16) or too many endpoints: sleep on the first
                 // endpoint, briefly, so the others are still served.
                 match handles.first() {

@@ -145,7 +145,7 @@ const OUTSTANDING_CHECK: Duration = Duration::from_millis(250);
 fn run(domain: Weak<DomainShared>, control: Arc<ThreadControl>) {
     let mut last_check = std::time::Instant::now();
     // An endpoint's work waited for room at a peer at the last look: that peer makes room
-    // without waking us (`Endpoint::waits_for_room`), so the objects are rung again soon, and
+    // without waking us (`progress::waits_for_room`), so the objects are rung again soon, and
     // the application's next read pushes that work on.
     let mut room = false;
     while !control.stopping() {
@@ -159,7 +159,7 @@ fn run(domain: Weak<DomainShared>, control: Arc<ThreadControl>) {
                 last_check = std::time::Instant::now();
             }
             let waiting = ring(&mut st, check);
-            room = st.eps.iter().any(|(_, ep)| ep.waits_for_room());
+            room = crate::progress::waits_for_room(&st, st.eps.iter().map(|(id, _)| id));
             let cqs = st.cqs.iter().filter_map(|(_, c)| c.wait_fd.as_ref());
             let cntrs = st.cntrs.iter().filter_map(|(_, c)| c.wait_fd.as_ref());
             let watched: Vec<(WaitHandle, u32)> = cqs.chain(cntrs).flat_map(|fd| fd.armed().iter().cloned()).collect();

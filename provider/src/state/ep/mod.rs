@@ -134,12 +134,6 @@ impl EpState {
         self.engine.as_ref().map(|e| e.wait_handle())
     }
 
-    /// Work of ours waits for room at a peer, which makes room without waking us: whoever sleeps
-    /// for this endpoint sleeps briefly (`progress::ROOM_SLICE`).
-    pub fn waits_for_room(&self) -> bool {
-        self.engine.as_ref().is_some_and(|e| e.waits_for_room())
-    }
-
     /// A registration over `iov` was closed: read replies still going out of its memory through
     /// SAR take a copy of what they have not sent yet (`rma::detach_replies`), and writes still
     /// arriving into it stop (`rma::refuse_writes_into`).
