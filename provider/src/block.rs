@@ -7,6 +7,7 @@
 
 use crate::error::{FiError, FiResult};
 use crate::state::{DomainShared, DomainState};
+use smr_core::endpoint::WaitHandle;
 use std::ffi::c_int;
 use std::time::{Duration, Instant};
 
@@ -73,11 +74,16 @@ pub fn until<T>(
         let (answer, armed, short) = {
             let mut st = shared.lock();
             let bound = eps(&st, id).ok_or(FiError::INVAL)?;
-            let first = bound.iter().find_map(|&e| st.eps.get(e)?.wait_handle());
-            let armed = first.map(|h| {
-                let seq = h.arm();
-                (h, seq)
-            });
+            // Every endpoint that can satisfy the wait is armed: an arrival at any of them must
+            // end the sleep, not only one at the first (a CQ or counter shared by endpoints).
+            let armed: Vec<(WaitHandle, u32)> = bound
+                .iter()
+                .filter_map(|&e| st.eps.get(e)?.wait_handle())
+                .map(|h| {
+                    let seq = h.arm();
+                    (h, seq)
+                })
+                .collect();
             let answer = poll(&mut st);
             if matches!(answer, Ok(None)) {
                 crate::progress::before_sleep(&mut st);
@@ -91,19 +97,31 @@ pub fn until<T>(
             Ok(Some(v)) => Some(Ok(v)),
             Err(e) => Some(Err(e)),
         };
+        if answer.is_none() {
+            let slice = left.unwrap_or(SLICE).min(if short { crate::progress::ROOM_SLICE } else { SLICE });
+            sleep_on(&armed, slice);
+        }
+        for (h, _) in &armed {
+            h.disarm();
+        }
         if let Some(answer) = answer {
-            if let Some((h, _)) = armed {
-                h.disarm();
-            }
             return answer;
         }
-        let slice = left.unwrap_or(SLICE).min(if short { crate::progress::ROOM_SLICE } else { SLICE });
-        match armed {
-            Some((h, seq)) => {
-                h.sleep(seq, Some(slice));
-                h.disarm();
+    }
+}
+
+/// Sleep until a sender wakes one of the `armed` endpoints or `slice` passes.
+fn sleep_on(armed: &[(WaitHandle, u32)], slice: Duration) {
+    match armed {
+        [] => std::thread::sleep(slice.min(Duration::from_millis(1))),
+        [(h, seq)] => h.sleep(*seq, Some(slice)),
+        many => {
+            let words: Vec<smr_core::wake::WaitOn<'_>> = many.iter().map(|(h, seq)| h.wait_on(*seq)).collect();
+            if !smr_core::wake::sleep_any(&words, slice) {
+                // No futex_waitv (before Linux 5.16): sleep on the first, briefly, so that the
+                // others' arrivals are seen within a millisecond.
+                many[0].0.sleep(many[0].1, Some(slice.min(Duration::from_millis(1))));
             }
-            None => std::thread::sleep(slice.min(Duration::from_millis(1))),
         }
     }
 }

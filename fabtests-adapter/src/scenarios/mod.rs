@@ -14,6 +14,7 @@ mod passive_write;
 mod progress;
 mod rma;
 mod rma_util;
+mod shared_wait;
 mod unit;
 mod wait_fd;
 
@@ -56,6 +57,7 @@ pub fn all() -> Vec<Scenario> {
     v.extend(counters::scenarios());
     v.extend(progress::scenarios());
     v.extend(wait_fd::scenarios());
+    v.extend(shared_wait::scenarios());
     v.extend(kill::scenarios());
     v
 }
