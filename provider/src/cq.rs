@@ -310,7 +310,19 @@ unsafe extern "C" fn cq_signal(cq: *mut ffi::fid_cq) -> i32 {
         // SAFETY: libfabric contract.
         match unsafe { get(cq.cast()) } {
             Ok(obj) => {
-                obj.signaled.store(true, Ordering::Release);
+                // Stored under the domain lock, so that a waiter either saw the flag in its last
+                // poll or had armed its wake words (and entered its sleep) before this wakes
+                // them.
+                {
+                    let st = obj.shared.lock();
+                    obj.signaled.store(true, Ordering::Release);
+                    for ep in st.cqs.get(obj.id).map(|c| &c.eps[..]).unwrap_or_default() {
+                        if let Some(h) = st.eps.get(*ep).and_then(|e| e.wait_handle()) {
+                            h.wake();
+                        }
+                    }
+                }
+                obj.shared.completed();
                 0
             }
             Err(e) => e.code(),

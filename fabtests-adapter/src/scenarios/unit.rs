@@ -889,6 +889,29 @@ fn cq_signal(r: &mut Rank) -> TResult {
         fabric::errname(ret as i32)
     );
     ensure!(el < Duration::from_secs(2), "fi_cq_signal did not wake fi_cq_sread(10 s) (returned after {el:?})");
+    // The signal wakes the sleeper, rather than leaving it to notice the flag when its sleep
+    // slice ends: how long each of five sreads outlived its signal, summed. A waiter that
+    // noticed at rshm's 100 ms slice would lose about 250 ms in all.
+    let mut late = Duration::ZERO;
+    for round in 0..5 {
+        let p = SendPtr(b.tx_cq().raw());
+        let th = std::thread::spawn(move || {
+            let p = p;
+            std::thread::sleep(Duration::from_millis(30));
+            // SAFETY: see SendPtr; fi_cq_signal = cq->ops->signal(cq).
+            let ret = unsafe { (*(*p.0).ops).signal.map_or(fabric::ENOSYS, |f| f(p.0)) };
+            (ret, Instant::now())
+        });
+        let wd = watchdog(Duration::from_secs(6), "fi_cq_sread(10 s) woken by fi_cq_signal after 30 ms");
+        let ret = b.tx_cq().sread(&mut e, 10_000);
+        let back = Instant::now();
+        drop(wd);
+        let (sig, at) = th.join().map_err(|_| TestErr::Fail("signal thread panicked".into()))?;
+        fi_ok("fi_cq_signal", sig)?;
+        ensure!(ret < 0, "round {round}: fi_cq_sread woken by fi_cq_signal returned {ret} entries");
+        late += back.saturating_duration_since(at);
+    }
+    ensure!(late < Duration::from_millis(100), "five fi_cq_sread calls returned {late:?} in all after their signals");
     Ok(())
 }
 
