@@ -110,6 +110,14 @@ pub fn until<T>(
     }
 }
 
+/// Wake the threads asleep in `until` on these endpoints, for a change made in this process
+/// (`fi_cq_signal`, `fi_cntr_add`...) rather than by a peer, which wakes them itself.
+pub fn wake_sleepers(st: &DomainState, eps: &[usize]) {
+    for h in eps.iter().filter_map(|&e| st.eps.get(e)?.wait_handle()) {
+        h.wake();
+    }
+}
+
 /// Sleep until a sender wakes one of the `armed` endpoints or `slice` passes.
 fn sleep_on(armed: &[(WaitHandle, u32)], slice: Duration) {
     match armed {

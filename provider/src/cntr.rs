@@ -163,6 +163,12 @@ fn with_counter<T>(cntr: *mut ffi::fid_cntr, call: Call, f: impl FnOnce(&mut Cnt
             Call::Look => {}
         }
     }
+    if call == Call::Change {
+        // A thread asleep in fi_cntr_wait on the counter's endpoints (manual progress) would
+        // otherwise see the change only when its sleep slice ends.
+        let eps = crate::progress::cntr_wait_eps(&st, c.id).unwrap_or_default();
+        crate::block::wake_sleepers(&st, &eps);
+    }
     Ok(answer)
 }
 

@@ -316,11 +316,7 @@ unsafe extern "C" fn cq_signal(cq: *mut ffi::fid_cq) -> i32 {
                 {
                     let st = obj.shared.lock();
                     obj.signaled.store(true, Ordering::Release);
-                    for ep in st.cqs.get(obj.id).map(|c| &c.eps[..]).unwrap_or_default() {
-                        if let Some(h) = st.eps.get(*ep).and_then(|e| e.wait_handle()) {
-                            h.wake();
-                        }
-                    }
+                    crate::block::wake_sleepers(&st, st.cqs.get(obj.id).map(|c| &c.eps[..]).unwrap_or_default());
                 }
                 obj.shared.completed();
                 0

@@ -49,7 +49,7 @@ pub fn scenarios() -> Vec<Scenario> {
         scn("unit/cq_signal", 1, 20, cq_signal, "fi_cq_signal wakes a thread blocked in fi_cq_sread"),
         scn("unit/cntr_ops", 1, 20, cntr_ops, "counter read/add/set"),
         scn("unit/cntr_err", 1, 20, cntr_err, "counter adderr/seterr/readerr"),
-        scn("unit/cntr_wait", 1, 20, cntr_wait, "fi_cntr_wait threshold met, timeout, and driven by traffic"),
+        scn("unit/cntr_wait", 1, 20, cntr_wait, "fi_cntr_wait threshold met, timeout, driven by traffic, and woken by fi_cntr_add from another thread"),
         scn(
             "unit/poll_set",
             1,
@@ -996,6 +996,48 @@ fn cntr_wait(r: &mut Rank) -> TResult {
         check_recv(&c, "receive counted by fi_cntr_wait", 64, false)?;
         check_pattern("receive counted by fi_cntr_wait", i as u64, &c.payload, 64)?;
     }
+    drop((a, b));
+    cntr_wait_woken_by_add(r)
+}
+
+struct SendCntr(*mut ffi::fid_cntr);
+// SAFETY: the counter's domain is opened FI_THREAD_SAFE, and the counter outlives the thread
+// (joined before it is closed).
+unsafe impl Send for SendCntr {}
+
+/// fi_cntr_add from another thread wakes a thread asleep in fi_cntr_wait on a counter bound to
+/// an endpoint (where it sleeps on the endpoint's wake word), rather than leaving it to notice
+/// at the end of its sleep slice: how long each of five waits outlived its add, summed. A waiter
+/// that noticed at rshm's 100 ms slice would lose about 250 ms in all.
+fn cntr_wait_woken_by_add(r: &mut Rank) -> TResult {
+    let cfg = NodeCfg {
+        counters: true,
+        cntr_wait: ffi::FI_WAIT_UNSPEC,
+        threading: ffi::FI_THREAD_SAFE,
+        ..Default::default()
+    };
+    let node = Node::open(&r.prov, &cfg, r.timeout)?;
+    let rc = node.rx_cntr.as_ref().expect("counters");
+    let mut late = Duration::ZERO;
+    for round in 1..=5u64 {
+        let p = SendCntr(rc.raw());
+        let th = std::thread::spawn(move || {
+            let p = p;
+            std::thread::sleep(Duration::from_millis(30));
+            // SAFETY: see SendCntr; fi_cntr_add = cntr->ops->add(cntr, 1).
+            let ret = unsafe { (*(*p.0).ops).add.map_or(fabric::ENOSYS, |f| f(p.0, 1)) };
+            (ret, Instant::now())
+        });
+        let wd = watchdog(Duration::from_secs(6), "fi_cntr_wait(10 s) met by fi_cntr_add from another thread");
+        let ret = rc.wait(round, 10_000);
+        let back = Instant::now();
+        drop(wd);
+        let (added, at) = th.join().map_err(|_| TestErr::Fail("fi_cntr_add thread panicked".into()))?;
+        fi_ok("fi_cntr_add from another thread", added)?;
+        fi_ok(&format!("fi_cntr_wait({round}) met by fi_cntr_add"), ret)?;
+        late += back.saturating_duration_since(at);
+    }
+    ensure!(late < Duration::from_millis(100), "five fi_cntr_wait calls returned {late:?} in all after their adds");
     Ok(())
 }
 
