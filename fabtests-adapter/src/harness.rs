@@ -187,6 +187,8 @@ pub struct NodeCfg {
     pub min_multi_recv: Option<usize>,
     /// Size of the AV to open.
     pub av_count: usize,
+    /// The domain's data progress (FI_PROGRESS_UNSPEC: the provider's choice).
+    pub progress: ffi::fi_progress,
 }
 
 impl Default for NodeCfg {
@@ -210,6 +212,7 @@ impl Default for NodeCfg {
             wait_set: false,
             min_multi_recv: None,
             av_count: 64,
+            progress: ffi::FI_PROGRESS_UNSPEC,
         }
     }
 }
@@ -227,6 +230,7 @@ pub fn getinfo_for(prov: &str, cfg: &NodeCfg) -> TResult<Info> {
     h.ep_attr().type_ = cfg.ep_type;
     h.domain_attr().mr_mode = cfg.mr_mode;
     h.domain_attr().threading = cfg.threading;
+    h.domain_attr().data_progress = cfg.progress;
     h.tx_attr().op_flags = cfg.tx_op_flags;
     h.rx_attr().op_flags = cfg.rx_op_flags;
     let list = match fabric::getinfo(Some(&h)) {

@@ -1,22 +1,22 @@
 //! Blocking waits (`fi_cq_sread`, `fi_cntr_wait`): poll under the domain lock for a few tens of
-//! microseconds, then sleep on an endpoint's futex (or, with auto progress, on the domain's
-//! completions) between polls.
+//! microseconds, then sleep between polls until something can have changed the answer.
 //!
-//! The wake word is armed before the poll that may find nothing, and the sleep is on the
-//! sequence read when arming, so a message that arrives after the poll still wakes us.
+//! Two kinds of news end a sleep. A peer's message wakes the endpoint it lands on through that
+//! endpoint's futex word, so with manual progress the waiter arms the words of every endpoint
+//! that can satisfy it. A change made inside this process (progress another thread drives,
+//! a completion written when an operation is posted, `fi_cntr_add`, `fi_cq_signal`) rings the
+//! object's bell (`state::waiters`), which the waiter sleeps on as well. With auto progress the
+//! progress thread serves the peers, and its completions ring the bell. Words and bell are read
+//! before the poll that may find nothing, so what comes after that poll still wakes us.
 
 use crate::error::{FiError, FiResult};
+use crate::state::waiters::{self, Waitable};
 use crate::state::{DomainShared, DomainState};
 use smr_core::endpoint::WaitHandle;
+use smr_core::wake::WaitOn;
 use std::ffi::c_int;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
-
-/// The endpoints whose arrivals can satisfy a wait on CQ or counter `id`.
-pub type Bound = fn(&DomainState, usize) -> Option<Vec<usize>>;
-
-pub fn cq_eps(st: &DomainState, id: usize) -> Option<Vec<usize>> {
-    st.cqs.get(id).map(|c| c.eps.to_vec())
-}
 
 /// How long a blocking wait polls (driving progress) before it sleeps.
 const SPIN: Duration = Duration::from_micros(50);
@@ -49,13 +49,12 @@ pub fn spin<T>(
 }
 
 /// Repeat `poll` until it answers (`Ok(Some)` or an error) or `timeout_ms` passes (then
-/// `timed_out`; a negative timeout waits for ever). `eps` names the endpoints whose arrivals
-/// can satisfy `poll` (those bound to CQ or counter `id`).
+/// `timed_out`; a negative timeout waits for ever). `poll` looks at `w`.
 pub fn until<T>(
     shared: &DomainShared,
     timeout_ms: c_int,
     timed_out: FiError,
-    (eps, id): (Bound, usize),
+    w: Waitable,
     mut poll: impl FnMut(&mut DomainState) -> FiResult<Option<T>>,
 ) -> FiResult<T> {
     let deadline = (timeout_ms >= 0).then(|| Instant::now() + Duration::from_millis(timeout_ms as u64));
@@ -67,29 +66,15 @@ pub fn until<T>(
     if let Some(answer) = spin(shared, deadline, |st| poll(st).transpose()) {
         return answer;
     }
-    if shared.config.auto_progress {
-        return until_notified(shared, deadline, timed_out, poll);
-    }
-    loop {
-        let (answer, armed, short) = {
-            let mut st = shared.lock();
-            let bound = eps(&st, id).ok_or(FiError::INVAL)?;
-            // Every endpoint that can satisfy the wait is armed: an arrival at any of them must
-            // end the sleep, not only one at the first (a CQ or counter shared by endpoints).
-            let armed: Vec<(WaitHandle, u32)> = bound
-                .iter()
-                .filter_map(|&e| st.eps.get(e)?.wait_handle())
-                .map(|h| {
-                    let seq = h.arm();
-                    (h, seq)
-                })
-                .collect();
-            let answer = poll(&mut st);
-            if matches!(answer, Ok(None)) {
-                crate::progress::before_sleep(&mut st);
-            }
-            (answer, armed, crate::progress::waits_for_room(&st, bound.iter().copied()))
-        };
+    let auto = shared.config.auto_progress;
+    let mut st = shared.lock();
+    let bell = waiters::block(&mut st, w).ok_or(FiError::INVAL)?;
+    let answer = loop {
+        // With manual progress, every endpoint that can satisfy the wait is armed: an arrival
+        // at any of them must end the sleep.
+        let bound = crate::progress::wait_eps(&st, w).unwrap_or_default();
+        let armed: Vec<(WaitHandle, u32)> = if auto { Vec::new() } else { arm(&st, &bound) };
+        let answer = poll(&mut st);
         let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
         let answer = match answer {
             Ok(None) if left.is_some_and(|l| l.is_zero()) => Some(Err(timed_out)),
@@ -97,60 +82,62 @@ pub fn until<T>(
             Ok(Some(v)) => Some(Ok(v)),
             Err(e) => Some(Err(e)),
         };
-        if answer.is_none() {
-            let slice = left.unwrap_or(SLICE).min(if short { crate::progress::ROOM_SLICE } else { SLICE });
-            sleep_on(&armed, slice);
-        }
-        for (h, _) in &armed {
-            h.disarm();
-        }
         if let Some(answer) = answer {
-            return answer;
+            disarm(&armed);
+            break answer;
         }
-    }
-}
-
-/// Wake the threads asleep in `until` on these endpoints, for a change made in this process
-/// (`fi_cq_signal`, `fi_cntr_add`...) rather than by a peer, which wakes them itself.
-pub fn wake_sleepers(st: &DomainState, eps: &[usize]) {
-    for h in eps.iter().filter_map(|&e| st.eps.get(e)?.wait_handle()) {
-        h.wake();
-    }
-}
-
-/// Sleep until a sender wakes one of the `armed` endpoints or `slice` passes.
-fn sleep_on(armed: &[(WaitHandle, u32)], slice: Duration) {
-    match armed {
-        [] => std::thread::sleep(slice.min(Duration::from_millis(1))),
-        [(h, seq)] => h.sleep(*seq, Some(slice)),
-        many => {
-            let words: Vec<smr_core::wake::WaitOn<'_>> = many.iter().map(|(h, seq)| h.wait_on(*seq)).collect();
-            if !smr_core::wake::sleep_any(&words, slice) {
-                // No futex_waitv (before Linux 5.16): sleep on the first, briefly, so that the
-                // others' arrivals are seen within a millisecond.
-                many[0].0.sleep(many[0].1, Some(slice.min(Duration::from_millis(1))));
+        let mut slice = left.unwrap_or(SLICE).min(SLICE);
+        if auto {
+            // The progress thread must be back on the wake words before we sleep.
+            shared.progress.app_sleeps();
+        } else {
+            crate::progress::before_sleep(&mut st);
+            if crate::progress::waits_for_room(&st, bound.iter().copied()) {
+                slice = slice.min(crate::progress::ROOM_SLICE);
+            }
+            if armed.is_empty() {
+                // No endpoint to wake us (none bound yet): look again soon.
+                slice = slice.min(Duration::from_millis(1));
             }
         }
+        let rung = bell.load(Ordering::SeqCst);
+        drop(st);
+        sleep(&armed, (&bell, rung), slice);
+        disarm(&armed);
+        st = shared.lock();
+    };
+    waiters::unblock(&mut st, w);
+    answer
+}
+
+/// Arm the wake words of endpoints `eps`: each with the sequence to sleep on.
+fn arm(st: &DomainState, eps: &[usize]) -> Vec<(WaitHandle, u32)> {
+    eps.iter()
+        .filter_map(|&e| st.eps.get(e)?.wait_handle())
+        .map(|h| {
+            let seq = h.arm();
+            (h, seq)
+        })
+        .collect()
+}
+
+fn disarm(armed: &[(WaitHandle, u32)]) {
+    for (h, _) in armed {
+        h.disarm();
     }
 }
 
-/// `until` for an auto-progress domain: the progress thread serves arrivals and notifies the
-/// domain's completions, on which this sleeps (polling once more on every wake-up or slice).
-fn until_notified<T>(
-    shared: &DomainShared,
-    deadline: Option<Instant>,
-    timed_out: FiError,
-    mut poll: impl FnMut(&mut DomainState) -> FiResult<Option<T>>,
-) -> FiResult<T> {
-    let mut st = shared.lock();
-    loop {
-        if let Some(v) = poll(&mut st)? {
-            return Ok(v);
+/// Sleep until a sender wakes one of the `armed` endpoints, the object's bell moves off the
+/// value it had, or `slice` passes.
+fn sleep(armed: &[(WaitHandle, u32)], (bell, rung): (&AtomicU32, u32), slice: Duration) {
+    let mut words: Vec<WaitOn<'_>> = armed.iter().map(|(h, seq)| h.wait_on(*seq)).collect();
+    words.push(WaitOn { word: bell, expected: rung, private: true });
+    if !smr_core::wake::sleep_any(&words, slice) {
+        // No futex_waitv (before Linux 5.16): the bell alone, or the first endpoint's word
+        // briefly, so that the bell and the other endpoints are looked at every millisecond.
+        match armed.first() {
+            None => crate::state::threads::futex_wait_private(bell, rung, slice),
+            Some((h, seq)) => h.sleep(*seq, Some(slice.min(Duration::from_millis(1)))),
         }
-        let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
-        if left.is_some_and(|l| l.is_zero()) {
-            return Err(timed_out);
-        }
-        st = shared.wait_completion(st, left.unwrap_or(SLICE).min(SLICE));
     }
 }

@@ -3,6 +3,7 @@
 use crate::error::{int_ret, FiError, FiResult};
 use crate::object::{self, put};
 use crate::state::cntr::CntrState;
+use crate::state::waiters::{Waitable, Waiters};
 use crate::state::{DomainShared, PollTurn};
 use rshm_ffi as ffi;
 use std::ffi::{c_int, c_void};
@@ -62,7 +63,7 @@ pub(crate) unsafe extern "C" fn cntr_open(
             let mut st = dom.shared.lock();
             let id = st.cntrs.insert(state);
             let (wait_fd, member) = waiting.attach(&dom.shared, crate::waitfd::Waitable::Cntr(id));
-            st.cntrs[id].wait_fd = wait_fd;
+            st.cntrs[id].waiters = wait_fd.map(|fd| Box::new(Waiters::with_fd(fd)));
             drop(st);
             let obj = object::into_raw(Cntr {
                 fid: ffi::fid_cntr {
@@ -90,7 +91,7 @@ unsafe extern "C" fn cntr_control(fid: *mut ffi::fid, command: c_int, arg: *mut 
         let Some(state) = st.cntrs.get(c.id) else { return FiError::INVAL.code() };
         // SAFETY: FI_GETWAIT and FI_GETWAITOBJ give `arg` as the caller's int / enum
         // fi_wait_obj to fill (fi_control(3)); NULL is refused.
-        unsafe { crate::waitfd::control(command, arg, state.wait_obj, state.wait_fd.as_deref().map(|f| f.raw())) }
+        unsafe { crate::waitfd::control(command, arg, state.wait_obj, state.wait_fd().map(|f| f.raw())) }
     })
 }
 
@@ -145,29 +146,24 @@ fn with_counter<T>(cntr: *mut ffi::fid_cntr, call: Call, f: impl FnOnce(&mut Cnt
         Call::ReadErr if after_read => Some(PollTurn { cntr: c.id, paired: true }),
         _ => None,
     };
-    // Waiters in other threads learn of what this pass (or, for a change, `f`) changed.
-    if call == Call::Change || (drive && crate::progress::cntr(&mut st, c.id) > 0) {
-        c.shared.completed();
+    // Waiters in other threads learn of what this pass changed through the counter's waiters
+    // (`CntrState::count`), and of what `f` changed below.
+    if drive {
+        crate::progress::cntr(&mut st, c.id);
     }
     let state = st.cntrs.get_mut(c.id).ok_or(FiError::INVAL)?;
     let answer = f(state);
-    if let Some(fd) = &mut state.wait_fd {
-        match call {
+    if let Some(waiters) = &mut state.waiters {
+        match (call, waiters.fd.as_mut()) {
             // The application read it: what fi_trywait compares with, and no peer needs to
             // wake the descriptor any more.
-            Call::Read | Call::ReadErr => {
+            (Call::Read | Call::ReadErr, Some(fd)) => {
                 fd.seen = (state.value, state.errors);
                 fd.disarm();
             }
-            Call::Change => fd.changed(),
-            Call::Look => {}
+            (Call::Change, _) => waiters.changed(),
+            _ => {}
         }
-    }
-    if call == Call::Change {
-        // A thread asleep in fi_cntr_wait on the counter's endpoints (manual progress) would
-        // otherwise see the change only when its sleep slice ends.
-        let eps = crate::progress::cntr_wait_eps(&st, c.id).unwrap_or_default();
-        crate::block::wake_sleepers(&st, &eps);
     }
     Ok(answer)
 }
@@ -209,11 +205,8 @@ fn wait(cntr: *mut ffi::fid_cntr, threshold: u64, timeout_ms: c_int) -> FiResult
     // SAFETY: libfabric contract.
     let c = unsafe { get(cntr.cast()) }?;
     let start_errors = with_counter(cntr, Call::Look, |s| s.errors)?;
-    let eps = (crate::progress::cntr_wait_eps as crate::block::Bound, c.id);
-    crate::block::until(&c.shared, timeout_ms, FiError::TIMEDOUT, eps, |st| {
-        if crate::progress::cntr(st, c.id) > 0 {
-            c.shared.completed(); // for waiters asleep in other threads
-        }
+    crate::block::until(&c.shared, timeout_ms, FiError::TIMEDOUT, Waitable::Cntr(c.id), |st| {
+        crate::progress::cntr(st, c.id);
         let s = &st.cntrs[c.id];
         if s.value >= threshold {
             Ok(Some(()))

@@ -7,6 +7,7 @@
 use crate::error::{int_ret, ssize_ret, FiError, FiResult};
 use crate::object::{self, put};
 use crate::state::cq::{write_entry, CqEvent, CqState, Reader};
+use crate::state::waiters::{Waitable, Waiters};
 use crate::state::{DomainShared, DomainState};
 use rshm_ffi as ffi;
 use std::collections::VecDeque;
@@ -74,11 +75,11 @@ pub(crate) unsafe extern "C" fn cq_open(
                 return Err(FiError::INVAL);
             }
             let state =
-                CqState { format, wait_obj: attr.wait_obj, events: VecDeque::new(), eps: Box::new([]), wait_fd: None };
+                CqState { format, wait_obj: attr.wait_obj, events: VecDeque::new(), eps: Box::new([]), waiters: None };
             let mut st = dom.shared.lock();
             let id = st.cqs.insert(state);
             let (wait_fd, member) = waiting.attach(&dom.shared, crate::waitfd::Waitable::Cq(id));
-            st.cqs[id].wait_fd = wait_fd;
+            st.cqs[id].waiters = wait_fd.map(|fd| Box::new(Waiters::with_fd(fd)));
             drop(st);
             let obj = object::into_raw(Cq {
                 fid: ffi::fid_cq {
@@ -121,16 +122,15 @@ unsafe extern "C" fn cq_control(fid: *mut ffi::fid, command: c_int, arg: *mut c_
         let Some(state) = st.cqs.get(cq.id) else { return FiError::INVAL.code() };
         // SAFETY: (both arms) FI_GETWAIT and FI_GETWAITOBJ give `arg` as the caller's int /
         // enum fi_wait_obj to fill (fi_control(3)); NULL is refused.
-        unsafe { crate::waitfd::control(command, arg, state.wait_obj, state.wait_fd.as_deref().map(|f| f.raw())) }
+        unsafe { crate::waitfd::control(command, arg, state.wait_obj, state.wait_fd().map(|f| f.raw())) }
     })
 }
 
 /// Drive the CQ's endpoints, then take up to `count` completions. Waiters asleep in other
-/// threads (`fi_cntr_wait`, `fi_cq_sread` of an auto-progress domain) learn of what this pass
-/// completed for them.
+/// threads learn of what this pass completed for them from the objects' bells
+/// (`state::waiters`).
 #[inline(always)]
 fn read_locked(
-    shared: &DomainShared,
     st: &mut DomainState,
     id: usize,
     buf: *mut c_void,
@@ -148,16 +148,13 @@ fn read_locked(
         // SAFETY: the caller's arrays hold `count` entries (`buf` of the CQ's format), ours
         // until this call returns, and the reader ends before that.
         let mut reader = unsafe { Reader::new(id, buf, src, count) };
-        let handled = crate::progress::cq(st, id, Some(&mut reader));
+        crate::progress::cq(st, id, Some(&mut reader));
         n = reader.filled;
-        if handled > 0 {
-            shared.completed();
-        }
     }
     let cq = &mut st.cqs[id];
-    if cq.wait_fd.is_some() {
+    if cq.waiters.is_some() {
         // The application reads: no peer needs to wake its descriptor any more.
-        crate::state::wait_fd::reading(&mut cq.wait_fd);
+        crate::state::waiters::reading(&mut cq.waiters);
     }
     if n == 0 {
         match cq.events.front() {
@@ -189,7 +186,7 @@ fn probe(cq: *mut ffi::fid_cq) -> FiResult<usize> {
     let mut st = cq.shared.lock();
     let turn = st.poll_turn.take();
     let served = turn.is_some_and(|t| t.paired && crate::progress::probe_is_fresh(&st, cq.id, t.cntr));
-    read_locked(&cq.shared, &mut st, cq.id, std::ptr::null_mut(), 0, std::ptr::null_mut(), !served)
+    read_locked(&mut st, cq.id, std::ptr::null_mut(), 0, std::ptr::null_mut(), !served)
 }
 
 // `read`, `read_locked` and `progress::cq` are forced inline: one fi_cq_read was five calls
@@ -206,7 +203,7 @@ fn read(cq: *mut ffi::fid_cq, buf: *mut c_void, count: usize, src: *mut u64) -> 
     }
     cq.shared.app_polls();
     let mut st = cq.shared.lock();
-    read_locked(&cq.shared, &mut st, cq.id, buf, count, src, true)
+    read_locked(&mut st, cq.id, buf, count, src, true)
 }
 
 /// Blocking read: sleep on the bound endpoint's futex until something arrives or time is up.
@@ -216,9 +213,8 @@ fn sread(cq: *mut ffi::fid_cq, buf: *mut c_void, count: usize, src: *mut u64, ti
     if buf.is_null() && count > 0 {
         return Err(FiError::INVAL);
     }
-    let eps = (crate::block::cq_eps as crate::block::Bound, obj.id);
-    crate::block::until(&obj.shared, timeout_ms, FiError::AGAIN, eps, |st| {
-        match read_locked(&obj.shared, st, obj.id, buf, count, src, true) {
+    crate::block::until(&obj.shared, timeout_ms, FiError::AGAIN, Waitable::Cq(obj.id), |st| {
+        match read_locked(st, obj.id, buf, count, src, true) {
             Err(FiError::AGAIN) if obj.signaled.swap(false, Ordering::AcqRel) => Err(FiError::AGAIN),
             Err(FiError::AGAIN) => Ok(None),
             other => other.map(Some),
@@ -311,14 +307,12 @@ unsafe extern "C" fn cq_signal(cq: *mut ffi::fid_cq) -> i32 {
         match unsafe { get(cq.cast()) } {
             Ok(obj) => {
                 // Stored under the domain lock, so that a waiter either saw the flag in its last
-                // poll or had armed its wake words (and entered its sleep) before this wakes
-                // them.
-                {
-                    let st = obj.shared.lock();
-                    obj.signaled.store(true, Ordering::Release);
-                    crate::block::wake_sleepers(&st, st.cqs.get(obj.id).map(|c| &c.eps[..]).unwrap_or_default());
+                // poll or read its bell before this rings it.
+                let mut st = obj.shared.lock();
+                obj.signaled.store(true, Ordering::Release);
+                if let Some(waiters) = crate::state::waiters::slot(&mut st, Waitable::Cq(obj.id)).and_then(|w| w.as_deref()) {
+                    waiters.ring_blocked();
                 }
-                obj.shared.completed();
                 0
             }
             Err(e) => e.code(),

@@ -13,11 +13,11 @@
 //! passes without an application poll, or at once when a waiter goes to sleep.
 //!
 //! Completions made by one thread must wake waiters in another (`fi_cntr_wait` in the
-//! application while the progress thread applied the remote write): every progress pass that
-//! handled events notifies the domain's condition variable, on which blocking waits of an
-//! auto-progress domain sleep.
+//! application while the progress thread applied the remote write): the completion rings the
+//! object's bell (`state::waiters`), on which blocking waits sleep.
 
 use crate::state::cq::Reader;
+use crate::state::waiters::Waitable;
 use crate::state::threads::{futex_wait_private, AutoThread, Control, DomainThread};
 use crate::state::{DomainShared, DomainState};
 use smr_core::endpoint::WaitHandle;
@@ -129,11 +129,15 @@ pub fn before_sleep(st: &mut DomainState) {
     }
 }
 
-/// The endpoints whose wake words a waiter on CQ or counter `id` should sleep on.
-pub fn cntr_wait_eps(st: &DomainState, id: usize) -> Option<Vec<usize>> {
-    Some(match cntr_eps(st, id)? {
-        CntrEps::All => st.eps.iter().map(|(id, _)| id).collect(),
-        CntrEps::Bound(eps) => eps.to_vec(),
+/// The endpoints whose arrivals can satisfy a wait on `w`: those whose wake words a waiter
+/// sleeps on (None: no such object).
+pub fn wait_eps(st: &DomainState, w: Waitable) -> Option<Vec<usize>> {
+    Some(match w {
+        Waitable::Cq(id) => st.cqs.get(id)?.eps.to_vec(),
+        Waitable::Cntr(id) => match cntr_eps(st, id)? {
+            CntrEps::All => st.eps.iter().map(|(id, _)| id).collect(),
+            CntrEps::Bound(eps) => eps.to_vec(),
+        },
     })
 }
 
@@ -188,9 +192,6 @@ fn run(domain: Weak<DomainShared>, control: Arc<Control>) {
             let short = events == 0 && waits_for_room(&st, st.eps.iter().map(|(id, _)| id));
             (handles, events, if short { ROOM_SLICE } else { IDLE })
         };
-        if events > 0 {
-            shared.completed();
-        }
         drop(shared);
         if events == 0 {
             let mut words: Vec<smr_core::wake::WaitOn<'_>> = handles.iter().map(|(h, seq)| h.wait_on(*seq)).collect();
@@ -232,22 +233,15 @@ fn stand_aside(domain: &Weak<DomainShared>, control: &Control) {
         }
         polls = now;
         let Some(shared) = domain.upgrade() else { return };
-        let events = {
-            let mut st = shared.lock();
-            let ids: Ids = st.eps.iter().map(|(id, _)| id).collect();
-            let mut events = 0;
-            for id in ids {
-                if driven.get(&id) == Some(&st.eps[id].driven) {
-                    events += endpoint(&mut st, id);
-                }
-                driven.insert(id, st.eps[id].driven);
+        let mut st = shared.lock();
+        let ids: Ids = st.eps.iter().map(|(id, _)| id).collect();
+        for id in ids {
+            if driven.get(&id) == Some(&st.eps[id].driven) {
+                endpoint(&mut st, id);
             }
-            driven.retain(|id, _| st.eps.contains(*id));
-            events
-        };
-        if events > 0 {
-            shared.completed();
+            driven.insert(id, st.eps[id].driven);
         }
+        driven.retain(|id, _| st.eps.contains(*id));
     }
 }
 

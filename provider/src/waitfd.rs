@@ -22,12 +22,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-/// An object `fi_trywait` can be asked about.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub enum Waitable {
-    Cq(usize),
-    Cntr(usize),
-}
+pub use crate::state::waiters::Waitable;
 
 /// Drive what can complete into `w`; true if something is ready for the application to read:
 /// a CQ entry, or a counter that moved since the application last read it (an object without
@@ -40,23 +35,17 @@ fn ready(st: &mut DomainState, w: Waitable) -> bool {
         }
         Waitable::Cntr(id) => {
             crate::progress::cntr(st, id);
-            st.cntrs.get(id).is_some_and(|c| c.wait_fd.as_ref().is_some_and(|fd| fd.seen != (c.value, c.errors)))
+            st.cntrs.get(id).is_some_and(|c| c.wait_fd().is_some_and(|fd| fd.seen != (c.value, c.errors)))
         }
     }
 }
 
 fn wait_fd(st: &mut DomainState, w: Waitable) -> Option<&mut WaitFd> {
-    match w {
-        Waitable::Cq(id) => st.cqs.get_mut(id)?.wait_fd.as_deref_mut(),
-        Waitable::Cntr(id) => st.cntrs.get_mut(id)?.wait_fd.as_deref_mut(),
-    }
+    crate::state::waiters::fd(st, w)
 }
 
 fn endpoints(st: &DomainState, w: Waitable) -> Vec<usize> {
-    match w {
-        Waitable::Cq(id) => st.cqs.get(id).map(|c| c.eps.to_vec()).unwrap_or_default(),
-        Waitable::Cntr(id) => crate::progress::cntr_wait_eps(st, id).unwrap_or_default(),
-    }
+    crate::progress::wait_eps(st, w).unwrap_or_default()
 }
 
 /// `fi_trywait` for one object: Ok(()) if the application may block on its descriptor now (it
@@ -160,8 +149,8 @@ fn run(domain: Weak<DomainShared>, control: Arc<ThreadControl>) {
             }
             let waiting = ring(&mut st, check);
             room = crate::progress::waits_for_room(&st, st.eps.iter().map(|(id, _)| id));
-            let cqs = st.cqs.iter().filter_map(|(_, c)| c.wait_fd.as_ref());
-            let cntrs = st.cntrs.iter().filter_map(|(_, c)| c.wait_fd.as_ref());
+            let cqs = st.cqs.iter().filter_map(|(_, c)| c.wait_fd());
+            let cntrs = st.cntrs.iter().filter_map(|(_, c)| c.wait_fd());
             let watched: Vec<(WaitHandle, u32)> = cqs.chain(cntrs).flat_map(|fd| fd.armed().iter().cloned()).collect();
             (watched, waiting)
         };
@@ -195,12 +184,12 @@ fn ring(st: &mut DomainState, check: bool) -> bool {
     let ids: Vec<Waitable> = st
         .cqs
         .iter()
-        .filter(|(_, c)| c.wait_fd.as_ref().is_some_and(|fd| fd.is_armed()))
+        .filter(|(_, c)| c.wait_fd().is_some_and(|fd| fd.is_armed()))
         .map(|(id, _)| Waitable::Cq(id))
         .chain(
             st.cntrs
                 .iter()
-                .filter(|(_, c)| c.wait_fd.as_ref().is_some_and(|fd| fd.is_armed()))
+                .filter(|(_, c)| c.wait_fd().is_some_and(|fd| fd.is_armed()))
                 .map(|(id, _)| Waitable::Cntr(id)),
         )
         .collect();

@@ -97,14 +97,14 @@ impl Waiting<'_> {
 
     /// For the object `w` of `shared`, now that it has its id: its descriptor (of its own, or its
     /// set's), and its place in the set.
-    pub fn attach(self, shared: &Arc<DomainShared>, w: Waitable) -> (Option<Box<WaitFd>>, Option<Member>) {
+    pub fn attach(self, shared: &Arc<DomainShared>, w: Waitable) -> (Option<WaitFd>, Option<Member>) {
         match self {
             Waiting::Inside => (None, None),
-            Waiting::Fd(fd) => (Some(Box::new(fd)), None),
+            Waiting::Fd(fd) => (Some(fd), None),
             Waiting::Set(set) => {
                 members_of(&set.members).push((Arc::clone(shared), w));
                 let member = Member { members: Arc::clone(&set.members), domain: Arc::as_ptr(shared) as usize, w };
-                (Some(Box::new(WaitFd::sharing(Arc::clone(&set.fd)))), Some(member))
+                (Some(WaitFd::sharing(Arc::clone(&set.fd))), Some(member))
             }
         }
     }

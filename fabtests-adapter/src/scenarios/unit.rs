@@ -47,6 +47,13 @@ pub fn scenarios() -> Vec<Scenario> {
         ),
         scn("unit/cq_sread", 1, 20, cq_sread, "fi_cq_sread timeout on empty CQ and wake-up on completion"),
         scn("unit/cq_signal", 1, 20, cq_signal, "fi_cq_signal wakes a thread blocked in fi_cq_sread"),
+        scn(
+            "unit/cq_sread_other_thread",
+            1,
+            20,
+            cq_sread_other_thread,
+            "fi_cq_sread in one thread wakes for send completions made by another (FI_THREAD_SAFE)",
+        ),
         scn("unit/cntr_ops", 1, 20, cntr_ops, "counter read/add/set"),
         scn("unit/cntr_err", 1, 20, cntr_err, "counter adderr/seterr/readerr"),
         scn("unit/cntr_wait", 1, 20, cntr_wait, "fi_cntr_wait threshold met, timeout, driven by traffic, and woken by fi_cntr_add from another thread"),
@@ -997,7 +1004,91 @@ fn cntr_wait(r: &mut Rank) -> TResult {
         check_pattern("receive counted by fi_cntr_wait", i as u64, &c.payload, 64)?;
     }
     drop((a, b));
-    cntr_wait_woken_by_add(r)
+    for_each_progress(r, cntr_wait_woken_by_add)
+}
+
+/// Run `check` with manual progress, then with auto progress where the provider offers it (the
+/// C shm 1.17 does not): a blocking wait sleeps differently in the two.
+fn for_each_progress(r: &mut Rank, check: fn(&mut Rank, ffi::fi_progress) -> TResult) -> TResult {
+    check(r, ffi::FI_PROGRESS_MANUAL)?;
+    match check(r, ffi::FI_PROGRESS_AUTO) {
+        Err(TestErr::Nos(..)) => Ok(()),
+        other => other,
+    }
+}
+
+/// A thread asleep in fi_cq_sread is woken by a completion that another thread of the process
+/// makes (FI_THREAD_SAFE: one thread sends, another reaps the completions), not only by a peer.
+fn cq_sread_other_thread(r: &mut Rank) -> TResult {
+    for_each_progress(r, cq_sread_beside_sends)
+}
+
+fn cq_sread_beside_sends(r: &mut Rank, progress: ffi::fi_progress) -> TResult {
+    const ROUNDS: usize = 5;
+    let cfg =
+        NodeCfg { cq_wait: ffi::FI_WAIT_UNSPEC, threading: ffi::FI_THREAD_SAFE, progress, ..Default::default() };
+    let mut a = Node::open(&r.prov, &cfg, r.timeout)?;
+    let mut b = Node::open(&r.prov, &NodeCfg::default(), r.timeout)?;
+    let dest = a.insert(&b.name.clone())?;
+    let rids: Vec<u64> =
+        (0..ROUNDS).map(|_| b.recv(64, fabric::FI_ADDR_UNSPEC, &Rx::default())).collect::<TResult<_>>()?;
+    let payload = pattern(9, 64);
+    let mut ctxs = vec![ffi::fi_context2::default(); ROUNDS];
+    let reaped = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let p = SendPtr(a.tx_cq().raw());
+    let seen = reaped.clone();
+    let reaper = std::thread::spawn(move || {
+        let p = p;
+        let mut out = Vec::new();
+        for _ in 0..ROUNDS {
+            let mut e = [ffi::fi_cq_tagged_entry::default(); 1];
+            // SAFETY: see SendPtr; fi_cq_sread = cq->ops->sread(cq, buf, 1, NULL, 10 s).
+            let ret = unsafe {
+                (*(*p.0).ops).sread.map_or(fabric::ENOSYS as isize, |f| f(p.0, e.as_mut_ptr().cast(), 1, std::ptr::null(), 10_000))
+            };
+            out.push((ret, Instant::now(), e[0].op_context as usize));
+            seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+        out
+    });
+    let mut posted = Vec::new();
+    for (i, ctx) in ctxs.iter_mut().enumerate() {
+        std::thread::sleep(Duration::from_millis(30));
+        posted.push(Instant::now());
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            // SAFETY: `payload` and `ctxs` outlive the sends (the reaper is joined below).
+            let ret = unsafe {
+                a.ep().send(payload.as_ptr(), 64, std::ptr::null_mut(), dest, (ctx as *mut ffi::fi_context2).cast())
+            };
+            if ret != -(ffi::FI_EAGAIN as isize) {
+                fi_ok("fi_send from the main thread", ret as i64)?;
+                break;
+            }
+            // A provider that must first connect (the C shm) progresses through the reaper.
+            b.progress()?;
+            ensure!(Instant::now() < deadline, "round {i}: fi_send said -FI_EAGAIN for 5 s");
+        }
+        while reaped.load(std::sync::atomic::Ordering::SeqCst) <= i {
+            b.progress()?;
+            ensure!(Instant::now() < deadline, "round {i}: no completion reaped within 5 s");
+        }
+    }
+    let got = reaper.join().map_err(|_| TestErr::Fail("reaper thread panicked".into()))?;
+    let mut late = Duration::ZERO;
+    for (i, (ret, at, ctx)) in got.into_iter().enumerate() {
+        ensure!(ret == 1, "round {i}: fi_cq_sread returned {}", fabric::errname(ret as i32));
+        ensure!(ctx == &ctxs[i] as *const ffi::fi_context2 as usize, "round {i}: another context");
+        late += at.saturating_duration_since(posted[i]);
+    }
+    for id in rids {
+        b.wait_ok(id, "receive of a message sent beside the reaper")?;
+    }
+    ensure!(
+        late < Duration::from_millis(100),
+        "five fi_cq_sread calls returned {late:?} in all after their sends (progress {progress})"
+    );
+    Ok(())
 }
 
 struct SendCntr(*mut ffi::fid_cntr);
@@ -1009,11 +1100,12 @@ unsafe impl Send for SendCntr {}
 /// an endpoint (where it sleeps on the endpoint's wake word), rather than leaving it to notice
 /// at the end of its sleep slice: how long each of five waits outlived its add, summed. A waiter
 /// that noticed at rshm's 100 ms slice would lose about 250 ms in all.
-fn cntr_wait_woken_by_add(r: &mut Rank) -> TResult {
+fn cntr_wait_woken_by_add(r: &mut Rank, progress: ffi::fi_progress) -> TResult {
     let cfg = NodeCfg {
         counters: true,
         cntr_wait: ffi::FI_WAIT_UNSPEC,
         threading: ffi::FI_THREAD_SAFE,
+        progress,
         ..Default::default()
     };
     let node = Node::open(&r.prov, &cfg, r.timeout)?;
@@ -1037,7 +1129,10 @@ fn cntr_wait_woken_by_add(r: &mut Rank) -> TResult {
         fi_ok(&format!("fi_cntr_wait({round}) met by fi_cntr_add"), ret)?;
         late += back.saturating_duration_since(at);
     }
-    ensure!(late < Duration::from_millis(100), "five fi_cntr_wait calls returned {late:?} in all after their adds");
+    ensure!(
+        late < Duration::from_millis(100),
+        "five fi_cntr_wait calls returned {late:?} in all after their adds (progress {progress})"
+    );
     Ok(())
 }
 

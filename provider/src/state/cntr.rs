@@ -12,11 +12,16 @@ pub struct CntrState {
     /// exist, reading it progresses every endpoint of the domain (any may be the target).
     pub mrs: usize,
     pub wait_obj: ffi::fi_wait_obj,
-    /// The descriptor of an FI_WAIT_FD counter (`waitfd`).
-    pub wait_fd: Option<Box<crate::state::wait_fd::WaitFd>>,
+    /// Its descriptor (FI_WAIT_FD) and the threads asleep in fi_cntr_wait on it.
+    pub waiters: Option<Box<crate::state::waiters::Waiters>>,
 }
 
 impl CntrState {
+    /// Its descriptor, if it was opened with FI_WAIT_FD (or in a wait set).
+    pub fn wait_fd(&self) -> Option<&crate::state::wait_fd::WaitFd> {
+        self.waiters.as_deref()?.fd.as_ref()
+    }
+
     /// An operation completed: one more, or one more error.
     #[inline]
     pub fn count(&mut self, failed: bool) {
@@ -25,8 +30,8 @@ impl CntrState {
         } else {
             self.value += 1;
         }
-        if let Some(fd) = &mut self.wait_fd {
-            fd.changed();
+        if let Some(w) = &mut self.waiters {
+            w.changed();
         }
     }
 }

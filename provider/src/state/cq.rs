@@ -32,13 +32,18 @@ pub struct CqState {
     pub events: VecDeque<CqEvent>,
     /// Endpoints bound to this CQ (domain slab keys): the ones its reads progress.
     pub eps: Box<[usize]>,
-    /// The descriptor of an FI_WAIT_FD CQ (`waitfd`).
-    pub wait_fd: Option<Box<crate::state::wait_fd::WaitFd>>,
+    /// Its descriptor (FI_WAIT_FD) and the threads asleep in fi_cq_sread on it.
+    pub waiters: Option<Box<crate::state::waiters::Waiters>>,
 }
 
 const _: () = assert!(size_of::<CqState>() == 64);
 
 impl CqState {
+    /// Its descriptor, if it was opened with FI_WAIT_FD (or in a wait set).
+    pub fn wait_fd(&self) -> Option<&crate::state::wait_fd::WaitFd> {
+        self.waiters.as_deref()?.fd.as_ref()
+    }
+
     /// An endpoint bound to this CQ (once).
     pub fn bind_ep(&mut self, ep: usize) -> bool {
         if self.eps.contains(&ep) {
@@ -55,8 +60,8 @@ impl CqState {
 
     pub fn push(&mut self, ev: CqEvent) {
         self.events.push_back(ev);
-        if let Some(fd) = &mut self.wait_fd {
-            fd.changed();
+        if let Some(w) = &mut self.waiters {
+            w.changed();
         }
     }
 }

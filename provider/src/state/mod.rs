@@ -13,6 +13,7 @@ pub mod ep;
 pub mod mr;
 pub mod threads;
 pub mod wait_fd;
+pub mod waiters;
 
 use crate::error::FiResult;
 use crate::object;
@@ -21,12 +22,12 @@ use cntr::CntrState;
 use cq::CqState;
 use ep::EpState;
 use mr::MrTable;
-use parking_lot::{Condvar, MutexGuard};
+use parking_lot::MutexGuard;
 use rshm_ffi as ffi;
 use slab::Slab;
 use std::mem::ManuallyDrop;
 use std::ops::{Deref, DerefMut};
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// Domain-wide settings fixed at open.
@@ -74,10 +75,6 @@ pub struct DomainShared {
     /// cleared before unlocking (`Locked`).
     owner: AtomicUsize,
     pub config: DomainConfig,
-    /// Notified when progress made completions, for blocking waits of auto-progress domains.
-    completions: Condvar,
-    /// Threads asleep on `completions`: with none, `completed` makes no syscall.
-    sleepers: AtomicU32,
     /// The FI_PROGRESS_AUTO thread, started when the first endpoint is enabled.
     pub auto: Mutex<Option<threads::AutoThread>>,
     /// What the application tells that thread (it polls, it sleeps) and how it is poked.
@@ -93,21 +90,9 @@ impl DomainShared {
             state: parking_lot::Mutex::new(state),
             owner: AtomicUsize::new(0),
             config,
-            completions: Condvar::new(),
-            sleepers: AtomicU32::new(0),
             auto: Mutex::new(None),
             progress: Arc::default(),
             bell: Mutex::new(None),
-        }
-    }
-
-    /// Progress made completions: wake blocking waits (auto-progress domains sleep on this).
-    /// Called with the domain locked, or after unlocking it: a waiter counts itself in
-    /// `sleepers` before its wait releases the lock, so either it is counted here or its own
-    /// poll, after ours, sees the completion.
-    pub fn completed(&self) {
-        if self.config.auto_progress && self.sleepers.load(Ordering::SeqCst) > 0 {
-            self.completions.notify_all();
         }
     }
 
@@ -117,16 +102,6 @@ impl DomainShared {
         if self.config.auto_progress {
             self.progress.app_polls();
         }
-    }
-
-    /// Sleep until `completed` or `timeout`, releasing the lock meanwhile.
-    pub fn wait_completion<'a>(&'a self, locked: Locked<'a>, timeout: std::time::Duration) -> Locked<'a> {
-        self.progress.app_sleeps();
-        self.sleepers.fetch_add(1, Ordering::SeqCst);
-        let mut guard = locked.release_owner();
-        self.completions.wait_for(&mut guard, timeout);
-        self.sleepers.fetch_sub(1, Ordering::SeqCst);
-        self.locked_by_me(guard)
     }
 
     /// Lock the domain (a panic while it was locked left it unlocked: no poisoning).
@@ -161,19 +136,9 @@ impl DomainShared {
 
 /// The domain's state, locked by this thread (`DomainShared::lock`).
 pub struct Locked<'a> {
-    /// Dropped by `Drop` (after the owner mark is cleared) or handed out by `release_owner`.
+    /// Dropped by `Drop`, after the owner mark is cleared.
     guard: ManuallyDrop<MutexGuard<'a, DomainState>>,
     owner: &'a AtomicUsize,
-}
-
-impl<'a> Locked<'a> {
-    /// The bare guard, for a wait that unlocks it: this thread no longer counts as the owner.
-    fn release_owner(self) -> MutexGuard<'a, DomainState> {
-        self.owner.store(0, Ordering::Relaxed);
-        let mut this = ManuallyDrop::new(self);
-        // SAFETY: `this` is never dropped (ManuallyDrop), so the guard is taken exactly once.
-        unsafe { ManuallyDrop::take(&mut this.guard) }
-    }
 }
 
 impl Deref for Locked<'_> {
@@ -192,8 +157,7 @@ impl DerefMut for Locked<'_> {
 impl Drop for Locked<'_> {
     fn drop(&mut self) {
         self.owner.store(0, Ordering::Relaxed);
-        // SAFETY: dropped once, here (`release_owner` forgets `self` instead), after the owner
-        // mark is cleared: another thread may take the lock from this point on.
+        // SAFETY: dropped once, here, after the owner mark is cleared: another thread may take the lock from this point on.
         unsafe { ManuallyDrop::drop(&mut self.guard) }
     }
 }
@@ -322,7 +286,7 @@ mod tests {
     }
 
     /// Another thread holding the lock is waited for, not taken for a re-entry; the owner mark
-    /// follows the lock through a condition-variable wait.
+    /// follows the lock.
     #[test]
     fn another_threads_lock_is_waited_for() {
         let shared = Arc::new(shared());
@@ -332,8 +296,8 @@ mod tests {
             std::thread::spawn(move || shared.lock().next_ep_index += 1)
         };
         std::thread::sleep(Duration::from_millis(50));
-        let held = shared.wait_completion(held, Duration::from_millis(1));
         assert_eq!(shared.owner.load(Ordering::Relaxed), this_thread());
+        assert_eq!(held.next_ep_index, 0, "the other thread took the lock while we held it");
         drop(held);
         other.join().unwrap();
         assert_eq!(shared.lock().next_ep_index, 1);

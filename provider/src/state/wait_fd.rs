@@ -103,13 +103,3 @@ impl Drop for WaitFd {
         self.disarm();
     }
 }
-
-/// The application reads an FI_WAIT_FD object: no peer needs to wake its descriptor any more.
-/// Out of line: every read of every CQ checks for a descriptor, and most have none.
-#[cold]
-#[inline(never)]
-pub fn reading(fd: &mut Option<Box<WaitFd>>) {
-    if let Some(fd) = fd {
-        fd.disarm();
-    }
-}

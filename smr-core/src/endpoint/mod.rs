@@ -647,12 +647,6 @@ impl WaitHandle {
         crate::wake::disarm(self.region.wake_word())
     }
 
-    /// Wake whoever sleeps on the word, as a sender does: for a wake that comes from this
-    /// process (`fi_cq_signal`), not from a peer.
-    pub fn wake(&self) {
-        crate::wake::notify(self.region.wake_word())
-    }
-
     /// The word `arm` returned a sequence of, for `crate::wake::sleep_any`.
     pub fn wait_on(&self, seq: u32) -> crate::wake::WaitOn<'_> {
         crate::wake::WaitOn { word: &self.region.wake_word().seq, expected: seq, private: false }

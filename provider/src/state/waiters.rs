@@ -1,0 +1,134 @@
+//! Who waits, in this process, for a CQ or counter to change: the descriptor of an FI_WAIT_FD
+//! object (`wait_fd`) and threads asleep in `fi_cq_sread` or `fi_cntr_wait` (`block`).
+//!
+//! A peer's message wakes them through the wake word of the endpoint it lands on. What changes
+//! an object from inside this process rings them here instead: progress that another thread
+//! drives (the auto-progress thread, an application thread reading another CQ of the same
+//! endpoints), a completion made when an operation is posted, `fi_cntr_add` and `fi_cntr_set`,
+//! `fi_cq_signal`. Every change happens under the domain lock, and a blocked thread reads the
+//! bell's value under it before it sleeps, so no ring falls between its last look and its sleep.
+
+use super::wait_fd::WaitFd;
+use super::DomainState;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+
+/// A CQ or counter that can be waited on.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Waitable {
+    Cq(usize),
+    Cntr(usize),
+}
+
+/// The waiters of one object. Boxed in it, and present only while it has one: most objects
+/// never do, and every completion checks.
+#[derive(Default)]
+pub struct Waiters {
+    pub fd: Option<WaitFd>,
+    /// Threads asleep in a blocking wait on the object.
+    blocked: u32,
+    /// The private futex word they sleep on beside their endpoints' wake words. Shared, so that
+    /// a sleeper holds it while the lock (and the object) may change.
+    bell: Arc<AtomicU32>,
+}
+
+impl Waiters {
+    pub fn with_fd(fd: WaitFd) -> Waiters {
+        Waiters { fd: Some(fd), ..Waiters::default() }
+    }
+
+    /// The object changed in this process: wake whoever waits for it.
+    #[inline]
+    pub fn changed(&mut self) {
+        if let Some(fd) = &mut self.fd {
+            fd.changed();
+        }
+        if self.blocked > 0 {
+            self.ring_blocked();
+        }
+    }
+
+    /// Wake the threads asleep in a blocking wait on the object (`fi_cq_signal`, a change).
+    pub fn ring_blocked(&self) {
+        self.bell.fetch_add(1, Ordering::SeqCst);
+        super::threads::futex_wake_private(&self.bell);
+    }
+}
+
+/// Where the waiters of `w` are kept (None: no such object).
+pub fn slot(st: &mut DomainState, w: Waitable) -> Option<&mut Option<Box<Waiters>>> {
+    match w {
+        Waitable::Cq(id) => st.cqs.get_mut(id).map(|c| &mut c.waiters),
+        Waitable::Cntr(id) => st.cntrs.get_mut(id).map(|c| &mut c.waiters),
+    }
+}
+
+/// The descriptor of `w`, if it was opened with FI_WAIT_FD (or in a wait set).
+pub fn fd(st: &mut DomainState, w: Waitable) -> Option<&mut WaitFd> {
+    slot(st, w)?.as_deref_mut()?.fd.as_mut()
+}
+
+/// A thread is about to block on `w` until it changes: its bell (None: no such object). Undone
+/// by `unblock`.
+pub fn block(st: &mut DomainState, w: Waitable) -> Option<Arc<AtomicU32>> {
+    let waiters = slot(st, w)?.get_or_insert_with(Box::default);
+    waiters.blocked += 1;
+    Some(Arc::clone(&waiters.bell))
+}
+
+/// The thread `block` counted no longer waits on `w`.
+pub fn unblock(st: &mut DomainState, w: Waitable) {
+    let Some(slot) = slot(st, w) else { return };
+    if let Some(waiters) = slot.as_deref_mut() {
+        waiters.blocked = waiters.blocked.saturating_sub(1);
+        if waiters.blocked == 0 && waiters.fd.is_none() {
+            *slot = None;
+        }
+    }
+}
+
+/// The application reads the object: no peer needs to wake its descriptor any more.
+/// Out of line: every read of every CQ checks for waiters, and most have none.
+#[cold]
+#[inline(never)]
+pub fn reading(waiters: &mut Option<Box<Waiters>>) {
+    if let Some(fd) = waiters.as_deref_mut().and_then(|w| w.fd.as_mut()) {
+        fd.disarm();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::cntr::CntrState;
+
+    /// A blocked thread's bell moves when the object changes, and only then; the box goes when
+    /// the last blocked thread leaves an object without a descriptor.
+    #[test]
+    fn a_change_rings_the_bell_of_a_blocked_thread_only() {
+        let mut st = DomainState::default();
+        let id = st.cntrs.insert(CntrState::default());
+        let w = Waitable::Cntr(id);
+        st.cntrs[id].count(false);
+        assert!(st.cntrs[id].waiters.is_none(), "a count made waiters for an object nobody waits on");
+
+        let bell = block(&mut st, w).expect("the counter exists");
+        let rung = bell.load(Ordering::SeqCst);
+        st.cntrs[id].count(false);
+        assert_ne!(bell.load(Ordering::SeqCst), rung, "a count did not ring the blocked thread's bell");
+        let rung = bell.load(Ordering::SeqCst);
+        st.cntrs[id].count(true);
+        assert_ne!(bell.load(Ordering::SeqCst), rung, "an error count did not ring the bell");
+
+        let second = block(&mut st, w).expect("the counter exists");
+        assert!(Arc::ptr_eq(&bell, &second), "two threads blocked on one object got different bells");
+        unblock(&mut st, w);
+        assert!(st.cntrs[id].waiters.is_some(), "the box went while a thread still blocks");
+        unblock(&mut st, w);
+        assert!(st.cntrs[id].waiters.is_none(), "the box stayed after the last blocked thread left");
+        let rung = bell.load(Ordering::SeqCst);
+        st.cntrs[id].count(false);
+        assert_eq!(bell.load(Ordering::SeqCst), rung, "a count rang the bell of a thread that left");
+        assert!(block(&mut st, Waitable::Cntr(id + 1)).is_none(), "blocked on a counter that does not exist");
+    }
+}
