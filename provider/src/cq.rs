@@ -310,7 +310,9 @@ unsafe extern "C" fn cq_signal(cq: *mut ffi::fid_cq) -> i32 {
                 // poll or read its bell before this rings it.
                 let mut st = obj.shared.lock();
                 obj.signaled.store(true, Ordering::Release);
-                if let Some(waiters) = crate::state::waiters::slot(&mut st, Waitable::Cq(obj.id)).and_then(|w| w.as_deref()) {
+                if let Some(waiters) =
+                    crate::state::waiters::slot(&mut st, Waitable::Cq(obj.id)).and_then(|w| w.as_deref())
+                {
                     waiters.ring_blocked();
                 }
                 0

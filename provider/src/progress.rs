@@ -17,8 +17,8 @@
 //! object's bell (`state::waiters`), on which blocking waits sleep.
 
 use crate::state::cq::Reader;
-use crate::state::waiters::Waitable;
 use crate::state::threads::{futex_wait_private, AutoThread, Control, DomainThread};
+use crate::state::waiters::Waitable;
 use crate::state::{DomainShared, DomainState};
 use smr_core::endpoint::WaitHandle;
 use std::collections::HashMap;

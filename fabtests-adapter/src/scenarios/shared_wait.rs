@@ -52,11 +52,8 @@ fn wait_two_endpoints(r: &mut Rank) -> TResult {
     let mut cq_attr =
         ffi::fi_cq_attr { format: ffi::FI_CQ_FORMAT_DATA, wait_obj: ffi::FI_WAIT_UNSPEC, ..Default::default() };
     let cq = Cq::open(node.domain(), &mut cq_attr).ctx("fi_cq_open (shared, FI_WAIT_UNSPEC)")?;
-    let mut cntr_attr = ffi::fi_cntr_attr {
-        events: ffi::FI_CNTR_EVENTS_COMP,
-        wait_obj: ffi::FI_WAIT_UNSPEC,
-        ..Default::default()
-    };
+    let mut cntr_attr =
+        ffi::fi_cntr_attr { events: ffi::FI_CNTR_EVENTS_COMP, wait_obj: ffi::FI_WAIT_UNSPEC, ..Default::default() };
     let cntr = Cntr::open(node.domain(), &mut cntr_attr).ctx("fi_cntr_open (shared, FI_WAIT_UNSPEC)")?;
     let open = |which: &str| -> TResult<Ep> {
         let ep = Ep::open(node.domain(), &node.info).ctx(&format!("fi_endpoint ({which})"))?;

@@ -56,7 +56,13 @@ pub fn scenarios() -> Vec<Scenario> {
         ),
         scn("unit/cntr_ops", 1, 20, cntr_ops, "counter read/add/set"),
         scn("unit/cntr_err", 1, 20, cntr_err, "counter adderr/seterr/readerr"),
-        scn("unit/cntr_wait", 1, 20, cntr_wait, "fi_cntr_wait threshold met, timeout, driven by traffic, and woken by fi_cntr_add from another thread"),
+        scn(
+            "unit/cntr_wait",
+            1,
+            20,
+            cntr_wait,
+            "fi_cntr_wait threshold met, timeout, driven by traffic, and woken by fi_cntr_add from another thread",
+        ),
         scn(
             "unit/poll_set",
             1,
@@ -1025,8 +1031,7 @@ fn cq_sread_other_thread(r: &mut Rank) -> TResult {
 
 fn cq_sread_beside_sends(r: &mut Rank, progress: ffi::fi_progress) -> TResult {
     const ROUNDS: usize = 5;
-    let cfg =
-        NodeCfg { cq_wait: ffi::FI_WAIT_UNSPEC, threading: ffi::FI_THREAD_SAFE, progress, ..Default::default() };
+    let cfg = NodeCfg { cq_wait: ffi::FI_WAIT_UNSPEC, threading: ffi::FI_THREAD_SAFE, progress, ..Default::default() };
     let mut a = Node::open(&r.prov, &cfg, r.timeout)?;
     let mut b = Node::open(&r.prov, &NodeCfg::default(), r.timeout)?;
     let dest = a.insert(&b.name.clone())?;
@@ -1044,7 +1049,9 @@ fn cq_sread_beside_sends(r: &mut Rank, progress: ffi::fi_progress) -> TResult {
             let mut e = [ffi::fi_cq_tagged_entry::default(); 1];
             // SAFETY: see SendPtr; fi_cq_sread = cq->ops->sread(cq, buf, 1, NULL, 10 s).
             let ret = unsafe {
-                (*(*p.0).ops).sread.map_or(fabric::ENOSYS as isize, |f| f(p.0, e.as_mut_ptr().cast(), 1, std::ptr::null(), 10_000))
+                (*(*p.0).ops)
+                    .sread
+                    .map_or(fabric::ENOSYS as isize, |f| f(p.0, e.as_mut_ptr().cast(), 1, std::ptr::null(), 10_000))
             };
             out.push((ret, Instant::now(), e[0].op_context as usize));
             seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
