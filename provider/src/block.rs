@@ -12,10 +12,8 @@
 use crate::error::{FiError, FiResult};
 use crate::state::waiters::{self, Waitable};
 use crate::state::{DomainShared, DomainState};
-use smr_core::endpoint::WaitHandle;
-use smr_core::wake::WaitOn;
 use std::ffi::c_int;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 /// How long a blocking wait polls (driving progress) before it sleeps.
@@ -73,7 +71,7 @@ pub fn until<T>(
         // With manual progress, every endpoint that can satisfy the wait is armed: an arrival
         // at any of them must end the sleep.
         let bound = crate::progress::wait_eps(&st, w).unwrap_or_default();
-        let armed: Vec<(WaitHandle, u32)> = if auto { Vec::new() } else { arm(&st, &bound) };
+        let armed = if auto { Vec::new() } else { waiters::arm(&st, bound.iter().copied()) };
         let answer = poll(&mut st);
         let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
         let answer = match answer {
@@ -83,7 +81,7 @@ pub fn until<T>(
             Err(e) => Some(Err(e)),
         };
         if let Some(answer) = answer {
-            disarm(&armed);
+            waiters::disarm(&armed);
             break answer;
         }
         let mut slice = left.unwrap_or(SLICE).min(SLICE);
@@ -102,42 +100,10 @@ pub fn until<T>(
         }
         let rung = bell.load(Ordering::SeqCst);
         drop(st);
-        sleep(&armed, (&bell, rung), slice);
-        disarm(&armed);
+        waiters::sleep(&armed, (&bell, rung), slice);
+        waiters::disarm(&armed);
         st = shared.lock();
     };
     waiters::unblock(&mut st, w);
     answer
-}
-
-/// Arm the wake words of endpoints `eps`: each with the sequence to sleep on.
-fn arm(st: &DomainState, eps: &[usize]) -> Vec<(WaitHandle, u32)> {
-    eps.iter()
-        .filter_map(|&e| st.eps.get(e)?.wait_handle())
-        .map(|h| {
-            let seq = h.arm();
-            (h, seq)
-        })
-        .collect()
-}
-
-fn disarm(armed: &[(WaitHandle, u32)]) {
-    for (h, _) in armed {
-        h.disarm();
-    }
-}
-
-/// Sleep until a sender wakes one of the `armed` endpoints, the object's bell moves off the
-/// value it had, or `slice` passes.
-fn sleep(armed: &[(WaitHandle, u32)], (bell, rung): (&AtomicU32, u32), slice: Duration) {
-    let mut words: Vec<WaitOn<'_>> = armed.iter().map(|(h, seq)| h.wait_on(*seq)).collect();
-    words.push(WaitOn { word: bell, expected: rung, private: true });
-    if !smr_core::wake::sleep_any(&words, slice) {
-        // No futex_waitv (before Linux 5.16): the bell alone, or the first endpoint's word
-        // briefly, so that the bell and the other endpoints are looked at every millisecond.
-        match armed.first() {
-            None => crate::state::threads::futex_wait_private(bell, rung, slice),
-            Some((h, seq)) => h.sleep(*seq, Some(slice.min(Duration::from_millis(1)))),
-        }
-    }
 }

@@ -18,9 +18,8 @@
 
 use crate::state::cq::Reader;
 use crate::state::threads::{futex_wait_private, AutoThread, Control, DomainThread};
-use crate::state::waiters::Waitable;
+use crate::state::waiters::{self, Waitable};
 use crate::state::{DomainShared, DomainState};
-use smr_core::endpoint::WaitHandle;
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
@@ -177,16 +176,7 @@ fn run(domain: Weak<DomainShared>, control: Arc<Control>) {
         let control_seq = control.thread.seq.load(Ordering::SeqCst);
         let (handles, events, sleep) = {
             let mut st = shared.lock();
-            let handles: Vec<(WaitHandle, u32)> = st
-                .eps
-                .iter()
-                .filter_map(|(_, ep)| ep.engine.as_ref())
-                .map(|e| {
-                    let h = e.wait_handle();
-                    let seq = h.arm();
-                    (h, seq)
-                })
-                .collect();
+            let handles = waiters::arm(&st, st.eps.iter().map(|(id, _)| id));
             let events = all(&mut st);
             // Asked only before a sleep: a pass that served something goes round again at once.
             let short = events == 0 && waits_for_room(&st, st.eps.iter().map(|(id, _)| id));
@@ -194,20 +184,9 @@ fn run(domain: Weak<DomainShared>, control: Arc<Control>) {
         };
         drop(shared);
         if events == 0 {
-            let mut words: Vec<smr_core::wake::WaitOn<'_>> = handles.iter().map(|(h, seq)| h.wait_on(*seq)).collect();
-            words.push(smr_core::wake::WaitOn { word: &control.thread.seq, expected: control_seq, private: true });
-            if !smr_core::wake::sleep_any(&words, sleep) {
-                // No futex_waitv (before Linux 5.16) or too many endpoints: sleep on the first
-                // endpoint, briefly, so the others are still served.
-                match handles.first() {
-                    Some((h, seq)) => h.sleep(*seq, Some(Duration::from_millis(1))),
-                    None => std::thread::sleep(Duration::from_millis(1)),
-                }
-            }
+            waiters::sleep(&handles, (&control.thread.seq, control_seq), sleep);
         }
-        for (h, _) in &handles {
-            h.disarm();
-        }
+        waiters::disarm(&handles);
     }
 }
 

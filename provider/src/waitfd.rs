@@ -13,7 +13,7 @@
 //! are the wake words that blocking reads arm.
 
 use crate::error::{FiError, FiResult};
-use crate::state::threads::{futex_wait_private, Bell, DomainThread, ThreadControl};
+use crate::state::threads::{Bell, DomainThread, ThreadControl};
 use crate::state::wait_fd::WaitFd;
 use crate::state::{DomainShared, DomainState};
 use smr_core::endpoint::WaitHandle;
@@ -71,19 +71,10 @@ pub fn arm(shared: &Arc<DomainShared>, w: Waitable, drain_first: bool) -> FiResu
         fd.drain();
     }
     fd.disarm();
-    let armed: Vec<(WaitHandle, u32)> = endpoints(&st, w)
-        .iter()
-        .filter_map(|&id| st.eps.get(id)?.engine.as_ref().map(|e| e.wait_handle()))
-        .map(|h| {
-            let seq = h.arm();
-            (h, seq)
-        })
-        .collect();
+    let armed = crate::state::waiters::arm(&st, endpoints(&st, w));
     // What a peer published before the words were armed woke nobody: look once more.
     if ready(&mut st, w) {
-        for (h, _) in armed {
-            h.disarm();
-        }
+        crate::state::waiters::disarm(&armed);
         return Err(FiError::AGAIN);
     }
     if let Some(fd) = wait_fd(&mut st, w) {
@@ -155,17 +146,12 @@ fn run(domain: Weak<DomainShared>, control: Arc<ThreadControl>) {
             (watched, waiting)
         };
         drop(shared);
-        let mut words: Vec<smr_core::wake::WaitOn<'_>> = watched.iter().map(|(h, seq)| h.wait_on(*seq)).collect();
-        words.push(smr_core::wake::WaitOn { word: &control.seq, expected: control_seq, private: true });
         let sleep = match (room, waiting) {
             (true, _) => crate::progress::ROOM_SLICE,
             (false, true) => OUTSTANDING_CHECK.saturating_sub(last_check.elapsed()),
             (false, false) => IDLE,
         };
-        if !smr_core::wake::sleep_any(&words, sleep) {
-            // No futex_waitv (before Linux 5.16) or too many words: look again every millisecond.
-            futex_wait_private(&control.seq, control_seq, Duration::from_millis(1));
-        }
+        crate::state::waiters::sleep(&watched, (&control.seq, control_seq), sleep);
     }
 }
 

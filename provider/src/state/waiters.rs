@@ -10,8 +10,11 @@
 
 use super::wait_fd::WaitFd;
 use super::DomainState;
+use smr_core::endpoint::WaitHandle;
+use smr_core::wake::WaitOn;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 /// A CQ or counter that can be waited on.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -83,6 +86,40 @@ pub fn unblock(st: &mut DomainState, w: Waitable) {
         waiters.blocked = waiters.blocked.saturating_sub(1);
         if waiters.blocked == 0 && waiters.fd.is_none() {
             *slot = None;
+        }
+    }
+}
+
+/// Arm the wake words of endpoints `eps` (those without an engine are skipped): each with the
+/// sequence to sleep on, until `disarm`.
+pub fn arm(st: &DomainState, eps: impl IntoIterator<Item = usize>) -> Vec<(WaitHandle, u32)> {
+    eps.into_iter()
+        .filter_map(|e| st.eps.get(e)?.wait_handle())
+        .map(|h| {
+            let seq = h.arm();
+            (h, seq)
+        })
+        .collect()
+}
+
+pub fn disarm(armed: &[(WaitHandle, u32)]) {
+    for (h, _) in armed {
+        h.disarm();
+    }
+}
+
+/// Sleep until a peer wakes one of the `armed` endpoints, `private` (a word of this process,
+/// with the value it is expected to move off) moves, or `timeout` passes: all at once with
+/// futex_waitv (Linux 5.16). Without it, the private word alone while no endpoint is armed, or
+/// else the first endpoint's word for at most a millisecond, so that the rest are looked at
+/// that often.
+pub fn sleep(armed: &[(WaitHandle, u32)], (private, expected): (&AtomicU32, u32), timeout: Duration) {
+    let mut words: Vec<WaitOn<'_>> = armed.iter().map(|(h, seq)| h.wait_on(*seq)).collect();
+    words.push(WaitOn { word: private, expected, private: true });
+    if !smr_core::wake::sleep_any(&words, timeout) {
+        match armed.first() {
+            None => super::threads::futex_wait_private(private, expected, timeout),
+            Some((h, seq)) => h.sleep(*seq, Some(timeout.min(Duration::from_millis(1)))),
         }
     }
 }
