@@ -13,7 +13,6 @@ use crate::error::{FiError, FiResult};
 use crate::state::waiters::{self, Waitable};
 use crate::state::{DomainShared, DomainState};
 use std::ffi::c_int;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 /// How long a blocking wait polls (driving progress) before it sleeps.
@@ -69,9 +68,10 @@ pub fn until<T>(
     let bell = waiters::block(&mut st, w).ok_or(FiError::INVAL)?;
     let answer = loop {
         // With manual progress, every endpoint that can satisfy the wait is armed: an arrival
-        // at any of them must end the sleep.
-        let bound = crate::progress::wait_eps(&st, w).unwrap_or_default();
-        let armed = if auto { Vec::new() } else { waiters::arm(&st, bound.iter().copied()) };
+        // at any of them must end the sleep. (With auto progress the progress thread serves
+        // them, and its completions ring the bell.)
+        let bound = if auto { Vec::new() } else { crate::progress::wait_eps(&st, w).unwrap_or_default() };
+        let armed = waiters::arm(&st, bound.iter().copied());
         let answer = poll(&mut st);
         let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
         let answer = match answer {
@@ -98,7 +98,7 @@ pub fn until<T>(
                 slice = slice.min(Duration::from_millis(1));
             }
         }
-        let rung = bell.load(Ordering::SeqCst);
+        let rung = waiters::to_sleep(&mut st, w);
         drop(st);
         waiters::sleep(&armed, (&bell, rung), slice);
         waiters::disarm(&armed);

@@ -62,7 +62,7 @@ pub(crate) unsafe extern "C" fn cntr_open(
             }
             let mut st = dom.shared.lock();
             let id = st.cntrs.insert(state);
-            let (wait_fd, member) = waiting.attach(&dom.shared, crate::waitfd::Waitable::Cntr(id));
+            let (wait_fd, member) = waiting.attach(&dom.shared, Waitable::Cntr(id));
             st.cntrs[id].waiters = wait_fd.map(|fd| Box::new(Waiters::with_fd(fd)));
             drop(st);
             let obj = object::into_raw(Cntr {

@@ -78,7 +78,7 @@ pub(crate) unsafe extern "C" fn cq_open(
                 CqState { format, wait_obj: attr.wait_obj, events: VecDeque::new(), eps: Box::new([]), waiters: None };
             let mut st = dom.shared.lock();
             let id = st.cqs.insert(state);
-            let (wait_fd, member) = waiting.attach(&dom.shared, crate::waitfd::Waitable::Cq(id));
+            let (wait_fd, member) = waiting.attach(&dom.shared, Waitable::Cq(id));
             st.cqs[id].waiters = wait_fd.map(|fd| Box::new(Waiters::with_fd(fd)));
             drop(st);
             let obj = object::into_raw(Cq {
@@ -311,9 +311,9 @@ unsafe extern "C" fn cq_signal(cq: *mut ffi::fid_cq) -> i32 {
                 let mut st = obj.shared.lock();
                 obj.signaled.store(true, Ordering::Release);
                 if let Some(waiters) =
-                    crate::state::waiters::slot(&mut st, Waitable::Cq(obj.id)).and_then(|w| w.as_deref())
+                    crate::state::waiters::slot(&mut st, Waitable::Cq(obj.id)).and_then(|w| w.as_deref_mut())
                 {
-                    waiters.ring_blocked();
+                    waiters.wake_sleepers();
                 }
                 0
             }

@@ -4,7 +4,8 @@
 //! are only asked whether something is ready now.
 
 use crate::error::FiError;
-use crate::waitfd::{try_arm, Waitable};
+use crate::state::waiters::Waitable;
+use crate::waitfd::try_arm;
 use rshm_ffi as ffi;
 
 /// `fi_trywait`: 0 if the caller may block on every object's wait object, `-FI_EAGAIN` if any

@@ -14,7 +14,6 @@
 
 use crate::error::{FiError, FiResult};
 use crate::state::threads::{Bell, DomainThread, ThreadControl};
-use crate::state::wait_fd::WaitFd;
 use crate::state::{DomainShared, DomainState};
 use smr_core::endpoint::WaitHandle;
 use std::os::fd::RawFd;
@@ -22,7 +21,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-pub use crate::state::waiters::Waitable;
+use crate::state::waiters::{self, Waitable};
 
 /// Drive what can complete into `w`; true if something is ready for the application to read:
 /// a CQ entry, or a counter that moved since the application last read it (an object without
@@ -38,10 +37,6 @@ fn ready(st: &mut DomainState, w: Waitable) -> bool {
             st.cntrs.get(id).is_some_and(|c| c.wait_fd().is_some_and(|fd| fd.seen != (c.value, c.errors)))
         }
     }
-}
-
-fn wait_fd(st: &mut DomainState, w: Waitable) -> Option<&mut WaitFd> {
-    crate::state::waiters::fd(st, w)
 }
 
 fn endpoints(st: &DomainState, w: Waitable) -> Vec<usize> {
@@ -65,24 +60,24 @@ pub fn arm(shared: &Arc<DomainShared>, w: Waitable, drain_first: bool) -> FiResu
     }
     let mut st = shared.lock();
     // An object without a descriptor was only asked whether something is ready: the spin said.
-    let Some(fd) = wait_fd(&mut st, w) else { return Ok(()) };
+    let Some(fd) = waiters::fd(&mut st, w) else { return Ok(()) };
     // What rang before is drained; what it rang for is seen by the look after the arming below.
     if drain_first {
         fd.drain();
     }
     fd.disarm();
-    let armed = crate::state::waiters::arm(&st, endpoints(&st, w));
+    let armed = waiters::arm(&st, endpoints(&st, w));
     // What a peer published before the words were armed woke nobody: look once more.
     if ready(&mut st, w) {
-        crate::state::waiters::disarm(&armed);
+        waiters::disarm(&armed);
         return Err(FiError::AGAIN);
     }
-    if let Some(fd) = wait_fd(&mut st, w) {
+    if let Some(fd) = waiters::fd(&mut st, w) {
         fd.watch(armed);
     }
     drop(st);
     if !bell_armed(shared) {
-        if let Some(fd) = wait_fd(&mut shared.lock(), w) {
+        if let Some(fd) = waiters::fd(&mut shared.lock(), w) {
             fd.disarm();
         }
         return Err(FiError::OTHER);
@@ -151,7 +146,7 @@ fn run(domain: Weak<DomainShared>, control: Arc<ThreadControl>) {
             (false, true) => OUTSTANDING_CHECK.saturating_sub(last_check.elapsed()),
             (false, false) => IDLE,
         };
-        crate::state::waiters::sleep(&watched, (&control.seq, control_seq), sleep);
+        waiters::sleep(&watched, (&control.seq, control_seq), sleep);
     }
 }
 
@@ -181,7 +176,7 @@ fn ring(st: &mut DomainState, check: bool) -> bool {
         .collect();
     for w in ids {
         let outstanding = busy(st, &endpoints(st, w));
-        let Some(fd) = wait_fd(st, w) else { continue };
+        let Some(fd) = waiters::fd(st, w) else { continue };
         if fd.woken() || (check && outstanding) {
             fd.ring();
         } else {

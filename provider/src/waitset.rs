@@ -7,8 +7,9 @@
 use crate::error::{FiError, FiResult};
 use crate::object::{self, put};
 use crate::state::wait_fd::{self, WaitFd};
+use crate::state::waiters::Waitable;
 use crate::state::DomainShared;
-use crate::waitfd::{self, Waitable};
+use crate::waitfd;
 use rshm_ffi as ffi;
 use std::ffi::{c_int, c_void};
 use std::os::fd::{AsRawFd, OwnedFd};

@@ -28,11 +28,15 @@ pub enum Waitable {
 #[derive(Default)]
 pub struct Waiters {
     pub fd: Option<WaitFd>,
-    /// Threads asleep in a blocking wait on the object.
+    /// Threads in a blocking wait on the object (polling or asleep).
     blocked: u32,
     /// The private futex word they sleep on beside their endpoints' wake words. Shared, so that
     /// a sleeper holds it while the lock (and the object) may change.
     bell: Arc<AtomicU32>,
+    /// A blocked thread read the bell to sleep on it, and nothing rang it since: the next change
+    /// rings it, and the ones after it until a thread reads it again make no syscall (a pass of
+    /// the progress thread may count many completions into a counter someone sleeps on).
+    asleep: bool,
 }
 
 impl Waiters {
@@ -46,15 +50,16 @@ impl Waiters {
         if let Some(fd) = &mut self.fd {
             fd.changed();
         }
-        if self.blocked > 0 {
-            self.ring_blocked();
-        }
+        self.wake_sleepers();
     }
 
     /// Wake the threads asleep in a blocking wait on the object (`fi_cq_signal`, a change).
-    pub fn ring_blocked(&self) {
-        self.bell.fetch_add(1, Ordering::SeqCst);
-        super::threads::futex_wake_private(&self.bell);
+    pub fn wake_sleepers(&mut self) {
+        if self.asleep {
+            self.asleep = false;
+            self.bell.fetch_add(1, Ordering::SeqCst);
+            super::threads::futex_wake_private(&self.bell);
+        }
     }
 }
 
@@ -77,6 +82,18 @@ pub fn block(st: &mut DomainState, w: Waitable) -> Option<Arc<AtomicU32>> {
     let waiters = slot(st, w)?.get_or_insert_with(Box::default);
     waiters.blocked += 1;
     Some(Arc::clone(&waiters.bell))
+}
+
+/// A thread `block` counted is about to sleep on `w`'s bell: the value to sleep on. Read under
+/// the domain lock, after the thread's last look at the object.
+pub fn to_sleep(st: &mut DomainState, w: Waitable) -> u32 {
+    match slot(st, w).and_then(|s| s.as_deref_mut()) {
+        Some(waiters) => {
+            waiters.asleep = true;
+            waiters.bell.load(Ordering::SeqCst)
+        }
+        None => 0,
+    }
 }
 
 /// The thread `block` counted no longer waits on `w`.
@@ -139,8 +156,8 @@ mod tests {
     use super::*;
     use crate::state::cntr::CntrState;
 
-    /// A blocked thread's bell moves when the object changes, and only then; the box goes when
-    /// the last blocked thread leaves an object without a descriptor.
+    /// A blocked thread's bell moves when the object changes after the thread read it, once;
+    /// the box goes when the last blocked thread leaves an object without a descriptor.
     #[test]
     fn a_change_rings_the_bell_of_a_blocked_thread_only() {
         let mut st = DomainState::default();
@@ -150,10 +167,13 @@ mod tests {
         assert!(st.cntrs[id].waiters.is_none(), "a count made waiters for an object nobody waits on");
 
         let bell = block(&mut st, w).expect("the counter exists");
-        let rung = bell.load(Ordering::SeqCst);
+        let rung = to_sleep(&mut st, w);
         st.cntrs[id].count(false);
         assert_ne!(bell.load(Ordering::SeqCst), rung, "a count did not ring the blocked thread's bell");
-        let rung = bell.load(Ordering::SeqCst);
+        let after = bell.load(Ordering::SeqCst);
+        st.cntrs[id].count(false);
+        assert_eq!(bell.load(Ordering::SeqCst), after, "a second count rang a bell nobody read again");
+        let rung = to_sleep(&mut st, w);
         st.cntrs[id].count(true);
         assert_ne!(bell.load(Ordering::SeqCst), rung, "an error count did not ring the bell");
 
@@ -163,6 +183,7 @@ mod tests {
         assert!(st.cntrs[id].waiters.is_some(), "the box went while a thread still blocks");
         unblock(&mut st, w);
         assert!(st.cntrs[id].waiters.is_none(), "the box stayed after the last blocked thread left");
+        let _ = to_sleep(&mut st, w);
         let rung = bell.load(Ordering::SeqCst);
         st.cntrs[id].count(false);
         assert_eq!(bell.load(Ordering::SeqCst), rung, "a count rang the bell of a thread that left");
