@@ -117,6 +117,16 @@ pub fn watchdog(limit: Duration, what: &str) -> Watchdog {
 // ---------------------------------------------------------------------------------------------
 // Data patterns
 
+/// CPU time this process has used so far (user and system).
+pub fn cpu_time() -> Duration {
+    // SAFETY: getrusage fills one rusage we own.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
+    let tv = |t: libc::timeval| Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64);
+    tv(u.ru_utime) + tv(u.ru_stime)
+}
+
 /// The next number of the generator at `state` (splitmix64).
 pub fn splitmix(state: &mut u64) -> u64 {
     *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);

@@ -4,7 +4,8 @@
 //! - `progress/cntr_wait`: the target sleeps in one fi_cntr_wait on its MR-bound counter;
 //! - `progress/sleeping_target`: the target just sleeps (std::thread::sleep); the initiator's
 //!   operations must all complete meanwhile, and the target finds the data in place afterwards
-//!   without calling libfabric.
+//!   without calling libfabric; once it has served everything, its process uses under a tenth
+//!   of a CPU while it sleeps on (a progress thread must sleep too, not poll).
 //! - `progress/polled_then_sleeping`: the same, after the target polled its CQ in a tight loop
 //!   for a while (a provider's progress thread may stand aside while the application polls; it
 //!   must come back when the polling stops without a blocking call).
@@ -18,7 +19,7 @@ use super::counters::{check_writes, cntr_wait, fill_reads, ranges, run_op, words
 use super::rma_util::{Peer, Spec, Target, ATOMIC, BASIC, MSG, REMOTE_READ, REMOTE_WRITE, RMA, RMA_EVENT};
 use super::{scn, Scenario};
 use crate::fabric;
-use crate::harness::{fi_ok, Rank, TResult, TestErr};
+use crate::harness::{cpu_time, fi_ok, Rank, TResult, TestErr};
 use crate::{bail, ensure};
 use std::time::{Duration, Instant};
 
@@ -119,7 +120,12 @@ fn cntr_wait_target(r: &mut Rank) -> TResult {
     r.pmi.barrier_with(&mut || p.progress().map(|_| ()))
 }
 
-/// The target first polls its CQ for `polling` (none: it sleeps at once), then sleeps.
+/// How long an auto-progress target that has served everything sleeps while its CPU time is
+/// counted (`sleeping_target`).
+const IDLE_WINDOW: Duration = Duration::from_millis(300);
+
+/// The target first polls its CQ for `polling` (none: it sleeps at once), then sleeps. Once the
+/// peer's operations are done, the process must cost (nearly) no CPU while it goes on sleeping.
 fn sleeping_target(r: &mut Rank, polling: Duration) -> TResult {
     let ops = [
         Op::Write(8),
@@ -166,6 +172,15 @@ fn sleeping_target(r: &mut Rank, polling: Duration) -> TResult {
                 Err(e) => return Err(e),
             }
         }
+        // Served, and nothing more comes: the provider's threads must go to sleep too.
+        let (wall, cpu) = (Instant::now(), cpu_time());
+        std::thread::sleep(IDLE_WINDOW);
+        let (idle, spent) = (wall.elapsed(), cpu_time() - cpu);
+        ensure!(
+            spent < idle / 10,
+            "the process used {spent:?} of CPU in {idle:?} with nothing to serve and no libfabric call: \
+             a progress thread polls instead of sleeping"
+        );
         return r.pmi.barrier();
     }
     let mut p = Peer::open(r, &Spec::new(MSG | RMA | ATOMIC, BASIC))?;

@@ -23,7 +23,9 @@
 use super::{finish, scn, setup, Scenario};
 use crate::fabric::{self, ffi, FiAddr};
 use crate::fabric::{Cq, WaitSet};
-use crate::harness::{check_pattern, fi_ok, pattern, Completion, FiCtx, Node, NodeCfg, Rank, Rx, TResult, TestErr, Tx};
+use crate::harness::{
+    check_pattern, cpu_time, fi_ok, pattern, Completion, FiCtx, Node, NodeCfg, Rank, Rx, TResult, TestErr, Tx,
+};
 use crate::{bail, ensure};
 use std::ffi::c_void;
 use std::time::{Duration, Instant};
@@ -91,16 +93,6 @@ fn readable_within(fd: i32, limit: Duration) -> TResult<bool> {
     let n = unsafe { libc::poll(&mut p, 1, limit.as_millis() as i32) };
     ensure!(n >= 0, "poll: {}", std::io::Error::last_os_error());
     Ok(n == 1 && p.revents & libc::POLLIN != 0)
-}
-
-/// CPU time this process has used so far (user and system).
-fn cpu_time() -> Duration {
-    // SAFETY: getrusage fills one rusage we own.
-    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: as above.
-    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
-    let tv = |t: libc::timeval| Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64);
-    tv(u.ru_utime) + tv(u.ru_stime)
 }
 
 /// fi_trywait on one object, then, if it allows, poll(2) on its descriptor for up to `limit`:
