@@ -7,7 +7,12 @@ both providers can run: --enable-ofi-manual-progress --enable-manual-progress
 a Markdown report with the median of the runs and the rshm/shm ratio at every size:
 
     scripts/bench-one-sided.py --sos-build /opt/sos-build-manual [--fabtests /opt/fabtests/bin]
+                               [--default-build /opt/sos-build-default]
                                [--runs 3] [--provider-path target/rshm] [--out FILE] [--host-tries 3]
+
+With --default-build (an SOS build with no provider-specific configure flags: auto progress,
+blocking waits, target counters), rshm also runs the SOS programs on that build, alternated with
+the others, in a third column: what a user of a stock OpenSHMEM gets. The C shm cannot run it.
 
 Latency ratios below 1 and bandwidth ratios above 1 mean rshm is faster. The load average is
 printed first: figures taken while other work runs on the machine are not comparable. The host's
@@ -35,6 +40,8 @@ SOS_PROGRAMS = [
     ("shmem_bw_get_perf", [("get bandwidth", 0, "MB/s", False)]),
     ("shmem_bw_atomics_perf", [("atomic rate", 1, "Mops/s", False), ("atomic latency", 2, "us", True)]),
 ]
+# rshm on the --default-build SOS build: a provider variant of its own in the tables.
+DEFAULT = "rshm-default"
 NUM = r"[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?"
 
 
@@ -132,12 +139,21 @@ def median_table(samples):
 
 def report(title, unit, lower_better, per_prov):
     r, c = per_prov.get("rshm", {}), per_prov.get("shm", {})
-    lines = [f"### {title} ({unit}, median)", "", "| section | size / op | rshm | C shm | rshm/shm |", "|---|---:|---:|---:|---:|"]
-    for k in list(dict.fromkeys(list(r) + list(c))):
+    d = per_prov.get(DEFAULT)
+    head = "| section | size / op | rshm | C shm | rshm/shm |"
+    rule = "|---|---:|---:|---:|---:|"
+    if d is not None:
+        head += " rshm, default build | its ratio to C shm |"
+        rule += "---:|---:|"
+    lines = [f"### {title} ({unit}, median)", "", head, rule]
+    ratio = lambda a, b: f"{a / b:.2f}" if a and b else "-"
+    fmt = lambda v: "-" if v is None else f"{v:.2f}"
+    for k in list(dict.fromkeys(list(r) + list(c) + list(d or {}))):
         rv, cv = r.get(k), c.get(k)
-        ratio = f"{rv / cv:.2f}" if rv and cv else "-"
-        fmt = lambda v: "-" if v is None else f"{v:.2f}"
-        lines.append(f"| {k[0] or '-'} | {k[1]} | {fmt(rv)} | {fmt(cv)} | {ratio} |")
+        row = f"| {k[0] or '-'} | {k[1]} | {fmt(rv)} | {fmt(cv)} | {ratio(rv, cv)} |"
+        if d is not None:
+            row += f" {fmt(d.get(k))} | {ratio(d.get(k), cv)} |"
+        lines.append(row)
     better = "lower" if lower_better else "higher"
     lines += ["", f"({better} is better)", ""]
     return "\n".join(lines)
@@ -147,6 +163,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sos-build", required=True)
     ap.add_argument("--fabtests")
+    ap.add_argument("--default-build", help="an SOS build with default configure flags, run with rshm only")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--provider-path", default=os.path.join(os.path.dirname(__file__), "..", "target", "rshm"))
     ap.add_argument("--out")
@@ -159,7 +176,8 @@ def main():
         "## One-sided, rshm vs the C shm (libfabric 1.17), same run",
         "",
         f"Load average at start: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} on {os.cpu_count()} CPUs; "
-        f"{a.runs} runs each, providers alternated; SOS build {a.sos_build}.",
+        f"{a.runs} runs each, providers alternated; SOS build {a.sos_build}"
+        + (f"; rshm also on the default build {a.default_build}." if a.default_build else "."),
         "",
     ]
     def done(section):
@@ -177,7 +195,8 @@ def main():
         before = hostspeed.handoff(root)
         kind, what, prov = job["kind"], job["what"], job["prov"]
         if kind == "sos":
-            out = run_sos(a.sos_build, what, prov, a.provider_path)
+            build = a.default_build if prov == DEFAULT else a.sos_build
+            out = run_sos(build, what, "rshm" if prov == DEFAULT else prov, a.provider_path)
         else:
             job["port"] += 1000
             out = run_rma_bw(a.fabtests, what, prov, a.provider_path, job["port"])
@@ -188,9 +207,10 @@ def main():
     # the host was in another state than the run's reference are run again (bench.py does the
     # same; docs/perf/bench-reading.md).
     jobs, port = [], 23000
+    sos_provs = ("rshm", "shm") + ((DEFAULT,) if a.default_build else ())
     for prog, _ in SOS_PROGRAMS:
         for r in range(a.runs):
-            for p in ("rshm", "shm"):
+            for p in sos_provs:
                 jobs.append({"kind": "sos", "what": prog, "prov": p, "run": r, "port": 0})
     if a.fabtests:
         for op in ("write", "read"):
@@ -222,8 +242,10 @@ def main():
         """Each provider's outputs of a program: those in the reference state, or, if none is,
         all of them."""
         per = {}
-        for p in ("rshm", "shm"):
+        for p in ("rshm", "shm", DEFAULT):
             mine = [j for j in done_jobs if j["kind"] == kind and j["what"] == what and j["prov"] == p]
+            if not mine:
+                continue
             steady = [j for j in mine if hostspeed.in_state(j["handoffs"], ref)] if ref else mine
             per[p] = [j["out"] for j in (steady or mine)]
         return per
