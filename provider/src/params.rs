@@ -21,6 +21,7 @@ const DEFINITIONS: &[(&str, ffi::fi_param_type, &str)] = &[
     ("MAX_PEERS", ffi::FI_PARAM_SIZE_T, "Peers that may send to one endpoint (default: 1024)"),
     ("READ_ONE_TRIP_MAX", ffi::FI_PARAM_SIZE_T, "Largest RMA read answered in one round trip, its bytes placed by the target in a buffer of the initiator's region (an inject buffer up to 4 KiB, a SAR buffer above); larger reads take a reply message (default: 16384)"),
     ("PEER_TIMEOUT_MS", ffi::FI_PARAM_SIZE_T, "How long sends to an address with no endpoint behind it retry before failing (default: 30000)"),
+    ("PROGRESS_SPIN_US", ffi::FI_PARAM_SIZE_T, "Microseconds the FI_PROGRESS_AUTO thread keeps polling after a pass that served a peer, before it sleeps again; a stream of requests then costs no wake-up each, but a passive target that computes on the CPU it shares with the thread gives the thread part of it while requests keep coming. 0: sleep after every pass (default: 50)"),
     ("DEAD_PEER_TIMEOUT_MS", ffi::FI_PARAM_SIZE_T, "How long sends to an address whose endpoint's process died before this one reached it retry, waiting for a restarted process to take the address, before failing with FI_EIO (default: 500)"),
 ];
 
@@ -73,6 +74,8 @@ pub struct Config {
     pub remote_comm: bool,
     /// Reads up to this size are answered in one round trip (`ep::rma`).
     pub read_one_trip_max: usize,
+    /// How long the auto-progress thread polls on after serving (None: `progress::SPIN`).
+    pub progress_spin: Option<Duration>,
 }
 
 pub fn config() -> &'static Config {
@@ -116,6 +119,7 @@ pub fn config() -> &'static Config {
             engine.dead_owner_timeout = Duration::from_millis(ms as u64);
         }
         let read_one_trip_max = get_size("READ_ONE_TRIP_MAX").unwrap_or(READ_ONE_TRIP_MAX);
-        Config { engine, remote_comm: get_bool("REMOTE_COMM").unwrap_or(false), read_one_trip_max }
+        let progress_spin = get_size("PROGRESS_SPIN_US").map(|us| Duration::from_micros(us as u64));
+        Config { engine, remote_comm: get_bool("REMOTE_COMM").unwrap_or(false), read_one_trip_max, progress_spin }
     })
 }

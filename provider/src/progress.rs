@@ -154,7 +154,13 @@ const ASIDE_CHECK: Duration = Duration::from_millis(1);
 /// through this thread while its application sleeps in a blocking wait, took 2.1-2.8 us per
 /// 8 B get and 1.2-1.9 us per fetching atomic with the thread back asleep after every pass,
 /// 0.4 us with it polling (2 PEs, one CPU each). An idle process still costs no CPU once this
-/// has passed.
+/// has passed. The price: beside an application that computes on the same CPU, the thread
+/// polls through a stream of requests less than `SPIN` apart where it would have been woken for
+/// each, so it takes a share of that CPU. FI_RSHM_PROGRESS_SPIN_US sets the progress thread's
+/// (0: sleep after every pass). Polling on only while an application thread sleeps in a
+/// blocking wait (its CPU idle) was tried: in 5 alternated rounds it was slower in 3
+/// (fetching atomics 1.0-1.2 us against 0.45-0.57), but this build has such rounds too
+/// (8 B gets 1.06-1.23 us against 0.44-0.56), so it was not kept for lack of evidence.
 pub const SPIN: Duration = Duration::from_micros(50);
 
 /// Longest sleep without a wake-up (a backstop; wake-ups are what normally end a sleep).
@@ -177,6 +183,7 @@ fn start_auto(shared: &Arc<DomainShared>) -> std::io::Result<AutoThread> {
 }
 
 fn run(domain: Weak<DomainShared>, control: Arc<Control>) {
+    let spin = crate::params::config().progress_spin.unwrap_or(SPIN);
     let mut last_work: Option<Instant> = None;
     while !control.thread.stopping() {
         if control.aside.load(Ordering::Relaxed) {
@@ -184,9 +191,9 @@ fn run(domain: Weak<DomainShared>, control: Arc<Control>) {
             last_work = None;
             continue;
         }
-        // Within `SPIN` of the last work: poll again, off the wake words (peers need not wake
+        // Within `spin` of the last work: poll again, off the wake words (peers need not wake
         // a thread that polls), and sleep only after a pass that armed them found nothing.
-        let polling = last_work.is_some_and(|t| t.elapsed() < SPIN);
+        let polling = last_work.is_some_and(|t| t.elapsed() < spin);
         // The thread holds the domain only while it works, so fi_close(domain) sees no extra
         // reference while the thread sleeps.
         let Some(shared) = domain.upgrade() else { return };
