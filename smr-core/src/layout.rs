@@ -47,7 +47,8 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"RSHMREG\0");
 ///     answered in one trip have a short request (both fit the command's first line).
 /// 14: response slots of two cache lines: an answer carries up to 96 bytes, every other
 ///     response stays in the first line (`cmd::FIRST_LINE_DATA`).
-pub const LAYOUT_VERSION: u32 = 14;
+/// 15: the owner says when it has a CPU to spare without polling (`OwnerBeat::spare`).
+pub const LAYOUT_VERSION: u32 = 15;
 /// Longest region name, without the terminating NUL.
 pub const NAME_MAX: usize = 63;
 /// Size of one inject buffer (defined with the commands that name them, which check against it).
@@ -282,6 +283,10 @@ pub struct OwnerBeat {
     /// answers requests within microseconds, even while busy with its own operations
     /// (`Endpoint::peer_progresses`).
     pub polls: AtomicU64,
+    /// Nonzero while the owner has a CPU to spare for peers without polling: its application
+    /// sleeps in a blocking wait and a progress thread serves requests (`Endpoint::set_spare`,
+    /// `Endpoint::peer_has_spare_cpu`).
+    pub spare: AtomicU64,
 }
 
 /// Entries of the MR table.

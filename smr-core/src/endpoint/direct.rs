@@ -74,6 +74,19 @@ impl Endpoint {
         self.owner_moves(peer, Beat::Free)
     }
 
+    /// Say whether this endpoint's owner has a CPU to spare for peers while it does not poll:
+    /// its application sleeps in a blocking wait and a progress thread serves requests.
+    pub fn set_spare(&self, spare: bool) {
+        self.region.beat().spare.store(spare as u64, Ordering::Relaxed);
+    }
+
+    /// Whether `peer`'s owner said it has a CPU to spare without polling (`set_spare`): a large
+    /// read it is asked to push wakes its progress thread, on a CPU that is otherwise idle.
+    /// False for a peer we cannot reach yet.
+    pub fn peer_has_spare_cpu(&mut self, peer: PeerId) -> bool {
+        self.link(peer).is_ok_and(|link| link.region.beat().spare.load(Ordering::Relaxed) != 0)
+    }
+
     /// Whether `peer`'s owner calls progress, whatever else it does: it moved its count of
     /// progress calls since a look of ours a moment ago, or within `POLLING_NOW` of this one as
     /// an earlier look saw, or while we watch. Such an owner answers a request within

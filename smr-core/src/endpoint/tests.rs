@@ -1875,6 +1875,18 @@ fn a_peer_is_free_only_while_it_keeps_polling() {
     assert!(!a.peer_is_free(to_b), "a poll long before this look says nothing about now");
 }
 
+/// `peer_has_spare_cpu` reads what the owner says (`set_spare`), now: it does not depend on polls.
+#[test]
+fn a_peer_has_a_spare_cpu_while_it_says_so() {
+    let (mut a, b, to_b) = pair("sparecpu", Params::default());
+    assert!(!a.peer_has_spare_cpu(to_b), "an owner that said nothing has no CPU to spare");
+    b.set_spare(true);
+    assert!(a.peer_has_spare_cpu(to_b), "the owner said it has a CPU to spare");
+    assert!(a.peer_has_spare_cpu(to_b), "and still does on a second look, with no poll between");
+    b.set_spare(false);
+    assert!(!a.peer_has_spare_cpu(to_b), "the owner took it back");
+}
+
 /// `peer_progresses` counts every progress call, `peer_is_free` only those made with nothing of
 /// the owner's own outstanding: an owner busy with its own operations progresses, not free. A
 /// move seen a moment ago still counts for `peer_progresses` (the owner's own operations may
