@@ -26,14 +26,23 @@ pub fn spin<T>(
     deadline: Option<Instant>,
     mut poll: impl FnMut(&mut DomainState) -> Option<T>,
 ) -> Option<T> {
-    let spin_end = Instant::now() + crate::progress::SPIN;
-    let spin_end = deadline.map_or(spin_end, |d| d.min(spin_end));
+    let mut spin_end = Instant::now() + crate::progress::SPIN;
+    let mut seen = None;
     loop {
         shared.app_polls();
-        if let Some(answer) = poll(&mut shared.lock()) {
-            return Some(answer);
+        let events = {
+            let mut st = shared.lock();
+            if let Some(answer) = poll(&mut st) {
+                return Some(answer);
+            }
+            st.events
+        };
+        let now = Instant::now();
+        if seen.is_some_and(|s| s != events) {
+            spin_end = now + crate::progress::SPIN;
         }
-        if Instant::now() >= spin_end {
+        seen = Some(events);
+        if now >= deadline.map_or(spin_end, |d| d.min(spin_end)) {
             return None;
         }
         // One pause between polls, not a burst: a pause takes 29 ns on this host's EPYC, and
@@ -97,11 +106,17 @@ pub fn until<T>(
                 slice = slice.min(Duration::from_millis(1));
             }
         }
+        if auto {
+            crate::progress::app_asleep(&mut st, true);
+        }
         let rung = waiters::to_sleep(&mut st, w);
         drop(st);
         waiters::sleep(&armed, (&bell, rung), slice);
         waiters::disarm(&armed);
         st = shared.lock();
+        if auto {
+            crate::progress::app_asleep(&mut st, false);
+        }
     };
     waiters::unblock(&mut st, w);
     answer

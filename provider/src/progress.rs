@@ -35,8 +35,10 @@ pub fn endpoint(st: &mut DomainState, id: usize) -> usize {
 /// `endpoint`, with completions for the CQ that `reader` reads going into its array.
 #[inline(always)]
 fn endpoint_for(st: &mut DomainState, id: usize, reader: Option<&mut Reader>) -> usize {
-    let DomainState { eps, cqs, cntrs, avs, mrs, .. } = st;
-    eps.get_mut(id).map_or(0, |ep| ep.drive(cqs, cntrs, reader, avs, mrs))
+    let DomainState { eps, cqs, cntrs, avs, mrs, events, .. } = st;
+    let n = eps.get_mut(id).map_or(0, |ep| ep.drive(cqs, cntrs, reader, avs, mrs));
+    *events = events.wrapping_add(n as u64);
+    n
 }
 
 /// Endpoint ids, copied out of the state so that progress can borrow it mutably.
@@ -126,6 +128,22 @@ pub fn before_sleep(st: &mut DomainState) {
     for (_, ep) in st.eps.iter_mut() {
         if let Some(engine) = ep.engine.as_mut() {
             engine.give_back_taken();
+        }
+    }
+}
+
+/// An application thread of an auto-progress domain is about to sleep in a blocking wait
+/// (`asleep`), or woke from one. While one sleeps, the domain's endpoints tell peers they have a
+/// CPU to spare (`Endpoint::set_spare`): the progress thread serves them on a CPU the
+/// application left idle, so a large read from them is pushed (`rma_start`).
+pub fn app_asleep(st: &mut DomainState, asleep: bool) {
+    let before = st.apps_asleep;
+    st.apps_asleep = if asleep { before + 1 } else { before.saturating_sub(1) };
+    if (before == 0) != (st.apps_asleep == 0) {
+        for (_, ep) in st.eps.iter() {
+            if let Some(engine) = ep.engine.as_ref() {
+                engine.set_spare(asleep);
+            }
         }
     }
 }

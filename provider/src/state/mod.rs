@@ -55,6 +55,12 @@ pub struct DomainState {
     /// never another skipped one. (A read of entries leaves it: it drives its own CQ's
     /// endpoints; `cq::probe`.)
     pub poll_turn: Option<PollTurn>,
+    /// Events progress handled, counted (wrapping): a blocking wait keeps polling while this
+    /// moves (`block::spin`).
+    pub events: u64,
+    /// Application threads asleep in a blocking wait of an auto-progress domain
+    /// (`progress::app_asleep`).
+    pub apps_asleep: u32,
 }
 
 /// The last counter call: a fi_cntr_read of `cntr` that drove its endpoints, followed (`paired`)
