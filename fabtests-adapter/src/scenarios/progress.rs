@@ -113,6 +113,9 @@ fn cntr_wait_target(r: &mut Rank) -> TResult {
     let m = *all[TARGET].first().ok_or_else(|| TestErr::Fail("the target shared no MR".into()))?;
     let t = Target { dest: p.addrs[TARGET], addr: m.addr, key: m.key };
     r.pmi.barrier()?;
+    // Past the blocking wait's first polls: the target sleeps in it, its progress thread serving
+    // (a provider may then have the thread push large reads).
+    std::thread::sleep(Duration::from_millis(20));
     for (k, &op) in ops.iter().enumerate() {
         r.pmi.step(&format!("{op:?} while the target is in fi_cntr_wait"));
         run_op(&mut p, k, op, at[k], t, w[k])?;
