@@ -27,21 +27,22 @@ pub fn spin<T>(
     mut poll: impl FnMut(&mut DomainState) -> Option<T>,
 ) -> Option<T> {
     let mut spin_end = Instant::now() + crate::progress::SPIN;
-    let mut seen = None;
     loop {
         shared.app_polls();
-        let events = {
+        let handled = {
             let mut st = shared.lock();
+            let before = st.events;
             if let Some(answer) = poll(&mut st) {
                 return Some(answer);
             }
-            st.events
+            st.events != before
         };
         let now = Instant::now();
-        if seen.is_some_and(|s| s != events) {
+        // A poll that handled something (a segment of a long transfer) starts the time again:
+        // counted over this poll only, so other threads' progress does not keep us spinning.
+        if handled {
             spin_end = now + crate::progress::SPIN;
         }
-        seen = Some(events);
         if now >= deadline.map_or(spin_end, |d| d.min(spin_end)) {
             return None;
         }
@@ -94,8 +95,7 @@ pub fn until<T>(
         }
         let mut slice = left.unwrap_or(SLICE).min(SLICE);
         if auto {
-            // The progress thread must be back on the wake words before we sleep.
-            shared.progress.app_sleeps();
+            crate::progress::app_asleep(shared, &mut st, true);
         } else {
             crate::progress::before_sleep(&mut st);
             if crate::progress::waits_for_room(&st, bound.iter().copied()) {
@@ -106,16 +106,13 @@ pub fn until<T>(
                 slice = slice.min(Duration::from_millis(1));
             }
         }
-        if auto {
-            crate::progress::app_asleep(&mut st, true);
-        }
         let rung = waiters::to_sleep(&mut st, w);
         drop(st);
         waiters::sleep(&armed, (&bell, rung), slice);
         waiters::disarm(&armed);
         st = shared.lock();
         if auto {
-            crate::progress::app_asleep(&mut st, false);
+            crate::progress::app_asleep(shared, &mut st, false);
         }
     };
     waiters::unblock(&mut st, w);

@@ -133,10 +133,14 @@ pub fn before_sleep(st: &mut DomainState) {
 }
 
 /// An application thread of an auto-progress domain is about to sleep in a blocking wait
-/// (`asleep`), or woke from one. While one sleeps, the domain's endpoints tell peers they have a
-/// CPU to spare (`Endpoint::set_spare`): the progress thread serves them on a CPU the
+/// (`asleep`), or woke from one. Before it sleeps, the progress thread must be back on the wake
+/// words (`Control::app_sleeps`). While one sleeps, the domain's endpoints tell peers they have
+/// a CPU to spare (`Endpoint::set_spare`): the progress thread serves them on a CPU the
 /// application left idle, so a large read from them is pushed (`rma_start`).
-pub fn app_asleep(st: &mut DomainState, asleep: bool) {
+pub fn app_asleep(shared: &DomainShared, st: &mut DomainState, asleep: bool) {
+    if asleep {
+        shared.progress.app_sleeps();
+    }
     let before = st.apps_asleep;
     st.apps_asleep = if asleep { before + 1 } else { before.saturating_sub(1) };
     if (before == 0) != (st.apps_asleep == 0) {
@@ -175,10 +179,7 @@ const ASIDE_CHECK: Duration = Duration::from_millis(1);
 /// has passed. The price: beside an application that computes on the same CPU, the thread
 /// polls through a stream of requests less than `SPIN` apart where it would have been woken for
 /// each, so it takes a share of that CPU. FI_RSHM_PROGRESS_SPIN_US sets the progress thread's
-/// (0: sleep after every pass). Polling on only while an application thread sleeps in a
-/// blocking wait (its CPU idle) was tried: in 5 alternated rounds it was slower in 3
-/// (fetching atomics 1.0-1.2 us against 0.45-0.57), but this build has such rounds too
-/// (8 B gets 1.06-1.23 us against 0.44-0.56), so it was not kept for lack of evidence.
+/// (0: sleep after every pass). What else was tried: docs/perf/where-the-time-goes.md.
 pub const SPIN: Duration = Duration::from_micros(50);
 
 /// Longest sleep without a wake-up (a backstop; wake-ups are what normally end a sleep).
