@@ -209,7 +209,9 @@ impl Default for NodeCfg {
             ep_type: ffi::FI_EP_RDM,
             av_type: ffi::FI_AV_TABLE,
             mr_mode: 0,
-            threading: ffi::FI_THREAD_UNSPEC,
+            // What MPICH, OpenSHMEM and the bench ask for; scenarios with threads of their
+            // own ask for FI_THREAD_SAFE.
+            threading: ffi::FI_THREAD_DOMAIN,
             tx_op_flags: 0,
             rx_op_flags: 0,
             cq_size: 0,

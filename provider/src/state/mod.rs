@@ -1,10 +1,12 @@
 //! The domain's state: every object's state behind one lock.
 //!
 //! All mutable state of a domain's endpoints, CQs, counters, AVs and MRs lives in one
-//! `DomainState` behind one mutex. That makes FI_THREAD_SAFE hold by construction, lets an
-//! endpoint's progress write straight into the CQs and counters it is bound to, and costs one
-//! uncontended lock per call for the common FI_THREAD_DOMAIN user. The objects' entry points
-//! lock it (`DomainShared::lock`); the domain object (`domain`) opens them.
+//! `DomainState` behind one mutex. That makes FI_THREAD_SAFE hold by construction and lets an
+//! endpoint's progress write straight into the CQs and counters it is bound to. The common
+//! FI_THREAD_DOMAIN user with manual progress serializes its calls itself, and no thread of ours
+//! runs beside it: its calls take no mutex, only an owner mark (`DomainShared::lock_serialized`).
+//! The objects' entry points lock it (`DomainShared::lock`); the domain object (`domain`) opens
+//! them.
 
 pub mod av;
 pub mod cntr;
@@ -27,7 +29,7 @@ use rshm_ffi as ffi;
 use slab::Slab;
 use std::mem::ManuallyDrop;
 use std::ops::{Deref, DerefMut};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// Domain-wide settings fixed at open.
@@ -80,6 +82,9 @@ pub struct DomainShared {
     /// The thread holding `state` (`pthread_self`), 0 while nobody does: set after locking,
     /// cleared before unlocking (`Locked`).
     owner: AtomicUsize,
+    /// The application serializes every call on the domain and no thread of ours runs: the lock
+    /// is the application's, and `lock` takes none of its own (`lock_serialized`).
+    serialized: AtomicBool,
     pub config: DomainConfig,
     /// The FI_PROGRESS_AUTO thread, started when the first endpoint is enabled.
     pub auto: Mutex<Option<threads::AutoThread>>,
@@ -95,6 +100,7 @@ impl DomainShared {
         DomainShared {
             state: parking_lot::Mutex::new(state),
             owner: AtomicUsize::new(0),
+            serialized: AtomicBool::new(config.threading == ffi::FI_THREAD_DOMAIN && !config.auto_progress),
             config,
             auto: Mutex::new(None),
             progress: Arc::default(),
@@ -120,6 +126,9 @@ impl DomainShared {
     /// (`reentered`) instead: what the interrupted code was doing cannot be finished or undone
     /// from the handler, and the process was on its way out.
     pub fn lock(&self) -> Locked<'_> {
+        if self.serialized.load(Ordering::Relaxed) {
+            return self.lock_serialized();
+        }
         let guard = match self.state.try_lock() {
             Some(guard) => guard,
             None => {
@@ -136,7 +145,57 @@ impl DomainShared {
 
     fn locked_by_me<'a>(&'a self, guard: MutexGuard<'a, DomainState>) -> Locked<'a> {
         self.owner.store(this_thread(), Ordering::Relaxed);
-        Locked { guard: ManuallyDrop::new(guard), owner: &self.owner }
+        Locked { guard: ManuallyDrop::new(guard), owner: &self.owner, serialized: false }
+    }
+
+    /// `lock` of an FI_THREAD_DOMAIN domain with no thread of ours: the application promised to
+    /// serialize every call on the domain's objects (fi_domain(3)), so the mutex is not taken.
+    /// Its two locked instructions per call, each waiting for the stores before it (a ring
+    /// slot's, whose line the receiver is reading) to drain, were 13-18% of an 8 B to 1 KiB
+    /// ping-pong (docs/perf/where-the-time-goes.md); libfabric's own providers take no lock for
+    /// such a domain either. The owner mark stays, as plain stores, for the signal-handler
+    /// re-entry `lock` catches.
+    #[inline]
+    fn lock_serialized(&self) -> Locked<'_> {
+        let me = this_thread();
+        let holder = self.owner.load(Ordering::Acquire);
+        if holder != 0 {
+            self.wait_serialized(holder, me);
+        }
+        self.owner.store(me, Ordering::Relaxed);
+        // SAFETY: this thread holds the domain logically: the application serializes its calls
+        // on the domain (FI_THREAD_DOMAIN), no thread of the provider's own runs (`own_thread`
+        // ends this mode before one starts), and nobody else holds it (the owner mark is 0).
+        let guard = unsafe { self.state.make_guard_unchecked() };
+        Locked { guard: ManuallyDrop::new(guard), owner: &self.owner, serialized: true }
+    }
+
+    /// The owner mark of a serialized domain was set when `me` came to lock it: re-entered from
+    /// a signal handler (ends the process, as `lock` does), or the application broke its
+    /// FI_THREAD_DOMAIN promise and another thread is inside. That is the application's error,
+    /// which a mark of plain stores cannot always see; when it does, wait for the other call
+    /// rather than run beside it.
+    #[cold]
+    fn wait_serialized(&self, holder: usize, me: usize) {
+        if holder == me {
+            reentered();
+        }
+        crate::warn!(
+            Domain,
+            "two threads called into an FI_THREAD_DOMAIN domain at once (the application must serialize them): one waits"
+        );
+        while self.owner.load(Ordering::Acquire) != 0 {
+            std::thread::yield_now();
+        }
+    }
+
+    /// Before a thread of the provider's own starts on this domain (the FI_WAIT_FD bell): from
+    /// now on `lock` takes the mutex. Called by the application's thread holding no `Locked`
+    /// (one it held would not exclude the new thread); the new thread sees the change through
+    /// its spawn.
+    pub fn own_thread(&self) {
+        debug_assert_eq!(self.owner.load(Ordering::Relaxed), 0, "own_thread with the domain locked");
+        self.serialized.store(false, Ordering::Relaxed);
     }
 }
 
@@ -145,6 +204,8 @@ pub struct Locked<'a> {
     /// Dropped by `Drop`, after the owner mark is cleared.
     guard: ManuallyDrop<MutexGuard<'a, DomainState>>,
     owner: &'a AtomicUsize,
+    /// Taken by `lock_serialized`: the mutex itself was never locked.
+    serialized: bool,
 }
 
 impl Deref for Locked<'_> {
@@ -162,6 +223,10 @@ impl DerefMut for Locked<'_> {
 
 impl Drop for Locked<'_> {
     fn drop(&mut self) {
+        if self.serialized {
+            self.owner.store(0, Ordering::Release);
+            return;
+        }
         self.owner.store(0, Ordering::Relaxed);
         // SAFETY: dropped once, here, after the owner mark is cleared: another thread may take the lock from this point on.
         unsafe { ManuallyDrop::drop(&mut self.guard) }
@@ -227,13 +292,72 @@ mod tests {
     use std::time::{Duration, Instant};
 
     fn shared() -> DomainShared {
-        let config = DomainConfig {
-            api_version: 0,
-            threading: ffi::FI_THREAD_SAFE,
-            av_type: ffi::FI_AV_TABLE,
-            auto_progress: false,
-        };
+        shared_with(ffi::FI_THREAD_SAFE, false)
+    }
+
+    fn shared_with(threading: ffi::fi_threading, auto_progress: bool) -> DomainShared {
+        let config = DomainConfig { api_version: 0, threading, av_type: ffi::FI_AV_TABLE, auto_progress };
         DomainShared::new(DomainState::default(), config)
+    }
+
+    /// An FI_THREAD_DOMAIN domain with manual progress is the application's to serialize: `lock`
+    /// leaves the mutex alone but keeps the owner mark. Any other domain takes the mutex.
+    #[test]
+    fn only_a_serialized_domain_leaves_the_mutex_alone() {
+        let serialized = shared_with(ffi::FI_THREAD_DOMAIN, false);
+        {
+            let _held = serialized.lock();
+            assert!(!serialized.state.is_locked());
+            assert_eq!(serialized.owner.load(Ordering::Relaxed), this_thread());
+        }
+        assert_eq!(serialized.owner.load(Ordering::Relaxed), 0);
+        for (threading, auto) in [
+            (ffi::FI_THREAD_SAFE, false),
+            (ffi::FI_THREAD_COMPLETION, false),
+            (ffi::FI_THREAD_ENDPOINT, false),
+            (ffi::FI_THREAD_DOMAIN, true),
+        ] {
+            let shared = shared_with(threading, auto);
+            let _held = shared.lock();
+            assert!(shared.state.is_locked(), "threading {threading}, auto progress {auto}");
+        }
+    }
+
+    /// Before a thread of the provider's own starts on a serialized domain (`own_thread`), `lock`
+    /// takes the mutex again, so that thread and the application's exclude each other.
+    #[test]
+    fn a_serialized_domain_takes_the_mutex_once_a_thread_of_its_own_starts() {
+        let shared = Arc::new(shared_with(ffi::FI_THREAD_DOMAIN, false));
+        shared.own_thread();
+        let held = shared.lock();
+        assert!(shared.state.is_locked());
+        let other = {
+            let shared = Arc::clone(&shared);
+            std::thread::spawn(move || shared.lock().next_ep_index += 1)
+        };
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(held.next_ep_index, 0, "the provider's thread took the lock while we held it");
+        drop(held);
+        other.join().unwrap();
+        assert_eq!(shared.lock().next_ep_index, 1);
+    }
+
+    /// An application that breaks FI_THREAD_DOMAIN's promise (a second thread calls in while
+    /// one is inside) and is seen doing it: the second call waits for the first.
+    #[test]
+    fn a_second_thread_in_a_serialized_domain_waits_for_the_first() {
+        let shared = Arc::new(shared_with(ffi::FI_THREAD_DOMAIN, false));
+        let held = shared.lock();
+        let other = {
+            let shared = Arc::clone(&shared);
+            std::thread::spawn(move || shared.lock().next_ep_index += 1)
+        };
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(held.next_ep_index, 0, "the second thread ran beside the first");
+        drop(held);
+        other.join().unwrap();
+        assert_eq!(shared.lock().next_ep_index, 1);
+        assert_eq!(shared.owner.load(Ordering::Relaxed), 0);
     }
 
     static REENTERED: OnceLock<DomainShared> = OnceLock::new();
@@ -243,8 +367,8 @@ mod tests {
     }
 
     /// In the child: hold the lock, and take it again from a signal handler on the same thread.
-    fn reenter_from_a_signal_handler() -> ! {
-        let shared = REENTERED.get_or_init(shared);
+    fn reenter_from_a_signal_handler(threading: ffi::fi_threading) -> ! {
+        let shared = REENTERED.get_or_init(|| shared_with(threading, false));
         // SAFETY: a zeroed sigaction with a plain handler is valid; the handler is ours.
         unsafe {
             let mut action: libc::sigaction = std::mem::zeroed();
@@ -259,18 +383,25 @@ mod tests {
 
     /// A provider call from a signal handler that interrupted the lock's holder (libinfinipath's
     /// SIGTERM handler calling exit(), OpenSHMEM's atexit finalize calling in) ends the process
-    /// with a message, where it used to wait forever. Run in a child process (this test binary
-    /// again), which must exit with status 1 well before the deadline.
+    /// with a message, where it used to wait forever; in a serialized domain too, whose lock is
+    /// only the owner mark. Run in a child process (this test binary again), which must exit
+    /// with status 1 well before the deadline.
     #[test]
     fn a_call_reentering_the_lock_from_a_signal_handler_exits_instead_of_hanging() {
+        for threading in [ffi::FI_THREAD_SAFE, ffi::FI_THREAD_DOMAIN] {
+            reenter_in_a_child(threading);
+        }
+    }
+
+    fn reenter_in_a_child(threading: ffi::fi_threading) {
         const CHILD: &str = "RSHM_TEST_REENTER_CHILD";
-        if std::env::var_os(CHILD).is_some() {
-            reenter_from_a_signal_handler();
+        if let Some(t) = std::env::var_os(CHILD) {
+            reenter_from_a_signal_handler(t.to_str().and_then(|t| t.parse().ok()).expect("a threading level"));
         }
         let name = "state::tests::a_call_reentering_the_lock_from_a_signal_handler_exits_instead_of_hanging";
         let mut child = Command::new(std::env::current_exe().unwrap())
             .args(["--exact", name, "--nocapture", "--test-threads=1"])
-            .env(CHILD, "1")
+            .env(CHILD, threading.to_string())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
