@@ -64,6 +64,13 @@ pub(crate) unsafe extern "C" fn domain_open(
             let mr_mode = dom_attr.map_or(0, |a| a.mr_mode);
             (state.mrs.virt_addr, state.mrs.prov_key) = mr_addressing(mr_mode, fab.fid.api_version);
             let shared = Arc::new(DomainShared::new(state, config));
+            crate::info!(
+                Domain,
+                "{}, {} progress: {}",
+                threading_name(shared.config.threading),
+                if shared.config.auto_progress { "auto" } else { "manual" },
+                if shared.serialized() { "the application serializes the calls, none takes a lock" } else { "calls take the domain's lock" }
+            );
             let obj = object::into_raw(Domain {
                 fid: ffi::fid_domain {
                     fid: object::fid(ffi::FI_CLASS_DOMAIN, context, &FI_OPS),
@@ -109,4 +116,16 @@ unsafe extern "C" fn domain_close(fid: *mut ffi::fid) -> i32 {
     };
     // SAFETY: the libfabric contract: a live domain of ours.
     unsafe { object::close::<Domain>(fid, ffi::FI_CLASS_DOMAIN, "fi_close(domain)", release) }
+}
+
+/// The libfabric name of a threading level, for the log.
+fn threading_name(t: ffi::fi_threading) -> &'static str {
+    match t {
+        ffi::FI_THREAD_SAFE => "FI_THREAD_SAFE",
+        ffi::FI_THREAD_FID => "FI_THREAD_FID",
+        ffi::FI_THREAD_DOMAIN => "FI_THREAD_DOMAIN",
+        ffi::FI_THREAD_COMPLETION => "FI_THREAD_COMPLETION",
+        ffi::FI_THREAD_ENDPOINT => "FI_THREAD_ENDPOINT",
+        _ => "FI_THREAD_UNSPEC",
+    }
 }

@@ -189,6 +189,11 @@ impl DomainShared {
         }
     }
 
+    /// Whether `lock` leaves the mutex alone (`lock_serialized`).
+    pub fn serialized(&self) -> bool {
+        self.serialized.load(Ordering::Relaxed)
+    }
+
     /// Before a thread of the provider's own starts on this domain (the FI_WAIT_FD bell): from
     /// now on `lock` takes the mutex. Called by the application's thread holding no `Locked`
     /// (one it held would not exclude the new thread); the new thread sees the change through
@@ -321,6 +326,11 @@ mod tests {
             let _held = shared.lock();
             assert!(shared.state.is_locked(), "threading {threading}, auto progress {auto}");
         }
+    }
+
+    /// Whether `lock` leaves the mutex alone (`lock_serialized`).
+    pub fn serialized(&self) -> bool {
+        self.serialized.load(Ordering::Relaxed)
     }
 
     /// Before a thread of the provider's own starts on a serialized domain (`own_thread`), `lock`
