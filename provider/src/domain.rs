@@ -69,7 +69,11 @@ pub(crate) unsafe extern "C" fn domain_open(
                 "{}, {} progress: {}",
                 threading_name(shared.config.threading),
                 if shared.config.auto_progress { "auto" } else { "manual" },
-                if shared.serialized() { "the application serializes the calls, none takes a lock" } else { "calls take the domain's lock" }
+                if shared.serialized() {
+                    "the application serializes the calls, none takes a lock"
+                } else {
+                    "calls take the domain's lock"
+                }
             );
             let obj = object::into_raw(Domain {
                 fid: ffi::fid_domain {
