@@ -328,11 +328,6 @@ mod tests {
         }
     }
 
-    /// Whether `lock` leaves the mutex alone (`lock_serialized`).
-    pub fn serialized(&self) -> bool {
-        self.serialized.load(Ordering::Relaxed)
-    }
-
     /// Before a thread of the provider's own starts on a serialized domain (`own_thread`), `lock`
     /// takes the mutex again, so that thread and the application's exclude each other.
     #[test]
@@ -341,15 +336,8 @@ mod tests {
         shared.own_thread();
         let held = shared.lock();
         assert!(shared.state.is_locked());
-        let other = {
-            let shared = Arc::clone(&shared);
-            std::thread::spawn(move || shared.lock().next_ep_index += 1)
-        };
-        std::thread::sleep(Duration::from_millis(50));
-        assert_eq!(held.next_ep_index, 0, "the provider's thread took the lock while we held it");
         drop(held);
-        other.join().unwrap();
-        assert_eq!(shared.lock().next_ep_index, 1);
+        waits_for_the_holder(&shared, "the provider's thread took the lock while we held it");
     }
 
     /// An application that breaks FI_THREAD_DOMAIN's promise (a second thread calls in while
@@ -357,13 +345,20 @@ mod tests {
     #[test]
     fn a_second_thread_in_a_serialized_domain_waits_for_the_first() {
         let shared = Arc::new(shared_with(ffi::FI_THREAD_DOMAIN, false));
+        waits_for_the_holder(&shared, "the second thread ran beside the first");
+    }
+
+    /// Hold `shared`'s lock while another thread asks for it: that thread must wait (`why` says
+    /// what it means if it did not), then get it; the owner mark follows the lock.
+    fn waits_for_the_holder(shared: &Arc<DomainShared>, why: &str) {
         let held = shared.lock();
         let other = {
-            let shared = Arc::clone(&shared);
+            let shared = Arc::clone(shared);
             std::thread::spawn(move || shared.lock().next_ep_index += 1)
         };
         std::thread::sleep(Duration::from_millis(50));
-        assert_eq!(held.next_ep_index, 0, "the second thread ran beside the first");
+        assert_eq!(shared.owner.load(Ordering::Relaxed), this_thread());
+        assert_eq!(held.next_ep_index, 0, "{why}");
         drop(held);
         other.join().unwrap();
         assert_eq!(shared.lock().next_ep_index, 1);
@@ -436,18 +431,6 @@ mod tests {
     /// follows the lock.
     #[test]
     fn another_threads_lock_is_waited_for() {
-        let shared = Arc::new(shared());
-        let held = shared.lock();
-        let other = {
-            let shared = Arc::clone(&shared);
-            std::thread::spawn(move || shared.lock().next_ep_index += 1)
-        };
-        std::thread::sleep(Duration::from_millis(50));
-        assert_eq!(shared.owner.load(Ordering::Relaxed), this_thread());
-        assert_eq!(held.next_ep_index, 0, "the other thread took the lock while we held it");
-        drop(held);
-        other.join().unwrap();
-        assert_eq!(shared.lock().next_ep_index, 1);
-        assert_eq!(shared.owner.load(Ordering::Relaxed), 0);
+        waits_for_the_holder(&Arc::new(shared()), "the other thread took the lock while we held it");
     }
 }
