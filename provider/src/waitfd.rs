@@ -104,7 +104,6 @@ fn bell_armed(shared: &Arc<DomainShared>) -> bool {
 
 /// Start the bell thread of `shared`.
 fn start_bell(shared: &Arc<DomainShared>) -> std::io::Result<Bell> {
-    shared.own_thread();
     DomainThread::start("rshm-bell", shared, Arc::default(), run)
 }
 

@@ -151,7 +151,7 @@ impl DomainShared {
     /// `lock` of an FI_THREAD_DOMAIN domain with no thread of ours: the application promised to
     /// serialize every call on the domain's objects (fi_domain(3)), so the mutex is not taken.
     /// Its two locked instructions per call, each waiting for the stores before it (a ring
-    /// slot's, whose line the receiver is reading) to drain, were 13-18% of an 8 B to 1 KiB
+    /// slot's, whose line the receiver is reading) to drain, were 13-25% of an 8 B to 4 KiB
     /// ping-pong (docs/perf/where-the-time-goes.md); libfabric's own providers take no lock for
     /// such a domain either. The owner mark stays, as plain stores, for the signal-handler
     /// re-entry `lock` catches.
@@ -164,7 +164,7 @@ impl DomainShared {
         }
         self.owner.store(me, Ordering::Relaxed);
         // SAFETY: this thread holds the domain logically: the application serializes its calls
-        // on the domain (FI_THREAD_DOMAIN), no thread of the provider's own runs (`own_thread`
+        // on the domain (FI_THREAD_DOMAIN), no thread of the provider's own runs (`thread_starts`
         // ends this mode before one starts), and nobody else holds it (the owner mark is 0).
         let guard = unsafe { self.state.make_guard_unchecked() };
         Locked { guard: ManuallyDrop::new(guard), owner: &self.owner, serialized: true }
@@ -193,14 +193,18 @@ impl DomainShared {
     pub fn serialized(&self) -> bool {
         self.serialized.load(Ordering::Relaxed)
     }
+}
 
-    /// Before a thread of the provider's own starts on this domain (the FI_WAIT_FD bell): from
-    /// now on `lock` takes the mutex. Called by the application's thread holding no `Locked`
-    /// (one it held would not exclude the new thread); the new thread sees the change through
-    /// its spawn.
-    pub fn own_thread(&self) {
-        debug_assert_eq!(self.owner.load(Ordering::Relaxed), 0, "own_thread with the domain locked");
-        self.serialized.store(false, Ordering::Relaxed);
+/// Before a thread of the provider's own starts on this domain (`threads::DomainThread::start`:
+/// the FI_WAIT_FD bell, the only one a serialized domain may start): from now on `lock` takes
+/// the mutex. Called by the application's thread holding no `Locked` (one it held would not
+/// exclude the new thread); the new thread sees the change through its spawn.
+impl threads::ThreadHost for DomainShared {
+    fn thread_starts(&self) {
+        if self.serialized.load(Ordering::Relaxed) {
+            debug_assert_eq!(self.owner.load(Ordering::Relaxed), 0, "a thread started with the domain locked");
+            self.serialized.store(false, Ordering::Relaxed);
+        }
     }
 }
 
@@ -228,13 +232,11 @@ impl DerefMut for Locked<'_> {
 
 impl Drop for Locked<'_> {
     fn drop(&mut self) {
-        if self.serialized {
-            self.owner.store(0, Ordering::Release);
-            return;
+        self.owner.store(0, Ordering::Release);
+        if !self.serialized {
+            // SAFETY: dropped once, here, after the owner mark is cleared: another thread may take the lock from this point on.
+            unsafe { ManuallyDrop::drop(&mut self.guard) }
         }
-        self.owner.store(0, Ordering::Relaxed);
-        // SAFETY: dropped once, here, after the owner mark is cleared: another thread may take the lock from this point on.
-        unsafe { ManuallyDrop::drop(&mut self.guard) }
     }
 }
 
@@ -328,12 +330,12 @@ mod tests {
         }
     }
 
-    /// Before a thread of the provider's own starts on a serialized domain (`own_thread`), `lock`
+    /// Before a thread of the provider's own starts on a serialized domain (`thread_starts`), `lock`
     /// takes the mutex again, so that thread and the application's exclude each other.
     #[test]
     fn a_serialized_domain_takes_the_mutex_once_a_thread_of_its_own_starts() {
         let shared = Arc::new(shared_with(ffi::FI_THREAD_DOMAIN, false));
-        shared.own_thread();
+        threads::ThreadHost::thread_starts(&*shared);
         let held = shared.lock();
         assert!(shared.state.is_locked());
         drop(held);

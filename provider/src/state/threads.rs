@@ -33,21 +33,29 @@ impl AsRef<ThreadControl> for ThreadControl {
     }
 }
 
+/// What a thread of the domain runs on, told before the thread starts: from then on the
+/// application's own serialization of its calls no longer excludes everyone inside
+/// (`DomainShared::lock_serialized`).
+pub trait ThreadHost: Send + Sync + 'static {
+    fn thread_starts(&self);
+}
+
 /// A thread of the domain, holding it only weakly (so that fi_close(domain) sees no extra
 /// reference while it sleeps), stopped and joined by `stop`. `start` takes the domain as any
-/// `Arc<T>`: this module sits below the state it runs on.
+/// `Arc<T>` of a `ThreadHost`: this module sits below the state it runs on.
 pub struct DomainThread<C: AsRef<ThreadControl> + Send + Sync + 'static> {
     control: Arc<C>,
     handle: Option<std::thread::JoinHandle<()>>,
 }
 
 impl<C: AsRef<ThreadControl> + Send + Sync + 'static> DomainThread<C> {
-    pub fn start<T: Send + Sync + 'static>(
+    pub fn start<T: ThreadHost>(
         name: &str,
         shared: &Arc<T>,
         control: Arc<C>,
         run: fn(Weak<T>, Arc<C>),
     ) -> std::io::Result<Self> {
+        shared.thread_starts();
         let weak = Arc::downgrade(shared);
         let c = Arc::clone(&control);
         let handle = std::thread::Builder::new().name(name.into()).spawn(move || run(weak, c))?;
