@@ -162,6 +162,12 @@ impl RespEntry {
         RespEntry { kind: resp::DONE, status: status as u32, msg_id, value, ..Default::default() }
     }
 
+    /// The first `placed` bytes of the answer to message `msg_id` are in its buffers
+    /// (`resp::PART`).
+    pub fn part(msg_id: u64, placed: u64) -> RespEntry {
+        RespEntry { kind: resp::PART, status: Status::Ok as u32, msg_id, value: placed, ..Default::default() }
+    }
+
     /// `done` with the receiver's time in the data (0: none): for a large message, its transfer
     /// (`endpoint::measured`); for an answer placed in a buffer named timed, its copy
     /// (`endpoint::read_way`).
@@ -277,6 +283,10 @@ pub mod resp {
     /// `DONE_MANY_MAX`) all finished with `Status::Ok`: the answers to a run of acknowledged
     /// messages from one sender, handled in one pass of the receiver's (`RespEntry::done_many`).
     pub const DONE_MANY: u32 = 4;
+    /// The answer to message `msg_id` is placed in the buffers its request named up to byte
+    /// `value`; more bytes and the `DONE` follow (`endpoint::answer`). A hint: the `DONE` names
+    /// the whole answer, so a sender that ignores it loses nothing but time.
+    pub const PART: u32 = 5;
 }
 
 /// The most messages one `resp::DONE_MANY` response finishes.

@@ -77,7 +77,7 @@ impl AckedSends {
         self.overflow.remove(&id)
     }
 
-    #[cfg(test)]
+    /// Send `id`, if it is outstanding.
     pub fn get(&self, id: u64) -> Option<&AckedSend> {
         let place = &self.table[place_of(id)];
         if place.id == id && id != 0 {

@@ -225,6 +225,11 @@ pub trait Handler {
     /// for an answer spanning buffers); `on_send_done` follows at once. The bytes are a peer's:
     /// as untrusted as a message's payload.
     fn on_send_answer(&mut self, _cookie: u64, _parts: &[&[u8]]) {}
+    /// The first bytes of that answer are in already (`parts`, in order, as `on_send_answer`
+    /// would hand them: always from the answer's start), and more follow: a handler may copy
+    /// out what it has not yet. `on_send_answer` still hands over the whole answer. As
+    /// untrusted as it: a later call may name fewer bytes, or more than the answer holds.
+    fn on_send_answer_part(&mut self, _cookie: u64, _parts: &[&[u8]]) {}
 }
 
 /// How to send.

@@ -575,10 +575,25 @@ impl Endpoint {
                 resp::DONE => events += self.on_done(&entry, h),
                 resp::DONE_MANY => events += self.on_done_many(&entry, h),
                 resp::SPLIT => self.on_split_offer(&entry),
+                resp::PART => self.on_answer_part(&entry, h),
                 _ => self.stats.corrupt_commands += 1,
             }
         }
         events
+    }
+
+    /// A `PART` response: the answer to a send still waiting for it is in its buffers up to
+    /// `entry.value`; the handler may copy that much out now (`Handler::on_send_answer_part`).
+    fn on_answer_part(&mut self, entry: &RespEntry, h: &mut impl Handler) {
+        let send = match self.acked.get(entry.msg_id) {
+            Some(send) => Some((send.cookie, send.answer)),
+            None => self.pending.get(&entry.msg_id).map(|send| (send.cookie, send.answer)),
+        };
+        match send {
+            Some((cookie, Some(buf))) => h.on_send_answer_part(cookie, self.placed_answer(buf, entry.value).as_slice()),
+            // Not ours, or for a send that named no buffer: a peer's error.
+            _ => self.stats.corrupt_commands += 1,
+        }
     }
 
     fn on_done(&mut self, entry: &RespEntry, h: &mut impl Handler) -> usize {

@@ -37,6 +37,8 @@ struct Collect {
     answers: Vec<(u64, Vec<u8>)>,
     /// How many parts each of `answers` came in.
     answer_parts: Vec<usize>,
+    /// The answers' first bytes as announced before the answers (`on_send_answer_part`).
+    answer_pieces: Vec<(u64, Vec<u8>)>,
 }
 
 impl Handler for Collect {
@@ -100,6 +102,10 @@ impl Handler for Collect {
         assert!(!self.sends_done.iter().any(|d| d.0 == cookie), "answer data after the send's completion");
         self.answers.push((cookie, parts.concat()));
         self.answer_parts.push(parts.len());
+    }
+    fn on_send_answer_part(&mut self, cookie: u64, parts: &[&[u8]]) {
+        assert!(!self.answers.iter().any(|a| a.0 == cookie), "a piece after the whole answer");
+        self.answer_pieces.push((cookie, parts.concat()));
     }
 }
 
@@ -1601,6 +1607,20 @@ fn answers_placed(take_inline: bool) {
         assert_eq!(ha.sends_done[i], (i as u64, Ok(())));
         assert_eq!(ha.answers[i], (i as u64, pattern(len, names[i].wire() as u8)), "size {len}");
         assert_eq!(ha.answer_parts[i], spanned[i], "size {len}: a part per buffer");
+        // A long answer was announced a piece at a time before it came whole: every
+        // `PART_BYTES` up to its end, each announcement the answer's first bytes.
+        let pieces: Vec<&Vec<u8>> = ha.answer_pieces.iter().filter(|p| p.0 == i as u64).map(|p| &p.1).collect();
+        let step = crate::endpoint::answer::PART_BYTES as usize;
+        let expected: Vec<usize> = if len as u64 >= crate::endpoint::answer::PARTS_FROM {
+            (step..len).step_by(step).collect()
+        } else {
+            vec![]
+        };
+        assert_eq!(pieces.iter().map(|p| p.len()).collect::<Vec<_>>(), expected, "size {len}: pieces announced");
+        assert!(
+            pieces.iter().all(|p| p[..] == ha.answers[i].1[..p.len()]),
+            "size {len}: a piece not the answer's start"
+        );
     }
     assert_eq!(b.stats().answers_placed, sizes.len() as u64);
     assert_eq!(a.answer_bufs_held(), 0);
@@ -1721,6 +1741,35 @@ fn hostile_placed_answers_are_clamped_or_refused() {
     }
     assert_eq!(ha.sends_done.len(), 3, "a finished send finished again");
     assert_eq!(free_buffers(&a), free_before, "reserved buffers not returned");
+}
+
+/// A hostile receiver's announced pieces (`resp::PART`): one for a send that is not outstanding
+/// or named no answer buffer is counted as corrupt and reaches no handler; one longer than the
+/// buffers is clamped to them; none finishes its send.
+#[test]
+fn hostile_pieces_are_clamped_or_ignored() {
+    let (mut a, _b, to_b) = pair("hostilepart", Params::default());
+    let mut ha = Collect::default();
+    send_request(&mut a, to_b, 1, 100).unwrap();
+    let with_buf = a.next_msg_id - 1;
+    let hdr = MsgHeader { app: 0, tag: 2, data: 0, aux: 0, len: 8 };
+    let opts = SendOpts { cookie: 2, delivery_complete: true, more: false, pull: false };
+    a.send_bytes(to_b, hdr, &[0; 8], opts).unwrap();
+    let without = a.next_msg_id - 1;
+    let peer = crate::region::Region::open(a.name()).unwrap();
+    for (msg_id, placed) in [(with_buf, u64::MAX), (without, 8), (with_buf + 1000, 8)] {
+        peer.resp_ring().push(&RespEntry::part(msg_id, placed)).unwrap();
+    }
+    let dl = deadline();
+    while a.stats().corrupt_commands < 2 {
+        assert!(std::time::Instant::now() < dl, "forged pieces not handled");
+        a.progress(&mut ha);
+    }
+    assert_eq!(a.stats().corrupt_commands, 2);
+    assert_eq!(ha.answer_pieces.len(), 1);
+    assert_eq!((ha.answer_pieces[0].0, ha.answer_pieces[0].1.len()), (1, INJECT_SIZE as usize), "not clamped");
+    assert!(ha.sends_done.is_empty() && ha.answers.is_empty(), "a piece finished a send");
+    assert_eq!(a.outstanding(), 2);
 }
 
 /// A hostile receiver's gathered answers (`resp::DONE_MANY`): ids that are not outstanding (never

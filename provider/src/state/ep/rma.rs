@@ -364,7 +364,7 @@ pub(crate) fn atomic_tx(
 /// target answers itself, the place in its transmit record, and no reply record.
 #[inline(always)]
 pub(crate) fn answered_into(addr: usize, len: usize) -> (u64, Returns, Option<Reply>) {
-    (0, Returns::Answer { addr, len, got: None }, None)
+    (0, Returns::Answer { addr, len, taken: 0, got: None }, None)
 }
 
 /// The transmit record of a fetching or compare atomic, before it says where its old values go.
@@ -752,6 +752,16 @@ mod tests {
     /// answered with (None: none), `result`: the answer's status. Returns the counter's
     /// (value, errors) and the buffer.
     fn answered_read(want: usize, answer: Option<&[&[u8]]>, result: smr_core::Result<()>) -> ((u64, u64), Vec<u8>) {
+        answered_in_pieces(want, &[], answer, result)
+    }
+
+    /// `answered_read`, the answer's first bytes announced first (`answer_part`), in `pieces`.
+    fn answered_in_pieces(
+        want: usize,
+        pieces: &[&[&[u8]]],
+        answer: Option<&[&[u8]]>,
+        result: smr_core::Result<()>,
+    ) -> ((u64, u64), Vec<u8>) {
         let mut buf = vec![0xC5u8; want];
         let mut rma = RmaState::default();
         let (op_id, returns, reply) =
@@ -763,6 +773,9 @@ mod tests {
         let cntr = cntrs.insert(crate::state::cntr::CntrState::default());
         let b = super::super::sinks::Bindings { read_cntr: Some(cntr), ..Default::default() };
         let mut sinks = Sinks::new(&mut cqs, &mut cntrs, &b);
+        for piece in pieces {
+            answer_part(&mut tx_ops, slot, piece);
+        }
         if let Some(data) = answer {
             answer_data(&mut rma, &mut tx_ops, slot, data);
         }
@@ -792,6 +805,33 @@ mod tests {
         let (counted, buf) = answered_read(8, None, Err(EngineError::Refused(ffi::FI_EACCES)));
         assert_eq!(counted, (0, 1), "refused: an error");
         assert!(buf.iter().all(|&b| b == 0xC5));
+    }
+
+    /// An answer announced in pieces (`answer_part`): each piece's new bytes are copied once, as
+    /// announced (a later copy of the same bytes is not taken again), the whole answer adds only
+    /// its tail, and the read completes as if answered whole. A piece longer than the read, or
+    /// one not past what was taken, copies nothing; the whole answer's length still decides.
+    #[test]
+    fn reads_answered_in_pieces_take_each_byte_once() {
+        let want = 20000;
+        let bytes: Vec<u8> = (0..want).map(|i| (i * 13) as u8).collect();
+        // The target rewrote the first piece after announcing it: what was taken stays.
+        let mut later = bytes.clone();
+        later[..8192].fill(0xEE);
+        let (first, second) = (&bytes[..8192], &bytes[..16384]);
+        let pieces: &[&[&[u8]]] = &[&[first], &[&second[..5000], &second[5000..]], &[&bytes[..100]]];
+        let (counted, buf) = answered_in_pieces(want, pieces, Some(&[&later[..12000], &later[12000..]]), Ok(()));
+        assert_eq!(counted, (1, 0));
+        assert!(buf == bytes, "pieces not taken once each");
+        // Hostile pieces: longer than the read, or a length the final answer disowns.
+        let too_long = vec![7u8; want + 1];
+        let (counted, buf) = answered_in_pieces(want, &[&[&too_long]], Some(&[&bytes]), Ok(()));
+        assert_eq!((counted, buf == bytes), ((1, 0), true), "a piece longer than the read was taken");
+        let (counted, _) = answered_in_pieces(want, &[&[first]], Some(&[&bytes[..want - 1]]), Ok(()));
+        assert_eq!(counted, (0, 1), "pieces then an answer of the wrong length: an error");
+        // Pieces and no answer (the target refused, or died): an error.
+        let (counted, _) = answered_in_pieces(want, &[&[first]], None, Err(EngineError::PeerDead));
+        assert_eq!(counted, (0, 1));
     }
 
     #[test]

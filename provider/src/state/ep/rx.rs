@@ -378,6 +378,12 @@ impl smr_core::endpoint::Handler for Handler<'_> {
         }
     }
 
+    fn on_send_answer_part(&mut self, cookie: u64, parts: &[&[u8]]) {
+        if cookie & (super::rma::COOKIE_REPLY | super::rma::COOKIE_UNTRACKED) == 0 {
+            super::rma::answer_part(self.tx_ops, cookie as usize, parts);
+        }
+    }
+
     fn on_send_done(&mut self, cookie: u64, result: smr_core::Result<()>) {
         use super::rma::{COOKIE_REPLY, COOKIE_UNTRACKED};
         if let Err(smr_core::Error::Os(libc::ENOSPC)) = result {

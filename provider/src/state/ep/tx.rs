@@ -30,8 +30,9 @@ pub enum Returns {
     /// In the target's answer itself (`Handler::on_send_answer`: the bytes ride in the response
     /// entry or in an answer buffer of ours), into one buffer of the caller's, `len` bytes at
     /// `addr`. `got` says whether an answer's bytes came, and whether of that length: nothing
-    /// to look up by id, and nothing kept outside this record.
-    Answer { addr: usize, len: usize, got: Option<bool> },
+    /// to look up by id, and nothing kept outside this record. `taken`: the answer's first bytes
+    /// copied out already, as the target announced them (`Handler::on_send_answer_part`).
+    Answer { addr: usize, len: usize, taken: usize, got: Option<bool> },
 }
 
 impl TxOp {

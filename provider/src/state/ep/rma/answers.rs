@@ -26,19 +26,13 @@ pub fn answer_data(rma: &mut RmaState, tx_ops: &mut Slab<TxOp>, slot: usize, par
     // The length is the target's word: checked before a byte reaches the user's buffer.
     let total: usize = parts.iter().map(|p| p.len()).sum();
     let op_id = match tx_ops.get_mut(slot).map(|op| &mut op.returns) {
-        Some(Returns::Answer { addr, len, got: got @ None }) => {
+        Some(Returns::Answer { addr, len, taken, got: got @ None }) => {
             let fits = total == *len;
             if fits {
-                let mut at = *addr as *mut u8;
-                for part in parts {
-                    // SAFETY: the application's result buffer of `len` bytes (one range, the
-                    // whole result), which it leaves alone until the operation completes; the
-                    // parts add up to `len`, each written once.
-                    unsafe {
-                        smr_core::copy::copy_bytes(part.as_ptr(), at, part.len());
-                        at = at.add(part.len());
-                    }
-                }
+                // SAFETY: the application's result buffer of `len` bytes at `addr` (one range,
+                // the whole result), which it leaves alone until the operation completes; the
+                // parts add up to `len`.
+                unsafe { copy_after(parts, *taken, *addr as *mut u8) };
             }
             *got = Some(fits);
             return;
@@ -55,6 +49,41 @@ pub fn answer_data(rma: &mut RmaState, tx_ops: &mut Slab<TxOp>, slot: usize, par
         } else {
             Err(EngineError::Corrupt("answer of the wrong length"))
         });
+    }
+}
+
+/// The initiator side of `on_send_answer_part`: the first bytes of the answer to the operation
+/// in tx slot `slot` are in (`parts`, from the answer's start), and the rest follows. Those not
+/// copied out yet go to the caller's buffer now, while the target copies in the rest; the whole
+/// answer (`answer_data`) then leaves only its tail to copy. A reply into several ranges
+/// (`Returns::Reply`) waits for the whole answer.
+pub fn answer_part(tx_ops: &mut Slab<TxOp>, slot: usize, parts: &[&[u8]]) {
+    let Some(Returns::Answer { addr, len, taken, got: None }) = tx_ops.get_mut(slot).map(|op| &mut op.returns) else {
+        return;
+    };
+    // The target's word again: a prefix longer than the result, or one we have, is ignored (the
+    // whole answer's length is checked when it comes).
+    let total: usize = parts.iter().map(|p| p.len()).sum();
+    if total <= *len && total > *taken {
+        // SAFETY: as in `answer_data`: `total <= len` bytes of the caller's result buffer.
+        unsafe { copy_after(parts, *taken, *addr as *mut u8) };
+        *taken = total;
+    }
+}
+
+/// Copy the bytes of `parts` after the first `skip` to the same places in `dst`.
+///
+/// # Safety
+/// `dst` must be valid for writes of as many bytes as `parts` hold together.
+unsafe fn copy_after(parts: &[&[u8]], mut skip: usize, dst: *mut u8) {
+    let mut at = 0;
+    for part in parts {
+        let from = skip.min(part.len());
+        skip -= from;
+        // SAFETY: `at + part.len()` is at most the parts' total, which `dst` holds (the caller's
+        // promise).
+        unsafe { smr_core::copy::copy_bytes(part[from..].as_ptr(), dst.add(at + from), part.len() - from) };
+        at += part.len();
     }
 }
 
