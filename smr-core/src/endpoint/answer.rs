@@ -350,9 +350,12 @@ impl Endpoint {
         // A sender choosing between answers and its own CMA reads asks for the copy's time
         // (`read_way.rs`).
         let started = (buf.name & TIMED != 0).then(std::time::Instant::now);
-        // Pieces placed are announced as they are in, unless responses already wait for room in
-        // the sender's ring (the announcement is a hint: the answer below names every byte).
-        let announce = self.resp_backlog.is_empty();
+        // Pieces placed are announced as they are in, to a sender that waits for this answer
+        // alone. Not while more requests wait behind this one: their sender (fi_rma_bw's window
+        // of reads) has other answers to take meanwhile, and each announcement would only cost
+        // both sides a ring entry. Nor while responses wait for room in the sender's ring. The
+        // announcement is a hint: the answer below names every byte.
+        let announce = self.resp_backlog.is_empty() && !self.commands_behind();
         let placed = pool_ready.and_then(|()| {
             buf.place(&peer.region, data, |n| {
                 if announce {

@@ -63,7 +63,7 @@ impl Endpoint {
     /// Whether another command is published behind the one being handled: one load (the head
     /// is that command while it still holds its slot, the next one once released).
     #[inline(always)]
-    fn commands_behind(&self) -> bool {
+    pub(super) fn commands_behind(&self) -> bool {
         self.cmd_rx.ready_at(&self.region.cmd_ring(), u64::from(self.ok_run.in_slot))
     }
 
