@@ -355,11 +355,14 @@ impl Endpoint {
         // of reads) has other answers to take meanwhile, and each announcement would only cost
         // both sides a ring entry. Nor while responses wait for room in the sender's ring. The
         // announcement is a hint: the answer below names every byte.
+        // No wake-up either: a sender asleep is woken by the answer, and a wake-up's full
+        // barrier would wait for the piece's stores to drain before the next piece's copy.
         let announce = self.resp_backlog.is_empty() && !self.commands_behind();
+        let resp_ring = peer.region.resp_ring();
         let placed = pool_ready.and_then(|()| {
             buf.place(&peer.region, data, |n| {
                 if announce {
-                    let _ = self.try_push_resp(src, |ring| ring.push(&RespEntry::part(msg_id, n)));
+                    let _ = resp_ring.push(&RespEntry::part(msg_id, n));
                 }
             })
         });

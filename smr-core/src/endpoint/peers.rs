@@ -396,7 +396,7 @@ impl Endpoint {
 
     /// Push a response into sender `src`'s ring with `push`, and wake the sender.
     #[inline(always)]
-    pub(super) fn try_push_resp(
+    fn try_push_resp(
         &self,
         src: SrcId,
         push: impl FnOnce(&crate::ring::Ring<'_, RespEntry>) -> std::result::Result<(), PushError>,
