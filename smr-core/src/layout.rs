@@ -48,7 +48,9 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"RSHMREG\0");
 /// 14: response slots of two cache lines: an answer carries up to 96 bytes, every other
 ///     response stays in the first line (`cmd::FIRST_LINE_DATA`).
 /// 15: the owner says when it has a CPU to spare without polling (`OwnerBeat::spare`).
-pub const LAYOUT_VERSION: u32 = 15;
+/// 16: an answer placed in buffers may be announced a piece at a time as it is copied in
+///     (`resp::PART`).
+pub const LAYOUT_VERSION: u32 = 16;
 /// Longest region name, without the terminating NUL.
 pub const NAME_MAX: usize = 63;
 /// Size of one inject buffer (defined with the commands that name them, which check against it).
