@@ -49,6 +49,7 @@ pub const ANSWER_BUFS_MAX: usize = 4;
 /// sides some 40 ns), and 12-16 KiB ones measured no better than 8 KiB
 /// (docs/perf/one-sided.md, "Forty-first session").
 pub const PARTS_FROM: u64 = 2 * PART_BYTES;
+/// The bytes of one piece (the last may be shorter).
 pub const PART_BYTES: u64 = 8 << 10;
 
 /// The wire name's bit that says "SAR pool" (otherwise: inject pool); the rest, but for
@@ -246,9 +247,7 @@ impl AnswerBuf {
                 // mapping of the sender's region (checked above); shared memory that a
                 // misbehaving sender may write meanwhile, which can only garble its own answer.
                 let copied = unsafe { data.read_to_raw(at, p.add(done), k) };
-                if copied != k {
-                    return Ok(());
-                }
+                debug_assert_eq!(copied, k, "the answer's bytes are `len` long");
                 (at, done) = (at + k, done + k);
                 if at % piece == 0 && (at as u64) < len {
                     placed(at as u64);

@@ -1700,6 +1700,17 @@ fn bad_answer_buffer_names_are_refused() {
     assert_eq!(free_buffers(&a), free_before, "reserved buffers not returned");
 }
 
+/// Two acknowledged sends to `to_b` for forged answers to finish: a 100-byte request naming an
+/// answer buffer (cookie 1, tag 1) and 8 plain bytes (cookie 2, tag 2). Their message ids.
+fn request_and_plain_send(a: &mut Endpoint, to_b: PeerId) -> (u64, u64) {
+    send_request(a, to_b, 1, 100).unwrap();
+    let with_buf = a.next_msg_id - 1;
+    let hdr = MsgHeader { app: 0, tag: 2, data: 0, aux: 0, len: 8 };
+    let opts = SendOpts { cookie: 2, delivery_complete: true, more: false, pull: false };
+    a.send_bytes(to_b, hdr, &[0; 8], opts).unwrap();
+    (with_buf, a.next_msg_id - 1)
+}
+
 /// A hostile receiver's answers: a length beyond the buffer is clamped to it (the handler
 /// checks it against what it asked), an answer "placed" for a send that named no buffer fails
 /// that send, and so does a CMA failure for a small send (which made no CMA read); a second
@@ -1709,13 +1720,10 @@ fn hostile_placed_answers_are_clamped_or_refused() {
     let (mut a, _b, to_b) = pair("hostileans", Params::default());
     let free_before = free_buffers(&a);
     let mut ha = Collect::default();
-    send_request(&mut a, to_b, 1, 100).unwrap();
-    let with_buf = a.next_msg_id - 1;
-    let hdr = MsgHeader { app: 0, tag: 2, data: 0, aux: 0, len: 8 };
-    let opts = SendOpts { cookie: 2, delivery_complete: true, more: false, pull: false };
-    a.send_bytes(to_b, hdr, &[0; 8], opts).unwrap();
-    let without = a.next_msg_id - 1;
-    a.send_bytes(to_b, MsgHeader { tag: 3, ..hdr }, &[0; 8], SendOpts { cookie: 3, ..opts }).unwrap();
+    let (with_buf, without) = request_and_plain_send(&mut a, to_b);
+    let hdr = MsgHeader { app: 0, tag: 3, data: 0, aux: 0, len: 8 };
+    a.send_bytes(to_b, hdr, &[0; 8], SendOpts { cookie: 3, delivery_complete: true, more: false, pull: false })
+        .unwrap();
     let small = a.next_msg_id - 1;
     // Forged responses, as the receiver would push them into our response ring.
     let peer = crate::region::Region::open(a.name()).unwrap();
@@ -1753,12 +1761,7 @@ fn hostile_placed_answers_are_clamped_or_refused() {
 fn hostile_pieces_are_clamped_or_ignored() {
     let (mut a, _b, to_b) = pair("hostilepart", Params::default());
     let mut ha = Collect::default();
-    send_request(&mut a, to_b, 1, 100).unwrap();
-    let with_buf = a.next_msg_id - 1;
-    let hdr = MsgHeader { app: 0, tag: 2, data: 0, aux: 0, len: 8 };
-    let opts = SendOpts { cookie: 2, delivery_complete: true, more: false, pull: false };
-    a.send_bytes(to_b, hdr, &[0; 8], opts).unwrap();
-    let without = a.next_msg_id - 1;
+    let (with_buf, without) = request_and_plain_send(&mut a, to_b);
     let peer = crate::region::Region::open(a.name()).unwrap();
     for (msg_id, placed) in [(with_buf, u64::MAX), (without, 8), (with_buf + 1000, 8)] {
         peer.resp_ring().push(&RespEntry::part(msg_id, placed)).unwrap();
