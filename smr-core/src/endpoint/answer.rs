@@ -210,12 +210,13 @@ impl AnswerBuf {
     }
 
     /// Copy the answer `data` into the buffers in `region` (the sender's), in order: names,
-    /// length and bounds are all checked before a byte is written. An answer of `PARTS_FROM` bytes
-    /// or more is copied `PART_BYTES` at a time, and `placed` hears how many bytes are in after
-    /// each piece but the last, so that the sender can copy them out while the rest comes.
-    fn place(&self, region: &Region, data: &LocalIov, mut placed: impl FnMut(u64)) -> Result<()> {
+    /// length and bounds are all checked before a byte is written. With a `piece` size (not
+    /// `usize::MAX`), the answer is copied that many bytes at a time, and `placed` hears how many
+    /// bytes are in after each piece but the last, so that the sender can copy them out while
+    /// the rest comes.
+    fn place(&self, region: &Region, data: &LocalIov, piece: usize, mut placed: impl FnMut(u64)) -> Result<()> {
         let len = data.len() as u64;
-        if self.more().is_empty() && len < PARTS_FROM {
+        if self.more().is_empty() && piece == usize::MAX {
             // One buffer, the usual answer (every read up to one SAR buffer): without `Spans`,
             // which cost such a read about 75 instructions here and 80 in `placed_answer`
             // (callgrind, 64-byte reads).
@@ -236,7 +237,6 @@ impl AnswerBuf {
         for (off, n) in spans.cut(len) {
             dst.push((region.mapping().bytes_ptr(off, n)?, n as usize));
         }
-        let piece = if len >= PARTS_FROM { PART_BYTES as usize } else { usize::MAX };
         let mut at = 0;
         for &(p, n) in dst.as_slice() {
             let mut done = 0;
@@ -349,20 +349,19 @@ impl Endpoint {
         // A sender choosing between answers and its own CMA reads asks for the copy's time
         // (`read_way.rs`).
         let started = (buf.name & TIMED != 0).then(std::time::Instant::now);
-        // Pieces placed are announced as they are in, to a sender that waits for this answer
-        // alone. Not while more requests wait behind this one: their sender (fi_rma_bw's window
-        // of reads) has other answers to take meanwhile, and each announcement would only cost
-        // both sides a ring entry. Nor while responses wait for room in the sender's ring. The
-        // announcement is a hint: the answer below names every byte.
-        // No wake-up either: a sender asleep is woken by the answer, and a wake-up's full
+        // A long answer is placed in pieces, each announced as it is in, to a sender that waits
+        // for this answer alone. Not while more requests wait behind this one: their sender
+        // (fi_rma_bw's window of reads) has other answers to take meanwhile, and each
+        // announcement would only cost both sides a ring entry. Nor while responses wait for
+        // room in the sender's ring. The announcement is a hint: the answer below names every
+        // byte. No wake-up either: a sender asleep is woken by the answer, and a wake-up's full
         // barrier would wait for the piece's stores to drain before the next piece's copy.
-        let announce = self.resp_backlog.is_empty() && !self.commands_behind();
-        let resp_ring = peer.region.resp_ring();
+        // Shorter answers (most reads) look at neither ring.
+        let in_pieces = len as u64 >= PARTS_FROM && self.resp_backlog.is_empty() && !self.commands_behind();
+        let piece = if in_pieces { PART_BYTES as usize } else { usize::MAX };
         let placed = pool_ready.and_then(|()| {
-            buf.place(&peer.region, data, |n| {
-                if announce {
-                    let _ = resp_ring.push(&RespEntry::part(msg_id, n));
-                }
+            buf.place(&peer.region, data, piece, |n| {
+                let _ = peer.region.resp_ring().push(&RespEntry::part(msg_id, n));
             })
         });
         let entry = match placed {

@@ -364,6 +364,9 @@ pub(crate) fn atomic_tx(
 /// target answers itself, the place in its transmit record, and no reply record.
 #[inline(always)]
 pub(crate) fn answered_into(addr: usize, len: usize) -> (u64, Returns, Option<Reply>) {
+    // Every such operation fits an answer's buffers, far below 4 GiB; a length that did not
+    // would match no answer (`answer_data`), and the operation would fail.
+    let len = u32::try_from(len).unwrap_or(u32::MAX);
     (0, Returns::Answer { addr, len, taken: 0, got: None }, None)
 }
 

@@ -31,8 +31,10 @@ pub enum Returns {
     /// entry or in an answer buffer of ours), into one buffer of the caller's, `len` bytes at
     /// `addr`. `got` says whether an answer's bytes came, and whether of that length: nothing
     /// to look up by id, and nothing kept outside this record. `taken`: the answer's first bytes
-    /// copied out already, as the target announced them (`Handler::on_send_answer_part`).
-    Answer { addr: usize, len: usize, taken: usize, got: Option<bool> },
+    /// copied out already, as the target announced them (`Handler::on_send_answer_part`). 32-bit
+    /// lengths, so that `taken` costs every transmit record nothing: an answer holds at most
+    /// `ANSWER_BUFS_MAX` pool buffers (`answered_into`).
+    Answer { addr: usize, len: u32, taken: u32, got: Option<bool> },
 }
 
 impl TxOp {

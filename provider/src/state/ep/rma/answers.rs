@@ -27,12 +27,12 @@ pub fn answer_data(rma: &mut RmaState, tx_ops: &mut Slab<TxOp>, slot: usize, par
     let total: usize = parts.iter().map(|p| p.len()).sum();
     let op_id = match tx_ops.get_mut(slot).map(|op| &mut op.returns) {
         Some(Returns::Answer { addr, len, taken, got: got @ None }) => {
-            let fits = total == *len;
+            let fits = total == *len as usize;
             if fits {
                 // SAFETY: the application's result buffer of `len` bytes at `addr` (one range,
                 // the whole result), which it leaves alone until the operation completes; the
                 // parts add up to `len`.
-                unsafe { copy_after(parts, *taken, *addr as *mut u8) };
+                unsafe { copy_after(parts, *taken as usize, *addr as *mut u8) };
             }
             *got = Some(fits);
             return;
@@ -64,10 +64,10 @@ pub fn answer_part(tx_ops: &mut Slab<TxOp>, slot: usize, parts: &[&[u8]]) {
     // The target's word again: a prefix longer than the result, or one we have, is ignored (the
     // whole answer's length is checked when it comes).
     let total: usize = parts.iter().map(|p| p.len()).sum();
-    if total <= *len && total > *taken {
+    if total <= *len as usize && total > *taken as usize {
         // SAFETY: as in `answer_data`: `total <= len` bytes of the caller's result buffer.
-        unsafe { copy_after(parts, *taken, *addr as *mut u8) };
-        *taken = total;
+        unsafe { copy_after(parts, *taken as usize, *addr as *mut u8) };
+        *taken = total as u32;
     }
 }
 
