@@ -53,7 +53,7 @@ pub fn scenarios() -> Vec<Scenario> {
             2,
             60,
             two_way_read,
-            "both ranks fi_read each other at once, 16-48 KiB, many in flight: bytes checked, targets unchanged",
+            "both ranks fi_read each other at once, 16 KiB-1 MiB, many in flight: bytes checked, targets unchanged",
         ),
         scn(
             "rma/scalable/read_transmit_complete",
@@ -442,8 +442,9 @@ fn read<const M: u8, const FLAGS: u64>(r: &mut Rank) -> TResult {
 /// Sizes for reads made while the target reads us too: around one SAR buffer (32 KiB by
 /// default) and four, up to which rshm has a target that progresses, though busy, answer into
 /// buffers of the initiator's (or reads the target's published registration itself, where
-/// that measures faster); above, the initiator reads the registration itself.
-const TWO_WAY_SIZES: &[usize] = &[16384, 16385, 24576, 32767, 32768, 32769, 49152, 98303, 131072, 131073];
+/// that measures faster); above, the target pushes them through the initiator's SAR buffers.
+const TWO_WAY_SIZES: &[usize] =
+    &[16384, 16385, 24576, 32767, 32768, 32769, 49152, 98303, 131072, 131073, 196608, 262147, (1 << 20) + 1];
 
 /// Both ranks are initiator and target at once, as in fi_rma_bw -o read: each posts rounds of
 /// reads of every `TWO_WAY_SIZES` from the other's registration, all in flight together, and

@@ -64,39 +64,51 @@ pub fn start_inline(st: &mut DomainState, id: usize, a: OneSided, op: Op) -> FiR
     // our CMA read (docs/perf/protocols.md); at 48-128 KiB, spanning buffers, 7.9-15.7 GB/s
     // against 4.5-6.8 (docs/perf/where-the-time-goes.md). A target that computes or sleeps
     // would keep us waiting.
-    let answerable_read = large && matches!(op, Op::Read { .. }) && len <= engine.answer_buf_max();
-    let progresses = answerable_read && engine.peer_progresses(peer);
+    let read = large && matches!(op, Op::Read { .. });
+    let answerable_read = read && len <= engine.answer_buf_max();
+    // A larger read from such a target is pushed through our SAR buffers (below), both CPUs
+    // copying at once: in fi_rma_bw at 192 KiB-1 MiB 19-24 GB/s against 12-15 by our CMA read
+    // (docs/perf/one-sided.md, forty-second session). A target that computes or sleeps gets
+    // our CMA read.
+    let beyond_answers = read && !answerable_read;
+    let progresses = read && engine.peer_progresses(peer);
     // Where the target also published the registration, our own CMA read is the other way, and
     // on some states of the host the faster (32 KiB in fi_rma_bw: 3.9 GB/s against 2.0 answered,
     // where answered reads run 8-15 GB/s in others): the faster one as measured
     // (`Endpoint::choose_read`).
-    let choice = if progresses && engine.peer_mr(peer, a.key).is_some() { engine.choose_read(len) } else { None };
+    let choice = if answerable_read && progresses && engine.peer_mr(peer, a.key).is_some() {
+        engine.choose_read(len)
+    } else {
+        None
+    };
     // Chosen for our CMA read, or chosen answered: then timed, its request asking the target for
     // its copy's time (`AnswerBuf::timed`).
     let (by_cma, timed) = match choice {
         Some(c) if c.via == Via::Cma => (Some(c), None),
         answered => (None, answered),
     };
-    if progresses && by_cma.is_none() {
+    if answerable_read && progresses && by_cma.is_none() {
         answer_buf = engine.reserve_answer_buf(len).ok();
     }
     // Other large data to or from a target that polls with nothing of its own to do goes
     // through SAR, both CPUs copying at once: it pushes a read's reply, and takes a write's
-    // segments as they come. From any other target a large read is ours to make, where the
-    // target published the registration (its CPU is busy, or not in the provider at all), and a
-    // large write is pulled by the target with CMA in one step of its progress. A target just
-    // found not progressing is not free either (its free polls are polls): no second look, which
-    // could watch it for another microsecond.
+    // segments as they come. So does a read beyond the answer buffers from a target that polls
+    // while busy with operations of its own. From any other target a large read is ours to
+    // make, where the target published the registration (its CPU is busy, or not in the
+    // provider at all), and a large write is pulled by the target with CMA in one step of its
+    // progress. A target just found not progressing is not free either (its free polls are
+    // polls): no second look, which could watch it for another microsecond.
     let still = answerable_read && !progresses;
     // A read of `SPARE_PUSH_MIN` or more from a target whose application sleeps in a blocking
     // wait while its progress thread serves (`Endpoint::peer_has_spare_cpu`) is pushed too: the
     // thread's wake-up is small beside the copy, which both CPUs then share.
-    let spare_read = len >= SPARE_PUSH_MIN && matches!(op, Op::Read { .. });
+    let spare_read = read && len >= SPARE_PUSH_MIN;
+    let spare = |engine: &mut smr_core::endpoint::Endpoint| spare_read && engine.peer_has_spare_cpu(peer);
     let pushed = large
         && answer_buf.is_none()
         && !still
         && by_cma.is_none()
-        && (engine.peer_is_free(peer) || (spare_read && engine.peer_has_spare_cpu(peer)));
+        && if beyond_answers { progresses || spare(engine) } else { engine.peer_is_free(peer) || spare(engine) };
     if large && !pushed && answer_buf.is_none() {
         let started = by_cma.map(|c| (c, Instant::now()));
         if let Some((kind, flags)) = copy_published(engine, peer, &a, &op) {

@@ -20,7 +20,7 @@
 //! | <= 96 B (`ANSWER_DATA_MAX`)         | 2            | in the answer's response entry (`answer_with`)             |
 //! | 97 B ..= FI_RSHM_READ_ONE_TRIP_MAX  | 2            | in an answer buffer of the initiator's region (`answer_into`) |
 //! | larger up to four SAR buffers (`Endpoint::answer_buf_max`), from a target that calls progress (`Endpoint::peer_progresses`) | 2 | in answer buffers, as the one-trip read, spanning them above one (or, where the registration is published, by the fifth row when measured faster: `Endpoint::choose_read`) |
-//! | larger, from a target with a CPU to spare (`Endpoint::peer_is_free`) | 2 + segments | pushed by the target through the initiator's SAR buffers while the initiator copies out (`ReturnBy::Pushed`) |
+//! | larger, from a target with a CPU to spare (`Endpoint::peer_is_free`), or beyond four SAR buffers from one that calls progress | 2 + segments | pushed by the target through the initiator's SAR buffers while the initiator copies out (`ReturnBy::Pushed`) |
 //! | larger, from a registration the target published | 0 | read by the initiator itself with CMA (`copy_published`; `published.rs`) |
 //! | larger otherwise (or no answer buffer free and above 4 KiB), CMA both ways | 2 | written by the target into the initiator's buffer (`Endpoint::cma_write`), then the answer |
 //! | otherwise                           | 3            | in a READ_RESP message (inline, inject, CMA or SAR), then the answer |
@@ -33,8 +33,10 @@
 //! 24-32 KiB: 2.4-4.8x). "A CPU to spare": the target kept progressing with no operation of its
 //! own outstanding or started (`OwnerBeat::free_polls`). Then both processes copy at once, each
 //! at memcpy speed, which beats one kernel copy (SOS `shmem_bw_get_perf` at 1 MiB: 15-16 GB/s
-//! pushed against 8-11 by CMA). A target that computes or sleeps, or is busy with a larger
-//! read, gets the fifth row, which needs no step of the target's: it still serves reads from a
+//! pushed against 8-11 by CMA). A read beyond the answer buffers is pushed by a target that
+//! calls progress while busy too: in fi_rma_bw, where each side also copies out its own
+//! pushed reads, 19-24 GB/s at 192 KiB-1 MiB against 12-15 by CMA (the kernel's copy). A
+//! target that computes or sleeps gets the fifth row, which needs no step of the target's: it still serves reads from a
 //! registration it published while it has not progressed since it started. Registrations whose
 //! reads a FI_REMOTE_READ counter must count are not published, so their reads take the rows
 //! below it.
