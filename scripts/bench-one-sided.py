@@ -38,6 +38,8 @@ SOS_PROGRAMS = [
     ("shmem_latency_get_perf", [("get", 0, "us", True)]),
     ("shmem_bw_put_perf", [("put bandwidth", 0, "MB/s", False)]),
     ("shmem_bw_get_perf", [("get bandwidth", 0, "MB/s", False)]),
+    # Both PEs get from each other at once: a target busy with its own gets.
+    ("shmem_bibw_get_perf", [("bidirectional get bandwidth", 0, "MB/s", False)]),
     ("shmem_bw_atomics_perf", [("atomic rate", 1, "Mops/s", False), ("atomic latency", 2, "us", True)]),
 ]
 # rshm on the --default-build SOS build: a provider variant of its own in the tables.
