@@ -72,22 +72,19 @@ pub fn start_inline(st: &mut DomainState, id: usize, a: OneSided, op: Op) -> FiR
     // our CMA read.
     let beyond_answers = read && !answerable_read;
     let progresses = read && engine.peer_progresses(peer);
+    let answering_target = answerable_read && progresses;
     // Where the target also published the registration, our own CMA read is the other way, and
     // on some states of the host the faster (32 KiB in fi_rma_bw: 3.9 GB/s against 2.0 answered,
     // where answered reads run 8-15 GB/s in others): the faster one as measured
     // (`Endpoint::choose_read`).
-    let choice = if answerable_read && progresses && engine.peer_mr(peer, a.key).is_some() {
-        engine.choose_read(len)
-    } else {
-        None
-    };
+    let choice = if answering_target && engine.peer_mr(peer, a.key).is_some() { engine.choose_read(len) } else { None };
     // Chosen for our CMA read, or chosen answered: then timed, its request asking the target for
     // its copy's time (`AnswerBuf::timed`).
     let (by_cma, timed) = match choice {
         Some(c) if c.via == Via::Cma => (Some(c), None),
         answered => (None, answered),
     };
-    if answerable_read && progresses && by_cma.is_none() {
+    if answering_target && by_cma.is_none() {
         answer_buf = engine.reserve_answer_buf(len).ok();
     }
     // Other large data to or from a target that polls with nothing of its own to do goes
@@ -102,13 +99,12 @@ pub fn start_inline(st: &mut DomainState, id: usize, a: OneSided, op: Op) -> FiR
     // A read of `SPARE_PUSH_MIN` or more from a target whose application sleeps in a blocking
     // wait while its progress thread serves (`Endpoint::peer_has_spare_cpu`) is pushed too: the
     // thread's wake-up is small beside the copy, which both CPUs then share.
-    let spare_read = read && len >= SPARE_PUSH_MIN;
-    let spare = |engine: &mut smr_core::endpoint::Endpoint| spare_read && engine.peer_has_spare_cpu(peer);
+    let spare = read && len >= SPARE_PUSH_MIN && engine.peer_has_spare_cpu(peer);
     let pushed = large
         && answer_buf.is_none()
         && !still
         && by_cma.is_none()
-        && if beyond_answers { progresses || spare(engine) } else { engine.peer_is_free(peer) || spare(engine) };
+        && (if beyond_answers { progresses } else { engine.peer_is_free(peer) } || spare);
     if large && !pushed && answer_buf.is_none() {
         let started = by_cma.map(|c| (c, Instant::now()));
         if let Some((kind, flags)) = copy_published(engine, peer, &a, &op) {
