@@ -212,7 +212,9 @@ fn run(domain: Weak<DomainShared>, control: Arc<Control>) {
         }
         // Within `spin` of the last work: poll again, off the wake words (peers need not wake
         // a thread that polls), and sleep only after a pass that armed them found nothing.
-        let polling = last_work.is_some_and(|t| t.elapsed() < spin);
+        // Between polls it yields the CPU after a few idle microseconds (`block::between_polls`).
+        let idle_for = last_work.map(|t| t.elapsed()).filter(|t| *t < spin);
+        let polling = idle_for.is_some();
         // The thread holds the domain only while it works, so fi_close(domain) sees no extra
         // reference while the thread sleeps.
         let Some(shared) = domain.upgrade() else { return };
@@ -228,8 +230,8 @@ fn run(domain: Weak<DomainShared>, control: Arc<Control>) {
         drop(shared);
         if events > 0 {
             last_work = Some(Instant::now());
-        } else if polling {
-            std::hint::spin_loop();
+        } else if let Some(idle_for) = idle_for {
+            crate::block::between_polls(idle_for);
         } else {
             waiters::sleep(&handles, (&control.thread.seq, control_seq), sleep);
         }
