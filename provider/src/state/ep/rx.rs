@@ -154,6 +154,35 @@ impl RxState {
         Some((op, placed))
     }
 
+    /// The express path's whole receive, where a stream's message usually goes: into the first
+    /// posted receive of its queue, when that matches and is not a multi-receive buffer. The
+    /// payload is copied in and the completion reported where the receive sits, before it
+    /// leaves the queue; false (nothing done) sends the message the general way
+    /// (`take_posted`). Returning the receive's `RecvOp` and the bytes copied to the caller, as
+    /// `take_posted` does, moved them through two frames.
+    #[inline(always)]
+    fn take_front(
+        &mut self,
+        src: u64,
+        hdr: &MsgHeader,
+        (directed, selective): (bool, bool),
+        payload: &[u8],
+        sinks: &mut Sinks,
+    ) -> bool {
+        let q = &mut self.posted[queue(hdr.app & APP_TAGGED != 0)];
+        let Some(recv) = q.front() else { return false };
+        if recv.multi() || !recv.matches(src, hdr.tag, directed) {
+            return false;
+        }
+        // SAFETY: the application's posted receive buffer, which it may not touch until the
+        // receive completes (libfabric's buffer contract).
+        let n = unsafe { crate::iov::scatter(&recv.iov, payload) };
+        let op = RecvOp::new(recv, src, *hdr, &recv.iov, selective, false);
+        complete_op(&op, smr_core::endpoint::outcome(hdr.len, n), sinks);
+        q.pop_front();
+        true
+    }
+
     /// A delivery finished: report it.
     fn complete(&mut self, key: usize, result: smr_core::Result<usize>, sinks: &mut Sinks) {
         let Some(op) = self.in_flight.try_remove(key) else { return };
@@ -180,14 +209,9 @@ impl RxState {
 // copying it into another (about 15 instructions per message).
 #[inline(always)]
 fn complete_op(op: &RecvOp, result: smr_core::Result<usize>, sinks: &mut Sinks) {
-    crate::debug!(
-        EpData,
-        "recv done ctx {:#x} from {} tag {:#x} result {result:?} retire {}",
-        op.ctx,
-        op.src,
-        op.hdr.tag,
-        op.retire
-    );
+    if crate::core_api::debug_enabled() {
+        log_recv_done(op.ctx, op.src, op.hdr.tag, op.retire, result.clone());
+    }
     let mut flags = recv_flags(&op.hdr);
     if op.retire {
         flags |= ffi::FI_MULTI_RECV as u64;
@@ -212,6 +236,14 @@ fn complete_op(op: &RecvOp, result: smr_core::Result<usize>, sinks: &mut Sinks) 
         }
     };
     sinks.recv_done(event, op.wanted);
+}
+
+/// The debug line of a finished receive, out of line and given copies (`sinks::log_completion`
+/// says why).
+#[cold]
+#[inline(never)]
+fn log_recv_done(ctx: usize, src: u64, tag: u64, retire: bool, result: smr_core::Result<usize>) {
+    crate::debug!(EpData, "recv done ctx {ctx:#x} from {src} tag {tag:#x} result {result:?} retire {retire}");
 }
 
 /// A sender's fi_addr, cached by source id (see `Handler::source`).
@@ -353,6 +385,9 @@ impl smr_core::endpoint::Handler for Handler<'_> {
         let hdr = &msg.hdr;
         crate::debug!(EpData, "arrived from {src} len {} tag {:#x} app {} (express)", hdr.len, hdr.tag, hdr.app);
         let how = (self.directed, self.sinks.b.rx_selective);
+        if self.rx.take_front(src, hdr, how, payload, &mut self.sinks) {
+            return Some(Disposition::Taken { answer_later: false });
+        }
         // SAFETY: as in `on_payload`.
         let copy = |dest: &Ranges| unsafe { crate::iov::scatter(dest, payload) };
         let Some((op, n)) = self.rx.take_posted(src, hdr, how, copy) else { return Some(self.hold(msg, src)) };
@@ -413,17 +448,9 @@ pub struct PostCtx<'a, 'b> {
 #[inline(always)]
 pub fn post(ctx: PostCtx, mut recv: PostedRecv) -> Result<(), FiError> {
     let PostCtx { rx, engine, sinks, directed } = ctx;
-    crate::debug!(
-        EpData,
-        "post recv ctx {:#x} len {} src {} tagged {} tag {:#x} ignore {:#x} flags {:#x}",
-        recv.ctx,
-        recv.total(),
-        recv.src,
-        recv.tagged,
-        recv.tag,
-        recv.ignore,
-        recv.flags
-    );
+    if crate::core_api::debug_enabled() {
+        log_post(recv.ctx, recv.total(), recv.src, (recv.tagged, recv.tag, recv.ignore), recv.flags);
+    }
     let q = queue(recv.tagged);
     // Nothing waiting, the usual case: no search to set up.
     while !rx.unexpected[q].is_empty() {
@@ -439,6 +466,17 @@ pub fn post(ctx: PostCtx, mut recv: PostedRecv) -> Result<(), FiError> {
     }
     rx.posted[q].push_back(recv);
     Ok(())
+}
+
+/// The debug line of a posted receive, out of line and given copies (`sinks::log_completion`
+/// says why).
+#[cold]
+#[inline(never)]
+fn log_post(ctx: usize, len: usize, src: u64, (tagged, tag, ignore): (bool, u64, u64), flags: u64) {
+    crate::debug!(
+        EpData,
+        "post recv ctx {ctx:#x} len {len} src {src} tagged {tagged} tag {tag:#x} ignore {ignore:#x} flags {flags:#x}"
+    );
 }
 
 fn deliver(rx: &mut RxState, engine: &mut Endpoint, sinks: &mut Sinks, key: MsgKey, op: RecvOp, dest: Ranges) {

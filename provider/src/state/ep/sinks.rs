@@ -65,7 +65,9 @@ impl<'a> Sinks<'a> {
     // the two calls down to the queue.
     #[inline(always)]
     fn report(&mut self, cq: Option<usize>, cntr: Option<usize>, event: CqEvent, wanted: bool) {
-        crate::debug!(EpData, "completion {event:?} wanted {wanted} cq {cq:?} cntr {cntr:?}");
+        if crate::core_api::debug_enabled() {
+            log_completion(event, wanted, cq, cntr);
+        }
         let failed = matches!(event, CqEvent::Failed { .. });
         if let Some(c) = cntr.and_then(|id| self.cntrs.get_mut(id)) {
             c.count(failed);
@@ -122,6 +124,15 @@ impl<'a> Sinks<'a> {
         let (cq, cntr) = (self.b.rx_cq, self.b.recv_cntr);
         self.report(cq, cntr, event, wanted);
     }
+}
+
+/// The debug line of a completion, out of line and given copies: a `debug!` in `report` took
+/// references to the event, which kept the compiler from holding it in registers (it was
+/// stored to the stack and read back on every message, logging on or off).
+#[cold]
+#[inline(never)]
+fn log_completion(event: CqEvent, wanted: bool, cq: Option<usize>, cntr: Option<usize>) {
+    crate::debug!(EpData, "completion {event:?} wanted {wanted} cq {cq:?} cntr {cntr:?}");
 }
 
 /// Which counter a transmit operation bumps.
