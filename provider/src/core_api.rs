@@ -79,6 +79,10 @@ macro_rules! info {
     };
 }
 
+/// A debug line, formatted only when debug logging is on. Its arguments are taken by reference
+/// even when it is off, which keeps the compiler from holding them in registers: on a per-message
+/// path, give a cold function copies of the fields instead (`state::ep::sinks::log_completion`;
+/// three such lines cost the receiver about 45 instructions per 8 B message).
 #[macro_export]
 macro_rules! debug {
     ($subsys:ident, $($arg:tt)*) => {
