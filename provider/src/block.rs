@@ -47,39 +47,7 @@ pub fn spin<T>(
         if now >= deadline.map_or(spin_end, |d| d.min(spin_end)) {
             return None;
         }
-        between_polls(now - since);
-    }
-}
-
-/// How long a polling thread waits with a pause between polls before it yields its CPU between
-/// them instead. An answer that comes while the peer runs on another CPU comes within a
-/// microsecond or two (an 8 B put's round trip in OpenSHMEM's default build: 0.4 us).
-const YIELD_AFTER: Duration = Duration::from_micros(4);
-
-/// What a thread that polls and found nothing does before its next poll, `waited` after its
-/// last progress: at first a pause, then a yield of the CPU.
-///
-/// The yield is for the peer it waits for, which may be waiting for this CPU. With two
-/// processes on two CPUs, the scheduler sometimes placed both on one (it wakes a thread on its
-/// waker's CPU), and a pause never lets the other run: each wait then spun its whole
-/// `progress::SPIN` before it slept, and since neither stayed runnable long enough for the load
-/// balancer to move one, an 8 B ping-pong in OpenSHMEM's default build (an atomic set, then a
-/// wait on the target counter) took 130-140 us a round for hundreds of rounds in a row: in 7 of
-/// 10 runs of 200,000 rounds, 87-1,016 rounds over 100 us, and 0.60 us a round on average. With
-/// the yield, the other runs at once: rounds on a shared CPU take 10-20 us, until the balancer
-/// moves one of the two, which stay runnable; at most 3 rounds over 100 us a run, and 0.43 us a
-/// round on average. The yield costs a system call (0.4 us here), so it comes only after the
-/// time in which a peer on another CPU answers.
-///
-/// One pause, not a burst: a pause takes 29 ns on this host's EPYC, and the 32 there were made
-/// a microsecond between polls, half of which an answer waited on average (OpenSHMEM's default
-/// build, whose quiet and waits block: 1.5 us per streaming 8 B put against 0.5 us with them
-/// gone).
-pub fn between_polls(waited: Duration) {
-    if waited < YIELD_AFTER {
-        std::hint::spin_loop();
-    } else {
-        std::thread::yield_now();
+        crate::progress::between_polls(now - since);
     }
 }
 

@@ -182,6 +182,38 @@ const ASIDE_CHECK: Duration = Duration::from_millis(1);
 /// (0: sleep after every pass). What else was tried: docs/perf/where-the-time-goes.md.
 pub const SPIN: Duration = Duration::from_micros(50);
 
+/// How long a polling thread waits with a pause between polls before it yields its CPU between
+/// them instead. An answer that comes while the peer runs on another CPU comes within a
+/// microsecond or two (an 8 B put's round trip in OpenSHMEM's default build: 0.4 us).
+const YIELD_AFTER: Duration = Duration::from_micros(4);
+
+/// What a thread that polls and found nothing does before its next poll, `waited` after its
+/// last progress: at first a pause, then a yield of the CPU.
+///
+/// The yield is for the peer it waits for, which may be waiting for this CPU. With two
+/// processes on two CPUs, the scheduler sometimes placed both on one (it wakes a thread on its
+/// waker's CPU), and a pause never lets the other run: each wait then spun its whole
+/// `progress::SPIN` before it slept, and since neither stayed runnable long enough for the load
+/// balancer to move one, an 8 B ping-pong in OpenSHMEM's default build (an atomic set, then a
+/// wait on the target counter) took 130-140 us a round for hundreds of rounds in a row: in 7 of
+/// 10 runs of 200,000 rounds, 87-1,016 rounds over 100 us, and 0.60 us a round on average. With
+/// the yield, the other runs at once: rounds on a shared CPU take 10-20 us, until the balancer
+/// moves one of the two, which stay runnable; at most 3 rounds over 100 us a run, and 0.43 us a
+/// round on average. The yield costs a system call (0.4 us here), so it comes only after the
+/// time in which a peer on another CPU answers.
+///
+/// One pause, not a burst: a pause takes 29 ns on this host's EPYC, and the 32 there were made
+/// a microsecond between polls, half of which an answer waited on average (OpenSHMEM's default
+/// build, whose quiet and waits block: 1.5 us per streaming 8 B put against 0.5 us with them
+/// gone).
+pub fn between_polls(waited: Duration) {
+    if waited < YIELD_AFTER {
+        std::hint::spin_loop();
+    } else {
+        std::thread::yield_now();
+    }
+}
+
 /// Longest sleep without a wake-up (a backstop; wake-ups are what normally end a sleep).
 const IDLE: Duration = Duration::from_secs(1);
 
@@ -212,7 +244,7 @@ fn run(domain: Weak<DomainShared>, control: Arc<Control>) {
         }
         // Within `spin` of the last work: poll again, off the wake words (peers need not wake
         // a thread that polls), and sleep only after a pass that armed them found nothing.
-        // Between polls it yields the CPU after a few idle microseconds (`block::between_polls`).
+        // Between polls it yields the CPU after a few idle microseconds (`between_polls`).
         let idle_for = last_work.map(|t| t.elapsed()).filter(|t| *t < spin);
         let polling = idle_for.is_some();
         // The thread holds the domain only while it works, so fi_close(domain) sees no extra
@@ -231,7 +263,7 @@ fn run(domain: Weak<DomainShared>, control: Arc<Control>) {
         if events > 0 {
             last_work = Some(Instant::now());
         } else if let Some(idle_for) = idle_for {
-            crate::block::between_polls(idle_for);
+            between_polls(idle_for);
         } else {
             waiters::sleep(&handles, (&control.thread.seq, control_seq), sleep);
         }
