@@ -1,5 +1,5 @@
 //! The data-transfer entry points (fi_ops_msg and fi_ops_tagged): argument checks, then
-//! `send` or `rx::post`.
+//! `send` or `rx::take_unexpected`.
 
 use super::handle::with_ep;
 use crate::error::{FiError, FiResult};
@@ -68,7 +68,7 @@ fn recv(ep: *mut ffi::fid_ep, make: impl FnOnce(u64) -> FiResult<PostedRecv>, de
         let DomainState { eps, cqs, cntrs, .. } = st;
         let s = &mut eps[ep.id];
         let flags = if default_flags { s.rx_op_flags } else { 0 };
-        let recv = make(flags)?;
+        let mut recv = make(flags)?;
         if s.rx.posted_count() >= s.rx_size {
             return Err(FiError::AGAIN);
         }
@@ -83,7 +83,10 @@ fn recv(ep: *mut ffi::fid_ep, make: impl FnOnce(u64) -> FiResult<PostedRecv>, de
         if recv.tagged && recv.flags & ffi::FI_CLAIM != 0 {
             return rx::claim(ctx, &recv);
         }
-        rx::post(ctx, recv)
+        if !rx::take_unexpected(ctx, &mut recv) {
+            s.rx.queue_posted(recv);
+        }
+        Ok(())
     })
 }
 
