@@ -200,7 +200,9 @@ const YIELD_AFTER: Duration = Duration::from_micros(4);
 /// the yield, the other runs at once: rounds on a shared CPU take 10-20 us, until the balancer
 /// moves one of the two, which stay runnable; at most 3 rounds over 100 us a run, and 0.43 us a
 /// round on average. The yield costs a system call (0.4 us here), so it comes only after the
-/// time in which a peer on another CPU answers.
+/// time in which a peer on another CPU answers. The endpoint's own yield every
+/// `POLLS_PER_YIELD` passes (`state::ep`), for nodes with more polling processes than CPUs,
+/// did not catch this: 1,024 passes of a wait take longer than its 50 us of polling.
 ///
 /// One pause, not a burst: a pause takes 29 ns on this host's EPYC, and the 32 there were made
 /// a microsecond between polls, half of which an answer waited on average (OpenSHMEM's default

@@ -98,13 +98,15 @@ pub fn start_inline(st: &mut DomainState, id: usize, a: OneSided, op: Op) -> FiR
     let still = answerable_read && !progresses;
     // A read of `SPARE_PUSH_MIN` or more from a target whose application sleeps in a blocking
     // wait while its progress thread serves (`Endpoint::peer_has_spare_cpu`) is pushed too: the
-    // thread's wake-up is small beside the copy, which both CPUs then share.
-    let spare = read && len >= SPARE_PUSH_MIN && engine.peer_has_spare_cpu(peer);
+    // thread's wake-up is small beside the copy, which both CPUs then share. Asked last, only
+    // of a read nothing else decided: it reads a line of the target's region.
+    let spare_read = read && len >= SPARE_PUSH_MIN;
     let pushed = large
         && answer_buf.is_none()
         && !still
         && by_cma.is_none()
-        && (if beyond_answers { progresses } else { engine.peer_is_free(peer) } || spare);
+        && (if beyond_answers { progresses } else { engine.peer_is_free(peer) }
+            || spare_read && engine.peer_has_spare_cpu(peer));
     if large && !pushed && answer_buf.is_none() {
         let started = by_cma.map(|c| (c, Instant::now()));
         if let Some((kind, flags)) = copy_published(engine, peer, &a, &op) {

@@ -167,5 +167,6 @@ impl EpState {
 /// and the call returns at once: one system call per 1,024 passes, which costs a tagged 8 B
 /// ping-pong about 0.01 us one-way here (0.36 us). Fewer yields leave an oversubscribed node
 /// slower in proportion (`lfinc` at 4 PEs: 1.2-2.2 s every 1,024 passes, 5.6 s every 2,048,
-/// 10.6 s every 4,096).
+/// 10.6 s every 4,096). A blocking wait also yields between its polls once a few microseconds
+/// passed without progress (`progress::between_polls`): it knows it waits, where a pass does not.
 const POLLS_PER_YIELD: u64 = 1024;
