@@ -128,7 +128,8 @@ impl LocalIov {
         copied
     }
 
-    /// Copy `len` bytes from `off` straight to raw memory (a shared-memory buffer).
+    /// Copy `len` bytes from `off` straight to raw memory (a shared-memory buffer that another
+    /// process reads: `copy::copy_to_shared`).
     ///
     /// # Safety
     /// `dst..dst+len` must be valid for writes (a range checked against a mapping).
@@ -140,7 +141,7 @@ impl LocalIov {
                 if n > 0 {
                     // SAFETY: `base + off .. + n` lies inside the lent range (`off + n <= plen`);
                     // the caller checked `dst..dst+len` lies in a mapping, and `n <= len`.
-                    unsafe { crate::copy::copy_bytes((base + off) as *const u8, dst, n) };
+                    unsafe { crate::copy::copy_to_shared((base + off) as *const u8, dst, n) };
                 }
                 return n;
             }
@@ -149,7 +150,7 @@ impl LocalIov {
         self.with_parts(|parts| {
             walk(parts, off, len, |src, n, at| {
                 // SAFETY: the caller checked `dst..dst+len` lies in a mapping; `at + n <= len`.
-                unsafe { crate::copy::copy_bytes(src, dst.add(at), n) };
+                unsafe { crate::copy::copy_to_shared(src, dst.add(at), n) };
                 copied += n;
             })
         });
