@@ -46,11 +46,13 @@ pub const ANSWER_BUFS_MAX: usize = 4;
 /// in, where it would otherwise wait for the whole answer before its own copy began. SOS gets
 /// of 32-128 KiB took 1.4-1.5 / 2.2-2.4 / 3.6-3.9 us so, against 1.6-1.8 / 2.8-2.9 / 4.8-5.3
 /// answered whole. Pieces of 2 KiB cost more than they overlapped (an announcement costs both
-/// sides some 40 ns), and 12-16 KiB ones measured no better than 8 KiB
-/// (docs/perf/one-sided.md, "Forty-first session").
+/// sides some 40 ns), and 12-16 KiB ones measured no better than 8 KiB then
+/// (docs/perf/one-sided.md, "Forty-first session"). Since a piece goes in by `rep movsb`
+/// (`copy::copy_to_shared`), 16 KiB pieces measured ahead of 8 KiB ones: gets of 64-128 KiB
+/// 3-10% faster, of 32 KiB alike (docs/perf/one-sided.md, "Forty-fourth session").
 pub const PARTS_FROM: u64 = 2 * PART_BYTES;
 /// The bytes of one piece (the last may be shorter).
-pub const PART_BYTES: u64 = 8 << 10;
+pub const PART_BYTES: u64 = 16 << 10;
 
 /// The wire name's bit that says "SAR pool" (otherwise: inject pool); the rest, but for
 /// `TIMED` and `MORE`, is the (first) buffer's index.
