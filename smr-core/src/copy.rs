@@ -56,7 +56,8 @@ const MOVSB_END: usize = 32 * 1024;
 /// As `copy_bytes`.
 #[inline]
 pub unsafe fn copy_to_shared(src: *const u8, dst: *mut u8, len: usize) {
-    #[cfg(target_arch = "x86_64")]
+    // (Not under Miri, which runs no inline assembly.)
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
     if (MOVSB_MIN..MOVSB_END).contains(&len) {
         // SAFETY: per this function's contract.
         return unsafe { copy_movsb(src, dst, len) };
@@ -69,7 +70,7 @@ pub unsafe fn copy_to_shared(src: *const u8, dst: *mut u8, len: usize) {
 ///
 /// # Safety
 /// As `copy_bytes`.
-#[cfg(target_arch = "x86_64")]
+#[cfg(all(target_arch = "x86_64", not(miri)))]
 #[inline]
 unsafe fn copy_movsb(src: *const u8, dst: *mut u8, len: usize) {
     // SAFETY: the instruction copies `len` bytes from `src` to `dst`, ascending (the direction
