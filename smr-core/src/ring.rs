@@ -165,22 +165,26 @@ impl<'a, T: Pod> Ring<'a, T> {
         self.slots.len() as u64
     }
 
-    /// Ask for the first `lines` cache lines of the slot `ahead` positions past `tail` in a
-    /// writable state: a producer sending one entry after another (a stream) then finds the
-    /// slots it is about to claim already in its cache, instead of waiting at each claim for
-    /// the line to come from the consumer that released it. A hint only: nothing is read or
-    /// written.
+    /// Ask for the cache `lines` of the slot `ahead` positions past `tail` in a writable state:
+    /// a producer sending one entry after another (a stream) then finds the slots it is about to
+    /// claim already in its cache, instead of waiting at each claim for the lines to come from
+    /// the consumer that released them. A hint only: nothing is read or written.
     #[inline]
-    pub fn prefetch_for_claim(&self, ahead: u64, lines: usize) {
-        if self.capacity() <= ahead {
+    pub fn prefetch_for_claim(&self, ahead: u64, lines: core::ops::Range<usize>) {
+        if lines.is_empty() || self.capacity() <= ahead {
             return;
         }
         let pos = self.ctl.tail.load(Ordering::Relaxed).wrapping_add(ahead);
         let slot = (&self.slots[(pos & self.mask) as usize] as *const Slot<T>).cast::<u8>();
-        for line in 0..lines.min(slot_lines::<T>(size_of::<T>())) {
-            // SAFETY: `line * 64` is below the slot's size, so the address lies inside it (and a
-            // prefetch reads nothing anyway).
-            crate::sync::prefetch_addr(unsafe { slot.add(line * 64) }, Prefetch::Write);
+        // SAFETY: `start` and `end` are at most the slot's lines, so the addresses lie
+        // inside it or one past its end (and a prefetch reads nothing anyway).
+        let (mut line, end) = unsafe {
+            let end = lines.end.min(slot_lines::<T>(size_of::<T>()));
+            (slot.add(lines.start.min(end) * 64), slot.add(end * 64))
+        };
+        while line < end {
+            crate::sync::prefetch_addr(line, Prefetch::Write);
+            line = line.wrapping_add(64);
         }
     }
 
