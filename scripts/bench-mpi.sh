@@ -79,7 +79,7 @@ if [ "$WRITE" = 1 ]; then
         echo
         echo "$report"
         echo
-        echo 'Every transport sits on a floor of 1.1-1.2 us per half round trip when the host is fast'
+        echo 'Every transport sits on a floor of 1.0-1.2 us per half round trip when the host is fast'
         echo '(2 us and more when it is slow; fi_pingpong over rshm alone: about 0.3 us), MPICH'"'"'s own'
         echo 'shared memory included: MPICH'"'"'s blocking wait calls sched_yield after every progress'
         echo 'poll (docs/perf/where-the-time-goes.md), and `-bind-to core` or'
