@@ -12,8 +12,8 @@
 //! unaligned 32-byte AVX loads and stores (`memcpy` again on the rare x86_64 without AVX).
 //!
 //! The exception is a copy of 8 KiB up to a whole SAR segment *into* shared memory that the
-//! other process reads (`copy_to_shared`: an answer's 8 KiB pieces, a message or a write of
-//! 8-32 KiB, a stream's last segment). The lines it writes were last read by that process; the
+//! other process reads (`copy_to_shared`: an answer's pieces, a message or a write of 8-32 KiB,
+//! a stream's last segment). The lines it writes were last read by that process; the
 //! AVX loop's stores fetch each of them back from the other CPU first, and `rep movsb` measured
 //! 2-3x faster here (two threads on the two CPUs handing a buffer back and forth: 8-64 KiB at
 //! 37-55 GB/s with the loop, 101-128 GB/s with `rep movsb`; at 4 KiB the loop was ahead). Whole

@@ -176,12 +176,10 @@ impl<'a, T: Pod> Ring<'a, T> {
         }
         let pos = self.ctl.tail.load(Ordering::Relaxed).wrapping_add(ahead);
         let slot = (&self.slots[(pos & self.mask) as usize] as *const Slot<T>).cast::<u8>();
-        // SAFETY: `start` and `end` are at most the slot's lines, so the addresses lie
-        // inside it or one past its end (and a prefetch reads nothing anyway).
-        let (mut line, end) = unsafe {
-            let end = lines.end.min(slot_lines::<T>(size_of::<T>()));
-            (slot.add(lines.start.min(end) * 64), slot.add(end * 64))
-        };
+        // Addresses of the slot's lines (a prefetch reads nothing, so no pointer here is
+        // dereferenced; `wrapping_add` because the end may lie past the slot's last byte).
+        let end_line = lines.end.min(slot_lines::<T>(size_of::<T>()));
+        let (mut line, end) = (slot.wrapping_add(lines.start.min(end_line) * 64), slot.wrapping_add(end_line * 64));
         while line < end {
             crate::sync::prefetch_addr(line, Prefetch::Write);
             line = line.wrapping_add(64);
