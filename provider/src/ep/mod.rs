@@ -111,6 +111,7 @@ pub(crate) unsafe extern "C" fn endpoint_open(
                 tx_size: tx_attr.map_or(0, |t| t.size).max(crate::getinfo::QUEUE_SIZE),
                 rx_size: rx_attr.map_or(0, |r| r.size).max(crate::getinfo::QUEUE_SIZE),
                 driven: 0,
+                idle: Default::default(),
                 published: Vec::new(),
             };
             let id = dom.shared.lock().eps.insert(state);

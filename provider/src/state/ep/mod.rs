@@ -43,6 +43,8 @@ pub struct EpState {
     /// Progress passes over this endpoint, by anyone: an auto-progress thread standing aside
     /// while the application polls still drives the endpoints whose count did not move.
     pub driven: u64,
+    /// Passes that found nothing, in a row (`progress::IdleStreak`).
+    pub idle: crate::progress::IdleStreak,
     /// Slots of the engine's MR table this endpoint filled (`published::sync`).
     pub published: Vec<u32>,
 }
@@ -110,8 +112,10 @@ impl EpState {
             std::thread::yield_now();
         }
         if !engine.has_work() && !ep.rma.has_outgoing() {
+            ep.idle.idle();
             return 0; // the idle poll: no handler to build
         }
+        ep.idle.worked();
         let av = ep.av.and_then(|a| avs.get(a));
         let mut handler = rx::Handler {
             rx: &mut ep.rx,
@@ -169,4 +173,6 @@ impl EpState {
 /// slower in proportion (`lfinc` at 4 PEs: 1.2-2.2 s every 1,024 passes, 5.6 s every 2,048,
 /// 10.6 s every 4,096). A blocking wait also yields between its polls once a few microseconds
 /// passed without progress (`progress::between_polls`): it knows it waits, where a pass does not.
+/// A caller that waits by polling yields once every 64 idle passes in a row after those
+/// microseconds too (`progress::IdleStreak`): idle passes in a row are the sign it waits.
 const POLLS_PER_YIELD: u64 = 1024;
