@@ -2,6 +2,7 @@
 //! receives, transmit records and one-sided operations, and one progress pass over it
 //! (`EpState::drive`), which the progress module runs for whoever polls.
 
+pub mod idle;
 pub mod read_req;
 pub mod replies;
 pub mod rma;
@@ -43,8 +44,8 @@ pub struct EpState {
     /// Progress passes over this endpoint, by anyone: an auto-progress thread standing aside
     /// while the application polls still drives the endpoints whose count did not move.
     pub driven: u64,
-    /// Passes that found nothing, in a row (`progress::IdleStreak`).
-    pub idle: crate::progress::IdleStreak,
+    /// Passes that found nothing, in a row (`idle::IdleStreak`).
+    pub idle: idle::IdleStreak,
     /// Slots of the engine's MR table this endpoint filled (`published::sync`).
     pub published: Vec<u32>,
 }
@@ -174,5 +175,5 @@ impl EpState {
 /// 10.6 s every 4,096). A blocking wait also yields between its polls once a few microseconds
 /// passed without progress (`progress::between_polls`): it knows it waits, where a pass does not.
 /// A caller that waits by polling yields once every 64 idle passes in a row after those
-/// microseconds too (`progress::IdleStreak`): idle passes in a row are the sign it waits.
+/// microseconds too (`idle::IdleStreak`): idle passes in a row are the sign it waits.
 const POLLS_PER_YIELD: u64 = 1024;
