@@ -59,32 +59,22 @@ pub unsafe fn copy_to_shared(src: *const u8, dst: *mut u8, len: usize) {
     // (Not under Miri, which runs no inline assembly.)
     #[cfg(all(target_arch = "x86_64", not(miri)))]
     if (MOVSB_MIN..MOVSB_END).contains(&len) {
-        // SAFETY: per this function's contract.
-        return unsafe { copy_movsb(src, dst, len) };
+        // SAFETY: `rep movsb` copies `len` bytes from `src` to `dst`, ascending (the direction
+        // flag is clear on entry to an asm block); the ranges are valid and do not overlap by
+        // this function's contract. It clobbers only the three registers named.
+        unsafe {
+            core::arch::asm!(
+                "rep movsb",
+                inout("rcx") len => _,
+                inout("rsi") src => _,
+                inout("rdi") dst => _,
+                options(nostack, preserves_flags)
+            )
+        };
+        return;
     }
     // SAFETY: per this function's contract.
     unsafe { copy_bytes(src, dst, len) }
-}
-
-/// `rep movsb`: `len` bytes forward from `src` to `dst`.
-///
-/// # Safety
-/// As `copy_bytes`.
-#[cfg(all(target_arch = "x86_64", not(miri)))]
-#[inline]
-unsafe fn copy_movsb(src: *const u8, dst: *mut u8, len: usize) {
-    // SAFETY: the instruction copies `len` bytes from `src` to `dst`, ascending (the direction
-    // flag is clear at every function boundary by the ABI); the ranges are valid and do not
-    // overlap by the caller's contract. It clobbers only the three registers named.
-    unsafe {
-        core::arch::asm!(
-            "rep movsb",
-            inout("rcx") len => _,
-            inout("rsi") src => _,
-            inout("rdi") dst => _,
-            options(nostack, preserves_flags)
-        )
-    };
 }
 
 /// The loop: one vector at the start, then four vectors at a time from the destination's next
@@ -152,21 +142,29 @@ mod tests {
         (0..len).map(|i| (i as u8).wrapping_mul(151).wrapping_add(seed)).collect()
     }
 
-    /// Every length around the loop's thresholds and vector widths, at every alignment of source
-    /// and destination within a vector: the bytes arrive, and nothing around them is touched.
-    #[test]
-    fn copies_every_length_and_alignment_exactly() {
-        let lens = (0..80).chain(LOOP_MIN - 40..LOOP_MIN + 200).chain([4096, 4097, 65535, 65536, 65536 + 31]);
+    /// Copy with `copy` a source at every offset pairing into a destination filled with 0xee, for
+    /// every length of `lens`: the bytes arrive, and nothing around them is touched.
+    fn copies_exactly(lens: impl Iterator<Item = usize>, copy: unsafe fn(*const u8, *mut u8, usize)) {
         for len in lens {
             for (src_off, dst_off) in [(0, 0), (1, 0), (0, 7), (13, 31), (32, 3), (5, 5)] {
                 let src = pattern(len + src_off, len as u8);
                 let mut dst = vec![0xeeu8; len + dst_off + 64];
-                copy_slice(&mut dst[dst_off..], &src[src_off..]);
+                // SAFETY: two distinct vectors, `src` holding `len` bytes from `src_off` and `dst`
+                // at least `len` from `dst_off`; `copy` has `copy_bytes`'s contract.
+                unsafe { copy(src[src_off..].as_ptr(), dst[dst_off..].as_mut_ptr(), len) };
                 assert_eq!(&dst[dst_off..dst_off + len], &src[src_off..], "len {len} offsets {src_off}/{dst_off}");
                 assert!(dst[..dst_off].iter().all(|&b| b == 0xee), "wrote before the range: len {len}");
                 assert!(dst[dst_off + len..].iter().all(|&b| b == 0xee), "wrote past the range: len {len}");
             }
         }
+    }
+
+    /// Every length around the loop's thresholds and vector widths, at every alignment of source
+    /// and destination within a vector.
+    #[test]
+    fn copies_every_length_and_alignment_exactly() {
+        let lens = (0..80).chain(LOOP_MIN - 40..LOOP_MIN + 200).chain([4096, 4097, 65535, 65536, 65536 + 31]);
+        copies_exactly(lens, copy_bytes);
     }
 
     /// The AVX loop itself, below `LOOP_MIN` too (where `copy_bytes` would not call it).
@@ -197,17 +195,8 @@ mod tests {
     /// `copy_to_shared` around its `rep movsb` threshold, at every pairing of offsets used above.
     #[test]
     fn copies_into_shared_memory_every_length_and_alignment_exactly() {
-        for len in [0, 1, 4096, MOVSB_MIN - 1, MOVSB_MIN, MOVSB_MIN + 1, 3 * MOVSB_MIN + 17, 65536 + 31] {
-            for (src_off, dst_off) in [(0, 0), (1, 0), (0, 7), (13, 31), (32, 3), (5, 5)] {
-                let src = pattern(len + src_off, len as u8);
-                let mut dst = vec![0xeeu8; len + dst_off + 64];
-                // SAFETY: two distinct vectors, `dst` long enough from `dst_off`.
-                unsafe { copy_to_shared(src[src_off..].as_ptr(), dst[dst_off..].as_mut_ptr(), len) };
-                assert_eq!(&dst[dst_off..dst_off + len], &src[src_off..], "len {len} offsets {src_off}/{dst_off}");
-                assert!(dst[..dst_off].iter().all(|&b| b == 0xee), "wrote before the range: len {len}");
-                assert!(dst[dst_off + len..].iter().all(|&b| b == 0xee), "wrote past the range: len {len}");
-            }
-        }
+        let lens = [0, 1, 4096, MOVSB_MIN - 1, MOVSB_MIN, MOVSB_MIN + 1, 3 * MOVSB_MIN + 17, 65536 + 31];
+        copies_exactly(lens.into_iter(), copy_to_shared);
     }
 
     #[test]
