@@ -51,9 +51,6 @@ fn stream_lines(len: usize) -> core::ops::Range<usize> {
 #[inline(never)]
 fn fetch_next_lines(region: &Region, len: usize) {
     let lines = crate::ring::slot_lines::<CmdEntry>(crate::cmd::HEADER_BYTES + len);
-    debug_assert!(
-        lines > 12 && crate::ring::slot_lines::<CmdEntry>(crate::cmd::HEADER_BYTES + NEXT_LINES_FROM - 1) == 12
-    );
     region.cmd_ring().prefetch_for_claim(0, 1..lines);
 }
 
@@ -806,4 +803,18 @@ fn push_segments(link: &super::peers::Link, incarnation: u64, msg_id: u64, send:
         send.sar_next = (next < send.hdr.len).then_some(next);
     }
     Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `NEXT_LINES_FROM` is the shortest inline message whose slot spans more than twelve lines
+    /// (checked here once, not on every send).
+    #[test]
+    fn next_lines_from_is_the_first_length_past_twelve_lines() {
+        let lines = |len| crate::ring::slot_lines::<CmdEntry>(crate::cmd::HEADER_BYTES + len);
+        assert_eq!(lines(NEXT_LINES_FROM - 1), 12);
+        assert_eq!(lines(NEXT_LINES_FROM), 13);
+    }
 }
