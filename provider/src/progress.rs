@@ -208,7 +208,7 @@ pub fn between_polls(waited: Duration) {
     if waited < YIELD_AFTER {
         std::hint::spin_loop();
     } else {
-        std::thread::yield_now();
+        crate::state::ep::idle::yield_cpu();
     }
 }
 
