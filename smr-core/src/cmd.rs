@@ -173,8 +173,13 @@ impl RespEntry {
     /// (`endpoint::read_way`).
     pub fn done_timed(msg_id: u64, status: Status, value: u64, ns: u64) -> RespEntry {
         let mut entry = RespEntry::done(msg_id, status, value);
-        entry.data[..8].copy_from_slice(&ns.to_le_bytes());
+        entry.set_time(ns);
         entry
+    }
+
+    /// Put the receiver's time `ns` into a `done_timed` answer.
+    pub fn set_time(&mut self, ns: u64) {
+        self.data[..8].copy_from_slice(&ns.to_le_bytes());
     }
 
     /// One response finishing every message of `ids` (2 ..= `DONE_MANY_MAX` of them) with

@@ -32,7 +32,7 @@
 
 use super::measured::Choice;
 use super::{Endpoint, PeerId, SendOpts, SendStatus, SrcId};
-use crate::cmd::{MsgHeader, RespEntry, Status};
+use crate::cmd::{resp, MsgHeader, RespEntry, Status};
 use crate::error::{Error, Result};
 use crate::iov::LocalIov;
 use crate::layout::{Geometry, INJECT_SIZE};
@@ -366,18 +366,21 @@ impl Endpoint {
                 let _ = peer.region.resp_ring().push(&RespEntry::part(msg_id, n));
             })
         });
-        let entry = match placed {
+        match placed {
             Ok(()) => {
                 self.stats.answers_placed += 1;
                 let ns = started.map_or(0, |t| t.elapsed().as_nanos() as u64);
-                RespEntry::done_timed(msg_id, Status::Placed, len as u64, ns)
+                // Into the slot, its first line only: no entry built and copied (`send_answer`).
+                self.send_resp_with(src, |e| {
+                    (e.kind, e.status, e.msg_id, e.value) = (resp::DONE, Status::Placed as u32, msg_id, len as u64);
+                    e.set_time(ns);
+                });
             }
             Err(_) => {
                 self.stats.corrupt_commands += 1;
-                RespEntry::done(msg_id, Status::Refused, libc::EINVAL as u64)
+                self.send_resp(src, RespEntry::done(msg_id, Status::Refused, libc::EINVAL as u64));
             }
-        };
-        self.send_resp(src, entry);
+        }
     }
 
     /// Answer buffers reserved by sends still waiting for their answers (tests: none may leak).

@@ -372,17 +372,21 @@ impl Endpoint {
     /// and copied aside first, which for an entry of two lines cost the usual answer of a few
     /// bytes about 30 instructions.
     pub(super) fn send_answer(&mut self, src: SrcId, msg_id: u64, bytes: &[u8]) {
-        self.flush_ok_run();
-        // Into the slot, or (the ring full, or answers queued before it) into a cleared entry
-        // for the backlog. In the slot, the consumer copies the first line's 32 data bytes
-        // whatever the answer's length, and reads `value` of them: the rest of a short answer's
-        // are what the slot held a lap ago, bytes of an answer the same sender already had, and
-        // nobody reads them.
-        let fill = |e: &mut RespEntry| {
+        // In the slot, the consumer copies the first line's 32 data bytes whatever the answer's
+        // length, and reads `value` of them: the rest of a short answer's are what the slot held
+        // a lap ago, bytes of an answer the same sender already had, and nobody reads them.
+        self.send_resp_with(src, |e: &mut RespEntry| {
             (e.kind, e.status, e.msg_id, e.value) = (resp::DONE, Status::Answered as u32, msg_id, bytes.len() as u64);
             e.data[..bytes.len()].copy_from_slice(bytes);
-        };
-        if self.resp_backlog.is_empty() && self.try_push_resp(src, |ring| ring.push_with(fill)) != Err(Error::Again) {
+        });
+    }
+
+    /// `send_resp` of the response `fill` writes (every field the consumer reads), written
+    /// straight into the sender's ring slot, or (the ring full, or responses queued before it)
+    /// into a cleared entry for the backlog.
+    pub(super) fn send_resp_with(&mut self, src: SrcId, fill: impl Fn(&mut RespEntry)) {
+        self.flush_ok_run();
+        if self.resp_backlog.is_empty() && self.try_push_resp(src, |ring| ring.push_with(&fill)) != Err(Error::Again) {
             return;
         }
         let mut entry = RespEntry::default();
