@@ -208,7 +208,7 @@ pub fn between_polls(waited: Duration) {
     if waited < YIELD_AFTER {
         std::hint::spin_loop();
     } else {
-        crate::state::ep::idle::yield_cpu();
+        std::thread::yield_now();
     }
 }
 

@@ -1,7 +1,7 @@
 //! Yielding the CPU while a caller waits: the pause a wait makes before it yields
 //! (`YIELD_AFTER`, also taken by `progress::between_polls`), the yield of an endpoint's
-//! polling caller after idle passes in a row (`IdleStreak`), and the yield itself, which sleeps
-//! once in a while when it finds the CPU shared (`yield_cpu`).
+//! polling caller after idle passes in a row (`IdleStreak`), which sleeps once in a while when
+//! it finds the CPU shared (`yield_or_nap`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
@@ -56,7 +56,7 @@ impl IdleStreak {
         let now = Instant::now();
         match self.since {
             None => self.since = Some(now),
-            Some(start) if now.duration_since(start) >= YIELD_AFTER => yield_cpu(),
+            Some(start) if now.duration_since(start) >= YIELD_AFTER => yield_or_nap(),
             Some(_) => {}
         }
     }
@@ -67,27 +67,32 @@ impl IdleStreak {
 /// runs `YIELD_AFTER` before it yields back.
 const GAVE_WAY: Duration = Duration::from_micros(3);
 
-/// At most one sleep (`yield_cpu`) per this long per process, so that a node with more polling
-/// processes than CPUs, where every yield gives way, spends at most a few percent asleep.
+/// At most one sleep (`yield_or_nap`) per this long per process, so that a node with more
+/// polling processes than CPUs, where every yield gives way, spends at most a few percent asleep.
 const SLEEP_EVERY: Duration = Duration::from_millis(2);
 
 /// The sleep itself: the shortest there is (the kernel's timer slack makes it about 50 us).
 const SLEEP: Duration = Duration::from_micros(1);
 
-/// Yield the CPU for a caller that waits; if the yield gave the CPU away (another thread ran
-/// meanwhile, on the CPU this one shares with it), sleep once instead, at most every
-/// `SLEEP_EVERY`.
+/// Yield the CPU for a caller that waits by polling and never sleeps in the provider; if the
+/// yield gave the CPU away (another thread ran meanwhile, on the CPU this one shares with it),
+/// sleep once instead (`SLEEP`), at most every `SLEEP_EVERY` per process and only where another
+/// CPU is allowed.
 ///
-/// Why: two processes that poll each other (an OpenSHMEM ping-pong) sometimes start out on one
-/// CPU, both woken there by the launcher's last barrier, while the other CPU idles, and stay
-/// there for 8-20 ms: OpenSHMEM's first latency section (1,000 gets) read 8-20 us a get instead
-/// of 0.3 in 4 of 12 runs (`perf sched`: both processes on one CPU from the barrier's wake-up
-/// until the idle CPU pulled one). The C shm's processes, which never yield, were not caught so
-/// in 12 runs. As we read the scheduler, two threads that hand each other the CPU every few
-/// microseconds both look recently run ("cache hot"), which it declines to move until its
-/// balancing has failed a few times. A thread that sleeps is placed on an idle CPU when it wakes:
-/// one sleep of ours ends the stretch (0 of 15 runs caught, against 5 of 15 with the plain yield).
-pub fn yield_cpu() {
+/// Why: two processes that poll each other (an OpenSHMEM ping-pong in its build for manual
+/// progress) sometimes start out on one CPU, both woken there by the launcher's last barrier,
+/// while the other CPU idles, and stay there for 8-20 ms: OpenSHMEM's first latency section
+/// (1,000 gets) read 8-20 us a get instead of 0.3 in 4 of 12 runs (`perf sched`: both processes
+/// on one CPU from the barrier's wake-up until the idle CPU pulled one). The C shm's processes,
+/// which never yield, were not caught so in 12 runs. As we read the scheduler, two threads that
+/// hand each other the CPU every few microseconds both look recently run ("cache hot"), which it
+/// declines to move until its balancing has failed a few times. A thread that sleeps is placed on
+/// an idle CPU when it wakes: one sleep of ours ends the stretch (0 of 15 runs caught, against 5
+/// of 15 with the plain yield). Blocking waits and the progress thread keep the plain yield
+/// (`progress::between_polls`): there the same sleep, or ending the poll for a sleep until woken,
+/// cost OpenSHMEM's default build 3-5% a round and did not end its stretches on one CPU any
+/// more often (10 alternated runs of 200,000 rounds: caught in 1 against 2).
+pub fn yield_or_nap() {
     static GATE: SleepGate = SleepGate::new();
     static MOVABLE: OnceLock<bool> = OnceLock::new();
     let before = Instant::now();
