@@ -159,7 +159,15 @@ impl Default for RespEntry {
 impl RespEntry {
     /// The answer that message `msg_id` is finished, with `status` and its `value`.
     pub fn done(msg_id: u64, status: Status, value: u64) -> RespEntry {
-        RespEntry { kind: resp::DONE, status: status as u32, msg_id, value, ..Default::default() }
+        let mut entry = RespEntry::default();
+        entry.set_done(msg_id, status, value);
+        entry
+    }
+
+    /// Make this entry (a ring slot, written in place) `done`'s header; its data stays as it is.
+    #[inline]
+    pub fn set_done(&mut self, msg_id: u64, status: Status, value: u64) {
+        (self.kind, self.status, self.msg_id, self.value) = (resp::DONE, status as u32, msg_id, value);
     }
 
     /// The first `placed` bytes of the answer to message `msg_id` are in its buffers

@@ -32,7 +32,7 @@
 
 use super::measured::Choice;
 use super::{Endpoint, PeerId, SendOpts, SendStatus, SrcId};
-use crate::cmd::{resp, MsgHeader, RespEntry, Status};
+use crate::cmd::{MsgHeader, RespEntry, Status};
 use crate::error::{Error, Result};
 use crate::iov::LocalIov;
 use crate::layout::{Geometry, INJECT_SIZE};
@@ -372,7 +372,7 @@ impl Endpoint {
                 let ns = started.map_or(0, |t| t.elapsed().as_nanos() as u64);
                 // Into the slot, its first line only: no entry built and copied (`send_answer`).
                 self.send_resp_with(src, |e| {
-                    (e.kind, e.status, e.msg_id, e.value) = (resp::DONE, Status::Placed as u32, msg_id, len as u64);
+                    e.set_done(msg_id, Status::Placed, len as u64);
                     e.set_time(ns);
                 });
             }

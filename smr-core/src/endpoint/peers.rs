@@ -376,7 +376,7 @@ impl Endpoint {
         // length, and reads `value` of them: the rest of a short answer's are what the slot held
         // a lap ago, bytes of an answer the same sender already had, and nobody reads them.
         self.send_resp_with(src, |e: &mut RespEntry| {
-            (e.kind, e.status, e.msg_id, e.value) = (resp::DONE, Status::Answered as u32, msg_id, bytes.len() as u64);
+            e.set_done(msg_id, Status::Answered, bytes.len() as u64);
             e.data[..bytes.len()].copy_from_slice(bytes);
         });
     }
