@@ -10,6 +10,7 @@
 //! before the poll that may find nothing, so what comes after that poll still wakes us.
 
 use crate::error::{FiError, FiResult};
+use crate::progress::Poller;
 use crate::state::ep::idle::YIELD_AFTER;
 use crate::state::waiters::{self, Waitable};
 use crate::state::{DomainShared, DomainState};
@@ -65,7 +66,7 @@ pub fn spin<T>(
                 }
             }
         }
-        crate::progress::between_polls(waited);
+        crate::progress::between_polls(waited, Poller::Application);
     }
 }
 

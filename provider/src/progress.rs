@@ -204,12 +204,28 @@ pub const SPIN: Duration = Duration::from_micros(50);
 /// a microsecond between polls, half of which an answer waited on average (OpenSHMEM's default
 /// build, whose quiet and waits block: 1.5 us per streaming 8 B put against 0.5 us with them
 /// gone).
-pub fn between_polls(waited: Duration) {
+///
+/// An application thread's yield also moves it to another CPU when it finds this one shared
+/// (`idle::yield_or_move`): the balancer above ends such a stretch only after 10-200 ms. The
+/// progress thread keeps a plain yield: the thread it gives way to is often its own
+/// application's, which a move would not help.
+pub fn between_polls(waited: Duration, by: Poller) {
     if waited < YIELD_AFTER {
         std::hint::spin_loop();
+    } else if by == Poller::Application {
+        crate::state::ep::idle::yield_or_move();
     } else {
         std::thread::yield_now();
     }
+}
+
+/// Which thread polls (`between_polls`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Poller {
+    /// An application thread in a blocking wait (`block::spin`).
+    Application,
+    /// The progress thread of an auto-progress domain.
+    ProgressThread,
 }
 
 /// Longest sleep without a wake-up (a backstop; wake-ups are what normally end a sleep).
@@ -261,7 +277,7 @@ fn run(domain: Weak<DomainShared>, control: Arc<Control>) {
         if events > 0 {
             last_work = Some(Instant::now());
         } else if let Some(idle_for) = idle_for {
-            between_polls(idle_for);
+            between_polls(idle_for, Poller::ProgressThread);
         } else {
             waiters::sleep(&handles, (&control.thread.seq, control_seq), sleep);
         }

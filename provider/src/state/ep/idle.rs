@@ -1,9 +1,9 @@
 //! Yielding the CPU while a caller waits: the pause a wait makes before it yields
 //! (`YIELD_AFTER`, also taken by `progress::between_polls`), the yield of an endpoint's
-//! polling caller after idle passes in a row (`IdleStreak`), which sleeps once in a while when
-//! it finds the CPU shared (`yield_or_nap`).
+//! polling caller after idle passes in a row (`IdleStreak`), and the yield of an application
+//! thread, which moves it to another CPU when it finds this one shared (`yield_or_move`).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -56,7 +56,7 @@ impl IdleStreak {
         let now = Instant::now();
         match self.since {
             None => self.since = Some(now),
-            Some(start) if now.duration_since(start) >= YIELD_AFTER => yield_or_nap(),
+            Some(start) if now.duration_since(start) >= YIELD_AFTER => yield_or_move(),
             Some(_) => {}
         }
     }
@@ -67,58 +67,129 @@ impl IdleStreak {
 /// runs `YIELD_AFTER` before it yields back.
 const GAVE_WAY: Duration = Duration::from_micros(3);
 
-/// At most one sleep (`yield_or_nap`) per this long per process, so that a node with more
-/// polling processes than CPUs, where every yield gives way, spends at most a few percent asleep.
-const SLEEP_EVERY: Duration = Duration::from_millis(2);
+/// Yields in a row that gave way before the CPU counts as shared with a thread that stays
+/// (a peer of ours, waiting as we do), not lent for a moment (a kernel thread, the launcher).
+const SHARED_AFTER: u32 = 8;
 
-/// The sleep itself: the shortest there is (the kernel's timer slack makes it about 50 us).
+/// At most one move (`yield_or_move`) per this long per process, so that a node with more
+/// polling processes than CPUs, where every yield gives way, spends little on them.
+const MOVE_EVERY: Duration = Duration::from_millis(2);
+
+/// The sleep that stands in for a move where this thread's CPUs cannot be changed: the shortest
+/// there is (the kernel's timer slack makes it about 50 us).
 const SLEEP: Duration = Duration::from_micros(1);
 
-/// Yield the CPU for a caller that waits by polling and never sleeps in the provider; if the
-/// yield gave the CPU away (another thread ran meanwhile, on the CPU this one shares with it),
-/// sleep once instead (`SLEEP`), at most every `SLEEP_EVERY` per process and only where another
-/// CPU is allowed.
+/// Yield the CPU for an application thread that waits (polling through the provider, or in a
+/// blocking call); once `SHARED_AFTER` yields in a row gave the CPU away (other threads ran
+/// meanwhile, on the CPU this one shares with them), move this thread to another CPU it may
+/// run on (`move_to_another_cpu`), at most every `MOVE_EVERY` per process. Where its CPUs
+/// cannot be changed it sleeps once instead (`SLEEP`), which the scheduler often, not always,
+/// ends on another CPU.
 ///
-/// Why: two processes that poll each other (an OpenSHMEM ping-pong in its build for manual
-/// progress) sometimes start out on one CPU, both woken there by the launcher's last barrier,
-/// while the other CPU idles, and stay there for 8-20 ms: OpenSHMEM's first latency section
-/// (1,000 gets) read 8-20 us a get instead of 0.3 in 4 of 12 runs (`perf sched`: both processes
-/// on one CPU from the barrier's wake-up until the idle CPU pulled one). The C shm's processes,
-/// which never yield, were not caught so in 12 runs. As we read the scheduler, two threads that
-/// hand each other the CPU every few microseconds both look recently run ("cache hot"), which it
-/// declines to move until its balancing has failed a few times. A thread that sleeps is placed on
-/// an idle CPU when it wakes: one sleep of ours ends the stretch (0 of 15 runs caught, against 5
-/// of 15 with the plain yield). Blocking waits and the progress thread keep the plain yield
-/// (`progress::between_polls`): there the same sleep, or ending the poll for a sleep until woken,
-/// cost OpenSHMEM's default build 3-5% a round and did not end its stretches on one CPU any
-/// more often (10 alternated runs of 200,000 rounds: caught in 1 against 2).
-pub fn yield_or_nap() {
-    static GATE: SleepGate = SleepGate::new();
+/// Why: two processes that wait for each other (an OpenSHMEM ping-pong) sometimes start out on
+/// one CPU, both woken there by the launcher's last barrier, while the other CPU idles, and stay
+/// there for 10-200 ms, handing each other the CPU at every yield (`perf sched`: both processes
+/// on one CPU from the barrier's wake-up until the idle CPU pulled one). As we read the
+/// scheduler, two threads that hand each other the CPU every few microseconds both look
+/// recently run ("cache hot"), which it declines to move until its balancing has failed a few
+/// times; a thread that sleeps was woken on the busy CPU as often as not (by the timer
+/// interrupt of the thread running there). OpenSHMEM's first latency section (1,000 gets or
+/// puts) then reads 4-14 us an operation instead of 0.25. Measured, first section alone, 2 PEs:
+/// - build for manual progress, gets: 10 of 37 runs stalled with the plain yield, 0 of 37 with
+///   the sleep, 0 of 20 with the move;
+/// - default build (blocking waits), puts and gets: 9 of 40 runs stalled with the plain yield
+///   and 3 of 30 with the sleep; 0 of 40 with the move. In its per-round ping-pong (200,000
+///   rounds, 6 alternated runs) the move left the average where it was (1.08-1.10 us a round
+///   against 1.08-1.26) and the rounds over 100 us at 1-4 a run; a move at the first yield that
+///   gave way, before `SHARED_AFTER`, made those 7-15 (it moved threads onto their peer's CPU).
+pub fn yield_or_move() {
+    static GATE: MoveGate = MoveGate::new();
     static MOVABLE: OnceLock<bool> = OnceLock::new();
+    static GAVE_WAY_IN_A_ROW: AtomicU32 = AtomicU32::new(0);
     let before = Instant::now();
     std::thread::yield_now();
     let now = Instant::now();
-    if now.duration_since(before) >= GAVE_WAY && *MOVABLE.get_or_init(|| allowed_cpus() > 1) && GATE.pass(now) {
-        std::thread::sleep(SLEEP);
+    if now.duration_since(before) < GAVE_WAY {
+        GAVE_WAY_IN_A_ROW.store(0, Ordering::Relaxed);
+        return;
+    }
+    if GAVE_WAY_IN_A_ROW.fetch_add(1, Ordering::Relaxed) + 1 >= SHARED_AFTER
+        && *MOVABLE.get_or_init(|| allowed_cpus() > 1)
+        && GATE.pass(now)
+    {
+        GAVE_WAY_IN_A_ROW.store(0, Ordering::Relaxed);
+        if move_to_another_cpu().is_none() {
+            std::thread::sleep(SLEEP);
+        }
     }
 }
 
-/// Lets one sleep through per `SLEEP_EVERY`, among all the threads that ask.
-struct SleepGate {
+/// Move this thread off the CPU it runs on, to another it is allowed on, and leave its allowed
+/// set as it was: narrowed for a moment to the others, which moves it before the call returns,
+/// then restored, which leaves it where it now runs. The CPU it moved to; None (nothing changed)
+/// where the set cannot be read or set, or holds this CPU alone.
+fn move_to_another_cpu() -> Option<usize> {
+    let allowed = allowed_set()?;
+    let here = this_cpu()?;
+    let mut others = allowed;
+    // SAFETY: CPU_ISSET, CPU_CLR and CPU_COUNT only read or write bits of the sets we own, and
+    // `here` is checked against the set's size first.
+    unsafe {
+        if here >= 8 * size_of::<libc::cpu_set_t>() || !libc::CPU_ISSET(here, &allowed) {
+            return None;
+        }
+        libc::CPU_CLR(here, &mut others);
+        if libc::CPU_COUNT(&others) == 0 {
+            return None;
+        }
+    }
+    set_allowed(&others)?;
+    // Read while `here` is still excluded: the CPU the move put us on.
+    let there = this_cpu();
+    if set_allowed(&allowed).is_none() {
+        crate::warn!(Core, "could not restore this thread's CPU affinity after moving it off a shared CPU");
+    }
+    there
+}
+
+/// The CPUs this thread may run on.
+fn allowed_set() -> Option<libc::cpu_set_t> {
+    // SAFETY: all-zero bytes are an empty cpu_set_t.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: fills the set we own, of the size given; 0 is this thread.
+    let rc = unsafe { libc::sched_getaffinity(0, size_of::<libc::cpu_set_t>(), &mut set) };
+    (rc == 0).then_some(set)
+}
+
+/// Let this thread run on `set` only.
+fn set_allowed(set: &libc::cpu_set_t) -> Option<()> {
+    // SAFETY: reads the set we own, of the size given; 0 is this thread.
+    let rc = unsafe { libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), set) };
+    (rc == 0).then_some(())
+}
+
+/// The CPU this thread runs on.
+fn this_cpu() -> Option<usize> {
+    // SAFETY: no arguments; -1 on error.
+    usize::try_from(unsafe { libc::sched_getcpu() }).ok()
+}
+
+/// Lets one move through per `MOVE_EVERY`, among all the threads that ask.
+struct MoveGate {
     epoch: OnceLock<Instant>,
-    /// When the last sleep went through, in nanoseconds from `epoch` plus `SLEEP_EVERY` (so
+    /// When the last move went through, in nanoseconds from `epoch` plus `MOVE_EVERY` (so
     /// that 0, the start, lets the first one through).
     last: AtomicU64,
 }
 
-impl SleepGate {
+impl MoveGate {
     const fn new() -> Self {
-        SleepGate { epoch: OnceLock::new(), last: AtomicU64::new(0) }
+        MoveGate { epoch: OnceLock::new(), last: AtomicU64::new(0) }
     }
 
-    /// Whether a sleep at `now` may go through (then it is the last).
+    /// Whether a move at `now` may go through (then it is the last).
     fn pass(&self, now: Instant) -> bool {
-        let every = SLEEP_EVERY.as_nanos() as u64;
+        let every = MOVE_EVERY.as_nanos() as u64;
         let epoch = *self.epoch.get_or_init(|| now);
         let at = now.saturating_duration_since(epoch).as_nanos() as u64 + every;
         let last = self.last.load(Ordering::Relaxed);
@@ -127,7 +198,7 @@ impl SleepGate {
     }
 }
 
-/// How many CPUs this thread may run on (1 when that cannot be learnt: never sleep then).
+/// How many CPUs this thread may run on (1 when that cannot be learnt: never move then).
 fn allowed_cpus() -> usize {
     std::thread::available_parallelism().map_or(1, usize::from)
 }
@@ -137,12 +208,51 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_sleep_gate_lets_one_sleep_through_per_period() {
-        let gate = SleepGate::new();
+    fn the_move_gate_lets_one_move_through_per_period() {
+        let gate = MoveGate::new();
         let t0 = Instant::now();
-        assert!(gate.pass(t0), "the first sleep goes through");
-        assert!(!gate.pass(t0 + SLEEP_EVERY / 2), "a second one within the period does not");
-        assert!(gate.pass(t0 + SLEEP_EVERY), "one a period later does");
-        assert!(!gate.pass(t0 + SLEEP_EVERY + SLEEP_EVERY / 4));
+        assert!(gate.pass(t0), "the first move goes through");
+        assert!(!gate.pass(t0 + MOVE_EVERY / 2), "a second one within the period does not");
+        assert!(gate.pass(t0 + MOVE_EVERY), "one a period later does");
+        assert!(!gate.pass(t0 + MOVE_EVERY + MOVE_EVERY / 4));
+    }
+
+    /// The CPUs allowed, as a list.
+    fn allowed_cpus_list() -> Vec<usize> {
+        let set = allowed_set().expect("sched_getaffinity");
+        // SAFETY: CPU_ISSET reads a bit of the set we own; every index is inside it.
+        (0..8 * size_of::<libc::cpu_set_t>()).filter(|&c| unsafe { libc::CPU_ISSET(c, &set) }).collect()
+    }
+
+    #[test]
+    fn a_move_lands_on_another_allowed_cpu_and_leaves_the_allowed_set_as_it_was() {
+        let allowed = allowed_cpus_list();
+        let here = this_cpu().expect("sched_getcpu");
+        let moved = move_to_another_cpu();
+        assert_eq!(allowed_cpus_list(), allowed, "the allowed set is restored");
+        if allowed.len() < 2 {
+            assert_eq!(moved, None, "nowhere to go with one CPU");
+            return;
+        }
+        let there = moved.expect("moved");
+        assert_ne!(there, here, "off the CPU it ran on");
+        assert!(allowed.contains(&there), "onto one it may run on");
+    }
+
+    #[test]
+    fn a_thread_bound_to_one_cpu_stays_there() {
+        let here = this_cpu().expect("sched_getcpu");
+        // SAFETY: all-zero bytes are an empty cpu_set_t; CPU_SET writes a bit of it (`here` is
+        // a CPU number the kernel gave, inside the set's size).
+        let one = unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(here, &mut set);
+            set
+        };
+        let before = allowed_set().expect("sched_getaffinity");
+        set_allowed(&one).expect("bind to one CPU");
+        assert_eq!(move_to_another_cpu(), None);
+        assert_eq!(this_cpu(), Some(here));
+        set_allowed(&before).expect("restore");
     }
 }
