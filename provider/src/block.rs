@@ -31,7 +31,10 @@ pub fn spin<T>(
     deadline: Option<Instant>,
     mut poll: impl FnMut(&mut DomainState) -> Option<T>,
 ) -> Option<T> {
-    let mut since = Instant::now();
+    // When the wait began, for the spin's length: read at the first look at the clock, so that a
+    // wait answered within its first polls (most of OpenSHMEM's, for a put's or a get's
+    // completion) reads no clock at all.
+    let mut since: Option<Instant> = None;
     let mut waited = Duration::ZERO;
     let mut idle_polls: u32 = 0;
     loop {
@@ -47,7 +50,7 @@ pub fn spin<T>(
         // A poll that handled something (a segment of a long transfer) starts the time again:
         // counted over this poll only, so other threads' progress does not keep us spinning.
         if handled {
-            since = Instant::now();
+            since = None;
             waited = Duration::ZERO;
             idle_polls = 0;
         } else {
@@ -59,6 +62,7 @@ pub fn spin<T>(
             // must not wait for eight of them.
             if waited >= YIELD_AFTER || idle_polls.is_multiple_of(CLOCK_EVERY) {
                 let now = Instant::now();
+                let since = *since.get_or_insert(now);
                 waited = now - since;
                 let spin_end = since + crate::progress::SPIN;
                 if now >= deadline.map_or(spin_end, |d| d.min(spin_end)) {

@@ -124,8 +124,6 @@ enum Call {
     ReadErr,
     /// add, set, adderr, seterr: the application changes it, and waiters learn of that.
     Change,
-    /// A look with no progress and no change (a wait's starting error count).
-    Look,
 }
 
 /// Look at (or change) the counter with `f`, after driving its endpoints as `call` says.
@@ -204,13 +202,21 @@ unsafe extern "C" fn cntr_seterr(cntr: *mut ffi::fid_cntr, value: u64) -> i32 {
 fn wait(cntr: *mut ffi::fid_cntr, threshold: u64, timeout_ms: c_int) -> FiResult<()> {
     // SAFETY: libfabric contract.
     let c = unsafe { get(cntr.cast()) }?;
-    let start_errors = with_counter(cntr, Call::Look, |s| s.errors)?;
+    // The error count the wait starts from, read by its first poll before it drives progress
+    // (a look of its own took the lock once more per wait).
+    let mut start_errors = None;
     crate::block::until(&c.shared, timeout_ms, FiError::TIMEDOUT, Waitable::Cntr(c.id), |st| {
+        let errors = st.cntrs.get(c.id).ok_or(FiError::INVAL)?.errors;
+        let start = *start_errors.get_or_insert_with(|| {
+            // Not a read: a probe after the wait drives progress again (`with_counter`).
+            st.poll_turn = None;
+            errors
+        });
         crate::progress::cntr(st, c.id);
         let s = &st.cntrs[c.id];
         if s.value >= threshold {
             Ok(Some(()))
-        } else if s.errors != start_errors {
+        } else if s.errors != start {
             Err(FiError::AVAIL)
         } else {
             Ok(None)
