@@ -514,6 +514,12 @@ impl Endpoint {
         events
     }
 
+    /// Whether a message went out since the last `has_work` (which starts the count again).
+    #[inline]
+    pub fn sent_since_poll(&self) -> bool {
+        self.sent_since_poll > 0
+    }
+
     /// Whether `progress` has anything to do: a command or a response published at a ring's
     /// head, responses or SAR segments of ours still to push, or a liveness tick due. On the
     /// idle path that is two loads of ring stamps, so a caller polling in a tight loop can skip

@@ -112,8 +112,16 @@ impl EpState {
         if ep.driven.is_multiple_of(POLLS_PER_YIELD) {
             std::thread::yield_now();
         }
+        // An application that started something since the last pass does not wait for a peer,
+        // even if nothing arrived: an operation complete within its call (an atomic with
+        // FI_TRANSMIT_COMPLETE, a write copied by CMA) is polled for at once.
+        let posted = engine.sent_since_poll() | ep.rma.issued_since_last_poll();
         if !engine.has_work() && !ep.rma.has_outgoing() {
-            ep.idle.idle();
+            if posted {
+                ep.idle.worked();
+            } else {
+                ep.idle.idle();
+            }
             return 0; // the idle poll: no handler to build
         }
         ep.idle.worked();

@@ -275,6 +275,8 @@ pub struct RmaState {
     loopback: Vec<Option<bool>>,
     /// `issued` at the last `poll_is_free`.
     issued_seen: u64,
+    /// `issued` at the last `issued_since_last_poll`.
+    issued_polled: u64,
     /// Progress calls in a row with nothing of our own outstanding or started, when the clock
     /// started on them, and whether they have lasted `FREE_AFTER` since (`poll_is_free`).
     quiet_polls: u32,
@@ -523,6 +525,13 @@ impl RmaState {
     pub(crate) fn await_reply(&mut self, slot: usize, reply: Reply) {
         let Reply { op_id, local, want, write_back } = reply;
         self.pending.insert(op_id, Pending::new(slot, local, want, write_back));
+    }
+
+    /// Whether the application started a one-sided operation since the last call (once per
+    /// progress pass).
+    #[inline]
+    pub fn issued_since_last_poll(&mut self) -> bool {
+        std::mem::replace(&mut self.issued_polled, self.issued) != self.issued
     }
 
     /// Replies or answers are waiting to go out.
