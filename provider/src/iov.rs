@@ -32,7 +32,20 @@ pub unsafe fn many(iov: *const ffi::iovec, count: usize) -> FiResult<Ranges> {
     if count > IOV_LIMIT || (iov.is_null() && count > 0) {
         return Err(FiError::INVAL);
     }
-    let mut out = Ranges::with_capacity(count);
+    let mut out = Ranges::new();
+    if count == 1 {
+        // One iovec, what a *msg call usually passes: no capacity to set up, no loop.
+        // SAFETY: per the contract, one readable iovec (non-NULL: checked above).
+        let v = unsafe { *iov };
+        if v.iov_base.is_null() && v.iov_len > 0 {
+            return Err(FiError::INVAL);
+        }
+        if v.iov_len > 0 {
+            out.push((v.iov_base as usize, v.iov_len));
+        }
+        return Ok(out);
+    }
+    out.reserve(count);
     for i in 0..count {
         // SAFETY: per the contract, `count` readable iovecs.
         let v = unsafe { *iov.add(i) };
