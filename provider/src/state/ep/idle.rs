@@ -105,22 +105,41 @@ const SLEEP: Duration = Duration::from_micros(1);
 pub fn yield_or_move() {
     static GATE: MoveGate = MoveGate::new();
     static MOVABLE: OnceLock<bool> = OnceLock::new();
-    static GAVE_WAY_IN_A_ROW: AtomicU32 = AtomicU32::new(0);
+    static SHARED: SharedCpu = SharedCpu::new();
     let before = Instant::now();
     std::thread::yield_now();
     let now = Instant::now();
-    if now.duration_since(before) < GAVE_WAY {
-        GAVE_WAY_IN_A_ROW.store(0, Ordering::Relaxed);
-        return;
-    }
-    if GAVE_WAY_IN_A_ROW.fetch_add(1, Ordering::Relaxed) + 1 >= SHARED_AFTER
-        && *MOVABLE.get_or_init(|| allowed_cpus() > 1)
-        && GATE.pass(now)
-    {
-        GAVE_WAY_IN_A_ROW.store(0, Ordering::Relaxed);
+    if SHARED.after_yield(now.duration_since(before)) && *MOVABLE.get_or_init(|| allowed_cpus() > 1) && GATE.pass(now) {
+        SHARED.moved();
         if move_to_another_cpu().is_none() {
             std::thread::sleep(SLEEP);
         }
+    }
+}
+
+/// Yields in a row that gave the CPU away (`GAVE_WAY`), among a process's waiting threads.
+struct SharedCpu {
+    in_a_row: AtomicU32,
+}
+
+impl SharedCpu {
+    const fn new() -> Self {
+        SharedCpu { in_a_row: AtomicU32::new(0) }
+    }
+
+    /// A yield took `took`: whether the CPU now counts as shared (`SHARED_AFTER` yields in a row
+    /// gave it away). A yield that came straight back starts the count again.
+    fn after_yield(&self, took: Duration) -> bool {
+        if took < GAVE_WAY {
+            self.in_a_row.store(0, Ordering::Relaxed);
+            return false;
+        }
+        self.in_a_row.fetch_add(1, Ordering::Relaxed) + 1 >= SHARED_AFTER
+    }
+
+    /// The thread moved (or slept): the count starts again.
+    fn moved(&self) {
+        self.in_a_row.store(0, Ordering::Relaxed);
     }
 }
 
@@ -215,6 +234,22 @@ mod tests {
         assert!(!gate.pass(t0 + MOVE_EVERY / 2), "a second one within the period does not");
         assert!(gate.pass(t0 + MOVE_EVERY), "one a period later does");
         assert!(!gate.pass(t0 + MOVE_EVERY + MOVE_EVERY / 4));
+    }
+
+    #[test]
+    fn the_cpu_counts_as_shared_after_enough_yields_in_a_row_gave_it_away() {
+        let shared = SharedCpu::new();
+        let (gave_way, came_back) = (GAVE_WAY, GAVE_WAY / 3);
+        for _ in 1..SHARED_AFTER {
+            assert!(!shared.after_yield(gave_way), "fewer than SHARED_AFTER in a row");
+        }
+        assert!(!shared.after_yield(came_back), "a yield that came straight back");
+        for _ in 1..SHARED_AFTER {
+            assert!(!shared.after_yield(gave_way), "the count started again");
+        }
+        assert!(shared.after_yield(gave_way), "SHARED_AFTER in a row");
+        shared.moved();
+        assert!(!shared.after_yield(gave_way), "the count starts again after a move");
     }
 
     /// The CPUs allowed, as a list.
