@@ -32,7 +32,13 @@ fn send(ep: *mut ffi::fid_ep, make: impl FnOnce(u64) -> FiResult<SendArgs>, defa
 fn send_locked(st: &mut DomainState, id: usize, args: SendArgs) -> FiResult<()> {
     let DomainState { eps, cqs, cntrs, avs, .. } = &mut *st;
     let result = match eps.get_mut(id) {
-        Some(ep) => start_send(ep, cqs, cntrs, avs, args),
+        Some(ep) => {
+            if send_express_done(ep, cqs, cntrs, &args) {
+                Ok(())
+            } else {
+                start_send(ep, cqs, cntrs, avs, args)
+            }
+        }
         None => Err(FiError::INVAL),
     };
     if result == Err(FiError::AGAIN) {
@@ -425,6 +431,49 @@ fn inject_express(ep: &mut EpState, bytes: &[u8], dest: u64, tag: Option<u64>, d
     let hdr = tx::header(tag, data, bytes.len());
     crate::debug!(EpData, "inject to {dest} len {} tag {:#x} app {} (express)", hdr.len, hdr.tag, hdr.app);
     engine.send_express(peer, &hdr, bytes)
+}
+
+/// The express path of a send that completes within its call (fi_send, fi_tsend, fi_tsenddata,
+/// the *msg forms): one buffer of up to the inject size (the engine's `send_express`, as for an
+/// inject) to a peer already in use, neither batched (FI_MORE) nor acknowledged
+/// (FI_DELIVERY_COMPLETE). Its completion and counter are written here, as `start_send` writes
+/// those of a send done at once; what `start_send` would build for it (a transmit record, the
+/// engine's options, a lent iov) it never needed. False, with nothing sent, for anything else:
+/// `start_send` takes it, and says why a send fails.
+#[inline(always)]
+fn send_express_done(ep: &mut EpState, cqs: &mut Slab<CqState>, cntrs: &mut Slab<CntrState>, args: &SendArgs) -> bool {
+    if args.flags & (ffi::FI_MORE | ffi::FI_DELIVERY_COMPLETE) as u64 != 0 || ep.tx_outstanding() >= ep.tx_size {
+        return false;
+    }
+    let (addr, len) = match *args.iov.as_slice() {
+        [] => (0, 0),
+        [(addr, len)] => (addr, len),
+        _ => return false,
+    };
+    if args.flags & ffi::FI_INJECT as u64 != 0 && len > INJECT_SIZE {
+        return false;
+    }
+    let Some(&Some(peer)) = ep.peers.get(args.dest as usize) else { return false };
+    let Some(engine) = ep.engine.as_mut() else { return false };
+    let bytes: &[u8] = if len == 0 {
+        &[]
+    } else {
+        // SAFETY: the application's send buffer of `len` bytes, readable during the call
+        // (fi_msg(3)); `send_express` copies it before it returns.
+        unsafe { std::slice::from_raw_parts(addr as *const u8, len) }
+    };
+    let hdr = tx::header(args.tag, args.data, len);
+    if !engine.send_express(peer, &hdr, bytes) {
+        return false;
+    }
+    crate::debug!(EpData, "send to {} len {len} tag {:?} ctx {:#x} (express)", args.dest, args.tag, args.ctx);
+    let wanted = !args.inject_call && (!ep.bindings.tx_selective || args.flags & ffi::FI_COMPLETION as u64 != 0);
+    if wanted || ep.bindings.tx_cntr(TxKind::Send).is_some() {
+        let kind = if args.tag.is_some() { ffi::FI_TAGGED } else { ffi::FI_MSG } as u64;
+        let op = TxOp::new(args.ctx, ffi::FI_SEND as u64 | kind, wanted, TxKind::Send);
+        Sinks::new(cqs, cntrs, &ep.bindings).tx_done(CqEvent::Done(op.entry()), wanted, TxKind::Send);
+    }
+    true
 }
 
 /// Start a send on endpoint `ep`.
