@@ -416,33 +416,23 @@ pub static TAGGED_OPS: ffi::fi_ops_tagged = ffi::fi_ops_tagged {
     injectdata: Some(tagged_injectdata),
 };
 
-/// The express path of the fi_inject family: a message of up to the inject size (inline in the
-/// command, or in one of the receiver's inject buffers: the engine's `send_express`), to a peer
-/// already in use, from an endpoint with no send counter (an inject writes no CQ entry, so
-/// there is nothing to report). False, with nothing sent, for anything else: `start_send` takes it,
-/// and also says why a send fails.
+/// The express path of the fi_inject family: from an endpoint with no send counter (an inject
+/// writes no CQ entry, so there is nothing to report), `express`. False, with nothing sent, for
+/// anything else: `start_send` takes it, and also says why a send fails.
 #[inline(always)]
 fn inject_express(ep: &mut EpState, bytes: &[u8], dest: u64, tag: Option<u64>, data: Option<u64>) -> bool {
-    if ep.bindings.send_cntr.is_some() || ep.tx_outstanding() >= ep.tx_size {
-        return false;
-    }
-    let Some(&Some(peer)) = ep.peers.get(dest as usize) else { return false };
-    let Some(engine) = ep.engine.as_mut() else { return false };
-    let hdr = tx::header(tag, data, bytes.len());
-    crate::debug!(EpData, "inject to {dest} len {} tag {:#x} app {} (express)", hdr.len, hdr.tag, hdr.app);
-    engine.send_express(peer, &hdr, bytes)
+    ep.bindings.send_cntr.is_none() && express(ep, bytes, dest, tag, data)
 }
 
 /// The express path of a send that completes within its call (fi_send, fi_tsend, fi_tsenddata,
-/// the *msg forms): one buffer of up to the inject size (the engine's `send_express`, as for an
-/// inject) to a peer already in use, neither batched (FI_MORE) nor acknowledged
-/// (FI_DELIVERY_COMPLETE). Its completion and counter are written here, as `start_send` writes
-/// those of a send done at once; what `start_send` would build for it (a transmit record, the
-/// engine's options, a lent iov) it never needed. False, with nothing sent, for anything else:
-/// `start_send` takes it, and says why a send fails.
+/// the *msg forms): one buffer, neither batched (FI_MORE) nor acknowledged
+/// (FI_DELIVERY_COMPLETE), sent by `express` and reported as `start_send` reports a send done at
+/// once; what `start_send` would build for it (a transmit slot, the engine's options, a lent
+/// iov) it never needed. False, with nothing sent, for anything else: `start_send` takes it, and
+/// says why a send fails.
 #[inline(always)]
 fn send_express_done(ep: &mut EpState, cqs: &mut Slab<CqState>, cntrs: &mut Slab<CntrState>, args: &SendArgs) -> bool {
-    if args.flags & (ffi::FI_MORE | ffi::FI_DELIVERY_COMPLETE) as u64 != 0 || ep.tx_outstanding() >= ep.tx_size {
+    if args.flags & (ffi::FI_MORE | ffi::FI_DELIVERY_COMPLETE) as u64 != 0 {
         return false;
     }
     let (addr, len) = match *args.iov.as_slice() {
@@ -453,27 +443,52 @@ fn send_express_done(ep: &mut EpState, cqs: &mut Slab<CqState>, cntrs: &mut Slab
     if args.flags & ffi::FI_INJECT as u64 != 0 && len > INJECT_SIZE {
         return false;
     }
-    let Some(&Some(peer)) = ep.peers.get(args.dest as usize) else { return false };
-    let Some(engine) = ep.engine.as_mut() else { return false };
     let bytes: &[u8] = if len == 0 {
         &[]
     } else {
         // SAFETY: the application's send buffer of `len` bytes, readable during the call
-        // (fi_msg(3)); `send_express` copies it before it returns.
+        // (fi_msg(3)); `express` copies it before it returns.
         unsafe { std::slice::from_raw_parts(addr as *const u8, len) }
     };
-    let hdr = tx::header(args.tag, args.data, len);
-    if !engine.send_express(peer, &hdr, bytes) {
+    if !express(ep, bytes, args.dest, args.tag, args.data) {
         return false;
     }
-    crate::debug!(EpData, "send to {} len {len} tag {:?} ctx {:#x} (express)", args.dest, args.tag, args.ctx);
-    let wanted = !args.inject_call && (!ep.bindings.tx_selective || args.flags & ffi::FI_COMPLETION as u64 != 0);
-    if wanted || ep.bindings.tx_cntr(TxKind::Send).is_some() {
-        let kind = if args.tag.is_some() { ffi::FI_TAGGED } else { ffi::FI_MSG } as u64;
-        let op = TxOp::new(args.ctx, ffi::FI_SEND as u64 | kind, wanted, TxKind::Send);
-        Sinks::new(cqs, cntrs, &ep.bindings).tx_done(CqEvent::Done(op.entry()), wanted, TxKind::Send);
-    }
+    report_sent(ep, cqs, cntrs, &send_op(ep, args));
     true
+}
+
+/// A message of up to the inject size (inline in the command, or in one of the receiver's inject
+/// buffers: the engine's `send_express`, which copies it before it returns) to a peer already in
+/// use, with room for it in the transmit queue. False, with nothing sent, otherwise.
+#[inline(always)]
+fn express(ep: &mut EpState, bytes: &[u8], dest: u64, tag: Option<u64>, data: Option<u64>) -> bool {
+    if ep.tx_outstanding() >= ep.tx_size {
+        return false;
+    }
+    let Some(&Some(peer)) = ep.peers.get(dest as usize) else { return false };
+    let Some(engine) = ep.engine.as_mut() else { return false };
+    let hdr = tx::header(tag, data, bytes.len());
+    crate::debug!(EpData, "send to {dest} len {} tag {:#x} app {} (express)", hdr.len, hdr.tag, hdr.app);
+    engine.send_express(peer, &hdr, bytes)
+}
+
+/// The transmit record of send `args`.
+#[inline(always)]
+fn send_op(ep: &EpState, args: &SendArgs) -> TxOp {
+    let kind = if args.tag.is_some() { ffi::FI_TAGGED } else { ffi::FI_MSG } as u64;
+    // The FI_INJECT flag (on fi_sendmsg or in the endpoint's op_flags) frees the buffer at once
+    // but still completes as usual; only the inject calls are silent.
+    let wanted = !args.inject_call && (!ep.bindings.tx_selective || args.flags & ffi::FI_COMPLETION as u64 != 0);
+    TxOp::new(args.ctx, ffi::FI_SEND as u64 | kind, wanted, TxKind::Send)
+}
+
+/// Report send `op`, done within its call: its CQ entry and counter, unless nothing would see it
+/// (an inject with no counter).
+#[inline(always)]
+fn report_sent(ep: &EpState, cqs: &mut Slab<CqState>, cntrs: &mut Slab<CntrState>, op: &TxOp) {
+    if op.wanted() || ep.bindings.tx_cntr(TxKind::Send).is_some() {
+        Sinks::new(cqs, cntrs, &ep.bindings).tx_done(CqEvent::Done(op.entry()), op.wanted(), TxKind::Send);
+    }
 }
 
 /// Start a send on endpoint `ep`.
@@ -502,11 +517,7 @@ fn start_send(
     }
     let peer = ep.peer_for(avs, args.dest)?;
     let hdr = tx::header(args.tag, args.data, len);
-    let kind = if args.tag.is_some() { ffi::FI_TAGGED } else { ffi::FI_MSG } as u64;
-    // The FI_INJECT flag (on fi_sendmsg or in the endpoint's op_flags) frees the buffer at once
-    // but still completes as usual; only the inject calls are silent.
-    let wanted = !args.inject_call && (!ep.bindings.tx_selective || args.flags & ffi::FI_COMPLETION as u64 != 0);
-    let op = TxOp::new(args.ctx, ffi::FI_SEND as u64 | kind, wanted, TxKind::Send);
+    let op = send_op(ep, &args);
     // The slot a pending send will take; most sends finish at once and never take it.
     let slot = ep.tx_ops.vacant_key();
     let opts = SendOpts {
@@ -532,13 +543,10 @@ fn start_send(
     // SAFETY: the application's send buffer, which it keeps unchanged until the send completes.
     let sent = unsafe { tx::engine_send(engine, peer, hdr, args.iov, opts) };
     match sent {
-        // Done at once: report it, unless nothing would see it (an inject with no counter).
-        Ok(SendStatus::Done) if op.wanted() || ep.bindings.tx_cntr(TxKind::Send).is_some() => {
-            let mut sinks = Sinks::new(cqs, cntrs, &ep.bindings);
-            sinks.tx_done(CqEvent::Done(op.entry()), op.wanted(), TxKind::Send);
+        Ok(SendStatus::Done) => {
+            report_sent(ep, cqs, cntrs, &op);
             Ok(())
         }
-        Ok(SendStatus::Done) => Ok(()),
         Ok(SendStatus::Pending) => {
             let taken = ep.tx_ops.insert(op);
             debug_assert_eq!(taken, slot);

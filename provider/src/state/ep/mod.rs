@@ -105,17 +105,18 @@ impl EpState {
         let directed = ep.directed();
         let idle = ep.tx_outstanding() == 0;
         let Some(engine) = ep.engine.as_mut() else { return 0 };
+        let issued = ep.rma.issued_since_last_poll();
         // Peers see that we progress (they may ask us for reads we answer at once), and whether
         // with nothing of ours outstanding or started for a while (they may hand us copying):
         // `Endpoint::peer_progresses`, `Endpoint::peer_is_free`.
-        engine.note_poll(ep.rma.poll_is_free(idle));
+        engine.note_poll(ep.rma.poll_is_free(idle && !issued));
         if ep.driven.is_multiple_of(POLLS_PER_YIELD) {
             std::thread::yield_now();
         }
         // An application that started something since the last pass does not wait for a peer,
         // even if nothing arrived: an operation complete within its call (an atomic with
         // FI_TRANSMIT_COMPLETE, a write copied by CMA) is polled for at once.
-        let posted = engine.sent_since_poll() | ep.rma.issued_since_last_poll();
+        let posted = issued || engine.sent_since_poll();
         if !engine.has_work() && !ep.rma.has_outgoing() {
             if posted {
                 ep.idle.worked();

@@ -273,10 +273,8 @@ pub struct RmaState {
     pub untracked: usize,
     /// Per engine peer: whether it is this endpoint itself (`loopback`).
     loopback: Vec<Option<bool>>,
-    /// `issued` at the last `poll_is_free`.
+    /// `issued` at the last progress pass (`issued_since_last_poll`).
     issued_seen: u64,
-    /// `issued` at the last `issued_since_last_poll`.
-    issued_polled: u64,
     /// Progress calls in a row with nothing of our own outstanding or started, when the clock
     /// started on them, and whether they have lasted `FREE_AFTER` since (`poll_is_free`).
     quiet_polls: u32,
@@ -491,15 +489,14 @@ impl RmaState {
         }
     }
 
-    /// Called once per progress call, `tx_idle` when no operation of ours is outstanding: true
-    /// while this endpoint is free to serve its peers' copies (`Endpoint::note_poll`),
-    /// that is, once it has gone `FREE_CHECK_EVERY` calls and then `FREE_AFTER` without an
-    /// operation outstanding or started. An endpoint whose application issues one-sided
-    /// operations (even ones that complete within the call, like copies of published
-    /// registrations) is busy. The clock is read every `FREE_CHECK_EVERY` quiet calls, never on
-    /// every idle poll.
-    pub fn poll_is_free(&mut self, tx_idle: bool) -> bool {
-        let quiet = tx_idle && std::mem::replace(&mut self.issued_seen, self.issued) == self.issued;
+    /// Called once per progress call, `quiet` when no operation of ours is outstanding and none
+    /// was started since the last call (`issued_since_last_poll`): true while this endpoint is
+    /// free to serve its peers' copies (`Endpoint::note_poll`), that is, once it has gone
+    /// `FREE_CHECK_EVERY` calls and then `FREE_AFTER` quiet. An endpoint whose application
+    /// issues one-sided operations (even ones that complete within the call, like copies of
+    /// published registrations) is busy. The clock is read every `FREE_CHECK_EVERY` quiet calls,
+    /// never on every idle poll.
+    pub fn poll_is_free(&mut self, quiet: bool) -> bool {
         if !quiet {
             (self.quiet_polls, self.quiet_since, self.free) = (0, None, false);
             return false;
@@ -531,7 +528,7 @@ impl RmaState {
     /// progress pass).
     #[inline]
     pub fn issued_since_last_poll(&mut self) -> bool {
-        std::mem::replace(&mut self.issued_polled, self.issued) != self.issued
+        std::mem::replace(&mut self.issued_seen, self.issued) != self.issued
     }
 
     /// Replies or answers are waiting to go out.
