@@ -27,7 +27,9 @@
 //! from its pop until the segment's command is pushed, and decided about with the inject one.
 //!
 //! Not recorded, and so lost if the sender dies before it pushes the command: a buffer filled
-//! while a record a predecessor in the entry left waits for the receiver's decision. (Inject
+//! while a record a predecessor in the entry left waits for the receiver's decision; and any
+//! buffer between the pop that takes it and the store that records it, a few instructions
+//! (the stack's own repair does not see it: the pop marked it in use). (Inject
 //! messages are never staged behind `SendOpts::more`, which could hold many buffers at once:
 //! `Endpoint::more_if_inline`.)
 
@@ -102,11 +104,12 @@ pub(super) fn done(
     let rec = pool.record(entry);
     match (pool, pushed) {
         (Pool::Inject, true) if rec.wants_spare(incarnation) => {
+            // Recorded first: a buffer popped and not yet recorded dies with us.
             let spare = region.inject_stack().pop().ok();
+            rec.sent(incarnation, spare);
             if let Some(spare) = spare {
                 warm(region, spare, len);
             }
-            rec.sent(incarnation, spare)
         }
         (_, true) => rec.clear(incarnation, index),
         (_, false) => {
