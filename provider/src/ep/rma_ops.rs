@@ -7,7 +7,7 @@ use super::handle::{self, Ep};
 use super::rma_start;
 use crate::atomic::apply::{self, Kind};
 use crate::error::{FiError, FiResult};
-use crate::iov::{many, one};
+use crate::iov::{many, one, one_addr};
 use crate::state::ep::rma::{self, Desc, OneSided, Op};
 use rshm_ffi as ffi;
 use smr_core::iov::Ranges;
@@ -158,7 +158,7 @@ unsafe extern "C" fn rma_read(
 ) -> isize {
     crate::boundary::guard("fi_read", FiError::OTHER.code() as isize, || {
         run(ep, true, |st, id, f| {
-            rma_start::start_read(st, id, target(src, addr, key, ctx, f), crate::iov::one_addr(buf, len)?, len)
+            rma_start::start_read(st, id, target(src, addr, key, ctx, f), one_addr(buf, len)?, len)
         })
     })
 }
@@ -203,7 +203,9 @@ unsafe extern "C" fn rma_write(
     ctx: *mut c_void,
 ) -> isize {
     crate::boundary::guard("fi_write", FiError::OTHER.code() as isize, || {
-        call(ep, true, |f| Ok((target(dest, addr, key, ctx, f), Op::Write { local: one(buf, len)?, data: None })))
+        run(ep, true, |st, id, f| {
+            rma_start::start_write(st, id, target(dest, addr, key, ctx, f), one_addr(buf, len)?, len, None)
+        })
     })
 }
 
@@ -228,10 +230,13 @@ unsafe extern "C" fn rma_writev(
 
 unsafe extern "C" fn rma_writemsg(ep: *mut ffi::fid_ep, msg: *const ffi::fi_msg_rma, flags: u64) -> isize {
     crate::boundary::guard("fi_writemsg", FiError::OTHER.code() as isize, || {
-        call(ep, false, |_| {
+        run(ep, false, |st, id, _| {
             // SAFETY: the caller's message.
             let (a, local, data) = unsafe { rma_msg(msg, flags) }?;
-            Ok((a, Op::Write { local, data }))
+            match *local.as_slice() {
+                [(buf, len)] => rma_start::start_write(st, id, a, buf, len, data),
+                _ => rma_start::start_inline(st, id, a, Op::Write { local, data }),
+            }
         })
     })
 }
@@ -245,7 +250,9 @@ unsafe extern "C" fn rma_inject(
     key: u64,
 ) -> isize {
     crate::boundary::guard("fi_inject_write", FiError::OTHER.code() as isize, || {
-        call(ep, false, |_| Ok((injected(dest, addr, key), Op::Write { local: one(buf, len)?, data: None })))
+        run(ep, false, |st, id, _| {
+            rma_start::start_write(st, id, injected(dest, addr, key), one_addr(buf, len)?, len, None)
+        })
     })
 }
 
@@ -262,7 +269,9 @@ unsafe extern "C" fn rma_writedata(
     ctx: *mut c_void,
 ) -> isize {
     crate::boundary::guard("fi_writedata", FiError::OTHER.code() as isize, || {
-        call(ep, true, |f| Ok((target(dest, addr, key, ctx, f), Op::Write { local: one(buf, len)?, data: Some(data) })))
+        run(ep, true, |st, id, f| {
+            rma_start::start_write(st, id, target(dest, addr, key, ctx, f), one_addr(buf, len)?, len, Some(data))
+        })
     })
 }
 
@@ -276,7 +285,9 @@ unsafe extern "C" fn rma_injectdata(
     key: u64,
 ) -> isize {
     crate::boundary::guard("fi_inject_writedata", FiError::OTHER.code() as isize, || {
-        call(ep, false, |_| Ok((injected(dest, addr, key), Op::Write { local: one(buf, len)?, data: Some(data) })))
+        run(ep, false, |st, id, _| {
+            rma_start::start_write(st, id, injected(dest, addr, key), one_addr(buf, len)?, len, Some(data))
+        })
     })
 }
 

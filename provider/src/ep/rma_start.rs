@@ -130,9 +130,7 @@ pub fn start_inline(st: &mut DomainState, id: usize, a: OneSided, op: Op) -> FiR
             if a.flags & ffi::FI_INJECT as u64 != 0 && len > crate::getinfo::INJECT_SIZE {
                 return Err(FiError::MSGSIZE);
             }
-            let low = if data.is_some() { crate::state::ep::sinks::APP_DATA } else { 0 };
-            let hdr = header(app(KIND_WRITE, low), a.key, a.addr, data.unwrap_or(0), len);
-            let tx = TxOp::new(a.ctx, (ffi::FI_RMA | ffi::FI_WRITE) as u64, wanted, TxKind::Write);
+            let (hdr, tx) = write_request(&a, len, data, wanted);
             (hdr, Payload::App(local), tx, None)
         }
         Op::Read { local } => {
@@ -209,6 +207,65 @@ pub fn start_inline(st: &mut DomainState, id: usize, a: OneSided, op: Op) -> FiR
     launched(ep, cqs, cntrs, &a, sent, acked, tx, reply_to, cookie)
 }
 
+/// The caller's one buffer as an iov list (an empty one has no range), for the general way.
+fn one_range(buf: usize, len: usize) -> Ranges {
+    let mut local = Ranges::new();
+    if len > 0 {
+        local.push((buf, len));
+    }
+    local
+}
+
+/// The header and transmit record of a write of `len` bytes, with remote CQ data `data`.
+#[inline(always)]
+fn write_request(a: &OneSided, len: usize, data: Option<u64>, wanted: bool) -> (smr_core::cmd::MsgHeader, TxOp) {
+    let low = if data.is_some() { crate::state::ep::sinks::APP_DATA } else { 0 };
+    let hdr = header(app(KIND_WRITE, low), a.key, a.addr, data.unwrap_or(0), len);
+    (hdr, TxOp::new(a.ctx, (ffi::FI_RMA | ffi::FI_WRITE) as u64, wanted, TxKind::Write))
+}
+
+/// Start a write of `len` bytes from the caller's buffer at `buf` (checked by the entry point:
+/// non-NULL when `len > 0`), with remote CQ data `data`. The short way of the usual small write
+/// (fi_write, fi_inject_write, their data forms and a one-buffer fi_writemsg; OpenSHMEM's put):
+/// at most an inject buffer, which the engine copies before it returns, sent without the iov
+/// list, the read and large-transfer decisions and the request tuple that `start_inline` builds
+/// and moves. Larger writes go as any write does.
+pub fn start_write(
+    st: &mut DomainState,
+    id: usize,
+    a: OneSided,
+    buf: usize,
+    len: usize,
+    data: Option<u64>,
+) -> FiResult<()> {
+    let general =
+        |st: &mut DomainState, a: OneSided| start_inline(st, id, a, Op::Write { local: one_range(buf, len), data });
+    if len > crate::getinfo::INJECT_SIZE {
+        return general(st, a);
+    }
+    let Start { ep, cqs, cntrs, peer, wanted } = begin(st, id, &a)?;
+    let engine = ep.engine.as_mut().expect("checked by admit");
+    if len > engine.params().inject_max {
+        return general(st, a);
+    }
+    let slot = ep.tx_ops.vacant_key();
+    let (hdr, tx) = write_request(&a, len, data, wanted);
+    crate::debug!(EpData, "one-sided {:#x} to {} key {:#x} addr {:#x} len {}", hdr.app, a.dest, a.key, a.addr, len);
+    let acked = acknowledged(ep.tx_op_flags, &a, &tx, &mut ep.rma, engine, peer);
+    let cookie = cookie_of(&a, &tx, slot);
+    let opts = SendOpts { cookie, delivery_complete: acked, more: more(&a), pull: true };
+    let bytes: &[u8] = if len == 0 {
+        &[]
+    } else {
+        // SAFETY: the application's buffer of `len` bytes (non-NULL: checked by the entry
+        // point), read during this call only: the engine copies a message of at most
+        // `inject_max` bytes before it returns.
+        unsafe { std::slice::from_raw_parts(buf as *const u8, len) }
+    };
+    let sent = engine.send_bytes(peer, hdr, bytes, opts);
+    launched(ep, cqs, cntrs, &a, sent, acked, tx, None, cookie)
+}
+
 /// Start a read of `len` bytes into the caller's buffer at `buf` (checked by the entry point:
 /// non-NULL when `len > 0`). The short way of the usual read (fi_read, SOS's get): one the target
 /// answers in one round trip, with the bytes in the answer (up to `ANSWER_DATA_MAX`) or in an
@@ -216,13 +273,7 @@ pub fn start_inline(st: &mut DomainState, id: usize, a: OneSided, op: Op) -> FiR
 /// says where the bytes go. A larger read, or one for which no answer buffer is free, goes as
 /// any read does (`start_inline`).
 pub fn start_read(st: &mut DomainState, id: usize, a: OneSided, buf: usize, len: usize) -> FiResult<()> {
-    let general = |st: &mut DomainState, a: OneSided| {
-        let mut local = Ranges::new();
-        if len > 0 {
-            local.push((buf, len));
-        }
-        start_inline(st, id, a, Op::Read { local })
-    };
+    let general = |st: &mut DomainState, a: OneSided| start_inline(st, id, a, Op::Read { local: one_range(buf, len) });
     if len > ANSWER_DATA_MAX && len > crate::params::config().read_one_trip_max {
         return general(st, a);
     }
