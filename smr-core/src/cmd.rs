@@ -206,11 +206,20 @@ impl RespEntry {
 
     /// The ids a `done_many` response finishes. Peer-written: the count is clamped to what
     /// the entry holds, and the ids are checked by whoever looks them up.
+    /// Counted by index, not chained from three sources: a chain of iterators cost the
+    /// initiator of a write stream about 30 instructions per id.
+    #[inline]
     pub fn many_ids(&self) -> impl Iterator<Item = u64> + '_ {
         let n = (self.status as usize).min(DONE_MANY_MAX);
-        let in_data =
-            self.data[..FIRST_LINE_DATA].chunks_exact(8).map(|w| u64::from_le_bytes(w.try_into().expect("8 bytes")));
-        [self.msg_id, self.value].into_iter().chain(in_data).take(n)
+        (0..n).map(move |i| match i {
+            0 => self.msg_id,
+            1 => self.value,
+            _ => {
+                let mut word = [0u8; 8];
+                word.copy_from_slice(&self.data[(i - 2) * 8..(i - 1) * 8]);
+                u64::from_le_bytes(word)
+            }
+        })
     }
 
     /// The receiver's time a `done_timed` answer carries (0: none).

@@ -421,6 +421,7 @@ impl Endpoint {
 
     /// A send that held answer buffers ended: back to the pool they came from, cold
     /// (`cold.rs`: the peer that answers next writes into them).
+    #[inline]
     pub(super) fn release_answer_buf(&mut self, buf: Option<AnswerBuf>) {
         let Some(buf) = buf else { return };
         if buf.name & SAR_POOL != 0 {
