@@ -49,11 +49,11 @@ fn register(
     let iov = iov?;
     let mut st = dom.shared.lock();
     let key = st.mrs.key_for(requested_key);
-    if st.mrs.by_key.contains_key(&key) {
+    if st.mrs.contains(key) {
         crate::warn!(Mr, "fi_mr_reg: key {key} is already registered");
         return Err(FiError::NOKEY);
     }
-    st.mrs.by_key.insert(key, MrEntry::new(iov, access));
+    st.mrs.insert(key, MrEntry::new(iov, access));
     crate::ep::published::sync(&mut st);
     drop(st);
     let obj = object::into_raw(Mr {
@@ -122,7 +122,7 @@ pub(crate) unsafe extern "C" fn mr_regattr(
 unsafe extern "C" fn mr_close(fid: *mut ffi::fid) -> i32 {
     let release = |obj: &Mr| -> FiResult<()> {
         let mut st = obj.shared.lock();
-        if let Some(entry) = st.mrs.by_key.remove(&obj.fid.key) {
+        if let Some(entry) = st.mrs.remove(obj.fid.key) {
             // Peers reading it on their own, and replies to reads still going out of this
             // memory, must not read it after we return.
             crate::ep::published::sync(&mut st);
@@ -166,7 +166,7 @@ unsafe extern "C" fn mr_bind(fid: *mut ffi::fid, bfid: *mut ffi::fid, flags: u64
                         return Err(FiError::BADFLAGS);
                     }
                     let mut st = mr.shared.lock();
-                    let entry = st.mrs.by_key.get_mut(&mr.fid.key).ok_or(FiError::INVAL)?;
+                    let entry = st.mrs.get_mut(mr.fid.key).ok_or(FiError::INVAL)?;
                     if flags & ffi::FI_REMOTE_WRITE as u64 != 0 {
                         entry.write_cntr = Some(cntr.id);
                     }

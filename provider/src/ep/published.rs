@@ -26,7 +26,7 @@ pub fn sync(st: &mut DomainState) {
             engine.withdraw_mr(slot);
         }
         let counted = (ep.bindings.remote_read_cntr.is_some(), ep.bindings.remote_write_cntr.is_some());
-        for (&key, mr) in mrs.by_key.iter() {
+        for (key, mr) in mrs.iter() {
             let Some((base, len, access)) = publishable(mr, counted) else { continue };
             let flags = access | if mrs.virt_addr { VIRT_ADDR } else { 0 };
             match engine.publish_mr(key, base, len, flags) {

@@ -29,9 +29,18 @@ impl MrEntry {
     }
 }
 
+/// Keys below this are looked up by index (`MrTable::direct`): the ones OpenSHMEM chooses, 0 and
+/// 1, and the first a domain hands out with FI_MR_PROV_KEY. Every operation a peer sends looks
+/// its key up: the vector takes a compare and a load where the hash map took about 30
+/// instructions.
+const DIRECT_KEYS: u64 = 64;
+
 #[derive(Default)]
 pub struct MrTable {
-    pub by_key: IdMap<u64, MrEntry>,
+    /// Registrations with a key below `DIRECT_KEYS`, at that index.
+    direct: Vec<Option<MrEntry>>,
+    /// The others.
+    hashed: IdMap<u64, MrEntry>,
     /// Remote addresses are virtual addresses (FI_MR_VIRT_ADDR), not offsets.
     pub virt_addr: bool,
     /// The domain chooses keys (FI_MR_PROV_KEY).
@@ -43,13 +52,62 @@ pub struct MrTable {
 pub const REFUSED: u32 = ffi::FI_EACCES;
 
 impl MrTable {
+    /// The registration of `key`.
+    #[inline(always)]
+    pub fn get(&self, key: u64) -> Option<&MrEntry> {
+        if key < DIRECT_KEYS {
+            self.direct.get(key as usize)?.as_ref()
+        } else {
+            self.hashed.get(&key)
+        }
+    }
+
+    pub fn get_mut(&mut self, key: u64) -> Option<&mut MrEntry> {
+        if key < DIRECT_KEYS {
+            self.direct.get_mut(key as usize)?.as_mut()
+        } else {
+            self.hashed.get_mut(&key)
+        }
+    }
+
+    pub fn contains(&self, key: u64) -> bool {
+        self.get(key).is_some()
+    }
+
+    /// Register `entry` under `key` (the caller checked that the key is free).
+    pub fn insert(&mut self, key: u64, entry: MrEntry) {
+        if key < DIRECT_KEYS {
+            let at = key as usize;
+            if self.direct.len() <= at {
+                self.direct.resize(at + 1, None);
+            }
+            self.direct[at] = Some(entry);
+        } else {
+            self.hashed.insert(key, entry);
+        }
+    }
+
+    pub fn remove(&mut self, key: u64) -> Option<MrEntry> {
+        if key < DIRECT_KEYS {
+            self.direct.get_mut(key as usize)?.take()
+        } else {
+            self.hashed.remove(&key)
+        }
+    }
+
+    /// Every registration with its key.
+    pub fn iter(&self) -> impl Iterator<Item = (u64, &MrEntry)> {
+        let direct = self.direct.iter().enumerate().filter_map(|(k, e)| Some((k as u64, e.as_ref()?)));
+        direct.chain(self.hashed.iter().map(|(&k, e)| (k, e)))
+    }
+
     /// The key of a new registration: the application's, or with FI_MR_PROV_KEY the next one
     /// not in use.
     pub fn key_for(&mut self, requested: u64) -> u64 {
         if !self.prov_key {
             return requested;
         }
-        while self.by_key.contains_key(&self.next_key) {
+        while self.contains(self.next_key) {
             self.next_key = self.next_key.wrapping_add(1);
         }
         self.next_key
@@ -66,7 +124,7 @@ impl MrTable {
             crate::debug!(Mr, "remote access refused: key {key:#x} addr {addr:#x} len {len}: {why}");
             REFUSED
         };
-        let mr = self.by_key.get(&key).ok_or_else(|| refuse("no such key"))?;
+        let mr = self.get(key).ok_or_else(|| refuse("no such key"))?;
         if mr.access & access != access {
             return Err(refuse("access not granted"));
         }
@@ -118,5 +176,53 @@ impl MrTable {
             [(base, _)] if len > 0 => Some((base + start as usize, mr)),
             _ => None,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(len: usize) -> MrEntry {
+        MrEntry::new([(0x1000, len)].into_iter().collect(), ffi::FI_REMOTE_WRITE as u64)
+    }
+
+    /// Keys on both sides of `DIRECT_KEYS` are found, changed, listed and removed alike.
+    #[test]
+    fn keys_indexed_and_hashed_behave_alike() {
+        let mut t = MrTable::default();
+        let keys = [0, 1, DIRECT_KEYS - 1, DIRECT_KEYS, 1 << 40, u64::MAX];
+        for (i, &k) in keys.iter().enumerate() {
+            assert!(!t.contains(k));
+            t.insert(k, entry(i + 1));
+        }
+        for (i, &k) in keys.iter().enumerate() {
+            assert_eq!(t.get(k).map(|e| e.total), Some(i as u64 + 1), "key {k}");
+        }
+        assert!(t.get(2).is_none() && t.get(DIRECT_KEYS + 1).is_none(), "keys never registered");
+        t.get_mut(DIRECT_KEYS).expect("registered").write_cntr = Some(7);
+        t.get_mut(1).expect("registered").read_cntr = Some(8);
+        assert_eq!((t.get(DIRECT_KEYS).unwrap().write_cntr, t.get(1).unwrap().read_cntr), (Some(7), Some(8)));
+        let mut listed: Vec<u64> = t.iter().map(|(k, _)| k).collect();
+        listed.sort_unstable();
+        assert_eq!(listed, keys);
+        assert_eq!(t.remove(1).map(|e| e.total), Some(2));
+        assert_eq!(t.remove(u64::MAX).map(|e| e.total), Some(6));
+        assert!(t.remove(1).is_none() && t.get(1).is_none() && t.get(u64::MAX).is_none());
+        assert_eq!(t.iter().count(), keys.len() - 2);
+        // A peer's access under a removed key is refused.
+        assert_eq!(t.resolve(1, 0, 1, ffi::FI_REMOTE_WRITE as u64).err(), Some(REFUSED));
+        assert!(t.resolve(0, 0, 1, ffi::FI_REMOTE_WRITE as u64).is_ok());
+    }
+
+    /// With FI_MR_PROV_KEY the domain hands out the lowest keys not in use, direct ones first.
+    #[test]
+    fn provider_keys_skip_those_in_use() {
+        let mut t = MrTable { prov_key: true, ..MrTable::default() };
+        let first = t.key_for(99);
+        t.insert(first, entry(1));
+        let second = t.key_for(99);
+        assert_ne!(first, second);
+        assert!(second < DIRECT_KEYS);
     }
 }

@@ -85,7 +85,7 @@ fn table(mem: &Memory, virt_addr: bool) -> MrTable {
     let remote = (ffi::FI_REMOTE_READ | ffi::FI_REMOTE_WRITE) as u64;
     for (key, access) in [(RW, remote), (RO, ffi::FI_REMOTE_READ as u64)] {
         let (start, _) = mem.region(key);
-        mrs.by_key.insert(key, MrEntry::new([(start, W)].into_iter().collect(), access));
+        mrs.insert(key, MrEntry::new([(start, W)].into_iter().collect(), access));
     }
     mrs
 }
