@@ -206,12 +206,15 @@ fn wait(cntr: *mut ffi::fid_cntr, threshold: u64, timeout_ms: c_int) -> FiResult
     // (a look of its own took the lock once more per wait).
     let mut start_errors = None;
     crate::block::until(&c.shared, timeout_ms, FiError::TIMEDOUT, Waitable::Cntr(c.id), |st| {
-        let errors = st.cntrs.get(c.id).ok_or(FiError::INVAL)?.errors;
-        let start = *start_errors.get_or_insert_with(|| {
-            // Not a read: a probe after the wait drives progress again (`with_counter`).
-            st.poll_turn = None;
-            errors
-        });
+        let start = match start_errors {
+            Some(start) => start,
+            None => {
+                let errors = st.cntrs.get(c.id).ok_or(FiError::INVAL)?.errors;
+                // Not a read: a probe after the wait drives progress again (`with_counter`).
+                st.poll_turn = None;
+                *start_errors.insert(errors)
+            }
+        };
         crate::progress::cntr(st, c.id);
         let s = &st.cntrs[c.id];
         if s.value >= threshold {

@@ -8,12 +8,42 @@ use std::ffi::c_void;
 
 /// One buffer as an iov list.
 pub fn one(buf: *const c_void, len: usize) -> FiResult<Ranges> {
-    let addr = one_addr(buf, len)?;
+    Ok(one_range(one_addr(buf, len)?, len))
+}
+
+/// A buffer checked already (`one_addr`) as an iov list: an empty one has no range.
+pub fn one_range(addr: usize, len: usize) -> Ranges {
     let mut r = Ranges::new();
+    push_range(&mut r, addr, len);
+    r
+}
+
+/// The application's buffer of `len` bytes at `addr` (checked by `one_addr`) as a slice: none
+/// when it is empty, whose address may be NULL.
+///
+/// # Safety
+/// `len` bytes at `addr` must stay readable, and unchanged, while the slice is used.
+pub unsafe fn bytes<'a>(addr: usize, len: usize) -> &'a [u8] {
+    if len == 0 {
+        return &[];
+    }
+    // SAFETY: per this function's contract, `len > 0` readable bytes at `addr`.
+    unsafe { std::slice::from_raw_parts(addr as *const u8, len) }
+}
+
+/// Add a range to `r` unless it is empty.
+#[inline(always)]
+fn push_range(r: &mut Ranges, addr: usize, len: usize) {
     if len > 0 {
         r.push((addr, len));
     }
-    Ok(r)
+}
+
+/// One of the caller's iovecs, checked (NULL only when empty), added to `out`.
+#[inline(always)]
+fn push_iovec(out: &mut Ranges, v: ffi::iovec) -> FiResult<()> {
+    push_range(out, one_addr(v.iov_base, v.iov_len)?, v.iov_len);
+    Ok(())
 }
 
 /// One buffer, checked as `one` checks it (NULL only when empty), by its address.
@@ -36,25 +66,13 @@ pub unsafe fn many(iov: *const ffi::iovec, count: usize) -> FiResult<Ranges> {
     if count == 1 {
         // One iovec, what a *msg call usually passes: no capacity to set up, no loop.
         // SAFETY: per the contract, one readable iovec (non-NULL: checked above).
-        let v = unsafe { *iov };
-        if v.iov_base.is_null() && v.iov_len > 0 {
-            return Err(FiError::INVAL);
-        }
-        if v.iov_len > 0 {
-            out.push((v.iov_base as usize, v.iov_len));
-        }
+        push_iovec(&mut out, unsafe { *iov })?;
         return Ok(out);
     }
     out.reserve(count);
     for i in 0..count {
         // SAFETY: per the contract, `count` readable iovecs.
-        let v = unsafe { *iov.add(i) };
-        if v.iov_base.is_null() && v.iov_len > 0 {
-            return Err(FiError::INVAL);
-        }
-        if v.iov_len > 0 {
-            out.push((v.iov_base as usize, v.iov_len));
-        }
+        push_iovec(&mut out, unsafe { *iov.add(i) })?;
     }
     Ok(out)
 }

@@ -216,6 +216,19 @@ fn pump_until_back(node: &mut Node, look: impl Fn(&Node) -> (usize, usize)) -> (
     }
 }
 
+/// The inject buffers of `node` (endpoint `name`) back, free or held back for a dead sender
+/// (`pump_until_back`), and in all.
+fn inject_back(node: &Node, name: &str) -> (usize, usize) {
+    let (free, total) = inject_buffers(name);
+    (free + node.ep.inject_held_back(), total)
+}
+
+/// `inject_back` for the SAR buffers.
+fn sar_back(node: &Node, name: &str) -> (usize, usize) {
+    let (free, total) = sar_buffers(name);
+    (free + node.ep.sar_held_back(), total)
+}
+
 /// (b) The sender dies mid-stream (possibly between claiming a queue slot and publishing it):
 /// the receiver keeps every message it got intact and still hears from a new sender.
 #[test]
@@ -228,10 +241,7 @@ fn sender_killed_mid_stream_leaves_the_receiver_working() {
     // Every inject buffer is back: those of the messages taken, and the one the streamer held
     // when it died (its spare, or the buffer of a message it was copying), which we take back
     // once we learn it died and have handled every command it pushed (`spare`).
-    let (back, total) = pump_until_back(&mut node, |n| {
-        let (free, total) = inject_buffers(&me);
-        (free + n.ep.inject_held_back(), total)
-    });
+    let (back, total) = pump_until_back(&mut node, |n| inject_back(n, &me));
     assert_eq!(back, total, "inject buffers lost with the dead streamer");
     assert_eq!(spares_held(&me), 0, "the dead streamer's spare is still recorded");
     for (i, m) in from_dead.iter().enumerate() {
@@ -293,15 +303,9 @@ fn sender_killed_mid_sar_stream_leaves_every_buffer() {
     }
     println!("{} messages from the streamer, {} failed with its death", from_dead.len(), failed.len());
     assert_eq!(node.ep.outstanding(), 0);
-    let (back, total) = pump_until_back(&mut node, |n| {
-        let (free, total) = sar_buffers(&me);
-        (free + n.ep.sar_held_back(), total)
-    });
+    let (back, total) = pump_until_back(&mut node, |n| sar_back(n, &me));
     assert_eq!(back, total, "SAR buffers lost with the dead streamer");
-    let (back, total) = pump_until_back(&mut node, |n| {
-        let (free, total) = inject_buffers(&me);
-        (free + n.ep.inject_held_back(), total)
-    });
+    let (back, total) = pump_until_back(&mut node, |n| inject_back(n, &me));
     assert_eq!(back, total, "inject buffers lost with the dead streamer");
     assert_eq!((spares_held(&me), sar_buffers_held(&me)), (0, 0), "records of the dead streamer left");
 }
@@ -586,10 +590,7 @@ fn a_departed_senders_spare_inject_buffer_comes_back() {
         assert_eq!(spares_held(&me), usize::from(how == "abandon"), "spares held once the sender exited ({how})");
         node.wait_until(dl, "the sender's message", |n| n.h.received.len() == 1);
         verify(&node.h.received[0].hdr, &node.h.received[0].bytes).unwrap();
-        let (back, total) = pump_until_back(&mut node, |n| {
-            let (free, total) = inject_buffers(&me);
-            (free + n.ep.inject_held_back(), total)
-        });
+        let (back, total) = pump_until_back(&mut node, |n| inject_back(n, &me));
         assert_eq!(back, total, "inject buffers lost with the departed sender ({how})");
         assert_eq!(spares_held(&me), 0, "a spare still recorded ({how})");
     }

@@ -443,13 +443,9 @@ fn send_express_done(ep: &mut EpState, cqs: &mut Slab<CqState>, cntrs: &mut Slab
     if args.flags & ffi::FI_INJECT as u64 != 0 && len > INJECT_SIZE {
         return false;
     }
-    let bytes: &[u8] = if len == 0 {
-        &[]
-    } else {
-        // SAFETY: the application's send buffer of `len` bytes, readable during the call
-        // (fi_msg(3)); `express` copies it before it returns.
-        unsafe { std::slice::from_raw_parts(addr as *const u8, len) }
-    };
+    // SAFETY: the application's send buffer of `len` bytes, readable during the call
+    // (fi_msg(3)); `express` copies it before it returns.
+    let bytes = unsafe { crate::iov::bytes(addr, len) };
     if !express(ep, bytes, args.dest, args.tag, args.data) {
         return false;
     }

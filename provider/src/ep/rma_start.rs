@@ -207,15 +207,6 @@ pub fn start_inline(st: &mut DomainState, id: usize, a: OneSided, op: Op) -> FiR
     launched(ep, cqs, cntrs, &a, sent, acked, tx, reply_to, cookie)
 }
 
-/// The caller's one buffer as an iov list (an empty one has no range), for the general way.
-fn one_range(buf: usize, len: usize) -> Ranges {
-    let mut local = Ranges::new();
-    if len > 0 {
-        local.push((buf, len));
-    }
-    local
-}
-
 /// The header and transmit record of a write of `len` bytes, with remote CQ data `data`.
 #[inline(always)]
 fn write_request(a: &OneSided, len: usize, data: Option<u64>, wanted: bool) -> (smr_core::cmd::MsgHeader, TxOp) {
@@ -238,8 +229,9 @@ pub fn start_write(
     len: usize,
     data: Option<u64>,
 ) -> FiResult<()> {
-    let general =
-        |st: &mut DomainState, a: OneSided| start_inline(st, id, a, Op::Write { local: one_range(buf, len), data });
+    let general = |st: &mut DomainState, a: OneSided| {
+        start_inline(st, id, a, Op::Write { local: crate::iov::one_range(buf, len), data })
+    };
     if len > crate::getinfo::INJECT_SIZE {
         return general(st, a);
     }
@@ -251,19 +243,32 @@ pub fn start_write(
     let slot = ep.tx_ops.vacant_key();
     let (hdr, tx) = write_request(&a, len, data, wanted);
     crate::debug!(EpData, "one-sided {:#x} to {} key {:#x} addr {:#x} len {}", hdr.app, a.dest, a.key, a.addr, len);
-    let acked = acknowledged(ep.tx_op_flags, &a, &tx, &mut ep.rma, engine, peer);
-    let cookie = cookie_of(&a, &tx, slot);
-    let opts = SendOpts { cookie, delivery_complete: acked, more: more(&a), pull: true };
-    let bytes: &[u8] = if len == 0 {
-        &[]
-    } else {
-        // SAFETY: the application's buffer of `len` bytes (non-NULL: checked by the entry
-        // point), read during this call only: the engine copies a message of at most
-        // `inject_max` bytes before it returns.
-        unsafe { std::slice::from_raw_parts(buf as *const u8, len) }
-    };
+    // SAFETY: the application's buffer of `len` bytes (checked by the entry point), read during
+    // this call only: the engine copies a message of at most `inject_max` bytes before it returns.
+    let bytes = unsafe { crate::iov::bytes(buf, len) };
+    send_small(Start { ep, cqs, cntrs, peer, wanted }, slot, &a, hdr, bytes, tx, None)
+}
+
+/// Send a request of at most `inject_max` bytes from `bytes` (copied before this returns) for
+/// operation `a` with transmit record `tx` (and reply buffer `reply`) in tx slot `slot`,
+/// acknowledged as its flags ask: the tail of the short ways (`start_write`, `start_atomic`).
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn send_small(
+    Start { ep, cqs, cntrs, peer, .. }: Start<'_>,
+    slot: usize,
+    a: &OneSided,
+    hdr: smr_core::cmd::MsgHeader,
+    bytes: &[u8],
+    tx: TxOp,
+    reply: Option<Reply>,
+) -> FiResult<()> {
+    let engine = ep.engine.as_mut().expect("checked by admit");
+    let acked = acknowledged(ep.tx_op_flags, a, &tx, &mut ep.rma, engine, peer);
+    let cookie = cookie_of(a, &tx, slot);
+    let opts = SendOpts { cookie, delivery_complete: acked, more: more(a), pull: true };
     let sent = engine.send_bytes(peer, hdr, bytes, opts);
-    launched(ep, cqs, cntrs, &a, sent, acked, tx, None, cookie)
+    launched(ep, cqs, cntrs, a, sent, acked, tx, reply, cookie)
 }
 
 /// Start a read of `len` bytes into the caller's buffer at `buf` (checked by the entry point:
@@ -273,7 +278,9 @@ pub fn start_write(
 /// says where the bytes go. A larger read, or one for which no answer buffer is free, goes as
 /// any read does (`start_inline`).
 pub fn start_read(st: &mut DomainState, id: usize, a: OneSided, buf: usize, len: usize) -> FiResult<()> {
-    let general = |st: &mut DomainState, a: OneSided| start_inline(st, id, a, Op::Read { local: one_range(buf, len) });
+    let general = |st: &mut DomainState, a: OneSided| {
+        start_inline(st, id, a, Op::Read { local: crate::iov::one_range(buf, len) })
+    };
     if len > ANSWER_DATA_MAX && len > crate::params::config().read_one_trip_max {
         return general(st, a);
     }
@@ -339,12 +346,7 @@ pub fn start_atomic(
         req.get_mut(8..).ok_or(FiError::INVAL)?
     };
     let hdr = header(app(KIND_ATOMIC, 0), a.key, a.addr, desc.pack(), req.len());
-    let engine = ep.engine.as_mut().expect("checked by admit");
-    let acked = acknowledged(ep.tx_op_flags, &a, &tx, &mut ep.rma, engine, peer);
-    let cookie = cookie_of(&a, &tx, slot);
-    let opts = SendOpts { cookie, delivery_complete: acked, more: more(&a), pull: true };
-    let sent = engine.send_bytes(peer, hdr, req, opts);
-    launched(ep, cqs, cntrs, &a, sent, acked, tx, reply, cookie)
+    send_small(Start { ep, cqs, cntrs, peer, wanted }, slot, &a, hdr, req, tx, reply)
 }
 
 /// What starting a one-sided operation on an endpoint needs, checked (`admit`): the endpoint,

@@ -208,19 +208,19 @@ impl Target<'_> {
     fn apply_write(&mut self, hdr: &MsgHeader, payload: &[u8], sinks: &mut Sinks) -> Result<(), u32> {
         let access = ffi::FI_REMOTE_WRITE as u64;
         // The usual write, into a registration of one range: one copy, no range list.
-        if let Some((at, mr)) = self.mrs.resolve_in_one_range(hdr.tag, hdr.aux, hdr.len, access)? {
+        let mr = if let Some((at, mr)) = self.mrs.resolve_in_one_range(hdr.tag, hdr.aux, hdr.len, access)? {
             let n = payload.len().min(hdr.len as usize);
             // SAFETY: registered memory the application exposed for remote writes, `hdr.len >= n`
             // bytes at `at` (range checked by `resolve_in_one_range`); it may not release it
             // while the registration exists.
             unsafe { smr_core::copy::copy_bytes(payload.as_ptr(), at as *mut u8, n) };
-            written(sinks, mr.write_cntr, cq_data(hdr), hdr.len);
-            return Ok(());
-        }
-        let (ranges, mr) = self.mrs.resolve(hdr.tag, hdr.aux, hdr.len, access)?;
-        // SAFETY: registered memory the application exposed for remote writes; it may not
-        // release it while the registration exists.
-        unsafe { crate::iov::scatter(&ranges, payload) };
+            mr
+        } else {
+            let (ranges, mr) = self.mrs.resolve(hdr.tag, hdr.aux, hdr.len, access)?;
+            // SAFETY: as above, for every range.
+            unsafe { crate::iov::scatter(&ranges, payload) };
+            mr
+        };
         written(sinks, mr.write_cntr, cq_data(hdr), hdr.len);
         Ok(())
     }
