@@ -31,6 +31,8 @@ pub mod layout;
 pub mod liveness;
 pub mod published;
 #[cfg(not(loom))]
+pub mod reap;
+#[cfg(not(loom))]
 pub mod region;
 #[cfg(not(loom))]
 pub mod shm;

@@ -89,6 +89,19 @@ impl Watch {
     }
 }
 
+/// The calling process's pid namespace (the inode number of /proc/self/ns/pid), or None where
+/// /proc does not tell. Pids, and so the identities above, mean something only inside one
+/// namespace: a process in another (a container sharing this /dev/shm) looks dead from here.
+pub fn pid_namespace() -> Option<u64> {
+    let link = std::fs::read_link("/proc/self/ns/pid").ok()?;
+    parse_namespace_link(link.to_str()?)
+}
+
+/// "pid:[4026531836]" -> 4026531836.
+fn parse_namespace_link(link: &str) -> Option<u64> {
+    link.strip_prefix("pid:[")?.strip_suffix(']')?.parse().ok()
+}
+
 struct Stat {
     state: char,
     start: u64,
@@ -121,6 +134,16 @@ fn parse_stat(text: &str) -> Option<Stat> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pid_namespace_is_read_and_parsed() {
+        assert_eq!(parse_namespace_link("pid:[4026531836]"), Some(4026531836));
+        assert_eq!(parse_namespace_link("net:[4026531836]"), None);
+        assert_eq!(parse_namespace_link("pid:[]"), None);
+        // This process is in some pid namespace, and asking twice gives the same one.
+        let ns = pid_namespace().expect("/proc/self/ns/pid on Linux");
+        assert_eq!(pid_namespace(), Some(ns));
+    }
 
     #[test]
     fn parses_names_with_spaces_and_parens() {

@@ -238,6 +238,12 @@ fn file_size(fd: &OwnedFd) -> Result<usize> {
 
 /// Remove a region file. Missing files are not an error.
 pub fn unlink(name: &str) -> Result<()> {
+    remove(name).map(drop)
+}
+
+/// `unlink` that says whether it removed the name (false: it was gone already, perhaps removed
+/// by another process at the same moment).
+pub fn remove(name: &str) -> Result<bool> {
     let path = shm_path(name)?;
     // SAFETY: valid C string.
     if unsafe { libc::shm_unlink(path.as_ptr()) } != 0 {
@@ -245,8 +251,9 @@ pub fn unlink(name: &str) -> Result<()> {
         if err != libc::ENOENT {
             return Err(Error::Os(err));
         }
+        return Ok(false);
     }
-    Ok(())
+    Ok(true)
 }
 
 /// Types that may be viewed in place in shared memory.

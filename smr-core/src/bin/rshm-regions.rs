@@ -16,12 +16,12 @@ fn main() {}
 #[cfg(not(loom))]
 mod cli {
     use smr_core::layout::MAGIC;
+    use smr_core::reap::{unlink_if_dead, SHM_DIR};
     use smr_core::region::{inspect, Occupant};
     use std::io::Read;
     use std::os::unix::fs::MetadataExt;
     use std::process::ExitCode;
 
-    const SHM_DIR: &str = "/dev/shm";
     const NAME_PREFIX: &str = "rshm_";
     const USAGE: &str = "\
 usage: rshm-regions [list [--all] [--fail-if-any] | clean | --help]
@@ -121,17 +121,15 @@ exit status: 0 ok, 1 error, 2 usage error, 3 regions found with --fail-if-any";
             let Some(Ok(Occupant::Dead(owner))) = &entry.occupant else {
                 continue;
             };
-            // Between our look and the unlink, another process may have reclaimed the name and
-            // created a fresh region: unlink only if it is still the same file and still dead.
-            if !still_dead(&entry) {
-                continue;
-            }
             let why = match owner {
                 Some(who) => format!("owner pid {} is dead", who.pid),
                 None => "no header, left by a failed creation".to_string(),
             };
-            match smr_core::shm::unlink(&entry.name) {
-                Ok(()) => {
+            // Between our look and the unlink, another process may have reclaimed the name and
+            // created a fresh region: unlinked only if it is still the same file and still dead.
+            match unlink_if_dead(&entry.name, entry.inode) {
+                Ok(false) => {}
+                Ok(true) => {
                     println!("removed {} ({} bytes, {why})", entry.name, entry.size);
                     removed += 1;
                 }
@@ -148,12 +146,6 @@ exit status: 0 ok, 1 error, 2 usage error, 3 regions found with --fail-if-any";
             0 => Ok(()),
             n => Err(format!("{n} dead region(s) could not be removed")),
         }
-    }
-
-    fn still_dead(entry: &Entry) -> bool {
-        let same_file =
-            std::fs::metadata(format!("{SHM_DIR}/{}", entry.name)).is_ok_and(|meta| meta.ino() == entry.inode);
-        same_file && matches!(inspect(&entry.name), Ok(Occupant::Dead(_)))
     }
 
     /// Every regular file in /dev/shm, sorted by name, with its liveness if it is an rshm region.

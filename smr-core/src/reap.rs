@@ -1,0 +1,138 @@
+//! Regions that dead processes left in /dev/shm, found and removed.
+//!
+//! A process killed with SIGKILL (the OOM killer, a launcher tearing down a failed job) never
+//! unlinks its regions, and each keeps the pages it touched of /dev/shm, which is memory, until
+//! someone removes the file. `Region::create` reclaims a dead region only when the same name is
+//! created again; a name that carries a pid rarely is. So whoever can tell which regions are dead
+//! removes them: the `rshm-regions clean` command, and the provider before its first endpoint
+//! (`reap_dead` over the names its own process namespace generates).
+//!
+//! A region is dead when its header names an owner process that no longer runs (pid and start
+//! time, `region::inspect`), or when it has no header long after its creation (a creation that
+//! died half-way). Removing its name leaves every mapping of it valid: peers that mapped it go on
+//! failing what they sent to it as before.
+
+use crate::error::{Error, Result};
+use crate::liveness::ProcessIdentity;
+use crate::region::{inspect, Occupant};
+use std::os::unix::fs::MetadataExt;
+
+/// Where POSIX shared memory lives on Linux.
+pub const SHM_DIR: &str = "/dev/shm";
+
+/// A region removed by `reap_dead`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reaped {
+    pub name: String,
+    /// The file's size (its pages in use were at most this).
+    pub size: u64,
+    /// The dead owner its header named; None for a creation that died before writing it.
+    pub owner: Option<ProcessIdentity>,
+}
+
+/// Remove every region in /dev/shm whose name starts with `prefix` and whose owner is dead.
+/// Returns those removed. Files that vanish, cannot be read or cannot be removed meanwhile are
+/// passed over: another process may be reaping or reclaiming them at the same time.
+pub fn reap_dead(prefix: &str) -> Result<Vec<Reaped>> {
+    let dir = std::fs::read_dir(SHM_DIR).map_err(|e| Error::Os(e.raw_os_error().unwrap_or(libc::EIO)))?;
+    let mut reaped = Vec::new();
+    for dirent in dir.flatten() {
+        let Ok(name) = dirent.file_name().into_string() else { continue };
+        if !name.starts_with(prefix) {
+            continue;
+        }
+        let Ok(meta) = dirent.metadata() else { continue };
+        if !meta.is_file() {
+            continue;
+        }
+        let Ok(Occupant::Dead(owner)) = inspect(&name) else { continue };
+        if let Ok(true) = unlink_if_dead(&name, meta.ino()) {
+            reaped.push(Reaped { name, size: meta.len(), owner });
+        }
+    }
+    Ok(reaped)
+}
+
+/// Unlink region `name` if it is still the file with inode `inode` and its owner is still dead.
+/// Between a look at a region and its removal another process may have reclaimed the name
+/// (`Region::create` of the same name, by a process that got the dead one's pid) and made a live
+/// region there: Ok(false) then, and when the file is gone (another process reaping it at the
+/// same time: only one of them removes it).
+pub fn unlink_if_dead(name: &str, inode: u64) -> Result<bool> {
+    let same_file = std::fs::metadata(format!("{SHM_DIR}/{name}")).is_ok_and(|meta| meta.ino() == inode);
+    if !same_file || !matches!(inspect(name), Ok(Occupant::Dead(_))) {
+        return Ok(false);
+    }
+    crate::shm::remove(name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layout::{Counts, RegionHeader};
+    use crate::region::Region;
+
+    fn counts() -> Counts {
+        Counts { cmd_len: 16, resp_len: 16, inject_count: 4, sar_count: 2, sar_size: 4096, max_peers: 8 }
+    }
+
+    fn exists(name: &str) -> bool {
+        std::path::Path::new(&format!("{SHM_DIR}/{name}")).exists()
+    }
+
+    /// A region whose header claims an owner that cannot exist, as one left by a SIGKILL.
+    fn left_by_dead_process(name: &str) {
+        let owner = Region::create(name, counts(), 0).unwrap();
+        let hdr = owner.mapping().bytes_ptr(0, 4096).unwrap().cast::<RegionHeader>();
+        // SAFETY: our own fresh mapping, at least a header long. A start time no process has,
+        // and another incarnation, so that dropping our view unmaps it without unlinking the
+        // file (a killed owner never unlinks).
+        unsafe {
+            (*hdr).owner_start = 1;
+            (*hdr).incarnation ^= 1;
+        }
+    }
+
+    #[test]
+    fn only_dead_regions_under_the_prefix_are_removed() {
+        let prefix = format!("rshm_reaptest_{}_", std::process::id());
+        let dead = format!("{prefix}dead");
+        left_by_dead_process(&dead);
+        let alive = Region::create(&format!("{prefix}alive"), counts(), 0).unwrap();
+        // A file with no header yet, just created: probably being created now, left alone.
+        let young = format!("{prefix}young");
+        drop(crate::shm::Mapping::create(&young, 4096).unwrap());
+        // Dead too, but under another prefix: not ours to judge.
+        let other = format!("rshm_reaptest_other_{}", std::process::id());
+        left_by_dead_process(&other);
+
+        let reaped = reap_dead(&prefix).unwrap();
+        assert_eq!(reaped.len(), 1, "{reaped:?}");
+        assert_eq!(reaped[0].name, dead);
+        assert!(reaped[0].owner.is_some_and(|o| o.start == 1));
+        assert!(reaped[0].size > 0);
+        assert!(!exists(&dead));
+        assert!(exists(&format!("{prefix}alive")) && exists(&young) && exists(&other));
+        // Nothing dead is left under the prefix: a second pass removes nothing.
+        assert_eq!(reap_dead(&prefix).unwrap(), vec![]);
+
+        drop(alive);
+        crate::shm::unlink(&young).unwrap();
+        crate::shm::unlink(&other).unwrap();
+    }
+
+    #[test]
+    fn a_name_taken_again_since_the_look_is_not_removed() {
+        let name = format!("rshm_reaptest_again_{}", std::process::id());
+        left_by_dead_process(&name);
+        let ino = std::fs::metadata(format!("{SHM_DIR}/{name}")).unwrap().ino();
+        // A live process reclaims the name (unlink, create) between our look and our unlink.
+        let successor = Region::create(&name, counts(), 0).unwrap();
+        assert!(!unlink_if_dead(&name, ino).unwrap(), "another file now");
+        let new_ino = std::fs::metadata(format!("{SHM_DIR}/{name}")).unwrap().ino();
+        assert!(!unlink_if_dead(&name, new_ino).unwrap(), "the same file, but alive");
+        assert!(exists(&name));
+        drop(successor);
+        assert!(!unlink_if_dead(&name, new_ino).unwrap(), "gone");
+    }
+}
