@@ -82,7 +82,7 @@ pub struct RunReport {
     pub leaks: Vec<String>,
 }
 
-/// /dev/shm entries whose name carries `pid` as a token (rshm: rshm_<uid>_<pid>_<n>,
+/// /dev/shm entries whose name carries `pid` as a token (rshm: rshm_<uid>_p<pidns>_<pid>_<n>,
 /// shm: <pid>:<n>:<n>).
 fn shm_files_of(pid: u32) -> Vec<String> {
     let p = pid.to_string();

@@ -9,6 +9,7 @@ use crate::error::{FiError, FiResult};
 use crate::params::config;
 use rshm_ffi as ffi;
 use std::ffi::c_char;
+use std::sync::OnceLock;
 
 /// Addresses are region names, NUL-padded to a fixed length so address arrays have one stride.
 pub const ADDR_LEN: usize = 64;
@@ -429,11 +430,33 @@ pub(crate) unsafe extern "C" fn rshm_getinfo(
     })
 }
 
-/// The prefix of every name `generated_name` makes in this process.
+/// The start of every name a process of this user and pid namespace generates:
+/// `rshm_{uid}_p{pidns}_`. The namespace keeps containers that share one /dev/shm (and may reuse
+/// each other's pids) from ever taking each other's names, and tells `crate::reap` which dead
+/// regions it can judge: a pid means something only in its own namespace. None where /proc does
+/// not name the namespace.
+pub fn namespace_prefix() -> Option<&'static str> {
+    static PREFIX: OnceLock<Option<String>> = OnceLock::new();
+    PREFIX
+        .get_or_init(|| {
+            // SAFETY: getuid has no preconditions.
+            let uid = unsafe { libc::getuid() };
+            smr_core::liveness::pid_namespace().map(|ns| format!("rshm_{uid}_p{ns}_"))
+        })
+        .as_deref()
+}
+
+/// The prefix of every name `generated_name` makes in this process (its pid, not cached: a
+/// forked child makes names of its own).
 pub fn generated_prefix() -> String {
-    // SAFETY: getuid has no preconditions.
-    let uid = unsafe { libc::getuid() };
-    format!("rshm_{uid}_{}_", std::process::id())
+    match namespace_prefix() {
+        Some(prefix) => format!("{prefix}{}_", std::process::id()),
+        None => {
+            // SAFETY: getuid has no preconditions.
+            let uid = unsafe { libc::getuid() };
+            format!("rshm_{uid}_{}_", std::process::id())
+        }
+    }
 }
 
 /// A process-unique default name: uid, pid and a counter.

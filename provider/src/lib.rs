@@ -27,6 +27,7 @@ pub mod params;
 pub mod poll;
 pub mod progress;
 pub mod prov_ini;
+pub mod reap;
 pub mod state;
 pub mod stubs;
 pub mod wait;

@@ -22,6 +22,7 @@ const DEFINITIONS: &[(&str, ffi::fi_param_type, &str)] = &[
     ("READ_ONE_TRIP_MAX", ffi::FI_PARAM_SIZE_T, "Largest RMA read answered in one round trip, its bytes placed by the target in a buffer of the initiator's region (an inject buffer up to 4 KiB, a SAR buffer above); larger reads take a reply message (default: 16384)"),
     ("PEER_TIMEOUT_MS", ffi::FI_PARAM_SIZE_T, "How long sends to an address with no endpoint behind it retry before failing (default: 30000)"),
     ("PROGRESS_SPIN_US", ffi::FI_PARAM_SIZE_T, "Microseconds the FI_PROGRESS_AUTO thread keeps polling after a pass that served a peer, before it sleeps again; a stream of requests then costs no wake-up each, but a passive target that computes on the CPU it shares with the thread gives the thread part of it while requests keep coming. 0: sleep after every pass (default: 50)"),
+    ("REAP_DEAD", ffi::FI_PARAM_BOOL, "Before this process opens its first endpoint, remove the regions in /dev/shm that processes of this user and pid namespace left when they died without closing their endpoints (killed, crashed): each holds the memory it used until removed. A sender that never reached such a process then waits PEER_TIMEOUT_MS before its error instead of DEAD_PEER_TIMEOUT_MS (default: on)"),
     ("DEAD_PEER_TIMEOUT_MS", ffi::FI_PARAM_SIZE_T, "How long sends to an address whose endpoint's process died before this one reached it retry, waiting for a restarted process to take the address, before failing with FI_EIO (default: 500)"),
 ];
 
@@ -76,6 +77,8 @@ pub struct Config {
     pub read_one_trip_max: usize,
     /// How long the auto-progress thread polls on after serving (None: `progress::SPIN`).
     pub progress_spin: Option<Duration>,
+    /// Remove dead processes' regions before the first endpoint (`crate::reap`).
+    pub reap_dead: bool,
 }
 
 pub fn config() -> &'static Config {
@@ -120,6 +123,12 @@ pub fn config() -> &'static Config {
         }
         let read_one_trip_max = get_size("READ_ONE_TRIP_MAX").unwrap_or(READ_ONE_TRIP_MAX);
         let progress_spin = get_size("PROGRESS_SPIN_US").map(|us| Duration::from_micros(us as u64));
-        Config { engine, remote_comm: get_bool("REMOTE_COMM").unwrap_or(false), read_one_trip_max, progress_spin }
+        Config {
+            engine,
+            remote_comm: get_bool("REMOTE_COMM").unwrap_or(false),
+            read_one_trip_max,
+            progress_spin,
+            reap_dead: get_bool("REAP_DEAD").unwrap_or(true),
+        }
     })
 }

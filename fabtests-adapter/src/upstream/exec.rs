@@ -717,7 +717,7 @@ fn shm_entries() -> Vec<String> {
 }
 
 /// Without namespaces: remove the /dev/shm entries that appeared during the run and carry one
-/// of its pids or its port as a token (`rshm_<uid>_<pid>_<n>`, `rshm_<uid>_ns_<port>`,
+/// of its pids or its port as a token (`rshm_<uid>_p<pidns>_<pid>_<n>`, `rshm_<uid>_ns_<port>`,
 /// shm's `<pid>:<uid>:<n>` and `<node>:<port>`), or shm's name for the client (`<c_iface>:`).
 fn sweep_new_shm(before: &[String], pids: &[i32], port: u16, c_iface: &str) -> Vec<String> {
     let port = port.to_string();

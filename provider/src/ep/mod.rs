@@ -299,6 +299,8 @@ unsafe extern "C" fn ep_bind(fid: *mut ffi::fid, bfid: *mut ffi::fid, flags: u64
 }
 
 fn enable(ep: &Ep) -> FiResult<()> {
+    // Before the domain's lock: its file-system work holds up no other thread.
+    crate::reap::before_first_endpoint();
     let mut st = ep.shared.lock();
     let state = &mut st.eps[ep.id];
     if state.engine.is_some() {

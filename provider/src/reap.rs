@@ -1,0 +1,33 @@
+//! Before a process's first endpoint: remove the regions that dead processes of this user and
+//! pid namespace left in /dev/shm (`smr_core::reap`). A job that was killed leaves one per
+//! endpoint, each holding the memory it used; the next job on the node takes them away instead
+//! of an administrator. FI_RSHM_REAP_DEAD=0 turns it off.
+
+use crate::params::config;
+use std::sync::Once;
+
+/// Reap once per process, before its first region is created. Later endpoints skip it: a
+/// process's own start is when the node's last job most likely died.
+pub fn before_first_endpoint() {
+    static DONE: Once = Once::new();
+    DONE.call_once(|| {
+        if !config().reap_dead {
+            return;
+        }
+        let Some(prefix) = crate::getinfo::namespace_prefix() else {
+            crate::info!(EpCtrl, "no pid namespace in /proc: dead processes' regions are left in /dev/shm");
+            return;
+        };
+        match smr_core::reap::reap_dead(prefix) {
+            Ok(reaped) => {
+                for r in reaped {
+                    let owner = r.owner.map_or("a creation that died before its header".to_string(), |o| {
+                        format!("process {} that died without closing it", o.pid)
+                    });
+                    crate::info!(EpCtrl, "removed region {} ({} bytes) left by {owner}", r.name, r.size);
+                }
+            }
+            Err(e) => crate::warn!(EpCtrl, "cannot look for dead processes' regions in /dev/shm: {e}"),
+        }
+    });
+}
