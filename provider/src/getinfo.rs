@@ -459,10 +459,50 @@ pub fn generated_prefix() -> String {
     }
 }
 
+/// For the engine (`Params::name_owner_gone`): true when `name` was generated in this pid
+/// namespace, by any user (`rshm_<uid>_p<pidns>_<pid>_<n>`), and its process is gone. Such a
+/// name with no region is a dead process's whose region was reaped, not one still starting.
+pub fn generated_name_owner_gone(name: &str) -> bool {
+    let Some(ns) = smr_core::liveness::pid_namespace() else { return false };
+    let parts: Vec<&str> = name.split('_').collect();
+    match parts[..] {
+        ["rshm", uid, pidns, pid, n]
+            if uid.parse::<u32>().is_ok() && pidns == format!("p{ns}") && n.parse::<u32>().is_ok() =>
+        {
+            pid.parse::<u32>().is_ok_and(smr_core::liveness::pid_gone)
+        }
+        _ => false,
+    }
+}
+
 /// A process-unique default name: uid, pid and a counter.
 pub fn generated_name() -> String {
     use std::sync::atomic::{AtomicU32, Ordering};
     static NEXT: AtomicU32 = AtomicU32::new(0);
     let n = NEXT.fetch_add(1, Ordering::Relaxed);
     format!("{}{n}", generated_prefix())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_generated_name_says_whether_its_process_is_gone() {
+        // Ours: alive.
+        let mine = generated_name();
+        assert!(mine.starts_with(namespace_prefix().expect("a pid namespace")), "{mine}");
+        assert!(!generated_name_owner_gone(&mine));
+        // A child that has exited and been waited for: gone.
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        child.wait().unwrap();
+        let ns = smr_core::liveness::pid_namespace().unwrap();
+        assert!(generated_name_owner_gone(&format!("rshm_1000_p{ns}_{pid}_0")));
+        // Not judged: another pid namespace, a chosen name, a name of another shape.
+        assert!(!generated_name_owner_gone(&format!("rshm_1000_p{}_{pid}_0", ns + 1)));
+        assert!(!generated_name_owner_gone(&format!("rshm_1000_ns_{pid}")));
+        assert!(!generated_name_owner_gone(&format!("rshm_1000_{pid}_0")));
+        assert!(!generated_name_owner_gone(&format!("rshm_x_p{ns}_{pid}_0")));
+    }
 }

@@ -20,9 +20,9 @@ const DEFINITIONS: &[(&str, ffi::fi_param_type, &str)] = &[
     ("INJECT_HOLD", ffi::FI_PARAM_SIZE_T, "Inject buffers an endpoint holds back after taking a message or an answer out of them, so that senders write into buffers whose cache lines have left its caches; at most seven eighths of INJECT_COUNT, and given back early when senders find none free. Pays where the two CPUs are far apart (2-4 KiB messages 17-27% faster on such a VM) and costs where they are close (4 KiB streams 23% slower) (default: 0, each given back at once)"),
     ("MAX_PEERS", ffi::FI_PARAM_SIZE_T, "Peers that may send to one endpoint (default: 1024)"),
     ("READ_ONE_TRIP_MAX", ffi::FI_PARAM_SIZE_T, "Largest RMA read answered in one round trip, its bytes placed by the target in a buffer of the initiator's region (an inject buffer up to 4 KiB, a SAR buffer above); larger reads take a reply message (default: 16384)"),
-    ("PEER_TIMEOUT_MS", ffi::FI_PARAM_SIZE_T, "How long sends to an address with no endpoint behind it retry before failing (default: 30000)"),
+    ("PEER_TIMEOUT_MS", ffi::FI_PARAM_SIZE_T, "How long sends to an address with no endpoint behind it retry before failing; an address that an rshm process of this pid namespace generated, and whose process is gone, fails after DEAD_PEER_TIMEOUT_MS instead (default: 30000)"),
     ("PROGRESS_SPIN_US", ffi::FI_PARAM_SIZE_T, "Microseconds the FI_PROGRESS_AUTO thread keeps polling after a pass that served a peer, before it sleeps again; a stream of requests then costs no wake-up each, but a passive target that computes on the CPU it shares with the thread gives the thread part of it while requests keep coming. 0: sleep after every pass (default: 50)"),
-    ("REAP_DEAD", ffi::FI_PARAM_BOOL, "Before this process opens its first endpoint, remove the regions in /dev/shm that processes of this user and pid namespace left when they died without closing their endpoints (killed, crashed): each holds the memory it used until removed. A sender that never reached such a process then waits PEER_TIMEOUT_MS before its error instead of DEAD_PEER_TIMEOUT_MS (default: on)"),
+    ("REAP_DEAD", ffi::FI_PARAM_BOOL, "Before this process opens its first endpoint, remove the regions in /dev/shm that processes of this user and pid namespace left when they died without closing their endpoints (killed, crashed): each holds the memory it used until removed (default: on)"),
     ("DEAD_PEER_TIMEOUT_MS", ffi::FI_PARAM_SIZE_T, "How long sends to an address whose endpoint's process died before this one reached it retry, waiting for a restarted process to take the address, before failing with FI_EIO (default: 500)"),
 ];
 
@@ -121,6 +121,7 @@ pub fn config() -> &'static Config {
         if let Some(ms) = get_size("DEAD_PEER_TIMEOUT_MS") {
             engine.dead_owner_timeout = Duration::from_millis(ms as u64);
         }
+        engine.name_owner_gone = Some(crate::getinfo::generated_name_owner_gone);
         let read_one_trip_max = get_size("READ_ONE_TRIP_MAX").unwrap_or(READ_ONE_TRIP_MAX);
         let progress_spin = get_size("PROGRESS_SPIN_US").map(|us| Duration::from_micros(us as u64));
         Config {

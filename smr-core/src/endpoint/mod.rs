@@ -90,6 +90,11 @@ pub struct Params {
     /// How long sends to a name whose region's owner is dead (and that we never reached) answer
     /// "again", waiting for a successor, before failing with `PeerDead`.
     pub dead_owner_timeout: Duration,
+    /// For names that say which process owns them (the provider's generated names carry its
+    /// pid): true when that process is known to be gone. A name with no region whose owner is
+    /// gone is a dead peer's whose region was removed (`crate::reap`), not a peer still
+    /// starting: sends to it fail after `dead_owner_timeout`, not `absent_peer_timeout`.
+    pub name_owner_gone: Option<fn(&str) -> bool>,
 }
 
 impl Default for Params {
@@ -122,6 +127,7 @@ impl Default for Params {
             connect_retry: Duration::from_millis(100),
             absent_peer_timeout: Duration::from_secs(30),
             dead_owner_timeout: Duration::from_millis(500),
+            name_owner_gone: None,
         }
     }
 }

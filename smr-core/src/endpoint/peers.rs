@@ -245,6 +245,7 @@ impl Endpoint {
         let retry = self.params.connect_retry;
         let absent_timeout = self.params.absent_peer_timeout;
         let dead_owner_timeout = self.params.dead_owner_timeout;
+        let name_owner_gone = self.params.name_owner_gone;
         let (me, my_inc) = (self.me, self.region.incarnation());
         let p = self.out.get_mut(peer as usize).ok_or(Error::Invalid("unknown peer handle"))?;
         // A receiver that closed its endpoint takes nothing more: its region is as good as a
@@ -267,8 +268,11 @@ impl Endpoint {
                     let since = *p.absent_since.get_or_insert_with(Instant::now);
                     // The region is there but its owner died (before we ever reached it): wait
                     // `dead_owner_timeout` for a successor to take the name, then report the
-                    // death. A name with no region yet may belong to a peer still starting.
-                    if opened.is_ok() && since.elapsed() > dead_owner_timeout {
+                    // death. A name with no region yet may belong to a peer still starting,
+                    // unless the name says its owner is gone (its region was reaped; asked only
+                    // once the shorter wait is over, since it may read /proc).
+                    let owner_gone = |name: &str| name_owner_gone.is_some_and(|gone| gone(name));
+                    if since.elapsed() > dead_owner_timeout && (opened.is_ok() || owner_gone(&p.name)) {
                         p.dead = true;
                         return Err(Error::PeerDead);
                     }

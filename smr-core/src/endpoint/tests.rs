@@ -470,6 +470,38 @@ fn closing_a_receiver_fails_pending_and_later_sends() {
     assert_eq!(a.send(to_b, small, LocalIov::owned(b"lost".to_vec()), SendOpts::default()), Err(Error::PeerDead));
 }
 
+/// A name with no region: a peer still starting (sends answer "again" until
+/// `absent_peer_timeout`), unless `name_owner_gone` says the name's owner is gone (its region was
+/// reaped after it died): then sends fail with `PeerDead` after `dead_owner_timeout`.
+#[test]
+fn a_name_whose_owner_is_gone_fails_sends_after_the_dead_owner_timeout() {
+    let params = Params {
+        absent_peer_timeout: std::time::Duration::from_secs(60),
+        dead_owner_timeout: std::time::Duration::from_millis(50),
+        name_owner_gone: Some(|name| name.ends_with("_gone")),
+        ..Params::default()
+    };
+    let mut a = Endpoint::create(&name("ownergone_a"), params).unwrap();
+    let starting = a.add_peer(&name("ownergone_starting")).unwrap();
+    let gone = a.add_peer(&format!("{}_gone", name("ownergone"))).unwrap();
+    let hdr = MsgHeader { app: 0, tag: 1, data: 0, aux: 0, len: 4 };
+    let mut send = |to| a.send(to, hdr, LocalIov::owned(b"ping".to_vec()), SendOpts::default());
+    let start = std::time::Instant::now();
+    let failed = loop {
+        match send(gone) {
+            Err(Error::Again) => assert!(start.elapsed() < DEADLINE, "a send to a gone owner's name never failed"),
+            other => break other,
+        }
+    };
+    assert_eq!(failed, Err(Error::PeerDead));
+    assert!(start.elapsed() >= std::time::Duration::from_millis(50), "failed before dead_owner_timeout");
+    // The same wait on a name whose owner may still be starting has not failed it.
+    let start = std::time::Instant::now();
+    while start.elapsed() < std::time::Duration::from_millis(200) {
+        assert_eq!(send(starting), Err(Error::Again));
+    }
+}
+
 /// A receiver that answered a send and then closed, before its sender looked at the answer: the
 /// sender's liveness check finds the receiver's region closed, but the answer it left in our
 /// response ring completes the send (SOS's barrier release put, answered by a PE that went on
