@@ -2,7 +2,8 @@
 //! peer names. Removal leaves a hole; the index is reused only by later inserts.
 
 use crate::error::{int_ret, FiError, FiResult};
-use crate::getinfo::{decode_addr, encode_addr, node_is_local, service_name, ADDR_LEN};
+use crate::getinfo::{decode_addr, encode_addr, node_is_local, ADDR_LEN};
+use crate::names::service_name;
 use crate::object::{self, put};
 use crate::state::av::AvState;
 use crate::state::{DomainShared, DomainState};

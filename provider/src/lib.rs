@@ -22,6 +22,7 @@ pub mod fabric;
 pub mod getinfo;
 pub mod iov;
 pub mod mr;
+pub mod names;
 pub mod object;
 pub mod params;
 pub mod poll;

@@ -121,7 +121,7 @@ pub fn config() -> &'static Config {
         if let Some(ms) = get_size("DEAD_PEER_TIMEOUT_MS") {
             engine.dead_owner_timeout = Duration::from_millis(ms as u64);
         }
-        engine.name_owner_gone = Some(crate::getinfo::generated_name_owner_gone);
+        engine.name_owner_gone = Some(crate::names::generated_name_owner_gone);
         let read_one_trip_max = get_size("READ_ONE_TRIP_MAX").unwrap_or(READ_ONE_TRIP_MAX);
         let progress_spin = get_size("PROGRESS_SPIN_US").map(|us| Duration::from_micros(us as u64));
         Config {

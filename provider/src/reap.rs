@@ -14,7 +14,7 @@ pub fn before_first_endpoint() {
         if !config().reap_dead {
             return;
         }
-        let Some(prefix) = crate::getinfo::namespace_prefix() else {
+        let Some(prefix) = crate::names::namespace_prefix() else {
             crate::info!(EpCtrl, "no pid namespace in /proc: dead processes' regions are left in /dev/shm");
             return;
         };

@@ -91,8 +91,8 @@ pub(crate) unsafe extern "C" fn endpoint_open(
             // A name getinfo generated for this process stands for "any name": several
             // endpoints may be opened from one info, so each gets its own.
             let name = match given {
-                Some(n) if !n.starts_with(&crate::getinfo::generated_prefix()) => n,
-                _ => crate::getinfo::generated_name(),
+                Some(n) if !n.starts_with(&crate::names::generated_prefix()) => n,
+                _ => crate::names::generated_name(),
             };
             let state = EpState {
                 engine: None,

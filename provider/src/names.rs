@@ -1,0 +1,93 @@
+//! The region names the provider makes: generated ones, which carry the user, the pid namespace
+//! and the pid (`rshm_<uid>_p<pidns>_<pid>_<n>`), and the ones a node/service pair stands for
+//! (`rshm_<uid>_ns_<service>`). A region's name is its endpoint's address.
+
+use crate::error::{FiError, FiResult};
+use std::sync::OnceLock;
+
+/// The endpoint name a node/service pair stands for: the same on both sides of an
+/// out-of-band exchange (fabtests' `-s 127.0.0.1` plus a port), as shm's `fi_ns://` names.
+pub fn service_name(service: &str) -> FiResult<String> {
+    // SAFETY: getuid has no preconditions.
+    let uid = unsafe { libc::getuid() };
+    let name = format!("rshm_{uid}_ns_{service}");
+    smr_core::region::check_name(&name).map_err(|_| FiError::INVAL)?;
+    Ok(name)
+}
+
+/// The start of every name a process of this user and pid namespace generates:
+/// `rshm_{uid}_p{pidns}_`. The namespace keeps containers that share one /dev/shm (and may reuse
+/// each other's pids) from ever taking each other's names, and tells `crate::reap` which dead
+/// regions it can judge: a pid means something only in its own namespace. None where /proc does
+/// not name the namespace.
+pub fn namespace_prefix() -> Option<&'static str> {
+    static PREFIX: OnceLock<Option<String>> = OnceLock::new();
+    PREFIX
+        .get_or_init(|| {
+            // SAFETY: getuid has no preconditions.
+            let uid = unsafe { libc::getuid() };
+            smr_core::liveness::pid_namespace().map(|ns| format!("rshm_{uid}_p{ns}_"))
+        })
+        .as_deref()
+}
+
+/// The prefix of every name `generated_name` makes in this process (its pid, not cached: a
+/// forked child makes names of its own).
+pub fn generated_prefix() -> String {
+    match namespace_prefix() {
+        Some(prefix) => format!("{prefix}{}_", std::process::id()),
+        None => {
+            // SAFETY: getuid has no preconditions.
+            let uid = unsafe { libc::getuid() };
+            format!("rshm_{uid}_{}_", std::process::id())
+        }
+    }
+}
+
+/// For the engine (`Params::name_owner_gone`): true when `name` was generated in this pid
+/// namespace, by any user (`rshm_<uid>_p<pidns>_<pid>_<n>`), and its process is gone. Such a
+/// name with no region is a dead process's whose region was reaped, not one still starting.
+pub fn generated_name_owner_gone(name: &str) -> bool {
+    let Some(ns) = smr_core::liveness::pid_namespace() else { return false };
+    let parts: Vec<&str> = name.split('_').collect();
+    match parts[..] {
+        ["rshm", uid, pidns, pid, n]
+            if uid.parse::<u32>().is_ok() && pidns == format!("p{ns}") && n.parse::<u32>().is_ok() =>
+        {
+            pid.parse::<u32>().is_ok_and(smr_core::liveness::pid_gone)
+        }
+        _ => false,
+    }
+}
+
+/// A process-unique default name: uid, pid and a counter.
+pub fn generated_name() -> String {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    format!("{}{n}", generated_prefix())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_generated_name_says_whether_its_process_is_gone() {
+        // Ours: alive.
+        let mine = generated_name();
+        assert!(mine.starts_with(namespace_prefix().expect("a pid namespace")), "{mine}");
+        assert!(!generated_name_owner_gone(&mine));
+        // A child that has exited and been waited for: gone.
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        child.wait().unwrap();
+        let ns = smr_core::liveness::pid_namespace().unwrap();
+        assert!(generated_name_owner_gone(&format!("rshm_1000_p{ns}_{pid}_0")));
+        // Not judged: another pid namespace, a chosen name, a name of another shape.
+        assert!(!generated_name_owner_gone(&format!("rshm_1000_p{}_{pid}_0", ns + 1)));
+        assert!(!generated_name_owner_gone(&format!("rshm_1000_ns_{pid}")));
+        assert!(!generated_name_owner_gone(&format!("rshm_1000_{pid}_0")));
+        assert!(!generated_name_owner_gone(&format!("rshm_x_p{ns}_{pid}_0")));
+    }
+}
