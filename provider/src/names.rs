@@ -15,6 +15,13 @@ pub fn service_name(service: &str) -> FiResult<String> {
     Ok(name)
 }
 
+/// This process's pid namespace, read once (`generated_name_owner_gone` asks on every retry of
+/// a send to an absent peer).
+fn pid_namespace() -> Option<u64> {
+    static NS: OnceLock<Option<u64>> = OnceLock::new();
+    *NS.get_or_init(smr_core::liveness::pid_namespace)
+}
+
 /// The start of every name a process of this user and pid namespace generates:
 /// `rshm_{uid}_p{pidns}_`. The namespace keeps containers that share one /dev/shm (and may reuse
 /// each other's pids) from ever taking each other's names, and tells `crate::reap` which dead
@@ -26,7 +33,7 @@ pub fn namespace_prefix() -> Option<&'static str> {
         .get_or_init(|| {
             // SAFETY: getuid has no preconditions.
             let uid = unsafe { libc::getuid() };
-            smr_core::liveness::pid_namespace().map(|ns| format!("rshm_{uid}_p{ns}_"))
+            pid_namespace().map(|ns| format!("rshm_{uid}_p{ns}_"))
         })
         .as_deref()
 }
@@ -48,7 +55,7 @@ pub fn generated_prefix() -> String {
 /// namespace, by any user (`rshm_<uid>_p<pidns>_<pid>_<n>`), and its process is gone. Such a
 /// name with no region is a dead process's whose region was reaped, not one still starting.
 pub fn generated_name_owner_gone(name: &str) -> bool {
-    let Some(ns) = smr_core::liveness::pid_namespace() else { return false };
+    let Some(ns) = pid_namespace() else { return false };
     let parts: Vec<&str> = name.split('_').collect();
     match parts[..] {
         ["rshm", uid, pidns, pid, n]
