@@ -8,11 +8,15 @@ use std::sync::OnceLock;
 /// The endpoint name a node/service pair stands for: the same on both sides of an
 /// out-of-band exchange (fabtests' `-s 127.0.0.1` plus a port), as shm's `fi_ns://` names.
 pub fn service_name(service: &str) -> FiResult<String> {
-    // SAFETY: getuid has no preconditions.
-    let uid = unsafe { libc::getuid() };
-    let name = format!("rshm_{uid}_ns_{service}");
+    let name = format!("rshm_{}_ns_{service}", uid());
     smr_core::region::check_name(&name).map_err(|_| FiError::INVAL)?;
     Ok(name)
+}
+
+/// This process's user, the first part of every name it makes.
+fn uid() -> u32 {
+    // SAFETY: getuid has no preconditions.
+    unsafe { libc::getuid() }
 }
 
 /// This process's pid namespace, read once (`generated_name_owner_gone` asks on every retry of
@@ -29,26 +33,14 @@ fn pid_namespace() -> Option<u64> {
 /// not name the namespace.
 pub fn namespace_prefix() -> Option<&'static str> {
     static PREFIX: OnceLock<Option<String>> = OnceLock::new();
-    PREFIX
-        .get_or_init(|| {
-            // SAFETY: getuid has no preconditions.
-            let uid = unsafe { libc::getuid() };
-            pid_namespace().map(|ns| format!("rshm_{uid}_p{ns}_"))
-        })
-        .as_deref()
+    PREFIX.get_or_init(|| pid_namespace().map(|ns| format!("rshm_{}_p{ns}_", uid()))).as_deref()
 }
 
 /// The prefix of every name `generated_name` makes in this process (its pid, not cached: a
 /// forked child makes names of its own).
 pub fn generated_prefix() -> String {
-    match namespace_prefix() {
-        Some(prefix) => format!("{prefix}{}_", std::process::id()),
-        None => {
-            // SAFETY: getuid has no preconditions.
-            let uid = unsafe { libc::getuid() };
-            format!("rshm_{uid}_{}_", std::process::id())
-        }
-    }
+    let start = namespace_prefix().map_or_else(|| format!("rshm_{}_", uid()), str::to_string);
+    format!("{start}{}_", std::process::id())
 }
 
 /// For the engine (`Params::name_owner_gone`): true when `name` was generated in this pid
@@ -57,14 +49,11 @@ pub fn generated_prefix() -> String {
 pub fn generated_name_owner_gone(name: &str) -> bool {
     let Some(ns) = pid_namespace() else { return false };
     let parts: Vec<&str> = name.split('_').collect();
-    match parts[..] {
-        ["rshm", uid, pidns, pid, n]
-            if uid.parse::<u32>().is_ok() && pidns == format!("p{ns}") && n.parse::<u32>().is_ok() =>
-        {
-            pid.parse::<u32>().is_ok_and(smr_core::liveness::pid_gone)
-        }
-        _ => false,
-    }
+    let ["rshm", uid, pidns, pid, n] = parts[..] else { return false };
+    let ours = uid.parse::<u32>().is_ok()
+        && pidns.strip_prefix('p').and_then(|p| p.parse::<u64>().ok()) == Some(ns)
+        && n.parse::<u32>().is_ok();
+    ours && pid.parse::<u32>().is_ok_and(smr_core::liveness::pid_gone)
 }
 
 /// A process-unique default name: uid, pid and a counter.

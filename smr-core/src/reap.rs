@@ -15,10 +15,8 @@
 use crate::error::{Error, Result};
 use crate::liveness::ProcessIdentity;
 use crate::region::{inspect, Occupant};
+use crate::shm::SHM_DIR;
 use std::os::unix::fs::MetadataExt;
-
-/// Where POSIX shared memory lives on Linux.
-pub const SHM_DIR: &str = "/dev/shm";
 
 /// A region removed by `reap_dead`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -26,9 +24,11 @@ pub struct Reaped {
     pub name: String,
     /// The file's size (its pages in use were at most this).
     pub size: u64,
-    /// The dead owner its header named; None for a creation that died before writing it.
-    pub owner: Option<ProcessIdentity>,
+    pub owner: Owner,
 }
+
+/// The dead owner a region's header named; None for a creation that died before writing it.
+pub type Owner = Option<ProcessIdentity>;
 
 /// Remove every region in /dev/shm whose name starts with `prefix` and whose owner is dead.
 /// Returns those removed. Files that vanish, cannot be read or cannot be removed meanwhile are
@@ -45,8 +45,7 @@ pub fn reap_dead(prefix: &str) -> Result<Vec<Reaped>> {
         if !meta.is_file() {
             continue;
         }
-        let Ok(Occupant::Dead(owner)) = inspect(&name) else { continue };
-        if let Ok(true) = unlink_if_dead(&name, meta.ino()) {
+        if let Ok(Some(owner)) = unlink_dead(&name, meta.ino()) {
             reaped.push(Reaped { name, size: meta.len(), owner });
         }
     }
@@ -59,11 +58,18 @@ pub fn reap_dead(prefix: &str) -> Result<Vec<Reaped>> {
 /// region there: Ok(false) then, and when the file is gone (another process reaping it at the
 /// same time: only one of them removes it).
 pub fn unlink_if_dead(name: &str, inode: u64) -> Result<bool> {
+    Ok(unlink_dead(name, inode)?.is_some())
+}
+
+/// `unlink_if_dead`, saying whose region it removed: its one look at the header is both the
+/// judgement and the report.
+fn unlink_dead(name: &str, inode: u64) -> Result<Option<Owner>> {
     let same_file = std::fs::metadata(format!("{SHM_DIR}/{name}")).is_ok_and(|meta| meta.ino() == inode);
-    if !same_file || !matches!(inspect(name), Ok(Occupant::Dead(_))) {
-        return Ok(false);
+    if !same_file {
+        return Ok(None);
     }
-    crate::shm::remove(name)
+    let Ok(Occupant::Dead(owner)) = inspect(name) else { return Ok(None) };
+    Ok(crate::shm::remove(name)?.then_some(owner))
 }
 
 #[cfg(test)]

@@ -22,6 +22,9 @@ unsafe impl Send for Mapping {}
 // SAFETY: as above.
 unsafe impl Sync for Mapping {}
 
+/// Where POSIX shared memory lives on Linux: a region named `n` is the file `SHM_DIR/n`.
+pub const SHM_DIR: &str = "/dev/shm";
+
 fn shm_path(name: &str) -> Result<CString> {
     CString::new(format!("/{name}")).map_err(|_| Error::Invalid("region name contains NUL"))
 }

@@ -16,8 +16,9 @@ fn main() {}
 #[cfg(not(loom))]
 mod cli {
     use smr_core::layout::MAGIC;
-    use smr_core::reap::{unlink_if_dead, SHM_DIR};
+    use smr_core::reap::unlink_if_dead;
     use smr_core::region::{inspect, Occupant};
+    use smr_core::shm::SHM_DIR;
     use std::io::Read;
     use std::os::unix::fs::MetadataExt;
     use std::process::ExitCode;
