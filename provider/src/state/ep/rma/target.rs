@@ -217,7 +217,8 @@ impl Target<'_> {
             mr
         } else {
             let (ranges, mr) = self.mrs.resolve(hdr.tag, hdr.aux, hdr.len, access)?;
-            // SAFETY: as above, for every range.
+            // SAFETY: registered memory the application exposed for remote writes, every range
+            // checked by `resolve`; it may not release it while the registration exists.
             unsafe { crate::iov::scatter(&ranges, payload) };
             mr
         };
