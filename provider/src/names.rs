@@ -20,10 +20,9 @@ fn uid() -> u32 {
 }
 
 /// This process's pid namespace, read once (`generated_name_owner_gone` asks on every retry of
-/// a send to an absent peer).
+/// a send to an absent peer): the one region headers record.
 fn pid_namespace() -> Option<u64> {
-    static NS: OnceLock<Option<u64>> = OnceLock::new();
-    *NS.get_or_init(smr_core::liveness::pid_namespace)
+    Some(u64::from(smr_core::liveness::own_namespace())).filter(|&ns| ns != 0)
 }
 
 /// The start of every name a process of this user and pid namespace generates:

@@ -50,7 +50,11 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"RSHMREG\0");
 /// 15: the owner says when it has a CPU to spare without polling (`OwnerBeat::spare`).
 /// 16: an answer placed in buffers may be announced a piece at a time as it is copied in
 ///     (`resp::PART`).
-pub const LAYOUT_VERSION: u32 = 16;
+/// 17: identities name their pid namespace (`RegionHeader::owner_ns`; a peer-table entry's
+///     64-bit state word carries its sender's pid and namespace), and the owner holds a lock on its
+///     region file for life (`FLAG_OWNER_LOCK`), by which peers of another pid namespace judge
+///     it.
+pub const LAYOUT_VERSION: u32 = 17;
 /// Longest region name, without the terminating NUL.
 pub const NAME_MAX: usize = 63;
 /// Size of one inject buffer (defined with the commands that name them, which check against it).
@@ -60,6 +64,9 @@ const PART_ALIGN: u64 = 4096;
 
 /// Header flag: the owner may be read with process_vm_readv (CMA).
 pub const FLAG_CMA: u32 = 1;
+/// Header flag: the owner holds the owner lock on the region file while it lives
+/// (`liveness::hold_owner_lock`).
+pub const FLAG_OWNER_LOCK: u32 = 2;
 
 /// Counts that define a region's geometry. Chosen by the owner; read by peers from the header.
 #[repr(C)]
@@ -228,7 +235,8 @@ pub struct RegionHeader {
     pub layout_version: u32,
     pub flags: u32,
     pub owner_pid: u32,
-    pub _pad: u32,
+    /// The owner's pid namespace (`liveness::own_namespace`): its pid means it only there.
+    pub owner_ns: u32,
     pub owner_start: u64,
     /// Random per creation: tells a restarted owner of the same name from the old one.
     pub incarnation: u64,
@@ -253,8 +261,10 @@ pub struct WakeWord {
 /// One entry of the peer table: a sender announces itself here before it sends.
 #[repr(C, align(128))]
 pub struct PeerSlot {
-    pub state: AtomicU32,
-    pub pid: AtomicU32,
+    /// `SLOT_FREE`, or `SLOT_CLAIMED` / `SLOT_READY` in the low two bits with the sender's pid
+    /// (bits 2-31) and pid namespace (bits 32-63) above them (`endpoint::peers::slot_word`).
+    pub state: AtomicU64,
+    /// The sender's start time (`liveness::ProcessIdentity::start`).
     pub start: AtomicU64,
     pub incarnation: AtomicU64,
     pub name: [AtomicU64; (NAME_MAX + 1) / 8],
@@ -294,11 +304,11 @@ pub struct OwnerBeat {
 /// Entries of the MR table.
 pub const MR_SLOTS: u64 = 64;
 
-/// States of a peer-table entry (`PeerSlot::state`): free; being claimed (in the low two bits,
-/// with the claimant's pid above them: `endpoint::peers::claimed_by`); filled by its claimant.
-pub const SLOT_FREE: u32 = 0;
-pub const SLOT_CLAIMED: u32 = 1;
-pub const SLOT_READY: u32 = 2;
+/// States of a peer-table entry (`PeerSlot::state`, in its low two bits): free; being claimed;
+/// filled by its claimant. The last two name the sender above them (`endpoint::peers::slot_word`).
+pub const SLOT_FREE: u64 = 0;
+pub const SLOT_CLAIMED: u64 = 1;
+pub const SLOT_READY: u64 = 2;
 
 // SAFETY: integers and atomics only; every bit pattern is valid.
 unsafe impl SharedSafe for RegionHeader {}

@@ -3,14 +3,24 @@
 //! A process is identified by its pid and its start time (field 22 of /proc/<pid>/stat, in clock
 //! ticks since boot), so a recycled pid is not mistaken for the old owner. This works across
 //! `fork` (unlike a file lock, which the child would inherit) and needs no signal handlers.
+//!
+//! A pid means something only in its own pid namespace: a process in another one (a container
+//! sharing this /dev/shm) would look dead from here, or, worse, like some unrelated process of
+//! ours. So an identity also names its namespace, nothing is judged by a pid of another
+//! namespace, and such a process is judged instead by the lock it holds on its region file for
+//! as long as it lives (`hold_owner_lock`, `Watch::by_lock`), which the kernel drops however
+//! the process dies.
 
 use crate::error::{Error, Result};
+use std::os::fd::{AsRawFd, OwnedFd};
 
 /// A process, unambiguously.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ProcessIdentity {
     pub pid: u32,
     pub start: u64,
+    /// Its pid namespace (`own_namespace`), 0 where unknown: where its pid and start mean it.
+    pub ns: u32,
 }
 
 impl ProcessIdentity {
@@ -18,11 +28,23 @@ impl ProcessIdentity {
     pub fn current() -> Result<ProcessIdentity> {
         let pid = std::process::id();
         let start = start_time(pid)?.ok_or(Error::Invalid("cannot read own /proc/self/stat"))?;
-        Ok(ProcessIdentity { pid, start })
+        Ok(ProcessIdentity { pid, start, ns: own_namespace() })
     }
 
-    /// True while the process runs (a zombie counts as dead: it will never send again).
+    /// Whether its pid names it here: it lives in this process's pid namespace (or a namespace
+    /// is unknown, which then counts as this one).
+    pub fn pid_is_ours(&self) -> bool {
+        let mine = own_namespace();
+        self.ns == 0 || mine == 0 || self.ns == mine
+    }
+
+    /// True while the process runs (a zombie counts as dead: it will never send again). A
+    /// process of another pid namespace cannot be judged from here by its pid and counts as
+    /// alive: its region's lock judges it (`Watch::by_lock`).
     pub fn is_alive(&self) -> bool {
+        if !self.pid_is_ours() {
+            return true;
+        }
         match read_stat(self.pid) {
             Ok(Some(stat)) => stat.start == self.start && stat.state != 'Z' && stat.state != 'X',
             Ok(None) => false,
@@ -49,44 +71,108 @@ pub fn pid_gone(pid: u32) -> bool {
 }
 
 /// A cheap, repeatable liveness check of one process: a pidfd (which pins the process, so a
-/// recycled pid cannot fool it) polled without blocking, or /proc where pidfds are unavailable.
+/// recycled pid cannot fool it) polled without blocking, /proc where pidfds are unavailable, or,
+/// for a process of another pid namespace, the lock it holds on its region file.
 #[derive(Debug)]
 pub struct Watch {
     ident: ProcessIdentity,
-    pidfd: Option<std::os::fd::OwnedFd>,
+    how: How,
+}
+
+#[derive(Debug)]
+enum How {
+    Pidfd(OwnedFd),
+    Proc,
+    /// An fd of the file whose owner lock the process holds (`hold_owner_lock`).
+    Lock(OwnedFd),
 }
 
 impl Watch {
+    /// A watch by pid: for a process of this pid namespace (one of another always reads as
+    /// alive; `by_lock` watches those).
     pub fn new(ident: ProcessIdentity) -> Watch {
+        if !ident.pid_is_ours() {
+            return Watch { ident, how: How::Proc };
+        }
         // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
         let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, ident.pid as libc::pid_t, 0) };
         let pidfd = (fd >= 0).then(|| {
             // SAFETY: a fresh fd returned by pidfd_open, owned by nobody else.
-            unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd as i32) }
+            unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd as i32) }
         });
         // The pidfd names whatever process has the pid now: make sure it is the one we mean.
-        let pidfd = pidfd.filter(|_| ident.is_alive());
-        Watch { ident, pidfd }
+        let how = pidfd.filter(|_| ident.is_alive()).map_or(How::Proc, How::Pidfd);
+        Watch { ident, how }
+    }
+
+    /// A watch of the process that holds the owner lock on `file` (an fd of its region file).
+    pub fn by_lock(ident: ProcessIdentity, file: OwnedFd) -> Watch {
+        Watch { ident, how: How::Lock(file) }
     }
 
     pub fn ident(&self) -> ProcessIdentity {
         self.ident
     }
 
-    /// False once the process has exited (about a microsecond with a pidfd).
+    /// Whether the process's pid can be used here (for CMA): false for one watched by its lock.
+    pub fn pid_usable(&self) -> bool {
+        !matches!(self.how, How::Lock(_))
+    }
+
+    /// False once the process has exited (about a microsecond with a pidfd or a lock).
     pub fn alive(&self) -> bool {
-        use std::os::fd::AsRawFd;
-        match &self.pidfd {
-            Some(fd) => {
+        match &self.how {
+            How::Pidfd(fd) => {
                 let mut pfd = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
                 // SAFETY: one valid pollfd, zero timeout.
                 let n = unsafe { libc::poll(&mut pfd, 1, 0) };
                 // A pidfd polls readable when its process exits.
                 !(n > 0 && pfd.revents & libc::POLLIN != 0)
             }
-            None => self.ident.is_alive(),
+            How::Proc => self.ident.is_alive(),
+            How::Lock(file) => owner_lock_held(file),
         }
     }
+}
+
+/// The owner lock: a shared OFD lock (`fcntl(F_OFD_SETLK)`) on the first byte of a region
+/// file. It belongs to the open file description, not to a pid, so it means the same in every
+/// pid namespace, and the kernel drops it when the last fd of that description closes: when the
+/// owner closes its region, or dies however it dies. (A child forked by the owner keeps it
+/// while it keeps the inherited fd; region fds are close-on-exec.)
+fn first_byte(kind: libc::c_int) -> libc::flock {
+    // SAFETY: flock is plain data; all-zero is a valid value (and l_pid must be 0 for OFD locks).
+    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+    fl.l_type = kind as libc::c_short;
+    fl.l_whence = libc::SEEK_SET as libc::c_short;
+    fl.l_len = 1;
+    fl
+}
+
+/// Take the owner lock on `file` for as long as its open file description lives.
+pub fn hold_owner_lock(file: &OwnedFd) -> Result<()> {
+    let fl = first_byte(libc::F_RDLCK);
+    // SAFETY: F_OFD_SETLK reads one valid struct flock.
+    if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_SETLK, &fl) } != 0 {
+        return Err(Error::Os(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO)));
+    }
+    Ok(())
+}
+
+/// Whether some process holds the owner lock on `file`'s file. Errs towards "held": a lock
+/// query that fails must not declare a live owner dead.
+pub fn owner_lock_held(file: &OwnedFd) -> bool {
+    let mut fl = first_byte(libc::F_WRLCK);
+    // SAFETY: F_OFD_GETLK reads and fills one valid struct flock.
+    let rc = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_GETLK, &mut fl) };
+    rc != 0 || fl.l_type != libc::F_UNLCK as libc::c_short
+}
+
+/// This process's pid namespace as identities record it (the namespace's inode number, which
+/// the kernel keeps in 32 bits), 0 where /proc does not tell. Read once.
+pub fn own_namespace() -> u32 {
+    static NS: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *NS.get_or_init(|| pid_namespace().and_then(|ns| u32::try_from(ns).ok()).unwrap_or(0))
 }
 
 /// The calling process's pid namespace (the inode number of /proc/self/ns/pid), or None where
@@ -160,7 +246,11 @@ mod tests {
         assert!(me.is_alive());
         assert!(!ProcessIdentity { start: me.start + 1, ..me }.is_alive());
         let mut child = std::process::Command::new("true").spawn().unwrap();
-        let ident = ProcessIdentity { pid: child.id(), start: start_time(child.id()).unwrap().unwrap_or(0) };
+        let ident = ProcessIdentity {
+            pid: child.id(),
+            start: start_time(child.id()).unwrap().unwrap_or(0),
+            ns: own_namespace(),
+        };
         child.wait().unwrap();
         assert!(!ident.is_alive());
     }
@@ -181,10 +271,36 @@ mod tests {
         assert!(pid_gone(child.id()));
     }
 
+    /// A process of another pid namespace is never judged by its pid (here: that of a reaped
+    /// child, dead in this namespace), but by the owner lock on its region file, which goes when
+    /// the file's last descriptor of the owner's does.
+    #[test]
+    fn another_namespace_is_judged_by_the_owner_lock() {
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let dead = child.id();
+        child.wait().unwrap();
+        let me = ProcessIdentity::current().unwrap();
+        let stranger = ProcessIdentity { pid: dead, ns: me.ns.wrapping_add(1), ..me };
+        assert!(ProcessIdentity { pid: dead, ..me }.pid_is_ours());
+        assert!(!stranger.pid_is_ours() && stranger.is_alive(), "judged by a pid of another namespace");
+
+        let name = format!("rshm_test_lock_{}", std::process::id());
+        let owner = crate::shm::Mapping::create(&name, 4096).unwrap();
+        let peer = crate::shm::Mapping::open(&name).unwrap();
+        let watch = Watch::by_lock(stranger, peer.fd().try_clone().unwrap());
+        assert!(!watch.alive(), "no lock taken yet");
+        hold_owner_lock(owner.fd()).unwrap();
+        assert!(watch.alive() && !watch.pid_usable());
+        drop(owner);
+        assert!(!watch.alive(), "the lock outlived its owner's descriptor");
+        crate::shm::unlink(&name).unwrap();
+    }
+
     #[test]
     fn a_watch_sees_its_process_exit() {
         let mut child = std::process::Command::new("sleep").arg("5").spawn().unwrap();
-        let ident = ProcessIdentity { pid: child.id(), start: start_time(child.id()).unwrap().unwrap() };
+        let ident =
+            ProcessIdentity { pid: child.id(), start: start_time(child.id()).unwrap().unwrap(), ns: own_namespace() };
         let watch = Watch::new(ident);
         assert!(watch.alive());
         child.kill().unwrap();

@@ -9,7 +9,7 @@ use crate::cmd::{CmdEntry, RespEntry};
 use crate::error::{Error, Result};
 use crate::free_stack::{FreeStack, StackHead};
 use crate::layout::*;
-use crate::liveness::ProcessIdentity;
+use crate::liveness::{ProcessIdentity, Watch};
 use crate::ring::{Ring, RingCtl, Slot};
 use crate::shm::{self, Mapping};
 use crate::sync::{AtomicBool, AtomicU32, Ordering};
@@ -132,6 +132,10 @@ impl Region {
 
     fn init(map: Mapping, geo: Geometry, name: &str, me: ProcessIdentity, flags: u32) -> Region {
         let incarnation = random_u64();
+        // Peers of another pid namespace judge us by this lock; without it they cannot judge
+        // us at all (and take us for alive), so its failure costs only that.
+        let locked = crate::liveness::hold_owner_lock(map.fd()).is_ok();
+        let flags = if locked { flags | FLAG_OWNER_LOCK } else { flags };
         let (cmd, resp, inject, sar) = Self::parts(&map, &geo).expect("geometry computed for this mapping");
         let region = Region {
             cmd,
@@ -156,6 +160,7 @@ impl Region {
         hdr.layout_version = LAYOUT_VERSION;
         hdr.flags = flags;
         hdr.owner_pid = me.pid;
+        hdr.owner_ns = me.ns;
         hdr.owner_start = me.start;
         hdr.incarnation = incarnation;
         hdr.name = name_bytes(name);
@@ -202,7 +207,7 @@ impl Region {
         if hdr.name != name_bytes(name) {
             return Err(Error::Corrupt("region header names another endpoint"));
         }
-        let owner = ProcessIdentity { pid: hdr.owner_pid, start: hdr.owner_start };
+        let owner = header_owner(hdr);
         let (incarnation, flags) = (hdr.incarnation, hdr.flags);
         let (cmd, resp, inject, sar) = Self::parts(&map, &geo)?;
         Ok(Region {
@@ -242,6 +247,23 @@ impl Region {
     }
     pub fn owner(&self) -> ProcessIdentity {
         self.owner
+    }
+
+    /// A liveness watch of the owner: by pid in our pid namespace, by its lock on the region
+    /// file in another (by nothing, so alive, where it holds none).
+    pub fn watch_owner(&self) -> Watch {
+        if !self.owner.pid_is_ours() && self.flags & FLAG_OWNER_LOCK != 0 {
+            if let Ok(fd) = self.map.fd().try_clone() {
+                return Watch::by_lock(self.owner, fd);
+            }
+        }
+        Watch::new(self.owner)
+    }
+
+    /// Name the writer of the ring slots this mapping writes (`ring::Ring::with_writer`):
+    /// `crate::ring::foreign_writer` where the owner is of another pid namespace.
+    pub fn set_writer(&mut self, writer: u32) {
+        self.writer = writer;
     }
     pub fn incarnation(&self) -> u64 {
         self.incarnation
@@ -398,8 +420,12 @@ pub fn inspect(name: &str) -> Result<Occupant> {
         Ok(map) => {
             if let Ok(hdr) = map.at::<RegionHeader>(0) {
                 if hdr.magic == MAGIC && hdr.owner_pid != 0 {
-                    let ident = ProcessIdentity { pid: hdr.owner_pid, start: hdr.owner_start };
-                    return Ok(if ident.is_alive() { Occupant::Alive(ident) } else { Occupant::Dead(Some(ident)) });
+                    let ident = header_owner(hdr);
+                    return Ok(if owner_alive(&map, hdr) {
+                        Occupant::Alive(ident)
+                    } else {
+                        Occupant::Dead(Some(ident))
+                    });
                 }
             }
         }
@@ -411,6 +437,36 @@ pub fn inspect(name: &str) -> Result<Occupant> {
         .map_err(|e| Error::Os(e.raw_os_error().unwrap_or(libc::EIO)))?;
     let age = meta.modified().ok().and_then(|m| SystemTime::now().duration_since(m).ok()).unwrap_or_default();
     Ok(if age > HALF_CREATED_GRACE { Occupant::Dead(None) } else { Occupant::Creating })
+}
+
+/// The owner a region's header names.
+fn header_owner(hdr: &RegionHeader) -> ProcessIdentity {
+    ProcessIdentity { pid: hdr.owner_pid, start: hdr.owner_start, ns: hdr.owner_ns }
+}
+
+/// Whether the owner `hdr` (the header of `map`) names lives: by its pid in our pid namespace,
+/// by its owner lock in another.
+fn owner_alive(map: &Mapping, hdr: &RegionHeader) -> bool {
+    let owner = header_owner(hdr);
+    if owner.pid_is_ours() || hdr.flags & FLAG_OWNER_LOCK == 0 {
+        return owner.is_alive();
+    }
+    crate::liveness::owner_lock_held(map.fd())
+}
+
+/// Whether the region `name` still holds the endpoint of `incarnation` and its owner lives; a
+/// region that is gone or was created again since is not. For entries of a peer table whose
+/// sender is of another pid namespace (`endpoint::peers`), judged by their own region. Errs
+/// towards alive where the file cannot be read.
+pub fn named_owner_alive(name: &str, incarnation: u64) -> bool {
+    match Mapping::open(name) {
+        Ok(map) => match map.at::<RegionHeader>(0) {
+            Ok(hdr) if hdr.magic == MAGIC => hdr.incarnation == incarnation && owner_alive(&map, hdr),
+            _ => false,
+        },
+        Err(Error::NoSuchPeer) => false,
+        Err(_) => true,
+    }
 }
 
 fn reclaim_if_stale(name: &str) -> Result<()> {

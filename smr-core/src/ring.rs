@@ -44,6 +44,16 @@ const WRITING: u64 = 1 << 63;
 const WRITER_SHIFT: u32 = 32;
 const WRITER_BITS: u64 = (1 << 31) - 1;
 
+/// The writer a process names in the rings of a peer of another pid namespace, where its pid
+/// means nothing: this bit (above every Linux pid) and the low bits of its own endpoint's
+/// incarnation, by which the ring's owner finds it among its peers
+/// (`Endpoint::foreign_writer_gone`).
+pub const FOREIGN_WRITER: u32 = 1 << 30;
+
+pub fn foreign_writer(incarnation: u64) -> u32 {
+    FOREIGN_WRITER | (incarnation as u32 & (FOREIGN_WRITER - 1))
+}
+
 /// How far a slot's stamp is ahead of position `pos` (negative: the slot still holds, or is
 /// still receiving, last lap's entry). A `WRITING` stamp keeps only the low 32 bits of its
 /// position: compare within that window.

@@ -122,6 +122,11 @@ impl Mapping {
         Ok(Mapping { base: base.cast(), len, fd })
     }
 
+    /// The file's descriptor (its owner lock: `liveness::hold_owner_lock`).
+    pub fn fd(&self) -> &OwnedFd {
+        &self.fd
+    }
+
     pub fn len(&self) -> usize {
         self.len
     }

@@ -42,6 +42,28 @@ pub fn params(sar: bool) -> Params {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Pid namespaces
+
+/// Whether a helper can run in a pid namespace of its own (`unshare --pid`, root only). Where it
+/// cannot, this prints `SKIPPED: ...` and the caller returns, passing without having tested
+/// anything; under CI=true (which runs as root) it fails instead.
+pub fn namespaces_or_skip(test: &str) -> bool {
+    let ok =
+        Command::new("unshare").args(["--pid", "--fork", "--mount-proc", "true"]).status().is_ok_and(|s| s.success());
+    if !ok {
+        assert_ne!(std::env::var("CI").as_deref(), Ok("true"), "{test}: unshare --pid failed under CI=true");
+        let _ = writeln!(std::io::stderr(), "SKIPPED: needs root for unshare --pid ({test})");
+    }
+    ok
+}
+
+/// `unshare`'s arguments that run `exe ARGS` in a pid namespace of its own (with its own /proc),
+/// killed with the `unshare` that started it: a `Scenario` of "unshare" spawns it.
+pub fn in_own_pid_namespace<'a>(exe: &'a str, args: &[&'a str]) -> Vec<&'a str> {
+    [&["--pid", "--fork", "--mount-proc", "--kill-child", exe][..], args].concat()
+}
+
+// ---------------------------------------------------------------------------------------------
 // CMA
 
 /// The environment variable that makes the tests named for CMA fail where CMA is not

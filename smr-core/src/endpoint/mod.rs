@@ -597,7 +597,11 @@ impl Endpoint {
     /// the process that was copying its entry in has died.
     fn check_stalls(&mut self) {
         let timeout = self.params.stall_timeout;
-        let gone = crate::liveness::pid_gone;
+        let peers = peers::Known { inp: &self.inp, out: &self.out, table: self.region.peer_slots() };
+        let gone = |writer: u32| match writer & crate::ring::FOREIGN_WRITER {
+            0 => crate::liveness::pid_gone(writer),
+            _ => peers.foreign_writer_gone(writer),
+        };
         let skipped = u64::from(self.cmd_stall.check(&mut self.cmd_rx, &self.region.cmd_ring(), timeout, gone))
             + u64::from(self.resp_stall.check(&mut self.resp_rx, &self.region.resp_ring(), timeout, gone));
         self.stats.skipped_slots += skipped;

@@ -180,10 +180,9 @@ pub(super) fn fill_slot(slot: &PeerSlot, name: &str, me: ProcessIdentity, incarn
     for (word, chunk) in slot.name.iter().zip(bytes.chunks_exact(8)) {
         word.store(u64::from_le_bytes(chunk.try_into().expect("8 bytes")), Ordering::Relaxed);
     }
-    slot.pid.store(me.pid, Ordering::Relaxed);
     slot.start.store(me.start, Ordering::Relaxed);
     slot.incarnation.store(incarnation, Ordering::Relaxed);
-    slot.state.store(SLOT_READY, Ordering::Release);
+    slot.state.store(slot_word(SLOT_READY, me), Ordering::Release);
 }
 
 impl Endpoint {
@@ -255,8 +254,11 @@ impl Endpoint {
             p.dead = true;
         }
         if p.link.is_none() {
-            let opened = Region::open(&p.name).map(|r| {
-                let owner = Watch::new(r.owner());
+            let opened = Region::open(&p.name).map(|mut r| {
+                if !r.owner().pid_is_ours() {
+                    r.set_writer(crate::ring::foreign_writer(my_inc));
+                }
+                let owner = r.watch_owner();
                 (r, owner)
             });
             let (region, owner) = match opened {
@@ -281,7 +283,8 @@ impl Endpoint {
                 Err(e) => return Err(e),
             };
             let slot = claim_slot(&region, self.region.name(), me, my_inc)?;
-            let cma = region.flags() & crate::layout::FLAG_CMA != 0;
+            // CMA names the owner by its pid, which means nothing in another pid namespace.
+            let cma = region.flags() & crate::layout::FLAG_CMA != 0 && owner.pid_usable();
             let now = Instant::now();
             let seen = |count: &crate::sync::AtomicU64| BeatSeen {
                 count: count.load(Ordering::Relaxed),
@@ -323,12 +326,12 @@ impl Endpoint {
     pub(super) fn accept(&mut self, src: SrcId, h: &mut impl Handler) -> Result<()> {
         let slots = self.region.peer_slots();
         let slot = slots.get(src as usize).ok_or(Error::Corrupt("peer index out of range"))?;
-        if slot.state.load(Ordering::Acquire) != SLOT_READY {
+        let state = slot.state.load(Ordering::Acquire);
+        if state & 3 != SLOT_READY {
             return Err(Error::Corrupt("command from an unclaimed peer entry"));
         }
         let name = slot_name(slot).ok_or(Error::Corrupt("peer entry holds a bad name"))?;
-        let ident =
-            ProcessIdentity { pid: slot.pid.load(Ordering::Relaxed), start: slot.start.load(Ordering::Relaxed) };
+        let ident = slot_sender(state, slot);
         let incarnation = slot.incarnation.load(Ordering::Relaxed);
         if let Some(known) = self.inp.get(&src) {
             if known.incarnation == incarnation && known.name == name {
@@ -340,7 +343,7 @@ impl Endpoint {
         // A sender that announced itself and then closed (or died) before we met it: its region
         // is gone or belongs to a successor. What it queued inline or in our inject buffers is
         // complete in our memory and is still delivered (as for senders we knew, `forgotten`).
-        let region = match Region::open(&name) {
+        let mut region = match Region::open(&name) {
             Ok(r) if r.incarnation() == incarnation && r.owner() == ident => r,
             other => {
                 if let Some(slot) = self.region.peer_slots().get(src as usize) {
@@ -351,7 +354,11 @@ impl Endpoint {
             }
         };
         self.forgotten.remove(&src);
-        self.inp.insert(src, InPeer { name, region, watch: Watch::new(ident), incarnation });
+        if !ident.pid_is_ours() {
+            region.set_writer(crate::ring::foreign_writer(self.region.incarnation()));
+        }
+        let watch = region.watch_owner();
+        self.inp.insert(src, InPeer { name, region, watch, incarnation });
         self.send_resp(src, conn_ack(src));
         Ok(())
     }
@@ -538,30 +545,82 @@ impl Endpoint {
     }
 }
 
+/// The peers an endpoint knows, for `check_stalls` to judge the writer of a stalled ring slot
+/// that is of another pid namespace (named by `ring::foreign_writer`, not by a pid).
+pub(super) struct Known<'a> {
+    pub inp: &'a SrcTable,
+    pub out: &'a [OutPeer],
+    pub table: &'a [PeerSlot],
+}
+
+impl Known<'_> {
+    /// Whether the writer `writer` names is gone. Every live writer is found: one of our
+    /// command ring fills its entry in our peer table before it sends anything, and one of our
+    /// response ring is a peer we send to. So a writer that none of those, live, carries is gone.
+    pub fn foreign_writer_gone(&self, writer: u32) -> bool {
+        let carries = |incarnation: u64| crate::ring::foreign_writer(incarnation) == writer;
+        let target_lives =
+            self.out.iter().filter_map(|p| p.link.as_ref()).any(|l| carries(l.region.incarnation()) && l.owner.alive());
+        let sender_lives = self.table.iter().enumerate().any(|(src, slot)| {
+            let state = slot.state.load(Ordering::Acquire);
+            state & 3 == SLOT_READY
+                && carries(slot.incarnation.load(Ordering::Relaxed))
+                && match self.inp.get(&(src as SrcId)) {
+                    Some(p) => p.watch.alive(),
+                    None => sender_alive(slot, slot_sender(state, slot)),
+                }
+        });
+        !(target_lives || sender_lives)
+    }
+}
+
 /// Receiver side: free entry `slot` of our peer table if it still holds the sender of
 /// `incarnation`. Once that sender died, another may have claimed the entry (`claim_slot`)
 /// before we noticed: that claim stays, or a third sender could take the entry from under it
 /// and the successor's messages would come from the wrong name. Holding the entry CLAIMED while
 /// we look keeps new claimants out; one that is filling it now (CLAIMED) keeps it.
 fn free_entry_of(slot: &PeerSlot, incarnation: u64) {
-    let mine = claimed_by(std::process::id());
-    if slot.state.compare_exchange(SLOT_READY, mine, Ordering::AcqRel, Ordering::Acquire).is_err() {
+    let ready = slot.state.load(Ordering::Acquire);
+    let Ok(me) = ProcessIdentity::current() else { return };
+    if ready & 3 != SLOT_READY
+        || slot.state.compare_exchange(ready, slot_word(SLOT_CLAIMED, me), Ordering::AcqRel, Ordering::Acquire).is_err()
+    {
         return;
     }
     let still_its = slot.incarnation.load(Ordering::Relaxed) == incarnation;
-    slot.state.store(if still_its { SLOT_FREE } else { SLOT_READY }, Ordering::Release);
+    slot.state.store(if still_its { SLOT_FREE } else { ready }, Ordering::Release);
 }
 
-/// The state of a peer-table entry that process `pid` is claiming: SLOT_CLAIMED in the low two
-/// bits, the pid above them (Linux pids fit in 22 bits), so that an entry whose claimant was
-/// killed before it filled the entry can be claimed again instead of being lost for good.
-pub(super) fn claimed_by(pid: u32) -> u32 {
-    SLOT_CLAIMED | (pid & 0x3FFF_FFFF) << 2
+/// The state word of a peer-table entry in state `kind` (`SLOT_CLAIMED`, `SLOT_READY`) for
+/// sender `who`: the kind in the low two bits, its pid above them (Linux pids fit in 22 bits)
+/// and its pid namespace in the high half. A claimant killed before it filled the entry in is
+/// found by its pid, and the entry claimed again instead of lost for good; the namespace says
+/// whether that pid means anything to whoever looks.
+pub(super) fn slot_word(kind: u64, who: ProcessIdentity) -> u64 {
+    kind | u64::from(who.pid & 0x3FFF_FFFF) << 2 | u64::from(who.ns) << 32
 }
 
-/// The process claiming an entry in `state`, if it is being claimed.
-fn claimant(state: u32) -> Option<u32> {
-    (state & 3 == SLOT_CLAIMED).then_some(state >> 2)
+/// The sender a READY entry names (its state word `state`, its start time in the entry).
+fn slot_sender(state: u64, slot: &PeerSlot) -> ProcessIdentity {
+    ProcessIdentity { pid: (state as u32) >> 2, start: slot.start.load(Ordering::Relaxed), ns: (state >> 32) as u32 }
+}
+
+/// Whether the sender `who` that a READY entry names lives: by its pid in our pid namespace, by
+/// its own region (the entry's name and incarnation) in another.
+fn sender_alive(slot: &PeerSlot, who: ProcessIdentity) -> bool {
+    if who.pid_is_ours() {
+        return who.is_alive();
+    }
+    slot_name(slot)
+        .map_or(true, |name| crate::region::named_owner_alive(&name, slot.incarnation.load(Ordering::Relaxed)))
+}
+
+/// Whether the claimant an entry in state `state` (CLAIMED) names is gone. One of another pid
+/// namespace cannot be judged by its pid and counts as alive: an entry it was killed in the
+/// middle of claiming (a few stores) stays lost.
+fn claimant_gone(state: u64) -> bool {
+    let who = ProcessIdentity { pid: (state as u32) >> 2, start: 0, ns: (state >> 32) as u32 };
+    who.pid_is_ours() && crate::liveness::pid_gone(who.pid)
 }
 
 /// Claim an entry in the peer's table: a free one, or one whose claimant died (after it
@@ -573,17 +632,19 @@ fn claim_slot(region: &Region, name: &str, me: ProcessIdentity, incarnation: u64
     for i in (0..n).map(|k| (start + k) % n) {
         let slot = &slots[i];
         let state = slot.state.load(Ordering::Acquire);
-        let reusable = match state {
-            SLOT_FREE => true,
+        let reusable = match state & 3 {
+            _ if state == SLOT_FREE => true,
             SLOT_READY => {
-                let pid = slot.pid.load(Ordering::Relaxed);
-                let owner = ProcessIdentity { pid, start: slot.start.load(Ordering::Relaxed) };
-                slot.incarnation.load(Ordering::Relaxed) == incarnation || !owner.is_alive()
+                slot.incarnation.load(Ordering::Relaxed) == incarnation || !sender_alive(slot, slot_sender(state, slot))
             }
-            other => claimant(other).is_some_and(crate::liveness::pid_gone),
+            SLOT_CLAIMED => claimant_gone(state),
+            _ => false,
         };
         if reusable
-            && slot.state.compare_exchange(state, claimed_by(me.pid), Ordering::AcqRel, Ordering::Relaxed).is_ok()
+            && slot
+                .state
+                .compare_exchange(state, slot_word(SLOT_CLAIMED, me), Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
         {
             fill_slot(slot, name, me, incarnation);
             return Ok(i as u32);

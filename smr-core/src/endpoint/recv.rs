@@ -566,11 +566,15 @@ impl Endpoint {
     }
 
     /// The pid of sender `src`, if it is still alive: a dead sender's pid may already belong to
-    /// another process, so CMA never goes to one blindly.
+    /// another process, so CMA never goes to one blindly. Refused (as the kernel refuses CMA)
+    /// for a sender of another pid namespace, whose pid names some other process here.
     pub(super) fn live_pid(&self, src: SrcId) -> Result<u32> {
         let peer = self.inp.get(&src).ok_or(Error::PeerDead)?;
         if !peer.watch.alive() {
             return Err(Error::PeerDead);
+        }
+        if !peer.watch.pid_usable() {
+            return Err(Error::Os(libc::EPERM));
         }
         Ok(peer.watch.ident().pid)
     }

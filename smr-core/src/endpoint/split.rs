@@ -274,7 +274,13 @@ impl Endpoint {
             self.stats.corrupt_commands += 1;
             return;
         }
-        let Some(link) = self.out.get(send.peer as usize).and_then(|o| o.link.as_ref()) else { return };
+        // No send to a peer whose pid means nothing here (another pid namespace's) goes by CMA,
+        // so such a peer's request for its tail is a mistake, never a CMA write to that pid.
+        let Some(link) =
+            self.out.get(send.peer as usize).and_then(|o| o.link.as_ref()).filter(|l| l.owner.pid_usable())
+        else {
+            return;
+        };
         let Some(claim) = link.region.peer_slots().get(link.slot as usize).map(|s| &s.split) else { return };
         if claim
             .compare_exchange(word(msg_id, OFFERED), word(msg_id, TAKEN), Ordering::AcqRel, Ordering::Relaxed)

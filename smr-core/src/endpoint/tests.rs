@@ -1076,9 +1076,9 @@ fn forgetting_a_dead_sender_leaves_its_successors_entry() {
     super::peers::fill_slot(entry, successor.name(), me, successor.region.incarnation());
 
     b.forget_in_peer(src, &mut hb);
-    assert_eq!(entry.state.load(Relaxed), SLOT_READY, "the successor keeps the entry a's death freed");
+    assert_eq!(entry.state.load(Relaxed) & 3, SLOT_READY, "the successor keeps the entry a's death freed");
     b.accept(src, &mut hb).unwrap();
-    assert_eq!(entry.state.load(Relaxed), SLOT_READY, "and keeps it once b learns of it");
+    assert_eq!(entry.state.load(Relaxed) & 3, SLOT_READY, "and keeps it once b learns of it");
     assert_eq!(b.inp.get(&src).map(|p| p.name.as_str()), Some(successor.name()));
 
     // The same on the connection request alone: b forgets the sender it knew and learns the new
@@ -1086,7 +1086,7 @@ fn forgetting_a_dead_sender_leaves_its_successors_entry() {
     super::peers::fill_slot(entry, a.name(), me, a.region.incarnation());
     b.accept(src, &mut hb).unwrap();
     assert_eq!(b.inp.get(&src).map(|p| p.name.as_str()), Some(a.name()));
-    assert_eq!(entry.state.load(Relaxed), SLOT_READY, "a keeps the entry it took back");
+    assert_eq!(entry.state.load(Relaxed) & 3, SLOT_READY, "a keeps the entry it took back");
 
     b.forget_in_peer(src, &mut hb);
     assert_eq!(entry.state.load(Relaxed), SLOT_FREE, "an entry still holding the sender forgotten is free");
@@ -1096,7 +1096,8 @@ fn forgetting_a_dead_sender_leaves_its_successors_entry() {
 /// in are claimed again; those of a live claimant are not.
 #[test]
 fn entries_left_half_claimed_by_the_dead_are_claimed_again() {
-    use crate::layout::SLOT_READY;
+    use crate::layout::{SLOT_CLAIMED, SLOT_READY};
+    use crate::liveness::ProcessIdentity;
     use crate::sync::Ordering::Relaxed;
     let mut b = Endpoint::create(&name("halfb"), Params::default()).unwrap();
     let mut child = std::process::Command::new("true").spawn().unwrap();
@@ -1104,12 +1105,18 @@ fn entries_left_half_claimed_by_the_dead_are_claimed_again() {
     child.wait().unwrap();
     let region = Arc::clone(&b.region);
     let entries = region.peer_slots();
+    let me = crate::liveness::ProcessIdentity::current().unwrap();
+    let claimed_by = |pid| super::peers::slot_word(SLOT_CLAIMED, ProcessIdentity { pid, ..me });
     for e in entries {
-        e.state.store(super::peers::claimed_by(dead), Relaxed);
+        e.state.store(claimed_by(dead), Relaxed);
     }
-    // One entry a live process is claiming (this one): nobody takes it.
+    // One entry a live process is claiming (this one): nobody takes it. Nor one that a process
+    // of another pid namespace is claiming, whose pid (dead here) means nothing here.
     let live = (std::process::id() as usize) % entries.len();
-    entries[live].state.store(super::peers::claimed_by(std::process::id()), Relaxed);
+    entries[live].state.store(claimed_by(std::process::id()), Relaxed);
+    let foreign = (live + 1) % entries.len();
+    let stranger = ProcessIdentity { pid: dead, ns: me.ns.wrapping_add(1), ..me };
+    entries[foreign].state.store(super::peers::slot_word(SLOT_CLAIMED, stranger), Relaxed);
 
     let mut a = Endpoint::create(&name("halfa"), Params::default()).unwrap();
     let to_b = a.add_peer(b.name()).unwrap();
@@ -1123,7 +1130,8 @@ fn entries_left_half_claimed_by_the_dead_are_claimed_again() {
     pump_until((&mut a, &mut ha), (&mut b, &mut hb), "the message", |_, hb| hb.inline_taken == 1);
     let src = a.link(to_b).unwrap().slot as usize;
     assert_ne!(src, live, "a live claimant's entry was taken");
-    assert_eq!(entries[src].state.load(Relaxed), SLOT_READY);
+    assert_ne!(src, foreign, "an entry of another pid namespace's claimant was judged by its pid");
+    assert_eq!(entries[src].state.load(Relaxed) & 3, SLOT_READY);
     assert_eq!(hb.inline_offered[0].3, pattern(8, 3));
 }
 
