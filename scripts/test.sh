@@ -114,6 +114,25 @@ else
     env -u FI_RSHM_REAP_DEAD timeout -k 5 120 bash scripts/reap-check.sh "$PWD/target/rshm"
 fi
 
+step "processes in different pid namespaces (containers sharing /dev/shm, not pids): every family through libfabric, data checked"
+# The responder runs under unshare --pid: neither side may judge the other by its pid or reach
+# it with CMA. rshm-fi-bench checks every point's data and exits 1 on any failure.
+if [ "$(id -u)" = 0 ]; then
+    cargo build --release --locked -q -p rshm-benches --bin rshm-fi-bench
+    FI_PROVIDER_PATH="$PWD/target/rshm" timeout -k 5 300 target/release/rshm-fi-bench --provider rshm \
+        --peer-pid-namespace --sizes 8,4K,64K,1M --tries 1 --time-ms 20 2>/dev/null >target/pidns-check.out ||
+        { grep -v '^RESULT' target/pidns-check.out; echo "a test failed across pid namespaces"; exit 1; }
+    # Every test offered (no NA line: the provider loaded and offered each family).
+    if grep -q '^NA' target/pidns-check.out || [ "$(grep -c '^RESULT' target/pidns-check.out)" -lt 40 ]; then
+        cat target/pidns-check.out
+        echo "expected every test of every family to run across pid namespaces"
+        exit 1
+    fi
+    echo "  $(grep -c '^RESULT' target/pidns-check.out) points passed, families: $(grep '^RESULT' target/pidns-check.out | cut -f4 | sort -u | cut -d= -f2 | tr '\n' ' ')"
+else
+    echo "  SKIPPED: needs root for unshare --pid"
+fi
+
 step "memory per endpoint through libfabric (tests/perf/ep_memory.c): at most 4 MiB with every pool in use, 2 MiB before its pools are used, nothing left after close"
 mkdir -p target/perf
 cc -O2 -Wall -o target/perf/ep_memory tests/perf/ep_memory.c -lfabric

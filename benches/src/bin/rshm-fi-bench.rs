@@ -39,6 +39,11 @@ usage: rshm-fi-bench --provider NAME [--families LIST] [--tests LIST] [--sizes L
   --time-ms MS      target duration of one timed run (default 100)
   --tries N         timed runs per point while other load is seen (default 3)
   --no-pin          do not pin the two processes to two CPUs
+  --peer-pid-namespace
+                    start the responder in a pid namespace of its own (`unshare --pid --fork
+                    --mount-proc`, root only), as in a container sharing /dev/shm but not its
+                    pids: a check that every test works across namespaces (its load figures
+                    then watch `unshare`, not the responder)
 
 Prints one line per point on stdout, tab-separated key=value fields:
   RESULT prov core family test size iters ops ns load busy tries
@@ -61,6 +66,7 @@ struct Opts {
     time: Duration,
     tries: u32,
     pin: bool,
+    peer_own_pid_namespace: bool,
 }
 
 fn parse_list<T>(s: &str, what: &str, f: impl Fn(&str) -> Option<T>) -> std::result::Result<Vec<T>, String> {
@@ -76,6 +82,7 @@ fn parse_args(args: &[String]) -> std::result::Result<Option<Opts>, String> {
         time: Duration::from_millis(100),
         tries: 3,
         pin: true,
+        peer_own_pid_namespace: false,
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -88,6 +95,7 @@ fn parse_args(args: &[String]) -> std::result::Result<Option<Opts>, String> {
             "--time-ms" => o.time = Duration::from_millis(val()?.parse().map_err(|e| format!("--time-ms: {e}"))?),
             "--tries" => o.tries = val()?.parse().map_err(|e| format!("--tries: {e}"))?,
             "--no-pin" => o.pin = false,
+            "--peer-pid-namespace" => o.peer_own_pid_namespace = true,
             "--help" | "-h" => return Ok(None),
             other => return Err(format!("unknown argument {other:?}")),
         }
@@ -233,9 +241,15 @@ struct Peer {
 }
 
 impl Peer {
-    fn start(cpu: Option<usize>, provider: &str) -> Result<Peer> {
+    fn start(cpu: Option<usize>, provider: &str, own_pid_namespace: bool) -> Result<Peer> {
         let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
-        let mut cmd = Command::new(exe);
+        let mut cmd = if own_pid_namespace {
+            let mut unshare = Command::new("unshare");
+            unshare.args(["--pid", "--fork", "--mount-proc", "--kill-child"]).arg(exe);
+            unshare
+        } else {
+            Command::new(exe)
+        };
         cmd.arg(PEER_ARG).stdin(Stdio::piped()).stdout(Stdio::piped());
         if let Some(cpu) = cpu {
             cmd.args(["--cpu", &cpu.to_string()]);
@@ -324,7 +338,7 @@ fn initiator_main(opts: &Opts) -> Result<bool> {
     if let Some(cpu) = mine {
         pin_to_cpu(cpu)?;
     }
-    let mut peer = Peer::start(theirs, &opts.provider)?;
+    let mut peer = Peer::start(theirs, &opts.provider, opts.peer_own_pid_namespace)?;
     let mut ctx = Ctx { opts, core: core_version(), failed: false };
     let max = opts.sizes.iter().copied().max().unwrap_or(8).max(64);
     for &family in &opts.families {
