@@ -246,6 +246,20 @@ impl Endpoint {
         let dead_owner_timeout = self.params.dead_owner_timeout;
         let name_owner_gone = self.params.name_owner_gone;
         let (me, my_inc) = (self.me, self.region.incarnation());
+        // Sends still waiting on a dead or closed predecessor fail at the next liveness tick
+        // (`check_peers` finds them by this peer being dead). Until then no successor is
+        // linked: that would clear `dead`, and they would wait on the successor forever.
+        let gone = self
+            .out
+            .get(peer as usize)
+            .is_some_and(|p| (p.dead && p.link.is_none()) || p.link.as_ref().is_some_and(|l| l.region.closed()));
+        if gone && self.waits_on(peer) {
+            if let Some(p) = self.out.get_mut(peer as usize) {
+                p.link = None;
+                p.dead = true;
+            }
+            return Err(Error::Again);
+        }
         let p = self.out.get_mut(peer as usize).ok_or(Error::Invalid("unknown peer handle"))?;
         // A receiver that closed its endpoint takes nothing more: its region is as good as a
         // dead one's (a successor of the same name is found by the open below).
@@ -320,6 +334,11 @@ impl Endpoint {
             let _ = push_cmd(&link.region, &CmdEntry::control(op::CONNECT, link.slot));
         }
         Ok(link)
+    }
+
+    /// Whether a send still waits on `peer` (unanswered, or answered in part).
+    fn waits_on(&self, peer: PeerId) -> bool {
+        self.pending.values().any(|s| s.peer == peer) || self.acked.values().any(|s| s.peer == peer)
     }
 
     /// Receiver side: learn (or re-learn) the sender behind table entry `src`.

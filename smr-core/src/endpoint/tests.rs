@@ -534,6 +534,47 @@ fn an_answer_left_by_a_receiver_that_closed_completes_its_send() {
     assert_eq!(ha.sends_done, vec![(1, Ok(())), (2, Ok(())), (3, Err(Error::PeerDead))]);
 }
 
+/// A receiver that closed with a send of ours unanswered, and a successor under its name before
+/// our next liveness tick: the send still fails with `PeerDead` (it waited on the successor
+/// forever when a send to the successor linked it first and cleared the peer's death), and only
+/// then does the successor get messages.
+#[test]
+fn a_send_left_unanswered_by_a_predecessor_fails_before_its_successor_is_linked() {
+    let (mut a, mut b, to_b) = pair("succlinked", Params::default());
+    let (mut ha, mut hb) = (Collect::default(), Collect::default());
+    assert_eq!(a.send_bytes(to_b, hdr(1), &pattern(8, 1), acked(1)), Ok(SendStatus::Pending));
+    pump_until((&mut a, &mut ha), (&mut b, &mut hb), "the first answer", |ha, _| ha.sends_done.len() == 1);
+    hb.later = true;
+    assert_eq!(a.send_bytes(to_b, hdr(2), &pattern(8, 2), acked(2)), Ok(SendStatus::Pending));
+    let dl = deadline();
+    while hb.received.len() < 2 {
+        assert!(std::time::Instant::now() < dl, "the second message not received");
+        b.progress(&mut hb);
+    }
+    let name = b.name().to_string();
+    drop(b);
+    let mut successor = Endpoint::create(&name, Params::default()).unwrap();
+    let mut hs = Collect::default();
+    // The first send to the successor is retried (with our progress, as an application must
+    // on -FI_EAGAIN) until it goes out.
+    let sent = loop {
+        assert!(std::time::Instant::now() < dl, "the send to the successor never went out: {:?}", ha.sends_done);
+        match a.send_bytes(to_b, hdr(3), &pattern(8, 3), acked(3)) {
+            Err(Error::Again) => {}
+            other => break other,
+        }
+        a.progress(&mut ha);
+        successor.progress(&mut hs);
+    };
+    assert_eq!(sent, Ok(SendStatus::Pending));
+    assert_eq!(ha.sends_done, vec![(1, Ok(())), (2, Err(Error::PeerDead))], "before the successor was linked");
+    pump_until((&mut a, &mut ha), (&mut successor, &mut hs), "the successor's answer", |ha, _| {
+        ha.sends_done.len() == 3
+    });
+    assert_eq!(ha.sends_done[2], (3, Ok(())));
+    assert_eq!(hs.received.len(), 1);
+}
+
 /// Acknowledged messages that one pass of the receiver's handles are answered in runs, one
 /// response for up to `DONE_MANY_MAX` of them (`ok_run.rs`), and the answers keep the order of
 /// the sends around a refusal among them.
