@@ -11,12 +11,14 @@
 //! - no file of the job is left in /dev/shm once the processes exit (the dead one's was reclaimed
 //!   by the restart).
 //!
-//! `kill_storm_short` (20 runs) runs with `cargo test`; the long version is
+//! `kill_storm_short` (20 runs) runs with `cargo test`, and so does
+//! `kill_storm_across_pid_namespaces_short` (20 runs, root only), in which each process and the
+//! restart run at random in our pid namespace or in one of their own; the long version is
 //! `RSHM_KILL_STORM_RUNS=200 cargo test --release -p rshm-tests --test kill_storm -- --ignored --nocapture`
 //! (`RSHM_KILL_STORM_SEED` replays a seed). Both print figures: runs and kills per point, time to
 //! error (min, median, max), messages and bytes checked.
 
-use rshm_tests::{kv_u64, parse_kv, Rng, Scenario};
+use rshm_tests::{in_own_pid_namespace, kv_u64, namespaces_or_skip, parse_kv, Rng, Scenario};
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -68,12 +70,35 @@ struct Figures {
     skipped_slots: u64,
 }
 
+/// Where a run's processes live: all in ours, or each (and the restart) at random in ours or in
+/// a pid namespace of its own (`unshare --pid`), as containers that share /dev/shm but not pids.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Placement {
+    Ours,
+    MixedNamespaces,
+}
+
+/// `rshm-storm ARGS` as the run's scenario spawns it: under `unshare` when namespaces are mixed,
+/// which, asked for no namespace, just runs it in ours.
+fn storm_command<'a>(placement: Placement, own_namespace: bool, args: &[&'a str]) -> Vec<&'a str> {
+    match (placement, own_namespace) {
+        (Placement::Ours, _) => args.to_vec(),
+        (Placement::MixedNamespaces, true) => in_own_pid_namespace(STORM, args),
+        (Placement::MixedNamespaces, false) => [&[STORM][..], args].concat(),
+    }
+}
+
 /// One run; returns what it measured. Panics (with every transcript) on a failed check.
-fn run(rng: &mut Rng, n: usize, fig: &mut Figures) {
+fn run(rng: &mut Rng, n: usize, fig: &mut Figures, placement: Placement) {
     let point = POINTS[rng.below(POINTS.len() as u64) as usize];
     let victim = rng.below(4) as usize;
-    println!("run {n}: {point:?}, victim p{victim}");
-    let mut sc = Scenario::new(STORM, "ks");
+    // Which processes (the four, then the restart) run in a pid namespace of their own.
+    let own: Vec<bool> = (0..5).map(|_| placement == Placement::MixedNamespaces && rng.below(2) == 1).collect();
+    println!(
+        "run {n}: {point:?}, victim p{victim}{}",
+        if placement == Placement::Ours { String::new() } else { format!(", own pid namespace {own:?}") }
+    );
+    let mut sc = Scenario::new(if placement == Placement::Ours { STORM } else { "unshare" }, "ks");
     let names: Vec<String> = (0..4).map(|i| sc.name(&format!("{i}"))).collect();
     let args_of = |i: usize, seed: u64| -> Vec<String> {
         let peers: Vec<String> = (0..4).filter(|&j| j != i).map(|j| format!("{}:{}", j + 1, names[j])).collect();
@@ -95,13 +120,13 @@ fn run(rng: &mut Rng, n: usize, fig: &mut Figures) {
         a
     };
     let mut procs: Vec<usize> = Vec::new();
-    for i in 0..4 {
+    for (i, &own_namespace) in own[..4].iter().enumerate() {
         let mut a = args_of(i, rng.next_u64());
         if i == victim && point == Point::MidCommandCopy {
             a.extend(["--die-mid-copy".to_string(), (2 + rng.below(300)).to_string()]);
         }
         let a: Vec<&str> = a.iter().map(String::as_str).collect();
-        procs.push(sc.spawn(&format!("p{i}"), &a));
+        procs.push(sc.spawn(&format!("p{i}"), &storm_command(placement, own_namespace, &a)));
     }
     let dl = Instant::now() + WAIT;
     for &p in &procs {
@@ -137,7 +162,7 @@ fn run(rng: &mut Rng, n: usize, fig: &mut Figures) {
     let mut a = args_of(victim, rng.next_u64());
     a.extend(["--incarnation".to_string(), "1".to_string()]);
     let a: Vec<&str> = a.iter().map(String::as_str).collect();
-    let restarted = sc.spawn(&format!("p{victim}'"), &a);
+    let restarted = sc.spawn(&format!("p{victim}'"), &storm_command(placement, own[4], &a));
     procs[victim] = restarted;
     sc.child(restarted).expect_line("READY", dl);
     sc.child(restarted).say("GO");
@@ -208,14 +233,14 @@ fn run(rng: &mut Rng, n: usize, fig: &mut Figures) {
     fig.runs += 1;
 }
 
-fn storm(runs: usize) -> Figures {
+fn storm(runs: usize, placement: Placement) -> Figures {
     let seed = std::env::var("RSHM_KILL_STORM_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| wall_us() | 1);
     println!("kill storm: {runs} runs, seed {seed} (RSHM_KILL_STORM_SEED={seed} replays it)");
     let mut rng = Rng(seed);
     let mut fig = Figures::default();
     let started = Instant::now();
     for n in 0..runs {
-        run(&mut rng, n, &mut fig);
+        run(&mut rng, n, &mut fig, placement);
     }
     fig.notice_us.sort_unstable();
     let q = |f: f64| fig.notice_us[((fig.notice_us.len() - 1) as f64 * f) as usize] as f64 / 1000.0;
@@ -239,14 +264,25 @@ fn storm(runs: usize) -> Figures {
 
 #[test]
 fn kill_storm_short() {
-    let fig = storm(20);
+    let fig = storm(20, Placement::Ours);
     assert_eq!(fig.runs, 20);
+}
+
+/// The same with each process at random in our pid namespace or in one of its own: the dead
+/// one is judged by its region lock where its pid means nothing, its half-written ring slot
+/// named by its incarnation (`namespaces.rs`).
+#[test]
+fn kill_storm_across_pid_namespaces_short() {
+    if namespaces_or_skip("kill_storm_across_pid_namespaces_short") {
+        let fig = storm(20, Placement::MixedNamespaces);
+        assert_eq!(fig.runs, 20);
+    }
 }
 
 #[test]
 #[ignore = "long: RSHM_KILL_STORM_RUNS=200 cargo test --release -p rshm-tests --test kill_storm -- --ignored"]
 fn kill_storm_long() {
     let runs = std::env::var("RSHM_KILL_STORM_RUNS").ok().and_then(|s| s.parse().ok()).unwrap_or(200);
-    let fig = storm(runs);
+    let fig = storm(runs, Placement::Ours);
     assert_eq!(fig.runs, runs);
 }
