@@ -16,7 +16,8 @@
 //! A slot whose producer is inside its copy (`WRITING`) cannot be skipped that way: the producer
 //! may be alive and still writing. So the `WRITING` stamp also names the writer: it is
 //! `WRITING | pid << 32 | (pos mod 2^32)`, the pid being the process that mapped the ring
-//! (`Ring::with_writer`). When such a head stays put, the consumer asks whether that process is
+//! (`Ring::with_writer`; a process of another pid namespace than the ring's owner names itself
+//! by `FOREIGN_WRITER` instead). When such a head stays put, the consumer asks whether that process is
 //! gone (`StallWatch::check`'s `gone`); only then does `reclaim` move the stamp from exactly that
 //! value to the next lap. A dead process writes nothing more, so the half-written entry is never
 //! read and the slot is never written twice. A live writer, or one of unknown pid (0), is waited
@@ -47,7 +48,7 @@ const WRITER_BITS: u64 = (1 << 31) - 1;
 /// The writer a process names in the rings of a peer of another pid namespace, where its pid
 /// means nothing: this bit (above every Linux pid) and the low bits of its own endpoint's
 /// incarnation, by which the ring's owner finds it among its peers
-/// (`Endpoint::foreign_writer_gone`).
+/// (`endpoint::peers::Known::foreign_writer_gone`).
 pub const FOREIGN_WRITER: u32 = 1 << 30;
 
 pub fn foreign_writer(incarnation: u64) -> u32 {

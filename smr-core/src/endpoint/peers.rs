@@ -366,7 +366,7 @@ impl Endpoint {
             Ok(r) if r.incarnation() == incarnation && r.owner() == ident => r,
             other => {
                 if let Some(slot) = self.region.peer_slots().get(src as usize) {
-                    free_entry_of(slot, incarnation);
+                    free_entry_of(slot, incarnation, self.me);
                 }
                 self.forgotten.insert(src, name);
                 return Err(other.err().unwrap_or(Error::Corrupt("peer entry does not match the region it names")));
@@ -544,7 +544,7 @@ impl Endpoint {
             // Before the entry is free: a successor's commands then come after `until`.
             self.decide_later(src, peer.incarnation);
             if let Some(slot) = self.region.peer_slots().get(src as usize) {
-                free_entry_of(slot, peer.incarnation);
+                free_entry_of(slot, peer.incarnation, self.me);
             }
         }
         self.fail_receives_from(src, h)
@@ -597,10 +597,10 @@ impl Known<'_> {
 /// `incarnation`. Once that sender died, another may have claimed the entry (`claim_slot`)
 /// before we noticed: that claim stays, or a third sender could take the entry from under it
 /// and the successor's messages would come from the wrong name. Holding the entry CLAIMED while
-/// we look keeps new claimants out; one that is filling it now (CLAIMED) keeps it.
-fn free_entry_of(slot: &PeerSlot, incarnation: u64) {
+/// we look keeps new claimants out; one that is filling it now (CLAIMED) keeps it. `me`: this
+/// process, the claimant meanwhile.
+fn free_entry_of(slot: &PeerSlot, incarnation: u64, me: ProcessIdentity) {
     let ready = slot.state.load(Ordering::Acquire);
-    let Ok(me) = ProcessIdentity::current() else { return };
     if ready & 3 != SLOT_READY
         || slot.state.compare_exchange(ready, slot_word(SLOT_CLAIMED, me), Ordering::AcqRel, Ordering::Acquire).is_err()
     {
