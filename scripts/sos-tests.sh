@@ -22,6 +22,9 @@
 #   --list-only          print the tests that would run (after --filter) and exit
 #   --one PROGRAM        run one test program (a name such as `hello`, or a path) with
 #                        mpiexec.hydra -np N, in the same namespaces and environment
+#   --pe-pid-namespaces  every PE in a pid namespace of its own (`unshare --pid` under
+#                        mpiexec.hydra), sharing the run's /dev/shm: as PEs in containers that
+#                        share /dev/shm but not their pids
 #
 # Each test's own log stays in the build tree (modules/tests-sos/test/<dir>/<test>.log), so two
 # runs on one build directory would overwrite each other's: a run holds a lock on the build
@@ -33,7 +36,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 usage() { sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit "${1:-2}"; }
 
 BUILD="" PROVIDER="" PROV_PATH="" PROV_PATH_SET=0 NP=2 FILTER="" JOBS=1 TOTAL=3600 PER_TEST=180
-LIST_ONLY=0 ONE="" LOGS=""
+LIST_ONLY=0 ONE="" LOGS="" PE_NS=""
 while [ $# -gt 0 ]; do
     case $1 in
     --build) BUILD=$2; shift 2 ;;
@@ -47,6 +50,7 @@ while [ $# -gt 0 ]; do
     --logs) LOGS=$2; shift 2 ;;
     --list-only) LIST_ONLY=1; shift ;;
     --one) ONE=$2; shift 2 ;;
+    --pe-pid-namespaces) PE_NS="unshare --pid --fork --mount-proc --kill-child "; shift ;;
     -h | --help) usage 0 ;;
     *) echo "sos-tests: unknown argument: $1" >&2; usage ;;
     esac
@@ -103,7 +107,7 @@ mkdir -p "$LOGS" || exit 2
 LOGS=$(cd "$LOGS" && pwd)
 export FI_PROVIDER=$PROVIDER SHMEM_OFI_PROVIDER=$PROVIDER
 if [ -n "$PROV_PATH" ]; then export FI_PROVIDER_PATH=$PROV_PATH; else unset FI_PROVIDER_PATH; fi
-RUNNER="mpiexec.hydra -np $NP timeout --signal=ABRT $PER_TEST"
+RUNNER="mpiexec.hydra -np $NP ${PE_NS}timeout --signal=ABRT $PER_TEST"
 
 # The commands to run inside the namespaces; the private /dev/shm comes first.
 INNER=$LOGS/inner.sh
