@@ -134,7 +134,8 @@ if [ "$(id -u)" = 0 ]; then
     for size in 8 1048576; do
         ns=(timeout -k 5 60 unshare --pid --fork --mount-proc --kill-child)
         FI_PROVIDER_PATH="$PWD/target/rshm" "${ns[@]}" fi_pingpong -p rshm -e rdm -m tagged -c -S $size -I 200 -B 47631 >/dev/null 2>&1 &
-        sleep 0.5
+        # Until the server listens (port 47631 = BA0F in LISTEN state 0A), at most 5 s.
+        for _ in $(seq 50); do grep -q ":BA0F [0-9A-F:]* 0A " /proc/net/tcp /proc/net/tcp6 2>/dev/null && break; sleep 0.1; done
         FI_PROVIDER_PATH="$PWD/target/rshm" "${ns[@]}" fi_pingpong -p rshm -e rdm -m tagged -c -S $size -I 200 -P 47631 127.0.0.1 >/dev/null ||
             { echo "fi_pingpong -S $size with both sides as pid 1 of their own namespaces failed"; exit 1; }
         wait $! || { echo "its server failed"; exit 1; }
