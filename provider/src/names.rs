@@ -21,8 +21,8 @@ fn uid() -> u32 {
 
 /// This process's pid namespace, read once (`generated_name_owner_gone` asks on every retry of
 /// a send to an absent peer): the one region headers record.
-fn pid_namespace() -> Option<u64> {
-    Some(u64::from(smr_core::liveness::own_namespace())).filter(|&ns| ns != 0)
+fn pid_namespace() -> Option<u32> {
+    Some(smr_core::liveness::own_namespace()).filter(|&ns| ns != 0)
 }
 
 /// The start of every name a process of this user and pid namespace generates:
@@ -50,7 +50,7 @@ pub fn generated_name_owner_gone(name: &str) -> bool {
     let parts: Vec<&str> = name.split('_').collect();
     let ["rshm", uid, pidns, pid, n] = parts[..] else { return false };
     let ours = uid.parse::<u32>().is_ok()
-        && pidns.strip_prefix('p').and_then(|p| p.parse::<u64>().ok()) == Some(ns)
+        && pidns.strip_prefix('p').and_then(|p| p.parse::<u32>().ok()) == Some(ns)
         && n.parse::<u32>().is_ok();
     ours && pid.parse::<u32>().is_ok_and(smr_core::liveness::pid_gone)
 }
@@ -77,7 +77,7 @@ mod tests {
         let mut child = std::process::Command::new("true").spawn().unwrap();
         let pid = child.id();
         child.wait().unwrap();
-        let ns = smr_core::liveness::pid_namespace().unwrap();
+        let ns = pid_namespace().unwrap();
         assert!(generated_name_owner_gone(&format!("rshm_1000_p{ns}_{pid}_0")));
         // Not judged: another pid namespace, a chosen name, a name of another shape.
         assert!(!generated_name_owner_gone(&format!("rshm_1000_p{}_{pid}_0", ns + 1)));

@@ -172,19 +172,18 @@ pub fn owner_lock_held(file: &OwnedFd) -> bool {
 /// the kernel keeps in 32 bits), 0 where /proc does not tell. Read once.
 pub fn own_namespace() -> u32 {
     static NS: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
-    *NS.get_or_init(|| pid_namespace().and_then(|ns| u32::try_from(ns).ok()).unwrap_or(0))
+    *NS.get_or_init(|| pid_namespace().unwrap_or(0))
 }
 
 /// The calling process's pid namespace (the inode number of /proc/self/ns/pid), or None where
-/// /proc does not tell. Pids, and so the identities above, mean something only inside one
-/// namespace: a process in another (a container sharing this /dev/shm) looks dead from here.
-pub fn pid_namespace() -> Option<u64> {
+/// /proc does not tell.
+fn pid_namespace() -> Option<u32> {
     let link = std::fs::read_link("/proc/self/ns/pid").ok()?;
     parse_namespace_link(link.to_str()?)
 }
 
 /// "pid:[4026531836]" -> 4026531836.
-fn parse_namespace_link(link: &str) -> Option<u64> {
+fn parse_namespace_link(link: &str) -> Option<u32> {
     link.strip_prefix("pid:[")?.strip_suffix(']')?.parse().ok()
 }
 

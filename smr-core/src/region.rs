@@ -252,7 +252,7 @@ impl Region {
     /// A liveness watch of the owner: by pid in our pid namespace, by its lock on the region
     /// file in another (by nothing, so alive, where it holds none).
     pub fn watch_owner(&self) -> Watch {
-        if !self.owner.pid_is_ours() && self.flags & FLAG_OWNER_LOCK != 0 {
+        if judged_by_lock(self.owner, self.flags) {
             if let Ok(fd) = self.map.fd().try_clone() {
                 return Watch::by_lock(self.owner, fd);
             }
@@ -448,10 +448,16 @@ fn header_owner(hdr: &RegionHeader) -> ProcessIdentity {
 /// by its owner lock in another.
 fn owner_alive(map: &Mapping, hdr: &RegionHeader) -> bool {
     let owner = header_owner(hdr);
-    if owner.pid_is_ours() || hdr.flags & FLAG_OWNER_LOCK == 0 {
+    if !judged_by_lock(owner, hdr.flags) {
         return owner.is_alive();
     }
     crate::liveness::owner_lock_held(map.fd())
+}
+
+/// Whether `owner` (of a region whose header flags are `flags`) is judged by its owner lock
+/// rather than by its pid: it is of another pid namespace, and holds the lock.
+fn judged_by_lock(owner: ProcessIdentity, flags: u32) -> bool {
+    !owner.pid_is_ours() && flags & FLAG_OWNER_LOCK != 0
 }
 
 /// Whether the region `name` still holds the endpoint of `incarnation` and its owner lives; a

@@ -246,20 +246,6 @@ impl Endpoint {
         let dead_owner_timeout = self.params.dead_owner_timeout;
         let name_owner_gone = self.params.name_owner_gone;
         let (me, my_inc) = (self.me, self.region.incarnation());
-        // Sends still waiting on a dead or closed predecessor fail at the next liveness tick
-        // (`check_peers` finds them by this peer being dead). Until then no successor is
-        // linked: that would clear `dead`, and they would wait on the successor forever.
-        let gone = self
-            .out
-            .get(peer as usize)
-            .is_some_and(|p| (p.dead && p.link.is_none()) || p.link.as_ref().is_some_and(|l| l.region.closed()));
-        if gone && self.waits_on(peer) {
-            if let Some(p) = self.out.get_mut(peer as usize) {
-                p.link = None;
-                p.dead = true;
-            }
-            return Err(Error::Again);
-        }
         let p = self.out.get_mut(peer as usize).ok_or(Error::Invalid("unknown peer handle"))?;
         // A receiver that closed its endpoint takes nothing more: its region is as good as a
         // dead one's (a successor of the same name is found by the open below).
@@ -267,6 +253,13 @@ impl Endpoint {
             p.link = None;
             p.dead = true;
         }
+        // Sends still waiting on a dead or closed predecessor fail at the next liveness tick
+        // (`check_peers` finds them by this peer being dead). Until then no successor is
+        // linked: that would clear `dead`, and they would wait on the successor forever.
+        if p.dead && p.link.is_none() && self.waits_on(peer) {
+            return Err(Error::Again);
+        }
+        let p = &mut self.out[peer as usize];
         if p.link.is_none() {
             let opened = Region::open(&p.name).map(|mut r| {
                 if !r.owner().pid_is_ours() {
@@ -619,9 +612,15 @@ pub(super) fn slot_word(kind: u64, who: ProcessIdentity) -> u64 {
     kind | u64::from(who.pid & 0x3FFF_FFFF) << 2 | u64::from(who.ns) << 32
 }
 
+/// The process a state word of `slot_word` names, with start time `start` (which the word
+/// does not carry).
+fn slot_who(state: u64, start: u64) -> ProcessIdentity {
+    ProcessIdentity { pid: (state as u32) >> 2, start, ns: (state >> 32) as u32 }
+}
+
 /// The sender a READY entry names (its state word `state`, its start time in the entry).
 fn slot_sender(state: u64, slot: &PeerSlot) -> ProcessIdentity {
-    ProcessIdentity { pid: (state as u32) >> 2, start: slot.start.load(Ordering::Relaxed), ns: (state >> 32) as u32 }
+    slot_who(state, slot.start.load(Ordering::Relaxed))
 }
 
 /// Whether the sender `who` that a READY entry names lives: by its pid in our pid namespace, by
@@ -638,7 +637,7 @@ fn sender_alive(slot: &PeerSlot, who: ProcessIdentity) -> bool {
 /// namespace cannot be judged by its pid and counts as alive: an entry it was killed in the
 /// middle of claiming (a few stores) stays lost.
 fn claimant_gone(state: u64) -> bool {
-    let who = ProcessIdentity { pid: (state as u32) >> 2, start: 0, ns: (state >> 32) as u32 };
+    let who = slot_who(state, 0);
     who.pid_is_ours() && crate::liveness::pid_gone(who.pid)
 }
 
