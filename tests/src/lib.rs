@@ -57,12 +57,6 @@ pub fn namespaces_or_skip(test: &str) -> bool {
     ok
 }
 
-/// `unshare`'s arguments that run `exe ARGS` in a pid namespace of its own (with its own /proc),
-/// killed with the `unshare` that started it: a `Scenario` of "unshare" spawns it.
-pub fn in_own_pid_namespace<'a>(exe: &'a str, args: &[&'a str]) -> Vec<&'a str> {
-    [&["--pid", "--fork", "--mount-proc", "--kill-child", exe][..], args].concat()
-}
-
 // ---------------------------------------------------------------------------------------------
 // CMA
 
@@ -697,6 +691,19 @@ impl Scenario {
     pub fn spawn(&mut self, label: &str, args: &[&str]) -> usize {
         let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
         self.children.push(Child::spawn(self.exe, label, &args));
+        self.children.len() - 1
+    }
+
+    /// `spawn`, with `own_pid_namespace` in a pid namespace of its own (with its own /proc;
+    /// `namespaces_or_skip` says whether that works here): under `unshare`, which takes the
+    /// child with it when killed.
+    pub fn spawn_placed(&mut self, label: &str, own_pid_namespace: bool, args: &[&str]) -> usize {
+        if !own_pid_namespace {
+            return self.spawn(label, args);
+        }
+        let unshare = ["--pid", "--fork", "--mount-proc", "--kill-child", self.exe];
+        let args: Vec<String> = unshare.iter().chain(args).map(|s| s.to_string()).collect();
+        self.children.push(Child::spawn("unshare", label, &args));
         self.children.len() - 1
     }
 

@@ -618,28 +618,15 @@ fn sender_of_another_pid_namespace_killed_mid_command_copy_does_not_stall_the_ri
 
 fn killed_mid_command_copy(victim_in_own_pid_namespace: bool) {
     let mut sc = Scenario::new(PEER, "kf");
-    let mut unshared = Scenario::new("unshare", "kn");
     let me = sc.name("r");
     let mut node = Node::create(&me, params(false)).unwrap();
     let victim = sc.name("v");
     // Its pushes: CONNECT, then messages 0..=47; the 50th push (message 48) stops half-way.
     let args = ["node", "--name", &victim, "--id", "1", "--to", &me, "--sizes", "150", "--count", "1000"];
     let args = [&args[..], &["--die-mid-copy", "50"]].concat();
-    let ns = victim_in_own_pid_namespace;
-    // The victim's scenario: `unshare` runs it in a namespace of its own.
-    fn of<'a>(sc: &'a mut Scenario, unshared: &'a mut Scenario, ns: bool) -> &'a mut Scenario {
-        if ns {
-            unshared
-        } else {
-            sc
-        }
-    }
-    let v = match ns {
-        true => unshared.spawn("victim", &in_own_pid_namespace(PEER, &args)),
-        false => sc.spawn("victim", &args),
-    };
+    let v = sc.spawn_placed("victim", victim_in_own_pid_namespace, &args);
     let dl = deadline();
-    of(&mut sc, &mut unshared, ns).child(v).expect_line_while("PARKED_MID_COPY", dl, || {
+    sc.child(v).expect_line_while("PARKED_MID_COPY", dl, || {
         node.pump_or_wait(Duration::from_millis(1));
     });
     node.wait_until(dl, "the victim's 48 published messages", |n| n.h.received.len() >= 48);
@@ -663,7 +650,7 @@ fn killed_mid_command_copy(victim_in_own_pid_namespace: bool) {
     assert_eq!(node.h.received.len(), 48, "a command got past a live producer's WRITING slot");
     assert_eq!(node.ep.stats().skipped_slots, 0, "a live producer's slot was skipped");
 
-    let killed = of(&mut sc, &mut unshared, ns).child(v).kill();
+    let killed = sc.child(v).kill();
     let mut failed_after = None;
     let mut flowing_after = None;
     while failed_after.is_none() || node.h.received.len() < 48 + 100 {

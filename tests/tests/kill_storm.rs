@@ -18,7 +18,7 @@
 //! (`RSHM_KILL_STORM_SEED` replays a seed). Both print figures: runs and kills per point, time to
 //! error (min, median, max), messages and bytes checked.
 
-use rshm_tests::{in_own_pid_namespace, kv_u64, namespaces_or_skip, parse_kv, Rng, Scenario};
+use rshm_tests::{kv_u64, namespaces_or_skip, parse_kv, Rng, Scenario};
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -78,16 +78,6 @@ enum Placement {
     MixedNamespaces,
 }
 
-/// `rshm-storm ARGS` as the run's scenario spawns it: under `unshare` when namespaces are mixed,
-/// which, asked for no namespace, just runs it in ours.
-fn storm_command<'a>(placement: Placement, own_namespace: bool, args: &[&'a str]) -> Vec<&'a str> {
-    match (placement, own_namespace) {
-        (Placement::Ours, _) => args.to_vec(),
-        (Placement::MixedNamespaces, true) => in_own_pid_namespace(STORM, args),
-        (Placement::MixedNamespaces, false) => [&[STORM][..], args].concat(),
-    }
-}
-
 /// One run; returns what it measured. Panics (with every transcript) on a failed check.
 fn run(rng: &mut Rng, n: usize, fig: &mut Figures, placement: Placement) {
     let point = POINTS[rng.below(POINTS.len() as u64) as usize];
@@ -98,7 +88,7 @@ fn run(rng: &mut Rng, n: usize, fig: &mut Figures, placement: Placement) {
         "run {n}: {point:?}, victim p{victim}{}",
         if placement == Placement::Ours { String::new() } else { format!(", own pid namespace {own:?}") }
     );
-    let mut sc = Scenario::new(if placement == Placement::Ours { STORM } else { "unshare" }, "ks");
+    let mut sc = Scenario::new(STORM, "ks");
     let names: Vec<String> = (0..4).map(|i| sc.name(&format!("{i}"))).collect();
     let args_of = |i: usize, seed: u64| -> Vec<String> {
         let peers: Vec<String> = (0..4).filter(|&j| j != i).map(|j| format!("{}:{}", j + 1, names[j])).collect();
@@ -126,7 +116,7 @@ fn run(rng: &mut Rng, n: usize, fig: &mut Figures, placement: Placement) {
             a.extend(["--die-mid-copy".to_string(), (2 + rng.below(300)).to_string()]);
         }
         let a: Vec<&str> = a.iter().map(String::as_str).collect();
-        procs.push(sc.spawn(&format!("p{i}"), &storm_command(placement, own_namespace, &a)));
+        procs.push(sc.spawn_placed(&format!("p{i}"), own_namespace, &a));
     }
     let dl = Instant::now() + WAIT;
     for &p in &procs {
@@ -162,7 +152,7 @@ fn run(rng: &mut Rng, n: usize, fig: &mut Figures, placement: Placement) {
     let mut a = args_of(victim, rng.next_u64());
     a.extend(["--incarnation".to_string(), "1".to_string()]);
     let a: Vec<&str> = a.iter().map(String::as_str).collect();
-    let restarted = sc.spawn(&format!("p{victim}'"), &storm_command(placement, own[4], &a));
+    let restarted = sc.spawn_placed(&format!("p{victim}'"), own[4], &a);
     procs[victim] = restarted;
     sc.child(restarted).expect_line("READY", dl);
     sc.child(restarted).say("GO");

@@ -29,7 +29,7 @@ fn every_size_crosses_pid_namespaces_without_cma() {
     let sizes = [0usize, 8, 150, 1000, 2000, 5000, 70_000, 1 << 20];
     let count = 3u32;
     let messages = sizes.len() * count as usize;
-    let mut sc = Scenario::new("unshare", "ns");
+    let mut sc = Scenario::new(PEER, "ns");
     let me = sc.name("r");
     let mut node = Node::create(&me, params(false)).unwrap();
     let other = sc.name("o");
@@ -50,7 +50,7 @@ fn every_size_crosses_pid_namespaces_without_cma() {
         "--expect",
         &expect_arg,
     ];
-    let o = sc.spawn("peer in its own pid namespace", &in_own_pid_namespace(PEER, &args));
+    let o = sc.spawn_placed("peer in its own pid namespace", true, &args);
     let dl = deadline();
     sc.child(o).expect_line_while("READY", dl, || pump(&mut node));
     let to_other = node.ep.add_peer(&other).unwrap();

@@ -330,6 +330,15 @@ fn pump_until(
     }
 }
 
+/// Progress `b` alone until it has received `n` messages; `what` is the failure's message.
+fn receive_until(b: &mut Endpoint, hb: &mut Collect, n: usize, what: &str) {
+    let dl = deadline();
+    while hb.received.len() < n {
+        assert!(std::time::Instant::now() < dl, "{what}");
+        b.progress(hb);
+    }
+}
+
 /// Held CMA messages: the sender's data stays in its memory until each is delivered, so their
 /// delivery-complete sends finish only then; inline and inject ones are copied into the
 /// receiver's region on arrival and complete at once.
@@ -436,11 +445,7 @@ fn garbage_commands_are_counted_and_survived() {
     let to_b = a.add_peer(b.name()).unwrap();
     let hdr = MsgHeader { app: 0, tag: 1, data: 0, aux: 0, len: 4 };
     a.send(to_b, hdr, LocalIov::owned(b"live".to_vec()), SendOpts::default()).unwrap();
-    let dl = deadline();
-    while hb.received.is_empty() {
-        assert!(std::time::Instant::now() < dl, "the message after the garbage never arrived");
-        b.progress(&mut hb);
-    }
+    receive_until(&mut b, &mut hb, 1, "the message after the garbage never arrived");
     assert_eq!(hb.received.len(), 1);
     assert_eq!((&hb.received[0].1, &hb.received[0].2[..]), (&Ok(4), &b"live"[..]));
 }
@@ -516,18 +521,11 @@ fn an_answer_left_by_a_receiver_that_closed_completes_its_send() {
     assert_eq!(a.send_bytes(to_b, hdr(1), &pattern(8, 1), acked(1)), Ok(SendStatus::Pending));
     pump_until((&mut a, &mut ha), (&mut b, &mut hb), "the first answer", |ha, _| ha.sends_done.len() == 1);
     assert_eq!(a.send_bytes(to_b, hdr(2), &pattern(8, 2), acked(2)), Ok(SendStatus::Pending));
-    let dl = deadline();
-    while hb.received.len() < 2 {
-        assert!(std::time::Instant::now() < dl, "the second message not received");
-        b.progress(&mut hb);
-    }
+    receive_until(&mut b, &mut hb, 2, "the second message not received");
     // Never answered: the receiver takes it to answer later (`later`), and closes first.
     hb.later = true;
     assert_eq!(a.send_bytes(to_b, hdr(3), &pattern(8, 3), acked(3)), Ok(SendStatus::Pending));
-    while hb.received.len() < 3 {
-        assert!(std::time::Instant::now() < dl, "the third message not received");
-        b.progress(&mut hb);
-    }
+    receive_until(&mut b, &mut hb, 3, "the third message not received");
     drop(b);
     // The liveness check, before any drain of the response ring.
     a.check_peers(&mut ha);
@@ -546,15 +544,12 @@ fn a_send_left_unanswered_by_a_predecessor_fails_before_its_successor_is_linked(
     pump_until((&mut a, &mut ha), (&mut b, &mut hb), "the first answer", |ha, _| ha.sends_done.len() == 1);
     hb.later = true;
     assert_eq!(a.send_bytes(to_b, hdr(2), &pattern(8, 2), acked(2)), Ok(SendStatus::Pending));
-    let dl = deadline();
-    while hb.received.len() < 2 {
-        assert!(std::time::Instant::now() < dl, "the second message not received");
-        b.progress(&mut hb);
-    }
+    receive_until(&mut b, &mut hb, 2, "the second message not received");
     let name = b.name().to_string();
     drop(b);
     let mut successor = Endpoint::create(&name, Params::default()).unwrap();
     let mut hs = Collect::default();
+    let dl = deadline();
     // The first send to the successor is retried (with our progress, as an application must
     // on -FI_EAGAIN) until it goes out.
     let sent = loop {
@@ -2223,11 +2218,7 @@ fn split_with_a_polling_sender(tag: &str, fail_writes: bool) {
         a
     });
     let mut hb = Collect::default();
-    let dl = deadline();
-    while hb.received.len() < n {
-        assert!(std::time::Instant::now() < dl, "timed out waiting for the messages");
-        b.progress(&mut hb);
-    }
+    receive_until(&mut b, &mut hb, n, "timed out waiting for the messages");
     let a = sender.join().unwrap();
     for (i, (hdr, result, bytes)) in hb.received.iter().enumerate() {
         assert_eq!((hdr.tag, result), (i as u64, &Ok(len)));
