@@ -136,10 +136,11 @@ impl Watch {
 }
 
 /// The owner lock: a shared OFD lock (`fcntl(F_OFD_SETLK)`) on the first byte of a region
-/// file. It belongs to the open file description, not to a pid, so it means the same in every
-/// pid namespace, and the kernel drops it when the last fd of that description closes: when the
-/// owner closes its region, or dies however it dies. (A child forked by the owner keeps it
-/// while it keeps the inherited fd; region fds are close-on-exec.)
+/// file. It belongs to an open file description, not to a pid, so it means the same in every
+/// pid namespace. The owner takes it through a description of its own that only an unforked
+/// mapping keeps (`shm::UnforkedDescription`), so the kernel drops it when the owner closes its
+/// region or dies however it dies, and a child the owner forked (and that lives on without exec)
+/// does not keep it.
 fn first_byte(kind: libc::c_int) -> libc::flock {
     // SAFETY: flock is plain data; all-zero is a valid value (and l_pid must be 0 for OFD locks).
     let mut fl: libc::flock = unsafe { std::mem::zeroed() };
@@ -149,14 +150,20 @@ fn first_byte(kind: libc::c_int) -> libc::flock {
     fl
 }
 
-/// Take the owner lock on `file` for as long as its open file description lives.
-pub fn hold_owner_lock(file: &OwnedFd) -> Result<()> {
+/// The owner lock on a region file, held until this is dropped.
+pub struct OwnerLock {
+    _held_through: crate::shm::UnforkedDescription,
+}
+
+/// Take the owner lock on the file `name` that `region_file` maps.
+pub fn hold_owner_lock(name: &str, region_file: &crate::shm::Mapping) -> Result<OwnerLock> {
+    let file = crate::shm::reopen(name, region_file)?;
     let fl = first_byte(libc::F_RDLCK);
     // SAFETY: F_OFD_SETLK reads one valid struct flock.
     if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_SETLK, &fl) } != 0 {
-        return Err(Error::Os(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO)));
+        return Err(Error::last_os());
     }
-    Ok(())
+    Ok(OwnerLock { _held_through: crate::shm::UnforkedDescription::keep(file)? })
 }
 
 /// Whether some process holds the owner lock on `file`'s file. Errs towards "held": a lock
@@ -288,10 +295,10 @@ mod tests {
         let peer = crate::shm::Mapping::open(&name).unwrap();
         let watch = Watch::by_lock(stranger, peer.fd().try_clone().unwrap());
         assert!(!watch.alive(), "no lock taken yet");
-        hold_owner_lock(owner.fd()).unwrap();
+        let lock = hold_owner_lock(&name, &owner).unwrap();
         assert!(watch.alive() && !watch.pid_usable());
-        drop(owner);
-        assert!(!watch.alive(), "the lock outlived its owner's descriptor");
+        drop(lock);
+        assert!(!watch.alive(), "the lock outlived its holder");
         crate::shm::unlink(&name).unwrap();
     }
 

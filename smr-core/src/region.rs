@@ -109,6 +109,8 @@ pub struct Region {
     sar_mapped: AtomicBool,
     /// The inject pool's pages are reserved (`map_inject_pool`); private to this mapping.
     inject_mapped: AtomicBool,
+    /// Held by the owner for the region's life (`FLAG_OWNER_LOCK`); None in a peer's view.
+    _owner_lock: Option<crate::liveness::OwnerLock>,
 }
 
 impl Region {
@@ -134,8 +136,8 @@ impl Region {
         let incarnation = random_u64();
         // Peers of another pid namespace judge us by this lock; without it they cannot judge
         // us at all (and take us for alive), so its failure costs only that.
-        let locked = crate::liveness::hold_owner_lock(map.fd()).is_ok();
-        let flags = if locked { flags | FLAG_OWNER_LOCK } else { flags };
+        let owner_lock = crate::liveness::hold_owner_lock(name, &map).ok();
+        let flags = if owner_lock.is_some() { flags | FLAG_OWNER_LOCK } else { flags };
         let (cmd, resp, inject, sar) = Self::parts(&map, &geo).expect("geometry computed for this mapping");
         let region = Region {
             cmd,
@@ -152,6 +154,7 @@ impl Region {
             writer: me.pid,
             sar_mapped: AtomicBool::new(false),
             inject_mapped: AtomicBool::new(false),
+            _owner_lock: owner_lock,
         };
         // SAFETY: the header page is ours alone until `ready` is set: nobody else has opened the
         // file yet (O_EXCL) or, if one did, it waits for `ready` before reading.
@@ -225,6 +228,7 @@ impl Region {
             writer: std::process::id(),
             sar_mapped: AtomicBool::new(false),
             inject_mapped: AtomicBool::new(false),
+            _owner_lock: None,
         })
     }
 
@@ -527,6 +531,37 @@ mod tests {
         drop(peer);
         drop(owner);
         assert!(matches!(Region::open(&name), Err(Error::NoSuchPeer)));
+    }
+
+    /// Peers of another pid namespace judge an owner by its lock. A child the owner forked and
+    /// that lives on (without exec) must not keep the owner alive in their eyes once the owner
+    /// has closed its region or died; before, the child's copies of the region's descriptor and
+    /// mapping kept the lock, and sends to the owner waited for as long as the child lived.
+    #[test]
+    fn a_child_forked_by_the_owner_does_not_hold_its_lock() {
+        let name = unique("forked");
+        let owner = Region::create(&name, counts(), 0).unwrap();
+        assert!(owner.flags() & FLAG_OWNER_LOCK != 0);
+        let peer = Mapping::open(&name).unwrap();
+        // SAFETY: the child calls only async-signal-safe functions (pause, _exit) until it is
+        // killed.
+        let child = unsafe { libc::fork() };
+        assert!(child >= 0);
+        if child == 0 {
+            loop {
+                // SAFETY: as above.
+                unsafe { libc::pause() };
+            }
+        }
+        assert!(crate::liveness::owner_lock_held(peer.fd()));
+        drop(owner);
+        let held_after_close = crate::liveness::owner_lock_held(peer.fd());
+        // SAFETY: plain syscalls on our own child.
+        unsafe {
+            libc::kill(child, libc::SIGKILL);
+            libc::waitpid(child, std::ptr::null_mut(), 0);
+        }
+        assert!(!held_after_close, "the forked child kept the owner lock");
     }
 
     #[test]

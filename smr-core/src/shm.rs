@@ -22,6 +22,8 @@ unsafe impl Send for Mapping {}
 // SAFETY: as above.
 unsafe impl Sync for Mapping {}
 
+const PAGE: usize = 4096;
+
 /// Where POSIX shared memory lives on Linux: a region named `n` is the file `SHM_DIR/n`.
 pub const SHM_DIR: &str = "/dev/shm";
 
@@ -122,7 +124,7 @@ impl Mapping {
         Ok(Mapping { base: base.cast(), len, fd })
     }
 
-    /// The file's descriptor (its owner lock: `liveness::hold_owner_lock`).
+    /// The file's descriptor (by which a peer asks for the owner lock: `liveness::Watch::by_lock`).
     pub fn fd(&self) -> &OwnedFd {
         &self.fd
     }
@@ -192,12 +194,12 @@ impl Mapping {
     /// pages exist: `create` reserved them). Where the kernel cannot (before Linux 5.14 it does
     /// not know the request; a file a peer cut short fails it) the pages fault in as before.
     pub fn populate(&self, off: u64, len: u64, write: bool) {
-        const PAGE: u64 = 4096;
+        let page = PAGE as u64;
         if self.check(off, len, 1).is_err() {
             return;
         }
-        let start = off - off % PAGE;
-        let end = (off + len).div_ceil(PAGE).saturating_mul(PAGE).min(self.len as u64);
+        let start = off - off % page;
+        let end = (off + len).div_ceil(page).saturating_mul(page).min(self.len as u64);
         let advice = if write { libc::MADV_POPULATE_WRITE } else { libc::MADV_POPULATE_READ };
         // SAFETY: a page-aligned range inside our own mapping (the mapping's base is page-aligned,
         // the range checked above against its length); the advice only maps pages, changing no
@@ -220,6 +222,63 @@ impl Drop for Mapping {
     }
 }
 
+/// An open file description that nothing but a one-page `PROT_NONE` mapping of its file keeps
+/// alive, a mapping that fork does not copy (`MADV_DONTFORK`): the kernel releases the
+/// description, and the OFD locks taken through it, when this is dropped or the process ends
+/// (exit, exec or a kill), never later because a child forked without exec still holds it.
+/// What the owner lock is held through (`liveness::hold_owner_lock`).
+pub struct UnforkedDescription {
+    base: *mut libc::c_void,
+}
+
+// SAFETY: the mapping is never read or written (PROT_NONE); only `munmap` touches it.
+unsafe impl Send for UnforkedDescription {}
+// SAFETY: as above.
+unsafe impl Sync for UnforkedDescription {}
+
+impl UnforkedDescription {
+    /// Keep `fd`'s description by a mapping alone and close `fd` (a descriptor fork would copy).
+    pub fn keep(fd: OwnedFd) -> Result<UnforkedDescription> {
+        // SAFETY: mapping a file we hold open, without access; the kernel picks the address.
+        let base =
+            unsafe { libc::mmap(std::ptr::null_mut(), PAGE, libc::PROT_NONE, libc::MAP_SHARED, fd.as_raw_fd(), 0) };
+        if base == libc::MAP_FAILED {
+            return Err(Error::last_os());
+        }
+        let kept = UnforkedDescription { base };
+        // SAFETY: our own page-aligned one-page mapping; the advice changes no memory.
+        if unsafe { libc::madvise(base, PAGE, libc::MADV_DONTFORK) } != 0 {
+            return Err(Error::last_os());
+        }
+        Ok(kept)
+    }
+}
+
+impl Drop for UnforkedDescription {
+    fn drop(&mut self) {
+        // SAFETY: our own one-page mapping, never handed out.
+        unsafe { libc::munmap(self.base, PAGE) };
+    }
+}
+
+/// A descriptor of a file description of its own (not shared with `same`'s, so that a lock taken
+/// through it is not `same`'s) of the file `name` that `same` maps; EAGAIN when `name` names
+/// another file now.
+pub fn reopen(name: &str, same: &Mapping) -> Result<OwnedFd> {
+    let path = shm_path(name)?;
+    // SAFETY: `path` is a valid NUL-terminated string.
+    let fd = unsafe { libc::shm_open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(Error::last_os());
+    }
+    // SAFETY: `fd` was just returned by shm_open and is owned by nobody else.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    if file_id(&fd)? != file_id(&same.fd)? {
+        return Err(Error::Again);
+    }
+    Ok(fd)
+}
+
 /// `posix_fallocate` of `off..off + len` in `fd`; a file system without it (EOPNOTSUPP, EINVAL)
 /// is left to fault pages in as they are touched, as before fallocate was used.
 fn reserve_range(fd: &OwnedFd, off: u64, len: u64) -> Result<()> {
@@ -235,13 +294,23 @@ fn reserve_range(fd: &OwnedFd, off: u64, len: u64) -> Result<()> {
 }
 
 fn file_size(fd: &OwnedFd) -> Result<usize> {
+    Ok(fstat(fd)?.st_size as usize)
+}
+
+/// Which file `fd` is (device and inode).
+fn file_id(fd: &OwnedFd) -> Result<(u64, u64)> {
+    let st = fstat(fd)?;
+    Ok((st.st_dev, st.st_ino))
+}
+
+fn fstat(fd: &OwnedFd) -> Result<libc::stat> {
     // SAFETY: `stat` is plain data; fstat fills it on success.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: valid fd and a valid out-pointer.
     if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
         return Err(Error::last_os());
     }
-    Ok(st.st_size as usize)
+    Ok(st)
 }
 
 /// Remove a region file. Missing files are not an error.
