@@ -8,7 +8,7 @@ use std::sync::OnceLock;
 /// The endpoint name a node/service pair stands for: the same on both sides of an
 /// out-of-band exchange (fabtests' `-s 127.0.0.1` plus a port), as shm's `fi_ns://` names.
 pub fn service_name(service: &str) -> FiResult<String> {
-    let name = format!("rshm_{}_ns_{service}", uid());
+    let name = format!("{}ns_{service}", user_prefix());
     smr_core::region::check_name(&name).map_err(|_| FiError::INVAL)?;
     Ok(name)
 }
@@ -19,6 +19,11 @@ fn uid() -> u32 {
     unsafe { libc::getuid() }
 }
 
+/// The start of every name this user's processes make, in any pid namespace: `rshm_{uid}_`.
+pub fn user_prefix() -> String {
+    format!("rshm_{}_", uid())
+}
+
 /// This process's pid namespace, read once (`generated_name_owner_gone` asks on every retry of
 /// a send to an absent peer): the one region headers record.
 fn pid_namespace() -> Option<u32> {
@@ -27,18 +32,18 @@ fn pid_namespace() -> Option<u32> {
 
 /// The start of every name a process of this user and pid namespace generates:
 /// `rshm_{uid}_p{pidns}_`. The namespace keeps containers that share one /dev/shm (and may reuse
-/// each other's pids) from ever taking each other's names, and tells `crate::reap` which dead
-/// regions it can judge: a pid means something only in its own namespace. None where /proc does
-/// not name the namespace.
+/// each other's pids) from ever taking each other's names, and tells `crate::reap` under which
+/// names a header that records no namespace (an older build's) may be judged by its pid: a pid
+/// means something only in its own namespace. None where /proc does not name the namespace.
 pub fn namespace_prefix() -> Option<&'static str> {
     static PREFIX: OnceLock<Option<String>> = OnceLock::new();
-    PREFIX.get_or_init(|| pid_namespace().map(|ns| format!("rshm_{}_p{ns}_", uid()))).as_deref()
+    PREFIX.get_or_init(|| pid_namespace().map(|ns| format!("{}p{ns}_", user_prefix()))).as_deref()
 }
 
 /// The prefix of every name `generated_name` makes in this process (its pid, not cached: a
 /// forked child makes names of its own).
 pub fn generated_prefix() -> String {
-    let start = namespace_prefix().map_or_else(|| format!("rshm_{}_", uid()), str::to_string);
+    let start = namespace_prefix().map_or_else(user_prefix, str::to_string);
     format!("{start}{}_", std::process::id())
 }
 

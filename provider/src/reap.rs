@@ -1,7 +1,8 @@
-//! Before a process's first endpoint: remove the regions that dead processes of this user and
-//! pid namespace left in /dev/shm (`smr_core::reap`). A job that was killed leaves one per
-//! endpoint, each holding the memory it used; the next job on the node takes them away instead
-//! of an administrator. FI_RSHM_REAP_DEAD=0 turns it off.
+//! Before a process's first endpoint: remove the regions that dead processes of this user left
+//! in /dev/shm (`smr_core::reap`), those of other pid namespaces that share it (containers)
+//! too, judged by their owner lock. A job that was killed leaves one per endpoint, each holding
+//! the memory it used; the next job on the node takes them away instead of an administrator.
+//! FI_RSHM_REAP_DEAD=0 turns it off.
 
 use crate::params::config;
 use std::sync::Once;
@@ -14,15 +15,16 @@ pub fn before_first_endpoint() {
         if !config().reap_dead {
             return;
         }
-        let Some(prefix) = crate::names::namespace_prefix() else {
+        let Some(own_prefix) = crate::names::namespace_prefix() else {
             crate::info!(EpCtrl, "no pid namespace in /proc: dead processes' regions are left in /dev/shm");
             return;
         };
-        match smr_core::reap::reap_dead(prefix) {
+        match smr_core::reap::reap_dead(&crate::names::user_prefix(), own_prefix) {
             Ok(reaped) => {
                 for r in reaped {
                     let owner = r.owner.map_or("a creation that died before its header".to_string(), |o| {
-                        format!("process {} that died without closing it", o.pid)
+                        let place = if o.pid_is_ours() { String::new() } else { format!(" of pid namespace {}", o.ns) };
+                        format!("process {}{place} that died without closing it", o.pid)
                     });
                     crate::info!(EpCtrl, "removed region {} ({} bytes) left by {owner}", r.name, r.size);
                 }

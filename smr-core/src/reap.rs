@@ -30,10 +30,15 @@ pub struct Reaped {
 /// The dead owner a region's header named; None for a creation that died before writing it.
 pub type Owner = Option<ProcessIdentity>;
 
-/// Remove every region in /dev/shm whose name starts with `prefix` and whose owner is dead.
-/// Returns those removed. Files that vanish, cannot be read or cannot be removed meanwhile are
-/// passed over: another process may be reaping or reclaiming them at the same time.
-pub fn reap_dead(prefix: &str) -> Result<Vec<Reaped>> {
+/// Remove every region in /dev/shm whose name starts with `prefix` and whose owner is dead:
+/// by its pid when it ran in our pid namespace, by its owner lock when in another
+/// (`region::inspect`). A header that does not say which namespace its owner ran in (a region
+/// of a build before layout 17, `owner_ns` 0) is judged by its pid, which is right only in that
+/// namespace: such a region is removed only under `own_prefix`, the names our namespace
+/// generates. Returns those removed. Files that vanish, cannot be read or cannot be removed
+/// meanwhile are passed over: another process may be reaping or reclaiming them at the same
+/// time.
+pub fn reap_dead(prefix: &str, own_prefix: &str) -> Result<Vec<Reaped>> {
     let dir = std::fs::read_dir(SHM_DIR).map_err(|e| Error::Os(e.raw_os_error().unwrap_or(libc::EIO)))?;
     let mut reaped = Vec::new();
     for dirent in dir.flatten() {
@@ -45,7 +50,7 @@ pub fn reap_dead(prefix: &str) -> Result<Vec<Reaped>> {
         if !meta.is_file() {
             continue;
         }
-        if let Ok(Some(owner)) = unlink_dead(&name, meta.ino()) {
+        if let Ok(Some(owner)) = unlink_dead(&name, meta.ino(), name.starts_with(own_prefix)) {
             reaped.push(Reaped { name, size: meta.len(), owner });
         }
     }
@@ -58,17 +63,21 @@ pub fn reap_dead(prefix: &str) -> Result<Vec<Reaped>> {
 /// region there: Ok(false) then, and when the file is gone (another process reaping it at the
 /// same time: only one of them removes it).
 pub fn unlink_if_dead(name: &str, inode: u64) -> Result<bool> {
-    Ok(unlink_dead(name, inode)?.is_some())
+    Ok(unlink_dead(name, inode, true)?.is_some())
 }
 
 /// `unlink_if_dead`, saying whose region it removed: its one look at the header is both the
-/// judgement and the report.
-fn unlink_dead(name: &str, inode: u64) -> Result<Option<Owner>> {
+/// judgement and the report. `unplaced_judged`: whether an owner the header places in no pid
+/// namespace may be judged by its pid here.
+fn unlink_dead(name: &str, inode: u64, unplaced_judged: bool) -> Result<Option<Owner>> {
     let same_file = std::fs::metadata(format!("{SHM_DIR}/{name}")).is_ok_and(|meta| meta.ino() == inode);
     if !same_file {
         return Ok(None);
     }
     let Ok(Occupant::Dead(owner)) = inspect(name) else { return Ok(None) };
+    if owner.is_some_and(|o| o.ns == 0) && !unplaced_judged {
+        return Ok(None);
+    }
     Ok(crate::shm::remove(name)?.then_some(owner))
 }
 
@@ -112,7 +121,7 @@ mod tests {
         let other = format!("rshm_reaptest_other_{}", std::process::id());
         left_by_dead_process(&other);
 
-        let reaped = reap_dead(&prefix).unwrap();
+        let reaped = reap_dead(&prefix, &prefix).unwrap();
         assert_eq!(reaped.len(), 1, "{reaped:?}");
         assert_eq!(reaped[0].name, dead);
         assert!(reaped[0].owner.is_some_and(|o| o.start == 1));
@@ -120,11 +129,57 @@ mod tests {
         assert!(!exists(&dead));
         assert!(exists(&format!("{prefix}alive")) && exists(&young) && exists(&other));
         // Nothing dead is left under the prefix: a second pass removes nothing.
-        assert_eq!(reap_dead(&prefix).unwrap(), vec![]);
+        assert_eq!(reap_dead(&prefix, &prefix).unwrap(), vec![]);
 
         drop(alive);
         crate::shm::unlink(&young).unwrap();
         crate::shm::unlink(&other).unwrap();
+    }
+
+    /// Rewrite the header of the region `name` (through a view of our own, unmapped on return).
+    fn edit_header(name: &str, edit: impl FnOnce(&mut RegionHeader)) {
+        let map = crate::shm::Mapping::open(name).unwrap();
+        // SAFETY: test-only rewriting of a region's header, as its owner wrote it; nobody else
+        // maps this file.
+        edit(unsafe { &mut *map.bytes_ptr(0, 4096).unwrap().cast::<RegionHeader>() });
+    }
+
+    /// Regions of owners in other pid namespaces (containers sharing our /dev/shm) are judged
+    /// by their owner lock: one whose owner still holds it stays, one whose owner let it go is
+    /// removed, whatever its name. A header placing its owner in no namespace (an older
+    /// build's) is judged by its pid only under the names our own namespace generates.
+    #[test]
+    fn regions_of_other_pid_namespaces_are_judged_by_their_lock() {
+        let prefix = format!("rshm_reaptest_ns_{}_", std::process::id());
+        let own_prefix = format!("{prefix}p_");
+        let other_ns = crate::liveness::own_namespace().wrapping_add(1);
+        let mut reaped_child = std::process::Command::new("true").spawn().unwrap();
+        let unused_pid = reaped_child.id();
+        reaped_child.wait().unwrap();
+        // Its pid is dead here, but it is another namespace's, and its owner holds the lock.
+        let live = Region::create(&format!("{prefix}live"), counts(), 0).unwrap();
+        edit_header(live.name(), |h| {
+            h.owner_pid = unused_pid;
+            h.owner_ns = other_ns;
+        });
+        // The same, with the owner gone: its lock went with it.
+        let gone = format!("{prefix}gone");
+        left_by_dead_process(&gone);
+        edit_header(&gone, |h| h.owner_ns = other_ns);
+        // Dead by pid, but no namespace named: judged under our own prefix only.
+        let unplaced_own = format!("{own_prefix}unplaced");
+        let unplaced_other = format!("{prefix}unplaced");
+        for name in [&unplaced_own, &unplaced_other] {
+            left_by_dead_process(name);
+            edit_header(name, |h| h.owner_ns = 0);
+        }
+
+        let mut reaped: Vec<String> = reap_dead(&prefix, &own_prefix).unwrap().into_iter().map(|r| r.name).collect();
+        reaped.sort();
+        assert_eq!(reaped, vec![gone.clone(), unplaced_own.clone()]);
+        assert!(exists(live.name()) && exists(&unplaced_other));
+        drop(live);
+        crate::shm::unlink(&unplaced_other).unwrap();
     }
 
     #[test]
