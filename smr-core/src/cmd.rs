@@ -128,7 +128,7 @@ unsafe impl Pod for CmdEntry {
                 let count = u32::from_le_bytes(self.payload[0..4].try_into().expect("4 bytes")) as usize;
                 8 + count.min(IOV_MAX) * 16
             }
-            (_, proto::SAR) => 16,
+            (_, proto::SAR) => SAR_SEG_BYTES,
             _ => INLINE_MAX,
         };
         HEADER_BYTES + used
@@ -377,12 +377,19 @@ pub struct RemoteIov {
     pub len: u64,
 }
 
-/// One SAR segment: which bounce buffer, where in the message, how long.
+/// The payload bytes of a SAR segment command (`CmdEntry::set_sar`).
+const SAR_SEG_BYTES: usize = 24;
+
+/// One SAR segment: which bounce buffer, where in the message, how long, and its place among
+/// every segment its sender pushed (`seq`: from 1, growing by segment in push order, across
+/// messages and receivers), by which a receiver tells whether it handled the segment a dead
+/// sender's record names (`held`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SarSeg {
     pub buf: u32,
     pub len: u32,
     pub offset: u64,
+    pub seq: u64,
 }
 
 /// Where a message's bytes are.
@@ -422,7 +429,7 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
 
 fn decode_sar(entry: &CmdEntry, limits: &Limits) -> Result<SarSeg> {
     let p = &entry.payload;
-    let seg = SarSeg { buf: u32_at(p, 0), len: u32_at(p, 4), offset: u64_at(p, 8) };
+    let seg = SarSeg { buf: u32_at(p, 0), len: u32_at(p, 4), offset: u64_at(p, 8), seq: u64_at(p, 16) };
     if u64::from(seg.buf) >= limits.sar_count {
         return Err(Error::Corrupt("SAR buffer index out of range"));
     }
@@ -619,6 +626,7 @@ impl CmdEntry {
         self.payload[0..4].copy_from_slice(&seg.buf.to_le_bytes());
         self.payload[4..8].copy_from_slice(&seg.len.to_le_bytes());
         self.payload[8..16].copy_from_slice(&seg.offset.to_le_bytes());
+        self.payload[16..24].copy_from_slice(&seg.seq.to_le_bytes());
     }
 }
 
@@ -684,10 +692,10 @@ mod tests {
         assert!(matches!(decode(&e, &LIMITS).unwrap(), Command::Msg { body: Body::Iov { count: 2, .. }, .. }));
         let mut e = CmdEntry::message(1, 2, &hdr(100_000), false);
         e.op = op::SAR_SEG;
-        e.set_sar(SarSeg { buf: 1, len: 65536, offset: 0 });
+        e.set_sar(SarSeg { buf: 1, len: 65536, offset: 0, seq: u64::MAX - 1 });
         assert_eq!(
             decode(&e, &LIMITS).unwrap(),
-            Command::SarSeg { src: 1, msg_id: 2, seg: SarSeg { buf: 1, len: 65536, offset: 0 } }
+            Command::SarSeg { src: 1, msg_id: 2, seg: SarSeg { buf: 1, len: 65536, offset: 0, seq: u64::MAX - 1 } }
         );
     }
 
@@ -756,10 +764,10 @@ mod tests {
                 e.proto = proto::IOV;
                 e.payload[0..4].copy_from_slice(&13u32.to_le_bytes())
             },
-            |e| e.set_sar(SarSeg { buf: 2, len: 10, offset: 0 }),
-            |e| e.set_sar(SarSeg { buf: 0, len: 65537, offset: 0 }),
-            |e| e.set_sar(SarSeg { buf: 0, len: 10, offset: 95 }),
-            |e| e.set_sar(SarSeg { buf: 0, len: 10, offset: u64::MAX - 5 }),
+            |e| e.set_sar(SarSeg { buf: 2, len: 10, offset: 0, seq: 1 }),
+            |e| e.set_sar(SarSeg { buf: 0, len: 65537, offset: 0, seq: 1 }),
+            |e| e.set_sar(SarSeg { buf: 0, len: 10, offset: 95, seq: 1 }),
+            |e| e.set_sar(SarSeg { buf: 0, len: 10, offset: u64::MAX - 5, seq: 1 }),
         ];
         for (i, break_it) in cases.iter().enumerate() {
             let mut e = good;

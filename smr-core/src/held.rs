@@ -6,7 +6,7 @@
 //! A `Record` is two words of the sender's entry in the receiver's peer table. The first is 0
 //! when nothing is held, else the `HELD` flag, the holder's incarnation (its low 46 bits), the
 //! buffer's index (16 bits: pools hold at most 2^16 buffers, `layout`) and `IN_FLIGHT` once the
-//! buffer carries a message; the second is then that message's id (a SAR segment's key). Only
+//! buffer carries a message; the second is then that message's id (a SAR segment's sequence number). Only
 //! the live holder stores to them, and only to a record that is empty or its own. The receiver
 //! decides about the record of a holder that is gone (`decide`) once every command that holder
 //! pushed is handled: a spare goes back; a buffer in flight goes back unless the receiver
@@ -104,7 +104,7 @@ impl Record<'_> {
 
     /// Receiver, once every command the holder of `incarnation` pushed is handled (the holder is
     /// gone): give its buffer back to `stack` unless a handled command named it. `handled` is
-    /// the highest id of the messages (keys of the segments) of this kind handled from this
+    /// the highest id of the messages (sequence number of the segments) of this kind handled from this
     /// entry, 0 for none (ids start at 1). True if a buffer went back.
     pub fn decide(&self, incarnation: u64, handled: u64, stack: &FreeStack<'_>) -> bool {
         let w = self.word.load(Ordering::Acquire);

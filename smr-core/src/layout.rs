@@ -54,7 +54,10 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"RSHMREG\0");
 ///     64-bit state word carries its sender's pid and namespace), and the owner holds a lock on its
 ///     region file for life (`FLAG_OWNER_LOCK`), by which peers of another pid namespace judge
 ///     it.
-pub const LAYOUT_VERSION: u32 = 17;
+/// 18: a SAR segment command carries its sender's sequence number (`cmd::SarSeg::seq`), which the
+///     sender's record of the buffer it copies into names (`PeerSlot::sar_held_msg`) instead of
+///     a key of the message id and the offset, whose 30 bits of offset capped messages at 1 GiB.
+pub const LAYOUT_VERSION: u32 = 18;
 /// Longest region name, without the terminating NUL.
 pub const NAME_MAX: usize = 63;
 /// Size of one inject buffer (defined with the commands that name them, which check against it).
@@ -273,8 +276,8 @@ pub struct PeerSlot {
     /// the message it carries: a `held::Record` (`endpoint::spare`).
     pub held: AtomicU64,
     pub held_msg: AtomicU64,
-    /// The same for the SAR buffer this sender is copying a segment into (its message id and
-    /// the segment's offset, `endpoint::spare::sar_key`).
+    /// The same for the SAR buffer this sender is copying a segment into (the segment's
+    /// sequence number, `cmd::SarSeg::seq`).
     pub sar_held: AtomicU64,
     pub sar_held_msg: AtomicU64,
     /// Who copies the tail of this sender's large CMA message (`endpoint::split`): its id and

@@ -140,7 +140,7 @@ fn a_strangers_sar_segment_does_not_corrupt_later_sar_messages() {
     let mut b = Node::create(&unique_name("dfsb"), params(true)).unwrap();
     let mut e = CmdEntry::message(5, 1, &MsgHeader { len: 10, ..Default::default() }, false);
     e.op = op::SAR_SEG;
-    e.set_sar(SarSeg { buf: 0, len: 10, offset: 0 });
+    e.set_sar(SarSeg { buf: 0, len: 10, offset: 0, seq: 1 });
     stranger_command(b.ep.name(), &e);
     b.pump();
     assert_eq!(b.ep.stats().corrupt_commands, 1);

@@ -78,6 +78,7 @@ pub struct Params {
     pub inline_max: usize,
     /// Largest message carried through one inject buffer.
     pub inject_max: usize,
+    /// Longest message, read or write (`MAX_MSG_SIZE`).
     pub max_msg_size: u64,
     /// A claimed but unpublished head slot is skipped after this long (its producer died).
     pub stall_timeout: Duration,
@@ -96,6 +97,12 @@ pub struct Params {
     /// starting: sends to it fail after `dead_owner_timeout`, not `absent_peer_timeout`.
     pub name_owner_gone: Option<fn(&str) -> bool>,
 }
+
+/// The longest message, read or write, by default: no limit of ours (SIZE_MAX, as the C shm
+/// says). No protocol has one (lengths and offsets are 64-bit; a SAR segment is named by its
+/// sender's sequence number, not by its offset), and a message that arrives before its receive
+/// is buffered only where the allocator has room for it (else refused).
+pub const MAX_MSG_SIZE: u64 = u64::MAX;
 
 impl Default for Params {
     fn default() -> Self {
@@ -121,7 +128,7 @@ impl Default for Params {
             inject_hold: 0,
             inline_max: INLINE_MAX,
             inject_max: INJECT_SIZE as usize,
-            max_msg_size: 1 << 30,
+            max_msg_size: MAX_MSG_SIZE,
             stall_timeout: Duration::from_millis(500),
             liveness_interval: Duration::from_millis(100),
             connect_retry: Duration::from_millis(100),
@@ -352,7 +359,7 @@ pub struct Endpoint {
     /// (`spare`).
     taken_injects: Vec<u32>,
     /// Per entry of our peer table, per pool (`spare::Pool`): the highest id of the inject
-    /// messages, and the highest key of the SAR segments, handled from it (0: none); and the
+    /// messages, and the highest sequence number of the SAR segments, handled from it (0: none); and the
     /// forgotten senders whose held buffers are still to be decided about (`spare`).
     handled: Vec<[u64; 2]>,
     decisions: Vec<spare::Decision>,
@@ -361,6 +368,8 @@ pub struct Endpoint {
     /// Batched sends that went out (or failed) and still have to be reported to the handler.
     staged_done: Vec<(u64, Result<()>)>,
     next_msg_id: u64,
+    /// The sequence number of the next SAR segment we push (`cmd::SarSeg::seq`).
+    next_sar_seq: u64,
     next_key: MsgKey,
     last_liveness: Instant,
     polls: u32,
@@ -445,6 +454,7 @@ impl Endpoint {
             staged: batch::Staged::default(),
             staged_done: Vec::new(),
             next_msg_id: 1,
+            next_sar_seq: 1,
             next_key: 1,
             last_liveness: Instant::now(),
             polls: 0,

@@ -234,8 +234,8 @@ impl Endpoint {
         };
         // Whatever becomes of it, a segment's SAR buffer comes back through this command.
         match &cmd {
-            Command::Msg { src, msg_id, body: Body::Sar(seg), .. } | Command::SarSeg { src, msg_id, seg } => {
-                self.note_handled(*src, super::spare::Pool::Sar, super::spare::sar_key(*msg_id, seg.offset));
+            Command::Msg { src, body: Body::Sar(seg), .. } | Command::SarSeg { src, seg, .. } => {
+                self.note_handled(*src, super::spare::Pool::Sar, seg.seq);
             }
             _ => {}
         }
@@ -386,11 +386,14 @@ impl Endpoint {
                 let sink = match disposition {
                     Disposition::Deliver { dest, ctx } => Sink::Deliver { dest, ctx, answer: ack },
                     Disposition::Later { dest, ctx } => Sink::Deliver { dest, ctx, answer: false },
-                    Disposition::Hold => {
-                        let bytes = vec![0u8; hdr.len as usize];
-                        self.held.insert(key, Held { src, hdr, data: HeldData::Arriving { bytes, waiting: None } });
-                        Sink::Held(key)
-                    }
+                    Disposition::Hold => match zeroed_bytes(hdr.len) {
+                        Some(bytes) => {
+                            self.held.insert(key, Held { src, hdr, data: HeldData::Arriving { bytes, waiting: None } });
+                            Sink::Held(key)
+                        }
+                        // The sender's send fails; we go on.
+                        None => Sink::Refused(libc::ENOMEM as u32),
+                    },
                     Disposition::Discard
                     | Disposition::Taken { .. }
                     | Disposition::AnswerInto { .. }
@@ -828,4 +831,15 @@ impl Endpoint {
         }
         events
     }
+}
+
+/// `len` zero bytes, or None where the allocator has no room for them: the length of a message
+/// that arrives before its receive is a peer's, up to `max_msg_size`, and an allocation that
+/// fails must refuse that message, not abort the process.
+fn zeroed_bytes(len: u64) -> Option<Vec<u8>> {
+    let len = usize::try_from(len).ok()?;
+    let mut bytes = Vec::new();
+    bytes.try_reserve_exact(len).ok()?;
+    bytes.resize(len, 0);
+    Some(bytes)
 }

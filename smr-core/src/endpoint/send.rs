@@ -547,7 +547,7 @@ impl Endpoint {
                 continue; // the peer died; check_peers fails the send
             };
             let send = self.pending.get_mut(&msg_id).expect("looked up above");
-            match push_segments(link, incarnation, msg_id, send) {
+            match push_segments(link, incarnation, msg_id, &mut self.next_sar_seq, send) {
                 Ok(true) => {}
                 // A send the receiver's pool cannot take fails (only one that has not started:
                 // the pool is reserved before any segment goes out); `progress` reports it.
@@ -754,8 +754,14 @@ fn segment_len(offset: u64, sar_size: u64) -> u64 {
 
 /// Push segments of one SAR send until done or out of buffers. True when all are out; an error
 /// when the receiver's pool has no room in /dev/shm (`Region::map_sar_pool`: then no segment to
-/// that receiver went out yet).
-fn push_segments(link: &super::peers::Link, incarnation: u64, msg_id: u64, send: &mut PendingSend) -> Result<bool> {
+/// that receiver went out yet). `next_seq`: the sequence number of our next segment (`SarSeg::seq`).
+fn push_segments(
+    link: &super::peers::Link,
+    incarnation: u64,
+    msg_id: u64,
+    next_seq: &mut u64,
+    send: &mut PendingSend,
+) -> Result<bool> {
     use super::spare::Pool;
     let geo = *link.region.geometry();
     let sar_size = geo.counts.sar_size;
@@ -766,8 +772,9 @@ fn push_segments(link: &super::peers::Link, incarnation: u64, msg_id: u64, send:
             send.sar_next = None;
             return Ok(true);
         }
-        let key = super::spare::sar_key(msg_id, offset);
-        let Some(index) = super::spare::take(&link.region, entry, Pool::Sar, incarnation, key) else {
+        let seq = *next_seq;
+        *next_seq += 1;
+        let Some(index) = super::spare::take(&link.region, entry, Pool::Sar, incarnation, seq) else {
             return Ok(false);
         };
         let seg_len = (send.hdr.len - offset).min(segment_len(offset, sar_size));
@@ -792,7 +799,7 @@ fn push_segments(link: &super::peers::Link, incarnation: u64, msg_id: u64, send:
             if !first {
                 e.op = op::SAR_SEG;
             }
-            e.set_sar(SarSeg { buf: index, len: seg_len as u32, offset });
+            e.set_sar(SarSeg { buf: index, len: seg_len as u32, offset, seq });
         };
         let pushed = super::peers::push_cmd_with(&link.region, segment).is_ok();
         super::spare::done(&link.region, entry, Pool::Sar, incarnation, index, pushed, 0);

@@ -63,14 +63,7 @@ impl Pool {
     }
 }
 
-/// A SAR segment's place in its sender's order of segments to one receiver: its message's id,
-/// then its offset (messages are below 2^30 bytes). A sender pushes the segments of a message in
-/// order, and messages mostly in order of id; where not, a decision only keeps a buffer.
-pub(super) fn sar_key(msg_id: u64, offset: u64) -> u64 {
-    msg_id << 30 | (offset & ((1 << 30) - 1))
-}
-
-/// Sender: a buffer of `region`'s `pool` for message (segment) `key`, from `entry` (ours in its
+/// Sender: a buffer of `region`'s `pool` for message `key` (a SAR segment's sequence number), from `entry` (ours in its
 /// peer table): for an inject message the spare we hold, else one popped and recorded as in
 /// flight where the record allows.
 #[inline(always)]
@@ -160,7 +153,7 @@ impl Endpoint {
         self.taken_injects.push(buf);
     }
 
-    /// Receiver: a command from `src` naming a buffer of `pool` (message id, or segment key) is
+    /// Receiver: a command from `src` naming a buffer of `pool` (message id, or segment sequence number) is
     /// handled: the buffer comes back through it.
     #[inline(always)]
     pub(super) fn note_handled(&mut self, src: SrcId, pool: Pool, key: u64) {
@@ -169,7 +162,7 @@ impl Endpoint {
         }
     }
 
-    /// The highest id (key) of the commands naming a buffer of `pool` handled from `src`.
+    /// The highest id (sequence number) of the commands naming a buffer of `pool` handled from `src`.
     #[cfg(test)]
     pub(super) fn handled(&self, src: SrcId, pool: Pool) -> Option<u64> {
         self.handled.get(src as usize).map(|seen| seen[pool as usize]).filter(|&k| k > 0)

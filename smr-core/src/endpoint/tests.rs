@@ -217,39 +217,7 @@ fn exchange_all_sizes(tag: &str, params: Params) -> (Endpoint, Endpoint) {
     let (mut a, mut b, to_b) = pair(tag, params);
     let (mut ha, mut hb) = (Collect::default(), Collect::default());
     for (i, &len) in SIZES.iter().enumerate() {
-        let data = pattern(len, i as u8);
-        let hdr = MsgHeader { app: 1, tag: i as u64, data: 7, aux: 0, len: len as u64 };
-        let dl = deadline();
-        let status = loop {
-            match a.send(
-                to_b,
-                hdr,
-                LocalIov::owned(data.clone()),
-                SendOpts { cookie: i as u64, delivery_complete: false, more: false, pull: false },
-            ) {
-                Err(Error::Again) => {
-                    assert!(std::time::Instant::now() < dl, "send of size {len} still answers Again");
-                    a.progress(&mut ha);
-                    b.progress(&mut hb);
-                }
-                other => break other.unwrap(),
-            }
-        };
-        // Inline and inject sends are done at once; the others wait for the receiver.
-        let want = if len as u64 > INJECT_SIZE { SendStatus::Pending } else { SendStatus::Done };
-        assert_eq!(status, want, "size {len}");
-        while hb.received.len() <= i
-            || (status == SendStatus::Pending && !ha.sends_done.iter().any(|d| d.0 == i as u64))
-        {
-            assert!(std::time::Instant::now() < dl, "size {len}: not received, or the send not completed");
-            a.progress(&mut ha);
-            b.progress(&mut hb);
-        }
-        assert_eq!(hb.received.len(), i + 1, "one receive per message");
-        let (h, result, bytes) = &hb.received[i];
-        assert_eq!((h.tag, h.len, h.data), (i as u64, len as u64, 7));
-        assert_eq!(*result, Ok(len), "size {len}");
-        assert!(*bytes == data, "payload of size {len} differs");
+        exchange_one((&mut a, &mut ha), (&mut b, &mut hb), to_b, i, len);
     }
     let pending: Vec<(u64, Result<()>)> = SIZES
         .iter()
@@ -264,6 +232,49 @@ fn exchange_all_sizes(tag: &str, params: Params) -> (Endpoint, Endpoint) {
         assert_eq!(ep.stats().cma_fallbacks, 0, "{:?}", ep.stats());
     }
     (a, b)
+}
+
+/// `a` sends its `i`th message (`len` bytes, tag `i`) to `b`, and `b` receives it, every byte
+/// checked; a send that waits for the receiver completes.
+fn exchange_one(
+    a: (&mut Endpoint, &mut Collect),
+    b: (&mut Endpoint, &mut Collect),
+    to_b: PeerId,
+    i: usize,
+    len: usize,
+) {
+    let ((a, ha), (b, hb)) = (a, b);
+    let data = pattern(len, i as u8);
+    let hdr = MsgHeader { app: 1, tag: i as u64, data: 7, aux: 0, len: len as u64 };
+    let dl = deadline();
+    let status = loop {
+        match a.send(
+            to_b,
+            hdr,
+            LocalIov::owned(data.clone()),
+            SendOpts { cookie: i as u64, delivery_complete: false, more: false, pull: false },
+        ) {
+            Err(Error::Again) => {
+                assert!(std::time::Instant::now() < dl, "send of size {len} still answers Again");
+                a.progress(ha);
+                b.progress(hb);
+            }
+            other => break other.unwrap(),
+        }
+    };
+    // Inline and inject sends are done at once; the others wait for the receiver.
+    let want = if len as u64 > INJECT_SIZE { SendStatus::Pending } else { SendStatus::Done };
+    assert_eq!(status, want, "size {len}");
+    while hb.received.len() <= i || (status == SendStatus::Pending && !ha.sends_done.iter().any(|d| d.0 == i as u64)) {
+        assert!(std::time::Instant::now() < dl, "size {len}: not received, or the send not completed");
+        a.progress(ha);
+        b.progress(hb);
+    }
+    assert_eq!(hb.received.len(), i + 1, "one receive per message");
+    let (h, result, bytes) = &hb.received[i];
+    assert_eq!((h.tag, h.len, h.data), (i as u64, len as u64, 7));
+    assert_eq!(*result, Ok(len), "size {len}");
+    assert!(*bytes == data, "payload of size {len} differs");
 }
 
 #[test]
@@ -1177,8 +1188,36 @@ fn entries_left_half_claimed_by_the_dead_are_claimed_again() {
 /// copying it), and not one whose segment it handled (that buffer came back with the segment).
 #[test]
 fn a_dead_senders_sar_buffer_comes_back_unless_its_segment_arrived() {
-    use crate::sync::Ordering::Relaxed;
     let (_a, mut b) = exchange_all_sizes("sarheld", Params { cma: false, ..Params::default() });
+    assert_sar_records_decided(&mut b);
+}
+
+/// A SAR segment is named by its sender's count of the segments it pushed, not by its message's
+/// id and offset. That key kept 30 bits for the offset (messages up to 1 GiB), and message ids
+/// shifted past them wrapped after 2^34 messages: from there on every segment named a key below
+/// the highest one handled, so a receiver took a dead sender's buffer for handled and kept it out
+/// of the pool for good.
+#[test]
+fn sar_segments_are_named_in_order_past_every_message_id() {
+    let (mut a, mut b, to_b) = pair("sarseq", Params { cma: false, ..Params::default() });
+    let (mut ha, mut hb) = (Collect::default(), Collect::default());
+    a.next_msg_id = (1 << 34) - 2;
+    let len = 3 * SAR_FIRST_SEGMENT as usize;
+    let mut handled = Vec::new();
+    for i in 0..4 {
+        exchange_one((&mut a, &mut ha), (&mut b, &mut hb), to_b, i, len);
+        let src = a.link(to_b).unwrap().slot as SrcId;
+        handled.push(b.handled(src, super::spare::Pool::Sar).expect("segments handled"));
+    }
+    assert!(a.next_msg_id > 1 << 34, "the message ids did not pass 2^34");
+    assert!(handled.windows(2).all(|w| w[1] > w[0]), "the last segment handled, message by message: {handled:?}");
+    assert_sar_records_decided(&mut b);
+}
+
+/// `b`'s one sender is taken for gone: a SAR buffer recorded for a segment after the last one
+/// `b` handled goes back to `b`'s pool, and one for the last it handled does not.
+fn assert_sar_records_decided(b: &mut Endpoint) {
+    use crate::sync::Ordering::Relaxed;
     let mut hb = Collect::default();
     let (src, inc) = b.inp.iter().map(|(s, p)| (s, p.incarnation)).next().expect("a connected sender");
     let region = Arc::clone(&b.region);
@@ -1186,7 +1225,7 @@ fn a_dead_senders_sar_buffer_comes_back_unless_its_segment_arrived() {
     assert_eq!(entry.sar_held.load(Relaxed), 0, "a SAR buffer still recorded after its segment went out");
     let handled = b.handled(src, super::spare::Pool::Sar).expect("segments handled");
     let rec = crate::held::Record { word: &entry.sar_held, msg: &entry.sar_held_msg };
-    let (_, pool) = free_buffers(&b);
+    let (_, pool) = free_buffers(b);
     for (key, back) in [(handled + 1, true), (handled, false)] {
         let index = region.sar_stack().pop().unwrap();
         rec.hold_in_flight(inc, index, key);
@@ -1194,7 +1233,7 @@ fn a_dead_senders_sar_buffer_comes_back_unless_its_segment_arrived() {
         b.tick_due = true;
         b.progress(&mut hb);
         assert_eq!(entry.sar_held.load(Relaxed), 0, "segment {key:#x}: the record is decided");
-        assert_eq!(free_buffers(&b).1, if back { pool } else { pool - 1 }, "segment {key:#x}'s buffer");
+        assert_eq!(free_buffers(b).1, if back { pool } else { pool - 1 }, "segment {key:#x}'s buffer");
         if !back {
             region.sar_stack().push(index).unwrap();
         }
