@@ -2,7 +2,8 @@
 # rshm under real libfabric clients nobody here wrote: fi_info (libfabric 1.17 and the wheels'
 # 2.5.1 core), fi_pingpong (rdm/dgram x msg/tagged, all sizes, data checks), Open MPI 5
 # (ob1 + btl/ofi, and cm + mtl/ofi with FI_RSHM_REMOTE_COMM=1) and MPICH 5 (ch4:ofi), 2 and 4
-# ranks, with the MPI check program in tests/mpi. Prints one line per check and a summary.
+# ranks, with the MPI check program in tests/mpi, and one message of 1.5 GiB through each MPI.
+# Prints one line per check and a summary.
 # Checks prove what their names claim: the programs they run are compiled afresh (a failed
 # compile fails, it never runs an old binary), the 2.5.1-core checks show that the 2.5.1 core and
 # rshm were the libraries loaded, and the CMA and SAR checks that rshm's endpoints had CMA on, or
@@ -174,8 +175,20 @@ mpi_ok() {
     grep -q "checks passed on $ranks ranks" <<<"$out"
 }
 
-export PROV_DIR
-export -f pingpong lists_rshm params_listed on_core closed_sum cma_is one_sided_ok mpi_ok
+large_ok() {
+    # tests/mpi/large_message.c prints "large_message: N MiB intact" on rank 1 when every byte of
+    # its one message of N MiB arrived.
+    local out
+    out=$("$@") || { echo "$out"; return 1; }
+    echo "$out"
+    grep -q "large_message: $LARGE_MIB MiB intact" <<<"$out"
+}
+
+# One message longer than 1 GiB (what rshm's max_msg_size was until the fiftieth session).
+LARGE_MIB=1536
+
+export PROV_DIR LARGE_MIB
+export -f pingpong lists_rshm params_listed on_core closed_sum cma_is one_sided_ok mpi_ok large_ok
 
 echo "== fi_info"
 check fi_info-1.17 lists_rshm
@@ -248,6 +261,12 @@ if [ "$WITH_MPI" = 1 ]; then
         mpich_built=0 mpich_osc_built=0
         build mpi_check_mpich "$MPICH/bin/mpicc" -O2 tests/mpi/mpi_check.c && mpich_built=1
         build osc_check_mpich "$MPICH/bin/mpicc" -O2 tests/mpi/osc_check.c && mpich_osc_built=1
+        if build large_message_mpich "$MPICH/bin/mpicc" -O2 tests/mpi/large_message.c; then
+            check "mpich-ch4-ofi-${LARGE_MIB}MiB-message" large_ok env MPIR_CVAR_CH4_NETMOD=ofi MPIR_CVAR_NOLOCAL=1 \
+                FI_PROVIDER=rshm FI_PROVIDER_PATH="$PROV_DIR" "$MPICH/bin/mpiexec" -n 2 "$LOGS/large_message_mpich" $LARGE_MIB
+        else
+            not_run "mpich-ch4-ofi-${LARGE_MIB}MiB-message" "build-large_message_mpich failed"
+        fi
         for n in 2 4; do
             mpich=(env MPIR_CVAR_CH4_NETMOD=ofi MPIR_CVAR_NOLOCAL=1 FI_PROVIDER=rshm FI_PROVIDER_PATH="$PROV_DIR"
                 "$MPICH/bin/mpiexec" -n $n)
@@ -268,6 +287,12 @@ if [ "$WITH_MPI" = 1 ]; then
         build mpi_check_ompi "$OMPI/bin/mpicc" -O2 tests/mpi/mpi_check.c && ompi_built=1
         build osc_check_ompi "$OMPI/bin/mpicc" -O2 tests/mpi/osc_check.c && ompi_osc_built=1
         ompi=("$OMPI/bin/mpiexec" --allow-run-as-root --oversubscribe -x FI_PROVIDER_PATH="$PROV_DIR")
+        if build large_message_ompi "$OMPI/bin/mpicc" -O2 tests/mpi/large_message.c; then
+            check "openmpi-cm-mtl-ofi-${LARGE_MIB}MiB-message" large_ok "${ompi[@]}" -x FI_RSHM_REMOTE_COMM=1 -n 2 \
+                --mca pml cm --mca mtl ofi --mca mtl_ofi_provider_include rshm "$LOGS/large_message_ompi" $LARGE_MIB
+        else
+            not_run "openmpi-cm-mtl-ofi-${LARGE_MIB}MiB-message" "build-large_message_ompi failed"
+        fi
         for n in 2 4; do
             if [ $ompi_osc_built = 1 ]; then
                 # MPI_Win_create windows go through the provider (osc rdma over btl ofi, mode 2).

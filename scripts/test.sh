@@ -156,6 +156,21 @@ else
     FI_PROVIDER_PATH="$PWD/target/rshm" timeout -k 5 60 target/perf/ep_memory rshm 8 4096 2048
 fi
 
+step "messages, writes and reads longer than 4 GiB through libfabric (tests/large/large_messages.c): every byte, with CMA and through SAR"
+mkdir -p target/large
+cc -O2 -Wall -o target/large/large_messages tests/large/large_messages.c -lfabric
+# Twice the length in memory, three times through SAR: past 4 GiB where 14 GB are free, else
+# past 1 GiB (the limit until the fiftieth session), said so.
+large_mib=4096
+if [ "$(awk '/^MemAvailable:/ {print int($2 / 1024)}' /proc/meminfo)" -lt 14000 ]; then
+    large_mib=1100
+    echo "  less than 14 GB of memory available: $large_mib MiB, not past 4 GiB"
+fi
+for cma in 1 0; do
+    echo "  FI_RSHM_CMA=$cma:"
+    FI_RSHM_CMA=$cma FI_PROVIDER_PATH="$PWD/target/rshm" timeout -k 5 300 target/large/large_messages $large_mib
+done
+
 step "rshm-regions: no region left behind by the tests (each one left is named, and fails)"
 cargo run -q --locked -p smr-core --bin rshm-regions -- list --fail-if-any
 
