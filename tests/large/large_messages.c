@@ -12,33 +12,19 @@
  * buffer, fi_read out of it. Needs twice the length in memory, three times without CMA (the early
  * message is held). Exits 0 when every byte of all four arrived; 1 (saying what) otherwise; 70
  * when the setup failed, 2 on a usage error. */
-#include <rdma/fabric.h>
-#include <rdma/fi_cm.h>
-#include <rdma/fi_domain.h>
-#include <rdma/fi_endpoint.h>
-#include <rdma/fi_errno.h>
 #include <rdma/fi_rma.h>
-#include <rdma/fi_tagged.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-#include "../include/fi_check.h"
+#include "../include/rdm_pair.h"
 
-#define SETUP(call) FI_CHECK_OR_EXIT(call, "setup: ", 70)
+#define SETUP RDM_PAIR_SETUP
 #define TAG 7
 #define TIMEOUT_S 120
 
-static struct fid_ep *a, *b;
-static struct fid_cq *cq_a, *cq_b;
-
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + t.tv_nsec * 1e-9;
-}
+static struct rdm_pair pair;
 
 /* The byte at offset `i` of the message: a word of a multiplicative hash of the word's index,
  * so that bytes copied to the wrong place (4 GiB off included) do not match. */
@@ -66,36 +52,11 @@ static size_t first_wrong(const unsigned char *buf, size_t len) {
     return memcmp(buf + 8 * words, &last, len % 8) ? 8 * words : len;
 }
 
-/* Progress both endpoints until `cq` gives one completion (within TIMEOUT_S): 1 for a success
- * (its context and length in *ctx, *len), or the error's -FI_E* code. */
-static int next_completion(struct fid_cq *cq, void **ctx, size_t *len) {
-    struct fid_cq *other = cq == cq_a ? cq_b : cq_a;
-    double end = now() + TIMEOUT_S;
-    struct fi_cq_tagged_entry e;
-    while (now() < end) {
-        ssize_t rc = fi_cq_read(cq, &e, 1);
-        fi_cq_read(other, NULL, 0);
-        if (rc == 1) {
-            *ctx = e.op_context;
-            *len = e.len;
-            return 1;
-        }
-        if (rc == -FI_EAVAIL) {
-            struct fi_cq_err_entry err = {0};
-            if (fi_cq_readerr(cq, &err, 0) != 1) return -FI_EOTHER;
-            *ctx = err.op_context;
-            return -err.err;
-        }
-        if (rc != -FI_EAGAIN) return (int)rc;
-    }
-    return -FI_ETIMEDOUT;
-}
-
 /* `cq` completes the operation `want` (with `len` bytes, for a receive); else exits 1. */
 static void expect_completion(struct fid_cq *cq, void *want, size_t len, const char *what) {
     void *ctx = NULL;
     size_t got = 0;
-    int rc = next_completion(cq, &ctx, &got);
+    int rc = rdm_pair_completion(&pair, cq, TIMEOUT_S, &ctx, &got);
     if (rc != 1 || ctx != want || (len && got != len)) {
         printf("FAIL: %s: completion %d (%s), context %s, %zu bytes\n", what, rc, rc < 0 ? fi_strerror(-rc) : "ok",
                ctx == want ? "right" : "wrong", got);
@@ -110,7 +71,7 @@ static void expect_message(unsigned char *buf, size_t len, const char *what, dou
         printf("FAIL: %s: byte %zu of %zu differs\n", what, at, len);
         exit(1);
     }
-    printf("  %s: %zu bytes intact (%.2f s)\n", what, len, now() - started);
+    printf("  %s: %zu bytes intact (%.2f s)\n", what, len, rdm_pair_now() - started);
     memset(buf, 0, len);
 }
 
@@ -119,8 +80,8 @@ static void expect_message(unsigned char *buf, size_t len, const char *what, dou
     do {                                                                                       \
         ssize_t _rc;                                                                           \
         while ((_rc = (call)) == -FI_EAGAIN) {                                                 \
-            fi_cq_read(cq_a, NULL, 0);                                                         \
-            fi_cq_read(cq_b, NULL, 0);                                                         \
+            fi_cq_read(pair.cq_a, NULL, 0);                                                    \
+            fi_cq_read(pair.cq_b, NULL, 0);                                                    \
         }                                                                                      \
         SETUP(_rc);                                                                            \
     } while (0)
@@ -152,48 +113,29 @@ int main(int argc, char **argv) {
         printf("FAIL: max_msg_size %zu is below %zu\n", info->ep_attr->max_msg_size, len);
         return 1;
     }
-    struct fid_fabric *fabric;
-    struct fid_domain *domain;
-    struct fid_av *av;
+    rdm_pair_open(info, &pair);
+    struct fid_ep *a = pair.a, *b = pair.b;
+    struct fid_cq *cq_a = pair.cq_a, *cq_b = pair.cq_b;
+    fi_addr_t to_b = pair.to_b;
     struct fid_mr *mr;
-    struct fi_av_attr av_attr = {.type = FI_AV_TABLE};
-    struct fi_cq_attr cq_attr = {.format = FI_CQ_FORMAT_TAGGED};
-    SETUP(fi_fabric(info->fabric_attr, &fabric, NULL));
-    SETUP(fi_domain(fabric, info, &domain, NULL));
-    SETUP(fi_av_open(domain, &av_attr, &av, NULL));
-    SETUP(fi_cq_open(domain, &cq_attr, &cq_a, NULL));
-    SETUP(fi_cq_open(domain, &cq_attr, &cq_b, NULL));
-    SETUP(fi_endpoint(domain, info, &a, NULL));
-    SETUP(fi_endpoint(domain, info, &b, NULL));
-    SETUP(fi_ep_bind(a, &av->fid, 0));
-    SETUP(fi_ep_bind(b, &av->fid, 0));
-    SETUP(fi_ep_bind(a, &cq_a->fid, FI_TRANSMIT | FI_RECV));
-    SETUP(fi_ep_bind(b, &cq_b->fid, FI_TRANSMIT | FI_RECV));
-    SETUP(fi_enable(a));
-    SETUP(fi_enable(b));
-    char name[256];
-    size_t name_len = sizeof name;
-    fi_addr_t to_b;
-    SETUP(fi_getname(&b->fid, name, &name_len));
-    SETUP(fi_av_insert(av, name, 1, &to_b, 0, NULL) != 1);
-    SETUP(fi_mr_reg(domain, in, len, FI_REMOTE_WRITE | FI_REMOTE_READ, 0, 0, 0, &mr, NULL));
+    SETUP(fi_mr_reg(pair.domain, in, len, FI_REMOTE_WRITE | FI_REMOTE_READ, 0, 0, 0, &mr, NULL));
     uint64_t key = fi_mr_key(mr);
     /* The target's address: its own where the domain addresses by it, else an offset. */
     uint64_t at = info->domain_attr->mr_mode & FI_MR_VIRT_ADDR ? (uint64_t)(uintptr_t)in : 0;
     printf("%zu-byte messages, writes and reads (max_msg_size %zu):\n", len, info->ep_attr->max_msg_size);
 
     static int send_ctx, recv_ctx, write_ctx, read_ctx;
-    double t = now();
+    double t = rdm_pair_now();
     POST(fi_trecv(b, in, len, NULL, FI_ADDR_UNSPEC, TAG, 0, &recv_ctx));
     POST(fi_tsend(a, out, len, NULL, to_b, TAG, &send_ctx));
     expect_completion(cq_b, &recv_ctx, len, "the tagged message's receive");
     expect_completion(cq_a, &send_ctx, 0, "the tagged message's send");
     expect_message(in, len, "a message into a posted receive", t);
 
-    t = now();
+    t = rdm_pair_now();
     POST(fi_tsend(a, out, len, NULL, to_b, TAG + 1, &send_ctx));
     /* Let it arrive before its receive: the sender completes once the receiver has it all. */
-    for (double until = now() + 0.2; now() < until;) {
+    for (double until = rdm_pair_now() + 0.2; rdm_pair_now() < until;) {
         fi_cq_read(cq_b, NULL, 0);
         fi_cq_read(cq_a, NULL, 0);
     }
@@ -202,26 +144,20 @@ int main(int argc, char **argv) {
     expect_completion(cq_a, &send_ctx, 0, "the early message's send");
     expect_message(in, len, "a message that arrived before its receive", t);
 
-    t = now();
+    t = rdm_pair_now();
     POST(fi_write(a, out, len, NULL, to_b, at, key, &write_ctx));
     expect_completion(cq_a, &write_ctx, 0, "fi_write");
     expect_message(in, len, "fi_write", t);
 
     memcpy(in, out, len);
     memset(out, 0, len);
-    t = now();
+    t = rdm_pair_now();
     POST(fi_read(a, out, len, NULL, to_b, at, key, &read_ctx));
     expect_completion(cq_a, &read_ctx, 0, "fi_read");
     expect_message(out, len, "fi_read", t);
 
     SETUP(fi_close(&mr->fid));
-    SETUP(fi_close(&a->fid));
-    SETUP(fi_close(&b->fid));
-    SETUP(fi_close(&cq_a->fid));
-    SETUP(fi_close(&cq_b->fid));
-    SETUP(fi_close(&av->fid));
-    SETUP(fi_close(&domain->fid));
-    SETUP(fi_close(&fabric->fid));
+    rdm_pair_close(&pair);
     fi_freeinfo(info);
     fi_freeinfo(hints);
     free(out);
