@@ -42,8 +42,7 @@ usage: rshm-fi-bench --provider NAME [--families LIST] [--tests LIST] [--sizes L
   --peer-pid-namespace
                     start the responder in a pid namespace of its own (`unshare --pid --fork
                     --mount-proc`, root only), as in a container sharing /dev/shm but not its
-                    pids: a check that every test works across namespaces (its load figures
-                    then watch `unshare`, not the responder)
+                    pids: a check that every test works across namespaces
 
 Prints one line per point on stdout, tab-separated key=value fields:
   RESULT prov core family test size iters ops ns load busy tries
@@ -238,6 +237,10 @@ struct Peer {
     child: Child,
     input: ChildStdin,
     output: BufReader<ChildStdout>,
+    /// Started under `unshare` (`--peer-pid-namespace`): the responder is `child`'s child.
+    under_unshare: bool,
+    /// The responder's pid here, once known (`responder_pid`).
+    responder: Option<u32>,
 }
 
 impl Peer {
@@ -257,9 +260,23 @@ impl Peer {
         let mut child = cmd.spawn().map_err(|e| format!("start the peer: {e}"))?;
         let input = child.stdin.take().ok_or("no peer stdin")?;
         let output = BufReader::new(child.stdout.take().ok_or("no peer stdout")?);
-        let mut p = Peer { child, input, output };
+        let mut p = Peer { child, input, output, under_unshare: own_pid_namespace, responder: None };
         p.send(&format!("provider {provider}"))?;
         Ok(p)
+    }
+
+    /// The pid (in our namespace) of the process that runs the responder, whose CPU the load
+    /// figures watch: `unshare --fork` waits while its child runs the command.
+    fn responder_pid(&mut self) -> u32 {
+        if !self.under_unshare {
+            return self.child.id();
+        }
+        if self.responder.is_none() {
+            let unshare = self.child.id();
+            let children = std::fs::read_to_string(format!("/proc/{unshare}/task/{unshare}/children"));
+            self.responder = children.ok().and_then(|c| c.split_whitespace().next()?.parse().ok());
+        }
+        self.responder.unwrap_or_else(|| self.child.id())
     }
 
     fn send(&mut self, line: &str) -> Result<()> {
@@ -458,9 +475,9 @@ fn point(ctx: &Ctx, peer: &mut Peer, ep: &mut Endpoint, test: Test, size: usize,
     let mut tries = 0;
     let mut rescaled = 0;
     while tries < ctx.opts.tries {
-        let before = CpuSnapshot::take(Some(peer.child.id()));
+        let before = CpuSnapshot::take(Some(peer.responder_pid()));
         let d = run(peer, ep, &r)?;
-        let after = CpuSnapshot::take(Some(peer.child.id()));
+        let after = CpuSnapshot::take(Some(peer.responder_pid()));
         if d < ctx.opts.time / 2 && rescaled < 4 && r.iters < 1 << 26 {
             // A calibration run that was preempted makes the timed run too short to mean
             // anything (or to judge the load over): scale up and run again.
