@@ -46,12 +46,20 @@ fn push_iovec(out: &mut Ranges, v: ffi::iovec) -> FiResult<()> {
     Ok(())
 }
 
-/// One buffer, checked as `one` checks it (NULL only when empty), by its address.
+/// Where every 64-bit Linux user address space ends, or before: 2^57 (x86-64 with 5-level page
+/// tables ends at 2^56, arm64 at 2^52). A buffer that runs past it is no buffer at all.
+const USER_SPACE_END: usize = 1 << 57;
+
+/// One buffer, checked as `one` checks it (NULL only when empty; within a user address space,
+/// which a length such as SIZE_MAX is not: max_msg_size is SIZE_MAX), by its address.
 pub fn one_addr(buf: *const c_void, len: usize) -> FiResult<usize> {
     if buf.is_null() && len > 0 {
         return Err(FiError::INVAL);
     }
-    Ok(buf as usize)
+    match (buf as usize).checked_add(len) {
+        Some(end) if end <= USER_SPACE_END => Ok(buf as usize),
+        _ => Err(FiError::INVAL),
+    }
 }
 
 /// The caller's iovec array as an iov list.
@@ -158,4 +166,22 @@ pub fn sub_ranges(iov: &Ranges, mut off: usize, mut len: usize) -> Ranges {
 pub unsafe fn lend(parts: smr_core::iov::Ranges) -> smr_core::iov::LocalIov {
     // SAFETY: per this function's contract.
     unsafe { smr_core::iov::LocalIov::from_ranges(parts) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_buffer_must_lie_in_a_user_address_space() {
+        let buf = [0u8; 8];
+        let at = buf.as_ptr().cast::<c_void>();
+        assert_eq!(one_addr(at, 8), Ok(at as usize));
+        assert_eq!(one_addr(std::ptr::null(), 0), Ok(0));
+        assert_eq!(one_addr(std::ptr::null(), USER_SPACE_END), Err(FiError::INVAL), "NULL with a length");
+        assert_eq!(one_addr(4096 as *const c_void, USER_SPACE_END - 4096), Ok(4096), "up to the end");
+        for len in [USER_SPACE_END, 1 << 60, usize::MAX] {
+            assert_eq!(one_addr(at, len), Err(FiError::INVAL), "{len:#x} bytes");
+        }
+    }
 }
