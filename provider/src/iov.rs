@@ -39,11 +39,33 @@ fn push_range(r: &mut Ranges, addr: usize, len: usize) {
     }
 }
 
-/// One of the caller's iovecs, checked (NULL only when empty), added to `out`.
+/// One of the caller's iovecs, checked by `check` (`one_addr`, `registered_addr`), added to
+/// `out`.
 #[inline(always)]
-fn push_iovec(out: &mut Ranges, v: ffi::iovec) -> FiResult<()> {
-    push_range(out, one_addr(v.iov_base, v.iov_len)?, v.iov_len);
+fn push_iovec(out: &mut Ranges, v: ffi::iovec, check: AddrCheck) -> FiResult<()> {
+    push_range(out, check(v.iov_base, v.iov_len)?, v.iov_len);
     Ok(())
+}
+
+/// How a range the caller passes is checked: as a buffer of a data call (`one_addr`) or as
+/// memory registered for peers (`registered_addr`).
+type AddrCheck = fn(*const c_void, usize) -> FiResult<usize>;
+
+/// Memory the application registers for peers (`fi_mr_reg`), checked as a buffer of a data call
+/// is (`one_addr`), but for one idiom: all of memory, from address 0 (NULL) to the end of the
+/// address space or beyond, as OpenSHMEM's remote-virtual-addressing build registers
+/// [0, 2^64 - 1) once for everything. Peers' accesses to it are checked as they come, against the
+/// memory the process has then (CMA by the kernel; a target's own copies, `state::mr`).
+pub fn registered_addr(buf: *const c_void, len: usize) -> FiResult<usize> {
+    if buf.is_null() && len >= USER_SPACE_END {
+        return Ok(0);
+    }
+    one_addr(buf, len)
+}
+
+/// One registered range (`registered_addr`) as an iov list.
+pub fn registered(buf: *const c_void, len: usize) -> FiResult<Ranges> {
+    Ok(one_range(registered_addr(buf, len)?, len))
 }
 
 /// Where every 64-bit Linux user address space ends, or before: 2^57 (x86-64 with 5-level page
@@ -62,11 +84,27 @@ pub fn one_addr(buf: *const c_void, len: usize) -> FiResult<usize> {
     }
 }
 
-/// The caller's iovec array as an iov list.
+/// The caller's iovec array of a data call as an iov list.
 ///
 /// # Safety
 /// `iov` must be NULL or point to `count` iovecs.
 pub unsafe fn many(iov: *const ffi::iovec, count: usize) -> FiResult<Ranges> {
+    // SAFETY: the caller's contract.
+    unsafe { many_checked(iov, count, one_addr) }
+}
+
+/// The caller's iovec array of registered memory (`registered_addr`) as an iov list.
+///
+/// # Safety
+/// `iov` must be NULL or point to `count` iovecs.
+pub unsafe fn registered_many(iov: *const ffi::iovec, count: usize) -> FiResult<Ranges> {
+    // SAFETY: the caller's contract.
+    unsafe { many_checked(iov, count, registered_addr) }
+}
+
+/// # Safety
+/// `iov` must be NULL or point to `count` iovecs.
+unsafe fn many_checked(iov: *const ffi::iovec, count: usize, check: AddrCheck) -> FiResult<Ranges> {
     if count > IOV_LIMIT || (iov.is_null() && count > 0) {
         return Err(FiError::INVAL);
     }
@@ -74,13 +112,13 @@ pub unsafe fn many(iov: *const ffi::iovec, count: usize) -> FiResult<Ranges> {
     if count == 1 {
         // One iovec, what a *msg call usually passes: no capacity to set up, no loop.
         // SAFETY: per the contract, one readable iovec (non-NULL: checked above).
-        push_iovec(&mut out, unsafe { *iov })?;
+        push_iovec(&mut out, unsafe { *iov }, check)?;
         return Ok(out);
     }
     out.reserve(count);
     for i in 0..count {
         // SAFETY: per the contract, `count` readable iovecs.
-        push_iovec(&mut out, unsafe { *iov.add(i) })?;
+        push_iovec(&mut out, unsafe { *iov.add(i) }, check)?;
     }
     Ok(out)
 }
@@ -183,5 +221,18 @@ mod tests {
         for len in [USER_SPACE_END, 1 << 60, usize::MAX] {
             assert_eq!(one_addr(at, len), Err(FiError::INVAL), "{len:#x} bytes");
         }
+    }
+
+    /// Registered memory may be all of memory from address 0 (OpenSHMEM's remote virtual
+    /// addressing), and otherwise is checked as any buffer.
+    #[test]
+    fn all_of_memory_may_be_registered_from_address_0() {
+        assert_eq!(registered_addr(std::ptr::null(), usize::MAX), Ok(0));
+        assert_eq!(registered_addr(std::ptr::null(), USER_SPACE_END), Ok(0));
+        assert_eq!(registered_addr(std::ptr::null(), 4096), Err(FiError::INVAL), "NULL and a length");
+        let buf = [0u8; 8];
+        let at = buf.as_ptr().cast::<c_void>();
+        assert_eq!(registered_addr(at, 8), Ok(at as usize));
+        assert_eq!(registered_addr(at, usize::MAX), Err(FiError::INVAL), "past the address space");
     }
 }

@@ -79,7 +79,7 @@ pub(crate) unsafe extern "C" fn mr_reg(
     context: *mut c_void,
 ) -> i32 {
     crate::boundary::guard("fi_mr_reg", FiError::OTHER.code(), || {
-        int_ret(register(fid, crate::iov::one(buf, len), access, requested_key, flags, mr, context))
+        int_ret(register(fid, crate::iov::registered(buf, len), access, requested_key, flags, mr, context))
     })
 }
 
@@ -97,7 +97,7 @@ pub(crate) unsafe extern "C" fn mr_regv(
 ) -> i32 {
     crate::boundary::guard("fi_mr_regv", FiError::OTHER.code(), || {
         // SAFETY: the caller's array of `count` iovecs.
-        let list = unsafe { crate::iov::many(iov, count) };
+        let list = unsafe { crate::iov::registered_many(iov, count) };
         int_ret(register(fid, list, access, requested_key, flags, mr, context))
     })
 }
@@ -114,7 +114,7 @@ pub(crate) unsafe extern "C" fn mr_regattr(
         // SAFETY: the caller's attr.
         let Some(attr) = (unsafe { attr.as_ref() }) else { return FiError::INVAL.code() };
         // SAFETY: the caller's iov array of `iov_count` entries.
-        let list = unsafe { crate::iov::many(attr.mr_iov, attr.iov_count) };
+        let list = unsafe { crate::iov::registered_many(attr.mr_iov, attr.iov_count) };
         int_ret(register(fid, list, attr.access, attr.requested_key, flags, mr, attr.context))
     })
 }
