@@ -2,6 +2,7 @@
 //! process group; ranks talk out of band through `Rank::pmi`.
 
 mod access;
+mod all_memory;
 mod atomic;
 mod completion;
 mod counters;
@@ -54,6 +55,7 @@ pub fn all() -> Vec<Scenario> {
     v.extend(passive_write::scenarios());
     v.extend(atomic::scenarios());
     v.extend(access::scenarios());
+    v.extend(all_memory::scenarios());
     v.extend(counters::scenarios());
     v.extend(progress::scenarios());
     v.extend(wait_fd::scenarios());
