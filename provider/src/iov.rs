@@ -39,17 +39,17 @@ fn push_range(r: &mut Ranges, addr: usize, len: usize) {
     }
 }
 
-/// One of the caller's iovecs, checked by `check` (`one_addr`, `registered_addr`), added to
-/// `out`.
+/// One of the caller's iovecs, checked by `check` (`one_addr` for a buffer of a data call,
+/// `registered_addr` for memory registered for peers), added to `out`.
 #[inline(always)]
-fn push_iovec(out: &mut Ranges, v: ffi::iovec, check: AddrCheck) -> FiResult<()> {
+fn push_iovec(
+    out: &mut Ranges,
+    v: ffi::iovec,
+    check: impl Fn(*const c_void, usize) -> FiResult<usize>,
+) -> FiResult<()> {
     push_range(out, check(v.iov_base, v.iov_len)?, v.iov_len);
     Ok(())
 }
-
-/// How a range the caller passes is checked: as a buffer of a data call (`one_addr`) or as
-/// memory registered for peers (`registered_addr`).
-type AddrCheck = fn(*const c_void, usize) -> FiResult<usize>;
 
 /// Memory the application registers for peers (`fi_mr_reg`), checked as a buffer of a data call
 /// is (`one_addr`), but for one idiom: all of memory, from address 0 (NULL) to the end of the
@@ -102,9 +102,16 @@ pub unsafe fn registered_many(iov: *const ffi::iovec, count: usize) -> FiResult<
     unsafe { many_checked(iov, count, registered_addr) }
 }
 
+/// `many` with each range checked by `check` (a direct call: the sends' path takes it).
+///
 /// # Safety
 /// `iov` must be NULL or point to `count` iovecs.
-unsafe fn many_checked(iov: *const ffi::iovec, count: usize, check: AddrCheck) -> FiResult<Ranges> {
+#[inline(always)]
+unsafe fn many_checked(
+    iov: *const ffi::iovec,
+    count: usize,
+    check: impl Fn(*const c_void, usize) -> FiResult<usize> + Copy,
+) -> FiResult<Ranges> {
     if count > IOV_LIMIT || (iov.is_null() && count > 0) {
         return Err(FiError::INVAL);
     }

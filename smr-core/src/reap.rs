@@ -98,14 +98,13 @@ mod tests {
     /// A region whose header claims an owner that cannot exist, as one left by a SIGKILL.
     fn left_by_dead_process(name: &str) {
         let owner = Region::create(name, counts(), 0).unwrap();
-        let hdr = owner.mapping().bytes_ptr(0, 4096).unwrap().cast::<RegionHeader>();
-        // SAFETY: our own fresh mapping, at least a header long. A start time no process has,
-        // and another incarnation, so that dropping our view unmaps it without unlinking the
-        // file (a killed owner never unlinks).
-        unsafe {
-            (*hdr).owner_start = 1;
-            (*hdr).incarnation ^= 1;
-        }
+        // A start time no process has, and another incarnation, so that dropping `owner` unmaps
+        // it without unlinking the file (a killed owner never unlinks).
+        edit_header(name, |h| {
+            h.owner_start = 1;
+            h.incarnation ^= 1;
+        });
+        drop(owner);
     }
 
     #[test]

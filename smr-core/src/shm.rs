@@ -31,6 +31,18 @@ fn shm_path(name: &str) -> Result<CString> {
     CString::new(format!("/{name}")).map_err(|_| Error::Invalid("region name contains NUL"))
 }
 
+/// `shm_open(name, oflag | O_CLOEXEC, mode)`: a descriptor of our own, or the errno.
+fn open_fd(name: &str, oflag: libc::c_int, mode: libc::mode_t) -> Result<OwnedFd> {
+    let path = shm_path(name)?;
+    // SAFETY: `path` is a valid NUL-terminated string.
+    let fd = unsafe { libc::shm_open(path.as_ptr(), oflag | libc::O_CLOEXEC, mode) };
+    if fd < 0 {
+        return Err(Error::last_os());
+    }
+    // SAFETY: `fd` was just returned by shm_open and is owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
 impl Mapping {
     /// Create `name` exclusively (mode 0600), size it, reserve its pages and map it.
     pub fn create(name: &str, len: usize) -> Result<Mapping> {
@@ -41,16 +53,7 @@ impl Mapping {
     /// ascending order, not overlapping: pages that may stay unused, reserved on first use with
     /// `reserve`).
     pub fn create_lazy(name: &str, len: usize, lazy: &[(u64, u64)]) -> Result<Mapping> {
-        let path = shm_path(name)?;
-        // SAFETY: `path` is a valid NUL-terminated string.
-        let fd = unsafe {
-            libc::shm_open(path.as_ptr(), libc::O_CREAT | libc::O_EXCL | libc::O_RDWR | libc::O_CLOEXEC, 0o600)
-        };
-        if fd < 0 {
-            return Err(Error::last_os());
-        }
-        // SAFETY: `fd` was just returned by shm_open and is owned by nobody else.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let fd = open_fd(name, libc::O_CREAT | libc::O_EXCL | libc::O_RDWR, 0o600)?;
         // SAFETY: plain syscall on an fd we own.
         if unsafe { libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) } != 0 {
             let err = Error::last_os();
@@ -89,15 +92,10 @@ impl Mapping {
 
     /// Map an existing region file whole, at the size `fstat` reports.
     pub fn open(name: &str) -> Result<Mapping> {
-        let path = shm_path(name)?;
-        // SAFETY: `path` is a valid NUL-terminated string.
-        let fd = unsafe { libc::shm_open(path.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC, 0) };
-        if fd < 0 {
-            let err = std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO);
-            return Err(if err == libc::ENOENT { Error::NoSuchPeer } else { Error::Os(err) });
-        }
-        // SAFETY: `fd` was just returned by shm_open and is owned by nobody else.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let fd = open_fd(name, libc::O_RDWR, 0).map_err(|e| match e {
+            Error::Os(libc::ENOENT) => Error::NoSuchPeer,
+            e => e,
+        })?;
         let len = file_size(&fd)?;
         if len == 0 {
             // Created but not yet sized: its creator is between shm_open and ftruncate.
@@ -228,13 +226,9 @@ impl Drop for Mapping {
 /// (exit, exec or a kill), never later because a child forked without exec still holds it.
 /// What the owner lock is held through (`liveness::hold_owner_lock`).
 pub struct UnforkedDescription {
-    base: *mut libc::c_void,
+    /// The mapping's address, never dereferenced (an integer: the type is Send and Sync as is).
+    base: usize,
 }
-
-// SAFETY: the mapping is never read or written (PROT_NONE); only `munmap` touches it.
-unsafe impl Send for UnforkedDescription {}
-// SAFETY: as above.
-unsafe impl Sync for UnforkedDescription {}
 
 impl UnforkedDescription {
     /// Keep `fd`'s description by a mapping alone and close `fd` (a descriptor fork would copy).
@@ -245,7 +239,7 @@ impl UnforkedDescription {
         if base == libc::MAP_FAILED {
             return Err(Error::last_os());
         }
-        let kept = UnforkedDescription { base };
+        let kept = UnforkedDescription { base: base as usize };
         // SAFETY: our own page-aligned one-page mapping; the advice changes no memory.
         if unsafe { libc::madvise(base, PAGE, libc::MADV_DONTFORK) } != 0 {
             return Err(Error::last_os());
@@ -257,7 +251,7 @@ impl UnforkedDescription {
 impl Drop for UnforkedDescription {
     fn drop(&mut self) {
         // SAFETY: our own one-page mapping, never handed out.
-        unsafe { libc::munmap(self.base, PAGE) };
+        unsafe { libc::munmap(self.base as *mut libc::c_void, PAGE) };
     }
 }
 
@@ -265,14 +259,7 @@ impl Drop for UnforkedDescription {
 /// through it is not `same`'s) of the file `name` that `same` maps; EAGAIN when `name` names
 /// another file now.
 pub fn reopen(name: &str, same: &Mapping) -> Result<OwnedFd> {
-    let path = shm_path(name)?;
-    // SAFETY: `path` is a valid NUL-terminated string.
-    let fd = unsafe { libc::shm_open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC, 0) };
-    if fd < 0 {
-        return Err(Error::last_os());
-    }
-    // SAFETY: `fd` was just returned by shm_open and is owned by nobody else.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let fd = open_fd(name, libc::O_RDONLY, 0)?;
     if file_id(&fd)? != file_id(&same.fd)? {
         return Err(Error::Again);
     }
