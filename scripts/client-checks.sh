@@ -166,29 +166,22 @@ one_sided_ok() {
     return $rc
 }
 
-mpi_ok() {
-    # The MPI program prints "mpi_check: N checks passed on R ranks" when every check held.
-    local ranks=$1; shift
+# prints TEXT COMMAND...: COMMAND succeeds and its output has TEXT, what the check programs print
+# when every check held: tests/mpi/mpi_check.c "mpi_check: N checks passed on R ranks",
+# tests/mpi/large_message.c "large_message: N MiB intact" (on rank 1, once every byte arrived).
+prints() {
+    local text=$1; shift
     local out
     out=$("$@") || { echo "$out"; return 1; }
     echo "$out"
-    grep -q "checks passed on $ranks ranks" <<<"$out"
-}
-
-large_ok() {
-    # tests/mpi/large_message.c prints "large_message: N MiB intact" on rank 1 when every byte of
-    # its one message of N MiB arrived.
-    local out
-    out=$("$@") || { echo "$out"; return 1; }
-    echo "$out"
-    grep -q "large_message: $LARGE_MIB MiB intact" <<<"$out"
+    grep -q "$text" <<<"$out"
 }
 
 # One message longer than 1 GiB (what rshm's max_msg_size was until the fiftieth session).
 LARGE_MIB=1536
 
-export PROV_DIR LARGE_MIB
-export -f pingpong lists_rshm params_listed on_core closed_sum cma_is one_sided_ok mpi_ok large_ok
+export PROV_DIR
+export -f pingpong lists_rshm params_listed on_core closed_sum cma_is one_sided_ok prints
 
 echo "== fi_info"
 check fi_info-1.17 lists_rshm
@@ -262,7 +255,8 @@ if [ "$WITH_MPI" = 1 ]; then
         build mpi_check_mpich "$MPICH/bin/mpicc" -O2 tests/mpi/mpi_check.c && mpich_built=1
         build osc_check_mpich "$MPICH/bin/mpicc" -O2 tests/mpi/osc_check.c && mpich_osc_built=1
         if build large_message_mpich "$MPICH/bin/mpicc" -O2 tests/mpi/large_message.c; then
-            check "mpich-ch4-ofi-${LARGE_MIB}MiB-message" large_ok env MPIR_CVAR_CH4_NETMOD=ofi MPIR_CVAR_NOLOCAL=1 \
+            check "mpich-ch4-ofi-${LARGE_MIB}MiB-message" prints "large_message: $LARGE_MIB MiB intact" \
+                env MPIR_CVAR_CH4_NETMOD=ofi MPIR_CVAR_NOLOCAL=1 \
                 FI_PROVIDER=rshm FI_PROVIDER_PATH="$PROV_DIR" "$MPICH/bin/mpiexec" -n 2 "$LOGS/large_message_mpich" $LARGE_MIB
         else
             not_run "mpich-ch4-ofi-${LARGE_MIB}MiB-message" "build-large_message_mpich failed"
@@ -271,7 +265,7 @@ if [ "$WITH_MPI" = 1 ]; then
             mpich=(env MPIR_CVAR_CH4_NETMOD=ofi MPIR_CVAR_NOLOCAL=1 FI_PROVIDER=rshm FI_PROVIDER_PATH="$PROV_DIR"
                 "$MPICH/bin/mpiexec" -n $n)
             if [ $mpich_built = 1 ]; then
-                check "mpich-ch4-ofi-np$n" mpi_ok $n "${mpich[@]}" "$LOGS/mpi_check_mpich"
+                check "mpich-ch4-ofi-np$n" prints "checks passed on $n ranks" "${mpich[@]}" "$LOGS/mpi_check_mpich"
             else
                 not_run "mpich-ch4-ofi-np$n" "build-mpi_check_mpich failed"
             fi
@@ -288,7 +282,8 @@ if [ "$WITH_MPI" = 1 ]; then
         build osc_check_ompi "$OMPI/bin/mpicc" -O2 tests/mpi/osc_check.c && ompi_osc_built=1
         ompi=("$OMPI/bin/mpiexec" --allow-run-as-root --oversubscribe -x FI_PROVIDER_PATH="$PROV_DIR")
         if build large_message_ompi "$OMPI/bin/mpicc" -O2 tests/mpi/large_message.c; then
-            check "openmpi-cm-mtl-ofi-${LARGE_MIB}MiB-message" large_ok "${ompi[@]}" -x FI_RSHM_REMOTE_COMM=1 -n 2 \
+            check "openmpi-cm-mtl-ofi-${LARGE_MIB}MiB-message" prints "large_message: $LARGE_MIB MiB intact" \
+                "${ompi[@]}" -x FI_RSHM_REMOTE_COMM=1 -n 2 \
                 --mca pml cm --mca mtl ofi --mca mtl_ofi_provider_include rshm "$LOGS/large_message_ompi" $LARGE_MIB
         else
             not_run "openmpi-cm-mtl-ofi-${LARGE_MIB}MiB-message" "build-large_message_ompi failed"
@@ -307,9 +302,9 @@ if [ "$WITH_MPI" = 1 ]; then
                 not_run "openmpi-cm-mtl-ofi-np$n" "build-mpi_check_ompi failed"
                 continue
             fi
-            check "openmpi-ob1-btl-ofi-np$n" mpi_ok $n "${ompi[@]}" -n $n --mca pml ob1 --mca btl ofi,self \
+            check "openmpi-ob1-btl-ofi-np$n" prints "checks passed on $n ranks" "${ompi[@]}" -n $n --mca pml ob1 --mca btl ofi,self \
                 --mca btl_ofi_mode 1 --mca btl_ofi_provider_include rshm "$LOGS/mpi_check_ompi"
-            check "openmpi-cm-mtl-ofi-np$n" mpi_ok $n "${ompi[@]}" -x FI_RSHM_REMOTE_COMM=1 -n $n --mca pml cm \
+            check "openmpi-cm-mtl-ofi-np$n" prints "checks passed on $n ranks" "${ompi[@]}" -x FI_RSHM_REMOTE_COMM=1 -n $n --mca pml cm \
                 --mca mtl ofi --mca mtl_ofi_provider_include rshm "$LOGS/mpi_check_ompi"
         done
     fi

@@ -58,8 +58,28 @@ short_pair() {
     rm -f "$log.srv" "$log.cli"
 }
 
+# The regions $2 that the pair $1 created are two; else the check fails.
+two_regions() {
+    [ "$(echo "$2" | grep -c .)" = 2 ] || { echo "$1 did not create two regions: $2"; exit 1; }
+}
+
+# After the pair whose log is $1: every region of the killed pair's, $2, is removed, with one log
+# line saying it was "left by $3 that died", and every region of the running pair's, $4, is
+# kept; $5 says whose they are, for the failures.
+removed_and_kept() {
+    local log=$1 dead=$2 owner=$3 alive=$4 whose=$5 r
+    for r in $dead; do
+        [ ! -e "/dev/shm/$r" ] || { echo "the region $r of $whose killed was not removed"; exit 1; }
+        [ "$(grep -c "removed region $r (.* bytes) left by $owner that died" "$log")" = 1 ] ||
+            { grep rshm "$log" | tail -20; echo "not one log line for the removal of $r"; exit 1; }
+    done
+    for r in $alive; do
+        [ -e "/dev/shm/$r" ] || { echo "the region $r of $whose still running was removed"; exit 1; }
+    done
+}
+
 killed=$(start_pair $port)
-[ "$(echo "$killed" | grep -c .)" = 2 ] || { echo "the pair did not create two regions: $killed"; exit 1; }
+two_regions "the pair" "$killed"
 pkill -KILL -f "fi_pingpong -p rshm -B $port" || true
 pkill -KILL -f "fi_pingpong -p rshm -P $port" || true
 sleep 0.3
@@ -78,17 +98,10 @@ echo "  with FI_RSHM_REAP_DEAD=0 a new pair left them"
 # A live process's regions must survive the next process's reaping. (This pair itself must not
 # reap: the removals are to be seen in the next pair's logs.)
 live=$(start_pair $((port + 1)) FI_RSHM_REAP_DEAD=0)
-[ "$(echo "$live" | grep -c .)" = 2 ] || { echo "the live pair did not create two regions: $live"; exit 1; }
+two_regions "the live pair" "$live"
 
 short_pair "$log"
-for r in $killed; do
-    [ ! -e "/dev/shm/$r" ] || { echo "the dead process's region $r was not removed"; exit 1; }
-    [ "$(grep -c "removed region $r (.* bytes) left by process [0-9]* that died" "$log")" = 1 ] ||
-        { grep rshm "$log" | tail -20; echo "not one log line for the removal of $r"; exit 1; }
-done
-for r in $live; do
-    [ -e "/dev/shm/$r" ] || { echo "the live process's region $r was removed"; exit 1; }
-done
+removed_and_kept "$log" "$killed" "process [0-9]*" "$live" "a pair"
 echo "  the next pair removed both (log: $(grep -o 'removed region.*' "$log" | head -1 | cut -c1-90)...)"
 echo "  and left those of a pair still running: $(echo $live)"
 pkill -KILL -f "fi_pingpong -p rshm -[BP] $((port + 1))" || true
@@ -103,21 +116,14 @@ if [ "$(id -u)" != 0 ] || ! unshare --pid --fork --mount-proc true 2>/dev/null; 
 fi
 wrap="unshare --pid --fork --mount-proc --kill-child"
 killed=$(start_pair $((port + 2)))
-[ "$(echo "$killed" | grep -c .)" = 2 ] || { echo "the namespaced pair did not create two regions: $killed"; exit 1; }
+two_regions "the namespaced pair" "$killed"
 pkill -KILL -f "fi_pingpong -p rshm -[BP] $((port + 2))" || true
 live=$(start_pair $((port + 3)) FI_RSHM_REAP_DEAD=0)
-[ "$(echo "$live" | grep -c .)" = 2 ] || { echo "the live namespaced pair did not create two regions: $live"; exit 1; }
+two_regions "the live namespaced pair" "$live"
 sleep 0.3
 wrap=
 short_pair "$log"
-for r in $killed; do
-    [ ! -e "/dev/shm/$r" ] || { echo "the region $r of a process killed in another pid namespace was not removed"; exit 1; }
-    [ "$(grep -c "removed region $r (.* bytes) left by process 1 of pid namespace [0-9]* that died" "$log")" = 1 ] ||
-        { grep rshm "$log" | tail -20; echo "not one log line for the removal of $r"; exit 1; }
-done
-for r in $live; do
-    [ -e "/dev/shm/$r" ] || { echo "the region $r of a live process of another pid namespace was removed"; exit 1; }
-done
+removed_and_kept "$log" "$killed" "process 1 of pid namespace [0-9]*" "$live" "a pair in other pid namespaces"
 echo "  a pair killed in pid namespaces of its own: both regions removed by the next pair here ($(echo $killed))"
 echo "  and those of such a pair still running kept: $(echo $live)"
 pkill -KILL -f "fi_pingpong -p rshm -[BP] $((port + 3))" || true
