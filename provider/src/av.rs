@@ -1,5 +1,6 @@
 //! Address vectors (FI_AV_TABLE and FI_AV_MAP): fi_addr_t values are indices into a table of
-//! peer names. Removal leaves a hole; the index is reused only by later inserts.
+//! peer names, each name held once (state/av.rs). Removal leaves a hole; the index is reused
+//! only by later inserts.
 
 use crate::error::{int_ret, FiError, FiResult};
 use crate::getinfo::{decode_addr, encode_addr, node_is_local, ADDR_LEN};
@@ -113,12 +114,14 @@ fn insert_names(
     // SAFETY: libfabric contract.
     let av = unsafe { get(av.cast()) }?;
     let mut st = av.shared.lock();
-    let mut inserted = 0;
+    let (mut inserted, mut taken) = (0, false);
     for (i, name) in names.into_iter().enumerate() {
         let addr = match name {
             Ok(n) => {
                 inserted += 1;
-                st.avs[av.id].insert(n)
+                let (addr, new) = st.avs[av.id].insert(n);
+                taken |= new;
+                addr
             }
             Err(_) => ffi::FI_ADDR_NOTAVAIL,
         };
@@ -132,7 +135,9 @@ fn insert_names(
             unsafe { context.cast::<c_int>().add(i).write(err) };
         }
     }
-    changed(&mut st, av.id);
+    if taken {
+        changed(&mut st, av.id);
+    }
     Ok(inserted)
 }
 
@@ -219,15 +224,18 @@ unsafe extern "C" fn av_remove(av: *mut ffi::fid_av, fi_addr: *mut ffi::fi_addr_
                 return Err(FiError::INVAL);
             }
             let mut st = av.shared.lock();
-            let mut result = Ok(());
+            let (mut result, mut freed) = (Ok(()), false);
             for i in 0..count {
                 // SAFETY: the caller's array of `count` addresses.
                 let addr = unsafe { *fi_addr.add(i) };
-                if st.avs[av.id].remove(addr).is_err() {
-                    result = Err(FiError::INVAL);
+                match st.avs[av.id].remove(addr) {
+                    Ok(last) => freed |= last,
+                    Err(e) => result = Err(e),
                 }
             }
-            changed(&mut st, av.id);
+            if freed {
+                changed(&mut st, av.id);
+            }
             result
         })())
     })

@@ -35,6 +35,13 @@ pub fn scenarios() -> Vec<Scenario> {
         scn("unit/av_table", 1, 20, av_table, "FI_AV_TABLE insert (0..n), lookup, straddr, bad lookup"),
         scn("unit/av_map", 1, 20, av_map, "FI_AV_MAP insert, lookup, traffic through the fi_addr"),
         scn("unit/av_remove_reinsert", 1, 20, av_remove_reinsert, "remove, lookup after remove, re-insert, traffic"),
+        scn(
+            "unit/av_insert_twice",
+            1,
+            20,
+            av_insert_twice,
+            "a known address inserted again: same fi_addr, directed receives on it match, one remove keeps it",
+        ),
         scn("unit/cq_formats", 1, 20, cq_formats, "CQ formats CONTEXT/MSG/DATA/TAGGED/UNSPEC and their fields"),
         scn("unit/cq_sizes", 1, 20, cq_sizes, "small CQ (size 4) with 16 completions loses none"),
         scn("unit/cq_readerr", 1, 20, cq_readerr, "truncation: -FI_EAVAIL, fi_cq_readerr FI_ETRUNC, olen"),
@@ -578,6 +585,48 @@ fn av_remove_reinsert(r: &mut Rank) -> TResult {
         cur = a[0].insert(&names[1])?;
         one_message(&mut a[0], &mut rest[0], cur, 64 + k, 10 + k as u64)?;
     }
+    Ok(())
+}
+
+/// A peer's address inserted a second time, as MPICH's MPI_Comm_accept/connect does for a peer
+/// already in MPI_COMM_WORLD: it posts receives directed at the fi_addr it got back and removes
+/// that fi_addr when done. libfabric's own AV (every provider built on it, the C shm among
+/// them) returns the fi_addr the address already holds and counts the insert; the entry goes
+/// with its last removal.
+fn av_insert_twice(r: &mut Rank) -> TResult {
+    let cfg = NodeCfg::caps((ffi::FI_MSG | ffi::FI_TAGGED) as u64 | ffi::FI_DIRECTED_RECV | ffi::FI_SOURCE);
+    let mut ns = nodes(r, 2, &cfg)?;
+    let (a_name, b_name) = (ns[0].name.clone(), ns[1].name.clone());
+    let (a, b) = ns.split_at_mut(1);
+    let (a, b) = (&mut a[0], &mut b[0]);
+    let a_at_b = b.insert(&a_name)?;
+    let first = a.insert(&b_name)?;
+    one_message(b, a, a_at_b, 64, 1)?;
+    let again = a.insert(&b_name)?;
+    ensure!(again == first, "the address inserted again got fi_addr {again}, it holds {first}");
+    // A receive directed at the second insert's fi_addr takes the peer's message.
+    let directed = |a: &mut Node, b: &mut Node, src: u64, len: usize, s: u64| -> TResult {
+        let rid = a.recv(len, src, &Rx::default())?;
+        let sid = send2(b, a, &pattern(s, len), a_at_b, &Tx::default())?;
+        let c = wait2(a, b, rid)?;
+        check_recv(&c, "directed recv", len, false)?;
+        check_pattern("directed recv", s, &c.payload, len)?;
+        ensure!(c.src == src, "directed recv from fi_addr {src}: FI_SOURCE {}", c.src);
+        check_send(&wait2(b, a, sid)?, "send")
+    };
+    directed(a, b, again, 100, 2)?;
+    // One removal: the first insert's entry stays, and traffic through it both ways.
+    fi_ok("fi_av_remove of the second insert", a.av().remove(&mut [again], 0))?;
+    let mut buf = vec![0u8; 512];
+    let (ret, len) = a.av().lookup(first, &mut buf);
+    fi_ok("fi_av_lookup after removing the second insert", ret)?;
+    ensure!(buf[..len] == b_name[..], "fi_av_lookup after one removal returned a different address");
+    directed(a, b, first, 5000, 3)?;
+    one_message(a, b, first, 64, 4)?;
+    // The last removal frees it.
+    fi_ok("fi_av_remove of the first insert", a.av().remove(&mut [first], 0))?;
+    let (ret, _) = a.av().lookup(first, &mut buf);
+    ensure!(ret < 0, "fi_av_lookup after both removals returned {ret} (expected an error)");
     Ok(())
 }
 
