@@ -261,6 +261,16 @@ if [ "$WITH_MPI" = 1 ]; then
         else
             not_run "mpich-ch4-ofi-${LARGE_MIB}MiB-message" "build-large_message_mpich failed"
         fi
+        # MPI_Comm_accept/connect inside one job: MPICH inserts a known peer into the AV again.
+        if build accept_connect_mpich "$MPICH/bin/mpicc" -O2 tests/mpi/accept_connect.c; then
+            for n in 2 3; do
+                check "mpich-accept-connect-np$n" prints "accept_connect: $((n - 1)) ranks connected, intact" \
+                    env MPIR_CVAR_CH4_NETMOD=ofi MPIR_CVAR_NOLOCAL=1 FI_PROVIDER=rshm FI_PROVIDER_PATH="$PROV_DIR" \
+                    "$MPICH/bin/mpiexec" -n $n "$LOGS/accept_connect_mpich"
+            done
+        else
+            not_run "mpich-accept-connect" "build-accept_connect_mpich failed"
+        fi
         for n in 2 4; do
             mpich=(env MPIR_CVAR_CH4_NETMOD=ofi MPIR_CVAR_NOLOCAL=1 FI_PROVIDER=rshm FI_PROVIDER_PATH="$PROV_DIR"
                 "$MPICH/bin/mpiexec" -n $n)
@@ -287,6 +297,13 @@ if [ "$WITH_MPI" = 1 ]; then
                 --mca pml cm --mca mtl ofi --mca mtl_ofi_provider_include rshm "$LOGS/large_message_ompi" $LARGE_MIB
         else
             not_run "openmpi-cm-mtl-ofi-${LARGE_MIB}MiB-message" "build-large_message_ompi failed"
+        fi
+        if build accept_connect_ompi "$OMPI/bin/mpicc" -O2 tests/mpi/accept_connect.c; then
+            check "openmpi-cm-mtl-ofi-accept-connect-np3" prints "accept_connect: 2 ranks connected, intact" \
+                "${ompi[@]}" -x FI_RSHM_REMOTE_COMM=1 -n 3 \
+                --mca pml cm --mca mtl ofi --mca mtl_ofi_provider_include rshm "$LOGS/accept_connect_ompi"
+        else
+            not_run "openmpi-cm-mtl-ofi-accept-connect-np3" "build-accept_connect_ompi failed"
         fi
         for n in 2 4; do
             if [ $ompi_osc_built = 1 ]; then
