@@ -96,9 +96,10 @@ unsafe extern "C" fn av_close(fid: *mut ffi::fid) -> i32 {
 /// AV `id` changed: the endpoints bound to it forget the peers they cached from it.
 fn changed(st: &mut DomainState, id: usize) {
     let DomainState { avs, eps, .. } = st;
-    for &ep in &avs[id].eps {
+    let av = &avs[id];
+    for &ep in &av.eps {
         if let Some(e) = eps.get_mut(ep) {
-            e.forget_peers();
+            e.av_changed(av);
         }
     }
 }

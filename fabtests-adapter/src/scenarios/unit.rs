@@ -42,6 +42,13 @@ pub fn scenarios() -> Vec<Scenario> {
             av_insert_twice,
             "a known address inserted again: same fi_addr, directed receives on it match, one remove keeps it",
         ),
+        scn(
+            "unit/av_insert_after_arrival",
+            1,
+            20,
+            av_insert_after_arrival,
+            "messages from a sender not yet in the AV, then its insert: receives directed at it take them",
+        ),
         scn("unit/cq_formats", 1, 20, cq_formats, "CQ formats CONTEXT/MSG/DATA/TAGGED/UNSPEC and their fields"),
         scn("unit/cq_sizes", 1, 20, cq_sizes, "small CQ (size 4) with 16 completions loses none"),
         scn("unit/cq_readerr", 1, 20, cq_readerr, "truncation: -FI_EAVAIL, fi_cq_readerr FI_ETRUNC, olen"),
@@ -627,6 +634,41 @@ fn av_insert_twice(r: &mut Rank) -> TResult {
     fi_ok("fi_av_remove of the first insert", a.av().remove(&mut [first], 0))?;
     let (ret, _) = a.av().lookup(first, &mut buf);
     ensure!(ret < 0, "fi_av_lookup after both removals returned {ret} (expected an error)");
+    Ok(())
+}
+
+/// Messages that arrive from a peer before the receiver inserts its address, as Open MPI's
+/// MPI_Comm_spawn children hear from their parent: held with no fi_addr, they must match the
+/// receives directed at the fi_addr the later insert gives the sender (and report it as their
+/// source). Sizes: an inline message, one through an inject buffer, one of 64 KiB.
+fn av_insert_after_arrival(r: &mut Rank) -> TResult {
+    let cfg = NodeCfg::caps((ffi::FI_MSG | ffi::FI_TAGGED) as u64 | ffi::FI_DIRECTED_RECV | ffi::FI_SOURCE);
+    let mut ns = nodes(r, 2, &cfg)?;
+    let a_name = ns[0].name.clone();
+    let b_name = ns[1].name.clone();
+    let (a, b) = ns.split_at_mut(1);
+    let (a, b) = (&mut a[0], &mut b[0]);
+    let a_at_b = b.insert(&a_name)?;
+    let sizes = [8, 3000, 64 << 10];
+    let mut sends = Vec::new();
+    for (k, &len) in sizes.iter().enumerate() {
+        sends.push(send2(b, a, &pattern(20 + k as u64, len), a_at_b, &Tx::default())?);
+    }
+    // Let them arrive (and be held) while `a` knows no fi_addr for `b`.
+    a.progress_for(Duration::from_millis(50))?;
+    b.progress()?;
+    let b_at_a = a.insert(&b_name)?;
+    for (k, &len) in sizes.iter().enumerate() {
+        let rid = a.recv(len, b_at_a, &Rx::default())?;
+        let c = wait2(a, b, rid)?;
+        let what = format!("directed recv of {len} B sent before the insert");
+        check_recv(&c, &what, len, false)?;
+        check_pattern(&what, 20 + k as u64, &c.payload, len)?;
+        ensure!(c.src == b_at_a, "{what}: FI_SOURCE {} (the sender's fi_addr is {b_at_a})", c.src);
+    }
+    for id in sends {
+        check_send(&wait2(b, a, id)?, "send before the insert")?;
+    }
     Ok(())
 }
 

@@ -163,10 +163,12 @@ impl EpState {
         }
     }
 
-    /// The AV bound to it changed: forget cached peers.
-    pub fn forget_peers(&mut self) {
+    /// The AV bound to it changed: forget cached peers, and give held messages from senders
+    /// it did not know the fi_addr they have now.
+    pub fn av_changed(&mut self, av: &AvState) {
         self.peers.clear();
         self.src_addrs.clear();
+        self.rx.resolve_senders(av);
     }
 }
 

@@ -101,6 +101,10 @@ pub struct RxState {
     in_flight: Slab<RecvOp>,
     /// Messages claimed by FI_PEEK|FI_CLAIM, by the context of the peek.
     claimed: IdMap<usize, Unexpected>,
+    /// Held messages whose sender was not in the AV when they arrived (their `src` is
+    /// FI_ADDR_NOTAVAIL), with the sender's name: an insert of that name gives them its fi_addr
+    /// (`resolve_senders`). Empty unless peers send before they are inserted.
+    unknown_senders: Vec<(MsgKey, Box<str>)>,
     pub min_multi_recv: usize,
 }
 
@@ -115,6 +119,30 @@ fn recv_flags(hdr: &MsgHeader) -> u64 {
 }
 
 impl RxState {
+    /// The AV gained names: held messages from senders unknown when they arrived take the
+    /// fi_addr their sender now has, so that receives directed at it match them. Open MPI's
+    /// MPI_Comm_spawn children hear from their parent before they insert its address; the
+    /// receive they then post names the parent's fi_addr (libfabric 2.x's peer SRX does the same
+    /// for its providers: `foreach_unspec_addr`).
+    pub fn resolve_senders(&mut self, av: &AvState) {
+        if self.unknown_senders.is_empty() {
+            return;
+        }
+        let RxState { unexpected, claimed, unknown_senders, .. } = self;
+        let held = unexpected.iter_mut().flatten().chain(claimed.values_mut());
+        let mut entries: Vec<&mut Unexpected> = held.filter(|u| u.src == ffi::FI_ADDR_NOTAVAIL).collect();
+        unknown_senders.retain(|(key, name)| {
+            let Some(at) = entries.iter().position(|u| u.key == *key) else { return false };
+            match av.addr_of(name) {
+                Some(addr) => {
+                    entries.swap_remove(at).src = addr;
+                    false
+                }
+                None => true,
+            }
+        });
+    }
+
     pub fn posted_count(&self) -> usize {
         self.posted[0].len() + self.posted[1].len()
     }
@@ -335,9 +363,23 @@ impl Handler<'_> {
     /// A message from `src` that no posted receive matched: queued as unexpected, so a receive
     /// posted later finds it; the engine keeps its bytes.
     fn hold(&mut self, msg: &Incoming, src: u64) -> Disposition {
+        if src == ffi::FI_ADDR_NOTAVAIL {
+            self.note_unknown_sender(msg);
+        }
         let tagged = msg.hdr.app & APP_TAGGED != 0;
         self.rx.unexpected[queue(tagged)].push_back(Unexpected { key: msg.key, src, hdr: msg.hdr });
         Disposition::Hold
+    }
+}
+
+impl Handler<'_> {
+    /// Remember who sent a message held with no fi_addr (`RxState::resolve_senders`): its name
+    /// is in the cache `source` filled.
+    #[cold]
+    fn note_unknown_sender(&mut self, msg: &Incoming) {
+        if let Some(Some(c)) = self.src_addrs.get(msg.src as usize) {
+            self.rx.unknown_senders.push((msg.key, c.name.clone()));
+        }
     }
 }
 
