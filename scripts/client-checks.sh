@@ -2,7 +2,8 @@
 # rshm under real libfabric clients nobody here wrote: fi_info (libfabric 1.17 and the wheels'
 # 2.5.1 core), fi_pingpong (rdm/dgram x msg/tagged, all sizes, data checks), Open MPI 5
 # (ob1 + btl/ofi, and cm + mtl/ofi with FI_RSHM_REMOTE_COMM=1) and MPICH 5 (ch4:ofi), 2 and 4
-# ranks, with the MPI check program in tests/mpi, and one message of 1.5 GiB through each MPI.
+# ranks, with the MPI check program in tests/mpi, one message of 1.5 GiB through each MPI, and
+# dynamic processes (MPI_Comm_accept/connect inside one job, MPI_Comm_spawn from every rank).
 # Prints one line per check and a summary.
 # Checks prove what their names claim: the programs they run are compiled afresh (a failed
 # compile fails, it never runs an old binary), the 2.5.1-core checks show that the 2.5.1 core and
@@ -271,6 +272,13 @@ if [ "$WITH_MPI" = 1 ]; then
         else
             not_run "mpich-accept-connect" "build-accept_connect_mpich failed"
         fi
+        if build spawn_mpich "$MPICH/bin/mpicc" -O2 tests/mpi/spawn.c; then
+            check "mpich-spawn-np2" prints "spawn: 2 parents x 2 children, intact" \
+                env MPIR_CVAR_CH4_NETMOD=ofi MPIR_CVAR_NOLOCAL=1 FI_PROVIDER=rshm FI_PROVIDER_PATH="$PROV_DIR" \
+                "$MPICH/bin/mpiexec" -n 2 "$LOGS/spawn_mpich"
+        else
+            not_run "mpich-spawn-np2" "build-spawn_mpich failed"
+        fi
         for n in 2 4; do
             mpich=(env MPIR_CVAR_CH4_NETMOD=ofi MPIR_CVAR_NOLOCAL=1 FI_PROVIDER=rshm FI_PROVIDER_PATH="$PROV_DIR"
                 "$MPICH/bin/mpiexec" -n $n)
@@ -304,6 +312,14 @@ if [ "$WITH_MPI" = 1 ]; then
                 --mca pml cm --mca mtl ofi --mca mtl_ofi_provider_include rshm "$LOGS/accept_connect_ompi"
         else
             not_run "openmpi-cm-mtl-ofi-accept-connect-np3" "build-accept_connect_ompi failed"
+        fi
+        if build spawn_ompi "$OMPI/bin/mpicc" -O2 tests/mpi/spawn.c; then
+            # Spawned children take their settings from the environment, not from -x or --mca.
+            check "openmpi-cm-mtl-ofi-spawn-np2" prints "spawn: 2 parents x 2 children, intact" \
+                env FI_PROVIDER_PATH="$PROV_DIR" FI_RSHM_REMOTE_COMM=1 OMPI_MCA_pml=cm OMPI_MCA_mtl=ofi \
+                OMPI_MCA_mtl_ofi_provider_include=rshm "${ompi[@]}" -x FI_RSHM_REMOTE_COMM -n 2 "$LOGS/spawn_ompi"
+        else
+            not_run "openmpi-cm-mtl-ofi-spawn-np2" "build-spawn_ompi failed"
         fi
         for n in 2 4; do
             if [ $ompi_osc_built = 1 ]; then
