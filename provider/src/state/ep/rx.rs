@@ -143,6 +143,25 @@ impl RxState {
         });
     }
 
+    /// Note the sender of a held message that has no fi_addr. Entries of messages a receive has
+    /// taken since are dropped whenever the list doubles, so that an application that never
+    /// inserts such senders (taking their messages with wildcard receives) does not grow it.
+    fn remember_unknown_sender(&mut self, key: MsgKey, name: Box<str>) {
+        let len = self.unknown_senders.len();
+        if len >= 16 && len.is_power_of_two() {
+            let RxState { unexpected, claimed, unknown_senders, .. } = self;
+            let held: std::collections::HashSet<MsgKey> = unexpected
+                .iter()
+                .flatten()
+                .chain(claimed.values())
+                .filter(|u| u.src == ffi::FI_ADDR_NOTAVAIL)
+                .map(|u| u.key)
+                .collect();
+            unknown_senders.retain(|(k, _)| held.contains(k));
+        }
+        self.unknown_senders.push((key, name));
+    }
+
     pub fn posted_count(&self) -> usize {
         self.posted[0].len() + self.posted[1].len()
     }
@@ -378,7 +397,7 @@ impl Handler<'_> {
     #[cold]
     fn note_unknown_sender(&mut self, msg: &Incoming) {
         if let Some(Some(c)) = self.src_addrs.get(msg.src as usize) {
-            self.rx.unknown_senders.push((msg.key, c.name.clone()));
+            self.rx.remember_unknown_sender(msg.key, c.name.clone());
         }
     }
 }
@@ -588,4 +607,46 @@ pub fn claim(ctx: PostCtx, recv: &PostedRecv) -> Result<(), FiError> {
     let op = RecvOp::new(recv, u.src, u.hdr, &recv.iov, sinks.b.rx_selective, false);
     deliver(rx, engine, sinks, u.key, op, recv.iov.clone());
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn held(rx: &mut RxState, key: MsgKey, src: u64) {
+        rx.unexpected[0].push_back(Unexpected { key, src, hdr: MsgHeader::default() });
+    }
+
+    #[test]
+    fn a_held_message_takes_its_senders_fi_addr_once_the_sender_is_inserted() {
+        let mut rx = RxState::default();
+        let mut av = AvState::default();
+        av.insert("known".into());
+        held(&mut rx, 1, ffi::FI_ADDR_NOTAVAIL);
+        rx.remember_unknown_sender(1, "late".into());
+        held(&mut rx, 2, 0);
+        rx.resolve_senders(&av);
+        assert_eq!(rx.unexpected[0][0].src, ffi::FI_ADDR_NOTAVAIL, "not inserted yet");
+        let (late, _) = av.insert("late".into());
+        rx.resolve_senders(&av);
+        assert_eq!(rx.unexpected[0][0].src, late);
+        assert_eq!(rx.unexpected[0][1].src, 0, "a message with a sender is left alone");
+        assert!(rx.unknown_senders.is_empty());
+    }
+
+    #[test]
+    fn senders_of_messages_taken_since_are_forgotten_as_the_list_grows() {
+        let mut rx = RxState::default();
+        // 1,000 messages from senders never inserted, each taken by a wildcard receive before
+        // the next arrives; one more stays held.
+        for key in 0..1000 {
+            held(&mut rx, key, ffi::FI_ADDR_NOTAVAIL);
+            rx.remember_unknown_sender(key, "stranger".into());
+            if key != 500 {
+                rx.unexpected[0].pop_back();
+            }
+        }
+        assert!(rx.unknown_senders.len() <= 32, "{} entries kept", rx.unknown_senders.len());
+        assert!(rx.unknown_senders.iter().any(|(k, _)| *k == 500), "the held message's sender was dropped");
+    }
 }
