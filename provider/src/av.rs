@@ -93,7 +93,8 @@ unsafe extern "C" fn av_close(fid: *mut ffi::fid) -> i32 {
     unsafe { object::close::<Av>(fid, ffi::FI_CLASS_AV, "fi_close(av)", release) }
 }
 
-/// AV `id` changed: the endpoints bound to it forget the peers they cached from it.
+/// AV `id` took or freed an index: the endpoints bound to it forget the peers they cached from
+/// it and give held messages from senders they did not know the fi_addr those have now.
 fn changed(st: &mut DomainState, id: usize) {
     let DomainState { avs, eps, .. } = st;
     let av = &avs[id];

@@ -84,7 +84,7 @@ pub fn one_addr(buf: *const c_void, len: usize) -> FiResult<usize> {
     }
 }
 
-/// The caller's iovec array of a data call as an iov list.
+/// The caller's iovec array of a data call as an iov list (each range checked by `one_addr`).
 ///
 /// # Safety
 /// `iov` must be NULL or point to `count` iovecs.
@@ -93,21 +93,13 @@ pub unsafe fn many(iov: *const ffi::iovec, count: usize) -> FiResult<Ranges> {
     unsafe { many_checked(iov, count, one_addr) }
 }
 
-/// The caller's iovec array of registered memory (`registered_addr`) as an iov list.
-///
-/// # Safety
-/// `iov` must be NULL or point to `count` iovecs.
-pub unsafe fn registered_many(iov: *const ffi::iovec, count: usize) -> FiResult<Ranges> {
-    // SAFETY: the caller's contract.
-    unsafe { many_checked(iov, count, registered_addr) }
-}
-
-/// `many` with each range checked by `check` (a direct call: the sends' path takes it).
+/// `many` with each range checked by `check` (`registered_addr` for `fi_mr_regv` and
+/// `fi_mr_regattr`; a direct call: the sends' path takes it through `many`).
 ///
 /// # Safety
 /// `iov` must be NULL or point to `count` iovecs.
 #[inline(always)]
-unsafe fn many_checked(
+pub unsafe fn many_checked(
     iov: *const ffi::iovec,
     count: usize,
     check: impl Fn(*const c_void, usize) -> FiResult<usize> + Copy,

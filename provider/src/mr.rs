@@ -97,7 +97,7 @@ pub(crate) unsafe extern "C" fn mr_regv(
 ) -> i32 {
     crate::boundary::guard("fi_mr_regv", FiError::OTHER.code(), || {
         // SAFETY: the caller's array of `count` iovecs.
-        let list = unsafe { crate::iov::registered_many(iov, count) };
+        let list = unsafe { crate::iov::many_checked(iov, count, crate::iov::registered_addr) };
         int_ret(register(fid, list, access, requested_key, flags, mr, context))
     })
 }
@@ -114,7 +114,7 @@ pub(crate) unsafe extern "C" fn mr_regattr(
         // SAFETY: the caller's attr.
         let Some(attr) = (unsafe { attr.as_ref() }) else { return FiError::INVAL.code() };
         // SAFETY: the caller's iov array of `iov_count` entries.
-        let list = unsafe { crate::iov::registered_many(attr.mr_iov, attr.iov_count) };
+        let list = unsafe { crate::iov::many_checked(attr.mr_iov, attr.iov_count, crate::iov::registered_addr) };
         int_ret(register(fid, list, attr.access, attr.requested_key, flags, mr, attr.context))
     })
 }

@@ -108,6 +108,14 @@ pub struct RxState {
     pub min_multi_recv: usize,
 }
 
+/// The held messages (unexpected, or claimed by a peek) whose sender had no fi_addr.
+fn held_from_unknown<'a>(
+    unexpected: &'a mut [VecDeque<Unexpected>; 2],
+    claimed: &'a mut IdMap<usize, Unexpected>,
+) -> impl Iterator<Item = &'a mut Unexpected> {
+    unexpected.iter_mut().flatten().chain(claimed.values_mut()).filter(|u| u.src == ffi::FI_ADDR_NOTAVAIL)
+}
+
 fn queue(tagged: bool) -> usize {
     usize::from(tagged)
 }
@@ -129,8 +137,7 @@ impl RxState {
             return;
         }
         let RxState { unexpected, claimed, unknown_senders, .. } = self;
-        let held = unexpected.iter_mut().flatten().chain(claimed.values_mut());
-        let mut entries: Vec<&mut Unexpected> = held.filter(|u| u.src == ffi::FI_ADDR_NOTAVAIL).collect();
+        let mut entries: Vec<&mut Unexpected> = held_from_unknown(unexpected, claimed).collect();
         unknown_senders.retain(|(key, name)| {
             let Some(at) = entries.iter().position(|u| u.key == *key) else { return false };
             match av.addr_of(name) {
@@ -150,13 +157,8 @@ impl RxState {
         let len = self.unknown_senders.len();
         if len >= 16 && len.is_power_of_two() {
             let RxState { unexpected, claimed, unknown_senders, .. } = self;
-            let held: std::collections::HashSet<MsgKey> = unexpected
-                .iter()
-                .flatten()
-                .chain(claimed.values())
-                .filter(|u| u.src == ffi::FI_ADDR_NOTAVAIL)
-                .map(|u| u.key)
-                .collect();
+            let held: std::collections::HashSet<MsgKey> =
+                held_from_unknown(unexpected, claimed).map(|u| u.key).collect();
             unknown_senders.retain(|(k, _)| held.contains(k));
         }
         self.unknown_senders.push((key, name));
