@@ -14,21 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static unsigned char byte_at(size_t i, int seed) {
-    uint64_t w = ((uint64_t)(i / 8) + 1 + (uint64_t)seed * 1000003u) * 0x9E3779B97F4A7C15ull;
-    return (unsigned char)(w >> (8 * (i % 8)));
-}
-
-static int check(const unsigned char *buf, size_t n, int seed, const char *what, int rank) {
-    for (size_t i = 0; i < n; i++) {
-        if (buf[i] != byte_at(i, seed)) {
-            fprintf(stderr, "rank %d: %s of %zu bytes: byte %zu is %u, want %u\n", rank, what, n, i, buf[i],
-                    byte_at(i, seed));
-            return 1;
-        }
-    }
-    return 0;
-}
+#include "../include/byte_pattern.h"
 
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
@@ -65,20 +51,20 @@ int main(int argc, char **argv) {
         if (rank == 0) {
             /* To every connected rank, then from every one of them. */
             for (int peer = 0; peer < remote; peer++) {
-                for (size_t i = 0; i < n; i++) buf[i] = byte_at(i, peer + 1);
+                pattern_fill(buf, n, peer + 1);
                 MPI_Send(buf, (int)n, MPI_BYTE, peer, s, inter);
             }
             for (int peer = 0; peer < remote; peer++) {
                 memset(buf, 0, n);
                 MPI_Recv(buf, (int)n, MPI_BYTE, peer, 100 + s, inter, MPI_STATUS_IGNORE);
-                bad |= check(buf, n, 1000 + peer, "reply", rank);
+                bad |= pattern_check(buf, n, 1000 + peer, "rank 0: reply");
             }
         } else {
             int me = rank - 1;
             memset(buf, 0, n);
             MPI_Recv(buf, (int)n, MPI_BYTE, 0, s, inter, MPI_STATUS_IGNORE);
-            bad |= check(buf, n, me + 1, "message", rank);
-            for (size_t i = 0; i < n; i++) buf[i] = byte_at(i, 1000 + me);
+            bad |= pattern_check(buf, n, me + 1, "message to a connected rank");
+            pattern_fill(buf, n, 1000 + me);
             MPI_Send(buf, (int)n, MPI_BYTE, 0, 100 + s, inter);
         }
     }

@@ -9,11 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The byte at offset i: a hash of the 8-byte word it is in, so that a misplaced copy differs. */
-static unsigned char byte_at(size_t i) {
-    uint64_t w = ((uint64_t)(i / 8) + 1) * 0x9E3779B97F4A7C15ull;
-    return (unsigned char)(w >> (8 * (i % 8)));
-}
+#include "../include/byte_pattern.h"
 
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
@@ -33,7 +29,7 @@ int main(int argc, char **argv) {
             MPI_Abort(MPI_COMM_WORLD, 2);
         }
         if (rank == 0) {
-            for (size_t i = 0; i < n; i++) buf[i] = byte_at(i);
+            pattern_fill(buf, n, 0);
             MPI_Send(buf, (int)mib, one_mib, 1, 5, MPI_COMM_WORLD);
         } else {
             memset(buf, 0, n);
@@ -42,7 +38,7 @@ int main(int argc, char **argv) {
             int count = 0;
             MPI_Get_count(&st, one_mib, &count);
             for (size_t i = 0; i < n; i++) {
-                if (buf[i] != byte_at(i)) {
+                if (buf[i] != pattern_byte(i, 0)) {
                     fprintf(stderr, "rank 1: byte %zu of %zu differs\n", i, n);
                     MPI_Abort(MPI_COMM_WORLD, 1);
                 }

@@ -12,26 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../include/byte_pattern.h"
+
 #define CHILDREN 2
-
-static unsigned char byte_at(size_t i, int seed) {
-    uint64_t w = ((uint64_t)(i / 8) + 1 + (uint64_t)seed * 7919u) * 0x9E3779B97F4A7C15ull;
-    return (unsigned char)(w >> (8 * (i % 8)));
-}
-
-static void fill(unsigned char *buf, size_t n, int seed) {
-    for (size_t i = 0; i < n; i++) buf[i] = byte_at(i, seed);
-}
-
-static int check(const unsigned char *buf, size_t n, int seed, const char *who) {
-    for (size_t i = 0; i < n; i++) {
-        if (buf[i] != byte_at(i, seed)) {
-            fprintf(stderr, "%s: %zu-byte message, byte %zu is %u, want %u\n", who, n, i, buf[i], byte_at(i, seed));
-            return 1;
-        }
-    }
-    return 0;
-}
 
 static const size_t sizes[] = {8, 64 << 10};
 
@@ -50,8 +33,8 @@ int main(int argc, char **argv) {
         for (int s = 0; s < 2 && buf; s++) {
             memset(buf, 0, sizes[s]);
             MPI_Recv(buf, (int)sizes[s], MPI_BYTE, 0, s, parent, MPI_STATUS_IGNORE);
-            bad |= check(buf, sizes[s], from * 100 + me, who);
-            fill(buf, sizes[s], 10000 + from * 100 + me);
+            bad |= pattern_check(buf, sizes[s], from * 100 + me, who);
+            pattern_fill(buf, sizes[s], 10000 + from * 100 + me);
             MPI_Send(buf, (int)sizes[s], MPI_BYTE, 0, 10 + s, parent);
         }
         MPI_Send(&bad, 1, MPI_INT, 0, 20, parent);
@@ -80,13 +63,13 @@ int main(int argc, char **argv) {
     snprintf(who, sizeof who, "parent %d", rank);
     for (int s = 0; s < 2 && buf; s++) {
         for (int c = 0; c < remote; c++) {
-            fill(buf, sizes[s], rank * 100 + c);
+            pattern_fill(buf, sizes[s], rank * 100 + c);
             MPI_Send(buf, (int)sizes[s], MPI_BYTE, c, s, children);
         }
         for (int c = 0; c < remote; c++) {
             memset(buf, 0, sizes[s]);
             MPI_Recv(buf, (int)sizes[s], MPI_BYTE, c, 10 + s, children, MPI_STATUS_IGNORE);
-            bad |= check(buf, sizes[s], 10000 + rank * 100 + c, who);
+            bad |= pattern_check(buf, sizes[s], 10000 + rank * 100 + c, who);
         }
     }
     for (int c = 0; c < remote; c++) {
