@@ -2,14 +2,20 @@
 //! OpenSHMEM's remote-virtual-addressing build makes it once in `shmem_init`: writes and reads
 //! addressed by the target's own virtual addresses land where they name, every byte, and nothing
 //! around them changes. Rank 0 initiates, rank 1 is the target.
+//!
+//! Such a registration checks no address against memory the target owns, so a peer's bad
+//! address (`bad_addresses`: unmapped, read-only, inaccessible) must be refused with an error
+//! completion, never fault the target.
 
 use super::rma_util::{
-    payload, MrInfo, Peer, Spec, BASIC, COMPLETION, DELIVERY_COMPLETE, REMOTE_READ, REMOTE_WRITE, RMA, SCALABLE,
+    payload, AKind, MrInfo, Peer, Spec, Target, ATOMIC, BASIC, COMPLETION, DELIVERY_COMPLETE, REMOTE_READ,
+    REMOTE_WRITE, RMA, SCALABLE,
 };
 use super::{scn, Scenario};
 use crate::fabric::{self, ffi, Mr};
-use crate::harness::{pattern, FiCtx, Rank, TResult};
+use crate::harness::{pattern, FiCtx, Rank, TResult, TestErr};
 use crate::{bail, ensure};
+use std::time::Duration;
 
 pub fn scenarios() -> Vec<Scenario> {
     vec![
@@ -26,6 +32,20 @@ pub fn scenarios() -> Vec<Scenario> {
             40,
             run::<BASIC>,
             "fi_mr_reg(NULL, SIZE_MAX) at the target; fi_writemsg (FI_DELIVERY_COMPLETE) and fi_read of 8 B, 4 KiB and 256 KiB at its virtual addresses: every byte where it was aimed, the bytes around untouched",
+        ),
+        scn(
+            "rma/scalable/all_of_memory_bad_addresses",
+            2,
+            60,
+            bad_addresses::<SCALABLE>,
+            "fi_mr_reg(NULL, SIZE_MAX) at the target; writes, reads and atomics of 8 B to 256 KiB at unmapped, read-only and PROT_NONE addresses: each an error completion, the target alive, its read-only bytes unchanged, then a write and a read that succeed",
+        ),
+        scn(
+            "rma/basic/all_of_memory_bad_addresses",
+            2,
+            60,
+            bad_addresses::<BASIC>,
+            "fi_mr_reg(NULL, SIZE_MAX) at the target; writes, reads and atomics of 8 B to 256 KiB at unmapped, read-only and PROT_NONE addresses: each an error completion, the target alive, its read-only bytes unchanged, then a write and a read that succeed",
         ),
     ]
 }
@@ -86,4 +106,191 @@ fn run<const M: u8>(r: &mut Rank) -> TResult {
     }
     p.barrier(r)?;
     p.barrier(r)
+}
+
+/// The target's memory for `bad_addresses`, one mapping of `AREAS` areas of `AREA` bytes:
+/// read-write, read-only, then PROT_NONE. An address below `mmap_min_addr` (64 KiB on Linux)
+/// stands for unmapped memory: nothing can be mapped there.
+const AREA: usize = 256 << 10;
+const AREAS: usize = 3;
+const UNMAPPED: u64 = 0x1000;
+const RW: usize = 0;
+const RO: usize = 1;
+const NONE: usize = 2;
+
+#[derive(Clone, Copy)]
+enum BadOp {
+    Write(usize),
+    Read(usize),
+    Atomic(AKind, ffi::fi_op),
+}
+
+/// What the initiator aims at: an area of the target's mapping (`Some`, with an offset into
+/// it) or the unmapped address.
+struct BadCase {
+    what: &'static str,
+    op: BadOp,
+    area: Option<usize>,
+    off: usize,
+}
+
+fn bad_cases() -> Vec<BadCase> {
+    let c = |what, op, area, off| BadCase { what, op, area, off };
+    let (base, fetch, cswap) = (AKind::Base, AKind::Fetch, AKind::Compare);
+    vec![
+        c("write of 8 B at an unmapped address", BadOp::Write(8), None, 0),
+        c("write of 4 KiB at an unmapped address", BadOp::Write(4096), None, 0),
+        c("write of 256 KiB at an unmapped address", BadOp::Write(AREA), None, 0),
+        c("write of 8 B into read-only memory", BadOp::Write(8), Some(RO), 64),
+        c("write of 4 KiB into read-only memory", BadOp::Write(4096), Some(RO), 0),
+        c("write of 256 KiB into read-only memory", BadOp::Write(AREA), Some(RO), 0),
+        c("write of 8 KiB from writable into read-only memory", BadOp::Write(8192), Some(RW), AREA - 4096),
+        c("write of 64 KiB into PROT_NONE memory", BadOp::Write(64 << 10), Some(NONE), 0),
+        c("read of 8 B at an unmapped address", BadOp::Read(8), None, 0),
+        c("read of 8 B from PROT_NONE memory", BadOp::Read(8), Some(NONE), 8),
+        c("read of 4 KiB from PROT_NONE memory", BadOp::Read(4096), Some(NONE), 0),
+        c("read of 256 KiB from PROT_NONE memory", BadOp::Read(AREA), Some(NONE), 0),
+        c("read of 8 KiB from readable into PROT_NONE memory", BadOp::Read(8192), Some(RO), AREA - 4096),
+        c("atomic SUM at an unmapped address", BadOp::Atomic(base, ffi::FI_SUM), None, 0),
+        c("atomic SUM on read-only memory", BadOp::Atomic(base, ffi::FI_SUM), Some(RO), 8),
+        c("fetching atomic SUM on read-only memory", BadOp::Atomic(fetch, ffi::FI_SUM), Some(RO), 16),
+        c("fetching atomic READ of PROT_NONE memory", BadOp::Atomic(fetch, ffi::FI_ATOMIC_READ), Some(NONE), 0),
+        c("compare atomic CSWAP at an unmapped address", BadOp::Atomic(cswap, ffi::FI_CSWAP), None, 8),
+        c("compare atomic CSWAP on read-only memory", BadOp::Atomic(cswap, ffi::FI_CSWAP), Some(RO), 24),
+    ]
+}
+
+fn area_background(area: usize) -> Vec<u8> {
+    pattern(0xBAD0 + area as u64, AREA)
+}
+
+fn bad_addresses<const M: u8>(r: &mut Rank) -> TResult {
+    let mut p = Peer::open(r, &Spec::new(RMA | ATOMIC, M))?;
+    p.exchange(r)?;
+    if r.rank == TARGET {
+        return bad_addresses_target(&mut p, r);
+    }
+    let all = p.share_mrs(r, &[])?;
+    ensure!(all[TARGET].len() == 2, "the target shared {} MR entries", all[TARGET].len());
+    let (key, mapping) = (all[TARGET][0].key, all[TARGET][1].addr);
+    let dest = p.addrs[TARGET];
+    let at = |area: Option<usize>, off: usize| Target {
+        dest,
+        addr: area.map_or(UNMAPPED, |a| mapping + (a * AREA) as u64) + off as u64,
+        key,
+    };
+    p.barrier(r)?;
+    let mut bad = Vec::new();
+    let mut codes = Vec::new();
+    for c in bad_cases() {
+        r.pmi.step(c.what);
+        let t = at(c.area, c.off);
+        let one = 1u64.to_le_bytes().to_vec();
+        let dc = COMPLETION | DELIVERY_COMPLETE;
+        let res = match c.op {
+            BadOp::Write(len) => {
+                let rma = [ffi::fi_rma_iov { addr: t.addr, len, key: t.key }];
+                p.writemsg(c.what, vec![pattern(9, len)], t.dest, &rma, dc, 0)
+            }
+            BadOp::Read(len) => p.read(c.what, len, t),
+            BadOp::Atomic(AKind::Base, op) => p.atomicmsg(c.what, AKind::Base, ffi::FI_UINT64, op, 1, one, t, dc),
+            BadOp::Atomic(kind, op) => p.atomic(c.what, kind, ffi::FI_UINT64, op, 1, one.clone(), one, t),
+        };
+        let id = match res {
+            Ok(Ok(id)) => id,
+            Ok(Err(code)) => {
+                codes.push(format!("{}: refused {}", c.what, fabric::errname(code)));
+                continue;
+            }
+            Err(TestErr::Fail(m)) => {
+                bad.push(m);
+                break;
+            }
+            Err(e) => return Err(e),
+        };
+        match p.wait_for(id, Duration::from_secs(5))? {
+            None => {
+                bad.push(format!("{}: no completion within 5 s (is the target alive?)", c.what));
+                break;
+            }
+            Some(d) if d.err == 0 => bad.push(format!("{}: completed successfully", c.what)),
+            Some(d) => codes.push(format!("{}: {}", c.what, fabric::errname(d.err))),
+        }
+    }
+    r.pmi.step(&format!("note: {}", codes.join("; ")));
+    // The target still serves good addresses: a write, then a read of the same bytes.
+    let good = pattern(0x600D, 4096);
+    let t = at(Some(RW), 4096);
+    let rma = [ffi::fi_rma_iov { addr: t.addr, len: good.len(), key }];
+    let id = must_post(p.writemsg(
+        "the write after the bad ones",
+        vec![good.clone()],
+        dest,
+        &rma,
+        COMPLETION | DELIVERY_COMPLETE,
+        0,
+    )?)?;
+    p.wait_ok(id)?;
+    let id = must_post(p.read("the read after the bad ones", good.len(), t)?)?;
+    let done = p.wait_ok(id)?;
+    ensure!(
+        payload("the read after the bad ones", &done.bufs[0], good.len())? == &good[..],
+        "the read after the bad ones: other bytes than written"
+    );
+    r.pmi.allgather_with("done", Some(&mut || p.progress().map(|_| ())))?;
+    p.barrier(r)?;
+    if !bad.is_empty() {
+        bail!("{} of {} cases failed: {}", bad.len(), bad_cases().len(), bad.join("; "));
+    }
+    Ok(())
+}
+
+fn must_post(r: Result<u64, i32>) -> TResult<u64> {
+    r.map_err(|code| TestErr::Fail(format!("refused with {}", fabric::errname(code))))
+}
+
+fn bad_addresses_target(p: &mut Peer, r: &mut Rank) -> TResult {
+    let len = AREA * AREAS;
+    // SAFETY: a fresh anonymous mapping; nothing else refers to it.
+    let map = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    ensure!(map != libc::MAP_FAILED, "mmap of {len} B failed");
+    let base = map.cast::<u8>();
+    for area in [RW, RO] {
+        let bytes = area_background(area);
+        // SAFETY: the area lies within the mapping, which is writable now.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), base.add(area * AREA), AREA) };
+    }
+    // SAFETY: the areas lie within the mapping; only their protection changes.
+    let protected = unsafe {
+        libc::mprotect(base.add(RO * AREA).cast(), AREA, libc::PROT_READ) == 0
+            && libc::mprotect(base.add(NONE * AREA).cast(), AREA, libc::PROT_NONE) == 0
+    };
+    ensure!(protected, "mprotect failed");
+    // SAFETY: a registration names memory for peers to reach; NULL and SIZE_MAX name all of ours,
+    // which outlives the MR (closed below).
+    let mr = unsafe { Mr::reg(p.domain(), std::ptr::null(), usize::MAX, REMOTE_READ | REMOTE_WRITE, 0, 0, 0) }
+        .ctx("fi_mr_reg(NULL, SIZE_MAX)")?;
+    p.share_mrs(r, &[MrInfo { key: mr.key(), addr: 0 }, MrInfo { key: mr.key(), addr: base as u64 }])?;
+    p.barrier(r)?;
+    r.pmi.allgather_with("-", Some(&mut || p.progress().map(|_| ())))?;
+    // SAFETY: the read-only area is readable and lies within the mapping.
+    let ro = unsafe { std::slice::from_raw_parts(base.add(RO * AREA), AREA) };
+    let changed = ro.iter().zip(area_background(RO)).position(|(a, b)| *a != b);
+    p.barrier(r)?;
+    mr.close().ctx("fi_close of the registration of all memory")?;
+    // SAFETY: the mapping is ours and no longer registered.
+    unsafe { libc::munmap(map, len) };
+    if let Some(off) = changed {
+        bail!("byte {off} of the read-only area changed");
+    }
+    Ok(())
 }

@@ -12,6 +12,7 @@ pub mod av;
 pub mod cntr;
 pub mod cq;
 pub mod ep;
+pub mod mapped;
 pub mod mr;
 pub mod threads;
 pub mod wait_fd;

@@ -15,12 +15,16 @@ pub struct MrEntry {
     pub read_cntr: Option<usize>,
     /// The bytes `iov` covers, summed once here rather than on every remote access.
     total: u64,
+    /// The registration starts at address 0: all of memory, mapped or not, so an access's bounds
+    /// say nothing about whether its bytes exist (`mapped`).
+    all_of_memory: bool,
 }
 
 impl MrEntry {
     pub fn new(iov: smr_core::iov::Ranges, access: u64) -> MrEntry {
         let total = iov.iter().map(|&(_, l)| l as u64).sum();
-        MrEntry { iov, access, write_cntr: None, read_cntr: None, total }
+        let all_of_memory = iov.iter().any(|&(base, len)| base == 0 && len > 0);
+        MrEntry { iov, access, write_cntr: None, read_cntr: None, total, all_of_memory }
     }
 
     /// The memory the registration covers.
@@ -135,9 +139,13 @@ impl MrTable {
             addr
         };
         match start.checked_add(len) {
-            Some(end) if end <= mr.total => Ok((start, mr)),
-            _ => Err(refuse("beyond the region")),
+            Some(end) if end <= mr.total => {}
+            _ => return Err(refuse("beyond the region")),
         }
+        if mr.all_of_memory && !mapped_for(mr, start, len, access) {
+            return Err(refuse("not mapped with that access in this process"));
+        }
+        Ok((start, mr))
     }
 
     /// The memory a remote access of `len` bytes at `addr` under `key` touches, as ranges, if
@@ -177,6 +185,18 @@ impl MrTable {
             _ => None,
         })
     }
+}
+
+/// Whether the bytes `start..start + len` of a registration of all of memory are mapped with
+/// `access` (cold: only OpenSHMEM's remote-virtual-addressing build registers so).
+#[cold]
+fn mapped_for(mr: &MrEntry, start: u64, len: u64, access: u64) -> bool {
+    let want = if access & ffi::FI_REMOTE_READ as u64 != 0 { super::mapped::READ } else { 0 }
+        | if access & ffi::FI_REMOTE_WRITE as u64 != 0 { super::mapped::WRITE } else { 0 };
+    // Within the registration (checked by the caller), which lies in this address space.
+    crate::iov::sub_ranges(&mr.iov, start as usize, len as usize)
+        .iter()
+        .all(|&(addr, n)| super::mapped::allows(addr, n, want))
 }
 
 #[cfg(test)]
