@@ -6,12 +6,12 @@
 //! is the target.
 
 use super::rma_util::{
-    AKind, MrInfo, Peer, Spec, Target, ATOMIC, BASIC, COMPLETION, DELIVERY_COMPLETE, MSG, REMOTE_READ, REMOTE_WRITE,
-    RMA, SCALABLE,
+    try_refused, AKind, AccessOp, MrInfo, Peer, Refusal, Spec, Target, ATOMIC, BASIC, COMPLETION, DELIVERY_COMPLETE,
+    MSG, REMOTE_READ, REMOTE_WRITE, RMA, SCALABLE,
 };
 use super::{scn, Scenario};
 use crate::fabric::{self, ffi, Mr};
-use crate::harness::{pattern, FiCtx, Rank, TResult, TestErr};
+use crate::harness::{pattern, FiCtx, Rank, TResult};
 use crate::{bail, ensure};
 use std::time::{Duration, Instant};
 
@@ -70,16 +70,9 @@ const LEN: usize = 8192;
 const PAD: usize = 4096;
 const KEY: u64 = 0xACCE;
 
-#[derive(Clone, Copy)]
-enum Op {
-    Write(usize),
-    Read(usize),
-    Atomic(AKind),
-}
-
 struct Case {
     what: &'static str,
-    op: Op,
+    op: AccessOp,
     /// Which of the target's MRs (0: read/write, 1: read-only, 2: write-only).
     mr: usize,
     /// Offset from the MR's first byte (may be negative).
@@ -92,29 +85,77 @@ fn cases(class: u8) -> Vec<Case> {
     let la = LEN as i64;
     if class == CLOSED {
         return vec![
-            c("fi_writemsg(FI_DELIVERY_COMPLETE) of 8 B to a closed MR", Op::Write(8), 0, 0, false),
-            c("fi_writemsg(FI_DELIVERY_COMPLETE) of 4096 B to a closed MR", Op::Write(4096), 0, 0, false),
-            c("fi_writemsg(FI_DELIVERY_COMPLETE) of 8192 B to a closed MR", Op::Write(8192), 0, 0, false),
-            c("fi_read of 8 B from a closed MR", Op::Read(8), 0, 0, false),
-            c("fi_read of 8192 B from a closed MR", Op::Read(8192), 0, 0, false),
-            c("fi_atomicmsg(FI_DELIVERY_COMPLETE) SUM on a closed MR", Op::Atomic(AKind::Base), 0, 0, false),
-            c("fi_fetch_atomic SUM on a closed MR", Op::Atomic(AKind::Fetch), 0, 8, false),
-            c("fi_compare_atomic CSWAP on a closed MR", Op::Atomic(AKind::Compare), 0, 16, false),
+            c("fi_writemsg(FI_DELIVERY_COMPLETE) of 8 B to a closed MR", AccessOp::Write(8), 0, 0, false),
+            c("fi_writemsg(FI_DELIVERY_COMPLETE) of 4096 B to a closed MR", AccessOp::Write(4096), 0, 0, false),
+            c("fi_writemsg(FI_DELIVERY_COMPLETE) of 8192 B to a closed MR", AccessOp::Write(8192), 0, 0, false),
+            c("fi_read of 8 B from a closed MR", AccessOp::Read(8), 0, 0, false),
+            c("fi_read of 8192 B from a closed MR", AccessOp::Read(8192), 0, 0, false),
+            c(
+                "fi_atomicmsg(FI_DELIVERY_COMPLETE) SUM on a closed MR",
+                AccessOp::Atomic(AKind::Base, ffi::FI_SUM),
+                0,
+                0,
+                false,
+            ),
+            c("fi_fetch_atomic SUM on a closed MR", AccessOp::Atomic(AKind::Fetch, ffi::FI_SUM), 0, 8, false),
+            c("fi_compare_atomic CSWAP on a closed MR", AccessOp::Atomic(AKind::Compare, ffi::FI_CSWAP), 0, 16, false),
         ];
     }
     vec![
-        c("fi_atomicmsg(FI_DELIVERY_COMPLETE) SUM just past the MR end", Op::Atomic(AKind::Base), 0, la, false),
-        c("fi_atomicmsg(FI_DELIVERY_COMPLETE) SUM 8 B before the MR", Op::Atomic(AKind::Base), 0, -8, false),
-        c("fi_atomicmsg(FI_DELIVERY_COMPLETE) SUM crossing the MR end", Op::Atomic(AKind::Base), 0, la - 4, false),
-        c("fi_fetch_atomic SUM just past the MR end", Op::Atomic(AKind::Fetch), 0, la, false),
-        c("fi_compare_atomic CSWAP just past the MR end", Op::Atomic(AKind::Compare), 0, la, false),
-        c("fi_atomicmsg(FI_DELIVERY_COMPLETE) SUM with a wrong key", Op::Atomic(AKind::Base), 0, 0, true),
-        c("fi_fetch_atomic SUM with a wrong key", Op::Atomic(AKind::Fetch), 0, 0, true),
-        c("fi_compare_atomic CSWAP with a wrong key", Op::Atomic(AKind::Compare), 0, 0, true),
-        c("fi_atomicmsg(FI_DELIVERY_COMPLETE) SUM on a FI_REMOTE_READ-only MR", Op::Atomic(AKind::Base), 1, 0, false),
-        c("fi_fetch_atomic SUM on a FI_REMOTE_READ-only MR", Op::Atomic(AKind::Fetch), 1, 0, false),
-        c("fi_fetch_atomic SUM on a FI_REMOTE_WRITE-only MR", Op::Atomic(AKind::Fetch), 2, 0, false),
-        c("fi_compare_atomic CSWAP on a FI_REMOTE_WRITE-only MR", Op::Atomic(AKind::Compare), 2, 0, false),
+        c(
+            "fi_atomicmsg(FI_DELIVERY_COMPLETE) SUM just past the MR end",
+            AccessOp::Atomic(AKind::Base, ffi::FI_SUM),
+            0,
+            la,
+            false,
+        ),
+        c(
+            "fi_atomicmsg(FI_DELIVERY_COMPLETE) SUM 8 B before the MR",
+            AccessOp::Atomic(AKind::Base, ffi::FI_SUM),
+            0,
+            -8,
+            false,
+        ),
+        c(
+            "fi_atomicmsg(FI_DELIVERY_COMPLETE) SUM crossing the MR end",
+            AccessOp::Atomic(AKind::Base, ffi::FI_SUM),
+            0,
+            la - 4,
+            false,
+        ),
+        c("fi_fetch_atomic SUM just past the MR end", AccessOp::Atomic(AKind::Fetch, ffi::FI_SUM), 0, la, false),
+        c(
+            "fi_compare_atomic CSWAP just past the MR end",
+            AccessOp::Atomic(AKind::Compare, ffi::FI_CSWAP),
+            0,
+            la,
+            false,
+        ),
+        c(
+            "fi_atomicmsg(FI_DELIVERY_COMPLETE) SUM with a wrong key",
+            AccessOp::Atomic(AKind::Base, ffi::FI_SUM),
+            0,
+            0,
+            true,
+        ),
+        c("fi_fetch_atomic SUM with a wrong key", AccessOp::Atomic(AKind::Fetch, ffi::FI_SUM), 0, 0, true),
+        c("fi_compare_atomic CSWAP with a wrong key", AccessOp::Atomic(AKind::Compare, ffi::FI_CSWAP), 0, 0, true),
+        c(
+            "fi_atomicmsg(FI_DELIVERY_COMPLETE) SUM on a FI_REMOTE_READ-only MR",
+            AccessOp::Atomic(AKind::Base, ffi::FI_SUM),
+            1,
+            0,
+            false,
+        ),
+        c("fi_fetch_atomic SUM on a FI_REMOTE_READ-only MR", AccessOp::Atomic(AKind::Fetch, ffi::FI_SUM), 1, 0, false),
+        c("fi_fetch_atomic SUM on a FI_REMOTE_WRITE-only MR", AccessOp::Atomic(AKind::Fetch, ffi::FI_SUM), 2, 0, false),
+        c(
+            "fi_compare_atomic CSWAP on a FI_REMOTE_WRITE-only MR",
+            AccessOp::Atomic(AKind::Compare, ffi::FI_CSWAP),
+            2,
+            0,
+            false,
+        ),
     ]
 }
 
@@ -200,45 +241,13 @@ fn run<const M: u8, const CLASS: u8>(r: &mut Rank) -> TResult {
             addr: m.addr.wrapping_add(c.off as u64),
             key: if c.wrong_key { wrong } else { m.key },
         };
-        let one = 1u64.to_le_bytes().to_vec();
-        // Writes and base atomics ask for FI_DELIVERY_COMPLETE: only a completion that waits
-        // for the target can carry its refusal (fi_cq(3); rma/*/err_unacked covers the plain
-        // calls, which may complete when queued).
-        let dc = COMPLETION | DELIVERY_COMPLETE;
-        let res = match c.op {
-            Op::Write(len) => {
-                let rma = [ffi::fi_rma_iov { addr: t.addr, len, key: t.key }];
-                p.writemsg(c.what, vec![pattern(7, len)], t.dest, &rma, dc, 0)
-            }
-            Op::Read(len) => p.read(c.what, len, t),
-            Op::Atomic(AKind::Base) => {
-                p.atomicmsg(c.what, AKind::Base, ffi::FI_UINT64, ffi::FI_SUM, 1, one.clone(), t, dc)
-            }
-            Op::Atomic(kind) => {
-                let op = if kind == AKind::Compare { ffi::FI_CSWAP } else { ffi::FI_SUM };
-                p.atomic(c.what, kind, ffi::FI_UINT64, op, 1, one.clone(), one, t)
-            }
-        };
-        let id = match res {
-            Ok(Ok(id)) => id,
-            Ok(Err(code)) => {
-                codes.push(format!("{}: refused {}", c.what, fabric::errname(code)));
-                continue;
-            }
-            Err(TestErr::Fail(m)) => {
+        match try_refused(&mut p, c.what, c.op, t, Duration::from_secs(3))? {
+            Refusal::Refused(note) => codes.push(note),
+            Refusal::Succeeded(m) => bad.push(m),
+            Refusal::Stuck(m) => {
                 bad.push(m);
                 stuck += 1;
-                continue;
             }
-            Err(e) => return Err(e),
-        };
-        match p.wait_for(id, Duration::from_secs(3))? {
-            None => {
-                bad.push(format!("{}: no completion within 3 s", c.what));
-                stuck += 1;
-            }
-            Some(d) if d.err == 0 => bad.push(format!("{}: completed successfully", c.what)),
-            Some(d) => codes.push(format!("{}: {}", c.what, fabric::errname(d.err))),
         }
     }
     r.pmi.step(&format!("note: {}", codes.join("; ")));

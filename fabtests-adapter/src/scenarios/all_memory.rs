@@ -8,12 +8,12 @@
 //! completion, never fault the target.
 
 use super::rma_util::{
-    payload, AKind, MrInfo, Peer, Spec, Target, ATOMIC, BASIC, COMPLETION, DELIVERY_COMPLETE, REMOTE_READ,
-    REMOTE_WRITE, RMA, SCALABLE,
+    must, payload, try_refused, AKind, AccessOp, MrInfo, Peer, Refusal, Spec, Target, ATOMIC, BASIC, COMPLETION,
+    DELIVERY_COMPLETE, REMOTE_READ, REMOTE_WRITE, RMA, SCALABLE,
 };
 use super::{scn, Scenario};
 use crate::fabric::{self, ffi, Mr};
-use crate::harness::{pattern, FiCtx, Rank, TResult, TestErr};
+use crate::harness::{pattern, FiCtx, Rank, TResult};
 use crate::{bail, ensure};
 use std::time::Duration;
 
@@ -118,18 +118,11 @@ const RW: usize = 0;
 const RO: usize = 1;
 const NONE: usize = 2;
 
-#[derive(Clone, Copy)]
-enum BadOp {
-    Write(usize),
-    Read(usize),
-    Atomic(AKind, ffi::fi_op),
-}
-
 /// What the initiator aims at: an area of the target's mapping (`Some`, with an offset into
 /// it) or the unmapped address.
 struct BadCase {
     what: &'static str,
-    op: BadOp,
+    op: AccessOp,
     area: Option<usize>,
     off: usize,
 }
@@ -138,25 +131,25 @@ fn bad_cases() -> Vec<BadCase> {
     let c = |what, op, area, off| BadCase { what, op, area, off };
     let (base, fetch, cswap) = (AKind::Base, AKind::Fetch, AKind::Compare);
     vec![
-        c("write of 8 B at an unmapped address", BadOp::Write(8), None, 0),
-        c("write of 4 KiB at an unmapped address", BadOp::Write(4096), None, 0),
-        c("write of 256 KiB at an unmapped address", BadOp::Write(AREA), None, 0),
-        c("write of 8 B into read-only memory", BadOp::Write(8), Some(RO), 64),
-        c("write of 4 KiB into read-only memory", BadOp::Write(4096), Some(RO), 0),
-        c("write of 256 KiB into read-only memory", BadOp::Write(AREA), Some(RO), 0),
-        c("write of 8 KiB from writable into read-only memory", BadOp::Write(8192), Some(RW), AREA - 4096),
-        c("write of 64 KiB into PROT_NONE memory", BadOp::Write(64 << 10), Some(NONE), 0),
-        c("read of 8 B at an unmapped address", BadOp::Read(8), None, 0),
-        c("read of 8 B from PROT_NONE memory", BadOp::Read(8), Some(NONE), 8),
-        c("read of 4 KiB from PROT_NONE memory", BadOp::Read(4096), Some(NONE), 0),
-        c("read of 256 KiB from PROT_NONE memory", BadOp::Read(AREA), Some(NONE), 0),
-        c("read of 8 KiB from readable into PROT_NONE memory", BadOp::Read(8192), Some(RO), AREA - 4096),
-        c("atomic SUM at an unmapped address", BadOp::Atomic(base, ffi::FI_SUM), None, 0),
-        c("atomic SUM on read-only memory", BadOp::Atomic(base, ffi::FI_SUM), Some(RO), 8),
-        c("fetching atomic SUM on read-only memory", BadOp::Atomic(fetch, ffi::FI_SUM), Some(RO), 16),
-        c("fetching atomic READ of PROT_NONE memory", BadOp::Atomic(fetch, ffi::FI_ATOMIC_READ), Some(NONE), 0),
-        c("compare atomic CSWAP at an unmapped address", BadOp::Atomic(cswap, ffi::FI_CSWAP), None, 8),
-        c("compare atomic CSWAP on read-only memory", BadOp::Atomic(cswap, ffi::FI_CSWAP), Some(RO), 24),
+        c("write of 8 B at an unmapped address", AccessOp::Write(8), None, 0),
+        c("write of 4 KiB at an unmapped address", AccessOp::Write(4096), None, 0),
+        c("write of 256 KiB at an unmapped address", AccessOp::Write(AREA), None, 0),
+        c("write of 8 B into read-only memory", AccessOp::Write(8), Some(RO), 64),
+        c("write of 4 KiB into read-only memory", AccessOp::Write(4096), Some(RO), 0),
+        c("write of 256 KiB into read-only memory", AccessOp::Write(AREA), Some(RO), 0),
+        c("write of 8 KiB from writable into read-only memory", AccessOp::Write(8192), Some(RW), AREA - 4096),
+        c("write of 64 KiB into PROT_NONE memory", AccessOp::Write(64 << 10), Some(NONE), 0),
+        c("read of 8 B at an unmapped address", AccessOp::Read(8), None, 0),
+        c("read of 8 B from PROT_NONE memory", AccessOp::Read(8), Some(NONE), 8),
+        c("read of 4 KiB from PROT_NONE memory", AccessOp::Read(4096), Some(NONE), 0),
+        c("read of 256 KiB from PROT_NONE memory", AccessOp::Read(AREA), Some(NONE), 0),
+        c("read of 8 KiB from readable into PROT_NONE memory", AccessOp::Read(8192), Some(RO), AREA - 4096),
+        c("atomic SUM at an unmapped address", AccessOp::Atomic(base, ffi::FI_SUM), None, 0),
+        c("atomic SUM on read-only memory", AccessOp::Atomic(base, ffi::FI_SUM), Some(RO), 8),
+        c("fetching atomic SUM on read-only memory", AccessOp::Atomic(fetch, ffi::FI_SUM), Some(RO), 16),
+        c("fetching atomic READ of PROT_NONE memory", AccessOp::Atomic(fetch, ffi::FI_ATOMIC_READ), Some(NONE), 0),
+        c("compare atomic CSWAP at an unmapped address", AccessOp::Atomic(cswap, ffi::FI_CSWAP), None, 8),
+        c("compare atomic CSWAP on read-only memory", AccessOp::Atomic(cswap, ffi::FI_CSWAP), Some(RO), 24),
     ]
 }
 
@@ -184,69 +177,36 @@ fn bad_addresses<const M: u8>(r: &mut Rank) -> TResult {
     let mut codes = Vec::new();
     for c in bad_cases() {
         r.pmi.step(c.what);
-        let t = at(c.area, c.off);
-        let one = 1u64.to_le_bytes().to_vec();
-        let dc = COMPLETION | DELIVERY_COMPLETE;
-        let res = match c.op {
-            BadOp::Write(len) => {
-                let rma = [ffi::fi_rma_iov { addr: t.addr, len, key: t.key }];
-                p.writemsg(c.what, vec![pattern(9, len)], t.dest, &rma, dc, 0)
-            }
-            BadOp::Read(len) => p.read(c.what, len, t),
-            BadOp::Atomic(AKind::Base, op) => p.atomicmsg(c.what, AKind::Base, ffi::FI_UINT64, op, 1, one, t, dc),
-            BadOp::Atomic(kind, op) => p.atomic(c.what, kind, ffi::FI_UINT64, op, 1, one.clone(), one, t),
-        };
-        let id = match res {
-            Ok(Ok(id)) => id,
-            Ok(Err(code)) => {
-                codes.push(format!("{}: refused {}", c.what, fabric::errname(code)));
-                continue;
-            }
-            Err(TestErr::Fail(m)) => {
-                bad.push(m);
+        match try_refused(&mut p, c.what, c.op, at(c.area, c.off), Duration::from_secs(5))? {
+            Refusal::Refused(note) => codes.push(note),
+            Refusal::Succeeded(m) => bad.push(m),
+            Refusal::Stuck(m) => {
+                bad.push(format!("{m} (is the target alive?)"));
                 break;
             }
-            Err(e) => return Err(e),
-        };
-        match p.wait_for(id, Duration::from_secs(5))? {
-            None => {
-                bad.push(format!("{}: no completion within 5 s (is the target alive?)", c.what));
-                break;
-            }
-            Some(d) if d.err == 0 => bad.push(format!("{}: completed successfully", c.what)),
-            Some(d) => codes.push(format!("{}: {}", c.what, fabric::errname(d.err))),
         }
     }
     r.pmi.step(&format!("note: {}", codes.join("; ")));
+    if !bad.is_empty() {
+        bail!("{} of {} cases failed: {}", bad.len(), bad_cases().len(), bad.join("; "));
+    }
     // The target still serves good addresses: a write, then a read of the same bytes.
     let good = pattern(0x600D, 4096);
     let t = at(Some(RW), 4096);
     let rma = [ffi::fi_rma_iov { addr: t.addr, len: good.len(), key }];
-    let id = must_post(p.writemsg(
+    let id = must(
         "the write after the bad ones",
-        vec![good.clone()],
-        dest,
-        &rma,
-        COMPLETION | DELIVERY_COMPLETE,
-        0,
-    )?)?;
+        p.writemsg("the write after the bad ones", vec![good.clone()], dest, &rma, COMPLETION | DELIVERY_COMPLETE, 0)?,
+    )?;
     p.wait_ok(id)?;
-    let id = must_post(p.read("the read after the bad ones", good.len(), t)?)?;
+    let id = must("the read after the bad ones", p.read("the read after the bad ones", good.len(), t)?)?;
     let done = p.wait_ok(id)?;
     ensure!(
         payload("the read after the bad ones", &done.bufs[0], good.len())? == &good[..],
         "the read after the bad ones: other bytes than written"
     );
     r.pmi.allgather_with("done", Some(&mut || p.progress().map(|_| ())))?;
-    p.barrier(r)?;
-    if !bad.is_empty() {
-        bail!("{} of {} cases failed: {}", bad.len(), bad_cases().len(), bad.join("; "));
-    }
-    Ok(())
-}
-
-fn must_post(r: Result<u64, i32>) -> TResult<u64> {
-    r.map_err(|code| TestErr::Fail(format!("refused with {}", fabric::errname(code))))
+    p.barrier(r)
 }
 
 fn bad_addresses_target(p: &mut Peer, r: &mut Rank) -> TResult {

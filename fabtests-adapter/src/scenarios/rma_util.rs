@@ -1048,6 +1048,53 @@ impl Drop for Peer {
     }
 }
 
+/// An operation that its target must refuse (`try_refused`).
+#[derive(Clone, Copy)]
+pub enum AccessOp {
+    Write(usize),
+    Read(usize),
+    /// One FI_UINT64 element.
+    Atomic(AKind, ffi::fi_op),
+}
+
+/// What became of an operation that must fail (`try_refused`).
+pub enum Refusal {
+    /// Refused, by the call or its completion: the error, for the notes.
+    Refused(String),
+    /// It completed successfully.
+    Succeeded(String),
+    /// No completion in time, or the call failed the test: the endpoint looks stuck.
+    Stuck(String),
+}
+
+/// Post `op` at `t` and wait up to `wait` for its completion. Writes and base atomics ask for
+/// FI_DELIVERY_COMPLETE: only a completion that waits for the target can carry its refusal
+/// (fi_cq(3); rma/*/err_unacked covers the plain calls, which may complete when queued).
+pub fn try_refused(p: &mut Peer, what: &str, op: AccessOp, t: Target, wait: Duration) -> TResult<Refusal> {
+    let one = 1u64.to_le_bytes().to_vec();
+    let dc = COMPLETION | DELIVERY_COMPLETE;
+    let res = match op {
+        AccessOp::Write(len) => {
+            let rma = [ffi::fi_rma_iov { addr: t.addr, len, key: t.key }];
+            p.writemsg(what, vec![crate::harness::pattern(7, len)], t.dest, &rma, dc, 0)
+        }
+        AccessOp::Read(len) => p.read(what, len, t),
+        AccessOp::Atomic(AKind::Base, aop) => p.atomicmsg(what, AKind::Base, ffi::FI_UINT64, aop, 1, one, t, dc),
+        AccessOp::Atomic(kind, aop) => p.atomic(what, kind, ffi::FI_UINT64, aop, 1, one.clone(), one, t),
+    };
+    let id = match res {
+        Ok(Ok(id)) => id,
+        Ok(Err(code)) => return Ok(Refusal::Refused(format!("{what}: refused {}", fabric::errname(code)))),
+        Err(TestErr::Fail(m)) => return Ok(Refusal::Stuck(m)),
+        Err(e) => return Err(e),
+    };
+    Ok(match p.wait_for(id, wait)? {
+        None => Refusal::Stuck(format!("{what}: no completion within {} s", wait.as_secs())),
+        Some(d) if d.err == 0 => Refusal::Succeeded(format!("{what}: completed successfully")),
+        Some(d) => Refusal::Refused(format!("{what}: {}", fabric::errname(d.err))),
+    })
+}
+
 /// Which atomic call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AKind {
