@@ -11,8 +11,13 @@
 # (test_mpiabi's testGetFortranInfo: the wheel has no Fortran); MPICH's testDistgraphcomm, whose
 # MPI_Dist_graph_create over ch4:ofi counts a fourth in-neighbour in about 1 of 200 calls over
 # every provider (rshm, the C shm and tcp of libfabric 2.5.1 alike; never over MPICH's own
-# shared memory); and ULFM's revoke under pml cm (test_ulfm: Open MPI implements it in ob1 only;
-# it fails the same over the tcp provider).
+# shared memory); ULFM's revoke under pml cm (test_ulfm: Open MPI implements it in ob1 only;
+# it fails the same over the tcp provider); and under MPICH the util.sync tests whose Mutex
+# queue races among 2+ ranks: `Mutex._acquire` resets its own `next` with an Accumulate to
+# itself and flushes only the tail's rank, so the predecessor's later `next` can be overwritten
+# by that still-unflushed self write, and both ranks then spin forever (deadlocked in 1-4% of
+# runs over rshm and over the C shm 2.5.1 alike with MPIR_CVAR_NOLOCAL=1, never over MPICH's own
+# shared memory; a Flush of its own rank after the reset ended it: 0 hangs in 200 runs).
 # Not part of scripts/test.sh (the builds alone take longer than CI should spend on it).
 #
 #   scripts/mpi4py-tests.sh [--np N] [--only mpich|openmpi-ob1|openmpi-cm]
@@ -27,7 +32,7 @@ while [ $# -gt 0 ]; do
     case $1 in
     --np) NP=$2; shift 2 ;;
     --only) ONLY=$2; shift 2 ;;
-    *) sed -n 2,19p "$0" >&2; exit 2 ;;
+    *) sed -n 2,24p "$0" >&2; exit 2 ;;
     esac
 done
 [ -f "$PROV_DIR/librshm-fi.so" ] || { echo "no $PROV_DIR/librshm-fi.so: run scripts/build-provider.sh" >&2; exit 1; }
@@ -98,7 +103,9 @@ echo "== mpi4py's test suite over rshm ($PROV_DIR), $NP ranks"
 if [ -z "$ONLY" ] || [ "$ONLY" = mpich ]; then
     if MPICH=$(venv_with_mpi4py mpich); then
         run mpich "$MPICH" -- MPIR_CVAR_CH4_NETMOD=ofi MPIR_CVAR_NOLOCAL=1 FI_PROVIDER=rshm \
-            FI_PROVIDER_PATH="$PROV_DIR" -- -- -x testGetFortranInfo -x testDistgraphcomm
+            FI_PROVIDER_PATH="$PROV_DIR" -- -- -x testGetFortranInfo -x testDistgraphcomm \
+            -x 'test_util_sync.TestMutex*World.*' -x 'test_util_sync.TestCondition*World.*' \
+            -x 'test_util_sync.TestSemaphoreWorld.*'
     else
         echo "  FAIL  mpich (cannot install mpich or mpi4py; see $LOGS)"; failed=$((failed + 1))
     fi
