@@ -8,19 +8,23 @@
 //! answers CMA with EFAULT instead. So such an access is looked up here first and refused unless
 //! every byte lies in mappings with that access.
 //!
-//! The mappings are read from `/proc/self/maps` and kept: read again when an access is not
-//! found in them (memory mapped since) and when they are older than `FRESH_FOR`, which bounds how
-//! long memory unmapped or protected since still passes. Not covered: the application changing
-//! a mapping between the check and the copy, and a file mapping that runs past its file's end
-//! (SIGBUS). Special mappings ([vvar], [vsyscall]) are never offered.
+//! The mappings are read from `/proc/self/maps` and kept with the registration (under the
+//! domain's lock, so no lock of their own): read again when an access is not found in them
+//! (memory mapped since) and when they are older than `FRESH_FOR` (looked at every `CLOCK_EVERY`
+//! accesses), which bounds how long memory unmapped or protected since still passes. Not
+//! covered: the application changing a mapping between the check and the copy, and a file
+//! mapping that runs past its file's end (SIGBUS). Special mappings ([vvar], [vsyscall]) are
+//! never offered.
 
-use parking_lot::Mutex;
 use smr_core::clock::Instant;
 use std::time::Duration;
 
 /// How long a reading of the mappings is trusted for accesses it allows. A reading costs tens
 /// of microseconds (the kernel writes a line per mapping): at most 0.1% of a busy target's time.
 const FRESH_FOR: Duration = Duration::from_millis(100);
+/// The reading's age is looked at on every this many accesses, not on each: the clock read cost
+/// more than the rest of the check (about 60 of 90 instructions).
+const CLOCK_EVERY: u32 = 16;
 
 pub const READ: u8 = 1;
 pub const WRITE: u8 = 2;
@@ -34,10 +38,15 @@ struct Span {
 }
 
 /// The mappings of one reading of `/proc/self/maps`, sorted by address.
-#[derive(Debug, Default)]
-struct Mappings {
+#[derive(Debug, Default, Clone)]
+pub struct Mappings {
     spans: Vec<Span>,
     read_at: Option<Instant>,
+    /// The span the last allowed access lay in: OpenSHMEM's accesses fall in its symmetric heap,
+    /// one mapping, so most are answered by two compares instead of a search.
+    last: usize,
+    /// Accesses since the reading's age was last looked at.
+    unclocked: u32,
 }
 
 impl Mappings {
@@ -47,9 +56,17 @@ impl Mappings {
         spans
     }
 
+    /// Whether `addr..addr + len` lies in the span the last allowed access lay in (or is empty).
+    #[inline]
+    fn in_last(&self, addr: usize, len: usize, access: u8) -> bool {
+        let Some(s) = self.spans.get(self.last) else { return len == 0 };
+        len == 0
+            || (s.start <= addr && addr.checked_add(len).is_some_and(|end| end <= s.end) && s.access & access == access)
+    }
+
     /// Whether `addr..addr + len` lies in mappings, one after another with no gap, that all
     /// allow `access`. An empty access touches nothing.
-    fn allow(&self, addr: usize, len: usize, access: u8) -> bool {
+    fn allow(&mut self, addr: usize, len: usize, access: u8) -> bool {
         if len == 0 {
             return true;
         }
@@ -62,6 +79,7 @@ impl Mappings {
             }
             covered = s.end;
             if covered >= end {
+                self.last = first;
                 return true;
             }
         }
@@ -83,34 +101,56 @@ fn parse_line(line: &str) -> Option<Span> {
     Some(Span { start: usize::from_str_radix(start, 16).ok()?, end: usize::from_str_radix(end, 16).ok()?, access })
 }
 
-/// The process's mappings as last read; one reading serves every domain.
-static MAPPINGS: Mutex<Mappings> = Mutex::new(Mappings { spans: Vec::new(), read_at: None });
+impl Mappings {
+    /// Whether this process may copy `len` bytes at `addr` for a peer with `access` (`READ`,
+    /// `WRITE` or both): every byte mapped with it, as far as a reading at most `FRESH_FOR` old,
+    /// or one taken now, says.
+    #[inline]
+    pub fn allows(&mut self, addr: usize, len: usize, access: u8) -> bool {
+        if self.fresh() && self.in_last(addr, len, access) {
+            return true;
+        }
+        self.allows_searched(addr, len, access)
+    }
 
-/// Whether this process may copy `len` bytes at `addr` for a peer with `access` (`READ`,
-/// `WRITE` or both): every byte mapped with it, as far as a reading at most `FRESH_FOR` old, or
-/// one taken now, says.
-pub fn allows(addr: usize, len: usize, access: u8) -> bool {
-    let mut m = MAPPINGS.lock();
-    let fresh = m.read_at.is_some_and(|t| t.elapsed() < FRESH_FOR);
-    if fresh && m.allow(addr, len, access) {
-        return true;
-    }
-    match std::fs::read_to_string("/proc/self/maps") {
-        Ok(text) => {
-            m.spans = Mappings::parse(&text);
-            m.read_at = Some(Instant::now());
+    /// `allows` when the access is not in the span of the last one, or the reading is stale.
+    #[cold]
+    #[inline(never)]
+    fn allows_searched(&mut self, addr: usize, len: usize, access: u8) -> bool {
+        if self.read_at.is_some_and(|at| at.elapsed() < FRESH_FOR) && self.allow(addr, len, access) {
+            return true;
         }
-        Err(e) => {
-            crate::warn!(
-                Mr,
-                "cannot read /proc/self/maps ({e}): refusing accesses through a registration of all memory"
-            );
-            m.spans.clear();
-            m.read_at = None;
-            return false;
-        }
+        self.read();
+        self.allow(addr, len, access)
     }
-    m.allow(addr, len, access)
+
+    /// Whether the reading may be trusted: taken, and not found older than `FRESH_FOR` when its
+    /// age was last looked at.
+    fn fresh(&mut self) -> bool {
+        let Some(at) = self.read_at else { return false };
+        self.unclocked += 1;
+        if self.unclocked < CLOCK_EVERY {
+            return true;
+        }
+        self.unclocked = 0;
+        at.elapsed() < FRESH_FOR
+    }
+
+    #[cold]
+    fn read(&mut self) {
+        *self = match std::fs::read_to_string("/proc/self/maps") {
+            Ok(text) => {
+                Mappings { spans: Mappings::parse(&text), read_at: Some(Instant::now()), ..Mappings::default() }
+            }
+            Err(e) => {
+                crate::warn!(
+                    Mr,
+                    "cannot read /proc/self/maps ({e}): refusing accesses through a registration of all memory"
+                );
+                Mappings::default()
+            }
+        };
+    }
 }
 
 #[cfg(test)]
@@ -127,12 +167,12 @@ mod tests {
 ";
 
     fn mappings() -> Mappings {
-        Mappings { spans: Mappings::parse(MAPS), read_at: None }
+        Mappings { spans: Mappings::parse(MAPS), ..Mappings::default() }
     }
 
     #[test]
     fn an_access_needs_every_byte_mapped_with_its_access() {
-        let m = mappings();
+        let mut m = mappings();
         assert!(m.allow(0x1000, 0x2000, READ), "read-only memory read");
         assert!(!m.allow(0x1000, 8, WRITE), "read-only memory written");
         assert!(m.allow(0x2ff8, 16, READ), "across two readable mappings");
@@ -169,14 +209,19 @@ mod tests {
         assert_eq!(unsafe { libc::mprotect((a + page) as *mut libc::c_void, page, libc::PROT_READ) }, 0);
         // SAFETY: as above.
         assert_eq!(unsafe { libc::mprotect((a + 2 * page) as *mut libc::c_void, page, libc::PROT_NONE) }, 0);
-        // Memory mapped after the last reading is found by reading again.
-        assert!(allows(a, page, READ | WRITE));
-        assert!(allows(a, 2 * page, READ));
-        assert!(!allows(a, 2 * page, WRITE));
-        assert!(!allows(a + 2 * page, 8, READ));
+        let mut m = Mappings::default();
+        m.read();
+        assert!(m.read_at.is_some() && !m.spans.is_empty(), "this process's mappings read");
+        m.read_at = None;
+        // A reading that does not find an access's memory is taken again.
+        assert!(m.allows(a, page, READ | WRITE));
+        assert!(m.allows(a, 2 * page, READ));
+        assert!(!m.allows(a, 2 * page, WRITE));
+        assert!(!m.allows(a + 2 * page, 8, READ));
         // SAFETY: the mapping above, used no more.
         assert_eq!(unsafe { libc::munmap(at, 3 * page) }, 0);
-        MAPPINGS.lock().read_at = None;
-        assert!(!allows(a, 8, READ), "unmapped once read again");
+        assert!(m.allows(a, 8, READ), "a fresh reading is trusted");
+        m.read_at = None;
+        assert!(!m.allows(a, 8, READ), "unmapped once read again");
     }
 }

@@ -1,8 +1,11 @@
 //! The domain's registrations by key, and the check every remote access passes
 //! (`MrTable::resolve`).
 
+use super::mapped::{self, Mappings};
 use rshm_ffi as ffi;
 use smr_core::idmap::IdMap;
+use smr_core::iov::Ranges;
+use std::cell::RefCell;
 
 /// What one registration covers.
 #[derive(Debug, Clone)]
@@ -15,16 +18,17 @@ pub struct MrEntry {
     pub read_cntr: Option<usize>,
     /// The bytes `iov` covers, summed once here rather than on every remote access.
     total: u64,
-    /// The registration starts at address 0: all of memory, mapped or not, so an access's bounds
-    /// say nothing about whether its bytes exist (`mapped`).
-    all_of_memory: bool,
+    /// For a registration that starts at address 0 (all of memory, mapped or not, so an
+    /// access's bounds say nothing about whether its bytes exist): what is mapped (`mapped`).
+    mapped: Option<Box<RefCell<Mappings>>>,
 }
 
 impl MrEntry {
     pub fn new(iov: smr_core::iov::Ranges, access: u64) -> MrEntry {
         let total = iov.iter().map(|&(_, l)| l as u64).sum();
         let all_of_memory = iov.iter().any(|&(base, len)| base == 0 && len > 0);
-        MrEntry { iov, access, write_cntr: None, read_cntr: None, total, all_of_memory }
+        let mapped = all_of_memory.then(Box::default);
+        MrEntry { iov, access, write_cntr: None, read_cntr: None, total, mapped }
     }
 
     /// The memory the registration covers.
@@ -142,7 +146,7 @@ impl MrTable {
             Some(end) if end <= mr.total => {}
             _ => return Err(refuse("beyond the region")),
         }
-        if mr.all_of_memory && !mapped_for(mr, start, len, access) {
+        if mr.mapped.as_ref().is_some_and(|m| !mapped_for(&mr.iov, m, start, len, access)) {
             return Err(refuse("not mapped with that access in this process"));
         }
         Ok((start, mr))
@@ -187,16 +191,18 @@ impl MrTable {
     }
 }
 
-/// Whether the bytes `start..start + len` of a registration of all of memory are mapped with
-/// `access` (cold: only OpenSHMEM's remote-virtual-addressing build registers so).
-#[cold]
-fn mapped_for(mr: &MrEntry, start: u64, len: u64, access: u64) -> bool {
-    let want = if access & ffi::FI_REMOTE_READ as u64 != 0 { super::mapped::READ } else { 0 }
-        | if access & ffi::FI_REMOTE_WRITE as u64 != 0 { super::mapped::WRITE } else { 0 };
+/// Whether the bytes `start..start + len` of a registration of all of memory (`iov`) are mapped
+/// with `access` (out of line: only OpenSHMEM's remote-virtual-addressing build registers so).
+#[inline(never)]
+fn mapped_for(iov: &Ranges, mapped: &RefCell<Mappings>, start: u64, len: u64, access: u64) -> bool {
+    let want = if access & ffi::FI_REMOTE_READ as u64 != 0 { mapped::READ } else { 0 }
+        | if access & ffi::FI_REMOTE_WRITE as u64 != 0 { mapped::WRITE } else { 0 };
+    let mut m = mapped.borrow_mut();
     // Within the registration (checked by the caller), which lies in this address space.
-    crate::iov::sub_ranges(&mr.iov, start as usize, len as usize)
-        .iter()
-        .all(|&(addr, n)| super::mapped::allows(addr, n, want))
+    match *iov.as_slice() {
+        [(base, _)] => m.allows(base + start as usize, len as usize, want),
+        _ => crate::iov::sub_ranges(iov, start as usize, len as usize).iter().all(|&(a, n)| m.allows(a, n, want)),
+    }
 }
 
 #[cfg(test)]
