@@ -70,7 +70,7 @@ pub fn registered(buf: *const c_void, len: usize) -> FiResult<Ranges> {
 
 /// Where every 64-bit Linux user address space ends, or before: 2^57 (x86-64 with 5-level page
 /// tables ends at 2^56, arm64 at 2^52). A buffer that runs past it is no buffer at all.
-const USER_SPACE_END: usize = 1 << 57;
+pub const USER_SPACE_END: usize = 1 << 57;
 
 /// One buffer, checked as `one` checks it (NULL only when empty; within a user address space,
 /// which a length such as SIZE_MAX is not: max_msg_size is SIZE_MAX), by its address.

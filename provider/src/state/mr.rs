@@ -4,7 +4,6 @@
 use super::mapped::{self, Mappings};
 use rshm_ffi as ffi;
 use smr_core::idmap::IdMap;
-use smr_core::iov::Ranges;
 use std::cell::RefCell;
 
 /// What one registration covers.
@@ -25,7 +24,8 @@ pub struct MrEntry {
 
 impl MrEntry {
     pub fn new(iov: smr_core::iov::Ranges, access: u64) -> MrEntry {
-        let total = iov.iter().map(|&(_, l)| l as u64).sum();
+        // Saturating: all of memory (SIZE_MAX bytes) beside another range must not wrap.
+        let total = iov.iter().fold(0u64, |t, &(_, l)| t.saturating_add(l as u64));
         let all_of_memory = iov.iter().any(|&(base, len)| base == 0 && len > 0);
         let mapped = all_of_memory.then(Box::default);
         MrEntry { iov, access, write_cntr: None, read_cntr: None, total, mapped }
@@ -146,7 +146,9 @@ impl MrTable {
             Some(end) if end <= mr.total => {}
             _ => return Err(refuse("beyond the region")),
         }
-        if mr.mapped.as_ref().is_some_and(|m| !mapped_for(&mr.iov, m, start, len, access)) {
+        // Only a registration of all of memory is this large (`iov::registered_addr`): a test of
+        // a value the range check already loaded, not of another field.
+        if mr.total >= crate::iov::USER_SPACE_END as u64 && !mapped_for(mr, start, len, access) {
             return Err(refuse("not mapped with that access in this process"));
         }
         Ok((start, mr))
@@ -191,17 +193,18 @@ impl MrTable {
     }
 }
 
-/// Whether the bytes `start..start + len` of a registration of all of memory (`iov`) are mapped
-/// with `access` (out of line: only OpenSHMEM's remote-virtual-addressing build registers so).
+/// Whether the bytes `start..start + len` of a registration of all of memory are mapped with
+/// `access` (out of line: only OpenSHMEM's remote-virtual-addressing build registers so).
 #[inline(never)]
-fn mapped_for(iov: &Ranges, mapped: &RefCell<Mappings>, start: u64, len: u64, access: u64) -> bool {
+fn mapped_for(mr: &MrEntry, start: u64, len: u64, access: u64) -> bool {
+    let Some(mapped) = &mr.mapped else { return true };
     let want = if access & ffi::FI_REMOTE_READ as u64 != 0 { mapped::READ } else { 0 }
         | if access & ffi::FI_REMOTE_WRITE as u64 != 0 { mapped::WRITE } else { 0 };
     let mut m = mapped.borrow_mut();
     // Within the registration (checked by the caller), which lies in this address space.
-    match *iov.as_slice() {
+    match *mr.iov.as_slice() {
         [(base, _)] => m.allows(base + start as usize, len as usize, want),
-        _ => crate::iov::sub_ranges(iov, start as usize, len as usize).iter().all(|&(a, n)| m.allows(a, n, want)),
+        _ => crate::iov::sub_ranges(&mr.iov, start as usize, len as usize).iter().all(|&(a, n)| m.allows(a, n, want)),
     }
 }
 
