@@ -8,8 +8,8 @@
 //! completion, never fault the target.
 
 use super::rma_util::{
-    must, payload, try_refused, AKind, AccessOp, MrInfo, Peer, Refusal, Spec, Target, ATOMIC, BASIC, COMPLETION,
-    DELIVERY_COMPLETE, REMOTE_READ, REMOTE_WRITE, RMA, SCALABLE,
+    must, payload, try_refused, AKind, AccessOp, MrInfo, Peer, Refusal, Region, Spec, Target, ATOMIC, BASIC,
+    COMPLETION, DELIVERY_COMPLETE, REMOTE_READ, REMOTE_WRITE, RMA, SCALABLE,
 };
 use super::{scn, Scenario};
 use crate::fabric::{self, ffi, Mr};
@@ -108,7 +108,7 @@ fn run<const M: u8>(r: &mut Rank) -> TResult {
     p.barrier(r)
 }
 
-/// The target's memory for `bad_addresses`, one mapping of `AREAS` areas of `AREA` bytes:
+/// The target's memory for `bad_addresses`, one region of `AREAS` areas of `AREA` bytes:
 /// read-write, read-only, then PROT_NONE. An address below `mmap_min_addr` (64 KiB on Linux)
 /// stands for unmapped memory: nothing can be mapped there.
 const AREA: usize = 256 << 10;
@@ -210,47 +210,41 @@ fn bad_addresses<const M: u8>(r: &mut Rank) -> TResult {
 }
 
 fn bad_addresses_target(p: &mut Peer, r: &mut Rank) -> TResult {
-    let len = AREA * AREAS;
-    // SAFETY: a fresh anonymous mapping; nothing else refers to it.
-    let map = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    };
-    ensure!(map != libc::MAP_FAILED, "mmap of {len} B failed");
-    let base = map.cast::<u8>();
+    // Page-aligned, as `protect` needs.
+    let reg = p.alloc(AREA * AREAS);
     for area in [RW, RO] {
-        let bytes = area_background(area);
-        // SAFETY: the area lies within the mapping, which is writable now.
-        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), base.add(area * AREA), AREA) };
+        p.region(reg).write(area * AREA, &area_background(area));
     }
-    // SAFETY: the areas lie within the mapping; only their protection changes.
-    let protected = unsafe {
-        libc::mprotect(base.add(RO * AREA).cast(), AREA, libc::PROT_READ) == 0
-            && libc::mprotect(base.add(NONE * AREA).cast(), AREA, libc::PROT_NONE) == 0
-    };
-    ensure!(protected, "mprotect failed");
+    protect(p.region(reg), RO * AREA, AREA, libc::PROT_READ)?;
+    protect(p.region(reg), NONE * AREA, AREA, libc::PROT_NONE)?;
     // SAFETY: a registration names memory for peers to reach; NULL and SIZE_MAX name all of ours,
     // which outlives the MR (closed below).
     let mr = unsafe { Mr::reg(p.domain(), std::ptr::null(), usize::MAX, REMOTE_READ | REMOTE_WRITE, 0, 0, 0) }
         .ctx("fi_mr_reg(NULL, SIZE_MAX)")?;
-    p.share_mrs(r, &[MrInfo { key: mr.key(), addr: 0 }, MrInfo { key: mr.key(), addr: base as u64 }])?;
+    let base = p.region(reg).ptr() as u64;
+    p.share_mrs(r, &[MrInfo { key: mr.key(), addr: 0 }, MrInfo { key: mr.key(), addr: base }])?;
     p.barrier(r)?;
     r.pmi.allgather_with("-", Some(&mut || p.progress().map(|_| ())))?;
-    // SAFETY: the read-only area is readable and lies within the mapping.
-    let ro = unsafe { std::slice::from_raw_parts(base.add(RO * AREA), AREA) };
+    let ro = p.region(reg).read(RO * AREA, AREA);
     let changed = ro.iter().zip(area_background(RO)).position(|(a, b)| *a != b);
     p.barrier(r)?;
     mr.close().ctx("fi_close of the registration of all memory")?;
-    // SAFETY: the mapping is ours and no longer registered.
-    unsafe { libc::munmap(map, len) };
+    protect(p.region(reg), RO * AREA, 2 * AREA, libc::PROT_READ | libc::PROT_WRITE)?;
     if let Some(off) = changed {
         bail!("byte {off} of the read-only area changed");
     }
+    Ok(())
+}
+
+/// Give `len` bytes at `off` of `region`, whole pages, the protection `prot`.
+fn protect(region: &Region, off: usize, len: usize, prot: libc::c_int) -> TResult {
+    ensure!(
+        off.is_multiple_of(4096) && len.is_multiple_of(4096) && off + len <= region.len(),
+        "protect: not whole pages of the region"
+    );
+    // SAFETY: whole pages within a page-aligned region this rank allocated (checked above); only
+    // their protection changes, and the scenario gives them back read-write before it ends.
+    let rc = unsafe { libc::mprotect(region.ptr().add(off).cast(), len, prot) };
+    ensure!(rc == 0, "mprotect of {len} B failed");
     Ok(())
 }
