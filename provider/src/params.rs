@@ -93,9 +93,13 @@ pub fn config() -> &'static Config {
         engine.measure_protocol = cma_min.is_none();
         engine.split_min = get_size("SPLIT_MIN").unwrap_or(SPLIT_MIN);
         let c = &mut engine.counts;
-        if let Some(n) = get_size("QUEUE_LEN").filter(|n| n.is_power_of_two()) {
-            c.cmd_len = n as u64;
-            c.resp_len = n as u64;
+        match get_size("QUEUE_LEN") {
+            Some(n) if n.is_power_of_two() => {
+                c.cmd_len = n as u64;
+                c.resp_len = n as u64;
+            }
+            Some(n) => crate::warn!(Core, "FI_RSHM_QUEUE_LEN={n} is not a power of two: using {}", c.cmd_len),
+            None => {}
         }
         if let Some(n) = get_size("INJECT_COUNT") {
             c.inject_count = n as u64;
