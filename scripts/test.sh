@@ -66,6 +66,14 @@ step "through SAR alone (FI_RSHM_CMA=0): large messages waited for in fi_cntr_wa
 FI_RSHM_CMA=0 cargo run --release --locked -q -p fabtests-adapter -- suite --providers rshm --provider-path "$PWD/target/rshm" \
     --filter pair/cntr_wait_large --filter pair/msg_pingpong --filter pair/msg_bw --filter all_of_memory
 
+# Every pool a message or an operation can wait for runs dry here, many times per scenario: a
+# sender that finds the ring full, no inject buffer or no SAR buffer must get -FI_EAGAIN or wait
+# and then finish, never hang, lose or reorder anything. (A queue of 16 is the least with which
+# the scenarios that progress only the sender still fit their messages.)
+step "every scenario with one inject buffer, one SAR buffer and a 16-entry queue, through SAR alone"
+FI_RSHM_CMA=0 FI_RSHM_QUEUE_LEN=16 FI_RSHM_INJECT_COUNT=1 FI_RSHM_SAR_COUNT=1 \
+    cargo run --release --locked -q -p fabtests-adapter -- suite --providers rshm --provider-path "$PWD/target/rshm"
+
 step "misuse through libfabric's API (tests/misuse/misuse.c): a -FI_E* code and a log line, never a crash"
 mkdir -p target/misuse
 cc -O2 -Wall -o target/misuse/misuse tests/misuse/misuse.c -lfabric
