@@ -38,7 +38,7 @@ struct Span {
 }
 
 /// The mappings of one reading of `/proc/self/maps`, sorted by address.
-#[derive(Debug, Default, Clone)]
+#[derive(Debug, Default)]
 pub struct Mappings {
     spans: Vec<Span>,
     read_at: Option<Instant>,
@@ -107,17 +107,19 @@ impl Mappings {
     /// or one taken now, says.
     #[inline]
     pub fn allows(&mut self, addr: usize, len: usize, access: u8) -> bool {
-        if self.fresh() && self.in_last(addr, len, access) {
+        let fresh = self.fresh();
+        if fresh && self.in_last(addr, len, access) {
             return true;
         }
-        self.allows_searched(addr, len, access)
+        self.allows_searched(addr, len, access, fresh)
     }
 
-    /// `allows` when the access is not in the span of the last one, or the reading is stale.
+    /// `allows` when the access is not in the span of the last one (searched in the reading if
+    /// it is `fresh`, as `fresh` judged it), or the reading is stale.
     #[cold]
     #[inline(never)]
-    fn allows_searched(&mut self, addr: usize, len: usize, access: u8) -> bool {
-        if self.read_at.is_some_and(|at| at.elapsed() < FRESH_FOR) && self.allow(addr, len, access) {
+    fn allows_searched(&mut self, addr: usize, len: usize, access: u8, fresh: bool) -> bool {
+        if fresh && self.allow(addr, len, access) {
             return true;
         }
         self.read();

@@ -7,7 +7,7 @@ use smr_core::idmap::IdMap;
 use std::cell::RefCell;
 
 /// What one registration covers.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct MrEntry {
     /// Fixed once registered: `total` is summed from it.
     iov: smr_core::iov::Ranges,
@@ -17,7 +17,7 @@ pub struct MrEntry {
     pub read_cntr: Option<usize>,
     /// The bytes `iov` covers, summed once here rather than on every remote access.
     total: u64,
-    /// For a registration that starts at address 0 (all of memory, mapped or not, so an
+    /// For a registration of all of memory (`covers_all_of_memory`: mapped or not, so an
     /// access's bounds say nothing about whether its bytes exist): what is mapped (`mapped`).
     mapped: Option<Box<RefCell<Mappings>>>,
 }
@@ -26,8 +26,7 @@ impl MrEntry {
     pub fn new(iov: smr_core::iov::Ranges, access: u64) -> MrEntry {
         // Saturating: all of memory (SIZE_MAX bytes) beside another range must not wrap.
         let total = iov.iter().fold(0u64, |t, &(_, l)| t.saturating_add(l as u64));
-        let all_of_memory = iov.iter().any(|&(base, len)| base == 0 && len > 0);
-        let mapped = all_of_memory.then(Box::default);
+        let mapped = covers_all_of_memory(total).then(Box::default);
         MrEntry { iov, access, write_cntr: None, read_cntr: None, total, mapped }
     }
 
@@ -35,6 +34,13 @@ impl MrEntry {
     pub fn iov(&self) -> &smr_core::iov::Ranges {
         &self.iov
     }
+}
+
+/// Whether a registration of `total` bytes is one of all of memory: only such a registration,
+/// from address 0, is this large (`iov::registered_addr`). `MrTable::locate` asks it of the total
+/// its range check has just loaded, so that other registrations pay one compare.
+fn covers_all_of_memory(total: u64) -> bool {
+    total >= crate::iov::USER_SPACE_END as u64
 }
 
 /// Keys below this are looked up by index (`MrTable::direct`): the ones OpenSHMEM chooses, 0 and
@@ -87,7 +93,7 @@ impl MrTable {
         if key < DIRECT_KEYS {
             let at = key as usize;
             if self.direct.len() <= at {
-                self.direct.resize(at + 1, None);
+                self.direct.resize_with(at + 1, || None);
             }
             self.direct[at] = Some(entry);
         } else {
@@ -146,9 +152,7 @@ impl MrTable {
             Some(end) if end <= mr.total => {}
             _ => return Err(refuse("beyond the region")),
         }
-        // Only a registration of all of memory is this large (`iov::registered_addr`): a test of
-        // a value the range check already loaded, not of another field.
-        if mr.total >= crate::iov::USER_SPACE_END as u64 && !mapped_for(mr, start, len, access) {
+        if covers_all_of_memory(mr.total) && !mapped_for(mr, start, len, access) {
             return Err(refuse("not mapped with that access in this process"));
         }
         Ok((start, mr))
