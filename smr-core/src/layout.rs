@@ -57,7 +57,10 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"RSHMREG\0");
 /// 18: a SAR segment command carries its sender's sequence number (`cmd::SarSeg::seq`), which the
 ///     sender's record of the buffer it copies into names (`PeerSlot::sar_held_msg`) instead of
 ///     a key of the message id and the offset, whose 30 bits of offset capped messages at 1 GiB.
-pub const LAYOUT_VERSION: u32 = 18;
+/// 19: ring slots are no longer marked `WRITING` before they are written; every producer records
+///     the positions it claims in a cache line of its own instead, in the peer-table entry of
+///     the pair (`PeerSlot::cmd_claim`, `PeerSlot::resp_claim`, 128 bytes each: 384 in all).
+pub const LAYOUT_VERSION: u32 = 19;
 /// Longest region name, without the terminating NUL.
 pub const NAME_MAX: usize = 63;
 /// Size of one inject buffer (defined with the commands that name them, which check against it).
@@ -283,6 +286,13 @@ pub struct PeerSlot {
     /// Who copies the tail of this sender's large CMA message (`endpoint::split`): its id and
     /// the claim's state.
     pub split: AtomicU64,
+    /// The sender's claim record for our command ring (`ring::Ring::with_claim_record`): the
+    /// positions it is claiming right now, if any. Its own line: the sender stores to it on
+    /// every message, and we read it only when our ring's head stalls.
+    pub cmd_claim: CachePadded<AtomicU64>,
+    /// Our claim record for this sender's response ring, in our region like everything we
+    /// write for it. Its own line, for the same reasons.
+    pub resp_claim: CachePadded<AtomicU64>,
 }
 
 /// How often the owner progresses, for peers choosing how to make a large read or write. Only
@@ -348,7 +358,8 @@ const _: () = {
     // `published::Publisher` keeps the live slots in one 64-bit word.
     assert!(MR_SLOTS <= 64);
     assert!(size_of::<WakeWord>() == 256);
-    assert!(size_of::<PeerSlot>() == 128);
+    assert!(size_of::<PeerSlot>() == 384);
+    assert!(offset_of!(PeerSlot, cmd_claim) == 128);
     assert!(size_of::<RingCtl>() == 128);
     assert!(size_of::<Slot<CmdEntry>>() == 17 * 64);
     assert!(size_of::<Slot<RespEntry>>() == 128);

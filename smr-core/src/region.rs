@@ -58,10 +58,10 @@ impl<T: crate::pod::Pod> RingParts<T> {
     /// The mapping these parts were resolved in must still be mapped (true while its `Region`
     /// lives).
     #[inline]
-    unsafe fn ring(&self, writer: u32) -> Ring<'_, T> {
+    unsafe fn ring(&self) -> Ring<'_, T> {
         // SAFETY: resolved (bounds- and alignment-checked) in the region's own mapping, which
         // outlives the borrow of `self`.
-        unsafe { Ring::new(&*self.ctl, std::slice::from_raw_parts(self.slots, self.len)).with_writer(writer) }
+        unsafe { Ring::new(&*self.ctl, std::slice::from_raw_parts(self.slots, self.len)) }
     }
 }
 
@@ -101,9 +101,10 @@ pub struct Region {
     incarnation: u64,
     flags: u32,
     is_owner: bool,
-    /// The pid of the process that mapped this region, named in the ring slots it writes so
-    /// that the owner can reclaim one it dies in the middle of (`ring::Consumer::reclaim`).
-    writer: u32,
+    /// The peer table, resolved once like the rings: senders reach their entry on every message
+    /// (their claim record, `cmd_ring_as`).
+    peers: *const PeerSlot,
+    peers_len: usize,
     /// The SAR pool's pages are reserved and our page-table entries for them filled in
     /// (`map_sar_pool`): private to this mapping, not shared memory.
     sar_mapped: AtomicBool,
@@ -139,6 +140,10 @@ impl Region {
         let owner_lock = crate::liveness::hold_owner_lock(name, &map).ok();
         let flags = if owner_lock.is_some() { flags | FLAG_OWNER_LOCK } else { flags };
         let (cmd, resp, inject, sar) = Self::parts(&map, &geo).expect("geometry computed for this mapping");
+        let peers = map
+            .slice::<PeerSlot>(geo.peers, geo.counts.max_peers)
+            .expect("geometry computed for this mapping")
+            .as_ptr();
         let region = Region {
             cmd,
             resp,
@@ -151,7 +156,8 @@ impl Region {
             incarnation,
             flags,
             is_owner: true,
-            writer: me.pid,
+            peers,
+            peers_len: geo.counts.max_peers as usize,
             sar_mapped: AtomicBool::new(false),
             inject_mapped: AtomicBool::new(false),
             _owner_lock: owner_lock,
@@ -213,6 +219,7 @@ impl Region {
         let owner = header_owner(hdr);
         let (incarnation, flags) = (hdr.incarnation, hdr.flags);
         let (cmd, resp, inject, sar) = Self::parts(&map, &geo)?;
+        let peers = map.slice::<PeerSlot>(geo.peers, geo.counts.max_peers)?.as_ptr();
         Ok(Region {
             cmd,
             resp,
@@ -225,7 +232,8 @@ impl Region {
             incarnation,
             flags,
             is_owner: false,
-            writer: std::process::id(),
+            peers,
+            peers_len: geo.counts.max_peers as usize,
             sar_mapped: AtomicBool::new(false),
             inject_mapped: AtomicBool::new(false),
             _owner_lock: None,
@@ -264,11 +272,6 @@ impl Region {
         Watch::new(self.owner)
     }
 
-    /// Name the writer of the ring slots this mapping writes (`ring::Ring::with_writer`):
-    /// `crate::ring::foreign_writer` where the owner is of another pid namespace.
-    pub fn set_writer(&mut self, writer: u32) {
-        self.writer = writer;
-    }
     pub fn incarnation(&self) -> u64 {
         self.incarnation
     }
@@ -312,13 +315,24 @@ impl Region {
     #[inline]
     pub fn cmd_ring(&self) -> Ring<'_, CmdEntry> {
         // SAFETY: `self.map` stays mapped while `self` lives.
-        unsafe { self.cmd.ring(self.writer) }
+        unsafe { self.cmd.ring() }
+    }
+
+    /// The command ring, to push into as the sender whose entry in this region's peer table is
+    /// `slot`: its claim record (`ring::Ring::with_claim_record`) is that entry's `cmd_claim`.
+    #[inline]
+    pub fn cmd_ring_as(&self, slot: u32) -> Ring<'_, CmdEntry> {
+        let ring = self.cmd_ring();
+        match self.peer_slots().get(slot as usize) {
+            Some(entry) => ring.with_claim_record(&entry.cmd_claim),
+            None => ring,
+        }
     }
 
     #[inline]
     pub fn resp_ring(&self) -> Ring<'_, RespEntry> {
         // SAFETY: `self.map` stays mapped while `self` lives.
-        unsafe { self.resp.ring(self.writer) }
+        unsafe { self.resp.ring() }
     }
 
     /// Before the first copy into or out of the inject pool through this mapping: reserve its
@@ -372,8 +386,11 @@ impl Region {
         unsafe { self.sar.stack() }
     }
 
+    #[inline]
     pub fn peer_slots(&self) -> &[PeerSlot] {
-        self.map.slice(self.geo.peers, self.geo.counts.max_peers).expect("validated geometry")
+        // SAFETY: resolved (bounds- and alignment-checked) in our own mapping, which stays mapped
+        // while `self` lives.
+        unsafe { std::slice::from_raw_parts(self.peers, self.peers_len) }
     }
 
     /// The owner's count of free polls (`OwnerBeat`). Inline: the owner stores to it on every

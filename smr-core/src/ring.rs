@@ -7,22 +7,25 @@
 //! waits: it either takes an entry or reports that none is ready.
 //!
 //! A producer that died between its claim and its publish would stall the consumer forever; the
-//! consumer can `skip` such a slot after a time the caller chooses. Before it writes the entry, a
-//! producer moves the stamp from `pos` to `pos | WRITING` with a CAS; `skip` hands the slot to the
-//! next lap with a CAS from `pos`, so exactly one of them wins. A producer that was merely slow
-//! learns that its entry was skipped before it has touched the slot, instead of writing into a
-//! slot that may already hold a later lap's entry.
+//! consumer can `skip` such a slot, handing it to the next lap. It must never skip the slot of a
+//! producer that is alive, however slow: that producer would go on to write into a slot a later
+//! lap's producer owns (loom model `ring_skipped_slot_reused_by_next_lap`). So every producer
+//! keeps a **claim record**, one word in a cache line of its own (`Ring::with_claim_record`;
+//! the engine's is in the peer-table entry of the pair, `layout::PeerSlot`): before its CAS on
+//! `tail` it writes there the positions it is about to claim (`claim_word`), and it clears the
+//! word once it has published them or given up. The CAS is a release and the consumer's look at
+//! `tail` an acquire, so a consumer that sees a position claimed also sees the claimant's record
+//! naming it. When its head stays claimed but unpublished, the consumer (`StallWatch::check`)
+//! asks its caller whether any record naming the head belongs to a live process; only if none
+//! does, it skips. A dead process writes nothing more, so its half-written entry is never read
+//! and the slot is never written twice. A stale record (a producer that lost the CAS for the
+//! position it named, and is retrying) only makes the consumer wait a little longer.
 //!
-//! A slot whose producer is inside its copy (`WRITING`) cannot be skipped that way: the producer
-//! may be alive and still writing. So the `WRITING` stamp also names the writer: it is
-//! `WRITING | pid << 32 | (pos mod 2^32)`, the pid being the process that mapped the ring
-//! (`Ring::with_writer`; a process of another pid namespace than the ring's owner names itself
-//! by `FOREIGN_WRITER` instead). When such a head stays put, the consumer asks whether that process is
-//! gone (`StallWatch::check`'s `gone`); only then does `reclaim` move the stamp from exactly that
-//! value to the next lap. A dead process writes nothing more, so the half-written entry is never
-//! read and the slot is never written twice. A live writer, or one of unknown pid (0), is waited
-//! for. Setting the `WRITING` stamp is the same one CAS as before, so the fast path costs nothing
-//! more; only a stalled head pays (one liveness check per timer tick).
+//! The claim touches only `tail`, the producer's record and a load of the slot's stamp; the
+//! stamp's line, which the consumer polls, is written once, by the publish. (It used to be
+//! marked `WRITING` with a CAS before the entry was written, which moved that line to the
+//! producer twice per entry: 15-20% of an 8-64 byte message's latency on a host whose cache-line
+//! handoff is slow; docs/perf/where-the-time-goes.md.)
 //!
 //! Everything here works on references handed in by the caller: slices of a shared mapping in
 //! the real engine, heap allocations under loom.
@@ -36,45 +39,26 @@ const PRODUCER_RETRIES: u32 = 1 << 12;
 /// Bytes of an entry that share the cache line with its 8-byte stamp.
 pub(crate) const FIRST_LINE_BYTES: usize = 64 - 8;
 
-/// Stamp flag: the producer that claimed position `stamp & !WRITING` is copying its entry in.
-/// Positions never reach 2^63, so the flag cannot collide with a plain stamp.
-const WRITING: u64 = 1 << 63;
+/// Set in every claim record that names positions (a cleared record is 0).
+const CLAIMING: u64 = 1 << 63;
 
-/// Where the writer's pid sits in a `WRITING` stamp, and how many bits it keeps (pids stay
-/// below 2^22 on Linux).
-const WRITER_SHIFT: u32 = 32;
-const WRITER_BITS: u64 = (1 << 31) - 1;
+/// The claim record of a producer about to claim the `n` positions from `pos`: the low 32 bits
+/// of `pos`, and `n` above them (a batch is at most a ring's capacity, below 2^31).
+pub fn claim_word(pos: u64, n: u64) -> u64 {
+    CLAIMING | (n & 0x7FFF_FFFF) << 32 | (pos & u64::from(u32::MAX))
+}
 
-/// The writer a process names in the rings of a peer of another pid namespace, where its pid
-/// means nothing: this bit (above every Linux pid) and the low bits of its own endpoint's
-/// incarnation, by which the ring's owner finds it among its peers
-/// (`endpoint::peers::Known::foreign_writer_gone`).
-pub const FOREIGN_WRITER: u32 = 1 << 30;
-
-pub fn foreign_writer(incarnation: u64) -> u32 {
-    FOREIGN_WRITER | (incarnation as u32 & (FOREIGN_WRITER - 1))
+/// True if the claim record `record` names position `pos` (compared within 2^32 positions: a
+/// record lives only for the few instructions of one push, so it never trails by that much).
+pub fn names(record: u64, pos: u64) -> bool {
+    let n = ((record >> 32) & 0x7FFF_FFFF) as u32;
+    record & CLAIMING != 0 && (pos as u32).wrapping_sub(record as u32) < n
 }
 
 /// How far a slot's stamp is ahead of position `pos` (negative: the slot still holds, or is
-/// still receiving, last lap's entry). A `WRITING` stamp keeps only the low 32 bits of its
-/// position: compare within that window.
+/// still receiving, last lap's entry).
 fn lead_at(stamp: u64, pos: u64) -> i64 {
-    if stamp & WRITING != 0 {
-        (stamp as u32).wrapping_sub(pos as u32) as i32 as i64
-    } else {
-        stamp.wrapping_sub(pos) as i64
-    }
-}
-
-/// The stamp of a slot that the process `writer` (pre-shifted, see `Ring::with_writer`) is
-/// copying the entry for position `pos` into.
-fn writing_stamp(pos: u64, writer: u64) -> u64 {
-    WRITING | writer | (pos & u64::from(u32::MAX))
-}
-
-/// True if `stamp` says some producer is copying the entry for position `pos` in.
-fn writing_at(stamp: u64, pos: u64) -> bool {
-    stamp & WRITING != 0 && stamp as u32 == pos as u32
+    stamp.wrapping_sub(pos) as i64
 }
 
 /// Cache lines a slot spans up to the end of an entry of `entry_bytes` (its stamp included).
@@ -131,8 +115,6 @@ pub enum PushError {
     Full,
     /// Other producers kept winning, or the stamps make no sense: retry later.
     Busy,
-    /// The consumer skipped our claimed slot because we took too long; the entry was dropped.
-    Skipped,
 }
 
 /// What the consumer found at its head.
@@ -150,8 +132,9 @@ pub struct Ring<'a, T> {
     ctl: &'a RingCtl,
     slots: &'a [Slot<T>],
     mask: u64,
-    /// The pushing process's pid, shifted into place for `writing_stamp` (0: not named).
-    writer: u64,
+    /// The pushing producer's claim record (None: its claims are not recorded, and a consumer
+    /// would skip them as a dead producer's: tests and tools only).
+    record: Option<&'a AtomicU64>,
 }
 
 impl<'a, T: Pod> Ring<'a, T> {
@@ -160,16 +143,34 @@ impl<'a, T: Pod> Ring<'a, T> {
     #[inline]
     pub fn new(ctl: &'a RingCtl, slots: &'a [Slot<T>]) -> Self {
         debug_assert!(slots.len().is_power_of_two(), "ring capacity must be a power of two");
-        Ring { ctl, slots, mask: slots.len() as u64 - 1, writer: 0 }
+        Ring { ctl, slots, mask: slots.len() as u64 - 1, record: None }
     }
 
-    /// Name the process that pushes through this view (its pid), so that a consumer can
-    /// reclaim a slot it left half-written when it died. Without it (pid 0) such a slot is
-    /// waited for forever.
+    /// Push through this view with `record` as the producer's claim record (see the module's
+    /// comment): a word no other producer of this ring writes, in a cache line the consumer
+    /// reads only when its head stalls. The consumer's caller must be able to find it and judge
+    /// whether its producer lives.
     #[inline]
-    pub fn with_writer(mut self, pid: u32) -> Self {
-        self.writer = (u64::from(pid) & WRITER_BITS) << WRITER_SHIFT;
+    pub fn with_claim_record(mut self, record: &'a AtomicU64) -> Self {
+        self.record = Some(record);
         self
+    }
+
+    /// Record that this producer is about to claim the `n` positions from `pos`.
+    #[inline(always)]
+    fn announce(&self, pos: u64, n: u64) {
+        if let Some(record) = self.record {
+            record.store(claim_word(pos, n), Ordering::Relaxed);
+        }
+    }
+
+    /// Clear the claim record: every position it named is published, or was never claimed.
+    /// A release, so that a consumer that sees it cleared also sees the publishes.
+    #[inline(always)]
+    fn withdraw(&self) {
+        if let Some(record) = self.record {
+            record.store(0, Ordering::Release);
+        }
     }
 
     pub fn capacity(&self) -> u64 {
@@ -208,7 +209,13 @@ impl<'a, T: Pod> Ring<'a, T> {
     /// Enqueue a copy of `value`.
     pub fn push(&self, value: &T) -> Result<(), PushError> {
         let pos = self.claim()?;
-        self.write_claimed(pos, value)
+        self.write_claimed(pos, value);
+        #[cfg(loom)]
+        if hooks::is_dead() {
+            return Ok(());
+        }
+        self.withdraw();
+        Ok(())
     }
 
     /// Enqueue an entry written in place: `fill` gets the claimed slot, holding whatever an
@@ -216,37 +223,44 @@ impl<'a, T: Pod> Ring<'a, T> {
     /// `wire_len`). Saves building the entry elsewhere and copying it in.
     pub fn push_with(&self, fill: impl FnOnce(&mut T)) -> Result<(), PushError> {
         let pos = self.claim()?;
-        self.fill_claimed(pos, fill)
+        self.fill_claimed(pos, fill);
+        #[cfg(loom)]
+        if hooks::is_dead() {
+            return Ok(());
+        }
+        self.withdraw();
+        Ok(())
     }
 
-    /// Claim the next position on `tail`: one CAS when the slot there is free for this lap.
+    /// Claim the next position on `tail`: one CAS when the slot there is free for this lap,
+    /// after recording the position in the claim record. On an error the record is cleared.
     fn claim(&self) -> Result<u64, PushError> {
         for _ in 0..PRODUCER_RETRIES {
             let tail = self.ctl.tail.load(Ordering::Relaxed);
             let slot = &self.slots[(tail & self.mask) as usize];
             prefetch(&slot.stamp, Prefetch::Write);
-            let stamp = slot.stamp.load(Ordering::Acquire);
-            // A producer copying into the slot for position `p` leaves `p | WRITING`: treat it as
-            // `p` for the lap arithmetic, but it is never free to claim.
-            let writing = stamp & WRITING != 0;
-            let lead = lead_at(stamp, tail);
-            if lead == 0 && !writing {
-                if self.ctl.tail.compare_exchange_weak(tail, tail + 1, Ordering::Relaxed, Ordering::Relaxed).is_err() {
+            let lead = lead_at(slot.stamp.load(Ordering::Acquire), tail);
+            if lead == 0 {
+                self.announce(tail, 1);
+                // Release: a consumer that sees the claim (an acquire of `tail`) sees the record.
+                if self.ctl.tail.compare_exchange_weak(tail, tail + 1, Ordering::Release, Ordering::Relaxed).is_err() {
                     spin_hint();
                     continue;
                 }
                 return Ok(tail);
             }
             if lead < 0 {
-                // The slot still holds (or is still receiving) last lap's entry: the ring is full.
+                // The slot still holds (or is still receiving: a lead of minus a lap) last lap's
+                // entry: the ring is full.
                 #[cfg(loom)]
-                seen::count(&seen::FULL_WHILE_WRITING, writing);
+                seen::count(&seen::FULL_WHILE_WRITING, lead == -(self.capacity() as i64));
+                self.withdraw();
                 return Err(PushError::Full);
             }
-            // Another producer claimed this position after we read `tail` (it may still be
-            // copying its entry in, `lead == 0` with `WRITING`).
+            // Another producer claimed this position after we read `tail`.
             spin_hint();
         }
+        self.withdraw();
         Err(PushError::Busy)
     }
 
@@ -267,33 +281,36 @@ impl<'a, T: Pod> Ring<'a, T> {
                 .count();
             if free == 0 {
                 if lead_at(self.slots[(tail & self.mask) as usize].stamp.load(Ordering::Acquire), tail) < 0 {
+                    self.withdraw();
                     return Err(PushError::Full); // last lap's entry is still there
                 }
                 spin_hint(); // another producer is ahead of us at `tail`
                 continue;
             }
             let n = free as u64;
-            if self.ctl.tail.compare_exchange_weak(tail, tail + n, Ordering::Relaxed, Ordering::Relaxed).is_err() {
+            self.announce(tail, n);
+            // Release, as in `claim`.
+            if self.ctl.tail.compare_exchange_weak(tail, tail + n, Ordering::Release, Ordering::Relaxed).is_err() {
                 spin_hint();
                 continue;
             }
-            // Positions tail..tail+n are ours. If the consumer skipped one meanwhile (it waited on
-            // us past its stall timeout), stop there: the entries before it are in, the caller
-            // retries the rest in order, and our later positions stay claimed-unwritten until
-            // the consumer skips them too (the path of a producer it believes dead).
             for (k, value) in values[..free].iter().enumerate() {
-                if let Err(e) = self.write_claimed(tail + k as u64, value) {
-                    return if k == 0 { Err(e) } else { Ok(k) };
+                self.write_claimed(tail + k as u64, value);
+                #[cfg(loom)]
+                if hooks::is_dead() {
+                    return Ok(k + 1);
                 }
             }
+            self.withdraw();
             return Ok(free);
         }
+        self.withdraw();
         Err(PushError::Busy)
     }
 
     /// Copy `value` into the slot of position `pos`, which this producer claimed on `tail`, and
     /// publish it.
-    fn write_claimed(&self, pos: u64, value: &T) -> Result<(), PushError> {
+    fn write_claimed(&self, pos: u64, value: &T) {
         let len = value.wire_len().min(size_of::<T>());
         // The first line in one copy of a size known here (a few moves, where a length known
         // only at run time takes a `memcpy` call), as `peek_into` reads it; the rest, if any,
@@ -313,23 +330,9 @@ impl<'a, T: Pod> Ring<'a, T> {
     }
 
     /// Let `fill` write the slot of position `pos`, which this producer claimed on `tail`, and
-    /// publish it.
-    fn fill_claimed(&self, pos: u64, fill: impl FnOnce(&mut T)) -> Result<(), PushError> {
+    /// publish it. The claim record still names `pos`: the caller clears it after.
+    fn fill_claimed(&self, pos: u64, fill: impl FnOnce(&mut T)) {
         let slot = &self.slots[(pos & self.mask) as usize];
-        // Take the slot for writing *before* touching it. If the consumer skipped this
-        // position after our claim, its CAS moved the stamp to the next lap and this one
-        // fails: the slot may already belong to a later producer, so we must not write.
-        // (Writing first and publishing with a CAS, as this code once did, let a slow
-        // producer overwrite the next lap's entry: found by the loom model
-        // `ring_skipped_slot_reused_by_next_lap`.)
-        if let Err(_now) =
-            slot.stamp.compare_exchange(pos, writing_stamp(pos, self.writer), Ordering::Acquire, Ordering::Relaxed)
-        {
-            // `_now` is the next lap's free stamp unless a later producer took the slot.
-            #[cfg(loom)]
-            seen::count(&seen::SKIPPED_AND_RETAKEN, _now != pos.wrapping_add(self.capacity()));
-            return Err(PushError::Skipped);
-        }
         #[cfg(any(loom, feature = "test-hooks"))]
         if hooks::dies_mid_copy() {
             // The entry is built aside, then half of it copied in, and this producer stops for
@@ -343,19 +346,20 @@ impl<'a, T: Pod> Ring<'a, T> {
                 unsafe { core::ptr::copy_nonoverlapping((&entry as *const T).cast::<u8>(), cell.cast::<u8>(), len / 2) }
             });
             hooks::die();
-            return Ok(());
+            return;
         }
         slot.value.with_mut(|cell| {
-            // SAFETY: the CAS on `tail` gave this producer the position and the CAS to
-            // `pos | WRITING` the slot: `skip` no longer takes it, no producer claims it
-            // (its stamp is no lap's free stamp) and the consumer does not read it before
-            // the stamp moves to `pos + 1`, so nothing else touches it meanwhile. `T: Pod`:
+            // SAFETY: the CAS on `tail` gave this producer the position, and its slot's stamp
+            // was this lap's free one: no other producer claims it (its stamp is no other
+            // position's free stamp until it moves), the consumer does not read it before the
+            // stamp moves to `pos + 1`, and does not skip it while this producer's claim record
+            // names it and this producer lives. So nothing else touches it meanwhile. `T: Pod`:
             // whatever bytes it holds are a valid `T`.
             fill(unsafe { &mut *cell })
         });
-        // Only this producer moves a stamp out of `WRITING`, so a plain store publishes.
+        // Nobody else moves the stamp of a slot claimed by a live producer: a plain store
+        // publishes.
         slot.stamp.store(pos + 1, Ordering::Release);
-        Ok(())
     }
 }
 
@@ -371,8 +375,6 @@ pub mod seen {
     std::thread_local! {
         /// `push` found the ring full while last lap's producer was still copying into the slot.
         pub static FULL_WHILE_WRITING: Cell<u64> = const { Cell::new(0) };
-        /// `push` learned it was skipped after a later lap's producer had taken its slot.
-        pub static SKIPPED_AND_RETAKEN: Cell<u64> = const { Cell::new(0) };
     }
 
     pub(crate) fn count(key: &'static LocalKey<Cell<u64>>, happened: bool) {
@@ -380,8 +382,8 @@ pub mod seen {
     }
 }
 
-/// Test hooks that stop a producer in the middle of copying its entry (half of it written, the
-/// stamp `WRITING`), as a SIGKILL at that instant would. Only in `--cfg loom` builds and with the
+/// Test hooks that stop a producer in the middle of copying its entry (half of it written, its
+/// claim record naming the slot), as a SIGKILL at that instant would. Only in `--cfg loom` builds and with the
 /// `test-hooks` feature (which only the multi-process tests enable); production builds have no
 /// trace of them.
 #[cfg(any(loom, feature = "test-hooks"))]
@@ -392,7 +394,8 @@ pub mod hooks {
     }
 
     /// loom: the calling model thread's next `push` writes half its entry and returns `Ok`
-    /// without publishing; the thread must not touch the ring again (it is "dead").
+    /// without publishing or clearing its claim record; the thread must not touch the ring
+    /// again (it is "dead").
     #[cfg(loom)]
     pub fn die_in_next_push() {
         DIE.with(|d| d.set(true));
@@ -403,8 +406,22 @@ pub mod hooks {
         DIE.with(|d| d.replace(false))
     }
 
+    // Set once the thread "died" in its push: the push returns at once, leaving its claim
+    // record naming the slot as a killed process would (a live thread's push clears it).
     #[cfg(loom)]
-    pub(crate) fn die() {}
+    loom::thread_local! {
+        static DEAD: core::cell::Cell<bool> = core::cell::Cell::new(false);
+    }
+
+    #[cfg(loom)]
+    pub(crate) fn die() {
+        DEAD.with(|d| d.set(true));
+    }
+
+    #[cfg(loom)]
+    pub(crate) fn is_dead() -> bool {
+        DEAD.with(|d| d.get())
+    }
 
     /// The environment variable naming the push (1 = the first of this process) that stops in
     /// the middle of its copy: it prints `PARKED_MID_COPY` on stdout and sleeps until killed
@@ -530,50 +547,29 @@ impl Consumer {
         prefetch(&ring.slots[(self.head & ring.mask) as usize].stamp, Prefetch::Read);
     }
 
-    /// True if a producer claimed the head position but has not started writing it: with
-    /// `Pending`, the states `skip` may resolve. Reads the producers' counter, so call it
-    /// rarely (on a timer), not on every poll.
+    /// True if a producer claimed the head position and has not published it: with `Pending`,
+    /// the states `skip` may resolve. Reads the producers' counter, so call it rarely (on a
+    /// timer), not on every poll. An acquire of that counter: the claim records of whoever
+    /// claimed up to it are seen after this (`StallWatch::check` reads them next).
     pub fn stalled<T: Pod>(&self, ring: &Ring<'_, T>) -> bool {
         let slot = &ring.slots[(self.head & ring.mask) as usize];
-        let claimed_ahead = ring.ctl.tail.load(Ordering::Relaxed).wrapping_sub(self.head) as i64;
+        let claimed_ahead = ring.ctl.tail.load(Ordering::Acquire).wrapping_sub(self.head) as i64;
         slot.stamp.load(Ordering::Acquire) == self.head && claimed_ahead > 0
     }
 
-    /// Give up on a head slot that stayed `Pending`: hand it to the next lap and move on.
-    /// Returns false if the entry got published meanwhile (then `pop` it instead), or if its
-    /// producer is copying the entry in right now (then it stays `Pending` until published).
+    /// Give up on a head slot that stayed `Pending` (or claimed and unpublished): hand it to the
+    /// next lap and move on. Returns false if the entry got published meanwhile (then `pop` it
+    /// instead). The caller must have seen that no claim record naming the head belongs to a
+    /// live producer (after `stalled`): such a producer would go on to write into a slot the
+    /// next lap owns.
     pub fn skip<T: Pod>(&mut self, ring: &Ring<'_, T>) -> bool {
         let slot = &ring.slots[(self.head & ring.mask) as usize];
         let stamp = slot.stamp.load(Ordering::Acquire);
-        if stamp == self.head.wrapping_add(1) || writing_at(stamp, self.head) {
+        if stamp == self.head.wrapping_add(1) {
             return false;
         }
         let next_lap = self.head.wrapping_add(ring.capacity());
         if slot.stamp.compare_exchange(stamp, next_lap, Ordering::AcqRel, Ordering::Acquire).is_err() {
-            return false;
-        }
-        self.head = self.head.wrapping_add(1);
-        true
-    }
-
-    /// The pid of the process copying an entry into the head slot right now, if the stamp
-    /// names one (with `Pending`): the writer `reclaim` may take the slot back from once it died.
-    pub fn writer<T: Pod>(&self, ring: &Ring<'_, T>) -> Option<u32> {
-        let slot = &ring.slots[(self.head & ring.mask) as usize];
-        let stamp = slot.stamp.load(Ordering::Acquire);
-        let pid = ((stamp >> WRITER_SHIFT) & WRITER_BITS) as u32;
-        (writing_at(stamp, self.head) && pid != 0).then_some(pid)
-    }
-
-    /// Take back the head slot from `writer`, which died in the middle of copying its entry in:
-    /// hand the slot to the next lap and move on, never reading the half-written entry. The
-    /// caller must know `writer` is gone (a live writer would go on writing into a slot the
-    /// next lap owns). False if the stamp no longer names `writer` at this position.
-    pub fn reclaim<T: Pod>(&mut self, ring: &Ring<'_, T>, writer: u32) -> bool {
-        let slot = &ring.slots[(self.head & ring.mask) as usize];
-        let held = writing_stamp(self.head, (u64::from(writer) & WRITER_BITS) << WRITER_SHIFT);
-        let next_lap = self.head.wrapping_add(ring.capacity());
-        if slot.stamp.compare_exchange(held, next_lap, Ordering::AcqRel, Ordering::Acquire).is_err() {
             return false;
         }
         self.head = self.head.wrapping_add(1);
@@ -589,8 +585,9 @@ impl Consumer {
     /// repaired. Honest producers never leave such a value (the consumer only passes positions
     /// that were claimed, and a producer claims only a slot the consumer released), and the CAS
     /// reads the latest value, so a stale load cannot trigger it (loom model `ring_repair_*`).
-    /// A producer that claimed a position at or after the new value and had not yet marked its
-    /// slot loses the slot to the next claimant and learns it (`Skipped`).
+    /// (A producer that claimed a position at or after the new value from a scribbled counter
+    /// shares its slot with the next claimant: what a scribbling peer can do to entries anyway,
+    /// and the consumer checks every entry it reads.)
     pub fn repair_tail<T: Pod>(&self, ring: &Ring<'_, T>) -> bool {
         let tail = ring.ctl.tail.load(Ordering::Relaxed);
         if tail.wrapping_sub(self.head) <= ring.capacity() {
@@ -664,17 +661,18 @@ impl StallWatch {
         }
     }
 
-    /// Called on a timer: also notices a claimed-but-unwritten head (which `pop` reports as
-    /// `Empty`), and skips a head stuck for `timeout`; a head stuck in the middle of a copy is
-    /// reclaimed only if `gone(pid)` says its writer's process no longer exists. True if it
-    /// skipped or reclaimed.
+    /// Called on a timer: also notices a claimed-but-unpublished head (which `pop` reports as
+    /// `Empty`), and skips a head stuck for `timeout` unless `claimant_lives(head)` says a live
+    /// producer's claim record names it (that one is waited for, however long). True if it
+    /// skipped.
     pub fn check<T: Pod>(
         &mut self,
         consumer: &mut Consumer,
         ring: &Ring<'_, T>,
         timeout: core::time::Duration,
-        gone: impl FnOnce(u32) -> bool,
+        claimant_lives: impl FnOnce(u64) -> bool,
     ) -> bool {
+        // First the acquire of `tail` (in `stalled`), then the records.
         if consumer.stalled(ring) {
             self.note(consumer);
         }
@@ -683,11 +681,10 @@ impl StallWatch {
             self.since = None;
             return false;
         }
-        if since.elapsed() < timeout {
+        if since.elapsed() < timeout || claimant_lives(at) {
             return false;
         }
-        let moved =
-            consumer.skip(ring) || consumer.writer(ring).is_some_and(|pid| gone(pid) && consumer.reclaim(ring, pid));
+        let moved = consumer.skip(ring);
         if moved {
             self.since = None;
         }
@@ -787,37 +784,68 @@ mod tests {
         assert!(c.skip(&ring));
         assert!(!c.stalled(&ring));
         assert_eq!(c.pop(&ring), Pop::Item(Val(7)));
-        // The late producer can no longer take the slot for writing, so it cannot corrupt the
-        // next lap's entry.
-        assert!(slots[0].stamp.compare_exchange(0, WRITING, Ordering::Acquire, Ordering::Relaxed).is_err());
+        // The skipped slot is free for the next lap (position 4).
+        assert_eq!(slots[0].stamp.load(Ordering::Relaxed), 4);
     }
 
     #[test]
-    fn slot_left_mid_copy_names_its_writer_and_only_it_can_be_reclaimed() {
-        let (ctl, slots) = ring_parts(4);
-        let ring = Ring::new(&ctl, &slots).with_writer(4242);
+    fn claim_words_name_exactly_their_positions() {
+        assert!(!names(0, 0), "a cleared record names nothing");
+        let one = claim_word(7, 1);
+        assert!(names(one, 7) && !names(one, 6) && !names(one, 8));
+        let batch = claim_word(u64::from(u32::MAX) - 1, 3); // across the 32-bit wrap
+        for pos in [u64::from(u32::MAX) - 1, u64::from(u32::MAX), 1 << 32] {
+            assert!(names(batch, pos), "{pos}");
+        }
+        assert!(!names(batch, (1 << 32) + 1) && !names(batch, u64::from(u32::MAX) - 2));
+        assert!(names(claim_word(5 + (3 << 32), 1), 5), "positions compare within 2^32");
+    }
+
+    /// A producer's record names its position from before its claim until after its publish,
+    /// and is clear again once the push returns, whatever the outcome.
+    #[test]
+    fn a_push_records_its_claim_until_published() {
+        let (ctl, slots) = ring_parts(2);
+        let record = AtomicU64::new(0);
+        let ring = Ring::new(&ctl, &slots).with_claim_record(&record);
         let mut c = Consumer::new();
-        // Position 0 as a producer of pid 4242 leaves it when it dies in the middle of its copy.
-        slots[0].stamp.store(writing_stamp(0, 4242 << WRITER_SHIFT), Ordering::Relaxed);
-        ctl.tail.store(1, Ordering::Relaxed);
-        ring.push(&Val(8)).unwrap();
-        assert_eq!(c.pop(&ring), Pop::Pending);
-        assert!(!c.is_empty(&ring), "a head being written is not empty: the drain must note it");
-        assert!(!c.skip(&ring), "a slot being written is not skipped");
-        assert_eq!(c.writer(&ring), Some(4242));
-        assert!(!c.reclaim(&ring, 4243));
-        assert!(c.reclaim(&ring, 4242));
-        assert_eq!(c.pop(&ring), Pop::Item(Val(8)));
-        // The reclaimed slot serves the next lap (position 4 is slot 0 again).
-        for i in 0..3 {
-            ring.push(&Val(i)).unwrap();
+        for pos in 0..2 {
+            ring.push_with(|v| {
+                assert!(names(record.load(Ordering::Relaxed), pos), "record while filling {pos}");
+                // At the head, claimed and not yet published: the consumer sees a stall.
+                assert_eq!(c.stalled(&ring), pos == 0);
+                *v = Val(pos);
+            })
+            .unwrap();
+            assert_eq!(record.load(Ordering::Relaxed), 0, "cleared after the publish");
         }
-        for i in 0..3 {
-            assert_eq!(c.pop(&ring), Pop::Item(Val(i)));
+        assert_eq!(ring.push(&Val(9)), Err(PushError::Full));
+        assert_eq!(record.load(Ordering::Relaxed), 0, "cleared after a refusal");
+        assert_eq!(c.pop(&ring), Pop::Item(Val(0)));
+        assert_eq!(ring.push_batch(&[Val(2), Val(3)]), Ok(1));
+        assert_eq!(record.load(Ordering::Relaxed), 0, "cleared after a batch");
+        for want in 1..3 {
+            assert_eq!(c.pop(&ring), Pop::Item(Val(want)));
         }
-        // Unnamed writers (pid 0) are never offered for reclaiming.
-        slots[c.position() as usize % 4].stamp.store(writing_stamp(c.position(), 0), Ordering::Relaxed);
-        assert_eq!(c.writer(&ring), None);
+    }
+
+    /// `StallWatch::check` skips a stalled head only once `claimant_lives` denies it, and asks
+    /// about the head's position.
+    #[test]
+    fn a_stall_is_skipped_only_when_no_live_claimant_names_the_head() {
+        let (ctl, slots) = ring_parts(4);
+        let ring = Ring::new(&ctl, &slots);
+        let mut c = Consumer::new();
+        ctl.tail.store(1, Ordering::Relaxed); // position 0 claimed, never published
+        let mut watch = StallWatch::default();
+        let zero = core::time::Duration::ZERO;
+        assert!(!watch.check(&mut c, &ring, zero, |head| {
+            assert_eq!(head, 0);
+            true
+        }));
+        assert_eq!(c.position(), 0, "a live claimant is waited for");
+        assert!(watch.check(&mut c, &ring, zero, |_| false));
+        assert_eq!(c.position(), 1);
     }
 
     #[test]

@@ -596,19 +596,20 @@ fn a_departed_senders_spare_inject_buffer_comes_back() {
     }
 }
 
-/// (f) A sender dies in the middle of copying a command into our ring: its slot stays `WRITING`
-/// at our head, with every later command (another sender's) queued behind it. While it lives
-/// (parked by the `test-hooks` hook, `--die-mid-copy`) we must wait: it may still be writing.
-/// Once it is killed we reclaim the slot without reading the half-written command, the other
-/// sender's messages flow again, and our send to the dead process fails within `NOTICE`.
+/// (f) A sender dies in the middle of copying a command into our ring: its slot stays claimed and
+/// unpublished at our head, its claim record naming it, with every later command (another
+/// sender's) queued behind it. While it lives (parked by the `test-hooks` hook,
+/// `--die-mid-copy`) we must wait: it may still be writing. Once it is killed we skip the slot
+/// without reading the half-written command, the other sender's messages flow again, and our
+/// send to the dead process fails within `NOTICE`.
 #[test]
 fn sender_killed_mid_command_copy_does_not_stall_the_ring() {
     killed_mid_command_copy(false);
 }
 
 /// The same with the sender in a pid namespace of its own (as in a container that shares our
-/// /dev/shm, not our pids): its slot names it not by its pid, which means nothing here, and it
-/// is judged by the lock it held on its region file.
+/// /dev/shm, not our pids): its pid means nothing here, so it is judged by the lock it held on
+/// its region file.
 #[test]
 fn sender_of_another_pid_namespace_killed_mid_command_copy_does_not_stall_the_ring() {
     if namespaces_or_skip("sender_of_another_pid_namespace_killed_mid_command_copy_does_not_stall_the_ring") {
@@ -647,7 +648,7 @@ fn killed_mid_command_copy(victim_in_own_pid_namespace: bool) {
     while Instant::now() < until {
         node.pump_or_wait(Duration::from_millis(1));
     }
-    assert_eq!(node.h.received.len(), 48, "a command got past a live producer's WRITING slot");
+    assert_eq!(node.h.received.len(), 48, "a command got past a live producer's claimed slot");
     assert_eq!(node.ep.stats().skipped_slots, 0, "a live producer's slot was skipped");
 
     let killed = sc.child(v).kill();

@@ -2,7 +2,7 @@
 //! messages to every other and checking what it gets) in which one process is SIGKILLed at a
 //! random point: during the handshake, in inline, inject, CMA or SAR traffic (either side of a
 //! transfer, since everyone sends to everyone), or parked half-way through copying a command into
-//! a peer's ring (`--die-mid-copy`, the slot then held `WRITING`). Each run checks that:
+//! a peer's ring (`--die-mid-copy`, the slot then claimed and unpublished). Each run checks that:
 //! - every survivor reports an error for the dead process (and for no other) within `NOTICE`;
 //! - the survivors keep talking to each other (messages after the death, none lost: each
 //!   receiver got exactly what the sender saw acknowledged, in order, intact, no duplicate);
@@ -236,7 +236,7 @@ fn storm(runs: usize, placement: Placement) -> Figures {
     let q = |f: f64| fig.notice_us[((fig.notice_us.len() - 1) as f64 * f) as usize] as f64 / 1000.0;
     println!(
         "kill storm: {} runs in {:.0?}, kills by point {:?}; time to error over {} survivors: min {:.1} ms, \
-         median {:.1} ms, p99 {:.1} ms, max {:.1} ms; {} messages ({} bytes) checked; {} ring slots skipped or reclaimed",
+         median {:.1} ms, p99 {:.1} ms, max {:.1} ms; {} messages ({} bytes) checked; {} ring slots skipped",
         fig.runs,
         started.elapsed(),
         fig.kills,

@@ -363,7 +363,7 @@ impl Endpoint {
         let piece = if in_pieces { PART_BYTES as usize } else { usize::MAX };
         let placed = pool_ready.and_then(|()| {
             buf.place(&peer.region, data, piece, |n| {
-                let _ = peer.region.resp_ring().push(&RespEntry::part(msg_id, n));
+                let _ = self.resp_ring_of(src, peer).push(&RespEntry::part(msg_id, n));
             })
         });
         match placed {

@@ -98,9 +98,9 @@ impl Endpoint {
             self.report_staged(meta, Err(Error::PeerDead));
             return entries.len();
         };
-        let n = match link.region.cmd_ring().push_batch(entries) {
+        let n = match link.region.cmd_ring_as(link.slot).push_batch(entries) {
             Ok(n) => n,
-            Err(PushError::Full | PushError::Busy | PushError::Skipped) => return 0,
+            Err(PushError::Full | PushError::Busy) => return 0,
         };
         crate::wake::notify(link.region.wake_word());
         self.stats.batches += 1;

@@ -602,18 +602,20 @@ impl Endpoint {
         handled
     }
 
-    /// On the liveness tick: skip a head slot of either ring whose producer claimed it and
-    /// stalled for `stall_timeout` (it died between its claim and its write), or reclaim it if
-    /// the process that was copying its entry in has died.
+    /// On the liveness tick: skip a head slot of either ring that stayed claimed and unpublished
+    /// for `stall_timeout` once no live producer's claim record names it (its producer died
+    /// between its claim and its publish).
     fn check_stalls(&mut self) {
         let timeout = self.params.stall_timeout;
         let peers = peers::Known { inp: &self.inp, out: &self.out, table: self.region.peer_slots() };
-        let gone = |writer: u32| match writer & crate::ring::FOREIGN_WRITER {
-            0 => crate::liveness::pid_gone(writer),
-            _ => peers.foreign_writer_gone(writer),
-        };
-        let skipped = u64::from(self.cmd_stall.check(&mut self.cmd_rx, &self.region.cmd_ring(), timeout, gone))
-            + u64::from(self.resp_stall.check(&mut self.resp_rx, &self.region.resp_ring(), timeout, gone));
+        let skipped =
+            u64::from(
+                self.cmd_stall.check(&mut self.cmd_rx, &self.region.cmd_ring(), timeout, |head| {
+                    peers.command_claimant_lives(head)
+                }),
+            ) + u64::from(self.resp_stall.check(&mut self.resp_rx, &self.region.resp_ring(), timeout, |head| {
+                peers.response_claimant_lives(head)
+            }));
         self.stats.skipped_slots += skipped;
         // Words a hostile peer may have scribbled over, put back from what only we know (our
         // heads, the slot stamps, the buffers' in-use marks): a few loads per ring, one walk of

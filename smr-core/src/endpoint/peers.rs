@@ -140,13 +140,16 @@ impl SrcTable {
     }
 }
 
-pub(super) fn push_cmd(region: &Region, entry: &CmdEntry) -> Result<()> {
-    pushed(region, region.cmd_ring().push(entry))
+/// Push `entry` into `region`'s command ring as the sender at `slot` of its peer table (whose
+/// claim record is there), and wake the owner.
+pub(super) fn push_cmd(region: &Region, slot: u32, entry: &CmdEntry) -> Result<()> {
+    pushed(region, region.cmd_ring_as(slot).push(entry))
 }
 
 /// `push_cmd` for a command written in place into the claimed slot (`Ring::push_with`).
-pub(super) fn push_cmd_with(region: &Region, fill: impl FnOnce(&mut CmdEntry)) -> Result<()> {
-    pushed(region, region.cmd_ring().push_with(fill))
+#[inline(always)]
+pub(super) fn push_cmd_with(region: &Region, slot: u32, fill: impl FnOnce(&mut CmdEntry)) -> Result<()> {
+    pushed(region, region.cmd_ring_as(slot).push_with(fill))
 }
 
 fn pushed(region: &Region, push: std::result::Result<(), PushError>) -> Result<()> {
@@ -155,7 +158,7 @@ fn pushed(region: &Region, push: std::result::Result<(), PushError>) -> Result<(
             crate::wake::notify(region.wake_word());
             Ok(())
         }
-        Err(PushError::Full | PushError::Busy | PushError::Skipped) => Err(Error::Again),
+        Err(PushError::Full | PushError::Busy) => Err(Error::Again),
     }
 }
 
@@ -176,6 +179,8 @@ fn slot_name(slot: &PeerSlot) -> Option<String> {
 }
 
 pub(super) fn fill_slot(slot: &PeerSlot, name: &str, me: ProcessIdentity, incarnation: u64) {
+    // A claim record left by a predecessor that died mid-push names nothing of ours.
+    slot.cmd_claim.store(0, Ordering::Relaxed);
     let bytes = name_bytes(name);
     for (word, chunk) in slot.name.iter().zip(bytes.chunks_exact(8)) {
         word.store(u64::from_le_bytes(chunk.try_into().expect("8 bytes")), Ordering::Relaxed);
@@ -261,10 +266,7 @@ impl Endpoint {
         }
         let p = &mut self.out[peer as usize];
         if p.link.is_none() {
-            let opened = Region::open(&p.name).map(|mut r| {
-                if !r.owner().pid_is_ours() {
-                    r.set_writer(crate::ring::foreign_writer(my_inc));
-                }
+            let opened = Region::open(&p.name).map(|r| {
                 let owner = r.watch_owner();
                 (r, owner)
             });
@@ -316,7 +318,7 @@ impl Endpoint {
             p.dead = false;
             p.absent_since = None;
             let link = p.link.as_mut().expect("just set");
-            if push_cmd(&link.region, &CmdEntry::control(op::CONNECT, link.slot)).is_err() {
+            if push_cmd(&link.region, link.slot, &CmdEntry::control(op::CONNECT, link.slot)).is_err() {
                 // The ring is full: the retry below sends the request later.
                 link.last_request = Instant::now() - retry;
             }
@@ -324,7 +326,7 @@ impl Endpoint {
         let link = p.link.as_mut().expect("mapped above");
         if !link.acked && link.last_request.elapsed() >= retry {
             link.last_request = Instant::now();
-            let _ = push_cmd(&link.region, &CmdEntry::control(op::CONNECT, link.slot));
+            let _ = push_cmd(&link.region, link.slot, &CmdEntry::control(op::CONNECT, link.slot));
         }
         Ok(link)
     }
@@ -355,7 +357,7 @@ impl Endpoint {
         // A sender that announced itself and then closed (or died) before we met it: its region
         // is gone or belongs to a successor. What it queued inline or in our inject buffers is
         // complete in our memory and is still delivered (as for senders we knew, `forgotten`).
-        let mut region = match Region::open(&name) {
+        let region = match Region::open(&name) {
             Ok(r) if r.incarnation() == incarnation && r.owner() == ident => r,
             other => {
                 if let Some(slot) = self.region.peer_slots().get(src as usize) {
@@ -366,9 +368,6 @@ impl Endpoint {
             }
         };
         self.forgotten.remove(&src);
-        if !ident.pid_is_ours() {
-            region.set_writer(crate::ring::foreign_writer(self.region.incarnation()));
-        }
         let watch = region.watch_owner();
         self.inp.insert(src, InPeer { name, region, watch, incarnation });
         self.send_resp(src, conn_ack(src));
@@ -417,6 +416,18 @@ impl Endpoint {
         self.resp_backlog.push_back((src, entry));
     }
 
+    /// Sender `src`'s response ring (`peer` its entry), to push into with our claim record for
+    /// it: `PeerSlot::resp_claim` of its entry in our peer table, which it finds through its
+    /// link to us when its ring stalls (`Known::response_claimant_lives`).
+    #[inline(always)]
+    pub(super) fn resp_ring_of<'a>(&'a self, src: SrcId, peer: &'a InPeer) -> crate::ring::Ring<'a, RespEntry> {
+        let ring = peer.region.resp_ring();
+        match self.region.peer_slots().get(src as usize) {
+            Some(entry) => ring.with_claim_record(&entry.resp_claim),
+            None => ring,
+        }
+    }
+
     fn try_resp(&self, src: SrcId, entry: &RespEntry) -> Result<()> {
         self.try_push_resp(src, |ring| ring.push(entry))
     }
@@ -431,13 +442,12 @@ impl Endpoint {
         let Some(peer) = self.inp.get(&src) else {
             return Ok(()); // the sender is gone: nobody to tell
         };
-        match push(&peer.region.resp_ring()) {
+        match push(&self.resp_ring_of(src, peer)) {
             Ok(()) => {
                 crate::wake::notify(peer.region.wake_word());
                 Ok(())
             }
             Err(PushError::Full | PushError::Busy) => Err(Error::Again),
-            Err(PushError::Skipped) => Ok(()),
         }
     }
 
@@ -551,14 +561,17 @@ impl Endpoint {
         for p in &self.out {
             if let Some(link) = &p.link {
                 super::spare::give_back(&link.region, link.slot, incarnation);
-                let _ = push_cmd(&link.region, &CmdEntry::control(op::DISCONNECT, link.slot));
+                let _ = push_cmd(&link.region, link.slot, &CmdEntry::control(op::DISCONNECT, link.slot));
             }
         }
     }
 }
 
-/// The peers an endpoint knows, for `check_stalls` to judge the writer of a stalled ring slot
-/// that is of another pid namespace (named by `ring::foreign_writer`, not by a pid).
+/// The peers an endpoint knows, for `check_stalls` to find the claim records that name a
+/// stalled head of its rings (`ring::Ring::with_claim_record`) and judge whether their
+/// producers live. Every producer is found: one of our command ring fills its entry in our peer
+/// table before it sends anything and keeps its record there; one of our response ring is a
+/// peer we send to, and keeps its record in its own table's entry for us.
 pub(super) struct Known<'a> {
     pub inp: &'a SrcTable,
     pub out: &'a [OutPeer],
@@ -566,23 +579,31 @@ pub(super) struct Known<'a> {
 }
 
 impl Known<'_> {
-    /// Whether the writer `writer` names is gone. Every live writer is found: one of our
-    /// command ring fills its entry in our peer table before it sends anything, and one of our
-    /// response ring is a peer we send to. So a writer that none of those, live, carries is gone.
-    pub fn foreign_writer_gone(&self, writer: u32) -> bool {
-        let carries = |incarnation: u64| crate::ring::foreign_writer(incarnation) == writer;
-        let target_lives =
-            self.out.iter().filter_map(|p| p.link.as_ref()).any(|l| carries(l.region.incarnation()) && l.owner.alive());
-        let sender_lives = self.table.iter().enumerate().any(|(src, slot)| {
+    /// Whether a live sender's claim record names position `head` of our command ring. The
+    /// record of an entry that is not READY counts for nothing: its sender is gone (we freed the
+    /// entry), or a new one is claiming it and has pushed nothing yet.
+    pub fn command_claimant_lives(&self, head: u64) -> bool {
+        self.table.iter().enumerate().any(|(src, slot)| {
             let state = slot.state.load(Ordering::Acquire);
             state & 3 == SLOT_READY
-                && carries(slot.incarnation.load(Ordering::Relaxed))
+                && crate::ring::names(slot.cmd_claim.load(Ordering::Acquire), head)
                 && match self.inp.get(&(src as SrcId)) {
                     Some(p) => p.watch.alive(),
                     None => sender_alive(slot, slot_sender(state, slot)),
                 }
-        });
-        !(target_lives || sender_lives)
+        })
+    }
+
+    /// Whether a live peer we send to has a claim record naming position `head` of our response
+    /// ring (in its region, in its table's entry for us).
+    pub fn response_claimant_lives(&self, head: u64) -> bool {
+        self.out.iter().filter_map(|p| p.link.as_ref()).any(|l| {
+            l.region
+                .peer_slots()
+                .get(l.slot as usize)
+                .is_some_and(|entry| crate::ring::names(entry.resp_claim.load(Ordering::Acquire), head))
+                && l.owner.alive()
+        })
     }
 }
 

@@ -122,7 +122,7 @@ impl InlineMsg<'_> {
         if streaming {
             region.cmd_ring().prefetch_for_claim(STREAM_AHEAD, stream_lines(len));
         }
-        let pushed = super::peers::push_cmd_with(region, |e| self.write(e, fill));
+        let pushed = super::peers::push_cmd_with(region, self.src_slot, |e| self.write(e, fill));
         if !streaming && len >= NEXT_LINES_FROM {
             fetch_next_lines(region, len);
         }
@@ -180,7 +180,7 @@ impl InjectMsg<'_> {
     fn push(&self, region: &Region, src: Small<'_>) -> Result<()> {
         let entry = region.peer_slots().get(self.src_slot as usize).ok_or(Error::Again)?;
         let index = self.fill(region, entry, src)?;
-        let pushed = super::peers::push_cmd_with(region, |e| self.write(e, index));
+        let pushed = super::peers::push_cmd_with(region, self.src_slot, |e| self.write(e, index));
         super::spare::done(
             region,
             entry,
@@ -440,7 +440,7 @@ impl Endpoint {
             Some(iovs) => {
                 let link = self.link(peer)?;
                 let src_slot = link.slot;
-                super::peers::push_cmd_with(&link.region, |e| {
+                super::peers::push_cmd_with(&link.region, src_slot, |e| {
                     e.set_message(src_slot, msg_id, &hdr, true);
                     e.set_iovs(&iovs);
                 })?;
@@ -801,7 +801,7 @@ fn push_segments(
             }
             e.set_sar(SarSeg { buf: index, len: seg_len as u32, offset, seq });
         };
-        let pushed = super::peers::push_cmd_with(&link.region, segment).is_ok();
+        let pushed = super::peers::push_cmd_with(&link.region, link.slot, segment).is_ok();
         super::spare::done(&link.region, entry, Pool::Sar, incarnation, index, pushed, 0);
         if !pushed {
             return Ok(false);

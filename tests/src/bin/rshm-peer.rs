@@ -508,7 +508,6 @@ fn run_fuzz(o: &Opts) -> i32 {
                     watchdog();
                     std::thread::sleep(Duration::from_micros(100));
                 }
-                Err(PushError::Skipped) => break,
             }
         }
     }
