@@ -465,13 +465,18 @@ impl Transport {
     }
 }
 
-/// The engine's defaults, with or without CMA, and `RSHM_SAR_HOLD` (the provider's
-/// FI_RSHM_SAR_HOLD) if set, inherited by the echo child: an A/B of cold SAR reuse
-/// (smr-core `endpoint/cold.rs`) without a rebuild.
+/// The engine's defaults, with or without CMA, and `RSHM_SAR_HOLD` and
+/// `RSHM_PINGPONG_INLINE_MAX` (the provider's FI_RSHM_SAR_HOLD and FI_RSHM_PINGPONG_INLINE_MAX)
+/// if set, inherited by the echo child: A/Bs of cold SAR reuse (smr-core `endpoint/cold.rs`) and
+/// of inline against inject for a message sent alone (`endpoint/send.rs`) without a rebuild.
 fn engine_params(cma: bool) -> Params {
     let mut params = Params { cma, ..Params::default() };
-    if let Some(n) = std::env::var("RSHM_SAR_HOLD").ok().and_then(|v| v.parse().ok()) {
+    let number = |name: &str| std::env::var(name).ok().and_then(|v| v.parse().ok());
+    if let Some(n) = number("RSHM_SAR_HOLD") {
         params.sar_hold = n;
+    }
+    if let Some(n) = number("RSHM_PINGPONG_INLINE_MAX") {
+        params.pingpong_inline_max = n;
     }
     params
 }

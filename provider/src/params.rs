@@ -18,6 +18,8 @@ const DEFINITIONS: &[(&str, ffi::fi_param_type, &str)] = &[
     ("SAR_SIZE", ffi::FI_PARAM_SIZE_T, "Bytes per SAR bounce buffer (default: 32768)"),
     ("SAR_HOLD", ffi::FI_PARAM_SIZE_T, "SAR buffers an endpoint holds back after copying out of them, so that senders write into buffers whose cache lines have left its caches; at most seven eighths of SAR_COUNT, and given back early when senders find none free (default: seven eighths of SAR_COUNT; 0: give each back at once)"),
     ("INJECT_HOLD", ffi::FI_PARAM_SIZE_T, "Inject buffers an endpoint holds back after taking a message or an answer out of them, so that senders write into buffers whose cache lines have left its caches; at most seven eighths of INJECT_COUNT, and given back early when senders find none free. Pays where the two CPUs are far apart (2-4 KiB messages 17-27% faster on such a VM) and costs where they are close (4 KiB streams 23% slower) (default: 0, each given back at once)"),
+    ("INLINE_MAX", ffi::FI_PARAM_SIZE_T, "Largest message carried inside its command queue entry; longer ones (up to 4 KiB) go through an inject buffer (default: 1032, the most an entry holds)"),
+    ("PINGPONG_INLINE_MAX", ffi::FI_PARAM_SIZE_T, "Largest message carried inside its command queue entry when it is sent alone (no send since the last poll, no FI_MORE); longer ones go through an inject buffer, which the receiver reads with fewer waits for lines crossing between CPUs. Streams keep INLINE_MAX (default: 256)"),
     ("MAX_PEERS", ffi::FI_PARAM_SIZE_T, "Peers that may send to one endpoint (default: 1024)"),
     ("READ_ONE_TRIP_MAX", ffi::FI_PARAM_SIZE_T, "Largest RMA read answered in one round trip, its bytes placed by the target in a buffer of the initiator's region (an inject buffer up to 4 KiB, a SAR buffer above); larger reads take a reply message (default: 16384)"),
     ("PEER_TIMEOUT_MS", ffi::FI_PARAM_SIZE_T, "How long sends to an address with no endpoint behind it retry before failing; an address that an rshm process of this pid namespace generated, and whose process is gone, fails after DEAD_PEER_TIMEOUT_MS instead (default: 30000)"),
@@ -115,6 +117,19 @@ pub fn config() -> &'static Config {
         }
         if let Some(n) = get_size("INJECT_HOLD") {
             engine.inject_hold = n;
+        }
+        match get_size("INLINE_MAX") {
+            Some(n) if n <= smr_core::cmd::INLINE_MAX => engine.inline_max = n,
+            Some(n) => crate::warn!(
+                Core,
+                "FI_RSHM_INLINE_MAX={n} is above {}, the most a queue entry holds: using {}",
+                smr_core::cmd::INLINE_MAX,
+                engine.inline_max
+            ),
+            None => {}
+        }
+        if let Some(n) = get_size("PINGPONG_INLINE_MAX") {
+            engine.pingpong_inline_max = n;
         }
         if let Some(n) = get_size("MAX_PEERS") {
             c.max_peers = n as u64;

@@ -76,6 +76,12 @@ pub struct Params {
     pub inject_hold: usize,
     /// Largest message carried inside the command entry.
     pub inline_max: usize,
+    /// The same for a message sent alone (a ping-pong: its sender polled since its last send,
+    /// and did not ask for more to follow): longer ones, up to `inline_max`, go through an inject
+    /// buffer, which costs the receiver fewer waits for lines that cross between the CPUs
+    /// (`send.rs`, `PINGPONG_INLINE_MAX`). Streams keep `inline_max`: there the inject buffers'
+    /// turnover halved the rate.
+    pub pingpong_inline_max: usize,
     /// Largest message carried through one inject buffer.
     pub inject_max: usize,
     /// Longest message, read or write (`MAX_MSG_SIZE`).
@@ -127,6 +133,7 @@ impl Default for Params {
             sar_hold: usize::MAX,
             inject_hold: 0,
             inline_max: INLINE_MAX,
+            pingpong_inline_max: send::PINGPONG_INLINE_MAX,
             inject_max: INJECT_SIZE as usize,
             max_msg_size: MAX_MSG_SIZE,
             stall_timeout: Duration::from_millis(500),
@@ -499,6 +506,8 @@ impl Endpoint {
 
     /// Run the engine once. Returns how many events it handled.
     pub fn progress(&mut self, h: &mut impl Handler) -> usize {
+        // A poll, as `has_work` counts one (callers that progress without asking first).
+        self.sent_since_poll = 0;
         self.give_back_taken();
         if !self.staged.is_empty() {
             self.flush_staged();

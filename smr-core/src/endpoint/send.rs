@@ -2,10 +2,12 @@
 //!
 //! | size                         | protocol | completes                                   |
 //! |------------------------------|----------|---------------------------------------------|
-//! | <= inline_max                | inline   | at once (or on the receiver's ack if asked) |
+//! | <= inline_max (*)            | inline   | at once (or on the receiver's ack if asked) |
 //! | <= inject_max                | inject   | at once (or on the receiver's ack if asked) |
 //! | larger, CMA on both sides    | iov      | when the receiver acks its CMA read         |
 //! | larger otherwise             | SAR      | when the receiver acks the last segment     |
+//!
+//! (*) `pingpong_inline_max` for a message sent alone (`Endpoint::inline_limit`).
 
 use super::answer::AnswerBuf;
 use super::measured::{Choice, Via};
@@ -53,6 +55,21 @@ fn fetch_next_lines(region: &Region, len: usize) {
     let lines = crate::ring::slot_lines::<CmdEntry>(crate::cmd::HEADER_BYTES + len);
     region.cmd_ring().prefetch_for_claim(0, 1..lines);
 }
+
+/// The largest message sent alone (`Params::pingpong_inline_max`) that goes inline by default;
+/// longer ones go through an inject buffer. `rshm-engine-pingpong` on the Intel host, us one way,
+/// inline / through an inject buffer, builds alternated:
+///
+/// | host state (handoff) | 128 B | 256 B | 384 B | 512 B | 1 KiB |
+/// |---|---:|---:|---:|---:|---:|
+/// | CPUs apart (0.06-0.09 us) | 0.35-0.39 / 0.31-0.35 | 0.40-0.42 / 0.34-0.38 | 0.43-0.48 / 0.39-0.40 | 0.50-0.51 / 0.38-0.44 | 0.65-0.67 / 0.39-0.45 |
+/// | CPUs close (0.015 us) | 0.108 / 0.126 | 0.113 / 0.137 | | 0.13 / 0.13 | 0.16 / 0.145 |
+///
+/// Up to 256 B an inline message costs a little more where the CPUs are apart and less where
+/// they are close; above it, an inject buffer wins more the longer the message, and loses
+/// nothing where they are close. A stream keeps its messages inline: the inject buffers' turnover
+/// halved the rate of 256 B-1 KiB streams.
+pub(crate) const PINGPONG_INLINE_MAX: usize = 256;
 
 /// The shortest inline message whose slot spans more than twelve lines (`fetch_next_lines`).
 const NEXT_LINES_FROM: usize = 12 * 64 + 1 - crate::cmd::HEADER_BYTES - 8;
@@ -107,10 +124,22 @@ impl InlineMsg<'_> {
         if let Some(proto) = self.compact() {
             fill(e.set_compact(proto, self.src_slot, self.hdr));
         } else {
-            e.set_message(self.src_slot, self.msg_id, self.hdr, self.ack);
-            e.proto = proto::INLINE;
-            fill(&mut e.payload[..self.hdr.len as usize]);
+            self.write_inline(e, fill);
         }
+    }
+
+    /// The payload first, the header (in the line of the stamp the receiver polls) last, right
+    /// before the publish: the receiver's polls take that line back while the payload's lines
+    /// are written, and written first it had to come back once more for the publish.
+    /// `rshm-engine-pingpong` on the Intel host with its CPUs apart, us one way, alternated:
+    /// 256 B 0.48-0.50 -> 0.40-0.43, 1 KiB 0.73-0.78 -> 0.67-0.72. Out of line: inlined, the
+    /// compact path beside it lost 0.08 us at 8 B (0.21-0.26 -> 0.30-0.36), in three rounds of
+    /// three.
+    #[inline(never)]
+    fn write_inline(&self, e: &mut CmdEntry, fill: impl FnOnce(&mut [u8])) {
+        fill(&mut e.payload[..self.hdr.len as usize]);
+        e.set_message(self.src_slot, self.msg_id, self.hdr, self.ack);
+        e.proto = proto::INLINE;
     }
 
     /// Into the receiver's ring, written straight into the claimed slot (no command built aside
@@ -290,7 +319,7 @@ impl Endpoint {
     /// `next_msg_id` held before the call, for the caller's bookkeeping (`after_small`).
     #[inline(always)]
     fn send_express_with(&mut self, peer: PeerId, hdr: &MsgHeader, bytes: &[u8], ack: bool) -> bool {
-        if bytes.len() > self.params.inline_max {
+        if bytes.len() > self.inline_limit(false) {
             return self.send_express_inject(peer, hdr, bytes, ack);
         }
         let pushed = self.express_push(peer, hdr, bytes.len(), |region, src_slot, msg_id, streaming| {
@@ -473,7 +502,7 @@ impl Endpoint {
             return Err(Error::Again);
         }
         let len = hdr.len as usize;
-        let inline_max = self.params.inline_max;
+        let (inline_max, inline_at_most) = (self.inline_limit(opts.more), self.params.inline_max);
         let ack = opts.delivery_complete;
         // A second message with no poll since the first: a stream, whose next slots are worth
         // fetching ahead (`Ring::prefetch_for_claim`). A ping-pong fetches only the next slot's
@@ -495,9 +524,30 @@ impl Endpoint {
             return Ok(());
         }
         debug_assert!(!opts.more, "only inline messages are staged (`more_if_inline`)");
-        InjectMsg { src_slot, msg_id, hdr, ack, incarnation }.push(&link.region, src)?;
-        self.stats.sent_inject += 1;
+        let inject = InjectMsg { src_slot, msg_id, hdr, ack, incarnation };
+        match inject.push(&link.region, src) {
+            // A message sent alone that could go inline after all, when no inject buffer is free.
+            Err(Error::Again) if len <= inline_at_most => {
+                InlineMsg { src_slot, msg_id, hdr, ack }.push(&link.region, false, |p| src.copy_to(p))?;
+                self.stats.sent_inline += 1;
+            }
+            pushed => {
+                pushed?;
+                self.stats.sent_inject += 1;
+            }
+        }
         Ok(())
+    }
+
+    /// The largest message that goes inline now: `inline_max` in a stream (a send since the last
+    /// poll) or a batch (`more`), `pingpong_inline_max` for a message sent alone.
+    #[inline(always)]
+    fn inline_limit(&self, more: bool) -> usize {
+        if more || self.sent_since_poll > 0 {
+            self.params.inline_max
+        } else {
+            self.params.pingpong_inline_max.min(self.params.inline_max)
+        }
     }
 
     /// `SendOpts::more` stages inline messages only. An inject message pushed at once has its
