@@ -2326,3 +2326,40 @@ fn a_sender_asleep_for_sar_buffers_is_woken_when_they_come_back() {
     assert!(woken > 0, "the sender never slept waiting for buffers");
     assert_eq!(timed_out, 0, "sleeps that nothing woke ({woken} woken)");
 }
+
+/// A message sent alone (after a poll) above `pingpong_inline_max` goes through an inject
+/// buffer; one sent right after another (a stream) inline; one sent alone when no inject buffer
+/// is free inline after all. Every byte arrives, in order.
+#[test]
+fn a_message_sent_alone_goes_through_an_inject_buffer_and_a_stream_inline() {
+    let mut params = Params::default();
+    params.counts.inject_count = 1;
+    let (mut a, mut b, to_b) = pair("alone", params);
+    let (mut ha, mut hb) = (Collect::default(), Collect::default());
+    let len = crate::endpoint::send::PINGPONG_INLINE_MAX + 1;
+    assert!(len <= INLINE_MAX, "the message would go inline in a stream");
+    // Connected and acknowledged first, so that every send below goes out at once.
+    let opts = acked(0);
+    assert!(a.send_bytes(to_b, hdr(0), &pattern(8, 0), opts).is_ok());
+    pump_until((&mut a, &mut ha), (&mut b, &mut hb), "the first message", |ha, _| ha.sends_done.len() == 1);
+    let sent = |a: &Endpoint| (a.stats().sent_inline, a.stats().sent_inject);
+    let before = sent(&a);
+    let send = |a: &mut Endpoint, tag: u64| {
+        let h = MsgHeader { len: len as u64, ..hdr(tag) };
+        assert_eq!(a.send_bytes(to_b, h, &pattern(len, tag as u8), SendOpts::default()), Ok(SendStatus::Done));
+    };
+    a.progress(&mut ha);
+    send(&mut a, 1);
+    assert_eq!(sent(&a), (before.0, before.1 + 1), "alone: through an inject buffer");
+    send(&mut a, 2);
+    assert_eq!(sent(&a), (before.0 + 1, before.1 + 1), "right after another: inline");
+    a.progress(&mut ha);
+    send(&mut a, 3);
+    assert_eq!(sent(&a), (before.0 + 2, before.1 + 1), "alone, the one inject buffer in flight: inline");
+    receive_until(&mut b, &mut hb, 4, "the three messages");
+    for (tag, (h, result, bytes)) in hb.received[1..].iter().enumerate().map(|(i, m)| (i as u64 + 1, m)) {
+        assert_eq!(h.tag, tag, "in order");
+        assert_eq!(*result, Ok(len));
+        assert_eq!(*bytes, pattern(len, tag as u8), "message {tag}");
+    }
+}
