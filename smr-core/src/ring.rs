@@ -210,12 +210,7 @@ impl<'a, T: Pod> Ring<'a, T> {
     pub fn push(&self, value: &T) -> Result<(), PushError> {
         let pos = self.claim()?;
         self.write_claimed(pos, value);
-        #[cfg(loom)]
-        if hooks::is_dead() {
-            return Ok(());
-        }
-        self.withdraw();
-        Ok(())
+        self.published()
     }
 
     /// Enqueue an entry written in place: `fill` gets the claimed slot, holding whatever an
@@ -224,6 +219,13 @@ impl<'a, T: Pod> Ring<'a, T> {
     pub fn push_with(&self, fill: impl FnOnce(&mut T)) -> Result<(), PushError> {
         let pos = self.claim()?;
         self.fill_claimed(pos, fill);
+        self.published()
+    }
+
+    /// After a push's publish: clear the claim record (unless, in a loom model, the push "died"
+    /// on its way, which leaves the record as a killed process would).
+    #[inline(always)]
+    fn published(&self) -> Result<(), PushError> {
         #[cfg(loom)]
         if hooks::is_dead() {
             return Ok(());
