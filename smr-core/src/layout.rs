@@ -59,7 +59,7 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"RSHMREG\0");
 ///     a key of the message id and the offset, whose 30 bits of offset capped messages at 1 GiB.
 /// 19: ring slots are no longer marked `WRITING` before they are written; every producer records
 ///     the positions it claims in a cache line of its own instead, in the peer-table entry of
-///     the pair (`PeerSlot::cmd_claim`, `PeerSlot::resp_claim`, 128 bytes each: 384 in all).
+///     the pair (`PeerSlot::cmd_claim`, `PeerSlot::resp_claim`, a cache line each: 256 bytes in all).
 pub const LAYOUT_VERSION: u32 = 19;
 /// Longest region name, without the terminating NUL.
 pub const NAME_MAX: usize = 63;
@@ -287,12 +287,17 @@ pub struct PeerSlot {
     /// the claim's state.
     pub split: AtomicU64,
     /// The sender's claim record for our command ring (`ring::Ring::with_claim_record`): the
-    /// positions it is claiming right now, if any. Its own line: the sender stores to it on
-    /// every message, and we read it only when our ring's head stalls.
-    pub cmd_claim: CachePadded<AtomicU64>,
+    /// positions it is claiming right now, if any. Its own cache line: the sender stores to it
+    /// on every message, and we read it only when our ring's head stalls.
+    pub cmd_claim: AtomicU64,
+    _cmd_claim_line: [u64; 7],
     /// Our claim record for this sender's response ring, in our region like everything we
-    /// write for it. Its own line, for the same reasons.
-    pub resp_claim: CachePadded<AtomicU64>,
+    /// write for it. Its own cache line, for the same reasons. (The two share a 128-byte pair
+    /// rather than take one each: a pair each cost every region 128 KiB more of /dev/shm at
+    /// creation, past issue 8's 4 MiB an endpoint with every pool in use. Each line stays in
+    /// its writer's cache, so neither misses, and nothing fetches its pair.)
+    pub resp_claim: AtomicU64,
+    _resp_claim_line: [u64; 7],
 }
 
 /// How often the owner progresses, for peers choosing how to make a large read or write. Only
@@ -327,7 +332,7 @@ pub const SLOT_READY: u64 = 2;
 unsafe impl SharedSafe for RegionHeader {}
 // SAFETY: atomics only.
 unsafe impl SharedSafe for WakeWord {}
-// SAFETY: atomics only.
+// SAFETY: atomics and integers only; every bit pattern is valid.
 unsafe impl SharedSafe for PeerSlot {}
 // SAFETY: atomics only.
 unsafe impl SharedSafe for MrSlot {}
@@ -358,8 +363,9 @@ const _: () = {
     // `published::Publisher` keeps the live slots in one 64-bit word.
     assert!(MR_SLOTS <= 64);
     assert!(size_of::<WakeWord>() == 256);
-    assert!(size_of::<PeerSlot>() == 384);
+    assert!(size_of::<PeerSlot>() == 256);
     assert!(offset_of!(PeerSlot, cmd_claim) == 128);
+    assert!(offset_of!(PeerSlot, resp_claim) == 192);
     assert!(size_of::<RingCtl>() == 128);
     assert!(size_of::<Slot<CmdEntry>>() == 17 * 64);
     assert!(size_of::<Slot<RespEntry>>() == 128);

@@ -115,7 +115,12 @@ impl Default for Params {
         Params {
             counts: Counts {
                 cmd_len: 1024,
-                resp_len: 1024,
+                // Half the command ring: a response is one or two lines where a command slot is
+                // seventeen, and a full response ring only holds answers back in their
+                // responders' backlog until we poll. The 64 KiB this saves pays for the claim
+                // records' lines in the peer table (`layout::PeerSlot`), keeping an endpoint
+                // with every pool in use within issue 8's 4 MiB (`tests/perf/ep_memory.c`).
+                resp_len: 512,
                 inject_count: 128,
                 // 2 MiB of bounce space in 32 KiB buffers rather than 64 KiB ones: enough for
                 // 64 reads of up to 16 KiB in flight, each answered into a buffer of its own
