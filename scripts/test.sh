@@ -100,11 +100,11 @@ if [ "$(id -u)" = 0 ] && timeout -k 5 20 unshare -m sh -c "mount -t tmpfs -o siz
         echo "expected fi_enable to fail with -FI_ENOSPC and the log line"
         exit 1
     fi
-    # Pools are reserved on first use. Room for two endpoints (1.5 MiB each at creation) and an
-    # inject pool but not a SAR pool (4 MiB), then for neither (3400 KiB): the message that needs the pool fails with
+    # Pools are reserved on first use. Room for two endpoints (1.4 MiB each at creation) and an
+    # inject pool but not a SAR pool (4 MiB), then for neither (3100 KiB): the message that needs the pool fails with
     # -FI_ENOSPC (no SIGBUS, no hang) and a small one after it still arrives.
     cc -O2 -Wall -o target/misuse/pool_no_room tests/misuse/pool_no_room.c -lfabric
-    for room in "4m sar" "3400k inject"; do
+    for room in "4m sar" "3100k inject"; do
         set -- $room
         timeout -k 5 60 unshare -m sh -c "mount -t tmpfs -o size=$1 tmpfs /dev/shm && \
             FI_PROVIDER_PATH='$PWD/target/rshm' exec target/misuse/pool_no_room $2" | sed "s/^/  $2: /"

@@ -3,7 +3,7 @@
  * there as -FI_ENOSPC for the send that needed the pool (returned by the call or as its error
  * completion), never as a SIGBUS or a hang, and the endpoints must go on carrying small
  * messages. Run in a tmpfs with room for two endpoints and then, for `sar`, for an inject pool
- * but not a SAR pool (scripts/test.sh: 4 MiB), or, for `inject`, for neither (3400 KiB):
+ * but not a SAR pool (scripts/test.sh: 4 MiB), or, for `inject`, for neither (3100 KiB):
  *
  *   cc -O2 -o pool_no_room pool_no_room.c -lfabric
  *   unshare -m sh -c "mount -t tmpfs -o size=4m tmpfs /dev/shm && \
