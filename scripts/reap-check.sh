@@ -117,9 +117,12 @@ fi
 wrap="unshare --pid --fork --mount-proc --kill-child"
 killed=$(start_pair $((port + 2)))
 two_regions "the namespaced pair" "$killed"
-pkill -KILL -f "fi_pingpong -p rshm -[BP] $((port + 2))" || true
+# The live pair starts before the other is killed: a pid namespace's number (in the region's
+# name) is reused once the namespace is gone, and a live pair started after the kill could
+# take over a name of the killed pair's, which the check would then not see as new.
 live=$(start_pair $((port + 3)) FI_RSHM_REAP_DEAD=0)
 two_regions "the live namespaced pair" "$live"
+pkill -KILL -f "fi_pingpong -p rshm -[BP] $((port + 2))" || true
 sleep 0.3
 wrap=
 short_pair "$log"
