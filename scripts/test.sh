@@ -93,7 +93,9 @@ step "no room in /dev/shm: fi_enable fails with -FI_ENOSPC and a log line saying
 if [ "$(id -u)" = 0 ] && timeout -k 5 20 unshare -m sh -c "mount -t tmpfs -o size=1m tmpfs /dev/shm" 2>/dev/null; then
     out=$(timeout -k 5 60 unshare -m sh -c "mount -t tmpfs -o size=1m tmpfs /dev/shm && \
         FI_LOG_LEVEL=warn FI_PROVIDER_PATH='$PWD/target/rshm' target/misuse/misuse rshm send_null_buf" 2>&1 || true)
-    if echo "$out" | grep -q "fi_enable(ep) = -28" && echo "$out" | grep -q "no room in /dev/shm.*enlarge /dev/shm"; then
+    # Here-strings, not `echo | grep -q`: grep -q exits at its match, and with pipefail the echo
+    # still writing the lines after it (bash writes them one by one) fails the test with SIGPIPE.
+    if grep -q "fi_enable(ep) = -28" <<<"$out" && grep -q "no room in /dev/shm.*enlarge /dev/shm" <<<"$out"; then
         echo "  -FI_ENOSPC, and: $(echo "$out" | grep -o "no room in /dev/shm.*" | cut -c1-100)..."
     else
         echo "$out" | tail -5
