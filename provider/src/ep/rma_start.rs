@@ -45,6 +45,10 @@ pub fn start_inline(st: &mut DomainState, id: usize, a: OneSided, op: Op) -> FiR
         Op::Atomic { .. } => 0,
     };
     let large = len >= large_min();
+    // Nothing started since the application last polled (read before the pass below, which
+    // is ours, not the application's): a write now is sent alone, unless others are in flight.
+    let after_poll =
+        matches!(op, Op::Write { .. }) && st.eps.get(id).is_some_and(|ep| ep.rma.nothing_issued_since_poll());
     if large {
         // Serve what peers asked of us before we start a large operation of our own: a peer
         // that reads us while we read it (fi_rma_bw) then finds us progressing and has its
@@ -107,11 +111,36 @@ pub fn start_inline(st: &mut DomainState, id: usize, a: OneSided, op: Op) -> FiR
         && by_cma.is_none()
         && (if beyond_answers { progresses } else { engine.peer_is_free(peer) }
             || spare_read && engine.peer_has_spare_cpu(peer));
-    if large && !pushed && answer_buf.is_none() {
-        let started = by_cma.map(|c| (c, Instant::now()));
+    // A write sent alone that would go through the target (a shorter one, or a large one to a
+    // free target) goes by our own CMA write instead where that measured faster
+    // (`smr_core::endpoint::lone_write`): alone, it pays the whole latency of the ordinary way.
+    let lone = match op {
+        Op::Write { data: None, .. }
+            if len > crate::getinfo::INJECT_SIZE
+                && (!large || pushed)
+                && !more(&a)
+                && after_poll
+                && ep.tx_ops.is_empty()
+                && ep.rma.untracked == 0 =>
+        {
+            ep.rma.lone_writes.teach(engine);
+            engine.peer_mr(peer, a.key).and_then(|_| engine.choose_lone_write(len))
+        }
+        _ => None,
+    };
+    let lone_started = lone.map(|_| Instant::now());
+    let lone_by_cma = lone.filter(|c| c.via == Via::Cma);
+    let pushed = pushed && lone_by_cma.is_none();
+    if (large && !pushed && answer_buf.is_none()) || lone_by_cma.is_some() {
+        let started = by_cma.map(|c| (c, Instant::now())).or(lone_by_cma.zip(lone_started));
         if let Some((kind, flags)) = copy_published(engine, peer, &a, &op) {
             if let Some((c, t)) = started {
-                engine.learn_read(c, len, t.elapsed().as_nanos() as u64);
+                let ns = t.elapsed().as_nanos() as u64;
+                if by_cma.is_some() {
+                    engine.learn_read(c, len, ns);
+                } else {
+                    engine.learn_lone_write(c, len, ns);
+                }
             }
             let tx = TxOp::new(a.ctx, flags, wanted, kind);
             ep.rma.issued += 1;
@@ -204,7 +233,11 @@ pub fn start_inline(st: &mut DomainState, id: usize, a: OneSided, op: Op) -> FiR
         }
         (Payload::Own(bytes), None) => engine.send(peer, hdr, LocalIov::owned(bytes.into_vec()), opts),
     };
-    launched(ep, cqs, cntrs, &a, sent, acked, tx, reply_to, cookie)
+    let result = launched(ep, cqs, cntrs, &a, sent, acked, tx, reply_to, cookie);
+    if let (Some(c), Some(t)) = (lone.filter(|c| c.via == Via::Sar && ep.tx_ops.contains(slot)), lone_started) {
+        ep.rma.lone_writes.time(slot, c, len, t);
+    }
+    result
 }
 
 /// The header and transmit record of a write of `len` bytes, with remote CQ data `data`.

@@ -139,6 +139,7 @@ use std::collections::VecDeque;
 mod answers;
 #[cfg(test)]
 mod hostile;
+pub mod lone;
 mod target;
 mod wire;
 pub use answers::*;
@@ -271,6 +272,8 @@ pub struct RmaState {
     /// Acknowledged operations in flight without a transmit record (`COOKIE_UNTRACKED`): they
     /// count against the transmit queue's size and hold back a fenced operation as records do.
     pub untracked: usize,
+    /// Writes sent alone, timed for the engine's choice of way (`lone.rs`).
+    pub lone_writes: lone::LoneWrites,
     /// Per engine peer: whether it is this endpoint itself (`loopback`).
     loopback: Vec<Option<bool>>,
     /// `issued` at the last progress pass (`issued_since_last_poll`).
@@ -522,6 +525,11 @@ impl RmaState {
     pub(crate) fn await_reply(&mut self, slot: usize, reply: Reply) {
         let Reply { op_id, local, want, write_back } = reply;
         self.pending.insert(op_id, Pending::new(slot, local, want, write_back));
+    }
+
+    /// Nothing was started since the last progress pass (`issued_since_last_poll`).
+    pub fn nothing_issued_since_poll(&self) -> bool {
+        self.issued == self.issued_seen
     }
 
     /// Whether the application started a one-sided operation since the last call (once per

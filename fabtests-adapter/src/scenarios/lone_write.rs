@@ -1,0 +1,128 @@
+//! Writes sent alone into a target that polls: where the target published the registration,
+//! rshm chooses by measurement between its ordinary way through the target (SAR, the target
+//! copying) and its own `process_vm_writev`, and switches between them as it learns and
+//! rechecks. Whichever way each write goes, the bytes must land in order, at the right offsets
+//! and nowhere else; a wrong key, a range past the registration's end or a read-only
+//! registration must fail with the target untouched; every write into a registration bound to a
+//! FI_REMOTE_WRITE counter (never published) is counted. Bursts of writes in flight together
+//! (the ordinary way) are mixed in. Rank 0 writes, rank 1 is the target.
+
+use super::passive::{initiator_targets, must_fail, target_mrs};
+use super::rma_util::{must, Peer, Spec, Target, BASIC, MSG, REMOTE_READ, REMOTE_WRITE, RMA, SCALABLE};
+use super::{scn, Scenario};
+use crate::harness::{pattern, Rank, TResult};
+use crate::{bail, ensure};
+use std::time::Duration;
+
+pub fn scenarios() -> Vec<Scenario> {
+    let what = "fi_write of 4 KiB+1 to 40 KiB, each alone, into a target that polls: bytes in place at completion \
+                whichever way each goes, errors with the target untouched, counted writes";
+    vec![
+        scn("rma/scalable/lone_write", 2, 60, run::<SCALABLE>, what),
+        scn("rma/basic/lone_write", 2, 60, run::<BASIC>, what),
+    ]
+}
+
+const TARGET: usize = 1;
+const LEN: usize = 256 * 1024;
+/// Sizes of the writes, in turn: above the inject size (4 KiB), within one SAR segment and
+/// beyond, where the way is chosen.
+const SIZES: [usize; 8] = [4097, 5000, 8192, 12_345, 16_384, 16_385, 32_768, 40_000];
+const WRITES: usize = 160;
+/// Every `BURST_EVERY`-th write starts a burst of `BURST` writes in flight together.
+const BURST_EVERY: usize = 23;
+const BURST: usize = 4;
+/// Counted writes into the registration bound to a FI_REMOTE_WRITE counter.
+const COUNTED: u64 = 5;
+
+/// Write `i`: its offset and length (offsets overlap, so that the order counts).
+fn write_at(i: usize) -> (usize, usize) {
+    let len = SIZES[i % SIZES.len()];
+    let off = (i * 7919 + i * i * 13) % (LEN - len);
+    (off, len)
+}
+
+fn write_bytes(i: usize, len: usize) -> Vec<u8> {
+    pattern(0x10e + i as u64, len)
+}
+
+/// The written registration's memory after every write, applied in order.
+fn after_writes() -> Vec<u8> {
+    let mut m = pattern(0x10d, LEN);
+    for i in 0..WRITES {
+        let (off, len) = write_at(i);
+        m[off..off + len].copy_from_slice(&write_bytes(i, len));
+    }
+    m
+}
+
+fn run<const M: u8>(r: &mut Rank) -> TResult {
+    let mut p = Peer::open(r, &Spec::new(MSG | RMA, M))?;
+    p.exchange(r)?;
+    if r.rank == TARGET {
+        return target(&mut p, r);
+    }
+    let ([a, read_only, counted], wrong) = initiator_targets(&mut p, r, TARGET)?;
+    r.pmi.step("writes, each alone but for the bursts, while the target polls");
+    let mut i = 0;
+    while i < WRITES {
+        let n = if i % BURST_EVERY == BURST_EVERY - 1 { BURST.min(WRITES - i) } else { 1 };
+        let mut ids = Vec::new();
+        for k in i..i + n {
+            let (off, len) = write_at(k);
+            let what = format!("fi_write {k} of {len} B at {off}");
+            ids.push(must(&what, p.write(&what, write_bytes(k, len), a.at(off), None)?)?);
+        }
+        for id in ids {
+            p.wait_ok(id)?;
+        }
+        // Now and then one that must fail, or one into the counted registration, alone too.
+        let len = SIZES[i % SIZES.len()];
+        match i % 11 {
+            3 => write_fails(&mut p, a.at(LEN - len / 2), len, "a fi_write crossing the MR end")?,
+            6 => write_fails(&mut p, read_only, len, "a fi_write into a FI_REMOTE_READ-only MR")?,
+            9 => write_fails(&mut p, Target { key: wrong, ..a }, len, "a fi_write with a wrong key")?,
+            _ => {}
+        }
+        i += n;
+    }
+    for k in 0..COUNTED {
+        let len = SIZES[k as usize % SIZES.len()];
+        let what = format!("counted fi_write {k} of {len} B");
+        let id = must(&what, p.write(&what, pattern(0x20 + k, len), counted, None)?)?;
+        p.wait_ok(id)?;
+    }
+    p.barrier(r)?;
+    // The target compares its memory.
+    p.barrier(r)
+}
+
+fn target(p: &mut Peer, r: &mut Rank) -> TResult {
+    let regs: Vec<usize> = (0..3).map(|_| p.alloc(LEN)).collect();
+    p.region(regs[0]).write(0, &pattern(0x10d, LEN));
+    p.region(regs[1]).write(0, &pattern(0x10c, LEN));
+    let (_ma, c) = target_mrs(p, r, &regs, LEN, (REMOTE_READ, REMOTE_WRITE), 0x7B0)?;
+    // Polls (the barrier progresses) while the initiator writes.
+    p.barrier(r)?;
+    p.wait_cntr(c, COUNTED, "the FI_REMOTE_WRITE counter of the bound MR")?;
+    p.progress_for(Duration::from_millis(20))?;
+    ensure!(p.cntr(c).read() == COUNTED, "the FI_REMOTE_WRITE counter reads {}, expected {COUNTED}", p.cntr(c).read());
+    let last = SIZES[(COUNTED as usize - 1) % SIZES.len()];
+    same(&p.region(regs[2]).read(0, last), &pattern(0x20 + COUNTED - 1, last), "the counted MR")?;
+    same(&p.region(regs[1]).read(0, LEN), &pattern(0x10c, LEN), "the read-only MR")?;
+    same(&p.region(regs[0]).read(0, LEN), &after_writes(), "the written MR")?;
+    p.barrier(r)
+}
+
+/// Compare the target's memory with what it must hold.
+fn same(got: &[u8], want: &[u8], what: &str) -> TResult {
+    if let Some(i) = got.iter().zip(want).position(|(g, w)| g != w) {
+        bail!("{what}: byte {i} is {:#04x}, expected {:#04x}", got[i], want[i]);
+    }
+    Ok(())
+}
+
+fn write_fails(p: &mut Peer, t: Target, len: usize, what: &str) -> TResult {
+    let posted = p.write(what, pattern(0x30, len), t, None)?;
+    must_fail(p, posted, what)
+}
