@@ -8,7 +8,7 @@ mod completion;
 mod counters;
 mod errors;
 mod kill;
-mod lone_write;
+mod lone;
 mod multi;
 mod pair;
 mod passive;
@@ -54,7 +54,7 @@ pub fn all() -> Vec<Scenario> {
     v.extend(rma::scenarios());
     v.extend(passive::scenarios());
     v.extend(passive_write::scenarios());
-    v.extend(lone_write::scenarios());
+    v.extend(lone::scenarios());
     v.extend(atomic::scenarios());
     v.extend(access::scenarios());
     v.extend(all_memory::scenarios());

@@ -17,6 +17,7 @@ use crate::state::DomainState;
 use rshm_ffi as ffi;
 use slab::Slab;
 use smr_core::cmd::{RemoteIov, ANSWER_DATA_MAX};
+use smr_core::endpoint::lone::Lone;
 use smr_core::endpoint::measured::Via;
 use smr_core::endpoint::{PeerId, SendOpts, SendStatus};
 use smr_core::iov::{LocalIov, Ranges};
@@ -28,6 +29,12 @@ use std::time::Instant;
 /// 256 KiB-1 MiB ran 13.2-17.7 GB/s against 7.5-10.1 by the reader's CMA, but 2.2-4.9 against
 /// 5.2-9.5 at 16-32 KiB.
 const SPARE_PUSH_MIN: usize = 256 * 1024;
+
+/// Reads sent alone up to this size always take the target's answer: below it our CMA read's
+/// system call (0.87 us on the Intel host of 2026-12-01 whatever the size) cannot beat the
+/// answered read (0.6-1.1 us there at 8 B-1 KiB; SOS gets of 2 KiB 1.3 us), and a chooser's
+/// size class spanning 96 B to 16 KiB would mix costs that scale differently.
+const LONE_READ_MIN: usize = 2048;
 
 /// Start a one-sided operation on endpoint `id`.
 pub fn start(st: &mut DomainState, id: usize, a: OneSided, op: Op) -> FiResult<()> {
@@ -47,8 +54,8 @@ pub fn start_inline(st: &mut DomainState, id: usize, a: OneSided, op: Op) -> FiR
     let large = len >= large_min();
     // Nothing started since the application last polled (read before the pass below, which
     // is ours, not the application's): a write now is sent alone, unless others are in flight.
-    let after_poll =
-        matches!(op, Op::Write { .. }) && st.eps.get(id).is_some_and(|ep| ep.rma.nothing_issued_since_poll());
+    let after_poll = matches!(op, Op::Write { .. } | Op::Read { .. })
+        && st.eps.get(id).is_some_and(|ep| ep.rma.nothing_issued_since_poll());
     if large {
         // Serve what peers asked of us before we start a large operation of our own: a peer
         // that reads us while we read it (fi_rma_bw) then finds us progressing and has its
@@ -111,35 +118,33 @@ pub fn start_inline(st: &mut DomainState, id: usize, a: OneSided, op: Op) -> FiR
         && by_cma.is_none()
         && (if beyond_answers { progresses } else { engine.peer_is_free(peer) }
             || spare_read && engine.peer_has_spare_cpu(peer));
-    // A write sent alone that would go through the target (a shorter one, or a large one to a
-    // free target) goes by our own CMA write instead where that measured faster
-    // (`smr_core::endpoint::lone_write`): alone, it pays the whole latency of the ordinary way.
-    let lone = match op {
-        Op::Write { data: None, .. }
-            if len > crate::getinfo::INJECT_SIZE
-                && (!large || pushed)
-                && !more(&a)
-                && after_poll
-                && ep.tx_ops.is_empty()
-                && ep.rma.untracked == 0 =>
-        {
-            ep.rma.lone_writes.teach(engine);
-            engine.peer_mr(peer, a.key).and_then(|_| engine.choose_lone_write(len))
+    // A read or write sent alone that would go through the target (a write larger than an
+    // inject buffer, of any size to a free target; a read above `LONE_READ_MIN` answered in one
+    // trip) goes by our own CMA copy instead where that measured faster
+    // (`smr_core::endpoint::lone`): alone, it pays the whole latency of the ordinary way.
+    let lone_kind = match op {
+        Op::Write { data: None, .. } if len > crate::getinfo::INJECT_SIZE && (!large || pushed) => Some(Lone::Write),
+        Op::Read { .. } if len > LONE_READ_MIN && !large => Some(Lone::Read),
+        _ => None,
+    };
+    let lone = match lone_kind {
+        Some(kind) if !more(&a) && after_poll && ep.tx_ops.is_empty() && ep.rma.untracked == 0 => {
+            ep.rma.lone.teach(engine);
+            engine.peer_mr(peer, a.key).and_then(|_| engine.choose_lone(kind, len)).map(|c| (kind, c))
         }
         _ => None,
     };
     let lone_started = lone.map(|_| Instant::now());
-    let lone_by_cma = lone.filter(|c| c.via == Via::Cma);
+    let lone_by_cma = lone.filter(|(_, c)| c.via == Via::Cma);
     let pushed = pushed && lone_by_cma.is_none();
     if (large && !pushed && answer_buf.is_none()) || lone_by_cma.is_some() {
-        let started = by_cma.map(|c| (c, Instant::now())).or(lone_by_cma.zip(lone_started));
+        let started = by_cma.map(|c| (c, Instant::now())).or(lone_by_cma.map(|(_, c)| c).zip(lone_started));
         if let Some((kind, flags)) = copy_published(engine, peer, &a, &op) {
             if let Some((c, t)) = started {
                 let ns = t.elapsed().as_nanos() as u64;
-                if by_cma.is_some() {
-                    engine.learn_read(c, len, ns);
-                } else {
-                    engine.learn_lone_write(c, len, ns);
+                match lone_by_cma {
+                    Some((lone_kind, _)) => engine.learn_lone(lone_kind, c, len, ns),
+                    None => engine.learn_read(c, len, ns),
                 }
             }
             let tx = TxOp::new(a.ctx, flags, wanted, kind);
@@ -234,8 +239,10 @@ pub fn start_inline(st: &mut DomainState, id: usize, a: OneSided, op: Op) -> FiR
         (Payload::Own(bytes), None) => engine.send(peer, hdr, LocalIov::owned(bytes.into_vec()), opts),
     };
     let result = launched(ep, cqs, cntrs, &a, sent, acked, tx, reply_to, cookie);
-    if let (Some(c), Some(t)) = (lone.filter(|c| c.via == Via::Sar && ep.tx_ops.contains(slot)), lone_started) {
-        ep.rma.lone_writes.time(slot, c, len, t);
+    if let (Some((kind, c)), Some(t)) =
+        (lone.filter(|(_, c)| c.via == Via::Sar && ep.tx_ops.contains(slot)), lone_started)
+    {
+        ep.rma.lone.time(slot, kind, c, len, t);
     }
     result
 }
@@ -314,7 +321,8 @@ pub fn start_read(st: &mut DomainState, id: usize, a: OneSided, buf: usize, len:
     let general = |st: &mut DomainState, a: OneSided| {
         start_inline(st, id, a, Op::Read { local: crate::iov::one_range(buf, len) })
     };
-    if len > ANSWER_DATA_MAX && len > crate::params::config().read_one_trip_max {
+    // Above `LONE_READ_MIN` a read sent alone may be ours to make (`start_inline`).
+    if len > LONE_READ_MIN || (len > ANSWER_DATA_MAX && len > crate::params::config().read_one_trip_max) {
         return general(st, a);
     }
     let Start { ep, cqs, cntrs, peer, wanted } = begin(st, id, &a)?;

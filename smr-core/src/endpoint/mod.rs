@@ -11,7 +11,7 @@ mod answer;
 mod batch;
 mod cold;
 mod direct;
-mod lone_write;
+pub mod lone;
 pub mod measured;
 mod ok_run;
 mod peers;
@@ -400,8 +400,8 @@ pub struct Endpoint {
     chooser: measured::Chooser,
     /// What timed reads taught about answered reads against our CMA reads (`read_way.rs`).
     read_chooser: measured::Chooser,
-    /// Writes sent alone: ours by CMA or the ordinary way (`lone_write.rs`).
-    write_chooser: measured::Chooser,
+    /// Reads and writes sent alone: ours by CMA or the ordinary way (`lone.rs`), by `Lone`.
+    lone_choosers: [measured::Chooser; 2],
     /// Answered reads being timed, by message id: how they were chosen, and their length.
     timed_reads: crate::idmap::IdMap<u64, (measured::Choice, u64)>,
     /// Received messages whose tails their senders are writing (`split.rs`).
@@ -480,7 +480,7 @@ impl Endpoint {
             free_polls: 0,
             chooser: Default::default(),
             read_chooser: Default::default(),
-            write_chooser: Default::default(),
+            lone_choosers: Default::default(),
             timed_reads: Default::default(),
             splits: Vec::new(),
             #[cfg(test)]

@@ -280,8 +280,8 @@ pub struct RmaState {
     /// Acknowledged operations in flight without a transmit record (`COOKIE_UNTRACKED`): they
     /// count against the transmit queue's size and hold back a fenced operation as records do.
     pub untracked: usize,
-    /// Writes sent alone, timed for the engine's choice of way (`lone.rs`).
-    pub lone_writes: lone::LoneWrites,
+    /// Reads and writes sent alone, timed for the engine's choice of way (`lone.rs`).
+    pub lone: lone::LoneOps,
     /// Per engine peer: whether it is this endpoint itself (`loopback`).
     loopback: Vec<Option<bool>>,
     /// `issued` at the last progress pass (`issued_since_last_poll`).

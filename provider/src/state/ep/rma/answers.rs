@@ -96,7 +96,7 @@ pub fn answered(
     result: smr_core::Result<()>,
     sinks: &mut Sinks,
 ) {
-    rma.lone_writes.answered(slot, result.is_ok());
+    rma.lone.answered(slot, result.is_ok());
     let op_id = match tx_ops.get(slot).map(|op| op.returns) {
         Some(Returns::Reply(op_id)) => op_id,
         other => {

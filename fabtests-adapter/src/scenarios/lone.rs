@@ -1,25 +1,27 @@
-//! Writes sent alone into a target that polls: where the target published the registration,
-//! rshm chooses by measurement between its ordinary way through the target (SAR, the target
-//! copying) and its own `process_vm_writev`, and switches between them as it learns and
-//! rechecks. Whichever way each write goes, the bytes must land in order, at the right offsets
-//! and nowhere else; a wrong key, a range past the registration's end or a read-only
-//! registration must fail with the target untouched; every write into a registration bound to a
-//! FI_REMOTE_WRITE counter (never published) is counted. Bursts of writes in flight together
-//! (the ordinary way) are mixed in. Rank 0 writes, rank 1 is the target.
+//! Writes and reads sent alone to a target that polls: where the target published the
+//! registration, rshm chooses by measurement between its ordinary way through the target (SAR
+//! or an answer, the target copying) and its own `process_vm_writev`/`readv`, and switches
+//! between them as it learns (both ways, in turn, from the first operations) and rechecks.
+//! Whichever way each goes, written bytes must land in order, at the right offsets and nowhere
+//! else, and read bytes must be the target's, into the local buffer and nowhere else; a wrong
+//! key, a range past the registration's end or a read-only registration must fail with both
+//! sides untouched; every write into a registration bound to a FI_REMOTE_WRITE counter (never
+//! published) is counted. Bursts of writes in flight together (the ordinary way) are mixed in.
+//! Rank 0 writes and reads, rank 1 is the target.
 
 use super::passive::{initiator_targets, must_fail, target_mrs};
-use super::rma_util::{must, Peer, Spec, Target, BASIC, MSG, REMOTE_READ, REMOTE_WRITE, RMA, SCALABLE};
+use super::rma_util::{must, payload, Peer, Spec, Target, BASIC, MSG, REMOTE_READ, REMOTE_WRITE, RMA, SCALABLE};
 use super::{scn, Scenario};
 use crate::harness::{pattern, Rank, TResult};
 use crate::{bail, ensure};
 use std::time::Duration;
 
 pub fn scenarios() -> Vec<Scenario> {
-    let what = "fi_write of 4 KiB+1 to 40 KiB, each alone, into a target that polls: bytes in place at completion \
-                whichever way each goes, errors with the target untouched, counted writes";
+    let what = "fi_write of 4 KiB+1 to 40 KiB and fi_read of 2 KiB+1 to 16 KiB, each alone, with a target that polls: \
+                bytes in place at completion whichever way each goes, errors with both sides untouched, counted writes";
     vec![
-        scn("rma/scalable/lone_write", 2, 60, run::<SCALABLE>, what),
-        scn("rma/basic/lone_write", 2, 60, run::<BASIC>, what),
+        scn("rma/scalable/lone_ops", 2, 60, run::<SCALABLE>, what),
+        scn("rma/basic/lone_ops", 2, 60, run::<BASIC>, what),
     ]
 }
 
@@ -34,6 +36,9 @@ const BURST_EVERY: usize = 23;
 const BURST: usize = 4;
 /// Counted writes into the registration bound to a FI_REMOTE_WRITE counter.
 const COUNTED: u64 = 5;
+/// Sizes of the reads, in turn: above rshm's `LONE_READ_MIN` (2 KiB), up to its one-trip reads.
+const READ_SIZES: [usize; 6] = [2049, 3000, 4096, 8192, 12_345, 16_384];
+const READS: usize = 90;
 
 /// Write `i`: its offset and length (offsets overlap, so that the order counts).
 fn write_at(i: usize) -> (usize, usize) {
@@ -92,6 +97,22 @@ fn run<const M: u8>(r: &mut Rank) -> TResult {
         let id = must(&what, p.write(&what, pattern(0x20 + k, len), counted, None)?)?;
         p.wait_ok(id)?;
     }
+    r.pmi.step("reads, each alone, of the written MR");
+    let image = after_writes();
+    for i in 0..READS {
+        let len = READ_SIZES[i % READ_SIZES.len()];
+        let off = (i * 6151 + 17) % (LEN - len);
+        let what = format!("fi_read {i} of {len} B at {off}");
+        let id = must(&what, p.read(&what, len, a.at(off))?)?;
+        let d = p.wait_ok(id)?;
+        let got = payload(&what, &d.bufs[0], len)?;
+        same(got, &image[off..off + len], &what)?;
+        match i % 13 {
+            4 => read_fails(&mut p, a.at(LEN - len / 2), len, "a fi_read crossing the MR end")?,
+            10 => read_fails(&mut p, Target { key: wrong, ..a }, len, "a fi_read with a wrong key")?,
+            _ => {}
+        }
+    }
     p.barrier(r)?;
     // The target compares its memory.
     p.barrier(r)
@@ -124,5 +145,10 @@ fn same(got: &[u8], want: &[u8], what: &str) -> TResult {
 
 fn write_fails(p: &mut Peer, t: Target, len: usize, what: &str) -> TResult {
     let posted = p.write(what, pattern(0x30, len), t, None)?;
+    must_fail(p, posted, what)
+}
+
+fn read_fails(p: &mut Peer, t: Target, len: usize, what: &str) -> TResult {
+    let posted = p.read(what, len, t)?;
     must_fail(p, posted, what)
 }

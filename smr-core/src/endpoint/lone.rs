@@ -1,0 +1,47 @@
+//! Which way a read or write sent alone goes when the target published the registration: the
+//! ordinary way through the target (an answer into our buffer for a read; its SAR buffers or its
+//! CMA pull for a write), or one `process_vm_readv`/`process_vm_writev` of ours, complete when
+//! the call returns. Learnt from the operations themselves, one chooser for reads and one for
+//! writes.
+//!
+//! "Alone": nothing else of the initiator's outstanding, nothing started since the application
+//! last polled, and no FI_MORE, as an OpenSHMEM put or get followed by its wait, or a
+//! ping-pong. Streams keep the ordinary way, where both CPUs copy at once (`rma.rs` in the
+//! provider has the figures); an operation alone pays for the whole of that way's latency, two
+//! copies and a round trip, against one system call. Neither wins on every host: on the Intel
+//! host of 2026-12-01, in its slow state, a write of 8 KiB alone took 2.9-3.1 us through the
+//! target's SAR buffers and 1.2-1.3 by our own CMA write, where the system call costs 1.5-2 us on
+//! hosts before (docs/perf/protocols.md).
+//!
+//! Both ways are timed by the initiator, as latency (the operation is alone, so nothing else is
+//! in the span): our CMA copy around its call, the ordinary way from the start to its answer,
+//! which the provider reports once the answer came (`Via::Sar`). The read chooser of
+//! `read_way.rs` compares copying time instead, which is what streams of reads pay.
+
+use super::measured::Choice;
+use super::Endpoint;
+
+/// The two kinds of operation sent alone, each with a chooser of its own (their ways cost
+/// differently).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lone {
+    Read = 0,
+    Write = 1,
+}
+
+impl Endpoint {
+    /// How to make a `kind` of `len` bytes sent alone, on a registration the target published:
+    /// `Via::Cma` for ours, `Via::Sar` for the ordinary way. None when measuring is off (the
+    /// caller's fixed rule then: the ordinary way).
+    pub fn choose_lone(&mut self, kind: Lone, len: usize) -> Option<Choice> {
+        if !self.params.measure_protocol {
+            return None;
+        }
+        self.lone_choosers[kind as usize].choose(len as u64)
+    }
+
+    /// A `kind` of `len` bytes sent alone by `choice` took `ns`, start to completion.
+    pub fn learn_lone(&mut self, kind: Lone, choice: Choice, len: usize, ns: u64) {
+        self.lone_choosers[kind as usize].learn(choice, len as u64, ns);
+    }
+}
