@@ -118,12 +118,15 @@ pub fn start_inline(st: &mut DomainState, id: usize, a: OneSided, op: Op) -> FiR
         && by_cma.is_none()
         && (if beyond_answers { progresses } else { engine.peer_is_free(peer) }
             || spare_read && engine.peer_has_spare_cpu(peer));
-    // A read or write sent alone that would go through the target (a write larger than an
-    // inject buffer, of any size to a free target; a read above `LONE_READ_MIN` answered in one
-    // trip) goes by our own CMA copy instead where that measured faster
-    // (`smr_core::endpoint::lone`): alone, it pays the whole latency of the ordinary way.
+    // A read or write sent alone up to the one-trip size, which would go through the target (a
+    // write larger than an inject buffer, a read above `LONE_READ_MIN`), goes by our own CMA copy
+    // instead where that measured faster (`smr_core::endpoint::lone`): alone, it pays the whole
+    // latency of the ordinary way. Not a larger write to a free target, which the rule above
+    // pushes through SAR: alone and in turn with CMA writes while the chooser learnt, SAR writes
+    // of 256 KiB took 61-132 us, where in a row they take 10-13 (SOS puts, Intel host of
+    // 2026-12-01), so that the chooser kept CMA writes at 14-17.
     let lone_kind = match op {
-        Op::Write { data: None, .. } if len > crate::getinfo::INJECT_SIZE && (!large || pushed) => Some(Lone::Write),
+        Op::Write { data: None, .. } if len > crate::getinfo::INJECT_SIZE && !large => Some(Lone::Write),
         Op::Read { .. } if len > LONE_READ_MIN && !large => Some(Lone::Read),
         _ => None,
     };
@@ -136,7 +139,6 @@ pub fn start_inline(st: &mut DomainState, id: usize, a: OneSided, op: Op) -> FiR
     };
     let lone_started = lone.map(|_| Instant::now());
     let lone_by_cma = lone.filter(|(_, c)| c.via == Via::Cma);
-    let pushed = pushed && lone_by_cma.is_none();
     if (large && !pushed && answer_buf.is_none()) || lone_by_cma.is_some() {
         let started = by_cma.map(|c| (c, Instant::now())).or(lone_by_cma.map(|(_, c)| c).zip(lone_started));
         if let Some((kind, flags)) = copy_published(engine, peer, &a, &op) {

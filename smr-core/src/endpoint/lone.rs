@@ -17,6 +17,11 @@
 //! in the span): our CMA copy around its call, the ordinary way from the start to its answer,
 //! which the provider reports once the answer came (`Via::Sar`). The read chooser of
 //! `read_way.rs` compares copying time instead, which is what streams of reads pay.
+//!
+//! The ordinary way, timed in turn with CMA copies while a chooser learns, costs more than in a
+//! row (its buffers and the target's caches cold): SOS puts of 8 KiB 3.9-7 us against 2.9-3.1,
+//! of 256 KiB 61-132 us against 10-13. So the provider asks only up to its one-trip size (16
+//! KiB), where our copy wins by more than that.
 
 use super::measured::Choice;
 use super::Endpoint;
