@@ -10,10 +10,11 @@
 //! Rank 0 writes and reads, rank 1 is the target.
 
 use super::passive::{initiator_targets, must_fail, target_mrs};
+use super::passive_write::same;
 use super::rma_util::{must, payload, Peer, Spec, Target, BASIC, MSG, REMOTE_READ, REMOTE_WRITE, RMA, SCALABLE};
 use super::{scn, Scenario};
+use crate::ensure;
 use crate::harness::{pattern, Rank, TResult};
-use crate::{bail, ensure};
 use std::time::Duration;
 
 pub fn scenarios() -> Vec<Scenario> {
@@ -133,14 +134,6 @@ fn target(p: &mut Peer, r: &mut Rank) -> TResult {
     same(&p.region(regs[1]).read(0, LEN), &pattern(0x10c, LEN), "the read-only MR")?;
     same(&p.region(regs[0]).read(0, LEN), &after_writes(), "the written MR")?;
     p.barrier(r)
-}
-
-/// Compare the target's memory with what it must hold.
-fn same(got: &[u8], want: &[u8], what: &str) -> TResult {
-    if let Some(i) = got.iter().zip(want).position(|(g, w)| g != w) {
-        bail!("{what}: byte {i} is {:#04x}, expected {:#04x}", got[i], want[i]);
-    }
-    Ok(())
 }
 
 fn write_fails(p: &mut Peer, t: Target, len: usize, what: &str) -> TResult {

@@ -133,7 +133,7 @@ fn target(p: &mut Peer, r: &mut Rank) -> TResult {
 }
 
 /// Compare the target's memory with what it must hold.
-fn same(got: &[u8], want: &[u8], what: &str) -> TResult {
+pub fn same(got: &[u8], want: &[u8], what: &str) -> TResult {
     if let Some(i) = got.iter().zip(want).position(|(g, w)| g != w) {
         bail!("{what}: byte {i} is {:#04x}, expected {:#04x}", got[i], want[i]);
     }
