@@ -14,6 +14,7 @@ use super::passive_write::same;
 use super::rma_util::{must, payload, Peer, Spec, Target, BASIC, MSG, REMOTE_READ, REMOTE_WRITE, RMA, SCALABLE};
 use super::{scn, Scenario};
 use crate::ensure;
+use crate::fabric::ffi;
 use crate::harness::{pattern, Rank, TResult};
 use std::time::Duration;
 
@@ -69,6 +70,17 @@ fn run<const M: u8>(r: &mut Rank) -> TResult {
         return target(&mut p, r);
     }
     let ([a, read_only, counted], wrong) = initiator_targets(&mut p, r, TARGET)?;
+    r.pmi.step("a fi_writemsg with FI_INJECT larger than the inject size, alone");
+    // Refused before any way is chosen: a write the initiator could copy itself must not
+    // complete instead. The target's memory is compared with `after_writes` at the end.
+    let len = 8192;
+    let rma = [ffi::fi_rma_iov { addr: a.addr, len, key: a.key }];
+    let inject = (ffi::FI_INJECT | ffi::FI_DELIVERY_COMPLETE) as u64;
+    let posted = p.writemsg("fi_writemsg(FI_INJECT) of 8 KiB", vec![pattern(0x31, len)], a.dest, &rma, inject, 0)?;
+    ensure!(
+        posted == Err(-(ffi::FI_EMSGSIZE as i32)),
+        "fi_writemsg(FI_INJECT) of {len} B: {posted:?}, expected -FI_EMSGSIZE (the inject size is 4 KiB)"
+    );
     r.pmi.step("writes, each alone but for the bursts, while the target polls");
     let mut i = 0;
     while i < WRITES {

@@ -51,6 +51,10 @@ pub fn start_inline(st: &mut DomainState, id: usize, a: OneSided, op: Op) -> FiR
         Op::Read { local } | Op::Write { local, .. } => local.iter().map(|p| p.1).sum(),
         Op::Atomic { .. } => 0,
     };
+    // Checked before any way is chosen: a write ours to copy would otherwise complete.
+    if matches!(op, Op::Write { .. }) && a.flags & ffi::FI_INJECT as u64 != 0 && len > crate::getinfo::INJECT_SIZE {
+        return Err(FiError::MSGSIZE);
+    }
     let large = len >= large_min();
     // Nothing started since the application last polled (read before the pass below, which
     // is ours, not the application's): a write now is sent alone, unless others are in flight.
@@ -163,9 +167,6 @@ pub fn start_inline(st: &mut DomainState, id: usize, a: OneSided, op: Op) -> FiR
     let slot = ep.tx_ops.vacant_key();
     let (hdr, payload, tx, reply_to) = match op {
         Op::Write { local, data } => {
-            if a.flags & ffi::FI_INJECT as u64 != 0 && len > crate::getinfo::INJECT_SIZE {
-                return Err(FiError::MSGSIZE);
-            }
             let (hdr, tx) = write_request(&a, len, data, wanted);
             (hdr, Payload::App(local), tx, None)
         }
