@@ -42,11 +42,11 @@ impl Endpoint {
         if !self.params.measure_protocol {
             return None;
         }
-        self.lone_choosers[kind as usize].choose(len as u64)
+        self.lone_choosers.get_or_insert_with(Default::default)[kind as usize].choose(len as u64)
     }
 
     /// A `kind` of `len` bytes sent alone by `choice` took `ns`, start to completion.
     pub fn learn_lone(&mut self, kind: Lone, choice: Choice, len: usize, ns: u64) {
-        self.lone_choosers[kind as usize].learn(choice, len as u64, ns);
+        self.lone_choosers.get_or_insert_with(Default::default)[kind as usize].learn(choice, len as u64, ns);
     }
 }

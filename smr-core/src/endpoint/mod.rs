@@ -401,7 +401,9 @@ pub struct Endpoint {
     /// What timed reads taught about answered reads against our CMA reads (`read_way.rs`).
     read_chooser: measured::Chooser,
     /// Reads and writes sent alone: ours by CMA or the ordinary way (`lone.rs`), by `Lone`.
-    lone_choosers: [measured::Chooser; 2],
+    /// Made at the first such operation: 3 KiB that an endpoint without one-sided traffic does
+    /// not carry (its private memory counts against the 4 MiB per endpoint, `ep_memory`).
+    lone_choosers: Option<Box<[measured::Chooser; 2]>>,
     /// Answered reads being timed, by message id: how they were chosen, and their length.
     timed_reads: crate::idmap::IdMap<u64, (measured::Choice, u64)>,
     /// Received messages whose tails their senders are writing (`split.rs`).
