@@ -56,10 +56,6 @@ pub fn start_inline(st: &mut DomainState, id: usize, a: OneSided, op: Op) -> FiR
         return Err(FiError::MSGSIZE);
     }
     let large = len >= large_min();
-    // Nothing started since the application last polled (read before the pass below, which
-    // is ours, not the application's): a write now is sent alone, unless others are in flight.
-    let after_poll = matches!(op, Op::Write { .. } | Op::Read { .. })
-        && st.eps.get(id).is_some_and(|ep| ep.rma.nothing_issued_since_poll());
     if large {
         // Serve what peers asked of us before we start a large operation of our own: a peer
         // that reads us while we read it (fi_rma_bw) then finds us progressing and has its
@@ -134,24 +130,28 @@ pub fn start_inline(st: &mut DomainState, id: usize, a: OneSided, op: Op) -> FiR
         Op::Read { .. } if len > LONE_READ_MIN && !large => Some(Lone::Read),
         _ => None,
     };
+    // Alone: nothing outstanding (`tx_outstanding`, by its fields while the engine is borrowed),
+    // and nothing started since the application last polled (no pass of our own ran in between:
+    // that one is for large operations only).
     let lone = match lone_kind {
-        Some(kind) if !more(&a) && after_poll && ep.tx_ops.is_empty() && ep.rma.untracked == 0 => {
+        Some(kind)
+            if !more(&a) && ep.tx_ops.is_empty() && ep.rma.untracked == 0 && ep.rma.nothing_issued_since_poll() =>
+        {
             ep.rma.lone.teach(engine);
             engine.peer_mr(peer, a.key).and_then(|_| engine.choose_lone(kind, len)).map(|c| (kind, c))
         }
         _ => None,
     };
-    let lone_started = lone.map(|_| Instant::now());
+    // The clock of a timed choice: a large read's (`by_cma`) or one alone's, either way.
+    let started = (by_cma.is_some() || lone.is_some()).then(Instant::now);
     let lone_by_cma = lone.filter(|(_, c)| c.via == Via::Cma);
     if (large && !pushed && answer_buf.is_none()) || lone_by_cma.is_some() {
-        let started = by_cma.map(|c| (c, Instant::now())).or(lone_by_cma.map(|(_, c)| c).zip(lone_started));
         if let Some((kind, flags)) = copy_published(engine, peer, &a, &op) {
-            if let Some((c, t)) = started {
-                let ns = t.elapsed().as_nanos() as u64;
-                match lone_by_cma {
-                    Some((lone_kind, _)) => engine.learn_lone(lone_kind, c, len, ns),
-                    None => engine.learn_read(c, len, ns),
-                }
+            let ns = || started.map_or(0, |t| t.elapsed().as_nanos() as u64);
+            match (lone_by_cma, by_cma) {
+                (Some((lone_kind, c)), _) => engine.learn_lone(lone_kind, c, len, ns()),
+                (None, Some(c)) => engine.learn_read(c, len, ns()),
+                (None, None) => {}
             }
             let tx = TxOp::new(a.ctx, flags, wanted, kind);
             ep.rma.issued += 1;
@@ -242,9 +242,7 @@ pub fn start_inline(st: &mut DomainState, id: usize, a: OneSided, op: Op) -> FiR
         (Payload::Own(bytes), None) => engine.send(peer, hdr, LocalIov::owned(bytes.into_vec()), opts),
     };
     let result = launched(ep, cqs, cntrs, &a, sent, acked, tx, reply_to, cookie);
-    if let (Some((kind, c)), Some(t)) =
-        (lone.filter(|(_, c)| c.via == Via::Sar && ep.tx_ops.contains(slot)), lone_started)
-    {
+    if let (Some((kind, c)), Some(t)) = (lone.filter(|(_, c)| c.via == Via::Sar && ep.tx_ops.contains(slot)), started) {
         ep.rma.lone.time(slot, kind, c, len, t);
     }
     result

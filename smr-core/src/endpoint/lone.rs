@@ -23,7 +23,7 @@
 //! of 256 KiB 61-132 us against 10-13. So the provider asks only up to its one-trip size (16
 //! KiB), where our copy wins by more than that.
 
-use super::measured::Choice;
+use super::measured::{Choice, Chooser};
 use super::Endpoint;
 
 /// The two kinds of operation sent alone, each with a chooser of its own (their ways cost
@@ -42,11 +42,16 @@ impl Endpoint {
         if !self.params.measure_protocol {
             return None;
         }
-        self.lone_choosers.get_or_insert_with(Default::default)[kind as usize].choose(len as u64)
+        self.lone_chooser(kind).choose(len as u64)
     }
 
     /// A `kind` of `len` bytes sent alone by `choice` took `ns`, start to completion.
     pub fn learn_lone(&mut self, kind: Lone, choice: Choice, len: usize, ns: u64) {
-        self.lone_choosers.get_or_insert_with(Default::default)[kind as usize].learn(choice, len as u64, ns);
+        self.lone_chooser(kind).learn(choice, len as u64, ns);
+    }
+
+    /// The chooser of `kind`, made at the first operation alone.
+    fn lone_chooser(&mut self, kind: Lone) -> &mut Chooser {
+        &mut self.lone_choosers.get_or_insert_with(Default::default)[kind as usize]
     }
 }
