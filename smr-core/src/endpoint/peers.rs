@@ -83,11 +83,12 @@ pub(super) struct InPeer {
 }
 
 /// Senders by source id (their index in our peer table): a dense table, so the per-message
-/// lookup is an index, not a hash. Its entries are boxed: a sender's id is where its name hashes
-/// to in our table (`claim_slot`), anywhere up to `max_peers`, so the table grows to about that
-/// length with the first sender, and of whole entries (about 330 bytes each) it took 330 KiB of
-/// private memory per endpoint; of boxes, 8 KiB. What the per-message path reads, the sender's
-/// incarnation, is kept beside them (`gens`, 8 KiB more), so that path loads no box.
+/// lookup is an index, not a hash. Its entries are boxed: a sender's id is the first free entry
+/// from where its name hashes to in our table (`claim_slot`), once anywhere up to `max_peers`,
+/// so the table grew to about that length with the first sender, and of whole entries (about
+/// 330 bytes each) it took 330 KiB of private memory per endpoint; of boxes, 8 KiB (now the
+/// hash picks among the first 64 entries). What the per-message path reads, the sender's
+/// incarnation, is kept beside them (`gens`), so that path loads no box.
 #[derive(Default)]
 pub(super) struct SrcTable {
     slots: Vec<Option<Box<InPeer>>>,
@@ -662,12 +663,22 @@ fn claimant_gone(state: u64) -> bool {
     who.pid_is_ours() && crate::liveness::pid_gone(who.pid)
 }
 
+/// Where in a peer's table a sender's search for an entry starts: its name's hash among the
+/// first `CLAIM_START_WINDOW` entries, so that senders starting together rarely contend for one
+/// entry, and a sender that claims again finds its own entry first. Not across the whole table:
+/// a sender's id (its entry) is the length of the receiver's tables indexed by it (`SrcTable`,
+/// the source cache, `handled`), and where its name hashed to anywhere up to `max_peers` (1,024),
+/// each receiver's private memory varied by up to 48 KiB with the hash of the names of its
+/// senders (ep_memory: 41-94 KiB per endpoint between identical runs).
+const CLAIM_START_WINDOW: usize = 64;
+
 /// Claim an entry in the peer's table: a free one, or one whose claimant died (after it
 /// filled the entry, or while it was claiming it).
 fn claim_slot(region: &Region, name: &str, me: ProcessIdentity, incarnation: u64) -> Result<u32> {
     let slots = region.peer_slots();
     let n = slots.len();
-    let start = name.bytes().fold(0usize, |h, b| h.wrapping_mul(31).wrapping_add(b as usize)) % n;
+    let hash = name.bytes().fold(0usize, |h, b| h.wrapping_mul(31).wrapping_add(b as usize));
+    let start = hash % n.min(CLAIM_START_WINDOW);
     for i in (0..n).map(|k| (start + k) % n) {
         let slot = &slots[i];
         let state = slot.state.load(Ordering::Acquire);
