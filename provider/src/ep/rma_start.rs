@@ -36,6 +36,14 @@ const SPARE_PUSH_MIN: usize = 256 * 1024;
 /// size class spanning 96 B to 16 KiB would mix costs that scale differently.
 const LONE_READ_MIN: usize = 2048;
 
+/// Writes sent alone up to this size may be ours to copy (`start_inline`). Above the one-trip
+/// size a write to a free target is otherwise pushed through its SAR buffers, two copies in turn
+/// for a write that fits one buffer: SOS puts alone, alternated on the Intel host of 2026-12-02,
+/// took 5.1-6.1 us that way at 32 KiB against 3.5-3.6 by our CMA write (the C shm 3.7-5.5), and
+/// 5.5-7.3 against 4.7-5.5 at 64 KiB; at 128 KiB the two ways tied (7.5-9.4 us), and from
+/// 256 KiB, where SAR pipelines, it won (11.7-13.8 against 14.4-17).
+const LONE_WRITE_MAX: usize = 64 * 1024;
+
 /// Start a one-sided operation on endpoint `id`.
 pub fn start(st: &mut DomainState, id: usize, a: OneSided, op: Op) -> FiResult<()> {
     start_inline(st, id, a, op)
@@ -56,6 +64,16 @@ pub fn start_inline(st: &mut DomainState, id: usize, a: OneSided, op: Op) -> FiR
         return Err(FiError::MSGSIZE);
     }
     let large = len >= large_min();
+    // The operations that may go by our own CMA copy when sent alone (below).
+    let lone_kind = match op {
+        Op::Write { data: None, .. } if len > crate::getinfo::INJECT_SIZE && len <= LONE_WRITE_MAX => Some(Lone::Write),
+        Op::Read { .. } if len > LONE_READ_MIN && !large => Some(Lone::Read),
+        _ => None,
+    };
+    // Whether nothing was started since the application last polled, read before the pass
+    // below, which counts as a poll: only a lone write can be large.
+    let polled_before =
+        !(large && lone_kind.is_some()) || st.eps.get(id).is_some_and(|e| e.rma.nothing_issued_since_poll());
     if large {
         // Serve what peers asked of us before we start a large operation of our own: a peer
         // that reads us while we read it (fi_rma_bw) then finds us progressing and has its
@@ -118,24 +136,23 @@ pub fn start_inline(st: &mut DomainState, id: usize, a: OneSided, op: Op) -> FiR
         && by_cma.is_none()
         && (if beyond_answers { progresses } else { engine.peer_is_free(peer) }
             || spare_read && engine.peer_has_spare_cpu(peer));
-    // A read or write sent alone up to the one-trip size, which would go through the target (a
-    // write larger than an inject buffer, a read above `LONE_READ_MIN`), goes by our own CMA copy
-    // instead where that measured faster (`smr_core::endpoint::lone`): alone, it pays the whole
-    // latency of the ordinary way. Not a larger write to a free target, which the rule above
-    // pushes through SAR: alone and in turn with CMA writes while the chooser learnt, SAR writes
-    // of 256 KiB took 61-132 us, where in a row they take 10-13 (SOS puts, Intel host of
-    // 2026-12-01), so that the chooser kept CMA writes at 14-17.
-    let lone_kind = match op {
-        Op::Write { data: None, .. } if len > crate::getinfo::INJECT_SIZE && !large => Some(Lone::Write),
-        Op::Read { .. } if len > LONE_READ_MIN && !large => Some(Lone::Read),
-        _ => None,
-    };
+    // A read or write sent alone, which would go through the target (a write larger than an
+    // inject buffer, up to `LONE_WRITE_MAX`; a read above `LONE_READ_MIN`, up to the one-trip
+    // size), goes by our own CMA copy instead where that measured faster
+    // (`smr_core::endpoint::lone`): alone, it pays the whole latency of the ordinary way. Not a
+    // larger write to a free target, which the rule above pushes through SAR: alone and in turn
+    // with CMA writes while the chooser learnt, SAR writes of 256 KiB took 61-132 us, where in a
+    // row they take 10-13 (SOS puts, Intel host of 2026-12-01), so that the chooser kept CMA
+    // writes at 14-17.
     // Alone: nothing outstanding (`tx_outstanding`, by its fields while the engine is borrowed),
-    // and nothing started since the application last polled (no pass of our own ran in between:
-    // that one is for large operations only).
+    // and nothing started since the application last polled.
     let lone = match lone_kind {
         Some(kind)
-            if !more(&a) && ep.tx_ops.is_empty() && ep.rma.untracked == 0 && ep.rma.nothing_issued_since_poll() =>
+            if polled_before
+                && !more(&a)
+                && ep.tx_ops.is_empty()
+                && ep.rma.untracked == 0
+                && ep.rma.nothing_issued_since_poll() =>
         {
             ep.rma.lone.teach(engine);
             engine.peer_mr(peer, a.key).and_then(|_| engine.choose_lone(kind, len)).map(|c| (kind, c))
