@@ -19,7 +19,7 @@ use crate::harness::{pattern, Rank, TResult};
 use std::time::Duration;
 
 pub fn scenarios() -> Vec<Scenario> {
-    let what = "fi_write of 4 KiB+1 to 40 KiB and fi_read of 2 KiB+1 to 16 KiB, each alone, with a target that polls: \
+    let what = "fi_write of 4 KiB+1 to 72 KiB and fi_read of 2 KiB+1 to 16 KiB, each alone, with a target that polls: \
                 bytes in place at completion whichever way each goes, errors with both sides untouched, counted writes";
     vec![
         scn("rma/scalable/lone_ops", 2, 60, run::<SCALABLE>, what),
@@ -30,9 +30,9 @@ pub fn scenarios() -> Vec<Scenario> {
 const TARGET: usize = 1;
 const LEN: usize = 256 * 1024;
 /// Sizes of the writes, in turn: above the inject size (4 KiB), within one SAR segment and
-/// beyond, where the way is chosen.
-const SIZES: [usize; 8] = [4097, 5000, 8192, 12_345, 16_384, 16_385, 32_768, 40_000];
-const WRITES: usize = 160;
+/// beyond, where the way is chosen, and across rshm's `LONE_WRITE_MAX` (64 KiB).
+const SIZES: [usize; 11] = [4097, 5000, 8192, 12_345, 16_384, 16_385, 32_768, 40_000, 65_536, 65_537, 72_000];
+const WRITES: usize = 176;
 /// Every `BURST_EVERY`-th write starts a burst of `BURST` writes in flight together.
 const BURST_EVERY: usize = 23;
 const BURST: usize = 4;

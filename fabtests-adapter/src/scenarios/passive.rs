@@ -3,8 +3,10 @@
 //! around them: fresh data after the target rewrites its memory, errors for reads outside a
 //! registration, from a write-only one or with a wrong key, every read counted on a registration
 //! bound to a FI_REMOTE_READ counter, and an error, not stale bytes, after the target closes the
-//! registration. Rank 0 reads, rank 1 is the target. Reads are larger than rshm's one-trip size
-//! (16 KiB), where it reads on its own.
+//! registration. Rank 0 reads, rank 1 is the target. Reads of 20 KiB and more, larger than
+//! rshm's one-trip size (16 KiB), and reads of 2 KiB+1 to 16 KiB, enough of them that rshm's
+//! chooser of reads sent alone picks the target's answer for some (`smr_core::endpoint::lone`):
+//! a target that does not progress gets ours.
 
 use super::rma_util::{
     must, payload, MrInfo, Peer, Spec, Target, BASIC, MSG, REMOTE_READ, REMOTE_WRITE, RMA, SCALABLE,
@@ -22,14 +24,14 @@ pub fn scenarios() -> Vec<Scenario> {
             2,
             60,
             run::<SCALABLE>,
-            "fi_read of 20 KiB-1 MiB from a target that sleeps without progress: data, fresh data after a rewrite, errors, counted reads, closed MR",
+            "fi_read of 2 KiB+1-1 MiB from a target that sleeps without progress: data, fresh data after a rewrite, errors, counted reads, closed MR",
         ),
         scn(
             "rma/basic/passive_read",
             2,
             60,
             run::<BASIC>,
-            "fi_read of 20 KiB-1 MiB from a target that sleeps without progress: data, fresh data after a rewrite, errors, counted reads, closed MR",
+            "fi_read of 2 KiB+1-1 MiB from a target that sleeps without progress: data, fresh data after a rewrite, errors, counted reads, closed MR",
         ),
     ]
 }
@@ -39,7 +41,18 @@ const LEN: usize = 1 << 20;
 /// How long the target sleeps without progress while the initiator reads.
 const ASLEEP: Duration = Duration::from_millis(1500);
 /// Reads from the sleeping target, by (offset, length).
-const READS: [(usize, usize); 4] = [(0, 20_000), (1000, 65_536), (4096 * 3 + 7, 300_001), (0, LEN)];
+const READS: [(usize, usize); 10] = [
+    (0, 20_000),
+    (1000, 65_536),
+    (4096 * 3 + 7, 300_001),
+    (0, LEN),
+    (7, 2049),
+    (5000, 4096),
+    (70_000, 8192),
+    (100, 12_345),
+    (200_000, 16_384),
+    (LEN - 3000, 3000),
+];
 
 fn contents(round: u64) -> Vec<u8> {
     pattern(0x9A55 + round, LEN)

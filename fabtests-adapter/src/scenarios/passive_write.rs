@@ -6,7 +6,9 @@
 //! read-only one or with a wrong key fails with the target untouched; every write into a
 //! registration bound to a FI_REMOTE_WRITE counter is counted; a write after the target closed
 //! the registration fails and leaves the memory alone. Rank 0 writes, rank 1 is the target.
-//! Writes are larger than rshm's one-trip size (16 KiB), where it writes on its own.
+//! Writes of 20 KiB and more, larger than rshm's one-trip size (16 KiB), and writes of 4 KiB+1
+//! to 16 KiB, enough of them that rshm's chooser of writes sent alone picks the way through the
+//! target for some (`smr_core::endpoint::lone`): a target that does not progress gets ours.
 
 use super::passive::{cma_permitted, initiator_targets, must_fail, target_mrs};
 use super::rma_util::{must, Peer, Spec, Target, BASIC, MSG, REMOTE_READ, REMOTE_WRITE, RMA, SCALABLE};
@@ -16,7 +18,7 @@ use crate::{bail, ensure};
 use std::time::{Duration, Instant};
 
 pub fn scenarios() -> Vec<Scenario> {
-    let what = "fi_write of 20 KiB-300 KiB into a target that sleeps without progress: bytes in place at completion, \
+    let what = "fi_write of 4 KiB+1-300 KiB into a target that sleeps without progress: bytes in place at completion, \
                 errors with the target untouched, counted writes, closed MR";
     vec![
         scn("rma/scalable/passive_write", 2, 60, run::<SCALABLE>, what),
@@ -29,7 +31,18 @@ const LEN: usize = 1 << 20;
 /// How long the target sleeps without progress while the initiator writes.
 const ASLEEP: Duration = Duration::from_millis(1500);
 /// Writes into the sleeping target, by (offset, length): overlapping, so that the order counts.
-const WRITES: [(usize, usize); 4] = [(0, 20_000), (1000, 65_536), (4096 * 3 + 7, 300_001), (LEN - 65_536, 65_536)];
+const WRITES: [(usize, usize); 10] = [
+    (0, 20_000),
+    (1000, 65_536),
+    (4096 * 3 + 7, 300_001),
+    (LEN - 65_536, 65_536),
+    (7, 4097),
+    (LEN / 2 + 5, 8192),
+    (LEN / 2 + 4000, 12_345),
+    (70_000, 16_384),
+    (LEN - 6000, 6000),
+    (LEN / 3, 9999),
+];
 /// Length of the writes that must fail and of the counted ones.
 const SMALL: usize = 65_536;
 

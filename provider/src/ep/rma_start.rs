@@ -159,10 +159,29 @@ pub fn start_inline(st: &mut DomainState, id: usize, a: OneSided, op: Op) -> FiR
         }
         _ => None,
     };
+    let lone_by_cma = lone.filter(|(_, c)| c.via == Via::Cma);
+    // Up to the one-trip size, a read or write of those kinds that is not going by our copy (not
+    // alone, or alone with the ordinary way chosen) still does, where the target published the
+    // registration, as larger ones to a target that is not free do:
+    // - to a target that does not progress (it computes or sleeps): the ordinary way would wait
+    //   for it, our copy needs nothing of it;
+    // - a write to a target busy with operations of its own, where writes of the size sent alone
+    //   settled on our copy (the system call is cheap on this host). fi_rma_bw's two-way writes
+    //   of 6-16 KiB, Intel host of 2026-12-02: 2.7-6.0 GB/s against 2.6-6.3 through the target's
+    //   SAR buffers, where each side also copies the other's writes out (8 and 12 KiB: 2.9-5.2
+    //   against 2.6-3.9; the C shm 2.5-6.6). Not to a target that serves only us: a stream of
+    //   writes (`write_bw`) took 2.0-2.4 us a write of 8 KiB by our copy against 0.7-1.3 through
+    //   SAR, both CPUs copying.
+    let ours_anyway = lone_kind.is_some()
+        && lone_by_cma.is_none()
+        && !large
+        && (lone_kind == Some(Lone::Write)
+            && engine.peer_busy_with_own(peer)
+            && engine.lone_settled_on_cma(Lone::Write, len)
+            || !engine.peer_progresses(peer));
     // The clock of a timed choice: a large read's (`by_cma`) or one alone's, either way.
     let started = (by_cma.is_some() || lone.is_some()).then(Instant::now);
-    let lone_by_cma = lone.filter(|(_, c)| c.via == Via::Cma);
-    if (large && !pushed && answer_buf.is_none()) || lone_by_cma.is_some() {
+    if (large && !pushed && answer_buf.is_none()) || lone_by_cma.is_some() || ours_anyway {
         if let Some((kind, flags)) = copy_published(engine, peer, &a, &op) {
             let ns = || started.map_or(0, |t| t.elapsed().as_nanos() as u64);
             match (lone_by_cma, by_cma) {

@@ -97,6 +97,25 @@ impl Endpoint {
         self.owner_moves(peer, Beat::Any)
     }
 
+    /// Whether `peer`'s owner, when last seen progressing, progressed only with operations of
+    /// its own outstanding: since an earlier look it called progress (its count of every call
+    /// moved) but never free (its count of free calls did not). Then it is busy with work of
+    /// its own, as each side of fi_rma_bw is, and copying for us costs it a share of a CPU it
+    /// uses; an owner serving only us makes free calls. A look that sees neither count move
+    /// (an owner in a long call, copying a burst of ours out; or one posting its own burst)
+    /// keeps what the last one said. No watching: two loads of the owner's line. False for a
+    /// peer we cannot reach yet.
+    pub fn peer_busy_with_own(&mut self, peer: PeerId) -> bool {
+        let Ok(link) = self.link(peer) else { return false };
+        let owner = link.region.beat();
+        let now = [owner.polls.load(Ordering::Relaxed), owner.free_polls.load(Ordering::Relaxed)];
+        let last = std::mem::replace(&mut link.seen_own, now);
+        if now[0] != last[0] {
+            link.busy_own = now[1] == last[1];
+        }
+        link.busy_own
+    }
+
     /// Whether the owner's count `which` moves: since a look a moment ago, or while we watch
     /// for a microsecond; for `Beat::Any`, also within `POLLING_NOW` before this look.
     fn owner_moves(&mut self, peer: PeerId, which: Beat) -> bool {

@@ -24,7 +24,7 @@
 //! than that: reads up to its one-trip size (16 KiB), writes up to 64 KiB (SOS puts of 32 KiB
 //! alone 3.5 us against 5.1-6.1 pushed through SAR, of 128 KiB a tie).
 
-use super::measured::{Choice, Chooser};
+use super::measured::{Choice, Chooser, Via};
 use super::Endpoint;
 
 /// The two kinds of operation sent alone, each with a chooser of its own (their ways cost
@@ -49,6 +49,13 @@ impl Endpoint {
     /// A `kind` of `len` bytes sent alone by `choice` took `ns`, start to completion.
     pub fn learn_lone(&mut self, kind: Lone, choice: Choice, len: usize, ns: u64) {
         self.lone_chooser(kind).learn(choice, len as u64, ns);
+    }
+
+    /// Whether the operations of `kind` and `len` bytes sent alone settled on our own CMA copy
+    /// (`Chooser::settled_on`): what others of that kind may follow, untimed (writes to a target
+    /// busy with its own operations). False before any was sent alone.
+    pub fn lone_settled_on_cma(&self, kind: Lone, len: usize) -> bool {
+        self.lone_choosers.as_ref().is_some_and(|c| c[kind as usize].settled_on(Via::Cma, len as u64))
     }
 
     /// The chooser of `kind`, made at the first operation alone.

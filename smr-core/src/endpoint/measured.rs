@@ -204,6 +204,15 @@ impl Chooser {
         Some(Choice { via, class, counts })
     }
 
+    /// Whether the figures learnt so far (both protocols timed `LEARN` times or more) put `via`
+    /// first for messages of `len` bytes: for a caller that follows the choice without making
+    /// one of its own to time. Changes nothing.
+    pub fn settled_on(&self, via: Via, len: u64) -> bool {
+        let c = &self.classes[class_of(len)];
+        let cma_first = c.cma.median <= c.sar.median;
+        c.sar.answers >= LEARN && c.cma.answers >= LEARN && cma_first == (via == Via::Cma)
+    }
+
     /// A receiver's time for a message sent by `choice`: `ns` for `len` bytes (0: not timed).
     pub fn learn(&mut self, choice: Choice, len: u64, ns: u64) {
         if ns == 0 || len == 0 || !choice.counts {
@@ -327,6 +336,22 @@ mod tests {
         assert!(sar > RECHECK_MOST as usize, "sar {sar} cma {cma}");
         // SAR is the choice again: at most one recheck run of CMA among the next 20.
         assert!(run(&mut ch, 64 * 1024, 20, 50, 100).0 >= 20 - RUN as usize);
+    }
+
+    /// `settled_on` says nothing while a class learns, then follows the figures, per class.
+    #[test]
+    fn settled_only_once_both_are_learnt_and_on_the_faster() {
+        let mut ch = Chooser::default();
+        assert!(!ch.settled_on(Via::Cma, MIB) && !ch.settled_on(Via::Sar, MIB), "nothing learnt");
+        // One run of each: CMA's first two learnt, SAR's not yet three.
+        run(&mut ch, MIB, 2 * RUN as usize, 100, 50);
+        assert!(!ch.settled_on(Via::Cma, MIB), "still learning");
+        run(&mut ch, MIB, LEARN_SENT, 100, 50);
+        assert!(ch.settled_on(Via::Cma, MIB) && !ch.settled_on(Via::Sar, MIB));
+        assert!(!ch.settled_on(Via::Cma, 64 * 1024), "another class learnt nothing");
+        // SAR turns faster: once its figure passes CMA's, the class settles on it.
+        run(&mut ch, MIB, 400, 20, 50);
+        assert!(ch.settled_on(Via::Sar, MIB) && !ch.settled_on(Via::Cma, MIB));
     }
 
     /// A recheck's run teaches one answer, its last: the earlier ones still pay for the switch.

@@ -43,6 +43,10 @@ pub(super) struct Link {
     /// progress call (`peer_progresses`).
     pub seen_free: BeatSeen,
     pub seen_polls: BeatSeen,
+    /// Both counts (every call, free calls) at our last look for `peer_busy_with_own`, and
+    /// what the last look that saw one move said.
+    pub seen_own: [u64; 2],
+    pub busy_own: bool,
     /// When the owner's process was last seen alive before a direct copy (`live_link`).
     pub alive_seen: Instant,
 }
@@ -312,6 +316,8 @@ impl Endpoint {
                 used: false,
                 last_check: now,
                 owner,
+                seen_own: [seen_polls.count, seen_free.count],
+                busy_own: false,
                 seen_free,
                 seen_polls,
                 alive_seen: now,

@@ -2048,6 +2048,23 @@ fn a_peer_is_free_only_while_it_keeps_polling() {
     assert!(!a.peer_is_free(to_b), "a poll long before this look says nothing about now");
 }
 
+/// `peer_busy_with_own`: busy when the owner's progress calls since our last look were all made
+/// with operations of its own outstanding; a look that sees no call keeps the last verdict.
+#[test]
+fn a_peer_is_busy_with_its_own_when_it_polls_but_never_free() {
+    let (mut a, mut b, to_b) = pair("busyown", Params::default());
+    assert!(!a.peer_busy_with_own(to_b), "no call since the link was made");
+    b.note_poll(false);
+    assert!(a.peer_busy_with_own(to_b), "a call with its own outstanding");
+    assert!(a.peer_busy_with_own(to_b), "no call since: the last verdict stands");
+    b.note_poll(false);
+    b.note_poll(true);
+    assert!(!a.peer_busy_with_own(to_b), "a free call among them: it has time for peers");
+    assert!(!a.peer_busy_with_own(to_b), "and no call since");
+    b.note_poll(false);
+    assert!(a.peer_busy_with_own(to_b), "busy again");
+}
+
 /// `peer_has_spare_cpu` reads what the owner says (`set_spare`), now: it does not depend on polls.
 #[test]
 fn a_peer_has_a_spare_cpu_while_it_says_so() {

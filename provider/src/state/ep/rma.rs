@@ -67,12 +67,13 @@
 //! CQ data always goes through the target, which must report it.
 //! A write sent alone (nothing of ours outstanding, nothing started since the application last
 //! polled, no FI_MORE: an OpenSHMEM put and its `shmem_quiet`) larger than an inject buffer and
-//! up to 16 KiB, and a read above 2 KiB, take our own `process_vm_writev`/`readv` instead
-//! where the target published the registration and that way measured faster
+//! up to 64 KiB, and a read above 2 KiB and up to 16 KiB, take our own `process_vm_writev`/`readv`
+//! instead where the target published the registration and that way measured faster
 //! (`smr_core::endpoint::lone`, `rma::lone`): alone, an operation pays the ordinary way's whole
 //! latency, two copies and a round trip. SOS on the Intel host of 2026-12-01, slow state: puts of
 //! 8 KiB 1.4-2.3 us against 3.3-3.4, of 16 KiB 1.7-2.9 against 4.4-5.2; gets of 4-16 KiB
-//! 0.29-0.41x the C shm's latency against 0.58-0.69x. Streams keep the ordinary way, where both
+//! 0.29-0.41x the C shm's latency against 0.58-0.69x. `write_lat` of 32 KiB on 2026-12-02:
+//! 3.3-3.9 us against 4.2-5.3 pushed through SAR. Streams keep the ordinary way, where both
 //! CPUs copy at once.
 //! A registration closed while segments still arrive takes no more of them: `fi_close(mr)` turns
 //! the write into a refusal before it returns (`refuse_writes_into`).
