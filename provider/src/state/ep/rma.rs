@@ -74,7 +74,10 @@
 //! 8 KiB 1.4-2.3 us against 3.3-3.4, of 16 KiB 1.7-2.9 against 4.4-5.2; gets of 4-16 KiB
 //! 0.29-0.41x the C shm's latency against 0.58-0.69x. `write_lat` of 32 KiB on 2026-12-02:
 //! 3.3-3.9 us against 4.2-5.3 pushed through SAR. Streams keep the ordinary way, where both
-//! CPUs copy at once.
+//! CPUs copy at once, but for reads and writes of those kinds up to 16 KiB to a target that
+//! does not progress (ours whether alone or not: the ordinary way would wait for it) and writes
+//! to a target busy with operations of its own where writes alone settled on our copy
+//! (fi_rma_bw's two-way writes; `ours_anyway` in `ep/rma_start.rs`).
 //! A registration closed while segments still arrive takes no more of them: `fi_close(mr)` turns
 //! the write into a refusal before it returns (`refuse_writes_into`).
 //!
