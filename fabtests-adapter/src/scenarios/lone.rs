@@ -21,10 +21,54 @@ use std::time::Duration;
 pub fn scenarios() -> Vec<Scenario> {
     let what = "fi_write of 4 KiB+1 to 72 KiB and fi_read of 2 KiB+1 to 16 KiB, each alone, with a target that polls: \
                 bytes in place at completion whichever way each goes, errors with both sides untouched, counted writes";
+    let raw = "fi_read of 3000 B alone after a 2 KiB fi_writemsg(FI_TRANSMIT_COMPLETE) completed, to a target that \
+               polls slowly: the read sees the write (FI_ORDER_RMA_RAW, both within max_order_raw_size)";
     vec![
         scn("rma/scalable/lone_ops", 2, 60, run::<SCALABLE>, what),
         scn("rma/basic/lone_ops", 2, 60, run::<BASIC>, what),
+        scn("rma/scalable/lone_raw", 2, 60, raw_after_unacked::<SCALABLE>, raw),
+        scn("rma/basic/lone_raw", 2, 60, raw_after_unacked::<BASIC>, raw),
     ]
+}
+
+/// Rounds of `raw_after_unacked`: enough that a chooser of reads sent alone tries both ways.
+const RAW_ROUNDS: u64 = 40;
+
+/// A write that completes once queued (FI_TRANSMIT_COMPLETE: rshm does not wait for the
+/// target's answer) and then a read alone of the same bytes, both within max_order_raw_size:
+/// FI_ORDER_RMA_RAW says the read sees the write. The target polls every 300 us, so the write
+/// waits in its ring while the read is posted; a read by the initiator's own CMA copy would
+/// pass it and return the old bytes.
+fn raw_after_unacked<const M: u8>(r: &mut Rank) -> TResult {
+    let mut p = Peer::open(r, &Spec::new(MSG | RMA, M))?;
+    p.exchange(r)?;
+    if r.rank == TARGET {
+        let regs: Vec<usize> = (0..3).map(|_| p.alloc(LEN)).collect();
+        let (_ma, _c) = target_mrs(&mut p, r, &regs, LEN, (REMOTE_READ, REMOTE_WRITE), 0x7C0)?;
+        r.pmi.wait_key_with("raw_done", &mut || {
+            p.progress()?;
+            std::thread::sleep(Duration::from_micros(300));
+            Ok(())
+        })?;
+        return p.barrier(r);
+    }
+    let ([a, _, _], _) = initiator_targets(&mut p, r, TARGET)?;
+    r.pmi.step("rounds of an unacknowledged 2 KiB write, then a 3000 B read alone of its bytes");
+    let flags = (ffi::FI_COMPLETION | ffi::FI_TRANSMIT_COMPLETE) as u64;
+    for i in 0..RAW_ROUNDS {
+        let t = a.at((i as usize * 4099) % (LEN - 4096));
+        let bytes = pattern(0x500 + i, 2048);
+        let rma = [ffi::fi_rma_iov { addr: t.addr, len: 2048, key: t.key }];
+        let what = format!("fi_writemsg(FI_TRANSMIT_COMPLETE) {i} of 2048 B");
+        let id = must(&what, p.writemsg(&what, vec![bytes.clone()], t.dest, &rma, flags, 0)?)?;
+        p.wait_ok(id)?;
+        let what = format!("fi_read {i} of 3000 B after it");
+        let id = must(&what, p.read(&what, 3000, t)?)?;
+        let d = p.wait_ok(id)?;
+        same(&payload(&what, &d.bufs[0], 3000)?[..2048], &bytes, &what)?;
+    }
+    r.pmi.set("raw_done", "1");
+    p.barrier(r)
 }
 
 const TARGET: usize = 1;

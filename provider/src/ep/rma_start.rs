@@ -83,6 +83,14 @@ pub fn start_inline(st: &mut DomainState, id: usize, a: OneSided, op: Op) -> FiR
         crate::progress::endpoint(st, id);
     }
     let Start { ep, cqs, cntrs, peer, wanted } = begin(st, id, &a)?;
+    // Nothing of ours is outstanding (`tx_outstanding`, by its fields while the engine is
+    // borrowed below), so nothing of ours waits in the target's ring. Our own copy of a write
+    // is taken only then: one that completes in its call must not land before an earlier
+    // operation the target has yet to apply (a burst of overlapping writes, some pushed through
+    // SAR, would end with the wrong bytes where the copy passed them). Nor is a read of up to
+    // `MAX_ORDER_SIZE`, for which FI_ORDER_RMA_RAW is promised, after an unacknowledged write.
+    let ring_clear = ep.tx_ops.is_empty() && ep.rma.untracked == 0;
+    let ordered_read_clear = !ep.rma.sent_unacked || len > crate::getinfo::MAX_ORDER_SIZE;
     let engine = ep.engine.as_mut().expect("checked above");
     // A read's answer buffer (one-trip reads): owned by the engine once the send is called.
     let mut answer_buf = None;
@@ -144,15 +152,10 @@ pub fn start_inline(st: &mut DomainState, id: usize, a: OneSided, op: Op) -> FiR
     // with CMA writes while the chooser learnt, SAR writes of 256 KiB took 61-132 us, where in a
     // row they take 10-13 (SOS puts, Intel host of 2026-12-01), so that the chooser kept CMA
     // writes at 14-17.
-    // Alone: nothing outstanding (`tx_outstanding`, by its fields while the engine is borrowed),
-    // and nothing started since the application last polled.
+    // Alone: nothing outstanding, and nothing started since the application last polled.
     let lone = match lone_kind {
         Some(kind)
-            if polled_before
-                && !more(&a)
-                && ep.tx_ops.is_empty()
-                && ep.rma.untracked == 0
-                && ep.rma.nothing_issued_since_poll() =>
+            if polled_before && ring_clear && ordered_read_clear && !more(&a) && ep.rma.nothing_issued_since_poll() =>
         {
             ep.rma.lone.teach(engine);
             engine.peer_mr(peer, a.key).and_then(|_| engine.choose_lone(kind, len)).map(|c| (kind, c))
@@ -172,16 +175,24 @@ pub fn start_inline(st: &mut DomainState, id: usize, a: OneSided, op: Op) -> FiR
     //   against 2.6-3.9; the C shm 2.5-6.6). Not to a target that serves only us: a stream of
     //   writes (`write_bw`) took 2.0-2.4 us a write of 8 KiB by our copy against 0.7-1.3 through
     //   SAR, both CPUs copying.
+    // The registration is looked up first: it is a line the target rarely writes, where its
+    // progress counts are lines it writes at every call.
     let ours_anyway = lone_kind.is_some()
         && lone_by_cma.is_none()
         && !large
+        && ring_clear
+        && ordered_read_clear
+        && engine.peer_mr(peer, a.key).is_some()
         && (lone_kind == Some(Lone::Write)
             && engine.peer_busy_with_own(peer)
             && engine.lone_settled_on_cma(Lone::Write, len)
             || !engine.peer_progresses(peer));
     // The clock of a timed choice: a large read's (`by_cma`) or one alone's, either way.
     let started = (by_cma.is_some() || lone.is_some()).then(Instant::now);
-    if (large && !pushed && answer_buf.is_none()) || lone_by_cma.is_some() || ours_anyway {
+    // A large write not pushed is ours only with the ring clear; otherwise the target pulls it
+    // in its turn.
+    let large_ours = large && !pushed && answer_buf.is_none() && (ring_clear || !matches!(op, Op::Write { .. }));
+    if large_ours || lone_by_cma.is_some() || ours_anyway {
         if let Some((kind, flags)) = copy_published(engine, peer, &a, &op) {
             let ns = || started.map_or(0, |t| t.elapsed().as_nanos() as u64);
             match (lone_by_cma, by_cma) {

@@ -285,6 +285,10 @@ pub struct RmaState {
     /// Acknowledged operations in flight without a transmit record (`COOKIE_UNTRACKED`): they
     /// count against the transmit queue's size and hold back a fenced operation as records do.
     pub untracked: usize,
+    /// An unacknowledged write or atomic was sent (transmit or inject completion asked): it
+    /// completed once queued, and nothing says when the target applied it. Reads up to
+    /// `MAX_ORDER_SIZE` then never take our own copy, which could pass it (FI_ORDER_RMA_RAW).
+    pub sent_unacked: bool,
     /// Reads and writes sent alone, timed for the engine's choice of way (`lone.rs`).
     pub lone: lone::LoneOps,
     /// Per engine peer: whether it is this endpoint itself (`loopback`).
@@ -351,7 +355,9 @@ pub(crate) fn acknowledged(
     let flags = a.flags | op_flags;
     let early = flags & (ffi::FI_TRANSMIT_COMPLETE | ffi::FI_INJECT_COMPLETE) as u64 != 0
         && flags & (ffi::FI_DELIVERY_COMPLETE | ffi::FI_COMMIT_COMPLETE) as u64 == 0;
-    !early || rma.loopback(engine, peer)
+    let acked = !early || rma.loopback(engine, peer);
+    rma.sent_unacked |= !acked;
+    acked
 }
 
 /// An atomic's operation id for its request, its transmit record, and where a fetching one's
