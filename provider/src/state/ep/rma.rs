@@ -77,7 +77,10 @@
 //! CPUs copy at once, but for reads and writes of those kinds up to 16 KiB to a target that
 //! does not progress (ours whether alone or not: the ordinary way would wait for it) and writes
 //! to a target busy with operations of its own where writes alone settled on our copy
-//! (fi_rma_bw's two-way writes; `ours_anyway` in `ep/rma_start.rs`).
+//! (fi_rma_bw's two-way writes; `ours_anyway` in `ep/rma_start.rs`). A write is ours only with
+//! nothing of ours outstanding, and a read within `MAX_ORDER_SIZE` never after an
+//! unacknowledged write (`sent_unacked`): a copy that completes in its call must not pass an
+//! operation still in the target's ring (FI_ORDER_RMA_WAW/RAW).
 //! A registration closed while segments still arrive takes no more of them: `fi_close(mr)` turns
 //! the write into a refusal before it returns (`refuse_writes_into`).
 //!
