@@ -70,10 +70,10 @@ pub fn start_inline(st: &mut DomainState, id: usize, a: OneSided, op: Op) -> FiR
         Op::Read { .. } if len > LONE_READ_MIN && !large => Some(Lone::Read),
         _ => None,
     };
-    // Whether nothing was started since the application last polled, read before the pass
-    // below, which counts as a poll: only a lone write can be large.
-    let polled_before =
-        !(large && lone_kind.is_some()) || st.eps.get(id).is_some_and(|e| e.rma.nothing_issued_since_poll());
+    // Whether nothing was started since the application last polled, for a large write that
+    // may be alone: read before the pass below, which counts as a poll.
+    let quiet_before_pass =
+        (large && lone_kind.is_some()).then(|| st.eps.get(id).is_some_and(|e| e.rma.nothing_issued_since_poll()));
     if large {
         // Serve what peers asked of us before we start a large operation of our own: a peer
         // that reads us while we read it (fi_rma_bw) then finds us progressing and has its
@@ -83,14 +83,20 @@ pub fn start_inline(st: &mut DomainState, id: usize, a: OneSided, op: Op) -> FiR
         crate::progress::endpoint(st, id);
     }
     let Start { ep, cqs, cntrs, peer, wanted } = begin(st, id, &a)?;
-    // Nothing of ours is outstanding (`tx_outstanding`, by its fields while the engine is
-    // borrowed below), so nothing of ours waits in the target's ring. Our own copy of a write
-    // is taken only then: one that completes in its call must not land before an earlier
-    // operation the target has yet to apply (a burst of overlapping writes, some pushed through
-    // SAR, would end with the wrong bytes where the copy passed them). Nor is a read of up to
-    // `MAX_ORDER_SIZE`, for which FI_ORDER_RMA_RAW is promised, after an unacknowledged write.
-    let ring_clear = ep.tx_ops.is_empty() && ep.rma.untracked == 0;
-    let ordered_read_clear = !ep.rma.sent_unacked || len > crate::getinfo::MAX_ORDER_SIZE;
+    // Nothing of ours is outstanding, so nothing of ours waits in the target's ring.
+    let ring_clear = ep.tx_outstanding() == 0;
+    // Whether our own copy, which completes in its call, keeps the order promised: a write only
+    // with the ring clear, or it could land before an earlier operation the target has yet to
+    // apply (a burst of overlapping writes, some pushed through SAR, would end with the wrong
+    // bytes where the copy passed them); a read of up to `MAX_ORDER_SIZE` (FI_ORDER_RMA_RAW)
+    // with the ring clear and never after an unacknowledged write. Larger reads are promised no
+    // order. Every way of ours below asks this one question.
+    let copy_keeps_order = match op {
+        Op::Read { .. } if len > crate::getinfo::MAX_ORDER_SIZE => ring_clear || large,
+        Op::Read { .. } => ring_clear && !ep.rma.sent_unacked,
+        _ => ring_clear,
+    };
+    let quiet_since_poll = quiet_before_pass.unwrap_or_else(|| ep.rma.nothing_issued_since_poll());
     let engine = ep.engine.as_mut().expect("checked above");
     // A read's answer buffer (one-trip reads): owned by the engine once the send is called.
     let mut answer_buf = None;
@@ -154,9 +160,7 @@ pub fn start_inline(st: &mut DomainState, id: usize, a: OneSided, op: Op) -> FiR
     // writes at 14-17.
     // Alone: nothing outstanding, and nothing started since the application last polled.
     let lone = match lone_kind {
-        Some(kind)
-            if polled_before && ring_clear && ordered_read_clear && !more(&a) && ep.rma.nothing_issued_since_poll() =>
-        {
+        Some(kind) if ring_clear && quiet_since_poll && !more(&a) && copy_keeps_order => {
             ep.rma.lone.teach(engine);
             engine.peer_mr(peer, a.key).and_then(|_| engine.choose_lone(kind, len)).map(|c| (kind, c))
         }
@@ -180,8 +184,7 @@ pub fn start_inline(st: &mut DomainState, id: usize, a: OneSided, op: Op) -> FiR
     let ours_anyway = lone_kind.is_some()
         && lone_by_cma.is_none()
         && !large
-        && ring_clear
-        && ordered_read_clear
+        && copy_keeps_order
         && engine.peer_mr(peer, a.key).is_some()
         && (lone_kind == Some(Lone::Write)
             && engine.peer_busy_with_own(peer)
@@ -189,9 +192,9 @@ pub fn start_inline(st: &mut DomainState, id: usize, a: OneSided, op: Op) -> FiR
             || !engine.peer_progresses(peer));
     // The clock of a timed choice: a large read's (`by_cma`) or one alone's, either way.
     let started = (by_cma.is_some() || lone.is_some()).then(Instant::now);
-    // A large write not pushed is ours only with the ring clear; otherwise the target pulls it
-    // in its turn.
-    let large_ours = large && !pushed && answer_buf.is_none() && (ring_clear || !matches!(op, Op::Write { .. }));
+    // A large write not pushed and not ours (the ring not clear) is pulled by the target in its
+    // turn.
+    let large_ours = large && !pushed && answer_buf.is_none() && copy_keeps_order;
     if large_ours || lone_by_cma.is_some() || ours_anyway {
         if let Some((kind, flags)) = copy_published(engine, peer, &a, &op) {
             let ns = || started.map_or(0, |t| t.elapsed().as_nanos() as u64);

@@ -21,8 +21,8 @@
 //! The ordinary way, timed in turn with CMA copies while a chooser learns, costs more than in a
 //! row (its buffers and the target's caches cold): SOS puts of 8 KiB 3.9-7 us against 2.9-3.1,
 //! of 256 KiB 61-132 us against 10-13. So the provider asks only where our copy wins by more
-//! than that: reads up to its one-trip size (16 KiB), writes up to 64 KiB (SOS puts of 32 KiB
-//! alone 3.5 us against 5.1-6.1 pushed through SAR, of 128 KiB a tie).
+//! than that: reads up to its one-trip size (16 KiB), writes up to 64 KiB (`LONE_WRITE_MAX` in
+//! the provider has the figures).
 
 use super::measured::{Choice, Chooser, Via};
 use super::Endpoint;
