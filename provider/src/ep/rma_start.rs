@@ -19,8 +19,9 @@ use slab::Slab;
 use smr_core::cmd::{RemoteIov, ANSWER_DATA_MAX};
 use smr_core::endpoint::lone::Lone;
 use smr_core::endpoint::measured::Via;
-use smr_core::endpoint::{PeerId, SendOpts, SendStatus};
+use smr_core::endpoint::{Endpoint, PeerId, SendOpts, SendStatus};
 use smr_core::iov::{LocalIov, Ranges};
+use smr_core::published::Published;
 use smr_core::Error as EngineError;
 use std::time::Instant;
 
@@ -98,6 +99,10 @@ pub fn start_inline(st: &mut DomainState, id: usize, a: OneSided, op: Op) -> FiR
     };
     let quiet_since_poll = quiet_before_pass.unwrap_or_else(|| ep.rma.nothing_issued_since_poll());
     let engine = ep.engine.as_mut().expect("checked above");
+    // The registration the target published under the key, if any: looked up once, at the first
+    // way below that asks (`Endpoint::peer_mr`), and the copy of ours uses the same entry.
+    let mut published: Option<Option<Published>> = None;
+    let mut peer_mr = |engine: &mut Endpoint| *published.get_or_insert_with(|| engine.peer_mr(peer, a.key));
     // A read's answer buffer (one-trip reads): owned by the engine once the send is called.
     let mut answer_buf = None;
     // A large read of up to `ANSWER_BUFS_MAX` SAR buffers from a target that calls progress,
@@ -120,7 +125,7 @@ pub fn start_inline(st: &mut DomainState, id: usize, a: OneSided, op: Op) -> FiR
     // on some states of the host the faster (32 KiB in fi_rma_bw: 3.9 GB/s against 2.0 answered,
     // where answered reads run 8-15 GB/s in others): the faster one as measured
     // (`Endpoint::choose_read`).
-    let choice = if answering_target && engine.peer_mr(peer, a.key).is_some() { engine.choose_read(len) } else { None };
+    let choice = if answering_target && peer_mr(engine).is_some() { engine.choose_read(len) } else { None };
     // Chosen for our CMA read, or chosen answered: then timed, its request asking the target for
     // its copy's time (`AnswerBuf::timed`).
     let (by_cma, timed) = match choice {
@@ -162,7 +167,7 @@ pub fn start_inline(st: &mut DomainState, id: usize, a: OneSided, op: Op) -> FiR
     let lone = match lone_kind {
         Some(kind) if ring_clear && quiet_since_poll && !more(&a) && copy_keeps_order => {
             ep.rma.lone.teach(engine);
-            engine.peer_mr(peer, a.key).and_then(|_| engine.choose_lone(kind, len)).map(|c| (kind, c))
+            peer_mr(engine).and_then(|_| engine.choose_lone(kind, len)).map(|c| (kind, c))
         }
         _ => None,
     };
@@ -185,7 +190,7 @@ pub fn start_inline(st: &mut DomainState, id: usize, a: OneSided, op: Op) -> FiR
         && lone_by_cma.is_none()
         && !large
         && copy_keeps_order
-        && engine.peer_mr(peer, a.key).is_some()
+        && peer_mr(engine).is_some()
         && (lone_kind == Some(Lone::Write)
             && engine.peer_busy_with_own(peer)
             && engine.lone_settled_on_cma(Lone::Write, len)
@@ -196,7 +201,7 @@ pub fn start_inline(st: &mut DomainState, id: usize, a: OneSided, op: Op) -> FiR
     // turn.
     let large_ours = large && !pushed && answer_buf.is_none() && copy_keeps_order;
     if large_ours || lone_by_cma.is_some() || ours_anyway {
-        if let Some((kind, flags)) = copy_published(engine, peer, &a, &op) {
+        if let Some((kind, flags)) = peer_mr(engine).and_then(|p| copy_published(engine, peer, &p, &a, &op)) {
             let ns = || started.map_or(0, |t| t.elapsed().as_nanos() as u64);
             match (lone_by_cma, by_cma) {
                 (Some((lone_kind, c)), _) => engine.learn_lone(lone_kind, c, len, ns()),

@@ -429,13 +429,14 @@ pub(crate) fn large_min() -> usize {
     crate::params::config().read_one_trip_max + 1
 }
 
-/// Make a read, or a write without CQ data, here with CMA, if the target published the
-/// registration for it (`smr_core::published`): complete when this returns its kind and
-/// completion flags. None: nothing is complete, take the ordinary path (a copy that fell short
-/// may have placed some bytes; the ordinary path copies them all again).
+/// Make a read, or a write without CQ data, here with CMA, in the registration `p` the target
+/// published for it (`smr_core::published`, `Endpoint::peer_mr`): complete when this returns its
+/// kind and completion flags. None: nothing is complete, take the ordinary path (a copy that
+/// fell short may have placed some bytes; the ordinary path copies them all again).
 pub(crate) fn copy_published(
     engine: &mut Endpoint,
     peer: PeerId,
+    p: &smr_core::published::Published,
     a: &OneSided,
     op: &Op,
 ) -> Option<(super::sinks::TxKind, u64)> {
@@ -444,14 +445,13 @@ pub(crate) fn copy_published(
         Op::Write { local, data: None } => (local, false),
         _ => return None,
     };
-    let p = engine.peer_mr(peer, a.key)?;
     // SAFETY: the application's buffer (the read's destination, the write's source), lent for
     // the operation, which ends within this call.
     let mut iov = unsafe { crate::iov::lend(local.clone()) };
     let copied = if read {
-        engine.read_published(peer, &p, a.addr, &mut iov)
+        engine.read_published(peer, p, a.addr, &mut iov)
     } else {
-        engine.write_published(peer, &p, a.addr, &iov)
+        engine.write_published(peer, p, a.addr, &iov)
     };
     let (kind, dir) =
         if read { (super::sinks::TxKind::Read, ffi::FI_READ) } else { (super::sinks::TxKind::Write, ffi::FI_WRITE) };
