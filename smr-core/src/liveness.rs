@@ -13,6 +13,17 @@
 
 use crate::error::{Error, Result};
 use std::os::fd::{AsRawFd, OwnedFd};
+use std::time::Duration;
+
+/// How long a look that found a process alive stands for the CMA copies to or from it that
+/// follow (`Watch::alive_lately`). A process that dies leaves its pid to a new one only once
+/// its parent has reaped it and the kernel's cyclic allocator has come round to that number
+/// again, which takes far longer; in between, a copy to or from the dead process's pid finds no
+/// process and fails. The look is a system call (a `poll` of the pidfd, 0.2 us here, and about
+/// as much again in what it evicts): made before every CMA message it cost a 16 KiB ping-pong
+/// 0.3-0.7 us of 2.5-3.5 one-way (docs/perf/protocols.md). Timed on the coarse clock, so a
+/// look stands for up to its tick more (1-4 ms), still far below a pid's reuse.
+pub const ALIVE_FOR: Duration = Duration::from_millis(1);
 
 /// A process, unambiguously.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,6 +88,8 @@ pub fn pid_gone(pid: u32) -> bool {
 pub struct Watch {
     ident: ProcessIdentity,
     how: How,
+    /// When a look last found the process alive (`alive_lately`).
+    seen_alive: Option<crate::clock::Instant>,
 }
 
 #[derive(Debug)]
@@ -92,7 +105,7 @@ impl Watch {
     /// alive; `by_lock` watches those).
     pub fn new(ident: ProcessIdentity) -> Watch {
         if !ident.pid_is_ours() {
-            return Watch { ident, how: How::Proc };
+            return Watch { ident, how: How::Proc, seen_alive: None };
         }
         // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
         let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, ident.pid as libc::pid_t, 0) };
@@ -102,12 +115,12 @@ impl Watch {
         });
         // The pidfd names whatever process has the pid now: make sure it is the one we mean.
         let how = pidfd.filter(|_| ident.is_alive()).map_or(How::Proc, How::Pidfd);
-        Watch { ident, how }
+        Watch { ident, how, seen_alive: None }
     }
 
     /// A watch of the process that holds the owner lock on `file` (an fd of its region file).
     pub fn by_lock(ident: ProcessIdentity, file: OwnedFd) -> Watch {
-        Watch { ident, how: How::Lock(file) }
+        Watch { ident, how: How::Lock(file), seen_alive: None }
     }
 
     pub fn ident(&self) -> ProcessIdentity {
@@ -132,6 +145,17 @@ impl Watch {
             How::Proc => self.ident.is_alive(),
             How::Lock(file) => owner_lock_held(file),
         }
+    }
+
+    /// Alive at a look under `ALIVE_FOR` ago, or at one made now: for the CMA copies made to
+    /// and from its pid, which would reach whatever process had the pid, were it reused.
+    pub fn alive_lately(&mut self) -> bool {
+        if self.seen_alive.is_some_and(|at| at.elapsed() < ALIVE_FOR) {
+            return true;
+        }
+        let alive = self.alive();
+        self.seen_alive = alive.then(crate::clock::Instant::now);
+        alive
     }
 }
 
@@ -313,5 +337,26 @@ mod tests {
         child.wait().unwrap();
         assert!(!watch.alive());
         assert!(!Watch::new(ProcessIdentity { start: 1, ..ident }).alive());
+    }
+
+    /// A look that found the process alive stands for `ALIVE_FOR` and no longer; one that found
+    /// it gone stands for nothing (the next asks again, and says gone).
+    #[test]
+    fn a_look_found_alive_stands_for_a_while_only() {
+        let mut child = std::process::Command::new("sleep").arg("5").spawn().unwrap();
+        let ident =
+            ProcessIdentity { pid: child.id(), start: start_time(child.id()).unwrap().unwrap(), ns: own_namespace() };
+        let mut watch = Watch::new(ident);
+        assert!(watch.alive_lately());
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let gone_at = std::time::Instant::now();
+        while watch.alive_lately() {
+            // The coarse clock's tick (up to 4 ms) may be added to ALIVE_FOR.
+            assert!(gone_at.elapsed() < ALIVE_FOR + Duration::from_millis(20), "a look outlived ALIVE_FOR");
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        assert!(!watch.alive_lately(), "a look that found it gone stood for the next");
+        assert!(!watch.alive());
     }
 }

@@ -18,13 +18,6 @@ use crate::published::{self, Published};
 use crate::sync::Ordering;
 use std::time::{Duration, Instant};
 
-/// How long a look at a peer's process (`Watch::alive`, a system call) stands for the direct
-/// copies that follow. A process that dies leaves its pid to a new one only after the kernel
-/// has handed out every other pid, which takes far longer; in between, a copy to or from the
-/// dead owner's pid finds no process and fails. Measured on the coarse clock (`live_link`), so
-/// a look stands for up to its tick (1-4 ms), still far below that.
-const ALIVE_FOR: Duration = Duration::from_millis(1);
-
 /// How recent our last look at a peer's idle-poll count must be for a change since then to
 /// say that it polls now (`peer_is_free`).
 const POLLING_NOW: Duration = Duration::from_micros(200);
@@ -243,18 +236,15 @@ impl Endpoint {
         p.target(addr, len).ok_or(Error::Invalid("outside the published registration"))
     }
 
-    /// The link to `peer` if its owner is open and was alive a moment ago (`ALIVE_FOR`): a dead
-    /// owner's pid may already belong to another process, never copy to or from it blindly.
+    /// The link to `peer` if its owner is open and was alive a moment ago (`Watch::alive_lately`):
+    /// a dead owner's pid may already belong to another process, never copy to or from it blindly.
     fn live_link(&mut self, peer: PeerId) -> Result<&mut super::peers::Link> {
         let link = self.out.get_mut(peer as usize).and_then(|o| o.link.as_mut()).ok_or(Error::Again)?;
         if link.region.closed() {
             return Err(Error::Again);
         }
-        if link.alive_seen.elapsed() >= ALIVE_FOR {
-            if !link.owner.alive() {
-                return Err(Error::Again);
-            }
-            link.alive_seen = crate::clock::Instant::now();
+        if !link.owner.alive_lately() {
+            return Err(Error::Again);
         }
         Ok(link)
     }

@@ -47,8 +47,6 @@ pub(super) struct Link {
     /// what the last look that saw one move said.
     pub seen_own: [u64; 2],
     pub busy_own: bool,
-    /// When the owner's process was last seen alive before a direct copy (`live_link`).
-    pub alive_seen: Instant,
 }
 
 impl Link {
@@ -107,6 +105,10 @@ pub(super) struct SrcTable {
 impl SrcTable {
     pub fn get(&self, src: &SrcId) -> Option<&InPeer> {
         self.slots.get(*src as usize)?.as_deref()
+    }
+
+    pub fn get_mut(&mut self, src: &SrcId) -> Option<&mut InPeer> {
+        self.slots.get_mut(*src as usize)?.as_deref_mut()
     }
 
     /// The incarnation of the sender at `src`, without loading its entry (see `gens`).
@@ -320,7 +322,6 @@ impl Endpoint {
                 busy_own: false,
                 seen_free,
                 seen_polls,
-                alive_seen: now,
             });
             p.dead = false;
             p.absent_since = None;

@@ -568,12 +568,13 @@ impl Endpoint {
         dead_if_gone(copied)
     }
 
-    /// The pid of sender `src`, if it is still alive: a dead sender's pid may already belong to
-    /// another process, so CMA never goes to one blindly. Refused (as the kernel refuses CMA)
-    /// for a sender of another pid namespace, whose pid names some other process here.
-    pub(super) fn live_pid(&self, src: SrcId) -> Result<u32> {
-        let peer = self.inp.get(&src).ok_or(Error::PeerDead)?;
-        if !peer.watch.alive() {
+    /// The pid of sender `src`, if it was alive a moment ago (`Watch::alive_lately`): a dead
+    /// sender's pid may already belong to another process, so CMA never goes to one blindly.
+    /// Refused (as the kernel refuses CMA) for a sender of another pid namespace, whose pid
+    /// names some other process here.
+    pub(super) fn live_pid(&mut self, src: SrcId) -> Result<u32> {
+        let peer = self.inp.get_mut(&src).ok_or(Error::PeerDead)?;
+        if !peer.watch.alive_lately() {
             return Err(Error::PeerDead);
         }
         if !peer.watch.pid_usable() {
