@@ -185,7 +185,7 @@ impl InjectMsg<'_> {
         let dst = match region.geometry().inject_offset(index).and_then(|off| region.mapping().bytes_ptr(off, len)) {
             Ok(dst) => dst,
             Err(e) => {
-                super::spare::done(region, entry, Pool::Inject, self.incarnation, index, false, 0);
+                super::spare::done(region, entry, Pool::Inject, self.incarnation, index, false, None);
                 return Err(e);
             }
         };
@@ -217,7 +217,7 @@ impl InjectMsg<'_> {
             self.incarnation,
             index,
             pushed.is_ok(),
-            self.hdr.len,
+            Some(self.hdr.len),
         );
         pushed
     }
@@ -835,7 +835,7 @@ fn push_segments(
             // SAFETY: `dst` is `seg_len` bytes inside the peer's mapping (bounds-checked).
             .map(|dst| unsafe { send.buf.read_to_raw(offset as usize, dst, seg_len as usize) });
         if copied.is_err() {
-            super::spare::done(&link.region, entry, Pool::Sar, incarnation, index, false, 0);
+            super::spare::done(&link.region, entry, Pool::Sar, incarnation, index, false, None);
             return Ok(false);
         }
         if let Some(started) = started {
@@ -852,7 +852,10 @@ fn push_segments(
             e.set_sar(SarSeg { buf: index, len: seg_len as u32, offset, seq });
         };
         let pushed = super::peers::push_cmd_with(&link.region, link.slot, segment).is_ok();
-        super::spare::done(&link.region, entry, Pool::Sar, incarnation, index, pushed, 0);
+        // A message of one segment leaves a spare in hand for the next (`spare`): its buffer
+        // taken off the receiver's stack and warmed while the receiver copies this one.
+        let one_segment = offset == 0 && seg_len == send.hdr.len;
+        super::spare::done(&link.region, entry, Pool::Sar, incarnation, index, pushed, one_segment.then_some(seg_len));
         if !pushed {
             return Ok(false);
         }

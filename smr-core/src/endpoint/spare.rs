@@ -25,6 +25,12 @@
 //!
 //! The SAR buffer a sender copies a segment into is recorded the same way (`PeerSlot::sar_held`)
 //! from its pop until the segment's command is pushed, and decided about with the inject one.
+//! A message of one SAR segment (up to 16 KiB) leaves a spare of the receiver's SAR pool in the
+//! sender's hand too: without it a message just above the inject size paid the stack's pop on
+//! its critical path and copied into a buffer last used dozens of messages before (`cold`). The
+//! receiver still gives a SAR buffer back as soon as it copied out of it: deferred to its next
+//! pass, as inject buffers are, a stream of 6-16 KiB messages found the few buffers not held
+//! back cold all out (docs/perf/protocols.md).
 //!
 //! Not recorded, and so lost if the sender dies before it pushes the command: a buffer filled
 //! while a record a predecessor in the entry left waits for the receiver's decision; and any
@@ -63,16 +69,14 @@ impl Pool {
     }
 }
 
-/// Sender: a buffer of `region`'s `pool` for message `key` (a SAR segment's sequence number), from `entry` (ours in its
-/// peer table): for an inject message the spare we hold, else one popped and recorded as in
+/// Sender: a buffer of `region`'s `pool` for message `key` (a SAR segment's sequence number),
+/// from `entry` (ours in its peer table): the spare we hold, else one popped and recorded as in
 /// flight where the record allows.
 #[inline(always)]
 pub(super) fn take(region: &Region, entry: &PeerSlot, pool: Pool, incarnation: u64, key: u64) -> Option<u32> {
     let rec = pool.record(entry);
-    if let Pool::Inject = pool {
-        if let Some(index) = rec.take_spare(incarnation, key) {
-            return Some(index);
-        }
+    if let Some(index) = rec.take_spare(incarnation, key) {
+        return Some(index);
     }
     let index = pool.stack(region).pop().ok()?;
     rec.hold_in_flight(incarnation, index, key);
@@ -80,10 +84,11 @@ pub(super) fn take(region: &Region, entry: &PeerSlot, pool: Pool, incarnation: u
 }
 
 /// Sender: the command naming `index` is pushed (`pushed`), or the buffer goes back to the
-/// pool; no longer recorded as in flight either way. After an inject message of `len` bytes the
-/// buffer for the next one is taken now, while the receiver is busy with this one (none if the
-/// pool is empty, or the record is not ours to write), and its first `len` bytes are fetched
-/// writable (`warm`).
+/// pool; no longer recorded as in flight either way. With `next` (the length of the message
+/// likely to follow: after an inject message, or the last segment of a SAR one) the buffer for
+/// the next one is taken now, while the receiver is busy with this one (none if the pool is
+/// empty, or the record is not ours to write), and its first `next` bytes are fetched writable
+/// (`warm`).
 #[inline(always)]
 pub(super) fn done(
     region: &Region,
@@ -92,16 +97,16 @@ pub(super) fn done(
     incarnation: u64,
     index: u32,
     pushed: bool,
-    len: u64,
+    next: Option<u64>,
 ) {
     let rec = pool.record(entry);
-    match (pool, pushed) {
-        (Pool::Inject, true) if rec.wants_spare(incarnation) => {
+    match (next, pushed) {
+        (Some(len), true) if rec.wants_spare(incarnation) => {
             // Recorded first: a buffer popped and not yet recorded dies with us.
-            let spare = region.inject_stack().pop().ok();
+            let spare = pool.stack(region).pop().ok();
             rec.sent(incarnation, spare);
             if let Some(spare) = spare {
-                warm(region, spare, len);
+                warm(region, pool, spare, len);
             }
         }
         (_, true) => rec.clear(incarnation, index),
@@ -112,13 +117,18 @@ pub(super) fn done(
     }
 }
 
-/// Sender: ask for the first `len` bytes of inject buffer `index` (our new spare) in a writable
-/// state, while we wait for the receiver. The receiver copied an earlier message out of it, so
-/// its lines sit in the receiver's cache: taken now, the copy of our next message of about this
-/// size finds them in ours instead of waiting for them one after another. A hint only.
+/// Sender: ask for the first `len` bytes of buffer `index` of `pool` (our new spare) in a
+/// writable state, while we wait for the receiver. The receiver copied an earlier message out of
+/// it, so its lines sit in the receiver's cache: taken now, the copy of our next message of
+/// about this size finds them in ours instead of waiting for them one after another. A hint only.
 #[inline(always)]
-fn warm(region: &Region, index: u32, len: u64) {
-    let Ok(at) = region.geometry().inject_offset(index).and_then(|off| region.mapping().bytes_ptr(off, len)) else {
+fn warm(region: &Region, pool: Pool, index: u32, len: u64) {
+    let geo = region.geometry();
+    let off = match pool {
+        Pool::Inject => geo.inject_offset(index),
+        Pool::Sar => geo.sar_offset(index),
+    };
+    let Ok(at) = off.and_then(|off| region.mapping().bytes_ptr(off, len)) else {
         return;
     };
     for line in (0..len as usize).step_by(64) {
@@ -131,7 +141,9 @@ fn warm(region: &Region, index: u32, len: u64) {
 /// Sender: give our spare in `region`'s pool back (a receiver we stopped sending to, or leave).
 pub(super) fn give_back(region: &Region, slot: u32, incarnation: u64) {
     if let Some(entry) = region.peer_slots().get(slot as usize) {
-        Pool::Inject.record(entry).give_back(incarnation, &region.inject_stack());
+        for pool in [Pool::Inject, Pool::Sar] {
+            pool.record(entry).give_back(incarnation, &pool.stack(region));
+        }
     }
 }
 

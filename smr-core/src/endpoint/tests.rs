@@ -1218,6 +1218,52 @@ fn sar_segments_are_named_in_order_past_every_message_id() {
     assert_sar_records_decided(&mut b);
 }
 
+/// A message of one SAR segment leaves the sender a spare of the receiver's SAR pool (`spare`),
+/// which carries its next such message; a message of several segments takes none; the spare
+/// goes back once the sender stops sending.
+#[test]
+fn a_one_segment_sar_message_leaves_a_spare_that_carries_the_next() {
+    use crate::sync::Ordering::Relaxed;
+    let (mut a, mut b, to_b) = pair("sarspare", Params { cma: false, ..Params::default() });
+    let (mut ha, mut hb) = (Collect::default(), Collect::default());
+    let (_, pool) = free_buffers(&b);
+    let src = |a: &mut Endpoint| a.link(to_b).unwrap().slot as usize;
+    let record = |b: &Endpoint, src: usize| b.region.peer_slots()[src].sar_held.load(Relaxed);
+    let one_segment = INJECT_SIZE as usize + 1024;
+
+    exchange_one((&mut a, &mut ha), (&mut b, &mut hb), to_b, 0, one_segment);
+    let s = src(&mut a);
+    b.progress(&mut hb);
+    let spare = record(&b, s);
+    assert_ne!(spare, 0, "a keeps a SAR spare after a one-segment message");
+    assert_eq!(free_buffers(&b).1, pool - 1, "the message's buffer is back, the spare is not");
+
+    // The next one goes in the spare (b's data arrives intact) and a takes another.
+    exchange_one((&mut a, &mut ha), (&mut b, &mut hb), to_b, 1, one_segment);
+    b.progress(&mut hb);
+    assert_eq!(hb.received[1].2, pattern(one_segment, 1), "the spare carried the message");
+    assert_ne!(record(&b, s), 0, "a new spare");
+    assert_ne!(record(&b, s), spare, "the spare was used, not kept");
+    assert_eq!(free_buffers(&b).1, pool - 1);
+
+    // A message of several segments uses the spare for its first and takes no new one.
+    exchange_one((&mut a, &mut ha), (&mut b, &mut hb), to_b, 2, 3 * SAR_FIRST_SEGMENT as usize);
+    b.progress(&mut hb);
+    assert_eq!(hb.received[2].2, pattern(3 * SAR_FIRST_SEGMENT as usize, 2));
+    assert_eq!(record(&b, s), 0, "no spare after a message of several segments");
+    assert_eq!(free_buffers(&b).1, pool, "every SAR buffer back");
+
+    // Given back on the second tick without a send.
+    exchange_one((&mut a, &mut ha), (&mut b, &mut hb), to_b, 3, one_segment);
+    b.progress(&mut hb);
+    assert_ne!(record(&b, s), 0);
+    for _ in 0..2 {
+        a.tick_due = true;
+        a.progress(&mut ha);
+    }
+    assert_eq!((record(&b, s), free_buffers(&b).1), (0, pool), "the spare is back once a stopped sending");
+}
+
 /// `b`'s one sender is taken for gone: a SAR buffer recorded for a segment after the last one
 /// `b` handled goes back to `b`'s pool, and one for the last it handled does not.
 fn assert_sar_records_decided(b: &mut Endpoint) {
