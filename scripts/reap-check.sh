@@ -2,7 +2,8 @@
 # Regions left in /dev/shm by SIGKILLed processes are removed before the next process opens its
 # first endpoint (FI_RSHM_REAP_DEAD, on by default), a live process's region is left alone, and
 # with FI_RSHM_REAP_DEAD=0 nothing is removed; the same for processes of other pid namespaces
-# (containers sharing /dev/shm, root only). Through libfabric, with fi_pingpong.
+# (containers sharing /dev/shm, root only). A process killed by SIGTERM removes its own
+# (FI_RSHM_UNLINK_ON_SIGNAL, on by default). Through libfabric, with fi_pingpong.
 # usage: scripts/reap-check.sh PROVIDER_DIR   (scripts/test.sh runs it in a private /dev/shm)
 set -euo pipefail
 dir=${1:?usage: reap-check.sh PROVIDER_DIR}
@@ -105,6 +106,31 @@ removed_and_kept "$log" "$killed" "process [0-9]*" "$live" "a pair"
 echo "  the next pair removed both (log: $(grep -o 'removed region.*' "$log" | head -1 | cut -c1-90)...)"
 echo "  and left those of a pair still running: $(echo $live)"
 pkill -KILL -f "fi_pingpong -p rshm -[BP] $((port + 1))" || true
+
+# SIGTERM: the handler unlinks the pair's names before the signal does what it did before.
+for setting in 1 0; do
+    p=$((port + 4 + setting))
+    termed=$(start_pair $p FI_RSHM_UNLINK_ON_SIGNAL=$setting)
+    two_regions "the pair to SIGTERM" "$termed"
+    pkill -TERM -f "fi_pingpong -p rshm -[BP] $p" || true
+    for _ in $(seq 50); do
+        pgrep -f "fi_pingpong -p rshm -[BP] $p" >/dev/null || break
+        sleep 0.1
+    done
+    pkill -KILL -f "fi_pingpong -p rshm -[BP] $p" && { echo "a pair outlived SIGTERM"; exit 1; }
+    for r in $termed; do
+        if [ $setting = 1 ] && [ -e "/dev/shm/$r" ]; then
+            echo "the region $r outlived the SIGTERM that killed its process"
+            exit 1
+        fi
+        if [ $setting = 0 ] && [ ! -e "/dev/shm/$r" ]; then
+            echo "FI_RSHM_UNLINK_ON_SIGNAL=0, yet $r went with its SIGTERMed process"
+            exit 1
+        fi
+    done
+done
+echo "  a pair SIGTERMed mid-run left nothing (with FI_RSHM_UNLINK_ON_SIGNAL=0: $(echo $termed))"
+rm -f $(printf '/dev/shm/%s ' $termed)
 
 # Containers that share this /dev/shm but not our pids: each side of a pair in a pid namespace of
 # its own, where both are pid 1. Their pids mean nothing here; their regions are judged by the

@@ -24,6 +24,7 @@ const DEFINITIONS: &[(&str, ffi::fi_param_type, &str)] = &[
     ("READ_ONE_TRIP_MAX", ffi::FI_PARAM_SIZE_T, "Largest RMA read answered in one round trip, its bytes placed by the target in a buffer of the initiator's region (an inject buffer up to 4 KiB, a SAR buffer above); larger reads take a reply message (default: 16384)"),
     ("PEER_TIMEOUT_MS", ffi::FI_PARAM_SIZE_T, "How long sends to an address with no endpoint behind it retry before failing; an address that an rshm process of this pid namespace generated, and whose process is gone, fails after DEAD_PEER_TIMEOUT_MS instead (default: 30000)"),
     ("PROGRESS_SPIN_US", ffi::FI_PARAM_SIZE_T, "Microseconds the FI_PROGRESS_AUTO thread keeps polling after a pass that served a peer, before it sleeps again; a stream of requests then costs no wake-up each, but a passive target that computes on the CPU it shares with the thread gives the thread part of it while requests keep coming. 0: sleep after every pass (default: 50)"),
+    ("UNLINK_ON_SIGNAL", ffi::FI_PARAM_BOOL, "On SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGABRT, SIGBUS or SIGSEGV (unless ignored), remove this process's regions from /dev/shm, then let the signal do what it did before: kill the process, or run the handler the application or another library installed, as the C shm does. An application that lives on after its own handler has lost its names, so that no new peer finds it: turn this off for such an application (default: on)"),
     ("REAP_DEAD", ffi::FI_PARAM_BOOL, "Before this process opens its first endpoint, remove the regions in /dev/shm that processes of this user and pid namespace left when they died without closing their endpoints (killed, crashed): each holds the memory it used until removed (default: on)"),
     ("DEAD_PEER_TIMEOUT_MS", ffi::FI_PARAM_SIZE_T, "How long sends to an address whose endpoint's process died before this one reached it retry, waiting for a restarted process to take the address, before failing with FI_EIO (default: 500)"),
 ];
@@ -81,6 +82,8 @@ pub struct Config {
     pub progress_spin: Option<Duration>,
     /// Remove dead processes' regions before the first endpoint (`crate::reap`).
     pub reap_dead: bool,
+    /// Unlink this process's region names on a fatal signal (`smr_core::signal_unlink`).
+    pub unlink_on_signal: bool,
 }
 
 pub fn config() -> &'static Config {
@@ -149,6 +152,7 @@ pub fn config() -> &'static Config {
             read_one_trip_max,
             progress_spin,
             reap_dead: get_bool("REAP_DEAD").unwrap_or(true),
+            unlink_on_signal: get_bool("UNLINK_ON_SIGNAL").unwrap_or(true),
         }
     })
 }

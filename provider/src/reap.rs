@@ -3,6 +3,10 @@
 //! too, judged by their owner lock. A job that was killed leaves one per endpoint, each holding
 //! the memory it used; the next job on the node takes them away instead of an administrator.
 //! FI_RSHM_REAP_DEAD=0 turns it off.
+//!
+//! And so that a killed process leaves none: its names are unlinked by a handler of the signals
+//! that commonly end a job, installed in front of the earlier ones with the first endpoint
+//! (`smr_core::signal_unlink`). FI_RSHM_UNLINK_ON_SIGNAL=0 turns it off.
 
 use crate::params::config;
 use std::sync::Once;
@@ -12,6 +16,10 @@ use std::sync::Once;
 pub fn before_first_endpoint() {
     static DONE: Once = Once::new();
     DONE.call_once(|| {
+        if config().unlink_on_signal {
+            let taken = smr_core::signal_unlink::install();
+            crate::info!(EpCtrl, "region names unlinked on signals {taken:?} (those not ignored)");
+        }
         if !config().reap_dead {
             return;
         }

@@ -36,6 +36,8 @@ pub mod reap;
 pub mod region;
 #[cfg(not(loom))]
 pub mod shm;
+#[cfg(not(loom))]
+pub mod signal_unlink;
 #[cfg(feature = "test-hooks")]
 pub mod testing;
 #[cfg(not(loom))]

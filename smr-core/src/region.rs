@@ -112,6 +112,8 @@ pub struct Region {
     inject_mapped: AtomicBool,
     /// Held by the owner for the region's life (`FLAG_OWNER_LOCK`); None in a peer's view.
     _owner_lock: Option<crate::liveness::OwnerLock>,
+    /// The owner's name in the table of names unlinked on a fatal signal (`signal_unlink`).
+    signal_entry: Option<crate::signal_unlink::Registered>,
 }
 
 impl Region {
@@ -161,6 +163,7 @@ impl Region {
             sar_mapped: AtomicBool::new(false),
             inject_mapped: AtomicBool::new(false),
             _owner_lock: owner_lock,
+            signal_entry: crate::signal_unlink::register(name),
         };
         // SAFETY: the header page is ours alone until `ready` is set: nobody else has opened the
         // file yet (O_EXCL) or, if one did, it waits for `ready` before reading.
@@ -237,6 +240,7 @@ impl Region {
             sar_mapped: AtomicBool::new(false),
             inject_mapped: AtomicBool::new(false),
             _owner_lock: None,
+            signal_entry: None,
         })
     }
 
@@ -414,6 +418,8 @@ unsafe impl Sync for Region {}
 
 impl Drop for Region {
     fn drop(&mut self) {
+        // Out of the table before the name goes: a successor may take it.
+        self.signal_entry.take();
         if self.is_owner {
             // Unlink only our own incarnation: a successor may already own the name.
             if let Ok(other) = Region::open(&self.name) {
