@@ -85,7 +85,7 @@ pub(super) fn take(region: &Region, entry: &PeerSlot, pool: Pool, incarnation: u
 
 /// Sender: the command naming `index` is pushed (`pushed`), or the buffer goes back to the
 /// pool; no longer recorded as in flight either way. With `next` (the length of the message
-/// likely to follow: after an inject message, or the last segment of a SAR one) the buffer for
+/// likely to follow: after an inject message, or a SAR message of one segment) the buffer for
 /// the next one is taken now, while the receiver is busy with this one (none if the pool is
 /// empty, or the record is not ours to write), and its first `next` bytes are fetched writable
 /// (`warm`).
