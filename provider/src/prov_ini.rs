@@ -31,4 +31,13 @@ pub unsafe extern "C" fn fi_prov_ini() -> *mut ffi::fi_provider {
     prov
 }
 
-unsafe extern "C" fn rshm_cleanup() {}
+/// Called by the core before it `dlclose`s us: our signal handlers go first (they would be left
+/// pointing into unmapped code; `smr_core::signal_unlink::uninstall`).
+unsafe extern "C" fn rshm_cleanup() {
+    let _ = std::panic::catch_unwind(|| {
+        let given_back = smr_core::signal_unlink::uninstall();
+        if !given_back.is_empty() {
+            crate::info!(Core, "signal handlers given back before unloading: {given_back:?}");
+        }
+    });
+}

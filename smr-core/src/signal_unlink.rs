@@ -104,11 +104,37 @@ static EARLIER: Earlier = Earlier(
     [const { UnsafeCell::new(unsafe { std::mem::zeroed::<libc::sigaction>() }) }; 32],
 );
 
+/// The signals `install` took.
+static TAKEN: std::sync::OnceLock<Vec<libc::c_int>> = std::sync::OnceLock::new();
+
 /// Install the handler in front of every signal of `SIGNALS` not ignored, once per process.
 /// Returns the signals it took.
 pub fn install() -> &'static [libc::c_int] {
-    static TAKEN: std::sync::OnceLock<Vec<libc::c_int>> = std::sync::OnceLock::new();
     TAKEN.get_or_init(|| SIGNALS.iter().copied().filter(|&sig| install_one(sig)).collect())
+}
+
+/// Put the earlier action back wherever ours is still installed: before the library holding the
+/// handler is unloaded (libfabric's core `dlclose`s a provider after its `cleanup`, at exit and
+/// whenever the core itself is unloaded, as Open MPI does with components it does not keep),
+/// a signal would otherwise jump into unmapped code. A handler installed after ours, which may
+/// call ours, is left as it is. Returns the signals given back.
+pub fn uninstall() -> Vec<libc::c_int> {
+    let Some(taken) = TAKEN.get() else { return Vec::new() };
+    taken
+        .iter()
+        .copied()
+        .filter(|&sig| {
+            // SAFETY: sigaction is plain data; all-zero is a valid value to be filled in.
+            let mut now: libc::sigaction = unsafe { std::mem::zeroed() };
+            // SAFETY: a null new action only reads the current one; `EARLIER` holds the action
+            // `install_one` found before it installed ours (`sig` is one it took).
+            unsafe {
+                libc::sigaction(sig, std::ptr::null(), &mut now) == 0
+                    && now.sa_sigaction == on_fatal_signal as extern "C" fn(libc::c_int) as libc::sighandler_t
+                    && libc::sigaction(sig, EARLIER.0[sig as usize].get(), std::ptr::null_mut()) == 0
+            }
+        })
+        .collect()
 }
 
 fn install_one(sig: libc::c_int) -> bool {
@@ -228,6 +254,45 @@ mod tests {
         let status = signalled_child(&name, libc::SIGTERM, true);
         assert_eq!(status.code(), Some(42), "the application's own handler ran: {status:?}");
         assert!(!std::path::Path::new(&format!("/dev/shm/{name}")).exists(), "the file outlived the signal");
+    }
+
+    /// As a child: take the handlers, then give them back, and report whether SIGTERM's
+    /// action is the default again.
+    #[test]
+    fn child_installing_and_uninstalling() {
+        if std::env::var_os("RSHM_SIGNAL_UNINSTALL_CHILD").is_none() {
+            return;
+        }
+        let current = || {
+            // SAFETY: sigaction is plain data; all-zero is a valid value to be filled in.
+            let mut now: libc::sigaction = unsafe { std::mem::zeroed() };
+            // SAFETY: a null new action only reads the current one.
+            unsafe { libc::sigaction(libc::SIGTERM, std::ptr::null(), &mut now) };
+            now.sa_sigaction
+        };
+        assert_eq!(current(), libc::SIG_DFL);
+        assert!(install().contains(&libc::SIGTERM));
+        assert_ne!(current(), libc::SIG_DFL, "ours is installed");
+        assert!(uninstall().contains(&libc::SIGTERM));
+        assert_eq!(current(), libc::SIG_DFL, "the earlier action is back");
+        println!("uninstalled");
+    }
+
+    /// `uninstall` puts back the action `install` found (run in a child: the handlers are
+    /// process-wide).
+    #[test]
+    fn uninstall_puts_the_earlier_action_back() {
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "signal_unlink::tests::child_installing_and_uninstalling", "--nocapture"])
+            .env("RSHM_SIGNAL_UNINSTALL_CHILD", "1")
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && stdout.contains("uninstalled"),
+            "{stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 
     #[test]
