@@ -124,35 +124,38 @@ pub fn uninstall() -> Vec<libc::c_int> {
         .iter()
         .copied()
         .filter(|&sig| {
-            // SAFETY: sigaction is plain data; all-zero is a valid value to be filled in.
-            let mut now: libc::sigaction = unsafe { std::mem::zeroed() };
-            // SAFETY: a null new action only reads the current one; `EARLIER` holds the action
-            // `install_one` found before it installed ours (`sig` is one it took).
-            unsafe {
-                libc::sigaction(sig, std::ptr::null(), &mut now) == 0
-                    && now.sa_sigaction == on_fatal_signal as extern "C" fn(libc::c_int) as libc::sighandler_t
-                    && libc::sigaction(sig, EARLIER.0[sig as usize].get(), std::ptr::null_mut()) == 0
-            }
+            current_action(sig).is_some_and(|now| now.sa_sigaction == ours())
+                // SAFETY: `EARLIER` holds the action `install_one` found before it installed
+                // ours (`sig` is one it took), a complete action.
+                && unsafe { libc::sigaction(sig, EARLIER.0[sig as usize].get(), std::ptr::null_mut()) } == 0
         })
         .collect()
 }
 
+/// Our handler, as `sigaction` names it.
+fn ours() -> libc::sighandler_t {
+    on_fatal_signal as extern "C" fn(libc::c_int) as libc::sighandler_t
+}
+
+/// The action `sig` has now.
+fn current_action(sig: libc::c_int) -> Option<libc::sigaction> {
+    // SAFETY: sigaction is plain data; all-zero is a valid value to be filled in.
+    let mut now: libc::sigaction = unsafe { std::mem::zeroed() };
+    // SAFETY: a null new action only reads the current one into `now`.
+    (unsafe { libc::sigaction(sig, std::ptr::null(), &mut now) } == 0).then_some(now)
+}
+
 fn install_one(sig: libc::c_int) -> bool {
-    let Some(earlier) = EARLIER.0.get(sig as usize) else { return false };
-    // SAFETY: `earlier` is written here only, once (`install` runs once), before the handler
-    // that reads it is installed; a null new action only reads the current one into it.
-    let old = unsafe {
-        if libc::sigaction(sig, std::ptr::null(), earlier.get()) != 0 {
-            return false;
-        }
-        &*earlier.get()
-    };
+    let (Some(earlier), Some(old)) = (EARLIER.0.get(sig as usize), current_action(sig)) else { return false };
     if old.sa_sigaction == libc::SIG_IGN {
         return false;
     }
+    // SAFETY: `earlier` is written here only, once (`install` runs once), before the handler
+    // that reads it is installed.
+    unsafe { *earlier.get() = old };
     // SAFETY: sigaction is plain data; all-zero is a valid value.
     let mut act: libc::sigaction = unsafe { std::mem::zeroed() };
-    act.sa_sigaction = on_fatal_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
+    act.sa_sigaction = ours();
     act.sa_flags = libc::SA_ONSTACK;
     // SAFETY: `act.sa_mask` is a valid sigset to clear; `act` is a complete action whose handler
     // is async-signal-safe (`on_fatal_signal`).
@@ -220,14 +223,21 @@ mod tests {
         std::thread::sleep(std::time::Duration::from_secs(30));
     }
 
+    /// This test binary run again as a child, running only the test `name` (of this module),
+    /// with `var` set to `value`: the handlers are process-wide, so each case gets a process.
+    fn child_test(name: &str, var: &str, value: &str) -> std::process::Command {
+        let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
+        cmd.args(["--exact", &format!("signal_unlink::tests::{name}"), "--nocapture", "--test-threads=1"])
+            .env(var, value);
+        cmd
+    }
+
     /// Run `child_waiting_for_a_signal` as a child process with region `name`, send it `sig`
     /// once it is ready, and return its exit status.
     fn signalled_child(name: &str, sig: libc::c_int, own_term: bool) -> std::process::ExitStatus {
         use std::io::BufRead;
-        let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
-        cmd.args(["--exact", "signal_unlink::tests::child_waiting_for_a_signal", "--nocapture", "--test-threads=1"])
-            .env("RSHM_SIGNAL_CHILD", name)
-            .stdout(std::process::Stdio::piped());
+        let mut cmd = child_test("child_waiting_for_a_signal", "RSHM_SIGNAL_CHILD", name);
+        cmd.stdout(std::process::Stdio::piped());
         if own_term {
             cmd.env("RSHM_SIGNAL_CHILD_OWN_TERM", "1");
         }
@@ -263,13 +273,7 @@ mod tests {
         if std::env::var_os("RSHM_SIGNAL_UNINSTALL_CHILD").is_none() {
             return;
         }
-        let current = || {
-            // SAFETY: sigaction is plain data; all-zero is a valid value to be filled in.
-            let mut now: libc::sigaction = unsafe { std::mem::zeroed() };
-            // SAFETY: a null new action only reads the current one.
-            unsafe { libc::sigaction(libc::SIGTERM, std::ptr::null(), &mut now) };
-            now.sa_sigaction
-        };
+        let current = || current_action(libc::SIGTERM).unwrap().sa_sigaction;
         assert_eq!(current(), libc::SIG_DFL);
         assert!(install().contains(&libc::SIGTERM));
         assert_ne!(current(), libc::SIG_DFL, "ours is installed");
@@ -282,11 +286,7 @@ mod tests {
     /// process-wide).
     #[test]
     fn uninstall_puts_the_earlier_action_back() {
-        let out = std::process::Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "signal_unlink::tests::child_installing_and_uninstalling", "--nocapture"])
-            .env("RSHM_SIGNAL_UNINSTALL_CHILD", "1")
-            .output()
-            .unwrap();
+        let out = child_test("child_installing_and_uninstalling", "RSHM_SIGNAL_UNINSTALL_CHILD", "1").output().unwrap();
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert!(
             out.status.success() && stdout.contains("uninstalled"),

@@ -67,6 +67,14 @@ impl Pool {
             Pool::Sar => region.sar_stack(),
         }
     }
+
+    /// Where buffer `index` of this pool lies in `region`.
+    fn offset(self, region: &Region, index: u32) -> crate::error::Result<u64> {
+        match self {
+            Pool::Inject => region.geometry().inject_offset(index),
+            Pool::Sar => region.geometry().sar_offset(index),
+        }
+    }
 }
 
 /// Sender: a buffer of `region`'s `pool` for message `key` (a SAR segment's sequence number),
@@ -123,12 +131,7 @@ pub(super) fn done(
 /// about this size finds them in ours instead of waiting for them one after another. A hint only.
 #[inline(always)]
 fn warm(region: &Region, pool: Pool, index: u32, len: u64) {
-    let geo = region.geometry();
-    let off = match pool {
-        Pool::Inject => geo.inject_offset(index),
-        Pool::Sar => geo.sar_offset(index),
-    };
-    let Ok(at) = off.and_then(|off| region.mapping().bytes_ptr(off, len)) else {
+    let Ok(at) = pool.offset(region, index).and_then(|off| region.mapping().bytes_ptr(off, len)) else {
         return;
     };
     for line in (0..len as usize).step_by(64) {
