@@ -22,6 +22,8 @@ pub mod cma;
 #[cfg(not(loom))]
 pub mod cmd;
 #[cfg(not(loom))]
+pub mod cpu_marks;
+#[cfg(not(loom))]
 pub mod endpoint;
 #[cfg(not(loom))]
 pub mod iov;

@@ -90,6 +90,22 @@ impl Mapping {
         reserve_range(&self.fd, off, len)
     }
 
+    /// Map the first `len` bytes of `name`, a file that several processes share without any of
+    /// them owning it (mode 0600): created if it is missing, grown to `len` if shorter (never
+    /// shrunk, so that a process wanting more does not cut off one wanting less).
+    pub fn open_or_create(name: &str, len: usize) -> Result<Mapping> {
+        let fd = open_fd(name, libc::O_CREAT | libc::O_RDWR, 0o600)?;
+        // fallocate grows a file and never shrinks it, whoever else grows it at the same time;
+        // and its pages exist before anyone touches them (see `create_lazy`).
+        reserve_range(&fd, 0, len as u64)?;
+        // Where the file system does not allocate, ftruncate grows it instead.
+        // SAFETY: plain syscall on an fd we own.
+        if file_size(&fd)? < len && unsafe { libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) } != 0 {
+            return Err(Error::last_os());
+        }
+        Self::map(fd, len)
+    }
+
     /// Map an existing region file whole, at the size `fstat` reports.
     pub fn open(name: &str) -> Result<Mapping> {
         let fd = open_fd(name, libc::O_RDWR, 0).map_err(|e| match e {
