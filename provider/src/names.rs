@@ -14,7 +14,7 @@ pub fn service_name(service: &str) -> FiResult<String> {
 }
 
 /// This process's user, the first part of every name it makes.
-fn uid() -> u32 {
+pub(crate) fn uid() -> u32 {
     // SAFETY: getuid has no preconditions.
     unsafe { libc::getuid() }
 }

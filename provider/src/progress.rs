@@ -214,15 +214,16 @@ pub const SPIN: Duration = Duration::from_micros(50);
 ///
 /// An application thread's yield also moves it to another CPU when it finds this one shared
 /// (`idle::yield_or_move`): the balancer above ends such a stretch only after 10-200 ms. The
-/// progress thread keeps a plain yield: the thread it gives way to is often its own
-/// application's, which a move would not help.
+/// progress thread's yield does not move it: the thread it gives way to is often its own
+/// application's, which a move would not help. Both stop yielding for a while after a yield
+/// that a thread not of ours kept for long (`idle::yield_cpu`).
 pub fn between_polls(waited: Duration, by: Poller) {
     if waited < YIELD_AFTER {
         std::hint::spin_loop();
     } else if by == Poller::Application {
         crate::state::ep::idle::yield_or_move();
     } else {
-        std::thread::yield_now();
+        crate::state::ep::idle::yield_cpu();
     }
 }
 

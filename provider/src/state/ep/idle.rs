@@ -1,8 +1,11 @@
 //! Yielding the CPU while a caller waits: the pause a wait makes before it yields
 //! (`YIELD_AFTER`, also taken by `progress::between_polls`), the yield of an endpoint's
-//! polling caller after idle passes in a row (`IdleStreak`), and the yield of an application
-//! thread, which moves it to another CPU when it finds this one shared (`yield_or_move`).
+//! polling caller after idle passes in a row (`IdleStreak`), the yield of an application
+//! thread, which moves it to another CPU when it finds this one shared (`yield_or_move`), and
+//! the rule every yield of ours follows: none for a while after one that lost the CPU for long
+//! (`yield_cpu`, `HELD_AWAY`).
 
+use smr_core::cpu_marks::CpuMarks;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -106,13 +109,131 @@ pub fn yield_or_move() {
     static GATE: MoveGate = MoveGate::new();
     static MOVABLE: OnceLock<bool> = OnceLock::new();
     static SHARED: SharedCpu = SharedCpu::new();
-    let before = Instant::now();
-    std::thread::yield_now();
+    let Some(took) = yield_cpu() else { return };
     let now = Instant::now();
-    if SHARED.after_yield(now.duration_since(before)) && *MOVABLE.get_or_init(|| allowed_cpus() > 1) && GATE.pass(now) {
+    if SHARED.after_yield(took) && *MOVABLE.get_or_init(|| allowed_cpus() > 1) && GATE.pass(now) {
         SHARED.moved();
         if move_to_another_cpu().is_none() {
             std::thread::sleep(SLEEP);
+        }
+    }
+}
+
+/// A yield that kept the CPU away from us this long, with no thread of ours giving way on that
+/// CPU meanwhile (`smr_core::cpu_marks`), gave it to a thread that does not give it back soon:
+/// a process that is not ours, or one of ours computing. The scheduler gives such a thread a
+/// whole time slice at each yield of ours (3-10 ms measured here, against 0.4 us for a yield
+/// with nothing else to run). One busy process that was not ours, sharing a CPU with one side
+/// of a tagged ping-pong, made an 8 B round 12-156 us one-way with a yield every
+/// `POLLS_PER_YIELD` passes and after every idle `YIELD_AFTER`, against 0.9 us without yields
+/// and 1.2-1.4 us for sm2, which never yields (docs/perf/where-the-time-goes.md).
+///
+/// Yields that are long because several processes of ours share the CPU, each running until it
+/// yields (OpenSHMEM's tests at 8 PEs on 2 CPUs), find their CPU's mark changed, and go on: a
+/// pause there made `set_lock` take 10.3 s instead of 0.8, and `lfinc` 4.5 s instead of 1.2.
+const HELD_AWAY: Duration = Duration::from_millis(1);
+
+/// How long our yields stop after one was `HELD_AWAY`: the first time, and at most. The span
+/// doubles while the first yield after it is held away again, and a yield that gets the CPU back
+/// sooner ends the rule. Against a thread that computes on without end, a yield every
+/// `YIELD_PAUSE_MAX` costs one time slice in about 16; meanwhile the scheduler shares the CPU
+/// between it and us as it shares it between any two busy threads.
+const YIELD_PAUSE_FIRST: Duration = Duration::from_millis(2);
+const YIELD_PAUSE_MAX: Duration = Duration::from_millis(32);
+
+/// Yield the CPU, unless a recent yield was `HELD_AWAY` (then nothing): how long the yield
+/// took, or None if it did not yield. Every yield of a thread that waits goes through here: an
+/// application thread's (`yield_or_move`, the endpoint's every `POLLS_PER_YIELD` passes) and the
+/// progress thread's.
+pub fn yield_cpu() -> Option<Duration> {
+    static PAUSE: YieldPause = YieldPause::new();
+    let before = Instant::now();
+    if PAUSE.holds(before) {
+        return None;
+    }
+    let mark = Mark::before_yield();
+    std::thread::yield_now();
+    let now = Instant::now();
+    let took = now.duration_since(before);
+    if took >= HELD_AWAY && mark.is_none_or(|m| m.untouched()) {
+        PAUSE.held_away(now);
+    } else {
+        PAUSE.back_in_time();
+    }
+    Some(took)
+}
+
+/// The token a yielding thread left in its CPU's word of `smr_core::cpu_marks`.
+struct Mark {
+    marks: &'static CpuMarks,
+    cpu: usize,
+    token: u64,
+}
+
+impl Mark {
+    /// Mark this thread's CPU; None where the marks cannot be had (no file in /dev/shm, no CPU
+    /// number): every long yield then counts as given to a thread of ours, as before the marks.
+    fn before_yield() -> Option<Mark> {
+        static MARKS: OnceLock<Option<CpuMarks>> = OnceLock::new();
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        let marks = MARKS
+            .get_or_init(|| {
+                CpuMarks::open(crate::names::uid())
+                    .inspect_err(|e| crate::info!(Core, "no CPU marks ({e}): long yields go on"))
+                    .ok()
+            })
+            .as_ref()?;
+        // SAFETY: no arguments; -1 on error.
+        let cpu = usize::try_from(unsafe { libc::sched_getcpu() }).ok()?;
+        // Unique among the user's processes (pids fit in 22 bits) and this process's yields.
+        let token = NEXT.fetch_add(1, Ordering::Relaxed) << 22 | u64::from(std::process::id() & 0x3F_FFFF);
+        marks.mark(cpu, token);
+        Some(Mark { marks, cpu, token })
+    }
+
+    /// Whether no thread of ours marked the CPU since.
+    fn untouched(&self) -> bool {
+        self.marks.still(self.cpu, self.token)
+    }
+}
+
+/// When our yields may start again (`yield_cpu`), among all of a process's threads.
+struct YieldPause {
+    epoch: OnceLock<Instant>,
+    /// Nanoseconds from `epoch` until which nobody yields (0: no pause).
+    until: AtomicU64,
+    /// The last pause's length in nanoseconds (0 once a yield came back in time).
+    span: AtomicU64,
+}
+
+impl YieldPause {
+    const fn new() -> Self {
+        YieldPause { epoch: OnceLock::new(), until: AtomicU64::new(0), span: AtomicU64::new(0) }
+    }
+
+    fn nanos(&self, at: Instant) -> u64 {
+        at.saturating_duration_since(*self.epoch.get_or_init(|| at)).as_nanos() as u64
+    }
+
+    /// Whether yields stop at `now`.
+    fn holds(&self, now: Instant) -> bool {
+        let until = self.until.load(Ordering::Relaxed);
+        until != 0 && self.nanos(now) < until
+    }
+
+    /// A yield that ended at `now` was `HELD_AWAY`: a pause starts, twice the last one
+    /// (`YIELD_PAUSE_FIRST` to `YIELD_PAUSE_MAX`).
+    fn held_away(&self, now: Instant) {
+        let (first, most) = (YIELD_PAUSE_FIRST.as_nanos() as u64, YIELD_PAUSE_MAX.as_nanos() as u64);
+        let span = self.span.load(Ordering::Relaxed).saturating_mul(2).clamp(first, most);
+        self.span.store(span, Ordering::Relaxed);
+        self.until.store(self.nanos(now) + span, Ordering::Relaxed);
+    }
+
+    /// A yield came back in time, or went to a thread of ours: the next pause starts short.
+    fn back_in_time(&self) {
+        if self.span.load(Ordering::Relaxed) != 0 {
+            self.span.store(0, Ordering::Relaxed);
         }
     }
 }
@@ -234,6 +355,30 @@ mod tests {
         assert!(!gate.pass(t0 + MOVE_EVERY / 2), "a second one within the period does not");
         assert!(gate.pass(t0 + MOVE_EVERY), "one a period later does");
         assert!(!gate.pass(t0 + MOVE_EVERY + MOVE_EVERY / 4));
+    }
+
+    #[test]
+    fn a_yield_held_away_pauses_the_yields_for_twice_as_long_each_time_up_to_the_most() {
+        let pause = YieldPause::new();
+        let t0 = Instant::now();
+        assert!(!pause.holds(t0), "no pause at first");
+        pause.held_away(t0);
+        assert!(pause.holds(t0 + YIELD_PAUSE_FIRST / 2), "a first pause");
+        assert!(!pause.holds(t0 + YIELD_PAUSE_FIRST), "that ends");
+        let t1 = t0 + YIELD_PAUSE_FIRST;
+        pause.held_away(t1);
+        assert!(pause.holds(t1 + YIELD_PAUSE_FIRST * 3 / 2), "the next one is twice as long");
+        let mut t = t1;
+        for _ in 0..10 {
+            t += YIELD_PAUSE_MAX;
+            pause.held_away(t);
+        }
+        assert!(pause.holds(t + YIELD_PAUSE_MAX - Duration::from_micros(1)));
+        assert!(!pause.holds(t + YIELD_PAUSE_MAX), "never longer than the most");
+        pause.back_in_time();
+        let t2 = t + YIELD_PAUSE_MAX;
+        pause.held_away(t2);
+        assert!(!pause.holds(t2 + YIELD_PAUSE_FIRST), "after a yield back in time, short again");
     }
 
     #[test]

@@ -111,7 +111,7 @@ impl EpState {
         // `Endpoint::peer_progresses`, `Endpoint::peer_is_free`.
         engine.note_poll(ep.rma.poll_is_free(idle && !issued));
         if ep.driven.is_multiple_of(POLLS_PER_YIELD) {
-            std::thread::yield_now();
+            idle::yield_cpu();
         }
         // An application that started something since the last pass does not wait for a peer,
         // even if nothing arrived: an operation complete within its call (an atomic with
@@ -186,5 +186,7 @@ impl EpState {
 /// 10.6 s every 4,096). A blocking wait also yields between its polls once a few microseconds
 /// passed without progress (`progress::between_polls`): it knows it waits, where a pass does not.
 /// A caller that waits by polling yields once every 64 idle passes in a row after those
-/// microseconds too (`idle::IdleStreak`): idle passes in a row are the sign it waits.
+/// microseconds too (`idle::IdleStreak`): idle passes in a row are the sign it waits. None of
+/// these yields happen for a while after one that a process not of ours kept for long
+/// (`idle::yield_cpu`): that process would take a whole time slice at each.
 const POLLS_PER_YIELD: u64 = 1024;
