@@ -66,10 +66,13 @@ impl CpuMarks {
     }
 }
 
-/// The file's name for user `uid`: not under the regions' `rshm_<uid>_` prefix, so that the
-/// reaper and the tools that list regions pass it by.
+/// The start of the file's name: not the regions' `rshm_<uid>_`, so that the reaper and the
+/// tools that list regions pass it by.
+pub const FILE_PREFIX: &str = "rshm-cpus.";
+
+/// The file's name for user `uid`.
 pub fn file_name(uid: u32) -> String {
-    format!("rshm-cpus.{uid}")
+    format!("{FILE_PREFIX}{uid}")
 }
 
 #[cfg(test)]

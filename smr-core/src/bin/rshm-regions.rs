@@ -29,7 +29,8 @@ usage: rshm-regions [list [--all] [--fail-if-any] | clean | --help]
 
   list        show every rshm region in /dev/shm: name, size, owner pid and status
               (alive, dead, creating; unknown if unreadable) (default)
-  list --all  also show the other files in /dev/shm, as not-rshm
+  list --all  also show the other files in /dev/shm: rshm's CPU marks (kept: one word per
+              CPU, see smr_core::cpu_marks) as cpu-marks, the rest as not-rshm
   list --fail-if-any
               also name, on stderr, each rshm region owned by this user (whatever its
               status) and exit 3 if there is any: after a test run, every one is a leak
@@ -96,6 +97,8 @@ exit status: 0 ok, 1 error, 2 usage error, 3 regions found with --fail-if-any";
         for entry in scan()? {
             let (pid, status) = match &entry.occupant {
                 None if !all => continue,
+                // The CPU marks (`smr_core::cpu_marks`): rshm's, but no region, and kept.
+                None if entry.name.starts_with(smr_core::cpu_marks::FILE_PREFIX) => ("-".to_string(), "cpu-marks"),
                 None => ("-".to_string(), "not-rshm"),
                 Some(Ok(Occupant::Alive(who))) => (who.pid.to_string(), "alive"),
                 Some(Ok(Occupant::Dead(Some(who)))) => (who.pid.to_string(), "dead"),
