@@ -363,7 +363,8 @@ pub struct Endpoint {
     sar_cold: cold::ColdReuse,
     /// Our inject buffers we are done with, on their way back to the pool (`cold.rs`).
     inject_cold: cold::ColdReuse,
-    sar_rx: HashMap<(SrcId, u64), SarRx>,
+    /// SAR messages arriving, by sender and the sender's message id (a peer's choice).
+    sar_rx: crate::idmap::PeerIdMap<(SrcId, u64), SarRx>,
     held: IdMap<MsgKey, Held>,
     resp_backlog: VecDeque<(SrcId, RespEntry)>,
     /// Ok answers of this pass not pushed yet (`ok_run.rs`).
@@ -461,7 +462,7 @@ impl Endpoint {
             sar_tx: VecDeque::new(),
             sar_cold,
             inject_cold,
-            sar_rx: HashMap::new(),
+            sar_rx: Default::default(),
             held: IdMap::default(),
             resp_backlog: VecDeque::new(),
             ok_run: ok_run::OkRun::default(),
