@@ -583,10 +583,14 @@ impl Endpoint {
         // a message may start only after every earlier one to the same peer has started. (This
         // used to rotate a message that found no buffer to the back, and a later one that found
         // a buffer freed meanwhile overtook it.)
-        let queue = std::mem::take(&mut self.sar_tx);
+        // One turn of the queue in place: each message is taken from the front, and those that
+        // stay go to the back in the same order. (Taking the whole queue out and pushing into
+        // an empty one allocated and freed its storage on every pass: one of each per SAR
+        // message.)
         let incarnation = self.region.incarnation();
         let mut waiting: smallvec::SmallVec<[PeerId; 4]> = smallvec::SmallVec::new();
-        for msg_id in queue {
+        for _ in 0..self.sar_tx.len() {
+            let Some(msg_id) = self.sar_tx.pop_front() else { break };
             let Some(send) = self.pending.get(&msg_id) else { continue };
             let peer = send.peer;
             if send.unstarted() && waiting.contains(&peer) {
