@@ -7,7 +7,7 @@
 
 use crate::cmd::RemoteIov;
 use crate::error::{Error, Result};
-use crate::iov::LocalIov;
+use crate::iov::{IoVecs, LocalIov};
 
 /// Setting this environment variable to `1` makes `probe` answer `false`, as on a host where
 /// Yama or seccomp forbids CMA. It can only turn CMA off, never on: it exists so that the SAR
@@ -69,7 +69,7 @@ const UIO_MAXIOV: usize = 1024;
 /// Copy the peer's `remote` ranges, in order, into `local` starting at byte `local_off`.
 /// Returns how many bytes were copied (the shorter of the two totals).
 pub fn read_from(pid: u32, remote: &[RemoteIov], local: &mut LocalIov, local_off: usize) -> Result<usize> {
-    let mut local_vecs = Vec::new();
+    let mut local_vecs = IoVecs::new();
     local.iovecs_from(local_off, &mut local_vecs);
     // SAFETY: `local_vecs` describes memory the caller lent us for writing.
     unsafe { transfer(pid, local_vecs, remote, Direction::Read) }
@@ -86,7 +86,7 @@ pub fn write_to(pid: u32, local: &LocalIov, remote: &[RemoteIov]) -> Result<usiz
 /// sender writing its part of a split copy, `endpoint::split`). Returns how many bytes were
 /// copied (the shorter of the two totals).
 pub fn write_part_to(pid: u32, local: &LocalIov, local_off: usize, remote: &[RemoteIov]) -> Result<usize> {
-    let mut local_vecs = Vec::new();
+    let mut local_vecs = IoVecs::new();
     local.iovecs_for_reading_from(local_off, &mut local_vecs);
     // SAFETY: `local_vecs` describes memory the caller lent us; a write only reads it.
     unsafe { transfer(pid, local_vecs, remote, Direction::Write) }
@@ -105,11 +105,11 @@ enum Direction {
 ///
 /// # Safety
 /// `local_vecs` must describe memory valid for the direction's access (writes for `Read`).
-unsafe fn transfer(pid: u32, mut local_vecs: Vec<libc::iovec>, remote: &[RemoteIov], dir: Direction) -> Result<usize> {
+unsafe fn transfer(pid: u32, mut local_vecs: IoVecs, remote: &[RemoteIov], dir: Direction) -> Result<usize> {
     let local_total = local_vecs.iter().fold(0usize, |sum, v| sum.saturating_add(v.iov_len));
     let remote_total = remote.iter().fold(0usize, |sum, r| sum.saturating_add(r.len as usize));
     let want = remote_total.min(local_total);
-    let mut remote_vecs: Vec<libc::iovec> =
+    let mut remote_vecs: IoVecs =
         remote.iter().map(|r| libc::iovec { iov_base: r.addr as *mut _, iov_len: r.len as usize }).collect();
     trim(&mut local_vecs, want);
     trim(&mut remote_vecs, want);
@@ -140,7 +140,7 @@ unsafe fn transfer(pid: u32, mut local_vecs: Vec<libc::iovec>, remote: &[RemoteI
 }
 
 /// Cut an iovec list to `total` bytes.
-fn trim(vecs: &mut Vec<libc::iovec>, total: usize) {
+fn trim(vecs: &mut IoVecs, total: usize) {
     let mut left = total;
     vecs.retain_mut(|v| {
         v.iov_len = v.iov_len.min(left);

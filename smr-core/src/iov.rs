@@ -10,6 +10,13 @@ use crate::cmd::RemoteIov;
 /// (address, length) ranges; one or two live inline, so the common case allocates nothing.
 pub type Ranges = smallvec::SmallVec<[(usize, usize); 2]>;
 
+/// iovecs for a CMA system call, held inline up to four (the usual message has one range): a
+/// heap list cost an allocation and a free per CMA copy.
+pub type IoVecs = smallvec::SmallVec<[libc::iovec; 4]>;
+
+/// A peer's ranges for CMA, held inline up to four, for the same reason.
+pub type RemoteIovs = smallvec::SmallVec<[RemoteIov; 4]>;
+
 /// A list of caller-owned byte ranges, or an owned buffer.
 #[derive(Debug)]
 pub enum LocalIov {
@@ -174,7 +181,7 @@ impl LocalIov {
     }
 
     /// The ranges from byte `off` on, as iovecs a syscall may write through.
-    pub(crate) fn iovecs_from(&mut self, off: usize, out: &mut Vec<libc::iovec>) {
+    pub(crate) fn iovecs_from(&mut self, off: usize, out: &mut IoVecs) {
         let len = self.len().saturating_sub(off);
         self.with_parts_mut(|parts| {
             walk(parts, off, len, |p, n, _| out.push(libc::iovec { iov_base: p.cast(), iov_len: n }))
@@ -182,7 +189,7 @@ impl LocalIov {
     }
 
     /// The ranges from byte `off` on, as iovecs a syscall reads from.
-    pub(crate) fn iovecs_for_reading_from(&self, off: usize, out: &mut Vec<libc::iovec>) {
+    pub(crate) fn iovecs_for_reading_from(&self, off: usize, out: &mut IoVecs) {
         let len = self.len().saturating_sub(off);
         self.with_parts(|parts| {
             walk(parts, off, len, |p, n, _| out.push(libc::iovec { iov_base: p.cast(), iov_len: n }))
@@ -190,8 +197,8 @@ impl LocalIov {
     }
 
     /// The ranges as a peer sees them for CMA; `None` if there are too many to describe.
-    pub(crate) fn as_remote(&self, max: usize) -> Option<Vec<RemoteIov>> {
-        let mut v = Vec::new();
+    pub(crate) fn as_remote(&self, max: usize) -> Option<RemoteIovs> {
+        let mut v = RemoteIovs::new();
         self.with_parts(|parts| {
             walk(parts, 0, self.len(), |p, n, _| v.push(RemoteIov { addr: p as u64, len: n as u64 }))
         });

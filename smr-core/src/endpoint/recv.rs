@@ -363,13 +363,13 @@ impl Endpoint {
             Body::Inline { .. } | Body::Inject { .. } => {}
             // The CMA path answers for itself.
             Body::Iov { count } => {
-                let iovs: Vec<RemoteIov> = (0..count).map(|i| entry.iov(i)).collect();
+                let iovs: crate::iov::RemoteIovs = (0..count).map(|i| entry.iov(i)).collect();
                 match disposition {
                     Disposition::Deliver { dest, ctx } | Disposition::Later { dest, ctx } => {
                         self.pull_cma(src, msg_id, hdr, &iovs, dest, ctx, h)
                     }
                     Disposition::Hold => {
-                        self.held.insert(key, Held { src, hdr, data: HeldData::Cma { iovs, msg_id } });
+                        self.held.insert(key, Held { src, hdr, data: HeldData::Cma { iovs: iovs.to_vec(), msg_id } });
                     }
                     // Only inline messages can be taken.
                     Disposition::Discard

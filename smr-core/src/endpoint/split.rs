@@ -110,7 +110,7 @@ impl Endpoint {
         // The tail's start: half, on a page boundary; it must land in one buffer of ours.
         let offset = ((len / 2) & !4095) as usize;
         let tail_len = len - offset as u64;
-        let mut vecs = Vec::new();
+        let mut vecs = crate::iov::IoVecs::new();
         dest.iovecs_from(offset, &mut vecs);
         let first = vecs.first()?;
         if (first.iov_len as u64) < tail_len || offset == 0 {
