@@ -15,6 +15,42 @@ use std::collections::HashMap;
 use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
 use std::sync::OnceLock;
 
+/// `Hasher` for a one-word hasher whose `add` takes the key a word at a time: integers as one
+/// word each, bytes in words of eight (the last padded with zeros).
+macro_rules! word_hasher {
+    ($hasher:ty) => {
+        impl Hasher for $hasher {
+            fn finish(&self) -> u64 {
+                self.0
+            }
+
+            fn write(&mut self, bytes: &[u8]) {
+                for chunk in bytes.chunks(8) {
+                    let mut word = [0u8; 8];
+                    word[..chunk.len()].copy_from_slice(chunk);
+                    self.add(u64::from_le_bytes(word));
+                }
+            }
+
+            fn write_u8(&mut self, n: u8) {
+                self.add(n.into());
+            }
+
+            fn write_u32(&mut self, n: u32) {
+                self.add(n.into());
+            }
+
+            fn write_u64(&mut self, n: u64) {
+                self.add(n);
+            }
+
+            fn write_usize(&mut self, n: usize) {
+                self.add(n as u64);
+            }
+        }
+    };
+}
+
 /// A `HashMap` with the id hasher.
 pub type IdMap<K, V> = HashMap<K, V, BuildHasherDefault<IdHasher>>;
 
@@ -58,31 +94,7 @@ impl PeerIdHasher {
     }
 }
 
-impl Hasher for PeerIdHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for chunk in bytes.chunks(8) {
-            let mut word = [0u8; 8];
-            word[..chunk.len()].copy_from_slice(chunk);
-            self.add(u64::from_le_bytes(word));
-        }
-    }
-
-    fn write_u32(&mut self, n: u32) {
-        self.add(n.into());
-    }
-
-    fn write_u64(&mut self, n: u64) {
-        self.add(n);
-    }
-
-    fn write_usize(&mut self, n: usize) {
-        self.add(n as u64);
-    }
-}
+word_hasher!(PeerIdHasher);
 
 /// Multiplicative (Fx-style) hashing of integer keys: the multiplier is odd, so consecutive ids
 /// land in distinct buckets, and its high bits mix into the control byte hashbrown takes.
@@ -97,35 +109,7 @@ impl IdHasher {
     }
 }
 
-impl Hasher for IdHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for chunk in bytes.chunks(8) {
-            let mut word = [0u8; 8];
-            word[..chunk.len()].copy_from_slice(chunk);
-            self.add(u64::from_le_bytes(word));
-        }
-    }
-
-    fn write_u8(&mut self, n: u8) {
-        self.add(n.into());
-    }
-
-    fn write_u32(&mut self, n: u32) {
-        self.add(n.into());
-    }
-
-    fn write_u64(&mut self, n: u64) {
-        self.add(n);
-    }
-
-    fn write_usize(&mut self, n: usize) {
-        self.add(n as u64);
-    }
-}
+word_hasher!(IdHasher);
 
 #[cfg(test)]
 mod tests {
