@@ -155,7 +155,7 @@ pub fn yield_cpu() -> Option<Duration> {
     std::thread::yield_now();
     let now = Instant::now();
     let took = now.duration_since(before);
-    if took >= HELD_AWAY && mark.is_none_or(|m| m.untouched()) {
+    if took >= HELD_AWAY && mark.is_some_and(|m| m.untouched()) {
         PAUSE.held_away(now);
     } else {
         PAUSE.back_in_time();
@@ -419,16 +419,121 @@ mod tests {
         assert!(allowed.contains(&there), "onto one it may run on");
     }
 
+    /// The set holding CPU `cpu` alone.
+    fn only(cpu: usize) -> libc::cpu_set_t {
+        // SAFETY: all-zero bytes are an empty cpu_set_t; CPU_SET writes a bit of it (`cpu` is a
+        // CPU number the kernel gave, inside the set's size).
+        unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(cpu, &mut set);
+            set
+        }
+    }
+
+    /// Whether this is the process in which test `name` of this module runs alone. The first
+    /// call, in the test harness's process, runs the test again in a child process of its own
+    /// and checks that it passed there: the harness's other tests run beside it, and their
+    /// threads would take the CPU from its yields without marking it, and share the process's
+    /// yield rule.
+    fn alone(name: &str) -> bool {
+        const ALONE: &str = "RSHM_YIELD_TEST_ALONE";
+        if std::env::var_os(ALONE).is_some() {
+            return true;
+        }
+        let out = std::process::Command::new(std::env::current_exe().expect("the test binary"))
+            .args(["--exact", &format!("state::ep::idle::tests::{name}"), "--nocapture", "--test-threads=1"])
+            .env(ALONE, "1")
+            .output()
+            .expect("run the test alone");
+        let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success() && said.contains("1 passed"), "{name}, alone in a process:\n{said}");
+        false
+    }
+
+    /// Yields of this thread beside `threads` threads bound to the same CPU that run
+    /// `competitor` until told to stop, for up to 10 s or until `enough` says so: (yields,
+    /// yields held away, whether one call found the yields paused).
+    fn yields_beside(
+        threads: usize,
+        competitor: fn(&std::sync::atomic::AtomicBool),
+        enough: impl Fn(u32, u32, bool) -> bool,
+    ) -> (u32, u32, bool) {
+        use std::sync::atomic::AtomicBool;
+        use std::sync::Arc;
+        let before = allowed_set().expect("sched_getaffinity");
+        let cpu = this_cpu().expect("sched_getcpu");
+        set_allowed(&only(cpu)).expect("bind to one CPU");
+        let stop = Arc::new(AtomicBool::new(false));
+        let others: Vec<_> = (0..threads)
+            .map(|_| {
+                let stop = Arc::clone(&stop);
+                std::thread::spawn(move || {
+                    set_allowed(&only(cpu)).expect("bind the competing thread");
+                    competitor(&stop);
+                })
+            })
+            .collect();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let (mut yields, mut held_away, mut paused) = (0, 0, false);
+        while Instant::now() < deadline && !enough(yields, held_away, paused) {
+            match yield_cpu() {
+                Some(took) => {
+                    yields += 1;
+                    held_away += u32::from(took >= HELD_AWAY);
+                }
+                None => paused = true,
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+        others.into_iter().for_each(|t| t.join().expect("competing thread"));
+        set_allowed(&before).expect("restore");
+        (yields, held_away, paused)
+    }
+
+    #[test]
+    fn yields_to_a_busy_thread_that_leaves_no_mark_stop_for_a_while() {
+        if !alone("yields_to_a_busy_thread_that_leaves_no_mark_stop_for_a_while") {
+            return;
+        }
+        // A thread that computes without end: some yield of ours gives it a whole time slice
+        // (milliseconds), and the yield after that must not happen.
+        let busy = |stop: &std::sync::atomic::AtomicBool| {
+            while !stop.load(Ordering::Relaxed) {
+                std::hint::spin_loop();
+            }
+        };
+        let (yields, held_away, paused) = yields_beside(1, busy, |_, _, paused| paused);
+        assert!(held_away > 0, "no yield was held away in {yields} beside a busy thread on the same CPU");
+        assert!(paused, "{yields} yields, {held_away} held away, and none paused the next");
+    }
+
+    #[test]
+    fn yields_held_away_by_a_thread_that_marks_the_cpu_go_on() {
+        if !alone("yields_held_away_by_a_thread_that_marks_the_cpu_go_on") {
+            return;
+        }
+        // Four threads "of ours" that run half a millisecond at a time and mark the CPU before
+        // they yield, as polling rshm processes on one CPU do (OpenSHMEM at 8 PEs on 2 CPUs):
+        // a yield of ours that waits for several of them is held away, but must not pause.
+        let marking = |stop: &std::sync::atomic::AtomicBool| {
+            while !stop.load(Ordering::Relaxed) {
+                let start = Instant::now();
+                while start.elapsed() < Duration::from_micros(500) {
+                    std::hint::spin_loop();
+                }
+                let _ = Mark::before_yield();
+                std::thread::yield_now();
+            }
+        };
+        let (yields, held_away, paused) = yields_beside(4, marking, |_, held_away, paused| paused || held_away >= 5);
+        assert!(held_away >= 5, "only {held_away} of {yields} yields held away beside four threads running by turns");
+        assert!(!paused, "a yield held away by a thread that marked the CPU paused the yields");
+    }
+
     #[test]
     fn a_thread_bound_to_one_cpu_stays_there() {
         let here = this_cpu().expect("sched_getcpu");
-        // SAFETY: all-zero bytes are an empty cpu_set_t; CPU_SET writes a bit of it (`here` is
-        // a CPU number the kernel gave, inside the set's size).
-        let one = unsafe {
-            let mut set: libc::cpu_set_t = std::mem::zeroed();
-            libc::CPU_SET(here, &mut set);
-            set
-        };
+        let one = only(here);
         let before = allowed_set().expect("sched_getaffinity");
         set_allowed(&one).expect("bind to one CPU");
         assert_eq!(move_to_another_cpu(), None);
