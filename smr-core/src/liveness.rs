@@ -220,7 +220,24 @@ fn parse_namespace_link(link: &str) -> Option<u32> {
 
 struct Stat {
     state: char,
+    /// The kernel's task flags (field 9).
+    flags: u64,
     start: u64,
+}
+
+/// The task flag of a process in `do_exit` (`PF_EXITING`, include/linux/sched.h): set as it
+/// starts to exit, before its memory is torn down.
+const PF_EXITING: u64 = 0x4;
+
+/// Whether process `pid` has begun to exit, or is gone: no longer in /proc, a zombie, or flagged
+/// exiting. Its memory may be going before its pidfd reads as exited, and a CMA copy from it
+/// then fails with EFAULT: this says whether that failure was its death.
+pub fn exiting(pid: u32) -> bool {
+    match read_stat(pid) {
+        Ok(Some(stat)) => stat.state == 'Z' || stat.state == 'X' || stat.flags & PF_EXITING != 0,
+        Ok(None) => true,
+        Err(_) => false,
+    }
 }
 
 fn start_time(pid: u32) -> Result<Option<u64>> {
@@ -242,14 +259,36 @@ fn parse_stat(text: &str) -> Option<Stat> {
     let rest = &text[text.rfind(')')? + 1..];
     let mut fields = rest.split_ascii_whitespace();
     let state = fields.next()?.chars().next()?;
-    // After the state (field 3) the start time is field 22: skip fields 4..=21.
-    let start = fields.nth(18)?.parse().ok()?;
-    Some(Stat { state, start })
+    // After the state (field 3): the flags are field 9 (skip 4..=8), the start time field 22
+    // (skip 10..=21).
+    let flags = fields.nth(5)?.parse().ok()?;
+    let start = fields.nth(12)?.parse().ok()?;
+    Some(Stat { state, flags, start })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_process_is_exiting_once_flagged_a_zombie_or_gone() {
+        // Fields 3 (state), 9 (flags) and 22 (start) of a stat line whose name holds ") (".
+        let line = |state: char, flags: u64| {
+            format!("42 (a) (b) {state} 1 2 3 4 5 {flags} 7 8 9 10 11 12 13 14 15 16 17 18 99 20 21")
+        };
+        let stat = parse_stat(&line('R', 0x4 | 0x40)).expect("parsed");
+        assert_eq!((stat.state, stat.flags & PF_EXITING, stat.start), ('R', PF_EXITING, 99));
+        assert!(!exiting(std::process::id()), "this process runs on");
+        // A child that has exited but is not reaped yet: a zombie.
+        let mut child = std::process::Command::new("true").spawn().expect("spawn true");
+        let pid = child.id();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while read_stat(pid).ok().flatten().is_some_and(|s| s.state != 'Z') && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert!(exiting(pid), "a zombie");
+        child.wait().expect("reap");
+    }
 
     #[test]
     fn pid_namespace_is_read_and_parsed() {

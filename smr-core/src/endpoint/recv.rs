@@ -96,14 +96,6 @@ fn status_of(result: &Result<usize>) -> Status {
     }
 }
 
-/// A CMA copy that found its peer's process gone failed because the peer died.
-fn dead_if_gone(copied: Result<usize>) -> Result<usize> {
-    match copied {
-        Err(Error::Os(libc::ESRCH)) => Err(Error::PeerDead),
-        other => other,
-    }
-}
-
 /// Lines of an inline payload that `fetch_beyond_first_line` asks for: enough to cover what
 /// the handler's work on the header can hide; the copy itself brings longer payloads in at
 /// full speed (fetching all 16 lines of a kilobyte cost 80 instructions and gained nothing).
@@ -551,7 +543,7 @@ impl Endpoint {
     fn cma_read(&mut self, src: SrcId, iovs: &[RemoteIov], dest: &mut LocalIov) -> Result<usize> {
         let copied = crate::cma::read_from(self.live_pid(src)?, iovs, dest, 0);
         self.stats.cma_reads += u64::from(copied.is_ok());
-        dead_if_gone(copied)
+        self.dead_if_gone(src, copied)
     }
 
     /// Copy `data` straight into the memory of sender `src` that `remote` names, with CMA: a
@@ -565,7 +557,23 @@ impl Endpoint {
         }
         let copied = crate::cma::write_to(self.live_pid(src)?, data, remote);
         self.stats.cma_writes += u64::from(copied.is_ok());
-        dead_if_gone(copied)
+        self.dead_if_gone(src, copied)
+    }
+
+    /// A CMA copy with sender `src` that failed because the sender died: its process gone
+    /// (ESRCH), or nothing copied (EFAULT) from a process whose exit has begun, whose memory is
+    /// torn down before its pidfd reads as exited (a kill storm's receive from a process being
+    /// killed failed with EFAULT where it must fail as the sender's death).
+    fn dead_if_gone(&self, src: SrcId, copied: Result<usize>) -> Result<usize> {
+        match copied {
+            Err(Error::Os(libc::ESRCH)) => Err(Error::PeerDead),
+            Err(Error::Os(libc::EFAULT))
+                if self.inp.get(&src).map_or(true, |p| crate::liveness::exiting(p.watch.ident().pid)) =>
+            {
+                Err(Error::PeerDead)
+            }
+            other => other,
+        }
     }
 
     /// The pid of sender `src`, if it was alive a moment ago (`Watch::alive_lately`): a dead
