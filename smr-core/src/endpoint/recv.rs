@@ -58,7 +58,7 @@ enum HeldData {
     Bytes(Vec<u8>),
     /// Still in the sender's memory; read with CMA on delivery.
     Cma {
-        iovs: Vec<RemoteIov>,
+        iovs: crate::iov::RemoteIovs,
         msg_id: u64,
     },
     /// SAR segments still arriving; `waiting` is a delivery asked for meanwhile.
@@ -361,7 +361,7 @@ impl Endpoint {
                         self.pull_cma(src, msg_id, hdr, &iovs, dest, ctx, h)
                     }
                     Disposition::Hold => {
-                        self.held.insert(key, Held { src, hdr, data: HeldData::Cma { iovs: iovs.to_vec(), msg_id } });
+                        self.held.insert(key, Held { src, hdr, data: HeldData::Cma { iovs, msg_id } });
                     }
                     // Only inline messages can be taken.
                     Disposition::Discard

@@ -110,8 +110,7 @@ pub fn yield_or_move() {
     static MOVABLE: OnceLock<bool> = OnceLock::new();
     static SHARED: SharedCpu = SharedCpu::new();
     let Some(took) = yield_cpu() else { return };
-    let now = Instant::now();
-    if SHARED.after_yield(took) && *MOVABLE.get_or_init(|| allowed_cpus() > 1) && GATE.pass(now) {
+    if SHARED.after_yield(took) && *MOVABLE.get_or_init(|| allowed_cpus() > 1) && GATE.pass(Instant::now()) {
         SHARED.moved();
         if move_to_another_cpu().is_none() {
             std::thread::sleep(SLEEP);
