@@ -19,35 +19,22 @@ import statistics
 import subprocess
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BIN = os.path.join(ROOT, "target", "release", "rshm-fi-bench")
-
-
-def env_for(prov, args):
-    name, core = prov.split("@")
-    env = dict(os.environ, FI_PROVIDER=name)
-    for k in ("FI_PROVIDER_PATH", "LD_LIBRARY_PATH"):
-        env.pop(k, None)
-    if name == "rshm":
-        env["FI_PROVIDER_PATH"] = args.provider_dir
-    if core != "1.17":
-        env["LD_LIBRARY_PATH"] = os.path.join(args.mpich_venv, "lib", "mpich")
-    return env
+# The bench command's way of selecting a provider and a core, and of reading rshm-fi-bench.
+from bench import BIN, PROVIDER_DIR, ROOT, parse_line, provider_env
 
 
 def one_way_us(prov, args):
     """{size: one-way microseconds} of one invocation."""
     cmd = [BIN, "--provider", prov.split("@")[0], "--families", "tagged", "--tests", "lat",
            "--sizes", args.sizes, "--time-ms", str(args.time_ms), "--tries", "1"]
-    out = subprocess.run(["timeout", "-k", "5", "300"] + cmd, env=env_for(prov, args), cwd=ROOT,
-                         capture_output=True, text=True)
+    env = provider_env(prov, os.path.join(args.mpich_venv, "lib", "mpich"), args.provider_dir)
+    out = subprocess.run(["timeout", "-k", "5", "300"] + cmd, env=env, cwd=ROOT, capture_output=True, text=True)
     got = {}
     for line in out.stdout.splitlines():
-        kind, *fields = line.split("\t")
-        d = dict(f.split("=", 1) for f in fields if "=" in f)
-        if kind == "RESULT":
+        d = parse_line(line)
+        if d["kind"] == "RESULT":
             got[int(d["size"])] = int(d["ns"]) / int(d["ops"]) / 2 / 1000
-        elif kind == "FAIL":
+        elif d["kind"] == "FAIL":
             sys.exit(f"{prov}: {line}")
     if not got:
         sys.exit(f"{prov}: no result (exit {out.returncode}): {out.stderr.strip()[-300:]}")
@@ -60,7 +47,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--time-ms", type=int, default=300)
     ap.add_argument("--providers", default="rshm@1.17,shm@1.17,shm@2.5,sm2@2.5")
-    ap.add_argument("--provider-dir", default=os.path.join(ROOT, "target", "rshm"))
+    ap.add_argument("--provider-dir", default=PROVIDER_DIR)
     ap.add_argument("--mpich-venv", default=os.path.join(ROOT, "target", "venv-mpich"))
     ap.add_argument("--idle", action="store_true", help="no competing process")
     args = ap.parse_args()

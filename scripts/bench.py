@@ -226,13 +226,13 @@ def idle_check(seconds=0.3):
 # Running
 
 
-def provider_env(prov, core_dir):
+def provider_env(prov, core_dir, provider_dir=PROVIDER_DIR):
     name, core = prov.split("@")
     env = dict(os.environ, FI_PROVIDER=name)
     env.pop("FI_PROVIDER_PATH", None)
     env.pop("LD_LIBRARY_PATH", None)
     if name == "rshm":
-        env["FI_PROVIDER_PATH"] = PROVIDER_DIR
+        env["FI_PROVIDER_PATH"] = provider_dir
     if core != "1.17":
         env["LD_LIBRARY_PATH"] = core_dir
     return env
