@@ -78,6 +78,11 @@ fn recv(ep: *mut ffi::fid_ep, make: impl FnOnce(u64) -> FiResult<PostedRecv>, de
         if s.rx.posted_count() >= s.rx_size {
             return Err(FiError::AGAIN);
         }
+        // The usual post: nothing held that it could match, no peek or claim. It only queues.
+        if s.engine.is_some() && s.rx.queues_plainly(&recv) {
+            s.rx.queue_posted(recv);
+            return Ok(());
+        }
         let directed = s.directed();
         let engine = s.engine.as_mut().ok_or(FiError::NOTCONN)?;
         let mut sinks = Sinks::new(cqs, cntrs, &s.bindings);
