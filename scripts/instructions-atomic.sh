@@ -24,32 +24,20 @@ while getopts "t:" opt; do
 done
 shift $((OPTIND - 1))
 PROV_DIR=${1:-$PWD/target/rshm}
-BIN=$PWD/target/release/rshm-fi-bench
-command -v valgrind >/dev/null || { echo "valgrind not found: apt-get install valgrind" >&2; exit 1; }
-[ -x "$BIN" ] || { echo "no $BIN: cargo build --release -p rshm-benches" >&2; exit 1; }
-[ -f "$PROV_DIR/librshm-fi.so" ] || { echo "no $PROV_DIR/librshm-fi.so: run scripts/build-provider.sh" >&2; exit 1; }
-out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
-calls() { python3 scripts/callgrind-calls.py "$@"; }
-# Sum of the inclusive instructions (column 2) or calls (column 1) of the functions named.
-sum() { local col=$1 f=$2; shift 2; calls "$f" "$@" | awk -v c="$col" '{s += $c} END {print s + 0}'; }
+. scripts/fi-bench-callgrind.sh
+fi_bench_callgrind_ready "$PROV_DIR"
 printf "instructions per operation, rshm-fi-bench --provider rshm --families atomic (callgrind), %s\n" "$PROV_DIR"
 printf "  %-12s %8s %8s %11s %8s\n" test call arrival completion answers
 for t in ${TESTS//,/ }; do
-    rm -f "$out"/cg.*
-    FI_PROVIDER_PATH=$PROV_DIR timeout -k 5 300 valgrind --tool=callgrind --fair-sched=yes --trace-children=yes \
-        --callgrind-out-file="$out/cg.%p" "$BIN" --provider rshm --families atomic --tests "$t" --sizes 8 \
-        --time-ms "${TIME_MS:-1000}" --tries 1 --no-pin >/dev/null 2>&1
-    init=$(grep -L -- '--peer' "$out"/cg.* | head -1)
-    peer=$(grep -l -- '--peer' "$out"/cg.* | head -1)
+    fi_bench_callgrind "$PROV_DIR" --families atomic --tests "$t" --sizes 8 --time-ms "${TIME_MS:-1000}"
     entry='rma_ops::atomic_write'
     [ "$t" = fetch_lat ] && entry='rma_ops::atomic_readwrite'
     case $t in atomic_rate_more | *_tc) entry='rma_ops::atomic_writemsg' ;; esac
-    ops=$(sum 1 "$init" "rshm_provider::ep::$entry")
-    call=$(sum 2 "$init" "rshm_provider::ep::$entry")
-    arrival=$(sum 2 "$peer" '<impl smr_core::endpoint::Endpoint>::on_msg' '<impl smr_core::endpoint::Endpoint>::answer_with')
-    done_=$(sum 2 "$init" 'as smr_core::endpoint::Handler>::on_send_done' 'as smr_core::endpoint::Handler>::on_send_answer')
-    answers=$(sum 1 "$peer" '<impl smr_core::endpoint::Endpoint>::push_resp' '<impl smr_core::endpoint::Endpoint>::answer_with')
+    ops=$(sum 1 "$INIT_PROFILE" "rshm_provider::ep::$entry")
+    call=$(sum 2 "$INIT_PROFILE" "rshm_provider::ep::$entry")
+    arrival=$(sum 2 "$PEER_PROFILE" '<impl smr_core::endpoint::Endpoint>::on_msg' '<impl smr_core::endpoint::Endpoint>::answer_with')
+    done_=$(sum 2 "$INIT_PROFILE" 'as smr_core::endpoint::Handler>::on_send_done' 'as smr_core::endpoint::Handler>::on_send_answer')
+    answers=$(sum 1 "$PEER_PROFILE" '<impl smr_core::endpoint::Endpoint>::push_resp' '<impl smr_core::endpoint::Endpoint>::answer_with')
     # The run also carries a few messages (ready, run end): a handful per thousands of operations.
     awk -v t="$t" -v n="$ops" -v a="$call" -v b="$arrival" -v c="$done_" -v r="$answers" 'BEGIN {
         printf "  %-12s %8.0f %8.0f %11.0f %8.2f   (%d operations)\n", t, a / n, b / n, c / n, r / n, n }'

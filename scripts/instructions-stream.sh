@@ -27,29 +27,18 @@ while getopts "S:" opt; do
 done
 shift $((OPTIND - 1))
 PROV_DIR=${1:-$PWD/target/rshm}
-BIN=$PWD/target/release/rshm-fi-bench
-command -v valgrind >/dev/null || { echo "valgrind not found: apt-get install valgrind" >&2; exit 1; }
-[ -x "$BIN" ] || { echo "no $BIN: cargo build --release -p rshm-benches" >&2; exit 1; }
-[ -f "$PROV_DIR/librshm-fi.so" ] || { echo "no $PROV_DIR/librshm-fi.so: run scripts/build-provider.sh" >&2; exit 1; }
-out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
-FI_PROVIDER_PATH=$PROV_DIR timeout -k 5 600 valgrind --tool=callgrind --trace-children=yes \
-    --callgrind-out-file="$out/cg.%p" "$BIN" --provider rshm --families tagged --tests bw --sizes "$SIZE" \
-    --time-ms "${TIME_MS:-300}" --tries 1 --no-pin >/dev/null 2>&1
-sender=$(grep -L -- '--peer' "$out"/cg.* | head -1)
-receiver=$(grep -l -- '--peer' "$out"/cg.* | head -1)
-[ -n "$sender" ] && [ -n "$receiver" ] || { echo "instructions-stream: no profile of both processes" >&2; exit 1; }
-# `calls <TAB> inclusive` of the provider's entry point $2 in profile $1 (0 0 if never called).
-entry() {
-    python3 scripts/callgrind-calls.py "$1" "rshm_provider::$2" | awk -F'\t' 'NR == 1 {c = $1; i = $2} END {print c + 0, i + 0}'
-}
-read -r posts post_instr < <(entry "$receiver" ep::ops::tagged_recv)
-read -r handled handle_instr < <(entry "$receiver" 'state::ep::rx::Handler as smr_core::endpoint::Handler>::on_inline')
-read -r reads read_instr < <(entry "$receiver" cq::cq_read)
-read -r sends send_instr < <(entry "$sender" ep::ops::tagged_inject)
+. scripts/fi-bench-callgrind.sh
+fi_bench_callgrind_ready "$PROV_DIR"
+fi_bench_callgrind "$PROV_DIR" --families tagged --tests bw --sizes "$SIZE" --time-ms "${TIME_MS:-300}"
+# Calls and inclusive instructions of the provider's entry points named.
+entry() { local f=$1; shift; echo "$(sum 1 "$f" "$@") $(sum 2 "$f" "$@")"; }
+read -r posts post_instr < <(entry "$PEER_PROFILE" rshm_provider::ep::ops::tagged_recv)
+read -r handled handle_instr < <(entry "$PEER_PROFILE" 'rshm_provider::state::ep::rx::Handler as smr_core::endpoint::Handler>::on_inline')
+read -r reads read_instr < <(entry "$PEER_PROFILE" rshm_provider::cq::cq_read)
+read -r sends send_instr < <(entry "$INIT_PROFILE" rshm_provider::ep::ops::tagged_inject)
 if [ "$sends" = 0 ]; then
     # Above the inject size the bench sends with fi_tsend.
-    read -r sends send_instr < <(entry "$sender" ep::ops::tagged_send)
+    read -r sends send_instr < <(entry "$INIT_PROFILE" rshm_provider::ep::ops::tagged_send)
 fi
 # The receiver posts one receive per message (and a handful for the run's own messages).
 awk -v n="$posts" -v p="$post_instr" -v h="$handled" -v hi="$handle_instr" -v c="$reads" -v r="$read_instr" \
