@@ -78,20 +78,23 @@ fn recv(ep: *mut ffi::fid_ep, make: impl FnOnce(u64) -> FiResult<PostedRecv>, de
         if s.rx.posted_count() >= s.rx_size {
             return Err(FiError::AGAIN);
         }
-        // The usual post: nothing held that it could match, no peek or claim. It only queues.
-        if s.engine.is_some() && s.rx.queues_plainly(&recv) {
+        let directed = s.directed();
+        let engine = s.engine.as_mut().ok_or(FiError::NOTCONN)?;
+        let peek = recv.tagged && recv.flags & ffi::FI_PEEK as u64 != 0;
+        let claim = recv.tagged && recv.flags & ffi::FI_CLAIM != 0;
+        // The usual post: no peek or claim, and nothing held that it could match. It only
+        // queues, with no sinks or post context to set up.
+        if !peek && !claim && s.rx.only_queues(recv.tagged) {
             s.rx.queue_posted(recv);
             return Ok(());
         }
-        let directed = s.directed();
-        let engine = s.engine.as_mut().ok_or(FiError::NOTCONN)?;
         let mut sinks = Sinks::new(cqs, cntrs, &s.bindings);
         let ctx = PostCtx { rx: &mut s.rx, engine, sinks: &mut sinks, directed };
-        if recv.tagged && recv.flags & ffi::FI_PEEK as u64 != 0 {
+        if peek {
             rx::peek(ctx, &recv);
             return Ok(());
         }
-        if recv.tagged && recv.flags & ffi::FI_CLAIM != 0 {
+        if claim {
             return rx::claim(ctx, &recv);
         }
         if !rx::take_unexpected(ctx, &mut recv) {

@@ -168,13 +168,12 @@ impl RxState {
         self.posted[0].len() + self.posted[1].len()
     }
 
-    /// Whether posting `recv` is only queueing it: no held message of its kind that it could
-    /// match (`take_unexpected` would find none), no FI_PEEK or FI_CLAIM, and no debug line to
-    /// write (`take_unexpected` writes it).
+    /// Whether posting a receive of this kind (tagged or not) that neither peeks nor claims is
+    /// only queueing it: no held message for `take_unexpected` to look through, and no debug
+    /// line of the post for it to write.
     #[inline(always)]
-    pub fn queues_plainly(&self, recv: &PostedRecv) -> bool {
-        let special = recv.tagged && recv.flags & (ffi::FI_PEEK as u64 | ffi::FI_CLAIM) != 0;
-        !special && self.unexpected[queue(recv.tagged)].is_empty() && !crate::core_api::debug_enabled()
+    pub fn only_queues(&self, tagged: bool) -> bool {
+        self.unexpected[queue(tagged)].is_empty() && !crate::core_api::debug_enabled()
     }
 
     /// Queue a posted receive that no unexpected message used up (`take_unexpected`).
