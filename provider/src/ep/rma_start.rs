@@ -195,8 +195,9 @@ pub fn start_inline(st: &mut DomainState, id: usize, a: OneSided, op: Op) -> FiR
             && engine.peer_busy_with_own(peer)
             && engine.lone_settled_on_cma(Lone::Write, len)
             || !engine.peer_progresses(peer));
-    // The clock of a timed choice: a large read's (`by_cma`) or one alone's, either way.
-    let started = (by_cma.is_some() || lone.is_some()).then(Instant::now);
+    // The clock of a timed choice: a large read's (`by_cma`) or one alone's, either way (of
+    // operations alone, once their chooser has learnt, one in a few: `Choice::timed`).
+    let started = (by_cma.is_some() || lone.is_some_and(|(_, c)| c.timed())).then(Instant::now);
     // A large write not pushed and not ours (the ring not clear) is pulled by the target in its
     // turn.
     let large_ours = large && !pushed && answer_buf.is_none() && copy_keeps_order;

@@ -27,6 +27,14 @@
 use super::measured::{Choice, Chooser, Via};
 use super::Endpoint;
 
+/// Once a chooser has learnt both ways, one operation alone in this many of the way in use is
+/// timed (learning runs and rechecks always are). Timing one costs two clock reads (34 ns each
+/// on the AMD host of 2026-12-02) and its lesson's bookkeeping: timing every one, fi_read of 4
+/// KiB alone took 1,753 instructions against 1,517 now and 1,499 with measuring off, and on that
+/// host reads alone of 4-16 KiB took 0.12-0.14 us longer, writes alone of 8-32 KiB 0.25-0.35 us
+/// (docs/perf/one-sided.md, sixtieth session).
+const TIMED_ONE_IN: u32 = 8;
+
 /// The two kinds of operation sent alone, each with a chooser of its own (their ways cost
 /// differently).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,6 +68,7 @@ impl Endpoint {
 
     /// The chooser of `kind`, made at the first operation alone.
     fn lone_chooser(&mut self, kind: Lone) -> &mut Chooser {
-        &mut self.lone_choosers.get_or_insert_with(Default::default)[kind as usize]
+        let sampling = || Chooser::sampling(TIMED_ONE_IN);
+        &mut self.lone_choosers.get_or_insert_with(|| Box::new([sampling(), sampling()]))[kind as usize]
     }
 }

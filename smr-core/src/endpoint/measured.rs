@@ -34,8 +34,17 @@ impl Via {
 pub struct Choice {
     pub via: Via,
     class: usize,
-    /// False for the first message of a run (`RUN`): its time is not learnt.
+    /// False for the first message of a run (`RUN`), and for the messages in use between two
+    /// sampled ones (`Chooser::sampling`): its time is not learnt.
     counts: bool,
+}
+
+impl Choice {
+    /// Whether this message's time is learnt: a caller that times it itself need not read the
+    /// clock otherwise.
+    pub fn timed(&self) -> bool {
+        self.counts
+    }
 }
 
 /// Messages up to this size go by the caller's fixed rule (SAR): timing them (four clock reads)
@@ -142,6 +151,9 @@ impl Class {
 #[derive(Debug, Clone, Default)]
 pub struct Chooser {
     classes: [Class; CLASSES],
+    /// Once a class has learnt both protocols, only one message in this many of the one in use
+    /// is timed (0 or 1: every one; `sampling`).
+    sample_every: u32,
 }
 
 fn class_of(len: u64) -> usize {
@@ -155,6 +167,14 @@ fn class_of(len: u64) -> usize {
 }
 
 impl Chooser {
+    /// A chooser that, once a class has learnt both protocols, times only one message in
+    /// `every` of the protocol in use (learning runs and rechecks are timed as always): for
+    /// operations short enough that the two clock reads of their timing show in their latency
+    /// (reads alone of a few KiB, `lone.rs`).
+    pub fn sampling(every: u32) -> Chooser {
+        Chooser { sample_every: every, ..Chooser::default() }
+    }
+
     /// The protocol for a message of `len` bytes; None when the answers taught nothing (no
     /// timed answer of either protocol after `GIVE_UP` messages): the caller's fixed rule.
     pub fn choose(&mut self, len: u64) -> Option<Choice> {
@@ -183,7 +203,8 @@ impl Chooser {
                     c.since_recheck += 1;
                     if c.since_recheck < c.recheck_every() {
                         c.count(best);
-                        return Some(Choice { via: best, class, counts: true });
+                        let counts = self.sample_every <= 1 || c.since_recheck % self.sample_every == 0;
+                        return Some(Choice { via: best, class, counts });
                     }
                     c.since_recheck = 0;
                     (best.other(), RUN)
@@ -318,6 +339,34 @@ mod tests {
         let (_, cma) = run(&mut ch, 4 * MIB, 400, 200, 100);
         assert!(cma > 300, "cma {cma}");
         assert_eq!(run(&mut ch, 4 * MIB, 10, 200, 100), (0, 10));
+    }
+
+    #[test]
+    fn a_sampling_chooser_times_one_in_a_few_of_the_way_in_use_and_still_follows_the_host() {
+        let len = 4 * 1024;
+        let mut ch = Chooser::sampling(8);
+        run(&mut ch, len, 100, 50, 100);
+        // Learnt: SAR in use. Of its messages about one in eight is timed; the rechecks' last
+        // messages (CMA) always are.
+        let (mut in_use, mut timed, mut recheck_timed) = (0, 0, 0);
+        for _ in 0..800 {
+            let c = ch.choose(len).expect("learnt");
+            match c.via {
+                Via::Sar => {
+                    in_use += 1;
+                    timed += usize::from(c.timed());
+                }
+                Via::Cma => recheck_timed += usize::from(c.timed()),
+            }
+            ch.learn(c, len, if c.via == Via::Sar { 50 } else { 100 } * len / 1024);
+        }
+        assert!(in_use > 700, "in use {in_use}");
+        assert!((in_use / 9..=in_use / 7).contains(&timed), "timed {timed} of {in_use}");
+        assert!(recheck_timed > 0, "the rechecks are timed");
+        // SAR becomes slow: its sampled answers and the rechecks of CMA turn the choice.
+        let (_, cma) = run(&mut ch, len, 400, 200, 100);
+        assert!(cma > 250, "cma {cma}");
+        assert_eq!(run(&mut ch, len, 10, 200, 100), (0, 10));
     }
 
     #[test]
