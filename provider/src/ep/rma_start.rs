@@ -126,11 +126,12 @@ pub fn start_inline(st: &mut DomainState, id: usize, a: OneSided, op: Op) -> FiR
     // where answered reads run 8-15 GB/s in others): the faster one as measured
     // (`Endpoint::choose_read`).
     let choice = if answering_target && peer_mr(engine).is_some() { engine.choose_read(len) } else { None };
-    // Chosen for our CMA read, or chosen answered: then timed, its request asking the target for
-    // its copy's time (`AnswerBuf::timed`).
+    // Chosen for our CMA read, or chosen answered: then timed where the choice says so (one in
+    // eight of the way in use, once both are learnt: `Choice::timed`), its request asking the
+    // target for its copy's time (`AnswerBuf::timed`).
     let (by_cma, timed) = match choice {
         Some(c) if c.via == Via::Cma => (Some(c), None),
-        answered => (None, answered),
+        answered => (None, answered.filter(|c| c.timed())),
     };
     if answering_target && by_cma.is_none() {
         answer_buf = engine.reserve_answer_buf(len).ok();
@@ -195,9 +196,9 @@ pub fn start_inline(st: &mut DomainState, id: usize, a: OneSided, op: Op) -> FiR
             && engine.peer_busy_with_own(peer)
             && engine.lone_settled_on_cma(Lone::Write, len)
             || !engine.peer_progresses(peer));
-    // The clock of a timed choice: a large read's (`by_cma`) or one alone's, either way (of
-    // operations alone, once their chooser has learnt, one in a few: `Choice::timed`).
-    let started = (by_cma.is_some() || lone.is_some_and(|(_, c)| c.timed())).then(Instant::now);
+    // The clock of a timed choice: a large read's (`by_cma`) or one alone's, either way (once
+    // their chooser has learnt, one in a few: `Choice::timed`).
+    let started = [by_cma, lone.map(|(_, c)| c)].iter().flatten().any(|c| c.timed()).then(Instant::now);
     // A large write not pushed and not ours (the ring not clear) is pulled by the target in its
     // turn.
     let large_ours = large && !pushed && answer_buf.is_none() && copy_keeps_order;

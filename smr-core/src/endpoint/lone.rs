@@ -32,8 +32,11 @@ use super::Endpoint;
 /// on the AMD host of 2026-12-02) and its lesson's bookkeeping: timing every one, fi_read of 4
 /// KiB alone took 1,753 instructions against 1,517 now and 1,499 with measuring off, and on that
 /// host reads alone of 4-16 KiB took 0.12-0.14 us longer, writes alone of 8-32 KiB 0.25-0.35 us
-/// (docs/perf/one-sided.md, sixtieth session).
-const TIMED_ONE_IN: u32 = 8;
+/// (docs/perf/one-sided.md, sixtieth session). The chooser of large reads between the target's
+/// answer and our CMA read (`read_way.rs`) samples as often: an answered read it times costs
+/// four clock reads on two CPUs and a record of the read, and fi_rma_bw reads of 24-128 KiB ran
+/// 5-12% faster timed one in eight.
+pub(super) const TIMED_ONE_IN: u32 = 8;
 
 /// The two kinds of operation sent alone, each with a chooser of its own (their ways cost
 /// differently).
