@@ -198,7 +198,8 @@ pub fn start_inline(st: &mut DomainState, id: usize, a: OneSided, op: Op) -> FiR
             || !engine.peer_progresses(peer));
     // The clock of a timed choice: a large read's (`by_cma`) or one alone's, either way (once
     // their chooser has learnt, one in a few: `Choice::timed`).
-    let started = [by_cma, lone.map(|(_, c)| c)].iter().flatten().any(|c| c.timed()).then(Instant::now);
+    // At most one of the two: a read alone is never large.
+    let started = by_cma.or(lone.map(|(_, c)| c)).is_some_and(|c| c.timed()).then(Instant::now);
     // A large write not pushed and not ours (the ring not clear) is pulled by the target in its
     // turn.
     let large_ours = large && !pushed && answer_buf.is_none() && copy_keeps_order;

@@ -24,19 +24,8 @@
 //! than that: reads up to its one-trip size (16 KiB), writes up to 64 KiB (`LONE_WRITE_MAX` in
 //! the provider has the figures).
 
-use super::measured::{Choice, Chooser, Via};
+use super::measured::{Choice, Chooser, Via, TIMED_ONE_IN};
 use super::Endpoint;
-
-/// Once a chooser has learnt both ways, one operation alone in this many of the way in use is
-/// timed (learning runs and rechecks always are). Timing one costs two clock reads (34 ns each
-/// on the AMD host of 2026-12-02) and its lesson's bookkeeping: timing every one, fi_read of 4
-/// KiB alone took 1,753 instructions against 1,517 now and 1,499 with measuring off, and on that
-/// host reads alone of 4-16 KiB took 0.12-0.14 us longer, writes alone of 8-32 KiB 0.25-0.35 us
-/// (docs/perf/one-sided.md, sixtieth session). The chooser of large reads between the target's
-/// answer and our CMA read (`read_way.rs`) samples as often: an answered read it times costs
-/// four clock reads on two CPUs and a record of the read, and fi_rma_bw reads of 24-128 KiB ran
-/// 5-12% faster timed one in eight.
-pub(super) const TIMED_ONE_IN: u32 = 8;
 
 /// The two kinds of operation sent alone, each with a chooser of its own (their ways cost
 /// differently).

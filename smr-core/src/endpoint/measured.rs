@@ -36,16 +36,28 @@ pub struct Choice {
     class: usize,
     /// False for the first message of a run (`RUN`), and for the messages in use between two
     /// sampled ones (`Chooser::sampling`): its time is not learnt.
-    counts: bool,
+    timed: bool,
 }
 
 impl Choice {
     /// Whether this message's time is learnt: a caller that times it itself need not read the
     /// clock otherwise.
     pub fn timed(&self) -> bool {
-        self.counts
+        self.timed
     }
 }
+
+/// Once a class has learnt both ways, one message in this many of the way in use is timed by
+/// the choosers of one-sided operations (`Chooser::sampling`): reads and writes sent alone
+/// (`lone.rs`) and large reads answered or made by CMA (`read_way.rs`). Timing one costs two
+/// clock reads (34 ns each on the AMD host of 2026-12-02) and its lesson's bookkeeping, an
+/// answered large read four clock reads on two CPUs and a record of the read. Timing every one,
+/// fi_read of 4 KiB alone took 1,753 instructions against 1,517 sampled and 1,499 with measuring
+/// off; on that host reads alone of 4-16 KiB took 0.12-0.14 us longer, writes alone of 8-32 KiB
+/// 0.25-0.35 us, and fi_rma_bw reads of 24-128 KiB 5-12% (docs/perf/one-sided.md, sixtieth
+/// session). The chooser of large messages times them all: a message's receiver times its
+/// copies whatever the sender chose.
+pub const TIMED_ONE_IN: u32 = 8;
 
 /// Messages up to this size go by the caller's fixed rule (SAR): timing them (four clock reads)
 /// and the rechecks by CMA cost more than the choice can win. At 5 KiB on this project's VM:
@@ -169,8 +181,7 @@ fn class_of(len: u64) -> usize {
 impl Chooser {
     /// A chooser that, once a class has learnt both protocols, times only one message in
     /// `every` of the protocol in use (learning runs and rechecks are timed as always): for
-    /// operations short enough that the two clock reads of their timing show in their latency
-    /// (reads alone of a few KiB, `lone.rs`).
+    /// operations short enough that the clock reads of their timing show (`TIMED_ONE_IN`).
     pub fn sampling(every: u32) -> Chooser {
         Chooser { sample_every: every, ..Chooser::default() }
     }
@@ -186,7 +197,7 @@ impl Chooser {
             // Runs of CMA and SAR in turn, CMA first; a run's first message is not learnt.
             let via = if (sent / RUN) % 2 == 0 { Via::Cma } else { Via::Sar };
             c.count(via);
-            return Some(Choice { via, class, counts: sent % RUN != 0 });
+            return Some(Choice { via, class, timed: sent % RUN != 0 });
         } else {
             // A protocol whose answers never carry a time (a receiver that answers later, by
             // another path) counts as slower; the rechecks keep asking.
@@ -203,8 +214,8 @@ impl Chooser {
                     c.since_recheck += 1;
                     if c.since_recheck < c.recheck_every() {
                         c.count(best);
-                        let counts = self.sample_every <= 1 || c.since_recheck % self.sample_every == 0;
-                        return Some(Choice { via: best, class, counts });
+                        let timed = self.sample_every <= 1 || c.since_recheck % self.sample_every == 0;
+                        return Some(Choice { via: best, class, timed });
                     }
                     c.since_recheck = 0;
                     (best.other(), RUN)
@@ -220,9 +231,9 @@ impl Chooser {
             c.recheck = (left > 1).then_some((via, left - 1));
             (via, left == 1)
         };
-        let (via, counts) = via;
+        let (via, timed) = via;
         c.count(via);
-        Some(Choice { via, class, counts })
+        Some(Choice { via, class, timed })
     }
 
     /// Whether the figures learnt so far (both protocols timed `LEARN` times or more) put `via`
@@ -236,7 +247,7 @@ impl Chooser {
 
     /// A receiver's time for a message sent by `choice`: `ns` for `len` bytes (0: not timed).
     pub fn learn(&mut self, choice: Choice, len: u64, ns: u64) {
-        if ns == 0 || len == 0 || !choice.counts {
+        if ns == 0 || len == 0 || !choice.timed {
             return;
         }
         let ns_per_kib = ns.saturating_mul(1024) / len;
@@ -414,7 +425,7 @@ mod tests {
             let c = ch.choose(MIB).expect("measured");
             if c.via == Via::Sar {
                 rechecks += 1;
-                assert_eq!(c.counts, ch.classes[class_of(MIB)].recheck.is_none(), "only the run's last counts");
+                assert_eq!(c.timed, ch.classes[class_of(MIB)].recheck.is_none(), "only the run's last counts");
             }
             ch.learn(c, MIB, if c.via == Via::Sar { 100 * 1024 } else { 50 * 1024 });
             if rechecks == 3 * RUN as usize {
@@ -477,7 +488,7 @@ mod tests {
             let c = ch.choose(MIB).expect("learning");
             let per_kib = match c.via {
                 Via::Sar => 100,
-                Via::Cma if c.counts && !slow_given => {
+                Via::Cma if c.timed && !slow_given => {
                     slow_given = true;
                     1000
                 }
@@ -516,7 +527,7 @@ mod tests {
         assert_eq!((class.sar.answers, class.cma.answers), (0, 0));
         assert_eq!(ch.choose(MIB), None);
         // Timed answers of one protocol only: that one, and the other now and then.
-        let c = Choice { via: Via::Sar, class: class_of(MIB), counts: true };
+        let c = Choice { via: Via::Sar, class: class_of(MIB), timed: true };
         ch.learn(c, MIB, 1_000_000);
         let vias: Vec<Via> = (0..RECHECK_EVERY + RUN - 1).map(|_| ch.choose(MIB).expect("one answer").via).collect();
         assert_eq!(vias.iter().filter(|&&v| v == Via::Cma).count(), RUN as usize, "one run of rechecks");
@@ -526,7 +537,7 @@ mod tests {
     fn any_time_a_peer_reports_is_taken_without_overflow() {
         let mut ch = Chooser::default();
         for ns in [u64::MAX, u64::MAX, 1, u64::MAX / 3] {
-            let c = ch.choose(1).unwrap_or(Choice { via: Via::Cma, class: 0, counts: true });
+            let c = ch.choose(1).unwrap_or(Choice { via: Via::Cma, class: 0, timed: true });
             ch.learn(c, 1, ns);
         }
         assert!(ch.choose(1).is_some());

@@ -482,7 +482,7 @@ impl Endpoint {
             polls_made: 0,
             free_polls: 0,
             chooser: Default::default(),
-            read_chooser: measured::Chooser::sampling(lone::TIMED_ONE_IN),
+            read_chooser: measured::Chooser::sampling(measured::TIMED_ONE_IN),
             lone_choosers: Default::default(),
             timed_reads: Default::default(),
             splits: Vec::new(),
