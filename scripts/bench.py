@@ -73,6 +73,9 @@ METRICS = {
     ("rma", "write_bw"): ("fi_write stream (window 64), bandwidth", "bw", "MB/s", False),
     ("rma", "read_bw"): ("fi_read stream (window 64), bandwidth", "bw", "MB/s", False),
     ("atomic", "fetch_lat"): ("fi_fetch_atomic FI_SUM uint64, one at a time", "lat", "us", True),
+    ("atomic", "cswap_lat"): ("fi_compare_atomic FI_CSWAP uint64, one at a time", "lat", "us", True),
+    ("atomic", "atomic_read_lat"): (
+        "fi_fetch_atomicmsg(FI_INJECT) FI_ATOMIC_READ uint64, one at a time", "lat", "us", True),
     ("atomic", "atomic_lat"): ("fi_atomic FI_SUM uint64, one at a time", "lat", "us", True),
     ("atomic", "atomic_rate"): ("fi_atomic FI_SUM uint64 stream (window 64), rate", "rate", "Mops/s", False),
     ("tagged", "rate_msg"): (

@@ -2,7 +2,7 @@
 # Where the instructions of an atomic go, on both sides: rshm-fi-bench's atomic tests under
 # valgrind's callgrind (exact and independent of other load, unlike timings), initiator and
 # target (the bench's --peer child, traced too). Prints, per operation, the instructions inside:
-#   call        the fi_atomic / fi_fetch_atomic / fi_atomicmsg entry point (argument checks,
+#   call        the fi_atomic / fi_fetch_atomic / fi_compare_atomic / fi_*atomicmsg entry point (argument checks,
 #               rma::start, the engine's send), inclusive;
 #   arrival     the target engine taking the command (decode, the provider's handler: key and
 #               range check, apply, counters) and pushing its answer (`on_msg`, and
@@ -18,7 +18,7 @@
 # latency tests may then count only a few hundred operations, where one-time costs show: raise it)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-TESTS=atomic_lat,fetch_lat,atomic_rate,atomic_lat_tc,atomic_rate_tc
+TESTS=atomic_lat,fetch_lat,cswap_lat,atomic_read_lat,atomic_rate,atomic_lat_tc,atomic_rate_tc
 while getopts "t:" opt; do
     case $opt in t) TESTS=$OPTARG ;; *) exit 2 ;; esac
 done
@@ -32,6 +32,8 @@ for t in ${TESTS//,/ }; do
     fi_bench_callgrind "$PROV_DIR" --families atomic --tests "$t" --sizes 8 --time-ms "${TIME_MS:-1000}"
     entry='rma_ops::atomic_write'
     [ "$t" = fetch_lat ] && entry='rma_ops::atomic_readwrite'
+    [ "$t" = cswap_lat ] && entry='rma_ops::atomic_compwrite'
+    [ "$t" = atomic_read_lat ] && entry='rma_ops::atomic_readwritemsg'
     case $t in atomic_rate_more | *_tc) entry='rma_ops::atomic_writemsg' ;; esac
     ops=$(sum 1 "$INIT_PROFILE" "rshm_provider::ep::$entry")
     call=$(sum 2 "$INIT_PROFILE" "rshm_provider::ep::$entry")

@@ -30,7 +30,7 @@ usage: rshm-fi-bench --provider NAME [--families LIST] [--tests LIST] [--sizes L
   --provider NAME   libfabric provider (rshm, shm, sm2, ...); rshm needs FI_PROVIDER_PATH
   --families LIST   comma-separated: tagged,msg,rma,atomic (default all)
   --tests LIST      only these tests: lat,bw,write_lat,write_bw,read_lat,read_bw,fetch_lat,
-                    atomic_lat,atomic_rate,bw_msg,bw_more,atomic_rate_more,atomic_lat_tc,
+                    cswap_lat,atomic_read_lat,atomic_lat,atomic_rate,bw_msg,bw_more,atomic_rate_more,atomic_lat_tc,
                     atomic_rate_tc,bw_data (default all of the chosen families; the _more ones
                     post with FI_MORE on all but the last of a window, bw_msg is bw_more's call
                     without FI_MORE, bw_data is bw with remote CQ data on every message (MPI's
@@ -457,7 +457,13 @@ fn run(peer: &mut Peer, ep: &mut Endpoint, r: &Run) -> Result<Duration> {
 }
 
 fn point(ctx: &Ctx, peer: &mut Peer, ep: &mut Endpoint, test: Test, size: usize, remote: RemoteMr) -> Result<()> {
-    let mut r = Run { test, size, iters: if test == Test::FetchLat { 4 } else { 2 }, verify: true, remote };
+    let mut r = Run {
+        test,
+        size,
+        iters: if matches!(test, Test::FetchLat | Test::CswapLat | Test::AtomicReadLat) { 4 } else { 2 },
+        verify: true,
+        remote,
+    };
     run(peer, ep, &r)?;
     r.verify = false;
     // Calibrate: double until one run takes at least 1/16 of the target time.

@@ -32,6 +32,11 @@ pub enum Test {
     ReadBw,
     /// `fi_fetch_atomic` FI_SUM uint64, one at a time.
     FetchLat,
+    /// `fi_compare_atomic` FI_CSWAP uint64, one at a time (OpenSHMEM's compare-and-swap).
+    CswapLat,
+    /// `fi_fetch_atomicmsg(FI_INJECT)` FI_ATOMIC_READ uint64 with no source buffer, one at a time
+    /// (OpenSHMEM's atomic fetch).
+    AtomicReadLat,
     /// `fi_atomic` FI_SUM uint64, one at a time.
     AtomicLat,
     /// Windows of `WINDOW` `fi_atomic` FI_SUM uint64.
@@ -54,7 +59,7 @@ pub enum Test {
 }
 
 impl Test {
-    pub const ALL: [Test; 15] = [
+    pub const ALL: [Test; 17] = [
         Test::Lat,
         Test::Bw,
         Test::WriteLat,
@@ -62,6 +67,8 @@ impl Test {
         Test::ReadLat,
         Test::ReadBw,
         Test::FetchLat,
+        Test::CswapLat,
+        Test::AtomicReadLat,
         Test::AtomicLat,
         Test::AtomicRate,
         Test::BwMore,
@@ -81,6 +88,8 @@ impl Test {
             Test::WriteBw => "write_bw",
             Test::ReadBw => "read_bw",
             Test::FetchLat => "fetch_lat",
+            Test::CswapLat => "cswap_lat",
+            Test::AtomicReadLat => "atomic_read_lat",
             Test::AtomicLat => "atomic_lat",
             Test::AtomicRate => "atomic_rate",
             Test::BwMore => "bw_more",
@@ -104,6 +113,8 @@ impl Test {
             Family::Rma => &[Test::WriteLat, Test::WriteBw, Test::ReadLat, Test::ReadBw],
             Family::Atomic => &[
                 Test::FetchLat,
+                Test::CswapLat,
+                Test::AtomicReadLat,
                 Test::AtomicLat,
                 Test::AtomicRate,
                 Test::AtomicRateMore,
@@ -134,6 +145,8 @@ impl Test {
         matches!(
             self,
             Test::FetchLat
+                | Test::CswapLat
+                | Test::AtomicReadLat
                 | Test::AtomicLat
                 | Test::AtomicRate
                 | Test::AtomicRateMore
@@ -416,36 +429,55 @@ pub fn initiate(e: &mut Endpoint, r: &Run) -> Result<Duration> {
             }
         }
         Test::FetchLat
+        | Test::CswapLat
+        | Test::AtomicReadLat
         | Test::AtomicLat
         | Test::AtomicRate
         | Test::AtomicRateMore
         | Test::AtomicLatTc
         | Test::AtomicRateTc => {
             let per = r.test.ops_per_iter();
+            // The value the previous fetch found (for a compare-and-swap: the value it left).
             let mut last: Option<u64> = None;
             for it in 0..r.iters {
                 for k in 0..per {
-                    if r.test == Test::AtomicRateMore {
-                        let more = if k + 1 == per { 0 } else { ffi::FI_MORE as u64 };
-                        atomic_msg(e, r, ffi::FI_COMPLETION as u64 | more)?;
-                    } else if matches!(r.test, Test::AtomicLatTc | Test::AtomicRateTc) {
-                        atomic_msg(e, r, (ffi::FI_COMPLETION | ffi::FI_TRANSMIT_COMPLETE) as u64)?;
-                    } else {
-                        atomic(e, r, r.test == Test::FetchLat)?;
+                    match r.test {
+                        Test::AtomicRateMore => {
+                            let more = if k + 1 == per { 0 } else { ffi::FI_MORE as u64 };
+                            atomic_msg(e, r, ffi::FI_COMPLETION as u64 | more)?
+                        }
+                        Test::AtomicLatTc | Test::AtomicRateTc => {
+                            atomic_msg(e, r, (ffi::FI_COMPLETION | ffi::FI_TRANSMIT_COMPLETE) as u64)?
+                        }
+                        Test::CswapLat => cswap(e, r, last.unwrap_or(0))?,
+                        Test::AtomicReadLat => atomic_read(e, r)?,
+                        t => atomic(e, r, t == Test::FetchLat)?,
                     }
                 }
                 e.wait(tx0 + (it + 1) * per, 0)?;
-                if r.test == Test::FetchLat {
+                let got = || u64::from_ne_bytes(e.rx.bytes()[..8].try_into().expect("8 bytes"));
+                last = match (r.test, last) {
                     // Each fetch returns the value before its own add of 1: consecutive fetches
                     // differ by exactly one (nobody else updates the target).
-                    let got = u64::from_ne_bytes(e.rx.bytes()[..8].try_into().expect("8 bytes"));
-                    if let Some(prev) = last {
-                        if got != prev + 1 {
-                            return Err(format!("fetched atomic value {got} after {prev}: expected {}", prev + 1));
-                        }
+                    (Test::FetchLat, Some(prev)) if got() != prev + 1 => {
+                        return Err(format!("fetched atomic value {} after {prev}: expected {}", got(), prev + 1));
                     }
-                    last = Some(got);
-                }
+                    (Test::FetchLat, _) => Some(got()),
+                    // Each compare-and-swap but the first compares with the value the one before
+                    // left, so it finds that value and swaps in one more.
+                    (Test::CswapLat, Some(prev)) if got() != prev => {
+                        return Err(format!("compare-and-swap found {} where {prev} was left", got()));
+                    }
+                    (Test::CswapLat, Some(prev)) => Some(prev + 1),
+                    // The first compares with 0: it swapped only if it found 0.
+                    (Test::CswapLat, None) => Some(got().max(1)),
+                    // Reads change nothing: every one finds the same value.
+                    (Test::AtomicReadLat, Some(prev)) if got() != prev => {
+                        return Err(format!("atomic read found {} after {prev} with no writer", got()));
+                    }
+                    (Test::AtomicReadLat, _) => Some(got()),
+                    _ => None,
+                };
             }
         }
     }
@@ -505,6 +537,48 @@ fn atomic(e: &mut Endpoint, r: &Run, fetch: bool) -> Result<()> {
                 e.ep().atomic(op, 1, null_mut(), dest, addr, key, ffi::FI_UINT64, ffi::FI_SUM, ctx)
             }
         }
+    })
+}
+
+/// `fi_compare_atomic` FI_CSWAP uint64: where the target holds `expect`, `expect + 1`.
+fn cswap(e: &mut Endpoint, r: &Run, expect: u64) -> Result<()> {
+    let (dest, addr, key) = (e.peer, r.remote.addr, r.remote.key);
+    e.ack.bytes_mut()[..8].copy_from_slice(&(expect + 1).to_ne_bytes());
+    e.ack.bytes_mut()[8..16].copy_from_slice(&expect.to_ne_bytes());
+    let (swap, res) = (e.ack.ptr(), e.rx.ptr());
+    e.retry("fi_compare_atomic", |e| {
+        let ctx = e.ctx();
+        // SAFETY: operand, compare value and result are 8-byte-aligned endpoint buffers that
+        // outlive the operation; the remote uint64 is the start of the peer's target buffer.
+        unsafe { e.ep().compare_atomic(swap, 1, swap.add(8), res, dest, addr, key, ffi::FI_UINT64, ffi::FI_CSWAP, ctx) }
+    })
+}
+
+/// `fi_fetch_atomicmsg(FI_INJECT)` FI_ATOMIC_READ uint64 with no source buffer, as OpenSHMEM's
+/// `shmem_atomic_fetch` calls it.
+fn atomic_read(e: &mut Endpoint, r: &Run) -> Result<()> {
+    let (dest, addr, key) = (e.peer, r.remote.addr, r.remote.key);
+    let res = e.rx.ptr();
+    e.retry("fi_fetch_atomicmsg", |e| {
+        let ctx = e.ctx();
+        let ioc = ffi::fi_ioc { addr: null_mut(), count: 1 };
+        let mut result = ffi::fi_ioc { addr: res.cast(), count: 1 };
+        let rma = ffi::fi_rma_ioc { addr, count: 1, key };
+        let msg = ffi::fi_msg_atomic {
+            msg_iov: &ioc,
+            desc: null_mut(),
+            iov_count: 1,
+            addr: dest,
+            rma_iov: &rma,
+            rma_iov_count: 1,
+            datatype: ffi::FI_UINT64,
+            op: ffi::FI_ATOMIC_READ,
+            context: ctx,
+            data: 0,
+        };
+        // SAFETY: the result is an 8-byte-aligned endpoint buffer that outlives the operation;
+        // the remote uint64 is the start of the peer's registered target buffer.
+        unsafe { e.ep().fetch_atomicmsg(&msg, &mut result, 1, ffi::FI_INJECT as u64) }
     })
 }
 
