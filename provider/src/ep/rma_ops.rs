@@ -103,11 +103,28 @@ fn small_request(c: &Contiguous, req: &mut [u8; SMALL_REQUEST]) -> FiResult<Opti
         if n > 0 {
             // SAFETY: the application's buffer of `n` bytes (non-NULL: checked above), read
             // during this call only; `at + n <= len <= SMALL_REQUEST`.
-            req[at..at + n].copy_from_slice(unsafe { std::slice::from_raw_parts(p.cast::<u8>(), n) });
+            unsafe { copy_in(&mut req[at..at + n], p) };
             at += n;
         }
     }
     Ok(Some((desc, len)))
+}
+
+/// Fill `dst` from the caller's buffer at `p`: the usual element, of 4 or 8 bytes, as one
+/// unaligned word, where a copy of a length known only here is a call to memcpy.
+///
+/// # Safety
+/// `p` must be readable for `dst.len()` bytes.
+#[inline(always)]
+unsafe fn copy_in(dst: &mut [u8], p: *const c_void) {
+    match dst.len() {
+        // SAFETY: per the contract, 8 readable bytes at `p`, read at any alignment.
+        8 => dst.copy_from_slice(&unsafe { p.cast::<[u8; 8]>().read_unaligned() }),
+        // SAFETY: as above, 4 bytes.
+        4 => dst.copy_from_slice(&unsafe { p.cast::<[u8; 4]>().read_unaligned() }),
+        // SAFETY: per the contract, `n` readable bytes at `p`.
+        n => dst.copy_from_slice(unsafe { std::slice::from_raw_parts(p.cast::<u8>(), n) }),
+    }
 }
 
 fn target(dest: u64, addr: u64, key: u64, ctx: *mut c_void, flags: u64) -> OneSided {
