@@ -94,18 +94,20 @@ fn small_request(c: &Contiguous, req: &mut [u8; SMALL_REQUEST]) -> FiResult<Opti
         return Ok(None);
     }
     let operands = if c.op == ffi::FI_ATOMIC_READ { 0 } else { bytes };
-    let buffers = [(c.operand, operands), (c.compare, len - 8 - operands)];
-    if c.kind != Kind::Write && c.result.is_null() || buffers.iter().any(|&(p, n)| p.is_null() && n > 0) {
+    let compares = len - 8 - operands;
+    let missing = |p: *const c_void, n: usize| p.is_null() && n > 0;
+    if c.kind != Kind::Write && c.result.is_null() || missing(c.operand, operands) || missing(c.compare, compares) {
         return Err(FiError::INVAL);
     }
-    let mut at = 8;
-    for (p, n) in buffers {
-        if n > 0 {
-            // SAFETY: the application's buffer of `n` bytes (non-NULL: checked above), read
-            // during this call only; `at + n <= len <= SMALL_REQUEST`.
-            unsafe { copy_in(&mut req[at..at + n], p) };
-            at += n;
-        }
+    // The request: operands from byte 8, then compare values, `len <= SMALL_REQUEST` bytes.
+    if operands > 0 {
+        // SAFETY: the application's operand buffer of `operands` bytes (non-NULL: checked
+        // above), read during this call only.
+        unsafe { copy_in(&mut req[8..8 + operands], c.operand) };
+    }
+    if compares > 0 {
+        // SAFETY: as above, its compare buffer of `compares` bytes.
+        unsafe { copy_in(&mut req[8 + operands..len], c.compare) };
     }
     Ok(Some((desc, len)))
 }
@@ -402,6 +404,7 @@ fn counted(kind: Kind, op: u32, datatype: u32, count: usize) -> FiResult<Desc> {
 ///
 /// # Safety
 /// `msg` must be NULL or the caller's valid message.
+#[inline(always)]
 unsafe fn atomic_msg(msg: *const ffi::fi_msg_atomic, flags: u64) -> FiResult<(ffi::fi_msg_atomic, OneSided)> {
     // SAFETY: per the contract.
     let m = *unsafe { msg.as_ref() }.ok_or(FiError::INVAL)?;
@@ -426,6 +429,7 @@ const NO_IOCS: (*const ffi::fi_ioc, usize) = (std::ptr::null(), 0);
 /// `msg` must be NULL or the caller's valid message; `compare` and `result` the caller's fi_ioc
 /// arrays of their lengths (read only for the kinds that have them).
 #[allow(clippy::too_many_arguments)]
+#[inline(always)]
 unsafe fn start_msg(
     st: &mut crate::state::DomainState,
     id: usize,
@@ -462,6 +466,7 @@ unsafe fn start_msg(
 /// # Safety
 /// `m` must be the caller's valid message with its one remote array (`atomic_msg`); `compare`
 /// and `result` the caller's fi_ioc arrays of their lengths.
+#[inline(always)]
 unsafe fn msg_contiguous(
     m: &ffi::fi_msg_atomic,
     kind: Kind,
