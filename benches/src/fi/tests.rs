@@ -564,18 +564,7 @@ fn atomic_read(e: &mut Endpoint, r: &Run) -> Result<()> {
         let ioc = ffi::fi_ioc { addr: null_mut(), count: 1 };
         let mut result = ffi::fi_ioc { addr: res.cast(), count: 1 };
         let rma = ffi::fi_rma_ioc { addr, count: 1, key };
-        let msg = ffi::fi_msg_atomic {
-            msg_iov: &ioc,
-            desc: null_mut(),
-            iov_count: 1,
-            addr: dest,
-            rma_iov: &rma,
-            rma_iov_count: 1,
-            datatype: ffi::FI_UINT64,
-            op: ffi::FI_ATOMIC_READ,
-            context: ctx,
-            data: 0,
-        };
+        let msg = word_msg(&ioc, &rma, dest, ffi::FI_ATOMIC_READ, ctx);
         // SAFETY: the result is an 8-byte-aligned endpoint buffer that outlives the operation;
         // the remote uint64 is the start of the peer's registered target buffer.
         unsafe { e.ep().fetch_atomicmsg(&msg, &mut result, 1, ffi::FI_INJECT as u64) }
@@ -591,22 +580,34 @@ fn atomic_msg(e: &mut Endpoint, r: &Run, flags: u64) -> Result<()> {
         let ctx = e.ctx();
         let ioc = ffi::fi_ioc { addr: op.cast(), count: 1 };
         let rma = ffi::fi_rma_ioc { addr, count: 1, key };
-        let msg = ffi::fi_msg_atomic {
-            msg_iov: &ioc,
-            desc: null_mut(),
-            iov_count: 1,
-            addr: dest,
-            rma_iov: &rma,
-            rma_iov_count: 1,
-            datatype: ffi::FI_UINT64,
-            op: ffi::FI_SUM,
-            context: ctx,
-            data: 0,
-        };
+        let msg = word_msg(&ioc, &rma, dest, ffi::FI_SUM, ctx);
         // SAFETY: the operand is an 8-byte-aligned endpoint buffer that outlives the operation;
         // the remote uint64 is the start of the peer's registered target buffer.
         unsafe { e.ep().atomicmsg(&msg, flags) }
     })
+}
+
+/// The message of an atomic `op` on one uint64: the operand `ioc` (of no buffer for
+/// FI_ATOMIC_READ), the remote word `rma` at `dest`.
+fn word_msg(
+    ioc: &ffi::fi_ioc,
+    rma: &ffi::fi_rma_ioc,
+    dest: u64,
+    op: ffi::fi_op,
+    ctx: *mut std::ffi::c_void,
+) -> ffi::fi_msg_atomic {
+    ffi::fi_msg_atomic {
+        msg_iov: ioc,
+        desc: null_mut(),
+        iov_count: 1,
+        addr: dest,
+        rma_iov: rma,
+        rma_iov_count: 1,
+        datatype: ffi::FI_UINT64,
+        op,
+        context: ctx,
+        data: 0,
+    }
 }
 
 fn verify(got: &[u8], seed: u64, what: &str) -> Result<()> {
