@@ -52,7 +52,10 @@ TESTS = {
     "tagged": ["lat", "bw", "bw_msg", "bw_more"],
     "msg": ["lat", "bw"],
     "rma": ["write_lat", "write_bw", "read_lat", "read_bw"],
-    "atomic": ["fetch_lat", "atomic_lat", "atomic_rate", "atomic_rate_more", "atomic_lat_tc", "atomic_rate_tc"],
+    "atomic": [
+        "fetch_lat", "cswap_lat", "atomic_read_lat", "atomic_lat", "atomic_rate", "atomic_rate_more", "atomic_lat_tc",
+        "atomic_rate_tc",
+    ],
 }
 # Streams posted with FI_MORE on all but the last of each window: reported as a rate only, at the
 # sizes where batching can matter (issue 10: rshm with and without FI_MORE, beside the C shm).
