@@ -423,7 +423,9 @@ unsafe fn atomic_msg(msg: *const ffi::fi_msg_atomic, flags: u64) -> FiResult<(ff
 const NO_IOCS: (*const ffi::fi_ioc, usize) = (std::ptr::null(), 0);
 
 /// Start the atomic message `msg` of `kind` with these compare and result arrays: the contiguous
-/// shape the short way (`start_contiguous`), any other the general way.
+/// shape the short way (`start_contiguous`), any other the general way. Inlined into each msg
+/// entry point, with `atomic_msg` and `msg_contiguous`: in frames of their own, the copied
+/// message and the target description crossed them (fi_fetch_atomicmsg 711 -> 683 instructions).
 ///
 /// # Safety
 /// `msg` must be NULL or the caller's valid message; `compare` and `result` the caller's fi_ioc
