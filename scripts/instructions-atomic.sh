@@ -2,8 +2,8 @@
 # Where the instructions of an atomic go, on both sides: rshm-fi-bench's atomic tests under
 # valgrind's callgrind (exact and independent of other load, unlike timings), initiator and
 # target (the bench's --peer child, traced too). Prints, per operation, the instructions inside:
-#   call        the fi_atomic / fi_fetch_atomic / fi_compare_atomic / fi_*atomicmsg entry point (argument checks,
-#               rma::start, the engine's send), inclusive;
+#   call        the fi_atomic / fi_fetch_atomic / fi_compare_atomic / fi_*atomicmsg entry point
+#               (argument checks, rma::start, the engine's send), inclusive;
 #   arrival     the target engine taking the command (decode, the provider's handler: key and
 #               range check, apply, counters) and pushing its answer (`on_msg`, and
 #               `answer_with` for an answer carrying fetched values, inclusive);

@@ -140,6 +140,11 @@ impl Test {
         )
     }
 
+    /// Whether the test fetches a value at each iteration (and checks it against the last one).
+    pub fn fetches(self) -> bool {
+        matches!(self, Test::FetchLat | Test::CswapLat | Test::AtomicReadLat)
+    }
+
     /// Atomic tests move one uint64 whatever the size asked.
     pub fn fixed_size(self) -> Option<usize> {
         matches!(
