@@ -48,8 +48,12 @@ DEBIAN_CORE = "/usr/lib/x86_64-linux-gnu/libfabric.so.1"
 
 ALL_PROVIDERS = ["rshm@1.17", "shm@1.17", "rshm@2.5", "shm@2.5", "sm2@2.5"]
 FAMILIES = ["tagged", "msg", "rma", "atomic"]
+# The tests each family runs, passed to rshm-fi-bench by name: it measures exactly these, and every
+# one of them has a table. The self-test (`cargo test -p rshm-benches`) fails when the binary
+# offers a test that is not here (`rshm-fi-bench --list-tests`), so a new test is not left out
+# unnoticed, and none is measured without being reported, as bw_data was until 2026-12-03.
 TESTS = {
-    "tagged": ["lat", "bw", "bw_msg", "bw_more"],
+    "tagged": ["lat", "bw", "bw_msg", "bw_more", "bw_data"],
     "msg": ["lat", "bw"],
     "rma": ["write_lat", "write_bw", "read_lat", "read_bw"],
     "atomic": [
@@ -85,6 +89,9 @@ METRICS = {
         "tagged stream of fi_tsendmsg without FI_MORE (window 64), message rate", "rate", "Mmsg/s", False),
     ("tagged", "rate_more"): (
         "tagged stream of fi_tsendmsg with FI_MORE (window 64), message rate", "rate", "Mmsg/s", False),
+    ("tagged", "rate_data"): (
+        "tagged stream of fi_tinjectdata/fi_tsenddata, remote CQ data on every message as MPI's sends "
+        "(window 64), message rate", "rate", "Mmsg/s", False),
     ("atomic", "atomic_lat_tc"): (
         "fi_atomicmsg(FI_TRANSMIT_COMPLETE) FI_SUM uint64, one at a time", "lat", "us", True),
     ("atomic", "atomic_rate_tc"): (
@@ -290,6 +297,10 @@ def invoke(prov, core_dir, family, tests, sizes, time_ms, tries, timeout):
     return rows, other
 
 
+# The stream tests whose message rate has a table of its own, and that table's name.
+RATE_OF = {"bw": "rate", "bw_more": "rate_more", "bw_msg": "rate_msg", "bw_data": "rate_data"}
+
+
 def value(r):
     """(metric, value) pairs of one RESULT row."""
     ns, ops, size = float(r["ns"]), float(r["ops"]), int(r["size"])
@@ -300,7 +311,7 @@ def value(r):
         return [("bw", size * ops / ns * 1e3), ("rate", ops / ns * 1e3)]
     if test in ("write_bw", "read_bw"):
         return [("bw", size * ops / ns * 1e3)]
-    if test in ("atomic_rate", "atomic_rate_more", "atomic_rate_tc", "bw_more", "bw_msg"):
+    if test in ("atomic_rate", "atomic_rate_more", "atomic_rate_tc", "bw_more", "bw_msg", "bw_data"):
         return [("rate", ops / ns * 1e3)]
     return [("lat", ns / ops / 1e3)]
 
@@ -312,7 +323,7 @@ def aggregate(rows):
         if r["kind"] != "RESULT":
             continue
         for metric, v in value(r):
-            key_test = {"bw": "rate", "bw_more": "rate_more", "bw_msg": "rate_msg"}.get(r["test"], r["test"]) \
+            key_test = RATE_OF.get(r["test"], r["test"]) \
                 if metric == "rate" else r["test"]
             k = (r["family"], key_test, int(r["size"]), r["label"])
             samples.setdefault(k, []).append((v, r["busy"] == "1", r.get("host") == "1"))
@@ -353,7 +364,7 @@ def table(agg, family, test, labels, sizes):
     rshms = [lb for lb in labels if lb.startswith("rshm@")]
     others = [lb for lb in labels if not lb.startswith("rshm@")]
     small = [s for s in sizes if s <= MORE_SIZES_MAX]
-    test_sizes = [8] if family == "atomic" else small if test in ("rate", "rate_msg", "rate_more") else sizes
+    test_sizes = [8] if family == "atomic" else small if test in RATE_OF.values() else sizes
     head = ["size"] + [f"{lb} {unit}" for lb in labels] + ["best other"] + [f"{lb} / best" for lb in rshms]
     lines = [f"### {title}", "", "| " + " | ".join(head) + " |", "|" + "---:|" * len(head)]
     ratios = {}
@@ -481,9 +492,9 @@ def write_report(path, meta, agg, rows, labels, sizes, figures):
         out += ["(no figures: matplotlib was not available)", ""]
     all_ratios, sections = {}, []
     for fam in FAMILIES:
-        tests = [t for t in TESTS[fam] if t not in ("bw_more", "bw_msg")]
-        tests += ["rate"] if fam in ("tagged", "msg") else []
-        tests += ["rate_msg", "rate_more"] if "bw_more" in TESTS[fam] else []
+        # A stream reported as a rate only is listed under its rate's name; "bw" has both.
+        tests = [t for t in TESTS[fam] if t not in RATE_OF or t == "bw"]
+        tests += [RATE_OF[t] for t in TESTS[fam] if t in RATE_OF]
         for test in tests:
             lines, ratios = table(agg, fam, test, labels, sizes)
             all_ratios[(fam, test)] = ratios
@@ -665,6 +676,19 @@ def self_test():
     assert ratios[("rshm@1.17", 65536)] == (2.0, True), ratios
     tt = "\n".join(targets_table({("tagged", "lat"): {("rshm@1.17", 8): (0.5, False)}}, ["rshm@1.17"]))
     assert "0.50x: met" in tt and "not measured" in tt, tt
+    # Every test rshm-fi-bench offers is run and reported here, and no other (see TESTS).
+    bench_bin = os.environ.get("RSHM_FI_BENCH_BIN", BIN)
+    if os.path.exists(bench_bin):
+        offered = {}
+        for line in subprocess.run([bench_bin, "--list-tests"], capture_output=True, text=True, check=True).stdout.splitlines():
+            fam, test = line.split()
+            offered.setdefault(fam, []).append(test)
+        assert offered == TESTS, f"rshm-fi-bench offers {offered}, bench.py runs {TESTS}"
+        for fam, tests in TESTS.items():
+            for t in tests:
+                assert (fam, RATE_OF.get(t, t)) in METRICS, f"no table for {fam} {t}: add it to METRICS"
+    else:
+        print(f"bench.py self-test: {bench_bin} not built, its test list not compared")
     print("bench.py self-test: ok")
     return 0
 
@@ -708,10 +732,10 @@ def main():
     for o in ops:
         if o not in FAMILIES and o not in all_tests:
             ap.error(f"unknown op {o!r}: families {FAMILIES} or tests {sorted(all_tests)}")
-    plan = []  # (family, tests or None)
+    plan = []  # (family, tests)
     for fam in FAMILIES:
         if fam in ops:
-            plan.append((fam, None))
+            plan.append((fam, TESTS[fam]))
         elif any(t in ops for t in TESTS[fam]):
             plan.append((fam, [t for t in TESTS[fam] if t in ops]))
 

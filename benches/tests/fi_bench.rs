@@ -76,6 +76,11 @@ fn a_missing_provider_is_reported_not_failed() {
 #[test]
 fn the_driver_aggregates_and_reports() {
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts/bench.py");
-    let out = Command::new("python3").arg(script).arg("--self-test").output().expect("run python3");
+    let out = Command::new("python3")
+        .arg(script)
+        .arg("--self-test")
+        .env("RSHM_FI_BENCH_BIN", env!("CARGO_BIN_EXE_rshm-fi-bench"))
+        .output()
+        .expect("run python3");
     assert!(out.status.success(), "{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
 }

@@ -26,6 +26,7 @@ use std::time::Duration;
 const USAGE: &str = "\
 usage: rshm-fi-bench --provider NAME [--families LIST] [--tests LIST] [--sizes LIST]
                      [--time-ms MS] [--tries N] [--no-pin]
+       rshm-fi-bench --list-tests   (each family's tests, `family test` per line, in run order)
 
   --provider NAME   libfabric provider (rshm, shm, sm2, ...); rshm needs FI_PROVIDER_PATH
   --families LIST   comma-separated: tagged,msg,rma,atomic (default all)
@@ -137,6 +138,14 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         };
+    }
+    if args == ["--list-tests"] {
+        for family in Family::ALL {
+            for test in Test::of(family) {
+                println!("{} {}", family.name(), test.name());
+            }
+        }
+        return ExitCode::SUCCESS;
     }
     let opts = match parse_args(&args) {
         Ok(Some(o)) => o,
