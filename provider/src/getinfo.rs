@@ -169,6 +169,7 @@ impl Hints<'_> {
                 || tx.inject_size > INJECT_SIZE
                 || tx.size > QUEUE_SIZE * 64
                 || tx.iov_limit > IOV_LIMIT
+                || tx.rma_iov_limit > crate::state::ep::rma::segments::RMA_IOV_LIMIT
             {
                 return Some("tx attributes beyond what rshm offers");
             }
@@ -291,7 +292,7 @@ fn fill(info: &mut ffi::fi_info, ep_type: ffi::fi_ep_type, version: u32, hints: 
     tx.inject_size = INJECT_SIZE;
     tx.size = QUEUE_SIZE;
     tx.iov_limit = IOV_LIMIT;
-    tx.rma_iov_limit = 1;
+    tx.rma_iov_limit = crate::state::ep::rma::segments::RMA_IOV_LIMIT;
     rx.caps = caps & !(TX_ONLY_CAPS | DOMAIN_CAPS);
     rx.mode = 0;
     rx.op_flags = h_rx.map_or(0, |r| r.op_flags & RX_OP_FLAGS);

@@ -260,6 +260,28 @@ static long read_null_buf(struct env *e) { return posted(e, e->cq, fi_read(e->ep
 static long write_no_mr(struct env *e) {
     return posted(e, e->cq, fi_write(e->ep, e->buf, 64, NULL, e->peer, 0x1000, 0xdead, NULL));
 }
+/* More remote ranges than rma_iov_limit (4), none, and ranges that do not add up to the local
+ * bytes: refused by the call, never sent. */
+static long writemsg_rma_iov_count(struct env *e, size_t count, size_t len) {
+    struct iovec iov = {.iov_base = e->buf, .iov_len = 64};
+    struct fi_rma_iov rma[5];
+    for (size_t i = 0; i < 5; i++)
+        rma[i] = (struct fi_rma_iov){.addr = 0x1000 + 64 * i, .len = len, .key = 0xdead};
+    struct fi_msg_rma m = {.msg_iov = &iov, .iov_count = 1, .addr = e->peer, .rma_iov = rma, .rma_iov_count = count};
+    return posted(e, e->cq, fi_writemsg(e->ep, &m, 0));
+}
+static long writemsg_too_many_ranges(struct env *e) { return writemsg_rma_iov_count(e, 5, 64 / 5); }
+static long writemsg_no_range(struct env *e) { return writemsg_rma_iov_count(e, 0, 64); }
+static long writemsg_ranges_short(struct env *e) { return writemsg_rma_iov_count(e, 3, 16); }
+static long atomicmsg_too_many_ranges(struct env *e) {
+    struct fi_ioc ioc = {.addr = e->buf, .count = 5};
+    struct fi_rma_ioc rma[5];
+    for (size_t i = 0; i < 5; i++)
+        rma[i] = (struct fi_rma_ioc){.addr = 0x1000 + 8 * i, .count = 1, .key = 0xdead};
+    struct fi_msg_atomic m = {.msg_iov = &ioc, .iov_count = 1, .addr = e->peer, .rma_iov = rma, .rma_iov_count = 5,
+                              .datatype = FI_UINT64, .op = FI_SUM};
+    return posted(e, e->cq, fi_atomicmsg(e->ep, &m, 0));
+}
 static long cntr_open_null_attr(struct env *e) {
     struct fid_cntr *c;
     return fi_cntr_open(e->domain, NULL, &c, NULL);
@@ -321,7 +343,8 @@ static const struct kase cases[] = {
     K(endpoint_null_info), K(cq_open_null_attr), K(cq_open_bad_format), K(mr_reg_null_buf),
     K(mr_reg_unknown_access), K(control_unknown), K(setopt_unknown), K(getopt_null_len),
     K(atomic_bad_op), K(atomic_bad_datatype), K_OK(atomicvalid_null_count), K(read_null_buf),
-    K(write_no_mr), K_OK(cntr_open_null_attr), K(cancel_unknown_ctx), K(cancel_null_ctx),
+    K(write_no_mr), K(writemsg_too_many_ranges), K(writemsg_no_range), K(writemsg_ranges_short),
+    K(atomicmsg_too_many_ranges), K_OK(cntr_open_null_attr), K(cancel_unknown_ctx), K(cancel_null_ctx),
     K(getwait_null_arg), K(getwait_without_fd), K(trywait_null_fids), K(wait_open_null_attr),
     K(cq_open_set_without_set), K(wait_close_with_member),
 };

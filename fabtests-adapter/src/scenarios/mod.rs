@@ -16,6 +16,7 @@ mod passive_write;
 mod progress;
 mod rma;
 mod rma_util;
+mod segments;
 mod shared_wait;
 mod unit;
 mod wait_fd;
@@ -52,6 +53,7 @@ pub fn all() -> Vec<Scenario> {
     v.extend(multi::scenarios());
     v.extend(errors::scenarios());
     v.extend(rma::scenarios());
+    v.extend(segments::scenarios());
     v.extend(passive::scenarios());
     v.extend(passive_write::scenarios());
     v.extend(lone::scenarios());

@@ -8,6 +8,7 @@ use super::rma_start;
 use crate::atomic::apply::{self, Kind};
 use crate::error::{FiError, FiResult};
 use crate::iov::{many, one, one_addr};
+use crate::state::ep::rma::segments::{Segment, Segments, RMA_IOV_LIMIT};
 use crate::state::ep::rma::{self, Desc, OneSided, Op};
 use rshm_ffi as ffi;
 use smr_core::iov::Ranges;
@@ -141,26 +142,39 @@ fn total(r: &Ranges) -> usize {
     r.iter().map(|p| p.1).sum()
 }
 
-/// The one remote range of an RMA message (rshm's rma_iov_limit is 1); it must cover exactly
-/// the local bytes.
+/// The remote ranges of an RMA message, which must cover exactly the local bytes: the usual
+/// one in the target description, or up to `RMA_IOV_LIMIT` as a list (`rma::segments`).
 ///
 /// # Safety
 /// `msg` must be NULL or the caller's valid message.
-unsafe fn rma_msg(msg: *const ffi::fi_msg_rma, flags: u64) -> FiResult<(OneSided, Ranges, Option<u64>)> {
+unsafe fn rma_msg(
+    msg: *const ffi::fi_msg_rma,
+    flags: u64,
+) -> FiResult<(OneSided, Ranges, Option<u64>, Option<Segments>)> {
     // SAFETY: per the contract.
     let m = unsafe { msg.as_ref() }.ok_or(FiError::INVAL)?;
-    if m.rma_iov_count != 1 || m.rma_iov.is_null() {
+    if m.rma_iov_count == 0 || m.rma_iov_count > RMA_IOV_LIMIT || m.rma_iov.is_null() {
         return Err(FiError::INVAL);
     }
-    // SAFETY: one fi_rma_iov (checked non-NULL).
-    let r = unsafe { *m.rma_iov };
+    // SAFETY: the caller's array of `rma_iov_count` fi_rma_iov (checked non-NULL).
+    let remote = unsafe { std::slice::from_raw_parts(m.rma_iov, m.rma_iov_count) };
     // SAFETY: the caller's iovec array of `iov_count` entries.
     let local = unsafe { many(m.msg_iov, m.iov_count) }?;
-    if total(&local) != r.len {
+    let segments = match remote {
+        [_] => None,
+        _ => Some(segments_of(remote.iter().map(|r| Segment { key: r.key, addr: r.addr, len: r.len as u64 }))?),
+    };
+    if Some(total(&local) as u64) != segments.map_or(Some(remote[0].len as u64), |s| s.total()) {
         return Err(FiError::INVAL);
     }
     let data = (flags & ffi::FI_REMOTE_CQ_DATA as u64 != 0).then_some(m.data);
-    Ok((target(m.addr, r.addr, r.key, m.context, flags), local, data))
+    Ok((target(m.addr, remote[0].addr, remote[0].key, m.context, flags), local, data, segments))
+}
+
+/// A list of remote ranges, checked (`Segments::new`).
+fn segments_of(list: impl Iterator<Item = Segment>) -> FiResult<Segments> {
+    let list: Vec<Segment> = list.collect();
+    Segments::new(&list).ok_or(FiError::INVAL)
 }
 
 // ---- fi_ops_rma ----
@@ -203,10 +217,13 @@ unsafe extern "C" fn rma_readv(
 
 unsafe extern "C" fn rma_readmsg(ep: *mut ffi::fid_ep, msg: *const ffi::fi_msg_rma, flags: u64) -> isize {
     crate::boundary::guard("fi_readmsg", FiError::OTHER.code() as isize, || {
-        call(ep, false, |_| {
+        run(ep, false, |st, id, _| {
             // SAFETY: the caller's message.
-            let (a, local, _) = unsafe { rma_msg(msg, flags) }?;
-            Ok((a, Op::Read { local }))
+            let (a, local, _, segments) = unsafe { rma_msg(msg, flags) }?;
+            match segments {
+                None => rma_start::start_inline(st, id, a, Op::Read { local }),
+                Some(s) => rma_start::start_segmented(st, id, a, s, Op::Read { local }),
+            }
         })
     })
 }
@@ -251,7 +268,10 @@ unsafe extern "C" fn rma_writemsg(ep: *mut ffi::fid_ep, msg: *const ffi::fi_msg_
     crate::boundary::guard("fi_writemsg", FiError::OTHER.code() as isize, || {
         run(ep, false, |st, id, _| {
             // SAFETY: the caller's message.
-            let (a, local, data) = unsafe { rma_msg(msg, flags) }?;
+            let (a, local, data, segments) = unsafe { rma_msg(msg, flags) }?;
+            if let Some(s) = segments {
+                return rma_start::start_segmented(st, id, a, s, Op::Write { local, data });
+            }
             match *local.as_slice() {
                 [(buf, len)] => rma_start::start_write(st, id, a, buf, len, data),
                 _ => rma_start::start_inline(st, id, a, Op::Write { local, data }),
@@ -442,11 +462,33 @@ unsafe fn start_msg(
     result: (*const ffi::fi_ioc, usize),
 ) -> FiResult<()> {
     // SAFETY: per this function's contract.
+    if unsafe { msg.as_ref() }.is_some_and(|m| m.rma_iov_count > 1) {
+        // SAFETY: per this function's contract.
+        return unsafe { start_msg_segmented(st, id, msg, flags, kind, compare, result) };
+    }
+    // SAFETY: per this function's contract.
     let (m, a) = unsafe { atomic_msg(msg, flags) }?;
     // SAFETY: per this function's contract; the message's remote array was checked above.
     if let Some(c) = unsafe { msg_contiguous(&m, kind, compare, result) } {
         return start_contiguous(st, id, a, c);
     }
+    // SAFETY: per this function's contract.
+    let o = unsafe { msg_op(&m, kind, compare, result) }?;
+    check_remote_count(&m, &o)?;
+    rma_start::start(st, id, a, o)
+}
+
+/// The operation of atomic message `m` of `kind` with these compare and result arrays, checked
+/// (`describe`), for the general path.
+///
+/// # Safety
+/// As `start_msg`'s.
+unsafe fn msg_op(
+    m: &ffi::fi_msg_atomic,
+    kind: Kind,
+    compare: (*const ffi::fi_ioc, usize),
+    result: (*const ffi::fi_ioc, usize),
+) -> FiResult<Op> {
     // SAFETY: the caller's arrays, per this function's contract (the operand array is not read
     // for FI_ATOMIC_READ, nor a compare or result array for a kind without one).
     let (operand, cmp, res) = unsafe {
@@ -456,9 +498,46 @@ unsafe fn start_msg(
             if kind == Kind::Write { Ranges::new() } else { iocs(result.0, result.1, m.datatype)? },
         )
     };
-    let o = atomic_op(kind, m.op, m.datatype, operand, cmp, res)?;
-    check_remote_count(&m, &o)?;
-    rma_start::start(st, id, a, o)
+    atomic_op(kind, m.op, m.datatype, operand, cmp, res)
+}
+
+/// `start_msg` for a message with several remote element arrays (at most `RMA_IOV_LIMIT`), whose
+/// counts sum to the local arrays' (`rma::segments`).
+///
+/// # Safety
+/// As `start_msg`'s.
+#[cold]
+unsafe fn start_msg_segmented(
+    st: &mut crate::state::DomainState,
+    id: usize,
+    msg: *const ffi::fi_msg_atomic,
+    flags: u64,
+    kind: Kind,
+    compare: (*const ffi::fi_ioc, usize),
+    result: (*const ffi::fi_ioc, usize),
+) -> FiResult<()> {
+    // SAFETY: per the contract.
+    let m = unsafe { msg.as_ref() }.ok_or(FiError::INVAL)?;
+    if m.rma_iov_count > RMA_IOV_LIMIT || m.rma_iov.is_null() {
+        return Err(FiError::INVAL);
+    }
+    if flags & ffi::FI_REMOTE_CQ_DATA as u64 != 0 {
+        return Err(FiError::OPNOTSUPP);
+    }
+    // SAFETY: the caller's array of `rma_iov_count` fi_rma_ioc (checked non-NULL).
+    let remote = unsafe { std::slice::from_raw_parts(m.rma_iov, m.rma_iov_count) };
+    let size = apply::type_size(m.datatype).ok_or(FiError::INVAL)?;
+    let bytes = |r: &ffi::fi_rma_ioc| r.count.checked_mul(size).map(|n| n as u64);
+    let list = remote.iter().map(|r| Some(Segment { key: r.key, addr: r.addr, len: bytes(r)? }));
+    let segments = segments_of(list.collect::<Option<Vec<_>>>().ok_or(FiError::INVAL)?.into_iter())?;
+    // SAFETY: per this function's contract.
+    let o = unsafe { msg_op(m, kind, compare, result) }?;
+    match &o {
+        Op::Atomic { desc, .. } if Some(desc.bytes() as u64) == segments.total() => {}
+        _ => return Err(FiError::INVAL),
+    }
+    let a = target(m.addr, remote[0].addr, remote[0].key, m.context, flags);
+    rma_start::start_segmented(st, id, a, segments, o)
 }
 
 /// An atomic message whose arrays are one fi_ioc each, all of the remote array's count: the

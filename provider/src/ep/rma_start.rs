@@ -9,6 +9,7 @@ use crate::error::{FiError, FiResult};
 use crate::state::cntr::CntrState;
 use crate::state::cq::CqState;
 use crate::state::ep::read_req::{Bytes, ReadReq, ReturnBy, SHORT_MAX, WRITE_BACK_RANGES_MAX};
+use crate::state::ep::rma::segments::Segments;
 use crate::state::ep::rma::*;
 use crate::state::ep::sinks::{Sinks, TxKind};
 use crate::state::ep::tx::TxOp;
@@ -55,6 +56,39 @@ pub fn start(st: &mut DomainState, id: usize, a: OneSided, op: Op) -> FiResult<(
 /// fi_read. The less frequent general atomic forms call `start`.
 #[inline(always)]
 pub fn start_inline(st: &mut DomainState, id: usize, a: OneSided, op: Op) -> FiResult<()> {
+    start_way(st, id, a, op, false)
+}
+
+/// Start operation `op`, whose remote ranges are `segments` (fi_writemsg, fi_readmsg and the
+/// atomic msg forms with several: `rma::segments`). The list goes first, in a command of its own
+/// pushed at once (so that nothing of ours, staged or pushed, can pass it), then the operation,
+/// marked, through the target: never by our own copy, which takes one registration.
+#[cold]
+pub fn start_segmented(st: &mut DomainState, id: usize, a: OneSided, segments: Segments, op: Op) -> FiResult<()> {
+    let len = match &op {
+        Op::Read { local } | Op::Write { local, .. } => local.iter().map(|p| p.1 as u64).sum(),
+        Op::Atomic { desc, .. } => desc.bytes() as u64,
+    };
+    if segments.total() != Some(len) {
+        return Err(FiError::INVAL);
+    }
+    // Admitted first: no list goes for an operation refused here.
+    let Start { ep, peer, .. } = begin(st, id, &a)?;
+    let engine = ep.engine.as_mut().expect("checked by admit");
+    let (bytes, n) = segments.encode();
+    let hdr = header(app(KIND_SEGMENTS, 0), 0, 0, 0, n);
+    let opts = SendOpts { cookie: COOKIE_SEGMENTS, delivery_complete: false, more: false, pull: true };
+    match engine.send_bytes(peer, hdr, &bytes[..n], opts) {
+        Ok(_) => {}
+        Err(EngineError::Again) => return Err(FiError::AGAIN),
+        Err(e) => return Err(crate::state::ep::tx::refused("one-sided operation", a.dest, e)),
+    }
+    start_way(st, id, a, op, true)
+}
+
+/// `start_inline`, and `start_segmented`'s operation once its list is out (`segmented`).
+#[inline(always)]
+fn start_way(st: &mut DomainState, id: usize, a: OneSided, op: Op, segmented: bool) -> FiResult<()> {
     // The bytes a read or write moves (an atomic's are bounded by one inject buffer).
     let len: usize = match &op {
         Op::Read { local } | Op::Write { local, .. } => local.iter().map(|p| p.1).sum(),
@@ -102,7 +136,10 @@ pub fn start_inline(st: &mut DomainState, id: usize, a: OneSided, op: Op) -> FiR
     // The registration the target published under the key, if any: looked up once, at the first
     // way below that asks (`Endpoint::peer_mr`), and the copy of ours uses the same entry.
     let mut published: Option<Option<Published>> = None;
-    let mut peer_mr = |engine: &mut Endpoint| *published.get_or_insert_with(|| engine.peer_mr(peer, a.key));
+    // A segmented operation has none: it goes through the target.
+    let mut peer_mr = |engine: &mut Endpoint| {
+        *published.get_or_insert_with(|| if segmented { None } else { engine.peer_mr(peer, a.key) })
+    };
     // A read's answer buffer (one-trip reads): owned by the engine once the send is called.
     let mut answer_buf = None;
     // A large read of up to `ANSWER_BUFS_MAX` SAR buffers from a target that calls progress,
@@ -223,7 +260,7 @@ pub fn start_inline(st: &mut DomainState, id: usize, a: OneSided, op: Op) -> FiR
         }
     }
     let slot = ep.tx_ops.vacant_key();
-    let (hdr, payload, tx, reply_to) = match op {
+    let (mut hdr, payload, tx, reply_to) = match op {
         Op::Write { local, data } => {
             let (hdr, tx) = write_request(&a, len, data, wanted);
             (hdr, Payload::App(local), tx, None)
@@ -280,6 +317,9 @@ pub fn start_inline(st: &mut DomainState, id: usize, a: OneSided, op: Op) -> FiR
             (hdr, Payload::Own(payload), tx, reply)
         }
     };
+    if segmented {
+        hdr.app |= APP_SEGMENTED;
+    }
     crate::debug!(EpData, "one-sided {:#x} to {} key {:#x} addr {:#x} len {}", hdr.app, a.dest, a.key, a.addr, hdr.len);
     let engine = ep.engine.as_mut().expect("checked above");
     let acked = acknowledged(ep.tx_op_flags, &a, &tx, &mut ep.rma, engine, peer);

@@ -9,6 +9,7 @@
 //! | READ_REQ   | tag = key, aux = address                 | [op id,] length[, answer buffer] (`read_req.rs`) | with the bytes, or after the reply |
 //! | READ_RESP  | tag = op id                              | the bytes read / old values       | -                                 |
 //! | ATOMIC     | tag = key, aux = address, data = `Desc`  | [op id,] operands, compares       | if acknowledged / reply           |
+//! | SEGMENTS   | -                                        | key, address, length per range    | never: the operation after it, marked `APP_SEGMENTED`, takes the list (`segments.rs`) |
 //!
 //! An op id travels only in a request whose data comes back in a READ_RESP (which names it), so
 //! that the usual small atomic and read request fits the command's first cache line.
@@ -144,18 +145,20 @@ use crate::error::FiError;
 use crate::state::cq::CqEvent;
 use crate::state::mr::MrTable;
 use rshm_ffi as ffi;
+use segments::{Remote, Segments};
 use slab::Slab;
 use smr_core::cmd::RemoteIov;
 use smr_core::cmd::{MsgHeader, ANSWER_DATA_MAX};
 use smr_core::endpoint::{AnswerBuf, AnswerData, Disposition, Endpoint, Incoming, PeerId, SendOpts, SendStatus, SrcId};
 use smr_core::iov::{LocalIov, Ranges};
 use smr_core::Error as EngineError;
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 
 mod answers;
 #[cfg(test)]
 mod hostile;
 pub mod lone;
+pub mod segments;
 mod target;
 mod wire;
 pub use answers::*;
@@ -176,8 +179,7 @@ enum TargetOp {
     ReadReq {
         src: SrcId,
         msg_id: u64,
-        key: u64,
-        addr: u64,
+        remote: Remote,
     },
     Atomic {
         desc: Desc,
@@ -236,8 +238,8 @@ struct WriteBack {
     src: SrcId,
     msg_id: u64,
     op_id: u64,
-    key: u64,
-    addr: u64,
+    /// Where the bytes are read in our memory.
+    at: Remote,
     len: u64,
     remote: Vec<RemoteIov>,
 }
@@ -281,6 +283,8 @@ pub struct RmaState {
     /// Replies whose data the initiator still has to take (CMA, SAR): answered when it has.
     /// The reply's data stays here, lent to the engine, until the send finishes.
     replying: Slab<(SrcId, u64, ReplyData)>,
+    /// Per source, the remote ranges it sent for its next segmented operation (`segments.rs`).
+    segments: HashMap<SrcId, Box<Segments>>,
     /// Operations this endpoint started, and peers' operations it served (for the close log,
     /// which client checks read to prove that one-sided traffic went through rshm).
     pub issued: u64,
@@ -698,8 +702,8 @@ pub fn flush(rma: &mut RmaState, engine: &mut Endpoint, mrs: &MrTable) {
 /// refuses CMA between the two (a policy the probes at start did not see) sends them in a reply
 /// instead, and the initiator takes that as usual.
 fn write_back(rma: &mut RmaState, engine: &mut Endpoint, mrs: &MrTable, req: WriteBack) {
-    let WriteBack { src, msg_id, op_id, key, addr, len, remote } = req;
-    let ranges = match mrs.resolve(key, addr, len, ffi::FI_REMOTE_READ as u64) {
+    let WriteBack { src, msg_id, op_id, at, len, remote } = req;
+    let ranges = match at.resolve(mrs, len, ffi::FI_REMOTE_READ as u64) {
         Ok((ranges, _)) => ranges,
         Err(errno) => return engine.answer(src, msg_id, Err(errno)),
     };

@@ -501,7 +501,9 @@ impl smr_core::endpoint::Handler for Handler<'_> {
         if let Err(smr_core::Error::Os(libc::ENOSPC)) = result {
             super::tx::no_room_for_pools();
         }
-        if cookie & COOKIE_REPLY != 0 {
+        if cookie == super::rma::COOKIE_SEGMENTS {
+            // The list before a segmented operation: that operation reports.
+        } else if cookie & COOKIE_REPLY != 0 {
             super::rma::reply_sent(self.target.rma, (cookie & !COOKIE_REPLY) as usize, result);
         } else if cookie & COOKIE_UNTRACKED != 0 {
             super::rma::untracked_done(self.target.rma, cookie, result, &mut self.sinks);

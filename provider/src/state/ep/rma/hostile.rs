@@ -93,7 +93,8 @@ fn table(mem: &Memory, virt_addr: bool) -> MrTable {
 /// A command's header and payload: mostly near-valid (a real key, an address in or around a
 /// registration, a valid atomic, a well-formed read request), often not.
 fn command(rng: &mut Rng, mem: &Memory, virt_addr: bool) -> (MsgHeader, Vec<u8>) {
-    let kind = pick(rng, &[u64::from(KIND_WRITE), u64::from(KIND_READ_REQ), u64::from(KIND_ATOMIC)], 8) as u8 & 0xf;
+    let kinds = [KIND_WRITE, KIND_READ_REQ, KIND_ATOMIC, KIND_SEGMENTS].map(u64::from);
+    let kind = pick(rng, &kinds, 8) as u8 & 0xf;
     let key = pick(rng, &[RW, RO], 6);
     // Anywhere in or around the registration, or (half the time) within a few bytes of one of
     // its ends, less a usual length: where an off-by-a-few range check would let a byte through.
@@ -140,6 +141,22 @@ fn command(rng: &mut Rng, mem: &Memory, virt_addr: bool) -> (MsgHeader, Vec<u8>)
             } else {
                 req
             }
+        }
+        // A list for the operation after it (`APP_SEGMENTED`, set at random above): 0 to 5
+        // ranges, in and around the registrations, now and then not whole.
+        KIND_SEGMENTS => {
+            let n = rng.below(6) as usize;
+            let mut list = Vec::new();
+            for _ in 0..n {
+                let (key, at) = (pick(rng, &[RW, RO], 6), if virt_addr { mem.region(RW).0 as u64 } else { 0 });
+                let addr = at.wrapping_add(rng.below(2 * W as u64)).wrapping_sub(pick(rng, &[0, 8], 4));
+                let len = pick(rng, &[0, 1, 8, 64, W as u64], 8);
+                [key, addr, len].iter().for_each(|w| list.extend_from_slice(&w.to_le_bytes()));
+            }
+            if rng.below(8) == 0 {
+                list.truncate(rng.below(list.len() as u64 + 1) as usize);
+            }
+            list
         }
         _ => {
             let n = pick(rng, &[0, 1, 8, 64, 1000, W as u64, W as u64 + 8], 8) as usize % (2 * W);
@@ -189,7 +206,7 @@ fn engine_part(
         Disposition::AnswerInto { data: LocalIov::Lent { parts, .. }, .. } => {
             assert!(parts.iter().all(|&p| mem.readable(p)), "an answer copies memory outside the registrations");
         }
-        Disposition::AnswerWith(data) if kind_of(msg.hdr.app) == KIND_READ_REQ => {
+        Disposition::AnswerWith(data) if kind_of(msg.hdr.app) == KIND_READ_REQ && msg.hdr.app & APP_SEGMENTED == 0 => {
             // A small read answered with its bytes: those the header names, from a registration.
             let (key, addr) = (msg.hdr.tag, msg.hdr.aux as usize);
             let start = if virt_addr { addr } else { mem.region(key).0.wrapping_add(addr) };

@@ -5,6 +5,7 @@
 //! its data has been delivered (`Target::on_message`, `Target::on_delivered`). See the parent
 //! module for the protocols and the completion levels.
 
+use super::segments::MrCntrs;
 use super::*;
 
 /// The target side of `on_message` for one-sided kinds.
@@ -20,24 +21,36 @@ impl Target<'_> {
             self.rma.served += 1;
         }
         match kind_of(hdr.app) {
-            KIND_WRITE => match self.mrs.resolve(hdr.tag, hdr.aux, hdr.len, ffi::FI_REMOTE_WRITE as u64) {
-                Ok((ranges, mr)) => {
-                    // SAFETY: registered memory the application exposed for remote writes; it
-                    // may not release it while the registration exists, and a close stops a
-                    // write still arriving before it returns (`refuse_writes_into`).
-                    let dest = unsafe { crate::iov::lend(ranges.clone()) };
-                    let op = TargetOp::Write { mr_cntr: mr.write_cntr, data: cq_data(&hdr), len: hdr.len, mem: ranges };
+            KIND_WRITE => {
+                match self.remote_of(msg).and_then(|r| r.resolve(self.mrs, hdr.len, ffi::FI_REMOTE_WRITE as u64)) {
+                    Ok((ranges, cntrs)) => {
+                        // SAFETY: registered memory the application exposed for remote writes; it
+                        // may not release it while the registration exists, and a close stops a
+                        // write still arriving before it returns (`refuse_writes_into`).
+                        let dest = unsafe { crate::iov::lend(ranges.clone()) };
+                        let op =
+                            TargetOp::Write { mr_cntr: cntrs.write, data: cq_data(&hdr), len: hdr.len, mem: ranges };
+                        let ctx = self.rma.target.insert(op);
+                        Disposition::Deliver { dest, ctx: CTX_TARGET | ctx as u64 }
+                    }
+                    Err(errno) => refuse(msg, errno),
+                }
+            }
+            KIND_READ_REQ if ReadReq::plausible_len(hdr.len) => match self.remote_of(msg) {
+                Ok(remote) => {
+                    let op = TargetOp::ReadReq { src: msg.src, msg_id: msg.msg_id, remote };
                     let ctx = self.rma.target.insert(op);
-                    Disposition::Deliver { dest, ctx: CTX_TARGET | ctx as u64 }
+                    Disposition::Later {
+                        dest: LocalIov::owned(vec![0; hdr.len as usize]),
+                        ctx: CTX_TARGET | ctx as u64,
+                    }
                 }
                 Err(errno) => refuse(msg, errno),
             },
-            KIND_READ_REQ if ReadReq::plausible_len(hdr.len) => {
-                let op = TargetOp::ReadReq { src: msg.src, msg_id: msg.msg_id, key: hdr.tag, addr: hdr.aux };
-                let ctx = self.rma.target.insert(op);
-                Disposition::Later { dest: LocalIov::owned(vec![0; hdr.len as usize]), ctx: CTX_TARGET | ctx as u64 }
-            }
-            KIND_ATOMIC => match atomic_desc(&hdr).and_then(|desc| Ok((desc, self.atomic_target(msg, desc)?))) {
+            KIND_ATOMIC => match atomic_desc(&hdr)
+                .and_then(|desc| Ok((desc, self.remote_of(msg)?)))
+                .and_then(|(desc, remote)| Ok((desc, self.atomic_target(msg, desc, &remote)?)))
+            {
                 Ok((desc, (target, mr_cntr, reply))) => {
                     let ctx =
                         CTX_TARGET | self.rma.target.insert(TargetOp::Atomic { desc, target, mr_cntr, reply }) as u64;
@@ -65,22 +78,52 @@ impl Target<'_> {
     /// None: the caller offers it as usual.
     pub fn on_payload(&mut self, msg: &Incoming, payload: &[u8], sinks: &mut Sinks) -> Option<Disposition> {
         let hdr = msg.hdr;
+        if hdr.app & APP_SEGMENTED != 0 || kind_of(hdr.app) == KIND_SEGMENTS {
+            return self.on_segmented_payload(msg, payload, sinks);
+        }
+        // The header's words, known here to name one range: the paths below fold its checks away.
+        self.serve_payload(msg, &Remote::one_range(hdr.tag, hdr.aux), payload, sinks)
+    }
+
+    /// `on_payload` for a list of remote ranges, or an operation that takes one (`segments.rs`).
+    #[cold]
+    fn on_segmented_payload(&mut self, msg: &Incoming, payload: &[u8], sinks: &mut Sinks) -> Option<Disposition> {
+        if kind_of(msg.hdr.app) == KIND_SEGMENTS {
+            return Some(self.keep_segments(msg, payload));
+        }
+        if !served_here(&msg.hdr) {
+            return None;
+        }
+        match self.remote_of(msg) {
+            Ok(remote) => self.serve_payload(msg, &remote, payload, sinks),
+            Err(errno) => Some(refuse(msg, errno)),
+        }
+    }
+
+    /// `on_payload` for an operation landing at `remote`.
+    #[inline(always)]
+    fn serve_payload(
+        &mut self,
+        msg: &Incoming,
+        remote: &Remote,
+        payload: &[u8],
+        sinks: &mut Sinks,
+    ) -> Option<Disposition> {
+        let hdr = msg.hdr;
         let kind = kind_of(hdr.app);
-        let served_here =
-            matches!(kind, KIND_WRITE | KIND_ATOMIC) || (kind == KIND_READ_REQ && ReadReq::plausible_len(hdr.len));
-        if !served_here {
+        if !served_here(&hdr) {
             return None;
         }
         self.rma.served += 1;
         let taken = |answer_later| Disposition::Taken { answer_later };
         Some(match kind {
-            KIND_WRITE => match self.apply_write(&hdr, payload, sinks) {
+            KIND_WRITE => match self.apply_write(&hdr, remote, payload, sinks) {
                 Ok(()) => taken(false),
                 Err(errno) => refuse(msg, errno),
             },
             // Answered in this same step where the bytes fit the answer or the buffer the
             // request named (the engine copies them now: FI_ORDER_WAR).
-            KIND_READ_REQ => match self.serve_read(msg.src, msg.msg_id, hdr.tag, hdr.aux, payload, sinks) {
+            KIND_READ_REQ => match self.serve_read(msg.src, msg.msg_id, remote, payload, sinks) {
                 ReadAnswer::Into(buf, data) => Disposition::AnswerInto { buf, data },
                 ReadAnswer::With(data) => self.answer_now(msg, data),
                 ReadAnswer::Queued => taken(true),
@@ -90,10 +133,10 @@ impl Target<'_> {
                     Ok(desc) => desc,
                     Err(errno) => return Some(refuse(msg, errno)),
                 };
-                if let Some(done) = self.atomic_in_place(msg, desc, payload, sinks) {
+                if let Some(done) = self.atomic_in_place(msg, desc, remote, payload, sinks) {
                     return Some(done);
                 }
-                match self.atomic_target(msg, desc) {
+                match self.atomic_target(msg, desc, remote) {
                     Ok((target, mr_cntr, reply)) => {
                         if let Some(done) = self.atomic_at_once(msg, desc, &target, mr_cntr, payload, sinks) {
                             return Some(done);
@@ -156,10 +199,11 @@ impl Target<'_> {
         &mut self,
         msg: &Incoming,
         desc: Desc,
+        remote: &Remote,
         payload: &[u8],
         sinks: &mut Sinks,
     ) -> Option<Disposition> {
-        let hdr = &msg.hdr;
+        let (key, addr) = remote.one()?;
         let width = desc.bytes();
         if desc.count != 1 || !matches!(width, 4 | 8) || desc.with_op_id {
             return None;
@@ -168,7 +212,7 @@ impl Target<'_> {
         if fetching && !self.rma.outbox.is_empty() {
             return None;
         }
-        let (at, mr) = match self.mrs.resolve_in_one_range(hdr.tag, hdr.aux, width as u64, desc.access()) {
+        let (at, mr) = match self.mrs.resolve_in_one_range(key, addr, width as u64, desc.access()) {
             Ok(one) => one?,
             Err(errno) => return Some(refuse(msg, errno)),
         };
@@ -195,7 +239,7 @@ impl Target<'_> {
             }
         }
         // The endpoint's counters follow fi_endpoint(3), as in `serve_atomic`.
-        sinks.remote_done(desc.mr_cntr(mr), !fetching);
+        sinks.remote_done(desc.mr_cntr(MrCntrs::of(mr)), !fetching);
         if !fetching {
             return Some(Disposition::Taken { answer_later: false });
         }
@@ -205,24 +249,28 @@ impl Target<'_> {
     /// A peer's write whose bytes are all here: into the registration it names, counted.
     /// Nothing is touched when it is refused (`errno`).
     #[inline(always)]
-    fn apply_write(&mut self, hdr: &MsgHeader, payload: &[u8], sinks: &mut Sinks) -> Result<(), u32> {
+    fn apply_write(&mut self, hdr: &MsgHeader, remote: &Remote, payload: &[u8], sinks: &mut Sinks) -> Result<(), u32> {
         let access = ffi::FI_REMOTE_WRITE as u64;
+        let one = match remote.one() {
+            Some((key, addr)) => self.mrs.resolve_in_one_range(key, addr, hdr.len, access)?,
+            None => None,
+        };
         // The usual write, into a registration of one range: one copy, no range list.
-        let mr = if let Some((at, mr)) = self.mrs.resolve_in_one_range(hdr.tag, hdr.aux, hdr.len, access)? {
+        let mr_cntr = if let Some((at, mr)) = one {
             let n = payload.len().min(hdr.len as usize);
             // SAFETY: registered memory the application exposed for remote writes, `hdr.len >= n`
             // bytes at `at` (range checked by `resolve_in_one_range`); it may not release it
             // while the registration exists.
             unsafe { smr_core::copy::copy_bytes(payload.as_ptr(), at as *mut u8, n) };
-            mr
+            mr.write_cntr
         } else {
-            let (ranges, mr) = self.mrs.resolve(hdr.tag, hdr.aux, hdr.len, access)?;
+            let (ranges, cntrs) = remote.resolve(self.mrs, hdr.len, access)?;
             // SAFETY: registered memory the application exposed for remote writes, every range
             // checked by `resolve`; it may not release it while the registration exists.
             unsafe { crate::iov::scatter(&ranges, payload) };
-            mr
+            cntrs.write
         };
-        written(sinks, mr.write_cntr, cq_data(hdr), hdr.len);
+        written(sinks, mr_cntr, cq_data(hdr), hdr.len);
         Ok(())
     }
 
@@ -241,11 +289,15 @@ impl Target<'_> {
     #[allow(clippy::type_complexity)]
     // Forced inline (two callers): its results were returned through memory.
     #[inline(always)]
-    fn atomic_target(&self, msg: &Incoming, desc: Desc) -> Result<(Ranges, Option<usize>, Option<(SrcId, u64)>), u32> {
-        let hdr = msg.hdr;
-        let (target, mr) = self.mrs.resolve(hdr.tag, hdr.aux, desc.bytes() as u64, desc.access())?;
+    fn atomic_target(
+        &self,
+        msg: &Incoming,
+        desc: Desc,
+        remote: &Remote,
+    ) -> Result<(Ranges, Option<usize>, Option<(SrcId, u64)>), u32> {
+        let (target, cntrs) = remote.resolve(self.mrs, desc.bytes() as u64, desc.access())?;
         let reply = (desc.kind != Kind::Write).then_some((msg.src, msg.msg_id));
-        Ok((target, desc.mr_cntr(mr), reply))
+        Ok((target, desc.mr_cntr(cntrs), reply))
     }
 
     /// A target operation's data arrived (`ctx` without CTX_TARGET).
@@ -258,9 +310,9 @@ impl Target<'_> {
                     written(sinks, mr_cntr, data, len);
                 }
             }
-            TargetOp::ReadReq { src, msg_id, key, addr } => {
+            TargetOp::ReadReq { src, msg_id, remote } => {
                 let bytes = dest.into_owned().unwrap_or_default();
-                match self.serve_read(src, msg_id, key, addr, &bytes, sinks) {
+                match self.serve_read(src, msg_id, &remote, &bytes, sinks) {
                     ReadAnswer::Into(buf, mem) => {
                         // A snapshot now (FI_ORDER_WAR), placed once progress returns.
                         let mut data = vec![0; mem.len()];
@@ -284,12 +336,12 @@ impl Target<'_> {
     /// one) is here: answer or reply with the bytes, or refuse. The answers the caller can give
     /// at once are returned: the bytes (up to `ANSWER_DATA_MAX`), or the answer buffer the
     /// request named and the target memory to copy into it; the rest go to the outbox.
+    #[inline(always)]
     fn serve_read(
         &mut self,
         src: SrcId,
         msg_id: u64,
-        key: u64,
-        addr: u64,
+        remote: &Remote,
         payload: &[u8],
         sinks: &mut Sinks,
     ) -> ReadAnswer {
@@ -297,7 +349,7 @@ impl Target<'_> {
             self.answer(src, msg_id, Err(ffi::FI_EINVAL));
             return ReadAnswer::Queued;
         };
-        if len as usize <= ANSWER_DATA_MAX {
+        if let (true, Some((key, addr))) = (len as usize <= ANSWER_DATA_MAX, remote.one()) {
             // The usual small read, from a registration of one range: one copy into the answer.
             let one = match self.mrs.resolve_in_one_range(key, addr, len, ffi::FI_REMOTE_READ as u64) {
                 Ok(one) => one,
@@ -317,9 +369,9 @@ impl Target<'_> {
                 }
             }
         }
-        match self.mrs.resolve(key, addr, len, ffi::FI_REMOTE_READ as u64) {
-            Ok((ranges, mr)) => {
-                sinks.remote_done(mr.read_cntr, false);
+        match remote.resolve(self.mrs, len, ffi::FI_REMOTE_READ as u64) {
+            Ok((ranges, cntrs)) => {
+                sinks.remote_done(cntrs.read, false);
                 // Straight from the ranges (no iov built): a small read's whole cost is here.
                 // SAFETY: registered memory the application exposed for remote reads.
                 let gathered = |b: &mut [u8]| _ = unsafe { crate::iov::gather(&ranges, b) };
@@ -329,10 +381,10 @@ impl Target<'_> {
                 let data = match by {
                     // SAFETY: as above.
                     ReturnBy::AnswerBuf(buf) => return ReadAnswer::Into(buf, unsafe { crate::iov::lend(ranges) }),
-                    ReturnBy::WriteBack(remote) => {
+                    ReturnBy::WriteBack(back) => {
                         // Once progress returns (the engine makes the copy); the registration is
                         // looked up again then, in case it closes before.
-                        let req = WriteBack { src, msg_id, op_id, key, addr, len, remote };
+                        let req = WriteBack { src, msg_id, op_id, at: remote.clone(), len, remote: back };
                         self.rma.outbox.push_back(Outgoing::WriteBack(req));
                         return ReadAnswer::Queued;
                     }
@@ -399,9 +451,44 @@ impl Target<'_> {
         })
     }
 
+    /// Where operation `msg` lands: the header's key and address, or the list its source sent
+    /// before it (`APP_SEGMENTED`), taken once. Refused (FI_EINVAL) when no list came.
+    #[inline(always)]
+    fn remote_of(&mut self, msg: &Incoming) -> Result<Remote, u32> {
+        if msg.hdr.app & APP_SEGMENTED == 0 {
+            return Ok(Remote::one_range(msg.hdr.tag, msg.hdr.aux));
+        }
+        self.rma.segments.remove(&msg.src).map(Remote::list).ok_or(ffi::FI_EINVAL)
+    }
+
+    /// A `KIND_SEGMENTS` command: keep its list for the source's next operation, in place of any
+    /// left over. A malformed one is refused, and leaves none, so that the operation after it is
+    /// refused too.
+    #[cold]
+    fn keep_segments(&mut self, msg: &Incoming, payload: &[u8]) -> Disposition {
+        match segments::Segments::decode(payload).filter(|_| payload.len() as u64 == msg.hdr.len) {
+            Some(list) => {
+                self.rma.segments.insert(msg.src, Box::new(list));
+                Disposition::Taken { answer_later: false }
+            }
+            None => {
+                self.rma.segments.remove(&msg.src);
+                refuse(msg, ffi::FI_EINVAL)
+            }
+        }
+    }
+
     fn answer(&mut self, src: SrcId, msg_id: u64, result: Result<(), u32>) {
         self.rma.outbox.push_back(Outgoing::Answer { src, msg_id, result });
     }
+}
+
+/// Whether a one-sided command whose payload is here in full is served in that step
+/// (`Target::on_payload`): every write and atomic, and a read request of a plausible length.
+#[inline(always)]
+fn served_here(hdr: &MsgHeader) -> bool {
+    let kind = kind_of(hdr.app);
+    matches!(kind, KIND_WRITE | KIND_ATOMIC) || (kind == KIND_READ_REQ && ReadReq::plausible_len(hdr.len))
 }
 
 /// The operation an atomic's header names, decoded and checked against its payload's length.

@@ -13,6 +13,12 @@ pub const KIND_WRITE: u8 = 1;
 pub const KIND_READ_REQ: u8 = 2;
 pub const KIND_READ_RESP: u8 = 3;
 pub const KIND_ATOMIC: u8 = 4;
+/// The remote ranges of the operation that follows from the same source (`segments.rs`).
+pub const KIND_SEGMENTS: u8 = 5;
+
+/// In the lower nibble of a write, read request or atomic: its remote ranges came just before
+/// it in a `KIND_SEGMENTS` command; the header's key and address are unused.
+pub const APP_SEGMENTED: u8 = 4;
 
 pub fn kind_of(app: u8) -> u8 {
     app >> 4
@@ -32,6 +38,9 @@ pub const COOKIE_REPLY: u64 = 1 << 63;
 /// transmit record (`cookie_of`): all there is to report is in the cookie, and a counter of
 /// them (`RmaState::untracked`) holds their place in the transmit queue.
 pub const COOKIE_UNTRACKED: u64 = 1 << 62;
+/// Cookie of a `KIND_SEGMENTS` command, unanswered and part of the operation after it: a
+/// completion the engine reports for it (a batched push) is ignored.
+pub const COOKIE_SEGMENTS: u64 = COOKIE_REPLY | COOKIE_UNTRACKED;
 /// With `COOKIE_UNTRACKED`: a base atomic (otherwise a write).
 pub(super) const UNTRACKED_ATOMIC: u64 = 1;
 
@@ -104,11 +113,11 @@ impl Desc {
 
     /// The counter of registration `mr` it moves (fi_mr(3): any atomic that may modify the
     /// memory counts as a write).
-    pub fn mr_cntr(self, mr: &crate::state::mr::MrEntry) -> Option<usize> {
+    pub fn mr_cntr(self, cntrs: super::segments::MrCntrs) -> Option<usize> {
         if self.op == ffi::FI_ATOMIC_READ {
-            mr.read_cntr
+            cntrs.read
         } else {
-            mr.write_cntr
+            cntrs.write
         }
     }
 
