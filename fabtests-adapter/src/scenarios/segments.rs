@@ -10,7 +10,9 @@
 //! - a write (FI_DELIVERY_COMPLETE) with one range under a key nobody registered: an error
 //!   completion, and none of its ranges written (the C shm 1.17 completes it without error).
 //!
-//! Rank 0 initiates, rank 1 is the target. "Not supported" where rma_iov_limit is below 2.
+//! Rank 1 is the target; ranks 0 and 2 initiate at once, each into its own half of both
+//! registrations, so that the target takes each source's ranges for that source's operations
+//! while the two interleave. "Not supported" where rma_iov_limit is below 2.
 
 use super::rma_util::{
     must, payload, split, Peer, Spec, Target, ATOMIC, COMPLETION, DELIVERY_COMPLETE, MSG, REMOTE_CQ_DATA, REMOTE_READ,
@@ -27,7 +29,7 @@ use std::time::Duration;
 pub fn scenarios() -> Vec<Scenario> {
     vec![scn(
         "rma/segments",
-        2,
+        3,
         60,
         segments,
         "fi_writemsg/fi_readmsg/fi_atomicmsg/fi_fetch_atomicmsg with 2-4 remote ranges in two registrations: bytes, \
@@ -38,14 +40,17 @@ pub fn scenarios() -> Vec<Scenario> {
 const TARGET: usize = 1;
 const KEYS: [u64; 2] = [0x5E6A, 0x5E6B];
 const BAD_KEY: u64 = 0x5E6F;
-/// Each registration's size.
+/// Each registration's size: a half for each initiator.
 const REGION: usize = 1 << 20;
+const INITIATORS: usize = 2;
 /// Untouched bytes between ranges.
 const GAP: usize = 64;
 
 /// One write's remote ranges: (registration 0 or 1, offset, length).
 struct Case {
     total: usize,
+    /// Seed of its bytes.
+    pattern: u64,
     ranges: Vec<(usize, usize, usize)>,
     /// Remote CQ data, if it carries any.
     data: Option<u64>,
@@ -59,8 +64,10 @@ struct Plan {
     atomics: [(usize, usize, usize); 2],
 }
 
-fn plan() -> Plan {
-    let mut next = [GAP, GAP];
+/// The plan of initiator `i` (0 or 1): in its half of each registration, with its own data.
+fn plan(i: usize) -> Plan {
+    let half = i * REGION / INITIATORS;
+    let mut next = [half + GAP, half + GAP];
     let mut place = |reg: usize, len: usize| {
         let off = next[reg] + len % 7;
         next[reg] = off + len + GAP;
@@ -71,7 +78,8 @@ fn plan() -> Plan {
         let n = 2 + k % 3;
         let lens = split(total, n);
         let ranges = lens.iter().enumerate().map(|(s, &l)| place((k + s) % 2, l)).collect();
-        cases.push(Case { total, ranges, data: (k % 2 == 1).then_some(0xDA7A_0000 + k as u64) });
+        let data = (k % 2 == 1).then_some(0xDA7A_0000 + 0x100 * i as u64 + k as u64);
+        cases.push(Case { total, ranges, data, pattern: seed(0x5E + i as u64, k as u64, total as u64) });
     }
     let refused = vec![place(0, 100), place(1, 100), place(0, 100)];
     let a0 = place(0, 8);
@@ -83,8 +91,10 @@ fn background(reg: usize) -> Vec<u8> {
     pattern(0xB6B6 + reg as u64, REGION)
 }
 
-fn data_of(k: usize, len: usize) -> Vec<u8> {
-    pattern(seed(0x5E, k as u64, len as u64), len)
+impl Case {
+    fn bytes(&self) -> Vec<u8> {
+        pattern(self.pattern, self.total)
+    }
 }
 
 /// The uint64 values the atomics start from (and the target's memory holds at the start).
@@ -101,15 +111,14 @@ fn segments(r: &mut Rank) -> TResult {
     if limit < 2 {
         return Err(TestErr::Nos(fabric::ENODATA, format!("rma_iov_limit {limit}")));
     }
-    let plan = plan();
     if r.rank == TARGET {
-        target(&mut p, r, &plan)
+        target(&mut p, r, &[plan(0), plan(1)])
     } else {
-        initiator(&mut p, r, &plan)
+        initiator(&mut p, r, &plan(r.rank / 2))
     }
 }
 
-fn target(p: &mut Peer, r: &mut Rank, plan: &Plan) -> TResult {
+fn target(p: &mut Peer, r: &mut Rank, plans: &[Plan]) -> TResult {
     let mut want = [background(0), background(1)];
     let mut mrs = Vec::new();
     for (reg, &key) in KEYS.iter().enumerate() {
@@ -118,20 +127,17 @@ fn target(p: &mut Peer, r: &mut Rank, plan: &Plan) -> TResult {
         let (_, mi) = p.reg(i, 0, REGION, REMOTE_READ | REMOTE_WRITE, key, 0)?;
         mrs.push(mi);
     }
-    let mut k = 0;
-    for &(reg, off, count) in &plan.atomics {
-        for e in 0..count {
-            let at = off + 8 * e;
+    for plan in plans {
+        for (k, (reg, at)) in atomic_words(plan).enumerate() {
             want[reg][at..at + 8].copy_from_slice(&ATOMIC_START[k].to_le_bytes());
-            k += 1;
         }
     }
     for (reg, w) in want.iter().enumerate() {
         p.region(reg).write(0, w);
     }
     p.share_mrs(r, &mrs)?;
-    for (k, c) in plan.cases.iter().enumerate() {
-        let data = data_of(k, c.total);
+    for c in plans.iter().flat_map(|p| &p.cases) {
+        let data = c.bytes();
         let mut from = 0;
         for &(reg, off, len) in &c.ranges {
             want[reg][off..off + len].copy_from_slice(&data[from..from + len]);
@@ -139,44 +145,53 @@ fn target(p: &mut Peer, r: &mut Rank, plan: &Plan) -> TResult {
         }
     }
     // Every write lands, and is counted once.
-    let writes = plan.cases.len() as u64;
+    let writes: u64 = plans.iter().map(|p| p.cases.len() as u64).sum();
     p.wait_cntr(0, writes, "FI_REMOTE_WRITE after the writes")?;
     p.barrier(r)?;
     for (reg, w) in want.iter().enumerate() {
         same(&p.region(reg).read(0, REGION), w, &format!("registration {reg} after the writes and the refused one"))?;
     }
+    let mut sent: Vec<u64> = plans.iter().flat_map(|p| &p.cases).filter_map(|c| c.data).collect();
     let mut data: Vec<u64> = Vec::new();
-    while data.len() < plan.cases.iter().filter(|c| c.data.is_some()).count() {
+    while data.len() < sent.len() {
         let e = p.wait_event("the writes' remote CQ data")?;
         ensure!(e.err == 0, "error entry at the target: {}", fabric::errname(-e.err));
         ensure!(e.flags & REMOTE_CQ_DATA != 0, "target CQ entry flags {:#x} lack FI_REMOTE_CQ_DATA", e.flags);
         data.push(e.data);
     }
-    let sent: Vec<u64> = plan.cases.iter().filter_map(|c| c.data).collect();
+    data.sort_unstable();
+    sent.sort_unstable();
     ensure!(data == sent, "remote CQ data {data:x?}, expected one entry per write that carried some: {sent:x?}");
     // The reads and the atomics, served while we wait in the barrier.
     p.barrier(r)?;
     p.progress_for(Duration::from_millis(50))?;
     let (w, rd) = (p.cntr(0).read(), p.cntr(1).read());
-    // The base atomic counts as a remote write, the fetching one as a remote read.
-    let reads = plan.cases.len() as u64;
+    // Each initiator's base atomic counts as a remote write, its fetching one as a remote read.
+    let n = plans.len() as u64;
+    let reads = writes;
     ensure!(
-        w == writes + 1 && rd == reads + 1,
+        w == writes + n && rd == reads + n,
         "FI_REMOTE_WRITE {w}, FI_REMOTE_READ {rd}: expected {} and {} (one count per operation, whatever its ranges)",
-        writes + 1,
-        reads + 1
+        writes + n,
+        reads + n
     );
     ensure!(p.events.is_empty(), "unexpected target CQ entries: {}", p.events.len());
-    let mut k = 0;
-    for &(reg, off, count) in &plan.atomics {
-        for e in 0..count {
-            let got = u64::from_le_bytes(p.region(reg).read(off + 8 * e, 8).try_into().expect("8 bytes"));
+    for (i, plan) in plans.iter().enumerate() {
+        for (k, (reg, at)) in atomic_words(plan).enumerate() {
+            let got = u64::from_le_bytes(p.region(reg).read(at, 8).try_into().expect("8 bytes"));
             let expect = ATOMIC_START[k] + 11 * (k as u64 + 1);
-            ensure!(got == expect, "atomic element {k} holds {got}, expected {expect} (start + 1·(k+1) + 10·(k+1))");
-            k += 1;
+            ensure!(
+                got == expect,
+                "initiator {i}'s atomic element {k} holds {got}, expected {expect} (start + 1·(k+1) + 10·(k+1))"
+            );
         }
     }
     p.barrier(r)
+}
+
+/// Where the atomics of `plan` land, element by element: (registration, offset).
+fn atomic_words(plan: &Plan) -> impl Iterator<Item = (usize, usize)> + '_ {
+    plan.atomics.iter().flat_map(|&(reg, off, count)| (0..count).map(move |e| (reg, off + 8 * e)))
 }
 
 fn initiator(p: &mut Peer, r: &mut Rank, plan: &Plan) -> TResult {
@@ -191,8 +206,8 @@ fn initiator(p: &mut Peer, r: &mut Rank, plan: &Plan) -> TResult {
             .map(|&(reg, off, len)| ffi::fi_rma_iov { addr: at(reg, off).addr, len, key: mrs[reg].key })
             .collect()
     };
-    for (k, c) in plan.cases.iter().enumerate() {
-        let data = data_of(k, c.total);
+    for c in &plan.cases {
+        let data = c.bytes();
         let parts = chunk(&data, &split(c.total, 3));
         let what = format!("fi_writemsg of {} B to {} ranges", c.total, c.ranges.len());
         let flags = COMPLETION | if c.data.is_some() { REMOTE_CQ_DATA } else { 0 };
@@ -211,8 +226,8 @@ fn initiator(p: &mut Peer, r: &mut Rank, plan: &Plan) -> TResult {
         Err(code) => ensure!(code < 0, "{what}: returned {code}"),
     }
     p.barrier(r)?;
-    for (k, c) in plan.cases.iter().enumerate() {
-        let data = data_of(k, c.total);
+    for c in &plan.cases {
+        let data = c.bytes();
         let lens = split(c.total, 2);
         let what = format!("fi_readmsg of {} B from {} ranges", c.total, c.ranges.len());
         let id = must(&what, p.readmsg(&what, &lens, dest, &rma(&c.ranges), 0)?)?;
