@@ -59,6 +59,9 @@ pub const MSG_ORDER: u64 = ffi::FI_ORDER_STRICT as u64
 pub const MAX_ORDER_SIZE: usize = INJECT_SIZE;
 pub const QUEUE_SIZE: usize = 1024;
 pub const IOV_LIMIT: usize = smr_core::cmd::IOV_MAX;
+/// Remote ranges one RMA or atomic operation may name (`rma_iov_limit`, as the C shm's):
+/// `state::ep::rma::segments` carries them.
+pub const RMA_IOV_LIMIT: usize = 4;
 pub const INJECT_SIZE: usize = 4096;
 
 /// Capabilities this load offers (FI_REMOTE_COMM only when asked for by parameter).
@@ -169,7 +172,7 @@ impl Hints<'_> {
                 || tx.inject_size > INJECT_SIZE
                 || tx.size > QUEUE_SIZE * 64
                 || tx.iov_limit > IOV_LIMIT
-                || tx.rma_iov_limit > crate::state::ep::rma::segments::RMA_IOV_LIMIT
+                || tx.rma_iov_limit > RMA_IOV_LIMIT
             {
                 return Some("tx attributes beyond what rshm offers");
             }
@@ -292,7 +295,7 @@ fn fill(info: &mut ffi::fi_info, ep_type: ffi::fi_ep_type, version: u32, hints: 
     tx.inject_size = INJECT_SIZE;
     tx.size = QUEUE_SIZE;
     tx.iov_limit = IOV_LIMIT;
-    tx.rma_iov_limit = crate::state::ep::rma::segments::RMA_IOV_LIMIT;
+    tx.rma_iov_limit = RMA_IOV_LIMIT;
     rx.caps = caps & !(TX_ONLY_CAPS | DOMAIN_CAPS);
     rx.mode = 0;
     rx.op_flags = h_rx.map_or(0, |r| r.op_flags & RX_OP_FLAGS);

@@ -18,8 +18,7 @@ use crate::state::mr::{MrEntry, MrTable};
 use rshm_ffi as ffi;
 use smr_core::iov::Ranges;
 
-/// Most remote ranges one operation takes (`rma_iov_limit`).
-pub const RMA_IOV_LIMIT: usize = 4;
+pub use crate::getinfo::RMA_IOV_LIMIT;
 
 /// Bytes of one segment on the wire: key, address, length.
 const SEGMENT_BYTES: usize = 24;
