@@ -523,7 +523,7 @@ fn iov_layout(cases: &[IovCase]) -> (Layout, Vec<usize>) {
     (layout(&lens), first)
 }
 
-fn chunks(data: &[u8], lens: &[usize]) -> Vec<Vec<u8>> {
+pub(super) fn chunks(data: &[u8], lens: &[usize]) -> Vec<Vec<u8>> {
     let mut out = Vec::new();
     let mut off = 0;
     for &l in lens {

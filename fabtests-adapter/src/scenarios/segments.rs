@@ -14,6 +14,8 @@
 //! registrations, so that the target takes each source's ranges for that source's operations
 //! while the two interleave. "Not supported" where rma_iov_limit is below 2.
 
+use super::passive_write::same;
+use super::rma::chunks;
 use super::rma_util::{
     must, payload, split, Peer, Spec, Target, ATOMIC, COMPLETION, DELIVERY_COMPLETE, MSG, REMOTE_CQ_DATA, REMOTE_READ,
     REMOTE_WRITE, RMA, RMA_EVENT, SCALABLE,
@@ -21,7 +23,7 @@ use super::rma_util::{
 use super::{scn, seed, Scenario};
 use crate::fabric::{self, ffi};
 use crate::harness::{pattern, Rank, TResult, TestErr};
-use crate::{bail, ensure};
+use crate::ensure;
 use std::ffi::c_void;
 use std::ptr::null_mut;
 use std::time::Duration;
@@ -208,7 +210,7 @@ fn initiator(p: &mut Peer, r: &mut Rank, plan: &Plan) -> TResult {
     };
     for c in &plan.cases {
         let data = c.bytes();
-        let parts = chunk(&data, &split(c.total, 3));
+        let parts = chunks(&data, &split(c.total, 3));
         let what = format!("fi_writemsg of {} B to {} ranges", c.total, c.ranges.len());
         let flags = COMPLETION | if c.data.is_some() { REMOTE_CQ_DATA } else { 0 };
         let id = must(&what, p.writemsg(&what, parts, dest, &rma(&c.ranges), flags, c.data.unwrap_or(0))?)?;
@@ -295,23 +297,4 @@ fn atomicmsg(
         // live through the call.
         unsafe { ep.fetch_atomicmsg(&msg, &mut result, 1, COMPLETION) }
     })
-}
-
-fn chunk(data: &[u8], lens: &[usize]) -> Vec<Vec<u8>> {
-    let mut from = 0;
-    lens.iter()
-        .map(|&l| {
-            from += l;
-            data[from - l..from].to_vec()
-        })
-        .collect()
-}
-
-/// Fail at the first byte where `got` differs from `want`.
-fn same(got: &[u8], want: &[u8], what: &str) -> TResult {
-    if let Some(i) = got.iter().zip(want).position(|(a, b)| a != b) {
-        bail!("{what}: byte {i} is {:#04x}, want {:#04x}", got[i], want[i]);
-    }
-    ensure!(got.len() == want.len(), "{what}: {} bytes, want {}", got.len(), want.len());
-    Ok(())
 }

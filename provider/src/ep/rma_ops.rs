@@ -142,39 +142,72 @@ fn total(r: &Ranges) -> usize {
     r.iter().map(|p| p.1).sum()
 }
 
-/// The remote ranges of an RMA message, which must cover exactly the local bytes: the usual
-/// one in the target description, or up to `RMA_IOV_LIMIT` as a list (`rma::segments`).
+/// The one remote range of an RMA message (one with several takes `start_rma_segmented`); it must cover
+/// exactly the local bytes.
 ///
 /// # Safety
 /// `msg` must be NULL or the caller's valid message.
-unsafe fn rma_msg(
-    msg: *const ffi::fi_msg_rma,
-    flags: u64,
-) -> FiResult<(OneSided, Ranges, Option<u64>, Option<Segments>)> {
+unsafe fn rma_msg(msg: *const ffi::fi_msg_rma, flags: u64) -> FiResult<(OneSided, Ranges, Option<u64>)> {
     // SAFETY: per the contract.
     let m = unsafe { msg.as_ref() }.ok_or(FiError::INVAL)?;
-    if m.rma_iov_count == 0 || m.rma_iov_count > RMA_IOV_LIMIT || m.rma_iov.is_null() {
+    if m.rma_iov_count != 1 || m.rma_iov.is_null() {
         return Err(FiError::INVAL);
     }
-    // SAFETY: the caller's array of `rma_iov_count` fi_rma_iov (checked non-NULL).
-    let remote = unsafe { std::slice::from_raw_parts(m.rma_iov, m.rma_iov_count) };
+    // SAFETY: one fi_rma_iov (checked non-NULL).
+    let r = unsafe { *m.rma_iov };
     // SAFETY: the caller's iovec array of `iov_count` entries.
     let local = unsafe { many(m.msg_iov, m.iov_count) }?;
-    let segments = match remote {
-        [_] => None,
-        _ => Some(segments_of(remote.iter().map(|r| Segment { key: r.key, addr: r.addr, len: r.len as u64 }))?),
-    };
-    if Some(total(&local) as u64) != segments.map_or(Some(remote[0].len as u64), |s| s.total()) {
+    if total(&local) != r.len {
         return Err(FiError::INVAL);
     }
     let data = (flags & ffi::FI_REMOTE_CQ_DATA as u64 != 0).then_some(m.data);
-    Ok((target(m.addr, remote[0].addr, remote[0].key, m.context, flags), local, data, segments))
+    Ok((target(m.addr, r.addr, r.key, m.context, flags), local, data))
 }
 
-/// A list of remote ranges, checked (`Segments::new`).
-fn segments_of(list: impl Iterator<Item = Segment>) -> FiResult<Segments> {
-    let list: Vec<Segment> = list.collect();
-    Segments::new(&list).ok_or(FiError::INVAL)
+/// The remote ranges of a message's array of `count` entries at `at` (fi_rma_iov, fi_rma_ioc),
+/// each as `range` reads it (None: a length that overflows); at most `RMA_IOV_LIMIT`.
+///
+/// # Safety
+/// `at` must be NULL or the caller's array of `count` entries.
+unsafe fn remote_ranges<T>(at: *const T, count: usize, range: impl Fn(&T) -> Option<Segment>) -> FiResult<Segments> {
+    if at.is_null() || count > RMA_IOV_LIMIT {
+        return Err(FiError::INVAL);
+    }
+    // SAFETY: per the contract, `count` entries at `at` (non-NULL).
+    let remote = unsafe { std::slice::from_raw_parts(at, count) };
+    let mut list = [Segment::default(); RMA_IOV_LIMIT];
+    for (s, r) in list.iter_mut().zip(remote) {
+        *s = range(r).ok_or(FiError::INVAL)?;
+    }
+    Segments::new(&list[..count]).ok_or(FiError::INVAL)
+}
+
+/// Start RMA message `m`, of several remote ranges (`rma::segments`), as a write (else a read);
+/// `start_segmented` checks that they cover the local bytes.
+///
+/// # Safety
+/// `m` must be the caller's valid message.
+#[cold]
+unsafe fn start_rma_segmented(
+    st: &mut crate::state::DomainState,
+    id: usize,
+    m: &ffi::fi_msg_rma,
+    flags: u64,
+    write: bool,
+) -> FiResult<()> {
+    let range = |r: &ffi::fi_rma_iov| Some(Segment { key: r.key, addr: r.addr, len: r.len as u64 });
+    // SAFETY: the caller's array of `rma_iov_count` fi_rma_iov, per the contract.
+    let segments = unsafe { remote_ranges(m.rma_iov, m.rma_iov_count, range) }?;
+    // SAFETY: the caller's iovec array of `iov_count` entries.
+    let local = unsafe { many(m.msg_iov, m.iov_count) }?;
+    let first = segments.as_slice()[0];
+    let a = target(m.addr, first.addr, first.key, m.context, flags);
+    let op = if write {
+        Op::Write { local, data: (flags & ffi::FI_REMOTE_CQ_DATA as u64 != 0).then_some(m.data) }
+    } else {
+        Op::Read { local }
+    };
+    rma_start::start_segmented(st, id, a, segments, op)
 }
 
 // ---- fi_ops_rma ----
@@ -219,11 +252,13 @@ unsafe extern "C" fn rma_readmsg(ep: *mut ffi::fid_ep, msg: *const ffi::fi_msg_r
     crate::boundary::guard("fi_readmsg", FiError::OTHER.code() as isize, || {
         run(ep, false, |st, id, _| {
             // SAFETY: the caller's message.
-            let (a, local, _, segments) = unsafe { rma_msg(msg, flags) }?;
-            match segments {
-                None => rma_start::start_inline(st, id, a, Op::Read { local }),
-                Some(s) => rma_start::start_segmented(st, id, a, s, Op::Read { local }),
+            if let Some(m) = unsafe { msg.as_ref() }.filter(|m| m.rma_iov_count > 1) {
+                // SAFETY: as above.
+                return unsafe { start_rma_segmented(st, id, m, flags, false) };
             }
+            // SAFETY: the caller's message.
+            let (a, local, _) = unsafe { rma_msg(msg, flags) }?;
+            rma_start::start_inline(st, id, a, Op::Read { local })
         })
     })
 }
@@ -268,10 +303,12 @@ unsafe extern "C" fn rma_writemsg(ep: *mut ffi::fid_ep, msg: *const ffi::fi_msg_
     crate::boundary::guard("fi_writemsg", FiError::OTHER.code() as isize, || {
         run(ep, false, |st, id, _| {
             // SAFETY: the caller's message.
-            let (a, local, data, segments) = unsafe { rma_msg(msg, flags) }?;
-            if let Some(s) = segments {
-                return rma_start::start_segmented(st, id, a, s, Op::Write { local, data });
+            if let Some(m) = unsafe { msg.as_ref() }.filter(|m| m.rma_iov_count > 1) {
+                // SAFETY: as above.
+                return unsafe { start_rma_segmented(st, id, m, flags, true) };
             }
+            // SAFETY: the caller's message.
+            let (a, local, data) = unsafe { rma_msg(msg, flags) }?;
             match *local.as_slice() {
                 [(buf, len)] => rma_start::start_write(st, id, a, buf, len, data),
                 _ => rma_start::start_inline(st, id, a, Op::Write { local, data }),
@@ -462,9 +499,9 @@ unsafe fn start_msg(
     result: (*const ffi::fi_ioc, usize),
 ) -> FiResult<()> {
     // SAFETY: per this function's contract.
-    if unsafe { msg.as_ref() }.is_some_and(|m| m.rma_iov_count > 1) {
+    if let Some(m) = unsafe { msg.as_ref() }.filter(|m| m.rma_iov_count > 1) {
         // SAFETY: per this function's contract.
-        return unsafe { start_msg_segmented(st, id, msg, flags, kind, compare, result) };
+        return unsafe { start_msg_segmented(st, id, m, flags, kind, compare, result) };
     }
     // SAFETY: per this function's contract.
     let (m, a) = unsafe { atomic_msg(msg, flags) }?;
@@ -501,42 +538,33 @@ unsafe fn msg_op(
     atomic_op(kind, m.op, m.datatype, operand, cmp, res)
 }
 
-/// `start_msg` for a message with several remote element arrays (at most `RMA_IOV_LIMIT`), whose
-/// counts sum to the local arrays' (`rma::segments`).
+/// `start_msg` for message `m` with several remote element arrays (`rma::segments`);
+/// `start_segmented` checks that their counts cover the local arrays'.
 ///
 /// # Safety
-/// As `start_msg`'s.
+/// As `start_msg`'s, for `m`.
 #[cold]
 unsafe fn start_msg_segmented(
     st: &mut crate::state::DomainState,
     id: usize,
-    msg: *const ffi::fi_msg_atomic,
+    m: &ffi::fi_msg_atomic,
     flags: u64,
     kind: Kind,
     compare: (*const ffi::fi_ioc, usize),
     result: (*const ffi::fi_ioc, usize),
 ) -> FiResult<()> {
-    // SAFETY: per the contract.
-    let m = unsafe { msg.as_ref() }.ok_or(FiError::INVAL)?;
-    if m.rma_iov_count > RMA_IOV_LIMIT || m.rma_iov.is_null() {
-        return Err(FiError::INVAL);
-    }
     if flags & ffi::FI_REMOTE_CQ_DATA as u64 != 0 {
         return Err(FiError::OPNOTSUPP);
     }
-    // SAFETY: the caller's array of `rma_iov_count` fi_rma_ioc (checked non-NULL).
-    let remote = unsafe { std::slice::from_raw_parts(m.rma_iov, m.rma_iov_count) };
     let size = apply::type_size(m.datatype).ok_or(FiError::INVAL)?;
-    let bytes = |r: &ffi::fi_rma_ioc| r.count.checked_mul(size).map(|n| n as u64);
-    let list = remote.iter().map(|r| Some(Segment { key: r.key, addr: r.addr, len: bytes(r)? }));
-    let segments = segments_of(list.collect::<Option<Vec<_>>>().ok_or(FiError::INVAL)?.into_iter())?;
+    let range =
+        |r: &ffi::fi_rma_ioc| Some(Segment { key: r.key, addr: r.addr, len: r.count.checked_mul(size)? as u64 });
+    // SAFETY: the caller's array of `rma_iov_count` fi_rma_ioc, per the contract.
+    let segments = unsafe { remote_ranges(m.rma_iov, m.rma_iov_count, range) }?;
     // SAFETY: per this function's contract.
     let o = unsafe { msg_op(m, kind, compare, result) }?;
-    match &o {
-        Op::Atomic { desc, .. } if Some(desc.bytes() as u64) == segments.total() => {}
-        _ => return Err(FiError::INVAL),
-    }
-    let a = target(m.addr, remote[0].addr, remote[0].key, m.context, flags);
+    let first = segments.as_slice()[0];
+    let a = target(m.addr, first.addr, first.key, m.context, flags);
     rma_start::start_segmented(st, id, a, segments, o)
 }
 

@@ -501,10 +501,11 @@ impl smr_core::endpoint::Handler for Handler<'_> {
         if let Err(smr_core::Error::Os(libc::ENOSPC)) = result {
             super::tx::no_room_for_pools();
         }
-        if cookie == super::rma::COOKIE_SEGMENTS {
-            // The list before a segmented operation: that operation reports.
-        } else if cookie & COOKIE_REPLY != 0 {
-            super::rma::reply_sent(self.target.rma, (cookie & !COOKIE_REPLY) as usize, result);
+        if cookie & COOKIE_REPLY != 0 {
+            // Not the list before a segmented operation (both bits): that operation reports.
+            if cookie != super::rma::COOKIE_SEGMENTS {
+                super::rma::reply_sent(self.target.rma, (cookie & !COOKIE_REPLY) as usize, result);
+            }
         } else if cookie & COOKIE_UNTRACKED != 0 {
             super::rma::untracked_done(self.target.rma, cookie, result, &mut self.sinks);
         } else {
