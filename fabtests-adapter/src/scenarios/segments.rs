@@ -21,9 +21,9 @@ use super::rma_util::{
     REMOTE_WRITE, RMA, RMA_EVENT, SCALABLE,
 };
 use super::{scn, seed, Scenario};
+use crate::ensure;
 use crate::fabric::{self, ffi};
 use crate::harness::{pattern, Rank, TResult, TestErr};
-use crate::ensure;
 use std::ffi::c_void;
 use std::ptr::null_mut;
 use std::time::Duration;
