@@ -433,9 +433,11 @@ impl Endpoint {
             && link_cma
             && !opts.pull
             && buf.len() as u64 > super::measured::MEASURED_ABOVE;
-        // A SAR message to this peer still waiting for its first segment's buffer is matched
-        // when that segment arrives: a CMA command pushed now would be matched before it.
-        let behind_sar = self.sar_unstarted(peer);
+        // A SAR message to this peer with segments still to push: a CMA command pushed now would
+        // be matched before it (were its first segment not out yet) or applied before its last
+        // segments (a CMA-pulled RMA write overtaking parts of an earlier SAR write to the same
+        // bytes). So a message enters a peer's ring only after every earlier one has, whole.
+        let behind_sar = self.sar_queued(peer);
         // Then a message the chooser would send by CMA could only go by SAR (below): it waits
         // instead, as small ones do. When the chooser tried SAR amid CMA messages (a recheck),
         // every later message of a window of 64 followed it into SAR, one in six of a 256 KiB
@@ -577,12 +579,24 @@ impl Endpoint {
             && self.sar_tx.iter().any(|id| self.pending.get(id).is_some_and(|s| s.peer == peer && s.unstarted()))
     }
 
+    /// True if a SAR message to `peer` still has segments to push (every message in `sar_tx`
+    /// has).
+    pub(super) fn sar_queued(&self, peer: PeerId) -> bool {
+        !self.sar_tx.is_empty() && self.sar_tx.iter().any(|id| self.pending.get(id).is_some_and(|s| s.peer == peer))
+    }
+
     /// Move as many SAR segments as the receivers' pools and rings take.
     pub(super) fn push_sar_segments(&mut self) {
-        // The queue keeps send order: a receiver matches a SAR message at its first segment, so
-        // a message may start only after every earlier one to the same peer has started. (This
-        // used to rotate a message that found no buffer to the back, and a later one that found
-        // a buffer freed meanwhile overtook it.)
+        // The queue keeps send order, whole messages at a time: a message to a peer pushes
+        // segments only once every earlier one to that peer has pushed its last. A receiver
+        // matches a SAR message at its first segment, so messages must start in send order;
+        // and it places each segment as it arrives, so two RMA writes to the same bytes land in
+        // send order only if their segments do not interleave. (A later message used to go on
+        // as soon as the earlier had started: when the earlier found no buffer and the receiver
+        // gave one back just before the later looked, the later took it, and a 64 KiB write's
+        // second segment landed after the next write's first, over the same bytes. Before that,
+        // a message that found no buffer was rotated to the back and a later one could even
+        // start first.)
         // One turn of the queue in place: each message is taken from the front, and those that
         // stay go to the back in the same order. (Taking the whole queue out and pushing into
         // an empty one allocated and freed its storage on every pass: one of each per SAR
@@ -593,7 +607,7 @@ impl Endpoint {
             let Some(msg_id) = self.sar_tx.pop_front() else { break };
             let Some(send) = self.pending.get(&msg_id) else { continue };
             let peer = send.peer;
-            if send.unstarted() && waiting.contains(&peer) {
+            if waiting.contains(&peer) {
                 self.sar_tx.push_back(msg_id);
                 continue;
             }
@@ -611,9 +625,7 @@ impl Endpoint {
                     self.staged_done.push((failed.cookie, Err(e)));
                 }
                 Ok(false) | Err(_) => {
-                    if send.unstarted() {
-                        waiting.push(peer);
-                    }
+                    waiting.push(peer);
                     self.sar_tx.push_back(msg_id);
                 }
             }
