@@ -222,6 +222,13 @@ impl<'a, T: Pod> Ring<'a, T> {
         self.published()
     }
 
+    /// Tests: claim the next position and publish nothing there, as a producer preempted (or
+    /// killed) between its claim and its publish leaves it.
+    #[cfg(test)]
+    pub(crate) fn claim_unpublished(&self) -> u64 {
+        self.claim().expect("a free slot")
+    }
+
     /// After a push's publish: clear the claim record (unless, in a loom model, the push "died"
     /// on its way, which leaves the record as a killed process would).
     #[inline(always)]

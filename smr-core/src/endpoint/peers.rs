@@ -486,6 +486,7 @@ impl Endpoint {
     /// Check peers we use or that operations wait on; fail what waits on the dead. Returns
     /// the number of completions raised.
     pub(super) fn check_peers(&mut self, h: &mut impl Handler) -> usize {
+        self.forget_late_answers();
         let mut events = 0;
         let incarnation = self.region.incarnation();
         let waited: std::collections::HashSet<PeerId> =

@@ -681,6 +681,7 @@ impl Endpoint {
         };
         match send {
             Some((cookie, Some(buf))) => h.on_send_answer_part(cookie, self.placed_answer(buf, entry.value).as_slice()),
+            None if self.is_late_answer(entry.msg_id) => {}
             // Not ours, or for a send that named no buffer: a peer's error.
             _ => self.stats.corrupt_commands += 1,
         }
@@ -704,7 +705,9 @@ impl Endpoint {
             return 1;
         }
         let Some(send) = self.pending.get_mut(&entry.msg_id) else {
-            self.stats.corrupt_commands += 1;
+            if !self.is_late_answer(entry.msg_id) {
+                self.stats.corrupt_commands += 1;
+            }
             return 0;
         };
         if status == Status::CmaFailed {
@@ -739,7 +742,9 @@ impl Endpoint {
         for id in entry.many_ids() {
             let Some(send) = self.acked.remove(id) else {
                 // Not ours, or answered already: a peer's error.
-                self.stats.corrupt_commands += 1;
+                if !self.is_late_answer(id) {
+                    self.stats.corrupt_commands += 1;
+                }
                 continue;
             };
             // A timed read is answered with its bytes, not in a run: a peer's error too.
@@ -800,6 +805,7 @@ impl Endpoint {
         // In send order (ids grow), whichever map held them.
         ended.sort_unstable_by_key(|e| e.0);
         self.forget_timed_reads(ended.iter().map(|e| e.0));
+        self.expect_late_answers(ended.iter().map(|e| e.0).collect());
         for &(_, cookie, answer) in &ended {
             // A dead receiver writes no more: its answer buffer is ours again.
             self.release_answer_buf(answer);

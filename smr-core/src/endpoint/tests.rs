@@ -547,6 +547,39 @@ fn an_answer_left_by_a_receiver_that_closed_completes_its_send() {
     assert_eq!(ha.sends_done, vec![(1, Ok(())), (2, Ok(())), (3, Err(Error::PeerDead))]);
 }
 
+/// An answer a receiver published just before it died, behind an entry another peer has
+/// claimed in our response ring and not yet published: the liveness tick's drain stops at that
+/// entry and fails the send, and the answer read once the entry is skipped is a late one, not a
+/// peer's error (`late.rs`; counted as corrupt, it failed the kill storm now and then).
+#[test]
+fn an_answer_behind_a_stalled_entry_to_a_send_failed_meanwhile_is_late_not_corrupt() {
+    let params = Params { stall_timeout: std::time::Duration::from_millis(1), ..Params::default() };
+    let (mut a, mut b, to_b) = pair("lateanswer", params);
+    let (mut ha, mut hb) = (Collect::default(), Collect::default());
+    assert_eq!(a.send_bytes(to_b, hdr(1), &pattern(8, 1), acked(1)), Ok(SendStatus::Pending));
+    pump_until((&mut a, &mut ha), (&mut b, &mut hb), "the first answer", |ha, _| ha.sends_done.len() == 1);
+    assert_eq!(a.send_bytes(to_b, hdr(2), &pattern(8, 2), acked(2)), Ok(SendStatus::Pending));
+    // Another peer's answer to us, claimed and not yet written; then b answers behind it, and
+    // closes.
+    a.region.resp_ring().claim_unpublished();
+    receive_until(&mut b, &mut hb, 2, "the second message not received");
+    drop(b);
+    a.check_peers(&mut ha);
+    assert_eq!(ha.sends_done, vec![(1, Ok(())), (2, Err(Error::PeerDead))], "the drain stopped at the claimed entry");
+    // The claimed entry's producer is nobody we know: skipped once it stalled for the timeout.
+    a.check_stalls();
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    a.check_stalls();
+    assert_eq!(a.stats().skipped_slots, 1);
+    a.progress(&mut ha);
+    assert_eq!(ha.sends_done.len(), 2, "the late answer finished nothing");
+    assert_eq!((a.stats().late_answers, a.stats().corrupt_commands), (1, 0));
+    // Once the head passed every position the dead receiver could have claimed, its failed
+    // sends are forgotten.
+    a.check_peers(&mut ha);
+    assert!(!a.expects_late_answers());
+}
+
 /// A receiver that closed with a send of ours unanswered, and a successor under its name before
 /// our next liveness tick: the send still fails with `PeerDead` (it waited on the successor
 /// forever when a send to the successor linked it first and cleared the peer's death), and only
