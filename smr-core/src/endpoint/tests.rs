@@ -1531,7 +1531,7 @@ fn a_cma_choice_behind_an_unstarted_sar_message_keeps_send_order() {
             match a.send(to_b, hdr, LocalIov::owned(pattern(len, i as u8)), opts) {
                 Ok(_) => break,
                 Err(Error::Again) => {
-                    assert!(a.sar_queued(to_b), "Again only behind a queued SAR message");
+                    assert!(a.sar_unstarted(to_b), "Again only behind an unstarted SAR message");
                     assert!(std::time::Instant::now() < dl, "message {i} waited too long");
                     waited += 1;
                     a.progress(&mut ha);
@@ -1736,7 +1736,7 @@ impl Handler for IntoPairSlots {
     fn on_send_done(&mut self, _cookie: u64, _result: Result<()>) {}
 }
 
-/// SAR messages to one receiver enter its ring whole, in send order: a later message pushes no
+/// SAR messages to one receiver enter its ring whole, in send order: a later one pushes no
 /// segment while an earlier one to the same receiver still has segments to push, so two of them
 /// over the same bytes (two RMA writes into one registration) leave the later one's bytes. A
 /// later message used to go on once the earlier had started: with one SAR buffer, given back by
