@@ -37,9 +37,11 @@ mod tests {
     #[test]
     fn moves_forward_with_real_time() {
         let start = Instant::now();
-        std::thread::sleep(Duration::from_millis(30));
+        std::thread::sleep(Duration::from_millis(100));
         let e = start.elapsed();
-        assert!(e >= Duration::from_millis(20) && e < Duration::from_secs(2), "{e:?}");
+        // Within a few ticks: on this 2-vCPU VM under a parallel test run, the coarse clock was
+        // seen 14 ms behind after a 30 ms sleep (the timeouts it serves are 100 ms and more).
+        assert!(e >= Duration::from_millis(60) && e < Duration::from_secs(2), "{e:?}");
         assert!(start - Duration::from_secs(1) < start);
     }
 }
