@@ -21,19 +21,21 @@ pub(super) struct LateAnswers {
 
 impl Endpoint {
     /// The sends `ids` failed because their receiver died: their answers may still come.
-    pub(super) fn expect_late_answers(&mut self, ids: Vec<u64>) {
+    pub(super) fn expect_late_answers(&mut self, ids: impl Iterator<Item = u64>) {
         let until = self.resp_rx.claimed(&self.region.resp_ring());
-        if !ids.is_empty() && !self.resp_rx.passed(until) {
-            self.late.failed.push((ids, until));
+        if !self.resp_rx.passed(until) {
+            self.late.failed.push((ids.collect(), until));
         }
     }
 
-    /// Whether an answer to `msg_id`, which no send waits for, is a late one (counted in
-    /// `Stats::late_answers`), not a peer's error.
-    pub(super) fn is_late_answer(&mut self, msg_id: u64) -> bool {
-        let late = self.late.failed.iter().any(|(ids, _)| ids.contains(&msg_id));
-        self.stats.late_answers += u64::from(late);
-        late
+    /// An answer to `msg_id`, which no send waits for: a late one (`Stats::late_answers`), or
+    /// a peer's error (`Stats::corrupt_commands`).
+    pub(super) fn on_unmatched_answer(&mut self, msg_id: u64) {
+        if self.late.failed.iter().any(|(ids, _)| ids.contains(&msg_id)) {
+            self.stats.late_answers += 1;
+        } else {
+            self.stats.corrupt_commands += 1;
+        }
     }
 
     /// On the liveness tick: forget the failed sends whose dead receivers' answers are all read.

@@ -437,7 +437,7 @@ impl Endpoint {
         // when that segment arrives: a CMA command pushed now would be matched before it. (One
         // that has started may still have segments to push: a CMA command may go in before them.
         // Matching is in order; a CMA write to bytes its last segments write is beyond the 4 KiB
-        // that RMA ordering promises. Waiting for the last segment too cost 1 MiB streams 10-20%
+        // that RMA ordering promises. Waiting for the last segment too cost 1 MiB streams 5-23%
         // while the chooser tried SAR.)
         let behind_sar = self.sar_unstarted(peer);
         // Then a message the chooser would send by CMA could only go by SAR (below): it waits
@@ -677,9 +677,9 @@ impl Endpoint {
         };
         match send {
             Some((cookie, Some(buf))) => h.on_send_answer_part(cookie, self.placed_answer(buf, entry.value).as_slice()),
-            None if self.is_late_answer(entry.msg_id) => {}
-            // Not ours, or for a send that named no buffer: a peer's error.
-            _ => self.stats.corrupt_commands += 1,
+            None => self.on_unmatched_answer(entry.msg_id),
+            // For a send that named no buffer: a peer's error.
+            Some((_, None)) => self.stats.corrupt_commands += 1,
         }
     }
 
@@ -701,9 +701,7 @@ impl Endpoint {
             return 1;
         }
         let Some(send) = self.pending.get_mut(&entry.msg_id) else {
-            if !self.is_late_answer(entry.msg_id) {
-                self.stats.corrupt_commands += 1;
-            }
+            self.on_unmatched_answer(entry.msg_id);
             return 0;
         };
         if status == Status::CmaFailed {
@@ -737,10 +735,8 @@ impl Endpoint {
         let mut events = 0;
         for id in entry.many_ids() {
             let Some(send) = self.acked.remove(id) else {
-                // Not ours, or answered already: a peer's error.
-                if !self.is_late_answer(id) {
-                    self.stats.corrupt_commands += 1;
-                }
+                // Not ours, or answered already (a peer's error), or late.
+                self.on_unmatched_answer(id);
                 continue;
             };
             // A timed read is answered with its bytes, not in a run: a peer's error too.
@@ -801,7 +797,7 @@ impl Endpoint {
         // In send order (ids grow), whichever map held them.
         ended.sort_unstable_by_key(|e| e.0);
         self.forget_timed_reads(ended.iter().map(|e| e.0));
-        self.expect_late_answers(ended.iter().map(|e| e.0).collect());
+        self.expect_late_answers(ended.iter().map(|e| e.0));
         for &(_, cookie, answer) in &ended {
             // A dead receiver writes no more: its answer buffer is ours again.
             self.release_answer_buf(answer);
