@@ -68,6 +68,9 @@ struct Figures {
     messages: u64,
     bytes: u64,
     skipped_slots: u64,
+    /// Answers read after their sends had failed (`late.rs`): a live peer's entry stalled ahead
+    /// of them for `stall_timeout`.
+    late_answers: u64,
 }
 
 /// Where a run's processes live: all in ours, or each (and the restart) at random in ours or in
@@ -185,6 +188,7 @@ fn run(rng: &mut Rng, n: usize, fig: &mut Figures, placement: Placement) {
         let deads = if *i == victim { 0 } else { 1 };
         assert_eq!(kv_u64(r, "deads"), deads, "p{i} took the wrong number of peers for dead: {}", ctx());
         fig.skipped_slots += kv_u64(r, "skipped");
+        fig.late_answers += kv_u64(r, "late");
         for (key, v) in r {
             // Every sender, either incarnation: in order, and counted.
             if let Some(from) = key.strip_prefix("recv.") {
@@ -236,7 +240,7 @@ fn storm(runs: usize, placement: Placement) -> Figures {
     let q = |f: f64| fig.notice_us[((fig.notice_us.len() - 1) as f64 * f) as usize] as f64 / 1000.0;
     println!(
         "kill storm: {} runs in {:.0?}, kills by point {:?}; time to error over {} survivors: min {:.1} ms, \
-         median {:.1} ms, p99 {:.1} ms, max {:.1} ms; {} messages ({} bytes) checked; {} ring slots skipped",
+         median {:.1} ms, p99 {:.1} ms, max {:.1} ms; {} messages ({} bytes) checked; {} ring slots skipped, {} late answers",
         fig.runs,
         started.elapsed(),
         fig.kills,
@@ -247,7 +251,8 @@ fn storm(runs: usize, placement: Placement) -> Figures {
         q(1.0),
         fig.messages,
         fig.bytes,
-        fig.skipped_slots
+        fig.skipped_slots,
+        fig.late_answers
     );
     fig
 }

@@ -518,9 +518,7 @@ impl Endpoint {
             // it never answered fail.
             events += self.drain_responses(h);
         }
-        for id in dead_receivers {
-            events += self.fail_sends_to(id, h);
-        }
+        events += self.fail_sends_to_dead(&dead_receivers, h);
         let dead: Vec<SrcId> = self.inp.iter().filter(|(_, p)| !p.watch.alive()).map(|(s, _)| s).collect();
         for src in dead {
             events += self.forget_in_peer(src, h);

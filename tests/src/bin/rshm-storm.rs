@@ -341,6 +341,9 @@ fn report(name: &str, outs: &[Out], ins: &HashMap<u32, In>, bad: u64, errs: u64,
     }
     let st = node.ep.stats();
     let deads = outs.iter().filter(|o| o.dead).count();
-    line += &format!(" deads={deads} skipped={} corrupt={}", st.skipped_slots, st.corrupt_commands);
+    line += &format!(
+        " deads={deads} skipped={} corrupt={} late={}",
+        st.skipped_slots, st.corrupt_commands, st.late_answers
+    );
     say(&line);
 }
