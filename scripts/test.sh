@@ -4,7 +4,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-step() { printf '\n== %s\n' "$*"; }
+# Each step says how long the one before it took (CI must stay well under 30 minutes: this shows
+# where the time goes); the last line gives the whole run's.
+step_started=$SECONDS
+step() {
+    [ -z "${step_name:-}" ] || printf '   (%s: %d s)\n' "${step_name%%:*}" $((SECONDS - step_started))
+    step_name=$1
+    step_started=$SECONDS
+    printf '\n== %s\n' "$*"
+}
+trap '[ $? -ne 0 ] || printf "   (%s: %d s)\n\nall tests passed in %d min %d s\n" "${step_name%%:*}" $((SECONDS - step_started)) $((SECONDS / 60)) $((SECONDS % 60))' EXIT
 
 # In CI (which allows CMA) the tests named for CMA must prove CMA carried their data; elsewhere,
 # where Yama or seccomp forbid it, they say SKIPPED instead of testing SAR under a CMA name.
