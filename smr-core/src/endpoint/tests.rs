@@ -549,8 +549,14 @@ fn an_answer_left_by_a_receiver_that_closed_completes_its_send() {
 
 /// A pair whose receiver `b` took message 2 and answered it behind an entry another peer has
 /// claimed in `a`'s response ring and not yet published, then closed; `a`'s liveness tick has
-/// run once. The tick's drain stopped at the claimed entry, so the answer is unread.
-fn answered_behind_a_stalled_entry(name: &str, params: Params) -> (Endpoint, Collect) {
+/// run once. The tick's drain stopped at the claimed entry, so the answer is unread. A short
+/// `stall_timeout`, and no liveness tick but the test's own.
+fn answered_behind_a_stalled_entry(name: &str) -> (Endpoint, Collect) {
+    let params = Params {
+        stall_timeout: std::time::Duration::from_millis(20),
+        liveness_interval: std::time::Duration::from_secs(3600),
+        ..Params::default()
+    };
     let (mut a, mut b, to_b) = pair(name, params);
     let (mut ha, mut hb) = (Collect::default(), Collect::default());
     assert_eq!(a.send_bytes(to_b, hdr(1), &pattern(8, 1), acked(1)), Ok(SendStatus::Pending));
@@ -581,13 +587,7 @@ fn skip_the_stalled_entry(a: &mut Endpoint) {
 /// completes once the stalled entry is skipped.
 #[test]
 fn an_answer_behind_a_stalled_entry_completes_its_send_though_the_receiver_died() {
-    // No liveness tick of its own during the test: only the explicit ones.
-    let params = Params {
-        stall_timeout: std::time::Duration::from_millis(20),
-        liveness_interval: std::time::Duration::from_secs(3600),
-        ..Params::default()
-    };
-    let (mut a, mut ha) = answered_behind_a_stalled_entry("answerstalled", params);
+    let (mut a, mut ha) = answered_behind_a_stalled_entry("answerstalled");
     assert_eq!(ha.sends_done, vec![(1, Ok(()))], "the send failed while its answer could still come");
     skip_the_stalled_entry(&mut a);
     a.progress(&mut ha);
@@ -603,12 +603,7 @@ fn an_answer_behind_a_stalled_entry_completes_its_send_though_the_receiver_died(
 /// a peer's error (counted as corrupt, it failed the kill storm now and then).
 #[test]
 fn an_answer_read_after_its_send_failed_at_the_stall_timeout_is_late_not_corrupt() {
-    let params = Params {
-        stall_timeout: std::time::Duration::from_millis(20),
-        liveness_interval: std::time::Duration::from_secs(3600),
-        ..Params::default()
-    };
-    let (mut a, mut ha) = answered_behind_a_stalled_entry("answerlate", params);
+    let (mut a, mut ha) = answered_behind_a_stalled_entry("answerlate");
     assert_eq!(ha.sends_done, vec![(1, Ok(()))]);
     let dl = deadline();
     while ha.sends_done.len() < 2 {
