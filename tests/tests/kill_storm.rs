@@ -68,7 +68,7 @@ struct Figures {
     messages: u64,
     bytes: u64,
     skipped_slots: u64,
-    /// Answers read after their sends had failed (`late.rs`): a live peer's entry stalled ahead
+    /// Answers read after their sends had failed (`dead_receivers.rs`): a live peer's entry stalled ahead
     /// of them for `stall_timeout`.
     late_answers: u64,
 }

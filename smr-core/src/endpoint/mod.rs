@@ -10,8 +10,8 @@ mod acked;
 mod answer;
 mod batch;
 mod cold;
+mod dead_receivers;
 mod direct;
-mod late;
 pub mod lone;
 pub mod measured;
 mod ok_run;
@@ -300,7 +300,7 @@ pub enum Delivered {
 #[derive(Debug, Default, Clone)]
 pub struct Stats {
     pub corrupt_commands: u64,
-    /// Answers read after their sends failed because the receiver died (`late.rs`).
+    /// Answers read after their sends failed because the receiver died (`dead_receivers.rs`).
     pub late_answers: u64,
     pub skipped_slots: u64,
     /// Shared control words (ring claim counters, free-stack heads and links) that a peer
@@ -380,8 +380,8 @@ pub struct Endpoint {
     /// forgotten senders whose held buffers are still to be decided about (`spare`).
     handled: Vec<[u64; 2]>,
     decisions: Vec<spare::Decision>,
-    /// Sends failed because their receiver died, whose answers may still come (`late.rs`).
-    late: late::LateAnswers,
+    /// Receivers that died with sends waiting, and sends failed whose answers may still come.
+    dead_receivers: dead_receivers::DeadReceivers,
     /// Messages sent with `SendOpts::more`, not yet in their peers' rings (`batch.rs`).
     staged: batch::Staged,
     /// Batched sends that went out (or failed) and still have to be reported to the handler.
@@ -474,7 +474,7 @@ impl Endpoint {
             taken_injects: Vec::new(),
             handled: vec![[0; 2]; c.max_peers as usize],
             decisions: Vec::new(),
-            late: late::LateAnswers::default(),
+            dead_receivers: dead_receivers::DeadReceivers::default(),
             staged: batch::Staged::default(),
             staged_done: Vec::new(),
             next_msg_id: 1,

@@ -583,7 +583,7 @@ fn skip_the_stalled_entry(a: &mut Endpoint) {
 
 /// An answer a receiver published just before it died, behind an entry another peer has
 /// claimed in our response ring and not yet published: the send waits for it rather than fail
-/// (`late.rs`: failing it at once gave an error for a message the receiver had taken), and
+/// (`dead_receivers.rs`: failing it at once gave an error for a message the receiver had taken), and
 /// completes once the stalled entry is skipped.
 #[test]
 fn an_answer_behind_a_stalled_entry_completes_its_send_though_the_receiver_died() {

@@ -21,7 +21,7 @@ use crate::clock::Instant;
 
 /// Dead receivers whose sends wait for answers, and sends failed while answers might still come.
 #[derive(Default)]
-pub(super) struct LateAnswers {
+pub(super) struct DeadReceivers {
     dying: Vec<Dying>,
     /// The failed sends' message ids, and the response ring's tail when they failed.
     failed: Vec<(Vec<u64>, u64)>,
@@ -41,20 +41,20 @@ impl Endpoint {
     /// waited `stall_timeout`. Returns the number of completions raised.
     pub(super) fn fail_sends_to_dead(&mut self, dead: &[PeerId], h: &mut impl Handler) -> usize {
         // A receiver whose sends all completed meanwhile is no longer waited on.
-        self.late.dying.retain(|d| dead.contains(&d.peer));
+        self.dead_receivers.dying.retain(|d| dead.contains(&d.peer));
         for &peer in dead {
-            if !self.late.dying.iter().any(|d| d.peer == peer) {
+            if !self.dead_receivers.dying.iter().any(|d| d.peer == peer) {
                 let until = self.resp_rx.claimed(&self.region.resp_ring());
-                self.late.dying.push(Dying { peer, until, since: Instant::now() });
+                self.dead_receivers.dying.push(Dying { peer, until, since: Instant::now() });
             }
         }
         let timeout = self.params.stall_timeout;
         let mut events = 0;
         let mut i = 0;
-        while i < self.late.dying.len() {
-            let d = &self.late.dying[i];
+        while i < self.dead_receivers.dying.len() {
+            let d = &self.dead_receivers.dying[i];
             if self.resp_rx.passed(d.until) || d.since.elapsed() >= timeout {
-                let peer = self.late.dying.swap_remove(i).peer;
+                let peer = self.dead_receivers.dying.swap_remove(i).peer;
                 events += self.fail_sends_to(peer, h);
             } else {
                 i += 1;
@@ -67,14 +67,14 @@ impl Endpoint {
     pub(super) fn expect_late_answers(&mut self, ids: impl Iterator<Item = u64>) {
         let until = self.resp_rx.claimed(&self.region.resp_ring());
         if !self.resp_rx.passed(until) {
-            self.late.failed.push((ids.collect(), until));
+            self.dead_receivers.failed.push((ids.collect(), until));
         }
     }
 
     /// An answer to `msg_id`, which no send waits for: a late one (`Stats::late_answers`), or
     /// a peer's error (`Stats::corrupt_commands`).
     pub(super) fn on_unmatched_answer(&mut self, msg_id: u64) {
-        if self.late.failed.iter().any(|(ids, _)| ids.contains(&msg_id)) {
+        if self.dead_receivers.failed.iter().any(|(ids, _)| ids.contains(&msg_id)) {
             self.stats.late_answers += 1;
         } else {
             self.stats.corrupt_commands += 1;
@@ -83,15 +83,15 @@ impl Endpoint {
 
     /// On the liveness tick: forget the failed sends whose dead receivers' answers are all read.
     pub(super) fn forget_late_answers(&mut self) {
-        if self.late.failed.is_empty() {
+        if self.dead_receivers.failed.is_empty() {
             return;
         }
         let rx = &self.resp_rx;
-        self.late.failed.retain(|&(_, until)| !rx.passed(until));
+        self.dead_receivers.failed.retain(|&(_, until)| !rx.passed(until));
     }
 
     #[cfg(test)]
     pub(super) fn expects_late_answers(&self) -> bool {
-        !self.late.failed.is_empty()
+        !self.dead_receivers.failed.is_empty()
     }
 }
