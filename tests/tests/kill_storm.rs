@@ -274,10 +274,20 @@ fn kill_storm_across_pid_namespaces_short() {
     }
 }
 
+/// `RSHM_KILL_STORM_NAMESPACES=1` places the processes as `kill_storm_across_pid_namespaces_short`
+/// does (where it can).
 #[test]
 #[ignore = "long: RSHM_KILL_STORM_RUNS=200 cargo test --release -p rshm-tests --test kill_storm -- --ignored"]
 fn kill_storm_long() {
     let runs = std::env::var("RSHM_KILL_STORM_RUNS").ok().and_then(|s| s.parse().ok()).unwrap_or(200);
-    let fig = storm(runs, Placement::Ours);
+    let placement = if std::env::var("RSHM_KILL_STORM_NAMESPACES").is_ok_and(|v| v == "1") {
+        if !namespaces_or_skip("kill_storm_long across pid namespaces") {
+            return;
+        }
+        Placement::MixedNamespaces
+    } else {
+        Placement::Ours
+    };
+    let fig = storm(runs, placement);
     assert_eq!(fig.runs, runs);
 }
