@@ -413,10 +413,27 @@ pub enum Body {
 /// A validated command.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Command {
-    Connect { src: u32 },
-    Disconnect { src: u32 },
-    Msg { src: u32, msg_id: u64, ack: bool, hdr: MsgHeader, body: Body },
-    SarSeg { src: u32, msg_id: u64, seg: SarSeg },
+    /// A sender's first command in our ring, re-sent until answered: `incarnation` is its
+    /// region's, as in its entry of our peer table.
+    Connect {
+        src: u32,
+        incarnation: u64,
+    },
+    Disconnect {
+        src: u32,
+    },
+    Msg {
+        src: u32,
+        msg_id: u64,
+        ack: bool,
+        hdr: MsgHeader,
+        body: Body,
+    },
+    SarSeg {
+        src: u32,
+        msg_id: u64,
+        seg: SarSeg,
+    },
 }
 
 fn u32_at(b: &[u8], at: usize) -> u32 {
@@ -450,7 +467,7 @@ pub fn decode(entry: &CmdEntry, limits: &Limits) -> Result<Command> {
         return Err(Error::Corrupt("source index out of range"));
     }
     match entry.op {
-        op::CONNECT => return Ok(Command::Connect { src }),
+        op::CONNECT => return Ok(Command::Connect { src, incarnation: entry.tag }),
         op::DISCONNECT => return Ok(Command::Disconnect { src }),
         op::MSG | op::SAR_SEG => {}
         _ => return Err(Error::Corrupt("unknown command op")),
@@ -592,6 +609,11 @@ impl CmdEntry {
 
     pub fn control(op: u8, src: u32) -> CmdEntry {
         CmdEntry { op, src, ..CmdEntry::default() }
+    }
+
+    /// The connection request of the sender of `incarnation` in entry `src` (`Command::Connect`).
+    pub fn connect(src: u32, incarnation: u64) -> CmdEntry {
+        CmdEntry { tag: incarnation, ..CmdEntry::control(op::CONNECT, src) }
     }
 
     /// The inject buffer an INJECT command names (`set_inject`), unchecked.

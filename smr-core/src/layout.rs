@@ -60,7 +60,10 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"RSHMREG\0");
 /// 19: ring slots are no longer marked `WRITING` before they are written; every producer records
 ///     the positions it claims in a cache line of its own instead, in the peer-table entry of
 ///     the pair (`PeerSlot::cmd_claim`, `PeerSlot::resp_claim`, a cache line each: 256 bytes in all).
-pub const LAYOUT_VERSION: u32 = 19;
+/// 20: a CONNECT names its sender's incarnation (in `tag`), and is a sender's first command in a
+///    ring: by it a receiver tells a successor's commands from those a sender it forgot left in
+///    the same entry (`endpoint::peers::Forgotten`).
+pub const LAYOUT_VERSION: u32 = 20;
 /// Longest region name, without the terminating NUL.
 pub const NAME_MAX: usize = 63;
 /// Size of one inject buffer (defined with the commands that name them, which check against it).

@@ -31,7 +31,7 @@
 //! of that mapping. A bad name refuses the request (`EINVAL`) with nothing written.
 
 use super::measured::Choice;
-use super::{Endpoint, PeerId, SendOpts, SendStatus, SrcId};
+use super::{AnswerTo, Endpoint, PeerId, SendOpts, SendStatus, SrcId};
 use crate::cmd::{MsgHeader, RespEntry, Status};
 use crate::error::{Error, Result};
 use crate::iov::LocalIov;
@@ -340,8 +340,15 @@ impl Endpoint {
     /// the request: untrusted, checked here). Called from progress for `Disposition::AnswerInto`
     /// or later for a request taken with `Disposition::Later`. A bad name or an answer longer than
     /// the buffer refuses the request (`EINVAL`) without writing anything; a sender that has gone
-    /// is not answered.
-    pub fn answer_into(&mut self, src: SrcId, msg_id: u64, buf: AnswerBuf, data: &LocalIov) {
+    /// is not answered (`AnswerTo`).
+    pub fn answer_into(&mut self, to: AnswerTo, buf: AnswerBuf, data: &LocalIov) {
+        if self.still_sends(to) {
+            self.place_answer(to.src, to.msg_id, buf, data);
+        }
+    }
+
+    /// `answer_into` for the sender now at `src`.
+    pub(super) fn place_answer(&mut self, src: SrcId, msg_id: u64, buf: AnswerBuf, data: &LocalIov) {
         let Some(peer) = self.inp.get(&src) else { return };
         let len = data.len();
         // Buffers their sender reserved are backed already: the reserve here finds their pages

@@ -26,7 +26,7 @@ mod split;
 mod tests;
 
 use crate::clock::Instant;
-use crate::cmd::{CmdEntry, Limits, MsgHeader, RespEntry, ANSWER_DATA_MAX, INLINE_MAX};
+use crate::cmd::{CmdEntry, Limits, MsgHeader, ANSWER_DATA_MAX, INLINE_MAX};
 use crate::error::{Error, Result};
 use crate::free_stack::StackCheck;
 use crate::idmap::IdMap;
@@ -169,6 +169,25 @@ pub struct Incoming {
     /// SAR, always answers). False for an inline or inject message its sender completed when it
     /// queued it: a `Refuse` then reaches no one, and the handler should say why itself.
     pub acked: bool,
+}
+
+impl Incoming {
+    /// Where its answer goes, for a message taken with `Disposition::Later`.
+    pub fn answer_to(&self) -> AnswerTo {
+        AnswerTo { src: self.src, src_gen: self.src_gen, msg_id: self.msg_id }
+    }
+}
+
+/// The sender of a message as it was when the message arrived, and the sender's id for it:
+/// where `answer`, `answer_with` and `answer_into` send. The entry of our peer table that names
+/// the sender (`src`) may pass to another sender before the answer goes (the first died or
+/// closed); the answer then reaches nobody, rather than the successor, whose message ids are
+/// its own (an answer could complete one of its sends).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AnswerTo {
+    pub src: SrcId,
+    pub src_gen: u64,
+    pub msg_id: u64,
 }
 
 /// What to do with an arriving message.
@@ -352,9 +371,9 @@ pub struct Endpoint {
     out: Vec<OutPeer>,
     out_by_name: HashMap<String, PeerId>,
     inp: SrcTable,
-    /// Senders we dropped (dead or disconnected), by name: commands they queued before they
-    /// went still arrive, hold our buffers, and (inline and inject ones) still carry data.
-    forgotten: HashMap<SrcId, String>,
+    /// Senders we dropped (dead or disconnected): commands they queued before they went still
+    /// arrive, hold our buffers, and (inline and inject ones) still carry data.
+    forgotten: HashMap<SrcId, peers::Forgotten>,
     pending: IdMap<u64, PendingSend>,
     /// Acknowledged small sends, all in the ring already: only whom they went to and whom to
     /// tell (`send::AckedSend`), kept apart from `pending`, whose records carry a buffer and SAR
@@ -369,7 +388,8 @@ pub struct Endpoint {
     /// SAR messages arriving, by sender and the sender's message id (a peer's choice).
     sar_rx: crate::idmap::PeerIdMap<(SrcId, u64), SarRx>,
     held: IdMap<MsgKey, Held>,
-    resp_backlog: VecDeque<(SrcId, RespEntry)>,
+    /// Responses waiting for room in their senders' rings (`peers::QueuedResp`).
+    resp_backlog: VecDeque<peers::QueuedResp>,
     /// Ok answers of this pass not pushed yet (`ok_run.rs`).
     ok_run: ok_run::OkRun,
     /// Our inject buffers of the messages taken in the last pass, given back at the next

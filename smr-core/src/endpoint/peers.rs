@@ -1,10 +1,13 @@
 //! Both directions of the address exchange, and liveness.
 //!
 //! Sender side: a peer is a name until the first send maps its region, claims an entry in its
-//! peer table (our name, pid, start time, incarnation) and pushes a CONNECT. The request is
-//! idempotent and re-sent until a CONN_ACK arrives, so a lost request cannot hang anybody.
-//! Receiver side: a CONNECT (or any command from an unknown entry) makes us read the table entry,
-//! map the sender's region and check it is the process the entry claims to be.
+//! peer table (our name, pid, start time, incarnation) and pushes a CONNECT naming our
+//! incarnation, before anything else. The request is idempotent and re-sent until a CONN_ACK
+//! arrives, so a lost request cannot hang anybody.
+//! Receiver side: a CONNECT from the sender its entry holds (or a command from an entry whose
+//! sender we never met) makes us read the table entry, map the sender's region and check it is
+//! the process the entry claims to be. Commands a sender we forgot left behind stay its own
+//! (`Forgotten`).
 
 use super::{Endpoint, Handler, PeerId, SrcId};
 use crate::clock::Instant;
@@ -30,6 +33,8 @@ pub(super) struct OutPeer {
 pub(super) struct Link {
     pub region: Region,
     pub slot: u32,
+    /// Our connection request is in its ring: nothing else of ours goes before it.
+    pub connect_sent: bool,
     pub acked: bool,
     pub last_request: Instant,
     /// Cleared when the peer's kernel refused CMA.
@@ -74,6 +79,61 @@ pub(super) struct BeatSeen {
     pub moving: bool,
     /// When a look last saw the count move.
     pub moved_at: Option<std::time::Instant>,
+}
+
+/// A response waiting for room in its sender's ring, for the sender of `incarnation` only: the
+/// entry of our peer table that names it (`src`) may pass to another sender meanwhile.
+#[derive(Clone, Copy)]
+pub(super) struct QueuedResp {
+    pub src: SrcId,
+    pub incarnation: u64,
+    pub entry: RespEntry,
+}
+
+/// A sender we dropped. Its commands may still come, from its entry of our peer table, after
+/// another sender has taken the entry: they are its own, not the successor's (whose message
+/// ids are its own: answered as the successor's, such a command could complete one of its
+/// sends, and a segment could land in one of its messages). A sender's first command is its
+/// CONNECT, which names its incarnation, so a command from the entry is the successor's only
+/// once we have taken its CONNECT (`Endpoint::left_by_forgotten`).
+pub(super) struct Forgotten {
+    pub name: String,
+    pub incarnation: u64,
+}
+
+impl Endpoint {
+    /// Whether entry `src` of our peer table holds the sender of `incarnation` now.
+    fn entry_holds(&self, src: SrcId, incarnation: u64) -> bool {
+        self.region.peer_slots().get(src as usize).is_some_and(|slot| {
+            slot.state.load(Ordering::Acquire) & 3 == SLOT_READY
+                && slot.incarnation.load(Ordering::Relaxed) == incarnation
+        })
+    }
+
+    /// Whether a command from entry `src`, whose sender we do not know now, is one the sender we
+    /// forgot there left: the entry no longer holds it (a successor's CONNECT would have come first).
+    pub(super) fn left_by_forgotten(&self, src: SrcId) -> bool {
+        self.forgotten.get(&src).is_some_and(|f| !self.entry_holds(src, f.incarnation))
+    }
+
+    /// A CONNECT naming `incarnation` from entry `src`: whether it is the request of the sender
+    /// the entry holds.
+    pub(super) fn connect_current(&self, src: SrcId, incarnation: u64) -> bool {
+        self.entry_holds(src, incarnation)
+    }
+
+    /// A CONNECT from entry `src` whose sender (`incarnation`) no longer holds the entry: it went,
+    /// and another took the entry, before we read its request (we may never have met it). What
+    /// it pushed behind the request is its own, not the new holder's, which is learnt from its
+    /// own request. A sender we know by that incarnation is forgotten when that request comes
+    /// (`accept`); until then its commands are its own anyway.
+    pub(super) fn note_gone_sender(&mut self, src: SrcId, incarnation: u64) {
+        let known = |f: Option<u64>| f == Some(incarnation);
+        if !known(self.inp.get(&src).map(|p| p.incarnation)) && !known(self.forgotten.get(&src).map(|f| f.incarnation))
+        {
+            self.forgotten.insert(src, Forgotten { name: String::new(), incarnation });
+        }
+    }
 }
 
 /// A peer that sends to us.
@@ -313,6 +373,7 @@ impl Endpoint {
                 region,
                 slot,
                 acked: false,
+                connect_sent: false,
                 last_request: now,
                 cma,
                 used: false,
@@ -325,16 +386,18 @@ impl Endpoint {
             });
             p.dead = false;
             p.absent_since = None;
-            let link = p.link.as_mut().expect("just set");
-            if push_cmd(&link.region, link.slot, &CmdEntry::control(op::CONNECT, link.slot)).is_err() {
-                // The ring is full: the retry below sends the request later.
-                link.last_request = Instant::now() - retry;
-            }
         }
         let link = p.link.as_mut().expect("mapped above");
-        if !link.acked && link.last_request.elapsed() >= retry {
+        if !link.connect_sent {
+            // Our first command in its ring is the request, which names our incarnation: by it
+            // the receiver tells our commands from those a predecessor in our entry left
+            // (`Forgotten`). Until it is in (the ring was full), nothing else of ours goes.
+            push_cmd(&link.region, link.slot, &CmdEntry::connect(link.slot, my_inc))?;
+            link.connect_sent = true;
             link.last_request = Instant::now();
-            let _ = push_cmd(&link.region, link.slot, &CmdEntry::control(op::CONNECT, link.slot));
+        } else if !link.acked && link.last_request.elapsed() >= retry {
+            link.last_request = Instant::now();
+            let _ = push_cmd(&link.region, link.slot, &CmdEntry::connect(link.slot, my_inc));
         }
         Ok(link)
     }
@@ -371,7 +434,7 @@ impl Endpoint {
                 if let Some(slot) = self.region.peer_slots().get(src as usize) {
                     free_entry_of(slot, incarnation, self.me);
                 }
-                self.forgotten.insert(src, name);
+                self.forgotten.insert(src, Forgotten { name, incarnation });
                 return Err(other.err().unwrap_or(Error::Corrupt("peer entry does not match the region it names")));
             }
         };
@@ -394,7 +457,14 @@ impl Endpoint {
         if self.resp_backlog.is_empty() && self.try_resp(src, &entry) != Err(Error::Again) {
             return;
         }
-        self.resp_backlog.push_back((src, entry));
+        self.queue_resp(src, entry);
+    }
+
+    /// Queue a response for the sender now at `src`; one that has gone is not told.
+    fn queue_resp(&mut self, src: SrcId, entry: RespEntry) {
+        if let Some(sender) = self.inp.get(&src) {
+            self.resp_backlog.push_back(QueuedResp { src, incarnation: sender.incarnation, entry });
+        }
     }
 
     /// `send_resp` of the answer to `msg_id` carrying `bytes` (at most `ANSWER_DATA_MAX`;
@@ -421,7 +491,7 @@ impl Endpoint {
         }
         let mut entry = RespEntry::default();
         fill(&mut entry);
-        self.resp_backlog.push_back((src, entry));
+        self.queue_resp(src, entry);
     }
 
     /// Sender `src`'s response ring (`peer` its entry), to push into with our claim record for
@@ -460,13 +530,19 @@ impl Endpoint {
     }
 
     pub(super) fn flush_resp_backlog(&mut self) {
-        while let Some((src, entry)) = self.resp_backlog.front().copied() {
+        while let Some(QueuedResp { src, incarnation, entry }) = self.resp_backlog.front().copied() {
+            // Its sender gone, or a successor in its entry of our peer table (whose message ids
+            // are its own: the answer could complete one of its sends).
+            let Some(sender) = self.inp.get(&src).filter(|p| p.incarnation == incarnation) else {
+                self.resp_backlog.pop_front();
+                continue;
+            };
             if self.try_resp(src, &entry) == Err(Error::Again) {
-                if self.inp.get(&src).is_some_and(|p| !p.watch.alive()) {
-                    self.resp_backlog.pop_front();
-                    continue;
+                if sender.watch.alive() {
+                    break;
                 }
-                break;
+                self.resp_backlog.pop_front();
+                continue;
             }
             self.resp_backlog.pop_front();
         }
@@ -550,7 +626,7 @@ impl Endpoint {
         // Answers gathered for this sender go to its region, not to a successor's in its entry.
         self.flush_ok_run();
         if let Some(peer) = self.inp.remove(&src) {
-            self.forgotten.insert(src, peer.name);
+            self.forgotten.insert(src, Forgotten { name: peer.name, incarnation: peer.incarnation });
             // Before the entry is free: a successor's commands then come after `until`.
             self.decide_later(src, peer.incarnation);
             if let Some(slot) = self.region.peer_slots().get(src as usize) {

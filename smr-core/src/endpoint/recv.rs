@@ -1,7 +1,7 @@
 //! The receiving side: commands in, messages offered to the handler, held messages, SAR
 //! reassembly, and the responses that complete the senders.
 
-use super::{Delivered, Disposition, Endpoint, Handler, Incoming, MsgKey, SrcId};
+use super::{AnswerTo, Delivered, Disposition, Endpoint, Handler, Incoming, MsgKey, SrcId};
 use crate::cmd::{
     decode, op, proto, Body, CmdEntry, Command, MsgHeader, RemoteIov, RespEntry, SarSeg, Status, ANSWER_DATA_MAX,
     FLAG_ACK, INLINE_MAX,
@@ -231,8 +231,13 @@ impl Endpoint {
             }
             _ => {}
         }
+        // Left by a sender we forgot, in an entry another holds now (`peers::Forgotten`).
+        let stale = |ep: &Self, src: SrcId| !ep.inp.contains_key(&src) && ep.left_by_forgotten(src);
         match cmd {
-            Command::Connect { src } => {
+            Command::Connect { src, incarnation } if !self.connect_current(src, incarnation) => {
+                self.note_gone_sender(src, incarnation)
+            }
+            Command::Connect { src, .. } => {
                 // A sender that has already gone is not corruption (`accept` remembers it).
                 if self.accept(src, h).is_err() && !self.forgotten.contains_key(&src) {
                     self.stats.corrupt_commands += 1;
@@ -244,7 +249,8 @@ impl Endpoint {
                 }
             }
             Command::Msg { src, msg_id, ack, hdr, body } => {
-                if !self.inp.contains_key(&src) && self.accept(src, h).is_err() {
+                let gone = stale(self, src);
+                if gone || !self.inp.contains_key(&src) && self.accept(src, h).is_err() {
                     // A sender we knew that went away after queueing this: inline and inject
                     // messages are complete in our memory and are delivered; anything else
                     // needs the sender, so only its buffers come back.
@@ -252,7 +258,9 @@ impl Endpoint {
                         self.on_msg(entry, src, msg_id, false, hdr, body, h);
                         return;
                     }
-                    self.stats.corrupt_commands += 1;
+                    if !gone {
+                        self.stats.corrupt_commands += 1;
+                    }
                     // Only a sender we knew (now dead) really holds buffers of ours.
                     if self.forgotten.contains_key(&src) {
                         self.release_buffers(&body);
@@ -261,6 +269,8 @@ impl Endpoint {
                 }
                 self.on_msg(entry, src, msg_id, ack, hdr, body, h);
             }
+            // A segment of a message we gave up on when we forgot its sender.
+            Command::SarSeg { src, seg, .. } if stale(self, src) => self.push_back_sar(seg.buf),
             Command::SarSeg { src, msg_id, seg } => self.on_segment(src, msg_id, seg, h),
         }
     }
@@ -294,7 +304,7 @@ impl Endpoint {
         let key = self.new_key();
         let (name, src_gen) = match self.inp.get(&src) {
             Some(p) => (p.name.as_str(), p.incarnation),
-            None => (self.forgotten.get(&src).map_or("", String::as_str), 0),
+            None => (self.forgotten.get(&src).map_or("", |f| f.name.as_str()), 0),
         };
         let msg = Incoming { key, src, src_gen, msg_id, hdr, acked };
         let d = match payload {
@@ -439,7 +449,7 @@ impl Endpoint {
     ) {
         match d {
             // The answer placed in the sender's buffer is the response.
-            Disposition::AnswerInto { buf, data } => self.answer_into(src, msg_id, buf, &data),
+            Disposition::AnswerInto { buf, data } => self.place_answer(src, msg_id, buf, &data),
             Disposition::AnswerWith(data) if ack => self.send_answer(src, msg_id, data.as_slice()),
             Disposition::Refuse(errno) if ack => {
                 self.send_resp(src, RespEntry::done(msg_id, Status::Refused, errno.into()))
@@ -732,23 +742,33 @@ impl Endpoint {
 
     /// Answer a message the handler took with `Disposition::Later`: its sender completes, with
     /// `Err(errno)` as `Error::Refused(errno)`. A sender that has gone is not told.
-    pub fn answer(&mut self, src: SrcId, msg_id: u64, result: std::result::Result<(), u32>) {
+    pub fn answer(&mut self, to: AnswerTo, result: std::result::Result<(), u32>) {
+        if !self.still_sends(to) {
+            return;
+        }
         let entry = match result {
-            Ok(()) => RespEntry::done(msg_id, Status::Ok, 0),
-            Err(errno) => RespEntry::done(msg_id, Status::Refused, errno.into()),
+            Ok(()) => RespEntry::done(to.msg_id, Status::Ok, 0),
+            Err(errno) => RespEntry::done(to.msg_id, Status::Refused, errno.into()),
         };
-        self.send_resp(src, entry);
+        self.send_resp(to.src, entry);
     }
 
     /// Answer a message taken with `Disposition::Later` with a few bytes of data (at most
     /// `ANSWER_DATA_MAX`): its sender completes and its handler gets them (`on_send_answer`)
     /// first. One response entry, where a reply message and an answer would take two.
-    pub fn answer_with(&mut self, src: SrcId, msg_id: u64, bytes: &[u8]) -> Result<()> {
+    pub fn answer_with(&mut self, to: AnswerTo, bytes: &[u8]) -> Result<()> {
         if bytes.len() > ANSWER_DATA_MAX {
             return Err(Error::Invalid("answer data too long"));
         }
-        self.send_answer(src, msg_id, bytes);
+        if self.still_sends(to) {
+            self.send_answer(to.src, to.msg_id, bytes);
+        }
         Ok(())
+    }
+
+    /// Whether the sender of `to` still holds its entry of our peer table (`AnswerTo`).
+    pub fn still_sends(&self, to: AnswerTo) -> bool {
+        self.inp.get(&to.src).is_some_and(|p| p.incarnation == to.src_gen)
     }
 
     /// Drop a held message; its sender completes normally.
@@ -833,9 +853,13 @@ impl Endpoint {
                 Sink::Dropped | Sink::Refused(_) => {}
             }
         }
-        for held in self.held.values_mut() {
-            if held.src == src && matches!(held.data, HeldData::Cma { .. }) {
-                held.data = HeldData::Failed(Error::PeerDead);
+        for held in self.held.values_mut().filter(|held| held.src == src) {
+            match &mut held.data {
+                HeldData::Cma { .. } => held.data = HeldData::Failed(Error::PeerDead),
+                // Whole here: delivered still, but answered to nobody (the sender's entry of our
+                // peer table may pass to another, whose message ids are its own).
+                HeldData::Reassembled { bytes, .. } => held.data = HeldData::Bytes(std::mem::take(bytes)),
+                _ => {}
             }
         }
         events

@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::cmd::SAR_FIRST_SEGMENT;
-use crate::cmd::{CmdEntry, RemoteIov, COMPACT_MAX};
+use crate::cmd::{CmdEntry, RemoteIov, RespEntry, COMPACT_MAX};
 use crate::layout::INJECT_SIZE;
 
 /// A handler that delivers straight into owned buffers of the message's size (or holds).
@@ -737,8 +737,8 @@ fn later_messages_complete_their_senders_on_answer() {
     assert!(ha.sends_done.is_empty(), "answered before the receiver said so: {:?}", ha.sends_done);
     assert_eq!(hb.received[1].2, pattern(3000, 3));
     let (first, second) = (hb.offered[0], hb.offered[1]);
-    b.answer(first.src, first.msg_id, Ok(()));
-    b.answer(second.src, second.msg_id, Err(22));
+    b.answer(first.answer_to(), Ok(()));
+    b.answer(second.answer_to(), Err(22));
     pump_until((&mut a, &mut ha), (&mut b, &mut hb), "answers", |ha, _| ha.sends_done.len() == 2);
     assert_eq!(ha.sends_done, vec![(0, Ok(())), (1, Err(Error::Refused(22)))]);
 }
@@ -757,10 +757,10 @@ fn answers_carry_data_to_the_sender() {
     pump_until((&mut a, &mut ha), (&mut b, &mut hb), "deliveries", |_, hb| hb.received.len() == 3);
     let long = [7u8; crate::cmd::ANSWER_DATA_MAX + 1];
     let m = hb.offered.clone();
-    assert_eq!(b.answer_with(m[0].src, m[0].msg_id, &long), Err(Error::Invalid("answer data too long")));
-    b.answer_with(m[0].src, m[0].msg_id, &long[..crate::cmd::ANSWER_DATA_MAX]).unwrap();
-    b.answer_with(m[1].src, m[1].msg_id, &[]).unwrap();
-    b.answer_with(m[2].src, m[2].msg_id, &pattern(5, 9)).unwrap();
+    assert_eq!(b.answer_with(m[0].answer_to(), &long), Err(Error::Invalid("answer data too long")));
+    b.answer_with(m[0].answer_to(), &long[..crate::cmd::ANSWER_DATA_MAX]).unwrap();
+    b.answer_with(m[1].answer_to(), &[]).unwrap();
+    b.answer_with(m[2].answer_to(), &pattern(5, 9)).unwrap();
     pump_until((&mut a, &mut ha), (&mut b, &mut hb), "answers", |ha, _| ha.sends_done.len() == 3);
     assert_eq!(ha.sends_done, vec![(10, Ok(())), (11, Ok(())), (12, Ok(()))]);
     assert_eq!(ha.answers, vec![(10, vec![7u8; crate::cmd::ANSWER_DATA_MAX]), (11, vec![]), (12, pattern(5, 9))]);
@@ -1217,6 +1217,178 @@ fn forgetting_a_dead_sender_leaves_its_successors_entry() {
 
     b.forget_in_peer(src, &mut hb);
     assert_eq!(entry.state.load(Relaxed), SLOT_FREE, "an entry still holding the sender forgotten is free");
+}
+
+/// Responses waiting in the receiver's backlog for room in a sender's response ring are for that
+/// sender alone: once another sender holds its entry of the receiver's peer table (the first
+/// died with its answers unread), they are dropped, not pushed into the successor's ring, where
+/// they carry message ids that are the successor's too (a kill storm saw one complete a
+/// survivor's send with an answer that did not fit it).
+#[test]
+fn responses_queued_for_a_sender_never_reach_its_successor_in_its_entry() {
+    let mut params = Params::default();
+    params.counts.resp_len = 8;
+    let (mut a, mut b, to_b) = pair("queuedresp", params.clone());
+    let mut hb = Collect { refuse: Some(13), ..Default::default() };
+    // a reads none of its responses: b's refusals fill a's ring, and the rest wait.
+    for i in 0..12 {
+        assert_eq!(a.send_bytes(to_b, hdr(i), &pattern(8, 1), acked(i)), Ok(SendStatus::Pending));
+    }
+    let dl = deadline();
+    while hb.offered.len() < 12 {
+        assert!(std::time::Instant::now() < dl, "b took {} of the 12 messages", hb.offered.len());
+        b.progress(&mut hb);
+    }
+    assert!(b.resp_backlog.len() >= 4, "{} responses wait for room in a's ring", b.resp_backlog.len());
+
+    let mut successor = successor_in_entry(&mut a, &mut b, to_b, &mut hb, "queuedresps", params);
+    b.progress(&mut hb);
+    assert!(b.resp_backlog.is_empty(), "{} responses still wait", b.resp_backlog.len());
+    successor.progress(&mut Collect::default());
+    assert_eq!(successor.stats().corrupt_commands, 0, "the successor read a's answers");
+}
+
+/// The same for an answer the handler gives later (`Disposition::Later`): it goes to the sender
+/// of the message, or to nobody.
+#[test]
+fn a_later_answer_reaches_its_sender_or_nobody() {
+    let (mut a, mut b, to_b) = pair("laterto", Params::default());
+    let (mut ha, mut hb) = (Collect::default(), Collect { later: true, ..Default::default() });
+    for i in 0..2 {
+        assert_eq!(a.send_bytes(to_b, hdr(i), &pattern(8, 1), acked(i)), Ok(SendStatus::Pending));
+    }
+    receive_until(&mut b, &mut hb, 2, "the messages were not received");
+    b.answer(hb.offered[0].answer_to(), Ok(()));
+    pump_until((&mut a, &mut ha), (&mut b, &mut hb), "the first answer", |ha, _| !ha.sends_done.is_empty());
+    assert_eq!(ha.sends_done, vec![(0, Ok(()))]);
+
+    let mut successor = successor_in_entry(&mut a, &mut b, to_b, &mut hb, "latertos", Params::default());
+    b.answer(hb.offered[1].answer_to(), Err(22));
+    b.answer_with(hb.offered[1].answer_to(), &[1, 2]).unwrap();
+    b.progress(&mut hb);
+    successor.progress(&mut Collect::default());
+    assert_eq!(successor.stats().corrupt_commands, 0, "the successor read a's answer");
+}
+
+/// And for a SAR message held whole, whose answer waits for its delivery: delivered after its
+/// sender's entry passed to a successor, it answers nobody.
+#[test]
+fn a_held_sar_message_delivered_after_a_successor_took_the_entry_answers_nobody() {
+    let params = Params { cma: false, ..Params::default() };
+    let (mut a, mut b, to_b) = pair("heldto", params.clone());
+    let (mut ha, mut hb) = (Collect::default(), Collect { hold: true, ..Default::default() });
+    let len = 100_000;
+    let opts = SendOpts { cookie: 1, delivery_complete: true, more: false, pull: false };
+    let hdr = MsgHeader { len: len as u64, ..hdr(1) };
+    assert_eq!(a.send(to_b, hdr, LocalIov::owned(pattern(len, 4)), opts), Ok(SendStatus::Pending));
+    pump_until((&mut a, &mut ha), (&mut b, &mut hb), "the message offered", |_, hb| hb.offered.len() == 1);
+    for _ in 0..100 {
+        a.progress(&mut ha);
+        b.progress(&mut hb);
+    }
+    assert_eq!((b.held_count(), a.outstanding()), (1, 1), "held whole, its sender waiting");
+
+    let mut successor = successor_in_entry(&mut a, &mut b, to_b, &mut hb, "heldtos", params);
+    let delivered = b.deliver(hb.offered[0].key, LocalIov::owned(vec![0; len]), 1).unwrap();
+    let Delivered::Now(Ok(n), dest) = delivered else { panic!("not delivered at once") };
+    assert_eq!((n, dest.into_owned().unwrap()), (len, pattern(len, 4)));
+    b.progress(&mut hb);
+    successor.progress(&mut Collect::default());
+    assert_eq!(successor.stats().corrupt_commands, 0, "the successor read a's answer");
+}
+
+/// Commands a sender left in the receiver's ring, a re-sent CONNECT among them, read after the
+/// receiver forgot it and another sender took its entry: they are the first sender's (its
+/// inline messages delivered, nothing answered), and the entry's new sender is learnt from its
+/// own CONNECT only. Before CONNECT named its sender, the stale one made the receiver learn the
+/// successor early and answer the first sender's messages into the successor's ring (a kill
+/// storm's survivor counted them corrupt, and one completed a send of its own with an answer
+/// that did not fit it).
+#[test]
+fn a_forgotten_senders_commands_are_not_its_successors() {
+    use crate::layout::SLOT_READY;
+    use crate::sync::Ordering::Relaxed;
+    let (mut a, mut b, to_b) = pair("leftover", Params::default());
+    let (mut ha, mut hb) =
+        (Collect::default(), Collect { take_inline: true, take_payload: true, ..Default::default() });
+    assert_eq!(a.send_bytes(to_b, hdr(1), &pattern(8, 1), acked(1)), Ok(SendStatus::Pending));
+    pump_until((&mut a, &mut ha), (&mut b, &mut hb), "the first answer", |ha, _| ha.sends_done.len() == 1);
+    let (src, ring) = {
+        let link = a.link(to_b).unwrap();
+        (link.slot, Region::open(b.name()).unwrap())
+    };
+    // a's leftovers: a re-sent CONNECT, then two acknowledged messages; then a is forgotten.
+    super::peers::push_cmd(&ring, src, &CmdEntry::connect(src, a.region.incarnation())).unwrap();
+    for i in 2..4 {
+        assert_eq!(a.send_bytes(to_b, hdr(i), &pattern(8, i as u8), acked(i)), Ok(SendStatus::Pending));
+    }
+    b.forget_in_peer(src as SrcId, &mut hb);
+    let successor = Endpoint::create(&name("leftovers"), Params::default()).unwrap();
+    let entry = &b.region.peer_slots()[src as usize];
+    let me = crate::liveness::ProcessIdentity::current().unwrap();
+    super::peers::fill_slot(entry, successor.name(), me, successor.region.incarnation());
+    assert_eq!(entry.state.load(Relaxed) & 3, SLOT_READY);
+
+    for _ in 0..10 {
+        b.progress(&mut hb);
+    }
+    let taken: Vec<u64> = hb.taken.iter().map(|(h, _)| h.tag).collect();
+    assert_eq!(taken, vec![1, 2, 3], "a's inline messages are delivered");
+    assert!(b.inp.get(&(src as SrcId)).is_none(), "b learnt the successor from a's commands");
+    let mut successor = successor;
+    successor.progress(&mut Collect::default());
+    assert_eq!(successor.stats().corrupt_commands, 0, "the successor read answers to a's messages");
+    assert_eq!(b.stats().corrupt_commands, 0);
+
+    // The successor's own request: b learns it.
+    super::peers::push_cmd(&ring, src, &CmdEntry::connect(src, successor.region.incarnation())).unwrap();
+    b.progress(&mut hb);
+    assert_eq!(b.inp.get(&(src as SrcId)).map(|p| p.name.as_str()), Some(successor.name()));
+}
+
+/// The same for a sender the receiver never met: it connected, sent and went, and another took
+/// its entry, before the receiver read any of it.
+#[test]
+fn a_gone_senders_commands_read_after_its_entry_changed_hands_are_its_own() {
+    let (mut a, mut b, to_b) = pair("nevermet", Params::default());
+    let mut hb = Collect { take_inline: true, take_payload: true, ..Default::default() };
+    for i in 1..3 {
+        assert_eq!(a.send_bytes(to_b, hdr(i), &pattern(8, i as u8), acked(i)), Ok(SendStatus::Pending));
+    }
+    let src = a.link(to_b).unwrap().slot;
+    let ring = Region::open(b.name()).unwrap();
+    let mut successor = Endpoint::create(&name("nevermets"), Params::default()).unwrap();
+    let me = crate::liveness::ProcessIdentity::current().unwrap();
+    super::peers::fill_slot(&b.region.peer_slots()[src as usize], successor.name(), me, successor.region.incarnation());
+    super::peers::push_cmd(&ring, src, &CmdEntry::connect(src, successor.region.incarnation())).unwrap();
+
+    for _ in 0..10 {
+        b.progress(&mut hb);
+    }
+    let taken: Vec<u64> = hb.taken.iter().map(|(h, _)| h.tag).collect();
+    assert_eq!(taken, vec![1, 2], "a's inline messages are delivered");
+    assert_eq!(b.inp.get(&(src as SrcId)).map(|p| p.name.as_str()), Some(successor.name()));
+    successor.progress(&mut Collect::default());
+    assert_eq!(successor.stats().corrupt_commands, 0, "the successor read answers to a's messages");
+    assert_eq!(b.stats().corrupt_commands, 0);
+}
+
+/// A new endpoint (`tag`) takes the entry of b's peer table that a sends through, as a sender
+/// does once a is dead, and b learns of it.
+fn successor_in_entry(
+    a: &mut Endpoint,
+    b: &mut Endpoint,
+    to_b: PeerId,
+    hb: &mut Collect,
+    tag: &str,
+    params: Params,
+) -> Endpoint {
+    let src = a.link(to_b).unwrap().slot as SrcId;
+    let successor = Endpoint::create(&name(tag), params).unwrap();
+    let me = crate::liveness::ProcessIdentity::current().unwrap();
+    super::peers::fill_slot(&b.region.peer_slots()[src as usize], successor.name(), me, successor.region.incarnation());
+    b.accept(src, hb).unwrap();
+    successor
 }
 
 /// Peer-table entries whose claimants were killed after claiming them and before filling them

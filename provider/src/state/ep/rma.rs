@@ -149,7 +149,9 @@ use segments::{Remote, Segments};
 use slab::Slab;
 use smr_core::cmd::RemoteIov;
 use smr_core::cmd::{MsgHeader, ANSWER_DATA_MAX};
-use smr_core::endpoint::{AnswerBuf, AnswerData, Disposition, Endpoint, Incoming, PeerId, SendOpts, SendStatus, SrcId};
+use smr_core::endpoint::{
+    AnswerBuf, AnswerData, AnswerTo, Disposition, Endpoint, Incoming, PeerId, SendOpts, SendStatus, SrcId,
+};
 use smr_core::iov::{LocalIov, Ranges};
 use smr_core::Error as EngineError;
 use std::collections::{HashMap, VecDeque};
@@ -177,34 +179,30 @@ enum TargetOp {
         mem: Ranges,
     },
     ReadReq {
-        src: SrcId,
-        msg_id: u64,
+        to: AnswerTo,
         remote: Remote,
     },
     Atomic {
         desc: Desc,
         target: Ranges,
         mr_cntr: Option<usize>,
-        reply: Option<(SrcId, u64)>,
+        reply: Option<AnswerTo>,
     },
 }
 
 /// Work for after the engine's progress returns (the engine cannot be called from inside it).
 enum Outgoing {
     Answer {
-        src: SrcId,
-        msg_id: u64,
+        to: AnswerTo,
         result: Result<(), u32>,
     },
     /// A reply small enough to ride in the answer itself (`Endpoint::answer_with`).
     AnswerData {
-        src: SrcId,
-        msg_id: u64,
+        to: AnswerTo,
         data: AnswerData,
     },
     Reply {
-        src: SrcId,
-        msg_id: u64,
+        to: AnswerTo,
         op_id: u64,
         data: ReplyData,
         /// The initiator pulls it with CMA (where allowed), instead of our pushing it through
@@ -216,8 +214,7 @@ enum Outgoing {
     /// A read's bytes, copied when it arrived, for the answer buffer its initiator named
     /// (`Endpoint::answer_into`).
     AnswerInto {
-        src: SrcId,
-        msg_id: u64,
+        to: AnswerTo,
         buf: AnswerBuf,
         data: Vec<u8>,
     },
@@ -235,8 +232,7 @@ enum ReadAnswer {
 
 /// A read request to answer by writing into its initiator's memory (`ReturnBy::WriteBack`).
 struct WriteBack {
-    src: SrcId,
-    msg_id: u64,
+    to: AnswerTo,
     op_id: u64,
     /// Where the bytes are read in our memory.
     at: Remote,
@@ -282,7 +278,7 @@ pub struct RmaState {
     outbox: VecDeque<Outgoing>,
     /// Replies whose data the initiator still has to take (CMA, SAR): answered when it has.
     /// The reply's data stays here, lent to the engine, until the send finishes.
-    replying: Slab<(SrcId, u64, ReplyData)>,
+    replying: Slab<(AnswerTo, ReplyData)>,
     /// Per source, the remote ranges it sent for its next segmented operation (`segments.rs`).
     segments: HashMap<SrcId, Box<Segments>>,
     /// Operations this endpoint started, and peers' operations it served (for the close log,
@@ -577,9 +573,9 @@ impl RmaState {
 
 /// A reply the target sent finished (cookie without COOKIE_REPLY): answer its request.
 pub fn reply_sent(rma: &mut RmaState, idx: usize, result: smr_core::Result<()>) {
-    if let Some((src, msg_id, _data)) = rma.replying.try_remove(idx) {
+    if let Some((to, _data)) = rma.replying.try_remove(idx) {
         let result = result.map_err(|_| ffi::FI_EIO);
-        rma.outbox.push_back(Outgoing::Answer { src, msg_id, result });
+        rma.outbox.push_back(Outgoing::Answer { to, result });
     }
 }
 
@@ -606,7 +602,7 @@ pub fn detach_replies(rma: &mut RmaState, engine: &mut Endpoint, mr: &[(usize, u
             detached += 1;
         }
     }
-    for (idx, (_, _, data)) in rma.replying.iter_mut() {
+    for (idx, (_, data)) in rma.replying.iter_mut() {
         let ReplyData::Memory(ranges) = data else { continue };
         if !overlaps(ranges) {
             continue;
@@ -650,22 +646,22 @@ pub fn flush(rma: &mut RmaState, engine: &mut Endpoint, mrs: &MrTable) {
     while let Some(out) = rma.outbox.pop_front() {
         match out {
             Outgoing::WriteBack(req) => write_back(rma, engine, mrs, req),
-            Outgoing::Answer { src, msg_id, result } => engine.answer(src, msg_id, result),
-            Outgoing::AnswerData { src, msg_id, data } => {
-                if engine.answer_with(src, msg_id, data.as_slice()).is_err() {
-                    engine.answer(src, msg_id, Err(ffi::FI_EIO));
+            Outgoing::Answer { to, result } => engine.answer(to, result),
+            Outgoing::AnswerData { to, data } => {
+                if engine.answer_with(to, data.as_slice()).is_err() {
+                    engine.answer(to, Err(ffi::FI_EIO));
                 }
             }
-            Outgoing::AnswerInto { src, msg_id, buf, data } => {
-                engine.answer_into(src, msg_id, buf, &LocalIov::owned(data))
-            }
-            Outgoing::Reply { src, msg_id, op_id, data, pull } => {
-                let peer = match engine.peer_of_src(src) {
-                    Ok(p) => p,
-                    Err(_) => {
-                        engine.answer(src, msg_id, Err(ffi::FI_EIO));
+            Outgoing::AnswerInto { to, buf, data } => engine.answer_into(to, buf, &LocalIov::owned(data)),
+            Outgoing::Reply { to, op_id, data, pull } => {
+                // To the initiator of the read, not a successor in its entry (`AnswerTo`).
+                let peer = match engine.still_sends(to).then(|| engine.peer_of_src(to.src)) {
+                    Some(Ok(p)) => p,
+                    Some(Err(_)) => {
+                        engine.answer(to, Err(ffi::FI_EIO));
                         continue;
                     }
+                    None => continue,
                 };
                 // Registered memory goes out by reference: the initiator reads it with CMA, or
                 // this process copies it into SAR segments over later steps; a registration
@@ -680,17 +676,17 @@ pub fn flush(rma: &mut RmaState, engine: &mut Endpoint, mrs: &MrTable) {
                 // after one that was refused.
                 let iov = unsafe { data.lend() };
                 match engine.send(peer, hdr, iov, opts) {
-                    Ok(SendStatus::Done) => engine.answer(src, msg_id, Ok(())),
+                    Ok(SendStatus::Done) => engine.answer(to, Ok(())),
                     Ok(SendStatus::Pending) => {
-                        rma.replying.insert((src, msg_id, data));
+                        rma.replying.insert((to, data));
                     }
                     Err(EngineError::Again) => {
-                        rma.outbox.push_front(Outgoing::Reply { src, msg_id, op_id, data, pull });
+                        rma.outbox.push_front(Outgoing::Reply { to, op_id, data, pull });
                         break;
                     }
                     Err(e) => {
-                        crate::debug!(EpData, "reply to source {src} failed: {e}");
-                        engine.answer(src, msg_id, Err(ffi::FI_EIO));
+                        crate::debug!(EpData, "reply to source {} failed: {e}", to.src);
+                        engine.answer(to, Err(ffi::FI_EIO));
                     }
                 }
             }
@@ -702,25 +698,28 @@ pub fn flush(rma: &mut RmaState, engine: &mut Endpoint, mrs: &MrTable) {
 /// refuses CMA between the two (a policy the probes at start did not see) sends them in a reply
 /// instead, and the initiator takes that as usual.
 fn write_back(rma: &mut RmaState, engine: &mut Endpoint, mrs: &MrTable, req: WriteBack) {
-    let WriteBack { src, msg_id, op_id, at, len, remote } = req;
+    let WriteBack { to, op_id, at, len, remote } = req;
+    if !engine.still_sends(to) {
+        return; // its initiator is gone: no memory of a successor's to write (`AnswerTo`)
+    }
     let ranges = match at.resolve(mrs, len, ffi::FI_REMOTE_READ as u64) {
         Ok((ranges, _)) => ranges,
-        Err(errno) => return engine.answer(src, msg_id, Err(errno)),
+        Err(errno) => return engine.answer(to, Err(errno)),
     };
     // SAFETY: registered memory the application exposed for remote reads, looked up just now;
     // the copy ends before this function returns.
     let mem = unsafe { crate::iov::lend(ranges.clone()) };
-    match engine.cma_write(src, &mem, &remote) {
-        Ok(n) if n as u64 == len => engine.answer(src, msg_id, Ok(())),
-        Ok(_) => engine.answer(src, msg_id, Err(ffi::FI_EIO)),
+    match engine.cma_write(to.src, &mem, &remote) {
+        Ok(n) if n as u64 == len => engine.answer(to, Ok(())),
+        Ok(_) => engine.answer(to, Err(ffi::FI_EIO)),
         Err(EngineError::PeerDead) => {}
         Err(e) if smr_core::cma::refused(&e) => {
-            crate::debug!(EpData, "CMA write to source {src} refused ({e}): replying instead");
-            rma.outbox.push_front(Outgoing::Reply { src, msg_id, op_id, data: ReplyData::Memory(ranges), pull: true });
+            crate::debug!(EpData, "CMA write to source {} refused ({e}): replying instead", to.src);
+            rma.outbox.push_front(Outgoing::Reply { to, op_id, data: ReplyData::Memory(ranges), pull: true });
         }
         Err(e) => {
-            crate::debug!(EpData, "CMA write to source {src} failed: {e}");
-            engine.answer(src, msg_id, Err(ffi::FI_EIO));
+            crate::debug!(EpData, "CMA write to source {} failed: {e}", to.src);
+            engine.answer(to, Err(ffi::FI_EIO));
         }
     }
 }

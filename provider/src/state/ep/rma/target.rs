@@ -38,7 +38,7 @@ impl Target<'_> {
             }
             KIND_READ_REQ if ReadReq::plausible_len(hdr.len) => match self.remote_of(msg) {
                 Ok(remote) => {
-                    let op = TargetOp::ReadReq { src: msg.src, msg_id: msg.msg_id, remote };
+                    let op = TargetOp::ReadReq { to: msg.answer_to(), remote };
                     let ctx = self.rma.target.insert(op);
                     Disposition::Later {
                         dest: LocalIov::owned(vec![0; hdr.len as usize]),
@@ -123,7 +123,7 @@ impl Target<'_> {
             },
             // Answered in this same step where the bytes fit the answer or the buffer the
             // request named (the engine copies them now: FI_ORDER_WAR).
-            KIND_READ_REQ => match self.serve_read(msg.src, msg.msg_id, remote, payload, sinks) {
+            KIND_READ_REQ => match self.serve_read(msg.answer_to(), remote, payload, sinks) {
                 ReadAnswer::Into(buf, data) => Disposition::AnswerInto { buf, data },
                 ReadAnswer::With(data) => self.answer_now(msg, data),
                 ReadAnswer::Queued => taken(true),
@@ -280,7 +280,7 @@ impl Target<'_> {
         if self.rma.outbox.is_empty() {
             return Disposition::AnswerWith(data);
         }
-        self.rma.outbox.push_back(Outgoing::AnswerData { src: msg.src, msg_id: msg.msg_id, data });
+        self.rma.outbox.push_back(Outgoing::AnswerData { to: msg.answer_to(), data });
         Disposition::Taken { answer_later: true }
     }
 
@@ -294,9 +294,9 @@ impl Target<'_> {
         msg: &Incoming,
         desc: Desc,
         remote: &Remote,
-    ) -> Result<(Ranges, Option<usize>, Option<(SrcId, u64)>), u32> {
+    ) -> Result<(Ranges, Option<usize>, Option<AnswerTo>), u32> {
         let (target, cntrs) = remote.resolve(self.mrs, desc.bytes() as u64, desc.access())?;
-        let reply = (desc.kind != Kind::Write).then_some((msg.src, msg.msg_id));
+        let reply = (desc.kind != Kind::Write).then(|| msg.answer_to());
         Ok((target, desc.mr_cntr(cntrs), reply))
     }
 
@@ -310,16 +310,16 @@ impl Target<'_> {
                     written(sinks, mr_cntr, data, len);
                 }
             }
-            TargetOp::ReadReq { src, msg_id, remote } => {
+            TargetOp::ReadReq { to, remote } => {
                 let bytes = dest.into_owned().unwrap_or_default();
-                match self.serve_read(src, msg_id, &remote, &bytes, sinks) {
+                match self.serve_read(to, &remote, &bytes, sinks) {
                     ReadAnswer::Into(buf, mem) => {
                         // A snapshot now (FI_ORDER_WAR), placed once progress returns.
                         let mut data = vec![0; mem.len()];
                         mem.read_at(0, &mut data);
-                        self.rma.outbox.push_back(Outgoing::AnswerInto { src, msg_id, buf, data });
+                        self.rma.outbox.push_back(Outgoing::AnswerInto { to, buf, data });
                     }
-                    ReadAnswer::With(data) => self.rma.outbox.push_back(Outgoing::AnswerData { src, msg_id, data }),
+                    ReadAnswer::With(data) => self.rma.outbox.push_back(Outgoing::AnswerData { to, data }),
                     ReadAnswer::Queued => {}
                 }
             }
@@ -337,16 +337,9 @@ impl Target<'_> {
     /// at once are returned: the bytes (up to `ANSWER_DATA_MAX`), or the answer buffer the
     /// request named and the target memory to copy into it; the rest go to the outbox.
     #[inline(always)]
-    fn serve_read(
-        &mut self,
-        src: SrcId,
-        msg_id: u64,
-        remote: &Remote,
-        payload: &[u8],
-        sinks: &mut Sinks,
-    ) -> ReadAnswer {
+    fn serve_read(&mut self, to: AnswerTo, remote: &Remote, payload: &[u8], sinks: &mut Sinks) -> ReadAnswer {
         let Some(ReadReq { op_id, len, by }) = ReadReq::decode(payload) else {
-            self.answer(src, msg_id, Err(ffi::FI_EINVAL));
+            self.answer(to, Err(ffi::FI_EINVAL));
             return ReadAnswer::Queued;
         };
         if let (true, Some((key, addr))) = (len as usize <= ANSWER_DATA_MAX, remote.one()) {
@@ -354,7 +347,7 @@ impl Target<'_> {
             let one = match self.mrs.resolve_in_one_range(key, addr, len, ffi::FI_REMOTE_READ as u64) {
                 Ok(one) => one,
                 Err(errno) => {
-                    self.answer(src, msg_id, Err(errno));
+                    self.answer(to, Err(errno));
                     return ReadAnswer::Queued;
                 }
             };
@@ -384,7 +377,7 @@ impl Target<'_> {
                     ReturnBy::WriteBack(back) => {
                         // Once progress returns (the engine makes the copy); the registration is
                         // looked up again then, in case it closes before.
-                        let req = WriteBack { src, msg_id, op_id, at: remote.clone(), len, remote: back };
+                        let req = WriteBack { to, op_id, at: remote.clone(), len, remote: back };
                         self.rma.outbox.push_back(Outgoing::WriteBack(req));
                         return ReadAnswer::Queued;
                     }
@@ -396,11 +389,11 @@ impl Target<'_> {
                     ReturnBy::Reply | ReturnBy::Pushed => ReplyData::Memory(ranges),
                 };
                 let pull = by != ReturnBy::Pushed;
-                self.rma.outbox.push_back(Outgoing::Reply { src, msg_id, op_id, data, pull });
+                self.rma.outbox.push_back(Outgoing::Reply { to, op_id, data, pull });
                 ReadAnswer::Queued
             }
             Err(errno) => {
-                self.answer(src, msg_id, Err(errno));
+                self.answer(to, Err(errno));
                 ReadAnswer::Queued
             }
         }
@@ -413,7 +406,7 @@ impl Target<'_> {
         desc: Desc,
         target: &Ranges,
         mr_cntr: Option<usize>,
-        reply: Option<(SrcId, u64)>,
+        reply: Option<AnswerTo>,
         payload: Option<&[u8]>,
         sinks: &mut Sinks,
     ) -> Option<Outgoing> {
@@ -440,13 +433,13 @@ impl Target<'_> {
             // atomic that may modify it is a write (`mr_cntr`).
             sinks.remote_done(mr_cntr, desc.kind == Kind::Write);
         }
-        let (src, msg_id) = reply?;
+        let to = reply?;
         Some(match (applied, answer) {
-            (Err(errno), _) => Outgoing::Answer { src, msg_id, result: Err(errno) },
-            (Ok(()), Some(data)) => Outgoing::AnswerData { src, msg_id, data },
+            (Err(errno), _) => Outgoing::Answer { to, result: Err(errno) },
+            (Ok(()), Some(data)) => Outgoing::AnswerData { to, data },
             (Ok(()), None) => {
                 let op_id = payload.filter(|_| desc.with_op_id).and_then(|b| u64_at(b, 0)).unwrap_or(0);
-                Outgoing::Reply { src, msg_id, op_id, data: ReplyData::Copy(old_heap), pull: true }
+                Outgoing::Reply { to, op_id, data: ReplyData::Copy(old_heap), pull: true }
             }
         })
     }
@@ -478,8 +471,8 @@ impl Target<'_> {
         }
     }
 
-    fn answer(&mut self, src: SrcId, msg_id: u64, result: Result<(), u32>) {
-        self.rma.outbox.push_back(Outgoing::Answer { src, msg_id, result });
+    fn answer(&mut self, to: AnswerTo, result: Result<(), u32>) {
+        self.rma.outbox.push_back(Outgoing::Answer { to, result });
     }
 }
 
