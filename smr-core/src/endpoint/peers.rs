@@ -97,7 +97,9 @@ pub(super) struct QueuedResp {
 /// CONNECT, which names its incarnation, so a command from the entry is the successor's only
 /// once we have taken its CONNECT (`Endpoint::left_by_forgotten`).
 pub(super) struct Forgotten {
-    pub name: String,
+    /// None for a sender we never met (`note_gone_sender`): nothing vouches for its commands,
+    /// which may be garbage, so none is delivered and no buffer they name is taken back.
+    pub name: Option<String>,
     pub incarnation: u64,
 }
 
@@ -116,6 +118,12 @@ impl Endpoint {
         self.forgotten.get(&src).is_some_and(|f| !self.entry_holds(src, f.incarnation))
     }
 
+    /// Whether we knew the sender we forgot in entry `src`: its queued inline and inject
+    /// messages are delivered, and the buffers of ours its commands name come back.
+    pub(super) fn knew_forgotten(&self, src: SrcId) -> bool {
+        self.forgotten.get(&src).is_some_and(|f| f.name.is_some())
+    }
+
     /// A CONNECT naming `incarnation` from entry `src`: whether it is the request of the sender
     /// the entry holds.
     pub(super) fn connect_current(&self, src: SrcId, incarnation: u64) -> bool {
@@ -123,7 +131,7 @@ impl Endpoint {
     }
 
     /// A CONNECT from entry `src` whose sender (`incarnation`) no longer holds the entry: it went,
-    /// and another took the entry, before we read its request (we may never have met it). What
+    /// and another took the entry, before we read its request (or the request is garbage). What
     /// it pushed behind the request is its own, not the new holder's, which is learnt from its
     /// own request. A sender we know by that incarnation is forgotten when that request comes
     /// (`accept`); until then its commands are its own anyway.
@@ -131,7 +139,7 @@ impl Endpoint {
         let known = |f: Option<u64>| f == Some(incarnation);
         if !known(self.inp.get(&src).map(|p| p.incarnation)) && !known(self.forgotten.get(&src).map(|f| f.incarnation))
         {
-            self.forgotten.insert(src, Forgotten { name: String::new(), incarnation });
+            self.forgotten.insert(src, Forgotten { name: None, incarnation });
         }
     }
 }
@@ -434,7 +442,7 @@ impl Endpoint {
                 if let Some(slot) = self.region.peer_slots().get(src as usize) {
                     free_entry_of(slot, incarnation, self.me);
                 }
-                self.forgotten.insert(src, Forgotten { name, incarnation });
+                self.forgotten.insert(src, Forgotten { name: Some(name), incarnation });
                 return Err(other.err().unwrap_or(Error::Corrupt("peer entry does not match the region it names")));
             }
         };
@@ -626,7 +634,7 @@ impl Endpoint {
         // Answers gathered for this sender go to its region, not to a successor's in its entry.
         self.flush_ok_run();
         if let Some(peer) = self.inp.remove(&src) {
-            self.forgotten.insert(src, Forgotten { name: peer.name, incarnation: peer.incarnation });
+            self.forgotten.insert(src, Forgotten { name: Some(peer.name), incarnation: peer.incarnation });
             // Before the entry is free: a successor's commands then come after `until`.
             self.decide_later(src, peer.incarnation);
             if let Some(slot) = self.region.peer_slots().get(src as usize) {

@@ -254,7 +254,7 @@ impl Endpoint {
                     // A sender we knew that went away after queueing this: inline and inject
                     // messages are complete in our memory and are delivered; anything else
                     // needs the sender, so only its buffers come back.
-                    if self.forgotten.contains_key(&src) && matches!(body, Body::Inline { .. } | Body::Inject { .. }) {
+                    if self.knew_forgotten(src) && matches!(body, Body::Inline { .. } | Body::Inject { .. }) {
                         self.on_msg(entry, src, msg_id, false, hdr, body, h);
                         return;
                     }
@@ -262,7 +262,7 @@ impl Endpoint {
                         self.stats.corrupt_commands += 1;
                     }
                     // Only a sender we knew (now dead) really holds buffers of ours.
-                    if self.forgotten.contains_key(&src) {
+                    if self.knew_forgotten(src) {
                         self.release_buffers(&body);
                     }
                     return;
@@ -270,7 +270,11 @@ impl Endpoint {
                 self.on_msg(entry, src, msg_id, ack, hdr, body, h);
             }
             // A segment of a message we gave up on when we forgot its sender.
-            Command::SarSeg { src, seg, .. } if stale(self, src) => self.push_back_sar(seg.buf),
+            Command::SarSeg { src, seg, .. } if stale(self, src) => {
+                if self.knew_forgotten(src) {
+                    self.push_back_sar(seg.buf);
+                }
+            }
             Command::SarSeg { src, msg_id, seg } => self.on_segment(src, msg_id, seg, h),
         }
     }
@@ -304,7 +308,7 @@ impl Endpoint {
         let key = self.new_key();
         let (name, src_gen) = match self.inp.get(&src) {
             Some(p) => (p.name.as_str(), p.incarnation),
-            None => (self.forgotten.get(&src).map_or("", |f| f.name.as_str()), 0),
+            None => (self.forgotten.get(&src).and_then(|f| f.name.as_deref()).unwrap_or(""), 0),
         };
         let msg = Incoming { key, src, src_gen, msg_id, hdr, acked };
         let d = match payload {
@@ -610,7 +614,7 @@ impl Endpoint {
             // A segment of a message we gave up on (its sender died) still holds a buffer of
             // ours; one from a stranger refers to a buffer that is not its own to return.
             self.stats.corrupt_commands += 1;
-            if self.forgotten.contains_key(&src) {
+            if self.knew_forgotten(src) {
                 self.push_back_sar(seg.buf);
             }
             return;

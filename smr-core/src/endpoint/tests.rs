@@ -1347,7 +1347,8 @@ fn a_forgotten_senders_commands_are_not_its_successors() {
 }
 
 /// The same for a sender the receiver never met: it connected, sent and went, and another took
-/// its entry, before the receiver read any of it.
+/// its entry, before the receiver read any of it. Nothing vouches for such commands (they may
+/// be garbage): none is delivered, none answered.
 #[test]
 fn a_gone_senders_commands_read_after_its_entry_changed_hands_are_its_own() {
     let (mut a, mut b, to_b) = pair("nevermet", Params::default());
@@ -1365,8 +1366,7 @@ fn a_gone_senders_commands_read_after_its_entry_changed_hands_are_its_own() {
     for _ in 0..10 {
         b.progress(&mut hb);
     }
-    let taken: Vec<u64> = hb.taken.iter().map(|(h, _)| h.tag).collect();
-    assert_eq!(taken, vec![1, 2], "a's inline messages are delivered");
+    assert!(hb.taken.is_empty() && hb.offered.is_empty(), "a's messages were offered");
     assert_eq!(b.inp.get(&(src as SrcId)).map(|p| p.name.as_str()), Some(successor.name()));
     successor.progress(&mut Collect::default());
     assert_eq!(successor.stats().corrupt_commands, 0, "the successor read answers to a's messages");
