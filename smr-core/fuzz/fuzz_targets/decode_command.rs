@@ -35,7 +35,7 @@ fuzz_target!(|bytes: &[u8]| {
     let entry = entry_from(bytes);
     let Ok(cmd) = decode(&entry, &limits) else { return };
     match cmd {
-        Command::Connect { src } | Command::Disconnect { src } => assert!(u64::from(src) < limits.max_peers),
+        Command::Connect { src, .. } | Command::Disconnect { src } => assert!(u64::from(src) < limits.max_peers),
         Command::SarSeg { seg, .. } => assert!(u64::from(seg.buf) < limits.sar_count),
         Command::Msg { src, msg_id, ack, hdr, body } => {
             assert!(u64::from(src) < limits.max_peers && hdr.len <= limits.max_msg_size);
