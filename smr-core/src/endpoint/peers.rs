@@ -9,7 +9,7 @@
 //! the process the entry claims to be. Commands a sender we forgot left behind stay its own
 //! (`Forgotten`).
 
-use super::{Endpoint, Handler, PeerId, SrcId};
+use super::{AnswerTo, Endpoint, Handler, PeerId, SrcId};
 use crate::clock::Instant;
 use crate::cmd::{op, resp, CmdEntry, RespEntry, Status};
 use crate::error::{Error, Result};
@@ -104,18 +104,25 @@ pub(super) struct Forgotten {
 }
 
 impl Endpoint {
-    /// Whether entry `src` of our peer table holds the sender of `incarnation` now.
-    fn entry_holds(&self, src: SrcId, incarnation: u64) -> bool {
+    /// Whether entry `src` of our peer table holds the sender of `incarnation` now (a CONNECT
+    /// naming another is a gone sender's: `note_gone_sender`).
+    pub(super) fn entry_holds(&self, src: SrcId, incarnation: u64) -> bool {
         self.region.peer_slots().get(src as usize).is_some_and(|slot| {
             slot.state.load(Ordering::Acquire) & 3 == SLOT_READY
                 && slot.incarnation.load(Ordering::Relaxed) == incarnation
         })
     }
 
-    /// Whether a command from entry `src`, whose sender we do not know now, is one the sender we
-    /// forgot there left: the entry no longer holds it (a successor's CONNECT would have come first).
+    /// The sender we know in entry `src`, if it is the one of `incarnation`.
+    pub(super) fn sender_at(&self, src: SrcId, incarnation: u64) -> Option<&InPeer> {
+        self.inp.get(&src).filter(|p| p.incarnation == incarnation)
+    }
+
+    /// Whether a command from entry `src` is one a sender we forgot there left: we know no
+    /// sender there now, and the entry no longer holds the forgotten one (a successor's CONNECT
+    /// would have come first).
     pub(super) fn left_by_forgotten(&self, src: SrcId) -> bool {
-        self.forgotten.get(&src).is_some_and(|f| !self.entry_holds(src, f.incarnation))
+        !self.inp.contains_key(&src) && self.forgotten.get(&src).is_some_and(|f| !self.entry_holds(src, f.incarnation))
     }
 
     /// Whether we knew the sender we forgot in entry `src`: its queued inline and inject
@@ -124,21 +131,14 @@ impl Endpoint {
         self.forgotten.get(&src).is_some_and(|f| f.name.is_some())
     }
 
-    /// A CONNECT naming `incarnation` from entry `src`: whether it is the request of the sender
-    /// the entry holds.
-    pub(super) fn connect_current(&self, src: SrcId, incarnation: u64) -> bool {
-        self.entry_holds(src, incarnation)
-    }
-
     /// A CONNECT from entry `src` whose sender (`incarnation`) no longer holds the entry: it went,
     /// and another took the entry, before we read its request (or the request is garbage). What
     /// it pushed behind the request is its own, not the new holder's, which is learnt from its
     /// own request. A sender we know by that incarnation is forgotten when that request comes
     /// (`accept`); until then its commands are its own anyway.
     pub(super) fn note_gone_sender(&mut self, src: SrcId, incarnation: u64) {
-        let known = |f: Option<u64>| f == Some(incarnation);
-        if !known(self.inp.get(&src).map(|p| p.incarnation)) && !known(self.forgotten.get(&src).map(|f| f.incarnation))
-        {
+        let forgotten = self.forgotten.get(&src).is_some_and(|f| f.incarnation == incarnation);
+        if self.sender_at(src, incarnation).is_none() && !forgotten {
             self.forgotten.insert(src, Forgotten { name: None, incarnation });
         }
     }
@@ -266,10 +266,11 @@ pub(super) fn fill_slot(slot: &PeerSlot, name: &str, me: ProcessIdentity, incarn
 }
 
 impl Endpoint {
-    /// The peer to send to that is the sender `src` (connected on first use, as `add_peer`):
-    /// where a receiver sends a reply. Needs no copy of the name once connected.
-    pub fn peer_of_src(&mut self, src: SrcId) -> Result<PeerId> {
-        let name = &self.inp.get(&src).ok_or(Error::PeerDead)?.name;
+    /// The peer to send to that is the sender of `to` (connected on first use, as `add_peer`):
+    /// where a receiver sends a reply. `PeerDead` once the sender has left its entry
+    /// (`AnswerTo`). Needs no copy of the name once connected.
+    pub fn peer_of(&mut self, to: AnswerTo) -> Result<PeerId> {
+        let name = &self.sender_at(to.src, to.src_gen).ok_or(Error::PeerDead)?.name;
         if let Some(&id) = self.out_by_name.get(name.as_str()) {
             return Ok(id);
         }
@@ -541,7 +542,7 @@ impl Endpoint {
         while let Some(QueuedResp { src, incarnation, entry }) = self.resp_backlog.front().copied() {
             // Its sender gone, or a successor in its entry of our peer table (whose message ids
             // are its own: the answer could complete one of its sends).
-            let Some(sender) = self.inp.get(&src).filter(|p| p.incarnation == incarnation) else {
+            let Some(sender) = self.sender_at(src, incarnation) else {
                 self.resp_backlog.pop_front();
                 continue;
             };

@@ -231,10 +231,8 @@ impl Endpoint {
             }
             _ => {}
         }
-        // Left by a sender we forgot, in an entry another holds now (`peers::Forgotten`).
-        let stale = |ep: &Self, src: SrcId| !ep.inp.contains_key(&src) && ep.left_by_forgotten(src);
         match cmd {
-            Command::Connect { src, incarnation } if !self.connect_current(src, incarnation) => {
+            Command::Connect { src, incarnation } if !self.entry_holds(src, incarnation) => {
                 self.note_gone_sender(src, incarnation)
             }
             Command::Connect { src, .. } => {
@@ -249,33 +247,45 @@ impl Endpoint {
                 }
             }
             Command::Msg { src, msg_id, ack, hdr, body } => {
-                let gone = stale(self, src);
-                if gone || !self.inp.contains_key(&src) && self.accept(src, h).is_err() {
-                    // A sender we knew that went away after queueing this: inline and inject
-                    // messages are complete in our memory and are delivered; anything else
-                    // needs the sender, so only its buffers come back.
-                    if self.knew_forgotten(src) && matches!(body, Body::Inline { .. } | Body::Inject { .. }) {
-                        self.on_msg(entry, src, msg_id, false, hdr, body, h);
-                        return;
+                if !self.inp.contains_key(&src) {
+                    // Left by a sender we forgot, in an entry another holds now (`Forgotten`).
+                    let gone = self.left_by_forgotten(src);
+                    if gone || self.accept(src, h).is_err() {
+                        return self.msg_of_no_sender(entry, src, msg_id, hdr, body, gone, h);
                     }
-                    if !gone {
-                        self.stats.corrupt_commands += 1;
-                    }
-                    // Only a sender we knew (now dead) really holds buffers of ours.
-                    if self.knew_forgotten(src) {
-                        self.release_buffers(&body);
-                    }
-                    return;
                 }
                 self.on_msg(entry, src, msg_id, ack, hdr, body, h);
             }
-            // A segment of a message we gave up on when we forgot its sender.
-            Command::SarSeg { src, seg, .. } if stale(self, src) => {
-                if self.knew_forgotten(src) {
-                    self.push_back_sar(seg.buf);
-                }
-            }
             Command::SarSeg { src, msg_id, seg } => self.on_segment(src, msg_id, seg, h),
+        }
+    }
+
+    /// A message from entry `src`, which no sender we know holds (`gone`: left by one we
+    /// forgot). From a sender we knew that went away after queueing it, an inline or inject
+    /// message is complete in our memory and is delivered; anything else needs the sender, so
+    /// only its buffers come back. From anyone else it is a peer's error.
+    #[allow(clippy::too_many_arguments)]
+    #[cold]
+    fn msg_of_no_sender(
+        &mut self,
+        entry: &CmdEntry,
+        src: SrcId,
+        msg_id: u64,
+        hdr: MsgHeader,
+        body: Body,
+        gone: bool,
+        h: &mut impl Handler,
+    ) {
+        let knew = self.knew_forgotten(src);
+        if knew && matches!(body, Body::Inline { .. } | Body::Inject { .. }) {
+            return self.on_msg(entry, src, msg_id, false, hdr, body, h);
+        }
+        if !gone {
+            self.stats.corrupt_commands += 1;
+        }
+        // Only a sender we knew (now dead) really holds buffers of ours.
+        if knew {
+            self.release_buffers(&body);
         }
     }
 
@@ -565,13 +575,16 @@ impl Endpoint {
     /// its request, and lends them until the read completes). Returns the bytes copied (the
     /// shorter of the two lengths). `PeerDead` for a sender that is gone; a refusal by the
     /// kernel (`Error::Os(EPERM)`, say) leaves the caller to send the data another way.
-    pub fn cma_write(&mut self, src: SrcId, data: &LocalIov, remote: &[RemoteIov]) -> Result<usize> {
+    pub fn cma_write(&mut self, to: AnswerTo, data: &LocalIov, remote: &[RemoteIov]) -> Result<usize> {
         if !self.cma_ok {
             return Err(Error::Os(libc::EPERM));
         }
-        let copied = crate::cma::write_to(self.live_pid(src)?, data, remote);
+        if !self.still_sends(to) {
+            return Err(Error::PeerDead);
+        }
+        let copied = crate::cma::write_to(self.live_pid(to.src)?, data, remote);
         self.stats.cma_writes += u64::from(copied.is_ok());
-        self.dead_if_gone(src, copied)
+        self.dead_if_gone(to.src, copied)
     }
 
     /// A CMA copy with sender `src` that failed because the sender died: its process gone
@@ -612,8 +625,11 @@ impl Endpoint {
         let at = self.region.map_sar_pool().and_then(|()| self.region.geometry().sar_offset(seg.buf));
         let Some(rx) = self.sar_rx.get_mut(&(src, msg_id)) else {
             // A segment of a message we gave up on (its sender died) still holds a buffer of
-            // ours; one from a stranger refers to a buffer that is not its own to return.
-            self.stats.corrupt_commands += 1;
+            // ours; one from a stranger refers to a buffer that is not its own to return. One
+            // left by a sender we forgot, in an entry another holds now, is no one's error.
+            if !self.left_by_forgotten(src) {
+                self.stats.corrupt_commands += 1;
+            }
             if self.knew_forgotten(src) {
                 self.push_back_sar(seg.buf);
             }
@@ -771,8 +787,8 @@ impl Endpoint {
     }
 
     /// Whether the sender of `to` still holds its entry of our peer table (`AnswerTo`).
-    pub fn still_sends(&self, to: AnswerTo) -> bool {
-        self.inp.get(&to.src).is_some_and(|p| p.incarnation == to.src_gen)
+    pub(super) fn still_sends(&self, to: AnswerTo) -> bool {
+        self.sender_at(to.src, to.src_gen).is_some()
     }
 
     /// Drop a held message; its sender completes normally.

@@ -1323,11 +1323,8 @@ fn a_forgotten_senders_commands_are_not_its_successors() {
         assert_eq!(a.send_bytes(to_b, hdr(i), &pattern(8, i as u8), acked(i)), Ok(SendStatus::Pending));
     }
     b.forget_in_peer(src as SrcId, &mut hb);
-    let successor = Endpoint::create(&name("leftovers"), Params::default()).unwrap();
-    let entry = &b.region.peer_slots()[src as usize];
-    let me = crate::liveness::ProcessIdentity::current().unwrap();
-    super::peers::fill_slot(entry, successor.name(), me, successor.region.incarnation());
-    assert_eq!(entry.state.load(Relaxed) & 3, SLOT_READY);
+    let successor = take_entry(&b, src, "leftovers", Params::default());
+    assert_eq!(b.region.peer_slots()[src as usize].state.load(Relaxed) & 3, SLOT_READY);
 
     for _ in 0..10 {
         b.progress(&mut hb);
@@ -1358,9 +1355,7 @@ fn a_gone_senders_commands_read_after_its_entry_changed_hands_are_its_own() {
     }
     let src = a.link(to_b).unwrap().slot;
     let ring = Region::open(b.name()).unwrap();
-    let mut successor = Endpoint::create(&name("nevermets"), Params::default()).unwrap();
-    let me = crate::liveness::ProcessIdentity::current().unwrap();
-    super::peers::fill_slot(&b.region.peer_slots()[src as usize], successor.name(), me, successor.region.incarnation());
+    let mut successor = take_entry(&b, src, "nevermets", Params::default());
     super::peers::push_cmd(&ring, src, &CmdEntry::connect(src, successor.region.incarnation())).unwrap();
 
     for _ in 0..10 {
@@ -1383,11 +1378,17 @@ fn successor_in_entry(
     tag: &str,
     params: Params,
 ) -> Endpoint {
-    let src = a.link(to_b).unwrap().slot as SrcId;
+    let src = a.link(to_b).unwrap().slot;
+    let successor = take_entry(b, src, tag, params);
+    b.accept(src as SrcId, hb).unwrap();
+    successor
+}
+
+/// A new endpoint (`tag`) fills entry `src` of b's peer table, as a sender claiming it does.
+fn take_entry(b: &Endpoint, src: u32, tag: &str, params: Params) -> Endpoint {
     let successor = Endpoint::create(&name(tag), params).unwrap();
     let me = crate::liveness::ProcessIdentity::current().unwrap();
     super::peers::fill_slot(&b.region.peer_slots()[src as usize], successor.name(), me, successor.region.incarnation());
-    b.accept(src, hb).unwrap();
     successor
 }
 
@@ -2373,7 +2374,7 @@ fn cma_write_copies_into_the_senders_memory_and_not_after_it_is_gone() {
     assert_eq!(a.send(to_b, hdr, LocalIov::owned(pattern(8, 1)), opts), Ok(SendStatus::Pending));
     pump_until((&mut a, &mut ha), (&mut b, &mut hb), "the request", |_, hb| hb.received.len() == 1);
     assert!(a.cma_with(to_b));
-    let src = hb.offered[0].src;
+    let to = hb.offered[0].answer_to();
     let mut first = vec![0u8; 5000];
     let mut second = vec![0u8; 70_000];
     let remote = [
@@ -2381,18 +2382,19 @@ fn cma_write_copies_into_the_senders_memory_and_not_after_it_is_gone() {
         RemoteIov { addr: second.as_mut_ptr() as u64, len: 60_000 },
     ];
     let data = pattern(65_000, 4);
-    assert_eq!(b.cma_write(src, &LocalIov::owned(data.clone()), &remote), Ok(65_000));
+    assert_eq!(b.cma_write(to, &LocalIov::owned(data.clone()), &remote), Ok(65_000));
     assert_eq!(b.stats().cma_writes, 1);
     assert_eq!(first, data[..5000]);
     assert_eq!(second[..60_000], data[5000..]);
     assert!(second[60_000..].iter().all(|&x| x == 0), "written past the named range");
-    assert_eq!(b.cma_write(src + 1, &LocalIov::owned(data.clone()), &remote), Err(Error::PeerDead), "unknown source");
+    let unknown = AnswerTo { src: to.src + 1, ..to };
+    assert_eq!(b.cma_write(unknown, &LocalIov::owned(data.clone()), &remote), Err(Error::PeerDead), "unknown source");
     drop(a);
     second.fill(0);
     for _ in 0..1000 {
         b.progress(&mut hb);
     }
-    assert!(b.cma_write(src, &LocalIov::owned(data), &remote).is_err(), "a closed sender is not written");
+    assert!(b.cma_write(to, &LocalIov::owned(data), &remote).is_err(), "a closed sender is not written");
     assert!(second.iter().all(|&x| x == 0));
 }
 

@@ -654,14 +654,12 @@ pub fn flush(rma: &mut RmaState, engine: &mut Endpoint, mrs: &MrTable) {
             }
             Outgoing::AnswerInto { to, buf, data } => engine.answer_into(to, buf, &LocalIov::owned(data)),
             Outgoing::Reply { to, op_id, data, pull } => {
-                // To the initiator of the read, not a successor in its entry (`AnswerTo`).
-                let peer = match engine.still_sends(to).then(|| engine.peer_of_src(to.src)) {
-                    Some(Ok(p)) => p,
-                    Some(Err(_)) => {
+                let peer = match engine.peer_of(to) {
+                    Ok(p) => p,
+                    Err(_) => {
                         engine.answer(to, Err(ffi::FI_EIO));
                         continue;
                     }
-                    None => continue,
                 };
                 // Registered memory goes out by reference: the initiator reads it with CMA, or
                 // this process copies it into SAR segments over later steps; a registration
@@ -699,9 +697,6 @@ pub fn flush(rma: &mut RmaState, engine: &mut Endpoint, mrs: &MrTable) {
 /// instead, and the initiator takes that as usual.
 fn write_back(rma: &mut RmaState, engine: &mut Endpoint, mrs: &MrTable, req: WriteBack) {
     let WriteBack { to, op_id, at, len, remote } = req;
-    if !engine.still_sends(to) {
-        return; // its initiator is gone: no memory of a successor's to write (`AnswerTo`)
-    }
     let ranges = match at.resolve(mrs, len, ffi::FI_REMOTE_READ as u64) {
         Ok((ranges, _)) => ranges,
         Err(errno) => return engine.answer(to, Err(errno)),
@@ -709,7 +704,7 @@ fn write_back(rma: &mut RmaState, engine: &mut Endpoint, mrs: &MrTable, req: Wri
     // SAFETY: registered memory the application exposed for remote reads, looked up just now;
     // the copy ends before this function returns.
     let mem = unsafe { crate::iov::lend(ranges.clone()) };
-    match engine.cma_write(to.src, &mem, &remote) {
+    match engine.cma_write(to, &mem, &remote) {
         Ok(n) if n as u64 == len => engine.answer(to, Ok(())),
         Ok(_) => engine.answer(to, Err(ffi::FI_EIO)),
         Err(EngineError::PeerDead) => {}
