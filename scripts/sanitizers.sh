@@ -10,6 +10,9 @@
 #                                the same build
 #   scripts/sanitizers.sh        both
 #
+# The provider itself, loaded by libfabric into real programs, runs under ASan in
+# scripts/asan-provider.sh (in scripts/test.sh; stable toolchain).
+#
 # Needs the nightly toolchain with miri and rust-src: rustup +nightly component add miri rust-src
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Every test rshm has: formatting, lints, unit and multi-process tests, loom models, fuzzing, the
-# conformance suite, leaked regions, real clients, the OpenSHMEM queues library.
+# conformance suite (also with the provider under AddressSanitizer), leaked regions, real
+# clients, the OpenSHMEM queues library.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -82,6 +83,9 @@ FI_RSHM_CMA=0 cargo run --release --locked -q -p fabtests-adapter -- suite --pro
 step "every scenario with one inject buffer, one SAR buffer and a 16-entry queue, through SAR alone"
 FI_RSHM_CMA=0 FI_RSHM_QUEUE_LEN=16 FI_RSHM_INJECT_COUNT=1 FI_RSHM_SAR_COUNT=1 \
     cargo run --release --locked -q -p fabtests-adapter -- suite --providers rshm --provider-path "$PWD/target/rshm"
+
+step "the provider under AddressSanitizer, loaded by libfabric into uninstrumented programs: the conformance suite as users run it and with every pool dry (any report or leak fails)"
+bash scripts/asan-provider.sh
 
 step "misuse through libfabric's API (tests/misuse/misuse.c): a -FI_E* code and a log line, never a crash"
 mkdir -p target/misuse
