@@ -2,7 +2,7 @@
 //! libfabric's public API, as an application does, and compares rshm with the C `shm`.
 //!
 //! ```text
-//! fabtests-adapter suite [--providers rshm,shm] [--filter SUBSTR]... [--provider-path DIR]
+//! fabtests-adapter suite [--providers rshm,shm] [--filter SUBSTR]... [--skip SUBSTR]... [--provider-path DIR]
 //!                        [--wait-ms N] [-v]
 //! fabtests-adapter list
 //! fabtests-adapter upstream --bin DIR [--providers rshm,shm] [--jobs N] [--junit FILE] ...
@@ -27,13 +27,14 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 const USAGE: &str = "usage:
-  fabtests-adapter suite [--providers rshm,shm] [--filter SUBSTR]... [--provider-path DIR] [--wait-ms N] [-v]
+  fabtests-adapter suite [--providers rshm,shm] [--filter SUBSTR]... [--skip SUBSTR]... [--provider-path DIR] [--wait-ms N] [-v]
   fabtests-adapter list
   fabtests-adapter upstream --bin DIR ...   (installed upstream fabtests; options below)
 
 suite:
   --providers      providers to run every scenario against (default rshm,shm)
   --filter         run only scenarios whose name contains SUBSTR (repeatable, or comma-separated)
+  --skip           leave out scenarios whose name contains SUBSTR (repeatable, or comma-separated)
   --provider-path  directory holding librshm-fi.so (sets FI_PROVIDER_PATH for the test processes;
                    default: $FI_PROVIDER_PATH, else <dir of this binary>/../rshm if it has the library)
   --wait-ms        deadline for any single wait inside a scenario (default 10000)
@@ -96,6 +97,7 @@ fn suite(args: &[String]) -> i32 {
     let mut opts = runner::SuiteOpts {
         providers: vec!["rshm".into(), "shm".into()],
         filter: Vec::new(),
+        skip: Vec::new(),
         provider_path: None,
         wait_timeout: Duration::from_secs(10),
         verbose: false,
@@ -114,6 +116,9 @@ fn suite(args: &[String]) -> i32 {
                 "--filter" | "-f" => {
                     opts.filter.extend(take_value(args, &mut i, "--filter")?.split(',').map(str::to_string))
                 }
+                "--skip" => opts.skip.extend(
+                    take_value(args, &mut i, "--skip")?.split(',').filter(|s| !s.is_empty()).map(str::to_string),
+                ),
                 "--provider-path" => {
                     opts.provider_path = Some(provider_dir(take_value(args, &mut i, "--provider-path")?))
                 }

@@ -13,6 +13,8 @@ use std::time::{Duration, Instant};
 pub struct SuiteOpts {
     pub providers: Vec<String>,
     pub filter: Vec<String>,
+    /// Scenarios whose name contains one of these are left out (after `filter`).
+    pub skip: Vec<String>,
     pub provider_path: Option<PathBuf>,
     /// Per-wait deadline inside the ranks.
     pub wait_timeout: Duration,
@@ -433,6 +435,11 @@ fn matches_filter(name: &str, filter: &[String]) -> bool {
     filter.is_empty() || filter.iter().any(|f| name.contains(f.as_str()))
 }
 
+/// Whether scenario `name` runs: it matches `filter` (any, or none given) and no `skip`.
+fn selected(name: &str, filter: &[String], skip: &[String]) -> bool {
+    matches_filter(name, filter) && !skip.iter().any(|s| name.contains(s.as_str()))
+}
+
 /// A plain-text table: `head` names the first column, `cols` the others; every row is a label
 /// and one cell per column (shared by `suite` and `upstream`).
 pub fn render_table(head: &str, cols: &[String], rows: &[(String, Vec<String>)]) -> String {
@@ -472,9 +479,10 @@ pub fn render_table(head: &str, cols: &[String], rows: &[(String, Vec<String>)])
 
 /// Run the suite; returns the process exit code.
 pub fn run_suite(opts: &SuiteOpts) -> i32 {
-    let list: Vec<Scenario> = scenarios::all().into_iter().filter(|s| matches_filter(s.name, &opts.filter)).collect();
+    let list: Vec<Scenario> =
+        scenarios::all().into_iter().filter(|s| selected(s.name, &opts.filter, &opts.skip)).collect();
     if list.is_empty() {
-        eprintln!("no scenario matches {:?}", opts.filter);
+        eprintln!("no scenario matches {:?} without {:?}", opts.filter, opts.skip);
         return 2;
     }
     let t0 = Instant::now();
@@ -679,6 +687,9 @@ mod tests {
         assert!(matches_filter("pair/cancel", &[]));
         assert!(matches_filter("pair/cancel", &["cancel".into()]));
         assert!(!matches_filter("pair/cancel", &["unit/".into()]));
+        assert!(selected("unit/eq", &[], &["soak/".into()]));
+        assert!(!selected("unit/eq", &["unit/".into()], &["eq".into()]));
+        assert!(!selected("soak/rma_atomic", &[], &["soak/".into(), "x".into()]));
     }
 
     #[test]
