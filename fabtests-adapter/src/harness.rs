@@ -144,6 +144,13 @@ pub fn kill_seed() -> u64 {
     })
 }
 
+/// This process's private resident memory (RssAnon, KiB).
+pub fn rss_anon_kib() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("RssAnon:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
 /// Deterministic bytes for (seed, len): every offset of every message differs.
 pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
     let mut v = Vec::with_capacity(len + 8);

@@ -22,7 +22,7 @@
 use super::rma_util::{payload, AKind, Peer, Spec, Target, ATOMIC, BASIC, MSG, REMOTE_READ, REMOTE_WRITE, RMA};
 use super::{scn, Scenario};
 use crate::fabric::ffi;
-use crate::harness::{kill_seed, pattern, splitmix, Rank, TResult, TestErr};
+use crate::harness::{kill_seed, pattern, rss_anon_kib, splitmix, Rank, TResult, TestErr};
 use crate::{bail, ensure};
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -201,13 +201,6 @@ fn check_words(
         r.pmi.wait_key_with(&format!("checked-{s}"), &mut || p.progress().map(|_| ()))?;
     }
     Ok(())
-}
-
-/// This process's private resident memory (RssAnon, KiB).
-fn rss_anon_kib() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("RssAnon:"))?;
-    line.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// One round: a put to every live peer, then a get of the same bytes, then a fetch-add, each

@@ -4,7 +4,8 @@
 use super::{check_recv, check_send, scn, send2, wait2, Scenario, SIZES};
 use crate::fabric::{self, ffi, Av, Cntr, Cq, Domain, Ep, Eq, Hints, InfoList, Mr, EAGAIN, ENODATA};
 use crate::harness::{
-    check_pattern, fi_ok, pattern, watchdog, FiCtx, Node, NodeCfg, Rank, Rx, TResult, TestErr, Tx, LEN_UNKNOWN,
+    check_pattern, fi_ok, pattern, rss_anon_kib, watchdog, FiCtx, Node, NodeCfg, Rank, Rx, TResult, TestErr, Tx,
+    LEN_UNKNOWN,
 };
 use crate::{bail, ensure};
 use std::time::{Duration, Instant};
@@ -1450,12 +1451,7 @@ fn io<T>(r: std::io::Result<T>, what: &str) -> TResult<T> {
 }
 
 fn held_now() -> TResult<Held> {
-    let status = io(std::fs::read_to_string("/proc/self/status"), "read /proc/self/status")?;
-    let rss_kib = status
-        .lines()
-        .find_map(|l| l.strip_prefix("RssAnon:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .ok_or_else(|| TestErr::Fail("no RssAnon in /proc/self/status".into()))?;
+    let rss_kib = rss_anon_kib().ok_or_else(|| TestErr::Fail("no RssAnon in /proc/self/status".into()))?;
     let fds = io(std::fs::read_dir("/proc/self/fd"), "read /proc/self/fd")?.count();
     let maps = io(std::fs::read_to_string("/proc/self/maps"), "read /proc/self/maps")?;
     let shm_maps = maps.lines().filter(|l| l.contains("/dev/shm/")).count();

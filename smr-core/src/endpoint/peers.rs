@@ -397,16 +397,17 @@ impl Endpoint {
             p.absent_since = None;
         }
         let link = p.link.as_mut().expect("mapped above");
-        if !link.connect_sent {
-            // Our first command in its ring is the request, which names our incarnation: by it
-            // the receiver tells our commands from those a predecessor in our entry left
-            // (`Forgotten`). Until it is in (the ring was full), nothing else of ours goes.
-            push_cmd(&link.region, link.slot, &CmdEntry::connect(link.slot, my_inc))?;
-            link.connect_sent = true;
+        let first = !link.connect_sent;
+        if first || (!link.acked && link.last_request.elapsed() >= retry) {
+            let pushed = push_cmd(&link.region, link.slot, &CmdEntry::connect(link.slot, my_inc));
+            if first {
+                // Our first command in its ring is the request, which names our incarnation: by
+                // it the receiver tells our commands from those a predecessor in our entry left
+                // (`Forgotten`). Until it is in (the ring was full), nothing else of ours goes.
+                pushed?;
+                link.connect_sent = true;
+            }
             link.last_request = Instant::now();
-        } else if !link.acked && link.last_request.elapsed() >= retry {
-            link.last_request = Instant::now();
-            let _ = push_cmd(&link.region, link.slot, &CmdEntry::connect(link.slot, my_inc));
         }
         Ok(link)
     }
@@ -540,18 +541,14 @@ impl Endpoint {
 
     pub(super) fn flush_resp_backlog(&mut self) {
         while let Some(QueuedResp { src, incarnation, entry }) = self.resp_backlog.front().copied() {
-            // Its sender gone, or a successor in its entry of our peer table (whose message ids
-            // are its own: the answer could complete one of its sends).
-            let Some(sender) = self.sender_at(src, incarnation) else {
-                self.resp_backlog.pop_front();
-                continue;
-            };
-            if self.try_resp(src, &entry) == Err(Error::Again) {
-                if sender.watch.alive() {
-                    break;
-                }
-                self.resp_backlog.pop_front();
-                continue;
+            // It waits while its sender lives and has no room for it. Dropped otherwise: its
+            // sender gone, or a successor in its entry of our peer table (whose message ids are
+            // its own: the answer could complete one of its sends).
+            let waits = self
+                .sender_at(src, incarnation)
+                .is_some_and(|sender| self.try_resp(src, &entry) == Err(Error::Again) && sender.watch.alive());
+            if waits {
+                break;
             }
             self.resp_backlog.pop_front();
         }
