@@ -63,7 +63,9 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"RSHMREG\0");
 /// 20: a CONNECT names its sender's incarnation (in `tag`), and is a sender's first command in a
 ///    ring: by it a receiver tells a successor's commands from those a sender it forgot left in
 ///    the same entry (`endpoint::peers::Forgotten`).
-pub const LAYOUT_VERSION: u32 = 20;
+/// 21: a published registration carries a seal over its words (`MrSlot::seal`), without which
+///    peers take the ordinary path.
+pub const LAYOUT_VERSION: u32 = 21;
 /// Longest region name, without the terminating NUL.
 pub const NAME_MAX: usize = 63;
 /// Size of one inject buffer (defined with the commands that name them, which check against it).

@@ -19,6 +19,17 @@
 //! The owner withdraws an entry before `fi_close(mr)` returns, so no peer's copy touches memory
 //! the application may already have freed and still reports success.
 //!
+//! **A seal against scribbles.** Every entry carries `seal`, a mix of its sequence count and
+//! fields that the owner computes when it writes the entry; a peer takes an entry only if the
+//! seal matches what it read. Without it, bytes a faulty peer scribbled over an entry (a base,
+//! a length, flags) between two rewrites would be taken as the owner's word, and a peer's CMA
+//! copy would land in, or read from, other bytes of the owner's memory than the registration:
+//! silent corruption the owner never sees. A mismatch sends the peer the ordinary way, through
+//! the owner, which checks against its own records. The seal catches garbage, not a forger who
+//! computes it (a process of the same user that could do that could as well write the owner's
+//! memory with CMA directly). The owner puts scribbled entries back from its private copies on
+//! its liveness tick (`Publisher::repair`), so that peers copy directly again.
+//!
 //! Keys are placed by open addressing from `key % slots`, and a slot once used keeps `USED`, so
 //! a lookup walks from the key's home slot and stops at the first slot never used: O(1) for the
 //! few registrations a process has. The owner keeps which slots are live in its own memory
@@ -42,6 +53,9 @@ pub struct MrSlot {
     pub flags: AtomicU64,
     /// Peers copying into the registration now (`begin_write`..`end_write`).
     pub writers: AtomicU64,
+    /// `seal(seq, key, base, len, flags)` as the owner wrote them: a peer takes the entry only
+    /// if it matches.
+    pub seal: AtomicU64,
 }
 
 impl MrSlot {
@@ -54,6 +68,7 @@ impl MrSlot {
             len: AtomicU64::new(0),
             flags: AtomicU64::new(0),
             writers: AtomicU64::new(0),
+            seal: AtomicU64::new(0),
         }
     }
 }
@@ -109,10 +124,35 @@ fn home(key: u64, slots: usize) -> usize {
     (key % slots as u64) as usize
 }
 
-/// The owner's private record of which slots it filled.
+/// The check word of an entry with these words: a multiply-xorshift mix, so that a scribble over
+/// any bit of them (or of the seal) makes a mismatch but for a chance of one in 2^64. About 20
+/// instructions, on a path that goes on to a system call.
+pub fn seal(seq: u64, key: u64, base: u64, len: u64, flags: u64) -> u64 {
+    const MUL: u64 = 0x9E37_79B9_7F4A_7C15;
+    let mut h = 0x5EA1_ED0F_2E61_57E2_u64;
+    for w in [seq, key, base, len, flags] {
+        h = (h ^ w).wrapping_mul(MUL);
+        h ^= h >> 29;
+    }
+    h
+}
+
+/// What the owner last wrote into one slot (key, base, len, flags), kept in its own memory.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Written {
+    key: u64,
+    base: u64,
+    len: u64,
+    flags: u64,
+}
+
+/// The owner's private record of the slots it filled: which are live, and what each holds.
 #[derive(Debug, Default)]
 pub struct Publisher {
     live: u64,
+    /// Per slot, what the owner last wrote there (never-used slots: all zero); empty until the
+    /// first publish.
+    written: Vec<Written>,
 }
 
 impl Publisher {
@@ -120,7 +160,7 @@ impl Publisher {
     pub fn publish(&mut self, slots: &[MrSlot], key: u64, base: u64, len: u64, flags: u64) -> Option<u32> {
         let n = slots.len().min(64);
         let free = (0..n).map(|i| (home(key, n) + i) % n).find(|&i| self.live & (1 << i) == 0)?;
-        write(&slots[free], key, base, len, flags | USED | LIVE);
+        self.write(slots, free, Written { key, base, len, flags: flags | USED | LIVE });
         self.live |= 1 << free;
         Some(free as u32)
     }
@@ -130,10 +170,50 @@ impl Publisher {
         if slot >= 64 || self.live & (1 << slot) == 0 {
             return;
         }
-        if let Some(s) = slots.get(slot as usize) {
-            write(s, 0, 0, 0, USED);
+        if (slot as usize) < slots.len() {
+            self.write(slots, slot as usize, Written { flags: USED, ..Written::default() });
         }
         self.live &= !(1 << slot);
+    }
+
+    /// Rewrite slot `i` with `w`, and remember it.
+    fn write(&mut self, slots: &[MrSlot], i: usize, w: Written) {
+        if self.written.len() < slots.len().min(64) {
+            self.written.resize(slots.len().min(64), Written::default());
+        }
+        write(&slots[i], w, Writers::WaitFor);
+        self.written[i] = w;
+    }
+
+    /// Owner only, on its liveness tick: put back every entry whose shared words differ from
+    /// what the owner last wrote there (a peer scribbled over them: peers would refuse it by its
+    /// seal and take the ordinary path for good, or an odd count would stop their lookups).
+    /// Returns how many entries it rewrote. Honest runs never differ: only the owner writes these
+    /// words, and it rewrites an entry whole before it returns.
+    ///
+    /// The rewrite does not wait for the writers counted in the entry (which a scribble may have
+    /// set for good): it puts back the registration that stands, so a peer still copying into
+    /// it, admitted before the scribble, copies where it may; and no peer was admitted by the
+    /// scribbled words, which fail the seal.
+    pub fn repair(&mut self, slots: &[MrSlot]) -> u32 {
+        let mut repaired = 0;
+        for (i, w) in self.written.iter().copied().enumerate().take(slots.len()) {
+            let s = &slots[i];
+            let seq = s.seq.load(Ordering::Relaxed);
+            let now = Written {
+                key: s.key.load(Ordering::Relaxed),
+                base: s.base.load(Ordering::Relaxed),
+                len: s.len.load(Ordering::Relaxed),
+                flags: s.flags.load(Ordering::Relaxed),
+            };
+            let sealed = s.seal.load(Ordering::Relaxed) == seal(seq, w.key, w.base, w.len, w.flags);
+            if seq & 1 == 0 && now == w && (w.flags & USED == 0 || sealed) {
+                continue;
+            }
+            write(s, w, Writers::Ignore);
+            repaired += 1;
+        }
+        repaired
     }
 
     /// How many entries are live.
@@ -142,19 +222,31 @@ impl Publisher {
     }
 }
 
+/// Whether a rewrite waits for the peers counted as writing into the entry.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Writers {
+    /// The entry changes what it names (publish, withdraw): a peer's copy must be over first.
+    WaitFor,
+    /// The entry is put back as it stands (`Publisher::repair`).
+    Ignore,
+}
+
 /// Rewrite one entry under its sequence count (the owner is its only writer).
-fn write(s: &MrSlot, key: u64, base: u64, len: u64, flags: u64) {
+fn write(s: &MrSlot, Written { key, base, len, flags }: Written, writers: Writers) {
     // Even whatever a peer may have scribbled there: odd marks the rewrite.
     let seq = s.seq.load(Ordering::Relaxed) & !1;
     s.seq.store(seq.wrapping_add(1), Ordering::Relaxed);
     // Orders the odd count before the look at `writers` (and pairs with `begin_write`'s fence):
     // a writer counted after this sees the odd count and stays out.
     fence(Ordering::SeqCst);
-    wait_for_writers(s);
+    if writers == Writers::WaitFor {
+        wait_for_writers(s);
+    }
     s.key.store(key, Ordering::Relaxed);
     s.base.store(base, Ordering::Relaxed);
     s.len.store(len, Ordering::Relaxed);
     s.flags.store(flags, Ordering::Relaxed);
+    s.seal.store(seal(seq.wrapping_add(2), key, base, len, flags), Ordering::Relaxed);
     s.seq.store(seq.wrapping_add(2), Ordering::Release);
 }
 
@@ -201,8 +293,9 @@ pub fn end_write(slots: &[MrSlot], p: &Published) {
     }
 }
 
-/// Find the live entry for `key` in a peer's table. None when there is none, or when the owner
-/// is rewriting the entries on the way (the caller takes the ordinary path then).
+/// Find the live entry for `key` in a peer's table. None when there is none, when the owner
+/// is rewriting the entries on the way, or when one on the way fails its seal (scribbled): the
+/// caller takes the ordinary path then.
 pub fn lookup(slots: &[MrSlot], key: u64) -> Option<Published> {
     let n = slots.len();
     if n == 0 {
@@ -215,14 +308,18 @@ pub fn lookup(slots: &[MrSlot], key: u64) -> Option<Published> {
         if seq & 1 != 0 {
             return None;
         }
-        let (k, base, len, flags) = (
+        let (k, base, len, flags, sealed) = (
             s.key.load(Ordering::Relaxed),
             s.base.load(Ordering::Relaxed),
             s.len.load(Ordering::Relaxed),
             s.flags.load(Ordering::Relaxed),
+            s.seal.load(Ordering::Relaxed),
         );
         fence(Ordering::Acquire);
         if s.seq.load(Ordering::Relaxed) != seq || flags & USED == 0 {
+            return None;
+        }
+        if sealed != seal(seq, k, base, len, flags) {
             return None;
         }
         if flags & LIVE != 0 && k == key {
@@ -305,6 +402,70 @@ mod tests {
         let took = start.elapsed();
         assert!(took >= WRITERS_WAIT_MAX, "the owner waited {took:?} for writers still counted");
         assert_eq!(lookup(&t, 3), None, "withdrawn after the wait");
+    }
+
+    /// The words of an entry a peer reads, as a list of the shared cells.
+    fn cells(s: &MrSlot) -> [&AtomicU64; 7] {
+        [&s.seq, &s.key, &s.base, &s.len, &s.flags, &s.writers, &s.seal]
+    }
+
+    #[test]
+    fn a_scribbled_entry_is_refused_by_its_seal_and_put_back_by_the_owner() {
+        let t = table();
+        let mut p = Publisher::default();
+        let slot = p.publish(&t, 7, 0x10_000, 4096, REMOTE_READ | REMOTE_WRITE).unwrap() as usize;
+        let honest = lookup(&t, 7).unwrap();
+        assert_eq!(p.repair(&t), 0, "nothing to repair in an honest table");
+        // A plausible forgery: the base moved to other memory of the owner's, the count left even.
+        t[slot].base.store(0x20_000, Ordering::Relaxed);
+        assert_eq!(lookup(&t, 7), None, "a forged base must not be taken for the owner's word");
+        assert_eq!(p.repair(&t), 1);
+        assert_eq!(lookup(&t, 7).map(|e| (e.base, e.len, e.flags)), Some((honest.base, honest.len, honest.flags)));
+        assert_eq!(p.repair(&t), 0, "a repaired entry stays repaired");
+        // A count left odd (a rewrite that never ends) is put back too.
+        t[slot].seq.fetch_or(1, Ordering::Relaxed);
+        assert_eq!(lookup(&t, 7), None);
+        assert_eq!(p.repair(&t), 1);
+        assert!(lookup(&t, 7).is_some());
+        // A writers count scribbled up for good does not stop the repair, nor make it wait.
+        t[slot].len.store(1 << 40, Ordering::Relaxed);
+        t[slot].writers.store(3, Ordering::Relaxed);
+        let start = std::time::Instant::now();
+        assert_eq!(p.repair(&t), 1);
+        assert!(start.elapsed() < WRITERS_WAIT_MAX / 2, "the repair waited for writers");
+        assert_eq!(lookup(&t, 7).unwrap().len, 4096);
+        t[slot].writers.store(0, Ordering::Relaxed);
+        // A withdrawn entry forged back to life under its old key is refused and put back.
+        p.withdraw(&t, slot as u32);
+        t[slot].flags.store(USED | LIVE | REMOTE_WRITE, Ordering::Relaxed);
+        t[slot].key.store(7, Ordering::Relaxed);
+        t[slot].base.store(0x20_000, Ordering::Relaxed);
+        assert_eq!(lookup(&t, 7), None);
+        assert_eq!(p.repair(&t), 1);
+        assert_eq!(lookup(&t, 7), None, "still withdrawn");
+        assert_eq!(p.repair(&t), 0);
+    }
+
+    #[test]
+    fn no_single_flipped_bit_makes_a_lookup_answer_other_words() {
+        let t = table();
+        let mut p = Publisher::default();
+        let slot = p.publish(&t, 9, 0x7f00_1234_5000, 1 << 20, REMOTE_READ | REMOTE_WRITE | VIRT_ADDR).unwrap();
+        let honest = lookup(&t, 9).unwrap();
+        let s = &t[slot as usize];
+        for (w, cell) in cells(s).into_iter().enumerate() {
+            for bit in 0..64 {
+                cell.fetch_xor(1 << bit, Ordering::Relaxed);
+                match lookup(&t, 9) {
+                    // Only the writers count is not sealed: it says nothing about where a copy goes.
+                    Some(e) => assert!(e == honest && w == 5, "word {w} bit {bit} flipped, lookup answered {e:?}"),
+                    None => assert_ne!(w, 5, "the writers count is not the entry's word"),
+                }
+                cell.fetch_xor(1 << bit, Ordering::Relaxed);
+            }
+        }
+        assert_eq!(lookup(&t, 9), Some(honest));
+        assert_eq!(p.repair(&t), 0);
     }
 
     #[test]

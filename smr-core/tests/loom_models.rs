@@ -1212,6 +1212,42 @@ fn published_withdraw_waits_for_a_write() {
     refused.assert_seen("published_withdraw_waits_for_a_write", "a write refused after the withdrawal began");
 }
 
+/// A published entry scribbled over (`published`, its seal): a peer forges the entry's base
+/// while the owner repairs its table on its tick (`Publisher::repair`) and another peer looks
+/// the key up. A lookup never answers the forged base, whatever the interleaving; after the
+/// owner's next repair the honest entry is found again.
+#[test]
+fn published_repair_races_a_forgery_and_a_lookup() {
+    use smr_core::published::{self, MrSlot, Publisher, REMOTE_WRITE};
+    const KEY: u64 = 2;
+    let (found, refused) = (Tally::default(), Tally::default());
+    let (fo, re) = (found.clone(), refused.clone());
+    model("published_repair_races_a_forgery_and_a_lookup", move || {
+        let table: Arc<Vec<MrSlot>> = Arc::new((0..1).map(|_| MrSlot::unused()).collect());
+        let mut owner = Publisher::default();
+        owner.publish(&table, KEY, 0x1000, 100, REMOTE_WRITE).expect("room");
+        let t = table.clone();
+        let forger = thread::spawn(move || t[0].base.store(0x9000, Ordering::Relaxed));
+        let t = table.clone();
+        let repairer = thread::spawn(move || {
+            owner.repair(&t);
+            owner
+        });
+        let seen = published::lookup(&table, KEY);
+        if let Some(p) = seen {
+            assert_eq!((p.base, p.len), (0x1000, 100), "a lookup answered a forged entry");
+        }
+        fo.note(seen.is_some());
+        re.note(seen.is_none());
+        forger.join().unwrap();
+        let mut owner = repairer.join().unwrap();
+        owner.repair(&table);
+        assert_eq!(published::lookup(&table, KEY).map(|p| p.base), Some(0x1000), "not put back");
+    });
+    found.assert_seen("published_repair_races_a_forgery_and_a_lookup", "the honest entry found");
+    refused.assert_seen("published_repair_races_a_forgery_and_a_lookup", "a lookup refused (forged or being repaired)");
+}
+
 /// (7a) The record of a buffer held out of a free stack (`held`) by a holder that died while it
 /// carried message 7, decided by the stack's owner while a new holder of the entry records a
 /// buffer of its own. The owner gives the dead holder's buffer back exactly when the message was

@@ -325,6 +325,9 @@ pub struct Stats {
     /// Shared control words (ring claim counters, free-stack heads and links) that a peer
     /// scribbled over and the owner put back (`check_stalls`).
     pub repaired_words: u64,
+    /// Entries of our table of published registrations put back after a peer scribbled over
+    /// them (`published::Publisher::repair`).
+    pub repaired_registrations: u64,
     pub cma_fallbacks: u64,
     /// Split copies (`split.rs`): tails offered by us as a receiver, written by our senders
     /// (as receiver: `splits_taken`), and written (or failed to write) by us as a sender.
@@ -678,6 +681,7 @@ impl Endpoint {
             r.sar_stack().repair(sar, patience),
         ];
         self.stats.repaired_words += repaired.iter().filter(|&&b| b).count() as u64;
+        self.stats.repaired_registrations += u64::from(self.publisher.repair(r.mr_slots()));
     }
 
     /// Sleep until a command or response arrives, or `timeout` passes.
