@@ -195,6 +195,11 @@ pub fn pattern(sender: u32, seq: u32, len: usize) -> Vec<u8> {
     v
 }
 
+/// What `rshm-peer rma` writes into a registration in round `round`.
+pub fn rma_pattern(round: u32, len: usize) -> Vec<u8> {
+    pattern(0x0AA, round, len)
+}
+
 /// FNV-style checksum over 8-byte words (fast enough for 16 MiB in a debug build).
 pub fn checksum(bytes: &[u8]) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325 ^ bytes.len() as u64;

@@ -121,7 +121,99 @@ fn random_bytes_all_over_the_region_do_not_crash_or_wedge_the_owner() {
 }
 
 #[test]
+fn a_scribbled_peer_table_does_not_crash_or_wedge_the_owner() {
+    attack("hp1", "6", "300", Some("peers"), false);
+    attack("hp2", "7", "300", Some("peers"), true);
+}
+
+#[test]
 fn scribbled_control_words_are_repaired_by_the_owner() {
     attack("hc1", "3", "300", Some("control"), false);
     attack("hc2", "4", "300", Some("control"), true);
+}
+
+/// A hostile peer aims at our table of published registrations while another process writes
+/// and reads one of them with CMA on its own, as rshm's one-sided operations do
+/// (`smr_core::published`): random bytes over the table, and every fourth burst a forgery of
+/// the entry, whole but for its seal, that points at other memory of ours (`bait`). Asserted: no
+/// peer copy lands outside the registration (the bait and the guards around the registration
+/// are as they were), every read came back as written, the attack was felt (the peer had copies
+/// refused, we put entries back), and once it stopped the peer's copies went through again, 100
+/// more, the registration holding its last write.
+#[test]
+fn a_scribbled_registration_table_never_moves_a_peer_copy() {
+    use smr_core::published::{REMOTE_READ, REMOTE_WRITE};
+    if !cma_or_skip("a_scribbled_registration_table_never_moves_a_peer_copy") {
+        return;
+    }
+    const LEN: usize = 8192;
+    const KEY: u64 = 21;
+    const GUARD: u8 = 0x6A;
+    const BAIT: u8 = 0xB8;
+    let mut sc = Scenario::new(PEER, "hm");
+    let me = sc.name("r");
+    let mut node = Node::create(&me, params(false)).unwrap();
+    // guard | registration | guard, and the bait elsewhere in our memory.
+    let mut mem = vec![GUARD; 3 * LEN];
+    let bait = vec![BAIT; LEN];
+    let registration = mem[LEN..].as_mut_ptr() as u64;
+    node.ep.publish_mr(KEY, registration, LEN as u64, REMOTE_READ | REMOTE_WRITE).expect("published");
+
+    let (writer, key, len) = (sc.name("w"), KEY.to_string(), LEN.to_string());
+    let peer = sc.spawn(
+        "peer copying",
+        &["rma", "--name", &writer, "--target", &me, "--key", &key, "--len", &len, "--after", "100", "--gap-us", "50"],
+    );
+    let dl = deadline();
+    let mut longest = Duration::ZERO;
+    let mut pump = || {
+        let t = Instant::now();
+        node.pump_or_wait(Duration::from_millis(1));
+        longest = longest.max(t.elapsed());
+    };
+    sc.child(peer).expect_line_while("FIRST", dl, &mut pump);
+    let bait_at = (bait.as_ptr() as u64).to_string();
+    let scribbler = sc.spawn(
+        "scribbler",
+        &[
+            "scribble",
+            "--target",
+            &me,
+            "--aim",
+            "mr",
+            "--count",
+            "400",
+            "--seed",
+            "5",
+            "--gap-us",
+            "1000",
+            "--forge-key",
+            &key,
+            "--forge-base",
+            &bait_at,
+            "--forge-len",
+            &len,
+        ],
+    );
+    let scribbled = sc.child(scribbler).expect_line_while("SCRIBBLED", dl, &mut pump);
+    sc.child(peer).say("GO");
+    let result = sc.child(peer).expect_line_while("RESULT", deadline(), &mut pump);
+    let kv = parse_kv(&result);
+    // The peer's copies are done: what they wrote is in our memory (the kernel wrote it).
+    std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+    let repaired = node.ep.stats().repaired_registrations;
+    println!("{scribbled}; peer: {result}; entries put back: {repaired}; longest progress call {longest:?}");
+    assert!(bait.iter().all(|&b| b == BAIT), "a peer's copy landed in the bait a forged entry named");
+    assert!(
+        mem[..LEN].iter().chain(&mem[2 * LEN..]).all(|&b| b == GUARD),
+        "a peer's copy landed beside the registration"
+    );
+    assert_eq!(kv_u64(&kv, "wrong"), 0, "reads came back other than written: {result}");
+    let last = kv_u64(&kv, "last") as u32;
+    assert!(mem[LEN..2 * LEN] == rma_pattern(last, LEN)[..], "the registration does not hold the peer's last write");
+    assert!(kv_u64(&kv, "refused") > 0, "the attack never refused a copy: {result}");
+    assert!(kv_u64(&parse_kv(&scribbled), "forged") > 0, "no forgery written: {scribbled}");
+    assert!(repaired > 0, "no entry was put back");
+    assert!(longest < Duration::from_secs(2), "a progress call took {longest:?}");
+    sc.child(peer).finish(deadline());
 }

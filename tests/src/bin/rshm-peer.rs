@@ -9,7 +9,9 @@
 //!                 [--die-mid-copy P]
 //! rshm-peer hang  --name N [--sar]
 //! rshm-peer fuzz  --target N --count K [--seed S] [--bias]
-//! rshm-peer scribble --target N --count K [--seed S] [--gap-us G] [--aim control]
+//! rshm-peer scribble --target N --count K [--seed S] [--gap-us G] [--aim control|mr]
+//!                 [--forge-key K --forge-base B --forge-len L]
+//! rshm-peer rma   --name N --target T [--key K] [--len L] [--after A] [--gap-us G]
 //! ```
 //!
 //! `node` creates endpoint N and prints `READY`, sleeps S ms without progressing (and with
@@ -34,7 +36,21 @@
 //! N's command ring and prints `FUZZED`. `scribble` writes K bursts of random bytes at random
 //! offsets of N's region file (a quarter into its first page) and prints `SCRIBBLED`; with
 //! `--aim control` every burst (1-8 bytes) lands on a shared control word instead: the claim
-//! counter of either ring, the head of either free stack, or a link of either stack.
+//! counter of either ring, the head of either free stack, or a link of either stack; with
+//! `--aim peers` on the peer-table entries of the senders connected when it starts; with
+//! `--aim mr` on N's table of published registrations, and with `--forge-*` every fourth burst
+//! is a forgery instead: the entry of key K rewritten whole but for its seal (an even count,
+//! K, base B, length L, live and open to reads and writes), as a faulty peer that wrote
+//! plausible values would leave it.
+//!
+//! `rma` creates N and does, on its own with CMA as a peer of T may, a write of a pattern into
+//! the first L bytes of the registration T published under K, then a read of them back, again
+//! and again (`Endpoint::peer_mr`, `write_published`, `read_published`). A lookup or copy
+//! refused (an entry scribbled over, or being rewritten) is counted, and tried again after G µs.
+//! It prints `FIRST` once a write and its read went through; after a `GO` line on stdin it goes
+//! on until A more have, then prints `RESULT writes=.. refused=.. wrong=.. last=I`: `last` names
+//! the pattern of its last write (every write is followed by a read that went through), and
+//! `wrong` counts reads that came back other than what was just written. It exits 0 if none did.
 //!
 //! Every role exits (status 4) when its stdin closes early, and gives up (status 3) after
 //! `--max-secs` (default 60), so a test that dies cannot leave a process behind.
@@ -451,6 +467,64 @@ fn run_hang(o: &Opts) -> i32 {
     0
 }
 
+fn run_rma(o: &Opts) -> i32 {
+    use smr_core::iov::LocalIov;
+    let mut node = create(o);
+    let target = o.req("target");
+    let (key, len, after): (u64, usize, u64) = (o.num("key", 1), o.num("len", 4096), o.num("after", 100));
+    let gap = Duration::from_micros(o.num("gap-us", 50));
+    let peer = node.ep.add_peer(&target).unwrap_or_else(|e| bail(2, &format!("add_peer {target}: {e}")));
+    let (mut writes, mut refused, mut wrong, mut since_go) = (0u64, 0u64, 0u64, 0u64);
+    let mut round = 0u32;
+    loop {
+        watchdog();
+        node.pump();
+        round = round.wrapping_add(1);
+        let bytes = rshm_tests::rma_pattern(round, len);
+        let wrote = node
+            .ep
+            .peer_mr(peer, key)
+            .is_some_and(|p| node.ep.write_published(peer, &p, 0, &LocalIov::owned(bytes.clone())).is_ok());
+        // Read back until a read goes through: a refused write may have left the bytes undefined
+        // (a copy cut short), and `last` must name what the registration holds.
+        let mut back = None;
+        while wrote && back.is_none() {
+            watchdog();
+            let mut into = LocalIov::owned(vec![0; len]);
+            match node.ep.peer_mr(peer, key).map(|p| node.ep.read_published(peer, &p, 0, &mut into)) {
+                Some(Ok(n)) if n == len => back = into.into_owned(),
+                _ => {
+                    refused += 1;
+                    std::thread::sleep(gap);
+                }
+            }
+        }
+        let Some(back) = back else {
+            refused += 1;
+            std::thread::sleep(gap);
+            continue;
+        };
+        writes += 1;
+        wrong += u64::from(back != bytes);
+        if writes == 1 {
+            say("FIRST");
+        }
+        if GO.load(Ordering::Relaxed) {
+            since_go += 1;
+            if since_go >= after {
+                break;
+            }
+        }
+        std::thread::sleep(gap);
+    }
+    say(&format!("RESULT writes={writes} refused={refused} wrong={wrong} last={round}"));
+    while !STDIN_CLOSED.load(Ordering::Relaxed) {
+        stdin_watchdog(false);
+        node.pump_or_wait(Duration::from_millis(1));
+    }
+    i32::from(wrong != 0)
+}
+
 fn random_entry(rng: &mut rshm_tests::Rng, bias: bool) -> CmdEntry {
     let mut e = CmdEntry::default();
     for chunk in e.payload.chunks_mut(8) {
@@ -517,7 +591,8 @@ fn run_fuzz(o: &Opts) -> i32 {
 
 /// `scribble`: write random bytes at random offsets of N's region file (`write_at` on the file
 /// in /dev/shm, which every mapping of it sees), `count` bursts of 1..=64 bytes, one every
-/// `--gap-us` µs, a quarter of them into the first page (header, ring control words).
+/// `--gap-us` µs, a quarter of them into the first page (header, ring control words); or aimed
+/// (`--aim`), and with forgeries of one published registration (`--forge-key`).
 fn run_scribble(o: &Opts) -> i32 {
     use std::os::unix::fs::FileExt;
     let target = o.req("target");
@@ -535,14 +610,31 @@ fn run_scribble(o: &Opts) -> i32 {
     }
     // `--aim control`: (offset, length) of every shared control word, from the header as the
     // owner wrote it (read before we scribble on it).
+    let geometry = || match smr_core::region::Region::open(&target) {
+        Ok(r) => *r.geometry(),
+        Err(e) => bail(1, &format!("open region {target}: {e:?}")),
+    };
+    let mut mrs = None;
     let aims: Vec<(u64, u64)> = match o.get("aim") {
         None => Vec::new(),
+        Some("mr") => {
+            let at = geometry().mrs;
+            mrs = Some(at);
+            vec![(at, smr_core::layout::MR_SLOTS * std::mem::size_of::<smr_core::layout::MrSlot>() as u64)]
+        }
+        Some("peers") => {
+            // The entries of the senders connected now (state word not `SLOT_FREE`).
+            let g = geometry();
+            let size = std::mem::size_of::<smr_core::layout::PeerSlot>() as u64;
+            let mut state = [0u8; 8];
+            (0..g.counts.max_peers)
+                .map(|i| g.peers + i * size)
+                .filter(|&at| file.read_exact_at(&mut state, at).is_ok() && u64::from_ne_bytes(state) != 0)
+                .map(|at| (at, size))
+                .collect()
+        }
         Some("control") => {
-            let region = match smr_core::region::Region::open(&target) {
-                Ok(r) => r,
-                Err(e) => bail(1, &format!("open region {target}: {e:?}")),
-            };
-            let g = *region.geometry();
+            let g = geometry();
             vec![
                 (g.cmd_ctl, 8),
                 (g.resp_ctl, 8),
@@ -554,9 +646,18 @@ fn run_scribble(o: &Opts) -> i32 {
         }
         Some(other) => bail(1, &format!("unknown --aim {other}")),
     };
-    let mut bytes = 0u64;
+    let forge = o.get("forge-key").map(|k| {
+        let k = k.parse::<u64>().unwrap_or_else(|_| bail(2, "bad --forge-key"));
+        (k, o.num::<u64>("forge-base", 0), o.num::<u64>("forge-len", 0))
+    });
+    let (mut bytes, mut forged) = (0u64, 0u64);
     for i in 0..count {
         watchdog();
+        if let (Some(at), Some(f), 3) = (mrs, forge, i % 4) {
+            forged += u64::from(forge_entry(&file, at, f));
+            std::thread::sleep(gap);
+            continue;
+        }
         let (n, off) = if aims.is_empty() {
             let n = 1 + (rng.next_u64() % 64) as usize;
             let span = if i % 4 == 0 { 4096 } else { len };
@@ -572,8 +673,28 @@ fn run_scribble(o: &Opts) -> i32 {
         }
         std::thread::sleep(gap);
     }
-    say(&format!("SCRIBBLED writes={count} bytes={bytes}"));
+    say(&format!("SCRIBBLED writes={count} bytes={bytes} forged={forged} aims={}", aims.len()));
     0
+}
+
+/// Rewrite the published entry of `key` in the table at `table` whole but for its seal: an even
+/// count, the key, `base`, `len`, live and open to peers' reads and writes. False when no entry
+/// names the key now (a burst before scribbled over it, and the owner has not put it back yet).
+fn forge_entry(file: &std::fs::File, table: u64, (key, base, len): (u64, u64, u64)) -> bool {
+    use smr_core::published::{LIVE, REMOTE_READ, REMOTE_WRITE, USED};
+    use std::os::unix::fs::FileExt;
+    let size = std::mem::size_of::<smr_core::layout::MrSlot>() as u64;
+    let word = |at: u64| {
+        let mut w = [0u8; 8];
+        file.read_exact_at(&mut w, at).map(|_| u64::from_ne_bytes(w)).unwrap_or(0)
+    };
+    let Some(slot) = (0..smr_core::layout::MR_SLOTS).map(|i| table + i * size).find(|&at| word(at + 8) == key) else {
+        return false;
+    };
+    // seq, key, base, len, flags: the first five words of `MrSlot`.
+    let words = [word(slot) & !1, key, base, len, USED | LIVE | REMOTE_READ | REMOTE_WRITE];
+    let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_ne_bytes()).collect();
+    file.write_at(&bytes, slot).is_ok()
 }
 
 fn main() {
@@ -600,6 +721,7 @@ fn main() {
         "hang" => run_hang(&o),
         "fuzz" => run_fuzz(&o),
         "scribble" => run_scribble(&o),
+        "rma" => run_rma(&o),
         other => bail(2, &format!("unknown role {other}")),
     };
     std::process::exit(code)
