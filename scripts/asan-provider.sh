@@ -94,8 +94,12 @@ adapter=target/release/fabtests-adapter
 # The scenarios with a bound on memory run apart, without quarantine: ASan keeps 256 MiB of
 # freed memory by default, which their bounds would count.
 bounded=soak/,unit/endpoint_churn
+# Not here: unit/process_churn, whose receiver's RssAnon grows by 630-760 KiB under ASan (its
+# allocator warming up: as much after 150 processes as after 600, where a plain build grows by
+# 20-28 KiB), past the scenario's 512 KiB; it ran clean of reports (docs/reliability.md).
 suite() {
-    under_asan detect_leaks=1 "$adapter" suite --providers rshm --provider-path "$dir" --skip "$bounded"
+    under_asan detect_leaks=1 "$adapter" suite --providers rshm --provider-path "$dir" \
+        --skip "$bounded" --skip unit/process_churn
     under_asan detect_leaks=1:quarantine_size_mb=0 "$adapter" suite --providers rshm --provider-path "$dir" \
         --filter "$bounded"
 }

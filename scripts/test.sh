@@ -70,7 +70,9 @@ bash scripts/build-provider.sh
 cargo run --release --locked -q -p fabtests-adapter -- suite --providers rshm,shm --provider-path "$PWD/target/rshm"
 
 step "conformance suite again with FI_RSHM_CMA_MIN=0: messages above the inject size by CMA, not SAR"
-FI_RSHM_CMA_MIN=0 cargo run --release --locked -q -p fabtests-adapter -- suite --providers rshm --provider-path "$PWD/target/rshm"
+# unit/process_churn sends nothing above the inject size, and takes 20 s: once above is enough.
+FI_RSHM_CMA_MIN=0 cargo run --release --locked -q -p fabtests-adapter -- suite --providers rshm --provider-path "$PWD/target/rshm" \
+    --skip unit/process_churn
 
 step "through SAR alone (FI_RSHM_CMA=0): large messages waited for in fi_cntr_wait (no sleep outlasts the transfer); a registration of all memory, the target copying at good and bad addresses"
 FI_RSHM_CMA=0 cargo run --release --locked -q -p fabtests-adapter -- suite --providers rshm --provider-path "$PWD/target/rshm" \

@@ -56,6 +56,7 @@ fn main() {
         Some("upstream") => upstream::run(&args[1..]),
         Some("__hold") => upstream::hold_main(),
         Some("__rank") => rank_main(&args[1..]),
+        Some("__churn_child") => scenarios::churn_child_main(&args[1..]),
         Some("-h") | Some("--help") | Some("help") => {
             println!("{}", usage());
             0

@@ -4,6 +4,7 @@
 mod access;
 mod all_memory;
 mod atomic;
+mod churn;
 mod completion;
 mod counters;
 mod errors;
@@ -18,6 +19,7 @@ mod rma;
 mod rma_util;
 mod segments;
 mod shared_wait;
+pub use churn::child_main as churn_child_main;
 mod unit;
 mod wait_fd;
 
@@ -48,6 +50,7 @@ pub(crate) const fn scn(
 pub fn all() -> Vec<Scenario> {
     let mut v = Vec::new();
     v.extend(unit::scenarios());
+    v.extend(churn::scenarios());
     v.extend(pair::scenarios());
     v.extend(completion::scenarios());
     v.extend(multi::scenarios());

@@ -4,8 +4,7 @@
 use super::{check_recv, check_send, scn, send2, wait2, Scenario, SIZES};
 use crate::fabric::{self, ffi, Av, Cntr, Cq, Domain, Ep, Eq, Hints, InfoList, Mr, EAGAIN, ENODATA};
 use crate::harness::{
-    check_pattern, fi_ok, pattern, rss_anon_kib, watchdog, FiCtx, Node, NodeCfg, Rank, Rx, TResult, TestErr, Tx,
-    LEN_UNKNOWN,
+    check_pattern, fi_ok, pattern, watchdog, FiCtx, Node, NodeCfg, Rank, Rx, TResult, TestErr, Tx, LEN_UNKNOWN,
 };
 use crate::{bail, ensure};
 use std::time::{Duration, Instant};
@@ -89,13 +88,6 @@ pub fn scenarios() -> Vec<Scenario> {
         scn("unit/mr_reg", 1, 20, mr_reg, "fi_mr_reg/regv/regattr, keys and descriptors"),
         scn("unit/ep_basics", 1, 20, ep_basics, "getname ETOOSMALL, setopt/getopt, two endpoints per domain"),
         scn("unit/loopback_sizes", 1, 40, loopback_sizes, "two endpoints in one process, every size 0..16 MiB"),
-        scn(
-            "unit/endpoint_churn",
-            1,
-            120,
-            endpoint_churn,
-            "2,000 endpoints opened, enabled, sending one message each and closed: memory, fds, mappings and /dev/shm files do not grow",
-        ),
     ]
 }
 
@@ -1424,158 +1416,5 @@ fn poll_set(r: &mut Rank) -> TResult {
     }
     // SAFETY: the set is open and empty; nothing uses it afterwards.
     fi_ok("fi_close(poll)", unsafe { fabric::close_fid(set.cast()) })?;
-    Ok(())
-}
-
-/// Endpoints a process opens and closes one after another (`endpoint_churn`), and after how many
-/// the resources are first counted: the later ones must leave nothing behind.
-const CHURN_EPS: u64 = 2_000;
-const CHURN_WARMUP: u64 = 200;
-/// How long the receiver progresses before each count (`settled`).
-const CHURN_SETTLE: Duration = Duration::from_millis(500);
-/// Growth of private memory allowed between the two counts.
-const CHURN_RSS_GROWTH_MAX_KIB: u64 = 512;
-
-/// What a leak would grow: private resident memory (KiB), open fds, mappings of /dev/shm files,
-/// and /dev/shm files named with this process's pid.
-#[derive(Debug, PartialEq)]
-struct Held {
-    rss_kib: u64,
-    fds: usize,
-    shm_maps: usize,
-    shm_files: usize,
-}
-
-fn io<T>(r: std::io::Result<T>, what: &str) -> TResult<T> {
-    r.map_err(|e| TestErr::Fail(format!("{what}: {e}")))
-}
-
-fn held_now() -> TResult<Held> {
-    let rss_kib = rss_anon_kib().ok_or_else(|| TestErr::Fail("no RssAnon in /proc/self/status".into()))?;
-    let fds = io(std::fs::read_dir("/proc/self/fd"), "read /proc/self/fd")?.count();
-    let maps = io(std::fs::read_to_string("/proc/self/maps"), "read /proc/self/maps")?;
-    let shm_maps = maps.lines().filter(|l| l.contains("/dev/shm/")).count();
-    let pid = std::process::id().to_string();
-    let shm_files = io(std::fs::read_dir("/dev/shm"), "read /dev/shm")?
-        .filter_map(|e| e.ok()?.file_name().into_string().ok())
-        .filter(|n| n.split(|c: char| !c.is_ascii_digit()).any(|part| part == pid))
-        .count();
-    Ok(Held { rss_kib, fds, shm_maps, shm_files })
-}
-
-/// One completion from `cq`, if any (anything but an entry or -FI_EAGAIN fails).
-fn read_one(cq: &Cq, what: &str) -> TResult<Option<ffi::fi_cq_tagged_entry>> {
-    let mut entry = [ffi::fi_cq_tagged_entry::default()];
-    match cq.read(&mut entry) {
-        1 => Ok(Some(entry[0])),
-        ret if ret == EAGAIN as isize => Ok(None),
-        ret => bail!("{what}: fi_cq_read returned {}", fabric::errname(ret as i32)),
-    }
-}
-
-/// `held_now` once the receiving endpoint (whose CQ `rx_cq` is) has had the time to let go of
-/// the senders that left: it keeps what it holds for a live sender (a mapping of its region, a
-/// descriptor to watch it by) until it handles the sender's goodbye or, at its next liveness
-/// checks, finds it gone.
-fn settled(rx_cq: &Cq) -> TResult<Held> {
-    let end = Instant::now() + CHURN_SETTLE;
-    while Instant::now() < end {
-        if let Some(e) = read_one(rx_cq, "settling")? {
-            bail!("a completion nobody asked for: {e:?}");
-        }
-        std::thread::sleep(Duration::from_micros(200));
-    }
-    held_now()
-}
-
-/// Endpoint churn through libfabric: `CHURN_EPS` endpoints of one domain, one after another,
-/// each bound, enabled, sending one message (8 B inline or 2 KiB through an inject buffer, so
-/// that the receiver's buffers a departing sender held must come back) to a long-lived endpoint
-/// of the same domain that checks it, and closed. The receiver's peer table sees every one come
-/// and go. From the `CHURN_WARMUP`th on, nothing may grow: open fds, mappings and /dev/shm files
-/// exactly, private memory by at most `CHURN_RSS_GROWTH_MAX_KIB`. The receives are posted here
-/// with one context, not through the harness's `Node`, which keeps every finished operation's
-/// context (some 160 bytes each) and would grow by itself.
-fn endpoint_churn(r: &mut Rank) -> TResult {
-    let node = Node::open(&r.prov, &NodeCfg::default(), r.timeout)?;
-    let info = node.info.get().dup();
-    let mut ca = ffi::fi_cq_attr { format: ffi::FI_CQ_FORMAT_TAGGED, ..Default::default() };
-    let rx_cq = Cq::open(node.domain(), &mut ca).ctx("fi_cq_open (receiver)")?;
-    let tx_cq = Cq::open(node.domain(), &mut ca).ctx("fi_cq_open (senders)")?;
-    let open_ep = |cq: &Cq| -> TResult<Ep> {
-        let ep = Ep::open(node.domain(), &info).ctx("fi_endpoint")?;
-        fi_ok("fi_ep_bind(av)", ep.bind(node.av().fid(), 0))?;
-        fi_ok("fi_ep_bind(cq)", ep.bind(cq.fid(), (ffi::FI_TRANSMIT | ffi::FI_RECV) as u64))?;
-        fi_ok("fi_enable", ep.enable())?;
-        Ok(ep)
-    };
-    // Declared before the receiving endpoint, so that they outlive it on every path (a failure
-    // may leave a receive posted into them).
-    let mut buf = vec![0u8; 2048];
-    let mut ctx = ffi::fi_context2::default();
-    let ctx_ptr: *mut std::ffi::c_void = (&mut ctx as *mut ffi::fi_context2).cast();
-    let rx = open_ep(&rx_cq)?;
-    let (ret, dest) = node.av().insert(&rx.getname().ctx("fi_getname")?, 0);
-    ensure!(ret == 1, "fi_av_insert returned {}", fabric::errname(ret));
-    let mut warm = None;
-    for i in 0..CHURN_EPS {
-        if i % 500 == 0 {
-            r.pmi.step(&format!("endpoint {i}"));
-        }
-        let ep = open_ep(&tx_cq)?;
-        let len = if i % 2 == 0 { 8 } else { 2048 };
-        let payload = pattern(i, len);
-        buf.fill(0);
-        // SAFETY: `buf` (2048 bytes, at least `len`) and `ctx` outlive the receive: its
-        // completion is waited for below, before either is touched again.
-        let ret = unsafe { rx.recv(buf.as_mut_ptr(), len, std::ptr::null_mut(), fabric::FI_ADDR_UNSPEC, ctx_ptr) };
-        fi_ok("fi_recv", ret as i64)?;
-        let deadline = Instant::now() + r.timeout;
-        let mut sent = false;
-        let done = loop {
-            if !sent {
-                let ret = ep.inject(&payload, dest);
-                sent = ret == 0;
-                ensure!(
-                    sent || ret == EAGAIN as isize,
-                    "endpoint {i}: fi_inject returned {}",
-                    fabric::errname(ret as i32)
-                );
-                // The sender's CQ read drives it (an inject completes nothing there).
-                ensure!(read_one(&tx_cq, "senders")?.is_none(), "endpoint {i}: a completion for an inject");
-            }
-            if let Some(e) = read_one(&rx_cq, "receiver")? {
-                break e;
-            }
-            ensure!(
-                Instant::now() < deadline,
-                "endpoint {i}: no receive completion after {:?} (sent: {sent})",
-                r.timeout
-            );
-        };
-        ensure!(done.op_context == ctx_ptr, "endpoint {i}: completion for context {:?}", done.op_context);
-        ensure!(done.len == len, "endpoint {i}: received {} bytes, sent {len}", done.len);
-        ensure!(done.flags & ffi::FI_RECV as u64 != 0, "endpoint {i}: flags {:#x} lack FI_RECV", done.flags);
-        check_pattern("recv", i, &buf[..len], len)?;
-        ep.close().ctx("fi_close(ep)")?;
-        if i + 1 == CHURN_WARMUP {
-            warm = Some(settled(&rx_cq)?);
-        }
-    }
-    let warm = warm.expect("counted at the warm-up");
-    let end = settled(&rx_cq)?;
-    let grown = end.rss_kib.saturating_sub(warm.rss_kib);
-    ensure!(
-        end.fds == warm.fds && end.shm_maps == warm.shm_maps && end.shm_files == warm.shm_files,
-        "after {CHURN_WARMUP} endpoints {warm:?}, after {CHURN_EPS} {end:?}"
-    );
-    ensure!(
-        grown <= CHURN_RSS_GROWTH_MAX_KIB,
-        "private memory grew by {grown} KiB from endpoint {CHURN_WARMUP} to {CHURN_EPS} ({warm:?} -> {end:?})"
-    );
-    r.pmi.step(&format!("held after {CHURN_WARMUP} endpoints {warm:?}, after {CHURN_EPS} {end:?}"));
-    rx.close().ctx("fi_close(receiver)")?;
-    rx_cq.close().ctx("fi_close(cq)")?;
-    tx_cq.close().ctx("fi_close(cq)")?;
     Ok(())
 }
