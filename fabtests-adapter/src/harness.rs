@@ -144,6 +144,17 @@ pub fn kill_seed() -> u64 {
     })
 }
 
+/// /dev/shm entries whose name carries `pid` as a token (rshm: rshm_<uid>_p<pidns>_<pid>_<n>,
+/// shm: <pid>:<n>:<n>).
+pub fn shm_files_of(pid: u32) -> Vec<String> {
+    let p = pid.to_string();
+    let Ok(rd) = std::fs::read_dir("/dev/shm") else { return Vec::new() };
+    rd.filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|n| n.split(['_', ':']).any(|t| t == p))
+        .collect()
+}
+
 /// This process's private resident memory (RssAnon, KiB).
 pub fn rss_anon_kib() -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;

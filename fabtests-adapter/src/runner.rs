@@ -1,6 +1,7 @@
 //! The suite side: start the ranks of each scenario for each provider, serve their out-of-band
 //! requests (see pmi.rs), enforce the deadline, combine the ranks' results, print the table.
 
+use crate::harness::shm_files_of;
 use crate::scenarios::{self, Scenario};
 use std::collections::{HashMap, VecDeque};
 use std::io::{BufRead, BufReader, Write};
@@ -82,17 +83,6 @@ pub struct RunReport {
     pub elapsed: Duration,
     /// /dev/shm files a rank left behind although it exited normally.
     pub leaks: Vec<String>,
-}
-
-/// /dev/shm entries whose name carries `pid` as a token (rshm: rshm_<uid>_p<pidns>_<pid>_<n>,
-/// shm: <pid>:<n>:<n>).
-fn shm_files_of(pid: u32) -> Vec<String> {
-    let p = pid.to_string();
-    let Ok(rd) = std::fs::read_dir("/dev/shm") else { return Vec::new() };
-    rd.filter_map(|e| e.ok())
-        .filter_map(|e| e.file_name().into_string().ok())
-        .filter(|n| n.split(['_', ':']).any(|t| t == p))
-        .collect()
 }
 
 /// Remove what the ranks of a run left in /dev/shm; returns notes (killed ranks) and leaks

@@ -365,7 +365,7 @@ const _: () = {
     assert!(offset_of!(RegionHeader, ready) == 104 + 21 * 8);
     assert!(size_of::<OwnerBeat>() == 128);
     assert!(size_of::<MrSlot>() == 64);
-    // `published::Publisher` keeps the live slots in one 64-bit word.
+    // `published::Publisher` fills at most 64 slots (`publish`).
     assert!(MR_SLOTS <= 64);
     assert!(size_of::<WakeWord>() == 256);
     assert!(size_of::<PeerSlot>() == 256);

@@ -146,12 +146,10 @@ struct Written {
     flags: u64,
 }
 
-/// The owner's private record of the slots it filled: which are live, and what each holds.
+/// The owner's private record of the slots it filled: what it last wrote into each (never-used
+/// slots: all zero; a slot is live when its flags say `LIVE`). Empty until the first publish.
 #[derive(Debug, Default)]
 pub struct Publisher {
-    live: u64,
-    /// Per slot, what the owner last wrote there (never-used slots: all zero); empty until the
-    /// first publish.
     written: Vec<Written>,
 }
 
@@ -159,21 +157,21 @@ impl Publisher {
     /// Publish a registration; None when every slot is taken (peers then go through the owner).
     pub fn publish(&mut self, slots: &[MrSlot], key: u64, base: u64, len: u64, flags: u64) -> Option<u32> {
         let n = slots.len().min(64);
-        let free = (0..n).map(|i| (home(key, n) + i) % n).find(|&i| self.live & (1 << i) == 0)?;
+        let free = (0..n).map(|i| (home(key, n) + i) % n).find(|&i| !self.is_live(i))?;
         self.write(slots, free, Written { key, base, len, flags: flags | USED | LIVE });
-        self.live |= 1 << free;
         Some(free as u32)
     }
 
     /// Take a published entry back; peers that read it before see their copy refused.
     pub fn withdraw(&mut self, slots: &[MrSlot], slot: u32) {
-        if slot >= 64 || self.live & (1 << slot) == 0 {
-            return;
+        let slot = slot as usize;
+        if self.is_live(slot) && slot < slots.len() {
+            self.write(slots, slot, Written { flags: USED, ..Written::default() });
         }
-        if (slot as usize) < slots.len() {
-            self.write(slots, slot as usize, Written { flags: USED, ..Written::default() });
-        }
-        self.live &= !(1 << slot);
+    }
+
+    fn is_live(&self, slot: usize) -> bool {
+        self.written.get(slot).is_some_and(|w| w.flags & LIVE != 0)
     }
 
     /// Rewrite slot `i` with `w`, and remember it.
@@ -206,8 +204,9 @@ impl Publisher {
                 len: s.len.load(Ordering::Relaxed),
                 flags: s.flags.load(Ordering::Relaxed),
             };
-            let sealed = s.seal.load(Ordering::Relaxed) == seal(seq, w.key, w.base, w.len, w.flags);
-            if seq & 1 == 0 && now == w && (w.flags & USED == 0 || sealed) {
+            // A never-used slot is not sealed: lookups stop at it.
+            let sealed = || s.seal.load(Ordering::Relaxed) == seal(seq, w.key, w.base, w.len, w.flags);
+            if seq & 1 == 0 && now == w && (w.flags & USED == 0 || sealed()) {
                 continue;
             }
             write(s, w, Writers::Ignore);
@@ -218,7 +217,7 @@ impl Publisher {
 
     /// How many entries are live.
     pub fn count(&self) -> u32 {
-        self.live.count_ones()
+        (0..self.written.len()).filter(|&i| self.is_live(i)).count() as u32
     }
 }
 

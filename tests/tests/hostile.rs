@@ -19,6 +19,13 @@ const PEER: &str = env!("CARGO_BIN_EXE_rshm-peer");
 const AFTER: usize = 100;
 const SIZES: [usize; 3] = [100, 3000, 70000];
 
+/// One progress call (waiting up to 1 ms for work), its time kept in `longest` if longer.
+fn pump_timed(node: &mut Node, longest: &mut Duration) {
+    let t = Instant::now();
+    node.pump_or_wait(Duration::from_millis(1));
+    *longest = (*longest).max(t.elapsed());
+}
+
 fn intact(m: &Received) -> bool {
     m.result.is_ok() && verify(&m.hdr, &m.bytes).is_ok()
 }
@@ -60,11 +67,7 @@ fn attack(tag: &str, seed: &str, count: &str, aim: Option<&str>, sar: bool) {
     let h = sc.spawn("scribbler", &scribble);
     let mut longest = Duration::ZERO;
     let before = node.h.received.len();
-    let scribbled = sc.child(h).expect_line_while("SCRIBBLED", dl, || {
-        let t = Instant::now();
-        node.pump_or_wait(Duration::from_millis(1));
-        longest = longest.max(t.elapsed());
-    });
+    let scribbled = sc.child(h).expect_line_while("SCRIBBLED", dl, || pump_timed(&mut node, &mut longest));
     let during = node.h.received.len() - before;
 
     // After the attack: the honest sender gets through again, every size, intact. The deadline
@@ -83,9 +86,7 @@ fn attack(tag: &str, seed: &str, count: &str, aim: Option<&str>, sar: bool) {
             node.ep.stats(),
             sc.transcripts()
         );
-        let t = Instant::now();
-        node.pump_or_wait(Duration::from_millis(1));
-        longest = longest.max(t.elapsed());
+        pump_timed(&mut node, &mut longest);
     }
     let after: Vec<&Received> = node.h.received[after_start..].iter().collect();
     for size in SIZES {
@@ -166,11 +167,7 @@ fn a_scribbled_registration_table_never_moves_a_peer_copy() {
     );
     let dl = deadline();
     let mut longest = Duration::ZERO;
-    let mut pump = || {
-        let t = Instant::now();
-        node.pump_or_wait(Duration::from_millis(1));
-        longest = longest.max(t.elapsed());
-    };
+    let mut pump = || pump_timed(&mut node, &mut longest);
     sc.child(peer).expect_line_while("FIRST", dl, &mut pump);
     let bait_at = (bait.as_ptr() as u64).to_string();
     let scribbler = sc.spawn(

@@ -5,7 +5,9 @@
 
 use super::{scn, Scenario};
 use crate::fabric::{self, ffi, Cq, Ep, EAGAIN};
-use crate::harness::{check_pattern, fi_ok, pattern, rss_anon_kib, FiCtx, Node, NodeCfg, Rank, TResult, TestErr, Tx};
+use crate::harness::{
+    check_pattern, fi_ok, pattern, rss_anon_kib, shm_files_of, FiCtx, Node, NodeCfg, Rank, TResult, TestErr, Tx,
+};
 use crate::pmi::{hex, unhex};
 use crate::{bail, ensure};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -80,11 +82,7 @@ fn held_now() -> TResult<Held> {
     let fds = fd_names.len();
     let maps = io(std::fs::read_to_string("/proc/self/maps"), "read /proc/self/maps")?;
     let shm_maps = maps.lines().filter(|l| l.contains("/dev/shm/")).count();
-    let pid = std::process::id().to_string();
-    let shm_files = io(std::fs::read_dir("/dev/shm"), "read /dev/shm")?
-        .filter_map(|e| e.ok()?.file_name().into_string().ok())
-        .filter(|n| n.split(|c: char| !c.is_ascii_digit()).any(|part| part == pid))
-        .count();
+    let shm_files = shm_files_of(std::process::id()).len();
     Ok(Held { rss_kib, fds, shm_maps, shm_files, fd_names })
 }
 
@@ -273,12 +271,18 @@ enum Leave {
 }
 
 impl Leave {
+    const ALL: [Leave; 3] = [Leave::Kill, Leave::Exit, Leave::Close];
+
     fn name(self) -> &'static str {
         match self {
             Leave::Kill => "kill",
             Leave::Exit => "exit",
             Leave::Close => "close",
         }
+    }
+
+    fn named(name: &str) -> Option<Leave> {
+        Leave::ALL.into_iter().find(|l| l.name() == name)
     }
 
     /// Whether `status` is how a process leaving this way ends.
@@ -300,17 +304,17 @@ impl Leave {
 /// dependencies). Every message must arrive intact, once, and from the `PROCESS_WARMUP`th
 /// process on nothing may grow here (as in `endpoint_churn`; both counts taken with no process
 /// running). With rshm the receiver's peer table has 8 entries (FI_RSHM_MAX_PEERS), so each is
-/// reused many times; and a process that closed must have left no region in /dev/shm.
+/// reused many times; and a process that closed must have left no region in /dev/shm. The
+/// regions of the others, if a later process's first endpoint did not remove them
+/// (FI_RSHM_REAP_DEAD, which `scripts/test.sh` turns off so that its last step sees every region
+/// a test leaked), are removed here.
 ///
 /// A process leaves only once the receiver has taken its message. Leaving as soon as its send
 /// completed, a message never arrived in 2 of about 60 runs (with `FI_RSHM_REAP_DEAD=0`), most
 /// likely a killed or exited process's: a successor may take a dead sender's entry in the
 /// receiver's peer table before the receiver has read the CONNECT in front of its message, and
 /// rshm drops the commands of a sender it cannot then vouch for (`Forgotten` in smr-core's
-/// `endpoint/peers.rs`; docs/reliability.md, "Not done"). The
-/// regions of the others, if a later process's first endpoint did not remove them
-/// (FI_RSHM_REAP_DEAD, which `scripts/test.sh` turns off so that its last step sees every region
-/// a test leaked), are removed here.
+/// `endpoint/peers.rs`; docs/reliability.md, "Not done").
 fn process_churn(r: &mut Rank) -> TResult {
     let rshm = r.prov == "rshm";
     if rshm {
@@ -325,7 +329,7 @@ fn process_churn(r: &mut Rank) -> TResult {
         // Counts are taken with no process running: none starts past the warm-up until then.
         let limit = if warm.is_none() { PROCESS_WARMUP } else { PROCESSES };
         while running.len() < PROCESSES_AT_ONCE && next < limit {
-            let leave = if rshm { [Leave::Kill, Leave::Exit, Leave::Close][next as usize % 3] } else { Leave::Close };
+            let leave = if rshm { Leave::ALL[next as usize % Leave::ALL.len()] } else { Leave::Close };
             let c = Churned::spawn(&exe, &r.prov, &to, next, leave)?;
             pids.push((c.child.id(), leave));
             running.push(c);
@@ -375,14 +379,12 @@ fn process_churn(r: &mut Rank) -> TResult {
     nothing_grew(r, "processes", (PROCESS_WARMUP, warm), (PROCESSES, rx.settled()?))?;
     if rshm {
         let mut closed_left = Vec::new();
-        for name in
-            io(std::fs::read_dir("/dev/shm"), "read /dev/shm")?.filter_map(|e| e.ok()?.file_name().into_string().ok())
-        {
-            let named = |pid: &u32| name.split(|c: char| !c.is_ascii_digit()).any(|part| part == pid.to_string());
-            match pids.iter().find(|(pid, _)| named(pid)) {
-                Some((_, Leave::Close)) => closed_left.push(name),
-                Some(_) => io(std::fs::remove_file(format!("/dev/shm/{name}")), "remove a churned process's region")?,
-                None => {}
+        for (pid, leave) in pids {
+            for name in shm_files_of(pid) {
+                match leave {
+                    Leave::Close => closed_left.push(name),
+                    _ => io(std::fs::remove_file(format!("/dev/shm/{name}")), "remove a churned process's region")?,
+                }
             }
         }
         ensure!(closed_left.is_empty(), "regions of churned processes that closed, left in /dev/shm: {closed_left:?}");
@@ -402,12 +404,7 @@ struct Churned {
 impl Churned {
     fn spawn(exe: &std::path::Path, prov: &str, to: &str, seq: u64, leave: Leave) -> TResult<Churned> {
         let mut cmd = Command::new(exe);
-        cmd.args(["__churn_child", "--provider", prov, "--to", to, "--seq", &seq.to_string()]).args([
-            "--len",
-            &Churned::len(seq).to_string(),
-            "--leave",
-            leave.name(),
-        ]);
+        cmd.args(["__churn_child", "--provider", prov, "--to", to, "--seq", &seq.to_string(), "--leave", leave.name()]);
         // Under AddressSanitizer (scripts/asan-provider.sh) a process that exits without closing
         // leaks by design: only the receiver here is checked for leaks.
         if let Ok(asan) = std::env::var("ASAN_OPTIONS") {
@@ -494,8 +491,8 @@ fn reap(child: &mut Child) -> String {
     said.trim().to_string()
 }
 
-/// `__churn_child --provider P --to ADDR --seq N --len L --leave kill|exit|close`: one process
-/// of `process_churn`. Exit status 0 (or death by SIGKILL) once its message completed; 1, with
+/// `__churn_child --provider P --to ADDR --seq N --leave kill|exit|close`: one process of
+/// `process_churn`, whose message is tagged N and `Churned::len(N)` bytes long. Exit status 0 (or death by SIGKILL) once its message completed; 1, with
 /// the reason on stderr, otherwise.
 pub fn child_main(args: &[String]) -> i32 {
     match churn_child(args) {
@@ -514,30 +511,30 @@ fn churn_child(args: &[String]) -> TResult {
     };
     let num = |key: &str| -> TResult<u64> { arg(key)?.parse().map_err(|_| TestErr::Fail(format!("bad {key}"))) };
     let to = unhex(arg("--to")?).ok_or_else(|| TestErr::Fail("bad --to".into()))?;
-    let (seq, len, leave) = (num("--seq")?, num("--len")? as usize, arg("--leave")?.to_string());
+    let seq = num("--seq")?;
+    let leave = Leave::named(arg("--leave")?).ok_or_else(|| TestErr::Fail("bad --leave".into()))?;
     // Each stage said on stderr, which the receiver shows if this process fails it.
     let mut node = Node::open(arg("--provider")?, &NodeCfg::default(), Duration::from_secs(20))?;
     let dest = node.insert(&to)?;
     eprintln!("opened");
-    let id = node.send(&pattern(seq, len), dest, &Tx::tagged(seq))?;
+    let id = node.send(&pattern(seq, Churned::len(seq)), dest, &Tx::tagged(seq))?;
     eprintln!("sent");
     node.wait_ok(id, "the message")?;
     eprintln!("completed");
     // Leave once the receiver has the message (it closes our stdin: `process_churn`).
     let _ = std::io::stdin().read_line(&mut String::new());
-    match leave.as_str() {
-        "kill" => {
+    match leave {
+        Leave::Kill => {
             // SAFETY: raise(2) with a signal number; no memory is involved.
             unsafe { libc::raise(libc::SIGKILL) };
             bail!("survived SIGKILL")
         }
-        "exit" => std::process::exit(0),
-        "close" => {
+        Leave::Exit => std::process::exit(0),
+        Leave::Close => {
             drop(node);
             let late = crate::harness::take_drop_failures();
             ensure!(late.is_empty(), "closing: {}", late.join("; "));
             Ok(())
         }
-        other => bail!("unknown --leave {other}"),
     }
 }
