@@ -591,7 +591,7 @@ impl Endpoint {
     /// (ESRCH), or nothing copied (EFAULT) from a process whose exit has begun, whose memory is
     /// torn down before its pidfd reads as exited (a kill storm's receive from a process being
     /// killed failed with EFAULT where it must fail as the sender's death).
-    fn dead_if_gone(&self, src: SrcId, copied: Result<usize>) -> Result<usize> {
+    pub(super) fn dead_if_gone(&self, src: SrcId, copied: Result<usize>) -> Result<usize> {
         match copied {
             Err(Error::Os(libc::ESRCH)) => Err(Error::PeerDead),
             Err(Error::Os(libc::EFAULT))

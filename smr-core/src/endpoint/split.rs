@@ -164,15 +164,14 @@ impl Endpoint {
         })
     }
 
-    /// Read all of `remote` from sender `src` into `dest` at `off`.
+    /// Read all of `remote` from sender `src` into `dest` at `off`. A read that failed, or fell
+    /// short, because the sender died fails with its death (`dead_if_gone`), as whole-message
+    /// reads do (a kill mid-stream failed a message with ESRCH).
     fn read_exactly(&mut self, src: SrcId, remote: &[RemoteIov], dest: &mut LocalIov, off: usize) -> Result<()> {
         let want: u64 = remote.iter().map(|r| r.len).sum();
-        let n = crate::cma::read_from(self.live_pid(src)?, remote, dest, off)?;
-        if n as u64 == want {
-            Ok(())
-        } else {
-            Err(Error::Os(libc::EFAULT))
-        }
+        let read = crate::cma::read_from(self.live_pid(src)?, remote, dest, off);
+        let read = read.and_then(|n| if n as u64 == want { Ok(n) } else { Err(Error::Os(libc::EFAULT)) });
+        self.dead_if_gone(src, read).map(drop)
     }
 
     /// The receiver's head is in: withdraw the offer if it is still open, and say who has the
