@@ -3,6 +3,7 @@
 
 use rshm_tests::*;
 use smr_core::cmd::{op, CmdEntry, MsgHeader, SarSeg};
+use smr_core::endpoint::Params;
 use smr_core::region::{Occupant, Region};
 use smr_core::Error;
 use std::os::unix::fs::OpenOptionsExt;
@@ -248,4 +249,49 @@ fn last_inline_messages_of_a_sender_that_closes_and_exits_are_delivered() {
 #[test]
 fn last_inline_messages_of_a_sender_that_exits_without_closing_are_delivered() {
     last_inline_messages_of_a_sender_that_exits_at_once("lasta", "abandon");
+}
+
+/// A sender that sends and exits without closing, before the receiver has read anything of it,
+/// and a second sender that comes for the same (only) entry of the receiver's peer table. The
+/// second took the entry as soon as the first was dead (`claim_slot`), before the receiver had
+/// read the first one's CONNECT; the receiver then found the entry naming another sender, took
+/// the first for one it never met, and dropped its messages, inline and inject alike, although
+/// they were whole in its memory, and no error said so (`unit/process_churn` lost a message
+/// that way). Now the second waits until the receiver has accepted the first.
+#[test]
+fn messages_of_a_dead_sender_survive_a_successor_in_its_entry() {
+    let mut sc = Scenario::new(PEER, "succ");
+    let me = sc.name("r");
+    let counts = smr_core::layout::Counts { max_peers: 1, ..Params::default().counts };
+    let mut node = Node::create(&me, Params { counts, ..params(false) }).unwrap();
+    let sizes = [100usize, 3000];
+    let list = sizes.iter().map(usize::to_string).collect::<Vec<_>>().join(",");
+    let dl = deadline();
+    let sender = |sc: &mut Scenario, id: &str| {
+        let s = sc.name(&format!("s{id}"));
+        let args = ["node", "--name", &s, "--id", id, "--to", &me, "--sizes", &list, "--exit-when-sent", "abandon"];
+        sc.spawn(&format!("sender {id}"), &args)
+    };
+    let first = sender(&mut sc, "1");
+    let line = sc.child(first).expect_line("RESULT", dl);
+    assert_eq!(kv_u64(&parse_kv(&line), "sent"), sizes.len() as u64, "{line}");
+    assert!(sc.child(first).wait_exit(dl).success(), "{}", sc.transcripts());
+    // The second sender tries for the entry while we still have not progressed.
+    let second = sender(&mut sc, "2");
+    sc.child(second).expect_line("READY", dl);
+    std::thread::sleep(Duration::from_millis(300));
+    let line = sc.child(second).expect_line_while("RESULT", dl, || {
+        node.pump_or_wait(Duration::from_millis(1));
+    });
+    assert_eq!(kv_u64(&parse_kv(&line), "sent"), sizes.len() as u64, "{line}");
+    while node.h.received.len() < 2 * sizes.len() && Instant::now() < dl {
+        node.pump_or_wait(Duration::from_millis(1));
+    }
+    let mut got: Vec<(u32, u32)> = node.h.received.iter().map(|m| split_tag(m.hdr.tag)).collect();
+    got.sort_unstable();
+    assert_eq!(got, [(1, 0), (1, 1), (2, 0), (2, 1)], "each sender's messages, once; {:?}", node.ep.stats());
+    for m in &node.h.received {
+        verify(&m.hdr, &m.bytes).unwrap();
+    }
+    assert_eq!(node.ep.stats().corrupt_commands, 0, "{:?}", node.ep.stats());
 }

@@ -24,6 +24,7 @@ mod spare;
 mod split;
 #[cfg(test)]
 mod tests;
+mod unmet;
 
 use crate::clock::Instant;
 use crate::cmd::{CmdEntry, Limits, MsgHeader, ANSWER_DATA_MAX, INLINE_MAX};
@@ -328,6 +329,8 @@ pub struct Stats {
     /// Entries of our table of published registrations put back after a peer scribbled over
     /// them (`published::Publisher::repair`).
     pub repaired_registrations: u64,
+    /// Entries of our peer table freed from senders that died before we accepted them (`unmet`).
+    pub freed_unmet_entries: u64,
     pub cma_fallbacks: u64,
     /// Split copies (`split.rs`): tails offered by us as a receiver, written by our senders
     /// (as receiver: `splits_taken`), and written (or failed to write) by us as a sender.
@@ -403,6 +406,8 @@ pub struct Endpoint {
     /// forgotten senders whose held buffers are still to be decided about (`spare`).
     handled: Vec<[u64; 2]>,
     decisions: Vec<spare::Decision>,
+    /// Entries of our peer table held by dead senders we never accepted (`unmet`).
+    unmet: unmet::Unmet,
     /// Receivers that died with sends waiting, and sends failed whose answers may still come.
     dead_receivers: dead_receivers::DeadReceivers,
     /// Messages sent with `SendOpts::more`, not yet in their peers' rings (`batch.rs`).
@@ -497,6 +502,7 @@ impl Endpoint {
             taken_injects: Vec::new(),
             handled: vec![[0; 2]; c.max_peers as usize],
             decisions: Vec::new(),
+            unmet: unmet::Unmet::default(),
             dead_receivers: dead_receivers::DeadReceivers::default(),
             staged: batch::Staged::default(),
             staged_done: Vec::new(),
@@ -575,6 +581,7 @@ impl Endpoint {
             self.last_liveness = Instant::now();
             self.check_stalls();
             events += self.check_peers(h);
+            self.stats.freed_unmet_entries += self.free_entries_of_unmet_dead() as u64;
             self.decide_due();
         }
         events

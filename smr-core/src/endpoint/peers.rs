@@ -131,11 +131,13 @@ impl Endpoint {
         self.forgotten.get(&src).is_some_and(|f| f.name.is_some())
     }
 
-    /// A CONNECT from entry `src` whose sender (`incarnation`) no longer holds the entry: it went,
-    /// and another took the entry, before we read its request (or the request is garbage). What
-    /// it pushed behind the request is its own, not the new holder's, which is learnt from its
-    /// own request. A sender we know by that incarnation is forgotten when that request comes
-    /// (`accept`); until then its commands are its own anyway.
+    /// A CONNECT from entry `src` whose sender (`incarnation`) no longer holds the entry: one we
+    /// accepted (a request re-sent before our answer came) that went and left the entry to
+    /// another, or garbage (an honest sender's entry passes on only once we accepted it:
+    /// `claim_slot`, `unmet`). What it pushed behind the request is its own, not the new
+    /// holder's, which is learnt from its own request. A sender we know by that incarnation is
+    /// forgotten when that request comes (`accept`); until then its commands are its own
+    /// anyway. One we never met is vouched for by nothing: its commands are dropped.
     pub(super) fn note_gone_sender(&mut self, src: SrcId, incarnation: u64) {
         let forgotten = self.forgotten.get(&src).is_some_and(|f| f.incarnation == incarnation);
         if self.sender_at(src, incarnation).is_none() && !forgotten {
@@ -441,6 +443,9 @@ impl Endpoint {
         let region = match Region::open(&name) {
             Ok(r) if r.incarnation() == incarnation && r.owner() == ident => r,
             other => {
+                // Its held buffers are decided about once what it pushed is handled, as for a
+                // sender we forget (`forget_in_peer`), before the entry is free.
+                self.decide_later(src, incarnation);
                 if let Some(slot) = self.region.peer_slots().get(src as usize) {
                     free_entry_of(slot, incarnation, self.me);
                 }
@@ -449,6 +454,11 @@ impl Endpoint {
             }
         };
         self.forgotten.remove(&src);
+        // Until now a new sender could not take the entry from this one, dead or not: we know
+        // whose its commands are from here on (`claim_slot`).
+        if let Some(slot) = self.region.peer_slots().get(src as usize) {
+            slot.accepted.store(incarnation, Ordering::Release);
+        }
         let watch = region.watch_owner();
         self.inp.insert(src, InPeer { name, region, watch, incarnation });
         self.send_resp(src, conn_ack(src));
@@ -702,7 +712,7 @@ impl Known<'_> {
 /// and the successor's messages would come from the wrong name. Holding the entry CLAIMED while
 /// we look keeps new claimants out; one that is filling it now (CLAIMED) keeps it. `me`: this
 /// process, the claimant meanwhile.
-fn free_entry_of(slot: &PeerSlot, incarnation: u64, me: ProcessIdentity) {
+pub(super) fn free_entry_of(slot: &PeerSlot, incarnation: u64, me: ProcessIdentity) {
     let ready = slot.state.load(Ordering::Acquire);
     if ready & 3 != SLOT_READY
         || slot.state.compare_exchange(ready, slot_word(SLOT_CLAIMED, me), Ordering::AcqRel, Ordering::Acquire).is_err()
@@ -729,13 +739,13 @@ fn slot_who(state: u64, start: u64) -> ProcessIdentity {
 }
 
 /// The sender a READY entry names (its state word `state`, its start time in the entry).
-fn slot_sender(state: u64, slot: &PeerSlot) -> ProcessIdentity {
+pub(super) fn slot_sender(state: u64, slot: &PeerSlot) -> ProcessIdentity {
     slot_who(state, slot.start.load(Ordering::Relaxed))
 }
 
 /// Whether the sender `who` that a READY entry names lives: by its pid in our pid namespace, by
 /// its own region (the entry's name and incarnation) in another.
-fn sender_alive(slot: &PeerSlot, who: ProcessIdentity) -> bool {
+pub(super) fn sender_alive(slot: &PeerSlot, who: ProcessIdentity) -> bool {
     if who.pid_is_ours() {
         return who.is_alive();
     }
@@ -760,8 +770,10 @@ fn claimant_gone(state: u64) -> bool {
 /// senders (ep_memory: 41-94 KiB per endpoint between identical runs).
 const CLAIM_START_WINDOW: usize = 64;
 
-/// Claim an entry in the peer's table: a free one, or one whose claimant died (after it
-/// filled the entry, or while it was claiming it).
+/// Claim an entry in the peer's table: a free one, or one whose claimant died (after the peer
+/// accepted it, or while it was claiming it). The entry of a sender that died before the peer
+/// accepted it is the peer's to free (`unmet`): its commands may still wait in the peer's
+/// ring, and would no longer be known for its own once we held the entry.
 fn claim_slot(region: &Region, name: &str, me: ProcessIdentity, incarnation: u64) -> Result<u32> {
     let slots = region.peer_slots();
     let n = slots.len();
@@ -773,7 +785,10 @@ fn claim_slot(region: &Region, name: &str, me: ProcessIdentity, incarnation: u64
         let reusable = match state & 3 {
             _ if state == SLOT_FREE => true,
             SLOT_READY => {
-                slot.incarnation.load(Ordering::Relaxed) == incarnation || !sender_alive(slot, slot_sender(state, slot))
+                let holder = slot.incarnation.load(Ordering::Relaxed);
+                holder == incarnation
+                    || (slot.accepted.load(Ordering::Acquire) == holder
+                        && !sender_alive(slot, slot_sender(state, slot)))
             }
             SLOT_CLAIMED => claimant_gone(state),
             _ => false,

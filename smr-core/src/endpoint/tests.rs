@@ -1435,6 +1435,61 @@ fn entries_left_half_claimed_by_the_dead_are_claimed_again() {
     assert_eq!(hb.inline_offered[0].3, pattern(8, 3));
 }
 
+/// An entry of the peer table filled by a sender that died before the receiver accepted it
+/// (here: before it pushed anything) is not taken by a new sender (`claim_slot`): its commands
+/// could still wait in the ring. The receiver frees it on its liveness ticks (`unmet`), once its
+/// ring has passed what was claimed when it saw the sender dead; then the new sender gets in.
+/// An entry whose dead sender we did accept passes at once.
+#[test]
+fn an_entry_of_a_sender_dead_before_it_was_accepted_is_freed_by_its_receiver() {
+    use crate::layout::{Counts, SLOT_READY};
+    use crate::liveness::ProcessIdentity;
+    use crate::sync::Ordering::Relaxed;
+    let d = Params::default();
+    let params = Params {
+        counts: Counts { max_peers: 1, ..d.counts },
+        liveness_interval: std::time::Duration::from_millis(1),
+        ..d
+    };
+    let mut b = Endpoint::create(&name("unmetb"), params).unwrap();
+    let mut child = std::process::Command::new("true").spawn().unwrap();
+    let dead = child.id();
+    child.wait().unwrap();
+    let me = ProcessIdentity::current().unwrap();
+    let ghost = ProcessIdentity { pid: dead, ..me };
+    let region = Arc::clone(&b.region);
+    let entry = &region.peer_slots()[0];
+    super::peers::fill_slot(entry, &name("unmetghost"), ghost, 0x5eed);
+
+    let mut a = Endpoint::create(&name("unmeta"), Params::default()).unwrap();
+    let to_b = a.add_peer(b.name()).unwrap();
+    let (mut ha, mut hb) = (Collect::default(), Collect { take_inline: true, ..Default::default() });
+    let hdr = MsgHeader { app: 0, tag: 5, data: 0, aux: 0, len: 8 };
+    for _ in 0..3 {
+        assert_eq!(a.send_bytes(to_b, hdr, &pattern(8, 5), SendOpts::default()), Err(Error::Again));
+    }
+    assert_eq!(entry.incarnation.load(Relaxed), 0x5eed, "a took the entry of a sender b never accepted");
+
+    let dl = deadline();
+    while a.send_bytes(to_b, hdr, &pattern(8, 5), SendOpts::default()) == Err(Error::Again) {
+        assert!(std::time::Instant::now() < dl, "b never freed the dead sender's entry: {:?}", b.stats());
+        std::thread::sleep(std::time::Duration::from_millis(1));
+        b.progress(&mut hb);
+    }
+    assert_eq!(b.stats().freed_unmet_entries, 1);
+    pump_until((&mut a, &mut ha), (&mut b, &mut hb), "a's message", |_, hb| hb.inline_taken == 1);
+    assert_eq!(hb.inline_offered[0].3, pattern(8, 5));
+
+    // Accepted (a is): a new sender takes the entry as soon as its sender is dead, before b
+    // has noticed.
+    assert_eq!(entry.accepted.load(Relaxed), a.region.incarnation());
+    entry.state.store(super::peers::slot_word(SLOT_READY, ghost), Relaxed);
+    let mut c = Endpoint::create(&name("unmetc"), Params::default()).unwrap();
+    let to_b = c.add_peer(b.name()).unwrap();
+    c.send_bytes(to_b, hdr, &pattern(8, 6), SendOpts::default()).unwrap();
+    assert_eq!(entry.incarnation.load(Relaxed), c.region.incarnation());
+}
+
 /// The SAR buffer a sender copies a segment into is recorded until the segment is pushed
 /// (`spare`): none stays recorded once SAR messages of every size went through. A receiver
 /// forgetting the sender gives back one recorded for a segment it never handled (the sender died
