@@ -59,8 +59,9 @@ impl Record<'_> {
         Some(index_of(w))
     }
 
-    /// Holder: `index`, just popped, carries message `msg_id` (recorded if the record is
-    /// empty: a record a predecessor left waits for the receiver's decision).
+    /// Holder: `index`, just popped, carries message `msg_id` (recorded if the record is empty:
+    /// a predecessor's record is decided about before its entry passes on, so another one here
+    /// is a scribble, which the receiver's decision must not take our buffer by).
     #[inline(always)]
     pub fn hold_in_flight(&self, incarnation: u64, index: u32, msg_id: u64) {
         if self.word.load(Ordering::Relaxed) == NONE {

@@ -65,8 +65,9 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"RSHMREG\0");
 ///    the same entry (`endpoint::peers::Forgotten`).
 /// 21: a published registration carries a seal over its words (`MrSlot::seal`), without which
 ///    peers take the ordinary path.
-/// 22: a peer-table entry says which sender's connection request its owner accepted
-///    (`PeerSlot::accepted`); a dead sender's entry passes to a new one only once it names it.
+/// 22: a sender no longer takes the peer-table entry of a dead one: the owner frees it once it
+///    has handled every command the dead sender pushed and decided about the buffers it held
+///    (`endpoint::spare::Decision`), so that its queued messages are still known for its own.
 pub const LAYOUT_VERSION: u32 = 22;
 /// Longest region name, without the terminating NUL.
 pub const NAME_MAX: usize = 63;
@@ -304,13 +305,7 @@ pub struct PeerSlot {
     /// creation, past issue 8's 4 MiB an endpoint with every pool in use. Each line stays in
     /// its writer's cache, so neither misses, and nothing fetches its pair.)
     pub resp_claim: AtomicU64,
-    /// The incarnation of the sender whose connection request we accepted in this entry (read
-    /// its name and identity: `endpoint::peers::Endpoint::accept`). Until it names the
-    /// sender the entry holds, a new sender may not take the entry from a dead one
-    /// (`claim_slot`): we would not know whose commands its queued messages are. Ours to write,
-    /// as `resp_claim` is, so it shares that line; claimants read it only when they claim.
-    pub accepted: AtomicU64,
-    _resp_claim_line: [u64; 6],
+    _resp_claim_line: [u64; 7],
 }
 
 /// How often the owner progresses, for peers choosing how to make a large read or write. Only

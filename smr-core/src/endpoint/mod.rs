@@ -329,8 +329,8 @@ pub struct Stats {
     /// Entries of our table of published registrations put back after a peer scribbled over
     /// them (`published::Publisher::repair`).
     pub repaired_registrations: u64,
-    /// Entries of our peer table freed from senders that died before we accepted them (`unmet`).
-    pub freed_unmet_entries: u64,
+    /// Entries of our peer table found held by senders that died before we met them (`unmet`).
+    pub unmet_dead_senders: u64,
     pub cma_fallbacks: u64,
     /// Split copies (`split.rs`): tails offered by us as a receiver, written by our senders
     /// (as receiver: `splits_taken`), and written (or failed to write) by us as a sender.
@@ -406,8 +406,8 @@ pub struct Endpoint {
     /// forgotten senders whose held buffers are still to be decided about (`spare`).
     handled: Vec<[u64; 2]>,
     decisions: Vec<spare::Decision>,
-    /// Entries of our peer table held by dead senders we never accepted (`unmet`).
-    unmet: unmet::Unmet,
+    /// Where the next look for entries of dead senders we never met starts (`unmet`).
+    unmet_cursor: usize,
     /// Receivers that died with sends waiting, and sends failed whose answers may still come.
     dead_receivers: dead_receivers::DeadReceivers,
     /// Messages sent with `SendOpts::more`, not yet in their peers' rings (`batch.rs`).
@@ -502,7 +502,7 @@ impl Endpoint {
             taken_injects: Vec::new(),
             handled: vec![[0; 2]; c.max_peers as usize],
             decisions: Vec::new(),
-            unmet: unmet::Unmet::default(),
+            unmet_cursor: 0,
             dead_receivers: dead_receivers::DeadReceivers::default(),
             staged: batch::Staged::default(),
             staged_done: Vec::new(),
@@ -581,7 +581,7 @@ impl Endpoint {
             self.last_liveness = Instant::now();
             self.check_stalls();
             events += self.check_peers(h);
-            self.stats.freed_unmet_entries += self.free_entries_of_unmet_dead() as u64;
+            self.stats.unmet_dead_senders += self.find_unmet_dead() as u64;
             self.decide_due();
         }
         events

@@ -131,13 +131,13 @@ impl Endpoint {
         self.forgotten.get(&src).is_some_and(|f| f.name.is_some())
     }
 
-    /// A CONNECT from entry `src` whose sender (`incarnation`) no longer holds the entry: one we
-    /// accepted (a request re-sent before our answer came) that went and left the entry to
-    /// another, or garbage (an honest sender's entry passes on only once we accepted it:
-    /// `claim_slot`, `unmet`). What it pushed behind the request is its own, not the new
-    /// holder's, which is learnt from its own request. A sender we know by that incarnation is
-    /// forgotten when that request comes (`accept`); until then its commands are its own
-    /// anyway. One we never met is vouched for by nothing: its commands are dropped.
+    /// A CONNECT from entry `src` whose sender (`incarnation`) does not hold the entry: garbage,
+    /// as an honest sender's entry passes on only once we freed it, and we free it only past
+    /// every command its sender pushed (`claim_slot`, `spare::Decision`). Taken for a gone
+    /// sender's: what follows it from the entry is that sender's, not the holder's, which is
+    /// learnt from its own request. A sender we know by that incarnation is forgotten when that
+    /// request comes (`accept`); one we never met is vouched for by nothing, and its commands
+    /// are dropped.
     pub(super) fn note_gone_sender(&mut self, src: SrcId, incarnation: u64) {
         let forgotten = self.forgotten.get(&src).is_some_and(|f| f.incarnation == incarnation);
         if self.sender_at(src, incarnation).is_none() && !forgotten {
@@ -443,22 +443,13 @@ impl Endpoint {
         let region = match Region::open(&name) {
             Ok(r) if r.incarnation() == incarnation && r.owner() == ident => r,
             other => {
-                // Its held buffers are decided about once what it pushed is handled, as for a
-                // sender we forget (`forget_in_peer`), before the entry is free.
+                // Its entry is freed once what it pushed is handled, as for a sender we forget.
                 self.decide_later(src, incarnation);
-                if let Some(slot) = self.region.peer_slots().get(src as usize) {
-                    free_entry_of(slot, incarnation, self.me);
-                }
                 self.forgotten.insert(src, Forgotten { name: Some(name), incarnation });
                 return Err(other.err().unwrap_or(Error::Corrupt("peer entry does not match the region it names")));
             }
         };
         self.forgotten.remove(&src);
-        // Until now a new sender could not take the entry from this one, dead or not: we know
-        // whose its commands are from here on (`claim_slot`).
-        if let Some(slot) = self.region.peer_slots().get(src as usize) {
-            slot.accepted.store(incarnation, Ordering::Release);
-        }
         let watch = region.watch_owner();
         self.inp.insert(src, InPeer { name, region, watch, incarnation });
         self.send_resp(src, conn_ack(src));
@@ -636,18 +627,14 @@ impl Endpoint {
         Error::Again
     }
 
-    /// Drop a sender: fail its partial receives, free its table entry (unless a successor holds
-    /// it already).
+    /// Drop a sender: fail its partial receives; its table entry is freed once every command it
+    /// pushed is handled (`spare::Decision`).
     pub(super) fn forget_in_peer(&mut self, src: SrcId, h: &mut impl Handler) -> usize {
         // Answers gathered for this sender go to its region, not to a successor's in its entry.
         self.flush_ok_run();
         if let Some(peer) = self.inp.remove(&src) {
             self.forgotten.insert(src, Forgotten { name: Some(peer.name), incarnation: peer.incarnation });
-            // Before the entry is free: a successor's commands then come after `until`.
             self.decide_later(src, peer.incarnation);
-            if let Some(slot) = self.region.peer_slots().get(src as usize) {
-                free_entry_of(slot, peer.incarnation, self.me);
-            }
         }
         self.fail_receives_from(src, h)
     }
@@ -707,20 +694,21 @@ impl Known<'_> {
 }
 
 /// Receiver side: free entry `slot` of our peer table if it still holds the sender of
-/// `incarnation`. Once that sender died, another may have claimed the entry (`claim_slot`)
-/// before we noticed: that claim stays, or a third sender could take the entry from under it
-/// and the successor's messages would come from the wrong name. Holding the entry CLAIMED while
-/// we look keeps new claimants out; one that is filling it now (CLAIMED) keeps it. `me`: this
-/// process, the claimant meanwhile.
-pub(super) fn free_entry_of(slot: &PeerSlot, incarnation: u64, me: ProcessIdentity) {
+/// `incarnation`; whether it did. Another sender may hold it (a garbage CONNECT made us forget
+/// the one we knew, or the sender took it again under the same incarnation): that claim stays,
+/// or a third sender could take the entry from under it and the holder's messages would come
+/// from the wrong name. Holding the entry CLAIMED while we look keeps new claimants out; one
+/// that is filling it now (CLAIMED) keeps it. `me`: this process, the claimant meanwhile.
+pub(super) fn free_entry_of(slot: &PeerSlot, incarnation: u64, me: ProcessIdentity) -> bool {
     let ready = slot.state.load(Ordering::Acquire);
     if ready & 3 != SLOT_READY
         || slot.state.compare_exchange(ready, slot_word(SLOT_CLAIMED, me), Ordering::AcqRel, Ordering::Acquire).is_err()
     {
-        return;
+        return false;
     }
     let still_its = slot.incarnation.load(Ordering::Relaxed) == incarnation;
     slot.state.store(if still_its { SLOT_FREE } else { ready }, Ordering::Release);
+    still_its
 }
 
 /// The state word of a peer-table entry in state `kind` (`SLOT_CLAIMED`, `SLOT_READY`) for
@@ -770,10 +758,13 @@ fn claimant_gone(state: u64) -> bool {
 /// senders (ep_memory: 41-94 KiB per endpoint between identical runs).
 const CLAIM_START_WINDOW: usize = 64;
 
-/// Claim an entry in the peer's table: a free one, or one whose claimant died (after the peer
-/// accepted it, or while it was claiming it). The entry of a sender that died before the peer
-/// accepted it is the peer's to free (`unmet`): its commands may still wait in the peer's
-/// ring, and would no longer be known for its own once we held the entry.
+/// Claim an entry in the peer's table: a free one, ours (a claim again, under our incarnation),
+/// or one whose claimant died while it was claiming it (it pushed nothing). The entry of a
+/// sender that died after it filled the entry in is the peer's to free, once it has handled
+/// every command that sender pushed and decided about the buffers it held (`spare::Decision`,
+/// `unmet`): taken before, the sender's queued messages were no longer known for its own, and
+/// dropped (a sender that left right after its send lost its message), and a buffer we held
+/// could not be recorded beside its pending record.
 fn claim_slot(region: &Region, name: &str, me: ProcessIdentity, incarnation: u64) -> Result<u32> {
     let slots = region.peer_slots();
     let n = slots.len();
@@ -784,12 +775,7 @@ fn claim_slot(region: &Region, name: &str, me: ProcessIdentity, incarnation: u64
         let state = slot.state.load(Ordering::Acquire);
         let reusable = match state & 3 {
             _ if state == SLOT_FREE => true,
-            SLOT_READY => {
-                let holder = slot.incarnation.load(Ordering::Relaxed);
-                holder == incarnation
-                    || (slot.accepted.load(Ordering::Acquire) == holder
-                        && !sender_alive(slot, slot_sender(state, slot)))
-            }
+            SLOT_READY => slot.incarnation.load(Ordering::Relaxed) == incarnation,
             SLOT_CLAIMED => claimant_gone(state),
             _ => false,
         };

@@ -32,13 +32,15 @@
 //! pass, as inject buffers are, a stream of 6-16 KiB messages found the few buffers not held
 //! back cold all out (docs/perf/protocols.md).
 //!
-//! Not recorded, and so lost if the sender dies before it pushes the command: a buffer filled
-//! while a record a predecessor in the entry left waits for the receiver's decision; and any
-//! buffer between the pop that takes it and the store that records it, a few instructions
-//! (the stack's own repair does not see it: the pop marked it in use). (Inject
+//! The receiver frees a forgotten sender's entry only after that decision (layout version 22),
+//! so a new sender in the entry always finds the record empty. Not recorded, and so lost if the
+//! sender dies before it pushes the command: a buffer between the pop that takes it and the
+//! store that records it, a few instructions (the stack's own repair does not see it: the pop
+//! marked it in use). (Inject
 //! messages are never staged behind `SendOpts::more`, which could hold many buffers at once:
 //! `Endpoint::more_if_inline`.)
 
+use super::peers::free_entry_of;
 use super::{Endpoint, SrcId};
 use crate::free_stack::FreeStack;
 use crate::held::Record;
@@ -201,27 +203,41 @@ impl Endpoint {
         }
     }
 
-    /// Receiver forgetting the sender of `incarnation` in entry `src`: decide about the buffer
-    /// it holds once every command it pushed so far is handled.
+    /// Receiver forgetting the sender of `incarnation` in entry `src`: decide about the buffers
+    /// it holds, and free its entry, once every command it pushed so far is handled.
     pub(super) fn decide_later(&mut self, src: SrcId, incarnation: u64) {
         let until = self.cmd_rx.claimed(&self.region.cmd_ring());
         self.decisions.push(Decision { src, incarnation, until });
     }
 
-    /// On the liveness tick: the decisions whose commands are all handled.
+    /// Whether a decision about the sender of `incarnation` in entry `src` waits.
+    pub(super) fn decision_waits(&self, src: SrcId, incarnation: u64) -> bool {
+        self.decisions.iter().any(|d| d.src == src && d.incarnation == incarnation)
+    }
+
+    /// On the liveness tick: the decisions whose commands are all handled. The entry is freed
+    /// last, so that the next sender in it finds no record of its predecessor's (it could not
+    /// record a buffer of its own beside one), and the count of what was handled from the
+    /// entry starts again with it (a predecessor's higher message ids made a buffer in flight
+    /// look delivered). Not while we know the sender (it connected again meanwhile).
     pub(super) fn decide_due(&mut self) {
         if self.decisions.is_empty() {
             return;
         }
-        let (rx, region, handled) = (&self.cmd_rx, &self.region, &self.handled);
+        let (rx, region, handled, inp, me) = (&self.cmd_rx, &self.region, &mut self.handled, &self.inp, self.me);
         self.decisions.retain(|d| {
             if !rx.passed(d.until) {
                 return true;
             }
-            if let (Some(entry), Some(seen)) = (region.peer_slots().get(d.src as usize), handled.get(d.src as usize)) {
-                for pool in [Pool::Inject, Pool::Sar] {
-                    pool.record(entry).decide(d.incarnation, seen[pool as usize], &pool.stack(region));
-                }
+            let (Some(entry), Some(seen)) = (region.peer_slots().get(d.src as usize), handled.get_mut(d.src as usize))
+            else {
+                return false;
+            };
+            for pool in [Pool::Inject, Pool::Sar] {
+                pool.record(entry).decide(d.incarnation, seen[pool as usize], &pool.stack(region));
+            }
+            if inp.incarnation(d.src) != Some(d.incarnation) && free_entry_of(entry, d.incarnation, me) {
+                *seen = [0; 2];
             }
             false
         });

@@ -1126,10 +1126,15 @@ fn a_senders_spare_inject_buffer_always_comes_back() {
     b.progress(&mut hb);
     assert_ne!(entry(&b), 0, "a holds a spare");
     let inc = b.inp.get(&(src as SrcId)).unwrap().incarnation;
+    let last = b.handled(src as SrcId, super::spare::Pool::Inject).expect("three inject messages handled");
     b.forget_in_peer(src as SrcId, &mut hb);
     b.tick_due = true;
     b.progress(&mut hb);
     assert_eq!((entry(&b), free_buffers(&b).0), (0, pool), "the dead sender's spare is back");
+    // The entry is free, and what was handled from it counts from nothing again: for what
+    // follows, as if its sender's messages were handled.
+    assert_eq!(b.handled(src as SrcId, super::spare::Pool::Inject), None);
+    b.note_handled(src as SrcId, super::spare::Pool::Inject, last);
     // What forgetting a sender of incarnation `inc` does about its record, without a sender.
     let forget_and_decide = |b: &mut Endpoint, hb: &mut Collect, inc: u64| {
         b.decide_later(src as SrcId, inc);
@@ -1142,7 +1147,6 @@ fn a_senders_spare_inject_buffer_always_comes_back() {
     // it went back when b took the message, and may be another sender's by now.
     let region = Arc::clone(&b.region);
     let rec = crate::held::Record { word: &region.peer_slots()[src].held, msg: &region.peer_slots()[src].held_msg };
-    let last = b.handled(src as SrcId, super::spare::Pool::Inject).expect("three inject messages handled");
     for (msg_id, back) in [(last + 1, true), (last, false)] {
         let index = region.inject_stack().pop().unwrap();
         rec.hold_in_flight(inc, index, msg_id);
@@ -1181,11 +1185,11 @@ fn a_senders_spare_inject_buffer_always_comes_back() {
     assert_eq!(spares_held(&b), 0, "c gave its spare back when it closed");
 }
 
-/// A sender that died and whose entry in the receiver's peer table a successor claimed before
-/// the receiver noticed (`claim_slot` takes the entry of a dead claimant): forgetting the dead
-/// sender, on its liveness tick or on the successor's connection request, leaves the
-/// successor's claim, so that no third sender takes the entry from under it. An entry that
-/// still holds the sender forgotten is freed.
+/// A sender whose entry in the receiver's peer table another holds when the receiver forgets it
+/// (`claim_slot` took the entry of a dead sender until layout version 22; now only a scribble
+/// gets there): forgetting it, on its liveness tick or on the holder's connection request,
+/// leaves the holder's claim, so that no third sender takes the entry from under it. An entry
+/// that still holds the sender forgotten is freed, once the receiver has passed its commands.
 #[test]
 fn forgetting_a_dead_sender_leaves_its_successors_entry() {
     use crate::layout::{SLOT_FREE, SLOT_READY};
@@ -1203,6 +1207,7 @@ fn forgetting_a_dead_sender_leaves_its_successors_entry() {
     super::peers::fill_slot(entry, successor.name(), me, successor.region.incarnation());
 
     b.forget_in_peer(src, &mut hb);
+    b.decide_due();
     assert_eq!(entry.state.load(Relaxed) & 3, SLOT_READY, "the successor keeps the entry a's death freed");
     b.accept(src, &mut hb).unwrap();
     assert_eq!(entry.state.load(Relaxed) & 3, SLOT_READY, "and keeps it once b learns of it");
@@ -1216,6 +1221,8 @@ fn forgetting_a_dead_sender_leaves_its_successors_entry() {
     assert_eq!(entry.state.load(Relaxed) & 3, SLOT_READY, "a keeps the entry it took back");
 
     b.forget_in_peer(src, &mut hb);
+    assert_eq!(entry.state.load(Relaxed) & 3, SLOT_READY, "kept until b has passed the sender's commands");
+    b.decide_due();
     assert_eq!(entry.state.load(Relaxed), SLOT_FREE, "an entry still holding the sender forgotten is free");
 }
 
@@ -1435,14 +1442,16 @@ fn entries_left_half_claimed_by_the_dead_are_claimed_again() {
     assert_eq!(hb.inline_offered[0].3, pattern(8, 3));
 }
 
-/// An entry of the peer table filled by a sender that died before the receiver accepted it
-/// (here: before it pushed anything) is not taken by a new sender (`claim_slot`): its commands
-/// could still wait in the ring. The receiver frees it on its liveness ticks (`unmet`), once its
-/// ring has passed what was claimed when it saw the sender dead; then the new sender gets in.
-/// An entry whose dead sender we did accept passes at once.
+/// An entry of the peer table whose sender died, or left, passes to a new sender only once the
+/// receiver freed it, past every command that sender pushed (`claim_slot`): until then a new
+/// sender gets `Again` (here, with a one-entry table). An entry filled by a sender that died
+/// before it pushed anything is found on the receiver's ticks (`unmet`); one of a sender it knew
+/// is freed once it forgot it and its ring passed the sender's commands, and the count of what
+/// was handled from the entry starts again.
 #[test]
-fn an_entry_of_a_sender_dead_before_it_was_accepted_is_freed_by_its_receiver() {
-    use crate::layout::{Counts, SLOT_READY};
+fn a_gone_senders_entry_passes_on_only_once_its_receiver_freed_it() {
+    use super::spare::Pool;
+    use crate::layout::Counts;
     use crate::liveness::ProcessIdentity;
     use crate::sync::Ordering::Relaxed;
     let d = Params::default();
@@ -1456,38 +1465,40 @@ fn an_entry_of_a_sender_dead_before_it_was_accepted_is_freed_by_its_receiver() {
     let dead = child.id();
     child.wait().unwrap();
     let me = ProcessIdentity::current().unwrap();
-    let ghost = ProcessIdentity { pid: dead, ..me };
     let region = Arc::clone(&b.region);
     let entry = &region.peer_slots()[0];
-    super::peers::fill_slot(entry, &name("unmetghost"), ghost, 0x5eed);
+    super::peers::fill_slot(entry, &name("unmetghost"), ProcessIdentity { pid: dead, ..me }, 0x5eed);
 
     let mut a = Endpoint::create(&name("unmeta"), Params::default()).unwrap();
     let to_b = a.add_peer(b.name()).unwrap();
-    let (mut ha, mut hb) = (Collect::default(), Collect { take_inline: true, ..Default::default() });
-    let hdr = MsgHeader { app: 0, tag: 5, data: 0, aux: 0, len: 8 };
+    let (mut ha, mut hb) = (Collect::default(), Collect { take_payload: true, ..Default::default() });
+    let hdr = MsgHeader { app: 0, tag: 5, data: 0, aux: 0, len: 2000 };
     for _ in 0..3 {
-        assert_eq!(a.send_bytes(to_b, hdr, &pattern(8, 5), SendOpts::default()), Err(Error::Again));
+        assert_eq!(a.send_bytes(to_b, hdr, &pattern(2000, 5), SendOpts::default()), Err(Error::Again));
     }
-    assert_eq!(entry.incarnation.load(Relaxed), 0x5eed, "a took the entry of a sender b never accepted");
+    assert_eq!(entry.incarnation.load(Relaxed), 0x5eed, "a took the entry of a sender b never met");
+    let keep_trying = |a: &mut Endpoint, to_b: PeerId, b: &mut Endpoint, hb: &mut Collect, what: &str| {
+        let dl = deadline();
+        while a.send_bytes(to_b, hdr, &pattern(2000, 5), SendOpts::default()) == Err(Error::Again) {
+            assert!(std::time::Instant::now() < dl, "{what}: {:?}", b.stats());
+            std::thread::sleep(std::time::Duration::from_millis(1));
+            b.progress(hb);
+        }
+    };
+    keep_trying(&mut a, to_b, &mut b, &mut hb, "b never freed the dead sender's entry");
+    assert_eq!(b.stats().unmet_dead_senders, 1);
+    pump_until((&mut a, &mut ha), (&mut b, &mut hb), "a's message", |_, hb| hb.taken.len() == 1);
+    assert!(b.handled(0, Pool::Inject).is_some(), "a's message came through the inject pool");
 
-    let dl = deadline();
-    while a.send_bytes(to_b, hdr, &pattern(8, 5), SendOpts::default()) == Err(Error::Again) {
-        assert!(std::time::Instant::now() < dl, "b never freed the dead sender's entry: {:?}", b.stats());
-        std::thread::sleep(std::time::Duration::from_millis(1));
-        b.progress(&mut hb);
-    }
-    assert_eq!(b.stats().freed_unmet_entries, 1);
-    pump_until((&mut a, &mut ha), (&mut b, &mut hb), "a's message", |_, hb| hb.inline_taken == 1);
-    assert_eq!(hb.inline_offered[0].3, pattern(8, 5));
-
-    // Accepted (a is): a new sender takes the entry as soon as its sender is dead, before b
-    // has noticed.
-    assert_eq!(entry.accepted.load(Relaxed), a.region.incarnation());
-    entry.state.store(super::peers::slot_word(SLOT_READY, ghost), Relaxed);
+    // b forgets a (as when it dies): c waits until b's tick has passed a's commands.
+    b.forget_in_peer(0, &mut hb);
     let mut c = Endpoint::create(&name("unmetc"), Params::default()).unwrap();
-    let to_b = c.add_peer(b.name()).unwrap();
-    c.send_bytes(to_b, hdr, &pattern(8, 6), SendOpts::default()).unwrap();
+    let c_to_b = c.add_peer(b.name()).unwrap();
+    assert_eq!(c.send_bytes(c_to_b, hdr, &pattern(2000, 6), SendOpts::default()), Err(Error::Again));
+    assert_eq!(entry.incarnation.load(Relaxed), a.region.incarnation(), "c took the entry before b freed it");
+    keep_trying(&mut c, c_to_b, &mut b, &mut hb, "b never freed the forgotten sender's entry");
     assert_eq!(entry.incarnation.load(Relaxed), c.region.incarnation());
+    assert_eq!(b.handled(0, Pool::Inject), None, "the count of what was handled from the entry starts again");
 }
 
 /// The SAR buffer a sender copies a segment into is recorded until the segment is pushed
