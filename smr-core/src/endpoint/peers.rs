@@ -90,12 +90,13 @@ pub(super) struct QueuedResp {
     pub entry: RespEntry,
 }
 
-/// A sender we dropped. Its commands may still come, from its entry of our peer table, after
-/// another sender has taken the entry: they are its own, not the successor's (whose message
-/// ids are its own: answered as the successor's, such a command could complete one of its
-/// sends, and a segment could land in one of its messages). A sender's first command is its
-/// CONNECT, which names its incarnation, so a command from the entry is the successor's only
-/// once we have taken its CONNECT (`Endpoint::left_by_forgotten`).
+/// A sender we dropped. Its commands may still come, from its entry of our peer table, until
+/// our ring has passed them, when we free the entry (`spare::Decision`); and, should another
+/// hold the entry by then (a scribble), they are its own, not the holder's (whose message ids
+/// are its own: answered as the holder's, such a command could complete one of its sends, and
+/// a segment could land in one of its messages). A sender's first command is its CONNECT, which
+/// names its incarnation, so a command from the entry is the holder's only once we have taken
+/// its CONNECT (`Endpoint::left_by_forgotten`).
 pub(super) struct Forgotten {
     /// None for a sender we never met (`note_gone_sender`): nothing vouches for its commands,
     /// which may be garbage, so none is delivered and no buffer they name is taken back.
