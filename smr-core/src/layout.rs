@@ -276,7 +276,7 @@ pub struct WakeWord {
 #[repr(C, align(128))]
 pub struct PeerSlot {
     /// `SLOT_FREE`, or `SLOT_CLAIMED` / `SLOT_READY` in the low two bits with the sender's pid
-    /// (bits 2-31) and pid namespace (bits 32-63) above them (`endpoint::peers::slot_word`).
+    /// (bits 2-31) and pid namespace (bits 32-63) above them (`endpoint::entry::slot_word`).
     pub state: AtomicU64,
     /// The sender's start time (`liveness::ProcessIdentity::start`).
     pub start: AtomicU64,
@@ -331,7 +331,7 @@ pub struct OwnerBeat {
 pub const MR_SLOTS: u64 = 64;
 
 /// States of a peer-table entry (`PeerSlot::state`, in its low two bits): free; being claimed;
-/// filled by its claimant. The last two name the sender above them (`endpoint::peers::slot_word`).
+/// filled by its claimant. The last two name the sender above them (`endpoint::entry::slot_word`).
 pub const SLOT_FREE: u64 = 0;
 pub const SLOT_CLAIMED: u64 = 1;
 pub const SLOT_READY: u64 = 2;

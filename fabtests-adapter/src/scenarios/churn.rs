@@ -313,7 +313,7 @@ impl Leave {
 /// of it, so that a successor comes for its entry of the receiver's peer table while its
 /// message still waits there (a message was lost that way, until a dead sender's entry passed
 /// on only once the receiver had handled its commands: `claim_slot` in smr-core's
-/// `endpoint/peers.rs`).
+/// `endpoint/entry.rs`).
 fn process_churn(r: &mut Rank) -> TResult {
     let rshm = r.prov == "rshm";
     if rshm {

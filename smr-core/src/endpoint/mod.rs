@@ -12,6 +12,7 @@ mod batch;
 mod cold;
 mod dead_receivers;
 mod direct;
+mod entry;
 pub mod lone;
 pub mod measured;
 mod ok_run;

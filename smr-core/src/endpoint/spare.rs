@@ -40,7 +40,7 @@
 //! messages are never staged behind `SendOpts::more`, which could hold many buffers at once:
 //! `Endpoint::more_if_inline`.)
 
-use super::peers::free_entry_of;
+use super::entry::free_entry_of;
 use super::{Endpoint, SrcId};
 use crate::free_stack::FreeStack;
 use crate::held::Record;

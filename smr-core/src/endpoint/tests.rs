@@ -1204,7 +1204,7 @@ fn forgetting_a_dead_sender_leaves_its_successors_entry() {
     let entry = &region.peer_slots()[src as usize];
     let successor = Endpoint::create(&name("successorc"), Params::default()).unwrap();
     let me = crate::liveness::ProcessIdentity::current().unwrap();
-    super::peers::fill_slot(entry, successor.name(), me, successor.region.incarnation());
+    super::entry::fill_slot(entry, successor.name(), me, successor.region.incarnation());
 
     b.forget_in_peer(src, &mut hb);
     b.decide_due();
@@ -1215,7 +1215,7 @@ fn forgetting_a_dead_sender_leaves_its_successors_entry() {
 
     // The same on the connection request alone: b forgets the sender it knew and learns the new
     // one, whose entry stays claimed.
-    super::peers::fill_slot(entry, a.name(), me, a.region.incarnation());
+    super::entry::fill_slot(entry, a.name(), me, a.region.incarnation());
     b.accept(src, &mut hb).unwrap();
     assert_eq!(b.inp.get(&src).map(|p| p.name.as_str()), Some(a.name()));
     assert_eq!(entry.state.load(Relaxed) & 3, SLOT_READY, "a keeps the entry it took back");
@@ -1395,7 +1395,7 @@ fn successor_in_entry(
 fn take_entry(b: &Endpoint, src: u32, tag: &str, params: Params) -> Endpoint {
     let successor = Endpoint::create(&name(tag), params).unwrap();
     let me = crate::liveness::ProcessIdentity::current().unwrap();
-    super::peers::fill_slot(&b.region.peer_slots()[src as usize], successor.name(), me, successor.region.incarnation());
+    super::entry::fill_slot(&b.region.peer_slots()[src as usize], successor.name(), me, successor.region.incarnation());
     successor
 }
 
@@ -1413,7 +1413,7 @@ fn entries_left_half_claimed_by_the_dead_are_claimed_again() {
     let region = Arc::clone(&b.region);
     let entries = region.peer_slots();
     let me = crate::liveness::ProcessIdentity::current().unwrap();
-    let claimed_by = |pid| super::peers::slot_word(SLOT_CLAIMED, ProcessIdentity { pid, ..me });
+    let claimed_by = |pid| super::entry::slot_word(SLOT_CLAIMED, ProcessIdentity { pid, ..me });
     for e in entries {
         e.state.store(claimed_by(dead), Relaxed);
     }
@@ -1423,7 +1423,7 @@ fn entries_left_half_claimed_by_the_dead_are_claimed_again() {
     entries[live].state.store(claimed_by(std::process::id()), Relaxed);
     let foreign = (live + 1) % entries.len();
     let stranger = ProcessIdentity { pid: dead, ns: me.ns.wrapping_add(1), ..me };
-    entries[foreign].state.store(super::peers::slot_word(SLOT_CLAIMED, stranger), Relaxed);
+    entries[foreign].state.store(super::entry::slot_word(SLOT_CLAIMED, stranger), Relaxed);
 
     let mut a = Endpoint::create(&name("halfa"), Params::default()).unwrap();
     let to_b = a.add_peer(b.name()).unwrap();
@@ -1467,7 +1467,7 @@ fn a_gone_senders_entry_passes_on_only_once_its_receiver_freed_it() {
     let me = ProcessIdentity::current().unwrap();
     let region = Arc::clone(&b.region);
     let entry = &region.peer_slots()[0];
-    super::peers::fill_slot(entry, &name("unmetghost"), ProcessIdentity { pid: dead, ..me }, 0x5eed);
+    super::entry::fill_slot(entry, &name("unmetghost"), ProcessIdentity { pid: dead, ..me }, 0x5eed);
 
     let mut a = Endpoint::create(&name("unmeta"), Params::default()).unwrap();
     let to_b = a.add_peer(b.name()).unwrap();

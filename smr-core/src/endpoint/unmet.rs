@@ -10,7 +10,7 @@
 //! decides about each once our ring has passed every position claimed when we saw it dead (a
 //! dead process claims nothing more): had it a CONNECT there, we read it by then.
 
-use super::peers::{sender_alive, slot_sender};
+use super::entry::{sender_alive, slot_sender};
 use super::{Endpoint, SrcId};
 use crate::layout::SLOT_READY;
 use crate::sync::Ordering;
