@@ -257,7 +257,8 @@ fn last_inline_messages_of_a_sender_that_exits_without_closing_are_delivered() {
 /// read the first one's CONNECT; the receiver then found the entry naming another sender, took
 /// the first for one it never met, and dropped its messages, inline and inject alike, although
 /// they were whole in its memory, and no error said so (`unit/process_churn` lost a message
-/// that way). Now the second waits until the receiver has accepted the first.
+/// that way). Now the second waits (`Again`) until the receiver has handled every command of the
+/// first and freed its entry.
 #[test]
 fn messages_of_a_dead_sender_survive_a_successor_in_its_entry() {
     let mut sc = Scenario::new(PEER, "succ");

@@ -489,8 +489,8 @@ fn reap(child: &mut Child) -> String {
 }
 
 /// `__churn_child --provider P --to ADDR --seq N --leave kill|exit|close`: one process of
-/// `process_churn`, whose message is tagged N and `Churned::len(N)` bytes long. Exit status 0 (or death by SIGKILL) once its message completed; 1, with
-/// the reason on stderr, otherwise.
+/// `process_churn`, whose message is tagged N and `Churned::len(N)` bytes long. Exit status 0
+/// (or death by SIGKILL) once its message completed; 1, with the reason on stderr, otherwise.
 pub fn child_main(args: &[String]) -> i32 {
     match churn_child(args) {
         Ok(()) => 0,
