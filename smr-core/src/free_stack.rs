@@ -26,15 +26,30 @@
 //! Whatever a scribbler does, a pop never hands out a buffer that is marked `IN_USE` (popped and
 //! not yet returned): when the top's link says `IN_USE` and the head has not moved, the stack
 //! is corrupt and the pop says so instead of handing the buffer out a second time.
+//!
+//! A pop by a process that may die first (a sender taking a buffer of its receiver's pool)
+//! tells its caller the index it tries before each head CAS, and tags the mark with the
+//! caller's name (`pop_as`), so that whoever decides about a dead popper's record can tell
+//! whether its pop took the buffer (`popped_as`; `held`).
 
 use crate::pod::CachePadded;
 use crate::sync::{fence, spin_hint, AtomicU32, AtomicU64, Ordering};
 
 const RETRIES: u32 = 1 << 14;
-/// Link value of a buffer that is popped (in use). A push first moves the link from this value,
-/// so returning a buffer that is not in use (a stray or repeated release) is refused instead of
-/// making the stack cyclic.
+/// Link bit of a buffer that is popped (in use); the other 31 bits name who popped it
+/// (`pop_as`: a sender's slot in the owner's peer table), all ones for an untagged pop. A push
+/// first moves the link from an in-use value, so returning a buffer that is not in use (a stray
+/// or repeated release) is refused instead of making the stack cyclic. Free links are `index + 1`
+/// (pools are far below 2^31 buffers: `new`).
+const IN_USE_BIT: u32 = 1 << 31;
+/// The mark of an untagged pop (`pop`).
 const IN_USE: u32 = u32::MAX;
+/// The tag of an untagged pop; `pop_as` takes tags below it.
+pub const UNTAGGED: u32 = IN_USE & !IN_USE_BIT;
+
+fn in_use(link: u32) -> bool {
+    link & IN_USE_BIT != 0
+}
 const INDEX_MASK: u64 = 0xffff_ffff;
 
 /// Shared head word.
@@ -97,7 +112,7 @@ pub struct FreeStack<'a> {
 
 impl<'a> FreeStack<'a> {
     pub fn new(head: &'a StackHead, links: &'a [AtomicU32]) -> Self {
-        assert!(links.len() < u32::MAX as usize);
+        assert!(links.len() < IN_USE_BIT as usize);
         FreeStack { head, links }
     }
 
@@ -112,7 +127,14 @@ impl<'a> FreeStack<'a> {
 
     /// True if buffer `index` is popped and not yet pushed back (false for one out of range).
     pub fn in_use(&self, index: u32) -> bool {
-        self.links.get(index as usize).is_some_and(|l| l.load(Ordering::Relaxed) == IN_USE)
+        self.links.get(index as usize).is_some_and(|l| in_use(l.load(Ordering::Relaxed)))
+    }
+
+    /// True if buffer `index` is in use, popped by `pop_as(tag, ..)` (false for one out of range).
+    /// Only the popper and, after it, whoever the buffer is passed to write its link, so while
+    /// neither pushed it back the answer stays.
+    pub fn popped_as(&self, index: u32, tag: u32) -> bool {
+        tag < UNTAGGED && self.links.get(index as usize).is_some_and(|l| l.load(Ordering::Acquire) == IN_USE_BIT | tag)
     }
 
     /// Owner only, before the region is published: all buffers free, lowest index on top.
@@ -128,6 +150,16 @@ impl<'a> FreeStack<'a> {
 
     /// Take a free buffer index.
     pub fn pop(&self) -> Result<u32, StackError> {
+        self.pop_as(UNTAGGED, |_| {})
+    }
+
+    /// `pop`, marking the buffer as popped by `tag` (below `UNTAGGED`), and telling `announce`
+    /// the index it is about to take before each attempt's head CAS. A popper that may die
+    /// records the announced index first: whoever decides about it later knows which buffer
+    /// it may have taken, and `popped_as` says whether it did (until the buffer is pushed back).
+    #[inline(always)]
+    pub fn pop_as(&self, tag: u32, mut announce: impl FnMut(u32)) -> Result<u32, StackError> {
+        let mark = IN_USE_BIT | tag.min(UNTAGGED);
         for _ in 0..RETRIES {
             let head = self.head.head.load(Ordering::Acquire);
             let top = (head & INDEX_MASK) as u32;
@@ -139,7 +171,7 @@ impl<'a> FreeStack<'a> {
                 return Err(StackError::Corrupt);
             };
             let next = link.load(Ordering::Relaxed);
-            if next == IN_USE {
+            if in_use(next) {
                 // The top was popped: by another pop since we read the head (then the head
                 // moved; the fence pairs with its Release mark so that we see that), or it is
                 // in the list twice (scribbled): never hand out a buffer someone holds.
@@ -151,11 +183,14 @@ impl<'a> FreeStack<'a> {
                 continue;
             }
             let new = (((head >> 32) + 1) << 32) | u64::from(next);
+            // Before the CAS (whose release orders it first): a popper that dies after the CAS
+            // has announced the buffer it took.
+            announce(index);
             match self.head.head.compare_exchange_weak(head, new, Ordering::AcqRel, Ordering::Relaxed) {
                 Ok(_) => {
                     // A garbage `next` becomes the head; the next pop range-checks it.
                     // Release: a `repair` walk that reads this mark also sees our head CAS.
-                    link.store(IN_USE, Ordering::Release);
+                    link.store(mark, Ordering::Release);
                     return Ok(index);
                 }
                 // Same top index, other tag: popped and pushed back meanwhile (ABA).
@@ -185,7 +220,10 @@ impl<'a> FreeStack<'a> {
         // Release on the link (here and below, free on x86): an owner's `repair` walk that reads
         // a link we wrote also sees the head as it was when we took the buffer, so it cannot take
         // a list in motion for an impossible one (loom model `free_stack_repair_inspect_*`).
-        if link.compare_exchange(IN_USE, (head & INDEX_MASK) as u32, Ordering::Release, Ordering::Relaxed).is_err() {
+        let mark = link.load(Ordering::Relaxed);
+        if !in_use(mark)
+            || link.compare_exchange(mark, (head & INDEX_MASK) as u32, Ordering::Release, Ordering::Relaxed).is_err()
+        {
             return Err(StackError::NotInUse);
         }
         for attempt in 0..RETRIES {
@@ -257,9 +295,8 @@ impl FreeStack<'_> {
         if self.head.head.compare_exchange(walked, empty, Ordering::AcqRel, Ordering::Relaxed).is_err() {
             return false;
         }
-        let free: Vec<u32> = (0..self.links.len() as u32)
-            .filter(|&i| self.links[i as usize].load(Ordering::Acquire) != IN_USE)
-            .collect();
+        let free: Vec<u32> =
+            (0..self.links.len() as u32).filter(|&i| !in_use(self.links[i as usize].load(Ordering::Acquire))).collect();
         for pair in free.windows(2) {
             self.links[pair[0] as usize].store(pair[1] + 1, Ordering::Relaxed);
         }
@@ -307,7 +344,7 @@ impl FreeStack<'_> {
         let mut fingerprint = 0u64;
         for (i, link) in self.links.iter().enumerate() {
             let l = link.load(Ordering::Acquire);
-            if !seen[i] && l != IN_USE {
+            if !seen[i] && !in_use(l) {
                 orphans += 1;
                 fingerprint = (fingerprint ^ (i as u64) << 32 ^ u64::from(l)).wrapping_mul(0x100_0000_01b3);
             }

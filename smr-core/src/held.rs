@@ -4,16 +4,25 @@
 //! spare or one carrying a message, and the SAR buffer it copies a segment into, this way).
 //!
 //! A `Record` is two words of the sender's entry in the receiver's peer table. The first is 0
-//! when nothing is held, else the `HELD` flag, the holder's incarnation (its low 46 bits), the
-//! buffer's index (16 bits: pools hold at most 2^16 buffers, `layout`) and `IN_FLIGHT` once the
-//! buffer carries a message; the second is then that message's id (a SAR segment's sequence number). Only
-//! the live holder stores to them, and only to a record that is empty or its own. The receiver
-//! decides about the record of a holder that is gone (`decide`) once every command that holder
-//! pushed is handled: a spare goes back; a buffer in flight goes back unless the receiver
-//! handled that message (a command of its kind from that entry with that id or a later one). An
-//! id of a successor in the entry can only make it keep a buffer, never give one back twice. The words are peer-written
-//! like the rest of a region: the stack's push range-checks the index and refuses a buffer that
-//! is not in use.
+//! when nothing is held, else the `HELD` flag, the holder's incarnation (its low 45 bits), the
+//! buffer's index (16 bits: pools hold at most 2^16 buffers, `layout`), `IN_FLIGHT` once the
+//! buffer carries a message, and `PENDING` while the pop that may take it runs; the second is
+//! then that message's id (a SAR segment's sequence number). Only the live holder stores to
+//! them, and only to a record that is empty or its own.
+//!
+//! The holder records the buffer before it has it: before each attempt of its pop's head CAS
+//! (`announce`, from `FreeStack::pop_as`), marked `PENDING` until the pop returned. A holder that
+//! dies anywhere in its pop so leaves a record naming the buffer it may have taken, and the
+//! stack's in-use mark, tagged with the holder's slot in the peer table, says whether it did.
+//! (A pop killed between its CAS and that mark leaves a buffer the stack's own repair finds.)
+//!
+//! The receiver decides about the record of a holder that is gone (`decide`) once every command
+//! that holder pushed is handled: a spare goes back; a buffer in flight goes back unless the
+//! receiver handled that message (a command of its kind from that entry with that id or a later
+//! one); a pending one goes back if the holder's pop took it. An id of a successor in the entry
+//! can only make it keep a buffer, never give one back twice. The words are peer-written like
+//! the rest of a region: the stack's push range-checks the index and refuses a buffer that is
+//! not in use.
 
 use crate::free_stack::FreeStack;
 use crate::sync::{AtomicU64, Ordering};
@@ -21,8 +30,9 @@ use crate::sync::{AtomicU64, Ordering};
 const NONE: u64 = 0;
 const HELD: u64 = 1 << 63;
 const IN_FLIGHT: u64 = 1 << 62;
+const PENDING: u64 = 1 << 61;
 const INDEX_BITS: u32 = 16;
-const TAG_MASK: u64 = (1 << (62 - INDEX_BITS)) - 1;
+const TAG_MASK: u64 = (1 << (61 - INDEX_BITS)) - 1;
 
 /// The two words of a record (see the module's comment).
 #[derive(Clone, Copy)]
@@ -59,22 +69,47 @@ impl Record<'_> {
         Some(index_of(w))
     }
 
-    /// Holder: `index`, just popped, carries message `msg_id` (recorded if the record is empty:
-    /// a predecessor's record is decided about before its entry passes on, so another one here
-    /// is a scribble, which the receiver's decision must not take our buffer by).
+    /// Holder, before each attempt of a pop that may take `index` (`FreeStack::pop_as`): record
+    /// it as pending, to carry message `msg_id` (`Some`) or as our spare (`None`). Only over an
+    /// empty record or our own (see `hold_in_flight`). Relaxed: the pop's head CAS, a release,
+    /// orders it first.
     #[inline(always)]
-    pub fn hold_in_flight(&self, incarnation: u64, index: u32, msg_id: u64) {
-        if self.word.load(Ordering::Relaxed) == NONE {
-            self.msg.store(msg_id, Ordering::Relaxed);
-            self.word.store(held(incarnation, index) | IN_FLIGHT, Ordering::Relaxed);
+    pub fn announce(&self, incarnation: u64, index: u32, msg_id: Option<u64>) {
+        let w = self.word.load(Ordering::Relaxed);
+        if w != NONE && !ours(w, incarnation) {
+            return;
+        }
+        let mut pending = held(incarnation, index) | PENDING;
+        if let Some(id) = msg_id {
+            self.msg.store(id, Ordering::Relaxed);
+            pending |= IN_FLIGHT;
+        }
+        self.word.store(pending, Ordering::Relaxed);
+    }
+
+    /// Holder: `index`, just popped (`None`: the pop found no buffer), carries message `msg_id`.
+    /// Recorded if the record is empty or our pending one: a predecessor's record is decided
+    /// about before its entry passes on, so another one here is a scribble, which the receiver's
+    /// decision must not take our buffer by.
+    #[inline(always)]
+    pub fn hold_in_flight(&self, incarnation: u64, index: Option<u32>, msg_id: u64) {
+        let w = self.word.load(Ordering::Relaxed);
+        let pending = ours(w, incarnation) && w & PENDING != 0;
+        match index {
+            Some(index) if w == NONE || pending => {
+                self.msg.store(msg_id, Ordering::Relaxed);
+                self.word.store(held(incarnation, index) | IN_FLIGHT, Ordering::Release);
+            }
+            None if pending => self.word.store(NONE, Ordering::Release),
+            _ => {}
         }
     }
 
-    /// Holder: the message in flight was published; hold `next` (just popped) as our spare, or
-    /// nothing. Only after `wants_spare` said yes.
+    /// Holder: the message in flight was published; hold `next` (just popped, announced as our
+    /// spare) as our spare, or nothing. Only after `wants_spare` said yes.
     #[inline(always)]
     pub fn sent(&self, incarnation: u64, next: Option<u32>) {
-        self.word.store(next.map_or(NONE, |i| held(incarnation, i)), Ordering::Relaxed);
+        self.word.store(next.map_or(NONE, |i| held(incarnation, i)), Ordering::Release);
     }
 
     /// Holder: whether we may record (the record is empty or ours, and holds no spare).
@@ -104,21 +139,28 @@ impl Record<'_> {
     }
 
     /// Receiver, once every command the holder of `incarnation` pushed is handled (the holder is
-    /// gone): give its buffer back to `stack` unless a handled command named it. `handled` is
-    /// the highest id of the messages (sequence number of the segments) of this kind handled from this
-    /// entry, 0 for none (ids start at 1). True if a buffer went back.
-    pub fn decide(&self, incarnation: u64, handled: u64, stack: &FreeStack<'_>) -> bool {
+    /// gone): give its buffer back to `stack` unless a handled command named it, or, if its pop
+    /// was pending, unless that pop did not take it (the stack's mark for `tag`, the holder's
+    /// slot in our peer table). `handled` is the highest id of the messages (sequence number of
+    /// the segments) of this kind handled from this entry, 0 for none (ids start at 1). True if
+    /// a buffer went back.
+    pub fn decide(&self, incarnation: u64, handled: u64, tag: u32, stack: &FreeStack<'_>) -> bool {
         let w = self.word.load(Ordering::Acquire);
         if !ours(w, incarnation) {
             return false;
         }
-        let delivered = w & IN_FLIGHT != 0 && handled >= self.msg.load(Ordering::Acquire);
+        // A pending pop named a buffer it had not yet taken, or never took; no command named it.
+        let back = if w & PENDING != 0 {
+            stack.popped_as(index_of(w), tag)
+        } else {
+            w & IN_FLIGHT == 0 || handled < self.msg.load(Ordering::Acquire)
+        };
         if self.word.compare_exchange(w, NONE, Ordering::AcqRel, Ordering::Relaxed).is_err() {
             return false;
         }
-        if !delivered {
+        if back {
             let _ = stack.push(index_of(w));
         }
-        !delivered
+        back
     }
 }

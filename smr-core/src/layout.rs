@@ -68,7 +68,11 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"RSHMREG\0");
 /// 22: a sender no longer takes the peer-table entry of a dead one: the owner frees it once it
 ///    has handled every command the dead sender pushed and decided about the buffers it held
 ///    (`endpoint::spare::Decision`), so that its queued messages are still known for its own.
-pub const LAYOUT_VERSION: u32 = 22;
+/// 23: a popped buffer's link names who popped it (a sender's entry index, `free_stack::pop_as`),
+///    and a sender records the buffer its pop tries before the pop's head CAS (`held::PENDING`,
+///    which takes a bit of the record's incarnation tag), so that a sender killed in its pop
+///    loses no buffer.
+pub const LAYOUT_VERSION: u32 = 23;
 /// Longest region name, without the terminating NUL.
 pub const NAME_MAX: usize = 63;
 /// Size of one inject buffer (defined with the commands that name them, which check against it).

@@ -1267,11 +1267,11 @@ fn held_buffer_of_a_dead_holder_comes_back_once() {
             let words = Arc::new([loom::sync::atomic::AtomicU64::new(0), loom::sync::atomic::AtomicU64::new(0)]);
             let rec = Record { word: &words[0], msg: &words[1] };
             let index = parts.stack().pop().unwrap();
-            rec.hold_in_flight(DEAD, index, 7);
+            rec.hold_in_flight(DEAD, Some(index), 7);
             let (p, w) = (parts.clone(), words.clone());
-            let owner = thread::spawn(move || Record { word: &w[0], msg: &w[1] }.decide(DEAD, handled, &p.stack()));
+            let owner = thread::spawn(move || Record { word: &w[0], msg: &w[1] }.decide(DEAD, handled, 0, &p.stack()));
             let own = parts.stack().pop().unwrap();
-            rec.hold_in_flight(SUCCESSOR, own, 1);
+            rec.hold_in_flight(SUCCESSOR, Some(own), 1);
             let gave_back = owner.join().unwrap();
             // The owner has cleared the dead holder's record: what is left is the successor's.
             let mine = words[0].load(Ordering::Relaxed) != 0;
@@ -1291,4 +1291,43 @@ fn held_buffer_of_a_dead_holder_comes_back_once() {
     });
     recorded.assert_seen("held_buffer_of_a_dead_holder_comes_back_once", "the successor recorded its buffer");
     refused.assert_seen("held_buffer_of_a_dead_holder_comes_back_once", "the successor found the record still taken");
+}
+
+/// (7b) A holder that dies in its pop, right after it returned and before it recorded the buffer
+/// as its own (`held`: its record still says pending), while another process pops the same
+/// stack and holds what it got. The holder's pop announced every index it tried; the owner's
+/// decision gives back exactly the buffer the holder's pop took (marked with its tag), never the
+/// other process's, and the stack ends with every index once. With one buffer, one of the two
+/// pops finds the stack empty after a lost race, and the holder's record then names a buffer
+/// it never had.
+#[test]
+fn held_buffer_of_a_holder_dead_in_its_pop_comes_back_once() {
+    use smr_core::held::Record;
+    const DEAD: u64 = 5;
+    const TAG: u32 = 3;
+    let (took, lost) = (Tally::default(), Tally::default());
+    let (t, l) = (took.clone(), lost.clone());
+    model("held_buffer_of_a_holder_dead_in_its_pop_comes_back_once", move || {
+        for n in [1, 2] {
+            let parts = StackParts::new(n);
+            let words = Arc::new([loom::sync::atomic::AtomicU64::new(0), loom::sync::atomic::AtomicU64::new(0)]);
+            let p = parts.clone();
+            let other = thread::spawn(move || p.stack().pop().ok());
+            let rec = Record { word: &words[0], msg: &words[1] };
+            let got = parts.stack().pop_as(TAG, |i| rec.announce(DEAD, i, Some(7))).ok();
+            // The holder dies here.
+            let others = other.join().unwrap();
+            let gave_back = rec.decide(DEAD, 0, TAG, &parts.stack());
+            assert_eq!(gave_back, got.is_some(), "the dead holder's buffer ({got:?}) given back");
+            assert_eq!(words[0].load(Ordering::Relaxed), 0, "the record is decided");
+            t.note(got.is_some());
+            l.note(got.is_none() && n == 1);
+            if let Some(i) = others {
+                parts.stack().push(i).unwrap();
+            }
+            parts.assert_all_free();
+        }
+    });
+    took.assert_seen("held_buffer_of_a_holder_dead_in_its_pop_comes_back_once", "the holder's pop took a buffer");
+    lost.assert_seen("held_buffer_of_a_holder_dead_in_its_pop_comes_back_once", "the holder lost the only buffer");
 }

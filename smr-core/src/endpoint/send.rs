@@ -180,12 +180,12 @@ impl InjectMsg<'_> {
         // ENOSPC when the receiver's pool finds no room in /dev/shm (`Region::map_inject_pool`):
         // the send fails with it.
         region.map_inject_pool()?;
-        let index =
-            super::spare::take(region, entry, Pool::Inject, self.incarnation, self.msg_id).ok_or(Error::Again)?;
+        let us = self.holder(entry);
+        let index = super::spare::take(region, us, Pool::Inject, self.msg_id).ok_or(Error::Again)?;
         let dst = match region.geometry().inject_offset(index).and_then(|off| region.mapping().bytes_ptr(off, len)) {
             Ok(dst) => dst,
             Err(e) => {
-                super::spare::done(region, entry, Pool::Inject, self.incarnation, index, false, None);
+                super::spare::done(region, us, Pool::Inject, index, false, None);
                 return Err(e);
             }
         };
@@ -212,14 +212,19 @@ impl InjectMsg<'_> {
         let pushed = super::peers::push_cmd_with(region, self.src_slot, |e| self.write(e, index));
         super::spare::done(
             region,
-            entry,
+            self.holder(entry),
             super::spare::Pool::Inject,
-            self.incarnation,
             index,
             pushed.is_ok(),
             Some(self.hdr.len),
         );
         pushed
+    }
+
+    /// Us, as the receiver's pools know us through `entry`.
+    #[inline(always)]
+    fn holder<'e>(&self, entry: &'e PeerSlot) -> super::spare::Holder<'e> {
+        super::spare::Holder { entry, slot: self.src_slot, incarnation: self.incarnation }
     }
 }
 
@@ -830,6 +835,7 @@ fn push_segments(
     let geo = *link.region.geometry();
     let sar_size = geo.counts.sar_size;
     let Some(entry) = link.region.peer_slots().get(link.slot as usize) else { return Ok(false) };
+    let us = super::spare::Holder { entry, slot: link.slot, incarnation };
     link.region.map_sar_pool()?;
     while let Some(offset) = send.sar_next {
         if offset >= send.hdr.len {
@@ -838,7 +844,7 @@ fn push_segments(
         }
         let seq = *next_seq;
         *next_seq += 1;
-        let Some(index) = super::spare::take(&link.region, entry, Pool::Sar, incarnation, seq) else {
+        let Some(index) = super::spare::take(&link.region, us, Pool::Sar, seq) else {
             return Ok(false);
         };
         let seg_len = (send.hdr.len - offset).min(segment_len(offset, sar_size));
@@ -849,7 +855,7 @@ fn push_segments(
             // SAFETY: `dst` is `seg_len` bytes inside the peer's mapping (bounds-checked).
             .map(|dst| unsafe { send.buf.read_to_raw(offset as usize, dst, seg_len as usize) });
         if copied.is_err() {
-            super::spare::done(&link.region, entry, Pool::Sar, incarnation, index, false, None);
+            super::spare::done(&link.region, us, Pool::Sar, index, false, None);
             return Ok(false);
         }
         if let Some(started) = started {
@@ -869,7 +875,7 @@ fn push_segments(
         // A message of one segment leaves a spare in hand for the next (`spare`): its buffer
         // taken off the receiver's stack and warmed while the receiver copies this one.
         let one_segment = offset == 0 && seg_len == send.hdr.len;
-        super::spare::done(&link.region, entry, Pool::Sar, incarnation, index, pushed, one_segment.then_some(seg_len));
+        super::spare::done(&link.region, us, Pool::Sar, index, pushed, one_segment.then_some(seg_len));
         if !pushed {
             return Ok(false);
         }

@@ -33,11 +33,11 @@
 //! back cold all out (docs/perf/protocols.md).
 //!
 //! The receiver frees a forgotten sender's entry only after that decision (layout version 22),
-//! so a new sender in the entry always finds the record empty. Not recorded, and so lost if the
-//! sender dies before it pushes the command: a buffer between the pop that takes it and the
-//! store that records it, a few instructions (the stack's own repair does not see it: the pop
-//! marked it in use). (Inject
-//! messages are never staged behind `SendOpts::more`, which could hold many buffers at once:
+//! so a new sender in the entry always finds the record empty. A sender records a buffer before
+//! its pop takes it (layout version 23): each attempt of the pop announces the index it tries,
+//! and the pop marks what it took with the sender's entry index, so a sender killed inside its
+//! pop leaves a record that the decision checks against that mark (`held`). (Inject messages
+//! are never staged behind `SendOpts::more`, which could hold many buffers at once:
 //! `Endpoint::more_if_inline`.)
 
 use super::entry::free_entry_of;
@@ -79,18 +79,28 @@ impl Pool {
     }
 }
 
-/// Sender: a buffer of `region`'s `pool` for message `key` (a SAR segment's sequence number),
-/// from `entry` (ours in its peer table): the spare we hold, else one popped and recorded as in
-/// flight where the record allows.
+/// A sender as the receiver's pools know it: its entry in the receiver's peer table, the
+/// entry's index (which tags the buffers it pops: `FreeStack::pop_as`), and its incarnation
+/// (which tags its records).
+#[derive(Clone, Copy)]
+pub(super) struct Holder<'a> {
+    pub entry: &'a PeerSlot,
+    pub slot: u32,
+    pub incarnation: u64,
+}
+
+/// Sender: a buffer of `region`'s `pool` for message `key` (a SAR segment's sequence number):
+/// the spare we hold, else one popped and recorded as in flight where the record allows
+/// (announced before the pop: `held`).
 #[inline(always)]
-pub(super) fn take(region: &Region, entry: &PeerSlot, pool: Pool, incarnation: u64, key: u64) -> Option<u32> {
-    let rec = pool.record(entry);
-    if let Some(index) = rec.take_spare(incarnation, key) {
+pub(super) fn take(region: &Region, us: Holder<'_>, pool: Pool, key: u64) -> Option<u32> {
+    let rec = pool.record(us.entry);
+    if let Some(index) = rec.take_spare(us.incarnation, key) {
         return Some(index);
     }
-    let index = pool.stack(region).pop().ok()?;
-    rec.hold_in_flight(incarnation, index, key);
-    Some(index)
+    let popped = pool.stack(region).pop_as(us.slot, |i| rec.announce(us.incarnation, i, Some(key))).ok();
+    rec.hold_in_flight(us.incarnation, popped, key);
+    popped
 }
 
 /// Sender: the command naming `index` is pushed (`pushed`), or the buffer goes back to the
@@ -100,20 +110,12 @@ pub(super) fn take(region: &Region, entry: &PeerSlot, pool: Pool, incarnation: u
 /// empty, or the record is not ours to write), and its first `next` bytes are fetched writable
 /// (`warm`).
 #[inline(always)]
-pub(super) fn done(
-    region: &Region,
-    entry: &PeerSlot,
-    pool: Pool,
-    incarnation: u64,
-    index: u32,
-    pushed: bool,
-    next: Option<u64>,
-) {
-    let rec = pool.record(entry);
+pub(super) fn done(region: &Region, us: Holder<'_>, pool: Pool, index: u32, pushed: bool, next: Option<u64>) {
+    let (rec, incarnation) = (pool.record(us.entry), us.incarnation);
     match (next, pushed) {
         (Some(len), true) if rec.wants_spare(incarnation) => {
-            // Recorded first: a buffer popped and not yet recorded dies with us.
-            let spare = pool.stack(region).pop().ok();
+            // Announced before each attempt: a buffer the pop took is recorded if we die in it.
+            let spare = pool.stack(region).pop_as(us.slot, |i| rec.announce(incarnation, i, None)).ok();
             rec.sent(incarnation, spare);
             if let Some(spare) = spare {
                 warm(region, pool, spare, len);
@@ -234,7 +236,7 @@ impl Endpoint {
                 return false;
             };
             for pool in [Pool::Inject, Pool::Sar] {
-                pool.record(entry).decide(d.incarnation, seen[pool as usize], &pool.stack(region));
+                pool.record(entry).decide(d.incarnation, seen[pool as usize], d.src, &pool.stack(region));
             }
             if inp.incarnation(d.src) != Some(d.incarnation) && free_entry_of(entry, d.incarnation, me) {
                 *seen = [0; 2];

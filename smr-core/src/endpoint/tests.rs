@@ -1149,7 +1149,7 @@ fn a_senders_spare_inject_buffer_always_comes_back() {
     let rec = crate::held::Record { word: &region.peer_slots()[src].held, msg: &region.peer_slots()[src].held_msg };
     for (msg_id, back) in [(last + 1, true), (last, false)] {
         let index = region.inject_stack().pop().unwrap();
-        rec.hold_in_flight(inc, index, msg_id);
+        rec.hold_in_flight(inc, Some(index), msg_id);
         forget_and_decide(&mut b, &mut hb, inc);
         assert_eq!(entry(&b), 0, "the record of message {msg_id} is decided");
         assert_eq!(free_buffers(&b).0, if back { pool } else { pool - 1 }, "message {msg_id}'s buffer");
@@ -1158,13 +1158,39 @@ fn a_senders_spare_inject_buffer_always_comes_back() {
         }
     }
 
+    // A sender killed inside its pop (`spare::take` and `spare::done` announce the buffer before
+    // each attempt, `held`): after the pop took the buffer, for a message or as its spare, the
+    // buffer comes back; before it did, what the record names stays where it is, free or taken
+    // by another.
+    let stack = region.inject_stack();
+    for msg_id in [Some(last + 1), None] {
+        let index = stack.pop_as(src as u32, |i| rec.announce(inc, i, msg_id)).unwrap();
+        assert_ne!(entry(&b), 0, "the pop announced buffer {index}");
+        forget_and_decide(&mut b, &mut hb, inc);
+        assert_eq!((entry(&b), free_buffers(&b).0), (0, pool), "the buffer taken in the pop ({msg_id:?}) is back");
+    }
+    let named = stack.pop().unwrap();
+    stack.push(named).unwrap();
+    rec.announce(inc, named, Some(last + 1));
+    forget_and_decide(&mut b, &mut hb, inc);
+    assert_eq!((entry(&b), free_buffers(&b).0), (0, pool), "a buffer named but never taken");
+    // The same again, with the named buffer on top for another process to take.
+    let named = stack.pop().unwrap();
+    stack.push(named).unwrap();
+    rec.announce(inc, named, Some(last + 1));
+    assert_eq!(stack.pop(), Ok(named), "another process takes the named buffer");
+    forget_and_decide(&mut b, &mut hb, inc);
+    assert_eq!(entry(&b), 0, "the record is decided");
+    assert!(stack.in_use(named) && free_buffers(&b).0 == pool - 1, "another's buffer given back");
+    stack.push(named).unwrap();
+
     // A record another incarnation left: a new holder of the entry does not touch it, and b's
     // decision about a third incarnation leaves it too.
     let index = region.inject_stack().pop().unwrap();
-    rec.hold_in_flight(inc, index, 9);
+    rec.hold_in_flight(inc, Some(index), 9);
     let left = entry(&b);
     assert!(!rec.wants_spare(inc + 1) && rec.take_spare(inc + 1, 10).is_none());
-    rec.hold_in_flight(inc + 1, index ^ 1, 10);
+    rec.hold_in_flight(inc + 1, Some(index ^ 1), 10);
     forget_and_decide(&mut b, &mut hb, inc + 2);
     assert_eq!(entry(&b), left, "another incarnation's record changed");
     forget_and_decide(&mut b, &mut hb, inc);
@@ -1593,7 +1619,7 @@ fn assert_sar_records_decided(b: &mut Endpoint) {
     let (_, pool) = free_buffers(b);
     for (key, back) in [(handled + 1, true), (handled, false)] {
         let index = region.sar_stack().pop().unwrap();
-        rec.hold_in_flight(inc, index, key);
+        rec.hold_in_flight(inc, Some(index), key);
         b.decide_later(src, inc);
         b.tick_due = true;
         b.progress(&mut hb);
