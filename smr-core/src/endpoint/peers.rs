@@ -414,6 +414,13 @@ impl Endpoint {
                 self.send_resp(src, conn_ack(src));
                 return Ok(());
             }
+            // No sender takes the entry of one we know before we forget it and free the entry
+            // (layout version 22: `spare::Decision`), so another sender's CONNECT in it is a
+            // scribble while the one we know lives: it keeps the entry and its messages count
+            // as its own. A dead one we forget now rather than on the next tick.
+            if known.watch.alive() {
+                return Err(Error::Corrupt("a CONNECT naming another sender in a live sender's entry"));
+            }
             self.forget_in_peer(src, h);
         }
         // A sender that announced itself and then closed (or died) before we met it: its region

@@ -1213,9 +1213,10 @@ fn a_senders_spare_inject_buffer_always_comes_back() {
 
 /// A sender whose entry in the receiver's peer table another holds when the receiver forgets it
 /// (`claim_slot` took the entry of a dead sender until layout version 22; now only a scribble
-/// gets there): forgetting it, on its liveness tick or on the holder's connection request,
-/// leaves the holder's claim, so that no third sender takes the entry from under it. An entry
-/// that still holds the sender forgotten is freed, once the receiver has passed its commands.
+/// gets there): forgetting it leaves the holder's claim, so that no third sender takes the entry
+/// from under it. A connection request in the entry of a sender the receiver knows and that
+/// lives is refused: the live sender keeps the entry. An entry that still holds the sender
+/// forgotten is freed, once the receiver has passed its commands.
 #[test]
 fn forgetting_a_dead_sender_leaves_its_successors_entry() {
     use crate::layout::{SLOT_FREE, SLOT_READY};
@@ -1239,12 +1240,13 @@ fn forgetting_a_dead_sender_leaves_its_successors_entry() {
     assert_eq!(entry.state.load(Relaxed) & 3, SLOT_READY, "and keeps it once b learns of it");
     assert_eq!(b.inp.get(&src).map(|p| p.name.as_str()), Some(successor.name()));
 
-    // The same on the connection request alone: b forgets the sender it knew and learns the new
-    // one, whose entry stays claimed.
+    // A connection request in the entry of a sender b knows and that lives is a scribble (no
+    // sender takes an entry b has not freed): b keeps the sender it knows, and the entry.
     super::entry::fill_slot(entry, a.name(), me, a.region.incarnation());
-    b.accept(src, &mut hb).unwrap();
-    assert_eq!(b.inp.get(&src).map(|p| p.name.as_str()), Some(a.name()));
-    assert_eq!(entry.state.load(Relaxed) & 3, SLOT_READY, "a keeps the entry it took back");
+    assert!(matches!(b.accept(src, &mut hb), Err(Error::Corrupt(_))), "a forged CONNECT accepted");
+    assert_eq!(b.inp.get(&src).map(|p| p.name.as_str()), Some(successor.name()), "the live sender forgotten");
+    assert_eq!(entry.state.load(Relaxed) & 3, SLOT_READY, "the live sender's entry freed");
+    super::entry::fill_slot(entry, successor.name(), me, successor.region.incarnation());
 
     b.forget_in_peer(src, &mut hb);
     assert_eq!(entry.state.load(Relaxed) & 3, SLOT_READY, "kept until b has passed the sender's commands");
@@ -1356,7 +1358,7 @@ fn a_forgotten_senders_commands_are_not_its_successors() {
         assert_eq!(a.send_bytes(to_b, hdr(i), &pattern(8, i as u8), acked(i)), Ok(SendStatus::Pending));
     }
     b.forget_in_peer(src as SrcId, &mut hb);
-    let successor = take_entry(&b, src, "leftovers", Params::default());
+    let successor = take_entry(&mut b, src, "leftovers", Params::default());
     assert_eq!(b.region.peer_slots()[src as usize].state.load(Relaxed) & 3, SLOT_READY);
 
     for _ in 0..10 {
@@ -1388,7 +1390,7 @@ fn a_gone_senders_commands_read_after_its_entry_changed_hands_are_its_own() {
     }
     let src = a.link(to_b).unwrap().slot;
     let ring = Region::open(b.name()).unwrap();
-    let mut successor = take_entry(&b, src, "nevermets", Params::default());
+    let mut successor = take_entry(&mut b, src, "nevermets", Params::default());
     super::peers::push_cmd(&ring, src, &CmdEntry::connect(src, successor.region.incarnation())).unwrap();
 
     for _ in 0..10 {
@@ -1399,6 +1401,37 @@ fn a_gone_senders_commands_read_after_its_entry_changed_hands_are_its_own() {
     successor.progress(&mut Collect::default());
     assert_eq!(successor.stats().corrupt_commands, 0, "the successor read answers to a's messages");
     assert_eq!(b.stats().corrupt_commands, 0);
+}
+
+/// A scribbler rewrites the peer-table entry of a live sender to name another endpoint and
+/// pushes that endpoint's CONNECT. No sender takes an entry the receiver has not freed (layout
+/// version 22), so the receiver refuses it: it keeps the sender it knows, counts the command as
+/// corrupt, and the sender's next message arrives as its own. (Before, the receiver forgot the
+/// live sender and took its messages for the named endpoint's.)
+#[test]
+fn a_forged_connect_in_a_live_senders_entry_leaves_it_known() {
+    let (mut a, mut b, to_b) = pair("forgedconn", Params::default());
+    let (mut ha, mut hb) = (Collect::default(), Collect { take_inline: true, ..Default::default() });
+    let plain = SendOpts::default();
+    a.send_bytes(to_b, hdr(1), &pattern(8, 1), plain).unwrap();
+    pump_until((&mut a, &mut ha), (&mut b, &mut hb), "a's first message", |_, hb| hb.inline_taken == 1);
+    let src = a.link(to_b).unwrap().slot;
+    let known = b.inp.get(&(src as SrcId)).map(|p| p.incarnation).unwrap();
+    let forged = Endpoint::create(&name("forgedconnf"), Params::default()).unwrap();
+    let me = crate::liveness::ProcessIdentity::current().unwrap();
+    super::entry::fill_slot(&b.region.peer_slots()[src as usize], forged.name(), me, forged.region.incarnation());
+    let ring = Region::open(b.name()).unwrap();
+    super::peers::push_cmd(&ring, src, &CmdEntry::connect(src, forged.region.incarnation())).unwrap();
+    for _ in 0..10 {
+        b.progress(&mut hb);
+    }
+    assert_eq!(b.inp.get(&(src as SrcId)).map(|p| p.incarnation), Some(known), "b forgot the live sender");
+    assert_eq!(b.stats().corrupt_commands, 1, "the forged CONNECT");
+
+    a.send_bytes(to_b, hdr(2), &pattern(8, 2), plain).unwrap();
+    pump_until((&mut a, &mut ha), (&mut b, &mut hb), "a's second message", |_, hb| hb.inline_taken == 2);
+    let (from, gen, header, payload) = hb.inline_offered.last().cloned().unwrap();
+    assert_eq!((from, gen, header.tag, payload), (src as SrcId, known, 2, pattern(8, 2)), "a's message, as a's");
 }
 
 /// A new endpoint (`tag`) takes the entry of b's peer table that a sends through, as a sender
@@ -1412,13 +1445,22 @@ fn successor_in_entry(
     params: Params,
 ) -> Endpoint {
     let src = a.link(to_b).unwrap().slot;
-    let successor = take_entry(b, src, tag, params);
+    let successor = take_entry(&mut *b, src, tag, params);
     b.accept(src as SrcId, hb).unwrap();
     successor
 }
 
-/// A new endpoint (`tag`) fills entry `src` of b's peer table, as a sender claiming it does.
-fn take_entry(b: &Endpoint, src: u32, tag: &str, params: Params) -> Endpoint {
+/// A new endpoint (`tag`) fills entry `src` of b's peer table, as a sender claiming it does
+/// once the sender b knows there died (b's watch of that sender says so from here on: a test
+/// cannot kill an endpoint of its own process).
+fn take_entry(b: &mut Endpoint, src: u32, tag: &str, params: Params) -> Endpoint {
+    if let Some(known) = b.inp.get_mut(&(src as SrcId)) {
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        child.wait().unwrap();
+        known.watch = crate::liveness::Watch::new(crate::liveness::ProcessIdentity { pid, ..known.watch.ident() });
+        assert!(!known.watch.alive(), "a watch of a dead process");
+    }
     let successor = Endpoint::create(&name(tag), params).unwrap();
     let me = crate::liveness::ProcessIdentity::current().unwrap();
     super::entry::fill_slot(&b.region.peer_slots()[src as usize], successor.name(), me, successor.region.incarnation());
