@@ -24,11 +24,21 @@ pub unsafe extern "C" fn fi_prov_ini() -> *mut ffi::fi_provider {
             (*prov).cleanup = Some(rshm_cleanup);
         }
         params::define_all();
+        smr_core::fd_limit::on_raise(open_files_raised);
     });
     if result.is_err() {
         return std::ptr::null_mut();
     }
     prov
+}
+
+/// The engine ran out of descriptors for its peers and raised the soft limit on open files to
+/// the hard one (`smr_core::fd_limit`): said once, since it changes the whole process.
+fn open_files_raised(old: u64, new: u64) {
+    crate::warn!(
+        EpCtrl,
+        "out of file descriptors (about two per peer and direction): raised this process's soft RLIMIT_NOFILE from {old} to its hard limit {new}"
+    );
 }
 
 /// Called by the core before it `dlclose`s us: our signal handlers go first (they would be left

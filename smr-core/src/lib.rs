@@ -26,6 +26,8 @@ pub mod cpu_marks;
 #[cfg(not(loom))]
 pub mod endpoint;
 #[cfg(not(loom))]
+pub mod fd_limit;
+#[cfg(not(loom))]
 pub mod iov;
 #[cfg(not(loom))]
 pub mod layout;

@@ -107,8 +107,11 @@ impl Watch {
         if !ident.pid_is_ours() {
             return Watch { ident, how: How::Proc, seen_alive: None };
         }
-        // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
-        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, ident.pid as libc::pid_t, 0) };
+        // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1. (One per peer:
+        // one more try after raising the soft limit if the process ran out, `fd_limit`.)
+        let fd = crate::fd_limit::retry_emfile(|| unsafe {
+            libc::syscall(libc::SYS_pidfd_open, ident.pid as libc::pid_t, 0)
+        });
         let pidfd = (fd >= 0).then(|| {
             // SAFETY: a fresh fd returned by pidfd_open, owned by nobody else.
             unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd as i32) }

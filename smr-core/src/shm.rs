@@ -34,8 +34,11 @@ fn shm_path(name: &str) -> Result<CString> {
 /// `shm_open(name, oflag | O_CLOEXEC, mode)`: a descriptor of our own, or the errno.
 fn open_fd(name: &str, oflag: libc::c_int, mode: libc::mode_t) -> Result<OwnedFd> {
     let path = shm_path(name)?;
-    // SAFETY: `path` is a valid NUL-terminated string.
-    let fd = unsafe { libc::shm_open(path.as_ptr(), oflag | libc::O_CLOEXEC, mode) };
+    // SAFETY: `path` is a valid NUL-terminated string. (A descriptor per peer region: one more
+    // try after raising the soft limit if the process ran out, `fd_limit`.)
+    let fd = crate::fd_limit::retry_emfile(|| unsafe {
+        i64::from(libc::shm_open(path.as_ptr(), oflag | libc::O_CLOEXEC, mode))
+    }) as libc::c_int;
     if fd < 0 {
         return Err(Error::last_os());
     }

@@ -1,0 +1,59 @@
+//! Descriptors per peer, and the process's limit on them.
+//!
+//! An endpoint holds descriptors for every peer it knows: the mapping of the peer's region keeps
+//! its file open (a pool's pages are reserved through it on first use, the file's size is
+//! checked on the liveness tick, a peer of another pid namespace is judged by the owner lock on
+//! it), and a pidfd watches the peer's process. That is about two per peer and direction, so an
+//! endpoint that sends to and receives from 255 others holds about 1,000: the soft limit most
+//! systems give a process (1,024), whose hard limit is usually far higher (524,288 under
+//! systemd). A descriptor that cannot be opened for EMFILE therefore raises the soft limit to
+//! the hard one, once per process, and is opened again (`retry_emfile`): what systemd.exec(5)
+//! advises a program that needs many descriptors to do, and what the Go runtime does at start;
+//! here only once the need comes, so that a process with few peers keeps its limit. Where the
+//! hard limit is reached too, the open fails with EMFILE as before.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::OnceLock;
+
+static RAISED: AtomicBool = AtomicBool::new(false);
+static ON_RAISE: OnceLock<fn(u64, u64)> = OnceLock::new();
+
+/// Have `hook` told (old soft limit, new soft limit) when the soft limit is raised: the
+/// provider logs it. The first hook set stays.
+pub fn on_raise(hook: fn(u64, u64)) {
+    let _ = ON_RAISE.set(hook);
+}
+
+/// `open` (a system call that returns a new descriptor, or -1 with errno set), and once more
+/// after raising the soft limit on open files if it failed with EMFILE (see the module).
+pub fn retry_emfile(mut open: impl FnMut() -> i64) -> i64 {
+    let fd = open();
+    if fd < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EMFILE) && raise_soft_limit() {
+        return open();
+    }
+    fd
+}
+
+/// Raise the soft limit on open files to the hard limit, once per process. True if this call
+/// (or a concurrent one) raised it, so that an open is worth trying again.
+fn raise_soft_limit() -> bool {
+    if RAISED.swap(true, Ordering::AcqRel) {
+        // Raised already (by another thread maybe): the limit is as high as it goes.
+        return false;
+    }
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: `lim` is a valid rlimit for getrlimit to fill.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 || lim.rlim_cur >= lim.rlim_max {
+        return false;
+    }
+    let old = lim.rlim_cur;
+    lim.rlim_cur = lim.rlim_max;
+    // SAFETY: a valid rlimit whose soft limit does not exceed its hard one.
+    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) } != 0 {
+        return false;
+    }
+    if let Some(hook) = ON_RAISE.get() {
+        hook(old, lim.rlim_cur);
+    }
+    true
+}

@@ -1,0 +1,77 @@
+//! An endpoint holds descriptors for its peers, about two per peer and direction
+//! (`smr_core::fd_limit`): with 255 peers, the 1,024 that most systems allow a process by
+//! default. A process that runs out raises its soft limit on open files to the hard one and
+//! goes on, instead of failing to reach its peers. This binary lowers its own limit, so it holds
+//! this one test.
+
+use rshm_tests::*;
+use smr_core::endpoint::SendStatus;
+use smr_core::Error;
+
+fn open_files_limit() -> libc::rlimit {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: `lim` is a valid rlimit for getrlimit to fill.
+    assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) }, 0);
+    lim
+}
+
+fn open_fds() -> usize {
+    std::fs::read_dir("/proc/self/fd").map(|d| d.count()).unwrap_or(0)
+}
+
+/// With a soft limit of 64 open files, 40 endpoints each send a message to one receiver in this
+/// process (about five descriptors per sender, both sides counted): every message arrives
+/// intact, and the soft limit is the hard one afterwards. Without the raise, the first region
+/// or pidfd past 64 fails with EMFILE.
+#[test]
+fn peers_beyond_the_soft_open_files_limit_raise_it() {
+    const SOFT: u64 = 64;
+    const SENDERS: u32 = 40;
+    let mut lim = open_files_limit();
+    if lim.rlim_max < 4 * SOFT {
+        println!("SKIPPED: a hard limit of {} open files leaves nothing to raise to", lim.rlim_max);
+        return;
+    }
+    lim.rlim_cur = SOFT;
+    // SAFETY: a valid rlimit whose soft limit is below its hard one.
+    assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) }, 0);
+    assert!(open_fds() < SOFT as usize / 2, "the test starts with {} descriptors open", open_fds());
+
+    let mut rx = Node::create(&unique_name("fdrx"), params(false)).expect("receiver");
+    let mut senders = Vec::new();
+    for i in 0..SENDERS {
+        let mut tx = Node::create(&unique_name(&format!("fdtx{i}")), params(false)).expect("a sender's endpoint");
+        let peer = tx.ep.add_peer(rx.ep.name()).expect("a sender's peer");
+        let data = pattern(i, 0, 64);
+        let hdr = header(i, 0, &data);
+        let mut data = Some(data);
+        let dl = deadline();
+        while let Some(d) = data.take() {
+            match tx.try_send(peer, hdr, d, false) {
+                Ok((SendStatus::Done | SendStatus::Pending, _)) => {}
+                Err((Error::Again, back)) => {
+                    assert!(std::time::Instant::now() < dl, "sender {i} still answers Again");
+                    data = Some(back);
+                    tx.pump();
+                    rx.pump();
+                }
+                Err((e, _)) => panic!("sender {i}: {e:?} with {} descriptors open", open_fds()),
+            }
+        }
+        rx.pump();
+        senders.push(tx);
+    }
+    let dl = deadline();
+    while rx.h.received.len() < SENDERS as usize {
+        assert!(std::time::Instant::now() < dl, "{} of {SENDERS} messages arrived", rx.h.received.len());
+        rx.pump();
+        senders.iter_mut().for_each(|tx| _ = tx.pump());
+    }
+    for r in &rx.h.received {
+        assert_eq!(r.result, Ok(64));
+        verify(&r.hdr, &r.bytes).unwrap();
+    }
+    let now = open_files_limit();
+    assert!(open_fds() > SOFT as usize, "{} descriptors open: the test did not need the raise", open_fds());
+    assert_eq!((now.rlim_cur, now.rlim_max), (lim.rlim_max, lim.rlim_max), "the soft limit raised to the hard one");
+}
