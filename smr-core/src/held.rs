@@ -54,6 +54,12 @@ fn ours(word: u64, incarnation: u64) -> bool {
     word & HELD != 0 && (word >> INDEX_BITS) & TAG_MASK == incarnation & TAG_MASK
 }
 
+/// Whether `word` records a spare that the holder of `incarnation` has (not one it carries a
+/// message in, nor one its pop may not have taken).
+fn holds_spare(word: u64, incarnation: u64) -> bool {
+    ours(word, incarnation) && word & (IN_FLIGHT | PENDING) == 0
+}
+
 impl Record<'_> {
     /// Holder: take the spare we hold to carry message `msg_id`; None if we hold none.
     /// Relaxed: the command that names the buffer is published with a release store after
@@ -61,7 +67,7 @@ impl Record<'_> {
     #[inline(always)]
     pub fn take_spare(&self, incarnation: u64, msg_id: u64) -> Option<u32> {
         let w = self.word.load(Ordering::Relaxed);
-        if !ours(w, incarnation) || w & IN_FLIGHT != 0 {
+        if !holds_spare(w, incarnation) {
             return None;
         }
         self.msg.store(msg_id, Ordering::Relaxed);
@@ -88,9 +94,10 @@ impl Record<'_> {
     }
 
     /// Holder: `index`, just popped (`None`: the pop found no buffer), carries message `msg_id`.
-    /// Recorded if the record is empty or our pending one: a predecessor's record is decided
-    /// about before its entry passes on, so another one here is a scribble, which the receiver's
-    /// decision must not take our buffer by.
+    /// Recorded if the record is empty or our pending one (rewritten whole: one branch costs
+    /// fewer instructions than keeping what the pop's last `announce` wrote). A predecessor's
+    /// record is decided about before its entry passes on, so another one here is a scribble,
+    /// which the receiver's decision must not take our buffer by.
     #[inline(always)]
     pub fn hold_in_flight(&self, incarnation: u64, index: Option<u32>, msg_id: u64) {
         let w = self.word.load(Ordering::Relaxed);
@@ -98,9 +105,9 @@ impl Record<'_> {
         match index {
             Some(index) if w == NONE || pending => {
                 self.msg.store(msg_id, Ordering::Relaxed);
-                self.word.store(held(incarnation, index) | IN_FLIGHT, Ordering::Release);
+                self.word.store(held(incarnation, index) | IN_FLIGHT, Ordering::Relaxed);
             }
-            None if pending => self.word.store(NONE, Ordering::Release),
+            None if pending => self.word.store(NONE, Ordering::Relaxed),
             _ => {}
         }
     }
@@ -109,7 +116,7 @@ impl Record<'_> {
     /// spare) as our spare, or nothing. Only after `wants_spare` said yes.
     #[inline(always)]
     pub fn sent(&self, incarnation: u64, next: Option<u32>) {
-        self.word.store(next.map_or(NONE, |i| held(incarnation, i)), Ordering::Release);
+        self.word.store(next.map_or(NONE, |i| held(incarnation, i)), Ordering::Relaxed);
     }
 
     /// Holder: whether we may record (the record is empty or ours, and holds no spare).
@@ -132,7 +139,7 @@ impl Record<'_> {
     /// Holder: give our spare back to `stack`.
     pub fn give_back(&self, incarnation: u64, stack: &FreeStack<'_>) {
         let w = self.word.load(Ordering::Relaxed);
-        if ours(w, incarnation) && w & IN_FLIGHT == 0 {
+        if holds_spare(w, incarnation) {
             self.word.store(NONE, Ordering::Relaxed);
             let _ = stack.push(index_of(w));
         }

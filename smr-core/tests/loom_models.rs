@@ -1248,6 +1248,11 @@ fn published_repair_races_a_forgery_and_a_lookup() {
     refused.assert_seen("published_repair_races_a_forgery_and_a_lookup", "a lookup refused (forged or being repaired)");
 }
 
+/// The two words of an empty `held::Record`, shared with a thread of the model.
+fn record_words() -> Arc<[loom::sync::atomic::AtomicU64; 2]> {
+    Arc::new([loom::sync::atomic::AtomicU64::new(0), loom::sync::atomic::AtomicU64::new(0)])
+}
+
 /// (7a) The record of a buffer held out of a free stack (`held`) by a holder that died while it
 /// carried message 7, decided by the stack's owner while a new holder of the entry records a
 /// buffer of its own. The owner gives the dead holder's buffer back exactly when the message was
@@ -1264,7 +1269,7 @@ fn held_buffer_of_a_dead_holder_comes_back_once() {
     model("held_buffer_of_a_dead_holder_comes_back_once", move || {
         for handled in [6, 7] {
             let parts = StackParts::new(3);
-            let words = Arc::new([loom::sync::atomic::AtomicU64::new(0), loom::sync::atomic::AtomicU64::new(0)]);
+            let words = record_words();
             let rec = Record { word: &words[0], msg: &words[1] };
             let index = parts.stack().pop().unwrap();
             rec.hold_in_flight(DEAD, Some(index), 7);
@@ -1310,7 +1315,7 @@ fn held_buffer_of_a_holder_dead_in_its_pop_comes_back_once() {
     model("held_buffer_of_a_holder_dead_in_its_pop_comes_back_once", move || {
         for n in [1, 2] {
             let parts = StackParts::new(n);
-            let words = Arc::new([loom::sync::atomic::AtomicU64::new(0), loom::sync::atomic::AtomicU64::new(0)]);
+            let words = record_words();
             let p = parts.clone();
             let other = thread::spawn(move || p.stack().pop().ok());
             let rec = Record { word: &words[0], msg: &words[1] };

@@ -38,8 +38,8 @@ pub(super) fn fill_slot(slot: &PeerSlot, name: &str, me: ProcessIdentity, incarn
 }
 
 /// Receiver side: free entry `slot` of our peer table if it still holds the sender of
-/// `incarnation`; whether it did. Another sender may hold it (a garbage CONNECT made us forget
-/// the one we knew, or the sender took it again under the same incarnation): that claim stays,
+/// `incarnation`; whether it did. Another sender may hold it (a scribble rewrote it, or the
+/// sender took it again under the same incarnation): that claim stays,
 /// or a third sender could take the entry from under it and the holder's messages would come
 /// from the wrong name. Holding the entry CLAIMED while we look keeps new claimants out; one
 /// that is filling it now (CLAIMED) keeps it. `me`: this process, the claimant meanwhile.

@@ -137,9 +137,9 @@ impl Endpoint {
     /// as an honest sender's entry passes on only once we freed it, and we free it only past
     /// every command its sender pushed (`claim_slot`, `spare::Decision`). Taken for a gone
     /// sender's: what follows it from the entry is that sender's, not the holder's, which is
-    /// learnt from its own request. A sender we know by that incarnation is forgotten when that
-    /// request comes (`accept`); one we never met is vouched for by nothing, and its commands
-    /// are dropped.
+    /// learnt from its own request. A sender we know by that incarnation keeps the entry while
+    /// it lives (`accept` refuses another's request in it as a scribble); one we never met is
+    /// vouched for by nothing, and its commands are dropped.
     pub(super) fn note_gone_sender(&mut self, src: SrcId, incarnation: u64) {
         let forgotten = self.forgotten.get(&src).is_some_and(|f| f.incarnation == incarnation);
         if self.sender_at(src, incarnation).is_none() && !forgotten {
