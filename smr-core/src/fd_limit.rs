@@ -28,14 +28,32 @@ pub fn on_raise(hook: fn(u64, u64)) {
 /// after raising the soft limit on open files if it failed with EMFILE (see the module).
 pub fn retry_emfile(mut open: impl FnMut() -> i64) -> i64 {
     let fd = open();
-    if fd < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EMFILE) && raise_soft_limit() {
+    if fd < 0 && worth_retrying(&std::io::Error::last_os_error()) {
         return open();
     }
     fd
 }
 
+/// `open` (anything that opens a descriptor for a while: reading a file of /proc, listing a
+/// directory), and once more after raising the soft limit on open files if it failed with
+/// EMFILE. Every open on an endpoint's paths goes through here or `retry_emfile`: whichever of
+/// them comes to the limit first must not fail where the others would have raised it.
+pub fn retry_io<T>(mut open: impl FnMut() -> std::io::Result<T>) -> std::io::Result<T> {
+    match open() {
+        Err(e) if worth_retrying(&e) => open(),
+        done => done,
+    }
+}
+
+/// Whether `e` is EMFILE and the soft limit was raised on it just now, so that the open may
+/// pass the second time.
+fn worth_retrying(e: &std::io::Error) -> bool {
+    e.raw_os_error() == Some(libc::EMFILE) && raise_soft_limit()
+}
+
 /// Raise the soft limit on open files to the hard limit, once per process. True if this call
-/// (or a concurrent one) raised it, so that an open is worth trying again.
+/// raised it, so that an open is worth trying again. (A thread whose open failed at the old
+/// limit while another thread was raising it fails as it would have without the raise.)
 fn raise_soft_limit() -> bool {
     if RAISED.swap(true, Ordering::AcqRel) {
         // Raised already (by another thread maybe): the limit is as high as it goes.

@@ -73,7 +73,9 @@ pub fn pid_gone(pid: u32) -> bool {
         // A thread-group leader that exited before its other threads shows as a zombie too:
         // gone only once no other thread is left.
         Ok(Some(stat)) if stat.state == 'Z' || stat.state == 'X' => {
-            std::fs::read_dir(format!("/proc/{pid}/task")).map(|d| d.count() <= 1).unwrap_or(true)
+            crate::fd_limit::retry_io(|| std::fs::read_dir(format!("/proc/{pid}/task")))
+                .map(|d| d.count() <= 1)
+                .unwrap_or(true)
         }
         Ok(Some(_)) => false,
         Ok(None) => true,
@@ -249,7 +251,8 @@ fn start_time(pid: u32) -> Result<Option<u64>> {
 
 /// Parse /proc/<pid>/stat; `None` when no such process exists.
 fn read_stat(pid: u32) -> Result<Option<Stat>> {
-    let text = match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+    let path = format!("/proc/{pid}/stat");
+    let text = match crate::fd_limit::retry_io(|| std::fs::read_to_string(&path)) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(Error::Os(e.raw_os_error().unwrap_or(libc::EIO))),

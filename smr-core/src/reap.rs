@@ -39,7 +39,8 @@ pub type Owner = Option<ProcessIdentity>;
 /// meanwhile are passed over: another process may be reaping or reclaiming them at the same
 /// time.
 pub fn reap_dead(prefix: &str, own_prefix: &str) -> Result<Vec<Reaped>> {
-    let dir = std::fs::read_dir(SHM_DIR).map_err(|e| Error::Os(e.raw_os_error().unwrap_or(libc::EIO)))?;
+    let dir = crate::fd_limit::retry_io(|| std::fs::read_dir(SHM_DIR))
+        .map_err(|e| Error::Os(e.raw_os_error().unwrap_or(libc::EIO)))?;
     let mut reaped = Vec::new();
     for dirent in dir.flatten() {
         let Ok(name) = dirent.file_name().into_string() else { continue };

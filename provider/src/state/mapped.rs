@@ -140,7 +140,7 @@ impl Mappings {
 
     #[cold]
     fn read(&mut self) {
-        *self = match std::fs::read_to_string("/proc/self/maps") {
+        *self = match smr_core::fd_limit::retry_io(|| std::fs::read_to_string("/proc/self/maps")) {
             Ok(text) => {
                 Mappings { spans: Mappings::parse(&text), read_at: Some(Instant::now()), ..Mappings::default() }
             }

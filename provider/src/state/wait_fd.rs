@@ -18,13 +18,15 @@ pub struct WaitFd {
 
 /// A new non-blocking eventfd.
 pub fn eventfd() -> std::io::Result<OwnedFd> {
-    // SAFETY: eventfd takes no pointers; it returns a new descriptor or -1.
-    let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+    let fd = smr_core::fd_limit::retry_emfile(|| {
+        // SAFETY: eventfd takes no pointers; it returns a new descriptor or -1.
+        i64::from(unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) })
+    });
     if fd < 0 {
         return Err(std::io::Error::last_os_error());
     }
     // SAFETY: `fd` is a descriptor we just opened and own alone.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as std::os::fd::RawFd) })
 }
 
 /// Take back what rang before: an eventfd stays readable until drained.
