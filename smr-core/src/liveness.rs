@@ -99,7 +99,7 @@ enum How {
     Pidfd(OwnedFd),
     Proc,
     /// An fd of the file whose owner lock the process holds (`hold_owner_lock`).
-    Lock(OwnedFd),
+    Lock(std::sync::Arc<OwnedFd>),
 }
 
 impl Watch {
@@ -124,7 +124,7 @@ impl Watch {
     }
 
     /// A watch of the process that holds the owner lock on `file` (an fd of its region file).
-    pub fn by_lock(ident: ProcessIdentity, file: OwnedFd) -> Watch {
+    pub fn by_lock(ident: ProcessIdentity, file: std::sync::Arc<OwnedFd>) -> Watch {
         Watch { ident, how: How::Lock(file), seen_alive: None }
     }
 
@@ -362,7 +362,7 @@ mod tests {
         let name = format!("rshm_test_lock_{}", std::process::id());
         let owner = crate::shm::Mapping::create(&name, 4096).unwrap();
         let peer = crate::shm::Mapping::open(&name).unwrap();
-        let watch = Watch::by_lock(stranger, peer.fd().try_clone().unwrap());
+        let watch = Watch::by_lock(stranger, peer.shared_fd());
         assert!(!watch.alive(), "no lock taken yet");
         let lock = hold_owner_lock(&name, &owner).unwrap();
         assert!(watch.alive() && !watch.pid_usable());

@@ -269,9 +269,7 @@ impl Region {
     /// file in another (by nothing, so alive, where it holds none).
     pub fn watch_owner(&self) -> Watch {
         if judged_by_lock(self.owner, self.flags) {
-            if let Ok(fd) = self.map.fd().try_clone() {
-                return Watch::by_lock(self.owner, fd);
-            }
+            return Watch::by_lock(self.owner, self.map.shared_fd());
         }
         Watch::new(self.owner)
     }
@@ -585,6 +583,30 @@ mod tests {
             libc::waitpid(child, std::ptr::null_mut(), 0);
         }
         assert!(!held_after_close, "the forked child kept the owner lock");
+    }
+
+    /// The owner of a region of another pid namespace is watched by its lock on the file,
+    /// through the descriptor the mapping holds already: no duplicate per peer, so no open
+    /// that can fail for want of descriptors (and fall back to a watch that never sees it die).
+    #[test]
+    fn an_owner_of_another_namespace_is_watched_through_the_mappings_descriptor() {
+        let name = unique("foreign");
+        let owner = Region::create(&name, counts(), 0).unwrap();
+        let hdr = owner.mapping().bytes_ptr(0, 4096).unwrap().cast::<RegionHeader>();
+        // SAFETY: test-only write to our own header: the owner now reads as of another pid
+        // namespace, as a process in a container sharing /dev/shm would.
+        unsafe { (*hdr).owner_ns = crate::liveness::own_namespace().wrapping_add(1) };
+        let peer = Region::open(&name).unwrap();
+        assert!(!peer.owner().pid_is_ours());
+        let watch = peer.watch_owner();
+        // The mapping's, the watch's and this one: counted, not the process's open descriptors,
+        // which the tests running beside this one open and close.
+        assert_eq!(std::sync::Arc::strong_count(&peer.map.shared_fd()), 3, "the watch holds a descriptor of its own");
+        assert!(watch.alive());
+        drop(owner);
+        assert!(!watch.alive(), "the owner's lock outlived its region");
+        drop(peer);
+        assert!(!watch.alive());
     }
 
     #[test]

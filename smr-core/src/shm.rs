@@ -8,12 +8,15 @@
 use crate::error::{Error, Result};
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::Arc;
 
 /// A `MAP_SHARED` read-write mapping of a whole shm file.
 pub struct Mapping {
     base: *mut u8,
     len: usize,
-    fd: OwnedFd,
+    /// Shared with a watch of the owner's lock on the file (`liveness::Watch::by_lock`), which
+    /// would otherwise hold a duplicate: a descriptor less per peer of another pid namespace.
+    fd: Arc<OwnedFd>,
 }
 
 // SAFETY: the mapping is plain shared memory; all concurrent access goes through atomics or
@@ -138,12 +141,17 @@ impl Mapping {
         if base == libc::MAP_FAILED {
             return Err(Error::last_os());
         }
-        Ok(Mapping { base: base.cast(), len, fd })
+        Ok(Mapping { base: base.cast(), len, fd: Arc::new(fd) })
     }
 
     /// The file's descriptor (by which a peer asks for the owner lock: `liveness::Watch::by_lock`).
     pub fn fd(&self) -> &OwnedFd {
         &self.fd
+    }
+
+    /// The file's descriptor, for a holder that may outlive this mapping.
+    pub fn shared_fd(&self) -> Arc<OwnedFd> {
+        Arc::clone(&self.fd)
     }
 
     pub fn len(&self) -> usize {
