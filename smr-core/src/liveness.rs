@@ -12,7 +12,9 @@
 //! the process dies.
 
 use crate::error::{Error, Result};
+use std::collections::HashMap;
 use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 /// How long a look that found a process alive stands for the CMA copies to or from it that
@@ -26,7 +28,7 @@ use std::time::Duration;
 pub const ALIVE_FOR: Duration = Duration::from_millis(1);
 
 /// A process, unambiguously.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct ProcessIdentity {
     pub pid: u32,
     pub start: u64,
@@ -96,7 +98,8 @@ pub struct Watch {
 
 #[derive(Debug)]
 enum How {
-    Pidfd(OwnedFd),
+    /// Shared by every watch of the process in this process (`shared_pidfd`).
+    Pidfd(Arc<OwnedFd>),
     Proc,
     /// An fd of the file whose owner lock the process holds (`hold_owner_lock`).
     Lock(std::sync::Arc<OwnedFd>),
@@ -109,17 +112,7 @@ impl Watch {
         if !ident.pid_is_ours() {
             return Watch { ident, how: How::Proc, seen_alive: None };
         }
-        // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1. (One per peer:
-        // one more try after raising the soft limit if the process ran out, `fd_limit`.)
-        let fd = crate::fd_limit::retry_emfile(|| unsafe {
-            libc::syscall(libc::SYS_pidfd_open, ident.pid as libc::pid_t, 0)
-        });
-        let pidfd = (fd >= 0).then(|| {
-            // SAFETY: a fresh fd returned by pidfd_open, owned by nobody else.
-            unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd as i32) }
-        });
-        // The pidfd names whatever process has the pid now: make sure it is the one we mean.
-        let how = pidfd.filter(|_| ident.is_alive()).map_or(How::Proc, How::Pidfd);
+        let how = shared_pidfd(ident).map_or(How::Proc, How::Pidfd);
         Watch { ident, how, seen_alive: None }
     }
 
@@ -162,6 +155,64 @@ impl Watch {
         self.seen_alive = alive.then(crate::clock::Instant::now);
         alive
     }
+}
+
+/// The pidfds of the processes watched, one per process however many watches it has: an
+/// endpoint watches a peer as the receiver of its messages and as a sender to it, and a
+/// process may hold several endpoints, each watching the same peers. Weak, so that the last
+/// watch of a process closes its pidfd.
+static PIDFDS: Mutex<PidfdCache> = Mutex::new(PidfdCache { by_process: None, prune_at: 64 });
+
+struct PidfdCache {
+    by_process: Option<HashMap<ProcessIdentity, Weak<OwnedFd>>>,
+    /// Entries whose watches have all gone are dropped when the map reaches this length.
+    prune_at: usize,
+}
+
+/// A pidfd of `ident` (see `PIDFDS`), None where pidfds are unavailable or the process is gone.
+fn shared_pidfd(ident: ProcessIdentity) -> Option<Arc<OwnedFd>> {
+    // Another thread holds the lock for a system call or two; in a child forked while one held
+    // it, nobody ever releases it: after that many tries, a pidfd of this watch's own.
+    const TRIES: u32 = 1_000;
+    let mut tries = 0;
+    let mut cache = loop {
+        match PIDFDS.try_lock() {
+            Ok(cache) => break cache,
+            Err(std::sync::TryLockError::Poisoned(poisoned)) => break poisoned.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) if tries < TRIES => {
+                tries += 1;
+                std::thread::yield_now();
+            }
+            Err(std::sync::TryLockError::WouldBlock) => return open_pidfd(ident),
+        }
+    };
+    let cache = &mut *cache;
+    let by_process = cache.by_process.get_or_insert_with(HashMap::new);
+    if let Some(fd) = by_process.get(&ident).and_then(Weak::upgrade) {
+        return Some(fd);
+    }
+    let fd = open_pidfd(ident)?;
+    by_process.insert(ident, Arc::downgrade(&fd));
+    if by_process.len() >= cache.prune_at {
+        by_process.retain(|_, watched| watched.strong_count() > 0);
+        cache.prune_at = (2 * by_process.len()).max(64);
+    }
+    Some(fd)
+}
+
+/// A new pidfd of `ident`, None where pidfds are unavailable or the process is gone.
+fn open_pidfd(ident: ProcessIdentity) -> Option<Arc<OwnedFd>> {
+    // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1. (One per peer
+    // process: one more try after raising the soft limit if the process ran out, `fd_limit`.)
+    let fd =
+        crate::fd_limit::retry_emfile(|| unsafe { libc::syscall(libc::SYS_pidfd_open, ident.pid as libc::pid_t, 0) });
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: a fresh fd returned by pidfd_open, owned by nobody else.
+    let fd = Arc::new(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd as i32) });
+    // The pidfd names whatever process has the pid now: make sure it is the one we mean.
+    ident.is_alive().then_some(fd)
 }
 
 /// The owner lock: a shared OFD lock (`fcntl(F_OFD_SETLK)`) on the first byte of a region
@@ -328,6 +379,42 @@ mod tests {
         };
         child.wait().unwrap();
         assert!(!ident.is_alive());
+    }
+
+    /// Every watch of one process in this process polls one pidfd (`PIDFDS`), which goes with
+    /// the last of them; and it tells that process's death to each.
+    #[test]
+    fn watches_of_one_process_share_its_pidfd() {
+        let pidfd_of = |w: &Watch| match &w.how {
+            How::Pidfd(fd) => Arc::clone(fd),
+            other => panic!("a child of ours watched by {other:?}"),
+        };
+        let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        let ident =
+            ProcessIdentity { pid: child.id(), start: start_time(child.id()).unwrap().unwrap(), ns: own_namespace() };
+        let (a, b) = (Watch::new(ident), Watch::new(ident));
+        let fd = pidfd_of(&a);
+        assert!(Arc::ptr_eq(&fd, &pidfd_of(&b)), "two pidfds for one process");
+        // This test's `fd`, `a`'s and `b`'s: the cache holds it weakly.
+        assert_eq!(Arc::strong_count(&fd), 3);
+        let me = Watch::new(ProcessIdentity::current().unwrap());
+        assert!(!Arc::ptr_eq(&fd, &pidfd_of(&me)), "another process's pidfd");
+        assert!(a.alive() && b.alive());
+        // With the cache's lock held for ever (a child forked while another thread held it),
+        // a watch opens a pidfd of its own instead of waiting.
+        let held = PIDFDS.lock().unwrap();
+        let c = Watch::new(ident);
+        drop(held);
+        assert!(!Arc::ptr_eq(&fd, &pidfd_of(&c)) && c.alive());
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(!a.alive() && !b.alive() && !c.alive(), "a watch missed the death");
+        // A watch made after the death shares the dead process's pidfd, and reads it dead.
+        let late = Watch::new(ident);
+        assert!(!late.alive());
+        let weak = Arc::downgrade(&fd);
+        drop((a, b, late, fd));
+        assert_eq!(weak.strong_count(), 0, "the pidfd outlived its watches");
     }
 
     #[test]

@@ -1,5 +1,5 @@
-//! An endpoint holds descriptors for its peers, about two per peer and direction
-//! (`smr_core::fd_limit`): with 255 peers, the 1,024 that most systems allow a process by
+//! An endpoint holds descriptors for its peers, about three per peer it both sends to and
+//! receives from (`smr_core::fd_limit`): with 340 peers, the 1,024 that most systems allow a process by
 //! default. A process that runs out raises its soft limit on open files to the hard one and
 //! goes on, instead of failing to reach its peers. This binary lowers its own limit, so it holds
 //! this one test.
@@ -21,8 +21,9 @@ fn open_fds() -> usize {
 
 /// Which open meets the limit first depends on how many descriptors the process held before:
 /// this test runs the one below in child processes that hold 0 to 7 more (an endpoint, its
-/// peer and the receiver's side open about five per sender), so that each of the opens an
-/// endpoint makes, a region, a pidfd, a file of /proc, is the one that meets it in some child.
+/// peer and the receiver's side open about four per sender), so that each of the opens an
+/// endpoint makes, of a region or a file of /proc, is the one that meets it in some child. (Its
+/// pidfds are not among them: every watch here is of this one process, which has one pidfd.)
 #[test]
 fn peers_beyond_the_soft_open_files_limit_raise_it() {
     if let Some(extra) = std::env::var_os(EXTRA_ENV) {
@@ -48,7 +49,7 @@ fn peers_beyond_the_soft_open_files_limit_raise_it() {
 const EXTRA_ENV: &str = "RSHM_TEST_EXTRA_FDS";
 
 /// With a soft limit of 64 open files and `extra` more descriptors open, 40 endpoints each send
-/// a message to one receiver in this process (about five descriptors per sender, both sides
+/// a message to one receiver in this process (about four descriptors per sender, both sides
 /// counted): every message arrives intact, and the soft limit is the hard one afterwards.
 /// Without the raise, the first open past 64 fails with EMFILE.
 fn forty_peers_under_a_soft_limit_of_64(extra: usize) {
