@@ -3,11 +3,11 @@
 //! An endpoint holds descriptors for every peer it knows: the mapping of the peer's region keeps
 //! its file open (a pool's pages are reserved through it on first use, the file's size is
 //! checked on the liveness tick, a peer of another pid namespace is judged by the owner lock on
-//! it), and a pidfd watches the peer's process (one per process, however many endpoints and
-//! directions watch it: `liveness`). That is about three per peer an endpoint both sends to and
-//! receives from, so one that does so with 340 others holds about 1,000: the soft limit most
-//! systems give a process (1,024), whose hard limit is usually far higher (524,288 under
-//! systemd). A descriptor that cannot be opened for EMFILE therefore raises the soft limit to
+//! it; one mapping serves both directions: `Endpoint::mapped_region`), and a pidfd watches the
+//! peer's process (one per process, however many endpoints and directions watch it:
+//! `liveness`). That is about two per peer, so an endpoint that sends to and receives from 500
+//! others holds about 1,000: the soft limit most systems give a process (1,024), whose hard
+//! limit is usually far higher (524,288 under systemd). A descriptor that cannot be opened for EMFILE therefore raises the soft limit to
 //! the hard one, once per process, and is opened again (`retry_emfile`): what systemd.exec(5)
 //! advises a program that needs many descriptors to do, and what the Go runtime does at start;
 //! here only once the need comes, so that a process with few peers keeps its limit. Where the

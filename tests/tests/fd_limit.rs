@@ -1,8 +1,7 @@
-//! An endpoint holds descriptors for its peers, about three per peer it both sends to and
-//! receives from (`smr_core::fd_limit`): with 340 peers, the 1,024 that most systems allow a process by
-//! default. A process that runs out raises its soft limit on open files to the hard one and
-//! goes on, instead of failing to reach its peers. This binary lowers its own limit, so it holds
-//! this one test.
+//! An endpoint holds descriptors for its peers, about two per peer (`smr_core::fd_limit`):
+//! with 500 peers, the 1,024 that most systems allow a process by default. A process that runs
+//! out raises its soft limit on open files to the hard one and goes on, instead of failing to
+//! reach its peers. This binary lowers its own limit, so it holds this one test.
 
 use rshm_tests::*;
 use smr_core::endpoint::SendStatus;

@@ -19,6 +19,7 @@ use crate::liveness::Watch;
 use crate::region::{check_name, Region};
 use crate::ring::PushError;
 use crate::sync::Ordering;
+use std::sync::Arc;
 
 /// A peer we send to.
 pub(super) struct OutPeer {
@@ -32,7 +33,8 @@ pub(super) struct OutPeer {
 
 /// A mapped peer region and our entry in its peer table.
 pub(super) struct Link {
-    pub region: Region,
+    /// Shared with the entry of the same peer as a sender to us (`Endpoint::mapped_region`).
+    pub region: Arc<Region>,
     pub slot: u32,
     /// Our connection request is in its ring: nothing else of ours goes before it.
     pub connect_sent: bool,
@@ -151,7 +153,8 @@ impl Endpoint {
 /// A peer that sends to us.
 pub(super) struct InPeer {
     pub name: String,
-    pub region: Region,
+    /// Shared with our link to the same peer as a receiver (`Endpoint::mapped_region`).
+    pub region: Arc<Region>,
     pub watch: Watch,
     pub incarnation: u64,
 }
@@ -308,6 +311,11 @@ impl Endpoint {
         let dead_owner_timeout = self.params.dead_owner_timeout;
         let name_owner_gone = self.params.name_owner_gone;
         let (me, my_inc) = (self.me, self.region.incarnation());
+        // The receiver's region, if we map it already as a sender to us.
+        let shared = match self.out.get(peer as usize) {
+            Some(p) if p.link.is_none() => self.mapped_region(&p.name, None),
+            _ => None,
+        };
         let p = self.out.get_mut(peer as usize).ok_or(Error::Invalid("unknown peer handle"))?;
         // A receiver that closed its endpoint takes nothing more: its region is as good as a
         // dead one's (a successor of the same name is found by the open below).
@@ -323,7 +331,7 @@ impl Endpoint {
         }
         let p = &mut self.out[peer as usize];
         if p.link.is_none() {
-            let opened = Region::open(&p.name).map(|r| {
+            let opened = shared.map_or_else(|| Region::open(&p.name).map(Arc::new), Ok).map(|r| {
                 let owner = r.watch_owner();
                 (r, owner)
             });
@@ -393,6 +401,28 @@ impl Endpoint {
         Ok(link)
     }
 
+    /// The region `name` if we map it already for the peer's other direction: as a sender to
+    /// us (for a link, `incarnation` None: while that sender lives and has not closed, the name
+    /// is still its), or as a receiver we link to (for a sender, of `incarnation`). One mapping
+    /// and one descriptor per peer region instead of one per direction (docs/perf/scale.md).
+    /// A scan of the peers, made once per connection.
+    pub(super) fn mapped_region(&self, name: &str, incarnation: Option<u64>) -> Option<Arc<Region>> {
+        match incarnation {
+            None => self
+                .inp
+                .iter()
+                .map(|(_, sender)| sender)
+                .find(|sender| sender.name == name && !sender.region.closed() && sender.watch.alive())
+                .map(|sender| Arc::clone(&sender.region)),
+            Some(incarnation) => self
+                .out
+                .iter()
+                .filter_map(|p| p.link.as_ref())
+                .find(|l| l.region.name() == name && l.region.incarnation() == incarnation && !l.region.closed())
+                .map(|l| Arc::clone(&l.region)),
+        }
+    }
+
     /// Whether a send still waits on `peer` (unanswered, or answered in part).
     fn waits_on(&self, peer: PeerId) -> bool {
         self.pending.values().any(|s| s.peer == peer) || self.acked.values().any(|s| s.peer == peer)
@@ -426,7 +456,8 @@ impl Endpoint {
         // A sender that announced itself and then closed (or died) before we met it: its region
         // is gone or belongs to a successor. What it queued inline or in our inject buffers is
         // complete in our memory and is still delivered (as for senders we knew, `forgotten`).
-        let region = match Region::open(&name) {
+        let opened = self.mapped_region(&name, Some(incarnation)).map_or_else(|| Region::open(&name).map(Arc::new), Ok);
+        let region = match opened {
             Ok(r) if r.incarnation() == incarnation && r.owner() == ident => r,
             other => {
                 // Its entry is freed once what it pushed is handled, as for a sender we forget.

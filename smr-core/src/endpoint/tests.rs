@@ -2887,3 +2887,29 @@ fn a_message_sent_alone_goes_through_an_inject_buffer_and_a_stream_inline() {
         assert_eq!(*bytes, pattern(len, tag as u8), "message {tag}");
     }
 }
+
+/// Two endpoints that send to each other map each other's region once (`mapped_region`): the
+/// link to a peer shares the mapping of the same peer as a sender, whichever direction came
+/// first, and the messages of both directions arrive intact.
+#[test]
+fn a_peer_that_sends_and_receives_is_mapped_once() {
+    let (mut a, mut b, to_b) = pair("mapped_once", Params::default());
+    let (mut ha, mut hb) = (Collect::default(), Collect::default());
+    // a links to b first (b's region opened), then b meets a (a's region opened).
+    exchange_one((&mut a, &mut ha), (&mut b, &mut hb), to_b, 0, 100);
+    let to_a = b.add_peer(a.name()).unwrap();
+    // b's link to a takes the mapping b made as a's receiver; a meets b as a sender through
+    // the mapping of its link.
+    exchange_one((&mut b, &mut hb), (&mut a, &mut ha), to_a, 0, 5000);
+    exchange_one((&mut a, &mut ha), (&mut b, &mut hb), to_b, 1, 5000);
+    let shared = |ep: &Endpoint, peer: PeerId, name: &str| {
+        let link = ep.out[peer as usize].link.as_ref().expect("linked");
+        let (_, sender) = ep.inp.iter().find(|(_, s)| s.name == name).expect("met as a sender");
+        Arc::ptr_eq(&link.region, &sender.region)
+    };
+    assert!(shared(&b, to_a, a.name()), "b maps a's region twice");
+    assert!(shared(&a, to_b, b.name()), "a maps b's region twice");
+    for ep in [&a, &b] {
+        assert_eq!(ep.stats().corrupt_commands, 0, "{:?}", ep.stats());
+    }
+}
