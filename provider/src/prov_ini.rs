@@ -24,7 +24,7 @@ pub unsafe extern "C" fn fi_prov_ini() -> *mut ffi::fi_provider {
             (*prov).cleanup = Some(rshm_cleanup);
         }
         params::define_all();
-        smr_core::fd_limit::on_raise(open_files_raised);
+        smr_core::fd_limit::on_event(open_files_limit_event);
     });
     if result.is_err() {
         return std::ptr::null_mut();
@@ -32,13 +32,21 @@ pub unsafe extern "C" fn fi_prov_ini() -> *mut ffi::fi_provider {
     prov
 }
 
-/// The engine ran out of descriptors for its peers and raised the soft limit on open files to
-/// the hard one (`smr_core::fd_limit`): said once, since it changes the whole process.
-fn open_files_raised(old: u64, new: u64) {
-    crate::warn!(
-        EpCtrl,
-        "out of file descriptors (about two per peer and direction): raised this process's soft RLIMIT_NOFILE from {old} to its hard limit {new}"
-    );
+/// The engine ran out of descriptors for its peers (`smr_core::fd_limit`): it raised the soft
+/// limit on open files to the hard one, or found nothing left to raise. Each said once, since
+/// each concerns the whole process.
+fn open_files_limit_event(event: smr_core::fd_limit::LimitEvent) {
+    use smr_core::fd_limit::LimitEvent;
+    match event {
+        LimitEvent::Raised { old, new } => crate::warn!(
+            EpCtrl,
+            "out of file descriptors (about two per peer): raised this process's soft RLIMIT_NOFILE from {old} to its hard limit {new}"
+        ),
+        LimitEvent::Exhausted { limit } => crate::warn!(
+            EpCtrl,
+            "out of file descriptors at this process's hard RLIMIT_NOFILE ({limit}; about two per peer): opens for more peers fail with -FI_EMFILE until descriptors are closed or the hard limit is raised (ulimit -Hn, LimitNOFILE=)"
+        ),
+    }
 }
 
 /// Called by the core before it `dlclose`s us: our signal handlers go first (they would be left

@@ -17,12 +17,22 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
 static RAISED: AtomicBool = AtomicBool::new(false);
-static ON_RAISE: OnceLock<fn(u64, u64)> = OnceLock::new();
+static EXHAUSTED_TOLD: AtomicBool = AtomicBool::new(false);
+static ON_EVENT: OnceLock<fn(LimitEvent)> = OnceLock::new();
 
-/// Have `hook` told (old soft limit, new soft limit) when the soft limit is raised: the
-/// provider logs it. The first hook set stays.
-pub fn on_raise(hook: fn(u64, u64)) {
-    let _ = ON_RAISE.set(hook);
+/// What the process's hook hears (`on_event`), each once per process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LimitEvent {
+    /// The soft limit on open files was raised from `old` to the hard limit, `new`.
+    Raised { old: u64, new: u64 },
+    /// An open failed with EMFILE with nothing left to raise: the soft limit is `limit`.
+    Exhausted { limit: u64 },
+}
+
+/// Have `hook` told of the events on the limit: the provider logs them. The first hook set
+/// stays.
+pub fn on_event(hook: fn(LimitEvent)) {
+    let _ = ON_EVENT.set(hook);
 }
 
 /// `open` (a system call that returns a new descriptor, or -1 with errno set), and once more
@@ -47,9 +57,26 @@ pub fn retry_io<T>(mut open: impl FnMut() -> std::io::Result<T>) -> std::io::Res
 }
 
 /// Whether `e` is EMFILE and the soft limit was raised on it just now, so that the open may
-/// pass the second time.
+/// pass the second time. An EMFILE with nothing left to raise is told to the hook, once.
 fn worth_retrying(e: &std::io::Error) -> bool {
-    e.raw_os_error() == Some(libc::EMFILE) && raise_soft_limit()
+    if e.raw_os_error() != Some(libc::EMFILE) {
+        return false;
+    }
+    if raise_soft_limit() {
+        return true;
+    }
+    if !EXHAUSTED_TOLD.swap(true, Ordering::AcqRel) {
+        if let (Some(hook), Some(lim)) = (ON_EVENT.get(), open_files_limit()) {
+            hook(LimitEvent::Exhausted { limit: lim.rlim_cur });
+        }
+    }
+    false
+}
+
+fn open_files_limit() -> Option<libc::rlimit> {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: `lim` is a valid rlimit for getrlimit to fill.
+    (unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0).then_some(lim)
 }
 
 /// Raise the soft limit on open files to the hard limit, once per process. True if this call
@@ -60,19 +87,17 @@ fn raise_soft_limit() -> bool {
         // Raised already (by another thread maybe): the limit is as high as it goes.
         return false;
     }
-    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-    // SAFETY: `lim` is a valid rlimit for getrlimit to fill.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 || lim.rlim_cur >= lim.rlim_max {
+    let Some(mut lim) = open_files_limit().filter(|lim| lim.rlim_cur < lim.rlim_max) else {
         return false;
-    }
+    };
     let old = lim.rlim_cur;
     lim.rlim_cur = lim.rlim_max;
     // SAFETY: a valid rlimit whose soft limit does not exceed its hard one.
     if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) } != 0 {
         return false;
     }
-    if let Some(hook) = ON_RAISE.get() {
-        hook(old, lim.rlim_cur);
+    if let Some(hook) = ON_EVENT.get() {
+        hook(LimitEvent::Raised { old, new: lim.rlim_cur });
     }
     true
 }

@@ -1,7 +1,8 @@
 //! An endpoint holds descriptors for its peers, about two per peer (`smr_core::fd_limit`):
 //! with 500 peers, the 1,024 that most systems allow a process by default. A process that runs
 //! out raises its soft limit on open files to the hard one and goes on, instead of failing to
-//! reach its peers. This binary lowers its own limit, so it holds this one test.
+//! reach its peers. Its tests change their process's limits, so each runs its case in a child
+//! process.
 
 use rshm_tests::*;
 use smr_core::endpoint::SendStatus;
@@ -29,19 +30,95 @@ fn peers_beyond_the_soft_open_files_limit_raise_it() {
         let extra = extra.to_str().and_then(|s| s.parse().ok()).expect("a count of descriptors");
         return forty_peers_under_a_soft_limit_of_64(extra);
     }
-    let exe = std::env::current_exe().expect("this test's binary");
     for extra in 0..8 {
-        let out = std::process::Command::new(&exe)
-            .args(["--exact", "peers_beyond_the_soft_open_files_limit_raise_it", "--nocapture"])
-            .env(EXTRA_ENV, extra.to_string())
-            .output()
-            .expect("a child test");
-        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-        assert!(out.status.success() && text.contains("1 passed"), "with {extra} more descriptors open:\n{text}");
+        let text = in_a_child("peers_beyond_the_soft_open_files_limit_raise_it", EXTRA_ENV, &extra.to_string());
         if text.contains("SKIPPED") {
             println!("{text}");
             return;
         }
+    }
+}
+
+/// Test `test` of this binary run in a child process with `env` set to `value` (each case
+/// changes its process's limits for good); its output, once it passed.
+fn in_a_child(test: &str, env: &str, value: &str) -> String {
+    let exe = std::env::current_exe().expect("this test's binary");
+    let out = std::process::Command::new(&exe)
+        .args(["--exact", test, "--nocapture"])
+        .env(env, value)
+        .output()
+        .expect("a child test");
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success() && text.contains("1 passed"), "{test} with {env}={value}:\n{text}");
+    text
+}
+
+/// Where the hard limit is met too, the open that meets it fails with EMFILE, an error the
+/// caller sees (the provider: -FI_EMFILE), not a hang or a panic; the process's hook hears it
+/// once, and no raise; and the messages sent before arrive intact.
+#[test]
+fn peers_beyond_the_hard_open_files_limit_fail_with_emfile() {
+    if std::env::var_os(HARD_ENV).is_some() {
+        return senders_until_a_hard_limit_of_48();
+    }
+    in_a_child("peers_beyond_the_hard_open_files_limit_fail_with_emfile", HARD_ENV, "1");
+}
+
+const HARD_ENV: &str = "RSHM_TEST_HARD_LIMIT";
+
+fn senders_until_a_hard_limit_of_48() {
+    use smr_core::fd_limit::LimitEvent;
+    static EVENTS: std::sync::Mutex<Vec<LimitEvent>> = std::sync::Mutex::new(Vec::new());
+    smr_core::fd_limit::on_event(|event| EVENTS.lock().unwrap().push(event));
+    const LIMIT: u64 = 48;
+    let lim = libc::rlimit { rlim_cur: LIMIT, rlim_max: LIMIT };
+    // SAFETY: a valid rlimit (lowering the hard limit needs no privilege).
+    assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) }, 0);
+    let mut rx = Node::create(&unique_name("hardrx"), params(false)).expect("receiver");
+    let mut senders = Vec::new();
+    let failure = 'senders: loop {
+        assert!(senders.len() < 40, "40 senders under a hard limit of {LIMIT} descriptors");
+        let i = senders.len() as u32;
+        let mut tx = match Node::create(&unique_name(&format!("hardtx{i}")), params(false)) {
+            Ok(tx) => tx,
+            Err(e) => break e,
+        };
+        let peer = match tx.ep.add_peer(rx.ep.name()) {
+            Ok(peer) => peer,
+            Err(e) => break e,
+        };
+        let data = pattern(i, 0, 64);
+        let hdr = header(i, 0, &data);
+        let mut data = Some(data);
+        let dl = deadline();
+        while let Some(d) = data.take() {
+            match tx.try_send(peer, hdr, d, false) {
+                Ok((SendStatus::Done | SendStatus::Pending, _)) => {}
+                Err((Error::Again, back)) => {
+                    assert!(std::time::Instant::now() < dl, "sender {i} still answers Again");
+                    data = Some(back);
+                    tx.pump();
+                    rx.pump();
+                }
+                Err((e, _)) => break 'senders e,
+            }
+        }
+        rx.pump();
+        senders.push(tx);
+    };
+    assert!(matches!(failure, Error::Os(libc::EMFILE)), "the sender past the limit failed with {failure:?}");
+    assert!(!senders.is_empty(), "no sender fit under the limit");
+    println!("{} senders fit under a hard limit of {LIMIT}; the next failed with {failure:?}", senders.len());
+    assert_eq!(*EVENTS.lock().unwrap(), [LimitEvent::Exhausted { limit: LIMIT }]);
+    let dl = deadline();
+    while rx.h.received.len() < senders.len() {
+        assert!(std::time::Instant::now() < dl, "{} of {} messages arrived", rx.h.received.len(), senders.len());
+        rx.pump();
+        senders.iter_mut().for_each(|tx| _ = tx.pump());
+    }
+    for r in &rx.h.received {
+        assert_eq!(r.result, Ok(64));
+        verify(&r.hdr, &r.bytes).unwrap();
     }
 }
 
