@@ -30,7 +30,14 @@ pub enum Error {
 impl Error {
     /// The last OS error as an engine error.
     pub fn last_os() -> Self {
-        Error::Os(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO))
+        std::io::Error::last_os_error().into()
+    }
+}
+
+impl From<std::io::Error> for Error {
+    /// Its errno (EIO for an error that has none).
+    fn from(e: std::io::Error) -> Self {
+        Error::Os(e.raw_os_error().unwrap_or(libc::EIO))
     }
 }
 

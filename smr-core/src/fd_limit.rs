@@ -13,6 +13,7 @@
 //! here only once the need comes, so that a process with few peers keeps its limit. Where the
 //! hard limit is reached too, the open fails with EMFILE as before.
 
+use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
@@ -35,14 +36,18 @@ pub fn on_event(hook: fn(LimitEvent)) {
     let _ = ON_EVENT.set(hook);
 }
 
-/// `open` (a system call that returns a new descriptor, or -1 with errno set), and once more
-/// after raising the soft limit on open files if it failed with EMFILE (see the module).
-pub fn retry_emfile(mut open: impl FnMut() -> i64) -> i64 {
-    let fd = open();
-    if fd < 0 && worth_retrying(&std::io::Error::last_os_error()) {
-        return open();
-    }
-    fd
+/// The descriptor `open` returns (a system call that returns a new descriptor, or -1 with
+/// errno set), owned; `open` is called once more after raising the soft limit on open files if
+/// it failed with EMFILE (see the module).
+///
+/// # Safety
+/// A descriptor `open` returns must be new and owned by nobody else: the result closes it.
+pub unsafe fn retry_emfile(mut open: impl FnMut() -> i64) -> std::io::Result<OwnedFd> {
+    retry_io(|| match open() {
+        fd if fd < 0 => Err(std::io::Error::last_os_error()),
+        // SAFETY: a new descriptor owned by nobody else (the caller's promise).
+        fd => Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) }),
+    })
 }
 
 /// `open` (anything that opens a descriptor for a while: reading a file of /proc, listing a
@@ -73,7 +78,8 @@ fn worth_retrying(e: &std::io::Error) -> bool {
     false
 }
 
-fn open_files_limit() -> Option<libc::rlimit> {
+/// This process's limits on open files (soft, hard); None if getrlimit fails.
+pub fn open_files_limit() -> Option<libc::rlimit> {
     let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
     // SAFETY: `lim` is a valid rlimit for getrlimit to fill.
     (unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0).then_some(lim)

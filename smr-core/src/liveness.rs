@@ -102,7 +102,7 @@ enum How {
     Pidfd(Arc<OwnedFd>),
     Proc,
     /// An fd of the file whose owner lock the process holds (`hold_owner_lock`).
-    Lock(std::sync::Arc<OwnedFd>),
+    Lock(Arc<OwnedFd>),
 }
 
 impl Watch {
@@ -117,7 +117,7 @@ impl Watch {
     }
 
     /// A watch of the process that holds the owner lock on `file` (an fd of its region file).
-    pub fn by_lock(ident: ProcessIdentity, file: std::sync::Arc<OwnedFd>) -> Watch {
+    pub fn by_lock(ident: ProcessIdentity, file: Arc<OwnedFd>) -> Watch {
         Watch { ident, how: How::Lock(file), seen_alive: None }
     }
 
@@ -202,17 +202,13 @@ fn shared_pidfd(ident: ProcessIdentity) -> Option<Arc<OwnedFd>> {
 
 /// A new pidfd of `ident`, None where pidfds are unavailable or the process is gone.
 fn open_pidfd(ident: ProcessIdentity) -> Option<Arc<OwnedFd>> {
-    // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1. (One per peer
-    // process: one more try after raising the soft limit if the process ran out, `fd_limit`.)
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1. (One per
+    // peer process: one more try after raising the soft limit if the process ran out,
+    // `fd_limit`.)
     let fd =
-        crate::fd_limit::retry_emfile(|| unsafe { libc::syscall(libc::SYS_pidfd_open, ident.pid as libc::pid_t, 0) });
-    if fd < 0 {
-        return None;
-    }
-    // SAFETY: a fresh fd returned by pidfd_open, owned by nobody else.
-    let fd = Arc::new(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd as i32) });
+        unsafe { crate::fd_limit::retry_emfile(|| libc::syscall(libc::SYS_pidfd_open, ident.pid as libc::pid_t, 0)) };
     // The pidfd names whatever process has the pid now: make sure it is the one we mean.
-    ident.is_alive().then_some(fd)
+    fd.ok().filter(|_| ident.is_alive()).map(Arc::new)
 }
 
 /// The owner lock: a shared OFD lock (`fcntl(F_OFD_SETLK)`) on the first byte of a region
@@ -306,7 +302,7 @@ fn read_stat(pid: u32) -> Result<Option<Stat>> {
     let text = match crate::fd_limit::retry_io(|| std::fs::read_to_string(&path)) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(Error::Os(e.raw_os_error().unwrap_or(libc::EIO))),
+        Err(e) => return Err(e.into()),
     };
     parse_stat(&text).map(Some).ok_or(Error::Corrupt("unparsable /proc stat"))
 }

@@ -12,7 +12,7 @@
 //! died half-way). Removing its name leaves every mapping of it valid: peers that mapped it go on
 //! failing what they sent to it as before.
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::liveness::ProcessIdentity;
 use crate::region::{inspect, Occupant};
 use crate::shm::SHM_DIR;
@@ -39,8 +39,7 @@ pub type Owner = Option<ProcessIdentity>;
 /// meanwhile are passed over: another process may be reaping or reclaiming them at the same
 /// time.
 pub fn reap_dead(prefix: &str, own_prefix: &str) -> Result<Vec<Reaped>> {
-    let dir = crate::fd_limit::retry_io(|| std::fs::read_dir(SHM_DIR))
-        .map_err(|e| Error::Os(e.raw_os_error().unwrap_or(libc::EIO)))?;
+    let dir = crate::fd_limit::retry_io(|| std::fs::read_dir(SHM_DIR))?;
     let mut reaped = Vec::new();
     for dirent in dir.flatten() {
         let Ok(name) = dirent.file_name().into_string() else { continue };

@@ -458,8 +458,7 @@ pub fn inspect(name: &str) -> Result<Occupant> {
         Err(Error::Again) => {}
         Err(e) => return Err(e),
     }
-    let meta = std::fs::metadata(format!("{}/{name}", shm::SHM_DIR))
-        .map_err(|e| Error::Os(e.raw_os_error().unwrap_or(libc::EIO)))?;
+    let meta = std::fs::metadata(format!("{}/{name}", shm::SHM_DIR))?;
     let age = meta.modified().ok().and_then(|m| SystemTime::now().duration_since(m).ok()).unwrap_or_default();
     Ok(if age > HALF_CREATED_GRACE { Occupant::Dead(None) } else { Occupant::Creating })
 }

@@ -7,7 +7,7 @@
 
 use crate::error::{Error, Result};
 use std::ffi::CString;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::Arc;
 
 /// A `MAP_SHARED` read-write mapping of a whole shm file.
@@ -37,16 +37,11 @@ fn shm_path(name: &str) -> Result<CString> {
 /// `shm_open(name, oflag | O_CLOEXEC, mode)`: a descriptor of our own, or the errno.
 fn open_fd(name: &str, oflag: libc::c_int, mode: libc::mode_t) -> Result<OwnedFd> {
     let path = shm_path(name)?;
-    // SAFETY: `path` is a valid NUL-terminated string. (A descriptor per peer region: one more
-    // try after raising the soft limit if the process ran out, `fd_limit`.)
-    let fd = crate::fd_limit::retry_emfile(|| unsafe {
-        i64::from(libc::shm_open(path.as_ptr(), oflag | libc::O_CLOEXEC, mode))
-    }) as libc::c_int;
-    if fd < 0 {
-        return Err(Error::last_os());
-    }
-    // SAFETY: `fd` was just returned by shm_open and is owned by nobody else.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    // SAFETY: `path` is a valid NUL-terminated string, and shm_open returns a new descriptor
+    // or -1. (A descriptor per peer region: one more try after raising the soft limit if the
+    // process ran out, `fd_limit`.)
+    unsafe { crate::fd_limit::retry_emfile(|| i64::from(libc::shm_open(path.as_ptr(), oflag | libc::O_CLOEXEC, mode))) }
+        .map_err(Error::from)
 }
 
 impl Mapping {

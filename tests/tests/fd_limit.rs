@@ -9,10 +9,7 @@ use smr_core::endpoint::SendStatus;
 use smr_core::Error;
 
 fn open_files_limit() -> libc::rlimit {
-    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-    // SAFETY: `lim` is a valid rlimit for getrlimit to fill.
-    assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) }, 0);
-    lim
+    smr_core::fd_limit::open_files_limit().expect("getrlimit")
 }
 
 fn open_fds() -> usize {
@@ -76,40 +73,47 @@ fn senders_until_a_hard_limit_of_48() {
     assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) }, 0);
     let mut rx = Node::create(&unique_name("hardrx"), params(false)).expect("receiver");
     let mut senders = Vec::new();
-    let failure = 'senders: loop {
+    let failure = loop {
         assert!(senders.len() < 40, "40 senders under a hard limit of {LIMIT} descriptors");
-        let i = senders.len() as u32;
-        let mut tx = match Node::create(&unique_name(&format!("hardtx{i}")), params(false)) {
-            Ok(tx) => tx,
+        match sender_of_one_message(&mut rx, "hardtx", senders.len() as u32) {
+            Ok(tx) => senders.push(tx),
             Err(e) => break e,
-        };
-        let peer = match tx.ep.add_peer(rx.ep.name()) {
-            Ok(peer) => peer,
-            Err(e) => break e,
-        };
-        let data = pattern(i, 0, 64);
-        let hdr = header(i, 0, &data);
-        let mut data = Some(data);
-        let dl = deadline();
-        while let Some(d) = data.take() {
-            match tx.try_send(peer, hdr, d, false) {
-                Ok((SendStatus::Done | SendStatus::Pending, _)) => {}
-                Err((Error::Again, back)) => {
-                    assert!(std::time::Instant::now() < dl, "sender {i} still answers Again");
-                    data = Some(back);
-                    tx.pump();
-                    rx.pump();
-                }
-                Err((e, _)) => break 'senders e,
-            }
         }
-        rx.pump();
-        senders.push(tx);
     };
     assert!(matches!(failure, Error::Os(libc::EMFILE)), "the sender past the limit failed with {failure:?}");
     assert!(!senders.is_empty(), "no sender fit under the limit");
     println!("{} senders fit under a hard limit of {LIMIT}; the next failed with {failure:?}", senders.len());
     assert_eq!(*EVENTS.lock().unwrap(), [LimitEvent::Exhausted { limit: LIMIT }]);
+    all_arrive_intact(&mut rx, &mut senders);
+}
+
+/// A new endpoint (`{tag}{i}`) that has sent `rx` one 64-byte message; the first error on the
+/// way (its creation, the peer's, the send's) instead.
+fn sender_of_one_message(rx: &mut Node, tag: &str, i: u32) -> Result<Node, Error> {
+    let mut tx = Node::create(&unique_name(&format!("{tag}{i}")), params(false))?;
+    let peer = tx.ep.add_peer(rx.ep.name())?;
+    let data = pattern(i, 0, 64);
+    let hdr = header(i, 0, &data);
+    let mut data = Some(data);
+    let dl = deadline();
+    while let Some(d) = data.take() {
+        match tx.try_send(peer, hdr, d, false) {
+            Ok((SendStatus::Done | SendStatus::Pending, _)) => {}
+            Err((Error::Again, back)) => {
+                assert!(std::time::Instant::now() < dl, "sender {i} still answers Again");
+                data = Some(back);
+                tx.pump();
+                rx.pump();
+            }
+            Err((e, _)) => return Err(e),
+        }
+    }
+    rx.pump();
+    Ok(tx)
+}
+
+/// Every sender's message reaches `rx`, every byte checked.
+fn all_arrive_intact(rx: &mut Node, senders: &mut [Node]) {
     let dl = deadline();
     while rx.h.received.len() < senders.len() {
         assert!(std::time::Instant::now() < dl, "{} of {} messages arrived", rx.h.received.len(), senders.len());
@@ -143,39 +147,13 @@ fn forty_peers_under_a_soft_limit_of_64(extra: usize) {
     assert!(open_fds() < SOFT as usize / 2, "the test starts with {} descriptors open", open_fds());
 
     let mut rx = Node::create(&unique_name("fdrx"), params(false)).expect("receiver");
-    let mut senders = Vec::new();
-    for i in 0..SENDERS {
-        let mut tx = Node::create(&unique_name(&format!("fdtx{i}")), params(false)).expect("a sender's endpoint");
-        let peer = tx.ep.add_peer(rx.ep.name()).expect("a sender's peer");
-        let data = pattern(i, 0, 64);
-        let hdr = header(i, 0, &data);
-        let mut data = Some(data);
-        let dl = deadline();
-        while let Some(d) = data.take() {
-            match tx.try_send(peer, hdr, d, false) {
-                Ok((SendStatus::Done | SendStatus::Pending, _)) => {}
-                Err((Error::Again, back)) => {
-                    assert!(std::time::Instant::now() < dl, "sender {i} still answers Again");
-                    data = Some(back);
-                    tx.pump();
-                    rx.pump();
-                }
-                Err((e, _)) => panic!("sender {i}: {e:?} with {} descriptors open", open_fds()),
-            }
-        }
-        rx.pump();
-        senders.push(tx);
-    }
-    let dl = deadline();
-    while rx.h.received.len() < SENDERS as usize {
-        assert!(std::time::Instant::now() < dl, "{} of {SENDERS} messages arrived", rx.h.received.len());
-        rx.pump();
-        senders.iter_mut().for_each(|tx| _ = tx.pump());
-    }
-    for r in &rx.h.received {
-        assert_eq!(r.result, Ok(64));
-        verify(&r.hdr, &r.bytes).unwrap();
-    }
+    let mut senders: Vec<Node> = (0..SENDERS)
+        .map(|i| {
+            sender_of_one_message(&mut rx, "fdtx", i)
+                .unwrap_or_else(|e| panic!("sender {i}: {e:?} with {} descriptors open", open_fds()))
+        })
+        .collect();
+    all_arrive_intact(&mut rx, &mut senders);
     let now = open_files_limit();
     assert!(open_fds() > SOFT as usize, "{} descriptors open: the test did not need the raise", open_fds());
     assert_eq!((now.rlim_cur, now.rlim_max), (lim.rlim_max, lim.rlim_max), "the soft limit raised to the hard one");

@@ -2,7 +2,7 @@
 //! wake words armed for it (`waitfd` arms them and rings it).
 
 use smr_core::endpoint::WaitHandle;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
 
 /// The eventfd of a CQ or counter opened with FI_WAIT_FD, and the wake words armed for it.
@@ -18,15 +18,8 @@ pub struct WaitFd {
 
 /// A new non-blocking eventfd.
 pub fn eventfd() -> std::io::Result<OwnedFd> {
-    let fd = smr_core::fd_limit::retry_emfile(|| {
-        // SAFETY: eventfd takes no pointers; it returns a new descriptor or -1.
-        i64::from(unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) })
-    });
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: `fd` is a descriptor we just opened and own alone.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as std::os::fd::RawFd) })
+    // SAFETY: eventfd takes no pointers; it returns a new descriptor or -1.
+    unsafe { smr_core::fd_limit::retry_emfile(|| i64::from(libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC))) }
 }
 
 /// Take back what rang before: an eventfd stays readable until drained.
