@@ -158,3 +158,108 @@ fn forty_peers_under_a_soft_limit_of_64(extra: usize) {
     assert!(open_fds() > SOFT as usize, "{} descriptors open: the test did not need the raise", open_fds());
     assert_eq!((now.rlim_cur, now.rlim_max), (lim.rlim_max, lim.rlim_max), "the soft limit raised to the hard one");
 }
+
+const MEET_ENV: &str = "RSHM_TEST_MEET_AT_LIMIT";
+
+/// A receiver out of descriptors when a live sender's first commands come cannot map the
+/// sender's region then: the sender's commands wait (`parked`), and once descriptors are free
+/// again every message arrives intact and in order, and every send completes.
+#[test]
+fn a_sender_met_while_out_of_descriptors_is_served_later() {
+    if std::env::var_os(MEET_ENV).is_some() {
+        return served_once_descriptors_are_free();
+    }
+    in_a_child("a_sender_met_while_out_of_descriptors_is_served_later", MEET_ENV, "1");
+}
+
+/// Past `parked_timeout` the receiver gives such a sender up: its inline messages arrive, in
+/// order, and the sends that needed its region fail with `PeerDead` (not a hang); its next
+/// message, once descriptors are free, arrives.
+#[test]
+fn a_sender_out_of_descriptors_too_long_is_given_up_with_errors() {
+    if std::env::var_os(GIVE_UP_ENV).is_some() {
+        return given_up_past_the_timeout();
+    }
+    in_a_child("a_sender_out_of_descriptors_too_long_is_given_up_with_errors", GIVE_UP_ENV, "1");
+}
+
+const GIVE_UP_ENV: &str = "RSHM_TEST_GIVE_UP_AT_LIMIT";
+
+/// Inline, CMA, inline, SAR or CMA, inline.
+const MEET_SIZES: [usize; 5] = [64, 1 << 20, 64, 300_000, 64];
+
+fn served_once_descriptors_are_free() {
+    let (mut rx, mut tx) = met_out_of_descriptors(std::time::Duration::from_secs(30), 0);
+    let dl = deadline();
+    while rx.h.received.len() < MEET_SIZES.len() || tx.sends_in_flight() > 0 {
+        let (got, flying) = (rx.h.received.len(), tx.sends_in_flight());
+        assert!(std::time::Instant::now() < dl, "{got} of 5 messages arrived, {flying} sends in flight");
+        rx.pump();
+        tx.pump();
+    }
+    let arrived: Vec<usize> = rx.h.received.iter().map(|r| checked(r).0).collect();
+    assert_eq!(arrived, [0, 1, 2, 3, 4], "the messages in the order sent");
+    assert!(tx.h.sends_done.iter().all(|(_, r)| r.is_ok()), "{:?}", tx.h.sends_done);
+    assert_eq!(rx.ep.stats().corrupt_commands, 0);
+}
+
+fn given_up_past_the_timeout() {
+    let timeout = std::time::Duration::from_millis(300);
+    let (mut rx, mut tx) = met_out_of_descriptors(timeout, 3);
+    let dl = deadline();
+    while tx.sends_in_flight() > 0 {
+        assert!(std::time::Instant::now() < dl, "{} sends still in flight", tx.sends_in_flight());
+        rx.pump();
+        tx.pump();
+    }
+    let failed: Vec<&Result<(), smr_core::Error>> = tx.h.sends_done.iter().map(|(_, r)| r).collect();
+    assert_eq!(failed, [&Err(smr_core::Error::PeerDead); 2], "the two sends that needed the sender");
+    let data = pattern(0, 5, 64);
+    tx.send_retry(0, header(0, 5, &data), data, false, dl).expect("a send after the receiver gave us up");
+    rx.wait_until(dl, "the message after", |rx| rx.h.received.len() == 4);
+    let arrived: Vec<usize> = rx.h.received.iter().map(|r| checked(r).0).collect();
+    assert_eq!(arrived, [0, 2, 4, 5], "the inline messages, in order, and the one after");
+}
+
+/// A receiver and a sender that sent `MEET_SIZES` to it before the receiver, out of
+/// descriptors (the hard limit 64 and all used), met it: the receiver progressed through more
+/// than `timeout` (`Params::parked_timeout`), and 50 passes, before descriptors were free again;
+/// `during` messages arrived meanwhile (none: its commands wait).
+fn met_out_of_descriptors(timeout: std::time::Duration, during: usize) -> (Node, Node) {
+    const LIMIT: u64 = 64;
+    let lim = libc::rlimit { rlim_cur: LIMIT, rlim_max: LIMIT };
+    // SAFETY: a valid rlimit (lowering the hard limit needs no privilege).
+    assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) }, 0);
+    let mut p = params(false);
+    p.parked_timeout = timeout;
+    let mut rx = Node::create(&unique_name("meetrx"), p).expect("receiver");
+    let mut tx = Node::create(&unique_name("meettx"), params(false)).expect("sender");
+    let peer = tx.ep.add_peer(rx.ep.name()).expect("peer");
+    let dl = deadline();
+    for (seq, &len) in MEET_SIZES.iter().enumerate() {
+        let data = pattern(0, seq as u32, len);
+        tx.send_retry(peer, header(0, seq as u32, &data), data, false, dl).expect("send");
+    }
+    let mut filler = Vec::new();
+    while let Ok(f) = std::fs::File::open("/dev/null") {
+        filler.push(f);
+    }
+    let start = std::time::Instant::now();
+    let mut passes = 0;
+    while passes < 50 || start.elapsed() < timeout.min(std::time::Duration::from_secs(1)) * 2 {
+        rx.pump();
+        tx.pump();
+        passes += 1;
+    }
+    let got: Vec<usize> = rx.h.received.iter().map(|r| checked(r).0).collect();
+    assert_eq!(got.len(), during, "arrived while out of descriptors: {got:?}");
+    drop(filler);
+    (rx, tx)
+}
+
+/// The sequence number of received message `r`, its bytes checked.
+fn checked(r: &rshm_tests::Received) -> (usize, usize) {
+    let len = *r.result.as_ref().expect("a delivered message");
+    verify(&r.hdr, &r.bytes).unwrap();
+    (split_tag(r.hdr.tag).1 as usize, len)
+}

@@ -16,6 +16,7 @@ mod entry;
 pub mod lone;
 pub mod measured;
 mod ok_run;
+mod parked;
 mod peers;
 mod read_way;
 mod recv;
@@ -101,6 +102,9 @@ pub struct Params {
     /// How long sends to a name whose region's owner is dead (and that we never reached) answer
     /// "again", waiting for a successor, before failing with `PeerDead`.
     pub dead_owner_timeout: Duration,
+    /// How long the commands of a live sender whose region we cannot map for want of
+    /// descriptors or memory wait for the shortage to pass before we give it up (`parked`).
+    pub parked_timeout: Duration,
     /// For names that say which process owns them (the provider's generated names carry its
     /// pid): true when that process is known to be gone. A name with no region whose owner is
     /// gone is a dead peer's whose region was removed (`crate::reap`), not a peer still
@@ -150,6 +154,7 @@ impl Default for Params {
             connect_retry: Duration::from_millis(100),
             absent_peer_timeout: Duration::from_secs(30),
             dead_owner_timeout: Duration::from_millis(500),
+            parked_timeout: Duration::from_secs(30),
             name_owner_gone: None,
         }
     }
@@ -381,6 +386,10 @@ pub struct Endpoint {
     /// Senders we dropped (dead or disconnected): commands they queued before they went still
     /// arrive, hold our buffers, and (inline and inject ones) still carry data.
     forgotten: HashMap<SrcId, peers::Forgotten>,
+    /// Senders whose regions we could not map for a shortage of ours, their commands set aside
+    /// (`parked`), and the one being given up while its commands play again.
+    parked: Vec<parked::Parked>,
+    giving_up: Option<SrcId>,
     pending: IdMap<u64, PendingSend>,
     /// Acknowledged small sends, all in the ring already: only whom they went to and whom to
     /// tell (`send::AckedSend`), kept apart from `pending`, whose records carry a buffer and SAR
@@ -491,6 +500,8 @@ impl Endpoint {
             out_by_name: HashMap::new(),
             inp: SrcTable::default(),
             forgotten: HashMap::new(),
+            parked: Vec::new(),
+            giving_up: None,
             pending: IdMap::default(),
             acked: acked::AckedSends::default(),
             sar_tx: VecDeque::new(),
@@ -581,6 +592,9 @@ impl Endpoint {
         if std::mem::take(&mut self.tick_due) || self.liveness_due() {
             self.last_liveness = Instant::now();
             self.check_stalls();
+            if !self.parked.is_empty() {
+                events += self.replay_parked(h);
+            }
             events += self.check_peers(h);
             self.stats.unmet_dead_senders += self.find_unmet_dead() as u64;
             self.decide_due();

@@ -14,7 +14,7 @@ use super::{AnswerTo, Endpoint, Handler, PeerId, SrcId};
 use crate::clock::Instant;
 use crate::cmd::{op, resp, CmdEntry, RespEntry, Status};
 use crate::error::{Error, Result};
-use crate::layout::{PeerSlot, SLOT_READY};
+use crate::layout::{PeerSlot, SLOT_FREE, SLOT_READY};
 use crate::liveness::Watch;
 use crate::region::{check_name, Region};
 use crate::ring::PushError;
@@ -69,6 +69,20 @@ impl Link {
     /// or its file was cut short.
     pub fn owner_gone(&self) -> bool {
         self.region.closed() || !(self.owner.alive() && self.region.intact())
+    }
+
+    /// The receiver freed our entry of its table (of our `incarnation`): it dropped us (gave
+    /// us up, `parked`, or a peer scribbled there), and answers nothing we sent before. An
+    /// entry CLAIMED is judged at a later look: the receiver holds it so for a moment while it
+    /// checks whose it is (`free_entry_of`), and keeps it if it is ours.
+    pub fn dropped(&self, incarnation: u64) -> bool {
+        self.region.peer_slots().get(self.slot as usize).map_or(true, |entry| {
+            match entry.state.load(Ordering::Acquire) & 3 {
+                SLOT_FREE => true,
+                SLOT_READY => entry.incarnation.load(Ordering::Relaxed) != incarnation,
+                _ => false,
+            }
+        })
     }
 }
 
@@ -428,7 +442,8 @@ impl Endpoint {
         self.pending.values().any(|s| s.peer == peer) || self.acked.values().any(|s| s.peer == peer)
     }
 
-    /// Receiver side: learn (or re-learn) the sender behind table entry `src`.
+    /// Receiver side: learn (or re-learn) the sender behind table entry `src`. `Again` when its
+    /// region did not open for a shortage of descriptors or memory of ours (`parked`).
     pub(super) fn accept(&mut self, src: SrcId, h: &mut impl Handler) -> Result<()> {
         let slots = self.region.peer_slots();
         let slot = slots.get(src as usize).ok_or(Error::Corrupt("peer index out of range"))?;
@@ -459,6 +474,8 @@ impl Endpoint {
         let opened = self.mapped_region(&name, Some(incarnation)).map_or_else(|| Region::open(&name).map(Arc::new), Ok);
         let region = match opened {
             Ok(r) if r.incarnation() == incarnation && r.owner() == ident => r,
+            // A shortage of ours, not the sender's fault: its commands wait (`parked`).
+            Err(e) if super::parked::is_shortage(&e) && !self.giving_up(src) => return Err(Error::Again),
             other => {
                 // Its entry is freed once what it pushed is handled, as for a sender we forget.
                 self.decide_later(src, incarnation);
@@ -604,7 +621,7 @@ impl Endpoint {
                 continue;
             }
             link.last_check = Instant::now();
-            if link.owner_gone() {
+            if link.owner_gone() || link.dropped(incarnation) {
                 p.link = None;
                 p.dead = true;
             }

@@ -224,6 +224,9 @@ impl Endpoint {
                 return;
             }
         };
+        if !self.parked.is_empty() && self.park_if_parked(&cmd, entry) {
+            return;
+        }
         // Whatever becomes of it, a segment's SAR buffer comes back through this command.
         match &cmd {
             Command::Msg { src, body: Body::Sar(seg), .. } | Command::SarSeg { src, seg, .. } => {
@@ -235,12 +238,12 @@ impl Endpoint {
             Command::Connect { src, incarnation } if !self.entry_holds(src, incarnation) => {
                 self.note_gone_sender(src, incarnation)
             }
-            Command::Connect { src, .. } => {
+            Command::Connect { src, .. } => match self.accept(src, h) {
+                Err(Error::Again) => self.park(src, entry),
                 // A sender that has already gone is not corruption (`accept` remembers it).
-                if self.accept(src, h).is_err() && !self.forgotten.contains_key(&src) {
-                    self.stats.corrupt_commands += 1;
-                }
-            }
+                Err(_) if !self.forgotten.contains_key(&src) => self.stats.corrupt_commands += 1,
+                _ => {}
+            },
             Command::Disconnect { src } => {
                 if self.inp.contains_key(&src) {
                     self.forget_in_peer(src, h);
@@ -248,10 +251,14 @@ impl Endpoint {
             }
             Command::Msg { src, msg_id, ack, hdr, body } => {
                 if !self.inp.contains_key(&src) {
-                    // Left by a sender we forgot, in an entry another holds now (`Forgotten`).
-                    let gone = self.left_by_forgotten(src);
-                    if gone || self.accept(src, h).is_err() {
-                        return self.msg_of_no_sender(entry, src, msg_id, hdr, body, gone, h);
+                    // Left by a sender we forgot, in an entry another holds now (`Forgotten`),
+                    // or by one we are giving up (`parked`), whose region did not open.
+                    let gone = self.left_by_forgotten(src) || self.giving_up(src) && self.forgotten.contains_key(&src);
+                    let accepted = if gone { Err(Error::PeerDead) } else { self.accept(src, h) };
+                    match accepted {
+                        Ok(()) => {}
+                        Err(Error::Again) => return self.park(src, entry),
+                        Err(_) => return self.msg_of_no_sender(entry, src, msg_id, hdr, body, gone, h),
                     }
                 }
                 self.on_msg(entry, src, msg_id, ack, hdr, body, h);

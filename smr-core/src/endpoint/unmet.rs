@@ -36,6 +36,7 @@ impl Endpoint {
                 let unmet_dead = state & 3 == SLOT_READY
                     && self.inp.incarnation(src) != Some(incarnation)
                     && !self.decision_waits(src, incarnation)
+                    && !self.is_parked(src)
                     && !sender_alive(slot, slot_sender(state, slot));
                 unmet_dead.then_some((src, incarnation))
             })
