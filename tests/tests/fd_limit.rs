@@ -55,10 +55,20 @@ fn in_a_child(test: &str, env: &str, value: &str) -> String {
 /// once, and no raise; and the messages sent before arrive intact.
 #[test]
 fn peers_beyond_the_hard_open_files_limit_fail_with_emfile() {
-    if std::env::var_os(HARD_ENV).is_some() {
-        return senders_until_a_hard_limit_of_48();
+    in_its_own_process(
+        "peers_beyond_the_hard_open_files_limit_fail_with_emfile",
+        HARD_ENV,
+        senders_until_a_hard_limit_of_48,
+    );
+}
+
+/// Run `case` if this process is the child that `env` marks; else test `test` (whose case it
+/// is) in such a child.
+fn in_its_own_process(test: &str, env: &str, case: fn()) {
+    if std::env::var_os(env).is_some() {
+        return case();
     }
-    in_a_child("peers_beyond_the_hard_open_files_limit_fail_with_emfile", HARD_ENV, "1");
+    in_a_child(test, env, "1");
 }
 
 const HARD_ENV: &str = "RSHM_TEST_HARD_LIMIT";
@@ -166,10 +176,11 @@ const MEET_ENV: &str = "RSHM_TEST_MEET_AT_LIMIT";
 /// again every message arrives intact and in order, and every send completes.
 #[test]
 fn a_sender_met_while_out_of_descriptors_is_served_later() {
-    if std::env::var_os(MEET_ENV).is_some() {
-        return served_once_descriptors_are_free();
-    }
-    in_a_child("a_sender_met_while_out_of_descriptors_is_served_later", MEET_ENV, "1");
+    in_its_own_process(
+        "a_sender_met_while_out_of_descriptors_is_served_later",
+        MEET_ENV,
+        served_once_descriptors_are_free,
+    );
 }
 
 /// Past `parked_timeout` the receiver gives such a sender up: its inline messages arrive, in
@@ -177,10 +188,11 @@ fn a_sender_met_while_out_of_descriptors_is_served_later() {
 /// message, once descriptors are free, arrives.
 #[test]
 fn a_sender_out_of_descriptors_too_long_is_given_up_with_errors() {
-    if std::env::var_os(GIVE_UP_ENV).is_some() {
-        return given_up_past_the_timeout();
-    }
-    in_a_child("a_sender_out_of_descriptors_too_long_is_given_up_with_errors", GIVE_UP_ENV, "1");
+    in_its_own_process(
+        "a_sender_out_of_descriptors_too_long_is_given_up_with_errors",
+        GIVE_UP_ENV,
+        given_up_past_the_timeout,
+    );
 }
 
 const GIVE_UP_ENV: &str = "RSHM_TEST_GIVE_UP_AT_LIMIT";
