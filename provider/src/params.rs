@@ -27,6 +27,7 @@ const DEFINITIONS: &[(&str, ffi::fi_param_type, &str)] = &[
     ("UNLINK_ON_SIGNAL", ffi::FI_PARAM_BOOL, "On SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGABRT, SIGBUS or SIGSEGV (unless ignored), remove this process's regions from /dev/shm, then let the signal do what it did before: kill the process, or run the handler the application or another library installed, as the C shm does. An application that lives on after its own handler has lost its names, so that no new peer finds it: turn this off for such an application (default: on)"),
     ("REAP_DEAD", ffi::FI_PARAM_BOOL, "Before this process opens its first endpoint, remove the regions in /dev/shm that processes of this user and pid namespace left when they died without closing their endpoints (killed, crashed): each holds the memory it used until removed (default: on)"),
     ("DEAD_PEER_TIMEOUT_MS", ffi::FI_PARAM_SIZE_T, "How long sends to an address whose endpoint's process died before this one reached it retry, waiting for a restarted process to take the address, before failing with FI_EIO (default: 500)"),
+    ("PARKED_SENDER_TIMEOUT_MS", ffi::FI_PARAM_SIZE_T, "How long an endpoint that cannot map a new sender's memory for want of file descriptors or memory (at its hard open-files limit) keeps that sender's messages aside, in order, retrying every 100 ms, before it gives the sender up: its small messages are still delivered, and the sender's other sends fail with FI_EIO instead of waiting (default: 30000)"),
 ];
 
 /// Register the parameters (once per load).
@@ -142,6 +143,9 @@ pub fn config() -> &'static Config {
         }
         if let Some(ms) = get_size("DEAD_PEER_TIMEOUT_MS") {
             engine.dead_owner_timeout = Duration::from_millis(ms as u64);
+        }
+        if let Some(ms) = get_size("PARKED_SENDER_TIMEOUT_MS") {
+            engine.parked_timeout = Duration::from_millis(ms as u64);
         }
         engine.name_owner_gone = Some(crate::names::generated_name_owner_gone);
         let read_one_trip_max = get_size("READ_ONE_TRIP_MAX").unwrap_or(READ_ONE_TRIP_MAX);

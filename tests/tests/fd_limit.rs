@@ -197,6 +197,65 @@ fn a_sender_out_of_descriptors_too_long_is_given_up_with_errors() {
 
 const GIVE_UP_ENV: &str = "RSHM_TEST_GIVE_UP_AT_LIMIT";
 
+/// A sender that goes on sending while the receiver cannot map its region is given up once
+/// the receiver has set aside its bound of commands (4,096), without waiting for the timeout:
+/// the receiver's memory stays bounded, and the sender's inline messages arrive, in order.
+#[test]
+fn a_sender_parked_past_the_command_bound_is_given_up() {
+    in_its_own_process("a_sender_parked_past_the_command_bound_is_given_up", BOUND_ENV, given_up_past_the_bound);
+}
+
+const BOUND_ENV: &str = "RSHM_TEST_PARKED_BOUND";
+
+fn given_up_past_the_bound() {
+    const MESSAGES: u32 = 5000;
+    lower_the_hard_limit_to_64();
+    let mut rx = Node::create(&unique_name("boundrx"), params(false)).expect("receiver");
+    let mut tx = Node::create(&unique_name("boundtx"), params(false)).expect("sender");
+    let peer = tx.ep.add_peer(rx.ep.name()).expect("peer");
+    let dl = deadline();
+    let mut filler = None;
+    for seq in 0..MESSAGES {
+        if seq == 1 {
+            // The first send mapped the receiver's region; the receiver has not met us yet.
+            filler = Some(every_descriptor_left());
+        }
+        let mut data = Some(pattern(0, seq, 64));
+        let hdr = header(0, seq, data.as_ref().unwrap());
+        while let Some(d) = data.take() {
+            match tx.try_send(peer, hdr, d, false) {
+                Ok(_) => {}
+                Err((smr_core::Error::Again, back)) => {
+                    assert!(std::time::Instant::now() < dl, "message {seq} still answers Again");
+                    data = Some(back);
+                    rx.pump();
+                }
+                Err((e, _)) => panic!("message {seq}: {e:?}"),
+            }
+        }
+        if seq == 10 {
+            rx.pump();
+            assert!(rx.h.received.is_empty(), "a message arrived while its sender's region did not open");
+        }
+    }
+    rx.wait_until(dl, "every message, still out of descriptors", |rx| rx.h.received.len() == MESSAGES as usize);
+    let arrived: Vec<usize> = rx.h.received.iter().map(|r| checked(r).0).collect();
+    assert!(arrived.iter().enumerate().all(|(i, &seq)| i == seq), "the messages in the order sent");
+    drop(filler);
+}
+
+/// Lower this process's hard (and soft) limit on open files to 64 (no privilege needed).
+fn lower_the_hard_limit_to_64() {
+    let lim = libc::rlimit { rlim_cur: 64, rlim_max: 64 };
+    // SAFETY: a valid rlimit.
+    assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) }, 0);
+}
+
+/// Every descriptor this process may still open, held until dropped.
+fn every_descriptor_left() -> Vec<std::fs::File> {
+    std::iter::from_fn(|| std::fs::File::open("/dev/null").ok()).collect()
+}
+
 /// Inline, CMA, inline, SAR or CMA, inline.
 const MEET_SIZES: [usize; 5] = [64, 1 << 20, 64, 300_000, 64];
 
@@ -238,10 +297,7 @@ fn given_up_past_the_timeout() {
 /// than `timeout` (`Params::parked_timeout`), and 50 passes, before descriptors were free again;
 /// `during` messages arrived meanwhile (none: its commands wait).
 fn met_out_of_descriptors(timeout: std::time::Duration, during: usize) -> (Node, Node) {
-    const LIMIT: u64 = 64;
-    let lim = libc::rlimit { rlim_cur: LIMIT, rlim_max: LIMIT };
-    // SAFETY: a valid rlimit (lowering the hard limit needs no privilege).
-    assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) }, 0);
+    lower_the_hard_limit_to_64();
     let mut p = params(false);
     p.parked_timeout = timeout;
     let mut rx = Node::create(&unique_name("meetrx"), p).expect("receiver");
@@ -252,10 +308,7 @@ fn met_out_of_descriptors(timeout: std::time::Duration, during: usize) -> (Node,
         let data = pattern(0, seq as u32, len);
         tx.send_retry(peer, header(0, seq as u32, &data), data, false, dl).expect("send");
     }
-    let mut filler = Vec::new();
-    while let Ok(f) = std::fs::File::open("/dev/null") {
-        filler.push(f);
-    }
+    let filler = every_descriptor_left();
     let start = std::time::Instant::now();
     let mut passes = 0;
     while passes < 50 || start.elapsed() < timeout.min(std::time::Duration::from_secs(1)) * 2 {

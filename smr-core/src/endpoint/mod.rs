@@ -389,6 +389,7 @@ pub struct Endpoint {
     /// Senders whose regions we could not map for a shortage of ours, their commands set aside
     /// (`parked`), and the one being given up while its commands play again.
     parked: Vec<parked::Parked>,
+    parked_commands: usize,
     giving_up: Option<SrcId>,
     pending: IdMap<u64, PendingSend>,
     /// Acknowledged small sends, all in the ring already: only whom they went to and whom to
@@ -501,6 +502,7 @@ impl Endpoint {
             inp: SrcTable::default(),
             forgotten: HashMap::new(),
             parked: Vec::new(),
+            parked_commands: 0,
             giving_up: None,
             pending: IdMap::default(),
             acked: acked::AckedSends::default(),

@@ -7,19 +7,21 @@
 //! commands are set aside instead, in order, and played again on each liveness tick: once the
 //! open succeeds they are handled as if they had just arrived. Other senders go on meanwhile.
 //!
-//! Parking is bounded, in time (`Params::parked_timeout`) and in commands
-//! (`PARKED_COMMANDS_MAX`, about 4 MiB of copies). Past either bound we give the sender up as
-//! one whose region is gone: its inline and inject messages are still delivered, its buffers
-//! come back, and its entry of our table is freed, by which the sender learns that we dropped
-//! it and fails the sends that wait on us (`check_peers`): errors, not a hang.
+//! Parking is bounded, in time (`Params::parked_timeout`) and in commands set aside, all
+//! parked senders together (`PARKED_COMMANDS_MAX`, about 4 MiB of copies: a hostile peer that
+//! holds many entries of our table and makes their opens fail cannot make it more). Past either
+//! bound we give the sender up as one whose region is gone: its inline and inject messages are
+//! still delivered, its buffers come back, and its entry of our table is freed, by which the
+//! sender learns that we dropped it and fails the sends that wait on us (`check_peers`):
+//! errors, not a hang.
 
 use super::{Endpoint, Handler, SrcId};
 use crate::clock::Instant;
 use crate::cmd::{CmdEntry, Command};
 use crate::error::Error;
 
-/// Commands set aside for one sender, at most: a sender that keeps sending while we cannot map
-/// its region is given up past this many.
+/// Commands set aside, all parked senders together, at most: the sender whose command goes
+/// past this is given up at once.
 const PARKED_COMMANDS_MAX: usize = 4096;
 
 /// A sender whose region we could not map for want of descriptors or memory.
@@ -49,10 +51,15 @@ fn source(cmd: &Command) -> SrcId {
 impl Endpoint {
     /// Set command `entry` (decoded: `cmd`) aside if its sender is parked; whether it was.
     #[cold]
-    pub(super) fn park_if_parked(&mut self, cmd: &Command, entry: &CmdEntry) -> bool {
+    pub(super) fn park_if_parked(&mut self, cmd: &Command, entry: &CmdEntry, h: &mut impl Handler) -> bool {
         let src = source(cmd);
-        let Some(parked) = self.parked.iter_mut().find(|p| p.src == src) else { return false };
-        parked.commands.push(*entry);
+        let Some(i) = self.parked.iter().position(|p| p.src == src) else { return false };
+        self.parked[i].commands.push(*entry);
+        self.parked_commands += 1;
+        if self.parked_commands > PARKED_COMMANDS_MAX {
+            let parked = self.parked.swap_remove(i);
+            self.play(parked, true, h);
+        }
         true
     }
 
@@ -60,6 +67,7 @@ impl Endpoint {
     #[cold]
     pub(super) fn park(&mut self, src: SrcId, entry: &CmdEntry) {
         self.parked.push(Parked { src, since: Instant::now(), commands: vec![*entry] });
+        self.parked_commands += 1;
     }
 
     /// Whether the open of sender `src`'s region is given up, not parked, when it fails.
@@ -69,27 +77,35 @@ impl Endpoint {
 
     /// On the liveness tick: play every parked sender's commands again, in order. One whose
     /// region opens now is served; one still short is parked again (its first command is the
-    /// one that tries the open); one past the bounds is given up. Returns the commands played.
+    /// one that tries the open); one parked past `parked_timeout` is given up. Returns the
+    /// commands played.
     pub(super) fn replay_parked(&mut self, h: &mut impl Handler) -> usize {
         let timeout = self.params.parked_timeout;
         let mut played = 0;
-        // Copies, not ring slots: the next command is at the ring's head (`ok_run`).
-        self.ok_run.in_slot = false;
         for parked in std::mem::take(&mut self.parked) {
-            let give_up = parked.since.elapsed() >= timeout || parked.commands.len() > PARKED_COMMANDS_MAX;
-            self.giving_up = give_up.then_some(parked.src);
-            let since = parked.since;
-            for entry in &parked.commands {
-                self.handle_command(entry, h);
-            }
-            played += parked.commands.len();
+            let (src, since) = (parked.src, parked.since);
+            played += self.play(parked, since.elapsed() >= timeout, h);
             // Parked again: it still waits since its first failure.
-            if let Some(again) = self.parked.iter_mut().find(|p| p.src == parked.src) {
+            if let Some(again) = self.parked.iter_mut().find(|p| p.src == src) {
                 again.since = since;
             }
         }
-        self.giving_up = None;
         played
+    }
+
+    /// Handle `parked`'s commands (taken out of `self.parked`) as if they had just come,
+    /// giving its sender up if `give_up`; how many.
+    fn play(&mut self, parked: Parked, give_up: bool, h: &mut impl Handler) -> usize {
+        self.parked_commands -= parked.commands.len();
+        // Copies, not ring slots: the next command is at the ring's head (`ok_run`).
+        let in_slot = std::mem::replace(&mut self.ok_run.in_slot, false);
+        self.giving_up = give_up.then_some(parked.src);
+        for entry in &parked.commands {
+            self.handle_command(entry, h);
+        }
+        self.giving_up = None;
+        self.ok_run.in_slot = in_slot;
+        parked.commands.len()
     }
 
     /// Whether sender `src` is parked (its entry is not a dead stranger's to free: `unmet`).

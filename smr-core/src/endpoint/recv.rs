@@ -224,7 +224,7 @@ impl Endpoint {
                 return;
             }
         };
-        if !self.parked.is_empty() && self.park_if_parked(&cmd, entry) {
+        if !self.parked.is_empty() && self.park_if_parked(&cmd, entry, h) {
             return;
         }
         // Whatever becomes of it, a segment's SAR buffer comes back through this command.
