@@ -77,3 +77,54 @@ fn three_senders_5000_small_messages_into_a_64_entry_queue() {
 fn three_senders_5000_small_messages_into_default_queues() {
     backpressure("bpdf", &[]);
 }
+
+/// A sender that stops progressing with the receiver's answers filling its response queue
+/// holds back only its own answers: another sender's delivery-complete sends to the same
+/// receiver still complete, while the first is stuck.
+#[test]
+fn a_sender_that_stops_reading_answers_holds_back_only_its_own() {
+    // Answers of several sends share a response (`ok_run`): enough of them to fill 8 entries.
+    const STUCK_SENDS: u32 = 400;
+    let mut small = params(false);
+    small.counts.resp_len = 8;
+    let mut rx = Node::create(&unique_name("holrx"), params(false)).expect("receiver");
+    let mut stuck = Node::create(&unique_name("holstuck"), small).expect("stuck sender");
+    let mut other = Node::create(&unique_name("holother"), params(false)).expect("other sender");
+    let to_rx = stuck.ep.add_peer(rx.ep.name()).expect("peer");
+    let other_to_rx = other.ep.add_peer(rx.ep.name()).expect("peer");
+    let dl = deadline();
+    // Connected first (its acknowledgement read), then it stops progressing.
+    let hello = pattern(1, 0, 8);
+    stuck.send_retry(to_rx, header(1, 0, &hello), hello, true, dl).expect("send");
+    while stuck.h.sends_done.is_empty() {
+        assert!(std::time::Instant::now() < dl, "the first send never completed");
+        rx.pump();
+        stuck.pump();
+    }
+    for seq in 1..=STUCK_SENDS {
+        let data = pattern(1, seq, 64);
+        stuck.send_retry(to_rx, header(1, seq, &data), data, true, dl).expect("send");
+    }
+    rx.wait_until(dl, "the stuck sender's messages", |rx| rx.h.received.len() == 1 + STUCK_SENDS as usize);
+    for seq in 0..5 {
+        let data = pattern(2, seq, 64);
+        let (_, cookie) = other.send_retry(other_to_rx, header(2, seq, &data), data, true, dl).expect("send");
+        while !other.h.sends_done.iter().any(|(c, _)| *c == cookie) {
+            assert!(
+                std::time::Instant::now() < dl,
+                "the other sender's send {seq} waits behind the stuck sender's answers"
+            );
+            rx.pump();
+            other.pump();
+        }
+    }
+    assert!(other.h.sends_done.iter().all(|(_, r)| r.is_ok()));
+    assert!(stuck.sends_in_flight() > 0, "the stuck sender's answers all fit: the test did not test");
+    // Once it reads again, every answer of its own arrives.
+    while stuck.sends_in_flight() > 0 {
+        assert!(std::time::Instant::now() < dl, "{} sends still in flight", stuck.sends_in_flight());
+        rx.pump();
+        stuck.pump();
+    }
+    assert!(stuck.h.sends_done.iter().all(|(_, r)| r.is_ok()));
+}

@@ -361,12 +361,12 @@ impl Endpoint {
         // A long answer is placed in pieces, each announced as it is in, to a sender that waits
         // for this answer alone. Not while more requests wait behind this one: their sender
         // (fi_rma_bw's window of reads) has other answers to take meanwhile, and each
-        // announcement would only cost both sides a ring entry. Nor while responses wait for
-        // room in the sender's ring. The announcement is a hint: the answer below names every
+        // announcement would only cost both sides a ring entry. Nor while responses to this
+        // sender wait for room in its ring. The announcement is a hint: the answer below names every
         // byte. No wake-up either: a sender asleep is woken by the answer, and a wake-up's full
         // barrier would wait for the piece's stores to drain before the next piece's copy.
         // Shorter answers (most reads) look at neither ring.
-        let in_pieces = len as u64 >= PARTS_FROM && self.resp_backlog.is_empty() && !self.commands_behind();
+        let in_pieces = len as u64 >= PARTS_FROM && !self.resp_backlog.holds(src) && !self.commands_behind();
         let piece = if in_pieces { PART_BYTES as usize } else { usize::MAX };
         let placed = pool_ready.and_then(|()| {
             buf.place(&peer.region, data, piece, |n| {

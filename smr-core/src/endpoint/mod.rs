@@ -8,6 +8,7 @@
 
 mod acked;
 mod answer;
+mod backlog;
 mod batch;
 mod cold;
 mod dead_receivers;
@@ -406,7 +407,7 @@ pub struct Endpoint {
     sar_rx: crate::idmap::PeerIdMap<(SrcId, u64), SarRx>,
     held: IdMap<MsgKey, Held>,
     /// Responses waiting for room in their senders' rings (`peers::QueuedResp`).
-    resp_backlog: VecDeque<peers::QueuedResp>,
+    resp_backlog: backlog::RespBacklog,
     /// Ok answers of this pass not pushed yet (`ok_run.rs`).
     ok_run: ok_run::OkRun,
     /// Our inject buffers of the messages taken in the last pass, given back at the next
@@ -511,7 +512,7 @@ impl Endpoint {
             inject_cold,
             sar_rx: Default::default(),
             held: IdMap::default(),
-            resp_backlog: VecDeque::new(),
+            resp_backlog: backlog::RespBacklog::default(),
             ok_run: ok_run::OkRun::default(),
             taken_injects: Vec::new(),
             handled: vec![[0; 2]; c.max_peers as usize],

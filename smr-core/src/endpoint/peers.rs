@@ -499,7 +499,7 @@ impl Endpoint {
 
     /// `send_resp` without the gathered answers: their own push.
     pub(super) fn push_resp(&mut self, src: SrcId, entry: RespEntry) {
-        if self.resp_backlog.is_empty() && self.try_resp(src, &entry) != Err(Error::Again) {
+        if !self.resp_backlog.holds(src) && self.try_resp(src, &entry) != Err(Error::Again) {
             return;
         }
         self.queue_resp(src, entry);
@@ -508,7 +508,7 @@ impl Endpoint {
     /// Queue a response for the sender now at `src`; one that has gone is not told.
     fn queue_resp(&mut self, src: SrcId, entry: RespEntry) {
         if let Some(sender) = self.inp.get(&src) {
-            self.resp_backlog.push_back(QueuedResp { src, incarnation: sender.incarnation, entry });
+            self.resp_backlog.push(QueuedResp { src, incarnation: sender.incarnation, entry });
         }
     }
 
@@ -531,7 +531,7 @@ impl Endpoint {
     /// into a cleared entry for the backlog.
     pub(super) fn send_resp_with(&mut self, src: SrcId, fill: impl Fn(&mut RespEntry)) {
         self.flush_ok_run();
-        if self.resp_backlog.is_empty() && self.try_push_resp(src, |ring| ring.push_with(&fill)) != Err(Error::Again) {
+        if !self.resp_backlog.holds(src) && self.try_push_resp(src, |ring| ring.push_with(&fill)) != Err(Error::Again) {
             return;
         }
         let mut entry = RespEntry::default();
@@ -574,19 +574,25 @@ impl Endpoint {
         }
     }
 
+    /// Push the responses that wait, each sender's in order, as far as its ring has room.
     pub(super) fn flush_resp_backlog(&mut self) {
-        while let Some(QueuedResp { src, incarnation, entry }) = self.resp_backlog.front().copied() {
-            // It waits while its sender lives and has no room for it. Dropped otherwise: its
-            // sender gone, or a successor in its entry of our peer table (whose message ids are
-            // its own: the answer could complete one of its sends).
-            let waits = self
-                .sender_at(src, incarnation)
-                .is_some_and(|sender| self.try_resp(src, &entry) == Err(Error::Again) && sender.watch.alive());
-            if waits {
-                break;
+        let mut backlog = std::mem::take(&mut self.resp_backlog);
+        backlog.flush(|resps| {
+            while let Some(&QueuedResp { src, incarnation, entry }) = resps.front() {
+                // It waits while its sender lives and has no room for it. Dropped otherwise: its
+                // sender gone, or a successor in its entry of our peer table (whose message ids
+                // are its own: the answer could complete one of its sends).
+                let waits = self
+                    .sender_at(src, incarnation)
+                    .is_some_and(|sender| self.try_resp(src, &entry) == Err(Error::Again) && sender.watch.alive());
+                if waits {
+                    return true;
+                }
+                resps.pop_front();
             }
-            self.resp_backlog.pop_front();
-        }
+            false
+        });
+        self.resp_backlog = backlog;
     }
 
     /// A CONN_ACK from the peer we connected to.
