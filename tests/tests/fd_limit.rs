@@ -184,8 +184,8 @@ fn a_sender_met_while_out_of_descriptors_is_served_later() {
 }
 
 /// Past `parked_timeout` the receiver gives such a sender up: its inline messages arrive, in
-/// order, and the sends that needed its region fail with `PeerDead` (not a hang); its next
-/// message, once descriptors are free, arrives.
+/// order, and the sends that needed its region fail with `PeerDead` (not a hang); once
+/// descriptors are free, it is met afresh: its next messages arrive and their sends complete.
 #[test]
 fn a_sender_out_of_descriptors_too_long_is_given_up_with_errors() {
     in_its_own_process(
@@ -241,6 +241,7 @@ fn given_up_past_the_bound() {
     rx.wait_until(dl, "every message, still out of descriptors", |rx| rx.h.received.len() == MESSAGES as usize);
     let arrived: Vec<usize> = rx.h.received.iter().map(|r| checked(r).0).collect();
     assert!(arrived.iter().enumerate().all(|(i, &seq)| i == seq), "the messages in the order sent");
+    assert_eq!(rx.ep.stats().corrupt_commands, 0, "a sender given up counted as a corrupt one");
     drop(filler);
 }
 
@@ -285,11 +286,21 @@ fn given_up_past_the_timeout() {
     }
     let failed: Vec<&Result<(), smr_core::Error>> = tx.h.sends_done.iter().map(|(_, r)| r).collect();
     assert_eq!(failed, [&Err(smr_core::Error::PeerDead); 2], "the two sends that needed the sender");
-    let data = pattern(0, 5, 64);
-    tx.send_retry(0, header(0, 5, &data), data, false, dl).expect("a send after the receiver gave us up");
-    rx.wait_until(dl, "the message after", |rx| rx.h.received.len() == 4);
+    // Sent again, now that descriptors are free: the receiver meets the sender afresh, and
+    // both arrive (the second needs the sender's region) and complete.
+    for (seq, len) in [(5, 64), (6, 1 << 20)] {
+        let data = pattern(0, seq, len);
+        tx.send_retry(0, header(0, seq, &data), data, true, dl).expect("a send after the receiver gave us up");
+    }
+    while tx.h.sends_done.len() < 4 {
+        assert!(std::time::Instant::now() < dl, "the sends after: {:?}", tx.h.sends_done);
+        rx.pump();
+        tx.pump();
+    }
+    assert!(tx.h.sends_done[2..].iter().all(|(_, r)| r.is_ok()), "{:?}", tx.h.sends_done);
     let arrived: Vec<usize> = rx.h.received.iter().map(|r| checked(r).0).collect();
-    assert_eq!(arrived, [0, 2, 4, 5], "the inline messages, in order, and the one after");
+    assert_eq!(arrived, [0, 2, 4, 5, 6], "the inline messages, in order, and the ones after");
+    assert_eq!(rx.ep.stats().corrupt_commands, 0, "a sender given up counted as a corrupt one");
 }
 
 /// A receiver and a sender that sent `MEET_SIZES` to it before the receiver, out of

@@ -108,6 +108,11 @@ impl Endpoint {
         parked.commands.len()
     }
 
+    /// Whether we gave up the sender that entry `src` still holds (`Forgotten::given_up`).
+    pub(super) fn gave_up(&self, src: SrcId) -> bool {
+        self.forgotten.get(&src).is_some_and(|f| f.given_up && self.entry_holds(src, f.incarnation))
+    }
+
     /// Whether sender `src` is parked (its entry is not a dead stranger's to free: `unmet`).
     pub(super) fn is_parked(&self, src: SrcId) -> bool {
         self.parked.iter().any(|p| p.src == src)

@@ -119,6 +119,9 @@ pub(super) struct Forgotten {
     /// which may be garbage, so none is delivered and no buffer they name is taken back.
     pub name: Option<String>,
     pub incarnation: u64,
+    /// We gave it up, alive, for a shortage of ours (`parked`): until its entry is freed, its
+    /// commands are a gone sender's, and it is neither accepted nor parked again.
+    pub given_up: bool,
 }
 
 impl Endpoint {
@@ -159,7 +162,7 @@ impl Endpoint {
     pub(super) fn note_gone_sender(&mut self, src: SrcId, incarnation: u64) {
         let forgotten = self.forgotten.get(&src).is_some_and(|f| f.incarnation == incarnation);
         if self.sender_at(src, incarnation).is_none() && !forgotten {
-            self.forgotten.insert(src, Forgotten { name: None, incarnation });
+            self.forgotten.insert(src, Forgotten { name: None, incarnation, given_up: false });
         }
     }
 }
@@ -479,7 +482,8 @@ impl Endpoint {
             other => {
                 // Its entry is freed once what it pushed is handled, as for a sender we forget.
                 self.decide_later(src, incarnation);
-                self.forgotten.insert(src, Forgotten { name: Some(name), incarnation });
+                let given_up = self.giving_up(src);
+                self.forgotten.insert(src, Forgotten { name: Some(name), incarnation, given_up });
                 return Err(other.err().unwrap_or(Error::Corrupt("peer entry does not match the region it names")));
             }
         };
@@ -673,7 +677,8 @@ impl Endpoint {
         // Answers gathered for this sender go to its region, not to a successor's in its entry.
         self.flush_ok_run();
         if let Some(peer) = self.inp.remove(&src) {
-            self.forgotten.insert(src, Forgotten { name: Some(peer.name), incarnation: peer.incarnation });
+            self.forgotten
+                .insert(src, Forgotten { name: Some(peer.name), incarnation: peer.incarnation, given_up: false });
             self.decide_later(src, peer.incarnation);
         }
         self.fail_receives_from(src, h)

@@ -238,6 +238,8 @@ impl Endpoint {
             Command::Connect { src, incarnation } if !self.entry_holds(src, incarnation) => {
                 self.note_gone_sender(src, incarnation)
             }
+            // Its entry is freed soon, by which it learns (`parked`).
+            Command::Connect { src, .. } if self.gave_up(src) => {}
             Command::Connect { src, .. } => match self.accept(src, h) {
                 Err(Error::Again) => self.park(src, entry),
                 // A sender that has already gone is not corruption (`accept` remembers it).
@@ -252,13 +254,16 @@ impl Endpoint {
             Command::Msg { src, msg_id, ack, hdr, body } => {
                 if !self.inp.contains_key(&src) {
                     // Left by a sender we forgot, in an entry another holds now (`Forgotten`),
-                    // or by one we are giving up (`parked`), whose region did not open.
-                    let gone = self.left_by_forgotten(src) || self.giving_up(src) && self.forgotten.contains_key(&src);
+                    // or by one we gave up (`parked`).
+                    let gone = self.left_by_forgotten(src) || self.gave_up(src);
                     let accepted = if gone { Err(Error::PeerDead) } else { self.accept(src, h) };
                     match accepted {
                         Ok(()) => {}
                         Err(Error::Again) => return self.park(src, entry),
-                        Err(_) => return self.msg_of_no_sender(entry, src, msg_id, hdr, body, gone, h),
+                        Err(_) => {
+                            let gone = gone || self.gave_up(src);
+                            return self.msg_of_no_sender(entry, src, msg_id, hdr, body, gone, h);
+                        }
                     }
                 }
                 self.on_msg(entry, src, msg_id, ack, hdr, body, h);

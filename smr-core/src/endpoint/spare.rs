@@ -227,6 +227,7 @@ impl Endpoint {
             return;
         }
         let (rx, region, handled, inp, me) = (&self.cmd_rx, &self.region, &mut self.handled, &self.inp, self.me);
+        let forgotten = &mut self.forgotten;
         self.decisions.retain(|d| {
             if !rx.passed(d.until) {
                 return true;
@@ -240,6 +241,10 @@ impl Endpoint {
             }
             if inp.incarnation(d.src) != Some(d.incarnation) && free_entry_of(entry, d.incarnation, me) {
                 *seen = [0; 2];
+                // A sender we gave up may claim an entry again, and is met afresh then.
+                if forgotten.get(&d.src).is_some_and(|f| f.given_up && f.incarnation == d.incarnation) {
+                    forgotten.remove(&d.src);
+                }
             }
             false
         });
