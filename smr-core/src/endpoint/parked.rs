@@ -13,7 +13,9 @@
 //! bound we give the sender up as one whose region is gone: its inline and inject messages are
 //! still delivered, its buffers come back, and its entry of our table is freed, by which the
 //! sender learns that we dropped it and fails the sends that wait on us (`check_peers`):
-//! errors, not a hang.
+//! errors, not a hang. Until that entry is freed the sender stays given up
+//! (`Forgotten::given_up`): accepted again before, it would have been answered for nothing it
+//! sent before, its waiting sends never told; after, it is met afresh.
 
 use super::{Endpoint, Handler, SrcId};
 use crate::clock::Instant;
