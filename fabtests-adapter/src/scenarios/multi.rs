@@ -32,12 +32,14 @@ const ROUNDS: u64 = 20;
 const STUCK_LEN: usize = 8192;
 
 /// Rank 1 sends 100 delivery-complete messages to rank 0 that arrive unexpected, then stops
-/// progressing: it waits in two barriers of the launcher, which do not progress its endpoint.
-/// Rank 0 receives them one by one, each answered on its own as it is copied, so that its
-/// answers to rank 1 outgrow rank 1's response queue (rshm: FI_RSHM_QUEUE_LEN=16 here), then
-/// serves 20 delivery-complete round trips of rank 2. The second barrier needs rank 2 past its round
-/// trips, so a provider that held its answers to rank 2 behind those waiting for rank 1 hangs
-/// here until the deadline. Then rank 1 reads again: each of its 100 sends completes once.
+/// progressing: it waits in the second barrier, which does not progress its endpoint. Rank 0 receives them one by one, each
+/// answered on its own as it is copied, so that its answers to rank 1 outgrow rank 1's response
+/// queue (rshm: FI_RSHM_QUEUE_LEN=16 here), then serves 20 delivery-complete round trips of rank
+/// 2. The second barrier needs rank 2 past its round trips, so a provider that held its answers
+/// to rank 2 behind those waiting for rank 1 hangs here until the deadline. Then rank 1 reads
+/// again: each of its 100 sends completes once. Where CMA is not allowed (FI_RSHM_CMA=0, or
+/// the host forbids it) the messages go through SAR, whose segments need rank 1's progress to
+/// arrive: rank 1 does not stop then, and the scenario only checks data and completions.
 fn stuck_sender(r: &mut Rank) -> TResult {
     if r.prov == "rshm" {
         // Before the provider reads its parameters (at the first endpoint).
@@ -55,9 +57,14 @@ fn stuck_sender(r: &mut Rank) -> TResult {
             for i in 0..STUCK_SENDS {
                 sends.push(node.send(&pattern(seed(i, 1, 0), STUCK_LEN), addrs[0], &delivered(STUCK_TAG | i))?);
             }
-            r.pmi.step("stuck: not progressing");
-            r.pmi.barrier()?;
-            r.pmi.barrier()?;
+            r.pmi.barrier_with(&mut node.progressor())?;
+            if super::passive::cma_permitted() {
+                r.pmi.step("stuck: not progressing");
+                r.pmi.barrier()?;
+            } else {
+                // Through SAR the messages need our progress to arrive: no stuck phase.
+                r.pmi.barrier_with(&mut node.progressor())?;
+            }
             r.pmi.step("reading again");
             for id in sends {
                 node.wait_ok(id, "a delivery-complete send of the stuck sender")?;
