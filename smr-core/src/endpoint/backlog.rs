@@ -31,7 +31,7 @@ impl RespBacklog {
     /// Whether responses to the sender in entry `src` wait (a new one goes behind them).
     #[inline]
     pub fn holds(&self, src: SrcId) -> bool {
-        !self.senders.is_empty() && self.senders.iter().any(|s| s.src == src)
+        self.senders.iter().any(|s| s.src == src)
     }
 
     /// Responses waiting, all senders together.

@@ -388,10 +388,8 @@ pub struct Endpoint {
     /// arrive, hold our buffers, and (inline and inject ones) still carry data.
     forgotten: HashMap<SrcId, peers::Forgotten>,
     /// Senders whose regions we could not map for a shortage of ours, their commands set aside
-    /// (`parked`), and the one being given up while its commands play again.
+    /// (`parked`).
     parked: Vec<parked::Parked>,
-    parked_commands: usize,
-    giving_up: Option<SrcId>,
     pending: IdMap<u64, PendingSend>,
     /// Acknowledged small sends, all in the ring already: only whom they went to and whom to
     /// tell (`send::AckedSend`), kept apart from `pending`, whose records carry a buffer and SAR
@@ -503,8 +501,6 @@ impl Endpoint {
             inp: SrcTable::default(),
             forgotten: HashMap::new(),
             parked: Vec::new(),
-            parked_commands: 0,
-            giving_up: None,
             pending: IdMap::default(),
             acked: acked::AckedSends::default(),
             sar_tx: VecDeque::new(),

@@ -17,10 +17,13 @@
 //! (`Forgotten::given_up`): accepted again before, it would have been answered for nothing it
 //! sent before, its waiting sends never told; after, it is met afresh.
 
+use super::entry::slot_name;
+use super::peers::Forgotten;
 use super::{Endpoint, Handler, SrcId};
 use crate::clock::Instant;
 use crate::cmd::{CmdEntry, Command};
 use crate::error::Error;
+use crate::sync::Ordering;
 
 /// Commands set aside, all parked senders together, at most: the sender whose command goes
 /// past this is given up at once.
@@ -57,10 +60,9 @@ impl Endpoint {
         let src = source(cmd);
         let Some(i) = self.parked.iter().position(|p| p.src == src) else { return false };
         self.parked[i].commands.push(*entry);
-        self.parked_commands += 1;
-        if self.parked_commands > PARKED_COMMANDS_MAX {
+        if self.parked.iter().map(|p| p.commands.len()).sum::<usize>() > PARKED_COMMANDS_MAX {
             let parked = self.parked.swap_remove(i);
-            self.play(parked, true, h);
+            self.give_up(parked, h);
         }
         true
     }
@@ -69,12 +71,6 @@ impl Endpoint {
     #[cold]
     pub(super) fn park(&mut self, src: SrcId, entry: &CmdEntry) {
         self.parked.push(Parked { src, since: Instant::now(), commands: vec![*entry] });
-        self.parked_commands += 1;
-    }
-
-    /// Whether the open of sender `src`'s region is given up, not parked, when it fails.
-    pub(super) fn giving_up(&self, src: SrcId) -> bool {
-        self.giving_up == Some(src)
     }
 
     /// On the liveness tick: play every parked sender's commands again, in order. One whose
@@ -86,7 +82,11 @@ impl Endpoint {
         let mut played = 0;
         for parked in std::mem::take(&mut self.parked) {
             let (src, since) = (parked.src, parked.since);
-            played += self.play(parked, since.elapsed() >= timeout, h);
+            if since.elapsed() >= timeout {
+                played += self.give_up(parked, h);
+                continue;
+            }
+            played += self.play(parked, h);
             // Parked again: it still waits since its first failure.
             if let Some(again) = self.parked.iter_mut().find(|p| p.src == src) {
                 again.since = since;
@@ -95,17 +95,38 @@ impl Endpoint {
         played
     }
 
-    /// Handle `parked`'s commands (taken out of `self.parked`) as if they had just come,
-    /// giving its sender up if `give_up`; how many.
-    fn play(&mut self, parked: Parked, give_up: bool, h: &mut impl Handler) -> usize {
-        self.parked_commands -= parked.commands.len();
+    /// Give `parked`'s sender up, unless its region opens at this last try, and play its
+    /// commands: as a gone sender's (`gave_up`), or, served after all, as usual.
+    fn give_up(&mut self, parked: Parked, h: &mut impl Handler) -> usize {
+        let src = parked.src;
+        match self.accept(src, h) {
+            Ok(()) => {}
+            Err(Error::Again) => {
+                if let Some(slot) = self.region.peer_slots().get(src as usize) {
+                    let incarnation = slot.incarnation.load(Ordering::Relaxed);
+                    // Its entry is freed once what it pushed is handled, as for a sender we forget.
+                    self.forgotten.insert(src, Forgotten { name: slot_name(slot), incarnation, given_up: true });
+                    self.decide_later(src, incarnation);
+                }
+            }
+            // Gone meanwhile: `accept` forgot it (its decision made), given up as well.
+            Err(_) => {
+                if let Some(forgotten) = self.forgotten.get_mut(&src) {
+                    forgotten.given_up = true;
+                }
+            }
+        }
+        self.play(parked, h)
+    }
+
+    /// Handle `parked`'s commands (taken out of `self.parked`) as if they had just come; how
+    /// many.
+    fn play(&mut self, parked: Parked, h: &mut impl Handler) -> usize {
         // Copies, not ring slots: the next command is at the ring's head (`ok_run`).
         let in_slot = std::mem::replace(&mut self.ok_run.in_slot, false);
-        self.giving_up = give_up.then_some(parked.src);
         for entry in &parked.commands {
             self.handle_command(entry, h);
         }
-        self.giving_up = None;
         self.ok_run.in_slot = in_slot;
         parked.commands.len()
     }

@@ -478,12 +478,11 @@ impl Endpoint {
         let region = match opened {
             Ok(r) if r.incarnation() == incarnation && r.owner() == ident => r,
             // A shortage of ours, not the sender's fault: its commands wait (`parked`).
-            Err(e) if super::parked::is_shortage(&e) && !self.giving_up(src) => return Err(Error::Again),
+            Err(e) if super::parked::is_shortage(&e) => return Err(Error::Again),
             other => {
                 // Its entry is freed once what it pushed is handled, as for a sender we forget.
                 self.decide_later(src, incarnation);
-                let given_up = self.giving_up(src);
-                self.forgotten.insert(src, Forgotten { name: Some(name), incarnation, given_up });
+                self.forgotten.insert(src, Forgotten { name: Some(name), incarnation, given_up: false });
                 return Err(other.err().unwrap_or(Error::Corrupt("peer entry does not match the region it names")));
             }
         };

@@ -260,10 +260,7 @@ impl Endpoint {
                     match accepted {
                         Ok(()) => {}
                         Err(Error::Again) => return self.park(src, entry),
-                        Err(_) => {
-                            let gone = gone || self.gave_up(src);
-                            return self.msg_of_no_sender(entry, src, msg_id, hdr, body, gone, h);
-                        }
+                        Err(_) => return self.msg_of_no_sender(entry, src, msg_id, hdr, body, gone, h),
                     }
                 }
                 self.on_msg(entry, src, msg_id, ack, hdr, body, h);
