@@ -482,6 +482,21 @@ impl Node {
 // Processes
 
 /// A unique endpoint name: `rshm_it_<tag>_<pid>_<counter>`.
+/// Progress `a` and `b` in turn until `done(a, b)` holds; at `deadline`, panic with `what(a, b)`.
+pub fn pump_pair_until(
+    a: &mut Node,
+    b: &mut Node,
+    deadline: Instant,
+    what: impl Fn(&Node, &Node) -> String,
+    mut done: impl FnMut(&Node, &Node) -> bool,
+) {
+    while !done(a, b) {
+        assert!(Instant::now() < deadline, "{}", what(a, b));
+        a.pump();
+        b.pump();
+    }
+}
+
 pub fn unique_name(tag: &str) -> String {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);

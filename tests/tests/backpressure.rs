@@ -96,11 +96,8 @@ fn a_sender_that_stops_reading_answers_holds_back_only_its_own() {
     // Connected first (its acknowledgement read), then it stops progressing.
     let hello = pattern(1, 0, 8);
     stuck.send_retry(to_rx, header(1, 0, &hello), hello, true, dl).expect("send");
-    while stuck.h.sends_done.is_empty() {
-        assert!(std::time::Instant::now() < dl, "the first send never completed");
-        rx.pump();
-        stuck.pump();
-    }
+    let never_completed = |_: &Node, _: &Node| "the first send never completed".to_string();
+    pump_pair_until(&mut rx, &mut stuck, dl, never_completed, |_, stuck| !stuck.h.sends_done.is_empty());
     for seq in 1..=STUCK_SENDS {
         let data = pattern(1, seq, 64);
         stuck.send_retry(to_rx, header(1, seq, &data), data, true, dl).expect("send");
@@ -109,22 +106,16 @@ fn a_sender_that_stops_reading_answers_holds_back_only_its_own() {
     for seq in 0..5 {
         let data = pattern(2, seq, 64);
         let (_, cookie) = other.send_retry(other_to_rx, header(2, seq, &data), data, true, dl).expect("send");
-        while !other.h.sends_done.iter().any(|(c, _)| *c == cookie) {
-            assert!(
-                std::time::Instant::now() < dl,
-                "the other sender's send {seq} waits behind the stuck sender's answers"
-            );
-            rx.pump();
-            other.pump();
-        }
+        let behind =
+            |_: &Node, _: &Node| format!("the other sender's send {seq} waits behind the stuck sender's answers");
+        pump_pair_until(&mut rx, &mut other, dl, behind, |_, other| {
+            other.h.sends_done.iter().any(|(c, _)| *c == cookie)
+        });
     }
     assert!(other.h.sends_done.iter().all(|(_, r)| r.is_ok()));
     assert!(stuck.sends_in_flight() > 0, "the stuck sender's answers all fit: the test did not test");
     // Once it reads again, every answer of its own arrives.
-    while stuck.sends_in_flight() > 0 {
-        assert!(std::time::Instant::now() < dl, "{} sends still in flight", stuck.sends_in_flight());
-        rx.pump();
-        stuck.pump();
-    }
+    let in_flight = |_: &Node, stuck: &Node| format!("{} sends still in flight", stuck.sends_in_flight());
+    pump_pair_until(&mut rx, &mut stuck, dl, in_flight, |_, stuck| stuck.sends_in_flight() == 0);
     assert!(stuck.h.sends_done.iter().all(|(_, r)| r.is_ok()));
 }

@@ -263,12 +263,12 @@ const MEET_SIZES: [usize; 5] = [64, 1 << 20, 64, 300_000, 64];
 fn served_once_descriptors_are_free() {
     let (mut rx, mut tx) = met_out_of_descriptors(std::time::Duration::from_secs(30), 0);
     let dl = deadline();
-    while rx.h.received.len() < MEET_SIZES.len() || tx.sends_in_flight() > 0 {
-        let (got, flying) = (rx.h.received.len(), tx.sends_in_flight());
-        assert!(std::time::Instant::now() < dl, "{got} of 5 messages arrived, {flying} sends in flight");
-        rx.pump();
-        tx.pump();
-    }
+    let short = |rx: &Node, tx: &Node| {
+        format!("{} of 5 messages arrived, {} sends in flight", rx.h.received.len(), tx.sends_in_flight())
+    };
+    pump_pair_until(&mut rx, &mut tx, dl, short, |rx, tx| {
+        rx.h.received.len() == MEET_SIZES.len() && tx.sends_in_flight() == 0
+    });
     let arrived: Vec<usize> = rx.h.received.iter().map(|r| checked(r).0).collect();
     assert_eq!(arrived, [0, 1, 2, 3, 4], "the messages in the order sent");
     assert!(tx.h.sends_done.iter().all(|(_, r)| r.is_ok()), "{:?}", tx.h.sends_done);
@@ -279,11 +279,8 @@ fn given_up_past_the_timeout() {
     let timeout = std::time::Duration::from_millis(300);
     let (mut rx, mut tx) = met_out_of_descriptors(timeout, 3);
     let dl = deadline();
-    while tx.sends_in_flight() > 0 {
-        assert!(std::time::Instant::now() < dl, "{} sends still in flight", tx.sends_in_flight());
-        rx.pump();
-        tx.pump();
-    }
+    let in_flight = |_: &Node, tx: &Node| format!("{} sends still in flight", tx.sends_in_flight());
+    pump_pair_until(&mut rx, &mut tx, dl, in_flight, |_, tx| tx.sends_in_flight() == 0);
     let failed: Vec<&Result<(), smr_core::Error>> = tx.h.sends_done.iter().map(|(_, r)| r).collect();
     assert_eq!(failed, [&Err(smr_core::Error::PeerDead); 2], "the two sends that needed the sender");
     // Sent again, now that descriptors are free: the receiver meets the sender afresh, and
@@ -292,11 +289,8 @@ fn given_up_past_the_timeout() {
         let data = pattern(0, seq, len);
         tx.send_retry(0, header(0, seq, &data), data, true, dl).expect("a send after the receiver gave us up");
     }
-    while tx.h.sends_done.len() < 4 {
-        assert!(std::time::Instant::now() < dl, "the sends after: {:?}", tx.h.sends_done);
-        rx.pump();
-        tx.pump();
-    }
+    let sends_after = |_: &Node, tx: &Node| format!("the sends after: {:?}", tx.h.sends_done);
+    pump_pair_until(&mut rx, &mut tx, dl, sends_after, |_, tx| tx.h.sends_done.len() >= 4);
     assert!(tx.h.sends_done[2..].iter().all(|(_, r)| r.is_ok()), "{:?}", tx.h.sends_done);
     let arrived: Vec<usize> = rx.h.received.iter().map(|r| checked(r).0).collect();
     assert_eq!(arrived, [0, 2, 4, 5, 6], "the inline messages, in order, and the ones after");
