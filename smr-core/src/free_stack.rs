@@ -16,12 +16,17 @@
 //! the list nor marked `IN_USE` (an orphan). An honest run leaves an orphan only for an
 //! instant: a push between its link write and its head CAS, or a pop between its head CAS and its
 //! `IN_USE` mark. So the owner acts only when it saw the same head and the same finding on
-//! `patience` checks in a row (the caller makes that `stall_timeout` or more): a process that did
-//! not take that one step in that time is taken for dead, as `ring` takes a producer that claimed
-//! a slot and wrote nothing (a sender killed there leaves an orphan, which this gives back).
+//! `patience` checks in a row (the caller makes that `stall_timeout` or more), and never on a
+//! buffer *spoken for*: one that a pop or a push of a process that may still run announced
+//! before its CAS (the caller's `spoken_for`: the pending records of `held`, which the owner
+//! clears only once it has decided about a holder that is gone). A live process stopped in that
+//! one step, however long (SIGSTOP, a debugger, an oversubscribed host), so keeps its buffer;
+//! relinked, the buffer could be popped by another process before the stopped one's mark, and
+//! held by two. An orphan nobody speaks for is a dead process's, or cut off by a scribble, and
+//! goes back (a sender killed in its pop, whose record the owner has decided about).
 //! The rebuild detaches the list (CAS of the head it walked to an empty head), links every
-//! buffer not marked `IN_USE` in index order, and installs that list with a CAS from the empty
-//! head.
+//! buffer not marked `IN_USE` and not spoken for in index order, and installs that list with a
+//! CAS from the empty head.
 //!
 //! Whatever a scribbler does, a pop never hands out a buffer that is marked `IN_USE` (popped and
 //! not yet returned): when the top's link says `IN_USE` and the head has not moved, the stack
@@ -271,9 +276,15 @@ impl FreeStack<'_> {
     ///
     /// On a scribbled stack this may hand back a buffer whose `IN_USE` mark was scribbled away
     /// while a sender held it (the scribbler could as well have written into its data).
-    pub fn repair(&self, check: &mut StackCheck, patience: u32) -> bool {
+    ///
+    /// `spoken_for` lists the buffers that a pop or push in progress announced (see the module's
+    /// comment): they are neither orphans nor relinked. It is asked only when something is wrong,
+    /// and always after the links it judges were read, so that it sees the announcement of any
+    /// pusher whose link it read as free (the announcement precedes the push's release of the
+    /// link) and of any popper whose head CAS the walk saw (it precedes that CAS).
+    pub fn repair(&self, check: &mut StackCheck, patience: u32, spoken_for: impl Fn() -> Vec<u32>) -> bool {
         let walked = self.head.head.load(Ordering::Acquire);
-        let fingerprint = match self.inspect_from(walked, &mut check.seen) {
+        let fingerprint = match self.inspect_from(walked, &mut check.seen, &spoken_for) {
             Finding::Sound | Finding::Moving => {
                 check.last = None;
                 return false;
@@ -295,8 +306,10 @@ impl FreeStack<'_> {
         if self.head.head.compare_exchange(walked, empty, Ordering::AcqRel, Ordering::Relaxed).is_err() {
             return false;
         }
-        let free: Vec<u32> =
+        let mut free: Vec<u32> =
             (0..self.links.len() as u32).filter(|&i| !in_use(self.links[i as usize].load(Ordering::Acquire))).collect();
+        let spoken = spoken_for();
+        free.retain(|i| !spoken.contains(i));
         for pair in free.windows(2) {
             self.links[pair[0] as usize].store(pair[1] + 1, Ordering::Relaxed);
         }
@@ -311,12 +324,13 @@ impl FreeStack<'_> {
     }
 
     /// Walk the list from its head and say what is wrong with it (what `repair` acts on).
+    /// (Nothing spoken for: every buffer in a pop's or push's step is an orphan.)
     pub fn inspect(&self, check: &mut StackCheck) -> Finding {
-        self.inspect_from(self.head.head.load(Ordering::Acquire), &mut check.seen)
+        self.inspect_from(self.head.head.load(Ordering::Acquire), &mut check.seen, &Vec::new)
     }
 
-    /// `inspect` from `walked`, the head just read.
-    fn inspect_from(&self, walked: u64, seen: &mut Vec<bool>) -> Finding {
+    /// `inspect` from `walked`, the head just read; the buffers `spoken_for` names are no orphans.
+    fn inspect_from(&self, walked: u64, seen: &mut Vec<bool>, spoken_for: &dyn Fn() -> Vec<u32>) -> Finding {
         let n = self.links.len();
         seen.clear();
         seen.resize(n, false);
@@ -338,22 +352,41 @@ impl FreeStack<'_> {
         if impossible {
             return Finding::Impossible(u64::from(cur));
         }
-        // Orphans: neither in the list nor held. Their indices and links are the fingerprint,
-        // so that a pusher that moved on in between restarts the count.
-        let mut orphans = 0u64;
-        let mut fingerprint = 0u64;
-        for (i, link) in self.links.iter().enumerate() {
-            let l = link.load(Ordering::Acquire);
-            if !seen[i] && !in_use(l) {
-                orphans += 1;
-                fingerprint = (fingerprint ^ (i as u64) << 32 ^ u64::from(l)).wrapping_mul(0x100_0000_01b3);
-            }
+        // Orphans: neither in the list nor held, nor spoken for (asked after the links were
+        // read, and only if there are any). Their indices and links are the fingerprint, so that
+        // a pusher that moved on in between restarts the count.
+        let mut orphans: Vec<(u32, u32)> = (self.links.iter().enumerate())
+            .map(|(i, link)| (i as u32, link.load(Ordering::Acquire)))
+            .filter(|&(i, l)| !seen[i as usize] && !in_use(l))
+            .collect();
+        if !orphans.is_empty() {
+            let spoken = spoken_for();
+            orphans.retain(|(i, _)| !spoken.contains(i));
         }
-        if orphans == 0 {
-            Finding::Sound
-        } else {
-            Finding::Orphans(fingerprint)
+        if orphans.is_empty() {
+            return Finding::Sound;
         }
+        let fold = |f: u64, &(i, l): &(u32, u32)| (f ^ u64::from(i) << 32 ^ u64::from(l)).wrapping_mul(0x100_0000_01b3);
+        Finding::Orphans(orphans.iter().fold(0, fold))
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+impl FreeStack<'_> {
+    /// Tests: `pop_as`, stopped between its head CAS and its `IN_USE` mark (the link still holds
+    /// the next index it had), as a popper that a signal or the scheduler stopped there leaves it.
+    pub(crate) fn pop_stopped_before_mark(&self, tag: u32, announce: impl FnMut(u32)) -> u32 {
+        let top = (self.head.head.load(Ordering::Relaxed) & INDEX_MASK) as u32;
+        let next = self.links[top as usize - 1].load(Ordering::Relaxed);
+        let index = self.pop_as(tag, announce).expect("a free buffer");
+        assert_eq!(index, top - 1, "another pop ran meanwhile");
+        self.links[index as usize].store(next, Ordering::Relaxed);
+        index
+    }
+
+    /// Tests: the stopped pop goes on, and marks its buffer.
+    pub(crate) fn finish_stopped_pop(&self, index: u32, tag: u32) {
+        self.links[index as usize].store(IN_USE_BIT | tag, Ordering::Release);
     }
 }
 
@@ -427,21 +460,21 @@ mod tests {
         let stack = FreeStack::new(&head, &links);
         stack.fill();
         let mut check = StackCheck::default();
-        assert!(!stack.repair(&mut check, 1), "a full, honest stack is left alone");
+        assert!(!stack.repair(&mut check, 1, Vec::new), "a full, honest stack is left alone");
         let held = [stack.pop().unwrap(), stack.pop().unwrap()];
-        assert!(!stack.repair(&mut check, 1), "a stack with buffers out is left alone");
+        assert!(!stack.repair(&mut check, 1, Vec::new), "a stack with buffers out is left alone");
         let top = |head: &StackHead| (head.head.load(Ordering::Relaxed) & INDEX_MASK) as usize;
         // Head out of range: pops fail until the owner repairs it, after `patience` checks.
         head.head.store(0x1234_0000_0077, Ordering::Relaxed);
         assert_eq!(stack.pop(), Err(StackError::Corrupt));
-        assert!(!stack.repair(&mut check, 3));
-        assert!(!stack.repair(&mut check, 3));
-        assert!(stack.repair(&mut check, 3));
+        assert!(!stack.repair(&mut check, 3, Vec::new));
+        assert!(!stack.repair(&mut check, 3, Vec::new));
+        assert!(stack.repair(&mut check, 3, Vec::new));
         assert_eq!(all_free(&stack), vec![2, 3, 4, 5], "the held buffers stay out");
         // A cycle through the links.
         let t = top(&head);
         links[t - 1].store(t as u32, Ordering::Relaxed);
-        assert!(stack.repair(&mut check, 1));
+        assert!(stack.repair(&mut check, 1, Vec::new));
         assert_eq!(all_free(&stack), vec![2, 3, 4, 5]);
         // A held buffer's index scribbled into the list: never handed out twice.
         let t = top(&head);
@@ -449,25 +482,60 @@ mod tests {
         assert_eq!(stack.pop(), Ok(t as u32 - 1));
         assert_eq!(stack.pop(), Err(StackError::Corrupt), "held buffer {} handed out again", held[0]);
         stack.push(t as u32 - 1).unwrap();
-        assert!(stack.repair(&mut check, 1));
+        assert!(stack.repair(&mut check, 1, Vec::new));
         assert_eq!(all_free(&stack), vec![2, 3, 4, 5]);
         // A head scribbled to "empty": every free buffer an orphan.
         head.head.store(0x99 << 32, Ordering::Relaxed);
         assert_eq!(stack.pop(), Err(StackError::Empty));
-        assert!(stack.repair(&mut check, 1));
+        assert!(stack.repair(&mut check, 1, Vec::new));
         assert_eq!(all_free(&stack), vec![2, 3, 4, 5]);
         // A link cut short: the buffers behind it are orphans.
         let t = top(&head);
         links[t - 1].store(0, Ordering::Relaxed);
         assert_eq!(all_free(&stack).len(), 1);
-        assert!(!stack.repair(&mut check, 2));
-        assert!(stack.repair(&mut check, 2));
+        assert!(!stack.repair(&mut check, 2, Vec::new));
+        assert!(stack.repair(&mut check, 2, Vec::new));
         assert_eq!(all_free(&stack), vec![2, 3, 4, 5]);
         for i in held {
             stack.push(i).unwrap();
         }
-        assert!(!stack.repair(&mut check, 1));
+        assert!(!stack.repair(&mut check, 1, Vec::new));
         assert_eq!(all_free(&stack), vec![0, 1, 2, 3, 4, 5]);
+    }
+
+    /// A pop stopped between its head CAS and its `IN_USE` mark, and a push stopped between
+    /// freeing its link and its head CAS, each leave an orphan for as long as they are stopped.
+    /// Announced (`spoken_for`), neither is relinked, however many checks find it, nor by a
+    /// rebuild that another orphan causes; so when the stopped pop goes on, no other pop has
+    /// the buffer too. Unannounced (a dead process's), it goes back.
+    #[test]
+    fn a_stopped_pop_or_push_keeps_its_buffer_through_repairs() {
+        let (head, links) = heap_parts(4);
+        let stack = FreeStack::new(&head, &links);
+        stack.fill();
+        let mut check = StackCheck::default();
+        // The pop of buffer 0, stopped after its CAS: its link still holds its old next.
+        assert_eq!(stack.pop_stopped_before_mark(7, |_| {}), 0);
+        // The push of buffer 1, stopped after freeing its link (to the head it read).
+        assert_eq!(stack.pop(), Ok(1));
+        links[1].store((head.head.load(Ordering::Relaxed) & INDEX_MASK) as u32, Ordering::Relaxed);
+        let spoken = || vec![0, 1];
+        assert!(matches!(stack.inspect(&mut check), Finding::Orphans(_)), "two buffers out of the list, not held");
+        for _ in 0..10 {
+            assert!(!stack.repair(&mut check, 1, spoken), "nothing unspoken for is wrong");
+        }
+        // Another buffer cut off: the rebuild gives it back and leaves the two alone.
+        assert_eq!(stack.pop(), Ok(2));
+        links[2].store(0, Ordering::Relaxed);
+        assert!(stack.repair(&mut check, 1, spoken));
+        assert_eq!(all_free(&stack), vec![2, 3], "a stopped pop's or push's buffer was relinked");
+        // The pop goes on (its mark) and hands its buffer back; the push is forgotten (its process
+        // died): unspoken for, its orphan goes back.
+        stack.finish_stopped_pop(0, 7);
+        stack.push(0).unwrap();
+        assert!(!stack.repair(&mut check, 2, Vec::new));
+        assert!(stack.repair(&mut check, 2, Vec::new));
+        assert_eq!(all_free(&stack), vec![0, 1, 2, 3]);
     }
 
     #[test]

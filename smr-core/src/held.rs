@@ -16,10 +16,15 @@
 //! stack's in-use mark, tagged with the holder's slot in the peer table, says whether it did.
 //! (A pop killed between its CAS and that mark leaves a buffer the stack's own repair finds.)
 //!
+//! A holder that gives a buffer back (its spare, or one whose message it did not send) marks
+//! its record `PENDING` again until the push returned: a pending record speaks for its buffer
+//! while the stack's words say neither free nor in use (`free_stack`'s repair leaves it alone).
+//!
 //! The receiver decides about the record of a holder that is gone (`decide`) once every command
 //! that holder pushed is handled: a spare goes back; a buffer in flight goes back unless the
 //! receiver handled that message (a command of its kind from that entry with that id or a later
-//! one); a pending one goes back if the holder's pop took it. An id of a successor in the entry
+//! one); a pending one goes back if the stack still marks it the holder's (its pop took it, or
+//! its push had not yet given it back). An id of a successor in the entry
 //! can only make it keep a buffer, never give one back twice. The words are peer-written like
 //! the rest of a region: the stack's push range-checks the index and refuses a buffer that is
 //! not in use.
@@ -140,15 +145,47 @@ impl Record<'_> {
     pub fn give_back(&self, incarnation: u64, stack: &FreeStack<'_>) {
         let w = self.word.load(Ordering::Relaxed);
         if holds_spare(w, incarnation) {
-            self.word.store(NONE, Ordering::Relaxed);
-            let _ = stack.push(index_of(w));
+            self.push_announced(w, stack);
         }
+    }
+
+    /// Holder: give back `index`, the buffer our record holds in flight, whose message was not
+    /// sent after all. (A buffer the record does not name, which a scribble kept us from
+    /// recording, goes back unannounced.)
+    pub fn give_back_in_flight(&self, incarnation: u64, index: u32, stack: &FreeStack<'_>) {
+        let w = self.word.load(Ordering::Relaxed);
+        if ours(w, incarnation) && w & IN_FLIGHT != 0 && index_of(w) == index {
+            self.push_announced(w & !IN_FLIGHT, stack);
+        } else {
+            let _ = stack.push(index);
+        }
+    }
+
+    /// Push the buffer of our record `w` back to `stack`, the record pending meanwhile, as for a
+    /// pop: the push frees the buffer's link before its head CAS, and the owner's repair must
+    /// not take the buffer for a dead process's orphan in between (`free_stack`). If we die in
+    /// the push, the owner's decision reads the stack's mark: still ours, the push did not
+    /// happen and the buffer goes back; not ours, it did (or another pop has it since).
+    /// Relaxed: the push's release of the link orders the record first.
+    fn push_announced(&self, w: u64, stack: &FreeStack<'_>) {
+        self.word.store(w | PENDING, Ordering::Relaxed);
+        let _ = stack.push(index_of(w));
+        self.word.store(NONE, Ordering::Relaxed);
+    }
+
+    /// Anyone: the buffer a pop or push of the record's holder is in the middle of (a pending
+    /// record), which the owner's repair of the stack must leave alone (`free_stack`). Acquire:
+    /// read after the stack's words it judges, it sees the record written before them.
+    pub fn pending(&self) -> Option<u32> {
+        let w = self.word.load(Ordering::Acquire);
+        (w & (HELD | PENDING) == HELD | PENDING).then(|| index_of(w))
     }
 
     /// Receiver, once every command the holder of `incarnation` pushed is handled (the holder is
     /// gone): give its buffer back to `stack` unless a handled command named it, or, if its pop
-    /// was pending, unless that pop did not take it (the stack's mark for `tag`, the holder's
-    /// slot in our peer table). `handled` is the highest id of the messages (sequence number of
+    /// or push was pending, unless the buffer is not the holder's (the stack's mark for `tag`,
+    /// the holder's slot in our peer table: a pop that did not take it, or a push that gave it
+    /// back). `handled` is the highest id of the messages (sequence number of
     /// the segments) of this kind handled from this entry, 0 for none (ids start at 1). True if
     /// a buffer went back.
     pub fn decide(&self, incarnation: u64, handled: u64, tag: u32, stack: &FreeStack<'_>) -> bool {

@@ -25,6 +25,7 @@ use loom::sync::atomic::{fence, AtomicBool, AtomicU32, Ordering};
 use loom::sync::Arc;
 use loom::thread;
 use smr_core::free_stack::{self, FreeStack, StackError, StackHead};
+use smr_core::held::Record;
 use smr_core::pod::Pod;
 use smr_core::ring::{self, Consumer, Pop, PushError, Ring, RingCtl, Slot};
 use std::cell::Cell;
@@ -1074,6 +1075,54 @@ fn free_stack_repair_inspect_never_finds_an_honest_list_impossible() {
     seen_orphans.assert_seen(NAME, "a buffer between a CAS and its link (an orphan for an instant)");
 }
 
+/// (5e) A sender's pop and its giving back race the owner's repairs, each of which acts at once
+/// (patience 1: a model has no time, so every check that finds an orphan stands for one that
+/// stayed put for `stall_timeout`, as a pop or push stopped between its CAS and its link for that
+/// long would). The sender announces the buffer in its record and gives it back through the
+/// record (`held`), as the engine's senders do, and the repair leaves the buffers that pending
+/// records name alone: no buffer is ever held twice (the owner pops too, and would take one
+/// relinked under the sender), and at the end every index is there once.
+#[test]
+fn free_stack_repair_leaves_a_pending_pop_and_push_alone() {
+    const NAME: &str = "free_stack_repair_leaves_a_pending_pop_and_push_alone";
+    const INCARNATION: u64 = 5;
+    let orphans = Tally::default();
+    let seen_orphans = orphans.clone();
+    model(NAME, move || {
+        let parts = StackParts::new(1);
+        let words = Arc::new([loom::sync::atomic::AtomicU64::new(0), loom::sync::atomic::AtomicU64::new(0)]);
+        let sender = {
+            let (parts, words) = (parts.clone(), words.clone());
+            thread::spawn(move || {
+                let (rec, stack) = (Record { word: &words[0], msg: &words[1] }, parts.stack());
+                let got = stack.pop_as(1, |i| rec.announce(INCARNATION, i, Some(1))).ok();
+                rec.hold_in_flight(INCARNATION, got, 1);
+                if let Some(i) = got {
+                    parts.bufs.acquire(i, 1);
+                    parts.bufs.release(i, 1);
+                    rec.give_back_in_flight(INCARNATION, i, &stack);
+                }
+            })
+        };
+        let rec = Record { word: &words[0], msg: &words[1] };
+        let spoken_for = || rec.pending().into_iter().collect::<Vec<u32>>();
+        let mut check = free_stack::StackCheck::default();
+        for _ in 0..2 {
+            thread::yield_now();
+            orphans.note(matches!(parts.stack().inspect(&mut check), free_stack::Finding::Orphans(_)));
+            parts.stack().repair(&mut check, 1, spoken_for);
+            if let Some(i) = parts.pop(2) {
+                parts.push(i, 2);
+            }
+        }
+        sender.join().unwrap();
+        assert_eq!(rec.pending(), None);
+        assert_eq!(parts.stack().inspect(&mut check), free_stack::Finding::Sound);
+        parts.assert_all_free();
+    });
+    seen_orphans.assert_seen(NAME, "the sender's buffer between a CAS and its link when the owner repairs");
+}
+
 /// (5d) A peer scribbled the head of a three-buffer stack out of range while index 0 is held.
 /// The owner repairs it (once) while another thread keeps popping: no buffer is ever held twice
 /// (the held one is never handed out), the popper gets buffers once the list is rebuilt (in
@@ -1109,12 +1158,12 @@ fn free_stack_repair_of_a_scribbled_head() {
         for _ in 0..2 {
             thread::yield_now();
             if !repaired {
-                repaired = parts.stack().repair(&mut check, 1);
+                repaired = parts.stack().repair(&mut check, 1, Vec::new);
             }
         }
         let got = popper.join().unwrap();
         if !repaired {
-            repaired = parts.stack().repair(&mut check, 1);
+            repaired = parts.stack().repair(&mut check, 1, Vec::new);
         }
         assert!(repaired, "the scribbled head was never repaired");
         assert!(!got.contains(&held), "the held buffer {held} was handed out");

@@ -698,8 +698,8 @@ impl Endpoint {
         let repaired = [
             self.cmd_rx.repair_tail(&r.cmd_ring()),
             self.resp_rx.repair_tail(&r.resp_ring()),
-            r.inject_stack().repair(inject, patience),
-            r.sar_stack().repair(sar, patience),
+            r.inject_stack().repair(inject, patience, || spare::spoken_for(r, spare::Pool::Inject)),
+            r.sar_stack().repair(sar, patience, || spare::spoken_for(r, spare::Pool::Sar)),
         ];
         self.stats.repaired_words += repaired.iter().filter(|&&b| b).count() as u64;
         self.stats.repaired_registrations += u64::from(self.publisher.repair(r.mr_slots()));

@@ -122,10 +122,7 @@ pub(super) fn done(region: &Region, us: Holder<'_>, pool: Pool, index: u32, push
             }
         }
         (_, true) => rec.clear(incarnation, index),
-        (_, false) => {
-            rec.clear(incarnation, index);
-            let _ = pool.stack(region).push(index);
-        }
+        (_, false) => rec.give_back_in_flight(incarnation, index, &pool.stack(region)),
     }
 }
 
@@ -152,6 +149,14 @@ pub(super) fn give_back(region: &Region, slot: u32, incarnation: u64) {
             pool.record(entry).give_back(incarnation, &pool.stack(region));
         }
     }
+}
+
+/// Owner: the buffers of our `pool` that a sender's pop or push is in the middle of (a pending
+/// record in its entry of our table), which the stack's repair leaves alone (`free_stack`). A
+/// gone sender's record stays pending until we decide about it; after that its orphan, if it
+/// left one, is the repair's to give back.
+pub(super) fn spoken_for(region: &Region, pool: Pool) -> Vec<u32> {
+    region.peer_slots().iter().filter_map(|entry| pool.record(entry).pending()).collect()
 }
 
 /// Receiver: what to do about the record of a sender we forgot, once our command ring has

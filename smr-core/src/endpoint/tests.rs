@@ -1211,6 +1211,56 @@ fn a_senders_spare_inject_buffer_always_comes_back() {
     assert_eq!(spares_held(&b), 0, "c gave its spare back when it closed");
 }
 
+/// A sender stopped inside its pop of an inject buffer, between the head CAS and the mark (a
+/// SIGSTOP, a debugger, a host that did not run it), for longer than `stall_timeout`: the
+/// receiver's repair of its pool leaves the buffer alone, so no other process takes it before the
+/// stopped one goes on. Stopped there and then gone, once the receiver has decided about it,
+/// its buffer comes back.
+#[test]
+fn a_sender_stopped_mid_pop_keeps_its_buffer_through_the_receivers_repairs() {
+    let (mut a, mut b, to_b) = pair("midpop", Params::default());
+    let (mut ha, mut hb) =
+        (Collect::default(), Collect { take_payload: true, take_inline: true, ..Default::default() });
+    assert_eq!(a.send_bytes(to_b, hdr(1), &pattern(8, 1), SendOpts::default()), Ok(SendStatus::Done));
+    pump_until((&mut a, &mut ha), (&mut b, &mut hb), "the first message", |_, hb| hb.taken.len() == 1);
+    let src = a.link(to_b).unwrap().slot as usize;
+    let inc = b.inp.get(&(src as SrcId)).unwrap().incarnation;
+    let region = Arc::clone(&b.region);
+    let rec = crate::held::Record { word: &region.peer_slots()[src].held, msg: &region.peer_slots()[src].held_msg };
+    let stack = region.inject_stack();
+    let (pool, _) = free_buffers(&b);
+    // More ticks than `stall_timeout` holds liveness intervals: an orphan left alone by the
+    // repair so far is left alone for good.
+    let ticks = 3 * (b.params.stall_timeout.as_nanos() / b.params.liveness_interval.as_nanos()).max(2);
+    let tick = |b: &mut Endpoint, hb: &mut Collect| {
+        for _ in 0..ticks {
+            b.tick_due = true;
+            b.progress(hb);
+        }
+    };
+
+    let index = stack.pop_stopped_before_mark(src as u32, |i| rec.announce(inc, i, Some(7)));
+    tick(&mut b, &mut hb);
+    let free: Vec<u32> = std::iter::from_fn(|| stack.pop().ok()).collect();
+    free.iter().for_each(|&i| stack.push(i).unwrap());
+    assert!(!free.contains(&index), "the stopped sender's buffer {index} was handed out again");
+    assert_eq!(free.len(), pool - 1);
+    // It goes on: marks the buffer, records it in flight, then gives it back unsent.
+    stack.finish_stopped_pop(index, src as u32);
+    rec.hold_in_flight(inc, Some(index), 7);
+    rec.give_back_in_flight(inc, index, &stack);
+    assert_eq!((rec.pending(), free_buffers(&b).0), (None, pool));
+
+    // Stopped there again, and gone: the decision leaves the buffer (the pop had not marked it)
+    // and the record to the repair, which gives the buffer back.
+    let index = stack.pop_stopped_before_mark(src as u32, |i| rec.announce(inc, i, Some(8)));
+    b.forget_in_peer(src as SrcId, &mut hb);
+    tick(&mut b, &mut hb);
+    assert_eq!(rec.pending(), None, "the gone sender's record is decided");
+    assert!(!stack.in_use(index));
+    assert_eq!(free_buffers(&b).0, pool, "the gone sender's orphan {index} is back");
+}
+
 /// A sender whose entry in the receiver's peer table another holds when the receiver forgets it
 /// (`claim_slot` took the entry of a dead sender until layout version 22; now only a scribble
 /// gets there): forgetting it leaves the holder's claim, so that no third sender takes the entry
