@@ -455,6 +455,10 @@ pub struct Endpoint {
     /// Tests: this sender's split writes fail (as if the kernel refused them).
     #[cfg(test)]
     fail_split_writes: bool,
+    /// Tests: how long this sender stops between taking a split's tail and writing it (as a
+    /// SIGSTOP, a debugger or a host that does not run it would stop it).
+    #[cfg(test)]
+    split_pause_after_take: Duration,
     /// Tests: how long this receiver leaves a split offer open for its sender before it looks
     /// (so that a test's sender, however it is scheduled, takes it).
     #[cfg(any(test, feature = "test-hooks"))]
@@ -534,6 +538,8 @@ impl Endpoint {
             splits: Vec::new(),
             #[cfg(test)]
             fail_split_writes: false,
+            #[cfg(test)]
+            split_pause_after_take: Duration::ZERO,
             #[cfg(any(test, feature = "test-hooks"))]
             split_offer_wait: Duration::ZERO,
             stats: Stats::default(),
@@ -767,7 +773,7 @@ impl Drop for Endpoint {
     fn drop(&mut self) {
         // Senders still writing into receives' buffers: the owner may free those once we are
         // gone, so let them finish first (or die).
-        self.wait_for_split_writers(Duration::from_secs(2));
+        self.wait_for_split_writers();
         self.disconnect_all();
     }
 }

@@ -826,7 +826,7 @@ impl Endpoint {
     /// `ctx`.
     pub fn refuse_arriving(&mut self, ctx: u64, errno: u32) -> bool {
         // A sender writing the tail of a split copy into it is waited for first (`split.rs`).
-        if self.refuse_split(ctx, errno, std::time::Duration::from_secs(2)) {
+        if self.refuse_split(ctx, errno) {
             return true;
         }
         let Some(rx) = self.sar_rx.values_mut().find(|rx| matches!(rx.sink, Sink::Deliver { ctx: c, .. } if c == ctx))

@@ -15,7 +15,8 @@
 //! nothing but the offer; FAILED it reads the tail itself too. TAKEN it waits for, in later
 //! passes, because the sender is writing into the receive's buffer: the receive completes only
 //! once nothing will write into it any more (the sender's WRITTEN or FAILED, or its death), and
-//! an endpoint closing waits for it too.
+//! an endpoint closing, or a registration closing under the write, waits for it too, for as long
+//! as the sender lives (`until_written`).
 
 use super::{Endpoint, Handler, SrcId};
 use crate::cmd::{resp, RemoteIov, RespEntry, Status};
@@ -287,6 +288,8 @@ impl Endpoint {
         {
             return; // withdrawn: the receiver reads it all
         }
+        #[cfg(test)]
+        std::thread::sleep(self.split_pause_after_take);
         let wrote = crate::cma::write_part_to(link.owner.ident().pid, &send.buf, offset as usize, &[dest]);
         let ok = matches!(wrote, Ok(n) if n as u64 == dest.len);
         #[cfg(test)]
@@ -301,30 +304,44 @@ impl Endpoint {
         crate::wake::notify(link.region.wake_word());
     }
 
+    /// Wait while `writing` says a sender that took a tail may still write it into a buffer
+    /// that is about to go back to the application, for as long as that sender lives. No bound
+    /// would be safe: the sender writes with one `process_vm_writev` after its take, at memory
+    /// speed (a tail of tens of GiB takes seconds), and may be stopped between the two for any
+    /// time (SIGSTOP, a debugger, a host that does not run it); a write after we gave up would
+    /// land in memory the application may have freed. Its WRITTEN or FAILED ends the wait, and
+    /// so does its death (`writing` asks its watch). The usual wait is microseconds: spin, then
+    /// sleep in short steps.
+    fn until_written(&self, writing: impl Fn(&Self) -> bool) {
+        let started = std::time::Instant::now();
+        while writing(self) {
+            if started.elapsed() < std::time::Duration::from_millis(1) {
+                std::hint::spin_loop();
+            } else {
+                std::thread::sleep(std::time::Duration::from_micros(200));
+            }
+        }
+    }
+
     /// Whether the sender of `s` is still writing its tail (it took it, and is alive).
     fn writing(&self, s: &SplitRx) -> bool {
         let now = self.claim_now(s.src);
         now == word(s.msg_id, TAKEN) && self.inp.get(&s.src).is_some_and(|p| p.watch.alive())
     }
 
-    /// Before the region goes: wait for senders still writing into our receives' buffers (they
-    /// finish at memory speed, or die), at most `limit`.
-    pub(super) fn wait_for_split_writers(&mut self, limit: std::time::Duration) {
-        let until = std::time::Instant::now() + limit;
-        while self.splits.iter().any(|s| self.writing(s)) && std::time::Instant::now() < until {
-            std::hint::spin_loop();
-        }
+    /// Before the region goes: wait for senders still writing into our receives' buffers
+    /// (`until_written`).
+    pub(super) fn wait_for_split_writers(&mut self) {
+        self.until_written(|ep| ep.splits.iter().any(|s| ep.writing(s)));
     }
 
     /// The destination delivered with `ctx` is about to become invalid (a registration closed
-    /// under a write): if a sender is writing a tail into it, wait until it stops (at most
-    /// `limit`), and refuse the message with `errno`. False when no split is under way for `ctx`.
-    pub(super) fn refuse_split(&mut self, ctx: u64, errno: u32, limit: std::time::Duration) -> bool {
+    /// under a write): if a sender is writing a tail into it, wait until it stops
+    /// (`until_written`), and refuse the message with `errno`. False when no split is under way
+    /// for `ctx`.
+    pub(super) fn refuse_split(&mut self, ctx: u64, errno: u32) -> bool {
         let Some(i) = self.splits.iter().position(|s| s.ctx == ctx) else { return false };
-        let until = std::time::Instant::now() + limit;
-        while self.writing(&self.splits[i]) && std::time::Instant::now() < until {
-            std::hint::spin_loop();
-        }
+        self.until_written(|ep| ep.writing(&ep.splits[i]));
         let s = self.splits.swap_remove(i);
         self.send_resp(s.src, RespEntry::done(s.msg_id, Status::Refused, errno.into()));
         true

@@ -31,6 +31,8 @@ struct Collect {
     inline_offered: Vec<(SrcId, u64, MsgHeader, Vec<u8>)>,
     inline_taken: usize,
     dest_len: Option<usize>,
+    /// Deliver into this buffer of the test's (address, length) instead of one of our own.
+    dest_raw: Option<(usize, usize)>,
     received: Vec<(MsgHeader, Result<usize>, Vec<u8>)>,
     offered: Vec<Incoming>,
     sends_done: Vec<(u64, Result<()>)>,
@@ -57,7 +59,12 @@ impl Handler for Collect {
             return Disposition::Refuse(libc::EINVAL as u32);
         }
         let len = self.dest_len.unwrap_or(msg.hdr.len as usize);
-        let dest = LocalIov::owned(vec![0; len]);
+        let dest = match self.dest_raw {
+            // SAFETY: the test that set `dest_raw` keeps that buffer alive, and does not touch it,
+            // until the endpoint that delivers into it is dropped.
+            Some((at, len)) => unsafe { LocalIov::from_raw(&[(at as *mut u8, len)]) },
+            None => LocalIov::owned(vec![0; len]),
+        };
         if self.later {
             return Disposition::Later { dest, ctx: msg.hdr.tag };
         }
@@ -93,7 +100,7 @@ impl Handler for Collect {
     }
     fn on_recv_done(&mut self, ctx: u64, result: Result<usize>, dest: LocalIov) {
         let hdr = self.offered.iter().find(|m| m.hdr.tag == ctx).map(|m| m.hdr).unwrap_or_default();
-        self.received.push((hdr, result, dest.into_owned().unwrap()));
+        self.received.push((hdr, result, dest.into_owned().unwrap_or_default()));
     }
     fn on_send_done(&mut self, cookie: u64, result: Result<()>) {
         self.sends_done.push((cookie, result));
@@ -2846,6 +2853,47 @@ fn split_with_a_polling_sender(tag: &str, fail_writes: bool) {
         assert_eq!(taken, n as u64, "tails the polling sender took and wrote");
     }
     assert_eq!((b.outstanding(), b.stats().corrupt_commands), (0, 0));
+}
+
+/// A sender that took the tail of a split copy and stops before writing it (a SIGSTOP, a
+/// debugger, a host that does not run it) for longer than a receiver closing once waited (2 s):
+/// the receiver's close waits for it, so that the tail lands while the buffer is still the
+/// receive's, and not after the application got it back (and may have freed it).
+#[test]
+fn a_receiver_closing_waits_for_a_split_writer_stopped_after_its_take() {
+    if !cma_or_skip("splitstop") {
+        return;
+    }
+    let params = Params { cma_min: 0, split_min: 64 * 1024, ..Params::default() };
+    let (mut a, mut b, to_b) = pair("splitstop", params);
+    b.split_offer_wait = std::time::Duration::from_secs(5);
+    a.split_pause_after_take = std::time::Duration::from_millis(2500);
+    let len = 1 << 20;
+    let mut buf = vec![0u8; len];
+    let mut hb = Collect { dest_raw: Some((buf.as_mut_ptr() as usize, len)), ..Default::default() };
+    let sender = std::thread::spawn(move || {
+        let mut ha = Collect::default();
+        let hdr = MsgHeader { app: 0, tag: 1, data: 0, aux: 0, len: len as u64 };
+        a.send(to_b, hdr, LocalIov::owned(pattern(len, 7)), SendOpts::default()).unwrap();
+        let dl = deadline();
+        while a.stats().splits_written + a.stats().split_writes_failed == 0 {
+            assert!(std::time::Instant::now() < dl, "the sender never wrote its tail");
+            a.progress(&mut ha);
+        }
+        a
+    });
+    let dl = deadline();
+    while b.splits.is_empty() {
+        assert!(std::time::Instant::now() < dl, "the sender never took the tail");
+        b.progress(&mut hb);
+    }
+    drop(b);
+    // What the application finds in its buffer once the close returned. (Without the wait the
+    // sender writes into it afterwards: joined below, before `buf` goes.)
+    let at_close = buf.clone();
+    let a = sender.join().unwrap();
+    assert_eq!(a.stats().splits_written, 1);
+    assert!(at_close == pattern(len, 7), "the tail was not in the buffer when the receiver's close returned");
 }
 
 /// A sender whose SAR message is longer than the receiver's pool sleeps on its wake word while
