@@ -72,7 +72,10 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"RSHMREG\0");
 ///    and a sender records the buffer its pop tries before the pop's head CAS (`held::PENDING`,
 ///    which takes a bit of the record's incarnation tag), so that a sender killed in its pop
 ///    loses no buffer.
-pub const LAYOUT_VERSION: u32 = 23;
+/// 24: a sender copying into a published registration with CMA marks which one in its entry of
+///    the owner's table (`PeerSlot::mr_write`): a withdrawal waits for a live writer for as long
+///    as it lives, not at most a second.
+pub const LAYOUT_VERSION: u32 = 24;
 /// Longest region name, without the terminating NUL.
 pub const NAME_MAX: usize = 63;
 /// Size of one inject buffer (defined with the commands that name them, which check against it).
@@ -302,7 +305,12 @@ pub struct PeerSlot {
     /// positions it is claiming right now, if any. Its own cache line: the sender stores to it
     /// on every message, and we read it only when our ring's head stalls.
     pub cmd_claim: AtomicU64,
-    _cmd_claim_line: [u64; 7],
+    /// The slot of our table of published registrations (`published`) that this sender is
+    /// copying into with CMA right now, plus one (0: none), so that a withdrawal waits for a live
+    /// writer however long it takes (`endpoint::direct`). On the claim record's line: the same
+    /// writer stores it, and we read it only while a withdrawal waits.
+    pub mr_write: AtomicU64,
+    _cmd_claim_line: [u64; 6],
     /// Our claim record for this sender's response ring, in our region like everything we
     /// write for it. Its own cache line, for the same reasons. (The two share a 128-byte pair
     /// rather than take one each: a pair each cost every region 128 KiB more of /dev/shm at

@@ -11,10 +11,16 @@
 //! - **Writes** cannot be taken back, so they are announced instead: the writer counts itself
 //!   in the entry's `writers` before it checks the count and copies (`begin_write`), and out
 //!   after (`end_write`); an owner rewriting the entry marks it odd first and then waits until
-//!   no writer is counted (`WRITERS_WAIT_MAX` at most: a writer that died mid-copy, or a peer
-//!   that scribbled the word, must not hang `fi_close`). Either the writer sees the odd count
-//!   and does not copy, or the owner sees the writer and waits for its copy (loom model
-//!   `published_withdraw_waits_for_a_write`).
+//!   no writer is counted. Either the writer sees the odd count and does not copy, or the owner
+//!   sees the writer and waits for its copy (loom model `published_withdraw_waits_for_a_write`).
+//!   A count that stays up may be a writer's that died mid-copy, or a scribble, which must not
+//!   hang `fi_close`; or a live writer's that is slow or stopped between its count and its copy
+//!   (SIGSTOP, a debugger, a host that does not run it), whose copy must not land after the
+//!   application got its memory back. So a writer also marks what it writes in a word of its
+//!   own that the owner can judge (`endpoint::direct`: its entry of the owner's peer table,
+//!   marked before it is counted), and past `WRITERS_LOOK_AFTER` the owner asks (`writing`)
+//!   whether a live writer marks the entry: it waits for as long as one does, and no longer
+//!   once none does.
 //!
 //! The owner withdraws an entry before `fi_close(mr)` returns, so no peer's copy touches memory
 //! the application may already have freed and still reports success.
@@ -84,11 +90,11 @@ pub const VIRT_ADDR: u64 = 8;
 /// Peers may write it.
 pub const REMOTE_WRITE: u64 = 16;
 
-/// The longest an owner rewriting an entry waits for the writers counted in it. A live
-/// writer's copy is bounded (the longest a peer copies in one go, `WRITE_MAX`, takes
-/// milliseconds); past this the count is taken for a dead writer's or a scribble.
+/// How long an owner rewriting an entry waits for the writers counted in it before it asks
+/// whether a live writer marks the entry (a copy of up to `WRITE_MAX` takes milliseconds; a
+/// count no live writer explains is a dead writer's or a scribble).
 #[cfg(not(loom))]
-pub const WRITERS_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(1);
+pub const WRITERS_LOOK_AFTER: std::time::Duration = std::time::Duration::from_millis(20);
 /// The most bytes a peer writes into a published registration in one copy.
 pub const WRITE_MAX: u64 = 64 << 20;
 
@@ -155,18 +161,26 @@ pub struct Publisher {
 
 impl Publisher {
     /// Publish a registration; None when every slot is taken (peers then go through the owner).
-    pub fn publish(&mut self, slots: &[MrSlot], key: u64, base: u64, len: u64, flags: u64) -> Option<u32> {
+    /// `writing(slot)`: whether a live peer marks that it copies into `slot` (see the module's
+    /// comment), asked only while a count of writers stays up.
+    pub fn publish(
+        &mut self,
+        slots: &[MrSlot],
+        (key, base, len, flags): (u64, u64, u64, u64),
+        writing: &dyn Fn(u32) -> bool,
+    ) -> Option<u32> {
         let n = slots.len().min(64);
         let free = (0..n).map(|i| (home(key, n) + i) % n).find(|&i| !self.is_live(i))?;
-        self.write(slots, free, Written { key, base, len, flags: flags | USED | LIVE });
+        self.write(slots, free, Written { key, base, len, flags: flags | USED | LIVE }, writing);
         Some(free as u32)
     }
 
-    /// Take a published entry back; peers that read it before see their copy refused.
-    pub fn withdraw(&mut self, slots: &[MrSlot], slot: u32) {
+    /// Take a published entry back; peers that read it before see their copy refused, and a
+    /// peer's write under way is over when this returns (`writing` as for `publish`).
+    pub fn withdraw(&mut self, slots: &[MrSlot], slot: u32, writing: &dyn Fn(u32) -> bool) {
         let slot = slot as usize;
         if self.is_live(slot) && slot < slots.len() {
-            self.write(slots, slot, Written { flags: USED, ..Written::default() });
+            self.write(slots, slot, Written { flags: USED, ..Written::default() }, writing);
         }
     }
 
@@ -175,11 +189,11 @@ impl Publisher {
     }
 
     /// Rewrite slot `i` with `w`, and remember it.
-    fn write(&mut self, slots: &[MrSlot], i: usize, w: Written) {
+    fn write(&mut self, slots: &[MrSlot], i: usize, w: Written, writing: &dyn Fn(u32) -> bool) {
         if self.written.len() < slots.len().min(64) {
             self.written.resize(slots.len().min(64), Written::default());
         }
-        write(&slots[i], w, Writers::WaitFor);
+        write(&slots[i], w, Writers::WaitFor(&|| writing(i as u32)));
         self.written[i] = w;
     }
 
@@ -222,10 +236,11 @@ impl Publisher {
 }
 
 /// Whether a rewrite waits for the peers counted as writing into the entry.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Writers {
+#[derive(Clone, Copy)]
+enum Writers<'a> {
     /// The entry changes what it names (publish, withdraw): a peer's copy must be over first.
-    WaitFor,
+    /// Whether a live peer marks that it writes into the entry (`Publisher::publish`).
+    WaitFor(&'a dyn Fn() -> bool),
     /// The entry is put back as it stands (`Publisher::repair`).
     Ignore,
 }
@@ -238,8 +253,8 @@ fn write(s: &MrSlot, Written { key, base, len, flags }: Written, writers: Writer
     // Orders the odd count before the look at `writers` (and pairs with `begin_write`'s fence):
     // a writer counted after this sees the odd count and stays out.
     fence(Ordering::SeqCst);
-    if writers == Writers::WaitFor {
-        wait_for_writers(s);
+    if let Writers::WaitFor(writing) = writers {
+        wait_for_writers(s, writing);
     }
     s.key.store(key, Ordering::Relaxed);
     s.base.store(base, Ordering::Relaxed);
@@ -249,8 +264,12 @@ fn write(s: &MrSlot, Written { key, base, len, flags }: Written, writers: Writer
     s.seq.store(seq.wrapping_add(2), Ordering::Release);
 }
 
-/// Wait until no peer copies into the entry (`begin_write`), or `WRITERS_WAIT_MAX`.
-fn wait_for_writers(s: &MrSlot) {
+/// Wait until no peer copies into the entry (`begin_write`), or, once `WRITERS_LOOK_AFTER` has
+/// passed, until no live peer marks that it does (`writing`: the count is a dead writer's, or
+/// scribbled).
+fn wait_for_writers(s: &MrSlot, writing: &dyn Fn() -> bool) {
+    #[cfg(loom)]
+    let _ = writing;
     #[cfg(not(loom))]
     let (start, mut spins) = (std::time::Instant::now(), 0u32);
     while s.writers.load(Ordering::Acquire) != 0 {
@@ -261,8 +280,12 @@ fn wait_for_writers(s: &MrSlot) {
             if spins % 1024 == 0 {
                 // The writer may be waiting for this CPU.
                 std::thread::yield_now();
-                if start.elapsed() > WRITERS_WAIT_MAX {
-                    return;
+                if start.elapsed() > WRITERS_LOOK_AFTER {
+                    if !writing() {
+                        return;
+                    }
+                    // A live writer stopped or slow: look again in a while, not in a spin.
+                    std::thread::sleep(std::time::Duration::from_micros(200));
                 }
             }
         }
@@ -274,7 +297,8 @@ fn wait_for_writers(s: &MrSlot) {
 /// ordinary path).
 pub fn begin_write(slots: &[MrSlot], p: &Published) -> bool {
     let Some(s) = slots.get(p.slot as usize) else { return false };
-    s.writers.fetch_add(1, Ordering::Relaxed);
+    // Release: an owner that sees us counted also sees the mark our caller made before.
+    s.writers.fetch_add(1, Ordering::Release);
     // Pairs with the owner's fence in `write`: either the owner sees us counted, or we see its
     // odd (or moved) count.
     fence(Ordering::SeqCst);
@@ -351,26 +375,26 @@ mod tests {
         let mut p = Publisher::default();
         assert_eq!(lookup(&t, 5), None);
         // Keys with the same home slot (5, 69, 133) probe past each other.
-        let a = p.publish(&t, 5, 0x1000, 100, REMOTE_READ).unwrap();
-        let b = p.publish(&t, 69, 0x2000, 200, REMOTE_READ | VIRT_ADDR).unwrap();
-        let c = p.publish(&t, 133, 0x3000, 300, REMOTE_READ).unwrap();
+        let a = p.publish(&t, (5, 0x1000, 100, REMOTE_READ), &nobody).unwrap();
+        let b = p.publish(&t, (69, 0x2000, 200, REMOTE_READ | VIRT_ADDR), &nobody).unwrap();
+        let c = p.publish(&t, (133, 0x3000, 300, REMOTE_READ), &nobody).unwrap();
         assert_eq!((a, b, c), (5, 6, 7));
         let found = lookup(&t, 69).unwrap();
         assert_eq!((found.base, found.len, found.flags & VIRT_ADDR), (0x2000, 200, VIRT_ADDR));
-        p.withdraw(&t, b);
+        p.withdraw(&t, b, &nobody);
         assert_eq!(lookup(&t, 69), None);
         assert!(!unchanged(&t, &found), "a withdrawn entry must fail the check after a copy");
         assert_eq!(lookup(&t, 133).unwrap().base, 0x3000, "found past a withdrawn slot");
         assert_eq!(p.count(), 2);
-        let again = p.publish(&t, 69, 0x4000, 10, REMOTE_READ).unwrap();
+        let again = p.publish(&t, (69, 0x4000, 10, REMOTE_READ), &nobody).unwrap();
         assert_eq!(again, 6, "the withdrawn slot is reused");
         let now = lookup(&t, 69).unwrap();
         assert!(unchanged(&t, &now));
         assert_eq!(now.base, 0x4000);
         for key in 1000..1000 + 61 {
-            p.publish(&t, key, 0, 1, 0).unwrap();
+            p.publish(&t, (key, 0, 1, 0), &nobody).unwrap();
         }
-        assert_eq!(p.publish(&t, 7777, 0, 1, 0), None, "a full table says so");
+        assert_eq!(p.publish(&t, (7777, 0, 1, 0), &nobody), None, "a full table says so");
         assert_eq!(lookup(&t, 5).unwrap().base, 0x1000);
     }
 
@@ -378,29 +402,66 @@ mod tests {
     fn writers_are_admitted_while_the_entry_stands() {
         let t = table();
         let mut p = Publisher::default();
-        let slot = p.publish(&t, 12, 0x1000, 100, REMOTE_WRITE).unwrap();
+        let slot = p.publish(&t, (12, 0x1000, 100, REMOTE_WRITE), &nobody).unwrap();
         let e = lookup(&t, 12).unwrap();
         assert!(e.allows(REMOTE_WRITE) && !e.allows(REMOTE_READ), "a write-only entry");
         assert!(begin_write(&t, &e));
         assert_eq!(t[slot as usize].writers.load(Ordering::Relaxed), 1);
         end_write(&t, &e);
         assert_eq!(t[slot as usize].writers.load(Ordering::Relaxed), 0);
-        p.withdraw(&t, slot);
+        p.withdraw(&t, slot, &nobody);
         assert!(!begin_write(&t, &e), "an entry withdrawn since the lookup admits no writer");
         assert_eq!(t[slot as usize].writers.load(Ordering::Relaxed), 0, "a refused writer is not left counted");
+    }
+
+    /// No peer marks that it writes (`Publisher::publish`'s `writing`).
+    fn nobody(_: u32) -> bool {
+        false
     }
 
     #[test]
     fn a_scribbled_writer_count_delays_a_withdrawal_boundedly() {
         let t = table();
         let mut p = Publisher::default();
-        let slot = p.publish(&t, 3, 0x1000, 100, REMOTE_WRITE).unwrap();
+        let slot = p.publish(&t, (3, 0x1000, 100, REMOTE_WRITE), &nobody).unwrap();
         t[slot as usize].writers.store(5, Ordering::Relaxed);
+        let asked = std::sync::atomic::AtomicU32::new(0);
+        let writing = |s: u32| {
+            assert_eq!(s, slot);
+            asked.fetch_add(1, Ordering::Relaxed);
+            false
+        };
         let start = std::time::Instant::now();
-        p.withdraw(&t, slot);
+        p.withdraw(&t, slot, &writing);
         let took = start.elapsed();
-        assert!(took >= WRITERS_WAIT_MAX, "the owner waited {took:?} for writers still counted");
+        assert!(took >= WRITERS_LOOK_AFTER, "the owner waited {took:?} for writers still counted");
+        assert_eq!(asked.load(Ordering::Relaxed), 1, "whether a live writer marks the entry, asked once");
         assert_eq!(lookup(&t, 3), None, "withdrawn after the wait");
+    }
+
+    /// A writer counted in the entry that is alive and marks it (`writing`), but stopped for
+    /// longer than any bound before its copy: the withdrawal returns only once its copy is over.
+    #[test]
+    fn a_live_writer_is_waited_for_however_long_it_is_stopped() {
+        use std::sync::atomic::AtomicBool;
+        let t = table();
+        let mut p = Publisher::default();
+        let slot = p.publish(&t, (4, 0x1000, 100, REMOTE_WRITE), &nobody).unwrap();
+        let e = lookup(&t, 4).unwrap();
+        let (marked, copied) = (AtomicBool::new(true), AtomicBool::new(false));
+        assert!(begin_write(&t, &e));
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                // Stopped between its count and its copy, for longer than the first look.
+                std::thread::sleep(WRITERS_LOOK_AFTER * 10);
+                copied.store(true, Ordering::SeqCst);
+                end_write(&t, &e);
+                marked.store(false, Ordering::SeqCst);
+            });
+            p.withdraw(&t, slot, &|_| marked.load(Ordering::SeqCst));
+            assert!(copied.load(Ordering::SeqCst), "the withdrawal returned before the writer's copy");
+        });
+        assert_eq!(lookup(&t, 4), None);
     }
 
     /// The words of an entry a peer reads, as a list of the shared cells.
@@ -412,7 +473,7 @@ mod tests {
     fn a_scribbled_entry_is_refused_by_its_seal_and_put_back_by_the_owner() {
         let t = table();
         let mut p = Publisher::default();
-        let slot = p.publish(&t, 7, 0x10_000, 4096, REMOTE_READ | REMOTE_WRITE).unwrap() as usize;
+        let slot = p.publish(&t, (7, 0x10_000, 4096, REMOTE_READ | REMOTE_WRITE), &nobody).unwrap() as usize;
         let honest = lookup(&t, 7).unwrap();
         assert_eq!(p.repair(&t), 0, "nothing to repair in an honest table");
         // A plausible forgery: the base moved to other memory of the owner's, the count left even.
@@ -431,11 +492,11 @@ mod tests {
         t[slot].writers.store(3, Ordering::Relaxed);
         let start = std::time::Instant::now();
         assert_eq!(p.repair(&t), 1);
-        assert!(start.elapsed() < WRITERS_WAIT_MAX / 2, "the repair waited for writers");
+        assert!(start.elapsed() < WRITERS_LOOK_AFTER, "the repair waited for writers");
         assert_eq!(lookup(&t, 7).unwrap().len, 4096);
         t[slot].writers.store(0, Ordering::Relaxed);
         // A withdrawn entry forged back to life under its old key is refused and put back.
-        p.withdraw(&t, slot as u32);
+        p.withdraw(&t, slot as u32, &nobody);
         t[slot].flags.store(USED | LIVE | REMOTE_WRITE, Ordering::Relaxed);
         t[slot].key.store(7, Ordering::Relaxed);
         t[slot].base.store(0x20_000, Ordering::Relaxed);
@@ -449,7 +510,8 @@ mod tests {
     fn no_single_flipped_bit_makes_a_lookup_answer_other_words() {
         let t = table();
         let mut p = Publisher::default();
-        let slot = p.publish(&t, 9, 0x7f00_1234_5000, 1 << 20, REMOTE_READ | REMOTE_WRITE | VIRT_ADDR).unwrap();
+        let slot =
+            p.publish(&t, (9, 0x7f00_1234_5000, 1 << 20, REMOTE_READ | REMOTE_WRITE | VIRT_ADDR), &nobody).unwrap();
         let honest = lookup(&t, 9).unwrap();
         let s = &t[slot as usize];
         for (w, cell) in cells(s).into_iter().enumerate() {
@@ -484,17 +546,17 @@ mod tests {
     fn a_scribbled_table_is_survived() {
         let t = table();
         let mut p = Publisher::default();
-        p.publish(&t, 3, 0x1000, 100, REMOTE_READ).unwrap();
+        p.publish(&t, (3, 0x1000, 100, REMOTE_READ), &nobody).unwrap();
         // A peer marks the slot odd (mid-rewrite) forever: readers take the other path, and
         // the owner's next rewrite still ends on an even count.
         t[3].seq.store(7, Ordering::Relaxed);
         assert_eq!(lookup(&t, 3), None);
-        p.withdraw(&t, 3);
+        p.withdraw(&t, 3, &nobody);
         assert_eq!(t[3].seq.load(Ordering::Relaxed) & 1, 0);
         // A peer clears the live flag of another entry: the owner's record still knows the slot
         // is taken, so a new registration does not land on it.
-        let s = p.publish(&t, 9, 0x2000, 100, REMOTE_READ).unwrap();
+        let s = p.publish(&t, (9, 0x2000, 100, REMOTE_READ), &nobody).unwrap();
         t[s as usize].flags.store(0, Ordering::Relaxed);
-        assert_ne!(p.publish(&t, 9 + 64, 0x3000, 100, REMOTE_READ), Some(s));
+        assert_ne!(p.publish(&t, (9 + 64, 0x3000, 100, REMOTE_READ), &nobody), Some(s));
     }
 }

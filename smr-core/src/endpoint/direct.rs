@@ -40,7 +40,9 @@ impl Endpoint {
         if !self.cma_ok {
             return None;
         }
-        self.publisher.publish(self.region.mr_slots(), key, base, len, flags)
+        let known = super::peers::Known { inp: &self.inp, out: &self.out, table: self.region.peer_slots() };
+        let writing = |slot: u32| known.a_live_sender_writes_into(slot);
+        self.publisher.publish(self.region.mr_slots(), (key, base, len, flags), &writing)
     }
 
     /// Count one progress call, `free` when made with no operation of the caller's own
@@ -163,7 +165,9 @@ impl Endpoint {
     /// A peer's read under way when this returns reports failure (and is done again through us),
     /// so the memory may go once this returns.
     pub fn withdraw_mr(&mut self, slot: u32) {
-        self.publisher.withdraw(self.region.mr_slots(), slot);
+        let known = super::peers::Known { inp: &self.inp, out: &self.out, table: self.region.peer_slots() };
+        let writing = |slot: u32| known.a_live_sender_writes_into(slot);
+        self.publisher.withdraw(self.region.mr_slots(), slot, &writing);
     }
 
     /// The registration `peer` published under `key`, if we may copy to or from it ourselves:
@@ -211,13 +215,23 @@ impl Endpoint {
             return Err(Error::Again);
         }
         let at = Self::published_target(p, published::REMOTE_WRITE, addr, len)?;
+        #[cfg(test)]
+        let pause = self.published_pause_after_count;
         let link = self.live_link(peer)?;
         let slots = link.region.mr_slots();
+        // Our mark in our entry of the owner's table, made before we are counted: a withdrawal
+        // waits for our copy for as long as we live, however long we take or are stopped.
+        let mark = &link.region.peer_slots().get(link.slot as usize).ok_or(Error::Again)?.mr_write;
+        mark.store(u64::from(p.slot) + 1, Ordering::Relaxed);
         if !published::begin_write(slots, p) {
+            mark.store(0, Ordering::Relaxed);
             return Err(Error::Again);
         }
+        #[cfg(test)]
+        std::thread::sleep(pause);
         let copied = crate::cma::write_to(link.owner.ident().pid, local, &[RemoteIov { addr: at, len }]);
         published::end_write(slots, p);
+        mark.store(0, Ordering::Relaxed);
         match copied {
             Ok(n) if n as u64 == len => {
                 self.stats.published_writes += 1;

@@ -26,8 +26,10 @@ pub(super) fn slot_name(slot: &PeerSlot) -> Option<String> {
 
 /// Sender: fill in `slot`, claimed by us (`claim_slot`), and mark it READY.
 pub(super) fn fill_slot(slot: &PeerSlot, name: &str, me: ProcessIdentity, incarnation: u64) {
-    // A claim record left by a predecessor that died mid-push names nothing of ours.
+    // A claim record or a write mark left by a predecessor that died mid-push or mid-copy
+    // names nothing of ours.
     slot.cmd_claim.store(0, Ordering::Relaxed);
+    slot.mr_write.store(0, Ordering::Relaxed);
     let bytes = name_bytes(name);
     for (word, chunk) in slot.name.iter().zip(bytes.chunks_exact(8)) {
         word.store(u64::from_le_bytes(chunk.try_into().expect("8 bytes")), Ordering::Relaxed);

@@ -459,6 +459,10 @@ pub struct Endpoint {
     /// SIGSTOP, a debugger or a host that does not run it would stop it).
     #[cfg(test)]
     split_pause_after_take: Duration,
+    /// Tests: how long this peer stops between being counted as a writer of a published
+    /// registration and its copy (`direct::write_published`).
+    #[cfg(test)]
+    published_pause_after_count: Duration,
     /// Tests: how long this receiver leaves a split offer open for its sender before it looks
     /// (so that a test's sender, however it is scheduled, takes it).
     #[cfg(any(test, feature = "test-hooks"))]
@@ -540,6 +544,8 @@ impl Endpoint {
             fail_split_writes: false,
             #[cfg(test)]
             split_pause_after_take: Duration::ZERO,
+            #[cfg(test)]
+            published_pause_after_count: Duration::ZERO,
             #[cfg(any(test, feature = "test-hooks"))]
             split_offer_wait: Duration::ZERO,
             stats: Stats::default(),

@@ -709,14 +709,26 @@ pub(super) struct Known<'a> {
 }
 
 impl Known<'_> {
-    /// Whether a live sender's claim record names position `head` of our command ring. The
-    /// record of an entry that is not READY counts for nothing: its sender is gone (we freed the
-    /// entry), or a new one is claiming it and has pushed nothing yet.
+    /// Whether a live sender's claim record names position `head` of our command ring.
     pub fn command_claimant_lives(&self, head: u64) -> bool {
+        self.a_live_sender(|slot| crate::ring::names(slot.cmd_claim.load(Ordering::Acquire), head))
+    }
+
+    /// Whether a live sender marks that it copies into entry `mr` of our table of published
+    /// registrations (`PeerSlot::mr_write`, `direct::write_published`).
+    pub fn a_live_sender_writes_into(&self, mr: u32) -> bool {
+        self.a_live_sender(|slot| slot.mr_write.load(Ordering::Acquire) == u64::from(mr) + 1)
+    }
+
+    /// Whether the sender of a READY entry for which `marks` holds lives (judged by its watch,
+    /// or by the entry's pid and start time, or in another pid namespace by its region). The
+    /// marks of an entry that is not READY count for nothing: its sender is gone (we freed the
+    /// entry), or a new one is claiming it and has done nothing yet.
+    fn a_live_sender(&self, marks: impl Fn(&PeerSlot) -> bool) -> bool {
         self.table.iter().enumerate().any(|(src, slot)| {
             let state = slot.state.load(Ordering::Acquire);
             state & 3 == SLOT_READY
-                && crate::ring::names(slot.cmd_claim.load(Ordering::Acquire), head)
+                && marks(slot)
                 && match self.inp.get(&(src as SrcId)) {
                     Some(p) => p.watch.alive(),
                     None => sender_alive(slot, slot_sender(state, slot)),

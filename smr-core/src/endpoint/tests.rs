@@ -2765,6 +2765,40 @@ fn a_published_registration_is_written_only_as_its_entry_allows() {
     assert_eq!(a.stats().published_writes, 1);
 }
 
+/// A peer counted as a writer of a published registration and then stopped before its copy (a
+/// SIGSTOP, a debugger, a host that does not run it) for longer than an owner once waited (1 s):
+/// the owner's withdrawal (the provider's fi_close of the MR) returns only once the copy is over,
+/// so the copy never lands in memory the application got back. The writer's mark in its entry of
+/// the owner's table says it lives and writes (`PeerSlot::mr_write`).
+#[test]
+fn a_withdrawal_waits_for_a_published_writer_stopped_before_its_copy() {
+    use crate::published::REMOTE_WRITE;
+    if !cma_or_skip("pubstop") {
+        return;
+    }
+    let (mut a, mut b, to_b) = pair("pubstop", Params::default());
+    let mut mem = vec![0u8; 4096];
+    let slot = b.publish_mr(3, mem.as_mut_ptr() as u64, 4096, REMOTE_WRITE).expect("room");
+    let entry = a.peer_mr(to_b, 3).expect("published for writing");
+    a.published_pause_after_count = std::time::Duration::from_millis(1500);
+    let writer = std::thread::spawn(move || {
+        let wrote = a.write_published(to_b, &entry, 0, &LocalIov::owned(pattern(1000, 9)));
+        (a, wrote)
+    });
+    let dl = deadline();
+    while b.region.mr_slots()[slot as usize].writers.load(crate::sync::Ordering::Relaxed) == 0 {
+        assert!(std::time::Instant::now() < dl, "the writer was never counted");
+        std::thread::yield_now();
+    }
+    b.withdraw_mr(slot);
+    std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+    let at_withdrawal = mem[..1000].to_vec();
+    let (a, wrote) = writer.join().unwrap();
+    assert_eq!((wrote, a.stats().published_writes), (Ok(1000), 1));
+    assert!(at_withdrawal == pattern(1000, 9), "the withdrawal returned before the stopped writer's copy");
+    drop(mem);
+}
+
 /// Split copies (`split.rs`), one thread driving both endpoints: the sender never sees the offer
 /// before the receiver's head is in, so the receiver withdraws it and reads the tail itself;
 /// every byte arrives, in a buffer exactly the message's size and in a larger one.
