@@ -161,22 +161,21 @@ pub struct Publisher {
 
 impl Publisher {
     /// Publish a registration; None when every slot is taken (peers then go through the owner).
-    /// `writing(slot)`: whether a live peer marks that it copies into `slot` (see the module's
-    /// comment), asked only while a count of writers stays up.
-    pub fn publish(
-        &mut self,
-        slots: &[MrSlot],
-        (key, base, len, flags): (u64, u64, u64, u64),
-        writing: &dyn Fn(u32) -> bool,
-    ) -> Option<u32> {
+    pub fn publish(&mut self, slots: &[MrSlot], key: u64, base: u64, len: u64, flags: u64) -> Option<u32> {
         let n = slots.len().min(64);
         let free = (0..n).map(|i| (home(key, n) + i) % n).find(|&i| !self.is_live(i))?;
-        self.write(slots, free, Written { key, base, len, flags: flags | USED | LIVE }, writing);
+        // The slot is not live (withdrawn, or never used): no writer copies into it. One counted
+        // there now read it before its withdrawal and is refused by its count check (it counts
+        // itself out at once), or died: nobody to wait for beyond the count's first look.
+        let nobody = |_: u32| false;
+        self.write(slots, free, Written { key, base, len, flags: flags | USED | LIVE }, &nobody);
         Some(free as u32)
     }
 
     /// Take a published entry back; peers that read it before see their copy refused, and a
-    /// peer's write under way is over when this returns (`writing` as for `publish`).
+    /// peer's write under way is over when this returns. `writing(slot)`: whether a live peer
+    /// marks that it copies into `slot` (see the module's comment), asked only while a count of
+    /// writers stays up.
     pub fn withdraw(&mut self, slots: &[MrSlot], slot: u32, writing: &dyn Fn(u32) -> bool) {
         let slot = slot as usize;
         if self.is_live(slot) && slot < slots.len() {
@@ -239,7 +238,7 @@ impl Publisher {
 #[derive(Clone, Copy)]
 enum Writers<'a> {
     /// The entry changes what it names (publish, withdraw): a peer's copy must be over first.
-    /// Whether a live peer marks that it writes into the entry (`Publisher::publish`).
+    /// Whether a live peer marks that it writes into the entry (`Publisher::withdraw`).
     WaitFor(&'a dyn Fn() -> bool),
     /// The entry is put back as it stands (`Publisher::repair`).
     Ignore,
@@ -375,9 +374,9 @@ mod tests {
         let mut p = Publisher::default();
         assert_eq!(lookup(&t, 5), None);
         // Keys with the same home slot (5, 69, 133) probe past each other.
-        let a = p.publish(&t, (5, 0x1000, 100, REMOTE_READ), &nobody).unwrap();
-        let b = p.publish(&t, (69, 0x2000, 200, REMOTE_READ | VIRT_ADDR), &nobody).unwrap();
-        let c = p.publish(&t, (133, 0x3000, 300, REMOTE_READ), &nobody).unwrap();
+        let a = p.publish(&t, 5, 0x1000, 100, REMOTE_READ).unwrap();
+        let b = p.publish(&t, 69, 0x2000, 200, REMOTE_READ | VIRT_ADDR).unwrap();
+        let c = p.publish(&t, 133, 0x3000, 300, REMOTE_READ).unwrap();
         assert_eq!((a, b, c), (5, 6, 7));
         let found = lookup(&t, 69).unwrap();
         assert_eq!((found.base, found.len, found.flags & VIRT_ADDR), (0x2000, 200, VIRT_ADDR));
@@ -386,15 +385,15 @@ mod tests {
         assert!(!unchanged(&t, &found), "a withdrawn entry must fail the check after a copy");
         assert_eq!(lookup(&t, 133).unwrap().base, 0x3000, "found past a withdrawn slot");
         assert_eq!(p.count(), 2);
-        let again = p.publish(&t, (69, 0x4000, 10, REMOTE_READ), &nobody).unwrap();
+        let again = p.publish(&t, 69, 0x4000, 10, REMOTE_READ).unwrap();
         assert_eq!(again, 6, "the withdrawn slot is reused");
         let now = lookup(&t, 69).unwrap();
         assert!(unchanged(&t, &now));
         assert_eq!(now.base, 0x4000);
         for key in 1000..1000 + 61 {
-            p.publish(&t, (key, 0, 1, 0), &nobody).unwrap();
+            p.publish(&t, key, 0, 1, 0).unwrap();
         }
-        assert_eq!(p.publish(&t, (7777, 0, 1, 0), &nobody), None, "a full table says so");
+        assert_eq!(p.publish(&t, 7777, 0, 1, 0), None, "a full table says so");
         assert_eq!(lookup(&t, 5).unwrap().base, 0x1000);
     }
 
@@ -402,7 +401,7 @@ mod tests {
     fn writers_are_admitted_while_the_entry_stands() {
         let t = table();
         let mut p = Publisher::default();
-        let slot = p.publish(&t, (12, 0x1000, 100, REMOTE_WRITE), &nobody).unwrap();
+        let slot = p.publish(&t, 12, 0x1000, 100, REMOTE_WRITE).unwrap();
         let e = lookup(&t, 12).unwrap();
         assert!(e.allows(REMOTE_WRITE) && !e.allows(REMOTE_READ), "a write-only entry");
         assert!(begin_write(&t, &e));
@@ -414,7 +413,7 @@ mod tests {
         assert_eq!(t[slot as usize].writers.load(Ordering::Relaxed), 0, "a refused writer is not left counted");
     }
 
-    /// No peer marks that it writes (`Publisher::publish`'s `writing`).
+    /// No peer marks that it writes (`Publisher::withdraw`'s `writing`).
     fn nobody(_: u32) -> bool {
         false
     }
@@ -423,7 +422,7 @@ mod tests {
     fn a_scribbled_writer_count_delays_a_withdrawal_boundedly() {
         let t = table();
         let mut p = Publisher::default();
-        let slot = p.publish(&t, (3, 0x1000, 100, REMOTE_WRITE), &nobody).unwrap();
+        let slot = p.publish(&t, 3, 0x1000, 100, REMOTE_WRITE).unwrap();
         t[slot as usize].writers.store(5, Ordering::Relaxed);
         let asked = std::sync::atomic::AtomicU32::new(0);
         let writing = |s: u32| {
@@ -446,7 +445,7 @@ mod tests {
         use std::sync::atomic::AtomicBool;
         let t = table();
         let mut p = Publisher::default();
-        let slot = p.publish(&t, (4, 0x1000, 100, REMOTE_WRITE), &nobody).unwrap();
+        let slot = p.publish(&t, 4, 0x1000, 100, REMOTE_WRITE).unwrap();
         let e = lookup(&t, 4).unwrap();
         let (marked, copied) = (AtomicBool::new(true), AtomicBool::new(false));
         assert!(begin_write(&t, &e));
@@ -473,7 +472,7 @@ mod tests {
     fn a_scribbled_entry_is_refused_by_its_seal_and_put_back_by_the_owner() {
         let t = table();
         let mut p = Publisher::default();
-        let slot = p.publish(&t, (7, 0x10_000, 4096, REMOTE_READ | REMOTE_WRITE), &nobody).unwrap() as usize;
+        let slot = p.publish(&t, 7, 0x10_000, 4096, REMOTE_READ | REMOTE_WRITE).unwrap() as usize;
         let honest = lookup(&t, 7).unwrap();
         assert_eq!(p.repair(&t), 0, "nothing to repair in an honest table");
         // A plausible forgery: the base moved to other memory of the owner's, the count left even.
@@ -510,8 +509,7 @@ mod tests {
     fn no_single_flipped_bit_makes_a_lookup_answer_other_words() {
         let t = table();
         let mut p = Publisher::default();
-        let slot =
-            p.publish(&t, (9, 0x7f00_1234_5000, 1 << 20, REMOTE_READ | REMOTE_WRITE | VIRT_ADDR), &nobody).unwrap();
+        let slot = p.publish(&t, 9, 0x7f00_1234_5000, 1 << 20, REMOTE_READ | REMOTE_WRITE | VIRT_ADDR).unwrap();
         let honest = lookup(&t, 9).unwrap();
         let s = &t[slot as usize];
         for (w, cell) in cells(s).into_iter().enumerate() {
@@ -546,7 +544,7 @@ mod tests {
     fn a_scribbled_table_is_survived() {
         let t = table();
         let mut p = Publisher::default();
-        p.publish(&t, (3, 0x1000, 100, REMOTE_READ), &nobody).unwrap();
+        p.publish(&t, 3, 0x1000, 100, REMOTE_READ).unwrap();
         // A peer marks the slot odd (mid-rewrite) forever: readers take the other path, and
         // the owner's next rewrite still ends on an even count.
         t[3].seq.store(7, Ordering::Relaxed);
@@ -555,8 +553,8 @@ mod tests {
         assert_eq!(t[3].seq.load(Ordering::Relaxed) & 1, 0);
         // A peer clears the live flag of another entry: the owner's record still knows the slot
         // is taken, so a new registration does not land on it.
-        let s = p.publish(&t, (9, 0x2000, 100, REMOTE_READ), &nobody).unwrap();
+        let s = p.publish(&t, 9, 0x2000, 100, REMOTE_READ).unwrap();
         t[s as usize].flags.store(0, Ordering::Relaxed);
-        assert_ne!(p.publish(&t, (9 + 64, 0x3000, 100, REMOTE_READ), &nobody), Some(s));
+        assert_ne!(p.publish(&t, 9 + 64, 0x3000, 100, REMOTE_READ), Some(s));
     }
 }

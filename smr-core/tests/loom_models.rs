@@ -1193,12 +1193,12 @@ fn published_withdraw_races_a_read() {
         let table: Arc<Vec<MrSlot>> = Arc::new((0..2).map(|_| MrSlot::unused()).collect());
         let freed = Arc::new(loom::sync::atomic::AtomicU64::new(0));
         let mut owner = Publisher::default();
-        let first = owner.publish(&table, (KEY, 0x1000, 100, REMOTE_READ), &|_| false).expect("room");
+        let first = owner.publish(&table, KEY, 0x1000, 100, REMOTE_READ).expect("room");
         let (t, f) = (table.clone(), freed.clone());
         let writer = thread::spawn(move || {
             owner.withdraw(&t, first, &|_| false);
             f.store(1, Ordering::Release);
-            owner.publish(&t, (KEY, 0x2000, 200, REMOTE_READ), &|_| false).expect("room");
+            owner.publish(&t, KEY, 0x2000, 200, REMOTE_READ).expect("room");
         });
         if let Some(p) = published::lookup(&table, KEY) {
             assert!(
@@ -1236,7 +1236,7 @@ fn published_withdraw_waits_for_a_write() {
         let table: Arc<Vec<MrSlot>> = Arc::new((0..1).map(|_| MrSlot::unused()).collect());
         let freed = Arc::new(loom::sync::atomic::AtomicU64::new(0));
         let mut owner = Publisher::default();
-        let slot = owner.publish(&table, (KEY, 0x1000, 100, REMOTE_WRITE), &|_| false).expect("room");
+        let slot = owner.publish(&table, KEY, 0x1000, 100, REMOTE_WRITE).expect("room");
         let (t, f) = (table.clone(), freed.clone());
         let closer = thread::spawn(move || {
             owner.withdraw(&t, slot, &|_| false);
@@ -1274,7 +1274,7 @@ fn published_repair_races_a_forgery_and_a_lookup() {
     model("published_repair_races_a_forgery_and_a_lookup", move || {
         let table: Arc<Vec<MrSlot>> = Arc::new((0..1).map(|_| MrSlot::unused()).collect());
         let mut owner = Publisher::default();
-        owner.publish(&table, (KEY, 0x1000, 100, REMOTE_WRITE), &|_| false).expect("room");
+        owner.publish(&table, KEY, 0x1000, 100, REMOTE_WRITE).expect("room");
         let t = table.clone();
         let forger = thread::spawn(move || t[0].base.store(0x9000, Ordering::Relaxed));
         let t = table.clone();

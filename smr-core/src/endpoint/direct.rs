@@ -40,9 +40,7 @@ impl Endpoint {
         if !self.cma_ok {
             return None;
         }
-        let known = super::peers::Known { inp: &self.inp, out: &self.out, table: self.region.peer_slots() };
-        let writing = |slot: u32| known.a_live_sender_writes_into(slot);
-        self.publisher.publish(self.region.mr_slots(), (key, base, len, flags), &writing)
+        self.publisher.publish(self.region.mr_slots(), key, base, len, flags)
     }
 
     /// Count one progress call, `free` when made with no operation of the caller's own
