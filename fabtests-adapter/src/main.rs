@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! fabtests-adapter suite [--providers rshm,shm] [--filter SUBSTR]... [--skip SUBSTR]... [--provider-path DIR]
-//!                        [--wait-ms N] [-v]
+//!                        [--wait-ms N] [--compare-wait-ms N] [-v]
 //! fabtests-adapter list
 //! fabtests-adapter upstream --bin DIR [--providers rshm,shm] [--jobs N] [--junit FILE] ...
 //! ```
@@ -27,7 +27,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 const USAGE: &str = "usage:
-  fabtests-adapter suite [--providers rshm,shm] [--filter SUBSTR]... [--skip SUBSTR]... [--provider-path DIR] [--wait-ms N] [-v]
+  fabtests-adapter suite [--providers rshm,shm] [--filter SUBSTR]... [--skip SUBSTR]... [--provider-path DIR] [--wait-ms N] [--compare-wait-ms N] [-v]
   fabtests-adapter list
   fabtests-adapter upstream --bin DIR ...   (installed upstream fabtests; options below)
 
@@ -38,6 +38,9 @@ suite:
   --provider-path  directory holding librshm-fi.so (sets FI_PROVIDER_PATH for the test processes;
                    default: $FI_PROVIDER_PATH, else <dir of this binary>/../rshm if it has the library)
   --wait-ms        deadline for any single wait inside a scenario (default 10000)
+  --compare-wait-ms
+                   the same for the providers compared with rshm (default 3000: the C shm fails
+                   many scenarios by never completing, and nothing it passes waits that long)
   -v               show progress steps and failure details while running
 
 upstream:
@@ -101,6 +104,7 @@ fn suite(args: &[String]) -> i32 {
         skip: Vec::new(),
         provider_path: None,
         wait_timeout: Duration::from_secs(10),
+        compare_wait_timeout: Duration::from_secs(3),
         verbose: false,
     };
     let mut i = 0;
@@ -126,6 +130,11 @@ fn suite(args: &[String]) -> i32 {
                 "--wait-ms" => {
                     let v = take_value(args, &mut i, "--wait-ms")?;
                     opts.wait_timeout = Duration::from_millis(v.parse().map_err(|_| format!("bad --wait-ms {v}"))?);
+                }
+                "--compare-wait-ms" => {
+                    let v = take_value(args, &mut i, "--compare-wait-ms")?;
+                    opts.compare_wait_timeout =
+                        Duration::from_millis(v.parse().map_err(|_| format!("bad --compare-wait-ms {v}"))?);
                 }
                 "-v" | "--verbose" => opts.verbose = true,
                 other => return Err(format!("unknown argument {other}")),
