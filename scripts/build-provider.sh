@@ -46,11 +46,15 @@ fingerprint() {
 # (Called from an `if`, where `set -e` does not apply: each step checks for itself.)
 train() {
     local profdata=$1 raw=$pgo/raw lib=$pgo/instrumented
+    # The two builds at once (separate target directories): the library's whole-program link
+    # runs on one CPU, which leaves the other to the bench's build.
     RUSTFLAGS="$flags -Cprofile-generate=$raw" CARGO_TARGET_DIR=$pgo/gen \
-        cargo build --profile provider --locked -q -p rshm-provider || return 1
+        cargo build --profile provider --locked -q -p rshm-provider &
+    local gen=$! bench=0
+    cargo build --release --locked -q -p rshm-benches --bin rshm-fi-bench || bench=1
+    wait "$gen" && [ "$bench" = 0 ] || return 1
     mkdir -p "$lib" || return 1
     install -m 0755 "$pgo/gen/provider/librshm_provider.so" "$lib/librshm-fi.so" || return 1
-    cargo build --release --locked -q -p rshm-benches --bin rshm-fi-bench || return 1
     # Build scripts ran instrumented too: only the training's counts go into the profile.
     rm -rf "$raw"
     FI_PROVIDER_PATH=$lib LLVM_PROFILE_FILE="$raw/rshm-%p.profraw" target/release/rshm-fi-bench \
