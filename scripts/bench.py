@@ -55,7 +55,7 @@ FAMILIES = ["tagged", "msg", "rma", "atomic"]
 TESTS = {
     "tagged": ["lat", "bw", "bw_msg", "bw_more", "bw_data"],
     "msg": ["lat", "bw"],
-    "rma": ["write_lat", "write_bw", "read_lat", "read_bw"],
+    "rma": ["write_lat", "write_lat_tc", "write_bw", "read_lat", "read_bw"],
     "atomic": [
         "fetch_lat", "cswap_lat", "atomic_read_lat", "atomic_lat", "atomic_rate", "atomic_rate_more", "atomic_lat_tc",
         "atomic_rate_tc",
@@ -75,7 +75,11 @@ METRICS = {
     ("msg", "bw"): ("msg stream (window 64), bandwidth", "bw", "MB/s", False),
     ("tagged", "rate"): ("tagged stream (window 64), message rate", "rate", "Mmsg/s", False),
     ("msg", "rate"): ("msg stream (window 64), message rate", "rate", "Mmsg/s", False),
-    ("rma", "write_lat"): ("fi_write, post to completion, one at a time", "lat", "us", True),
+    ("rma", "write_lat"): (
+        "fi_write, post to completion, one at a time (each provider's default completion: rshm's is "
+        "delivery complete, the others' complete a small write once it is queued)", "lat", "us", True),
+    ("rma", "write_lat_tc"): (
+        "fi_writemsg(FI_TRANSMIT_COMPLETE), post to completion, one at a time", "lat", "us", True),
     ("rma", "read_lat"): ("fi_read, post to completion, one at a time", "lat", "us", True),
     ("rma", "write_bw"): ("fi_write stream (window 64), bandwidth", "bw", "MB/s", False),
     ("rma", "read_bw"): ("fi_read stream (window 64), bandwidth", "bw", "MB/s", False),

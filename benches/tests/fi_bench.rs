@@ -50,7 +50,7 @@ fn c_shm_provider_runs_every_family() {
         return;
     }
     // 2 families x 2 tests x 3 sizes + tagged bw_msg and bw_more at 8 B (they stop at 4 KiB)
-    // + 4 RMA tests x 3 sizes + the atomic tests (one size each).
+    // + 5 RMA tests x 3 sizes + the atomic tests (one size each).
     check(&bench("shm", None), 30);
 }
 

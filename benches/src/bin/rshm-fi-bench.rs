@@ -30,13 +30,13 @@ usage: rshm-fi-bench --provider NAME [--families LIST] [--tests LIST] [--sizes L
 
   --provider NAME   libfabric provider (rshm, shm, sm2, ...); rshm needs FI_PROVIDER_PATH
   --families LIST   comma-separated: tagged,msg,rma,atomic (default all)
-  --tests LIST      only these tests: lat,bw,write_lat,write_bw,read_lat,read_bw,fetch_lat,
-                    cswap_lat,atomic_read_lat,atomic_lat,atomic_rate,bw_msg,bw_more,
+  --tests LIST      only these tests: lat,bw,write_lat,write_lat_tc,write_bw,read_lat,read_bw,
+                    fetch_lat,cswap_lat,atomic_read_lat,atomic_lat,atomic_rate,bw_msg,bw_more,
                     atomic_rate_more,atomic_lat_tc,atomic_rate_tc,bw_data (default all of the
                     chosen families; the _more ones post with FI_MORE on all but the last of a
                     window, bw_msg is bw_more's call without FI_MORE, bw_data is bw with remote
-                    CQ data on every message (MPI's sends), the _tc ones post fi_atomicmsg with
-                    FI_TRANSMIT_COMPLETE; cswap_lat is fi_compare_atomic, atomic_read_lat
+                    CQ data on every message (MPI's sends), the _tc ones post fi_writemsg or
+                    fi_atomicmsg with FI_TRANSMIT_COMPLETE; cswap_lat is fi_compare_atomic, atomic_read_lat
                     fi_fetch_atomicmsg FI_ATOMIC_READ)
   --sizes LIST      message sizes, K/M suffixes allowed (default 8,64,256,1K,4K,16K,64K,256K,1M,4M)
   --time-ms MS      target duration of one timed run (default 100)

@@ -27,6 +27,11 @@ pub enum Test {
     /// One `fi_write` (`fi_read`) at a time, post to completion.
     WriteLat,
     ReadLat,
+    /// As `WriteLat`, with `fi_writemsg(FI_TRANSMIT_COMPLETE)`: completion once the write is
+    /// queued, not once its data is placed (fi_cq(3)). The completion the other shared-memory
+    /// providers give a small `fi_write` by default; rshm's default is delivery complete, which
+    /// OpenSHMEM's quiet relies on (docs/perf/bench-reading.md).
+    WriteLatTc,
     /// Windows of `WINDOW` writes (reads), then wait for all.
     WriteBw,
     ReadBw,
@@ -59,10 +64,11 @@ pub enum Test {
 }
 
 impl Test {
-    pub const ALL: [Test; 17] = [
+    pub const ALL: [Test; 18] = [
         Test::Lat,
         Test::Bw,
         Test::WriteLat,
+        Test::WriteLatTc,
         Test::WriteBw,
         Test::ReadLat,
         Test::ReadBw,
@@ -84,6 +90,7 @@ impl Test {
             Test::Lat => "lat",
             Test::Bw => "bw",
             Test::WriteLat => "write_lat",
+            Test::WriteLatTc => "write_lat_tc",
             Test::ReadLat => "read_lat",
             Test::WriteBw => "write_bw",
             Test::ReadBw => "read_bw",
@@ -110,7 +117,7 @@ impl Test {
         match family {
             Family::Tagged => &[Test::Lat, Test::Bw, Test::BwMsg, Test::BwMore, Test::BwData],
             Family::Msg => &[Test::Lat, Test::Bw],
-            Family::Rma => &[Test::WriteLat, Test::WriteBw, Test::ReadLat, Test::ReadBw],
+            Family::Rma => &[Test::WriteLat, Test::WriteLatTc, Test::WriteBw, Test::ReadLat, Test::ReadBw],
             Family::Atomic => &[
                 Test::FetchLat,
                 Test::CswapLat,
@@ -309,7 +316,7 @@ pub fn prepare_responder(e: &mut Endpoint, r: &Run) -> Result<()> {
                     Test::ReadLat | Test::ReadBw => {
                         fill_pattern(&mut e.target.bytes_mut()[..r.size], seed(RESP_SEED, r.size))
                     }
-                    Test::WriteLat | Test::WriteBw => e.target.bytes_mut()[..r.size].fill(0),
+                    Test::WriteLat | Test::WriteLatTc | Test::WriteBw => e.target.bytes_mut()[..r.size].fill(0),
                     _ => {}
                 }
             }
@@ -322,7 +329,14 @@ pub fn prepare_responder(e: &mut Endpoint, r: &Run) -> Result<()> {
 pub fn prepare_initiator(e: &mut Endpoint, r: &Run) -> Result<()> {
     if r.verify {
         match r.test {
-            Test::Lat | Test::Bw | Test::BwMore | Test::BwMsg | Test::BwData | Test::WriteLat | Test::WriteBw => {
+            Test::Lat
+            | Test::Bw
+            | Test::BwMore
+            | Test::BwMsg
+            | Test::BwData
+            | Test::WriteLat
+            | Test::WriteLatTc
+            | Test::WriteBw => {
                 fill_pattern(&mut e.tx.bytes_mut()[..r.size], seed(INIT_SEED, r.size))
             }
             _ => {}
@@ -367,7 +381,7 @@ pub fn respond(e: &mut Endpoint, r: &Run) -> Result<()> {
         _ => {
             // One-sided: progress until the initiator's run-end message.
             e.wait(0, rx0 + 1)?;
-            if r.verify && matches!(r.test, Test::WriteLat | Test::WriteBw) {
+            if r.verify && matches!(r.test, Test::WriteLat | Test::WriteLatTc | Test::WriteBw) {
                 verify(&e.target.bytes()[..r.size], seed(INIT_SEED, r.size), "bytes written into the target")?;
             }
             Ok(())
@@ -420,12 +434,16 @@ pub fn initiate(e: &mut Endpoint, r: &Run) -> Result<Duration> {
                 e.wait(tx0 + sends, rx0 + it + 1)?;
             }
         }
-        Test::WriteLat | Test::WriteBw | Test::ReadLat | Test::ReadBw => {
+        Test::WriteLat | Test::WriteLatTc | Test::WriteBw | Test::ReadLat | Test::ReadBw => {
             let per = r.test.ops_per_iter();
             let read = matches!(r.test, Test::ReadLat | Test::ReadBw);
             for it in 0..r.iters {
                 for _ in 0..per {
-                    one_sided(e, r, read)?;
+                    if r.test == Test::WriteLatTc {
+                        write_msg(e, r, (ffi::FI_COMPLETION | ffi::FI_TRANSMIT_COMPLETE) as u64)?;
+                    } else {
+                        one_sided(e, r, read)?;
+                    }
                 }
                 e.wait(tx0 + (it + 1) * per, 0)?;
             }
@@ -512,6 +530,29 @@ fn one_sided(e: &mut Endpoint, r: &Run, read: bool) -> Result<()> {
                 e.ep().write(wbuf, size, null_mut(), dest, addr, key, ctx)
             }
         }
+    })
+}
+
+/// One `fi_writemsg` of `r.size` bytes from `tx` with `flags`.
+fn write_msg(e: &mut Endpoint, r: &Run, flags: u64) -> Result<()> {
+    let (dest, addr, key, size) = (e.peer, r.remote.addr, r.remote.key, r.size);
+    let wbuf = e.tx.ptr();
+    e.retry("fi_writemsg", |e| {
+        let ctx = e.ctx();
+        let iov = ffi::iovec { iov_base: wbuf.cast(), iov_len: size };
+        let rma = ffi::fi_rma_iov { addr, len: size, key };
+        let msg = ffi::fi_msg_rma {
+            msg_iov: &iov,
+            desc: null_mut(),
+            iov_count: 1,
+            addr: dest,
+            rma_iov: &rma,
+            rma_iov_count: 1,
+            context: ctx,
+            data: 0,
+        };
+        // SAFETY: as in `one_sided`; the iovec and the message live across the call.
+        unsafe { e.ep().writemsg(&msg, flags) }
     })
 }
 

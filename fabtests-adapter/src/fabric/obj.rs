@@ -776,6 +776,15 @@ impl Ep {
         unsafe { call!((*self.ptr).rma, write(self.ptr, buf.cast(), len, desc, dest, addr, key, ctx)) }
     }
 
+    /// `fi_writemsg`.
+    ///
+    /// # Safety
+    /// The memory and context `msg` refers to stay valid until the completion is read.
+    pub unsafe fn writemsg(&self, msg: &ffi::fi_msg_rma, flags: u64) -> isize {
+        // SAFETY: ep open; the caller keeps what msg points to valid.
+        unsafe { call!((*self.ptr).rma, writemsg(self.ptr, msg, flags)) }
+    }
+
     /// `fi_read`.
     ///
     /// # Safety

@@ -79,15 +79,10 @@ pub trait EpExt {
     /// # Safety
     /// As for `writev`.
     unsafe fn readv(&self, iov: &[ffi::iovec], src: FiAddr, addr: u64, key: u64, ctx: *mut c_void) -> isize;
-    /// `fi_writemsg`.
-    ///
-    /// # Safety
-    /// The memory and context `msg` refers to stay valid until the completion is read.
-    unsafe fn writemsg(&self, msg: &ffi::fi_msg_rma, flags: u64) -> isize;
     /// `fi_readmsg`.
     ///
     /// # Safety
-    /// As for `writemsg`.
+    /// As for `Ep::writemsg`.
     unsafe fn readmsg(&self, msg: &ffi::fi_msg_rma, flags: u64) -> isize;
     /// `fi_inject_writedata`.
     fn inject_writedata(&self, buf: &[u8], data: u64, dest: FiAddr, addr: u64, key: u64) -> isize;
@@ -120,13 +115,8 @@ impl EpExt for Ep {
         }
     }
 
-    unsafe fn writemsg(&self, msg: &ffi::fi_msg_rma, flags: u64) -> isize {
-        // SAFETY: ep open; the caller keeps what msg points to valid.
-        unsafe { call!((*self.raw()).rma, writemsg(self.raw(), msg, flags)) }
-    }
-
     unsafe fn readmsg(&self, msg: &ffi::fi_msg_rma, flags: u64) -> isize {
-        // SAFETY: as in writemsg.
+        // SAFETY: ep open; the caller keeps what msg points to valid.
         unsafe { call!((*self.raw()).rma, readmsg(self.raw(), msg, flags)) }
     }
 
