@@ -336,9 +336,7 @@ pub fn prepare_initiator(e: &mut Endpoint, r: &Run) -> Result<()> {
             | Test::BwData
             | Test::WriteLat
             | Test::WriteLatTc
-            | Test::WriteBw => {
-                fill_pattern(&mut e.tx.bytes_mut()[..r.size], seed(INIT_SEED, r.size))
-            }
+            | Test::WriteBw => fill_pattern(&mut e.tx.bytes_mut()[..r.size], seed(INIT_SEED, r.size)),
             _ => {}
         }
         e.rx.bytes_mut()[..r.size.max(8)].fill(0);
