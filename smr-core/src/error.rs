@@ -32,6 +32,13 @@ impl Error {
     pub fn last_os() -> Self {
         std::io::Error::last_os_error().into()
     }
+
+    /// Whether this error, from opening a live sender's region, is a shortage of ours (file
+    /// descriptors or memory), which passes: the sender is parked, not forgotten
+    /// (`endpoint::parked`).
+    pub fn is_shortage(&self) -> bool {
+        matches!(self, Error::Os(libc::EMFILE | libc::ENFILE | libc::ENOMEM))
+    }
 }
 
 impl From<std::io::Error> for Error {

@@ -38,11 +38,6 @@ pub(super) struct Parked {
     pub commands: Vec<CmdEntry>,
 }
 
-/// Whether `e`, from opening a live sender's region, is a shortage of ours, which passes.
-pub(super) fn is_shortage(e: &Error) -> bool {
-    matches!(e, Error::Os(libc::EMFILE | libc::ENFILE | libc::ENOMEM))
-}
-
 /// The sender whose command `cmd` is.
 fn source(cmd: &Command) -> SrcId {
     match *cmd {

@@ -478,7 +478,7 @@ impl Endpoint {
         let region = match opened {
             Ok(r) if r.incarnation() == incarnation && r.owner() == ident => r,
             // A shortage of ours, not the sender's fault: its commands wait (`parked`).
-            Err(e) if super::parked::is_shortage(&e) => return Err(Error::Again),
+            Err(e) if e.is_shortage() => return Err(Error::Again),
             other => {
                 // Its entry is freed once what it pushed is handled, as for a sender we forget.
                 self.decide_later(src, incarnation);
