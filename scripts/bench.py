@@ -77,7 +77,7 @@ METRICS = {
     ("msg", "rate"): ("msg stream (window 64), message rate", "rate", "Mmsg/s", False),
     ("rma", "write_lat"): (
         "fi_write, post to completion, one at a time (each provider's default completion: rshm's is "
-        "delivery complete, the others' complete a small write once it is queued)", "lat", "us", True),
+        "delivery complete, the C shm 2.5.1 completes a small write once it is queued)", "lat", "us", True),
     ("rma", "write_lat_tc"): (
         "fi_writemsg(FI_TRANSMIT_COMPLETE), post to completion, one at a time", "lat", "us", True),
     ("rma", "read_lat"): ("fi_read, post to completion, one at a time", "lat", "us", True),
