@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 
 # Every process that loads Debian's libfabric 1.17 reads /proc/kallsyms twice at start (the verbs
 # provider's init looks for two kernel symbols, whatever FI_PROVIDER says): 120,000 lines, 0.15-0.3 s
-# a process here. The suites start a process or more per scenario, and spent about half their time
+# a process here. The suites start a process or more per scenario, and spent about a third of their time
 # there. As root, the run goes on in a mount namespace of its own where /proc/kallsyms reads empty:
 # nothing of rshm's reads it, and verbs finds no device on this machine anyway.
 if [ "$(id -u)" = 0 ] && [ -z "${RSHM_TEST_KALLSYMS_MASKED:-}" ] && unshare -m true 2>/dev/null; then

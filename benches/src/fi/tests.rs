@@ -28,9 +28,9 @@ pub enum Test {
     WriteLat,
     ReadLat,
     /// As `WriteLat`, with `fi_writemsg(FI_TRANSMIT_COMPLETE)`: completion once the write is
-    /// queued, not once its data is placed (fi_cq(3)). The completion the other shared-memory
-    /// providers give a small `fi_write` by default; rshm's default is delivery complete, which
-    /// OpenSHMEM's quiet relies on (docs/perf/bench-reading.md).
+    /// queued, not once its data is placed (fi_cq(3)). The completion the C shm 2.5.1 gives a
+    /// small `fi_write` by default; rshm's default is delivery complete, which OpenSHMEM's quiet
+    /// relies on (docs/perf/bench-reading.md).
     WriteLatTc,
     /// Windows of `WINDOW` writes (reads), then wait for all.
     WriteBw,
@@ -145,6 +145,11 @@ impl Test {
                 | Test::AtomicRateMore
                 | Test::AtomicRateTc
         )
+    }
+
+    /// Whether the test writes the initiator's bytes into the target (checked there).
+    pub fn writes(self) -> bool {
+        matches!(self, Test::WriteLat | Test::WriteLatTc | Test::WriteBw)
     }
 
     /// Whether the test fetches a value at each iteration (and checks it against the last one).
@@ -316,7 +321,7 @@ pub fn prepare_responder(e: &mut Endpoint, r: &Run) -> Result<()> {
                     Test::ReadLat | Test::ReadBw => {
                         fill_pattern(&mut e.target.bytes_mut()[..r.size], seed(RESP_SEED, r.size))
                     }
-                    Test::WriteLat | Test::WriteLatTc | Test::WriteBw => e.target.bytes_mut()[..r.size].fill(0),
+                    t if t.writes() => e.target.bytes_mut()[..r.size].fill(0),
                     _ => {}
                 }
             }
@@ -328,16 +333,10 @@ pub fn prepare_responder(e: &mut Endpoint, r: &Run) -> Result<()> {
 /// The initiator's setup before its clock starts.
 pub fn prepare_initiator(e: &mut Endpoint, r: &Run) -> Result<()> {
     if r.verify {
-        match r.test {
-            Test::Lat
-            | Test::Bw
-            | Test::BwMore
-            | Test::BwMsg
-            | Test::BwData
-            | Test::WriteLat
-            | Test::WriteLatTc
-            | Test::WriteBw => fill_pattern(&mut e.tx.bytes_mut()[..r.size], seed(INIT_SEED, r.size)),
-            _ => {}
+        // The bytes the initiator sends or writes, checked where they land.
+        let sends = matches!(r.test, Test::Lat | Test::Bw | Test::BwMore | Test::BwMsg | Test::BwData);
+        if sends || r.test.writes() {
+            fill_pattern(&mut e.tx.bytes_mut()[..r.size], seed(INIT_SEED, r.size));
         }
         e.rx.bytes_mut()[..r.size.max(8)].fill(0);
     }
@@ -379,7 +378,7 @@ pub fn respond(e: &mut Endpoint, r: &Run) -> Result<()> {
         _ => {
             // One-sided: progress until the initiator's run-end message.
             e.wait(0, rx0 + 1)?;
-            if r.verify && matches!(r.test, Test::WriteLat | Test::WriteLatTc | Test::WriteBw) {
+            if r.verify && r.test.writes() {
                 verify(&e.target.bytes()[..r.size], seed(INIT_SEED, r.size), "bytes written into the target")?;
             }
             Ok(())
@@ -437,11 +436,7 @@ pub fn initiate(e: &mut Endpoint, r: &Run) -> Result<Duration> {
             let read = matches!(r.test, Test::ReadLat | Test::ReadBw);
             for it in 0..r.iters {
                 for _ in 0..per {
-                    if r.test == Test::WriteLatTc {
-                        write_msg(e, r, (ffi::FI_COMPLETION | ffi::FI_TRANSMIT_COMPLETE) as u64)?;
-                    } else {
-                        one_sided(e, r, read)?;
-                    }
+                    one_sided(e, r)?;
                 }
                 e.wait(tx0 + (it + 1) * per, 0)?;
             }
@@ -514,43 +509,42 @@ pub fn initiate(e: &mut Endpoint, r: &Run) -> Result<Duration> {
     Ok(elapsed)
 }
 
-fn one_sided(e: &mut Endpoint, r: &Run, read: bool) -> Result<()> {
+/// One operation of the RMA test `r.test`: `fi_read` into `rx`, `fi_write` from `tx`, or for
+/// `WriteLatTc` `fi_writemsg(FI_TRANSMIT_COMPLETE)` from `tx`.
+fn one_sided(e: &mut Endpoint, r: &Run) -> Result<()> {
     let (dest, addr, key, size) = (e.peer, r.remote.addr, r.remote.key, r.size);
     let (wbuf, rbuf) = (e.tx.ptr(), e.rx.ptr());
-    e.retry(if read { "fi_read" } else { "fi_write" }, |e| {
+    let call = match r.test {
+        Test::ReadLat | Test::ReadBw => "fi_read",
+        Test::WriteLatTc => "fi_writemsg",
+        _ => "fi_write",
+    };
+    e.retry(call, |e| {
         let ctx = e.ctx();
         // SAFETY: local buffers belong to the endpoint and outlive the operation; the remote
-        // range lies inside the peer's registered target buffer (size <= its length).
+        // range lies inside the peer's registered target buffer (size <= its length); the
+        // iovec and the message of `fi_writemsg` live across the call.
         unsafe {
-            if read {
-                e.ep().read(rbuf, size, null_mut(), dest, addr, key, ctx)
-            } else {
-                e.ep().write(wbuf, size, null_mut(), dest, addr, key, ctx)
+            match r.test {
+                Test::ReadLat | Test::ReadBw => e.ep().read(rbuf, size, null_mut(), dest, addr, key, ctx),
+                Test::WriteLatTc => {
+                    let iov = ffi::iovec { iov_base: wbuf.cast(), iov_len: size };
+                    let rma = ffi::fi_rma_iov { addr, len: size, key };
+                    let msg = ffi::fi_msg_rma {
+                        msg_iov: &iov,
+                        desc: null_mut(),
+                        iov_count: 1,
+                        addr: dest,
+                        rma_iov: &rma,
+                        rma_iov_count: 1,
+                        context: ctx,
+                        data: 0,
+                    };
+                    e.ep().writemsg(&msg, (ffi::FI_COMPLETION | ffi::FI_TRANSMIT_COMPLETE) as u64)
+                }
+                _ => e.ep().write(wbuf, size, null_mut(), dest, addr, key, ctx),
             }
         }
-    })
-}
-
-/// One `fi_writemsg` of `r.size` bytes from `tx` with `flags`.
-fn write_msg(e: &mut Endpoint, r: &Run, flags: u64) -> Result<()> {
-    let (dest, addr, key, size) = (e.peer, r.remote.addr, r.remote.key, r.size);
-    let wbuf = e.tx.ptr();
-    e.retry("fi_writemsg", |e| {
-        let ctx = e.ctx();
-        let iov = ffi::iovec { iov_base: wbuf.cast(), iov_len: size };
-        let rma = ffi::fi_rma_iov { addr, len: size, key };
-        let msg = ffi::fi_msg_rma {
-            msg_iov: &iov,
-            desc: null_mut(),
-            iov_count: 1,
-            addr: dest,
-            rma_iov: &rma,
-            rma_iov_count: 1,
-            context: ctx,
-            data: 0,
-        };
-        // SAFETY: as in `one_sided`; the iovec and the message live across the call.
-        unsafe { e.ep().writemsg(&msg, flags) }
     })
 }
 
