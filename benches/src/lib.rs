@@ -49,6 +49,7 @@ const MODE_IDLE: u64 = 1;
 const MODE_ECHO: u64 = 2;
 const MODE_LINE: u64 = 3;
 const MODE_QUIT: u64 = 4;
+const MODE_CMA: u64 = 5;
 /// Child state: it failed; details are on its stderr.
 const STATE_FAILED: u64 = 99;
 /// Written into the line word to make the child leave the line loop (odd, never a ping).
@@ -61,8 +62,13 @@ struct Control {
     mode: CachePadded<AtomicU64>,
     /// Child -> parent: the mode it is in now (0 until its endpoint exists).
     state: CachePadded<AtomicU64>,
-    /// The bare cache-line ping-pong word.
+    /// The bare cache-line ping-pong word (also the turn of the bare CMA ping-pong).
     line: CachePadded<AtomicU64>,
+    /// The bare CMA ping-pong: how many bytes each side reads, and where each side's send
+    /// buffer lies in its own address space.
+    cma_len: CachePadded<AtomicU64>,
+    parent_buf: CachePadded<AtomicU64>,
+    child_buf: CachePadded<AtomicU64>,
 }
 
 // SAFETY: `Control` consists only of atomics (padded), so every bit pattern is valid and all
@@ -391,6 +397,7 @@ fn child_serve(a: &ChildArgs, ctl: &Control) -> Result<()> {
     let mut ep = Endpoint::create(&a.child_ep, params).map_err(|e| format!("create endpoint {}: {e}", a.child_ep))?;
     let parent = ep.add_peer(&a.parent_ep).map_err(|e| format!("add peer {}: {e}", a.parent_ep))?;
     let send = Buf::new(a.max_size, CHILD_SEED);
+    ctl.child_buf.store(send.ptr.as_ptr() as u64, Ordering::Release);
     let mut h = Pong::new(a.max_size, 0);
     let mut state = 0;
     let mut tag = 0u64;
@@ -403,6 +410,7 @@ fn child_serve(a: &ChildArgs, ctl: &Control) -> Result<()> {
         match mode {
             MODE_QUIT => break,
             MODE_LINE => child_line_loop(ctl),
+            MODE_CMA => child_cma_loop(ctl, a.parent_pid, &h.recv)?,
             MODE_ECHO => {
                 while ctl.mode.load(Ordering::Relaxed) == MODE_ECHO {
                     ep.progress(&mut h);
@@ -441,6 +449,39 @@ fn child_line_loop(ctl: &Control) {
             ctl.line.store(v + 1, Ordering::Release);
         }
         std::hint::spin_loop();
+    }
+}
+
+/// Answer every odd value `i` in the line word by reading `cma_len` bytes of the parent's send
+/// buffer with one `process_vm_readv`, then storing `i + 1`, until told to stop.
+fn child_cma_loop(ctl: &Control, parent: u32, recv: &Buf) -> Result<()> {
+    let parent_buf = ctl.parent_buf.load(Ordering::Acquire);
+    loop {
+        let v = ctl.line.load(Ordering::Acquire);
+        if v == LINE_STOP {
+            if ctl.mode.load(Ordering::Acquire) != MODE_CMA {
+                return Ok(());
+            }
+        } else if v & 1 == 1 {
+            let len = ctl.cma_len.load(Ordering::Relaxed) as usize;
+            bare_cma_read(parent, parent_buf, len, recv)?;
+            ctl.line.store(v + 1, Ordering::Release);
+        }
+        std::hint::spin_loop();
+    }
+}
+
+/// Read `len` bytes at `addr` in process `pid` into the start of `into` with one
+/// `process_vm_readv`, as a CMA message's receiver does, with nothing of the engine around it.
+fn bare_cma_read(pid: u32, addr: u64, len: usize, into: &Buf) -> Result<()> {
+    let remote = [smr_core::cmd::RemoteIov { addr, len: len as u64 }];
+    // SAFETY: `into` is a receive buffer of ours: the engine writes into it only while it
+    // delivers a message, inside a progress call, and neither process calls progress while the
+    // bare ping-pong runs.
+    let mut local = unsafe { into.lend(len) };
+    match smr_core::cma::read_from(pid, &remote, &mut local, 0) {
+        Ok(n) if n == len => Ok(()),
+        other => Err(format!("bare process_vm_readv of {len} bytes from pid {pid}: {other:?}")),
     }
 }
 
@@ -652,7 +693,7 @@ impl Session {
         }
         let ctl = control(&self.map);
         ctl.mode.store(mode, Ordering::Release);
-        if self.mode == MODE_LINE {
+        if matches!(self.mode, MODE_LINE | MODE_CMA) {
             ctl.line.store(LINE_STOP, Ordering::Release);
         }
         self.mode = mode;
@@ -669,6 +710,42 @@ impl Session {
         let mut spins = 0u64;
         let start = Instant::now();
         for _ in 0..iters {
+            line.store(v, Ordering::Release);
+            while line.load(Ordering::Acquire) != v + 1 {
+                std::hint::spin_loop();
+                spins += 1;
+                if spins & (CHECK_EVERY - 1) == 0 {
+                    check_child(&mut self.child, ctl)?;
+                }
+            }
+            v += 2;
+        }
+        let elapsed = start.elapsed();
+        self.line_next = v;
+        Ok(elapsed)
+    }
+
+    /// `iters` bare CMA round trips of `size` bytes: each side in turn reads `size` bytes of the
+    /// other's send buffer with one `process_vm_readv` and hands the turn over through one cache
+    /// line, the floor under a CMA message (its command, read and completion). Returns the total
+    /// time.
+    pub fn cma_round_trips(&mut self, size: usize, iters: u64) -> Result<Duration> {
+        if size > self.cfg.max_size {
+            return Err(format!("{size} bytes exceeds the session's max_size {}", self.cfg.max_size));
+        }
+        let ctl = control(&self.map);
+        ctl.cma_len.store(size as u64, Ordering::Relaxed);
+        ctl.parent_buf.store(self.send.ptr.as_ptr() as u64, Ordering::Relaxed);
+        self.set_mode(MODE_CMA)?;
+        let ctl = control(&self.map);
+        let child = self.child.id();
+        let child_buf = ctl.child_buf.load(Ordering::Acquire);
+        let line = &ctl.line;
+        let mut v = self.line_next;
+        let mut spins = 0u64;
+        let start = Instant::now();
+        for _ in 0..iters {
+            bare_cma_read(child, child_buf, size, &self.h.recv)?;
             line.store(v, Ordering::Release);
             while line.load(Ordering::Acquire) != v + 1 {
                 std::hint::spin_loop();
@@ -746,7 +823,7 @@ impl Drop for Session {
     fn drop(&mut self) {
         let ctl = control(&self.map);
         ctl.mode.store(MODE_QUIT, Ordering::Release);
-        if self.mode == MODE_LINE {
+        if matches!(self.mode, MODE_LINE | MODE_CMA) {
             ctl.line.store(LINE_STOP, Ordering::Release);
         }
         // Keep answering the child's last completions while it winds down.

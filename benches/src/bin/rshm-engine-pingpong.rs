@@ -2,7 +2,9 @@
 //!
 //! Prints, per message size, the protocol the engine uses, the one-way latency (round trip / 2),
 //! the bandwidth that latency implies, and the ratio to the bare cache-line handoff measured
-//! between the same two processes on the same two CPUs. `--local` instead prints what one
+//! between the same two processes on the same two CPUs. Each CMA size gets a second row, the
+//! bare CMA read: the same `process_vm_readv` with nothing of the engine around it, so that
+//! what the engine adds to a CMA message reads off as the difference. `--local` instead prints what one
 //! message costs the engine in instructions: both endpoints in this process, one thread.
 
 use rshm_benches::{
@@ -29,6 +31,10 @@ usage: rshm-engine-pingpong [--iters N] [--sizes LIST] [--sar | --both] [--batch
 
 RSHM_SAR_HOLD=N in the environment sets how many SAR buffers each endpoint holds back after
 copying out of them (the provider's FI_RSHM_SAR_HOLD; 0 gives each back at once).
+
+A size that goes by CMA has a second row, \"bare cma read\": each process in turn reads the
+other's buffer with one process_vm_readv and hands the turn over through one cache line, the
+floor under a CMA message; the engine's row minus it is what the engine adds.
 
 Both processes busy-poll. After a warm-up batch, the round trips run in B batches; the table
 shows the median batch (bandwidth and ratio use it) and the best batch. The figures are only
@@ -169,6 +175,12 @@ fn table(o: &Opts, transport: Transport) -> Result<(), String> {
         let iters = iters_for(size, o.iters);
         let f = measure(iters, o.batches, 2.0, |n| s.round_trips(size, n))?;
         row(size, s.protocol(size), iters, f);
+        if s.protocol(size) == "cma" {
+            // The floor under it: the same read with nothing of the engine around it, the turn
+            // handed over through one line. What the engine adds is the difference.
+            let floor = measure(iters, o.batches, 2.0, |n| s.cma_round_trips(size, n))?;
+            row(size, "bare cma read", iters, floor);
+        }
         if size == 8 {
             small = Some(f);
         }
