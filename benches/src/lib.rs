@@ -409,8 +409,12 @@ fn child_serve(a: &ChildArgs, ctl: &Control) -> Result<()> {
         }
         match mode {
             MODE_QUIT => break,
-            MODE_LINE => child_line_loop(ctl),
-            MODE_CMA => child_cma_loop(ctl, a.parent_pid, &h.recv)?,
+            MODE_LINE => child_turns(ctl, MODE_LINE, || Ok(()))?,
+            MODE_CMA => {
+                // Each turn reads `cma_len` bytes of the parent's send buffer.
+                let (from, len) = (ctl.parent_buf.load(Ordering::Acquire), ctl.cma_len.load(Ordering::Acquire));
+                child_turns(ctl, MODE_CMA, || bare_cma_read(a.parent_pid, from, len as usize, &h.recv))?
+            }
             MODE_ECHO => {
                 while ctl.mode.load(Ordering::Relaxed) == MODE_ECHO {
                     ep.progress(&mut h);
@@ -437,34 +441,17 @@ fn child_serve(a: &ChildArgs, ctl: &Control) -> Result<()> {
     Ok(())
 }
 
-/// Answer every odd value `i` in the line word with `i + 1`, until told to stop.
-fn child_line_loop(ctl: &Control) {
+/// Answer every odd value `i` in the line word with `i + 1`, after `on_turn`, until the mode
+/// is no longer `mode` (the parent then stores `LINE_STOP`).
+fn child_turns(ctl: &Control, mode: u64, mut on_turn: impl FnMut() -> Result<()>) -> Result<()> {
     loop {
         let v = ctl.line.load(Ordering::Acquire);
         if v == LINE_STOP {
-            if ctl.mode.load(Ordering::Acquire) != MODE_LINE {
-                return;
-            }
-        } else if v & 1 == 1 {
-            ctl.line.store(v + 1, Ordering::Release);
-        }
-        std::hint::spin_loop();
-    }
-}
-
-/// Answer every odd value `i` in the line word by reading `cma_len` bytes of the parent's send
-/// buffer with one `process_vm_readv`, then storing `i + 1`, until told to stop.
-fn child_cma_loop(ctl: &Control, parent: u32, recv: &Buf) -> Result<()> {
-    let parent_buf = ctl.parent_buf.load(Ordering::Acquire);
-    loop {
-        let v = ctl.line.load(Ordering::Acquire);
-        if v == LINE_STOP {
-            if ctl.mode.load(Ordering::Acquire) != MODE_CMA {
+            if ctl.mode.load(Ordering::Acquire) != mode {
                 return Ok(());
             }
         } else if v & 1 == 1 {
-            let len = ctl.cma_len.load(Ordering::Relaxed) as usize;
-            bare_cma_read(parent, parent_buf, len, recv)?;
+            on_turn()?;
             ctl.line.store(v + 1, Ordering::Release);
         }
         std::hint::spin_loop();
@@ -475,9 +462,9 @@ fn child_cma_loop(ctl: &Control, parent: u32, recv: &Buf) -> Result<()> {
 /// `process_vm_readv`, as a CMA message's receiver does, with nothing of the engine around it.
 fn bare_cma_read(pid: u32, addr: u64, len: usize, into: &Buf) -> Result<()> {
     let remote = [smr_core::cmd::RemoteIov { addr, len: len as u64 }];
-    // SAFETY: `into` is a receive buffer of ours: the engine writes into it only while it
-    // delivers a message, inside a progress call, and neither process calls progress while the
-    // bare ping-pong runs.
+    // SAFETY: no one else writes `into` meanwhile: the parent's is a buffer of its own, the
+    // child's its receive buffer, which the engine writes only while it delivers a message in a
+    // progress call, and the child makes none in this mode.
     let mut local = unsafe { into.lend(len) };
     match smr_core::cma::read_from(pid, &remote, &mut local, 0) {
         Ok(n) if n == len => Ok(()),
@@ -704,12 +691,20 @@ impl Session {
     /// `iters` bare cache-line round trips. Returns the total time.
     pub fn line_round_trips(&mut self, iters: u64) -> Result<Duration> {
         self.set_mode(MODE_LINE)?;
+        self.turns(iters, |_| Ok(()))
+    }
+
+    /// `iters` round trips of the line word with the child (in `MODE_LINE` or `MODE_CMA`), each
+    /// turn of ours starting with `before_turn` (given the child's pid). Returns the total time.
+    fn turns(&mut self, iters: u64, mut before_turn: impl FnMut(u32) -> Result<()>) -> Result<Duration> {
         let ctl = control(&self.map);
+        let child = self.child.id();
         let line = &ctl.line;
         let mut v = self.line_next;
         let mut spins = 0u64;
         let start = Instant::now();
         for _ in 0..iters {
+            before_turn(child)?;
             line.store(v, Ordering::Release);
             while line.load(Ordering::Acquire) != v + 1 {
                 std::hint::spin_loop();
@@ -737,28 +732,10 @@ impl Session {
         ctl.cma_len.store(size as u64, Ordering::Relaxed);
         ctl.parent_buf.store(self.send.ptr.as_ptr() as u64, Ordering::Relaxed);
         self.set_mode(MODE_CMA)?;
-        let ctl = control(&self.map);
-        let child = self.child.id();
-        let child_buf = ctl.child_buf.load(Ordering::Acquire);
-        let line = &ctl.line;
-        let mut v = self.line_next;
-        let mut spins = 0u64;
-        let start = Instant::now();
-        for _ in 0..iters {
-            bare_cma_read(child, child_buf, size, &self.h.recv)?;
-            line.store(v, Ordering::Release);
-            while line.load(Ordering::Acquire) != v + 1 {
-                std::hint::spin_loop();
-                spins += 1;
-                if spins & (CHECK_EVERY - 1) == 0 {
-                    check_child(&mut self.child, ctl)?;
-                }
-            }
-            v += 2;
-        }
-        let elapsed = start.elapsed();
-        self.line_next = v;
-        Ok(elapsed)
+        let child_buf = control(&self.map).child_buf.load(Ordering::Acquire);
+        // A buffer of its own to read into: the turns borrow the session.
+        let into = Buf::new(size, 0);
+        self.turns(iters, |child| bare_cma_read(child, child_buf, size, &into))
     }
 
     fn check_child(&mut self) -> Result<()> {
