@@ -55,6 +55,12 @@ const STATE_FAILED: u64 = 99;
 /// Written into the line word to make the child leave the line loop (odd, never a ping).
 const LINE_STOP: u64 = u64::MAX;
 
+/// Whether the child in `mode` takes turns on the line word (`child_turns`), which it leaves
+/// only at `LINE_STOP`.
+fn takes_turns(mode: u64) -> bool {
+    matches!(mode, MODE_LINE | MODE_CMA)
+}
+
 /// The control file's contents. Every field sits on its own 128-byte block.
 #[repr(C)]
 struct Control {
@@ -462,9 +468,8 @@ fn child_turns(ctl: &Control, mode: u64, mut on_turn: impl FnMut() -> Result<()>
 /// `process_vm_readv`, as a CMA message's receiver does, with nothing of the engine around it.
 fn bare_cma_read(pid: u32, addr: u64, len: usize, into: &Buf) -> Result<()> {
     let remote = [smr_core::cmd::RemoteIov { addr, len: len as u64 }];
-    // SAFETY: no one else writes `into` meanwhile: the parent's is a buffer of its own, the
-    // child's its receive buffer, which the engine writes only while it delivers a message in a
-    // progress call, and the child makes none in this mode.
+    // SAFETY: `into` is a receive buffer of the parent's or the child's, which the engine writes
+    // only while it delivers a message in a progress call, and neither makes one in this mode.
     let mut local = unsafe { into.lend(len) };
     match smr_core::cma::read_from(pid, &remote, &mut local, 0) {
         Ok(n) if n == len => Ok(()),
@@ -636,6 +641,7 @@ impl Session {
             cpus,
             checked: Vec::new(),
         };
+        control(&s.map).parent_buf.store(s.send.ptr.as_ptr() as u64, Ordering::Release);
         // Connect both ways and fault in the rings, then check the data path once.
         s.round_trips(8, 1000)?;
         s.line_round_trips(1000)?;
@@ -680,7 +686,7 @@ impl Session {
         }
         let ctl = control(&self.map);
         ctl.mode.store(mode, Ordering::Release);
-        if matches!(self.mode, MODE_LINE | MODE_CMA) {
+        if takes_turns(self.mode) {
             ctl.line.store(LINE_STOP, Ordering::Release);
         }
         self.mode = mode;
@@ -691,20 +697,22 @@ impl Session {
     /// `iters` bare cache-line round trips. Returns the total time.
     pub fn line_round_trips(&mut self, iters: u64) -> Result<Duration> {
         self.set_mode(MODE_LINE)?;
-        self.turns(iters, |_| Ok(()))
+        self.turns(iters, |_, _| Ok(()))
     }
 
-    /// `iters` round trips of the line word with the child (in `MODE_LINE` or `MODE_CMA`), each
-    /// turn of ours starting with `before_turn` (given the child's pid). Returns the total time.
-    fn turns(&mut self, iters: u64, mut before_turn: impl FnMut(u32) -> Result<()>) -> Result<Duration> {
+    /// `iters` round trips of the line word with the child (in a mode that `takes_turns`), each
+    /// turn of ours starting with `before_turn`, given the child's pid and our receive buffer.
+    /// Returns the total time.
+    fn turns(&mut self, iters: u64, mut before_turn: impl FnMut(u32, &Buf) -> Result<()>) -> Result<Duration> {
         let ctl = control(&self.map);
         let child = self.child.id();
+        let recv = &self.h.recv;
         let line = &ctl.line;
         let mut v = self.line_next;
         let mut spins = 0u64;
         let start = Instant::now();
         for _ in 0..iters {
-            before_turn(child)?;
+            before_turn(child, recv)?;
             line.store(v, Ordering::Release);
             while line.load(Ordering::Acquire) != v + 1 {
                 std::hint::spin_loop();
@@ -728,14 +736,11 @@ impl Session {
         if size > self.cfg.max_size {
             return Err(format!("{size} bytes exceeds the session's max_size {}", self.cfg.max_size));
         }
-        let ctl = control(&self.map);
-        ctl.cma_len.store(size as u64, Ordering::Relaxed);
-        ctl.parent_buf.store(self.send.ptr.as_ptr() as u64, Ordering::Relaxed);
+        control(&self.map).cma_len.store(size as u64, Ordering::Relaxed);
         self.set_mode(MODE_CMA)?;
         let child_buf = control(&self.map).child_buf.load(Ordering::Acquire);
-        // A buffer of its own to read into: the turns borrow the session.
-        let into = Buf::new(size, 0);
-        self.turns(iters, |child| bare_cma_read(child, child_buf, size, &into))
+        // Into the buffer the engine's messages are delivered into, as the child does.
+        self.turns(iters, |child, recv| bare_cma_read(child, child_buf, size, recv))
     }
 
     fn check_child(&mut self) -> Result<()> {
@@ -800,7 +805,7 @@ impl Drop for Session {
     fn drop(&mut self) {
         let ctl = control(&self.map);
         ctl.mode.store(MODE_QUIT, Ordering::Release);
-        if matches!(self.mode, MODE_LINE | MODE_CMA) {
+        if takes_turns(self.mode) {
             ctl.line.store(LINE_STOP, Ordering::Release);
         }
         // Keep answering the child's last completions while it winds down.
