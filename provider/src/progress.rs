@@ -243,11 +243,16 @@ const IDLE: Duration = Duration::from_secs(1);
 /// endpoint's work waits for room at a peer (`waits_for_room`).
 pub const ROOM_SLICE: Duration = Duration::from_millis(1);
 
-/// Whether work of one of endpoints `eps` waits for room at a peer, which makes room without
-/// waking us (`smr_core::endpoint::Endpoint::waits_for_room`): a thread that sleeps for them
-/// sleeps at most `ROOM_SLICE`.
+/// Whether work of one of endpoints `eps` waits for room at a peer: the engine's
+/// (`smr_core::endpoint::Endpoint::waits_for_room`), or a target's replies that found no room
+/// at their initiator (`RmaState::has_outgoing`: a pass leaves there only what a full ring or
+/// pool refused). The peer wakes us when it makes room in a ring, but for one look that can miss
+/// the request (`smr_core::wake::want_room`): a thread that sleeps with such work sleeps at most
+/// `ROOM_SLICE`.
 pub fn waits_for_room(st: &DomainState, mut eps: impl Iterator<Item = usize>) -> bool {
-    eps.any(|id| st.eps.get(id).and_then(|ep| ep.engine.as_ref()).is_some_and(|e| e.waits_for_room()))
+    eps.any(|id| {
+        st.eps.get(id).is_some_and(|ep| ep.rma.has_outgoing() || ep.engine.as_ref().is_some_and(|e| e.waits_for_room()))
+    })
 }
 
 /// Start the progress thread of `shared`.

@@ -105,6 +105,9 @@ pub struct Region {
     /// (their claim record, `cmd_ring_as`).
     peers: *const PeerSlot,
     peers_len: usize,
+    /// The wake word, resolved once too: every push wakes through it (`wake::notify`), and the
+    /// owner looks at it on every poll (`wake::room_wanted`).
+    wake: *const WakeWord,
     /// The SAR pool's pages are reserved and our page-table entries for them filled in
     /// (`map_sar_pool`): private to this mapping, not shared memory.
     sar_mapped: AtomicBool,
@@ -146,6 +149,7 @@ impl Region {
             .slice::<PeerSlot>(geo.peers, geo.counts.max_peers)
             .expect("geometry computed for this mapping")
             .as_ptr();
+        let wake: *const WakeWord = map.at(geo.wake).expect("geometry computed for this mapping");
         let region = Region {
             cmd,
             resp,
@@ -160,6 +164,7 @@ impl Region {
             is_owner: true,
             peers,
             peers_len: geo.counts.max_peers as usize,
+            wake,
             sar_mapped: AtomicBool::new(false),
             inject_mapped: AtomicBool::new(false),
             _owner_lock: owner_lock,
@@ -223,6 +228,7 @@ impl Region {
         let (incarnation, flags) = (hdr.incarnation, hdr.flags);
         let (cmd, resp, inject, sar) = Self::parts(&map, &geo)?;
         let peers = map.slice::<PeerSlot>(geo.peers, geo.counts.max_peers)?.as_ptr();
+        let wake: *const WakeWord = map.at(geo.wake)?;
         Ok(Region {
             cmd,
             resp,
@@ -237,6 +243,7 @@ impl Region {
             is_owner: false,
             peers,
             peers_len: geo.counts.max_peers as usize,
+            wake,
             sar_mapped: AtomicBool::new(false),
             inject_mapped: AtomicBool::new(false),
             _owner_lock: None,
@@ -310,8 +317,11 @@ impl Region {
         self.map.at(0).expect("validated at open")
     }
 
+    #[inline]
     pub fn wake_word(&self) -> &WakeWord {
-        self.map.at(self.geo.wake).expect("validated geometry")
+        // SAFETY: resolved (bounds- and alignment-checked) in our own mapping, which stays mapped
+        // while `self` lives.
+        unsafe { &*self.wake }
     }
 
     #[inline]

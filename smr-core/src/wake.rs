@@ -31,6 +31,33 @@ pub fn notify(word: &WakeWord) {
     }
 }
 
+/// Producer side: a ring of `word`'s region had no room for an entry of ours. Its owner, which
+/// looks at the word on every poll (`room_wanted`), wakes its peers once it has taken entries,
+/// so that a producer asleep with work that waits for that room (a blocking wait, a progress
+/// thread) goes on as soon as there is room, not when its sleep's short slice ends.
+///
+/// No barrier: a producer that retries and sleeps arms its own word first (`arm`'s fence), and
+/// the owner looks again at every poll until it clears the word. What can still be lost is the
+/// owner's last look before it stops polling for a long time, crossing our store; the short
+/// slice of a sleep with such work (`Endpoint::waits_for_room`) remains the backstop for that.
+pub fn want_room(word: &WakeWord) {
+    // Written once, not at every full push: the line is read by every producer's `notify`.
+    if word.room_wanted.load(Ordering::Relaxed) == 0 {
+        word.room_wanted.store(1, Ordering::Relaxed);
+    }
+}
+
+/// Owner side: whether a peer asked for room since the owner last took the request.
+#[inline(always)]
+pub fn room_wanted(word: &WakeWord) -> bool {
+    word.room_wanted.load(Ordering::Relaxed) != 0
+}
+
+/// Owner side: take a peer's request for room (true if there was one).
+pub fn take_room_wanted(word: &WakeWord) -> bool {
+    room_wanted(word) && word.room_wanted.swap(0, Ordering::Relaxed) != 0
+}
+
 /// Owner side, in three steps (see `endpoint::WaitHandle`): arm, returning the sequence to
 /// sleep on.
 pub fn arm(word: &WakeWord) -> u32 {

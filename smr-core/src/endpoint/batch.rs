@@ -100,9 +100,17 @@ impl Endpoint {
         };
         let n = match link.region.cmd_ring_as(link.slot).push_batch(entries) {
             Ok(n) => n,
-            Err(PushError::Full | PushError::Busy) => return 0,
+            Err(PushError::Full) => {
+                crate::wake::want_room(link.region.wake_word());
+                return 0;
+            }
+            Err(PushError::Busy) => return 0,
         };
         crate::wake::notify(link.region.wake_word());
+        if n < entries.len() {
+            // The rest found the ring full.
+            crate::wake::want_room(link.region.wake_word());
+        }
         self.stats.batches += 1;
         self.report_staged(&meta[..n], Ok(()));
         n

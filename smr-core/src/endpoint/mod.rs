@@ -600,6 +600,10 @@ impl Endpoint {
         if !self.sar_tx.is_empty() {
             self.push_sar_segments();
         }
+        // After both rings were drained: a peer that found one full may push again.
+        if crate::wake::take_room_wanted(self.region.wake_word()) {
+            self.wake_for_room();
+        }
         if std::mem::take(&mut self.tick_due) || self.liveness_due() {
             self.last_liveness = Instant::now();
             self.check_stalls();
@@ -620,17 +624,19 @@ impl Endpoint {
     }
 
     /// Whether `progress` has anything to do: a command or a response published at a ring's
-    /// head, responses or SAR segments of ours still to push, or a liveness tick due. On the
-    /// idle path that is two loads of ring stamps, so a caller polling in a tight loop can skip
-    /// the rest of its progress pass (and the polling thread notices an arrival sooner). The
-    /// inject buffers of the messages the last pass took go back here too (`spare`), without a
-    /// pass of their own.
+    /// head, a peer waiting for room in one (`wake::want_room`), responses or SAR segments of
+    /// ours still to push, or a liveness tick due. On the idle path that is two loads of ring
+    /// stamps and one of our wake word's line (shared, written only when a ring is full), so a
+    /// caller polling in a tight loop can skip the rest of its progress pass (and the polling
+    /// thread notices an arrival sooner). The inject buffers of the messages the last pass took
+    /// go back here too (`spare`), without a pass of their own.
     #[inline]
     pub fn has_work(&mut self) -> bool {
         self.sent_since_poll = 0;
         self.give_back_taken();
         if self.cmd_rx.ready(&self.region.cmd_ring())
             || self.resp_rx.ready(&self.region.resp_ring())
+            || crate::wake::room_wanted(self.region.wake_word())
             || !self.resp_backlog.is_empty()
             || !self.sar_tx.is_empty()
             || !self.staged.is_empty()

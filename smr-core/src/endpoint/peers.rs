@@ -257,7 +257,11 @@ fn pushed(region: &Region, push: std::result::Result<(), PushError>) -> Result<(
             crate::wake::notify(region.wake_word());
             Ok(())
         }
-        Err(PushError::Full | PushError::Busy) => Err(Error::Again),
+        Err(PushError::Full) => {
+            crate::wake::want_room(region.wake_word());
+            Err(Error::Again)
+        }
+        Err(PushError::Busy) => Err(Error::Again),
     }
 }
 
@@ -573,7 +577,11 @@ impl Endpoint {
                 crate::wake::notify(peer.region.wake_word());
                 Ok(())
             }
-            Err(PushError::Full | PushError::Busy) => Err(Error::Again),
+            Err(PushError::Full) => {
+                crate::wake::want_room(peer.region.wake_word());
+                Err(Error::Again)
+            }
+            Err(PushError::Busy) => Err(Error::Again),
         }
     }
 

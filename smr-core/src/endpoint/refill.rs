@@ -1,4 +1,6 @@
-//! Senders waiting for our SAR buffers are woken when we give one back.
+//! Peers waiting for room of ours are woken when we make it: senders waiting for our SAR
+//! buffers when we give one back, and any peer that found one of our rings full once we have
+//! taken entries.
 //!
 //! A large message goes through our SAR pool a segment at a time, its sender popping each
 //! segment's buffer from our free stack (`send::push_segments`). A message longer than the pool
@@ -18,9 +20,16 @@
 //! buffer.
 //!
 //! Only our own pushes wake anyone: a sender that gives back a buffer of ours it could not use
-//! (its command found our ring full) knows nothing of our other senders. Those, and work that
-//! waits for room in a ring, are left to the waits' short sleeps while work waits for room
-//! (`Endpoint::waits_for_room`).
+//! (its command found our ring full) knows nothing of our other senders; those are left to the
+//! waits' short sleeps while work waits for room (`Endpoint::waits_for_room`).
+//!
+//! A full ring is said by the peer that found it so, in our wake word (`wake::want_room`): every
+//! poll of ours looks at that word (`has_work`), and the pass after it, which took what it could
+//! from both rings, wakes every peer that may push into them (`wake_for_room`): our senders
+//! (commands) and the peers we sent to (their responses). Before, nothing told them: a progress
+//! thread or a blocking wait whose work waited for such room slept out its whole short slice
+//! (1 ms), and woke only then to find the room made long before. The slice stays, as the
+//! backstop for the one look that can miss the word (`want_room`).
 
 use super::Endpoint;
 
@@ -48,10 +57,21 @@ impl Endpoint {
         }
     }
 
+    /// A peer found one of our rings full (`wake::want_room`), and this pass took from both:
+    /// wake every peer that may push into them.
+    pub(super) fn wake_for_room(&self) {
+        for (_, sender) in self.inp.iter() {
+            crate::wake::notify(sender.region.wake_word());
+        }
+        for link in self.out.iter().filter_map(|p| p.link.as_ref()) {
+            crate::wake::notify(link.region.wake_word());
+        }
+    }
+
     /// Whether work of ours waits for room at a peer: SAR segments its pool or ring had no room
     /// for, staged messages its ring had no room for, answers its response ring had no room for.
-    /// The peer makes that room without telling us, but for its SAR pool (above), so a thread
-    /// that sleeps with such work should sleep briefly.
+    /// The peer wakes us when it makes that room (above), but for one look that can miss our
+    /// request (`wake::want_room`), so a thread that sleeps with such work still sleeps briefly.
     pub fn waits_for_room(&self) -> bool {
         !self.sar_tx.is_empty() || !self.staged.is_empty() || !self.resp_backlog.is_empty()
     }

@@ -2930,6 +2930,32 @@ fn a_receiver_closing_waits_for_a_split_writer_stopped_after_its_take() {
     assert!(at_close == pattern(len, 7), "the tail was not in the buffer when the receiver's close returned");
 }
 
+/// A sleeper's side of the blocking waits' protocol (`WaitHandle`, as the provider's
+/// `fi_cntr_wait`, `fi_cq_sread` and progress thread follow it): arm, drive, and sleep (up to
+/// `slice`) if the pass did nothing while work waits for room at a peer. Counts into `sleeps`
+/// (woken, timed out): a sleep that a peer's wake-up ended, or one that ran out its slice.
+fn drive_or_sleep(e: &mut Endpoint, h: &mut Collect, slice: std::time::Duration, sleeps: &mut (usize, usize)) {
+    let handle = e.wait_handle();
+    let seq = handle.arm();
+    if e.progress(h) == 0 && e.waits_for_room() {
+        let slept = std::time::Instant::now();
+        handle.sleep(seq, Some(slice));
+        if handle.woken_since(seq) {
+            sleeps.0 += 1;
+        } else if slept.elapsed() >= slice {
+            sleeps.1 += 1;
+        }
+    }
+    handle.disarm();
+}
+
+/// `drive_or_sleep`'s count: `who` slept at least once waiting for `what`, and a wake-up ended
+/// every sleep, none its slice.
+fn assert_every_sleep_woken((woken, timed_out): (usize, usize), who: &str, what: &str) {
+    assert!(woken > 0, "the {who} never slept waiting for {what}");
+    assert_eq!(timed_out, 0, "sleeps of the {who} that nothing woke ({woken} woken)");
+}
+
 /// A sender whose SAR message is longer than the receiver's pool sleeps on its wake word while
 /// it waits for buffers, as a blocking `fi_cntr_wait` does: the receiver, giving back buffers to
 /// its empty pool, wakes it (`refill.rs`), so that every such sleep ends woken, not timed out
@@ -2946,26 +2972,14 @@ fn a_sender_asleep_for_sar_buffers_is_woken_when_they_come_back() {
         let mut ha = Collect::default();
         let hdr = MsgHeader { app: 0, tag: 7, data: 0, aux: 0, len: len as u64 };
         a.send(to_b, hdr, LocalIov::owned(pattern(len, 7)), SendOpts { cookie: 7, ..SendOpts::default() }).unwrap();
-        let (mut woken, mut timed_out) = (0, 0);
+        let mut sleeps = (0, 0);
         let dl = deadline();
         while ha.sends_done.is_empty() {
             assert!(std::time::Instant::now() < dl, "timed out waiting for the send");
-            // The blocking waits' protocol (`WaitHandle`): arm, drive, sleep if nothing moved.
-            let handle = a.wait_handle();
-            let seq = handle.arm();
-            if a.progress(&mut ha) == 0 && a.waits_for_room() {
-                let slept = std::time::Instant::now();
-                handle.sleep(seq, Some(timeout));
-                if handle.woken_since(seq) {
-                    woken += 1;
-                } else if slept.elapsed() >= timeout {
-                    timed_out += 1;
-                }
-            }
-            handle.disarm();
+            drive_or_sleep(&mut a, &mut ha, timeout, &mut sleeps);
         }
         assert_eq!(ha.sends_done, [(7, Ok(()))]);
-        (woken, timed_out)
+        sleeps
     });
     let mut hb = Collect::default();
     let dl = deadline();
@@ -2975,12 +2989,104 @@ fn a_sender_asleep_for_sar_buffers_is_woken_when_they_come_back() {
         // Slower than the sender, so that it finds the pool empty and sleeps.
         std::thread::sleep(std::time::Duration::from_micros(200));
     }
-    let (woken, timed_out) = sender.join().unwrap();
+    let sleeps = sender.join().unwrap();
     let (hdr, result, bytes) = &hb.received[0];
     assert_eq!((hdr.tag, result), (7, &Ok(len)));
     assert!(*bytes == pattern(len, 7), "the message differs");
-    assert!(woken > 0, "the sender never slept waiting for buffers");
-    assert_eq!(timed_out, 0, "sleeps that nothing woke ({woken} woken)");
+    assert_every_sleep_woken(sleeps, "sender", "buffers");
+}
+
+/// Staged FI_MORE messages that the receiver's ring of 4 has no room for wait at the sender,
+/// which sleeps as a blocking wait does. The receiver takes them slowly and answers none (inline,
+/// not delivery-complete): nothing of its reaches the sender but the room it makes. The sender
+/// sleeps several times, and a wake-up ends every sleep, none runs out its slice (before the
+/// room bell, `refill.rs`, each did: the provider's short slice, 1 ms, was all that ended
+/// them). Every message arrives, in order.
+#[test]
+fn a_sender_asleep_for_ring_room_is_woken_when_the_receiver_takes_entries() {
+    let d = Params::default();
+    let params = Params { counts: Counts { cmd_len: 4, ..d.counts }, ..d };
+    let (mut a, mut b, to_b) = pair("roombell", params);
+    const N: usize = 64;
+    let slice = std::time::Duration::from_secs(5);
+    let sender = std::thread::spawn(move || {
+        let mut ha = Collect::default();
+        for i in 0..N {
+            let hdr = MsgHeader { app: 0, tag: i as u64, data: 0, aux: 0, len: 8 };
+            let opts = SendOpts { cookie: i as u64, more: true, ..SendOpts::default() };
+            a.send(to_b, hdr, LocalIov::owned(pattern(8, i as u8)), opts).unwrap();
+        }
+        let mut sleeps = (0, 0);
+        let dl = deadline();
+        while ha.sends_done.len() < N {
+            assert!(std::time::Instant::now() < dl, "timed out with {} of {N} sends done", ha.sends_done.len());
+            drive_or_sleep(&mut a, &mut ha, slice, &mut sleeps);
+        }
+        assert_eq!(ha.sends_done, (0..N as u64).map(|c| (c, Ok(()))).collect::<Vec<_>>());
+        sleeps
+    });
+    let mut hb = Collect::default();
+    let dl = deadline();
+    while hb.received.len() < N {
+        assert!(std::time::Instant::now() < dl, "timed out with {} of {N} messages received", hb.received.len());
+        b.progress(&mut hb);
+        // Slower than the sender, so that it finds the ring full and sleeps.
+        std::thread::sleep(std::time::Duration::from_micros(300));
+    }
+    let sleeps = sender.join().unwrap();
+    for (i, (hdr, result, bytes)) in hb.received.iter().enumerate() {
+        assert_eq!((hdr.tag, result), (i as u64, &Ok(8)), "message {i}");
+        assert!(*bytes == pattern(8, i as u8), "message {i} differs");
+    }
+    assert_every_sleep_woken(sleeps, "sender", "ring room");
+}
+
+/// The other ring: a receiver whose acknowledgements the sender's response ring of 4 has no room
+/// for keeps them (`resp_backlog`) and sleeps as a progress thread does. The sender takes its
+/// responses late and slowly and sends nothing more meanwhile: its taking them must wake the
+/// receiver (a wake-up ends every sleep, none runs out its slice), and every send completes.
+#[test]
+fn a_receiver_asleep_for_response_room_is_woken_when_the_sender_takes_responses() {
+    let d = Params::default();
+    let params = Params { counts: Counts { resp_len: 4, ..d.counts }, ..d };
+    let (mut a, mut b, to_b) = pair("respbell", params);
+    const N: usize = 32;
+    let slice = std::time::Duration::from_secs(5);
+    for i in 0..N {
+        let hdr = MsgHeader { app: 0, tag: i as u64, data: 0, aux: 0, len: 8 };
+        let opts = SendOpts { cookie: i as u64, delivery_complete: true, ..SendOpts::default() };
+        let dl = deadline();
+        // Room in b's command ring (1,024 entries by default) for all, once connected.
+        while a.send(to_b, hdr, LocalIov::owned(pattern(8, i as u8)), opts) == Err(Error::Again) {
+            assert!(std::time::Instant::now() < dl, "send {i} refused until the deadline");
+            a.progress(&mut Collect::default());
+        }
+    }
+    let receiver = std::thread::spawn(move || {
+        let mut hb = Collect::default();
+        let mut sleeps = (0, 0);
+        let dl = deadline();
+        while hb.received.len() < N || b.waits_for_room() {
+            assert!(std::time::Instant::now() < dl, "timed out with {} of {N} received", hb.received.len());
+            drive_or_sleep(&mut b, &mut hb, slice, &mut sleeps);
+        }
+        (hb.received.len(), sleeps)
+    });
+    // Late: the receiver has filled our response ring and keeps the rest.
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    let mut ha = Collect::default();
+    let dl = deadline();
+    while ha.sends_done.len() < N {
+        assert!(std::time::Instant::now() < dl, "timed out with {} of {N} sends done", ha.sends_done.len());
+        a.progress(&mut ha);
+        std::thread::sleep(std::time::Duration::from_micros(300));
+    }
+    let (received, sleeps) = receiver.join().unwrap();
+    assert_eq!(received, N);
+    let mut done = ha.sends_done.clone();
+    done.sort_by_key(|d| d.0);
+    assert_eq!(done, (0..N as u64).map(|c| (c, Ok(()))).collect::<Vec<_>>());
+    assert_every_sleep_woken(sleeps, "receiver", "response room");
 }
 
 /// A message sent alone (after a poll) above `pingpong_inline_max` goes through an inject
