@@ -418,8 +418,9 @@ impl Region {
     }
 }
 
-// SAFETY: the ring pointers point into `map`, which is Send and Sync; they are only turned into
-// shared references to atomics and cells that the ring protocol synchronises.
+// SAFETY: the ring, stack, peer-table and wake-word pointers point into `map`, which is Send and
+// Sync; they are only turned into shared references to atomics and cells that the ring, stack
+// and wake protocols synchronise.
 unsafe impl Send for Region {}
 // SAFETY: as above.
 unsafe impl Sync for Region {}
