@@ -75,8 +75,9 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"RSHMREG\0");
 /// 24: a sender copying into a published registration with CMA marks which one in its entry of
 ///    the owner's table (`PeerSlot::mr_write`): a withdrawal waits for a live writer for as long
 ///    as it lives, not at most a second.
-/// 25: a peer that found one of the owner's rings full says so (`WakeWord::room_wanted`), and
-///    the owner wakes its peers once it has taken entries (`wake::want_room`).
+/// 25: a peer that found one of the owner's rings full says so, a bit for its group of peers
+///    (`WakeWord::room_wanted`), and the owner wakes those peers once it has taken entries
+///    (`wake::want_room`).
 pub const LAYOUT_VERSION: u32 = 25;
 /// Longest region name, without the terminating NUL.
 pub const NAME_MAX: usize = 63;
@@ -279,8 +280,9 @@ pub const CLOSED: u32 = 2;
 pub struct WakeWord {
     pub seq: CachePadded<AtomicU32>,
     pub armed: AtomicU32,
-    /// Non-zero: a peer found one of the owner's rings full (`wake::want_room`). Beside `armed`,
-    /// which every push reads: written only when a ring is full, so the line stays shared.
+    /// The peers that found one of the owner's rings full, a bit for a group of them
+    /// (`wake::want_room`). Beside `armed`, which every push reads: written only when a ring is
+    /// full, so the line stays shared.
     pub room_wanted: AtomicU32,
 }
 

@@ -31,31 +31,49 @@ pub fn notify(word: &WakeWord) {
     }
 }
 
-/// Producer side: a ring of `word`'s region had no room for an entry of ours. Its owner, which
-/// looks at the word on every poll (`room_wanted`), wakes its peers once it has taken entries,
-/// so that a producer asleep with work that waits for that room (a blocking wait, a progress
-/// thread) goes on as soon as there is room, not when its sleep's short slice ends.
+/// Who asks for room (`want_room`): a sender, by its entry in the owner's peer table, shares a
+/// bit with the entries equal to it modulo `ROOM_SENDER_BITS`; every peer that answers the
+/// owner (into its response ring) shares the top bit.
+pub const ROOM_SENDER_BITS: u32 = 31;
+pub const ROOM_RESPONDERS: u32 = 1 << ROOM_SENDER_BITS;
+
+/// The `want_room` bit of the sender at entry `slot` of the owner's peer table.
+pub fn room_sender_bit(slot: u32) -> u32 {
+    1 << (slot % ROOM_SENDER_BITS)
+}
+
+/// Producer side: a ring of `word`'s region had no room for an entry of ours; `who` is our bit
+/// (`room_sender_bit`, or `ROOM_RESPONDERS`). Its owner, which looks at the word on every poll
+/// (`room_wanted`), wakes the peers whose bits are set once it has taken entries, so that a
+/// producer asleep with work that waits for that room (a blocking wait, a progress thread) goes
+/// on as soon as there is room, not when its sleep's short slice ends. The bits keep the
+/// owner's wake-ups to the peers that may have asked: waking all of them at every full ring
+/// would cost an owner under an incast a system call per sleeping peer per pass.
 ///
 /// No barrier: a producer that retries and sleeps arms its own word first (`arm`'s fence), and
 /// the owner looks again at every poll until it clears the word. What can still be lost is the
 /// owner's last look before it stops polling for a long time, crossing our store; the short
 /// slice of a sleep with such work (`Endpoint::waits_for_room`) remains the backstop for that.
-pub fn want_room(word: &WakeWord) {
+pub fn want_room(word: &WakeWord, who: u32) {
     // Written once, not at every full push: the line is read by every producer's `notify`.
-    if word.room_wanted.load(Ordering::Relaxed) == 0 {
-        word.room_wanted.store(1, Ordering::Relaxed);
+    if word.room_wanted.load(Ordering::Relaxed) & who == 0 {
+        word.room_wanted.fetch_or(who, Ordering::Relaxed);
     }
 }
 
-/// Owner side: whether a peer asked for room since the owner last took the request.
+/// Owner side: whether a peer asked for room since the owner last took the requests.
 #[inline(always)]
 pub fn room_wanted(word: &WakeWord) -> bool {
     word.room_wanted.load(Ordering::Relaxed) != 0
 }
 
-/// Owner side: take a peer's request for room (true if there was one).
-pub fn take_room_wanted(word: &WakeWord) -> bool {
-    room_wanted(word) && word.room_wanted.swap(0, Ordering::Relaxed) != 0
+/// Owner side: take the peers' requests for room (their bits; 0 if none).
+pub fn take_room_wanted(word: &WakeWord) -> u32 {
+    if room_wanted(word) {
+        word.room_wanted.swap(0, Ordering::Relaxed)
+    } else {
+        0
+    }
 }
 
 /// Owner side, in three steps (see `endpoint::WaitHandle`): arm, returning the sequence to

@@ -101,7 +101,7 @@ impl Endpoint {
         let n = match link.region.cmd_ring_as(link.slot).push_batch(entries) {
             Ok(n) => n,
             Err(PushError::Full) => {
-                crate::wake::want_room(link.region.wake_word());
+                crate::wake::want_room(link.region.wake_word(), crate::wake::room_sender_bit(link.slot));
                 return 0;
             }
             Err(PushError::Busy) => return 0,
@@ -109,7 +109,7 @@ impl Endpoint {
         crate::wake::notify(link.region.wake_word());
         if n < entries.len() {
             // The rest found the ring full.
-            crate::wake::want_room(link.region.wake_word());
+            crate::wake::want_room(link.region.wake_word(), crate::wake::room_sender_bit(link.slot));
         }
         self.stats.batches += 1;
         self.report_staged(&meta[..n], Ok(()));

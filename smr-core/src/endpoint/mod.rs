@@ -601,8 +601,9 @@ impl Endpoint {
             self.push_sar_segments();
         }
         // After both rings were drained: a peer that found one full may push again.
-        if crate::wake::take_room_wanted(self.region.wake_word()) {
-            self.wake_for_room();
+        let wanted = crate::wake::take_room_wanted(self.region.wake_word());
+        if wanted != 0 {
+            self.wake_for_room(wanted);
         }
         if std::mem::take(&mut self.tick_due) || self.liveness_due() {
             self.last_liveness = Instant::now();

@@ -242,23 +242,23 @@ impl SrcTable {
 /// Push `entry` into `region`'s command ring as the sender at `slot` of its peer table (whose
 /// claim record is there), and wake the owner.
 pub(super) fn push_cmd(region: &Region, slot: u32, entry: &CmdEntry) -> Result<()> {
-    pushed(region, region.cmd_ring_as(slot).push(entry))
+    pushed(region, slot, region.cmd_ring_as(slot).push(entry))
 }
 
 /// `push_cmd` for a command written in place into the claimed slot (`Ring::push_with`).
 #[inline(always)]
 pub(super) fn push_cmd_with(region: &Region, slot: u32, fill: impl FnOnce(&mut CmdEntry)) -> Result<()> {
-    pushed(region, region.cmd_ring_as(slot).push_with(fill))
+    pushed(region, slot, region.cmd_ring_as(slot).push_with(fill))
 }
 
-fn pushed(region: &Region, push: std::result::Result<(), PushError>) -> Result<()> {
+fn pushed(region: &Region, slot: u32, push: std::result::Result<(), PushError>) -> Result<()> {
     match push {
         Ok(()) => {
             crate::wake::notify(region.wake_word());
             Ok(())
         }
         Err(PushError::Full) => {
-            crate::wake::want_room(region.wake_word());
+            crate::wake::want_room(region.wake_word(), crate::wake::room_sender_bit(slot));
             Err(Error::Again)
         }
         Err(PushError::Busy) => Err(Error::Again),
@@ -578,7 +578,7 @@ impl Endpoint {
                 Ok(())
             }
             Err(PushError::Full) => {
-                crate::wake::want_room(peer.region.wake_word());
+                crate::wake::want_room(peer.region.wake_word(), crate::wake::ROOM_RESPONDERS);
                 Err(Error::Again)
             }
             Err(PushError::Busy) => Err(Error::Again),

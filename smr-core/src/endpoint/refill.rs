@@ -23,13 +23,14 @@
 //! (its command found our ring full) knows nothing of our other senders; those are left to the
 //! waits' short sleeps while work waits for room (`Endpoint::waits_for_room`).
 //!
-//! A full ring is said by the peer that found it so, in our wake word (`wake::want_room`): every
-//! poll of ours looks at that word (`has_work`), and the pass after it, which took what it could
-//! from both rings, wakes every peer that may push into them (`wake_for_room`): our senders
-//! (commands) and the peers we sent to (their responses). Before, nothing told them: a progress
-//! thread or a blocking wait whose work waited for such room slept out its whole short slice
-//! (1 ms), and woke only then to find the room made long before. The slice stays, as the
-//! backstop for the one look that can miss the word (`want_room`).
+//! A full ring is said by the peer that found it so, in our wake word (`wake::want_room`), a bit
+//! for its group of senders (or for all that answer us): every poll of ours looks at that word
+//! (`has_work`), and the pass after it, which took what it could from both rings, wakes the
+//! peers whose bits are set (`wake_for_room`): those of our senders (commands), and the peers we
+//! sent to (their responses). Before, nothing told them: a progress thread or a blocking wait
+//! whose work waited for such room slept out its whole short slice (1 ms), and woke only then to
+//! find the room made long before. The slice stays, as the backstop for the one look that can
+//! miss the word (`want_room`).
 
 use super::Endpoint;
 
@@ -57,14 +58,19 @@ impl Endpoint {
         }
     }
 
-    /// A peer found one of our rings full (`wake::want_room`), and this pass took from both:
-    /// wake every peer that may push into them.
-    pub(super) fn wake_for_room(&self) {
-        for (_, sender) in self.inp.iter() {
-            crate::wake::notify(sender.region.wake_word());
+    /// Peers found one of our rings full (`wake::want_room`; `wanted`, their bits), and this
+    /// pass took from both: wake the senders whose bit is set, and every peer we sent to if one
+    /// of them asked (they push our responses).
+    pub(super) fn wake_for_room(&self, wanted: u32) {
+        for (src, sender) in self.inp.iter() {
+            if wanted & crate::wake::room_sender_bit(src) != 0 {
+                crate::wake::notify(sender.region.wake_word());
+            }
         }
-        for link in self.out.iter().filter_map(|p| p.link.as_ref()) {
-            crate::wake::notify(link.region.wake_word());
+        if wanted & crate::wake::ROOM_RESPONDERS != 0 {
+            for link in self.out.iter().filter_map(|p| p.link.as_ref()) {
+                crate::wake::notify(link.region.wake_word());
+            }
         }
     }
 

@@ -3041,6 +3041,77 @@ fn a_sender_asleep_for_ring_room_is_woken_when_the_receiver_takes_entries() {
     assert_every_sleep_woken(sleeps, "sender", "ring room");
 }
 
+/// The room bell wakes the peers that asked, not every peer: of four senders asleep (armed) on
+/// their wake words, the one whose staged messages found the receiver's ring full is woken by
+/// the receiver's pass, and of the three with nothing waiting, those whose entries in the
+/// receiver's table have another bit than its own (`wake::room_sender_bit`) are not.
+#[test]
+fn the_room_bell_wakes_the_sender_that_asked_not_the_others() {
+    let d = Params::default();
+    let params = Params { counts: Counts { cmd_len: 4, ..d.counts }, ..d };
+    let (mut a, mut b, to_b) = pair("bellwho", params.clone());
+    let mut others: Vec<(Endpoint, PeerId)> = (0..3)
+        .map(|i| {
+            let mut e = Endpoint::create(&name(&format!("bellwho{i}")), params.clone()).unwrap();
+            let to = e.add_peer(b.name()).unwrap();
+            (e, to)
+        })
+        .collect();
+    let mut hb = Collect::default();
+    // Every sender connected and its first message taken, b's ring empty again.
+    let hdr = |tag| MsgHeader { app: 0, tag, data: 0, aux: 0, len: 8 };
+    for (e, to) in std::iter::once((&mut a, to_b)).chain(others.iter_mut().map(|(e, to)| (e, *to))) {
+        let dl = deadline();
+        while e.send(to, hdr(0), LocalIov::owned(pattern(8, 0)), SendOpts::default()) == Err(Error::Again) {
+            assert!(std::time::Instant::now() < dl, "a first send was refused until the deadline");
+            e.progress(&mut Collect::default());
+            b.progress(&mut hb);
+        }
+    }
+    let dl = deadline();
+    while hb.received.len() < 4 {
+        assert!(std::time::Instant::now() < dl, "{} of 4 first messages received", hb.received.len());
+        b.progress(&mut hb);
+    }
+    for (e, _) in others.iter_mut() {
+        e.progress(&mut Collect::default());
+    }
+    a.progress(&mut Collect::default());
+    let bit_of = |e: &Endpoint| {
+        let (src, _) = b.inp.iter().find(|(_, p)| p.name == e.name()).expect("a connected sender");
+        crate::wake::room_sender_bit(src)
+    };
+    let a_bit = bit_of(&a);
+    let other_bits: Vec<u32> = others.iter().map(|(e, _)| bit_of(e)).collect();
+    assert!(other_bits.iter().any(|&bit| bit != a_bit), "every sender shares the asker's bit");
+    let wa = a.wait_handle();
+    let seq_a = wa.arm();
+    let waits: Vec<_> = others.iter().map(|(e, _)| e.wait_handle()).collect();
+    let seqs: Vec<u32> = waits.iter().map(|w| w.arm()).collect();
+    let mut ha = Collect::default();
+    for i in 1..=8u64 {
+        let opts = SendOpts { cookie: i, more: true, ..SendOpts::default() };
+        a.send(to_b, hdr(i), LocalIov::owned(pattern(8, i as u8)), opts).unwrap();
+    }
+    a.progress(&mut ha);
+    assert!(a.waits_for_room(), "eight messages fitted a ring of four");
+    b.progress(&mut hb);
+    assert!(wa.woken_since(seq_a), "the sender that found the ring full was not woken");
+    for ((w, &seq), &bit) in waits.iter().zip(&seqs).zip(&other_bits) {
+        assert_eq!(w.woken_since(seq), bit == a_bit, "a sender with bit {bit:#x} (the asker's {a_bit:#x})");
+        w.disarm();
+    }
+    wa.disarm();
+    let dl = deadline();
+    while hb.received.len() < 12 {
+        assert!(std::time::Instant::now() < dl, "{} of 12 messages received", hb.received.len());
+        a.progress(&mut ha);
+        b.progress(&mut hb);
+    }
+    let tags: Vec<u64> = hb.received[4..].iter().map(|(h, _, _)| h.tag).collect();
+    assert_eq!(tags, [1, 2, 3, 4, 5, 6, 7, 8]);
+}
+
 /// The other ring: a receiver whose acknowledgements the sender's response ring of 4 has no room
 /// for keeps them (`resp_backlog`) and sleeps as a progress thread does. The sender takes its
 /// responses late and slowly and sends nothing more meanwhile: its taking them must wake the
