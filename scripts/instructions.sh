@@ -28,11 +28,8 @@ while getopts "I:S:c" opt; do
 done
 shift $((OPTIND - 1))
 PROV_DIR=${1:-$PWD/target/rshm}
-command -v valgrind >/dev/null || { echo "valgrind not found: apt-get install valgrind" >&2; exit 1; }
-command -v fi_pingpong >/dev/null || { echo "fi_pingpong not found: apt-get install libfabric-bin" >&2; exit 1; }
-[ -f "$PROV_DIR/librshm-fi.so" ] || { echo "no $PROV_DIR/librshm-fi.so: run scripts/build-provider.sh" >&2; exit 1; }
-out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
+. scripts/pingpong-callgrind.sh
+pingpong_callgrind_ready "$PROV_DIR"
 
 # A callgrind profile of the client of `fi_pingpong -S SIZE -I ITERS` into $out/$1 (with
 # `taskset -c 0` before both processes when $3 is given).
