@@ -36,6 +36,8 @@ pub fn notify(word: &WakeWord) {
 /// owner (into its response ring) shares the top bit.
 pub const ROOM_SENDER_BITS: u32 = 31;
 pub const ROOM_RESPONDERS: u32 = 1 << ROOM_SENDER_BITS;
+/// Every sender's bit (`want_room`'s word for "all our senders").
+pub const ROOM_ALL_SENDERS: u32 = ROOM_RESPONDERS - 1;
 
 /// The `want_room` bit of the sender at entry `slot` of the owner's peer table.
 pub fn room_sender_bit(slot: u32) -> u32 {

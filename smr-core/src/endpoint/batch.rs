@@ -8,7 +8,6 @@
 use super::{Endpoint, PeerId};
 use crate::cmd::CmdEntry;
 use crate::error::{Error, Result};
-use crate::ring::PushError;
 
 /// Staged messages that make the batch go out at once. A longer batch saves little more (one
 /// claim per 16 messages already), while holding all of a long run back until its last message
@@ -100,11 +99,10 @@ impl Endpoint {
         };
         let n = match link.region.cmd_ring_as(link.slot).push_batch(entries) {
             Ok(n) => n,
-            Err(PushError::Full) => {
-                crate::wake::want_room(link.region.wake_word(), crate::wake::room_sender_bit(link.slot));
+            Err(refused) => {
+                super::peers::no_room(&link.region, crate::wake::room_sender_bit(link.slot), refused);
                 return 0;
             }
-            Err(PushError::Busy) => return 0,
         };
         crate::wake::notify(link.region.wake_word());
         if n < entries.len() {

@@ -257,12 +257,17 @@ fn pushed(region: &Region, slot: u32, push: std::result::Result<(), PushError>) 
             crate::wake::notify(region.wake_word());
             Ok(())
         }
-        Err(PushError::Full) => {
-            crate::wake::want_room(region.wake_word(), crate::wake::room_sender_bit(slot));
-            Err(Error::Again)
-        }
-        Err(PushError::Busy) => Err(Error::Again),
+        Err(refused) => Err(no_room(region, crate::wake::room_sender_bit(slot), refused)),
     }
+}
+
+/// A push into `region`'s ring that was refused: `Again` to the caller, and if the ring was
+/// full, the owner asked to wake `who` once it has taken entries (`wake::want_room`).
+pub(super) fn no_room(region: &Region, who: u32, refused: PushError) -> Error {
+    if refused == PushError::Full {
+        crate::wake::want_room(region.wake_word(), who);
+    }
+    Error::Again
 }
 
 /// The answer to a connection request: the sender's index in our peer table.
@@ -577,11 +582,7 @@ impl Endpoint {
                 crate::wake::notify(peer.region.wake_word());
                 Ok(())
             }
-            Err(PushError::Full) => {
-                crate::wake::want_room(peer.region.wake_word(), crate::wake::ROOM_RESPONDERS);
-                Err(Error::Again)
-            }
-            Err(PushError::Busy) => Err(Error::Again),
+            Err(refused) => Err(no_room(&peer.region, crate::wake::ROOM_RESPONDERS, refused)),
         }
     }
 

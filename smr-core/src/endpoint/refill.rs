@@ -53,9 +53,7 @@ impl Endpoint {
 
     /// Wake every sender that may sleep waiting for our SAR buffers.
     fn wake_senders(&self) {
-        for (_, sender) in self.inp.iter() {
-            crate::wake::notify(sender.region.wake_word());
-        }
+        self.wake_for_room(crate::wake::ROOM_ALL_SENDERS);
     }
 
     /// Peers found one of our rings full (`wake::want_room`; `wanted`, their bits), and this
