@@ -30,15 +30,9 @@ pingpong_callgrind_ready "$PROV_DIR"
 # Total instructions of the client of one fi_pingpong pair of provider $1, core $2 (1.17 or
 # 2.5), $3 iterations.
 client_instructions() {
-    local prov=$1 core=$2 iters=$3 port=$((20000 + RANDOM % 30000)) lib=""
-    [ "$core" = 2.5 ] && lib=$CORE25
-    local args=(-p "$prov" -e rdm -m tagged -S "$SIZE" -I "$iters")
-    FI_PROVIDER_PATH=$PROV_DIR LD_LIBRARY_PATH=$lib timeout 600 fi_pingpong "${args[@]}" -B "$port" >/dev/null 2>&1 &
-    local srv=$!
-    sleep 0.5
-    FI_PROVIDER_PATH=$PROV_DIR LD_LIBRARY_PATH=$lib timeout 600 valgrind --tool=callgrind \
-        --callgrind-out-file="$out/cg" fi_pingpong "${args[@]}" -P "$port" 127.0.0.1 >/dev/null 2>&1 || true
-    wait "$srv" 2>/dev/null || true
+    local lib=""
+    [ "$2" = 2.5 ] && lib=$CORE25
+    LIB=$lib pingpong_callgrind cg "$1" "$3"
     awk '/^(summary|totals):/ {print $2; exit}' "$out/cg" 2>/dev/null
     rm -f "$out/cg"
 }

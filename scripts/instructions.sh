@@ -31,17 +31,10 @@ PROV_DIR=${1:-$PWD/target/rshm}
 . scripts/pingpong-callgrind.sh
 pingpong_callgrind_ready "$PROV_DIR"
 
-# A callgrind profile of the client of `fi_pingpong -S SIZE -I ITERS` into $out/$1 (with
+# A callgrind profile of the client of rshm's `fi_pingpong -S SIZE -I $2` into $out/$1 (with
 # `taskset -c 0` before both processes when $3 is given).
 profile() {
-    local port=$((20000 + RANDOM % 30000)) args=(-p rshm -e rdm -m tagged -S "$SIZE" -I "$2")
-    local pin=()
-    [ -z "${3:-}" ] || pin=(taskset -c 0)
-    FI_PROVIDER_PATH=$PROV_DIR timeout -k 5 300 "${pin[@]}" fi_pingpong "${args[@]}" -B "$port" >/dev/null 2>&1 &
-    sleep 0.3
-    FI_PROVIDER_PATH=$PROV_DIR timeout -k 5 300 "${pin[@]}" valgrind --tool=callgrind ${CACHE:+"$CACHE"} \
-        --callgrind-out-file="$out/$1" fi_pingpong "${args[@]}" -P "$port" 127.0.0.1 >/dev/null 2>&1
-    wait || true
+    PIN=${3:+taskset -c 0} VALGRIND_ARGS=$CACHE pingpong_callgrind "$1" rshm "$2"
 }
 
 # "calls inclusive" of the entry point named by $2 in profile $1, of event $EVENT.

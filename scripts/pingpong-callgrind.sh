@@ -10,3 +10,22 @@ pingpong_callgrind_ready() {
     out=$(mktemp -d)
     trap 'rm -rf "$out"' EXIT
 }
+
+# One fi_pingpong pair of provider $2 (tagged, SIZE bytes, $3 iterations) from this checkout's
+# provider in PROV_DIR, the client under callgrind with its profile in $out/$1. Optional, set for
+# the call: PIN, a command both processes run under ("taskset -c 0"); LIB, a libfabric core to
+# load instead of the system's (its directory, as LD_LIBRARY_PATH); VALGRIND_ARGS.
+pingpong_callgrind() {
+    local name=$1 prov=$2 iters=$3 port=$((20000 + RANDOM % 30000))
+    local args=(-p "$prov" -e rdm -m tagged -S "$SIZE" -I "$iters") run=(env FI_PROVIDER_PATH="$PROV_DIR")
+    [ -z "${LIB:-}" ] || run+=(LD_LIBRARY_PATH="$LIB")
+    run+=(timeout -k 5 600)
+    # shellcheck disable=SC2206 # PIN and VALGRIND_ARGS are words
+    local pin=(${PIN:-}) vg=(${VALGRIND_ARGS:-})
+    "${run[@]}" "${pin[@]}" fi_pingpong "${args[@]}" -B "$port" >/dev/null 2>&1 &
+    local srv=$!
+    sleep 0.5
+    "${run[@]}" "${pin[@]}" valgrind --tool=callgrind "${vg[@]}" --callgrind-out-file="$out/$name" \
+        fi_pingpong "${args[@]}" -P "$port" 127.0.0.1 >/dev/null 2>&1 || true
+    wait "$srv" 2>/dev/null || true
+}
