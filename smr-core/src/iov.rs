@@ -180,6 +180,20 @@ impl LocalIov {
         copied
     }
 
+    /// Where the bytes from `off` on lie, if they are one range of the caller's memory: (its
+    /// start, its length), derived from a mutable borrow so they may be written.
+    #[inline]
+    pub(crate) fn single_part_from(&mut self, off: usize) -> Option<(*mut u8, usize)> {
+        let (addr, len) = match self {
+            LocalIov::Lent { parts, .. } => match parts[..] {
+                [(addr, len)] => (addr, len),
+                _ => return None,
+            },
+            LocalIov::Owned(v) => (v.as_mut_ptr() as usize, v.len()),
+        };
+        (off < len).then(|| ((addr + off) as *mut u8, len - off))
+    }
+
     /// The ranges from byte `off` on, as iovecs a syscall may write through.
     pub(crate) fn iovecs_from(&mut self, off: usize, out: &mut IoVecs) {
         let len = self.len().saturating_sub(off);

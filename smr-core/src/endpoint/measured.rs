@@ -47,16 +47,18 @@ impl Choice {
     }
 }
 
-/// Once a class has learnt both ways, one message in this many of the way in use is timed by
-/// the choosers of one-sided operations (`Chooser::sampling`): reads and writes sent alone
-/// (`lone.rs`) and large reads answered or made by CMA (`read_way.rs`). Timing one costs two
+/// Once a class has learnt both ways, one message in this many of the way in use is timed
+/// (`Chooser::sampling`): by the choosers of one-sided operations, reads and writes sent alone
+/// (`lone.rs`) and large reads answered or made by CMA (`read_way.rs`), and by the chooser of
+/// large messages, whose CMA reads the receiver times only when the sender asks
+/// (`cmd::FLAG_TIMED`). Timing one costs two
 /// clock reads (34 ns each on the AMD host of 2026-12-02) and its lesson's bookkeeping, an
 /// answered large read four clock reads on two CPUs and a record of the read. Timing every one,
 /// fi_read of 4 KiB alone took 1,753 instructions against 1,517 sampled and 1,499 with measuring
 /// off; on that host reads alone of 4-16 KiB took 0.12-0.14 us longer, writes alone of 8-32 KiB
 /// 0.25-0.35 us, and fi_rma_bw reads of 24-128 KiB 5-12% (docs/perf/one-sided.md, sixtieth
-/// session). The chooser of large messages times them all: a message's receiver times its
-/// copies whatever the sender chose.
+/// session). A message's SAR copies are timed whatever the sender chose (a few clock reads
+/// among many segments' copies).
 pub const TIMED_ONE_IN: u32 = 8;
 
 /// Messages up to this size go by the caller's fixed rule (SAR): timing them (four clock reads)

@@ -535,7 +535,7 @@ impl Endpoint {
             publisher: Default::default(),
             polls_made: 0,
             free_polls: 0,
-            chooser: Default::default(),
+            chooser: measured::Chooser::sampling(measured::TIMED_ONE_IN),
             read_chooser: measured::Chooser::sampling(measured::TIMED_ONE_IN),
             lone_choosers: Default::default(),
             timed_reads: Default::default(),

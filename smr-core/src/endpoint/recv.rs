@@ -60,6 +60,8 @@ enum HeldData {
     Cma {
         iovs: crate::iov::RemoteIovs,
         msg_id: u64,
+        /// The sender asked for the read's time (`cmd::FLAG_TIMED`).
+        timed: bool,
     },
     /// SAR segments still arriving; `waiting` is a delivery asked for meanwhile.
     Arriving {
@@ -387,14 +389,23 @@ impl Endpoint {
             // Offered with their payload, and finished above.
             Body::Inline { .. } | Body::Inject { .. } => {}
             // The CMA path answers for itself.
-            Body::Iov { count } => {
-                let iovs: crate::iov::RemoteIovs = (0..count).map(|i| entry.iov(i)).collect();
+            Body::Iov { count, timed } => {
+                // The usual message names one range: no list gathered for it.
+                let (one, many): ([RemoteIov; 1], crate::iov::RemoteIovs);
+                let iovs: &[RemoteIov] = if count == 1 {
+                    one = [entry.iov(0)];
+                    &one
+                } else {
+                    many = (0..count).map(|i| entry.iov(i)).collect();
+                    &many
+                };
                 match disposition {
                     Disposition::Deliver { dest, ctx } | Disposition::Later { dest, ctx } => {
-                        self.pull_cma(src, msg_id, hdr, &iovs, dest, ctx, h)
+                        self.pull_cma(src, msg_id, hdr, iovs, timed, dest, ctx, h)
                     }
                     Disposition::Hold => {
-                        self.held.insert(key, Held { src, hdr, data: HeldData::Cma { iovs, msg_id } });
+                        let iovs = iovs.into();
+                        self.held.insert(key, Held { src, hdr, data: HeldData::Cma { iovs, msg_id, timed } });
                     }
                     // Only inline messages can be taken.
                     Disposition::Discard
@@ -524,6 +535,7 @@ impl Endpoint {
         msg_id: u64,
         hdr: MsgHeader,
         iovs: &[RemoteIov],
+        timed: bool,
         mut dest: LocalIov,
         ctx: u64,
         h: &mut impl Handler,
@@ -544,7 +556,7 @@ impl Endpoint {
                 return h.on_recv_done(ctx, Err(e), dest);
             }
         }
-        match self.timed_cma_read(src, iovs, &mut dest) {
+        match self.timed_cma_read(src, iovs, timed, &mut dest) {
             Ok((n, ns)) => {
                 let result = outcome(hdr.len, n);
                 self.send_resp(src, RespEntry::done_timed(msg_id, status_of(&result), n as u64, ns));
@@ -566,8 +578,18 @@ impl Endpoint {
         self.send_resp(src, RespEntry::done(msg_id, Status::CmaFailed, 0));
     }
 
-    /// `cma_read`, and how long it took (reported to the sender: `measured.rs`).
-    fn timed_cma_read(&mut self, src: SrcId, iovs: &[RemoteIov], dest: &mut LocalIov) -> Result<(usize, u64)> {
+    /// `cma_read`, and how long it took if the sender asked (`timed`; reported to it,
+    /// `measured.rs`), else 0.
+    fn timed_cma_read(
+        &mut self,
+        src: SrcId,
+        iovs: &[RemoteIov],
+        timed: bool,
+        dest: &mut LocalIov,
+    ) -> Result<(usize, u64)> {
+        if !timed {
+            return Ok((self.cma_read(src, iovs, dest)?, 0));
+        }
         let started = std::time::Instant::now();
         let n = self.cma_read(src, iovs, dest)?;
         Ok((n, (started.elapsed().as_nanos() as u64).max(1)))
@@ -741,7 +763,7 @@ impl Endpoint {
                 let n = dest.write_at(0, &bytes);
                 Ok(Delivered::Now(outcome(hdr.len, n), dest))
             }
-            HeldData::Cma { iovs, msg_id } => match self.timed_cma_read(src, &iovs, &mut dest) {
+            HeldData::Cma { iovs, msg_id, timed } => match self.timed_cma_read(src, &iovs, timed, &mut dest) {
                 Ok((n, ns)) => {
                     let result = outcome(hdr.len, n);
                     self.send_resp(src, RespEntry::done_timed(msg_id, status_of(&result), n as u64, ns));

@@ -478,9 +478,13 @@ impl Endpoint {
             Some(iovs) => {
                 let link = self.link(peer)?;
                 let src_slot = link.slot;
+                let timed = pending.measured.is_some_and(|c| c.timed());
                 super::peers::push_cmd_with(&link.region, src_slot, |e| {
                     e.set_message(src_slot, msg_id, &hdr, true);
                     e.set_iovs(&iovs);
+                    if timed {
+                        e.flags |= crate::cmd::FLAG_TIMED;
+                    }
                 })?;
                 self.stats.sent_cma += 1;
             }
@@ -705,11 +709,11 @@ impl Endpoint {
             }
             return 1;
         }
-        let Some(send) = self.pending.get_mut(&entry.msg_id) else {
-            self.on_unmatched_answer(entry.msg_id);
-            return 0;
-        };
         if status == Status::CmaFailed {
+            let Some(send) = self.pending.get_mut(&entry.msg_id) else {
+                self.on_unmatched_answer(entry.msg_id);
+                return 0;
+            };
             // The receiver kept its match and now expects the same message as SAR segments.
             self.stats.cma_fallbacks += 1;
             send.sar_next = Some(0);
@@ -720,7 +724,11 @@ impl Endpoint {
             self.sar_tx.push_back(entry.msg_id);
             return 0;
         }
-        let send = self.pending.remove(&entry.msg_id).expect("looked up above");
+        // Every other answer ends the send: taken out with the one lookup.
+        let Some(send) = self.pending.remove(&entry.msg_id) else {
+            self.on_unmatched_answer(entry.msg_id);
+            return 0;
+        };
         if let (Some(choice), Status::Ok, false) = (send.measured, status, send.sar_continuation) {
             // A SAR message costs at least our copies in: in a stream the receiver may find every
             // segment already in and copy at memory speed while ours set the pace (`measured.rs`).
