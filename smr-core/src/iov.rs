@@ -213,6 +213,13 @@ impl LocalIov {
     /// The ranges as a peer sees them for CMA; `None` if there are too many to describe.
     pub(crate) fn as_remote(&self, max: usize) -> Option<RemoteIovs> {
         let mut v = RemoteIovs::new();
+        if let LocalIov::Lent { parts, total } = self {
+            // The usual send buffer: one range (`from_ranges` drops empty ones), no walk.
+            if let [(addr, _)] = parts[..] {
+                v.push(RemoteIov { addr: addr as u64, len: *total as u64 });
+                return (max >= 1).then_some(v);
+            }
+        }
         self.with_parts(|parts| {
             walk(parts, 0, self.len(), |p, n, _| v.push(RemoteIov { addr: p as u64, len: n as u64 }))
         });

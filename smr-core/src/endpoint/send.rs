@@ -495,7 +495,9 @@ impl Endpoint {
             }
         }
         self.pending.insert(msg_id, pending);
-        self.push_sar_segments();
+        if !self.sar_tx.is_empty() {
+            self.push_sar_segments();
+        }
         Ok(SendStatus::Pending)
     }
 
