@@ -292,9 +292,10 @@ pub mod proto {
 
 /// Command flag: the sender wants a response once the data is delivered.
 pub const FLAG_ACK: u8 = 1;
-/// Command flag of a CMA message: the sender learns from this one's time (`measured.rs`), so
-/// the receiver times its read and reports it in the answer. Untimed, a read spares the
-/// receiver two clock reads (about 140 instructions of a CMA message's arrival).
+/// Command flag of a CMA message or of a SAR message's first segment: the sender learns from
+/// this one's time (`measured.rs`), so the receiver times its read or its copies out and
+/// reports the time in the answer. Untimed, a CMA read spares the receiver two clock reads
+/// (about 140 instructions of a CMA message's arrival).
 pub const FLAG_TIMED: u8 = 2;
 
 pub mod resp {

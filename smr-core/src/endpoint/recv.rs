@@ -4,7 +4,7 @@
 use super::{AnswerTo, Delivered, Disposition, Endpoint, Handler, Incoming, MsgKey, SrcId};
 use crate::cmd::{
     decode, op, proto, Body, CmdEntry, Command, MsgHeader, RemoteIov, RespEntry, SarSeg, Status, ANSWER_DATA_MAX,
-    FLAG_ACK, INLINE_MAX,
+    FLAG_ACK, FLAG_TIMED, INLINE_MAX,
 };
 use crate::error::{Error, Result};
 use crate::iov::LocalIov;
@@ -24,9 +24,9 @@ pub(super) struct SarRx {
 }
 
 impl SarRx {
-    fn new(hdr: MsgHeader, sink: Sink) -> SarRx {
-        let copy_ns = (hdr.len > super::measured::MEASURED_ABOVE).then_some(0);
-        SarRx { hdr, received: 0, sink, copy_ns }
+    /// `timed`: its sender learns from its time (`cmd::FLAG_TIMED` on its first segment).
+    fn new(hdr: MsgHeader, sink: Sink, timed: bool) -> SarRx {
+        SarRx { hdr, received: 0, sink, copy_ns: timed.then_some(0) }
     }
 
     /// The time reported to its sender (0: not timed).
@@ -436,7 +436,8 @@ impl Endpoint {
                     | Disposition::AnswerWith(_) => Sink::Dropped,
                     Disposition::Refuse(errno) => Sink::Refused(errno),
                 };
-                self.sar_rx.insert((src, msg_id), SarRx::new(hdr, sink));
+                let timed = entry.flags & FLAG_TIMED != 0;
+                self.sar_rx.insert((src, msg_id), SarRx::new(hdr, sink, timed));
                 self.on_segment(src, msg_id, seg, h);
             }
         }
@@ -574,7 +575,8 @@ impl Endpoint {
 
     fn refuse_cma(&mut self, src: SrcId, msg_id: u64, hdr: MsgHeader, sink: Sink) {
         self.stats.cma_fallbacks += 1;
-        self.sar_rx.insert((src, msg_id), SarRx::new(hdr, sink));
+        // Its sender learns nothing from a message that fell back (`sar_continuation`).
+        self.sar_rx.insert((src, msg_id), SarRx::new(hdr, sink, false));
         self.send_resp(src, RespEntry::done(msg_id, Status::CmaFailed, 0));
     }
 

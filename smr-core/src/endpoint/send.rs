@@ -858,7 +858,10 @@ fn push_segments(
             return Ok(false);
         };
         let seg_len = (send.hdr.len - offset).min(segment_len(offset, sar_size));
-        let started = send.measured.is_some().then(std::time::Instant::now);
+        // Our copies count only for a message the chooser learns from, as the receiver's do
+        // (`cmd::FLAG_TIMED` on its first segment).
+        let timed = send.measured.is_some_and(|c| c.timed());
+        let started = timed.then(std::time::Instant::now);
         let copied = geo
             .sar_offset(index)
             .and_then(|off| link.region.mapping().bytes_ptr(off, seg_len))
@@ -878,6 +881,8 @@ fn push_segments(
             e.set_message(link.slot, msg_id, &send.hdr, true);
             if !first {
                 e.op = op::SAR_SEG;
+            } else if timed {
+                e.flags |= crate::cmd::FLAG_TIMED;
             }
             e.set_sar(SarSeg { buf: index, len: seg_len as u32, offset, seq });
         };
