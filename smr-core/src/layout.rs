@@ -78,7 +78,9 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"RSHMREG\0");
 /// 25: a peer that found one of the owner's rings full says so, a bit for its group of peers
 ///    (`WakeWord::room_wanted`), and the owner wakes those peers once it has taken entries
 ///    (`wake::want_room`).
-pub const LAYOUT_VERSION: u32 = 25;
+/// 26: a receiver times a large message's CMA read or SAR copies only when its sender asks
+///    (`cmd::FLAG_TIMED`): a sender of 25, which never asks, would never learn which is faster.
+pub const LAYOUT_VERSION: u32 = 26;
 /// Longest region name, without the terminating NUL.
 pub const NAME_MAX: usize = 63;
 /// Size of one inject buffer (defined with the commands that name them, which check against it).
