@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use smr_core::cmd::{compact_at, decode, proto, Body, CmdEntry, Command, Limits, HEADER_BYTES, INLINE_MAX};
+use smr_core::cmd::{compact_at, decode, proto, Body, CmdEntry, Command, Limits, FLAG_TIMED, HEADER_BYTES, INLINE_MAX};
 
 fn entry_from(bytes: &[u8]) -> CmdEntry {
     let mut e = CmdEntry::default();
@@ -53,7 +53,10 @@ fuzz_target!(|bytes: &[u8]| {
             match body {
                 Body::Inline { len, .. } => assert!(len <= INLINE_MAX),
                 Body::Inject { buf } => assert!(u64::from(buf) < limits.inject_count && hdr.len <= 4096),
-                Body::Iov { count } => assert_eq!((0..count).map(|i| entry.iov(i).len).sum::<u64>(), hdr.len),
+                Body::Iov { count, timed } => {
+                    assert_eq!((0..count).map(|i| entry.iov(i).len).sum::<u64>(), hdr.len);
+                    assert_eq!(timed, entry.flags & FLAG_TIMED != 0);
+                }
                 Body::Sar(seg) => assert!(seg.offset + u64::from(seg.len) <= hdr.len),
             }
         }
