@@ -4,8 +4,9 @@
 //! Neither wins everywhere. On the hosts this project has run on, SAR (both CPUs copying through
 //! bounce buffers) moved 64 KiB-4 MiB 1.5-2.5x faster than one `process_vm_readv` on one, and
 //! CMA 1.4-1.6x faster than SAR on another (docs/perf/protocols.md); a fixed threshold is wrong
-//! on one of them. So a receiver times each large transfer it completes (the CMA read, or its
-//! copies out of the SAR segments) and reports the time in its answer. The sender of a SAR
+//! on one of them. So a receiver times the large transfers whose senders ask (`cmd::FLAG_TIMED`:
+//! the CMA read, or its copies out of the SAR segments) and reports the time in its answer. The
+//! sender of a SAR
 //! message times its own copies into the SAR buffers too and credits the message with the two
 //! as a pipeline (`sar_time`): in a stream the receiver may find every segment already in and
 //! copy at memory speed while the sender's copies set the pace, and on some hosts the sender's
@@ -50,15 +51,14 @@ impl Choice {
 /// Once a class has learnt both ways, one message in this many of the way in use is timed
 /// (`Chooser::sampling`): by the choosers of one-sided operations, reads and writes sent alone
 /// (`lone.rs`) and large reads answered or made by CMA (`read_way.rs`), and by the chooser of
-/// large messages, whose CMA reads the receiver times only when the sender asks
-/// (`cmd::FLAG_TIMED`). Timing one costs two
-/// clock reads (34 ns each on the AMD host of 2026-12-02) and its lesson's bookkeeping, an
-/// answered large read four clock reads on two CPUs and a record of the read. Timing every one,
-/// fi_read of 4 KiB alone took 1,753 instructions against 1,517 sampled and 1,499 with measuring
-/// off; on that host reads alone of 4-16 KiB took 0.12-0.14 us longer, writes alone of 8-32 KiB
-/// 0.25-0.35 us, and fi_rma_bw reads of 24-128 KiB 5-12% (docs/perf/one-sided.md, sixtieth
-/// session). A message's SAR copies are timed whatever the sender chose (a few clock reads
-/// among many segments' copies).
+/// large messages, whose receivers time a CMA read or SAR copies only when the sender asks
+/// (`cmd::FLAG_TIMED`). Timing one costs two clock reads (34 ns each on the AMD host of
+/// 2026-12-02) and its lesson's bookkeeping, an answered large read four clock reads on two
+/// CPUs and a record of the read. Timing every one, fi_read of 4 KiB alone took 1,753
+/// instructions against 1,517 sampled and 1,499 with measuring off; on that host reads alone of
+/// 4-16 KiB took 0.12-0.14 us longer, writes alone of 8-32 KiB 0.25-0.35 us, and fi_rma_bw reads
+/// of 24-128 KiB 5-12% (docs/perf/one-sided.md, sixtieth session). An 8 KiB CMA message's
+/// arrival took about 140 instructions fewer untimed (docs/perf/where-the-time-goes.md).
 pub const TIMED_ONE_IN: u32 = 8;
 
 /// Messages up to this size go by the caller's fixed rule (SAR): timing them (four clock reads)

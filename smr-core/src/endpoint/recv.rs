@@ -15,8 +15,8 @@ pub(super) struct SarRx {
     hdr: MsgHeader,
     received: u64,
     sink: Sink,
-    /// Our time copying its segments out, for a message its sender may have measured (the time
-    /// reported to it, `measured.rs`). Only the copies count, not the time from the first
+    /// Our time copying its segments out, for a message whose sender asked for it
+    /// (`cmd::FLAG_TIMED`; the time reported to it, `measured.rs`). Only the copies count, not the time from the first
     /// segment to the last: in a stream of messages sent some by SAR and some by CMA, a SAR
     /// message's later segments queue behind the CMA messages sent after it while its sender
     /// waits for buffers, and that span took up to 850 us for 64 KiB where the copies took 3.
