@@ -69,14 +69,8 @@ const UIO_MAXIOV: usize = 1024;
 /// Copy the peer's `remote` ranges, in order, into `local` starting at byte `local_off`.
 /// Returns how many bytes were copied (the shorter of the two totals).
 pub fn read_from(pid: u32, remote: &[RemoteIov], local: &mut LocalIov, local_off: usize) -> Result<usize> {
-    // The usual message: one range each side. Its iovec lists, built and trimmed, were about a
-    // tenth of a CMA message's instructions on the receiving side.
-    if let ([one], Some((ptr, len))) = (remote, local.single_part_from(local_off)) {
-        let want = len.min(one.len as usize);
-        let local_vec = libc::iovec { iov_base: ptr.cast(), iov_len: want };
-        let remote_vec = libc::iovec { iov_base: one.addr as *mut _, iov_len: want };
-        // SAFETY: `local_vec` is inside memory the caller lent us for writing.
-        return unsafe { transfer_vecs(pid, &mut [local_vec], &mut [remote_vec], want, Direction::Read) };
+    if let Some(copied) = one_range_each(pid, local, local_off, remote, Direction::Read) {
+        return copied;
     }
     let mut local_vecs = IoVecs::new();
     local.iovecs_from(local_off, &mut local_vecs);
@@ -95,6 +89,9 @@ pub fn write_to(pid: u32, local: &LocalIov, remote: &[RemoteIov]) -> Result<usiz
 /// sender writing its part of a split copy, `endpoint::split`). Returns how many bytes were
 /// copied (the shorter of the two totals).
 pub fn write_part_to(pid: u32, local: &LocalIov, local_off: usize, remote: &[RemoteIov]) -> Result<usize> {
+    if let Some(copied) = one_range_each(pid, local, local_off, remote, Direction::Write) {
+        return copied;
+    }
     let mut local_vecs = IoVecs::new();
     local.iovecs_for_reading_from(local_off, &mut local_vecs);
     // SAFETY: `local_vecs` describes memory the caller lent us; a write only reads it.
@@ -107,6 +104,29 @@ enum Direction {
     Read,
     /// Ours into the peer's.
     Write,
+}
+
+/// The usual copy, one range each side (a lent buffer of one range, one remote range): made
+/// without the iovec lists `transfer` builds and trims, which were about a tenth of a CMA
+/// message's instructions on the receiving side. None where either side has several ranges,
+/// `local` is owned, or `local_off` is at or past its end: `transfer` then.
+fn one_range_each(
+    pid: u32,
+    local: &LocalIov,
+    local_off: usize,
+    remote: &[RemoteIov],
+    dir: Direction,
+) -> Option<Result<usize>> {
+    let ([one], Some((addr, len))) = (remote, local.lent_single()) else { return None };
+    if local_off >= len {
+        return None;
+    }
+    let want = (len - local_off).min(one.len as usize);
+    let local_vec = libc::iovec { iov_base: (addr + local_off) as *mut _, iov_len: want };
+    let remote_vec = libc::iovec { iov_base: one.addr as *mut _, iov_len: want };
+    // SAFETY: `local_vec` lies inside the range the caller lent us for this direction's access
+    // (`read_from`'s and `write_part_to`'s contracts: writable for a read).
+    Some(unsafe { transfer_vecs(pid, &mut [local_vec], &mut [remote_vec], want, dir) })
 }
 
 /// The loop both directions share: the kernel may copy less than asked (page boundaries,

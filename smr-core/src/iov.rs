@@ -180,18 +180,18 @@ impl LocalIov {
         copied
     }
 
-    /// Where the bytes from `off` on lie, if they are one range of the caller's memory: (its
-    /// start, its length), derived from a mutable borrow so they may be written.
+    /// The one range of caller's memory this is, as (address, length): the usual lent buffer,
+    /// which the CMA copies and the description of a send take without lists of ranges built,
+    /// walked and trimmed (`cma`, `as_remote`). None for several ranges or an owned buffer.
     #[inline]
-    pub(crate) fn single_part_from(&mut self, off: usize) -> Option<(*mut u8, usize)> {
-        let (addr, len) = match self {
-            LocalIov::Lent { parts, .. } => match parts[..] {
-                [(addr, len)] => (addr, len),
-                _ => return None,
+    pub(crate) fn lent_single(&self) -> Option<(usize, usize)> {
+        match self {
+            LocalIov::Lent { parts, total } => match parts[..] {
+                [(addr, _)] => Some((addr, *total)),
+                _ => None,
             },
-            LocalIov::Owned(v) => (v.as_mut_ptr() as usize, v.len()),
-        };
-        (off < len).then(|| ((addr + off) as *mut u8, len - off))
+            LocalIov::Owned(_) => None,
+        }
     }
 
     /// The ranges from byte `off` on, as iovecs a syscall may write through.
@@ -213,12 +213,9 @@ impl LocalIov {
     /// The ranges as a peer sees them for CMA; `None` if there are too many to describe.
     pub(crate) fn as_remote(&self, max: usize) -> Option<RemoteIovs> {
         let mut v = RemoteIovs::new();
-        if let LocalIov::Lent { parts, total } = self {
-            // The usual send buffer: one range (`from_ranges` drops empty ones), no walk.
-            if let [(addr, _)] = parts[..] {
-                v.push(RemoteIov { addr: addr as u64, len: *total as u64 });
-                return (max >= 1).then_some(v);
-            }
+        if let Some((addr, len)) = self.lent_single() {
+            v.push(RemoteIov { addr: addr as u64, len: len as u64 });
+            return (max >= 1).then_some(v);
         }
         self.with_parts(|parts| {
             walk(parts, 0, self.len(), |p, n, _| v.push(RemoteIov { addr: p as u64, len: n as u64 }))

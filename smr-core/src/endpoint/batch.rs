@@ -97,17 +97,18 @@ impl Endpoint {
             self.report_staged(meta, Err(Error::PeerDead));
             return entries.len();
         };
+        let us = crate::wake::room_sender_bit(link.slot);
         let n = match link.region.cmd_ring_as(link.slot).push_batch(entries) {
             Ok(n) => n,
             Err(refused) => {
-                super::peers::no_room(&link.region, crate::wake::room_sender_bit(link.slot), refused);
+                super::peers::no_room(&link.region, us, refused);
                 return 0;
             }
         };
         crate::wake::notify(link.region.wake_word());
         if n < entries.len() {
             // The rest found the ring full.
-            crate::wake::want_room(link.region.wake_word(), crate::wake::room_sender_bit(link.slot));
+            crate::wake::want_room(link.region.wake_word(), us);
         }
         self.stats.batches += 1;
         self.report_staged(&meta[..n], Ok(()));

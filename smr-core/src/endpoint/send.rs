@@ -847,6 +847,9 @@ fn push_segments(
     let Some(entry) = link.region.peer_slots().get(link.slot as usize) else { return Ok(false) };
     let us = super::spare::Holder { entry, slot: link.slot, incarnation };
     link.region.map_sar_pool()?;
+    // Our copies count only for a message the chooser learns from, as the receiver's do
+    // (`cmd::FLAG_TIMED` on its first segment).
+    let timed = send.measured.is_some_and(|c| c.timed());
     while let Some(offset) = send.sar_next {
         if offset >= send.hdr.len {
             send.sar_next = None;
@@ -858,9 +861,6 @@ fn push_segments(
             return Ok(false);
         };
         let seg_len = (send.hdr.len - offset).min(segment_len(offset, sar_size));
-        // Our copies count only for a message the chooser learns from, as the receiver's do
-        // (`cmd::FLAG_TIMED` on its first segment).
-        let timed = send.measured.is_some_and(|c| c.timed());
         let started = timed.then(std::time::Instant::now);
         let copied = geo
             .sar_offset(index)
