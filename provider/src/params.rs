@@ -9,7 +9,7 @@ use std::time::Duration;
 /// Every parameter: name (without the FI_RSHM_ prefix), type, help.
 const DEFINITIONS: &[(&str, ffi::fi_param_type, &str)] = &[
     ("CMA", ffi::FI_PARAM_BOOL, "Use cross-memory attach (process_vm_readv) for large messages; off forces SAR bounce buffers (default: on, if the kernel permits)"),
-    ("CMA_MIN", ffi::FI_PARAM_SIZE_T, "Smallest message sent by cross-memory attach (process_vm_readv by the receiver; RMA pulls with it at every size where allowed); messages above the inject size but below it go through SAR bounce buffers, both sides copying. 0: CMA for every message above the inject size (default: unset, SAR up to one SAR segment and above it whichever of SAR and CMA the receivers measure faster on this host: docs/perf/protocols.md)"),
+    ("CMA_MIN", ffi::FI_PARAM_SIZE_T, "Smallest message sent by cross-memory attach (process_vm_readv by the receiver; RMA pulls with it at every size where allowed); messages above the inject size but below it go through SAR bounce buffers, both sides copying. 0: CMA for every message above the inject size (default: unset, above the inject size whichever of SAR and CMA the receivers measure faster on this host: docs/perf/protocols.md)"),
     ("SPLIT_MIN", ffi::FI_PARAM_SIZE_T, "Smallest message sent by CMA whose copy the two processes share, the receiver reading the first half while the sender writes the second into the receive's buffer (default: 65536; SIZE_MAX, 18446744073709551615, turns it off)"),
     ("REMOTE_COMM", ffi::FI_PARAM_BOOL, "Advertise FI_REMOTE_COMM (Open MPI's mtl/ofi requires it; all peers are still on this node) (default: off)"),
     ("QUEUE_LEN", ffi::FI_PARAM_SIZE_T, "Entries in each endpoint's command queue and response queue, a power of two (default: 1024 commands, 512 responses)"),
@@ -60,8 +60,8 @@ fn get_size(name: &str) -> Option<usize> {
 /// (see `ep::rma`), chosen by measurement (docs/perf/protocols.md).
 pub const READ_ONE_TRIP_MAX: usize = 16384;
 
-/// Without FI_RSHM_CMA_MIN no message is sent by CMA by size alone: up to 8 KiB they go by SAR,
-/// above by whichever of SAR and CMA the timings say is faster (`Params::measure_protocol`). On
+/// Without FI_RSHM_CMA_MIN no message is sent by CMA by size alone: above the inject size (4 KiB)
+/// they go by whichever of SAR and CMA the timings say is faster (`Params::measure_protocol`). On
 /// this project's VM, SAR beat CMA from 8 KiB to 4 MiB by
 /// 1.5-2.5x at 2026-11-23 12:17 (kernel 6.18.44-fc-v782), where hosts before (6.18.44-fc-v669)
 /// and after (6.18.44-fc-v595, 2026-11-25) had CMA ahead by 1.4-1.6x from 64 KiB

@@ -334,7 +334,7 @@ fn enable(ep: &Ep) -> FiResult<()> {
     let large = match (engine.cma_enabled(), cma_min) {
         (true, _) if engine.params().measure_protocol => {
             format!(
-                "SAR up to {} B, above it SAR or CMA as measured (FI_RSHM_CMA_MIN unset)",
+                "inline or inject up to {} B, above it SAR or CMA as measured (FI_RSHM_CMA_MIN unset)",
                 smr_core::endpoint::measured::MEASURED_ABOVE
             )
         }

@@ -17,10 +17,16 @@
 //! Both are copying time on some CPU, which is what two processes that read each other at once
 //! (every CPU busy) and a reader waiting for one get alike pay.
 
-use super::measured::{Choice, Via, MEASURED_ABOVE};
+use super::measured::{Choice, Via};
 use super::Endpoint;
 use crate::cmd::RespEntry;
 use std::time::Instant;
+
+/// Reads up to this size go by the caller's fixed rule (answered in one trip): at 8 KiB that
+/// took a third of a CMA read's time (docs/perf/protocols.md, "Reads: one round trip up to 16
+/// KiB"). Messages are measured from 4 KiB (`measured::MEASURED_ABOVE`); reads of 4-8 KiB have
+/// not been measured against CMA since.
+pub(super) const READS_MEASURED_ABOVE: u64 = 8 * 1024;
 
 /// The most an answer's reported copy time counts for: a peer writes it, and one absurd figure
 /// should not hold the choice (the chooser takes medians, but of a few answers only).
@@ -32,7 +38,7 @@ impl Endpoint {
     /// `Via::Cma` for ours. None when there is no choice to make (measuring is off, the read is
     /// too small to time); the caller's fixed rule then.
     pub fn choose_read(&mut self, len: usize) -> Option<Choice> {
-        if !self.params.measure_protocol || len as u64 <= MEASURED_ABOVE {
+        if !self.params.measure_protocol || len as u64 <= READS_MEASURED_ABOVE {
             return None;
         }
         self.read_chooser.choose(len as u64)
