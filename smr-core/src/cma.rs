@@ -7,7 +7,7 @@
 
 use crate::cmd::RemoteIov;
 use crate::error::{Error, Result};
-use crate::iov::{IoVecs, LocalIov};
+use crate::iov::{IoVecs, LentRange, LocalIov};
 
 /// Setting this environment variable to `1` makes `probe` answer `false`, as on a host where
 /// Yama or seccomp forbids CMA. It can only turn CMA off, never on: it exists so that the SAR
@@ -121,12 +121,28 @@ fn one_range_each(
     if local_off >= len {
         return None;
     }
-    let want = (len - local_off).min(one.len as usize);
-    let local_vec = libc::iovec { iov_base: (addr + local_off) as *mut _, iov_len: want };
-    let remote_vec = libc::iovec { iov_base: one.addr as *mut _, iov_len: want };
-    // SAFETY: `local_vec` lies inside the range the caller lent us for this direction's access
-    // (`read_from`'s and `write_part_to`'s contracts: writable for a read).
-    Some(unsafe { transfer_vecs(pid, &mut [local_vec], &mut [remote_vec], want, dir) })
+    // SAFETY: the range from `local_off` lies inside the one the caller lent us for this
+    // direction's access (`read_from`'s and `write_part_to`'s contracts: writable for a read).
+    Some(unsafe { one_range(pid, addr + local_off, len - local_off, *one, dir) })
+}
+
+/// Copy the peer's `remote` range into `local` (the express path of a CMA message into a
+/// posted receive's one buffer): the shorter of the two lengths.
+pub fn read_into(pid: u32, remote: RemoteIov, local: LentRange) -> Result<usize> {
+    // SAFETY: a `LentRange` is writable until the copy it is handed to returns (its contract).
+    unsafe { one_range(pid, local.addr(), local.len(), remote, Direction::Read) }
+}
+
+/// One range each side, the shorter of the two lengths.
+///
+/// # Safety
+/// `len` bytes at `addr` must be valid for the direction's access (writes for `Read`).
+unsafe fn one_range(pid: u32, addr: usize, len: usize, remote: RemoteIov, dir: Direction) -> Result<usize> {
+    let want = len.min(remote.len as usize);
+    let local_vec = libc::iovec { iov_base: addr as *mut _, iov_len: want };
+    let remote_vec = libc::iovec { iov_base: remote.addr as *mut _, iov_len: want };
+    // SAFETY: `local_vec` lies inside the range the caller vouches for.
+    unsafe { transfer_vecs(pid, &mut [local_vec], &mut [remote_vec], want, dir) }
 }
 
 /// The loop both directions share: the kernel may copy less than asked (page boundaries,

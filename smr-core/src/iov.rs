@@ -17,6 +17,38 @@ pub type IoVecs = smallvec::SmallVec<[libc::iovec; 4]>;
 /// A peer's ranges for CMA, held inline up to four, for the same reason.
 pub type RemoteIovs = smallvec::SmallVec<[RemoteIov; 4]>;
 
+/// One range of the caller's memory lent for a copy into it: a posted receive's one buffer,
+/// read into by the express path of a CMA message (`Handler::on_cma_express`) without the
+/// `LocalIov` a delivery builds. Made only by the unsafe `new`, whose caller vouches for it.
+#[derive(Debug, Clone, Copy)]
+pub struct LentRange {
+    addr: usize,
+    len: usize,
+}
+
+impl LentRange {
+    /// Lend `len` bytes at `addr`.
+    ///
+    /// # Safety
+    /// As `LocalIov::from_raw` for a receive buffer: valid for writes, and untouched by the
+    /// caller, until the copy it is handed to has returned.
+    pub unsafe fn new(addr: usize, len: usize) -> LentRange {
+        LentRange { addr, len }
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub(crate) fn addr(&self) -> usize {
+        self.addr
+    }
+}
+
 /// A list of caller-owned byte ranges, or an owned buffer.
 #[derive(Debug)]
 pub enum LocalIov {

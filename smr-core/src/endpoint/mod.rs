@@ -34,7 +34,7 @@ use crate::cmd::{CmdEntry, Limits, MsgHeader, ANSWER_DATA_MAX, INLINE_MAX};
 use crate::error::{Error, Result};
 use crate::free_stack::StackCheck;
 use crate::idmap::IdMap;
-use crate::iov::LocalIov;
+use crate::iov::{LentRange, LocalIov};
 use crate::layout::{Counts, FLAG_CMA, INJECT_SIZE};
 use crate::liveness::ProcessIdentity;
 use crate::region::Region;
@@ -269,6 +269,15 @@ pub trait Handler {
     /// so the handler must change nothing then. The bytes are a peer's: as untrusted as any.
     fn on_inline(&mut self, _msg: &Incoming, _payload: &[u8]) -> Option<Disposition> {
         None
+    }
+    /// The express path of a CMA message of one range, offered before the general path as
+    /// `on_inline` is: a handler with a receive at hand for it, of one buffer, lends that
+    /// buffer to `read`, which copies the message into it and returns the bytes copied, and
+    /// completes the receive with them. `read` answers None when the copy failed; then, and
+    /// whenever it does not call `read`, the handler changes nothing and returns false, and the
+    /// message goes the general way (`on_message`).
+    fn on_cma_express(&mut self, _msg: &Incoming, _read: impl FnOnce(LentRange) -> Option<usize>) -> bool {
+        false
     }
     /// A delivery finished: bytes delivered, or why not. `dest` is handed back.
     fn on_recv_done(&mut self, ctx: u64, result: Result<usize>, dest: LocalIov);

@@ -367,6 +367,7 @@ impl Endpoint {
                     return;
                 }
             },
+            Body::Iov { count: 1, timed } if self.express_cma(entry, src, msg_id, ack, hdr, timed, h) => return,
             Body::Iov { .. } | Body::Sar(_) => None,
         };
         let (key, disposition) = self.offer(src, msg_id, hdr, ack, payload, h);
@@ -573,6 +574,49 @@ impl Endpoint {
         }
     }
 
+    /// The express path of a CMA message of one range (`Handler::on_cma_express`): read straight
+    /// into the receive the handler has at hand, and answer. False, with nothing done, sends
+    /// the message the general way (`offer`, `pull_cma`), as one the two sides would copy
+    /// together always goes (`split.rs`). What it skips: the delivery's lent `LocalIov`, the
+    /// handler's record of a delivery in flight and the `on_recv_done` that ends it.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn express_cma(
+        &mut self,
+        entry: &CmdEntry,
+        src: SrcId,
+        msg_id: u64,
+        ack: bool,
+        hdr: MsgHeader,
+        timed: bool,
+        h: &mut impl Handler,
+    ) -> bool {
+        if hdr.len >= self.params.split_min as u64 {
+            return false;
+        }
+        let Some(src_gen) = self.inp.incarnation(src) else { return false };
+        let remote = entry.iov(0);
+        let msg = Incoming { key: self.new_key(), src, src_gen, msg_id, hdr, acked: ack };
+        let mut read = None;
+        let taken = h.on_cma_express(&msg, |local| {
+            read = self.timed_cma(src, timed, |pid| crate::cma::read_into(pid, remote, local)).ok();
+            read.map(|(n, _)| n)
+        });
+        match (taken, read) {
+            (true, Some((n, ns))) => {
+                let status = status_of(&outcome(hdr.len, n));
+                self.send_resp(src, RespEntry::done_timed(msg_id, status, n as u64, ns));
+                true
+            }
+            // A handler that took the message without reading it: the sender still waits.
+            (true, None) => {
+                self.send_resp(src, RespEntry::done(msg_id, Status::Dropped, 0));
+                true
+            }
+            (false, _) => false,
+        }
+    }
+
     fn refuse_cma(&mut self, src: SrcId, msg_id: u64, hdr: MsgHeader, sink: Sink) {
         self.stats.cma_fallbacks += 1;
         // Its sender learns nothing from a message that fell back (`sar_continuation`).
@@ -589,18 +633,18 @@ impl Endpoint {
         timed: bool,
         dest: &mut LocalIov,
     ) -> Result<(usize, u64)> {
-        if !timed {
-            return Ok((self.cma_read(src, iovs, dest)?, 0));
-        }
-        let started = std::time::Instant::now();
-        let n = self.cma_read(src, iovs, dest)?;
-        Ok((n, (started.elapsed().as_nanos() as u64).max(1)))
+        self.timed_cma(src, timed, |pid| crate::cma::read_from(pid, iovs, dest, 0))
     }
 
-    fn cma_read(&mut self, src: SrcId, iovs: &[RemoteIov], dest: &mut LocalIov) -> Result<usize> {
-        let copied = crate::cma::read_from(self.live_pid(src)?, iovs, dest, 0);
+    /// A CMA read out of sender `src` (`read`, given its pid), and how long it took if the
+    /// sender asked (`timed`), else 0.
+    #[inline(always)]
+    fn timed_cma(&mut self, src: SrcId, timed: bool, read: impl FnOnce(u32) -> Result<usize>) -> Result<(usize, u64)> {
+        let started = timed.then(std::time::Instant::now);
+        let copied = read(self.live_pid(src)?);
         self.stats.cma_reads += u64::from(copied.is_ok());
-        self.dead_if_gone(src, copied)
+        let n = self.dead_if_gone(src, copied)?;
+        Ok((n, started.map_or(0, |t| (t.elapsed().as_nanos() as u64).max(1))))
     }
 
     /// Copy `data` straight into the memory of sender `src` that `remote` names, with CMA: a

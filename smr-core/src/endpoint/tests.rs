@@ -41,6 +41,10 @@ struct Collect {
     answer_parts: Vec<usize>,
     /// The answers' first bytes as announced before the answers (`on_send_answer_part`).
     answer_pieces: Vec<(u64, Vec<u8>)>,
+    /// Take CMA messages on the express path (`on_cma_express`) into a buffer of `dest_len`
+    /// (or the message's length), recorded in `received` as a delivery is; counted here.
+    take_cma: bool,
+    cma_taken: usize,
 }
 
 impl Handler for Collect {
@@ -97,6 +101,17 @@ impl Handler for Collect {
         }
         self.inline_taken += 1;
         Some(self.on_payload(msg, "", payload))
+    }
+    fn on_cma_express(&mut self, msg: &Incoming, read: impl FnOnce(LentRange) -> Option<usize>) -> bool {
+        if !self.take_cma {
+            return false;
+        }
+        let mut buf = vec![0u8; self.dest_len.unwrap_or(msg.hdr.len as usize)];
+        // SAFETY: `buf` is ours, writable, and untouched until `read` returns.
+        let Some(n) = read(unsafe { LentRange::new(buf.as_mut_ptr() as usize, buf.len()) }) else { return false };
+        self.cma_taken += 1;
+        self.received.push((msg.hdr, outcome(msg.hdr.len, n), buf));
+        true
     }
     fn on_recv_done(&mut self, ctx: u64, result: Result<usize>, dest: LocalIov) {
         let hdr = self.offered.iter().find(|m| m.hdr.tag == ctx).map(|m| m.hdr).unwrap_or_default();
@@ -2802,6 +2817,47 @@ fn a_withdrawal_waits_for_a_published_writer_stopped_before_its_copy() {
     assert_eq!((wrote, a.stats().published_writes), (Ok(1000), 1));
     assert!(at_withdrawal == pattern(1000, 9), "the withdrawal returned before the stopped writer's copy");
     drop(mem);
+}
+
+/// CMA messages of one range taken on the express path (`Handler::on_cma_express`): every byte
+/// lands, a receive shorter than its message is truncated, and receiver and sender end each
+/// message exactly as the general path (`on_message`, a delivery) ends it; messages the two
+/// sides copy together (from `split_min`) go the general way.
+#[test]
+fn cma_messages_taken_express_end_as_delivered_ones_do() {
+    if !cma_or_skip("cma_messages_taken_express_end_as_delivered_ones_do") {
+        return;
+    }
+    let sizes = [INJECT_SIZE as usize + 1, 8 * 1024, 20_001, 60 * 1024, 64 * 1024, 100_000];
+    // The fourth goes into a receive 100 bytes short of it.
+    let dest_len = |i: usize| (i == 3).then(|| sizes[i] - 100);
+    let run = |take_cma: bool| {
+        let params = Params { cma_min: 0, split_min: 64 * 1024, ..Params::default() };
+        let (mut a, mut b, to_b) = pair(if take_cma { "cmaexpress" } else { "cmageneral" }, params);
+        let (mut ha, mut hb) = (Collect::default(), Collect { take_cma, ..Collect::default() });
+        for (i, &len) in sizes.iter().enumerate() {
+            hb.dest_len = dest_len(i);
+            let hdr = MsgHeader { app: 0, tag: i as u64, data: 0, aux: 0, len: len as u64 };
+            let opts = SendOpts { cookie: i as u64, ..SendOpts::default() };
+            a.send(to_b, hdr, LocalIov::owned(pattern(len, i as u8 + 1)), opts).unwrap();
+            pump_until((&mut a, &mut ha), (&mut b, &mut hb), "a CMA message", |ha, _| ha.sends_done.len() == i + 1);
+        }
+        assert_eq!(a.stats().sent_cma, sizes.len() as u64);
+        assert_eq!((a.outstanding(), b.outstanding(), b.stats().corrupt_commands), (0, 0, 0));
+        (hb.received, ha.sends_done, hb.cma_taken)
+    };
+    let (express, express_sends, taken) = run(true);
+    let (general, general_sends, _) = run(false);
+    assert_eq!(taken, 4, "all but the two from split_min on");
+    assert_eq!(express.len(), sizes.len());
+    for (i, (hdr, result, bytes)) in express.iter().enumerate() {
+        let len = dest_len(i).unwrap_or(sizes[i]);
+        assert_eq!(hdr.tag, i as u64);
+        assert!(bytes[..len] == pattern(sizes[i], i as u8 + 1)[..len], "message {i} differs");
+        assert_eq!(result, &general[i].1, "message {i}'s outcome");
+    }
+    assert!(matches!(express[3].1, Err(Error::Truncated { .. })), "{:?}", express[3].1);
+    assert_eq!(express_sends, general_sends);
 }
 
 /// Split copies (`split.rs`), one thread driving both endpoints: the sender never sees the offer

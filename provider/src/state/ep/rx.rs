@@ -248,6 +248,35 @@ impl RxState {
         true
     }
 
+    /// The express path of a CMA message (`Handler::on_cma_express`): when the first posted
+    /// receive of its queue matches it and is one buffer, not a multi-receive one, `read` copies
+    /// the message into that buffer, and the receive completes where it sits and leaves the
+    /// queue. False, with nothing changed, otherwise, or when the copy failed (`read` gave
+    /// None): the message goes the general way.
+    #[inline(always)]
+    fn read_into_front(
+        &mut self,
+        src: u64,
+        hdr: &MsgHeader,
+        (directed, selective): (bool, bool),
+        read: impl FnOnce(smr_core::iov::LentRange) -> Option<usize>,
+        sinks: &mut Sinks,
+    ) -> bool {
+        let q = &mut self.posted[queue(hdr.app & APP_TAGGED != 0)];
+        let Some(recv) = q.front() else { return false };
+        let [(addr, len)] = *recv.iov.as_slice() else { return false };
+        if recv.multi() || !recv.matches(src, hdr.tag, directed) {
+            return false;
+        }
+        // SAFETY: the application's posted receive buffer, which it may not touch until the
+        // receive completes (libfabric's buffer contract); it completes below, after the copy.
+        let Some(n) = read(unsafe { smr_core::iov::LentRange::new(addr, len) }) else { return false };
+        let op = RecvOp::new(recv, src, *hdr, &recv.iov, selective, false);
+        complete_op(&op, smr_core::endpoint::outcome(hdr.len, n), sinks);
+        q.pop_front();
+        true
+    }
+
     /// A delivery finished: report it.
     fn complete(&mut self, key: usize, result: smr_core::Result<usize>, sinks: &mut Sinks) {
         let Some(op) = self.in_flight.try_remove(key) else { return };
@@ -474,6 +503,18 @@ impl smr_core::endpoint::Handler for Handler<'_> {
         let Some((op, n)) = self.rx.take_posted(src, hdr, how, copy) else { return Some(self.hold(msg, src)) };
         complete_op(&op, smr_core::endpoint::outcome(hdr.len, n), &mut self.sinks);
         Some(Disposition::Taken { answer_later: false })
+    }
+
+    fn on_cma_express(&mut self, msg: &Incoming, read: impl FnOnce(smr_core::iov::LentRange) -> Option<usize>) -> bool {
+        if super::rma::kind_of(msg.hdr.app) != super::rma::KIND_MSG {
+            return false;
+        }
+        // A sender seen before, as for `on_inline`.
+        let Some(src) = self.cached_source(msg.src, msg.src_gen) else { return false };
+        let hdr = &msg.hdr;
+        crate::debug!(EpData, "arrived from {src} len {} tag {:#x} app {} (express CMA)", hdr.len, hdr.tag, hdr.app);
+        let how = (self.directed, self.sinks.b.rx_selective);
+        self.rx.read_into_front(src, hdr, how, read, &mut self.sinks)
     }
 
     fn on_recv_done(&mut self, ctx: u64, result: smr_core::Result<usize>, dest: LocalIov) {
