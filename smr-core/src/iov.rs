@@ -18,7 +18,7 @@ pub type IoVecs = smallvec::SmallVec<[libc::iovec; 4]>;
 pub type RemoteIovs = smallvec::SmallVec<[RemoteIov; 4]>;
 
 /// One range of the caller's memory lent for a copy into it: a posted receive's one buffer,
-/// read into by the express path of a CMA message (`Handler::on_cma_express`) without the
+/// filled by the express path of a CMA or one-segment SAR message (`Handler::on_fill_express`) without the
 /// `LocalIov` a delivery builds. Made only by the unsafe `new`, whose caller vouches for it.
 #[derive(Debug, Clone, Copy)]
 pub struct LentRange {

@@ -270,13 +270,15 @@ pub trait Handler {
     fn on_inline(&mut self, _msg: &Incoming, _payload: &[u8]) -> Option<Disposition> {
         None
     }
-    /// The express path of a CMA message of one range, offered before the general path as
-    /// `on_inline` is: a handler with a receive at hand for it, of one buffer, lends that
-    /// buffer to `read`, which copies the message into it and returns the bytes copied, and
-    /// completes the receive with them. `read` answers None when the copy failed; then, and
-    /// whenever it does not call `read`, the handler changes nothing and returns false, and the
-    /// message goes the general way (`on_message`).
-    fn on_cma_express(&mut self, _msg: &Incoming, _read: impl FnOnce(LentRange) -> Option<usize>) -> bool {
+    /// The express path of a message the engine can place in one step into one buffer: a CMA
+    /// message of one range (read with `process_vm_readv`), or a SAR message whose first
+    /// segment holds all of it (copied out of our SAR buffer). Offered before the general path,
+    /// as `on_inline` is: a handler with a receive at hand for it, of one buffer, lends that
+    /// buffer to `fill`, which places the message there and returns the bytes placed, and
+    /// completes the receive with them. `fill` answers None when it failed (a CMA read the
+    /// kernel refused, a sender gone); then, and whenever it is not called, the handler
+    /// changes nothing and returns false, and the message goes the general way (`on_message`).
+    fn on_fill_express(&mut self, _msg: &Incoming, _fill: impl FnOnce(LentRange) -> Option<usize>) -> bool {
         false
     }
     /// A delivery finished: bytes delivered, or why not. `dest` is handed back.

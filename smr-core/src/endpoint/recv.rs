@@ -368,6 +368,7 @@ impl Endpoint {
                 }
             },
             Body::Iov { count: 1, timed } if self.express_cma(entry, src, msg_id, ack, hdr, timed, h) => return,
+            Body::Sar(seg) if self.express_sar(entry, src, msg_id, ack, hdr, seg, h) => return,
             Body::Iov { .. } | Body::Sar(_) => None,
         };
         let (key, disposition) = self.offer(src, msg_id, hdr, ack, payload, h);
@@ -459,11 +460,30 @@ impl Endpoint {
         // The sender reserved our pool's pages before it wrote the payload: the reserve here
         // finds them (a payload from a sender that did not is refused like any corrupt one).
         self.region.map_inject_pool().ok()?;
-        let off = self.region.geometry().inject_offset(buf).ok()?;
+        // SAFETY: this function's contract, passed on.
+        unsafe { self.pool_bytes(self.region.geometry().inject_offset(buf).ok()?, len) }
+    }
+
+    /// `inject_payload` for a message whose one SAR segment is in our SAR buffer `buf` (`decode`
+    /// refused a segment longer than a buffer).
+    ///
+    /// # Safety
+    /// As `inject_payload`.
+    unsafe fn sar_payload<'r>(&self, buf: u32, len: u64) -> Option<&'r [u8]> {
+        self.region.map_sar_pool().ok()?;
+        // SAFETY: this function's contract, passed on.
+        unsafe { self.pool_bytes(self.region.geometry().sar_offset(buf).ok()?, len) }
+    }
+
+    /// The `len` bytes at offset `off` of our region, if they lie inside our mapping.
+    ///
+    /// # Safety
+    /// As `inject_payload`.
+    unsafe fn pool_bytes<'r>(&self, off: u64, len: u64) -> Option<&'r [u8]> {
         let ptr = self.region.mapping().bytes_ptr(off, len).ok()?;
         // SAFETY: `len` bytes inside our own mapping (checked), used only while it stays mapped
-        // (this function's contract). Any byte value is a valid `u8` (see above for concurrent
-        // writes).
+        // (this function's contract). Any byte value is a valid `u8` (see `inject_payload` for
+        // concurrent writes).
         Some(unsafe { std::slice::from_raw_parts(ptr, len as usize) })
     }
 
@@ -574,7 +594,7 @@ impl Endpoint {
         }
     }
 
-    /// The express path of a CMA message of one range (`Handler::on_cma_express`): read straight
+    /// The express path of a CMA message of one range (`Handler::on_fill_express`): read straight
     /// into the receive the handler has at hand, and answer. False, with nothing done, sends
     /// the message the general way (`offer`, `pull_cma`), as one the two sides would copy
     /// together always goes (`split.rs`). What it skips: the delivery's lent `LocalIov`, the
@@ -598,7 +618,7 @@ impl Endpoint {
         let remote = entry.iov(0);
         let msg = Incoming { key: self.new_key(), src, src_gen, msg_id, hdr, acked: ack };
         let mut read = None;
-        let taken = h.on_cma_express(&msg, |local| {
+        let taken = h.on_fill_express(&msg, |local| {
             read = self.timed_cma(src, timed, |pid| crate::cma::read_into(pid, remote, local)).ok();
             read.map(|(n, _)| n)
         });
@@ -615,6 +635,54 @@ impl Endpoint {
             }
             (false, _) => false,
         }
+    }
+
+    /// The express path of a SAR message whose first segment holds all of it (up to 16 KiB,
+    /// `SAR_FIRST_SEGMENT`: the usual 4-16 KiB message by SAR), as `express_cma` is for CMA:
+    /// copied out of our SAR buffer straight into the receive the handler has at hand
+    /// (`Handler::on_fill_express`), the buffer given back and the sender answered with the
+    /// copy's time if it asked (`FLAG_TIMED`). False, with nothing done, for the general path
+    /// (`SarRx`, `on_segment`), which a corrupt segment takes too. What it skips: the delivery's
+    /// lent `LocalIov` and record in flight, the reassembly's `SarRx`.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn express_sar(
+        &mut self,
+        entry: &CmdEntry,
+        src: SrcId,
+        msg_id: u64,
+        ack: bool,
+        hdr: MsgHeader,
+        seg: SarSeg,
+        h: &mut impl Handler,
+    ) -> bool {
+        if seg.offset != 0 || u64::from(seg.len) != hdr.len {
+            return false;
+        }
+        let Some(src_gen) = self.inp.incarnation(src) else { return false };
+        // SAFETY: the slice is used within this function only, where `self.region` stays.
+        let Some(bytes) = (unsafe { self.sar_payload(seg.buf, hdr.len) }) else { return false };
+        let timed = entry.flags & FLAG_TIMED != 0;
+        let msg = Incoming { key: self.new_key(), src, src_gen, msg_id, hdr, acked: ack };
+        let (mut placed, mut ns) = (0, 0);
+        let taken = h.on_fill_express(&msg, |local| {
+            let started = timed.then(std::time::Instant::now);
+            placed = local.len().min(bytes.len());
+            // SAFETY: `local` is writable for its length (a `LentRange`), `bytes` are ours and
+            // readable; one is the application's receive buffer, the other our region.
+            unsafe { crate::copy::copy_bytes(bytes.as_ptr(), local.addr() as *mut u8, placed) };
+            ns = started.map_or(0, |t| (t.elapsed().as_nanos() as u64).max(1));
+            Some(placed)
+        });
+        if !taken {
+            return false;
+        }
+        self.give_back_sar(seg.buf);
+        if ack {
+            let status = status_of(&outcome(hdr.len, placed));
+            self.send_resp(src, RespEntry::done_timed(msg_id, status, hdr.len, ns));
+        }
+        true
     }
 
     fn refuse_cma(&mut self, src: SrcId, msg_id: u64, hdr: MsgHeader, sink: Sink) {

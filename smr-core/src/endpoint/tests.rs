@@ -41,10 +41,11 @@ struct Collect {
     answer_parts: Vec<usize>,
     /// The answers' first bytes as announced before the answers (`on_send_answer_part`).
     answer_pieces: Vec<(u64, Vec<u8>)>,
-    /// Take CMA messages on the express path (`on_cma_express`) into a buffer of `dest_len`
-    /// (or the message's length), recorded in `received` as a delivery is; counted here.
-    take_cma: bool,
-    cma_taken: usize,
+    /// Take CMA and one-segment SAR messages on the express path (`on_fill_express`) into a
+    /// buffer of `dest_len` (or the message's length), recorded in `received` as a delivery
+    /// is; counted here.
+    take_fill: bool,
+    fill_taken: usize,
 }
 
 impl Handler for Collect {
@@ -102,14 +103,14 @@ impl Handler for Collect {
         self.inline_taken += 1;
         Some(self.on_payload(msg, "", payload))
     }
-    fn on_cma_express(&mut self, msg: &Incoming, read: impl FnOnce(LentRange) -> Option<usize>) -> bool {
-        if !self.take_cma {
+    fn on_fill_express(&mut self, msg: &Incoming, fill: impl FnOnce(LentRange) -> Option<usize>) -> bool {
+        if !self.take_fill {
             return false;
         }
         let mut buf = vec![0u8; self.dest_len.unwrap_or(msg.hdr.len as usize)];
-        // SAFETY: `buf` is ours, writable, and untouched until `read` returns.
-        let Some(n) = read(unsafe { LentRange::new(buf.as_mut_ptr() as usize, buf.len()) }) else { return false };
-        self.cma_taken += 1;
+        // SAFETY: `buf` is ours, writable, and untouched until `fill` returns.
+        let Some(n) = fill(unsafe { LentRange::new(buf.as_mut_ptr() as usize, buf.len()) }) else { return false };
+        self.fill_taken += 1;
         self.received.push((msg.hdr, outcome(msg.hdr.len, n), buf));
         true
     }
@@ -2819,7 +2820,7 @@ fn a_withdrawal_waits_for_a_published_writer_stopped_before_its_copy() {
     drop(mem);
 }
 
-/// CMA messages of one range taken on the express path (`Handler::on_cma_express`): every byte
+/// CMA messages of one range taken on the express path (`Handler::on_fill_express`): every byte
 /// lands, a receive shorter than its message is truncated, and receiver and sender end each
 /// message exactly as the general path (`on_message`, a delivery) ends it; messages the two
 /// sides copy together (from `split_min`) go the general way.
@@ -2831,10 +2832,10 @@ fn cma_messages_taken_express_end_as_delivered_ones_do() {
     let sizes = [INJECT_SIZE as usize + 1, 8 * 1024, 20_001, 60 * 1024, 64 * 1024, 100_000];
     // The fourth goes into a receive 100 bytes short of it.
     let dest_len = |i: usize| (i == 3).then(|| sizes[i] - 100);
-    let run = |take_cma: bool| {
+    let run = |take_fill: bool| {
         let params = Params { cma_min: 0, split_min: 64 * 1024, ..Params::default() };
-        let (mut a, mut b, to_b) = pair(if take_cma { "cmaexpress" } else { "cmageneral" }, params);
-        let (mut ha, mut hb) = (Collect::default(), Collect { take_cma, ..Collect::default() });
+        let (mut a, mut b, to_b) = pair(if take_fill { "cmaexpress" } else { "cmageneral" }, params);
+        let (mut ha, mut hb) = (Collect::default(), Collect { take_fill, ..Collect::default() });
         for (i, &len) in sizes.iter().enumerate() {
             hb.dest_len = dest_len(i);
             let hdr = MsgHeader { app: 0, tag: i as u64, data: 0, aux: 0, len: len as u64 };
@@ -2844,7 +2845,7 @@ fn cma_messages_taken_express_end_as_delivered_ones_do() {
         }
         assert_eq!(a.stats().sent_cma, sizes.len() as u64);
         assert_eq!((a.outstanding(), b.outstanding(), b.stats().corrupt_commands), (0, 0, 0));
-        (hb.received, ha.sends_done, hb.cma_taken)
+        (hb.received, ha.sends_done, hb.fill_taken)
     };
     let (express, express_sends, taken) = run(true);
     let (general, general_sends, _) = run(false);
@@ -2857,6 +2858,50 @@ fn cma_messages_taken_express_end_as_delivered_ones_do() {
         assert_eq!(result, &general[i].1, "message {i}'s outcome");
     }
     assert!(matches!(express[3].1, Err(Error::Truncated { .. })), "{:?}", express[3].1);
+    assert_eq!(express_sends, general_sends);
+}
+
+/// SAR messages whose first segment holds all of them (up to `SAR_FIRST_SEGMENT`) taken on the
+/// express path (`Handler::on_fill_express`): every byte lands, a receive shorter than its
+/// message is truncated, each SAR buffer comes back, and receiver and sender end each message
+/// as a delivery ends it; longer messages go the general way.
+#[test]
+fn one_segment_sar_messages_taken_express_end_as_delivered_ones_do() {
+    let first = SAR_FIRST_SEGMENT as usize;
+    let sizes = [INJECT_SIZE as usize + 1, 8 * 1024, first, first + 1, 100_000, 12_345];
+    // The second goes into a receive 100 bytes short of it.
+    let dest_len = |i: usize| (i == 1).then(|| sizes[i] - 100);
+    let run = |take_fill: bool| {
+        let params = Params { cma: false, ..Params::default() };
+        let (mut a, mut b, to_b) = pair(if take_fill { "sarexpress" } else { "sargeneral" }, params);
+        let (mut ha, mut hb) = (Collect::default(), Collect { take_fill, ..Collect::default() });
+        for (i, &len) in sizes.iter().enumerate() {
+            hb.dest_len = dest_len(i);
+            let hdr = MsgHeader { app: 0, tag: i as u64, data: 0, aux: 0, len: len as u64 };
+            let opts = SendOpts { cookie: i as u64, ..SendOpts::default() };
+            a.send(to_b, hdr, LocalIov::owned(pattern(len, i as u8 + 1)), opts).unwrap();
+            pump_until((&mut a, &mut ha), (&mut b, &mut hb), "a SAR message", |ha, _| ha.sends_done.len() == i + 1);
+        }
+        assert_eq!(a.stats().sent_sar, sizes.len() as u64);
+        assert_eq!((a.outstanding(), b.outstanding(), b.stats().corrupt_commands), (0, 0, 0));
+        // Every SAR buffer is free again (on the stack, or held back cold) but the sender's spare.
+        b.progress(&mut hb);
+        let free = free_buffers(&b).1;
+        assert!(free + 1 >= b.params.counts.sar_count as usize, "SAR buffers lost: {free} free");
+        (hb.received, ha.sends_done, hb.fill_taken, free)
+    };
+    let (express, express_sends, taken, express_free) = run(true);
+    let (general, general_sends, _, general_free) = run(false);
+    assert_eq!(express_free, general_free);
+    assert_eq!(taken, 4, "all but the two longer than the first segment");
+    assert_eq!(express.len(), sizes.len());
+    for (i, (hdr, result, bytes)) in express.iter().enumerate() {
+        let len = dest_len(i).unwrap_or(sizes[i]);
+        assert_eq!(hdr.tag, i as u64);
+        assert!(bytes[..len] == pattern(sizes[i], i as u8 + 1)[..len], "message {i} differs");
+        assert_eq!(result, &general[i].1, "message {i}'s outcome");
+    }
+    assert!(matches!(express[1].1, Err(Error::Truncated { .. })), "{:?}", express[1].1);
     assert_eq!(express_sends, general_sends);
 }
 

@@ -248,18 +248,18 @@ impl RxState {
         true
     }
 
-    /// The express path of a CMA message (`Handler::on_cma_express`): when the first posted
-    /// receive of its queue matches it and is one buffer, not a multi-receive one, `read` copies
-    /// the message into that buffer, and the receive completes where it sits and leaves the
-    /// queue. False, with nothing changed, otherwise, or when the copy failed (`read` gave
-    /// None): the message goes the general way.
+    /// The express path of a CMA or one-segment SAR message (`Handler::on_fill_express`): when
+    /// the first posted receive of its queue matches it and is one buffer, not a multi-receive
+    /// one, `fill` places the message in that buffer, and the receive completes where it sits
+    /// and leaves the queue. False, with nothing changed, otherwise, or when `fill` failed
+    /// (None): the message goes the general way.
     #[inline(always)]
-    fn read_into_front(
+    fn fill_front(
         &mut self,
         src: u64,
         hdr: &MsgHeader,
         (directed, selective): (bool, bool),
-        read: impl FnOnce(smr_core::iov::LentRange) -> Option<usize>,
+        fill: impl FnOnce(smr_core::iov::LentRange) -> Option<usize>,
         sinks: &mut Sinks,
     ) -> bool {
         let q = &mut self.posted[queue(hdr.app & APP_TAGGED != 0)];
@@ -270,7 +270,7 @@ impl RxState {
         }
         // SAFETY: the application's posted receive buffer, which it may not touch until the
         // receive completes (libfabric's buffer contract); it completes below, after the copy.
-        let Some(n) = read(unsafe { smr_core::iov::LentRange::new(addr, len) }) else { return false };
+        let Some(n) = fill(unsafe { smr_core::iov::LentRange::new(addr, len) }) else { return false };
         let op = RecvOp::new(recv, src, *hdr, &recv.iov, selective, false);
         complete_op(&op, smr_core::endpoint::outcome(hdr.len, n), sinks);
         q.pop_front();
@@ -505,16 +505,26 @@ impl smr_core::endpoint::Handler for Handler<'_> {
         Some(Disposition::Taken { answer_later: false })
     }
 
-    fn on_cma_express(&mut self, msg: &Incoming, read: impl FnOnce(smr_core::iov::LentRange) -> Option<usize>) -> bool {
+    fn on_fill_express(
+        &mut self,
+        msg: &Incoming,
+        fill: impl FnOnce(smr_core::iov::LentRange) -> Option<usize>,
+    ) -> bool {
         if super::rma::kind_of(msg.hdr.app) != super::rma::KIND_MSG {
             return false;
         }
         // A sender seen before, as for `on_inline`.
         let Some(src) = self.cached_source(msg.src, msg.src_gen) else { return false };
         let hdr = &msg.hdr;
-        crate::debug!(EpData, "arrived from {src} len {} tag {:#x} app {} (express CMA)", hdr.len, hdr.tag, hdr.app);
+        crate::debug!(
+            EpData,
+            "arrived from {src} len {} tag {:#x} app {} (express, filled)",
+            hdr.len,
+            hdr.tag,
+            hdr.app
+        );
         let how = (self.directed, self.sinks.b.rx_selective);
-        self.rx.read_into_front(src, hdr, how, read, &mut self.sinks)
+        self.rx.fill_front(src, hdr, how, fill, &mut self.sinks)
     }
 
     fn on_recv_done(&mut self, ctx: u64, result: smr_core::Result<usize>, dest: LocalIov) {
