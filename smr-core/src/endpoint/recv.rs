@@ -200,10 +200,7 @@ impl Endpoint {
         payload: &[u8],
         h: &mut impl Handler,
     ) -> bool {
-        let Some(src_gen) = self.inp.incarnation(src) else { return false };
-        // A key as the general path gives every offered message (one declined here wastes one).
-        let key = self.new_key();
-        let msg = Incoming { key, src, src_gen, msg_id, hdr, acked: ack };
+        let Some(msg) = self.express_incoming(src, msg_id, ack, hdr) else { return false };
         match h.on_inline(&msg, payload) {
             None => return false,
             // The commonest answer (a message received, a write applied), without the match
@@ -213,9 +210,18 @@ impl Endpoint {
                     self.answer_ok(src, msg_id);
                 }
             }
-            Some(d) => self.finish_with_payload(src, key, msg_id, ack, hdr, payload, d, h),
+            Some(d) => self.finish_with_payload(src, msg.key, msg_id, ack, hdr, payload, d, h),
         }
         true
+    }
+
+    /// A message as an express path offers it: from a sender connected now (None otherwise: the
+    /// general path), with a key as the general path gives every offered message (one declined
+    /// wastes one).
+    #[inline(always)]
+    fn express_incoming(&mut self, src: SrcId, msg_id: u64, ack: bool, hdr: MsgHeader) -> Option<Incoming> {
+        let src_gen = self.inp.incarnation(src)?;
+        Some(Incoming { key: self.new_key(), src, src_gen, msg_id, hdr, acked: ack })
     }
 
     pub(super) fn handle_command(&mut self, entry: &CmdEntry, h: &mut impl Handler) {
@@ -614,9 +620,8 @@ impl Endpoint {
         if hdr.len >= self.params.split_min as u64 {
             return false;
         }
-        let Some(src_gen) = self.inp.incarnation(src) else { return false };
+        let Some(msg) = self.express_incoming(src, msg_id, ack, hdr) else { return false };
         let remote = entry.iov(0);
-        let msg = Incoming { key: self.new_key(), src, src_gen, msg_id, hdr, acked: ack };
         let mut read = None;
         let taken = h.on_fill_express(&msg, |local| {
             read = self.timed_cma(src, timed, |pid| crate::cma::read_into(pid, remote, local)).ok();
@@ -659,11 +664,10 @@ impl Endpoint {
         if seg.offset != 0 || u64::from(seg.len) != hdr.len {
             return false;
         }
-        let Some(src_gen) = self.inp.incarnation(src) else { return false };
         // SAFETY: the slice is used within this function only, where `self.region` stays.
         let Some(bytes) = (unsafe { self.sar_payload(seg.buf, hdr.len) }) else { return false };
+        let Some(msg) = self.express_incoming(src, msg_id, ack, hdr) else { return false };
         let timed = entry.flags & FLAG_TIMED != 0;
-        let msg = Incoming { key: self.new_key(), src, src_gen, msg_id, hdr, acked: ack };
         let (mut placed, mut ns) = (0, 0);
         let taken = h.on_fill_express(&msg, |local| {
             let started = timed.then(std::time::Instant::now);

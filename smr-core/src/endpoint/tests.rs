@@ -2820,6 +2820,50 @@ fn a_withdrawal_waits_for_a_published_writer_stopped_before_its_copy() {
     drop(mem);
 }
 
+/// Messages of `sizes` sent one at a time, each into a receive of `dest_len(i)` bytes (the
+/// message's length if None), the receiver taking them on the express path (`take_fill`) or
+/// delivering them: both endpoints and handlers after the last answer, for the caller to check.
+fn send_each_filled(
+    tag: &str,
+    params: Params,
+    sizes: &[usize],
+    dest_len: impl Fn(usize) -> Option<usize>,
+    take_fill: bool,
+) -> (Endpoint, Endpoint, Collect, Collect) {
+    let (mut a, mut b, to_b) = pair(&format!("{tag}{}", if take_fill { "express" } else { "general" }), params);
+    let (mut ha, mut hb) = (Collect::default(), Collect { take_fill, ..Collect::default() });
+    for (i, &len) in sizes.iter().enumerate() {
+        hb.dest_len = dest_len(i);
+        let hdr = MsgHeader { app: 0, tag: i as u64, data: 0, aux: 0, len: len as u64 };
+        let opts = SendOpts { cookie: i as u64, ..SendOpts::default() };
+        a.send(to_b, hdr, LocalIov::owned(pattern(len, i as u8 + 1)), opts).unwrap();
+        pump_until((&mut a, &mut ha), (&mut b, &mut hb), "a message", |ha, _| ha.sends_done.len() == i + 1);
+    }
+    assert_eq!((a.outstanding(), b.outstanding(), b.stats().corrupt_commands), (0, 0, 0));
+    (a, b, ha, hb)
+}
+
+/// That the express run (`express`: the receiver's handler) placed every byte and ended every
+/// message, at both ends, as the general run did; message `truncated` went into a short receive.
+fn assert_express_ends_as_general(
+    (express, express_sender): (&Collect, &Collect),
+    (general, general_sender): (&Collect, &Collect),
+    sizes: &[usize],
+    dest_len: impl Fn(usize) -> Option<usize>,
+    truncated: usize,
+) {
+    assert_eq!(express.received.len(), sizes.len());
+    for (i, (hdr, result, bytes)) in express.received.iter().enumerate() {
+        let len = dest_len(i).unwrap_or(sizes[i]);
+        assert_eq!(hdr.tag, i as u64);
+        assert!(bytes[..len] == pattern(sizes[i], i as u8 + 1)[..len], "message {i} differs");
+        assert_eq!(result, &general.received[i].1, "message {i}'s outcome");
+    }
+    let result = &express.received[truncated].1;
+    assert!(matches!(result, Err(Error::Truncated { .. })), "{result:?}");
+    assert_eq!(express_sender.sends_done, general_sender.sends_done);
+}
+
 /// CMA messages of one range taken on the express path (`Handler::on_fill_express`): every byte
 /// lands, a receive shorter than its message is truncated, and receiver and sender end each
 /// message exactly as the general path (`on_message`, a delivery) ends it; messages the two
@@ -2832,33 +2876,12 @@ fn cma_messages_taken_express_end_as_delivered_ones_do() {
     let sizes = [INJECT_SIZE as usize + 1, 8 * 1024, 20_001, 60 * 1024, 64 * 1024, 100_000];
     // The fourth goes into a receive 100 bytes short of it.
     let dest_len = |i: usize| (i == 3).then(|| sizes[i] - 100);
-    let run = |take_fill: bool| {
-        let params = Params { cma_min: 0, split_min: 64 * 1024, ..Params::default() };
-        let (mut a, mut b, to_b) = pair(if take_fill { "cmaexpress" } else { "cmageneral" }, params);
-        let (mut ha, mut hb) = (Collect::default(), Collect { take_fill, ..Collect::default() });
-        for (i, &len) in sizes.iter().enumerate() {
-            hb.dest_len = dest_len(i);
-            let hdr = MsgHeader { app: 0, tag: i as u64, data: 0, aux: 0, len: len as u64 };
-            let opts = SendOpts { cookie: i as u64, ..SendOpts::default() };
-            a.send(to_b, hdr, LocalIov::owned(pattern(len, i as u8 + 1)), opts).unwrap();
-            pump_until((&mut a, &mut ha), (&mut b, &mut hb), "a CMA message", |ha, _| ha.sends_done.len() == i + 1);
-        }
-        assert_eq!(a.stats().sent_cma, sizes.len() as u64);
-        assert_eq!((a.outstanding(), b.outstanding(), b.stats().corrupt_commands), (0, 0, 0));
-        (hb.received, ha.sends_done, hb.fill_taken)
-    };
-    let (express, express_sends, taken) = run(true);
-    let (general, general_sends, _) = run(false);
-    assert_eq!(taken, 4, "all but the two from split_min on");
-    assert_eq!(express.len(), sizes.len());
-    for (i, (hdr, result, bytes)) in express.iter().enumerate() {
-        let len = dest_len(i).unwrap_or(sizes[i]);
-        assert_eq!(hdr.tag, i as u64);
-        assert!(bytes[..len] == pattern(sizes[i], i as u8 + 1)[..len], "message {i} differs");
-        assert_eq!(result, &general[i].1, "message {i}'s outcome");
-    }
-    assert!(matches!(express[3].1, Err(Error::Truncated { .. })), "{:?}", express[3].1);
-    assert_eq!(express_sends, general_sends);
+    let params = Params { cma_min: 0, split_min: 64 * 1024, ..Params::default() };
+    let express = send_each_filled("cma", params.clone(), &sizes, dest_len, true);
+    let general = send_each_filled("cma", params, &sizes, dest_len, false);
+    assert_eq!(express.0.stats().sent_cma, sizes.len() as u64);
+    assert_eq!(express.3.fill_taken, 4, "all but the two from split_min on");
+    assert_express_ends_as_general((&express.3, &express.2), (&general.3, &general.2), &sizes, dest_len, 3);
 }
 
 /// SAR messages whose first segment holds all of them (up to `SAR_FIRST_SEGMENT`) taken on the
@@ -2871,38 +2894,19 @@ fn one_segment_sar_messages_taken_express_end_as_delivered_ones_do() {
     let sizes = [INJECT_SIZE as usize + 1, 8 * 1024, first, first + 1, 100_000, 12_345];
     // The second goes into a receive 100 bytes short of it.
     let dest_len = |i: usize| (i == 1).then(|| sizes[i] - 100);
-    let run = |take_fill: bool| {
-        let params = Params { cma: false, ..Params::default() };
-        let (mut a, mut b, to_b) = pair(if take_fill { "sarexpress" } else { "sargeneral" }, params);
-        let (mut ha, mut hb) = (Collect::default(), Collect { take_fill, ..Collect::default() });
-        for (i, &len) in sizes.iter().enumerate() {
-            hb.dest_len = dest_len(i);
-            let hdr = MsgHeader { app: 0, tag: i as u64, data: 0, aux: 0, len: len as u64 };
-            let opts = SendOpts { cookie: i as u64, ..SendOpts::default() };
-            a.send(to_b, hdr, LocalIov::owned(pattern(len, i as u8 + 1)), opts).unwrap();
-            pump_until((&mut a, &mut ha), (&mut b, &mut hb), "a SAR message", |ha, _| ha.sends_done.len() == i + 1);
-        }
-        assert_eq!(a.stats().sent_sar, sizes.len() as u64);
-        assert_eq!((a.outstanding(), b.outstanding(), b.stats().corrupt_commands), (0, 0, 0));
-        // Every SAR buffer is free again (on the stack, or held back cold) but the sender's spare.
-        b.progress(&mut hb);
-        let free = free_buffers(&b).1;
-        assert!(free + 1 >= b.params.counts.sar_count as usize, "SAR buffers lost: {free} free");
-        (hb.received, ha.sends_done, hb.fill_taken, free)
-    };
-    let (express, express_sends, taken, express_free) = run(true);
-    let (general, general_sends, _, general_free) = run(false);
-    assert_eq!(express_free, general_free);
-    assert_eq!(taken, 4, "all but the two longer than the first segment");
-    assert_eq!(express.len(), sizes.len());
-    for (i, (hdr, result, bytes)) in express.iter().enumerate() {
-        let len = dest_len(i).unwrap_or(sizes[i]);
-        assert_eq!(hdr.tag, i as u64);
-        assert!(bytes[..len] == pattern(sizes[i], i as u8 + 1)[..len], "message {i} differs");
-        assert_eq!(result, &general[i].1, "message {i}'s outcome");
-    }
-    assert!(matches!(express[1].1, Err(Error::Truncated { .. })), "{:?}", express[1].1);
-    assert_eq!(express_sends, general_sends);
+    let params = Params { cma: false, ..Params::default() };
+    let (a, mut b, ha, mut hb) = send_each_filled("sar", params.clone(), &sizes, dest_len, true);
+    // Both senders kept: each holds a spare of its receiver's SAR pool.
+    let (_ga, mut gb, gha, mut ghb) = send_each_filled("sar", params, &sizes, dest_len, false);
+    assert_eq!(a.stats().sent_sar, sizes.len() as u64);
+    assert_eq!(hb.fill_taken, 4, "all but the two longer than the first segment");
+    assert_express_ends_as_general((&hb, &ha), (&ghb, &gha), &sizes, dest_len, 1);
+    // Every SAR buffer is free again (on the stack, or held back cold) but the sender's spare.
+    b.progress(&mut hb);
+    gb.progress(&mut ghb);
+    let free = free_buffers(&b).1;
+    assert!(free + 1 >= b.params.counts.sar_count as usize, "SAR buffers lost: {free} free");
+    assert_eq!(free, free_buffers(&gb).1);
 }
 
 /// Split copies (`split.rs`), one thread driving both endpoints: the sender never sees the offer
