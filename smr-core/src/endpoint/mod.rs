@@ -14,6 +14,7 @@ mod cold;
 mod dead_receivers;
 mod direct;
 mod entry;
+mod express;
 pub mod lone;
 pub mod measured;
 mod ok_run;
