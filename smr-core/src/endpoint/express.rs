@@ -13,7 +13,7 @@
 //! buffers given back), and a handler that declines sends it the general way unchanged
 //! (`endpoint::tests`, `..._taken_express_end_as_delivered_ones_do`).
 
-use super::recv::{outcome, status_of};
+use super::recv::{outcome, status_of, time_since};
 use super::{Disposition, Endpoint, Handler, Incoming, SrcId};
 use crate::cmd::{op, proto, CmdEntry, MsgHeader, RespEntry, SarSeg, Status, FLAG_ACK, FLAG_TIMED, INLINE_MAX};
 use crate::layout::INJECT_SIZE;
@@ -219,7 +219,7 @@ impl Endpoint {
             // SAFETY: `local` is writable for its length (a `LentRange`), `bytes` are ours and
             // readable; one is the application's receive buffer, the other our region.
             unsafe { crate::copy::copy_bytes(bytes.as_ptr(), local.addr() as *mut u8, placed) };
-            ns = started.map_or(0, |t| (t.elapsed().as_nanos() as u64).max(1));
+            ns = time_since(started);
             Some(placed)
         });
         if !taken {

@@ -89,6 +89,12 @@ pub fn outcome(sent: u64, delivered: usize) -> Result<usize> {
     }
 }
 
+/// The time since `started`, for an answer that reports it (`RespEntry::done_timed`): at least
+/// 1 ns, since 0 says "not timed"; 0 when not `started`.
+pub(super) fn time_since(started: Option<std::time::Instant>) -> u64 {
+    started.map_or(0, |t| (t.elapsed().as_nanos() as u64).max(1))
+}
+
 pub(super) fn status_of(result: &Result<usize>) -> Status {
     match result {
         Ok(_) => Status::Ok,
@@ -506,7 +512,7 @@ impl Endpoint {
         let copied = read(self.live_pid(src)?);
         self.stats.cma_reads += u64::from(copied.is_ok());
         let n = self.dead_if_gone(src, copied)?;
-        Ok((n, started.map_or(0, |t| (t.elapsed().as_nanos() as u64).max(1))))
+        Ok((n, time_since(started)))
     }
 
     /// Copy `data` straight into the memory of sender `src` that `remote` names, with CMA: a

@@ -226,51 +226,53 @@ impl RxState {
     /// (`take_posted`). Returning the receive's `RecvOp` and the bytes copied to the caller, as
     /// `take_posted` does, moved them through two frames.
     #[inline(always)]
-    fn take_front(
-        &mut self,
-        src: u64,
-        hdr: &MsgHeader,
-        (directed, selective): (bool, bool),
-        payload: &[u8],
-        sinks: &mut Sinks,
-    ) -> bool {
-        let q = &mut self.posted[queue(hdr.app & APP_TAGGED != 0)];
-        let Some(recv) = q.front() else { return false };
-        if recv.multi() || !recv.matches(src, hdr.tag, directed) {
-            return false;
-        }
+    fn take_front(&mut self, src: u64, hdr: &MsgHeader, how: (bool, bool), payload: &[u8], sinks: &mut Sinks) -> bool {
         // SAFETY: the application's posted receive buffer, which it may not touch until the
         // receive completes (libfabric's buffer contract).
-        let n = unsafe { crate::iov::scatter(&recv.iov, payload) };
-        let op = RecvOp::new(recv, src, *hdr, &recv.iov, selective, false);
-        complete_op(&op, smr_core::endpoint::outcome(hdr.len, n), sinks);
-        q.pop_front();
-        true
+        self.place_front(src, hdr, how, |iov| Some(unsafe { crate::iov::scatter(iov, payload) }), sinks)
     }
 
-    /// The express path of a CMA or one-segment SAR message (`Handler::on_fill_express`): when
-    /// the first posted receive of its queue matches it and is one buffer, not a multi-receive
-    /// one, `fill` places the message in that buffer, and the receive completes where it sits
-    /// and leaves the queue. False, with nothing changed, otherwise, or when `fill` failed
-    /// (None): the message goes the general way.
+    /// The express path of a CMA or one-segment SAR message (`Handler::on_fill_express`):
+    /// `take_front` for a receive of one buffer, which `fill` places the message in. False,
+    /// with nothing changed, for a receive of several ranges or when `fill` failed (None): the
+    /// message goes the general way.
     #[inline(always)]
     fn fill_front(
         &mut self,
         src: u64,
         hdr: &MsgHeader,
-        (directed, selective): (bool, bool),
+        how: (bool, bool),
         fill: impl FnOnce(smr_core::iov::LentRange) -> Option<usize>,
+        sinks: &mut Sinks,
+    ) -> bool {
+        let one_buffer = |iov: &Ranges| match *iov.as_slice() {
+            // SAFETY: the application's posted receive buffer, which it may not touch until the
+            // receive completes (libfabric's buffer contract); it completes after the fill.
+            [(addr, len)] => fill(unsafe { smr_core::iov::LentRange::new(addr, len) }),
+            _ => None,
+        };
+        self.place_front(src, hdr, how, one_buffer, sinks)
+    }
+
+    /// The two express paths' common part: when the first posted receive of the message's
+    /// queue matches it and is not a multi-receive buffer, `place` puts the message in the
+    /// receive's ranges (the bytes placed; None: not placed, nothing changed), and the receive
+    /// completes where it sits and leaves the queue.
+    #[inline(always)]
+    fn place_front(
+        &mut self,
+        src: u64,
+        hdr: &MsgHeader,
+        (directed, selective): (bool, bool),
+        place: impl FnOnce(&Ranges) -> Option<usize>,
         sinks: &mut Sinks,
     ) -> bool {
         let q = &mut self.posted[queue(hdr.app & APP_TAGGED != 0)];
         let Some(recv) = q.front() else { return false };
-        let [(addr, len)] = *recv.iov.as_slice() else { return false };
         if recv.multi() || !recv.matches(src, hdr.tag, directed) {
             return false;
         }
-        // SAFETY: the application's posted receive buffer, which it may not touch until the
-        // receive completes (libfabric's buffer contract); it completes below, after the copy.
-        let Some(n) = fill(unsafe { smr_core::iov::LentRange::new(addr, len) }) else { return false };
+        let Some(n) = place(&recv.iov) else { return false };
         let op = RecvOp::new(recv, src, *hdr, &recv.iov, selective, false);
         complete_op(&op, smr_core::endpoint::outcome(hdr.len, n), sinks);
         q.pop_front();
