@@ -10,7 +10,9 @@
 //! message times its own copies into the SAR buffers too and credits the message with the two
 //! as a pipeline (`sar_time`): in a stream the receiver may find every segment already in and
 //! copy at memory speed while the sender's copies set the pace, and on some hosts the sender's
-//! writes into lines the receiver read crawl at 2 GB/s where the receiver's reads do not. It
+//! writes into lines the receiver read crawl at 2 GB/s where the receiver's reads do not. When
+//! both sides were busy with operations of their own, nothing idle overlaps the copies, and the
+//! message costs their sum (`Overlap`). It
 //! keeps, per size class, a figure for each protocol and sends by the faster one. It keeps trying
 //! the other now and then, since a host's state moves.
 
@@ -19,6 +21,31 @@
 pub enum Via {
     Sar,
     Cma,
+}
+
+/// What a SAR message's two sides' copies overlap (`sar_time`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Overlap {
+    /// Each other: the receiver copies a segment out while the sender copies the next one in,
+    /// on a CPU that had nothing else to do.
+    Pipeline,
+    /// Nothing that comes free: both sides were busy with operations of their own when the
+    /// message went (each side of a two-way stream of large reads, fi_rma_bw -o read).
+    None,
+}
+
+impl Overlap {
+    /// The overlap of a message sent while we had `others_outstanding` operations of our own
+    /// and its receiver was `receiver_busy` with its own (`Endpoint::peer_busy_with_own`).
+    /// Either alone leaves a CPU free: a one-way stream's receiver only copies out, and the
+    /// sender of a ping-pong waits.
+    pub fn of(others_outstanding: bool, receiver_busy: bool) -> Overlap {
+        if others_outstanding && receiver_busy {
+            Overlap::None
+        } else {
+            Overlap::Pipeline
+        }
+    }
 }
 
 impl Via {
@@ -291,13 +318,19 @@ impl Chooser {
 }
 
 /// A SAR message's time, from the receiver's copies out (`receiver_ns`) and the sender's copies
-/// in (`sender_ns`) of its `len` bytes: the two copy in a pipeline, so the slower side's copies
-/// plus the other side's share of the first segment (`first_segment` bytes), which nothing
-/// overlaps. Copies only, not the span from first segment to last: that span also holds whatever
-/// else either side did meanwhile (the CMA messages queued between the segments, docs/perf/
-/// protocols.md), which made SAR look up to 200 times slower than it was.
-pub fn sar_time(receiver_ns: u64, sender_ns: u64, len: u64, first_segment: u64) -> u64 {
+/// in (`sender_ns`) of its `len` bytes. Copies only, not the span from first segment to last:
+/// that span also holds whatever else either side did meanwhile (the CMA messages queued between
+/// the segments, docs/perf/protocols.md), which made SAR look up to 200 times slower than it was.
+///
+/// With `Overlap::Pipeline` the two copy in a pipeline, so the slower side's copies plus the
+/// other side's share of the first segment (`first_segment` bytes), which nothing overlaps. With
+/// `Overlap::None` (both sides busy with operations of their own: `Overlap::of`) the sum: each
+/// side's copies take CPU time its own work wanted, where a CMA read takes one side's.
+pub fn sar_time(receiver_ns: u64, sender_ns: u64, len: u64, first_segment: u64, overlap: Overlap) -> u64 {
     let (slow, fast) = (receiver_ns.max(sender_ns), receiver_ns.min(sender_ns));
+    if overlap == Overlap::None {
+        return slow.saturating_add(fast);
+    }
     if len == 0 {
         return slow;
     }
@@ -569,12 +602,20 @@ mod tests {
     fn sar_time_is_the_slower_side_and_the_first_segment_of_the_other() {
         // 64 KiB: the receiver copied out in 2,000 ns, the sender in in 3,000; the receiver's
         // first quarter (16 KiB) could not overlap anything.
-        assert_eq!(sar_time(2_000, 3_000, 64 * 1024, 16 * 1024), 3_500);
-        assert_eq!(sar_time(3_000, 2_000, 64 * 1024, 16 * 1024), 3_500);
+        let p = Overlap::Pipeline;
+        assert_eq!(sar_time(2_000, 3_000, 64 * 1024, 16 * 1024, p), 3_500);
+        assert_eq!(sar_time(3_000, 2_000, 64 * 1024, 16 * 1024, p), 3_500);
         // One segment: both copies in turn.
-        assert_eq!(sar_time(5, 7, 16 * 1024, 16 * 1024), 12);
-        assert_eq!(sar_time(u64::MAX, u64::MAX, 1, 1), u64::MAX);
-        assert_eq!(sar_time(9, 0, 0, 16 * 1024), 9);
+        assert_eq!(sar_time(5, 7, 16 * 1024, 16 * 1024, p), 12);
+        assert_eq!(sar_time(u64::MAX, u64::MAX, 1, 1, p), u64::MAX);
+        assert_eq!(sar_time(9, 0, 0, 16 * 1024, p), 9);
+        // Both sides busy with their own: the copies cost their sum, one segment or many.
+        assert_eq!(sar_time(2_000, 3_000, 64 * 1024, 16 * 1024, Overlap::None), 5_000);
+        assert_eq!(sar_time(5, 7, 16 * 1024, 16 * 1024, Overlap::None), 12);
+        assert_eq!(sar_time(u64::MAX, 1, 1, 1, Overlap::None), u64::MAX);
+        assert_eq!(Overlap::of(true, true), Overlap::None);
+        assert_eq!(Overlap::of(true, false), Overlap::Pipeline);
+        assert_eq!(Overlap::of(false, true), Overlap::Pipeline);
         let entry = crate::cmd::RespEntry::done_timed(7, crate::cmd::Status::Ok, 1, 123_456);
         assert_eq!(entry.time(), 123_456);
     }

@@ -10,7 +10,7 @@
 //! (*) `pingpong_inline_max` for a message sent alone (`Endpoint::inline_limit`).
 
 use super::answer::AnswerBuf;
-use super::measured::{Choice, Via};
+use super::measured::{Choice, Overlap, Via};
 use super::{Endpoint, Handler, PeerId, SendOpts, SendStatus};
 use crate::cmd::{
     compact_proto, op, proto, resp, CmdEntry, MsgHeader, RespEntry, SarSeg, Status, IOV_MAX, SAR_FIRST_SEGMENT,
@@ -244,8 +244,10 @@ pub(super) struct PendingSend {
     /// chooser (`measured.rs`).
     pub measured: Option<Choice>,
     /// Nanoseconds we spent copying its SAR segments in (measured sends only): a SAR message
-    /// costs the chooser the larger of this and its receiver's time.
+    /// costs the chooser the larger of this and its receiver's time, or their sum (`overlap`).
     pub copy_ns: u64,
+    /// What its two sides' copies overlap, for a timed SAR message (`measured::sar_time`).
+    pub overlap: Overlap,
 }
 
 impl PendingSend {
@@ -463,6 +465,13 @@ impl Endpoint {
         // A CMA choice that fell back to SAR (too many ranges, or behind a SAR message) teaches
         // nothing.
         let measured = measured.filter(|c| (c.via == Via::Cma) == remote.is_some());
+        // Asked only of a SAR message the chooser learns from: two loads of the receiver's line.
+        let overlap = match measured {
+            Some(c) if c.via == Via::Sar && c.timed() => {
+                Overlap::of(self.outstanding() > 0, self.peer_busy_with_own(peer))
+            }
+            _ => Overlap::Pipeline,
+        };
         let mut pending = PendingSend {
             peer,
             cookie: opts.cookie,
@@ -473,6 +482,7 @@ impl Endpoint {
             answer: None,
             measured,
             copy_ns: 0,
+            overlap,
         };
         match remote {
             Some(iovs) => {
@@ -733,9 +743,12 @@ impl Endpoint {
         };
         if let (Some(choice), Status::Ok, false) = (send.measured, status, send.sar_continuation) {
             // A SAR message costs at least our copies in: in a stream the receiver may find every
-            // segment already in and copy at memory speed while ours set the pace (`measured.rs`).
+            // segment already in and copy at memory speed while ours set the pace (`measured.rs`);
+            // with both sides busy with their own, both copies.
             let ns = match choice.via {
-                Via::Sar => super::measured::sar_time(entry.time(), send.copy_ns, send.hdr.len, SAR_FIRST_SEGMENT),
+                Via::Sar => {
+                    super::measured::sar_time(entry.time(), send.copy_ns, send.hdr.len, SAR_FIRST_SEGMENT, send.overlap)
+                }
                 Via::Cma => entry.time(),
             };
             self.chooser.learn(choice, send.hdr.len, ns);

@@ -1,5 +1,6 @@
 //! In-process tests of two endpoints: every protocol, held and direct delivery, truncation.
 
+use super::measured::{Overlap, Via};
 use super::*;
 use crate::cmd::SAR_FIRST_SEGMENT;
 use crate::cmd::{CmdEntry, RemoteIov, RespEntry, COMPACT_MAX};
@@ -1867,6 +1868,68 @@ fn a_sar_message_is_timed_by_its_copies_not_by_pauses_between_segments() {
     assert_eq!(hb.received.len(), 6);
 }
 
+/// A timed SAR message is charged its two sides' copies in sum (`Overlap::None`) only when it
+/// went while we had another operation outstanding and its receiver progressed busy with
+/// operations of its own (it polls, never free: each side of a two-way stream of large reads);
+/// to a receiver that is free it is charged as a pipeline, as before. Every byte arrives.
+#[test]
+fn sar_copies_are_summed_only_when_both_sides_are_busy() {
+    if !cma_or_skip("sar_copies_are_summed_only_when_both_sides_are_busy") {
+        return;
+    }
+    let params = Params { cma_min: usize::MAX, measure_protocol: true, ..Params::default() };
+    let (mut a, mut b, to_b) = pair("measured-overlap", params);
+    let (mut ha, mut hb) = (Collect::default(), Collect::default());
+    let len = 200_000usize;
+    let send = |a: &mut Endpoint, i: u64| {
+        let hdr = MsgHeader { app: 0, tag: i, data: 0, aux: 0, len: len as u64 };
+        let opts = SendOpts { cookie: i, delivery_complete: false, more: false, pull: false };
+        a.send(to_b, hdr, LocalIov::owned(pattern(len, i as u8)), opts).unwrap();
+    };
+    let drive = |a: &mut Endpoint, b: &mut Endpoint, ha: &mut Collect, hb: &mut Collect, n: usize| {
+        let dl = deadline();
+        while ha.sends_done.len() < n {
+            assert!(std::time::Instant::now() < dl, "timed out waiting for {n} sends");
+            a.progress(ha);
+            b.progress(hb);
+        }
+    };
+    // Learning: a run of three by CMA (sends 0-2), then three by SAR (3-5), the first of each
+    // run not timed.
+    for i in 0..3 {
+        send(&mut a, i);
+        drive(&mut a, &mut b, &mut ha, &mut hb, i as usize + 1);
+    }
+    let timed_sar = |a: &Endpoint| -> Vec<(u64, Overlap)> {
+        let mut v: Vec<_> = a
+            .pending
+            .iter()
+            .filter(|(_, s)| s.measured.is_some_and(|c| c.via == Via::Sar && c.timed()))
+            .map(|(_, s)| (s.cookie, s.overlap))
+            .collect();
+        v.sort_by_key(|&(cookie, _)| cookie);
+        v
+    };
+    // The receiver progresses with operations of its own outstanding (not free); send 4 goes
+    // while send 3 is outstanding.
+    b.note_poll(false);
+    send(&mut a, 3);
+    send(&mut a, 4);
+    assert_eq!(timed_sar(&a), [(4, Overlap::None)]);
+    // Now it progresses free: send 5, with 3 and 4 still outstanding, is a pipeline again.
+    b.note_poll(true);
+    send(&mut a, 5);
+    assert_eq!(timed_sar(&a), [(4, Overlap::None), (5, Overlap::Pipeline)]);
+    drive(&mut a, &mut b, &mut ha, &mut hb, 6);
+    assert_eq!((a.stats().sent_cma, a.stats().sent_sar), (3, 3));
+    assert_eq!(a.chooser.answers(len as u64), (2, 2));
+    for (hdr, result, bytes) in &hb.received {
+        assert_eq!(result, &Ok(len));
+        assert!(*bytes == pattern(len, hdr.tag as u8), "message {} differs", hdr.tag);
+    }
+    assert_eq!(hb.received.len(), 6);
+}
+
 /// `measure_protocol`: above one SAR segment the sender tries both protocols in turn until it has
 /// three timed answers of each; its receivers time every transfer, held and delivered later or
 /// delivered at once, and report the time in their answers (`measured.rs`); every byte arrives
@@ -2229,7 +2292,6 @@ fn send_request(a: &mut Endpoint, to_b: PeerId, cookie: u64, len: usize) -> Resu
 /// once the answers are in.
 #[test]
 fn answered_reads_are_timed_and_learnt_beside_cma_reads() {
-    use measured::Via;
     let params = Params { measure_protocol: true, ..Params::default() };
     let len = params.counts.sar_size as usize;
     let (mut a, mut b, to_b) = pair("readway", params);
