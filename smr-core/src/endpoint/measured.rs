@@ -36,11 +36,11 @@ pub enum Overlap {
 
 impl Overlap {
     /// The overlap of a message sent while we had `others_outstanding` operations of our own
-    /// and its receiver was `receiver_busy` with its own (`Endpoint::peer_busy_with_own`).
-    /// Either alone leaves a CPU free: a one-way stream's receiver only copies out, and the
-    /// sender of a ping-pong waits.
-    pub fn of(others_outstanding: bool, receiver_busy: bool) -> Overlap {
-        if others_outstanding && receiver_busy {
+    /// and its receiver was `receiver_busy` with its own (`Endpoint::peer_busy_with_own`, a
+    /// look at the receiver's line: asked only when we are busy too). Either alone leaves a CPU
+    /// free: a one-way stream's receiver only copies out, and the sender of a ping-pong waits.
+    pub fn of(others_outstanding: bool, receiver_busy: impl FnOnce() -> bool) -> Overlap {
+        if others_outstanding && receiver_busy() {
             Overlap::None
         } else {
             Overlap::Pipeline
@@ -613,9 +613,9 @@ mod tests {
         assert_eq!(sar_time(2_000, 3_000, 64 * 1024, 16 * 1024, Overlap::None), 5_000);
         assert_eq!(sar_time(5, 7, 16 * 1024, 16 * 1024, Overlap::None), 12);
         assert_eq!(sar_time(u64::MAX, 1, 1, 1, Overlap::None), u64::MAX);
-        assert_eq!(Overlap::of(true, true), Overlap::None);
-        assert_eq!(Overlap::of(true, false), Overlap::Pipeline);
-        assert_eq!(Overlap::of(false, true), Overlap::Pipeline);
+        assert_eq!(Overlap::of(true, || true), Overlap::None);
+        assert_eq!(Overlap::of(true, || false), Overlap::Pipeline);
+        assert_eq!(Overlap::of(false, || true), Overlap::Pipeline);
         let entry = crate::cmd::RespEntry::done_timed(7, crate::cmd::Status::Ok, 1, 123_456);
         assert_eq!(entry.time(), 123_456);
     }

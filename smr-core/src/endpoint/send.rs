@@ -465,10 +465,11 @@ impl Endpoint {
         // A CMA choice that fell back to SAR (too many ranges, or behind a SAR message) teaches
         // nothing.
         let measured = measured.filter(|c| (c.via == Via::Cma) == remote.is_some());
-        // Asked only of a SAR message the chooser learns from: two loads of the receiver's line.
+        // Asked only of a SAR message the chooser learns from, and the receiver's line read only
+        // when we have others outstanding.
         let overlap = match measured {
             Some(c) if c.via == Via::Sar && c.timed() => {
-                Overlap::of(self.outstanding() > 0, self.peer_busy_with_own(peer))
+                Overlap::of(self.outstanding() > 0, || self.peer_busy_with_own(peer))
             }
             _ => Overlap::Pipeline,
         };

@@ -365,6 +365,14 @@ fn pump_until(
     }
 }
 
+/// Send message `i` of `len` bytes to `to_b`: tag and cookie `i`, bytes `pattern(len, i)`, not
+/// acknowledged and not pulled, as the tests of the protocol chooser send theirs (`measured.rs`).
+fn send_numbered(a: &mut Endpoint, to_b: PeerId, i: u64, len: usize) {
+    let hdr = MsgHeader { app: 0, tag: i, data: 0, aux: 0, len: len as u64 };
+    let opts = SendOpts { cookie: i, delivery_complete: false, more: false, pull: false };
+    a.send(to_b, hdr, LocalIov::owned(pattern(len, i as u8)), opts).unwrap();
+}
+
 /// Progress `b` alone until it has received `n` messages; `what` is the failure's message.
 fn receive_until(b: &mut Endpoint, hb: &mut Collect, n: usize, what: &str) {
     let dl = deadline();
@@ -1800,9 +1808,7 @@ fn one_segment_messages_are_measured_above_the_smallest_class() {
     let smallest = super::measured::MEASURED_ABOVE as usize;
     let lens = [smallest, smallest + 1, smallest, 8 * 1024, 6 * 1024, 7 * 1024, 5 * 1024, 8 * 1024 - 1];
     for (i, &len) in lens.iter().enumerate() {
-        let hdr = MsgHeader { app: 0, tag: i as u64, data: 0, aux: 0, len: len as u64 };
-        let opts = SendOpts { cookie: i as u64, delivery_complete: false, more: false, pull: false };
-        a.send(to_b, hdr, LocalIov::owned(pattern(len, i as u8)), opts).unwrap();
+        send_numbered(&mut a, to_b, i as u64, len);
         // An inject message's send is done once pushed; the others wait for their answers.
         let answered = lens[..=i].iter().filter(|&&l| l > smallest).count();
         pump_until((&mut a, &mut ha), (&mut b, &mut hb), "a message", |ha, hb| {
@@ -1839,9 +1845,7 @@ fn a_sar_message_is_timed_by_its_copies_not_by_pauses_between_segments() {
     let pause = std::time::Duration::from_millis(20);
     // Learning: a run of three by CMA, then three by SAR (the first of each run not learnt).
     for i in 0..6 {
-        let hdr = MsgHeader { app: 0, tag: i as u64, data: 0, aux: 0, len: len as u64 };
-        let opts = SendOpts { cookie: i as u64, delivery_complete: false, more: false, pull: false };
-        a.send(to_b, hdr, LocalIov::owned(pattern(len, i as u8)), opts).unwrap();
+        send_numbered(&mut a, to_b, i as u64, len);
         let dl = deadline();
         while ha.sends_done.len() < i + 1 {
             assert!(std::time::Instant::now() < dl, "timed out waiting for message {i}");
@@ -1881,24 +1885,11 @@ fn sar_copies_are_summed_only_when_both_sides_are_busy() {
     let (mut a, mut b, to_b) = pair("measured-overlap", params);
     let (mut ha, mut hb) = (Collect::default(), Collect::default());
     let len = 200_000usize;
-    let send = |a: &mut Endpoint, i: u64| {
-        let hdr = MsgHeader { app: 0, tag: i, data: 0, aux: 0, len: len as u64 };
-        let opts = SendOpts { cookie: i, delivery_complete: false, more: false, pull: false };
-        a.send(to_b, hdr, LocalIov::owned(pattern(len, i as u8)), opts).unwrap();
-    };
-    let drive = |a: &mut Endpoint, b: &mut Endpoint, ha: &mut Collect, hb: &mut Collect, n: usize| {
-        let dl = deadline();
-        while ha.sends_done.len() < n {
-            assert!(std::time::Instant::now() < dl, "timed out waiting for {n} sends");
-            a.progress(ha);
-            b.progress(hb);
-        }
-    };
     // Learning: a run of three by CMA (sends 0-2), then three by SAR (3-5), the first of each
     // run not timed.
     for i in 0..3 {
-        send(&mut a, i);
-        drive(&mut a, &mut b, &mut ha, &mut hb, i as usize + 1);
+        send_numbered(&mut a, to_b, i, len);
+        pump_until((&mut a, &mut ha), (&mut b, &mut hb), "a CMA send", |ha, _| ha.sends_done.len() == i as usize + 1);
     }
     let timed_sar = |a: &Endpoint| -> Vec<(u64, Overlap)> {
         let mut v: Vec<_> = a
@@ -1913,14 +1904,14 @@ fn sar_copies_are_summed_only_when_both_sides_are_busy() {
     // The receiver progresses with operations of its own outstanding (not free); send 4 goes
     // while send 3 is outstanding.
     b.note_poll(false);
-    send(&mut a, 3);
-    send(&mut a, 4);
+    send_numbered(&mut a, to_b, 3, len);
+    send_numbered(&mut a, to_b, 4, len);
     assert_eq!(timed_sar(&a), [(4, Overlap::None)]);
     // Now it progresses free: send 5, with 3 and 4 still outstanding, is a pipeline again.
     b.note_poll(true);
-    send(&mut a, 5);
+    send_numbered(&mut a, to_b, 5, len);
     assert_eq!(timed_sar(&a), [(4, Overlap::None), (5, Overlap::Pipeline)]);
-    drive(&mut a, &mut b, &mut ha, &mut hb, 6);
+    pump_until((&mut a, &mut ha), (&mut b, &mut hb), "six sends", |ha, _| ha.sends_done.len() == 6);
     assert_eq!((a.stats().sent_cma, a.stats().sent_sar), (3, 3));
     assert_eq!(a.chooser.answers(len as u64), (2, 2));
     for (hdr, result, bytes) in &hb.received {
@@ -1943,16 +1934,11 @@ fn large_messages_go_both_ways_and_every_answer_is_timed() {
     let (mut a, mut b, to_b) = pair("measured", params);
     let (mut ha, mut hb) = (Collect::default(), Collect::default());
     let len = 200_000usize;
-    let send = |a: &mut Endpoint, i: usize| {
-        let hdr = MsgHeader { app: 0, tag: i as u64, data: 0, aux: 0, len: len as u64 };
-        let opts = SendOpts { cookie: i as u64, delivery_complete: false, more: false, pull: false };
-        a.send(to_b, hdr, LocalIov::owned(pattern(len, i as u8)), opts).unwrap();
-    };
     // Four held (no receive posted), then delivered: learning sends runs of three, so three by
     // CMA and the first of the SAR run.
     hb.hold = true;
     for i in 0..4 {
-        send(&mut a, i);
+        send_numbered(&mut a, to_b, i as u64, len);
     }
     assert_eq!((a.stats().sent_cma, a.stats().sent_sar), (3, 1));
     pump_until((&mut a, &mut ha), (&mut b, &mut hb), "four held messages", |_, hb| hb.offered.len() == 4);
@@ -1982,7 +1968,7 @@ fn large_messages_go_both_ways_and_every_answer_is_timed() {
     // Two delivered at once: the rest of the SAR run, both learnt.
     hb.hold = false;
     for i in 4..6 {
-        send(&mut a, i);
+        send_numbered(&mut a, to_b, i as u64, len);
         pump_until((&mut a, &mut ha), (&mut b, &mut hb), "a large message", |ha, _| ha.sends_done.len() == i + 1);
     }
     assert_eq!((a.stats().sent_cma, a.stats().sent_sar), (3, 3));
