@@ -9,7 +9,7 @@
 //!          inject pool: StackHead + links + inject_count x INJECT_SIZE
 //!          SAR pool:    StackHead + links + sar_count x sar_size
 //!          peer table:  PeerSlot x max_peers
-//!          MR table:    MrSlot x MR_SLOTS (registrations peers may read with CMA: `published`)
+//!          MR table:    MrSlot x MR_SLOTS (registrations peers may copy with CMA: `published`)
 //!          OwnerBeat    (own 128-byte block: how often the owner progressed with nothing of its own)
 //! ```
 //! Offsets are computed by one pure function from the counts, so a peer validates a header by
@@ -80,7 +80,10 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"RSHMREG\0");
 ///    (`wake::want_room`).
 /// 26: a receiver times a large message's CMA read or SAR copies only when its sender asks
 ///    (`cmd::FLAG_TIMED`): a sender of 25, which never asks, would never learn which is faster.
-pub const LAYOUT_VERSION: u32 = 26;
+/// 27: a published registration whose remote writes (reads) the owner counts says so
+///    (`published::COUNT_WRITES`, `COUNT_READS`), and peers count their copies of it on a second
+///    line of its entry (`MrSlot::counts`: 128 bytes an entry).
+pub const LAYOUT_VERSION: u32 = 27;
 /// Longest region name, without the terminating NUL.
 pub const NAME_MAX: usize = 63;
 /// Size of one inject buffer (defined with the commands that name them, which check against it).
@@ -388,7 +391,8 @@ const _: () = {
     assert!(size_of::<Geometry>() == 21 * 8);
     assert!(offset_of!(RegionHeader, ready) == 104 + 21 * 8);
     assert!(size_of::<OwnerBeat>() == 128);
-    assert!(size_of::<MrSlot>() == 64);
+    assert!(size_of::<MrSlot>() == 128);
+    assert!(offset_of!(MrSlot, counts) == 64);
     // `published::Publisher` fills at most 64 slots (`publish`).
     assert!(MR_SLOTS <= 64);
     assert!(size_of::<WakeWord>() == 256);
@@ -417,7 +421,7 @@ mod tests {
         assert!(offs.iter().all(|o| o % 128 == 0));
         assert_eq!(g.inject_data % 4096, 0);
         assert!(g.peers + 16 * 128 <= g.mrs);
-        assert!(g.mrs + MR_SLOTS * 64 <= g.beat);
+        assert!(g.mrs + MR_SLOTS * size_of::<MrSlot>() as u64 <= g.beat);
         assert!(g.beat + 128 <= g.size);
         assert_eq!(g.sar_offset(3).unwrap(), g.sar_data + 3 * 65536);
         assert!(g.sar_offset(4).is_err());

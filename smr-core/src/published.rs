@@ -25,6 +25,16 @@
 //! The owner withdraws an entry before `fi_close(mr)` returns, so no peer's copy touches memory
 //! the application may already have freed and still reports success.
 //!
+//! **Counted copies.** A registration whose remote writes (reads) the owner must count, into a
+//! FI_REMOTE_WRITE (FI_REMOTE_READ) counter of the registration or of the endpoint, is published
+//! with `COUNT_WRITES` (`COUNT_READS`): a peer's copy of it is admitted as a write is (a counted
+//! read too, so that a withdrawal waits for it), and the peer adds one to the entry's count
+//! (`MrCounts`) after its copy and before it counts itself out (`count`). The owner takes what
+//! the counts moved by since it last looked (`Publisher::take_counts`) on its progress passes,
+//! and once more after a withdrawal, which waited for every admitted copy: no counted copy is
+//! lost, none is counted twice. The counts are peers' words: a move no run of copies could make
+//! (`COUNT_STEP_MAX`, or backwards) is a scribble, taken as nothing.
+//!
 //! **A seal against scribbles.** Every entry carries `seal`, a mix of its sequence count and
 //! fields that the owner computes when it writes the entry; a peer takes an entry only if the
 //! seal matches what it read. Without it, bytes a faulty peer scribbled over an entry (a base,
@@ -62,6 +72,17 @@ pub struct MrSlot {
     /// `seal(seq, key, base, len, flags)` as the owner wrote them: a peer takes the entry only
     /// if it matches.
     pub seal: AtomicU64,
+    /// Copies peers made of a counted registration, on a line of their own: peers add to them,
+    /// lookups read the line above.
+    pub counts: MrCounts,
+}
+
+/// How many counted copies peers made of one entry (`COUNT_READS`, `COUNT_WRITES`), ever: the
+/// owner keeps what it has taken (`Publisher::take_counts`).
+#[repr(C, align(64))]
+pub struct MrCounts {
+    pub reads: AtomicU64,
+    pub writes: AtomicU64,
 }
 
 impl MrSlot {
@@ -75,6 +96,7 @@ impl MrSlot {
             flags: AtomicU64::new(0),
             writers: AtomicU64::new(0),
             seal: AtomicU64::new(0),
+            counts: MrCounts { reads: AtomicU64::new(0), writes: AtomicU64::new(0) },
         }
     }
 }
@@ -89,6 +111,15 @@ pub const REMOTE_READ: u64 = 4;
 pub const VIRT_ADDR: u64 = 8;
 /// Peers may write it.
 pub const REMOTE_WRITE: u64 = 16;
+/// The owner counts peers' reads of it: a reader is admitted as a writer is, and counts its copy.
+pub const COUNT_READS: u64 = 32;
+/// The owner counts peers' writes into it: a writer counts its copy.
+pub const COUNT_WRITES: u64 = 64;
+
+/// The most a count may move between two looks of the owner's: more (or a move backwards) is a
+/// scribble, not copies. Each copy is a system call; four billion of them between two progress
+/// passes of the owner would take a peer over an hour.
+pub const COUNT_STEP_MAX: u64 = 1 << 32;
 
 /// How long an owner rewriting an entry waits for the writers counted in it before it asks
 /// whether a live writer marks the entry (a copy of up to `WRITE_MAX` takes milliseconds; a
@@ -124,6 +155,21 @@ impl Published {
     pub fn allows(&self, access: u64) -> bool {
         self.flags & access == access
     }
+
+    /// Whether the owner counts peers' copies of kind `access` (`REMOTE_READ`, `REMOTE_WRITE`):
+    /// each must then be admitted (`begin_write`) and counted (`count`).
+    pub fn counts(&self, access: u64) -> bool {
+        self.flags & count_flag(access) != 0
+    }
+}
+
+/// The flag that says copies of kind `access` are counted.
+fn count_flag(access: u64) -> u64 {
+    if access == REMOTE_READ {
+        COUNT_READS
+    } else {
+        COUNT_WRITES
+    }
 }
 
 fn home(key: u64, slots: usize) -> usize {
@@ -157,6 +203,17 @@ struct Written {
 #[derive(Debug, Default)]
 pub struct Publisher {
     written: Vec<Written>,
+    /// Each slot's counts (reads, writes) as the owner last took them (`take_counts`).
+    taken: Vec<[u64; 2]>,
+}
+
+/// What peers' counted copies of one entry moved by since the owner last looked.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counted {
+    pub reads: u64,
+    pub writes: u64,
+    /// A count moved by more than `COUNT_STEP_MAX`, or backwards: scribbled, taken as nothing.
+    pub scribbled: bool,
 }
 
 impl Publisher {
@@ -169,7 +226,28 @@ impl Publisher {
         // itself out at once), or died: nobody to wait for beyond the count's first look.
         let nobody = |_: u32| false;
         self.write(slots, free, Written { key, base, len, flags: flags | USED | LIVE }, &nobody);
+        // Counts start from where they stand: copies of the slot's earlier registrations were
+        // taken at their withdrawal.
+        let c = &slots[free].counts;
+        self.taken[free] = [c.reads.load(Ordering::Acquire), c.writes.load(Ordering::Acquire)];
         Some(free as u32)
+    }
+
+    /// What peers' counted copies of `slot` (reads, writes) moved by since the last call, or
+    /// since it was published. Called on progress passes, and after `withdraw` (which waited
+    /// for every admitted copy) for the last of them. The Acquire loads pair with `count`: the
+    /// bytes a counted write placed are visible once it is taken.
+    pub fn take_counts(&mut self, slots: &[MrSlot], slot: u32) -> Counted {
+        let (Some(s), Some(taken)) = (slots.get(slot as usize), self.taken.get_mut(slot as usize)) else {
+            return Counted::default();
+        };
+        let now = [s.counts.reads.load(Ordering::Acquire), s.counts.writes.load(Ordering::Acquire)];
+        let moved = [now[0].wrapping_sub(taken[0]), now[1].wrapping_sub(taken[1])];
+        *taken = now;
+        if moved.iter().any(|&m| m > COUNT_STEP_MAX) {
+            return Counted { scribbled: true, ..Counted::default() };
+        }
+        Counted { reads: moved[0], writes: moved[1], scribbled: false }
     }
 
     /// Take a published entry back; peers that read it before see their copy refused, and a
@@ -191,6 +269,7 @@ impl Publisher {
     fn write(&mut self, slots: &[MrSlot], i: usize, w: Written, writing: &dyn Fn(u32) -> bool) {
         if self.written.len() < slots.len().min(64) {
             self.written.resize(slots.len().min(64), Written::default());
+            self.taken.resize(slots.len().min(64), [0; 2]);
         }
         write(&slots[i], w, Writers::WaitFor(&|| writing(i as u32)));
         self.written[i] = w;
@@ -308,6 +387,16 @@ pub fn begin_write(slots: &[MrSlot], p: &Published) -> bool {
     false
 }
 
+/// Count a copy of kind `access` that `begin_write` admitted into the entry `p` was read from,
+/// before `end_write`: a withdrawal, which waits for the admitted copies, then finds it counted.
+/// Release: the owner that takes the count sees the bytes the copy placed.
+pub fn count(slots: &[MrSlot], p: &Published, access: u64) {
+    if let Some(s) = slots.get(p.slot as usize) {
+        let c = if access == REMOTE_READ { &s.counts.reads } else { &s.counts.writes };
+        c.fetch_add(1, Ordering::Release);
+    }
+}
+
 /// The copy `begin_write` admitted is over: the owner may rewrite the entry.
 pub fn end_write(slots: &[MrSlot], p: &Published) {
     if let Some(s) = slots.get(p.slot as usize) {
@@ -411,6 +500,35 @@ mod tests {
         p.withdraw(&t, slot, &nobody);
         assert!(!begin_write(&t, &e), "an entry withdrawn since the lookup admits no writer");
         assert_eq!(t[slot as usize].writers.load(Ordering::Relaxed), 0, "a refused writer is not left counted");
+    }
+
+    #[test]
+    fn counts_are_taken_from_where_they_stood_and_a_scribbled_move_is_nothing() {
+        let t = table();
+        let mut p = Publisher::default();
+        // Counts left by an earlier registration in the slot (or scribbled) before it was
+        // published: the new one starts from them.
+        t[3].counts.writes.store(40, Ordering::Relaxed);
+        let slot = p.publish(&t, 3, 0x1000, 100, REMOTE_WRITE | COUNT_WRITES).unwrap();
+        assert_eq!(slot, 3);
+        let e = lookup(&t, 3).unwrap();
+        assert!(e.counts(REMOTE_WRITE) && !e.counts(REMOTE_READ));
+        for _ in 0..3 {
+            assert!(begin_write(&t, &e));
+            count(&t, &e, REMOTE_WRITE);
+            end_write(&t, &e);
+        }
+        assert_eq!(p.take_counts(&t, slot), Counted { reads: 0, writes: 3, scribbled: false });
+        assert_eq!(p.take_counts(&t, slot), Counted::default());
+        // Backwards, or further than copies could go: nothing, and counting goes on from there.
+        t[3].counts.writes.fetch_sub(1, Ordering::Relaxed);
+        assert_eq!(p.take_counts(&t, slot), Counted { scribbled: true, ..Counted::default() });
+        t[3].counts.reads.fetch_add(COUNT_STEP_MAX + 1, Ordering::Relaxed);
+        assert_eq!(p.take_counts(&t, slot), Counted { scribbled: true, ..Counted::default() });
+        count(&t, &e, REMOTE_WRITE);
+        count(&t, &e, REMOTE_READ);
+        assert_eq!(p.take_counts(&t, slot), Counted { reads: 1, writes: 1, scribbled: false });
+        assert_eq!(p.take_counts(&t, 99), Counted::default(), "a slot outside the table");
     }
 
     /// No peer marks that it writes (`Publisher::withdraw`'s `writing`).

@@ -1261,6 +1261,46 @@ fn published_withdraw_waits_for_a_write() {
     refused.assert_seen("published_withdraw_waits_for_a_write", "a write refused after the withdrawal began");
 }
 
+/// Counted writes into a published registration (`published::count`, `Publisher::take_counts`):
+/// the owner takes counts on a progress pass and withdraws the entry while a peer writes,
+/// counting its copy; the owner then takes the counts once more, as the provider does after a
+/// withdrawal. Whatever the interleaving, the counts the owner took add up to one for a write
+/// admitted and to none for a write refused: no counted copy is lost to the withdrawal, none
+/// counted twice.
+#[test]
+fn published_counts_survive_a_withdrawal() {
+    use smr_core::published::{self, MrSlot, Publisher, COUNT_WRITES, REMOTE_WRITE};
+    const KEY: u64 = 6;
+    let (admitted, refused) = (Tally::default(), Tally::default());
+    let (a, r) = (admitted.clone(), refused.clone());
+    model("published_counts_survive_a_withdrawal", move || {
+        let table: Arc<Vec<MrSlot>> = Arc::new((0..1).map(|_| MrSlot::unused()).collect());
+        let mut owner = Publisher::default();
+        let slot = owner.publish(&table, KEY, 0x1000, 100, REMOTE_WRITE | COUNT_WRITES).expect("room");
+        let t = table.clone();
+        let closer = thread::spawn(move || {
+            let pass = owner.take_counts(&t, slot).writes;
+            owner.withdraw(&t, slot, &|_| false);
+            pass + owner.take_counts(&t, slot).writes
+        });
+        let mut wrote = 0;
+        if let Some(p) = published::lookup(&table, KEY) {
+            let admit = published::begin_write(&table, &p);
+            if admit {
+                published::count(&table, &p, REMOTE_WRITE);
+                published::end_write(&table, &p);
+                wrote = 1;
+            }
+            a.note(admit);
+            r.note(!admit);
+        }
+        let taken = closer.join().unwrap();
+        assert_eq!(taken, wrote, "the owner took {taken} counted writes of {wrote}");
+    });
+    admitted.assert_seen("published_counts_survive_a_withdrawal", "a counted write admitted");
+    refused.assert_seen("published_counts_survive_a_withdrawal", "a write refused after the withdrawal began");
+}
+
 /// A published entry scribbled over (`published`, its seal): a peer forges the entry's base
 /// while the owner repairs its table on its tick (`Publisher::repair`) and another peer looks
 /// the key up. A lookup never answers the forged base, whatever the interleaving; after the

@@ -5,8 +5,8 @@
 //! Whichever way each goes, written bytes must land in order, at the right offsets and nowhere
 //! else, and read bytes must be the target's, into the local buffer and nowhere else; a wrong
 //! key, a range past the registration's end or a read-only registration must fail with both
-//! sides untouched; every write into a registration bound to a FI_REMOTE_WRITE counter (never
-//! published) is counted. Bursts of writes in flight together (the ordinary way) are mixed in.
+//! sides untouched; every write into a registration bound to a FI_REMOTE_WRITE counter (counted
+//! by the initiator's copy or by the target) is counted once. Bursts of writes in flight together (the ordinary way) are mixed in.
 //! Rank 0 writes and reads, rank 1 is the target.
 
 use super::passive::{initiator_targets, must_fail, target_mrs};

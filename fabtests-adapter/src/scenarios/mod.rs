@@ -6,6 +6,7 @@ mod all_memory;
 mod atomic;
 mod churn;
 mod completion;
+mod counted;
 mod counters;
 mod errors;
 mod kill;
@@ -64,6 +65,7 @@ pub fn all() -> Vec<Scenario> {
     v.extend(access::scenarios());
     v.extend(all_memory::scenarios());
     v.extend(counters::scenarios());
+    v.extend(counted::scenarios());
     v.extend(progress::scenarios());
     v.extend(wait_fd::scenarios());
     v.extend(shared_wait::scenarios());

@@ -112,7 +112,7 @@ pub(crate) unsafe extern "C" fn endpoint_open(
                 rx_size: rx_attr.map_or(0, |r| r.size).max(crate::getinfo::QUEUE_SIZE),
                 driven: 0,
                 idle: Default::default(),
-                published: Vec::new(),
+                published: Default::default(),
             };
             let id = dom.shared.lock().eps.insert(state);
             let obj = object::into_raw(Ep {
@@ -157,6 +157,13 @@ fn unbind_all(st: &mut DomainState, id: usize) {
 unsafe extern "C" fn ep_close(fid: *mut ffi::fid) -> i32 {
     let release = |obj: &Ep| -> FiResult<()> {
         let mut st = obj.shared.lock();
+        // Peers' counted copies made since our last pass count before the counters are unbound.
+        let DomainState { eps, cntrs, .. } = &mut *st;
+        if let Some(ep) = eps.get_mut(obj.id) {
+            if let Some(engine) = ep.engine.as_mut() {
+                ep.published.withdraw_all(engine, cntrs);
+            }
+        }
         unbind_all(&mut st, obj.id);
         if let Some((engine, rma)) = st.eps.get(obj.id).and_then(|e| Some((e.engine.as_ref()?, &e.rma))) {
             let s = engine.stats();
@@ -266,8 +273,9 @@ fn bind(ep: &Ep, bfid: *mut ffi::fid, flags: u64) -> FiResult<()> {
                 eps.push(ep.id);
                 st.eps[ep.id].bound.cntrs.push(cntr.id);
             }
-            if has(ffi::FI_REMOTE_READ) {
-                // Peers' reads must now pass through us, to be counted.
+            if has(ffi::FI_REMOTE_READ) || has(ffi::FI_REMOTE_WRITE) {
+                // Peers' copies of our registrations must now be counted (SOS binds its target
+                // counter after fi_enable).
                 published::sync(&mut st);
             }
         }

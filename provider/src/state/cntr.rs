@@ -34,4 +34,12 @@ impl CntrState {
             w.changed();
         }
     }
+
+    /// `n` operations completed, all of them successes (peers' counted copies, taken at once).
+    pub fn count_many(&mut self, n: u64) {
+        self.value = self.value.wrapping_add(n);
+        if let Some(w) = &mut self.waiters {
+            w.changed();
+        }
+    }
 }

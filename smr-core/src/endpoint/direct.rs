@@ -5,7 +5,10 @@
 //! in the mapping of the owner's region it holds (`peer_mr`), and copies with
 //! `process_vm_readv` (`read_published`: the entry must still stand after the copy) or
 //! `process_vm_writev` (`write_published`: counted in the entry as a writer during the copy, so
-//! that a withdrawal waits for it). Every failure (no link yet, CMA refused or off, the owner
+//! that a withdrawal waits for it). A copy the owner counts (its registration is bound to a
+//! FI_REMOTE_WRITE or FI_REMOTE_READ counter) is admitted as a write is, whichever way it goes,
+//! and adds one to the entry's count before it counts itself out; the owner takes the counts on
+//! its progress passes (`take_mr_counts`). Every failure (no link yet, CMA refused or off, the owner
 //! gone or rewriting the entry) says "take the ordinary path": the request through the owner's
 //! ring, which reports errors the usual way.
 
@@ -168,6 +171,13 @@ impl Endpoint {
         self.publisher.withdraw(self.region.mr_slots(), slot, &writing);
     }
 
+    /// What peers' counted copies of published `slot` moved by since the last call
+    /// (`published::Publisher::take_counts`): on every progress pass of an endpoint that counts
+    /// them, and after `withdraw_mr` for the last of them.
+    pub fn take_mr_counts(&mut self, slot: u32) -> published::Counted {
+        self.publisher.take_counts(self.region.mr_slots(), slot)
+    }
+
     /// The registration `peer` published under `key`, if we may copy to or from it ourselves:
     /// CMA works both ways (`Published::allows` says which copies the owner lets us make). Maps
     /// the peer's region on first use; its answer to our connection request is not needed (a
@@ -185,34 +195,61 @@ impl Endpoint {
 
     /// Copy `len` bytes of `peer`'s memory at its address `addr` into `local`, as entry `p` of
     /// its table allows, with CMA. `Err(Again)`: the entry changed during the copy, or the
-    /// kernel refused CMA (then never tried again for this peer): take the ordinary path.
+    /// kernel refused CMA (then never tried again for this peer): take the ordinary path. A read
+    /// the owner counts is admitted and counted as a write is (`copy_admitted`).
     pub fn read_published(&mut self, peer: PeerId, p: &Published, addr: u64, local: &mut LocalIov) -> Result<usize> {
         let len = local.len() as u64;
         let at = Self::published_target(p, published::REMOTE_READ, addr, len)?;
-        let link = self.live_link(peer)?;
-        let copied = crate::cma::read_from(link.owner.ident().pid, &[RemoteIov { addr: at, len }], local, 0);
-        match copied {
-            Ok(n) if n as u64 == len && published::unchanged(link.region.mr_slots(), p) => {
-                self.stats.cma_reads += 1;
-                self.stats.published_reads += 1;
-                Ok(n)
+        let copied = if p.counts(published::REMOTE_READ) {
+            let remote = [RemoteIov { addr: at, len }];
+            self.copy_admitted(peer, p, published::REMOTE_READ, len, |pid| {
+                crate::cma::read_from(pid, &remote, local, 0)
+            })?
+        } else {
+            let link = self.live_link(peer)?;
+            let copied = crate::cma::read_from(link.owner.ident().pid, &[RemoteIov { addr: at, len }], local, 0);
+            match copied {
+                Ok(n) if n as u64 == len && published::unchanged(link.region.mr_slots(), p) => n,
+                Err(e) => return Err(Self::direct_failed(link, e)),
+                _ => return Err(Error::Again),
             }
-            Err(e) => Err(Self::direct_failed(link, e)),
-            _ => Err(Error::Again),
-        }
+        };
+        self.stats.cma_reads += 1;
+        self.stats.published_reads += 1;
+        Ok(copied)
     }
 
     /// Copy `local` into `peer`'s memory at its address `addr`, as entry `p` of its table
     /// allows, with CMA: the bytes are in place (visible to the owner and everyone) when this
-    /// returns Ok. `Err(Again)`: the entry is being rewritten, the copy fell short (the bytes
-    /// placed are undefined, as for any failed write; the ordinary path writes them all again),
-    /// or the kernel refused CMA (then never tried again for this peer).
+    /// returns Ok, and counted where the owner counts writes. `Err(Again)`: the entry is being
+    /// rewritten, the copy fell short (the bytes placed are undefined, as for any failed write;
+    /// the ordinary path writes them all again), or the kernel refused CMA (then never tried
+    /// again for this peer).
     pub fn write_published(&mut self, peer: PeerId, p: &Published, addr: u64, local: &LocalIov) -> Result<usize> {
         let len = local.len() as u64;
         if len > published::WRITE_MAX {
             return Err(Error::Again);
         }
         let at = Self::published_target(p, published::REMOTE_WRITE, addr, len)?;
+        let remote = [RemoteIov { addr: at, len }];
+        let n =
+            self.copy_admitted(peer, p, published::REMOTE_WRITE, len, |pid| crate::cma::write_to(pid, local, &remote))?;
+        self.stats.published_writes += 1;
+        Ok(n)
+    }
+
+    /// Make `copy` (given the owner's pid) of `len` bytes, an `access` admitted into entry `p`
+    /// (`published::begin_write`): a withdrawal waits for it. Counted where the owner counts
+    /// that access (`published::count`, before the copy counts itself out), and the owner woken
+    /// if it sleeps, so that a thread of its asleep in a counter's wait sees the count.
+    fn copy_admitted(
+        &mut self,
+        peer: PeerId,
+        p: &Published,
+        access: u64,
+        len: u64,
+        copy: impl FnOnce(u32) -> Result<usize>,
+    ) -> Result<usize> {
         #[cfg(test)]
         let pause = self.published_pause_after_count;
         let link = self.live_link(peer)?;
@@ -227,16 +264,21 @@ impl Endpoint {
         }
         #[cfg(test)]
         std::thread::sleep(pause);
-        let copied = crate::cma::write_to(link.owner.ident().pid, local, &[RemoteIov { addr: at, len }]);
+        let copied = copy(link.owner.ident().pid);
+        let whole = matches!(copied, Ok(n) if n as u64 == len);
+        let counted = whole && p.counts(access);
+        if counted {
+            published::count(slots, p, access);
+        }
         published::end_write(slots, p);
         mark.store(0, Ordering::Relaxed);
+        if counted {
+            crate::wake::notify(link.region.wake_word());
+        }
         match copied {
-            Ok(n) if n as u64 == len => {
-                self.stats.published_writes += 1;
-                Ok(n)
-            }
+            Ok(n) if whole => Ok(n),
             Err(e) => Err(Self::direct_failed(link, e)),
-            _ => Err(Error::Again),
+            Ok(_) => Err(Error::Again),
         }
     }
 

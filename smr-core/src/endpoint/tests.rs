@@ -2834,6 +2834,52 @@ fn a_published_registration_is_written_only_as_its_entry_allows() {
     assert_eq!(a.stats().published_writes, 1);
 }
 
+/// Copies of a registration the owner counts (`published::COUNT_WRITES`, `COUNT_READS`, as for
+/// one bound to a FI_REMOTE_WRITE counter): each whole copy is counted once, by its kind, and
+/// wakes an owner armed to sleep; copies of an entry that does not count them are not counted
+/// and wake nobody; a copy refused is not counted; and what was counted before a withdrawal is
+/// still taken after it.
+#[test]
+fn counted_copies_of_a_published_registration_are_counted_once_and_wake_the_owner() {
+    use crate::published::{Counted, COUNT_READS, COUNT_WRITES, REMOTE_READ, REMOTE_WRITE};
+    if !cma_or_skip("pubcount") {
+        return;
+    }
+    let (mut a, mut b, to_b) = pair("pubcount", Params::default());
+    let mut mem = vec![0u8; 8192];
+    let base = mem.as_mut_ptr() as u64;
+    let counted = b.publish_mr(5, base, 4096, REMOTE_READ | REMOTE_WRITE | COUNT_READS | COUNT_WRITES).expect("room");
+    let plain = b.publish_mr(6, base + 4096, 4096, REMOTE_READ | REMOTE_WRITE).expect("room");
+    let (c, u) = (a.peer_mr(to_b, 5).expect("published"), a.peer_mr(to_b, 6).expect("published"));
+    assert!(c.counts(REMOTE_WRITE) && c.counts(REMOTE_READ) && !u.counts(REMOTE_WRITE) && !u.counts(REMOTE_READ));
+    let wake = b.region.wake_word();
+    let seq = crate::wake::arm(wake);
+    let data = pattern(1000, 3);
+    assert_eq!(a.write_published(to_b, &u, 0, &LocalIov::owned(data.clone())), Ok(1000));
+    let mut back = LocalIov::owned(vec![0; 500]);
+    assert_eq!(a.read_published(to_b, &u, 10, &mut back), Ok(500));
+    assert_eq!(wake.seq.load(crate::sync::Ordering::SeqCst), seq, "an uncounted copy woke the owner");
+    assert_eq!(a.write_published(to_b, &c, 100, &LocalIov::owned(data.clone())), Ok(1000));
+    assert_ne!(wake.seq.load(crate::sync::Ordering::SeqCst), seq, "a counted write left the owner asleep");
+    assert_eq!(a.write_published(to_b, &c, 2000, &LocalIov::owned(data.clone())), Ok(1000));
+    let mut back = LocalIov::owned(vec![0; 1000]);
+    assert_eq!(a.read_published(to_b, &c, 100, &mut back), Ok(1000));
+    assert_eq!(back.into_owned().unwrap(), data, "the counted read's bytes");
+    assert!(matches!(a.write_published(to_b, &c, 3500, &LocalIov::owned(data.clone())), Err(Error::Invalid(_))));
+    crate::wake::disarm(wake);
+    std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(mem[100..1100], data[..]);
+    assert_eq!(b.take_mr_counts(counted), Counted { reads: 1, writes: 2, scribbled: false });
+    assert_eq!(b.take_mr_counts(counted), Counted::default(), "taken twice");
+    assert_eq!(b.take_mr_counts(plain), Counted::default(), "uncounted copies counted");
+    // A write counted before the withdrawal, taken after it.
+    assert_eq!(a.write_published(to_b, &c, 0, &LocalIov::owned(data)), Ok(1000));
+    b.withdraw_mr(counted);
+    assert_eq!(b.take_mr_counts(counted), Counted { reads: 0, writes: 1, scribbled: false });
+    assert_eq!(a.stats().published_writes, 4);
+    drop(mem);
+}
+
 /// A peer counted as a writer of a published registration and then stopped before its copy (a
 /// SIGSTOP, a debugger, a host that does not run it) for longer than an owner once waited (1 s):
 /// the owner's withdrawal (the provider's fi_close of the MR) returns only once the copy is over,

@@ -3,6 +3,7 @@
 //! (`EpState::drive`), which the progress module runs for whoever polls.
 
 pub mod idle;
+pub mod published;
 pub mod read_req;
 pub mod replies;
 pub mod rma;
@@ -46,8 +47,9 @@ pub struct EpState {
     pub driven: u64,
     /// Passes that found nothing, in a row (`idle::IdleStreak`).
     pub idle: idle::IdleStreak,
-    /// Slots of the engine's MR table this endpoint filled (`published::sync`).
-    pub published: Vec<u32>,
+    /// The registrations this endpoint published in its engine's MR table
+    /// (`crate::ep::published::sync`), and where peers' copies of them count.
+    pub published: published::Publications,
 }
 
 impl EpState {
@@ -106,6 +108,8 @@ impl EpState {
         let idle = ep.tx_outstanding() == 0;
         let Some(engine) = ep.engine.as_mut() else { return 0 };
         let issued = ep.rma.issued_since_last_poll();
+        // Peers' CMA copies of our registrations that counters count, made without us.
+        ep.published.take_counts(engine, cntrs);
         // Peers see that we progress (they may ask us for reads we answer at once), and whether
         // with nothing of ours outstanding or started for a while (they may hand us copying):
         // `Endpoint::peer_progresses`, `Endpoint::peer_is_free`.

@@ -38,9 +38,8 @@
 //! calls progress while busy too: in fi_rma_bw, where each side also copies out its own
 //! pushed reads, 19-24 GB/s at 192 KiB-1 MiB against 12-15 by CMA (the kernel's copy). A
 //! target that computes or sleeps gets the fifth row, which needs no step of the target's: it still serves reads from a
-//! registration it published while it has not progressed since it started. Registrations whose
-//! reads a FI_REMOTE_READ counter must count are not published, so their reads take the rows
-//! below it.
+//! registration it published while it has not progressed since it started, counting the reads
+//! a FI_REMOTE_READ counter must count on its next pass (`state::ep::published`).
 //!
 //! The one-trip read (the middle row, 16 KiB by default): the initiator reserves a buffer of its
 //! own region (an inject buffer up to 4 KiB, a SAR buffer above; for the third row's reads
@@ -63,9 +62,10 @@
 //! write, by the initiator itself with one `process_vm_writev`, complete (delivery complete) in
 //! the call (`copy_published`; fi_rma_bw's two-way writes at 24 KiB: 6.1 GB/s against 3.7
 //! pulled); otherwise pulled by the target with one CMA read in one step of its progress (its
-//! CPU is busy or elsewhere, and SAR would need it for every segment). Registrations whose writes
-//! a FI_REMOTE_WRITE counter must count are not published for writing, and a write with remote
-//! CQ data always goes through the target, which must report it.
+//! CPU is busy or elsewhere, and SAR would need it for every segment). A write into a registration
+//! that a FI_REMOTE_WRITE counter counts is counted in the target's table by the initiator and
+//! taken into the counter on the target's next pass (`state::ep::published`); a write with
+//! remote CQ data always goes through the target, which must report it.
 //! A write sent alone (nothing of ours outstanding, nothing started since the application last
 //! polled, no FI_MORE: an OpenSHMEM put and its `shmem_quiet`) larger than an inject buffer and
 //! up to 64 KiB, and a read above 2 KiB and up to 16 KiB, take our own `process_vm_writev`/`readv`
