@@ -20,8 +20,7 @@ use super::passive::cma_permitted;
 use super::passive_write::same;
 use super::rma_util::{must, payload, Peer, Spec, Target, BASIC, MSG, REMOTE_READ, REMOTE_WRITE, RMA};
 use super::{scn, Scenario};
-use crate::fabric;
-use crate::harness::{pattern, Rank, TResult, TestErr};
+use crate::harness::{pattern, Rank, TResult};
 use crate::{bail, ensure};
 use std::time::{Duration, Instant};
 
@@ -72,14 +71,7 @@ fn counted_target(p: &mut Peer, r: &mut Rank) -> TResult<(usize, usize, usize)> 
     let (mw, iw) = p.reg(written, 0, LEN, REMOTE_WRITE, 0x3C0, 0)?;
     let (_, ir) = p.reg(read, 0, LEN, REMOTE_READ, 0x3C1, 0)?;
     let cw = p.new_cntr()?;
-    let ret = p.mr_bind_cntr(mw, cw, REMOTE_WRITE);
-    if ret == fabric::ENOSYS || ret == fabric::EOPNOTSUPP {
-        return Err(TestErr::Nos(
-            ret,
-            format!("fi_mr_bind(mr, cntr, FI_REMOTE_WRITE) returned {}", fabric::errname(ret)),
-        ));
-    }
-    crate::harness::fi_ok("fi_mr_bind(mr, cntr, FI_REMOTE_WRITE)", ret)?;
+    p.bind_mr_cntr(mw, cw, REMOTE_WRITE)?;
     let cr = p.bind_cntr_after_enable(REMOTE_READ)?;
     p.share_mrs(r, &[iw, ir])?;
     Ok((written, cw, cr))

@@ -450,14 +450,7 @@ fn mr_bind<const RMA_EV: bool>(r: &mut Rank) -> TResult {
         let (m1, i1) = p.reg(reg, 0, REGION, REMOTE_READ | REMOTE_WRITE, 0xC1, flags)?;
         let reg2 = p.alloc(REGION);
         let (_, i2) = p.reg(reg2, 0, REGION, REMOTE_READ | REMOTE_WRITE, 0xC2, 0)?;
-        let ret = p.mr_bind_cntr(m1, c, REMOTE_WRITE);
-        if ret == fabric::ENOSYS || ret == fabric::EOPNOTSUPP {
-            return Err(TestErr::Nos(
-                ret,
-                format!("fi_mr_bind(mr, cntr, FI_REMOTE_WRITE) returned {}", fabric::errname(ret)),
-            ));
-        }
-        crate::harness::fi_ok("fi_mr_bind(mr, cntr, FI_REMOTE_WRITE)", ret)?;
+        p.bind_mr_cntr(m1, c, REMOTE_WRITE)?;
         if p.mr_rma_event() {
             crate::harness::fi_ok("fi_mr_enable", p.mr(m1).enable())?;
         }

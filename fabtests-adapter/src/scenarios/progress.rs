@@ -18,7 +18,6 @@
 use super::counters::{check_writes, cntr_wait, fill_reads, ranges, run_op, words, Op};
 use super::rma_util::{Peer, Spec, Target, ATOMIC, BASIC, MSG, REMOTE_READ, REMOTE_WRITE, RMA, RMA_EVENT};
 use super::{scn, Scenario};
-use crate::fabric;
 use crate::harness::{cpu_time, fi_ok, Rank, TResult, TestErr};
 use crate::{bail, ensure};
 use std::time::{Duration, Instant};
@@ -89,14 +88,7 @@ fn cntr_wait_target(r: &mut Rank) -> TResult {
         fill_reads(&p, reg, &ops, &at);
         let flags = if p.mr_rma_event() { RMA_EVENT } else { 0 };
         let (m, info) = p.reg(reg, 0, REGION, REMOTE_READ | REMOTE_WRITE, 0xA0, flags)?;
-        let ret = p.mr_bind_cntr(m, c, REMOTE_WRITE);
-        if ret == fabric::ENOSYS || ret == fabric::EOPNOTSUPP {
-            return Err(TestErr::Nos(
-                ret,
-                format!("fi_mr_bind(mr, cntr, FI_REMOTE_WRITE) returned {}", fabric::errname(ret)),
-            ));
-        }
-        fi_ok("fi_mr_bind(mr, cntr, FI_REMOTE_WRITE)", ret)?;
+        p.bind_mr_cntr(m, c, REMOTE_WRITE)?;
         if p.mr_rma_event() {
             fi_ok("fi_mr_enable", p.mr(m).enable())?;
         }

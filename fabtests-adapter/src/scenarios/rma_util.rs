@@ -604,6 +604,17 @@ impl Peer {
         self.mrs[mr].bind(self.cntrs[cntr].fid(), flags)
     }
 
+    /// `fi_mr_bind(mr, cntr, flags)`, which must succeed; a provider that has no counters on
+    /// registrations (-FI_ENOSYS, -FI_EOPNOTSUPP) declines the scenario.
+    pub fn bind_mr_cntr(&self, mr: usize, cntr: usize, flags: u64) -> TResult {
+        let what = format!("fi_mr_bind(mr, cntr, {})", cntr_flags_name(flags));
+        let ret = self.mr_bind_cntr(mr, cntr, flags);
+        if ret == fabric::ENOSYS || ret == fabric::EOPNOTSUPP {
+            return Err(TestErr::Nos(ret, format!("{what} returned {}", fabric::errname(ret))));
+        }
+        fi_ok(&what, ret)
+    }
+
     /// Every rank's MRs: all-gather of ours (`key:addr` pairs).
     pub fn share_mrs(&mut self, r: &mut Rank, mine: &[MrInfo]) -> TResult<Vec<Vec<MrInfo>>> {
         let v = if mine.is_empty() {
