@@ -108,8 +108,10 @@ impl EpState {
         let idle = ep.tx_outstanding() == 0;
         let Some(engine) = ep.engine.as_mut() else { return 0 };
         let issued = ep.rma.issued_since_last_poll();
-        // Peers' CMA copies of our registrations that counters count, made without us.
-        ep.published.take_counts(engine, cntrs);
+        // Peers' CMA copies of our registrations that counters count, made without us: events of
+        // the pass, so that a progress thread that took some polls on rather than sleeping at
+        // once (the next copy's wake-up would cost its writer a system call).
+        let counted = ep.published.take_counts(engine, cntrs);
         // Peers see that we progress (they may ask us for reads we answer at once), and whether
         // with nothing of ours outstanding or started for a while (they may hand us copying):
         // `Endpoint::peer_progresses`, `Endpoint::peer_is_free`.
@@ -122,12 +124,12 @@ impl EpState {
         // FI_TRANSMIT_COMPLETE, a write copied by CMA) is polled for at once.
         let posted = issued || engine.sent_since_poll();
         if !engine.has_work() && !ep.rma.has_outgoing() {
-            if posted {
+            if posted || counted > 0 {
                 ep.idle.worked();
             } else {
                 ep.idle.idle();
             }
-            return 0; // the idle poll: no handler to build
+            return counted; // the idle poll: no handler to build
         }
         ep.idle.worked();
         let av = ep.av.and_then(|a| avs.get(a));
@@ -144,7 +146,7 @@ impl EpState {
         if ep.rma.has_outgoing() {
             rma::flush(&mut ep.rma, engine, mrs);
         }
-        events
+        events + counted
     }
 
     /// Something to sleep on for this endpoint, once enabled.

@@ -70,21 +70,21 @@ impl Publications {
         self.counted = false;
     }
 
-    /// Count what peers' counted copies moved by since the last pass. Two loads of a line per
-    /// counted entry, which only peers write.
+    /// Count what peers' counted copies moved by since the last pass; returns how many copies.
+    /// Two loads of a line per counted entry, which only peers write.
     #[inline]
-    pub fn take_counts(&self, engine: &mut Endpoint, cntrs: &mut Slab<CntrState>) {
-        if self.counted {
-            for p in &self.entries {
-                count(engine, p, cntrs);
-            }
+    pub fn take_counts(&self, engine: &mut Endpoint, cntrs: &mut Slab<CntrState>) -> usize {
+        if !self.counted {
+            return 0;
         }
+        self.entries.iter().map(|p| count(engine, p, cntrs)).sum()
     }
 }
 
-fn count(engine: &mut Endpoint, p: &Publication, cntrs: &mut Slab<CntrState>) {
+/// Count the copies peers made of `p` since the last look; returns how many.
+fn count(engine: &mut Endpoint, p: &Publication, cntrs: &mut Slab<CntrState>) -> usize {
     if !(p.reads.any() || p.writes.any()) {
-        return;
+        return 0;
     }
     match engine.take_mr_counts(p.slot) {
         Counted { scribbled: true, .. } => {
@@ -95,6 +95,7 @@ fn count(engine: &mut Endpoint, p: &Publication, cntrs: &mut Slab<CntrState>) {
                 engine.name(),
                 p.slot
             );
+            0
         }
         Counted { reads, writes, .. } => {
             if reads > 0 {
@@ -103,6 +104,7 @@ fn count(engine: &mut Endpoint, p: &Publication, cntrs: &mut Slab<CntrState>) {
             if writes > 0 {
                 p.writes.add(cntrs, writes);
             }
+            (reads + writes) as usize
         }
     }
 }
