@@ -513,10 +513,12 @@ fn peer_died_rma(r: &mut Rank) -> TResult {
     let rd = p.read("1 MiB fi_read in flight", BIG, t)?;
     inflight.push(("1 MiB fi_read in flight", rd, false));
     // A read the target answers in one trip, in a buffer of ours: nothing but its progress
-    // serves it. One of 10 000 B, which rshm makes itself from a target that does not progress
-    // where CMA is permitted (as the 1 MiB ones), must fail only where CMA is not.
-    inflight.push(("1000 B fi_read in flight", p.read("1000 B fi_read in flight", 1000, t)?, want_eio));
+    // serves it (rshm answers reads of up to 512 B so whatever the target does). Ones of 1000 and
+    // 10 000 B, which rshm makes itself from a target that does not progress where CMA is
+    // permitted (as the 1 MiB ones), must fail only where CMA is not.
+    inflight.push(("500 B fi_read in flight", p.read("500 B fi_read in flight", 500, t)?, want_eio));
     let cma = super::passive::cma_permitted();
+    inflight.push(("1000 B fi_read in flight", p.read("1000 B fi_read in flight", 1000, t)?, want_eio && !cma));
     inflight.push(("10000 B fi_read in flight", p.read("10000 B fi_read in flight", 10_000, t)?, want_eio && !cma));
     let f =
         p.atomic("fi_fetch_atomic in flight", AKind::Fetch, ffi::FI_UINT64, ffi::FI_SUM, 1, one(), vec![], counter)?;

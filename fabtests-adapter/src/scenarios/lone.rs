@@ -6,7 +6,8 @@
 //! else, and read bytes must be the target's, into the local buffer and nowhere else; a wrong
 //! key, a range past the registration's end or a read-only registration must fail with both
 //! sides untouched; every write into a registration bound to a FI_REMOTE_WRITE counter (counted
-//! by the initiator's copy or by the target) is counted once. Bursts of writes in flight together (the ordinary way) are mixed in.
+//! by the initiator's copy or by the target) is counted once. Bursts of writes in flight
+//! together (the ordinary way) are mixed in.
 //! Rank 0 writes and reads, rank 1 is the target.
 
 use super::passive::{initiator_targets, must_fail, target_mrs};
@@ -19,9 +20,10 @@ use crate::harness::{pattern, Rank, TResult};
 use std::time::Duration;
 
 pub fn scenarios() -> Vec<Scenario> {
-    let what = "fi_write of 4 KiB+1 to 72 KiB and fi_read of 2 KiB+1 to 16 KiB, each alone, with a target that polls: \
+    let what = "fi_write of 4 KiB+1 to 72 KiB and fi_read of 513 B to 16 KiB, each alone, with a target that polls: \
                 bytes in place at completion whichever way each goes, errors with both sides untouched, counted writes";
-    let raw = "fi_read of 3000 B alone after a 2 KiB fi_writemsg(FI_TRANSMIT_COMPLETE) completed, to a target that \
+    let raw =
+        "fi_read of 1500 or 3000 B alone after a 2 KiB fi_writemsg(FI_TRANSMIT_COMPLETE) completed, to a target that \
                polls slowly: the read sees the write (FI_ORDER_RMA_RAW, both within max_order_raw_size)";
     vec![
         scn("rma/scalable/lone_ops", 2, 60, run::<SCALABLE>, what),
@@ -32,7 +34,7 @@ pub fn scenarios() -> Vec<Scenario> {
 }
 
 /// Rounds of `raw_after_unacked`: enough that a chooser of reads sent alone tries both ways.
-const RAW_ROUNDS: u64 = 40;
+const RAW_ROUNDS: u64 = 80;
 
 /// A write that completes once queued (FI_TRANSMIT_COMPLETE: rshm does not wait for the
 /// target's answer) and then a read alone of the same bytes, both within max_order_raw_size:
@@ -53,7 +55,7 @@ fn raw_after_unacked<const M: u8>(r: &mut Rank) -> TResult {
         return p.barrier(r);
     }
     let ([a, _, _], _) = initiator_targets(&mut p, r, TARGET)?;
-    r.pmi.step("rounds of an unacknowledged 2 KiB write, then a 3000 B read alone of its bytes");
+    r.pmi.step("rounds of an unacknowledged 2 KiB write, then a 1500 or 3000 B read alone of its bytes");
     let flags = (ffi::FI_COMPLETION | ffi::FI_TRANSMIT_COMPLETE) as u64;
     for i in 0..RAW_ROUNDS {
         let t = a.at((i as usize * 4099) % (LEN - 4096));
@@ -62,10 +64,13 @@ fn raw_after_unacked<const M: u8>(r: &mut Rank) -> TResult {
         let what = format!("fi_writemsg(FI_TRANSMIT_COMPLETE) {i} of 2048 B");
         let id = must(&what, p.writemsg(&what, vec![bytes.clone()], t.dest, &rma, flags, 0)?)?;
         p.wait_ok(id)?;
-        let what = format!("fi_read {i} of 3000 B after it");
-        let id = must(&what, p.read(&what, 3000, t)?)?;
+        // Both sides of rshm's `lone::SMALL_READ_TOP`, whose reads have choosers of their own.
+        let len = if i % 2 == 0 { 3000 } else { 1500 };
+        let what = format!("fi_read {i} of {len} B after it");
+        let id = must(&what, p.read(&what, len, t)?)?;
         let d = p.wait_ok(id)?;
-        same(&payload(&what, &d.bufs[0], 3000)?[..2048], &bytes, &what)?;
+        let n = len.min(2048);
+        same(&payload(&what, &d.bufs[0], len)?[..n], &bytes[..n], &what)?;
     }
     r.pmi.set("raw_done", "1");
     p.barrier(r)
@@ -82,9 +87,10 @@ const BURST_EVERY: usize = 23;
 const BURST: usize = 4;
 /// Counted writes into the registration bound to a FI_REMOTE_WRITE counter.
 const COUNTED: u64 = 5;
-/// Sizes of the reads, in turn: above rshm's `LONE_READ_MIN` (2 KiB), up to its one-trip reads.
-const READ_SIZES: [usize; 6] = [2049, 3000, 4096, 8192, 12_345, 16_384];
-const READS: usize = 90;
+/// Sizes of the reads, in turn: above rshm's `LONE_READ_MIN` (512 B), to its one-trip reads
+/// (16 KiB), on both sides of `lone::SMALL_READ_TOP` (2 KiB), where its choosers change.
+const READ_SIZES: [usize; 9] = [513, 1024, 2048, 2049, 3000, 4096, 8192, 12_345, 16_384];
+const READS: usize = 126;
 
 /// Write `i`: its offset and length (offsets overlap, so that the order counts).
 fn write_at(i: usize) -> (usize, usize) {

@@ -33,10 +33,12 @@ use std::time::Instant;
 const SPARE_PUSH_MIN: usize = 256 * 1024;
 
 /// Reads sent alone up to this size always take the target's answer: below it our CMA read's
-/// system call (0.87 us on the Intel host of 2026-12-01 whatever the size) cannot beat the
-/// answered read (0.6-1.1 us there at 8 B-1 KiB; SOS gets of 2 KiB 1.3 us), and a chooser's
-/// size class spanning 96 B to 16 KiB would mix costs that scale differently.
-const LONE_READ_MIN: usize = 2048;
+/// system call cannot beat the answered read (SOS gets alone on the Intel host of 2026-12-06:
+/// 0.64-0.71 us at 256-512 B, where our read took 0.67-0.89 at 512 B). Above it, to 2 KiB, the
+/// answer's copies cost more (1 KiB 0.95-1.11 us, 2 KiB 1.05-1.36) and our read took 0.85-1.13
+/// at 2 KiB in the same rounds, so those reads have a chooser of their own
+/// (`lone::SMALL_READ_TOP`), which settles where the host puts them.
+const LONE_READ_MIN: usize = 512;
 
 /// Writes sent alone up to this size may be ours to copy (`start_inline`). Above the one-trip
 /// size a write to a free target is otherwise pushed through its SAR buffers, two copies in turn

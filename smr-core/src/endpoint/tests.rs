@@ -3426,3 +3426,23 @@ fn a_peer_that_sends_and_receives_is_mapped_once() {
         assert_eq!(ep.stats().corrupt_commands, 0, "{:?}", ep.stats());
     }
 }
+
+/// Reads sent alone of up to `lone::SMALL_READ_TOP` learn in a chooser of their own: taught that
+/// our CMA read wins for them and the target's answer for larger ones, each settles on its own
+/// way (one chooser for both would settle both on one).
+#[test]
+fn reads_alone_up_to_2_kib_learn_apart_from_larger_ones() {
+    use super::lone::{Lone, SMALL_READ_TOP};
+    use super::measured::Via;
+    let (mut a, _b, _) = pair("lonesmall", Params { measure_protocol: true, ..Params::default() });
+    for _ in 0..16 {
+        for (len, cma_ns, answered_ns) in [(1024, 600, 1000), (SMALL_READ_TOP, 700, 1100), (4096, 1500, 900)] {
+            let c = a.choose_lone(Lone::Read, len).expect("measuring");
+            let ns = if c.via == Via::Cma { cma_ns } else { answered_ns };
+            a.learn_lone(Lone::Read, c, len, ns);
+        }
+    }
+    assert!(a.lone_settled_on_cma(Lone::Read, 1024) && a.lone_settled_on_cma(Lone::Read, SMALL_READ_TOP));
+    assert!(!a.lone_settled_on_cma(Lone::Read, SMALL_READ_TOP + 1), "larger reads settled on our read too");
+    assert!(!a.lone_settled_on_cma(Lone::Write, 1024), "writes learnt from reads");
+}

@@ -68,7 +68,8 @@
 //! remote CQ data always goes through the target, which must report it.
 //! A write sent alone (nothing of ours outstanding, nothing started since the application last
 //! polled, no FI_MORE: an OpenSHMEM put and its `shmem_quiet`) larger than an inject buffer and
-//! up to 64 KiB, and a read above 2 KiB and up to 16 KiB, take our own `process_vm_writev`/`readv`
+//! up to 64 KiB, and a read above 512 B and up to 16 KiB (its own chooser to 2 KiB), take our own
+//! `process_vm_writev`/`readv`
 //! instead where the target published the registration and that way measured faster
 //! (`smr_core::endpoint::lone`, `rma::lone`): alone, an operation pays the ordinary way's whole
 //! latency, two copies and a round trip. SOS on the Intel host of 2026-12-01, slow state: puts of
