@@ -85,6 +85,22 @@ pub struct MrCounts {
     pub writes: AtomicU64,
 }
 
+impl MrCounts {
+    /// The count of copies of kind `access` (`REMOTE_READ`, else writes).
+    fn of(&self, access: u64) -> &AtomicU64 {
+        if access == REMOTE_READ {
+            &self.reads
+        } else {
+            &self.writes
+        }
+    }
+
+    /// Both counts (reads, writes). Acquire: pairs with `count`'s Release.
+    fn now(&self) -> [u64; 2] {
+        [self.reads.load(Ordering::Acquire), self.writes.load(Ordering::Acquire)]
+    }
+}
+
 impl MrSlot {
     /// A never-used entry, for tables outside a region (tests and models).
     pub fn unused() -> MrSlot {
@@ -228,8 +244,7 @@ impl Publisher {
         self.write(slots, free, Written { key, base, len, flags: flags | USED | LIVE }, &nobody);
         // Counts start from where they stand: copies of the slot's earlier registrations were
         // taken at their withdrawal.
-        let c = &slots[free].counts;
-        self.taken[free] = [c.reads.load(Ordering::Acquire), c.writes.load(Ordering::Acquire)];
+        self.taken[free] = slots[free].counts.now();
         Some(free as u32)
     }
 
@@ -241,7 +256,7 @@ impl Publisher {
         let (Some(s), Some(taken)) = (slots.get(slot as usize), self.taken.get_mut(slot as usize)) else {
             return Counted::default();
         };
-        let now = [s.counts.reads.load(Ordering::Acquire), s.counts.writes.load(Ordering::Acquire)];
+        let now = s.counts.now();
         let moved = [now[0].wrapping_sub(taken[0]), now[1].wrapping_sub(taken[1])];
         *taken = now;
         if moved.iter().any(|&m| m > COUNT_STEP_MAX) {
@@ -392,8 +407,7 @@ pub fn begin_write(slots: &[MrSlot], p: &Published) -> bool {
 /// Release: the owner that takes the count sees the bytes the copy placed.
 pub fn count(slots: &[MrSlot], p: &Published, access: u64) {
     if let Some(s) = slots.get(p.slot as usize) {
-        let c = if access == REMOTE_READ { &s.counts.reads } else { &s.counts.writes };
-        c.fetch_add(1, Ordering::Release);
+        s.counts.of(access).fetch_add(1, Ordering::Release);
     }
 }
 

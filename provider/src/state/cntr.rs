@@ -35,11 +35,27 @@ impl CntrState {
         }
     }
 
-    /// `n` operations completed, all of them successes (peers' counted copies, taken at once).
+    /// `n` operations completed, all of them successes.
+    #[inline]
     pub fn count_many(&mut self, n: u64) {
         self.value = self.value.wrapping_add(n);
         if let Some(w) = &mut self.waiters {
             w.changed();
+        }
+    }
+}
+
+/// `n` of peers' operations on our memory landed: the endpoint's FI_REMOTE_WRITE or
+/// FI_REMOTE_READ counter (`ep`) and the registration's own (`mr`, `fi_mr_bind`) count them,
+/// once on a counter bound both ways. Operations through our progress count one at a time
+/// (`Sinks::remote_done`), peers' own CMA copies as many as they made since the last pass
+/// (`state::ep::published`).
+#[inline]
+pub fn count_remote(cntrs: &mut slab::Slab<CntrState>, ep: Option<usize>, mr: Option<usize>, n: u64) {
+    let mr = mr.filter(|&m| Some(m) != ep);
+    for id in [ep, mr].into_iter().flatten() {
+        if let Some(c) = cntrs.get_mut(id) {
+            c.count_many(n);
         }
     }
 }

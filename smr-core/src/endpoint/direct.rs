@@ -200,14 +200,14 @@ impl Endpoint {
     pub fn read_published(&mut self, peer: PeerId, p: &Published, addr: u64, local: &mut LocalIov) -> Result<usize> {
         let len = local.len() as u64;
         let at = Self::published_target(p, published::REMOTE_READ, addr, len)?;
+        let remote = [RemoteIov { addr: at, len }];
         let copied = if p.counts(published::REMOTE_READ) {
-            let remote = [RemoteIov { addr: at, len }];
             self.copy_admitted(peer, p, published::REMOTE_READ, len, |pid| {
                 crate::cma::read_from(pid, &remote, local, 0)
             })?
         } else {
             let link = self.live_link(peer)?;
-            let copied = crate::cma::read_from(link.owner.ident().pid, &[RemoteIov { addr: at, len }], local, 0);
+            let copied = crate::cma::read_from(link.owner.ident().pid, &remote, local, 0);
             match copied {
                 Ok(n) if n as u64 == len && published::unchanged(link.region.mr_slots(), p) => n,
                 Err(e) => return Err(Self::direct_failed(link, e)),

@@ -7,14 +7,14 @@
 //! needs no step of the target's, as a put into the build without counters does. Which
 //! registrations are published, and when, is `crate::ep::published`'s.
 
-use crate::state::cntr::CntrState;
+use crate::state::cntr::{count_remote, CntrState};
 use slab::Slab;
 use smr_core::endpoint::Endpoint;
 use smr_core::published::Counted;
 
 /// The counters one kind of counted copy (reads, or writes) counts into: the registration's own
-/// (`fi_mr_bind`) and the endpoint's FI_REMOTE_READ / FI_REMOTE_WRITE counter. One copy counts
-/// once on a counter bound both ways, as the ordinary path counts (`Sinks::remote_done`).
+/// (`fi_mr_bind`) and the endpoint's FI_REMOTE_READ / FI_REMOTE_WRITE counter
+/// (`state::cntr::count_remote`, as the ordinary path counts).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct CountInto {
     pub mr: Option<usize>,
@@ -28,12 +28,7 @@ impl CountInto {
     }
 
     fn add(self, cntrs: &mut Slab<CntrState>, n: u64) {
-        let mr = self.mr.filter(|&m| Some(m) != self.ep);
-        for id in [self.ep, mr].into_iter().flatten() {
-            if let Some(c) = cntrs.get_mut(id) {
-                c.count_many(n);
-            }
-        }
+        count_remote(cntrs, self.ep, self.mr, n);
     }
 }
 

@@ -103,13 +103,7 @@ impl<'a> Sinks<'a> {
     /// registration's own counter (`fi_mr_bind`) count it.
     pub fn remote_done(&mut self, mr_cntr: Option<usize>, write: bool) {
         let ep_cntr = if write { self.b.remote_write_cntr } else { self.b.remote_read_cntr };
-        // One event counts once on a counter bound both ways.
-        let mr_cntr = mr_cntr.filter(|&m| Some(m) != ep_cntr);
-        for id in [ep_cntr, mr_cntr].into_iter().flatten() {
-            if let Some(c) = self.cntrs.get_mut(id) {
-                c.count(false);
-            }
-        }
+        crate::state::cntr::count_remote(self.cntrs, ep_cntr, mr_cntr, 1);
     }
 
     /// A remote write with CQ data: an entry on the receive CQ.
