@@ -4,7 +4,7 @@
 //! allowed, rshm then copies with the initiator's own `process_vm_writev`/`readv` and the target
 //! counts the copy on its next progress pass, as it does for registrations no counter counts.
 //! What must hold:
-//! - `cntr/counted_copies_asleep`: writes of 4 KiB+1 to 1 MiB into a registration bound to a
+//! - `cntr/counted_copies_asleep`: writes of 2 KiB+1 to 1 MiB into a registration bound to a
 //!   FI_REMOTE_WRITE counter, and reads of 3000 B to 1 MiB with a FI_REMOTE_READ counter bound
 //!   to the endpoint after fi_enable (as SOS binds), complete while the target sleeps without
 //!   progress; once it reads its counters they say exactly how many landed, and the bytes are
@@ -31,7 +31,7 @@ pub fn scenarios() -> Vec<Scenario> {
             2,
             60,
             asleep,
-            "fi_write 4 KiB+1-1 MiB into an MR bound to a FI_REMOTE_WRITE counter and fi_read 3000 B-1 MiB with an \
+            "fi_write 2 KiB+1-1 MiB into an MR bound to a FI_REMOTE_WRITE counter and fi_read 3000 B-1 MiB with an \
              endpoint FI_REMOTE_READ counter bound after fi_enable, while the target sleeps: complete, counted exactly",
         ),
         scn(
@@ -55,10 +55,19 @@ const TARGET: usize = 1;
 const LEN: usize = 2 << 20;
 /// How long the target sleeps without progress while the initiator writes and reads.
 const ASLEEP: Duration = Duration::from_millis(1500);
-/// Writes (offset, length) into the written registration, none within an inject buffer (those
-/// go through the target's ring, and wait for it).
-const WRITES: [(usize, usize); 6] =
-    [(0, 4097), (5000, 8192), (20_000, 16_384), (40_000, 65_536), (200_000, 300_001), (LEN - (1 << 20), 1 << 20)];
+/// Writes (offset, length) into the written registration, none within 2 KiB (those go through
+/// the target's ring, and wait for it); the first two within an inject buffer, above rshm's
+/// `LONE_WRITE_MIN`.
+const WRITES: [(usize, usize); 8] = [
+    (600_000, 2049),
+    (610_000, 4096),
+    (0, 4097),
+    (5000, 8192),
+    (20_000, 16_384),
+    (40_000, 65_536),
+    (200_000, 300_001),
+    (LEN - (1 << 20), 1 << 20),
+];
 /// Reads (offset, length) of the read registration.
 const READS: [(usize, usize); 3] = [(7, 3000), (10_000, 16_384), (LEN - (1 << 20), 1 << 20)];
 

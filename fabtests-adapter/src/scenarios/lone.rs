@@ -20,7 +20,7 @@ use crate::harness::{pattern, Rank, TResult};
 use std::time::Duration;
 
 pub fn scenarios() -> Vec<Scenario> {
-    let what = "fi_write of 4 KiB+1 to 72 KiB and fi_read of 513 B to 16 KiB, each alone, with a target that polls: \
+    let what = "fi_write of 2 KiB to 72 KiB and fi_read of 513 B to 16 KiB, each alone, with a target that polls: \
                 bytes in place at completion whichever way each goes, errors with both sides untouched, counted writes";
     let raw =
         "fi_read of 1500 or 3000 B alone after a 2 KiB fi_writemsg(FI_TRANSMIT_COMPLETE) completed, to a target that \
@@ -78,10 +78,13 @@ fn raw_after_unacked<const M: u8>(r: &mut Rank) -> TResult {
 
 const TARGET: usize = 1;
 const LEN: usize = 256 * 1024;
-/// Sizes of the writes, in turn: above the inject size (4 KiB), within one SAR segment and
-/// beyond, where the way is chosen, and across rshm's `LONE_WRITE_MAX` (64 KiB).
-const SIZES: [usize; 11] = [4097, 5000, 8192, 12_345, 16_384, 16_385, 32_768, 40_000, 65_536, 65_537, 72_000];
-const WRITES: usize = 176;
+/// Sizes of the writes, in turn: across rshm's `LONE_WRITE_MIN` (2 KiB), within an inject buffer
+/// (to 4 KiB, where `lone::SMALL_WRITE_TOP` gives them a chooser of their own), above it, within
+/// one SAR segment and beyond, where the way is chosen, and across rshm's `LONE_WRITE_MAX`
+/// (64 KiB).
+const SIZES: [usize; 15] =
+    [2048, 2049, 3000, 4096, 4097, 5000, 8192, 12_345, 16_384, 16_385, 32_768, 40_000, 65_536, 65_537, 72_000];
+const WRITES: usize = 240;
 /// Every `BURST_EVERY`-th write starts a burst of `BURST` writes in flight together.
 const BURST_EVERY: usize = 23;
 const BURST: usize = 4;

@@ -48,6 +48,15 @@ const LONE_READ_MIN: usize = 512;
 /// 256 KiB, where SAR pipelines, it won (11.7-13.8 against 14.4-17).
 const LONE_WRITE_MAX: usize = 64 * 1024;
 
+/// Writes sent alone above this size, to an inject buffer's (4 KiB), may be ours to copy too,
+/// learnt by a chooser of their own (`lone::SMALL_WRITE_TOP`): through the target they take one
+/// of its inject buffers, two copies in turn. SOS puts alone of 4 KiB on the Intel host of
+/// 2026-12-06, 4 alternated rounds: 1.19-1.27 us that way, 0.98-1.10 with the choice (the C shm
+/// 1.74). At 2 KiB the target's way stays ahead (0.82-0.86 us against 0.93-0.97 when the chooser
+/// may pick our copy), and a chooser from 1 KiB, which saw our copy timed faster there, made
+/// them slower.
+const LONE_WRITE_MIN: usize = 2048;
+
 /// Start a one-sided operation on endpoint `id`.
 pub fn start(st: &mut DomainState, id: usize, a: OneSided, op: Op) -> FiResult<()> {
     start_inline(st, id, a, op)
@@ -103,7 +112,7 @@ fn start_way(st: &mut DomainState, id: usize, a: OneSided, op: Op, segmented: bo
     let large = len >= large_min();
     // The operations that may go by our own CMA copy when sent alone (below).
     let lone_kind = match op {
-        Op::Write { data: None, .. } if len > crate::getinfo::INJECT_SIZE && len <= LONE_WRITE_MAX => Some(Lone::Write),
+        Op::Write { data: None, .. } if len > LONE_WRITE_MIN && len <= LONE_WRITE_MAX => Some(Lone::Write),
         Op::Read { .. } if len > LONE_READ_MIN && !large => Some(Lone::Read),
         _ => None,
     };
@@ -195,8 +204,8 @@ fn start_way(st: &mut DomainState, id: usize, a: OneSided, op: Op, segmented: bo
         && by_cma.is_none()
         && (if beyond_answers { progresses } else { engine.peer_is_free(peer) }
             || spare_read && engine.peer_has_spare_cpu(peer));
-    // A read or write sent alone, which would go through the target (a write larger than an
-    // inject buffer, up to `LONE_WRITE_MAX`; a read above `LONE_READ_MIN`, up to the one-trip
+    // A read or write sent alone, which would go through the target (a write above
+    // `LONE_WRITE_MIN`, up to `LONE_WRITE_MAX`; a read above `LONE_READ_MIN`, up to the one-trip
     // size), goes by our own CMA copy instead where that measured faster
     // (`smr_core::endpoint::lone`): alone, it pays the whole latency of the ordinary way. Not a
     // larger write to a free target, which the rule above pushes through SAR: alone and in turn
@@ -361,7 +370,8 @@ fn write_request(a: &OneSided, len: usize, data: Option<u64>, wanted: bool) -> (
 /// (fi_write, fi_inject_write, their data forms and a one-buffer fi_writemsg; OpenSHMEM's put):
 /// at most an inject buffer, which the engine copies before it returns, sent without the iov
 /// list, the read and large-transfer decisions and the request tuple that `start_inline` builds
-/// and moves. Larger writes go as any write does.
+/// and moves. Larger writes, and those without CQ data above `LONE_WRITE_MIN` (which may be
+/// alone: ours to copy), go as any write does.
 pub fn start_write(
     st: &mut DomainState,
     id: usize,
@@ -373,7 +383,7 @@ pub fn start_write(
     let general = |st: &mut DomainState, a: OneSided| {
         start_inline(st, id, a, Op::Write { local: crate::iov::one_range(buf, len), data })
     };
-    if len > crate::getinfo::INJECT_SIZE {
+    if len > crate::getinfo::INJECT_SIZE || (data.is_none() && len > LONE_WRITE_MIN) {
         return general(st, a);
     }
     let Start { ep, cqs, cntrs, peer, wanted } = begin(st, id, &a)?;

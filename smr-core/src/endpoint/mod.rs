@@ -457,10 +457,10 @@ pub struct Endpoint {
     /// What timed reads taught about answered reads against our CMA reads (`read_way.rs`).
     read_chooser: measured::Chooser,
     /// Reads and writes sent alone: ours by CMA or the ordinary way (`lone.rs`), by `Lone` and,
-    /// for reads, size (`lone::chooser_of`). Made at the first such operation: a few KiB that an
+    /// size (`lone::chooser_of`). Made at the first such operation: a few KiB that an
     /// endpoint without one-sided traffic does not carry (its private memory counts against the
     /// 4 MiB per endpoint, `ep_memory`).
-    lone_choosers: Option<Box<[measured::Chooser; 3]>>,
+    lone_choosers: Option<Box<[measured::Chooser; lone::CHOOSERS]>>,
     /// Answered reads being timed, by message id: how they were chosen, and their length.
     timed_reads: crate::idmap::IdMap<u64, (measured::Choice, u64)>,
     /// Received messages whose tails their senders are writing (`split.rs`).

@@ -3446,3 +3446,22 @@ fn reads_alone_up_to_2_kib_learn_apart_from_larger_ones() {
     assert!(!a.lone_settled_on_cma(Lone::Read, SMALL_READ_TOP + 1), "larger reads settled on our read too");
     assert!(!a.lone_settled_on_cma(Lone::Write, 1024), "writes learnt from reads");
 }
+
+#[test]
+fn writes_alone_up_to_an_inject_buffer_learn_apart_from_larger_ones() {
+    use super::lone::{Lone, SMALL_WRITE_TOP};
+    use super::measured::Via;
+    let (mut a, _b, _) = pair("lonesmallw", Params { measure_protocol: true, ..Params::default() });
+    // Through an inject buffer a write of up to 4 KiB costs its two copies, above that SAR's:
+    // here our copy wins the first and loses the second.
+    for _ in 0..16 {
+        for (len, cma_ns, ordinary_ns) in [(3000, 900, 1300), (SMALL_WRITE_TOP, 1000, 1400), (6000, 1800, 1200)] {
+            let c = a.choose_lone(Lone::Write, len).expect("measuring");
+            let ns = if c.via == Via::Cma { cma_ns } else { ordinary_ns };
+            a.learn_lone(Lone::Write, c, len, ns);
+        }
+    }
+    assert!(a.lone_settled_on_cma(Lone::Write, 3000) && a.lone_settled_on_cma(Lone::Write, SMALL_WRITE_TOP));
+    assert!(!a.lone_settled_on_cma(Lone::Write, SMALL_WRITE_TOP + 1), "larger writes settled on our copy too");
+    assert!(!a.lone_settled_on_cma(Lone::Read, 3000), "reads learnt from writes");
+}

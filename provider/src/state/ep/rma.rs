@@ -67,8 +67,8 @@
 //! taken into the counter on the target's next pass (`state::ep::published`); a write with
 //! remote CQ data always goes through the target, which must report it.
 //! A write sent alone (nothing of ours outstanding, nothing started since the application last
-//! polled, no FI_MORE: an OpenSHMEM put and its `shmem_quiet`) larger than an inject buffer and
-//! up to 64 KiB, and a read above 512 B and up to 16 KiB (its own chooser to 2 KiB), take our own
+//! polled, no FI_MORE: an OpenSHMEM put and its `shmem_quiet`) above 2 KiB and up to 64 KiB (its
+//! own chooser to 4 KiB), and a read above 512 B and up to 16 KiB (its own chooser to 2 KiB), take our own
 //! `process_vm_writev`/`readv`
 //! instead where the target published the registration and that way measured faster
 //! (`smr_core::endpoint::lone`, `rma::lone`): alone, an operation pays the ordinary way's whole
