@@ -520,6 +520,9 @@ fn peer_died_rma(r: &mut Rank) -> TResult {
     let cma = super::passive::cma_permitted();
     inflight.push(("1000 B fi_read in flight", p.read("1000 B fi_read in flight", 1000, t)?, want_eio && !cma));
     inflight.push(("10000 B fi_read in flight", p.read("10000 B fi_read in flight", 10_000, t)?, want_eio && !cma));
+    // Likewise a write within an inject buffer, above rshm's `LONE_WRITE_MIN` (2 KiB).
+    let w = p.write("3000 B fi_write in flight", pattern(10, 3000), t.at(BIG / 2), None)?;
+    inflight.push(("3000 B fi_write in flight", w, want_eio && !cma));
     let f =
         p.atomic("fi_fetch_atomic in flight", AKind::Fetch, ffi::FI_UINT64, ffi::FI_SUM, 1, one(), vec![], counter)?;
     inflight.push(("fi_fetch_atomic in flight", f, true));
@@ -575,6 +578,7 @@ fn peer_died_rma(r: &mut Rank) -> TResult {
     // The target is known dead now: nothing posted from here on can reach it.
     let after: Vec<(&str, Result<u64, i32>)> = vec![
         ("8 B fi_write after", p.write("8 B fi_write after", pattern(8, 8), t, None)?),
+        ("3000 B fi_write after", p.write("3000 B fi_write after", pattern(11, 3000), t, None)?),
         ("70000 B fi_write after", p.write("70000 B fi_write after", pattern(9, 70_000), t, None)?),
         ("8 B fi_read after", p.read("8 B fi_read after", 8, t)?),
         (
