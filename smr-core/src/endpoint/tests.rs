@@ -3427,40 +3427,39 @@ fn a_peer_that_sends_and_receives_is_mapped_once() {
     }
 }
 
+/// An endpoint whose `kind` operations sent alone were taught, 16 times over, that each of
+/// `rows` (length, ns by our CMA copy, ns the ordinary way) took those times.
+fn taught_lone(name: &str, kind: super::lone::Lone, rows: [(usize, u64, u64); 3]) -> Endpoint {
+    use super::measured::Via;
+    let (mut a, _b, _) = pair(name, Params { measure_protocol: true, ..Params::default() });
+    for _ in 0..16 {
+        for (len, cma_ns, ordinary_ns) in rows {
+            let c = a.choose_lone(kind, len).expect("measuring");
+            a.learn_lone(kind, c, len, if c.via == Via::Cma { cma_ns } else { ordinary_ns });
+        }
+    }
+    a
+}
+
 /// Reads sent alone of up to `lone::SMALL_READ_TOP` learn in a chooser of their own: taught that
 /// our CMA read wins for them and the target's answer for larger ones, each settles on its own
 /// way (one chooser for both would settle both on one).
 #[test]
 fn reads_alone_up_to_2_kib_learn_apart_from_larger_ones() {
     use super::lone::{Lone, SMALL_READ_TOP};
-    use super::measured::Via;
-    let (mut a, _b, _) = pair("lonesmall", Params { measure_protocol: true, ..Params::default() });
-    for _ in 0..16 {
-        for (len, cma_ns, answered_ns) in [(1024, 600, 1000), (SMALL_READ_TOP, 700, 1100), (4096, 1500, 900)] {
-            let c = a.choose_lone(Lone::Read, len).expect("measuring");
-            let ns = if c.via == Via::Cma { cma_ns } else { answered_ns };
-            a.learn_lone(Lone::Read, c, len, ns);
-        }
-    }
+    let a = taught_lone("lonesmall", Lone::Read, [(1024, 600, 1000), (SMALL_READ_TOP, 700, 1100), (4096, 1500, 900)]);
     assert!(a.lone_settled_on_cma(Lone::Read, 1024) && a.lone_settled_on_cma(Lone::Read, SMALL_READ_TOP));
     assert!(!a.lone_settled_on_cma(Lone::Read, SMALL_READ_TOP + 1), "larger reads settled on our read too");
     assert!(!a.lone_settled_on_cma(Lone::Write, 1024), "writes learnt from reads");
 }
 
+/// Writes sent alone of up to `lone::SMALL_WRITE_TOP` likewise: through an inject buffer a write
+/// costs its two copies, above it SAR's; here our copy wins the first and loses the second.
 #[test]
 fn writes_alone_up_to_an_inject_buffer_learn_apart_from_larger_ones() {
     use super::lone::{Lone, SMALL_WRITE_TOP};
-    use super::measured::Via;
-    let (mut a, _b, _) = pair("lonesmallw", Params { measure_protocol: true, ..Params::default() });
-    // Through an inject buffer a write of up to 4 KiB costs its two copies, above that SAR's:
-    // here our copy wins the first and loses the second.
-    for _ in 0..16 {
-        for (len, cma_ns, ordinary_ns) in [(3000, 900, 1300), (SMALL_WRITE_TOP, 1000, 1400), (6000, 1800, 1200)] {
-            let c = a.choose_lone(Lone::Write, len).expect("measuring");
-            let ns = if c.via == Via::Cma { cma_ns } else { ordinary_ns };
-            a.learn_lone(Lone::Write, c, len, ns);
-        }
-    }
+    let a =
+        taught_lone("lonesmallw", Lone::Write, [(3000, 900, 1300), (SMALL_WRITE_TOP, 1000, 1400), (6000, 1800, 1200)]);
     assert!(a.lone_settled_on_cma(Lone::Write, 3000) && a.lone_settled_on_cma(Lone::Write, SMALL_WRITE_TOP));
     assert!(!a.lone_settled_on_cma(Lone::Write, SMALL_WRITE_TOP + 1), "larger writes settled on our copy too");
     assert!(!a.lone_settled_on_cma(Lone::Read, 3000), "reads learnt from writes");
