@@ -53,8 +53,9 @@ const RSS_GROWTH_MAX_KIB: u64 = 16 << 10;
 const DEATH_BOUND: Duration = Duration::from_secs(2);
 /// Bytes of a target's region that each source writes into.
 const SLOT: usize = 128 << 10;
-/// Sizes drawn for puts and gets: inline, inject, CMA or SAR.
-const SIZES: [usize; 5] = [8, 150, 4097, 70_000, SLOT];
+/// Sizes drawn for puts and gets: inline, inject (3000 B: a write or read alone that rshm may
+/// also make by its own CMA copy), CMA or SAR.
+const SIZES: [usize; 6] = [8, 150, 3000, 4097, 70_000, SLOT];
 /// Rounds (a put, a get and a fetch-add to every live peer) before and after the death.
 const ROUNDS_BEFORE: u64 = 12;
 const ROUNDS_AFTER: u64 = 8;
