@@ -308,6 +308,10 @@ fn initiator<const AFTER: bool>(r: &mut Rank) -> TResult {
         Op::Writemsg(1024),
         Op::Writedata(8),
         Op::InjectWrite(8),
+        // Each alone (after the counter's wait): within an inject buffer, above rshm's
+        // `LONE_WRITE_MIN`, where its chooser tries the initiator's own CMA copy first.
+        Op::InjectWrite(3000),
+        Op::InjectWrite(4096),
         Op::InjectWritedata(8),
         Op::AtomicSum(5),
         Op::InjectAtomicSum(6),
@@ -322,8 +326,11 @@ fn initiator<const AFTER: bool>(r: &mut Rank) -> TResult {
     let mut spec = Spec::new(MSG | RMA | ATOMIC, BASIC);
     if r.rank == TARGET {
         let mut p = open_pair(r, &spec)?;
-        plain_target(&mut p, r, &ops, &at)?;
-        return p.barrier(r);
+        let reg = plain_target(&mut p, r, &ops, &at)?;
+        // The initiator's counters reached every operation before this barrier.
+        p.barrier(r)?;
+        let word = *words(&ops).last().expect("one word per op and the first");
+        return check_writes(&p, reg, &ops, &at, word, "target memory after every operation");
     }
     if !AFTER {
         spec.cntrs_before_enable = vec![WRITE, READ];
