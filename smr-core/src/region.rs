@@ -17,6 +17,8 @@ use std::time::{Duration, SystemTime};
 
 /// How old a region without a valid header must be before we take it for a crashed creation.
 const HALF_CREATED_GRACE: Duration = Duration::from_secs(2);
+/// The header's bytes before `ready`: the fields the owner writes once, at creation.
+const HEADER_FIELDS: usize = std::mem::offset_of!(RegionHeader, ready);
 
 /// Region names double as endpoint addresses: keep them printable and short.
 pub fn check_name(name: &str) -> Result<()> {
@@ -115,6 +117,8 @@ pub struct Region {
     inject_mapped: AtomicBool,
     /// Held by the owner for the region's life (`FLAG_OWNER_LOCK`); None in a peer's view.
     _owner_lock: Option<crate::liveness::OwnerLock>,
+    /// Set by the owner as it marks the region closed: `repair_header` no longer marks it ready.
+    closing: AtomicBool,
     /// The owner's name in the table of names unlinked on a fatal signal (`signal_unlink`).
     signal_entry: Option<crate::signal_unlink::Registered>,
 }
@@ -168,20 +172,10 @@ impl Region {
             sar_mapped: AtomicBool::new(false),
             inject_mapped: AtomicBool::new(false),
             _owner_lock: owner_lock,
+            closing: AtomicBool::new(false),
             signal_entry: crate::signal_unlink::register(name),
         };
-        // SAFETY: the header page is ours alone until `ready` is set: nobody else has opened the
-        // file yet (O_EXCL) or, if one did, it waits for `ready` before reading.
-        let hdr = unsafe { &mut *region.map.bytes_ptr(0, 4096).expect("header page").cast::<RegionHeader>() };
-        hdr.magic = MAGIC;
-        hdr.layout_version = LAYOUT_VERSION;
-        hdr.flags = flags;
-        hdr.owner_pid = me.pid;
-        hdr.owner_ns = me.ns;
-        hdr.owner_start = me.start;
-        hdr.incarnation = incarnation;
-        hdr.name = name_bytes(name);
-        hdr.geometry = geo;
+        region.write_header_fields();
         region.cmd_ring().reset();
         region.resp_ring().reset();
         region.inject_stack().fill();
@@ -247,6 +241,7 @@ impl Region {
             sar_mapped: AtomicBool::new(false),
             inject_mapped: AtomicBool::new(false),
             _owner_lock: None,
+            closing: AtomicBool::new(false),
             signal_entry: None,
         })
     }
@@ -301,8 +296,61 @@ impl Region {
         self.header().ready.load(Ordering::Acquire) == CLOSED
     }
 
+    /// The header as the owner wrote it, up to `ready` (which `repair_header` judges apart):
+    /// every field from what only the owner holds, padding zero as in the fresh file.
+    fn header_image(&self) -> [u8; HEADER_FIELDS] {
+        // SAFETY: `RegionHeader` is integers, bytes and an atomic integer, for which all-zero
+        // bytes are valid.
+        let mut h: RegionHeader = unsafe { core::mem::zeroed() };
+        h.magic = MAGIC;
+        h.layout_version = LAYOUT_VERSION;
+        h.flags = self.flags;
+        h.owner_pid = self.owner.pid;
+        h.owner_ns = self.owner.ns;
+        h.owner_start = self.owner.start;
+        h.incarnation = self.incarnation;
+        h.name = name_bytes(&self.name);
+        h.geometry = self.geo;
+        let mut out = [0u8; HEADER_FIELDS];
+        // SAFETY: `h` is a live local of at least `HEADER_FIELDS` bytes (the offset of `ready`
+        // in it), read as bytes (zeroed first, so padding is initialised).
+        unsafe {
+            core::ptr::copy_nonoverlapping((&h as *const RegionHeader).cast::<u8>(), out.as_mut_ptr(), HEADER_FIELDS)
+        };
+        out
+    }
+
+    /// Owner only, at creation: write the header's fields (`ready` follows, by the caller).
+    fn write_header_fields(&self) {
+        self.map.write_bytes(0, &self.header_image()).expect("the header lies in the mapping");
+    }
+
+    /// Owner only, on the slow path (its liveness tick): put back the header a hostile peer
+    /// scribbled over: its fields, which a sender checks when it opens the region (a bad magic
+    /// would keep every sender that reconnects out for good), and `ready`, which a sender takes
+    /// for a close when it reads `CLOSED` (a byte scribbled there cuts it off, and it then
+    /// reopens). A sender that opens while a scribble stands fails and tries again later. True
+    /// if it repaired.
+    pub fn repair_header(&self) -> bool {
+        if !self.is_owner || self.closing.load(Ordering::Relaxed) {
+            return false;
+        }
+        let want = self.header_image();
+        let mut now = [0u8; HEADER_FIELDS];
+        let fields_ok = self.map.read_bytes(0, &mut now).is_ok() && now == want;
+        if !fields_ok {
+            self.write_header_fields();
+        }
+        let ready_ok = self.header().ready.load(Ordering::Acquire) == READY;
+        if !ready_ok {
+            self.header().ready.store(READY, Ordering::Release);
+        }
+        !(fields_ok && ready_ok)
+    }
+
     /// Owner only: tell every sender that this endpoint is gone, before unlinking.
     pub fn mark_closed(&self) {
+        self.closing.store(true, Ordering::Relaxed);
         if self.is_owner {
             self.header().ready.store(CLOSED, Ordering::Release);
         }
@@ -535,6 +583,29 @@ fn random_u64() -> u64 {
 mod tests {
     use super::*;
     use crate::ring::Consumer;
+
+    /// A peer that scribbles over the owner's header (its magic, a byte of `ready` turning it
+    /// into `CLOSED`) keeps every sender that opens the region out, and cuts off the ones that
+    /// look at `ready`, until the owner's liveness tick puts the header back.
+    #[test]
+    fn the_owner_puts_back_a_scribbled_header() {
+        let name = unique("hdr");
+        let owner = Region::create(&name, counts(), 0).unwrap();
+        assert!(!owner.repair_header(), "an intact header needs no repair");
+        let ready_at = std::mem::offset_of!(RegionHeader, ready) as u64;
+        owner.mapping().write_bytes(0, b"XX").unwrap();
+        owner.mapping().write_bytes(ready_at, &[CLOSED as u8]).unwrap();
+        owner.mapping().write_bytes(std::mem::offset_of!(RegionHeader, geometry) as u64 + 3, &[0xA5]).unwrap();
+        assert!(matches!(Region::open(&name), Err(Error::Corrupt(_))), "the scribbled header still opened");
+        assert!(owner.closed(), "the scribbled ready byte reads as a close");
+        assert!(owner.repair_header());
+        assert!(!owner.closed());
+        let peer = Region::open(&name).expect("the repaired header opens");
+        assert_eq!(peer.geometry(), owner.geometry());
+        assert!(!owner.repair_header(), "repaired once, intact since");
+        owner.mark_closed();
+        assert!(!owner.repair_header() && owner.closed(), "a close is the owner's: never repaired away");
+    }
 
     fn counts() -> Counts {
         Counts { cmd_len: 64, resp_len: 64, inject_count: 4, sar_count: 2, sar_size: 65536, max_peers: 8 }

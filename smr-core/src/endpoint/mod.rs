@@ -721,8 +721,8 @@ impl Endpoint {
             }));
         self.stats.skipped_slots += skipped;
         // Words a hostile peer may have scribbled over, put back from what only we know (our
-        // heads, the slot stamps, the buffers' in-use marks): a few loads per ring, one walk of
-        // each free list.
+        // heads, the slot stamps, the buffers' in-use marks, our header): a few loads per ring,
+        // one walk of each free list, one compare of the header.
         // A stack is rebuilt only once it looked broken in the same way for `stall_timeout`.
         let patience = (timeout.as_nanos() / self.params.liveness_interval.as_nanos().max(1)).max(2) as u32;
         let r = &self.region;
@@ -732,6 +732,7 @@ impl Endpoint {
             self.resp_rx.repair_tail(&r.resp_ring()),
             r.inject_stack().repair(inject, patience, || spare::spoken_for(r, spare::Pool::Inject)),
             r.sar_stack().repair(sar, patience, || spare::spoken_for(r, spare::Pool::Sar)),
+            r.repair_header(),
         ];
         self.stats.repaired_words += repaired.iter().filter(|&&b| b).count() as u64;
         self.stats.repaired_registrations += u64::from(self.publisher.repair(r.mr_slots()));
