@@ -175,7 +175,7 @@ impl Region {
             closing: AtomicBool::new(false),
             signal_entry: crate::signal_unlink::register(name),
         };
-        region.write_header_fields();
+        region.write_header_fields(&region.header_image());
         region.cmd_ring().reset();
         region.resp_ring().reset();
         region.inject_stack().fill();
@@ -320,9 +320,9 @@ impl Region {
         out
     }
 
-    /// Owner only, at creation: write the header's fields (`ready` follows, by the caller).
-    fn write_header_fields(&self) {
-        self.map.write_bytes(0, &self.header_image()).expect("the header lies in the mapping");
+    /// Owner only: write the header's fields, as `header_image` makes them.
+    fn write_header_fields(&self, image: &[u8; HEADER_FIELDS]) {
+        self.map.write_bytes(0, image).expect("the header lies in the mapping");
     }
 
     /// Owner only, on the slow path (its liveness tick): put back the header a hostile peer
@@ -339,7 +339,7 @@ impl Region {
         let mut now = [0u8; HEADER_FIELDS];
         let fields_ok = self.map.read_bytes(0, &mut now).is_ok() && now == want;
         if !fields_ok {
-            self.write_header_fields();
+            self.write_header_fields(&want);
         }
         let ready_ok = self.header().ready.load(Ordering::Acquire) == READY;
         if !ready_ok {
