@@ -83,7 +83,9 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"RSHMREG\0");
 /// 27: a published registration whose remote writes (reads) the owner counts says so
 ///    (`published::COUNT_WRITES`, `COUNT_READS`), and peers count their copies of it on a second
 ///    line of its entry (`MrSlot::counts`: 128 bytes an entry).
-pub const LAYOUT_VERSION: u32 = 27;
+/// 28: a sender's peer-table entry has `SPLIT_WORDS` claim words for split copies, on the
+///    receiver's claim-record line (`PeerSlot::split`), and an offer names which it uses.
+pub const LAYOUT_VERSION: u32 = 28;
 /// Longest region name, without the terminating NUL.
 pub const NAME_MAX: usize = 63;
 /// Size of one inject buffer (defined with the commands that name them, which check against it).
@@ -310,9 +312,8 @@ pub struct PeerSlot {
     /// sequence number, `cmd::SarSeg::seq`).
     pub sar_held: AtomicU64,
     pub sar_held_msg: AtomicU64,
-    /// Who copies the tail of this sender's large CMA message (`endpoint::split`): its id and
-    /// the claim's state.
-    pub split: AtomicU64,
+    /// Unused since version 28 (the claim words of split copies moved to `split`).
+    _unused: u64,
     /// The sender's claim record for our command ring (`ring::Ring::with_claim_record`): the
     /// positions it is claiming right now, if any. Its own cache line: the sender stores to it
     /// on every message, and we read it only when our ring's head stalls.
@@ -329,8 +330,17 @@ pub struct PeerSlot {
     /// creation, past issue 8's 4 MiB an endpoint with every pool in use. Each line stays in
     /// its writer's cache, so neither misses, and nothing fetches its pair.)
     pub resp_claim: AtomicU64,
-    _resp_claim_line: [u64; 7],
+    /// Who copies the tails of this sender's large CMA messages (`endpoint::split`): a word per
+    /// split under way, each holding its message's id and the claim's state. More than one, so
+    /// that the receiver reads the head of the next message while the sender writes the tail
+    /// of the last. On this line, which the receiver writes anyway (`resp_claim`), rather than
+    /// on the first pair, which the sender writes with every inject message.
+    pub split: [AtomicU64; SPLIT_WORDS],
+    _resp_claim_line: [u64; 7 - SPLIT_WORDS],
 }
+
+/// Split copies under way at once per sender (`PeerSlot::split`).
+pub const SPLIT_WORDS: usize = 2;
 
 /// How often the owner progresses, for peers choosing how to make a large read or write. Only
 /// the owner writes it; its own cache line, so the owner's stores do not touch the lines senders

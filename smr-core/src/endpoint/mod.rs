@@ -476,8 +476,9 @@ pub struct Endpoint {
     /// registration and its copy (`direct::write_published`).
     #[cfg(test)]
     published_pause_after_count: Duration,
-    /// Tests: how long this receiver leaves a split offer open for its sender before it looks
-    /// (so that a test's sender, however it is scheduled, takes it).
+    /// Tests: how long this receiver leaves a split offer open for its sender before it looks,
+    /// and before it takes back one left open while the sender wrote an earlier tail (so that a
+    /// test's sender, however it is scheduled, takes it).
     #[cfg(any(test, feature = "test-hooks"))]
     split_offer_wait: Duration,
     stats: Stats,

@@ -6,23 +6,29 @@
 //! offers the sender the tail of the copy (a `resp::SPLIT` naming where it goes) and reads the
 //! head itself.
 //!
-//! The tail is claimed through a word of the sender's entry in the receiver's peer table
-//! (`PeerSlot::split`: the message id above, the state in the low bits). The receiver sets it
-//! OFFERED before it offers; the sender takes it with a compare-and-swap, OFFERED -> TAKEN,
-//! writes, then stores WRITTEN (or FAILED). When its own part is done the receiver looks: WRITTEN
-//! completes the message; an offer the sender has not taken it withdraws with a compare-and-swap
-//! and reads the tail itself, so a sender that is not polling (or never saw the offer) costs it
-//! nothing but the offer; FAILED it reads the tail itself too. TAKEN it waits for, in later
-//! passes, because the sender is writing into the receive's buffer: the receive completes only
-//! once nothing will write into it any more (the sender's WRITTEN or FAILED, or its death), and
-//! an endpoint closing, or a registration closing under the write, waits for it too, for as long
-//! as the sender lives (`until_written`).
+//! The tail is claimed through one of the claim words of the sender's entry in the receiver's
+//! peer table (`PeerSlot::split`, `SPLIT_WORDS` of them: the message id above, the state in the
+//! low bits), which the offer names. The receiver sets it OFFERED before it offers; the sender
+//! takes it with a compare-and-swap, OFFERED -> TAKEN, writes, then stores WRITTEN (or FAILED).
+//! When its own part is done the receiver looks: WRITTEN completes the message; an offer the
+//! sender has not taken it withdraws with a compare-and-swap and reads the tail itself, so a
+//! sender that is not polling (or never saw the offer) costs it nothing but the offer; FAILED it
+//! reads the tail itself too. An offer made while the sender writes an earlier tail of ours it
+//! leaves open: the sender takes offers in order, and will take it next. TAKEN it waits for, in
+//! later passes, because the sender is writing into the receive's buffer: the receive completes
+//! only once nothing will write into it any more (the sender's WRITTEN or FAILED, or its death),
+//! and an endpoint closing, or a registration closing under the write, waits for it too, for as
+//! long as the sender lives (`until_written`). Meanwhile the receiver goes on to the next
+//! message, whose head it reads while the sender writes the last one's tail: in a stream both
+//! processes copy all the time, each into its own half of the buffers.
 
 use super::{Endpoint, Handler, SrcId};
 use crate::cmd::{resp, RemoteIov, RespEntry, Status};
 use crate::error::{Error, Result};
 use crate::iov::LocalIov;
+use crate::layout::SPLIT_WORDS;
 use crate::sync::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 const OFFERED: u64 = 1;
 const TAKEN: u64 = 2;
@@ -30,13 +36,20 @@ const WRITTEN: u64 = 3;
 const FAILED: u64 = 4;
 const WITHDRAWN: u64 = 5;
 
-fn word(msg_id: u64, state: u64) -> u64 {
+fn state_word(msg_id: u64, state: u64) -> u64 {
     (msg_id << 3) | state
 }
 
-/// A message whose tail the sender took and is writing.
+/// How long an offer stays open once its sender writes no earlier tail of ours: about what the
+/// sender takes to finish one tail, see the next offer in its ring and take it.
+const OPEN_GRACE: Duration = Duration::from_micros(2);
+
+/// A message whose tail the sender took and is writing, or will take once it has written an
+/// earlier one.
 pub(super) struct SplitRx {
     src: SrcId,
+    /// Which of the sender's claim words this split uses.
+    word: usize,
     msg_id: u64,
     len: u64,
     /// The sender's ranges of the tail, for reading it ourselves if the sender fails.
@@ -46,11 +59,17 @@ pub(super) struct SplitRx {
     ctx: u64,
     /// How our own part, the head, went.
     head: Result<()>,
-    started: std::time::Instant,
+    started: Instant,
+    /// How long our own part took.
+    head_took: Duration,
+    /// Since when the offer is open with its sender writing nothing of ours (`OPEN_GRACE`).
+    idle_since: Option<Instant>,
 }
 
 /// Who has the tail, once the receiver's head is in.
 enum Claim {
+    /// Nobody yet: the offer is open.
+    Offered,
     /// The sender is writing it.
     Taken,
     /// The sender wrote it.
@@ -80,12 +99,14 @@ fn sub_ranges(iovs: &[RemoteIov], mut off: u64, mut len: u64) -> Vec<RemoteIov> 
     out
 }
 
-/// The sender's part of a split: the tail from `offset`, written to `dest` in the receiver.
-fn offer(msg_id: u64, offset: u64, dest: RemoteIov) -> RespEntry {
+/// The sender's part of a split: the tail from `offset`, written to `dest` in the receiver,
+/// claimed through claim word `word`.
+fn offer(msg_id: u64, offset: u64, dest: RemoteIov, word: usize) -> RespEntry {
     let mut entry =
         RespEntry { kind: resp::SPLIT, status: Status::Ok as u32, msg_id, value: offset, ..Default::default() };
     entry.data[..8].copy_from_slice(&dest.addr.to_le_bytes());
     entry.data[8..16].copy_from_slice(&dest.len.to_le_bytes());
+    entry.data[16..24].copy_from_slice(&(word as u64).to_le_bytes());
     entry
 }
 
@@ -104,10 +125,9 @@ impl Endpoint {
         if len < self.params.split_min as u64 || (dest.len() as u64) < len || msg_id >= 1 << 60 {
             return None;
         }
-        // One claim word per sender: while it writes one tail, its next messages are ours alone.
-        if self.splits.iter().any(|s| s.src == src) {
-            return None;
-        }
+        // A claim word of this sender's that no split under way uses; with none free, the
+        // message is ours alone.
+        let word = self.free_split_word(src)?;
         // The tail's start: half, on a page boundary; it must land in one buffer of ours.
         let offset = ((len / 2) & !4095) as usize;
         let tail_len = len - offset as u64;
@@ -118,40 +138,58 @@ impl Endpoint {
             return None;
         }
         let dest_tail = RemoteIov { addr: first.iov_base as u64, len: tail_len };
-        let started = std::time::Instant::now();
-        self.split_word(src)?.store(word(msg_id, OFFERED), Ordering::Release);
+        let started = Instant::now();
+        self.split_word(src, word)?.store(state_word(msg_id, OFFERED), Ordering::Release);
         self.stats.splits_offered += 1;
-        self.send_resp(src, offer(msg_id, offset as u64, dest_tail));
+        self.send_resp(src, offer(msg_id, offset as u64, dest_tail, word));
         let (head, tail) = (sub_ranges(iovs, 0, offset as u64), sub_ranges(iovs, offset as u64, tail_len));
         let head = self.read_exactly(src, &head, dest, 0);
-        let elapsed = |t: std::time::Instant| (t.elapsed().as_nanos() as u64).max(1);
+        let head_took = started.elapsed();
+        let elapsed = |t: Instant| (t.elapsed().as_nanos() as u64).max(1);
         #[cfg(any(test, feature = "test-hooks"))]
         if head.is_ok() {
-            let until = std::time::Instant::now() + self.split_offer_wait;
-            while std::time::Instant::now() < until
-                && self.split_word(src).is_some_and(|w| w.load(Ordering::Acquire) == word(msg_id, OFFERED))
+            let until = Instant::now() + self.split_offer_wait;
+            while Instant::now() < until
+                && matches!(self.claim(src, word, msg_id), Claim::Offered)
+                && !self.sender_busy(src)
             {
                 std::hint::spin_loop();
             }
         }
-        let mut claim = self.withdraw(src, msg_id);
-        if matches!(claim, Claim::Taken) {
-            // The sender started about when we did and copies as fast: wait for it here, a
-            // little longer than our own half took, rather than start on the next message,
-            // which may go into the same buffer (a window of receives into one buffer, as the
-            // bandwidth benchmarks post them) and then both copies fight over its lines. A
-            // sender that is slower than that (descheduled) is waited for in later passes.
-            let head_took = started.elapsed();
-            let until = std::time::Instant::now() + head_took + head_took / 2 + std::time::Duration::from_micros(20);
-            while matches!(claim, Claim::Taken) && std::time::Instant::now() < until {
+        let mut claim = self.claim(src, word, msg_id);
+        if matches!(claim, Claim::Offered) && !self.sender_busy(src) {
+            claim = self.withdraw(src, word, msg_id);
+        }
+        if matches!(claim, Claim::Taken) && !self.cmd_rx.ready(&self.region.cmd_ring()) {
+            // The sender started about when we did and copies as fast, and no other command
+            // waits for us: wait for it here, a little longer than our own half took, so that
+            // a message alone (a ping-pong's) completes in this pass, not in a later one after
+            // the application's next poll. With commands waiting (a stream) we go on to the
+            // next one, whose head we read while the sender writes this tail. A sender slower
+            // than that (descheduled) is waited for in later passes.
+            let until = Instant::now() + head_took + head_took / 2 + Duration::from_micros(20);
+            while matches!(claim, Claim::Taken) && Instant::now() < until {
                 std::hint::spin_loop();
-                claim = Self::claim_of(self.claim_now(src), msg_id);
+                claim = self.claim(src, word, msg_id);
             }
         }
         Some(match claim {
-            Claim::Taken => {
+            Claim::Taken | Claim::Offered => {
                 let dest = std::mem::replace(dest, LocalIov::owned(Vec::new()));
-                Split::Later(SplitRx { src, msg_id, len, tail, offset, dest, ctx: 0, head, started })
+                Split::Later(SplitRx {
+                    src,
+                    word,
+                    msg_id,
+                    len,
+                    tail,
+                    offset,
+                    dest,
+                    ctx: 0,
+                    head,
+                    started,
+                    head_took,
+                    idle_since: None,
+                })
             }
             Claim::Written => {
                 self.stats.splits_taken += 1;
@@ -165,6 +203,53 @@ impl Endpoint {
         })
     }
 
+    /// How long an open offer waits for its sender once the sender writes no earlier tail of
+    /// ours (`OPEN_GRACE`; tests may ask for longer, `split_offer_wait`).
+    fn open_grace(&self) -> Duration {
+        #[cfg(any(test, feature = "test-hooks"))]
+        return OPEN_GRACE.max(self.split_offer_wait);
+        #[cfg(not(any(test, feature = "test-hooks")))]
+        OPEN_GRACE
+    }
+
+    /// How many of sender `src`'s claim words splits under way use.
+    fn words_in_use(&self, src: SrcId) -> usize {
+        self.splits.iter().filter(|s| s.src == src).count()
+    }
+
+    /// A claim word of sender `src` that no split under way uses.
+    fn free_split_word(&self, src: SrcId) -> Option<usize> {
+        (0..SPLIT_WORDS).find(|&w| !self.splits.iter().any(|s| s.src == src && s.word == w))
+    }
+
+    /// Whether sender `src` is writing a tail of ours: it will look at a later offer only once
+    /// it is done.
+    fn sender_busy(&self, src: SrcId) -> bool {
+        self.splits.iter().any(|s| s.src == src && matches!(self.claim(src, s.word, s.msg_id), Claim::Taken))
+    }
+
+    /// Make room for splitting the next message from `src`: if every claim word of that sender's
+    /// is in use, wait a little for the oldest split to finish (`check_splits`), rather than
+    /// read all of the next message while the sender writes a tail into what may be the same
+    /// buffer: both copies would then fight over its lines (a window of receives into one
+    /// buffer, as bandwidth benchmarks post them; docs/perf/protocols.md). A little: three
+    /// times the oldest's own half from its start, about twice what its two halves take.
+    pub(super) fn room_to_split(&mut self, src: SrcId, h: &mut impl Handler) {
+        if self.splits.is_empty() {
+            return;
+        }
+        self.check_splits(h);
+        let Some(oldest) = self.splits.iter().filter(|s| s.src == src).min_by_key(|s| s.started) else { return };
+        if self.words_in_use(src) < SPLIT_WORDS {
+            return;
+        }
+        let until = oldest.started + oldest.head_took * 3 + Duration::from_micros(20);
+        while self.words_in_use(src) >= SPLIT_WORDS && Instant::now() < until {
+            std::hint::spin_loop();
+            self.check_splits(h);
+        }
+    }
+
     /// Read all of `remote` from sender `src` into `dest` at `off`. A read that failed, or fell
     /// short, because the sender died fails with its death (`dead_if_gone`), as whole-message
     /// reads do (a kill mid-stream failed a message with ESRCH).
@@ -175,13 +260,13 @@ impl Endpoint {
         self.dead_if_gone(src, read).map(drop)
     }
 
-    /// The receiver's head is in: withdraw the offer if it is still open, and say who has the
-    /// tail.
-    fn withdraw(&self, src: SrcId, msg_id: u64) -> Claim {
-        let Some(claim) = self.split_word(src) else { return Claim::Garbage };
+    /// Withdraw the offer of `msg_id` on claim word `word` of sender `src` if it is still open,
+    /// and say who has the tail.
+    fn withdraw(&self, src: SrcId, word: usize, msg_id: u64) -> Claim {
+        let Some(claim) = self.split_word(src, word) else { return Claim::Garbage };
         match claim.compare_exchange(
-            word(msg_id, OFFERED),
-            word(msg_id, WITHDRAWN),
+            state_word(msg_id, OFFERED),
+            state_word(msg_id, WITHDRAWN),
             Ordering::AcqRel,
             Ordering::Acquire,
         ) {
@@ -192,39 +277,64 @@ impl Endpoint {
 
     fn claim_of(now: u64, msg_id: u64) -> Claim {
         match now {
-            w if w == word(msg_id, TAKEN) => Claim::Taken,
-            w if w == word(msg_id, WRITTEN) => Claim::Written,
-            w if w == word(msg_id, FAILED) || w == word(msg_id, WITHDRAWN) => Claim::Ours,
+            w if w == state_word(msg_id, OFFERED) => Claim::Offered,
+            w if w == state_word(msg_id, TAKEN) => Claim::Taken,
+            w if w == state_word(msg_id, WRITTEN) => Claim::Written,
+            w if w == state_word(msg_id, FAILED) || w == state_word(msg_id, WITHDRAWN) => Claim::Ours,
             _ => Claim::Garbage,
         }
     }
 
-    /// The claim word's value for sender `src` (0, no message's state, if there is no entry).
-    fn claim_now(&self, src: SrcId) -> u64 {
-        self.split_word(src).map_or(0, |w| w.load(Ordering::Acquire))
+    /// Who has the tail of `msg_id`, split through claim word `word` of sender `src`, now.
+    fn claim(&self, src: SrcId, word: usize, msg_id: u64) -> Claim {
+        Self::claim_of(self.claim_now(src, word), msg_id)
     }
 
-    /// Our peer-table entry's claim word for sender `src`.
-    fn split_word(&self, src: SrcId) -> Option<&AtomicU64> {
-        self.region.peer_slots().get(src as usize).map(|s| &s.split)
+    /// The claim word's value (0, no message's state, if there is no entry).
+    fn claim_now(&self, src: SrcId, word: usize) -> u64 {
+        self.split_word(src, word).map_or(0, |w| w.load(Ordering::Acquire))
     }
 
-    /// Receiver: the splits whose tails their senders were writing. Returns how many finished.
-    /// Whether a writer is still alive is asked (a system call) once per liveness interval.
+    /// Claim word `word` of sender `src`'s entry in our peer table.
+    fn split_word(&self, src: SrcId, word: usize) -> Option<&AtomicU64> {
+        self.region.peer_slots().get(src as usize).and_then(|s| s.split.get(word))
+    }
+
+    /// Receiver: the splits whose tails their senders were writing, or had not taken yet.
+    /// Returns how many finished. Whether a writer is still alive is asked (a system call) once
+    /// per liveness interval.
     pub(super) fn check_splits(&mut self, h: &mut impl Handler) -> usize {
         let look_alive = self.last_liveness.elapsed() >= self.params.liveness_interval;
         let mut finished = 0;
         let mut i = 0;
         while i < self.splits.len() {
-            let (src, msg_id) = (self.splits[i].src, self.splits[i].msg_id);
-            let now = self.claim_now(src);
-            let claim = Self::claim_of(now, msg_id);
+            let (src, word, msg_id) = (self.splits[i].src, self.splits[i].word, self.splits[i].msg_id);
+            let mut claim = self.claim(src, word, msg_id);
+            if matches!(claim, Claim::Offered) {
+                // Left open while the sender wrote an earlier tail of ours; once it writes none,
+                // it has a moment to take this one before we take it back.
+                if self.sender_busy(src) {
+                    self.splits[i].idle_since = None;
+                    i += 1;
+                    continue;
+                }
+                let since = *self.splits[i].idle_since.get_or_insert_with(Instant::now);
+                if since.elapsed() < self.open_grace() {
+                    i += 1;
+                    continue;
+                }
+                claim = self.withdraw(src, word, msg_id);
+            }
             if matches!(claim, Claim::Taken) && (!look_alive || self.live_pid(src).is_ok()) {
                 i += 1;
                 continue;
             }
             let mut s = self.splits.swap_remove(i);
             let head = std::mem::replace(&mut s.head, Ok(()));
+            // The time to report to the sender's chooser of ways: with the tail written, our
+            // half's, since the sender's ran beside it and we may see it done only passes
+            // later (after the next message's head); else all of it.
+            let written = matches!(claim, Claim::Written);
             let result = match claim {
                 Claim::Written => {
                     self.stats.splits_taken += 1;
@@ -236,18 +346,21 @@ impl Endpoint {
                 }),
                 // Its writer died mid-write.
                 Claim::Taken => Err(Error::PeerDead),
-                Claim::Garbage => Err(Error::Corrupt("split claim word")),
+                // (An open offer was withdrawn or left above.)
+                Claim::Garbage | Claim::Offered => Err(Error::Corrupt("split claim word")),
             };
-            self.finish_split(s, result, h);
+            self.finish_split(s, result, written, h);
             finished += 1;
         }
         finished
     }
 
-    /// Answer the sender (with the whole copy's time) and report the delivery.
-    fn finish_split(&mut self, s: SplitRx, result: Result<()>, h: &mut impl Handler) {
+    /// Answer the sender (with the copy's time: our half's if the sender `written` the tail)
+    /// and report the delivery.
+    fn finish_split(&mut self, s: SplitRx, result: Result<()>, written: bool, h: &mut impl Handler) {
         let result = result.map(|()| s.len as usize);
-        let ns = (s.started.elapsed().as_nanos() as u64).max(1);
+        let took = if written { s.head_took } else { s.started.elapsed() };
+        let ns = (took.as_nanos() as u64).max(1);
         let entry = match result {
             Ok(n) => RespEntry::done_timed(s.msg_id, Status::Ok, n as u64, ns),
             Err(_) => RespEntry::done(s.msg_id, Status::Dropped, 0),
@@ -281,9 +394,19 @@ impl Endpoint {
         else {
             return;
         };
-        let Some(claim) = link.region.peer_slots().get(link.slot as usize).map(|s| &s.split) else { return };
+        let word = u64::from_le_bytes(entry.data[16..24].try_into().expect("8 bytes"));
+        let Some(claim) = link.region.peer_slots().get(link.slot as usize).and_then(|s| s.split.get(word as usize))
+        else {
+            self.stats.corrupt_commands += 1;
+            return;
+        };
         if claim
-            .compare_exchange(word(msg_id, OFFERED), word(msg_id, TAKEN), Ordering::AcqRel, Ordering::Relaxed)
+            .compare_exchange(
+                state_word(msg_id, OFFERED),
+                state_word(msg_id, TAKEN),
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            )
             .is_err()
         {
             return; // withdrawn: the receiver reads it all
@@ -298,7 +421,7 @@ impl Endpoint {
         self.stats.split_writes_failed += u64::from(!ok);
         // A locked exchange, not a plain store: it orders every store of the kernel's copy
         // before it, fast-string stores included, which a release store alone may not.
-        claim.swap(word(msg_id, if ok { WRITTEN } else { FAILED }), Ordering::SeqCst);
+        claim.swap(state_word(msg_id, if ok { WRITTEN } else { FAILED }), Ordering::SeqCst);
         // A receiver that left the tail to a later pass may be asleep (fi_cq_sread, a progress
         // thread): no command of ours follows to wake it.
         crate::wake::notify(link.region.wake_word());
@@ -323,15 +446,20 @@ impl Endpoint {
         }
     }
 
-    /// Whether the sender of `s` is still writing its tail (it took it, and is alive).
+    /// Whether the sender of `s` is still writing its tail (it took it, and is alive). An offer
+    /// still open is withdrawn first: the buffer is about to go, and no sender may take it now.
     fn writing(&self, s: &SplitRx) -> bool {
-        let now = self.claim_now(s.src);
-        now == word(s.msg_id, TAKEN) && self.inp.get(&s.src).is_some_and(|p| p.watch.alive())
+        let taken = matches!(self.withdraw(s.src, s.word, s.msg_id), Claim::Taken);
+        taken && self.inp.get(&s.src).is_some_and(|p| p.watch.alive())
     }
 
-    /// Before the region goes: wait for senders still writing into our receives' buffers
-    /// (`until_written`).
+    /// Before the region goes: take back every offer still open, then wait for senders still
+    /// writing into our receives' buffers (`until_written`). All offers first: a sender that
+    /// finishes one tail takes the next open offer of ours at once.
     pub(super) fn wait_for_split_writers(&mut self) {
+        for s in &self.splits {
+            self.withdraw(s.src, s.word, s.msg_id);
+        }
         self.until_written(|ep| ep.splits.iter().any(|s| ep.writing(s)));
     }
 
@@ -351,7 +479,8 @@ impl Endpoint {
 #[cfg(any(test, feature = "test-hooks"))]
 impl Endpoint {
     /// Tests: leave each split offer open up to `wait` for the sender to take it, once our half
-    /// is in, instead of taking the tail back at once.
+    /// is in or once the sender wrote the tail before it, instead of taking the tail back at
+    /// once.
     pub fn set_split_offer_wait(&mut self, wait: std::time::Duration) {
         self.split_offer_wait = wait;
     }

@@ -3,7 +3,7 @@
 use super::measured::{Overlap, Via};
 use super::*;
 use crate::cmd::SAR_FIRST_SEGMENT;
-use crate::cmd::{CmdEntry, RemoteIov, RespEntry, COMPACT_MAX};
+use crate::cmd::{resp, CmdEntry, RemoteIov, RespEntry, Status, COMPACT_MAX};
 use crate::layout::INJECT_SIZE;
 
 /// A handler that delivers straight into owned buffers of the message's size (or holds).
@@ -3003,16 +3003,21 @@ fn one_segment_sar_messages_taken_express_end_as_delivered_ones_do() {
     assert_eq!(free, free_buffers(&gb).1);
 }
 
+/// Two endpoints for the tests of split copies (`split.rs`): CMA from the first byte, splits
+/// from 64 KiB. None where CMA cannot run (`cma_or_skip`).
+fn split_pair(tag: &str) -> Option<(Endpoint, Endpoint, PeerId)> {
+    if !cma_or_skip(tag) {
+        return None;
+    }
+    Some(pair(tag, Params { cma_min: 0, split_min: 64 * 1024, ..Params::default() }))
+}
+
 /// Split copies (`split.rs`), one thread driving both endpoints: the sender never sees the offer
 /// before the receiver's head is in, so the receiver withdraws it and reads the tail itself;
 /// every byte arrives, in a buffer exactly the message's size and in a larger one.
 #[test]
 fn a_split_offer_the_sender_does_not_take_is_withdrawn() {
-    if !cma_or_skip("a_split_offer_the_sender_does_not_take_is_withdrawn") {
-        return;
-    }
-    let params = Params { cma_min: 0, split_min: 64 * 1024, ..Params::default() };
-    let (mut a, mut b, to_b) = pair("splitalone", params);
+    let Some((mut a, mut b, to_b)) = split_pair("splitalone") else { return };
     let (mut ha, mut hb) = (Collect::default(), Collect::default());
     let sizes = [64 * 1024usize, 1 << 20, 300_001];
     for (i, &len) in sizes.iter().enumerate() {
@@ -3048,11 +3053,7 @@ fn a_polling_sender_writes_the_tail_of_its_large_messages() {
 }
 
 fn split_with_a_polling_sender(tag: &str, fail_writes: bool) {
-    if !cma_or_skip(tag) {
-        return;
-    }
-    let params = Params { cma_min: 0, split_min: 64 * 1024, ..Params::default() };
-    let (mut a, mut b, to_b) = pair(tag, params);
+    let Some((mut a, mut b, to_b)) = split_pair(tag) else { return };
     a.fail_split_writes = fail_writes;
     // Scheduling decides whether the sender sees an offer before the receiver's half is in
     // (under load, or in a debug build, it often does not): the receiver leaves each offer open
@@ -3099,11 +3100,7 @@ fn split_with_a_polling_sender(tag: &str, fail_writes: bool) {
 /// receive's, and not after the application got it back (and may have freed it).
 #[test]
 fn a_receiver_closing_waits_for_a_split_writer_stopped_after_its_take() {
-    if !cma_or_skip("splitstop") {
-        return;
-    }
-    let params = Params { cma_min: 0, split_min: 64 * 1024, ..Params::default() };
-    let (mut a, mut b, to_b) = pair("splitstop", params);
+    let Some((mut a, mut b, to_b)) = split_pair("splitstop") else { return };
     b.split_offer_wait = std::time::Duration::from_secs(5);
     a.split_pause_after_take = std::time::Duration::from_millis(2500);
     let len = 1 << 20;
@@ -3132,6 +3129,128 @@ fn a_receiver_closing_waits_for_a_split_writer_stopped_after_its_take() {
     let a = sender.join().unwrap();
     assert_eq!(a.stats().splits_written, 1);
     assert!(at_close == pattern(len, 7), "the tail was not in the buffer when the receiver's close returned");
+}
+
+/// Split copies in a stream whose sender is slow to write (it stops after each take): the
+/// receiver goes on to the next message while the sender writes a tail, offers that message's
+/// tail on a second claim word and leaves the offer open while the sender is busy, and the
+/// sender takes it once done with the first. Every byte arrives, and the sender wrote two tails
+/// (with one claim word per sender, the second message was read whole by the receiver).
+#[test]
+fn a_second_split_offer_waits_open_for_a_busy_sender() {
+    let Some((mut a, mut b, to_b)) = split_pair("splitopen") else { return };
+    b.split_offer_wait = std::time::Duration::from_secs(5);
+    a.split_pause_after_take = std::time::Duration::from_millis(50);
+    let (n, len) = (4usize, 256 * 1024);
+    let sender = std::thread::spawn(move || {
+        let mut ha = Collect::default();
+        for i in 0..n {
+            let hdr = MsgHeader { app: 0, tag: i as u64, data: 0, aux: 0, len: len as u64 };
+            let opts = SendOpts { cookie: i as u64, ..SendOpts::default() };
+            a.send(to_b, hdr, LocalIov::owned(pattern(len, i as u8 + 1)), opts).unwrap();
+        }
+        let dl = deadline();
+        while ha.sends_done.len() < n {
+            assert!(std::time::Instant::now() < dl, "timed out waiting for the sends");
+            a.progress(&mut ha);
+        }
+        assert!(ha.sends_done.iter().all(|(_, r)| r.is_ok()), "{:?}", ha.sends_done);
+        a
+    });
+    let mut hb = Collect::default();
+    receive_until(&mut b, &mut hb, n, "timed out waiting for the messages");
+    let a = sender.join().unwrap();
+    // A split whose tail was written later completes later: by tag, not in arrival order.
+    let mut received: Vec<_> = hb.received.iter().collect();
+    received.sort_by_key(|(hdr, ..)| hdr.tag);
+    for (i, (hdr, result, bytes)) in received.iter().enumerate() {
+        assert_eq!((hdr.tag, result), (i as u64, &Ok(len)));
+        assert!(*bytes == pattern(len, i as u8 + 1), "message {i} differs");
+    }
+    let (taken, written) = (b.stats().splits_taken, a.stats().splits_written);
+    assert_eq!((taken, written), (2, 2), "tails the sender wrote: the first, and the one offered while it wrote it");
+    assert_eq!((b.outstanding(), b.stats().corrupt_commands), (0, 0));
+}
+
+/// A receiver closing with an offer left open while its sender writes an earlier tail: the
+/// close takes the open offer back and waits for the tail being written; the sender then finds
+/// the offer withdrawn and writes nothing into a buffer the application got back.
+#[test]
+fn a_receiver_closing_takes_back_an_offer_left_open() {
+    let Some((mut a, mut b, to_b)) = split_pair("splitclose") else { return };
+    b.split_offer_wait = std::time::Duration::from_secs(5);
+    a.split_pause_after_take = std::time::Duration::from_millis(300);
+    let len = 256 * 1024;
+    // Both messages land in this one buffer: the first one's tail by the sender before the
+    // close returns; the second one's tail, if the sender ever took it, after.
+    let mut buf = vec![0u8; len];
+    let mut hb = Collect { dest_raw: Some((buf.as_mut_ptr() as usize, len)), ..Default::default() };
+    let sender = std::thread::spawn(move || {
+        let mut ha = Collect::default();
+        for i in 0..2u8 {
+            let hdr = MsgHeader { app: 0, tag: u64::from(i), data: 0, aux: 0, len: len as u64 };
+            a.send(to_b, hdr, LocalIov::owned(pattern(len, 7 + i)), SendOpts::default()).unwrap();
+        }
+        let dl = deadline();
+        while a.stats().splits_written == 0 {
+            assert!(std::time::Instant::now() < dl, "the sender never wrote its first tail");
+            a.progress(&mut ha);
+        }
+        // Long enough to take the second offer, stop and write it, had it stayed open.
+        let until = std::time::Instant::now() + std::time::Duration::from_millis(700);
+        while std::time::Instant::now() < until {
+            a.progress(&mut ha);
+        }
+        a
+    });
+    let dl = deadline();
+    while b.splits.len() < 2 {
+        assert!(std::time::Instant::now() < dl, "the receiver never had two splits under way");
+        b.progress(&mut hb);
+    }
+    drop(b);
+    let at_close = buf.clone();
+    let a = sender.join().unwrap();
+    assert_eq!((a.stats().splits_written, a.stats().split_writes_failed), (1, 0));
+    assert!(at_close[len / 2..] == pattern(len, 7)[len / 2..], "the first tail was not in when the close returned");
+    assert!(buf == at_close, "the sender wrote into the buffer after the receiver's close returned");
+}
+
+/// A split offer naming a claim word the receiver does not have (a peer's garbage, past
+/// `SPLIT_WORDS`): the sender counts it corrupt and writes nothing where it points; the message
+/// still arrives, every byte.
+#[test]
+fn a_split_offer_naming_no_claim_word_is_refused() {
+    let Some((mut a, mut b, to_b)) = split_pair("splitbadword") else { return };
+    let (mut ha, mut hb) = (Collect::default(), Collect::default());
+    // A first message connects the two, so that the receiver knows its sender.
+    let small = MsgHeader { app: 0, tag: 0, data: 0, aux: 0, len: 8 };
+    a.send(to_b, small, LocalIov::owned(pattern(8, 1)), SendOpts::default()).unwrap();
+    pump_until((&mut a, &mut ha), (&mut b, &mut hb), "the first message", |_, hb| hb.received.len() == 1);
+    let len = 256 * 1024;
+    let hdr = MsgHeader { app: 0, tag: 1, data: 0, aux: 0, len: len as u64 };
+    a.send(to_b, hdr, LocalIov::owned(pattern(len, 2)), SendOpts { cookie: 1, ..SendOpts::default() }).unwrap();
+    let msg_id = *a.pending.keys().next().expect("the large send waits for its answer");
+    let src = b.inp.iter().next().expect("the receiver knows its sender").0;
+    // Where the forged offer asks the tail to go: it must stay as it is.
+    let mut target = vec![0u8; len];
+    let half = (len / 2) as u64;
+    let mut entry =
+        RespEntry { kind: resp::SPLIT, status: Status::Ok as u32, msg_id, value: half, ..Default::default() };
+    entry.data[..8].copy_from_slice(&(target.as_mut_ptr() as u64 + half).to_le_bytes());
+    entry.data[8..16].copy_from_slice(&half.to_le_bytes());
+    entry.data[16..24].copy_from_slice(&(crate::layout::SPLIT_WORDS as u64).to_le_bytes());
+    b.send_resp(src, entry);
+    a.progress(&mut ha);
+    assert_eq!((a.stats().corrupt_commands, a.stats().splits_written), (1, 0));
+    pump_until((&mut a, &mut ha), (&mut b, &mut hb), "the large message", |ha, hb| {
+        hb.received.len() == 2 && ha.sends_done.iter().any(|(cookie, _)| *cookie == 1)
+    });
+    let (hdr, result, bytes) = &hb.received[1];
+    assert_eq!((hdr.tag, result), (1, &Ok(len)));
+    assert!(*bytes == pattern(len, 2), "the large message differs");
+    assert!(target.iter().all(|&x| x == 0), "the forged offer was written");
+    assert!(ha.sends_done.iter().all(|(_, r)| r.is_ok()), "{:?}", ha.sends_done);
 }
 
 /// A sleeper's side of the blocking waits' protocol (`WaitHandle`, as the provider's
