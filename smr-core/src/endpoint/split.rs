@@ -232,17 +232,18 @@ impl Endpoint {
     /// is in use, wait a little for the oldest split to finish (`check_splits`), rather than
     /// read all of the next message while the sender writes a tail into what may be the same
     /// buffer: both copies would then fight over its lines (a window of receives into one
-    /// buffer, as bandwidth benchmarks post them; docs/perf/protocols.md). A little: three
-    /// times the oldest's own half from its start, about twice what its two halves take.
+    /// buffer, as bandwidth benchmarks post them; docs/perf/protocols.md). A little: up to
+    /// three times the oldest's own half from its start (the two halves, copied at once, take
+    /// about one).
     pub(super) fn room_to_split(&mut self, src: SrcId, h: &mut impl Handler) {
         if self.splits.is_empty() {
             return;
         }
         self.check_splits(h);
-        let Some(oldest) = self.splits.iter().filter(|s| s.src == src).min_by_key(|s| s.started) else { return };
         if self.words_in_use(src) < SPLIT_WORDS {
             return;
         }
+        let Some(oldest) = self.splits.iter().filter(|s| s.src == src).min_by_key(|s| s.started) else { return };
         let until = oldest.started + oldest.head_took * 3 + Duration::from_micros(20);
         while self.words_in_use(src) >= SPLIT_WORDS && Instant::now() < until {
             std::hint::spin_loop();
@@ -285,14 +286,10 @@ impl Endpoint {
         }
     }
 
-    /// Who has the tail of `msg_id`, split through claim word `word` of sender `src`, now.
+    /// Who has the tail of `msg_id`, split through claim word `word` of sender `src`, now (a
+    /// word that is not there holds no message's state).
     fn claim(&self, src: SrcId, word: usize, msg_id: u64) -> Claim {
-        Self::claim_of(self.claim_now(src, word), msg_id)
-    }
-
-    /// The claim word's value (0, no message's state, if there is no entry).
-    fn claim_now(&self, src: SrcId, word: usize) -> u64 {
-        self.split_word(src, word).map_or(0, |w| w.load(Ordering::Acquire))
+        Self::claim_of(self.split_word(src, word).map_or(0, |w| w.load(Ordering::Acquire)), msg_id)
     }
 
     /// Claim word `word` of sender `src`'s entry in our peer table.
