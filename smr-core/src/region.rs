@@ -350,8 +350,8 @@ impl Region {
 
     /// Owner only: tell every sender that this endpoint is gone, before unlinking.
     pub fn mark_closed(&self) {
-        self.closing.store(true, Ordering::Relaxed);
         if self.is_owner {
+            self.closing.store(true, Ordering::Relaxed);
             self.header().ready.store(CLOSED, Ordering::Release);
         }
     }

@@ -448,10 +448,7 @@ impl Endpoint {
         ctx: u64,
         h: &mut impl Handler,
     ) {
-        if hdr.len >= self.params.split_min as u64 {
-            self.room_to_split(src, h);
-        }
-        match self.split_read(src, msg_id, iovs, &mut dest, hdr.len) {
+        match self.split_read(src, msg_id, iovs, &mut dest, hdr.len, h) {
             None => {}
             Some(super::split::Split::Later(rx)) => return self.splits.push(rx.with_ctx(ctx)),
             Some(super::split::Split::Done(Ok(ns))) => {

@@ -113,7 +113,7 @@ fn offer(msg_id: u64, offset: u64, dest: RemoteIov, word: usize) -> RespEntry {
 impl Endpoint {
     /// Receiver: copy a CMA message of `len` bytes from `iovs` into `dest` with the sender's
     /// help, if it is large enough and its tail goes into one buffer of ours; None, with nothing
-    /// done, otherwise.
+    /// done but splits under way finished (`room_to_split`), otherwise.
     pub(super) fn split_read(
         &mut self,
         src: SrcId,
@@ -121,10 +121,12 @@ impl Endpoint {
         iovs: &[RemoteIov],
         dest: &mut LocalIov,
         len: u64,
+        h: &mut impl Handler,
     ) -> Option<Split> {
         if len < self.params.split_min as u64 || (dest.len() as u64) < len || msg_id >= 1 << 60 {
             return None;
         }
+        self.room_to_split(src, h);
         // A claim word of this sender's that no split under way uses; with none free, the
         // message is ours alone.
         let word = self.free_split_word(src)?;
@@ -235,7 +237,7 @@ impl Endpoint {
     /// buffer, as bandwidth benchmarks post them; docs/perf/protocols.md). A little: up to
     /// three times the oldest's own half from its start (the two halves, copied at once, take
     /// about one).
-    pub(super) fn room_to_split(&mut self, src: SrcId, h: &mut impl Handler) {
+    fn room_to_split(&mut self, src: SrcId, h: &mut impl Handler) {
         if self.splits.is_empty() {
             return;
         }

@@ -3012,6 +3012,15 @@ fn split_pair(tag: &str) -> Option<(Endpoint, Endpoint, PeerId)> {
     Some(pair(tag, Params { cma_min: 0, split_min: 64 * 1024, ..Params::default() }))
 }
 
+/// `split_pair` whose sender stops `pause_ms` after each take of a tail, before it writes it,
+/// and whose receiver leaves every offer open until the sender takes it.
+fn split_pair_slow_writer(tag: &str, pause_ms: u64) -> Option<(Endpoint, Endpoint, PeerId)> {
+    let (mut a, mut b, to_b) = split_pair(tag)?;
+    b.split_offer_wait = std::time::Duration::from_secs(5);
+    a.split_pause_after_take = std::time::Duration::from_millis(pause_ms);
+    Some((a, b, to_b))
+}
+
 /// Split copies (`split.rs`), one thread driving both endpoints: the sender never sees the offer
 /// before the receiver's head is in, so the receiver withdraws it and reads the tail itself;
 /// every byte arrives, in a buffer exactly the message's size and in a larger one.
@@ -3100,9 +3109,7 @@ fn split_with_a_polling_sender(tag: &str, fail_writes: bool) {
 /// receive's, and not after the application got it back (and may have freed it).
 #[test]
 fn a_receiver_closing_waits_for_a_split_writer_stopped_after_its_take() {
-    let Some((mut a, mut b, to_b)) = split_pair("splitstop") else { return };
-    b.split_offer_wait = std::time::Duration::from_secs(5);
-    a.split_pause_after_take = std::time::Duration::from_millis(2500);
+    let Some((mut a, mut b, to_b)) = split_pair_slow_writer("splitstop", 2500) else { return };
     let len = 1 << 20;
     let mut buf = vec![0u8; len];
     let mut hb = Collect { dest_raw: Some((buf.as_mut_ptr() as usize, len)), ..Default::default() };
@@ -3138,9 +3145,7 @@ fn a_receiver_closing_waits_for_a_split_writer_stopped_after_its_take() {
 /// (with one claim word per sender, the second message was read whole by the receiver).
 #[test]
 fn a_second_split_offer_waits_open_for_a_busy_sender() {
-    let Some((mut a, mut b, to_b)) = split_pair("splitopen") else { return };
-    b.split_offer_wait = std::time::Duration::from_secs(5);
-    a.split_pause_after_take = std::time::Duration::from_millis(50);
+    let Some((mut a, mut b, to_b)) = split_pair_slow_writer("splitopen", 50) else { return };
     let (n, len) = (4usize, 256 * 1024);
     let sender = std::thread::spawn(move || {
         let mut ha = Collect::default();
@@ -3177,9 +3182,7 @@ fn a_second_split_offer_waits_open_for_a_busy_sender() {
 /// the offer withdrawn and writes nothing into a buffer the application got back.
 #[test]
 fn a_receiver_closing_takes_back_an_offer_left_open() {
-    let Some((mut a, mut b, to_b)) = split_pair("splitclose") else { return };
-    b.split_offer_wait = std::time::Duration::from_secs(5);
-    a.split_pause_after_take = std::time::Duration::from_millis(300);
+    let Some((mut a, mut b, to_b)) = split_pair_slow_writer("splitclose", 300) else { return };
     let len = 256 * 1024;
     // Both messages land in this one buffer: the first one's tail by the sender before the
     // close returns; the second one's tail, if the sender ever took it, after.
