@@ -98,6 +98,33 @@ pub fn write_part_to(pid: u32, local: &LocalIov, local_off: usize, remote: &[Rem
     unsafe { transfer(pid, local_vecs, remote, Direction::Write) }
 }
 
+/// Copy the peer's `remote` ranges, in order, into the spans of our buffers `local` (each
+/// buffer's `len` bytes from byte `off`, one after the other), with as few calls as the kernel
+/// allows: the heads of several split copies from one sender in one call
+/// (`endpoint::split::together`). Returns how many bytes were copied (the shorter of the two
+/// totals).
+pub fn read_spans(pid: u32, local: &mut [(&mut LocalIov, usize, usize)], remote: &[RemoteIov]) -> Result<usize> {
+    let mut local_vecs = IoVecs::new();
+    for (iov, off, len) in local.iter_mut() {
+        iov.iovecs_span(*off, *len, &mut local_vecs);
+    }
+    // SAFETY: `local_vecs` describes memory the callers' buffers lent us for writing.
+    unsafe { transfer(pid, local_vecs, remote, Direction::Read) }
+}
+
+/// Copy the spans of our buffers `local` (each buffer's `len` bytes from byte `off`), in order,
+/// into the peer's `remote` ranges, with as few calls as the kernel allows: the tails of several
+/// split copies to one receiver in one call (`endpoint::split::together`). Returns how many
+/// bytes were copied (the shorter of the two totals).
+pub fn write_spans(pid: u32, local: &[(&LocalIov, usize, usize)], remote: &[RemoteIov]) -> Result<usize> {
+    let mut local_vecs = IoVecs::new();
+    for (iov, off, len) in local {
+        iov.iovecs_span_for_reading(*off, *len, &mut local_vecs);
+    }
+    // SAFETY: `local_vecs` describes memory the callers' buffers lent us; a write only reads it.
+    unsafe { transfer(pid, local_vecs, remote, Direction::Write) }
+}
+
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Direction {
     /// The peer's memory into ours.

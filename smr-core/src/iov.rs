@@ -228,7 +228,13 @@ impl LocalIov {
 
     /// The ranges from byte `off` on, as iovecs a syscall may write through.
     pub(crate) fn iovecs_from(&mut self, off: usize, out: &mut IoVecs) {
-        let len = self.len().saturating_sub(off);
+        self.iovecs_span(off, usize::MAX, out);
+    }
+
+    /// The ranges of bytes `off..off+len` (fewer past the end), as iovecs a syscall writes into,
+    /// appended to `out`.
+    pub(crate) fn iovecs_span(&mut self, off: usize, len: usize, out: &mut IoVecs) {
+        let len = self.len().saturating_sub(off).min(len);
         self.with_parts_mut(|parts| {
             walk(parts, off, len, |p, n, _| out.push(libc::iovec { iov_base: p.cast(), iov_len: n }))
         });
@@ -236,7 +242,13 @@ impl LocalIov {
 
     /// The ranges from byte `off` on, as iovecs a syscall reads from.
     pub(crate) fn iovecs_for_reading_from(&self, off: usize, out: &mut IoVecs) {
-        let len = self.len().saturating_sub(off);
+        self.iovecs_span_for_reading(off, usize::MAX, out);
+    }
+
+    /// The ranges of bytes `off..off+len` (fewer past the end), as iovecs a syscall reads from,
+    /// appended to `out`.
+    pub(crate) fn iovecs_span_for_reading(&self, off: usize, len: usize, out: &mut IoVecs) {
+        let len = self.len().saturating_sub(off).min(len);
         self.with_parts(|parts| {
             walk(parts, off, len, |p, n, _| out.push(libc::iovec { iov_base: p.cast(), iov_len: n }))
         });

@@ -85,7 +85,9 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"RSHMREG\0");
 ///    line of its entry (`MrSlot::counts`: 128 bytes an entry).
 /// 28: a sender's peer-table entry has `SPLIT_WORDS` claim words for split copies, on the
 ///    receiver's claim-record line (`PeerSlot::split`), and an offer names which it uses.
-pub const LAYOUT_VERSION: u32 = 28;
+/// 29: seven claim words per sender (`SPLIT_WORDS`), for splits whose halves are copied
+///    several to a system call (`endpoint::split::together`).
+pub const LAYOUT_VERSION: u32 = 29;
 /// Longest region name, without the terminating NUL.
 pub const NAME_MAX: usize = 63;
 /// Size of one inject buffer (defined with the commands that name them, which check against it).
@@ -332,15 +334,15 @@ pub struct PeerSlot {
     pub resp_claim: AtomicU64,
     /// Who copies the tails of this sender's large CMA messages (`endpoint::split`): a word per
     /// split under way, each holding its message's id and the claim's state. More than one, so
-    /// that the receiver reads the head of the next message while the sender writes the tail
-    /// of the last. On this line, which the receiver writes anyway (`resp_claim`), rather than
-    /// on the first pair, which the sender writes with every inject message.
+    /// that the receiver reads the heads of the next messages while the sender writes the
+    /// tails of the last ones. On this line, which the receiver writes anyway (`resp_claim`),
+    /// rather than on the first pair, which the sender writes with every inject message.
     pub split: [AtomicU64; SPLIT_WORDS],
-    _resp_claim_line: [u64; 7 - SPLIT_WORDS],
 }
 
-/// Split copies under way at once per sender (`PeerSlot::split`).
-pub const SPLIT_WORDS: usize = 2;
+/// Split copies under way at once per sender (`PeerSlot::split`): as many as the rest of the
+/// line of `resp_claim` holds.
+pub const SPLIT_WORDS: usize = 7;
 
 /// How often the owner progresses, for peers choosing how to make a large read or write. Only
 /// the owner writes it; its own cache line, so the owner's stores do not touch the lines senders

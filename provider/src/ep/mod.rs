@@ -172,7 +172,8 @@ unsafe extern "C" fn ep_close(fid: *mut ffi::fid) -> i32 {
                 "endpoint {} closed: sent {} inline, {} inject, {} CMA, {} SAR; received {} by CMA; {} CMA fallbacks; \
                  one-sided {} issued, {} served; {} reads and {} writes of published registrations, \
                  {} reads answered by CMA write; {} answers finishing several operations; \
-                 {} FI_MORE batches; split copies: {} offered, {} taken by their senders, {} written for receivers",
+                 {} FI_MORE batches; split copies: {} offered, {} taken by their senders, {} written for receivers \
+                 ({} calls reading several heads, {} writing several tails)",
                 engine.name(),
                 s.sent_inline,
                 s.sent_inject,
@@ -189,7 +190,9 @@ unsafe extern "C" fn ep_close(fid: *mut ffi::fid) -> i32 {
                 s.batches,
                 s.splits_offered,
                 s.splits_taken,
-                s.splits_written
+                s.splits_written,
+                s.split_heads_together,
+                s.split_tails_together
             );
         }
         // Dropping the engine endpoint tells connected peers and unlinks the region.

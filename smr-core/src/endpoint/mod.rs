@@ -357,6 +357,10 @@ pub struct Stats {
     pub splits_taken: u64,
     pub splits_written: u64,
     pub split_writes_failed: u64,
+    /// System calls that read the heads of several split copies at once, and wrote the tails of
+    /// several (`split::together`).
+    pub split_heads_together: u64,
+    pub split_tails_together: u64,
     /// Messages copied out of their sender with CMA (tests check that CMA really carried data).
     pub cma_reads: u64,
     /// Answers copied into their requesters' memory with CMA (`cma_write`).
@@ -463,8 +467,16 @@ pub struct Endpoint {
     lone_choosers: Option<Box<[measured::Chooser; lone::CHOOSERS]>>,
     /// Answered reads being timed, by message id: how they were chosen, and their length.
     timed_reads: crate::idmap::IdMap<u64, (measured::Choice, u64)>,
-    /// Received messages whose tails their senders are writing (`split.rs`).
+    /// Received messages whose tails their senders are writing (`split`).
     splits: Vec<split::SplitRx>,
+    /// Received messages whose tails are offered and whose heads wait to be read together with
+    /// the next ones' (`split::together`): empty between commands but while one is deferred.
+    heads: Vec<split::SplitRx>,
+    /// The command being handled left its head in `heads` for the next one.
+    head_deferred: bool,
+    /// Tails of our messages taken in this drain of our responses, written together at its end
+    /// (`split::together`).
+    tails: Vec<split::TailTaken>,
     /// Tests: this sender's split writes fail (as if the kernel refused them).
     #[cfg(test)]
     fail_split_writes: bool,
@@ -472,6 +484,9 @@ pub struct Endpoint {
     /// SIGSTOP, a debugger or a host that does not run it would stop it).
     #[cfg(test)]
     split_pause_after_take: Duration,
+    /// Tests: the most heads this receiver reads in one call (`split::together`; 1: each alone).
+    #[cfg(test)]
+    split_heads_max: Option<usize>,
     /// Tests: how long this peer stops between being counted as a writer of a published
     /// registration and its copy (`direct::write_published`).
     #[cfg(test)]
@@ -554,10 +569,15 @@ impl Endpoint {
             lone_choosers: Default::default(),
             timed_reads: Default::default(),
             splits: Vec::new(),
+            heads: Vec::new(),
+            head_deferred: false,
+            tails: Vec::new(),
             #[cfg(test)]
             fail_split_writes: false,
             #[cfg(test)]
             split_pause_after_take: Duration::ZERO,
+            #[cfg(test)]
+            split_heads_max: None,
             #[cfg(test)]
             published_pause_after_count: Duration::ZERO,
             #[cfg(any(test, feature = "test-hooks"))]
@@ -585,7 +605,7 @@ impl Endpoint {
 
     /// Operations still waiting for a peer (sends not yet completed, partial receives).
     pub fn outstanding(&self) -> usize {
-        self.pending.len() + self.acked.len() + self.sar_rx.len() + self.splits.len()
+        self.pending.len() + self.acked.len() + self.sar_rx.len() + self.splits.len() + self.heads.len()
     }
 
     /// Run the engine once. Returns how many events it handled.
@@ -694,6 +714,10 @@ impl Endpoint {
                         self.handle_command(&entry, h);
                     }
                     handled += 1;
+                    // Heads left for a next command that did not take them along.
+                    if !self.heads.is_empty() && !std::mem::take(&mut self.head_deferred) {
+                        self.read_heads_left();
+                    }
                 }
                 Pop::Empty => break,
                 Pop::Pending => {
@@ -701,6 +725,9 @@ impl Endpoint {
                     break;
                 }
             }
+        }
+        if !self.heads.is_empty() {
+            self.read_heads_left();
         }
         self.cmd_entry = Some(entry);
         handled

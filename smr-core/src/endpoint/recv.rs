@@ -451,6 +451,7 @@ impl Endpoint {
         match self.split_read(src, msg_id, iovs, &mut dest, hdr.len, h) {
             None => {}
             Some(super::split::Split::Later(rx)) => return self.splits.push(rx.with_ctx(ctx)),
+            Some(super::split::Split::Deferred(rx)) => return self.heads.push(rx.with_ctx(ctx)),
             Some(super::split::Split::Done(Ok(ns))) => {
                 let result = outcome(hdr.len, hdr.len as usize);
                 self.send_resp(src, RespEntry::done_timed(msg_id, Status::Ok, hdr.len, ns));

@@ -687,6 +687,9 @@ impl Endpoint {
                 _ => self.stats.corrupt_commands += 1,
             }
         }
+        if !self.tails.is_empty() {
+            self.write_tails();
+        }
         events
     }
 

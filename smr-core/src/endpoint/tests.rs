@@ -3139,10 +3139,11 @@ fn a_receiver_closing_waits_for_a_split_writer_stopped_after_its_take() {
 }
 
 /// Split copies in a stream whose sender is slow to write (it stops after each take): the
-/// receiver goes on to the next message while the sender writes a tail, offers that message's
-/// tail on a second claim word and leaves the offer open while the sender is busy, and the
-/// sender takes it once done with the first. Every byte arrives, and the sender wrote two tails
-/// (with one claim word per sender, the second message was read whole by the receiver).
+/// receiver goes on to the next messages while the sender writes a tail, offers their tails on
+/// the other claim words and leaves the offers open while the sender is busy, and the sender
+/// takes them once done with the first. Every byte arrives, and the sender wrote every tail
+/// (with one claim word per sender, the second message was read whole by the receiver; with
+/// two, the third).
 #[test]
 fn a_second_split_offer_waits_open_for_a_busy_sender() {
     let Some((mut a, mut b, to_b)) = split_pair_slow_writer("splitopen", 50) else { return };
@@ -3173,7 +3174,57 @@ fn a_second_split_offer_waits_open_for_a_busy_sender() {
         assert!(*bytes == pattern(len, i as u8 + 1), "message {i} differs");
     }
     let (taken, written) = (b.stats().splits_taken, a.stats().splits_written);
-    assert_eq!((taken, written), (2, 2), "tails the sender wrote: the first, and the one offered while it wrote it");
+    assert_eq!(
+        (taken, written),
+        (n as u64, n as u64),
+        "tails the sender wrote: the first, and those offered while it wrote it"
+    );
+    assert_eq!((b.outstanding(), b.stats().corrupt_commands), (0, 0));
+}
+
+/// A stream of large messages from one sender, waiting in the receiver's ring when it looks: the
+/// receiver reads the heads of all four in one call and the sender writes the tails it took in
+/// one drain in one call (`split::together`); every byte arrives, each message once.
+#[test]
+fn the_halves_of_a_stream_are_copied_several_to_a_call() {
+    let Some((mut a, mut b, to_b)) = split_pair("splittogether") else { return };
+    // Offers stay open until the sender takes them; the sender stops after a take, so that the
+    // offers made meanwhile wait for its next drain together.
+    b.split_offer_wait = std::time::Duration::from_secs(5);
+    a.split_pause_after_take = std::time::Duration::from_millis(20);
+    let (mut ha, mut hb) = (Collect::default(), Collect::default());
+    // A first message connects the two, so that the large ones are the only commands waiting.
+    let small = MsgHeader { app: 0, tag: 99, data: 0, aux: 0, len: 8 };
+    a.send(to_b, small, LocalIov::owned(pattern(8, 1)), SendOpts::default()).unwrap();
+    pump_until((&mut a, &mut ha), (&mut b, &mut hb), "the first message", |_, hb| hb.received.len() == 1);
+    hb.received.clear();
+    let (n, len) = (4usize, 256 * 1024);
+    for i in 0..n {
+        let hdr = MsgHeader { app: 0, tag: i as u64, data: 0, aux: 0, len: len as u64 };
+        let opts = SendOpts { cookie: i as u64, ..SendOpts::default() };
+        a.send(to_b, hdr, LocalIov::owned(pattern(len, i as u8 + 2)), opts).unwrap();
+    }
+    assert!(b.cmd_rx.ready_at(&b.region.cmd_ring(), n as u64 - 1), "the four messages wait in the ring");
+    let sender = std::thread::spawn(move || {
+        let dl = deadline();
+        while ha.sends_done.len() < n {
+            assert!(std::time::Instant::now() < dl, "timed out waiting for the sends");
+            a.progress(&mut ha);
+        }
+        assert!(ha.sends_done.iter().all(|(_, r)| r.is_ok()), "{:?}", ha.sends_done);
+        a
+    });
+    receive_until(&mut b, &mut hb, n, "timed out waiting for the messages");
+    let a = sender.join().unwrap();
+    let mut received: Vec<_> = hb.received.iter().collect();
+    received.sort_by_key(|(hdr, ..)| hdr.tag);
+    for (i, (hdr, result, bytes)) in received.iter().enumerate() {
+        assert_eq!((hdr.tag, result), (i as u64, &Ok(len)));
+        assert!(*bytes == pattern(len, i as u8 + 2), "message {i} differs");
+    }
+    assert_eq!(b.stats().split_heads_together, 1, "the four heads in one call");
+    assert_eq!((b.stats().splits_taken, a.stats().splits_written), (n as u64, n as u64));
+    assert!(a.stats().split_tails_together >= 1, "no tails written together");
     assert_eq!((b.outstanding(), b.stats().corrupt_commands), (0, 0));
 }
 
@@ -3183,6 +3234,9 @@ fn a_second_split_offer_waits_open_for_a_busy_sender() {
 #[test]
 fn a_receiver_closing_takes_back_an_offer_left_open() {
     let Some((mut a, mut b, to_b)) = split_pair_slow_writer("splitclose", 300) else { return };
+    // Each head read alone: otherwise the receiver offers both tails at once, and the sender
+    // takes both in one drain (`the_halves_of_a_stream_are_copied_several_to_a_call`).
+    b.split_heads_max = Some(1);
     let len = 256 * 1024;
     // Both messages land in this one buffer: the first one's tail by the sender before the
     // close returns; the second one's tail, if the sender ever took it, after.

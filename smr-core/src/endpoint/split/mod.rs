@@ -20,7 +20,12 @@
 //! and an endpoint closing, or a registration closing under the write, waits for it too, for as
 //! long as the sender lives (`until_written`). Meanwhile the receiver goes on to the next
 //! message, whose head it reads while the sender writes the last one's tail: in a stream both
-//! processes copy all the time, each into its own half of the buffers.
+//! processes copy all the time, each into its own half of the buffers. Each side copies the
+//! halves of several messages in one system call where a stream lets it (`together`).
+
+mod together;
+
+pub(super) use together::TailTaken;
 
 use super::{Endpoint, Handler, SrcId};
 use crate::cmd::{resp, RemoteIov, RespEntry, Status};
@@ -52,6 +57,8 @@ pub(super) struct SplitRx {
     word: usize,
     msg_id: u64,
     len: u64,
+    /// The sender's ranges of the head, while it waits to be read with the next ones'.
+    head_src: Vec<RemoteIov>,
     /// The sender's ranges of the tail, for reading it ourselves if the sender fails.
     tail: Vec<RemoteIov>,
     offset: usize,
@@ -145,9 +152,31 @@ impl Endpoint {
         self.stats.splits_offered += 1;
         self.send_resp(src, offer(msg_id, offset as u64, dest_tail, word));
         let (head, tail) = (sub_ranges(iovs, 0, offset as u64), sub_ranges(iovs, offset as u64, tail_len));
-        let head = self.read_exactly(src, &head, dest, 0);
-        let head_took = started.elapsed();
-        let elapsed = |t: Instant| (t.elapsed().as_nanos() as u64).max(1);
+        if self.defer_head(src) {
+            let dest = std::mem::replace(dest, LocalIov::owned(Vec::new()));
+            let head_took = Duration::ZERO;
+            let (head_src, head) = (head, Ok(()));
+            return Some(Split::Deferred(SplitRx {
+                src,
+                word,
+                msg_id,
+                len,
+                head_src,
+                tail,
+                offset,
+                dest,
+                ctx: 0,
+                head,
+                started,
+                head_took,
+                idle_since: None,
+            }));
+        }
+        let (head, head_took) = self.read_heads_with(src, &head, dest, offset);
+        // The copy's time to report: our head's (its share of a call that read several), and
+        // from then on whatever this message still waits for.
+        let read_end = Instant::now();
+        let reported = || ((head_took + read_end.elapsed()).as_nanos() as u64).max(1);
         #[cfg(any(test, feature = "test-hooks"))]
         if head.is_ok() {
             let until = Instant::now() + self.split_offer_wait;
@@ -183,6 +212,7 @@ impl Endpoint {
                     word,
                     msg_id,
                     len,
+                    head_src: Vec::new(),
                     tail,
                     offset,
                     dest,
@@ -195,11 +225,11 @@ impl Endpoint {
             }
             Claim::Written => {
                 self.stats.splits_taken += 1;
-                Split::Done(head.map(|()| elapsed(started)))
+                Split::Done(head.map(|()| reported()))
             }
             Claim::Ours => {
                 let all = head.and_then(|()| self.read_exactly(src, &tail, dest, offset));
-                Split::Done(all.map(|()| elapsed(started)))
+                Split::Done(all.map(|()| reported()))
             }
             Claim::Garbage => Split::Done(Err(Error::Corrupt("split claim word"))),
         })
@@ -214,20 +244,25 @@ impl Endpoint {
         OPEN_GRACE
     }
 
+    /// Every split under way: those whose heads are read, and those whose heads wait (`heads`).
+    fn all_splits(&self) -> impl Iterator<Item = &SplitRx> {
+        self.splits.iter().chain(self.heads.iter())
+    }
+
     /// How many of sender `src`'s claim words splits under way use.
     fn words_in_use(&self, src: SrcId) -> usize {
-        self.splits.iter().filter(|s| s.src == src).count()
+        self.all_splits().filter(|s| s.src == src).count()
     }
 
     /// A claim word of sender `src` that no split under way uses.
     fn free_split_word(&self, src: SrcId) -> Option<usize> {
-        (0..SPLIT_WORDS).find(|&w| !self.splits.iter().any(|s| s.src == src && s.word == w))
+        (0..SPLIT_WORDS).find(|&w| !self.all_splits().any(|s| s.src == src && s.word == w))
     }
 
     /// Whether sender `src` is writing a tail of ours: it will look at a later offer only once
     /// it is done.
     fn sender_busy(&self, src: SrcId) -> bool {
-        self.splits.iter().any(|s| s.src == src && matches!(self.claim(src, s.word, s.msg_id), Claim::Taken))
+        self.all_splits().any(|s| s.src == src && matches!(self.claim(src, s.word, s.msg_id), Claim::Taken))
     }
 
     /// Make room for splitting the next message from `src`: if every claim word of that sender's
@@ -410,20 +445,9 @@ impl Endpoint {
         {
             return; // withdrawn: the receiver reads it all
         }
-        #[cfg(test)]
-        std::thread::sleep(self.split_pause_after_take);
-        let wrote = crate::cma::write_part_to(link.owner.ident().pid, &send.buf, offset as usize, &[dest]);
-        let ok = matches!(wrote, Ok(n) if n as u64 == dest.len);
-        #[cfg(test)]
-        let ok = ok && !self.fail_split_writes;
-        self.stats.splits_written += u64::from(ok);
-        self.stats.split_writes_failed += u64::from(!ok);
-        // A locked exchange, not a plain store: it orders every store of the kernel's copy
-        // before it, fast-string stores included, which a release store alone may not.
-        claim.swap(state_word(msg_id, if ok { WRITTEN } else { FAILED }), Ordering::SeqCst);
-        // A receiver that left the tail to a later pass may be asleep (fi_cq_sread, a progress
-        // thread): no command of ours follows to wake it.
-        crate::wake::notify(link.region.wake_word());
+        // Written at the end of this drain, with the other tails taken in it (`write_tails`).
+        let peer = send.peer;
+        self.tails.push(TailTaken { peer, word: word as usize, msg_id, offset: offset as usize, dest });
     }
 
     /// Wait while `writing` says a sender that took a tail may still write it into a buffer
@@ -456,10 +480,10 @@ impl Endpoint {
     /// writing into our receives' buffers (`until_written`). All offers first: a sender that
     /// finishes one tail takes the next open offer of ours at once.
     pub(super) fn wait_for_split_writers(&mut self) {
-        for s in &self.splits {
+        for s in self.all_splits() {
             self.withdraw(s.src, s.word, s.msg_id);
         }
-        self.until_written(|ep| ep.splits.iter().any(|s| ep.writing(s)));
+        self.until_written(|ep| ep.all_splits().any(|s| ep.writing(s)));
     }
 
     /// The destination delivered with `ctx` is about to become invalid (a registration closed
@@ -467,6 +491,9 @@ impl Endpoint {
     /// (`until_written`), and refuse the message with `errno`. False when no split is under way
     /// for `ctx`.
     pub(super) fn refuse_split(&mut self, ctx: u64, errno: u32) -> bool {
+        if !self.heads.is_empty() {
+            self.read_heads_left();
+        }
         let Some(i) = self.splits.iter().position(|s| s.ctx == ctx) else { return false };
         self.until_written(|ep| ep.writing(&ep.splits[i]));
         let s = self.splits.swap_remove(i);
@@ -491,6 +518,9 @@ pub(super) enum Split {
     Done(Result<u64>),
     /// The sender is writing the tail: keep it (set its `ctx`) until `check_splits` finishes it.
     Later(SplitRx),
+    /// The tail is offered and the head waits to be read with the next message's: keep it (set
+    /// its `ctx`) in `heads`.
+    Deferred(SplitRx),
 }
 
 impl SplitRx {
