@@ -319,17 +319,29 @@ fn sender_killed_mid_sar_stream_leaves_every_buffer() {
 /// completes after later messages: completions are not ordered, `comp_order` FI_ORDER_NONE.)
 #[test]
 fn sender_killed_mid_split_copy_stream() {
-    if !cma_or_skip("sender_killed_mid_split_copy_stream") {
+    killed_mid_split_copies("sender_killed_mid_split_copy_stream", "ksp", "300,1000000,2000,200000", false);
+}
+
+/// `sender_killed_mid_split_copy_stream` with the large messages back to back, so that the
+/// receiver reads several heads in one call and the sender writes several tails in one call
+/// (`smr_core::endpoint::split::together`) when it dies.
+#[test]
+fn sender_killed_mid_batched_split_copies() {
+    killed_mid_split_copies("sender_killed_mid_batched_split_copies", "ksb", "1000000,200000", true);
+}
+
+fn killed_mid_split_copies(test: &str, tag: &str, sizes: &str, batched: bool) {
+    if !cma_or_skip(test) {
         return;
     }
-    let mut sc = Scenario::new(PEER, "ksp");
+    let mut sc = Scenario::new(PEER, tag);
     let me = sc.name("r");
     let mut node = Node::create(&me, Params { split_min: 64 * 1024, ..params(false) }).unwrap();
     // Offers stay open until the streamer takes them (bounded), so that it is writing tails when
     // it dies, however it is scheduled.
     node.ep.set_split_offer_wait(Duration::from_millis(200));
     let run_on = Duration::from_micros(u64::from(std::process::id() % 97) * 100);
-    let sizes = ["--sizes", "300,1000000,2000,200000"];
+    let sizes = ["--sizes", sizes];
     let from_dead = stream_and_kill(&mut sc, &mut node, &me, &sizes, 100, run_on);
     assert!(from_dead.len() >= 50, "only {} messages from the streamer", from_dead.len());
     let mut seen: Vec<u32> = from_dead.iter().map(|m| split_tag(m.hdr.tag).1).collect();
@@ -351,6 +363,7 @@ fn sender_killed_mid_split_copy_stream() {
     println!("{} messages from the streamer, {failed} failed with its death", from_dead.len());
     let stats = node.ep.stats();
     assert!(stats.splits_offered > 0 && stats.splits_taken > 0, "no split copies: {stats:?}");
+    assert!(!batched || stats.split_heads_together > 0, "no heads read together: {stats:?}");
     assert_eq!(node.ep.outstanding(), 0);
 }
 
