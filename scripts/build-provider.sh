@@ -58,7 +58,7 @@ train() {
     # Build scripts ran instrumented too: only the training's counts go into the profile.
     rm -rf "$raw"
     FI_PROVIDER_PATH=$lib LLVM_PROFILE_FILE="$raw/rshm-%p.profraw" target/release/rshm-fi-bench \
-        --provider rshm --sizes 8,256,1K,4K,64K,1M --time-ms 50 --tries 1 >"$pgo/training.log" || return 1
+        --provider rshm --sizes 8,64,256,1K,4K,64K,1M --time-ms 50 --tries 1 >"$pgo/training.log" || return 1
     "$profdata" merge -o "$pgo/merged.profdata" "$raw"
 }
 
