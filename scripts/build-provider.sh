@@ -33,12 +33,15 @@ plain() {
 # The provider's own cargo runs take these flags; keep the caller's.
 flags=${RUSTFLAGS:-}
 
-# Everything the library is built from, and the compiler: a profile of other sources is stale.
+# Everything the library is built from, the compiler and this script: a profile of other sources
+# is stale.
 fingerprint() {
     {
         rustc -vV
         find ffi smr-core provider -type f \( -name '*.rs' -o -name Cargo.toml \) | sort | xargs cat
         cat Cargo.toml Cargo.lock
+        # The training itself (`train`, below): a profile of another workload is stale too.
+        cat scripts/build-provider.sh
     } | sha1sum | cut -d' ' -f1
 }
 
