@@ -3138,6 +3138,18 @@ fn a_receiver_closing_waits_for_a_split_writer_stopped_after_its_take() {
     assert!(at_close == pattern(len, 7), "the tail was not in the buffer when the receiver's close returned");
 }
 
+/// Every message of a stream of split copies arrived whole: message `i` (tag `i`) of `len` bytes
+/// `pattern(len, i + first)`. By tag, not in arrival order: a split whose tail was written later
+/// completes later.
+fn assert_split_stream_received(hb: &Collect, len: usize, first: u8) {
+    let mut received: Vec<_> = hb.received.iter().collect();
+    received.sort_by_key(|(hdr, ..)| hdr.tag);
+    for (i, (hdr, result, bytes)) in received.iter().enumerate() {
+        assert_eq!((hdr.tag, result), (i as u64, &Ok(len)));
+        assert!(*bytes == pattern(len, i as u8 + first), "message {i} differs");
+    }
+}
+
 /// Split copies in a stream whose sender is slow to write (it stops after each take): the
 /// receiver goes on to the next messages while the sender writes a tail, offers their tails on
 /// the other claim words and leaves the offers open while the sender is busy, and the sender
@@ -3166,13 +3178,7 @@ fn a_second_split_offer_waits_open_for_a_busy_sender() {
     let mut hb = Collect::default();
     receive_until(&mut b, &mut hb, n, "timed out waiting for the messages");
     let a = sender.join().unwrap();
-    // A split whose tail was written later completes later: by tag, not in arrival order.
-    let mut received: Vec<_> = hb.received.iter().collect();
-    received.sort_by_key(|(hdr, ..)| hdr.tag);
-    for (i, (hdr, result, bytes)) in received.iter().enumerate() {
-        assert_eq!((hdr.tag, result), (i as u64, &Ok(len)));
-        assert!(*bytes == pattern(len, i as u8 + 1), "message {i} differs");
-    }
+    assert_split_stream_received(&hb, len, 1);
     let (taken, written) = (b.stats().splits_taken, a.stats().splits_written);
     assert_eq!(
         (taken, written),
@@ -3216,12 +3222,7 @@ fn the_halves_of_a_stream_are_copied_several_to_a_call() {
     });
     receive_until(&mut b, &mut hb, n, "timed out waiting for the messages");
     let a = sender.join().unwrap();
-    let mut received: Vec<_> = hb.received.iter().collect();
-    received.sort_by_key(|(hdr, ..)| hdr.tag);
-    for (i, (hdr, result, bytes)) in received.iter().enumerate() {
-        assert_eq!((hdr.tag, result), (i as u64, &Ok(len)));
-        assert!(*bytes == pattern(len, i as u8 + 2), "message {i} differs");
-    }
+    assert_split_stream_received(&hb, len, 2);
     assert_eq!(b.stats().split_heads_together, 1, "the four heads in one call");
     assert_eq!((b.stats().splits_taken, a.stats().splits_written), (n as u64, n as u64));
     assert!(a.stats().split_tails_together >= 1, "no tails written together");

@@ -151,28 +151,28 @@ impl Endpoint {
         self.split_word(src, word)?.store(state_word(msg_id, OFFERED), Ordering::Release);
         self.stats.splits_offered += 1;
         self.send_resp(src, offer(msg_id, offset as u64, dest_tail, word));
-        let (head, tail) = (sub_ranges(iovs, 0, offset as u64), sub_ranges(iovs, offset as u64, tail_len));
+        // What is kept of the split if it is not finished in this call (`dest` moves into it then).
+        let mut rx = SplitRx {
+            src,
+            word,
+            msg_id,
+            len,
+            head_src: sub_ranges(iovs, 0, offset as u64),
+            tail: sub_ranges(iovs, offset as u64, tail_len),
+            offset,
+            dest: LocalIov::owned(Vec::new()),
+            ctx: 0,
+            head: Ok(()),
+            started,
+            head_took: Duration::ZERO,
+            idle_since: None,
+        };
         if self.defer_head(src) {
-            let dest = std::mem::replace(dest, LocalIov::owned(Vec::new()));
-            let head_took = Duration::ZERO;
-            let (head_src, head) = (head, Ok(()));
-            return Some(Split::Deferred(SplitRx {
-                src,
-                word,
-                msg_id,
-                len,
-                head_src,
-                tail,
-                offset,
-                dest,
-                ctx: 0,
-                head,
-                started,
-                head_took,
-                idle_since: None,
-            }));
+            rx.dest = std::mem::replace(dest, LocalIov::owned(Vec::new()));
+            return Some(Split::Deferred(rx));
         }
-        let (head, head_took) = self.read_heads_with(src, &head, dest, offset);
+        let head_src = std::mem::take(&mut rx.head_src);
+        let (head, head_took) = self.read_heads_with(src, &head_src, dest, offset);
         // The copy's time to report: our head's (its share of a call that read several), and
         // from then on whatever this message still waits for.
         let read_end = Instant::now();
@@ -206,29 +206,16 @@ impl Endpoint {
         }
         Some(match claim {
             Claim::Taken | Claim::Offered => {
-                let dest = std::mem::replace(dest, LocalIov::owned(Vec::new()));
-                Split::Later(SplitRx {
-                    src,
-                    word,
-                    msg_id,
-                    len,
-                    head_src: Vec::new(),
-                    tail,
-                    offset,
-                    dest,
-                    ctx: 0,
-                    head,
-                    started,
-                    head_took,
-                    idle_since: None,
-                })
+                rx.dest = std::mem::replace(dest, LocalIov::owned(Vec::new()));
+                (rx.head, rx.head_took) = (head, head_took);
+                Split::Later(rx)
             }
             Claim::Written => {
                 self.stats.splits_taken += 1;
                 Split::Done(head.map(|()| reported()))
             }
             Claim::Ours => {
-                let all = head.and_then(|()| self.read_exactly(src, &tail, dest, offset));
+                let all = head.and_then(|()| self.read_exactly(src, &rx.tail, dest, offset));
                 Split::Done(all.map(|()| reported()))
             }
             Claim::Garbage => Split::Done(Err(Error::Corrupt("split claim word"))),
