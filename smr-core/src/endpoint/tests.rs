@@ -3229,6 +3229,73 @@ fn the_halves_of_a_stream_are_copied_several_to_a_call() {
     assert_eq!((b.outstanding(), b.stats().corrupt_commands), (0, 0));
 }
 
+/// A batch of split copies in which one message's bytes cannot be read (its sender named pages
+/// it may not read: PROT_NONE): the calls that copy several halves fall short, and each side
+/// copies the messages one by one instead. That message fails (its receive with the error, its
+/// tail not written); the others arrive whole, each once.
+#[test]
+fn a_bad_message_in_a_batch_of_split_copies_fails_alone() {
+    let Some((mut a, mut b, to_b)) = split_pair("splitbadbatch") else { return };
+    b.split_offer_wait = std::time::Duration::from_secs(5);
+    a.split_pause_after_take = std::time::Duration::from_millis(20);
+    let (mut ha, mut hb) = (Collect::default(), Collect::default());
+    let small = MsgHeader { app: 0, tag: 99, data: 0, aux: 0, len: 8 };
+    a.send(to_b, small, LocalIov::owned(pattern(8, 1)), SendOpts::default()).unwrap();
+    pump_until((&mut a, &mut ha), (&mut b, &mut hb), "the first message", |_, hb| hb.received.len() == 1);
+    hb.received.clear();
+    let (n, len, bad) = (4usize, 256 * 1024, 2usize);
+    // SAFETY: a fresh private mapping with no access, unmapped below once both sides are done;
+    // nothing in this process touches it (the sender only names it, and the kernel refuses to
+    // copy from it).
+    let unreadable = unsafe {
+        libc::mmap(std::ptr::null_mut(), len, libc::PROT_NONE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
+    };
+    assert_ne!(unreadable, libc::MAP_FAILED);
+    for i in 0..n {
+        let hdr = MsgHeader { app: 0, tag: i as u64, data: 0, aux: 0, len: len as u64 };
+        let opts = SendOpts { cookie: i as u64, ..SendOpts::default() };
+        let buf = if i == bad {
+            // SAFETY: the range is mapped (with no access) until the end of the test, and only
+            // handed to the kernel's copies, which fail on it.
+            unsafe { LocalIov::from_raw(&[(unreadable.cast::<u8>(), len)]) }
+        } else {
+            LocalIov::owned(pattern(len, i as u8 + 2))
+        };
+        a.send(to_b, hdr, buf, opts).unwrap();
+    }
+    assert!(b.cmd_rx.ready_at(&b.region.cmd_ring(), n as u64 - 1), "the four messages wait in the ring");
+    let sender = std::thread::spawn(move || {
+        let dl = deadline();
+        while ha.sends_done.len() < n {
+            assert!(std::time::Instant::now() < dl, "timed out waiting for the sends");
+            a.progress(&mut ha);
+        }
+        (a, ha)
+    });
+    receive_until(&mut b, &mut hb, n, "timed out waiting for the messages");
+    let (a, ha) = sender.join().unwrap();
+    let mut received: Vec<_> = hb.received.iter().collect();
+    received.sort_by_key(|(hdr, ..)| hdr.tag);
+    for (i, (hdr, result, bytes)) in received.iter().enumerate() {
+        assert_eq!(hdr.tag, i as u64);
+        if i == bad {
+            assert!(result.is_err(), "the unreadable message arrived: {result:?}");
+        } else {
+            assert_eq!(result, &Ok(len));
+            assert!(*bytes == pattern(len, i as u8 + 2), "message {i} differs");
+        }
+    }
+    // Each send finished once (the failed one too: the receiver answered it, Dropped).
+    let mut cookies: Vec<u64> = ha.sends_done.iter().map(|(cookie, _)| *cookie).collect();
+    cookies.sort_unstable();
+    assert_eq!(cookies, (0..n as u64).collect::<Vec<_>>());
+    assert_eq!(b.stats().split_heads_together, 1, "the four heads tried in one call");
+    assert_eq!((a.stats().splits_written, a.stats().split_writes_failed), (n as u64 - 1, 1));
+    assert_eq!((a.outstanding(), b.outstanding(), b.stats().corrupt_commands), (0, 0, 0));
+    // SAFETY: the mapping made above; both endpoints are done with the message that named it.
+    assert_eq!(unsafe { libc::munmap(unreadable, len) }, 0);
+}
+
 /// A receiver closing with an offer left open while its sender writes an earlier tail: the
 /// close takes the open offer back and waits for the tail being written; the sender then finds
 /// the offer withdrawn and writes nothing into a buffer the application got back.
