@@ -72,10 +72,7 @@ pub fn read_from(pid: u32, remote: &[RemoteIov], local: &mut LocalIov, local_off
     if let Some(copied) = one_range_each(pid, local, local_off, remote, Direction::Read) {
         return copied;
     }
-    let mut local_vecs = IoVecs::new();
-    local.iovecs_from(local_off, &mut local_vecs);
-    // SAFETY: `local_vecs` describes memory the caller lent us for writing.
-    unsafe { transfer(pid, local_vecs, remote, Direction::Read) }
+    read_spans(pid, &mut [(local, local_off, usize::MAX)], remote)
 }
 
 /// Copy `local`, in order, into the peer's `remote` ranges (a target answering a read straight
@@ -92,16 +89,13 @@ pub fn write_part_to(pid: u32, local: &LocalIov, local_off: usize, remote: &[Rem
     if let Some(copied) = one_range_each(pid, local, local_off, remote, Direction::Write) {
         return copied;
     }
-    let mut local_vecs = IoVecs::new();
-    local.iovecs_for_reading_from(local_off, &mut local_vecs);
-    // SAFETY: `local_vecs` describes memory the caller lent us; a write only reads it.
-    unsafe { transfer(pid, local_vecs, remote, Direction::Write) }
+    write_spans(pid, &[(local, local_off, usize::MAX)], remote)
 }
 
 /// Copy the peer's `remote` ranges, in order, into the spans of our buffers `local` (each
 /// buffer's `len` bytes from byte `off`, one after the other), with as few calls as the kernel
-/// allows: the heads of several split copies from one sender in one call
-/// (`endpoint::split::together`). Returns how many bytes were copied (the shorter of the two
+/// allows: one buffer's bytes from an offset (`read_from`), or the heads of several split copies
+/// from one sender in one call (`endpoint::split::together`). Returns how many bytes were copied (the shorter of the two
 /// totals).
 pub fn read_spans(pid: u32, local: &mut [(&mut LocalIov, usize, usize)], remote: &[RemoteIov]) -> Result<usize> {
     let mut local_vecs = IoVecs::new();
@@ -113,8 +107,9 @@ pub fn read_spans(pid: u32, local: &mut [(&mut LocalIov, usize, usize)], remote:
 }
 
 /// Copy the spans of our buffers `local` (each buffer's `len` bytes from byte `off`), in order,
-/// into the peer's `remote` ranges, with as few calls as the kernel allows: the tails of several
-/// split copies to one receiver in one call (`endpoint::split::together`). Returns how many
+/// into the peer's `remote` ranges, with as few calls as the kernel allows: one buffer's bytes
+/// from an offset (`write_part_to`), or the tails of several split copies to one receiver in one
+/// call (`endpoint::split::together`). Returns how many
 /// bytes were copied (the shorter of the two totals).
 pub fn write_spans(pid: u32, local: &[(&LocalIov, usize, usize)], remote: &[RemoteIov]) -> Result<usize> {
     let mut local_vecs = IoVecs::new();

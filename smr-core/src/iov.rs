@@ -226,11 +226,6 @@ impl LocalIov {
         }
     }
 
-    /// The ranges from byte `off` on, as iovecs a syscall may write through.
-    pub(crate) fn iovecs_from(&mut self, off: usize, out: &mut IoVecs) {
-        self.iovecs_span(off, usize::MAX, out);
-    }
-
     /// The ranges of bytes `off..off+len` (fewer past the end), as iovecs a syscall writes into,
     /// appended to `out`.
     pub(crate) fn iovecs_span(&mut self, off: usize, len: usize, out: &mut IoVecs) {
@@ -238,11 +233,6 @@ impl LocalIov {
         self.with_parts_mut(|parts| {
             walk(parts, off, len, |p, n, _| out.push(libc::iovec { iov_base: p.cast(), iov_len: n }))
         });
-    }
-
-    /// The ranges from byte `off` on, as iovecs a syscall reads from.
-    pub(crate) fn iovecs_for_reading_from(&self, off: usize, out: &mut IoVecs) {
-        self.iovecs_span_for_reading(off, usize::MAX, out);
     }
 
     /// The ranges of bytes `off..off+len` (fewer past the end), as iovecs a syscall reads from,

@@ -147,7 +147,7 @@ impl Endpoint {
     /// The express path of a CMA message of one range (`Handler::on_fill_express`): read straight
     /// into the receive the handler has at hand, and answer. False, with nothing done, sends
     /// the message the general way (`offer`, `pull_cma`), as one the two sides would copy
-    /// together always goes (`split.rs`). What it skips: the delivery's lent `LocalIov`, the
+    /// together always goes (`split`). What it skips: the delivery's lent `LocalIov`, the
     /// handler's record of a delivery in flight and the `on_recv_done` that ends it.
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]

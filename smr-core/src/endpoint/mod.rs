@@ -72,7 +72,7 @@ pub struct Params {
     /// `measured::MEASURED_ABOVE` where CMA is allowed; below, `cma_min` decides.
     pub measure_protocol: bool,
     /// A CMA message of at least this many bytes, received into one buffer, is copied by both
-    /// processes at once (`split.rs`): the receiver reads the head, the sender writes the tail.
+    /// processes at once (`split`): the receiver reads the head, the sender writes the tail.
     pub split_min: usize,
     /// SAR buffers of ours held back after we copy out of them, so that a sender writes into
     /// lines that have left our caches (`cold.rs`); at most seven eighths of the pool.
@@ -351,7 +351,7 @@ pub struct Stats {
     /// Entries of our peer table found held by senders that died before we met them (`unmet`).
     pub unmet_dead_senders: u64,
     pub cma_fallbacks: u64,
-    /// Split copies (`split.rs`): tails offered by us as a receiver, written by our senders
+    /// Split copies (`split`): tails offered by us as a receiver, written by our senders
     /// (as receiver: `splits_taken`), and written (or failed to write) by us as a sender.
     pub splits_offered: u64,
     pub splits_taken: u64,
@@ -470,10 +470,9 @@ pub struct Endpoint {
     /// Received messages whose tails their senders are writing (`split`).
     splits: Vec<split::SplitRx>,
     /// Received messages whose tails are offered and whose heads wait to be read together with
-    /// the next ones' (`split::together`): empty between commands but while one is deferred.
+    /// the next ones' (`split::together`): empty but between a command that left its head and
+    /// the next.
     heads: Vec<split::SplitRx>,
-    /// The command being handled left its head in `heads` for the next one.
-    head_deferred: bool,
     /// Tails of our messages taken in this drain of our responses, written together at its end
     /// (`split::together`).
     tails: Vec<split::TailTaken>,
@@ -570,7 +569,6 @@ impl Endpoint {
             timed_reads: Default::default(),
             splits: Vec::new(),
             heads: Vec::new(),
-            head_deferred: false,
             tails: Vec::new(),
             #[cfg(test)]
             fail_split_writes: false,
@@ -711,13 +709,16 @@ impl Endpoint {
                         // back before it runs (a SAR segment's copy or a CMA read can be long).
                         self.cmd_rx.take_rest(&self.region.cmd_ring(), &mut entry);
                         self.ok_run.in_slot = false;
+                        let waiting = self.heads.len();
                         self.handle_command(&entry, h);
+                        // Heads left for this command, a large CMA message from their sender
+                        // (`split::together`: never one the express path takes), which it
+                        // neither added to nor read with its own.
+                        if waiting > 0 && self.heads.len() == waiting {
+                            self.read_heads_left();
+                        }
                     }
                     handled += 1;
-                    // Heads left for a next command that did not take them along.
-                    if !self.heads.is_empty() && !std::mem::take(&mut self.head_deferred) {
-                        self.read_heads_left();
-                    }
                 }
                 Pop::Empty => break,
                 Pop::Pending => {
@@ -726,7 +727,10 @@ impl Endpoint {
                 }
             }
         }
-        if !self.heads.is_empty() {
+        // Heads left for a command the budget did not reach: a head is left only for a command
+        // already published behind it.
+        debug_assert!(handled == PROGRESS_BUDGET || self.heads.is_empty());
+        if handled == PROGRESS_BUDGET && !self.heads.is_empty() {
             self.read_heads_left();
         }
         self.cmd_entry = Some(entry);

@@ -762,7 +762,7 @@ impl Endpoint {
     /// handler hears no more of `ctx` (no `on_recv_done`). False when no message arrives for
     /// `ctx`.
     pub fn refuse_arriving(&mut self, ctx: u64, errno: u32) -> bool {
-        // A sender writing the tail of a split copy into it is waited for first (`split.rs`).
+        // A sender writing the tail of a split copy into it is waited for first (`split`).
         if self.refuse_split(ctx, errno) {
             return true;
         }

@@ -3003,7 +3003,7 @@ fn one_segment_sar_messages_taken_express_end_as_delivered_ones_do() {
     assert_eq!(free, free_buffers(&gb).1);
 }
 
-/// Two endpoints for the tests of split copies (`split.rs`): CMA from the first byte, splits
+/// Two endpoints for the tests of split copies (`split`): CMA from the first byte, splits
 /// from 64 KiB. None where CMA cannot run (`cma_or_skip`).
 fn split_pair(tag: &str) -> Option<(Endpoint, Endpoint, PeerId)> {
     if !cma_or_skip(tag) {
@@ -3021,7 +3021,7 @@ fn split_pair_slow_writer(tag: &str, pause_ms: u64) -> Option<(Endpoint, Endpoin
     Some((a, b, to_b))
 }
 
-/// Split copies (`split.rs`), one thread driving both endpoints: the sender never sees the offer
+/// Split copies (`split`), one thread driving both endpoints: the sender never sees the offer
 /// before the receiver's head is in, so the receiver withdraws it and reads the tail itself;
 /// every byte arrives, in a buffer exactly the message's size and in a larger one.
 #[test]
@@ -3188,40 +3188,55 @@ fn a_second_split_offer_waits_open_for_a_busy_sender() {
     assert_eq!((b.outstanding(), b.stats().corrupt_commands), (0, 0));
 }
 
-/// A stream of large messages from one sender, waiting in the receiver's ring when it looks: the
-/// receiver reads the heads of all four in one call and the sender writes the tails it took in
-/// one drain in one call (`split::together`); every byte arrives, each message once.
-#[test]
-fn the_halves_of_a_stream_are_copied_several_to_a_call() {
-    let Some((mut a, mut b, to_b)) = split_pair("splittogether") else { return };
-    // Offers stay open until the sender takes them; the sender stops after a take, so that the
-    // offers made meanwhile wait for its next drain together.
-    b.split_offer_wait = std::time::Duration::from_secs(5);
-    a.split_pause_after_take = std::time::Duration::from_millis(20);
+/// `n` large messages of `len` bytes from `a` to `b`, all waiting in `b`'s ring when it first
+/// looks (message `i`: tag and cookie `i`, bytes `buf(i)`), received by `b` while `a` polls in a
+/// thread of its own. Offers stay open until the sender takes them, and the sender stops after a
+/// take, so that the offers made meanwhile wait for its next drain together. Returns both
+/// endpoints and what each saw.
+fn split_stream_waiting(
+    tag: &str,
+    n: usize,
+    len: usize,
+    buf: impl Fn(usize) -> LocalIov,
+) -> Option<(Endpoint, Endpoint, Collect, Collect)> {
+    let (mut a, mut b, to_b) = split_pair_slow_writer(tag, 20)?;
     let (mut ha, mut hb) = (Collect::default(), Collect::default());
     // A first message connects the two, so that the large ones are the only commands waiting.
     let small = MsgHeader { app: 0, tag: 99, data: 0, aux: 0, len: 8 };
     a.send(to_b, small, LocalIov::owned(pattern(8, 1)), SendOpts::default()).unwrap();
     pump_until((&mut a, &mut ha), (&mut b, &mut hb), "the first message", |_, hb| hb.received.len() == 1);
     hb.received.clear();
-    let (n, len) = (4usize, 256 * 1024);
     for i in 0..n {
         let hdr = MsgHeader { app: 0, tag: i as u64, data: 0, aux: 0, len: len as u64 };
         let opts = SendOpts { cookie: i as u64, ..SendOpts::default() };
-        a.send(to_b, hdr, LocalIov::owned(pattern(len, i as u8 + 2)), opts).unwrap();
+        a.send(to_b, hdr, buf(i), opts).unwrap();
     }
-    assert!(b.cmd_rx.ready_at(&b.region.cmd_ring(), n as u64 - 1), "the four messages wait in the ring");
+    assert!(b.cmd_rx.ready_at(&b.region.cmd_ring(), n as u64 - 1), "the messages wait in the ring");
     let sender = std::thread::spawn(move || {
         let dl = deadline();
         while ha.sends_done.len() < n {
             assert!(std::time::Instant::now() < dl, "timed out waiting for the sends");
             a.progress(&mut ha);
         }
-        assert!(ha.sends_done.iter().all(|(_, r)| r.is_ok()), "{:?}", ha.sends_done);
-        a
+        (a, ha)
     });
     receive_until(&mut b, &mut hb, n, "timed out waiting for the messages");
-    let a = sender.join().unwrap();
+    let (a, ha) = sender.join().unwrap();
+    Some((a, b, ha, hb))
+}
+
+/// A stream of large messages from one sender, waiting in the receiver's ring when it looks: the
+/// receiver reads the heads of all four in one call and the sender writes the tails it took in
+/// one drain in one call (`split::together`); every byte arrives, each message once.
+#[test]
+fn the_halves_of_a_stream_are_copied_several_to_a_call() {
+    let (n, len) = (4usize, 256 * 1024);
+    let Some((a, b, ha, hb)) =
+        split_stream_waiting("splittogether", n, len, |i| LocalIov::owned(pattern(len, i as u8 + 2)))
+    else {
+        return;
+    };
+    assert!(ha.sends_done.iter().all(|(_, r)| r.is_ok()), "{:?}", ha.sends_done);
     assert_split_stream_received(&hb, len, 2);
     assert_eq!(b.stats().split_heads_together, 1, "the four heads in one call");
     assert_eq!((b.stats().splits_taken, a.stats().splits_written), (n as u64, n as u64));
@@ -3235,14 +3250,6 @@ fn the_halves_of_a_stream_are_copied_several_to_a_call() {
 /// tail not written); the others arrive whole, each once.
 #[test]
 fn a_bad_message_in_a_batch_of_split_copies_fails_alone() {
-    let Some((mut a, mut b, to_b)) = split_pair("splitbadbatch") else { return };
-    b.split_offer_wait = std::time::Duration::from_secs(5);
-    a.split_pause_after_take = std::time::Duration::from_millis(20);
-    let (mut ha, mut hb) = (Collect::default(), Collect::default());
-    let small = MsgHeader { app: 0, tag: 99, data: 0, aux: 0, len: 8 };
-    a.send(to_b, small, LocalIov::owned(pattern(8, 1)), SendOpts::default()).unwrap();
-    pump_until((&mut a, &mut ha), (&mut b, &mut hb), "the first message", |_, hb| hb.received.len() == 1);
-    hb.received.clear();
     let (n, len, bad) = (4usize, 256 * 1024, 2usize);
     // SAFETY: a fresh private mapping with no access, unmapped below once both sides are done;
     // nothing in this process touches it (the sender only names it, and the kernel refuses to
@@ -3251,29 +3258,16 @@ fn a_bad_message_in_a_batch_of_split_copies_fails_alone() {
         libc::mmap(std::ptr::null_mut(), len, libc::PROT_NONE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
     };
     assert_ne!(unreadable, libc::MAP_FAILED);
-    for i in 0..n {
-        let hdr = MsgHeader { app: 0, tag: i as u64, data: 0, aux: 0, len: len as u64 };
-        let opts = SendOpts { cookie: i as u64, ..SendOpts::default() };
-        let buf = if i == bad {
+    let buf = |i| {
+        if i == bad {
             // SAFETY: the range is mapped (with no access) until the end of the test, and only
             // handed to the kernel's copies, which fail on it.
             unsafe { LocalIov::from_raw(&[(unreadable.cast::<u8>(), len)]) }
         } else {
             LocalIov::owned(pattern(len, i as u8 + 2))
-        };
-        a.send(to_b, hdr, buf, opts).unwrap();
-    }
-    assert!(b.cmd_rx.ready_at(&b.region.cmd_ring(), n as u64 - 1), "the four messages wait in the ring");
-    let sender = std::thread::spawn(move || {
-        let dl = deadline();
-        while ha.sends_done.len() < n {
-            assert!(std::time::Instant::now() < dl, "timed out waiting for the sends");
-            a.progress(&mut ha);
         }
-        (a, ha)
-    });
-    receive_until(&mut b, &mut hb, n, "timed out waiting for the messages");
-    let (a, ha) = sender.join().unwrap();
+    };
+    let Some((a, b, ha, hb)) = split_stream_waiting("splitbadbatch", n, len, buf) else { return };
     let mut received: Vec<_> = hb.received.iter().collect();
     received.sort_by_key(|(hdr, ..)| hdr.tag);
     for (i, (hdr, result, bytes)) in received.iter().enumerate() {

@@ -141,7 +141,7 @@ impl Endpoint {
         let offset = ((len / 2) & !4095) as usize;
         let tail_len = len - offset as u64;
         let mut vecs = crate::iov::IoVecs::new();
-        dest.iovecs_from(offset, &mut vecs);
+        dest.iovecs_span(offset, usize::MAX, &mut vecs);
         let first = vecs.first()?;
         if (first.iov_len as u64) < tail_len || offset == 0 {
             return None;

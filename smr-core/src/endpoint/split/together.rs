@@ -8,7 +8,7 @@
 //! - the receiver offers the tail of a CMA message and, when the next command waiting is
 //!   another CMA message from the same sender, leaves its head for later (`heads`): it reads the
 //!   heads of up to `HEADS_MAX` messages in one call once it offers the last of them, or once
-//!   the next command turns out not to be one (`read_heads_left`, after every command);
+//!   the next command turns out not to be one (`read_heads_left`, after that command);
 //! - the sender takes every tail offered to it in one drain of its responses and writes them in
 //!   one call at the drain's end (`write_tails`).
 //!
@@ -46,7 +46,7 @@ impl Endpoint {
     /// read with the next message's. So if the next command waiting is a CMA message from the same
     /// sender that may split too, fewer than `HEADS_MAX` heads wait, and a claim word would be
     /// left for that message.
-    pub(super) fn defer_head(&mut self, src: SrcId) -> bool {
+    pub(super) fn defer_head(&self, src: SrcId) -> bool {
         #[cfg(test)]
         let heads_max = self.split_heads_max.unwrap_or(HEADS_MAX);
         #[cfg(not(test))]
@@ -57,13 +57,11 @@ impl Endpoint {
         let mut next = CmdEntry::default();
         // Only the header, which shares the slot's first line; the slot stays where it is.
         let waiting = matches!(self.cmd_rx.peek_into(&self.region.cmd_ring(), &mut next), crate::ring::Pop::Item(_));
-        let defer = waiting
+        waiting
             && next.op == op::MSG
             && next.proto == proto::IOV
             && next.src == src
-            && next.len >= self.params.split_min as u64;
-        self.head_deferred = defer;
-        defer
+            && next.len >= self.params.split_min as u64
     }
 
     /// Receiver: read the heads waiting in `heads` (all from `src`) and ours, `head` into `dest`
