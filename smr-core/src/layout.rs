@@ -87,7 +87,9 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"RSHMREG\0");
 ///    receiver's claim-record line (`PeerSlot::split`), and an offer names which it uses.
 /// 29: seven claim words per sender (`SPLIT_WORDS`), for splits whose halves are copied
 ///    several to a system call (`endpoint::split::together`).
-pub const LAYOUT_VERSION: u32 = 29;
+/// 30: `cmd::proto::COMPACT_AUX`: a message of up to 16 bytes with `aux` or an answer wanted and
+///    no CQ data (an RMA write) travels in the slot's first line, its `msg_id` in `data`.
+pub const LAYOUT_VERSION: u32 = 30;
 /// Longest region name, without the terminating NUL.
 pub const NAME_MAX: usize = 63;
 /// Size of one inject buffer (defined with the commands that name them, which check against it).

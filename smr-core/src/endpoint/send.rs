@@ -110,9 +110,10 @@ struct InlineMsg<'a> {
 }
 
 impl InlineMsg<'_> {
-    /// The compact protocol the command goes by, if any (`cmd::compact_proto`: short, no
-    /// `aux`, no answer wanted). From 9 to 32 bytes (24 with CQ data) it is then one cache line
-    /// for the receiver to fetch instead of two in a row.
+    /// The compact protocol the command goes by, if any (`cmd::compact_proto`: short, and no
+    /// `aux` and no answer wanted, or 9 to 16 bytes with no CQ data). From 9 to 32 bytes (24 with
+    /// CQ data, 16 with `aux` or an answer wanted: an RMA write's) it is then one cache line for
+    /// the receiver to fetch instead of two in a row.
     #[inline(always)]
     fn compact(&self) -> Option<u8> {
         compact_proto(self.hdr, self.ack)
@@ -122,7 +123,7 @@ impl InlineMsg<'_> {
     #[inline(always)]
     fn write(&self, e: &mut CmdEntry, fill: impl FnOnce(&mut [u8])) {
         if let Some(proto) = self.compact() {
-            fill(e.set_compact(proto, self.src_slot, self.hdr));
+            fill(e.set_compact(proto, self.src_slot, self.msg_id, self.ack, self.hdr));
         } else {
             self.write_inline(e, fill);
         }

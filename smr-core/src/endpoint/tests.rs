@@ -924,37 +924,53 @@ fn inline_messages_take_the_express_path() {
 }
 
 /// Short messages arrive whole with their header's every field, on the express path or off it,
-/// one by one or in a FI_MORE batch: those that go compact (no `aux`, no answer wanted, up to
-/// 32 bytes without CQ data, `proto::COMPACT`, or 24 with it, `proto::COMPACT_DATA`) and those
-/// next to them that do not.
+/// one by one or in a FI_MORE batch, and each answer wanted comes back for its own message:
+/// those that go compact (no `aux`, no answer wanted, up to 32 bytes without CQ data,
+/// `proto::COMPACT`, or 24 with it, `proto::COMPACT_DATA`; 9 to 16 bytes with `aux` or an answer
+/// wanted and no CQ data, `proto::COMPACT_AUX`, an RMA write's) and those next to them that do
+/// not.
 #[test]
 fn short_messages_arrive_whole_compact_or_not() {
     for take in [true, false] {
         let (mut a, mut b, to_b, mut ha, mut hb) = express_pair(take, "compact");
         let mut sent = Vec::new();
         // Completions reported to the sender: acknowledged messages', and batched ones'.
-        let mut reported = 0;
+        let mut reported = Vec::new();
         for len in 0..=COMPACT_MAX + 8 {
             // Batched (pushed with the next), plain (compact up to 32 B), with CQ data, with
-            // `aux`, acknowledged.
-            let kinds = [(0, 0, false, true), (0, 0, false, false), (7, 0, false, false), (0, 9, false, false)];
-            for (data, aux, ack, more) in kinds.into_iter().chain([(0, 0, true, false)]) {
+            // `aux`, acknowledged, with `aux` and acknowledged (one by one and batched), with all
+            // three.
+            let kinds = [
+                (0, 0, false, true),
+                (0, 0, false, false),
+                (7, 0, false, false),
+                (0, 9, false, false),
+                (0, 0, true, false),
+                (0, 9, true, false),
+                (0, 9, true, true),
+                (7, 9, true, false),
+            ];
+            for (data, aux, ack, more) in kinds {
                 let tag = sent.len() as u64;
                 let hdr = MsgHeader { app: 2, tag, data, aux, len: len as u64 };
                 let opts = SendOpts { cookie: tag, delivery_complete: ack, more, pull: false };
                 a.send_bytes(to_b, hdr, &pattern(len, tag as u8), opts).unwrap();
                 sent.push(hdr);
-                reported += usize::from(ack || more);
+                if ack || more {
+                    reported.push(tag);
+                }
             }
             pump_until((&mut a, &mut ha), (&mut b, &mut hb), "the messages", |_, hb| hb.taken.len() == sent.len());
         }
-        pump_until((&mut a, &mut ha), (&mut b, &mut hb), "the answers", |ha, _| ha.sends_done.len() >= reported);
+        pump_until((&mut a, &mut ha), (&mut b, &mut hb), "the answers", |ha, _| ha.sends_done.len() >= reported.len());
         let got: Vec<MsgHeader> = hb.taken.iter().map(|m| m.0).collect();
         assert_eq!(got, sent, "headers, in order (take {take})");
         for (h, bytes) in &hb.taken {
             assert_eq!(bytes, &pattern(h.len as usize, h.tag as u8), "message {} of {} B", h.tag, h.len);
         }
-        assert_eq!(ha.sends_done.len(), reported, "each acknowledged or batched message reported once");
+        let mut done: Vec<u64> = ha.sends_done.iter().map(|d| d.0).collect();
+        done.sort_unstable();
+        assert_eq!(done, reported, "each acknowledged or batched message reported once, by its own cookie");
         assert!(ha.sends_done.iter().all(|d| d.1.is_ok()));
         assert_eq!(hb.inline_taken, if take { sent.len() } else { 0 }, "taken on the express path (take {take})");
     }
