@@ -60,8 +60,8 @@ const fn compact_max(at: usize) -> usize {
 /// otherwise, with no CQ data, `proto::COMPACT_AUX` if that puts it in one line where the usual
 /// header would take two (9 to 16 bytes). Up to 8 bytes the usual header's line holds the
 /// payload, and keeping that command measured faster in a stream of 8-byte writes
-/// (`rshm-fi-bench --tests write_bw`, profile-guided builds alternated: 0.126-0.127 us a write
-/// against 0.142-0.182 with `COMPACT_AUX`).
+/// (`rshm-fi-bench --tests write_bw`, profile-guided builds alternated: a median of 0.137 us a
+/// write against 0.165 with `COMPACT_AUX`; docs/perf/protocols.md, top).
 #[inline(always)]
 pub fn compact_proto(hdr: &MsgHeader, ack: bool) -> Option<u8> {
     if !ack && hdr.aux == 0 {
