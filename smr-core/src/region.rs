@@ -12,7 +12,7 @@ use crate::layout::*;
 use crate::liveness::{ProcessIdentity, Watch};
 use crate::ring::{Ring, RingCtl, Slot};
 use crate::shm::{self, Mapping};
-use crate::sync::{AtomicBool, AtomicU32, Ordering};
+use crate::sync::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
 /// How old a region without a valid header must be before we take it for a crashed creation.
@@ -115,6 +115,9 @@ pub struct Region {
     sar_mapped: AtomicBool,
     /// The inject pool's pages are reserved (`map_inject_pool`); private to this mapping.
     inject_mapped: AtomicBool,
+    /// The command ring's free hint for this process's pushes (`Ring::with_free_hint`); private
+    /// to this mapping, not shared memory.
+    cmd_free_hint: AtomicU64,
     /// Held by the owner for the region's life (`FLAG_OWNER_LOCK`); None in a peer's view.
     _owner_lock: Option<crate::liveness::OwnerLock>,
     /// Set by the owner as it marks the region closed: `repair_header` no longer marks it ready.
@@ -171,6 +174,7 @@ impl Region {
             wake,
             sar_mapped: AtomicBool::new(false),
             inject_mapped: AtomicBool::new(false),
+            cmd_free_hint: AtomicU64::new(crate::ring::FREE_HINT_NONE),
             _owner_lock: owner_lock,
             closing: AtomicBool::new(false),
             signal_entry: crate::signal_unlink::register(name),
@@ -240,6 +244,7 @@ impl Region {
             wake,
             sar_mapped: AtomicBool::new(false),
             inject_mapped: AtomicBool::new(false),
+            cmd_free_hint: AtomicU64::new(crate::ring::FREE_HINT_NONE),
             _owner_lock: None,
             closing: AtomicBool::new(false),
             signal_entry: None,
@@ -379,10 +384,11 @@ impl Region {
     }
 
     /// The command ring, to push into as the sender whose entry in this region's peer table is
-    /// `slot`: its claim record (`ring::Ring::with_claim_record`) is that entry's `cmd_claim`.
+    /// `slot`: its claim record (`ring::Ring::with_claim_record`) is that entry's `cmd_claim`,
+    /// and its free hint this mapping's (`ring::Ring::with_free_hint`).
     #[inline]
     pub fn cmd_ring_as(&self, slot: u32) -> Ring<'_, CmdEntry> {
-        let ring = self.cmd_ring();
+        let ring = self.cmd_ring().with_free_hint(&self.cmd_free_hint);
         match self.peer_slots().get(slot as usize) {
             Some(entry) => ring.with_claim_record(&entry.cmd_claim),
             None => ring,

@@ -92,6 +92,8 @@ struct RingParts {
     /// Producer `i` stands for a dead process: its thread sets this (Release) after its dying
     /// push and never touches the ring again. What the engine learns by checking the process.
     dead: Vec<AtomicBool>,
+    /// The free hint of producers that share one (`RingParts::hinted_ring`).
+    hint: loom::sync::atomic::AtomicU64,
 }
 
 impl RingParts {
@@ -109,6 +111,7 @@ impl RingParts {
             slots: (0..cap).map(Slot::new).collect(),
             records: (0..producers).map(|_| loom::sync::atomic::AtomicU64::new(0)).collect(),
             dead: (0..producers).map(|_| AtomicBool::new(false)).collect(),
+            hint: loom::sync::atomic::AtomicU64::new(ring::FREE_HINT_NONE),
         })
     }
 
@@ -116,6 +119,11 @@ impl RingParts {
     /// skip.
     fn ring(&self) -> Ring<'_, Val> {
         Ring::new(&self.ctl, &self.slots)
+    }
+
+    /// A producer's view whose pushes keep the shared free hint (`Ring::with_free_hint`).
+    fn hinted_ring(&self) -> Ring<'_, Val> {
+        self.ring().with_free_hint(&self.hint)
     }
 
     /// Producer `i`'s view: its pushes record their claims in `records[i]`.
@@ -335,6 +343,46 @@ fn ring_two_producers_one_consumer_lapping() {
     });
     seen_full.assert_seen(NAME, "a push refused with Full");
     assert_seen(NAME, "Full while last lap's producer was still writing the slot", full_while_writing);
+}
+
+/// (1d) As (1b), the two producers sharing one free hint (`Ring::with_free_hint`: the producers
+/// of one process share their mapping's), so that claims skip the slot's stamp on a position
+/// the hint names: every successful push comes out once, in order, `Full` is met as before, no
+/// slot is written while the consumer still reads last lap's entry there (loom's check of the
+/// slot's cell), and claims did take the hint.
+#[test]
+fn ring_free_hint() {
+    const NAME: &str = "ring_free_hint";
+    let full = Tally::default();
+    let seen_full = full.clone();
+    let hinted = model_counting(NAME, &ring::seen::HINTED_CLAIMS, move || {
+        let parts = RingParts::new(2);
+        let producers: Vec<_> = [1u64, 2]
+            .into_iter()
+            .map(|p| {
+                let parts = parts.clone();
+                let full = full.clone();
+                thread::spawn(move || {
+                    let ring = parts.hinted_ring();
+                    let a = Val(p * 100);
+                    let b = Val(p * 100 + 1);
+                    let ra = push_tries(&ring, a, 2, &full);
+                    let rb = push_tries(&ring, b, 2, &full);
+                    [(a, ra), (b, rb)]
+                })
+            })
+            .collect();
+
+        let ring = parts.ring();
+        let mut c = Consumer::new();
+        let mut popped = consume_some(&mut c, &ring, 3, None);
+        let results: Vec<_> = producers.into_iter().flat_map(|h| h.join().unwrap()).collect();
+        drain(&mut c, &ring, &mut popped);
+        check_outcome(&popped, &results);
+        assert_eq!(c.position(), popped.len() as u64);
+    });
+    seen_full.assert_seen(NAME, "a push refused with Full");
+    assert_seen(NAME, "a claim on the free hint", hinted);
 }
 
 /// (1c) A batch (`push_batch`: one claim for consecutive positions) beside a single push, capacity
