@@ -314,7 +314,31 @@ fn ring_two_producers_one_consumer_lapping() {
     const NAME: &str = "ring_two_producers_one_consumer_lapping";
     let full = Tally::default();
     let seen_full = full.clone();
-    let full_while_writing = model_counting(NAME, &ring::seen::FULL_WHILE_WRITING, move || {
+    let full_while_writing = model_counting(NAME, &ring::seen::FULL_WHILE_WRITING, two_producers_lapping(full, false));
+    seen_full.assert_seen(NAME, "a push refused with Full");
+    assert_seen(NAME, "Full while last lap's producer was still writing the slot", full_while_writing);
+}
+
+/// (1d) As (1b), the two producers sharing one free hint (`Ring::with_free_hint`: the producers
+/// of one process share their mapping's), so that claims skip the slot's stamp on a position
+/// the hint names: every successful push comes out once, in order, `Full` is met as before, no
+/// slot is written while the consumer still reads last lap's entry there (loom's check of the
+/// slot's cell), and claims did take the hint.
+#[test]
+fn ring_free_hint() {
+    const NAME: &str = "ring_free_hint";
+    let full = Tally::default();
+    let seen_full = full.clone();
+    let hinted = model_counting(NAME, &ring::seen::HINTED_CLAIMS, two_producers_lapping(full, true));
+    seen_full.assert_seen(NAME, "a push refused with Full");
+    assert_seen(NAME, "a claim on the free hint", hinted);
+}
+
+/// The model of (1b) and (1d): two producers push two entries each into a ring of 2, retrying
+/// twice, through views sharing one free hint if `hinted`, while one consumer pops; every `Full`
+/// is noted in `full`.
+fn two_producers_lapping(full: Tally, hinted: bool) -> impl Fn() + Sync + Send + 'static {
+    move || {
         let parts = RingParts::new(2);
         let producers: Vec<_> = [1u64, 2]
             .into_iter()
@@ -322,7 +346,7 @@ fn ring_two_producers_one_consumer_lapping() {
                 let parts = parts.clone();
                 let full = full.clone();
                 thread::spawn(move || {
-                    let ring = parts.ring();
+                    let ring = if hinted { parts.hinted_ring() } else { parts.ring() };
                     let a = Val(p * 100);
                     let b = Val(p * 100 + 1);
                     let ra = push_tries(&ring, a, 2, &full);
@@ -340,49 +364,7 @@ fn ring_two_producers_one_consumer_lapping() {
         check_outcome(&popped, &results);
         // Nothing was claimed without being published: the position counts exactly the pushes.
         assert_eq!(c.position(), popped.len() as u64);
-    });
-    seen_full.assert_seen(NAME, "a push refused with Full");
-    assert_seen(NAME, "Full while last lap's producer was still writing the slot", full_while_writing);
-}
-
-/// (1d) As (1b), the two producers sharing one free hint (`Ring::with_free_hint`: the producers
-/// of one process share their mapping's), so that claims skip the slot's stamp on a position
-/// the hint names: every successful push comes out once, in order, `Full` is met as before, no
-/// slot is written while the consumer still reads last lap's entry there (loom's check of the
-/// slot's cell), and claims did take the hint.
-#[test]
-fn ring_free_hint() {
-    const NAME: &str = "ring_free_hint";
-    let full = Tally::default();
-    let seen_full = full.clone();
-    let hinted = model_counting(NAME, &ring::seen::HINTED_CLAIMS, move || {
-        let parts = RingParts::new(2);
-        let producers: Vec<_> = [1u64, 2]
-            .into_iter()
-            .map(|p| {
-                let parts = parts.clone();
-                let full = full.clone();
-                thread::spawn(move || {
-                    let ring = parts.hinted_ring();
-                    let a = Val(p * 100);
-                    let b = Val(p * 100 + 1);
-                    let ra = push_tries(&ring, a, 2, &full);
-                    let rb = push_tries(&ring, b, 2, &full);
-                    [(a, ra), (b, rb)]
-                })
-            })
-            .collect();
-
-        let ring = parts.ring();
-        let mut c = Consumer::new();
-        let mut popped = consume_some(&mut c, &ring, 3, None);
-        let results: Vec<_> = producers.into_iter().flat_map(|h| h.join().unwrap()).collect();
-        drain(&mut c, &ring, &mut popped);
-        check_outcome(&popped, &results);
-        assert_eq!(c.position(), popped.len() as u64);
-    });
-    seen_full.assert_seen(NAME, "a push refused with Full");
-    assert_seen(NAME, "a claim on the free hint", hinted);
+    }
 }
 
 /// (1c) A batch (`push_batch`: one claim for consecutive positions) beside a single push, capacity
