@@ -4,8 +4,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use smr_core::cmd::{
-    compact_at, decode, proto, Body, CmdEntry, Command, Limits, COMPACT_AUX_AT, FLAG_ACK, FLAG_TIMED, HEADER_BYTES,
-    INLINE_MAX,
+    compact_at, decode, proto, Body, CmdEntry, Command, Limits, FLAG_ACK, FLAG_TIMED, HEADER_BYTES, INLINE_MAX,
 };
 
 fn entry_from(bytes: &[u8]) -> CmdEntry {
@@ -43,18 +42,19 @@ fuzz_target!(|bytes: &[u8]| {
         Command::Msg { src, msg_id, ack, hdr, body } => {
             assert!(u64::from(src) < limits.max_peers && hdr.len <= limits.max_msg_size);
             assert!(hdr.app == entry.app && hdr.tag == entry.tag);
-            if entry.proto == proto::COMPACT_AUX {
-                // No CQ data; `aux` in its word, the answer's id in `data`'s, the bytes from
-                // `msg_id`'s, all in the slot's first line.
-                assert!(hdr.data == 0 && hdr.aux == entry.aux && msg_id == entry.data);
-                assert!(ack == (entry.flags & FLAG_ACK != 0));
-                assert!(entry.inline_at() == COMPACT_AUX_AT && COMPACT_AUX_AT + hdr.len as usize <= 56);
-            } else if let Some(at) = compact_at(entry.proto) {
-                // The words a compact command leaves out hold its payload: they read as 0, no
-                // answer is wanted, and the bytes all lie in the slot's first line.
-                let data = if entry.proto == proto::COMPACT_DATA { entry.data } else { 0 };
-                assert!(hdr.data == data && hdr.aux == 0 && !ack && msg_id == 0);
+            if let Some(at) = compact_at(entry.proto) {
+                // The bytes all lie in the slot's first line, from where the protocol starts them.
                 assert!(entry.inline_at() == at && at + hdr.len as usize <= 56);
+                if entry.proto == proto::COMPACT_AUX {
+                    // No CQ data; `aux` in its word, the answer's id in `data`'s.
+                    assert!(hdr.data == 0 && hdr.aux == entry.aux && msg_id == entry.data);
+                    assert!(ack == (entry.flags & FLAG_ACK != 0));
+                } else {
+                    // The words a compact command leaves out hold its payload: they read as 0,
+                    // and no answer is wanted.
+                    let data = if entry.proto == proto::COMPACT_DATA { entry.data } else { 0 };
+                    assert!(hdr.data == data && hdr.aux == 0 && !ack && msg_id == 0);
+                }
             } else {
                 // The provider's words pass through untouched.
                 assert!(hdr.data == entry.data && hdr.aux == entry.aux && entry.inline_at() == HEADER_BYTES);

@@ -81,11 +81,11 @@ impl Endpoint {
                 Some(hdr) => self.offer_express_as(entry.src, 0, false, hdr, &entry.inline_bytes()[..len as usize], h),
                 None => false,
             },
-            // An RMA write's (`aux`, an answer wanted): its `msg_id` in the `data` word.
+            // An RMA write's (`aux`, an answer wanted).
             proto::COMPACT_AUX => match entry.compact_header() {
                 Some(hdr) => {
-                    let ack = entry.flags & FLAG_ACK != 0;
-                    self.offer_express_as(entry.src, entry.data, ack, hdr, &entry.inline_bytes()[..len as usize], h)
+                    let (msg_id, ack) = (entry.compact_msg_id(), entry.flags & FLAG_ACK != 0);
+                    self.offer_express_as(entry.src, msg_id, ack, hdr, &entry.inline_bytes()[..len as usize], h)
                 }
                 None => false,
             },
