@@ -467,6 +467,12 @@ pub struct Endpoint {
     lone_choosers: Option<Box<[measured::Chooser; lone::CHOOSERS]>>,
     /// Answered reads being timed, by message id: how they were chosen, and their length.
     timed_reads: crate::idmap::IdMap<u64, (measured::Choice, u64)>,
+    /// What reads from targets busy with operations of their own taught about their replies
+    /// pushed (split copies) against our CMA reads (`read_way.rs`, `choose_busy_read`).
+    busy_read_chooser: measured::Chooser,
+    /// Pushed reads being timed, oldest first: how they were chosen, and their length
+    /// (`expect_pushed_read`), up to `read_way::PUSHED_TIMED_MAX`.
+    pushed_timed: std::collections::VecDeque<(measured::Choice, u64)>,
     /// Received messages whose tails their senders are writing (`split`).
     splits: Vec<split::SplitRx>,
     /// Received messages whose tails are offered and whose heads wait to be read together with
@@ -567,6 +573,8 @@ impl Endpoint {
             read_chooser: measured::Chooser::sampling(measured::TIMED_ONE_IN),
             lone_choosers: Default::default(),
             timed_reads: Default::default(),
+            busy_read_chooser: measured::Chooser::sampling(measured::TIMED_ONE_IN),
+            pushed_timed: Default::default(),
             splits: Vec::new(),
             heads: Vec::new(),
             tails: Vec::new(),

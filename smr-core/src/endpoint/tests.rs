@@ -3062,6 +3062,84 @@ fn a_split_offer_the_sender_does_not_take_is_withdrawn() {
     assert_eq!((a.outstanding(), b.outstanding(), b.stats().corrupt_commands), (0, 0, 0));
 }
 
+/// `split_pair` whose receiver measures ways (`choose_busy_read`) and expects the replies of
+/// two timed pushed reads of `len` bytes (`expect_pushed_read`); the CMA reads its chooser asked
+/// for while learning are learnt as taking 5 us.
+fn split_pair_expecting_pushed_reads(tag: &str, len: usize) -> Option<(Endpoint, Endpoint, PeerId)> {
+    if !cma_or_skip(tag) {
+        return None;
+    }
+    let params = Params { cma_min: 0, split_min: 64 * 1024, measure_protocol: true, ..Params::default() };
+    let (a, mut b, to_b) = pair(tag, params);
+    assert_eq!(b.choose_busy_read(64 * 1024 - 1), None, "a reply below split_min is not split");
+    let mut expected = 0;
+    // Runs of three while learning, CMA first, the first of each run untimed.
+    for _ in 0..6 {
+        let choice = b.choose_busy_read(len).expect("measuring");
+        match choice.via {
+            Via::Cma => b.learn_busy_read(choice, len, 5_000),
+            Via::Sar => {
+                expected += usize::from(choice.timed());
+                b.expect_pushed_read(choice, len);
+            }
+        }
+    }
+    assert_eq!((expected, b.pushed_timed.len()), (2, 2), "two timed pushed reads expected");
+    assert_eq!(b.busy_read_figures(len), (0, 5_000 * 1024 / len as u64), "CMA learnt, pushed not yet");
+    Some((a, b, to_b))
+}
+
+/// A pushed read from a busy target (`read_way.rs`) is timed by the split of its reply: the
+/// receiver's half, counted for both halves, once the sender wrote the other. Two replies of
+/// the expected length teach two figures; a message of another length teaches nothing.
+#[test]
+fn pushed_reads_are_learnt_from_the_split_of_their_replies() {
+    let len = 256 * 1024;
+    let Some((mut a, mut b, to_b)) = split_pair_expecting_pushed_reads("pushedlearnt", len) else { return };
+    b.split_offer_wait = std::time::Duration::from_secs(5);
+    let sizes = [len + 4096, len, len];
+    let sender = std::thread::spawn(move || {
+        let mut ha = Collect::default();
+        let dl = deadline();
+        for (i, &n) in sizes.iter().enumerate() {
+            let hdr = MsgHeader { app: 0, tag: i as u64, data: 0, aux: 0, len: n as u64 };
+            let opts = SendOpts { cookie: i as u64, ..SendOpts::default() };
+            a.send(to_b, hdr, LocalIov::owned(pattern(n, i as u8)), opts).unwrap();
+            while ha.sends_done.len() < i + 1 {
+                assert!(std::time::Instant::now() < dl, "timed out waiting for send {i}");
+                a.progress(&mut ha);
+            }
+        }
+        a
+    });
+    let mut hb = Collect { dest_len: Some(len + 4096), ..Default::default() };
+    receive_until(&mut b, &mut hb, sizes.len(), "timed out waiting for the replies");
+    let a = sender.join().unwrap();
+    for (i, (_, result, bytes)) in hb.received.iter().enumerate() {
+        assert_eq!(result, &Ok(sizes[i]));
+        assert!(bytes[..sizes[i]] == pattern(sizes[i], i as u8)[..], "message {i} differs");
+    }
+    assert_eq!((b.stats().splits_taken, a.stats().splits_written), (3, 3), "every tail written by the sender");
+    assert!(b.pushed_timed.is_empty(), "both expectations met");
+    let (pushed, _) = b.busy_read_figures(len);
+    assert!(pushed > 0, "the pushed reads' figure is learnt from the heads");
+}
+
+/// A split whose offer the sender never takes (the receiver reads the tail itself) is no
+/// sample of a pushed read: the expectations stay, nothing is learnt.
+#[test]
+fn a_split_the_receiver_finished_alone_teaches_no_pushed_read() {
+    let len = 128 * 1024;
+    let Some((mut a, mut b, to_b)) = split_pair_expecting_pushed_reads("pushedalone", len) else { return };
+    let (mut ha, mut hb) = (Collect::default(), Collect { dest_len: Some(len), ..Default::default() });
+    let hdr = MsgHeader { app: 0, tag: 1, data: 0, aux: 0, len: len as u64 };
+    a.send(to_b, hdr, LocalIov::owned(pattern(len, 3)), SendOpts::default()).unwrap();
+    pump_until((&mut a, &mut ha), (&mut b, &mut hb), "a split message", |ha, _| ha.sends_done.len() == 1);
+    assert_eq!((b.stats().splits_offered, b.stats().splits_taken), (1, 0));
+    assert!(hb.received[0].2[..len] == pattern(len, 3)[..]);
+    assert_eq!((b.pushed_timed.len(), b.busy_read_figures(len).0), (2, 0));
+}
+
 /// Split copies whose sender takes the tail and fails to write it (its `process_vm_writev`
 /// refused): it says so (FAILED), and the receiver reads the tail itself; every byte arrives.
 #[test]

@@ -212,6 +212,9 @@ impl Endpoint {
             }
             Claim::Written => {
                 self.stats.splits_taken += 1;
+                if head.is_ok() {
+                    self.learn_pushed_head(len, offset as u64, head_took);
+                }
                 Split::Done(head.map(|()| reported()))
             }
             Claim::Ours => {
@@ -359,6 +362,9 @@ impl Endpoint {
             let result = match claim {
                 Claim::Written => {
                     self.stats.splits_taken += 1;
+                    if head.is_ok() {
+                        self.learn_pushed_head(s.len, s.offset as u64, s.head_took);
+                    }
                     head
                 }
                 Claim::Ours => head.and_then(|()| {
