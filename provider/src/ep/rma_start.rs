@@ -174,7 +174,7 @@ fn start_way(st: &mut DomainState, id: usize, a: OneSided, op: Op, segmented: bo
     // as measured for such reads (`Endpoint::choose_busy_read`): pushed, fi_rma_bw's two-way
     // reads of 64-128 KiB ran 1.5x faster; OpenSHMEM's two-way gets, half as fast.
     let busy = if answering_target
-        && len >= engine.params().split_min
+        && len >= engine.params().split_min / 2
         && peer_mr(engine).is_some()
         && engine.peer_busy_with_own(peer)
     {
