@@ -3062,6 +3062,26 @@ fn a_split_offer_the_sender_does_not_take_is_withdrawn() {
     assert_eq!((a.outstanding(), b.outstanding(), b.stats().corrupt_commands), (0, 0, 0));
 }
 
+/// A thread that sends messages of `sizes` (tag and pattern `i` for the `i`th) from `a` to
+/// `to_b`, each once the last is done, and returns `a` once all are, each done well.
+fn send_in_turn(mut a: Endpoint, to_b: PeerId, sizes: Vec<usize>) -> std::thread::JoinHandle<Endpoint> {
+    std::thread::spawn(move || {
+        let mut ha = Collect::default();
+        let dl = deadline();
+        for (i, &n) in sizes.iter().enumerate() {
+            let hdr = MsgHeader { app: 0, tag: i as u64, data: 0, aux: 0, len: n as u64 };
+            let opts = SendOpts { cookie: i as u64, ..SendOpts::default() };
+            a.send(to_b, hdr, LocalIov::owned(pattern(n, i as u8)), opts).unwrap();
+            while ha.sends_done.len() < i + 1 {
+                assert!(std::time::Instant::now() < dl, "timed out waiting for send {i}");
+                a.progress(&mut ha);
+            }
+        }
+        assert!(ha.sends_done.iter().all(|(_, r)| r.is_ok()), "{:?}", ha.sends_done);
+        a
+    })
+}
+
 /// `split_pair` whose receiver measures ways (`choose_busy_read`) and expects the replies of
 /// two timed pushed reads of `len` bytes (`expect_pushed_read`); the CMA reads its chooser asked
 /// for while learning are learnt as taking 5 us.
@@ -3095,23 +3115,10 @@ fn split_pair_expecting_pushed_reads(tag: &str, len: usize) -> Option<(Endpoint,
 #[test]
 fn pushed_reads_are_learnt_from_the_split_of_their_replies() {
     let len = 256 * 1024;
-    let Some((mut a, mut b, to_b)) = split_pair_expecting_pushed_reads("pushedlearnt", len) else { return };
+    let Some((a, mut b, to_b)) = split_pair_expecting_pushed_reads("pushedlearnt", len) else { return };
     b.split_offer_wait = std::time::Duration::from_secs(5);
     let sizes = [len + 4096, len, len];
-    let sender = std::thread::spawn(move || {
-        let mut ha = Collect::default();
-        let dl = deadline();
-        for (i, &n) in sizes.iter().enumerate() {
-            let hdr = MsgHeader { app: 0, tag: i as u64, data: 0, aux: 0, len: n as u64 };
-            let opts = SendOpts { cookie: i as u64, ..SendOpts::default() };
-            a.send(to_b, hdr, LocalIov::owned(pattern(n, i as u8)), opts).unwrap();
-            while ha.sends_done.len() < i + 1 {
-                assert!(std::time::Instant::now() < dl, "timed out waiting for send {i}");
-                a.progress(&mut ha);
-            }
-        }
-        a
-    });
+    let sender = send_in_turn(a, to_b, sizes.to_vec());
     let mut hb = Collect { dest_len: Some(len + 4096), ..Default::default() };
     receive_until(&mut b, &mut hb, sizes.len(), "timed out waiting for the replies");
     let a = sender.join().unwrap();
@@ -3195,21 +3202,7 @@ fn split_with_a_polling_sender(tag: &str, fail_writes: bool) {
     b.split_offer_wait = std::time::Duration::from_secs(5);
     let n = 24usize;
     let len = 4 << 20;
-    let sender = std::thread::spawn(move || {
-        let mut ha = Collect::default();
-        let dl = deadline();
-        for i in 0..n {
-            let hdr = MsgHeader { app: 0, tag: i as u64, data: 0, aux: 0, len: len as u64 };
-            let opts = SendOpts { cookie: i as u64, ..SendOpts::default() };
-            a.send(to_b, hdr, LocalIov::owned(pattern(len, i as u8)), opts).unwrap();
-            while ha.sends_done.len() < i + 1 {
-                assert!(std::time::Instant::now() < dl, "timed out waiting for send {i}");
-                a.progress(&mut ha);
-            }
-        }
-        assert!(ha.sends_done.iter().all(|(_, r)| r.is_ok()), "{:?}", ha.sends_done);
-        a
-    });
+    let sender = send_in_turn(a, to_b, vec![len; n]);
     let mut hb = Collect::default();
     receive_until(&mut b, &mut hb, n, "timed out waiting for the messages");
     let a = sender.join().unwrap();
