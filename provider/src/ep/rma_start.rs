@@ -170,9 +170,10 @@ fn start_way(st: &mut DomainState, id: usize, a: OneSided, op: Op, segmented: bo
     let progresses = read && engine.peer_progresses(peer);
     let answering_target = answerable_read && progresses;
     // From a target that progresses while busy with operations of its own, a read whose reply
-    // would be split has that reply pushed, both processes copying a half, or is ours by CMA,
-    // as measured for such reads (`Endpoint::choose_busy_read`): pushed, fi_rma_bw's two-way
-    // reads of 64-128 KiB ran 1.5x faster; OpenSHMEM's two-way gets, half as fast.
+    // the two processes may copy in halves (from half of `split_min`: `Endpoint::splits`) has
+    // that reply pushed, or is ours by CMA, as measured for such reads
+    // (`Endpoint::choose_busy_read`): pushed, fi_rma_bw's two-way reads of 48-128 KiB ran
+    // 1.2-1.6x faster; OpenSHMEM's two-way gets between separate buffers, half as fast.
     let busy = if answering_target
         && len >= engine.params().split_min / 2
         && peer_mr(engine).is_some()
