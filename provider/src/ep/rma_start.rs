@@ -170,12 +170,12 @@ fn start_way(st: &mut DomainState, id: usize, a: OneSided, op: Op, segmented: bo
     let progresses = read && engine.peer_progresses(peer);
     let answering_target = answerable_read && progresses;
     // From a target that progresses while busy with operations of its own, a read whose reply
-    // the two processes may copy in halves (from half of `split_min`: `Endpoint::splits`) has
-    // that reply pushed, or is ours by CMA, as measured for such reads
-    // (`Endpoint::choose_busy_read`): pushed, fi_rma_bw's two-way reads of 48-128 KiB ran
-    // 1.2-1.6x faster; OpenSHMEM's two-way gets between separate buffers, half as fast.
+    // the two processes would copy in halves (from `split_min`) has that reply pushed, or is
+    // ours by CMA, as measured for such reads (`Endpoint::choose_busy_read`): pushed,
+    // fi_rma_bw's two-way reads of 64-128 KiB ran 1.2-1.6x faster; OpenSHMEM's two-way gets
+    // between separate buffers, half as fast.
     let busy = if answering_target
-        && len >= engine.params().split_min / 2
+        && len >= engine.params().split_min
         && peer_mr(engine).is_some()
         && engine.peer_busy_with_own(peer)
     {

@@ -17,8 +17,7 @@
 //! Both are copying time on some CPU, which is what two processes that read each other at once
 //! (every CPU busy) and a reader waiting for one get alike pay.
 //!
-//! A read whose reply may be split (`splits`: from half of `split_min` when other commands wait,
-//! as they do in a window of reads) from a target busy with operations of its own (each side of
+//! A read of `split_min` or more from a target busy with operations of its own (each side of
 //! `fi_rma_bw -o read`, or of OpenSHMEM's `shmem_bibw_get_perf`) has a third way: the target
 //! pushes its reply as a message, whose copy the two processes split (`split`: we read the
 //! first half while the target writes the second). Which of that and our CMA read costs less
@@ -88,10 +87,9 @@ impl Endpoint {
     /// How to make a read of `len` bytes from a target busy with operations of its own
     /// (`peer_busy_with_own`) that we could also make ourselves with CMA: `Via::Sar` for its
     /// reply pushed and split, `Via::Cma` for ours. None when there is no choice to make
-    /// (measuring is off, the reply would never be split, `splits`): the caller's other rules
-    /// then.
+    /// (measuring is off, the reply would not be split): the caller's other rules then.
     pub fn choose_busy_read(&mut self, len: usize) -> Option<Choice> {
-        if !self.params.measure_protocol || len < self.params.split_min / 2 {
+        if !self.params.measure_protocol || len < self.params.split_min {
             return None;
         }
         self.busy_read_chooser.choose(len as u64)
