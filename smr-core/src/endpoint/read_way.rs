@@ -121,9 +121,10 @@ impl Endpoint {
             return;
         }
         let Some(i) = self.pushed_timed.iter().position(|&(_, l)| l == len) else { return };
-        let (choice, len) = self.pushed_timed.remove(i).expect("found above");
-        let ns = (took.as_nanos() as u64).saturating_mul(len) / head;
-        self.busy_read_chooser.learn(choice, len, ns.max(1));
+        if let Some((choice, len)) = self.pushed_timed.remove(i) {
+            let ns = (took.as_nanos() as u64).saturating_mul(len) / head;
+            self.busy_read_chooser.learn(choice, len, ns.max(1));
+        }
     }
 
     /// Forget the timed reads among sends `ids` (ended without an answer).
