@@ -10,7 +10,7 @@ use std::time::Duration;
 const DEFINITIONS: &[(&str, ffi::fi_param_type, &str)] = &[
     ("CMA", ffi::FI_PARAM_BOOL, "Use cross-memory attach (process_vm_readv) for large messages; off forces SAR bounce buffers (default: on, if the kernel permits)"),
     ("CMA_MIN", ffi::FI_PARAM_SIZE_T, "Smallest message sent by cross-memory attach (process_vm_readv by the receiver; RMA pulls with it at every size where allowed); messages above the inject size but below it go through SAR bounce buffers, both sides copying. 0: CMA for every message above the inject size (default: unset, above the inject size whichever of SAR and CMA the receivers measure faster on this host: docs/perf/protocols.md)"),
-    ("SPLIT_MIN", ffi::FI_PARAM_SIZE_T, "Smallest message sent by CMA whose copy the two processes share, the receiver reading the first half while the sender writes the second into the receive's buffer (default: 65536; SIZE_MAX, 18446744073709551615, turns it off)"),
+    ("SPLIT_MIN", ffi::FI_PARAM_SIZE_T, "Smallest message sent by CMA whose copy the two processes share, the receiver reading the first half while the sender writes the second into the receive's buffer; from half of it too in a one-way stream: other commands wait behind the message and none of the receiver's own sends waits (default: 65536; SIZE_MAX, 18446744073709551615, turns it off)"),
     ("REMOTE_COMM", ffi::FI_PARAM_BOOL, "Advertise FI_REMOTE_COMM (Open MPI's mtl/ofi requires it; all peers are still on this node) (default: off)"),
     ("QUEUE_LEN", ffi::FI_PARAM_SIZE_T, "Entries in each endpoint's command queue and response queue, a power of two (default: 1024 commands, 512 responses)"),
     ("INJECT_COUNT", ffi::FI_PARAM_SIZE_T, "4 KiB inject buffers per endpoint (default: 128)"),

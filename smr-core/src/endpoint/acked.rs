@@ -90,6 +90,11 @@ impl AckedSends {
         self.in_table + self.overflow.len()
     }
 
+    /// Nothing waits for its answer.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     /// Every outstanding send, in no particular order.
     pub fn values(&self) -> impl Iterator<Item = &AckedSend> {
         let table = (self.in_table > 0).then(|| self.table.iter().filter(|p| p.id != 0).map(|p| &p.send));

@@ -169,7 +169,7 @@ impl Endpoint {
         timed: bool,
         h: &mut impl Handler,
     ) -> bool {
-        if hdr.len >= self.params.split_min as u64 {
+        if self.splits(hdr.len) {
             return false;
         }
         let Some(msg) = self.express_incoming(src, msg_id, ack, hdr) else { return false };

@@ -3147,6 +3147,51 @@ fn a_split_the_receiver_finished_alone_teaches_no_pushed_read() {
     assert_eq!((b.pushed_timed.len(), b.busy_read_figures(len).0), (2, 0));
 }
 
+/// From half of `split_min` a CMA message is split only in a one-way stream (`Endpoint::splits`):
+/// one of 40 KiB alone is read whole, as a ping-pong's is; of two sent together, the first is
+/// split and the second, alone by its turn, is not; and none while the receiver has a send of
+/// its own waiting (two processes sending each other, MPI's exchanges). Every byte arrives.
+#[test]
+fn a_message_below_split_min_splits_only_in_a_one_way_stream() {
+    let Some((mut a, mut b, to_b)) = split_pair("splitstream") else { return };
+    let (mut ha, mut hb) = (Collect::default(), Collect::default());
+    let len = 40 * 1024;
+    let send = |a: &mut Endpoint, i: u64| {
+        let hdr = MsgHeader { app: 0, tag: i, data: 0, aux: 0, len: len as u64 };
+        a.send(to_b, hdr, LocalIov::owned(pattern(len, i as u8)), SendOpts { cookie: i, ..SendOpts::default() })
+            .unwrap();
+    };
+    send(&mut a, 0);
+    pump_until((&mut a, &mut ha), (&mut b, &mut hb), "a message alone", |ha, _| ha.sends_done.len() == 1);
+    assert_eq!(b.stats().splits_offered, 0, "alone: read whole");
+    send(&mut a, 1);
+    send(&mut a, 2);
+    pump_until((&mut a, &mut ha), (&mut b, &mut hb), "two messages", |ha, _| ha.sends_done.len() == 3);
+    assert_eq!(b.stats().splits_offered, 1, "the first of two split, the last not");
+    // The receiver sends too, and a does not take it in until both of its messages are done.
+    let to_a = b.add_peer(a.name()).unwrap();
+    let back = MsgHeader { app: 0, tag: 9, data: 0, aux: 0, len: len as u64 };
+    b.send(to_a, back, LocalIov::owned(pattern(len, 9)), SendOpts { cookie: 9, ..SendOpts::default() }).unwrap();
+    send(&mut a, 3);
+    send(&mut a, 4);
+    let dl = deadline();
+    while hb.received.len() < 5 {
+        assert!(std::time::Instant::now() < dl, "{} of 5 messages in", hb.received.len());
+        b.progress(&mut hb);
+        // Answers only: the receiver's message stays where it is.
+        a.drain_responses(&mut ha);
+    }
+    assert_eq!(b.stats().splits_offered, 1, "none while a send of the receiver's waits");
+    // The split one completes once its tail is in, which may be after the next.
+    let mut tags: Vec<u64> = hb.received.iter().map(|(hdr, _, _)| hdr.tag).collect();
+    tags.sort_unstable();
+    assert_eq!(tags, [0, 1, 2, 3, 4]);
+    for (hdr, result, bytes) in &hb.received {
+        assert_eq!(result, &Ok(len));
+        assert!(bytes[..len] == pattern(len, hdr.tag as u8)[..], "message {} differs", hdr.tag);
+    }
+}
+
 /// Split copies whose sender takes the tail and fails to write it (its `process_vm_writev`
 /// refused): it says so (FAILED), and the receiver reads the tail itself; every byte arrives.
 #[test]

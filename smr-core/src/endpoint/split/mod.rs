@@ -118,6 +118,22 @@ fn offer(msg_id: u64, offset: u64, dest: RemoteIov, word: usize) -> RespEntry {
 }
 
 impl Endpoint {
+    /// Whether a CMA message of `len` bytes, its command taken from the ring, is large enough
+    /// to copy in halves with its sender: from `split_min`, and from half of it in a one-way
+    /// stream: another command waits behind it (we go on to that command while the sender
+    /// writes our tail; alone, as in a ping-pong, we would wait for the tail, which cost a
+    /// 32 KiB ping-pong 10%), and no send of ours waits (two processes sending each other
+    /// 32 KiB messages, each splitting the other's, made MPICH's IMB-MPI1 `Exchange` a third
+    /// slower). A one-way stream of 32-48 KiB ran 15-35% faster split.
+    pub(super) fn splits(&self, len: u64) -> bool {
+        let min = self.params.split_min as u64;
+        len >= min
+            || len >= min / 2
+                && self.pending.is_empty()
+                && self.acked.is_empty()
+                && self.cmd_rx.ready(&self.region.cmd_ring())
+    }
+
     /// Receiver: copy a CMA message of `len` bytes from `iovs` into `dest` with the sender's
     /// help, if it is large enough and its tail goes into one buffer of ours; None, with nothing
     /// done but splits under way finished (`room_to_split`), otherwise.
@@ -130,7 +146,7 @@ impl Endpoint {
         len: u64,
         h: &mut impl Handler,
     ) -> Option<Split> {
-        if len < self.params.split_min as u64 || (dest.len() as u64) < len || msg_id >= 1 << 60 {
+        if !self.splits(len) || (dest.len() as u64) < len || msg_id >= 1 << 60 {
             return None;
         }
         self.room_to_split(src, h);

@@ -61,7 +61,7 @@ impl Endpoint {
             && next.op == op::MSG
             && next.proto == proto::IOV
             && next.src == src
-            && next.len >= self.params.split_min as u64
+            && next.len >= self.params.split_min as u64 / 2
     }
 
     /// Receiver: read the heads waiting in `heads` (all from `src`) and ours, `head` into `dest`
