@@ -311,12 +311,12 @@ fn ring_two_producers_one_consumer() {
 /// of times; the check is that exactly the successful ones come out, once each, in order.
 #[test]
 fn ring_two_producers_one_consumer_lapping() {
-    const NAME: &str = "ring_two_producers_one_consumer_lapping";
-    let full = Tally::default();
-    let seen_full = full.clone();
-    let full_while_writing = model_counting(NAME, &ring::seen::FULL_WHILE_WRITING, two_producers_lapping(full, false));
-    seen_full.assert_seen(NAME, "a push refused with Full");
-    assert_seen(NAME, "Full while last lap's producer was still writing the slot", full_while_writing);
+    two_producers_lapping_seen(
+        "ring_two_producers_one_consumer_lapping",
+        false,
+        &ring::seen::FULL_WHILE_WRITING,
+        "Full while last lap's producer was still writing the slot",
+    );
 }
 
 /// (1d) As (1b), the two producers sharing one free hint (`Ring::with_free_hint`: the producers
@@ -326,12 +326,17 @@ fn ring_two_producers_one_consumer_lapping() {
 /// slot's cell), and claims did take the hint.
 #[test]
 fn ring_free_hint() {
-    const NAME: &str = "ring_free_hint";
+    two_producers_lapping_seen("ring_free_hint", true, &ring::seen::HINTED_CLAIMS, "a claim on the free hint");
+}
+
+/// Run `two_producers_lapping` as model `name` and check that a push met `Full` and that the
+/// interleaving `counter` counts (`what`) happened.
+fn two_producers_lapping_seen(name: &str, hinted: bool, counter: &'static LocalKey<Cell<u64>>, what: &str) {
     let full = Tally::default();
     let seen_full = full.clone();
-    let hinted = model_counting(NAME, &ring::seen::HINTED_CLAIMS, two_producers_lapping(full, true));
-    seen_full.assert_seen(NAME, "a push refused with Full");
-    assert_seen(NAME, "a claim on the free hint", hinted);
+    let seen = model_counting(name, counter, two_producers_lapping(full, hinted));
+    seen_full.assert_seen(name, "a push refused with Full");
+    assert_seen(name, what, seen);
 }
 
 /// The model of (1b) and (1d): two producers push two entries each into a ring of 2, retrying

@@ -188,14 +188,17 @@ fn start_way(st: &mut DomainState, id: usize, a: OneSided, op: Op, segmented: bo
     // on some states of the host the faster (32 KiB in fi_rma_bw: 3.9 GB/s against 2.0 answered,
     // where answered reads run 8-15 GB/s in others): the faster one as measured
     // (`Endpoint::choose_read`).
-    let choice =
-        if answering_target && busy.is_none() && peer_mr(engine).is_some() { engine.choose_read(len) } else { None };
-    // Chosen for our CMA read, or chosen answered: then timed where the choice says so (one in
-    // eight of the way in use, once both are learnt: `Choice::timed`), its request asking the
-    // target for its copy's time (`AnswerBuf::timed`).
-    let (by_cma, timed) = match choice.or(busy) {
+    let choice = match busy {
+        None if answering_target && peer_mr(engine).is_some() => engine.choose_read(len),
+        busy => busy,
+    };
+    // Chosen for our CMA read, chosen pushed (a busy read, timed by its reply's split), or
+    // chosen answered: then timed where the choice says so (one in eight of the way in use,
+    // once both are learnt: `Choice::timed`), its request asking the target for its copy's time
+    // (`AnswerBuf::timed`).
+    let (by_cma, timed) = match choice {
         Some(c) if c.via == Via::Cma => (Some(c), None),
-        _ if busy_push.is_some() => (None, None),
+        Some(_) if busy.is_some() => (None, None),
         answered => (None, answered.filter(|c| c.timed())),
     };
     if answering_target && by_cma.is_none() && busy_push.is_none() {

@@ -126,12 +126,28 @@ impl Endpoint {
     /// 32 KiB messages, each splitting the other's, made MPICH's IMB-MPI1 `Exchange` a third
     /// slower). A one-way stream of 32-48 KiB ran 15-35% faster split.
     pub(super) fn splits(&self, len: u64) -> bool {
+        self.would_split(len, 0)
+    }
+
+    /// `splits` for the message at `ahead` places after our ring's head (0: the one just taken
+    /// from it), asked of the next one by `defer_head`, whose slot is still the head.
+    pub(super) fn would_split(&self, len: u64, ahead: u64) -> bool {
         let min = self.params.split_min as u64;
         len >= min
             || len >= min / 2
                 && self.pending.is_empty()
                 && self.acked.is_empty()
-                && self.cmd_rx.ready(&self.region.cmd_ring())
+                && self.cmd_rx.ready_at(&self.region.cmd_ring(), ahead)
+    }
+
+    /// A split whose tail its sender wrote (`Claim::Written`) is over, our head read `head`
+    /// (its first `head_len` bytes of `len`, in `took`): counted, and a sample of a pushed
+    /// read's cost (`learn_pushed_head`).
+    fn split_taken(&mut self, head: &Result<()>, len: u64, head_len: u64, took: Duration) {
+        self.stats.splits_taken += 1;
+        if head.is_ok() {
+            self.learn_pushed_head(len, head_len, took);
+        }
     }
 
     /// Receiver: copy a CMA message of `len` bytes from `iovs` into `dest` with the sender's
@@ -227,10 +243,7 @@ impl Endpoint {
                 Split::Later(rx)
             }
             Claim::Written => {
-                self.stats.splits_taken += 1;
-                if head.is_ok() {
-                    self.learn_pushed_head(len, offset as u64, head_took);
-                }
+                self.split_taken(&head, len, offset as u64, head_took);
                 Split::Done(head.map(|()| reported()))
             }
             Claim::Ours => {
@@ -377,10 +390,7 @@ impl Endpoint {
             let written = matches!(claim, Claim::Written);
             let result = match claim {
                 Claim::Written => {
-                    self.stats.splits_taken += 1;
-                    if head.is_ok() {
-                        self.learn_pushed_head(s.len, s.offset as u64, s.head_took);
-                    }
+                    self.split_taken(&head, s.len, s.offset as u64, s.head_took);
                     head
                 }
                 Claim::Ours => head.and_then(|()| {

@@ -44,8 +44,8 @@ pub(in crate::endpoint) struct TailTaken {
 impl Endpoint {
     /// Receiver, having offered the tail of a message from `src`: whether to leave its head to be
     /// read with the next message's. So if the next command waiting is a CMA message from the same
-    /// sender that may split too, fewer than `HEADS_MAX` heads wait, and a claim word would be
-    /// left for that message.
+    /// sender that will split too (`would_split`), fewer than `HEADS_MAX` heads wait, and a claim
+    /// word would be left for that message.
     pub(super) fn defer_head(&self, src: SrcId) -> bool {
         #[cfg(test)]
         let heads_max = self.split_heads_max.unwrap_or(HEADS_MAX);
@@ -57,11 +57,7 @@ impl Endpoint {
         let mut next = CmdEntry::default();
         // Only the header, which shares the slot's first line; the slot stays where it is.
         let waiting = matches!(self.cmd_rx.peek_into(&self.region.cmd_ring(), &mut next), crate::ring::Pop::Item(_));
-        waiting
-            && next.op == op::MSG
-            && next.proto == proto::IOV
-            && next.src == src
-            && next.len >= self.params.split_min as u64 / 2
+        waiting && next.op == op::MSG && next.proto == proto::IOV && next.src == src && self.would_split(next.len, 1)
     }
 
     /// Receiver: read the heads waiting in `heads` (all from `src`) and ours, `head` into `dest`
