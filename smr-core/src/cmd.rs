@@ -317,6 +317,10 @@ pub const FLAG_ACK: u8 = 1;
 /// reports the time in the answer. Untimed, a CMA read spares the receiver two clock reads
 /// (about 140 instructions of a CMA message's arrival).
 pub const FLAG_TIMED: u8 = 2;
+/// Command flag of a CMA message: its receiver asked for it to be copied in halves by the two
+/// processes from half of `split_min` (`endpoint::split`), whatever else the receiver waits for:
+/// the reply to a read it chose to have pushed (`Endpoint::choose_busy_read`).
+pub const FLAG_SPLIT_EARLY: u8 = 4;
 
 pub mod resp {
     /// `value` = the peer-table index that the receiver accepted.
@@ -429,10 +433,12 @@ pub enum Body {
         buf: u32,
     },
     /// `count` ranges of the sender's memory, in the entry's payload (see `CmdEntry::iov`);
-    /// `timed`: the sender wants the read's time (`FLAG_TIMED`).
+    /// `timed`: the sender wants the read's time (`FLAG_TIMED`); `split_early`: the receiver
+    /// asked for halves from half of `split_min` (`FLAG_SPLIT_EARLY`).
     Iov {
         count: usize,
         timed: bool,
+        split_early: bool,
     },
     Sar(SarSeg),
 }
@@ -547,7 +553,7 @@ pub fn decode(entry: &CmdEntry, limits: &Limits) -> Result<Command> {
             if total != len {
                 return Err(Error::Corrupt("iov lengths do not add up to the message length"));
             }
-            Body::Iov { count, timed: entry.flags & FLAG_TIMED != 0 }
+            Body::Iov { count, timed: entry.flags & FLAG_TIMED != 0, split_early: entry.flags & FLAG_SPLIT_EARLY != 0 }
         }
         proto::SAR => Body::Sar(decode_sar(entry, limits)?),
         _ => return Err(Error::Corrupt("unknown protocol")),

@@ -402,7 +402,7 @@ impl Node {
         // `pump`. If the send is done or failed, the engine is finished with the range when
         // `send` returns, before `data` is given back or dropped.
         let iov = unsafe { LocalIov::from_raw(&[(data.as_mut_ptr(), data.len())]) };
-        let opts = SendOpts { cookie, delivery_complete, more: false, pull: false };
+        let opts = SendOpts { cookie, delivery_complete, more: false, pull: false, split_early: false };
         match self.ep.send(peer, hdr, iov, opts) {
             Ok(SendStatus::Pending) => {
                 self.inflight.insert(cookie, data);

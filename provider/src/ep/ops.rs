@@ -533,6 +533,7 @@ fn start_send(
         more: args.flags & ffi::FI_MORE as u64 != 0,
         // Messages: both sides are active, SAR or CMA by measurement or by size (`Params`).
         pull: false,
+        split_early: false,
     };
     crate::debug!(
         EpData,

@@ -88,7 +88,8 @@ pub fn start_segmented(st: &mut DomainState, id: usize, a: OneSided, segments: S
     let engine = ep.engine.as_mut().expect("checked by admit");
     let (bytes, n) = segments.encode();
     let hdr = header(app(KIND_SEGMENTS, 0), 0, 0, 0, n);
-    let opts = SendOpts { cookie: COOKIE_SEGMENTS, delivery_complete: false, more: false, pull: true };
+    let opts =
+        SendOpts { cookie: COOKIE_SEGMENTS, delivery_complete: false, more: false, pull: true, split_early: false };
     match engine.send_bytes(peer, hdr, &bytes[..n], opts) {
         Ok(_) => {}
         Err(EngineError::Again) => return Err(FiError::AGAIN),
@@ -170,12 +171,12 @@ fn start_way(st: &mut DomainState, id: usize, a: OneSided, op: Op, segmented: bo
     let progresses = read && engine.peer_progresses(peer);
     let answering_target = answerable_read && progresses;
     // From a target that progresses while busy with operations of its own, a read whose reply
-    // the two processes would copy in halves (from `split_min`) has that reply pushed, or is
-    // ours by CMA, as measured for such reads (`Endpoint::choose_busy_read`): pushed,
-    // fi_rma_bw's two-way reads of 64-128 KiB ran 1.2-1.6x faster; OpenSHMEM's two-way gets
-    // between separate buffers, half as fast.
+    // the two processes can copy in halves (from half of `split_min`, at our request below it)
+    // has that reply pushed, or is ours by CMA, as measured for such reads
+    // (`Endpoint::choose_busy_read`): pushed, fi_rma_bw's two-way reads of 64-128 KiB ran
+    // 1.2-1.6x faster; OpenSHMEM's two-way gets between separate buffers, half as fast.
     let busy = if answering_target
-        && len >= engine.params().split_min
+        && len >= engine.early_split_min()
         && peer_mr(engine).is_some()
         && engine.peer_busy_with_own(peer)
     {
@@ -362,7 +363,7 @@ fn start_way(st: &mut DomainState, id: usize, a: OneSided, op: Op, segmented: bo
     // A one-sided target may progress rarely: a large write is pulled with CMA where allowed,
     // unless the target has a CPU to spare (above).
     let cookie = cookie_of(&a, &tx, slot);
-    let opts = SendOpts { cookie, delivery_complete: acked, more: more(&a), pull: !pushed };
+    let opts = SendOpts { cookie, delivery_complete: acked, more: more(&a), pull: !pushed, split_early: false };
     let sent = match (payload, answer_buf) {
         // SAFETY: the application's source buffer, which it leaves unchanged until the write
         // completes (the engine copies inject-sized ones before returning).
@@ -445,7 +446,7 @@ fn send_small(
     let engine = ep.engine.as_mut().expect("checked by admit");
     let acked = acknowledged(ep.tx_op_flags, a, &tx, &mut ep.rma, engine, peer);
     let cookie = cookie_of(a, &tx, slot);
-    let opts = SendOpts { cookie, delivery_complete: acked, more: more(a), pull: true };
+    let opts = SendOpts { cookie, delivery_complete: acked, more: more(a), pull: true, split_early: false };
     let sent = engine.send_bytes(peer, hdr, bytes, opts);
     launched(ep, cqs, cntrs, a, sent, acked, tx, reply, cookie)
 }
@@ -482,7 +483,7 @@ pub fn start_read(st: &mut DomainState, id: usize, a: OneSided, buf: usize, len:
     let tx = TxOp::new(a.ctx, (ffi::FI_RMA | ffi::FI_READ) as u64, wanted, TxKind::Read).returning(returns);
     // A read always completes on its answer (`acknowledged`).
     let cookie = slot as u64;
-    let opts = SendOpts { cookie, delivery_complete: true, more: more(&a), pull: true };
+    let opts = SendOpts { cookie, delivery_complete: true, more: more(&a), pull: true, split_early: false };
     let sent = match answer_buf {
         Some(b) => engine.send_bytes_answered(peer, hdr, &req[..n], opts, b, None),
         None => engine.send_bytes(peer, hdr, &req[..n], opts),

@@ -15,7 +15,9 @@
 
 use super::recv::{outcome, status_of, time_since};
 use super::{Disposition, Endpoint, Handler, Incoming, SrcId};
-use crate::cmd::{op, proto, CmdEntry, MsgHeader, RespEntry, SarSeg, Status, FLAG_ACK, FLAG_TIMED, INLINE_MAX};
+use crate::cmd::{
+    op, proto, CmdEntry, MsgHeader, RespEntry, SarSeg, Status, FLAG_ACK, FLAG_SPLIT_EARLY, FLAG_TIMED, INLINE_MAX,
+};
 use crate::layout::INJECT_SIZE;
 
 /// Lines of an inline payload that `fetch_beyond_first_line` asks for: enough to cover what
@@ -169,7 +171,7 @@ impl Endpoint {
         timed: bool,
         h: &mut impl Handler,
     ) -> bool {
-        if self.splits(hdr.len) {
+        if self.splits(hdr.len, entry.flags & FLAG_SPLIT_EARLY != 0) {
             return false;
         }
         let Some(msg) = self.express_incoming(src, msg_id, ack, hdr) else { return false };

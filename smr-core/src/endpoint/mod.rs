@@ -315,6 +315,9 @@ pub struct SendOpts {
     /// (a read's reply), while a CMA pull needs one step of its progress, or none. A message of
     /// one segment needs one step either way and goes by SAR, without the system call.
     pub pull: bool,
+    /// Sent by CMA, let the receiver copy it in halves with us from half of `split_min`
+    /// (`cmd::FLAG_SPLIT_EARLY`): a read's reply the receiver asked us to push.
+    pub split_early: bool,
 }
 
 /// What `send` did.

@@ -17,10 +17,11 @@
 //! Both are copying time on some CPU, which is what two processes that read each other at once
 //! (every CPU busy) and a reader waiting for one get alike pay.
 //!
-//! A read of `split_min` or more from a target busy with operations of its own (each side of
-//! `fi_rma_bw -o read`, or of OpenSHMEM's `shmem_bibw_get_perf`) has a third way: the target
-//! pushes its reply as a message, whose copy the two processes split (`split`: we read the
-//! first half while the target writes the second). Which of that and our CMA read costs less
+//! A read of half of `split_min` or more (`early_split_min`) from a target busy with operations
+//! of its own (each side of `fi_rma_bw -o read`, or of OpenSHMEM's `shmem_bibw_get_perf`) has a
+//! third way: the target pushes its reply as a message, whose copy the two processes split
+//! (`split`: we read the first half while the target writes the second; below `split_min` at
+//! our request, `cmd::FLAG_SPLIT_EARLY`). Which of that and our CMA read costs less
 //! depends on the pattern, not only the host. Intel host of 2026-12-06 (eighty-fifth session),
 //! GB/s per copy: in fi_rma_bw, where each process reads into the buffer the other reads, our
 //! CMA reads of 64-128 KiB ran at 7.6-12 and the split's halves at 10-15 (the reads 1.5x faster
@@ -89,7 +90,7 @@ impl Endpoint {
     /// reply pushed and split, `Via::Cma` for ours. None when there is no choice to make
     /// (measuring is off, the reply would not be split): the caller's other rules then.
     pub fn choose_busy_read(&mut self, len: usize) -> Option<Choice> {
-        if !self.params.measure_protocol || len < self.params.split_min {
+        if !self.params.measure_protocol || len < self.early_split_min() {
             return None;
         }
         self.busy_read_chooser.choose(len as u64)

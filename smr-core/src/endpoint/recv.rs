@@ -253,7 +253,7 @@ impl Endpoint {
                     return;
                 }
             },
-            Body::Iov { count: 1, timed } if self.express_cma(entry, src, msg_id, ack, hdr, timed, h) => return,
+            Body::Iov { count: 1, timed, .. } if self.express_cma(entry, src, msg_id, ack, hdr, timed, h) => return,
             Body::Sar(seg) if self.express_sar(entry, src, msg_id, ack, hdr, seg, h) => return,
             Body::Iov { .. } | Body::Sar(_) => None,
         };
@@ -277,7 +277,7 @@ impl Endpoint {
             // Offered with their payload, and finished above.
             Body::Inline { .. } | Body::Inject { .. } => {}
             // The CMA path answers for itself.
-            Body::Iov { count, timed } => {
+            Body::Iov { count, timed, split_early } => {
                 // The usual message names one range: no list gathered for it.
                 let (one, many): ([RemoteIov; 1], crate::iov::RemoteIovs);
                 let iovs: &[RemoteIov] = if count == 1 {
@@ -289,7 +289,7 @@ impl Endpoint {
                 };
                 match disposition {
                     Disposition::Deliver { dest, ctx } | Disposition::Later { dest, ctx } => {
-                        self.pull_cma(src, msg_id, hdr, iovs, timed, dest, ctx, h)
+                        self.pull_cma(src, msg_id, hdr, iovs, timed, split_early, dest, ctx, h)
                     }
                     Disposition::Hold => {
                         let iovs = iovs.into();
@@ -436,6 +436,7 @@ impl Endpoint {
     }
 
     /// Read a message out of the sender with CMA and answer it; falls back to SAR if refused.
+    /// `timed` and `split_early`: the command's flags (`Body::Iov`).
     #[allow(clippy::too_many_arguments)]
     fn pull_cma(
         &mut self,
@@ -444,11 +445,17 @@ impl Endpoint {
         hdr: MsgHeader,
         iovs: &[RemoteIov],
         timed: bool,
+        split_early: bool,
         mut dest: LocalIov,
         ctx: u64,
         h: &mut impl Handler,
     ) {
-        match self.split_read(src, msg_id, iovs, &mut dest, hdr.len, h) {
+        let split = if self.splits(hdr.len, split_early) {
+            self.split_read(src, msg_id, iovs, &mut dest, hdr.len, h)
+        } else {
+            None
+        };
+        match split {
             None => {}
             Some(super::split::Split::Later(rx)) => return self.splits.push(rx.with_ctx(ctx)),
             Some(super::split::Split::Deferred(rx)) => return self.heads.push(rx.with_ctx(ctx)),

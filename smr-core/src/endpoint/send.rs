@@ -497,6 +497,9 @@ impl Endpoint {
                     if timed {
                         e.flags |= crate::cmd::FLAG_TIMED;
                     }
+                    if opts.split_early {
+                        e.flags |= crate::cmd::FLAG_SPLIT_EARLY;
+                    }
                 })?;
                 self.stats.sent_cma += 1;
             }

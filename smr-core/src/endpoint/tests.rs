@@ -276,7 +276,7 @@ fn exchange_one(
             to_b,
             hdr,
             LocalIov::owned(data.clone()),
-            SendOpts { cookie: i as u64, delivery_complete: false, more: false, pull: false },
+            SendOpts { cookie: i as u64, delivery_complete: false, more: false, pull: false, split_early: false },
         ) {
             Err(Error::Again) => {
                 assert!(std::time::Instant::now() < dl, "send of size {len} still answers Again");
@@ -369,7 +369,7 @@ fn pump_until(
 /// acknowledged and not pulled, as the tests of the protocol chooser send theirs (`measured.rs`).
 fn send_numbered(a: &mut Endpoint, to_b: PeerId, i: u64, len: usize) {
     let hdr = MsgHeader { app: 0, tag: i, data: 0, aux: 0, len: len as u64 };
-    let opts = SendOpts { cookie: i, delivery_complete: false, more: false, pull: false };
+    let opts = SendOpts { cookie: i, delivery_complete: false, more: false, pull: false, split_early: false };
     a.send(to_b, hdr, LocalIov::owned(pattern(len, i as u8)), opts).unwrap();
 }
 
@@ -412,7 +412,7 @@ fn held_messages_complete_their_senders_on_delivery(tag: &str, params: Params, c
                 to_b,
                 hdr,
                 LocalIov::owned(pattern(len, 9)),
-                SendOpts { cookie: i as u64, delivery_complete: true, more: false, pull: false },
+                SendOpts { cookie: i as u64, delivery_complete: true, more: false, pull: false, split_early: false },
             )
             .unwrap();
         assert_eq!(status, SendStatus::Pending, "size {len} with delivery-complete");
@@ -735,7 +735,8 @@ fn refused_messages_fail_their_senders_with_the_receivers_errno() {
         let sizes = [1usize, 4096, 100_000];
         for (i, &len) in sizes.iter().enumerate() {
             let hdr = MsgHeader { app: 0, tag: i as u64, data: 0, aux: 7, len: len as u64 };
-            let opts = SendOpts { cookie: i as u64, delivery_complete: true, more: false, pull: false };
+            let opts =
+                SendOpts { cookie: i as u64, delivery_complete: true, more: false, pull: false, split_early: false };
             let buf = LocalIov::owned(pattern(len, i as u8));
             assert_eq!(a.send(to_b, hdr, buf, opts), Ok(SendStatus::Pending));
         }
@@ -758,7 +759,7 @@ fn later_messages_complete_their_senders_on_answer() {
     let (mut ha, mut hb) = (Collect::default(), Collect { later: true, ..Default::default() });
     for (i, len) in [16usize, 3000].into_iter().enumerate() {
         let hdr = MsgHeader { app: 0, tag: i as u64, data: 0, aux: 0, len: len as u64 };
-        let opts = SendOpts { cookie: i as u64, delivery_complete: true, more: false, pull: false };
+        let opts = SendOpts { cookie: i as u64, delivery_complete: true, more: false, pull: false, split_early: false };
         assert_eq!(a.send(to_b, hdr, LocalIov::owned(pattern(len, 3)), opts), Ok(SendStatus::Pending));
     }
     pump_until((&mut a, &mut ha), (&mut b, &mut hb), "deliveries", |_, hb| hb.received.len() == 2);
@@ -783,7 +784,7 @@ fn answers_carry_data_to_the_sender() {
     let (mut ha, mut hb) = (Collect::default(), Collect { later: true, ..Default::default() });
     for i in 0..3u64 {
         let hdr = MsgHeader { app: 0, tag: i, data: 0, aux: 0, len: 16 };
-        let opts = SendOpts { cookie: 10 + i, delivery_complete: true, more: false, pull: false };
+        let opts = SendOpts { cookie: 10 + i, delivery_complete: true, more: false, pull: false, split_early: false };
         assert_eq!(a.send(to_b, hdr, LocalIov::owned(pattern(16, 1)), opts), Ok(SendStatus::Pending));
     }
     pump_until((&mut a, &mut ha), (&mut b, &mut hb), "deliveries", |_, hb| hb.received.len() == 3);
@@ -815,7 +816,7 @@ fn answers_with_data_in_one_step(take_inline: bool) {
     let sizes = [0usize, 8, INLINE_MAX, INLINE_MAX + 1, INJECT_SIZE as usize];
     for (i, &len) in sizes.iter().enumerate() {
         let hdr = MsgHeader { app: 0, tag: i as u64, data: 0, aux: 0, len: len as u64 };
-        let opts = SendOpts { cookie: i as u64, delivery_complete: true, more: false, pull: false };
+        let opts = SendOpts { cookie: i as u64, delivery_complete: true, more: false, pull: false, split_early: false };
         assert_eq!(a.send_bytes(to_b, hdr, &pattern(len, i as u8), opts), Ok(SendStatus::Pending));
     }
     // One progress step of the receiver answers them all: nothing waits for a later step.
@@ -830,7 +831,7 @@ fn answers_with_data_in_one_step(take_inline: bool) {
     assert!(hb.received.is_empty() && hb.taken.is_empty());
     let big = INJECT_SIZE as usize + 1;
     let hdr = MsgHeader { app: 0, tag: 99, data: 0, aux: 0, len: big as u64 };
-    let opts = SendOpts { cookie: 99, delivery_complete: true, more: false, pull: true };
+    let opts = SendOpts { cookie: 99, delivery_complete: true, more: false, pull: true, split_early: false };
     assert_eq!(a.send(to_b, hdr, LocalIov::owned(pattern(big, 1)), opts), Ok(SendStatus::Pending));
     pump_until((&mut a, &mut ha), (&mut b, &mut hb), "refusal", |ha, _| ha.sends_done.len() == sizes.len() + 1);
     assert_eq!(ha.sends_done.last(), Some(&(99, Err(Error::Refused(libc::EINVAL as u32)))));
@@ -849,7 +850,8 @@ fn send_bytes_moves_small_messages_and_refuses_longer_ones() {
     let sizes = [0usize, 8, INLINE_MAX, INLINE_MAX + 1, INJECT_SIZE as usize];
     for (i, &len) in sizes.iter().enumerate() {
         let hdr = MsgHeader { app: 0, tag: i as u64, data: 0, aux: 0, len: len as u64 };
-        let opts = SendOpts { cookie: i as u64, delivery_complete: i % 2 == 1, more: false, pull: false };
+        let opts =
+            SendOpts { cookie: i as u64, delivery_complete: i % 2 == 1, more: false, pull: false, split_early: false };
         let want = if opts.delivery_complete { SendStatus::Pending } else { SendStatus::Done };
         assert_eq!(a.send_bytes(to_b, hdr, &pattern(len, i as u8), opts), Ok(want));
     }
@@ -889,7 +891,8 @@ fn inline_messages_take_the_express_path() {
         let sends = [(0usize, false), (8, true), (INLINE_MAX, false), (INLINE_MAX + 1, false)];
         for (i, &(len, ack)) in sends.iter().enumerate() {
             let hdr = MsgHeader { app: 0, tag: i as u64, data: 7, aux: 0, len: len as u64 };
-            let opts = SendOpts { cookie: i as u64, delivery_complete: ack, more: false, pull: false };
+            let opts =
+                SendOpts { cookie: i as u64, delivery_complete: ack, more: false, pull: false, split_early: false };
             a.send_bytes(to_b, hdr, &pattern(len, i as u8), opts).unwrap();
         }
         pump_until((&mut a, &mut ha), (&mut b, &mut hb), "deliveries", |ha, hb| {
@@ -953,7 +956,7 @@ fn short_messages_arrive_whole_compact_or_not() {
             for (data, aux, ack, more) in kinds {
                 let tag = sent.len() as u64;
                 let hdr = MsgHeader { app: 2, tag, data, aux, len: len as u64 };
-                let opts = SendOpts { cookie: tag, delivery_complete: ack, more, pull: false };
+                let opts = SendOpts { cookie: tag, delivery_complete: ack, more, pull: false, split_early: false };
                 a.send_bytes(to_b, hdr, &pattern(len, tag as u8), opts).unwrap();
                 sent.push(hdr);
                 if ack || more {
@@ -1411,7 +1414,7 @@ fn a_held_sar_message_delivered_after_a_successor_took_the_entry_answers_nobody(
     let (mut a, mut b, to_b) = pair("heldto", params.clone());
     let (mut ha, mut hb) = (Collect::default(), Collect { hold: true, ..Default::default() });
     let len = 100_000;
-    let opts = SendOpts { cookie: 1, delivery_complete: true, more: false, pull: false };
+    let opts = SendOpts { cookie: 1, delivery_complete: true, more: false, pull: false, split_early: false };
     let hdr = MsgHeader { len: len as u64, ..hdr(1) };
     assert_eq!(a.send(to_b, hdr, LocalIov::owned(pattern(len, 4)), opts), Ok(SendStatus::Pending));
     pump_until((&mut a, &mut ha), (&mut b, &mut hb), "the message offered", |_, hb| hb.offered.len() == 1);
@@ -1785,7 +1788,7 @@ fn pull_takes_cma_only_for_messages_longer_than_one_segment() {
     let sizes = [SAR_FIRST_SEGMENT as usize, SAR_FIRST_SEGMENT as usize + 1];
     for (i, &len) in sizes.iter().enumerate() {
         let hdr = MsgHeader { app: 0, tag: i as u64, data: 0, aux: 0, len: len as u64 };
-        let opts = SendOpts { cookie: i as u64, delivery_complete: true, more: false, pull: true };
+        let opts = SendOpts { cookie: i as u64, delivery_complete: true, more: false, pull: true, split_early: false };
         a.send(to_b, hdr, LocalIov::owned(pattern(len, i as u8)), opts).unwrap();
     }
     pump_until((&mut a, &mut ha), (&mut b, &mut hb), "deliveries", |ha, _| ha.sends_done.len() == sizes.len());
@@ -1803,7 +1806,7 @@ fn pull_takes_cma_only_for_messages_longer_than_one_segment() {
     let (mut ha, mut hb) = (Collect::default(), Collect::default());
     let len = SAR_FIRST_SEGMENT as usize;
     let hdr = MsgHeader { app: 0, tag: 0, data: 0, aux: 0, len: len as u64 };
-    let opts = SendOpts { cookie: 0, delivery_complete: true, more: false, pull: true };
+    let opts = SendOpts { cookie: 0, delivery_complete: true, more: false, pull: true, split_early: false };
     a.send(to_b, hdr, LocalIov::owned(pattern(len, 5)), opts).unwrap();
     pump_until((&mut a, &mut ha), (&mut b, &mut hb), "the pulled message", |ha, _| ha.sends_done.len() == 1);
     assert_eq!((a.stats().sent_sar, a.stats().sent_cma), (0, 1));
@@ -2018,7 +2021,8 @@ fn a_cma_choice_behind_an_unstarted_sar_message_keeps_send_order() {
     let mut waited = 0;
     for i in 0..n {
         let hdr = MsgHeader { app: 0, tag: i as u64, data: 0, aux: 0, len: len as u64 };
-        let opts = SendOpts { cookie: i as u64, delivery_complete: false, more: false, pull: false };
+        let opts =
+            SendOpts { cookie: i as u64, delivery_complete: false, more: false, pull: false, split_early: false };
         let dl = deadline();
         loop {
             match a.send(to_b, hdr, LocalIov::owned(pattern(len, i as u8)), opts) {
@@ -2078,7 +2082,8 @@ fn more_batches_small_messages_in_order() {
     let sizes = [8usize, 0, INLINE_MAX, 100, 1, 16, 8, 8, 8, 8, 8, 8];
     for (i, &len) in sizes.iter().enumerate() {
         let hdr = MsgHeader { app: 0, tag: i as u64, data: 0, aux: 0, len: len as u64 };
-        let opts = SendOpts { cookie: i as u64, delivery_complete: i == 3, more: true, pull: false };
+        let opts =
+            SendOpts { cookie: i as u64, delivery_complete: i == 3, more: true, pull: false, split_early: false };
         assert_eq!(a.send_bytes(to_b, hdr, &pattern(len, i as u8), opts), Ok(SendStatus::Pending));
     }
     for _ in 0..50 {
@@ -2117,7 +2122,8 @@ fn inject_sized_more_sends_go_out_at_once_behind_the_staged_ones() {
     let (mut a, mut b, to_b) = pair("moreinject", Params::default());
     let (mut ha, mut hb) = (Collect::default(), Collect::default());
     let sizes = [8usize, INLINE_MAX + 1, 100, 4096];
-    let more = |i: usize| SendOpts { cookie: i as u64, delivery_complete: false, more: true, pull: false };
+    let more =
+        |i: usize| SendOpts { cookie: i as u64, delivery_complete: false, more: true, pull: false, split_early: false };
     let send = |a: &mut Endpoint, i: usize| {
         let hdr = MsgHeader { app: 0, tag: i as u64, data: 0, aux: 0, len: sizes[i] as u64 };
         a.send_bytes(to_b, hdr, &pattern(sizes[i], i as u8), more(i))
@@ -2148,7 +2154,7 @@ fn long_more_runs_go_out_in_bounded_batches() {
     let n = super::batch::BATCH_MAX + 3;
     for i in 0..n {
         let hdr = MsgHeader { app: 0, tag: i as u64, data: 0, aux: 0, len: 8 };
-        let opts = SendOpts { cookie: i as u64, delivery_complete: false, more: true, pull: false };
+        let opts = SendOpts { cookie: i as u64, delivery_complete: false, more: true, pull: false, split_early: false };
         assert_eq!(a.send_bytes(to_b, hdr, &pattern(8, i as u8), opts), Ok(SendStatus::Pending));
     }
     for _ in 0..50 {
@@ -2182,7 +2188,7 @@ fn small_message_does_not_overtake_a_sar_message_waiting_for_a_buffer() {
     for (tag, len) in [(0u64, 20_000usize), (1, 20_000), (2, 100), (3, 3000)] {
         let hdr = MsgHeader { app: 1, tag, data: 0, aux: 0, len: len as u64 };
         loop {
-            let opts = SendOpts { cookie: tag, delivery_complete: false, more: false, pull: false };
+            let opts = SendOpts { cookie: tag, delivery_complete: false, more: false, pull: false, split_early: false };
             match a.send(to_b, hdr, LocalIov::owned(pattern(len, tag as u8)), opts) {
                 Err(Error::Again) => {
                     assert!(std::time::Instant::now() < dl, "message {tag} still answers Again");
@@ -2283,7 +2289,7 @@ fn sar_messages_enter_the_ring_whole_in_send_order() {
 fn send_request(a: &mut Endpoint, to_b: PeerId, cookie: u64, len: usize) -> Result<SendStatus> {
     let buf = a.reserve_answer_buf(len)?;
     let req = request(buf, len);
-    let opts = SendOpts { cookie, delivery_complete: true, more: false, pull: false };
+    let opts = SendOpts { cookie, delivery_complete: true, more: false, pull: false, split_early: false };
     a.send_bytes_answered(to_b, request_hdr(cookie, &req), &req, opts, buf, None)
 }
 
@@ -2308,7 +2314,8 @@ fn answered_reads_are_timed_and_learnt_beside_cma_reads() {
             Via::Sar => {
                 let buf = a.reserve_answer_buf(len).unwrap();
                 let req = request(buf.timed(), len);
-                let opts = SendOpts { cookie: i, delivery_complete: true, more: false, pull: false };
+                let opts =
+                    SendOpts { cookie: i, delivery_complete: true, more: false, pull: false, split_early: false };
                 let sent = a.send_bytes_answered(to_b, request_hdr(i, &req), &req, opts, buf, Some((choice, len)));
                 assert_eq!(sent, Ok(SendStatus::Pending));
                 answered += 1;
@@ -2450,7 +2457,7 @@ fn bad_answer_buffer_names_are_refused() {
     for (i, &(name, len)) in bad.iter().enumerate() {
         let buf = a.reserve_answer_buf(8).unwrap();
         let req = request(name, len);
-        let opts = SendOpts { cookie: i as u64, delivery_complete: true, more: false, pull: false };
+        let opts = SendOpts { cookie: i as u64, delivery_complete: true, more: false, pull: false, split_early: false };
         a.send_bytes_answered(to_b, request_hdr(i as u64, &req), &req, opts, buf, None).unwrap();
     }
     pump_until((&mut a, &mut ha), (&mut b, &mut hb), "refusals", |ha, _| ha.sends_done.len() == bad.len());
@@ -2472,7 +2479,7 @@ fn request_and_plain_send(a: &mut Endpoint, to_b: PeerId) -> (u64, u64) {
     send_request(a, to_b, 1, 100).unwrap();
     let with_buf = a.next_msg_id - 1;
     let hdr = MsgHeader { app: 0, tag: 2, data: 0, aux: 0, len: 8 };
-    let opts = SendOpts { cookie: 2, delivery_complete: true, more: false, pull: false };
+    let opts = SendOpts { cookie: 2, delivery_complete: true, more: false, pull: false, split_early: false };
     a.send_bytes(to_b, hdr, &[0; 8], opts).unwrap();
     (with_buf, a.next_msg_id - 1)
 }
@@ -2488,8 +2495,13 @@ fn hostile_placed_answers_are_clamped_or_refused() {
     let mut ha = Collect::default();
     let (with_buf, without) = request_and_plain_send(&mut a, to_b);
     let hdr = MsgHeader { app: 0, tag: 3, data: 0, aux: 0, len: 8 };
-    a.send_bytes(to_b, hdr, &[0; 8], SendOpts { cookie: 3, delivery_complete: true, more: false, pull: false })
-        .unwrap();
+    a.send_bytes(
+        to_b,
+        hdr,
+        &[0; 8],
+        SendOpts { cookie: 3, delivery_complete: true, more: false, pull: false, split_early: false },
+    )
+    .unwrap();
     let small = a.next_msg_id - 1;
     // Forged responses, as the receiver would push them into our response ring.
     let peer = crate::region::Region::open(a.name()).unwrap();
@@ -2617,7 +2629,7 @@ fn a_rebuffered_sar_send_takes_its_remaining_segments_from_the_new_buffer() {
     // SAFETY: `original` outlives the send (checked done below) and is changed only after the
     // send was given another buffer.
     let lent = unsafe { LocalIov::from_raw(&[(original.as_mut_ptr(), len)]) };
-    let opts = SendOpts { cookie: 42, delivery_complete: true, more: false, pull: false };
+    let opts = SendOpts { cookie: 42, delivery_complete: true, more: false, pull: false, split_early: false };
     assert_eq!(a.send(to_b, hdr, lent, opts).unwrap(), SendStatus::Pending);
     // Two 16 KiB segments are out (both SAR buffers); the rest waits for the receiver.
     assert!(!a.rebuffer_pending(43, LocalIov::owned(vec![0; len])), "no send with cookie 43");
@@ -2646,7 +2658,7 @@ fn cma_write_copies_into_the_senders_memory_and_not_after_it_is_gone() {
     let (mut ha, mut hb) = (Collect::default(), Collect { later: true, ..Default::default() });
     assert!(!a.cma_with(to_b), "no link yet, so nothing is known of the peer");
     let hdr = MsgHeader { app: 0, tag: 0, data: 0, aux: 0, len: 8 };
-    let opts = SendOpts { cookie: 1, delivery_complete: true, more: false, pull: false };
+    let opts = SendOpts { cookie: 1, delivery_complete: true, more: false, pull: false, split_early: false };
     assert_eq!(a.send(to_b, hdr, LocalIov::owned(pattern(8, 1)), opts), Ok(SendStatus::Pending));
     pump_until((&mut a, &mut ha), (&mut b, &mut hb), "the request", |_, hb| hb.received.len() == 1);
     assert!(a.cma_with(to_b));
@@ -2684,7 +2696,7 @@ fn a_peer_is_free_only_while_it_keeps_polling() {
     // while we watch.
     assert!(!a.peer_is_free(to_b), "a poll before our first look says nothing about now");
     let hdr = MsgHeader { app: 0, tag: 0, data: 0, aux: 0, len: 8 };
-    let opts = SendOpts { cookie: 1, delivery_complete: true, more: false, pull: false };
+    let opts = SendOpts { cookie: 1, delivery_complete: true, more: false, pull: false, split_early: false };
     let (mut ha, mut hb) = (Collect::default(), Collect::default());
     assert_eq!(a.send(to_b, hdr, LocalIov::owned(pattern(8, 1)), opts), Ok(SendStatus::Pending));
     pump_until((&mut a, &mut ha), (&mut b, &mut hb), "the message", |ha, _| ha.sends_done.len() == 1);
@@ -2797,7 +2809,7 @@ fn a_message_refused_while_it_arrives_writes_no_more_and_fails_its_sender() {
     let mut ha = Collect::default();
     let mut hb = IntoBuffer { at: target.as_mut_ptr(), len, received: Vec::new() };
     let hdr = MsgHeader { app: 0, tag: 7, data: 0, aux: 0, len: len as u64 };
-    let opts = SendOpts { cookie: 42, delivery_complete: true, more: false, pull: false };
+    let opts = SendOpts { cookie: 42, delivery_complete: true, more: false, pull: false, split_early: false };
     assert_eq!(a.send(to_b, hdr, LocalIov::owned(sent.clone()), opts), Ok(SendStatus::Pending));
     // The first two segments (both SAR buffers) arrive and are placed.
     b.progress(&mut hb);
@@ -3091,7 +3103,8 @@ fn split_pair_expecting_pushed_reads(tag: &str, len: usize) -> Option<(Endpoint,
     }
     let params = Params { cma_min: 0, split_min: 64 * 1024, measure_protocol: true, ..Params::default() };
     let (a, mut b, to_b) = pair(tag, params);
-    assert_eq!(b.choose_busy_read(64 * 1024 - 1), None, "a reply below split_min is not split");
+    let below = b.early_split_min() - 1;
+    assert_eq!(b.choose_busy_read(below), None, "a reply below half of split_min is not split");
     let mut expected = 0;
     // Runs of three while learning, CMA first, the first of each run untimed.
     for _ in 0..6 {
@@ -3187,6 +3200,45 @@ fn a_message_below_split_min_splits_only_in_a_one_way_stream() {
     tags.sort_unstable();
     assert_eq!(tags, [0, 1, 2, 3, 4]);
     for (hdr, result, bytes) in &hb.received {
+        assert_eq!(result, &Ok(len));
+        assert!(bytes[..len] == pattern(len, hdr.tag as u8)[..], "message {} differs", hdr.tag);
+    }
+}
+
+/// A message the receiver asked to have split early (`split_early`: a read's reply it chose to
+/// have pushed) splits from half of `split_min` alone and while a send of the receiver's
+/// waits; not below that.
+#[test]
+fn a_message_flagged_split_early_splits_from_half_of_split_min_whatever_waits() {
+    let Some((mut a, mut b, to_b)) = split_pair("splitearly") else { return };
+    let (mut ha, mut hb) = (Collect::default(), Collect::default());
+    let early = b.early_split_min();
+    let send = |a: &mut Endpoint, i: u64, len: usize| {
+        let hdr = MsgHeader { app: 0, tag: i, data: 0, aux: 0, len: len as u64 };
+        let opts = SendOpts { cookie: i, split_early: true, ..SendOpts::default() };
+        a.send(to_b, hdr, LocalIov::owned(pattern(len, i as u8)), opts).unwrap();
+    };
+    send(&mut a, 0, early);
+    pump_until((&mut a, &mut ha), (&mut b, &mut hb), "a message alone", |ha, _| ha.sends_done.len() == 1);
+    assert_eq!(b.stats().splits_offered, 1, "alone, at half of split_min: split");
+    // The receiver's own send waits for its answer, which a does not give until the end.
+    let to_a = b.add_peer(a.name()).unwrap();
+    let back = MsgHeader { app: 0, tag: 9, data: 0, aux: 0, len: early as u64 };
+    b.send(to_a, back, LocalIov::owned(pattern(early, 9)), SendOpts { cookie: 9, ..SendOpts::default() }).unwrap();
+    send(&mut a, 1, early + 4096);
+    send(&mut a, 2, early - 4096);
+    let dl = deadline();
+    while hb.received.len() < 3 {
+        assert!(std::time::Instant::now() < dl, "{} of 3 messages in", hb.received.len());
+        b.progress(&mut hb);
+        a.drain_responses(&mut ha);
+    }
+    assert_eq!(b.stats().splits_offered, 2, "split with a send of the receiver's waiting; not below half");
+    let mut got: Vec<(u64, usize)> = hb.received.iter().map(|(hdr, _, _)| (hdr.tag, hdr.len as usize)).collect();
+    got.sort_unstable();
+    assert_eq!(got, [(0, early), (1, early + 4096), (2, early - 4096)]);
+    for (hdr, result, bytes) in &hb.received {
+        let len = hdr.len as usize;
         assert_eq!(result, &Ok(len));
         assert!(bytes[..len] == pattern(len, hdr.tag as u8)[..], "message {} differs", hdr.tag);
     }

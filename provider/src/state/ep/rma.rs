@@ -668,8 +668,17 @@ pub fn flush(rma: &mut RmaState, engine: &mut Endpoint, mrs: &MrTable) {
                 let hdr = header(app(KIND_READ_RESP, 0), op_id, 0, 0, data.len());
                 let idx = rma.replying.vacant_key();
                 // The initiator pulls a large reply with CMA where allowed (SAR would need this
-                // target's progress for every segment), unless it asked us to push it.
-                let opts = SendOpts { cookie: COOKIE_REPLY | idx as u64, delivery_complete: false, more: false, pull };
+                // target's progress for every segment), unless it asked us to push it: then it
+                // chose to copy the reply in halves with us (`Endpoint::choose_busy_read`, below
+                // `split_min` too), or we have a CPU to spare (`Endpoint::peer_is_free`), where a
+                // reply that small would go as answered were an answer buffer free.
+                let opts = SendOpts {
+                    cookie: COOKIE_REPLY | idx as u64,
+                    delivery_complete: false,
+                    more: false,
+                    pull,
+                    split_early: !pull,
+                };
                 // SAFETY: `data` outlives the send: it is dropped after a send that is done at
                 // once (copied), kept in `replying` while one is pending, and kept for the retry
                 // after one that was refused.

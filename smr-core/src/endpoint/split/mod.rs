@@ -119,25 +119,32 @@ fn offer(msg_id: u64, offset: u64, dest: RemoteIov, word: usize) -> RespEntry {
 
 impl Endpoint {
     /// Whether a CMA message of `len` bytes, its command taken from the ring, is large enough
-    /// to copy in halves with its sender: from `split_min`, and from half of it in a one-way
-    /// stream: another command waits behind it (we go on to that command while the sender
-    /// writes our tail; alone, as in a ping-pong, we would wait for the tail, which cost a
-    /// 32 KiB ping-pong 10%), and no send of ours waits (two processes sending each other
-    /// 32 KiB messages, each splitting the other's, made MPICH's IMB-MPI1 `Exchange` a third
-    /// slower). A one-way stream of 32-48 KiB ran 15-35% faster split.
-    pub(super) fn splits(&self, len: u64) -> bool {
-        self.would_split(len, 0)
+    /// to copy in halves with its sender: from `split_min`, and from half of it (`early_split_min`)
+    /// where we asked for that (`early`: the reply to a read we chose to have pushed,
+    /// `cmd::FLAG_SPLIT_EARLY`) or in a one-way stream: another command waits behind it (we go
+    /// on to that command while the sender writes our tail; alone, as in a ping-pong, we would
+    /// wait for the tail, which cost a 32 KiB ping-pong 10%), and no send of ours waits (two
+    /// processes sending each other 32 KiB messages, each splitting the other's, made MPICH's
+    /// IMB-MPI1 `Exchange` a third slower). A one-way stream of 32-48 KiB ran 15-35% faster split.
+    pub(super) fn splits(&self, len: u64, early: bool) -> bool {
+        self.would_split(len, 0, early)
     }
 
     /// `splits` for the message at `ahead` places after our ring's head (0: the one just taken
     /// from it), asked of the next one by `defer_head`, whose slot is still the head.
-    pub(super) fn would_split(&self, len: u64, ahead: u64) -> bool {
-        let min = self.params.split_min as u64;
-        len >= min
-            || len >= min / 2
-                && self.pending.is_empty()
-                && self.acked.is_empty()
-                && self.cmd_rx.ready_at(&self.region.cmd_ring(), ahead)
+    pub(super) fn would_split(&self, len: u64, ahead: u64, early: bool) -> bool {
+        len >= self.params.split_min as u64
+            || len >= self.early_split_min() as u64
+                && (early
+                    || self.pending.is_empty()
+                        && self.acked.is_empty()
+                        && self.cmd_rx.ready_at(&self.region.cmd_ring(), ahead))
+    }
+
+    /// The smallest CMA message copied in halves where the receiver has other work to go on
+    /// with (`splits`): half of `split_min`.
+    pub fn early_split_min(&self) -> usize {
+        self.params.split_min / 2
     }
 
     /// A split whose tail its sender wrote (`Claim::Written`) is over, our head read `head`
@@ -151,8 +158,8 @@ impl Endpoint {
     }
 
     /// Receiver: copy a CMA message of `len` bytes from `iovs` into `dest` with the sender's
-    /// help, if it is large enough and its tail goes into one buffer of ours; None, with nothing
-    /// done but splits under way finished (`room_to_split`), otherwise.
+    /// help, one the caller found large enough (`splits`), if its tail goes into one buffer of
+    /// ours; None, with nothing done but splits under way finished (`room_to_split`), otherwise.
     pub(super) fn split_read(
         &mut self,
         src: SrcId,
@@ -162,7 +169,7 @@ impl Endpoint {
         len: u64,
         h: &mut impl Handler,
     ) -> Option<Split> {
-        if !self.splits(len) || (dest.len() as u64) < len || msg_id >= 1 << 60 {
+        if (dest.len() as u64) < len || msg_id >= 1 << 60 {
             return None;
         }
         self.room_to_split(src, h);

@@ -17,7 +17,7 @@
 //! message, so that each message gets its own outcome.
 
 use super::{state_word, FAILED, WRITTEN};
-use crate::cmd::{op, proto, CmdEntry, RemoteIov};
+use crate::cmd::{op, proto, CmdEntry, RemoteIov, FLAG_SPLIT_EARLY};
 use crate::endpoint::{Endpoint, PeerId, SrcId};
 use crate::error::Result;
 use crate::iov::LocalIov;
@@ -57,7 +57,11 @@ impl Endpoint {
         let mut next = CmdEntry::default();
         // Only the header, which shares the slot's first line; the slot stays where it is.
         let waiting = matches!(self.cmd_rx.peek_into(&self.region.cmd_ring(), &mut next), crate::ring::Pop::Item(_));
-        waiting && next.op == op::MSG && next.proto == proto::IOV && next.src == src && self.would_split(next.len, 1)
+        waiting
+            && next.op == op::MSG
+            && next.proto == proto::IOV
+            && next.src == src
+            && self.would_split(next.len, 1, next.flags & FLAG_SPLIT_EARLY != 0)
     }
 
     /// Receiver: read the heads waiting in `heads` (all from `src`) and ours, `head` into `dest`
