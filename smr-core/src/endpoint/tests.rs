@@ -3187,22 +3187,35 @@ fn a_message_below_split_min_splits_only_in_a_one_way_stream() {
     b.send(to_a, back, LocalIov::owned(pattern(len, 9)), SendOpts { cookie: 9, ..SendOpts::default() }).unwrap();
     send(&mut a, 3);
     send(&mut a, 4);
-    let dl = deadline();
-    while hb.received.len() < 5 {
-        assert!(std::time::Instant::now() < dl, "{} of 5 messages in", hb.received.len());
-        b.progress(&mut hb);
-        // Answers only: the receiver's message stays where it is.
-        a.drain_responses(&mut ha);
-    }
+    receive_with_answers_only((&mut a, &mut ha), (&mut b, &mut hb), 5);
     assert_eq!(b.stats().splits_offered, 1, "none while a send of the receiver's waits");
     // The split one completes once its tail is in, which may be after the next.
-    let mut tags: Vec<u64> = hb.received.iter().map(|(hdr, _, _)| hdr.tag).collect();
-    tags.sort_unstable();
-    assert_eq!(tags, [0, 1, 2, 3, 4]);
+    assert_eq!(tags_and_patterns_checked(&hb), [(0, len), (1, len), (2, len), (3, len), (4, len)]);
+}
+
+/// `b` progresses until `n` messages are in, `a` taking only its answers: a message `b` sent
+/// it stays in its ring, its send waiting.
+fn receive_with_answers_only((a, ha): (&mut Endpoint, &mut Collect), (b, hb): (&mut Endpoint, &mut Collect), n: usize) {
+    let dl = deadline();
+    while hb.received.len() < n {
+        assert!(std::time::Instant::now() < dl, "{} of {n} messages in", hb.received.len());
+        b.progress(hb);
+        a.drain_responses(ha);
+    }
+}
+
+/// The (tag, length) of every message received, sorted, each checked whole and holding its
+/// tag's pattern.
+fn tags_and_patterns_checked(hb: &Collect) -> Vec<(u64, usize)> {
+    let mut got = Vec::new();
     for (hdr, result, bytes) in &hb.received {
+        let len = hdr.len as usize;
         assert_eq!(result, &Ok(len));
         assert!(bytes[..len] == pattern(len, hdr.tag as u8)[..], "message {} differs", hdr.tag);
+        got.push((hdr.tag, len));
     }
+    got.sort_unstable();
+    got
 }
 
 /// A message the receiver asked to have split early (`split_early`: a read's reply it chose to
@@ -3227,21 +3240,9 @@ fn a_message_flagged_split_early_splits_from_half_of_split_min_whatever_waits() 
     b.send(to_a, back, LocalIov::owned(pattern(early, 9)), SendOpts { cookie: 9, ..SendOpts::default() }).unwrap();
     send(&mut a, 1, early + 4096);
     send(&mut a, 2, early - 4096);
-    let dl = deadline();
-    while hb.received.len() < 3 {
-        assert!(std::time::Instant::now() < dl, "{} of 3 messages in", hb.received.len());
-        b.progress(&mut hb);
-        a.drain_responses(&mut ha);
-    }
+    receive_with_answers_only((&mut a, &mut ha), (&mut b, &mut hb), 3);
     assert_eq!(b.stats().splits_offered, 2, "split with a send of the receiver's waiting; not below half");
-    let mut got: Vec<(u64, usize)> = hb.received.iter().map(|(hdr, _, _)| (hdr.tag, hdr.len as usize)).collect();
-    got.sort_unstable();
-    assert_eq!(got, [(0, early), (1, early + 4096), (2, early - 4096)]);
-    for (hdr, result, bytes) in &hb.received {
-        let len = hdr.len as usize;
-        assert_eq!(result, &Ok(len));
-        assert!(bytes[..len] == pattern(len, hdr.tag as u8)[..], "message {} differs", hdr.tag);
-    }
+    assert_eq!(tags_and_patterns_checked(&hb), [(0, early), (1, early + 4096), (2, early - 4096)]);
 }
 
 /// Split copies whose sender takes the tail and fails to write it (its `process_vm_writev`
