@@ -4,7 +4,8 @@
 
 use libfuzzer_sys::fuzz_target;
 use smr_core::cmd::{
-    compact_at, decode, proto, Body, CmdEntry, Command, Limits, FLAG_ACK, FLAG_TIMED, HEADER_BYTES, INLINE_MAX,
+    compact_at, decode, proto, Body, CmdEntry, Command, Limits, FLAG_ACK, FLAG_SPLIT_EARLY, FLAG_TIMED, HEADER_BYTES,
+    INLINE_MAX,
 };
 
 fn entry_from(bytes: &[u8]) -> CmdEntry {
@@ -62,9 +63,10 @@ fuzz_target!(|bytes: &[u8]| {
             match body {
                 Body::Inline { len, .. } => assert!(len <= INLINE_MAX),
                 Body::Inject { buf } => assert!(u64::from(buf) < limits.inject_count && hdr.len <= 4096),
-                Body::Iov { count, timed } => {
+                Body::Iov { count, timed, split_early } => {
                     assert_eq!((0..count).map(|i| entry.iov(i).len).sum::<u64>(), hdr.len);
                     assert_eq!(timed, entry.flags & FLAG_TIMED != 0);
+                    assert_eq!(split_early, entry.flags & FLAG_SPLIT_EARLY != 0);
                 }
                 Body::Sar(seg) => assert!(seg.offset + u64::from(seg.len) <= hdr.len),
             }
