@@ -73,6 +73,7 @@ pub struct Params {
     pub measure_protocol: bool,
     /// A CMA message of at least this many bytes, received into one buffer, is copied by both
     /// processes at once (`split`): the receiver reads the head, the sender writes the tail.
+    /// From half of it where the receiver goes on with other work (`Endpoint::splits`).
     pub split_min: usize,
     /// SAR buffers of ours held back after we copy out of them, so that a sender writes into
     /// lines that have left our caches (`cold.rs`); at most seven eighths of the pool.
