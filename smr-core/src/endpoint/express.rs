@@ -158,8 +158,8 @@ impl Endpoint {
     /// into the receive the handler has at hand, and answer. False, with nothing done, sends
     /// the message the general way (`offer`, `pull_cma`), as one the two sides would copy
     /// together always goes (`split`). What it skips: the delivery's lent `LocalIov`, the
-    /// handler's record of a delivery in flight and the `on_recv_done` that ends it.
-    #[allow(clippy::too_many_arguments)]
+    /// handler's record of a delivery in flight and the `on_recv_done` that ends it. The
+    /// command's flags (`Body::Iov`) are read from `entry`, as `express_sar` reads them.
     #[inline(always)]
     pub(super) fn express_cma(
         &mut self,
@@ -168,12 +168,12 @@ impl Endpoint {
         msg_id: u64,
         ack: bool,
         hdr: MsgHeader,
-        timed: bool,
         h: &mut impl Handler,
     ) -> bool {
         if self.splits(hdr.len, entry.flags & FLAG_SPLIT_EARLY != 0) {
             return false;
         }
+        let timed = entry.flags & FLAG_TIMED != 0;
         let Some(msg) = self.express_incoming(src, msg_id, ack, hdr) else { return false };
         let remote = entry.iov(0);
         let mut read = None;

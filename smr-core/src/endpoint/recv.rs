@@ -253,7 +253,7 @@ impl Endpoint {
                     return;
                 }
             },
-            Body::Iov { count: 1, timed, .. } if self.express_cma(entry, src, msg_id, ack, hdr, timed, h) => return,
+            Body::Iov { count: 1, .. } if self.express_cma(entry, src, msg_id, ack, hdr, h) => return,
             Body::Sar(seg) if self.express_sar(entry, src, msg_id, ack, hdr, seg, h) => return,
             Body::Iov { .. } | Body::Sar(_) => None,
         };
