@@ -15,9 +15,7 @@
 
 use super::recv::{outcome, status_of, time_since};
 use super::{Disposition, Endpoint, Handler, Incoming, SrcId};
-use crate::cmd::{
-    op, proto, CmdEntry, MsgHeader, RespEntry, SarSeg, Status, FLAG_ACK, FLAG_SPLIT_EARLY, FLAG_TIMED, INLINE_MAX,
-};
+use crate::cmd::{op, proto, CmdEntry, MsgHeader, RespEntry, SarSeg, Status, FLAG_ACK, FLAG_TIMED, INLINE_MAX};
 use crate::layout::INJECT_SIZE;
 
 /// Lines of an inline payload that `fetch_beyond_first_line` asks for: enough to cover what
@@ -156,10 +154,10 @@ impl Endpoint {
 
     /// The express path of a CMA message of one range (`Handler::on_fill_express`): read straight
     /// into the receive the handler has at hand, and answer. False, with nothing done, sends
-    /// the message the general way (`offer`, `pull_cma`), as one the two sides would copy
-    /// together always goes (`split`). What it skips: the delivery's lent `LocalIov`, the
-    /// handler's record of a delivery in flight and the `on_recv_done` that ends it. The
-    /// command's flags (`Body::Iov`) are read from `entry`, as `express_sar` reads them.
+    /// the message the general way (`offer`, `pull_cma`); the caller sends one the two sides
+    /// copy together (`splits`) that way without asking. What it skips: the delivery's lent
+    /// `LocalIov`, the handler's record of a delivery in flight and the `on_recv_done` that
+    /// ends it. `timed` is read from `entry`, as `express_sar` reads it.
     #[inline(always)]
     pub(super) fn express_cma(
         &mut self,
@@ -170,9 +168,6 @@ impl Endpoint {
         hdr: MsgHeader,
         h: &mut impl Handler,
     ) -> bool {
-        if self.splits(hdr.len, entry.flags & FLAG_SPLIT_EARLY != 0) {
-            return false;
-        }
         let timed = entry.flags & FLAG_TIMED != 0;
         let Some(msg) = self.express_incoming(src, msg_id, ack, hdr) else { return false };
         let remote = entry.iov(0);

@@ -239,6 +239,9 @@ impl Endpoint {
         // A payload that is here in full (inline in the command, or in one of our inject
         // buffers) is offered with the message: the handler copies it where it belongs and
         // completes in this one step, with no destination lent and no delivery to report back.
+        // Whether a CMA message is copied in halves with its sender is decided once, here, for
+        // the express path and the general one (`splits`).
+        let mut split = false;
         let payload = match body {
             Body::Inline { len } => Some(&entry.inline_bytes()[..len]),
             // SAFETY: the slice is used within this function only, where `self.region` stays.
@@ -253,9 +256,15 @@ impl Endpoint {
                     return;
                 }
             },
-            Body::Iov { count: 1, .. } if self.express_cma(entry, src, msg_id, ack, hdr, h) => return,
+            Body::Iov { count, split_early, .. } => {
+                split = self.splits(hdr.len, split_early);
+                if count == 1 && !split && self.express_cma(entry, src, msg_id, ack, hdr, h) {
+                    return;
+                }
+                None
+            }
             Body::Sar(seg) if self.express_sar(entry, src, msg_id, ack, hdr, seg, h) => return,
-            Body::Iov { .. } | Body::Sar(_) => None,
+            Body::Sar(_) => None,
         };
         let (key, disposition) = self.offer(src, msg_id, hdr, ack, payload, h);
         if let Some(bytes) = payload {
@@ -277,7 +286,7 @@ impl Endpoint {
             // Offered with their payload, and finished above.
             Body::Inline { .. } | Body::Inject { .. } => {}
             // The CMA path answers for itself.
-            Body::Iov { count, timed, split_early } => {
+            Body::Iov { count, timed, .. } => {
                 // The usual message names one range: no list gathered for it.
                 let (one, many): ([RemoteIov; 1], crate::iov::RemoteIovs);
                 let iovs: &[RemoteIov] = if count == 1 {
@@ -289,7 +298,7 @@ impl Endpoint {
                 };
                 match disposition {
                     Disposition::Deliver { dest, ctx } | Disposition::Later { dest, ctx } => {
-                        self.pull_cma(src, msg_id, hdr, iovs, timed, split_early, dest, ctx, h)
+                        self.pull_cma(src, msg_id, hdr, iovs, timed, split, dest, ctx, h)
                     }
                     Disposition::Hold => {
                         let iovs = iovs.into();
@@ -436,7 +445,8 @@ impl Endpoint {
     }
 
     /// Read a message out of the sender with CMA and answer it; falls back to SAR if refused.
-    /// `timed` and `split_early`: the command's flags (`Body::Iov`).
+    /// `timed`: the command's flag (`Body::Iov`); `split`: `splits` said to copy it in halves
+    /// with its sender.
     #[allow(clippy::too_many_arguments)]
     fn pull_cma(
         &mut self,
@@ -445,16 +455,12 @@ impl Endpoint {
         hdr: MsgHeader,
         iovs: &[RemoteIov],
         timed: bool,
-        split_early: bool,
+        split: bool,
         mut dest: LocalIov,
         ctx: u64,
         h: &mut impl Handler,
     ) {
-        let split = if self.splits(hdr.len, split_early) {
-            self.split_read(src, msg_id, iovs, &mut dest, hdr.len, h)
-        } else {
-            None
-        };
+        let split = if split { self.split_read(src, msg_id, iovs, &mut dest, hdr.len, h) } else { None };
         match split {
             None => {}
             Some(super::split::Split::Later(rx)) => return self.splits.push(rx.with_ctx(ctx)),
