@@ -3098,11 +3098,15 @@ fn send_in_turn(mut a: Endpoint, to_b: PeerId, sizes: Vec<usize>) -> std::thread
 /// two timed pushed reads of `len` bytes (`expect_pushed_read`); the CMA reads its chooser asked
 /// for while learning are learnt as taking 5 us.
 fn split_pair_expecting_pushed_reads(tag: &str, len: usize) -> Option<(Endpoint, Endpoint, PeerId)> {
-    if !cma_or_skip(tag) {
-        return None;
-    }
-    let params = Params { cma_min: 0, split_min: 64 * 1024, measure_protocol: true, ..Params::default() };
-    let (a, mut b, to_b) = pair(tag, params);
+    let (a, mut b, to_b) = split_pair(tag)?;
+    expect_two_pushed_reads(&mut b, len);
+    Some((a, b, to_b))
+}
+
+/// Have receiver `b` measure ways and expect the replies of two timed pushed reads of `len`
+/// bytes (`split_pair_expecting_pushed_reads`).
+fn expect_two_pushed_reads(b: &mut Endpoint, len: usize) {
+    b.params.measure_protocol = true;
     let below = b.early_split_min() - 1;
     assert_eq!(b.choose_busy_read(below), None, "a reply below half of split_min is not split");
     let mut expected = 0;
@@ -3119,7 +3123,6 @@ fn split_pair_expecting_pushed_reads(tag: &str, len: usize) -> Option<(Endpoint,
     }
     assert_eq!((expected, b.pushed_timed.len()), (2, 2), "two timed pushed reads expected");
     assert_eq!(b.busy_read_figures(len), (0, 5_000 * 1024 / len as u64), "CMA learnt, pushed not yet");
-    Some((a, b, to_b))
 }
 
 /// A pushed read from a busy target (`read_way.rs`) is timed by the split of its reply: the
@@ -3383,8 +3386,10 @@ fn split_stream_waiting(
     n: usize,
     len: usize,
     buf: impl Fn(usize) -> LocalIov,
+    prepare_receiver: impl FnOnce(&mut Endpoint),
 ) -> Option<(Endpoint, Endpoint, Collect, Collect)> {
     let (mut a, mut b, to_b) = split_pair_slow_writer(tag, 20)?;
+    prepare_receiver(&mut b);
     let (mut ha, mut hb) = (Collect::default(), Collect::default());
     // A first message connects the two, so that the large ones are the only commands waiting.
     let small = MsgHeader { app: 0, tag: 99, data: 0, aux: 0, len: 8 };
@@ -3417,7 +3422,7 @@ fn split_stream_waiting(
 fn the_halves_of_a_stream_are_copied_several_to_a_call() {
     let (n, len) = (4usize, 256 * 1024);
     let Some((a, b, ha, hb)) =
-        split_stream_waiting("splittogether", n, len, |i| LocalIov::owned(pattern(len, i as u8 + 2)))
+        split_stream_waiting("splittogether", n, len, |i| LocalIov::owned(pattern(len, i as u8 + 2)), |_| {})
     else {
         return;
     };
@@ -3427,6 +3432,21 @@ fn the_halves_of_a_stream_are_copied_several_to_a_call() {
     assert_eq!((b.stats().splits_taken, a.stats().splits_written), (n as u64, n as u64));
     assert!(a.stats().split_tails_together >= 1, "no tails written together");
     assert_eq!((b.outstanding(), b.stats().corrupt_commands), (0, 0));
+}
+
+/// The heads of a stream read in one call are one measurement, each head's time its share by
+/// bytes: with two pushed reads of their length expected, the call teaches one
+/// (`SplitRx::head_shared`) and the other waits for a later split.
+#[test]
+fn heads_read_in_one_call_teach_one_pushed_read() {
+    let (n, len) = (4usize, 256 * 1024);
+    let buf = |i: usize| LocalIov::owned(pattern(len, i as u8 + 2));
+    let expecting = |b: &mut Endpoint| expect_two_pushed_reads(b, len);
+    let Some((_, b, _, hb)) = split_stream_waiting("splitonesample", n, len, buf, expecting) else { return };
+    assert_split_stream_received(&hb, len, 2);
+    assert_eq!((b.stats().split_heads_together, b.stats().splits_taken), (1, n as u64), "four heads in one call");
+    assert_eq!(b.pushed_timed.len(), 1, "one of the two expectations met");
+    assert!(b.busy_read_figures(len).0 > 0, "the pushed reads' figure is learnt");
 }
 
 /// A batch of split copies in which one message's bytes cannot be read (its sender named pages
@@ -3452,7 +3472,7 @@ fn a_bad_message_in_a_batch_of_split_copies_fails_alone() {
             LocalIov::owned(pattern(len, i as u8 + 2))
         }
     };
-    let Some((a, b, ha, hb)) = split_stream_waiting("splitbadbatch", n, len, buf) else { return };
+    let Some((a, b, ha, hb)) = split_stream_waiting("splitbadbatch", n, len, buf, |_| {}) else { return };
     let mut received: Vec<_> = hb.received.iter().collect();
     received.sort_by_key(|(hdr, ..)| hdr.tag);
     for (i, (hdr, result, bytes)) in received.iter().enumerate() {

@@ -100,6 +100,7 @@ impl Endpoint {
         for mut s in waiting {
             s.head = if all_in { Ok(()) } else { self.read_exactly(s.src, &s.head_src, &mut s.dest, 0) };
             s.head_took = share(s.offset);
+            s.head_shared = true;
             s.head_src = Vec::new();
             self.splits.push(s);
         }
