@@ -39,7 +39,7 @@ use std::time::Instant;
 /// took a third of a CMA read's time (docs/perf/protocols.md, "Reads: one round trip up to 16
 /// KiB"). Messages are measured from 4 KiB (`measured::MEASURED_ABOVE`); reads of 4-8 KiB have
 /// not been measured against CMA since.
-pub(super) const READS_MEASURED_ABOVE: u64 = 8 * 1024;
+const READS_MEASURED_ABOVE: u64 = 8 * 1024;
 
 /// Pushed reads timed and not yet matched to a split head (`expect_pushed_read`): more are
 /// dropped, oldest first (a target that replied another way leaves its expectations behind).

@@ -2304,7 +2304,8 @@ fn answered_reads_are_timed_and_learnt_beside_cma_reads() {
     let len = params.counts.sar_size as usize;
     let (mut a, mut b, to_b) = pair("readway", params);
     let (mut ha, mut hb) = (Collect::default(), Collect { answer_into: true, ..Default::default() });
-    assert_eq!(a.choose_read(super::read_way::READS_MEASURED_ABOVE as usize), None, "too small to be worth timing");
+    assert_eq!(a.choose_read(8 * 1024), None, "too small to be worth timing");
+    assert!(a.choose_read(8 * 1024 + 1).is_some(), "reads above 8 KiB are measured");
     let mut answered = 0;
     for i in 0..12u64 {
         let choice = a.choose_read(len).expect("measuring");
@@ -2329,6 +2330,46 @@ fn answered_reads_are_timed_and_learnt_beside_cma_reads() {
     assert!(ha.answers.iter().all(|(_, data)| data.len() == len), "every answer whole");
     assert_eq!(a.read_answers(len), (4, 4), "answered reads learnt as CMA ones are");
     assert!(a.timed_reads.is_empty());
+}
+
+/// Only an answer its target placed and timed teaches the read chooser (`learn_answer`): one
+/// without a time (its target answered some other way) or one that failed is no sample of an
+/// answered read's cost.
+#[test]
+fn only_a_placed_and_timed_answer_teaches_the_read_chooser() {
+    let params = Params { measure_protocol: true, ..Params::default() };
+    let len = params.counts.sar_size as usize;
+    let (_, mut a, _) = pair("readwayanswer", params);
+    // Learning runs of three, CMA first, the first of each untimed: the fifth is a timed answered read.
+    let choice = (0..5).map(|_| a.choose_read(len).expect("measuring")).last().unwrap();
+    assert!(choice.via == Via::Sar && choice.timed());
+    let timed = (choice, len as u64);
+    let started = std::time::Instant::now();
+    a.learn_answer(timed, &RespEntry::done_timed(1, Status::Placed, len as u64, 0), started);
+    a.learn_answer(timed, &RespEntry::done_timed(1, Status::Dropped, 0, 5_000), started);
+    assert_eq!(a.read_answers(len), (0, 0), "an untimed or failed answer taught something");
+    a.learn_answer(timed, &RespEntry::done_timed(1, Status::Placed, len as u64, 5_000), started);
+    assert_eq!(a.read_answers(len), (1, 0));
+}
+
+/// A timed answered read that ends without its answer (its target gone: `fail_sends_to`)
+/// leaves no record behind (`forget_timed_reads`).
+#[test]
+fn a_timed_read_that_ends_unanswered_is_forgotten() {
+    let params = Params { measure_protocol: true, ..Params::default() };
+    let len = params.counts.sar_size as usize;
+    let (mut a, _b, to_b) = pair("readwayforget", params);
+    let choice = (0..5).map(|_| a.choose_read(len).expect("measuring")).last().unwrap();
+    assert!(choice.via == Via::Sar && choice.timed());
+    let buf = a.reserve_answer_buf(len).unwrap();
+    let req = request(buf.timed(), len);
+    let opts = SendOpts { cookie: 7, delivery_complete: true, more: false, pull: false, split_early: false };
+    let sent = a.send_bytes_answered(to_b, request_hdr(7, &req), &req, opts, buf, Some((choice, len)));
+    assert_eq!((sent, a.timed_reads.len()), (Ok(SendStatus::Pending), 1));
+    let mut ha = Collect::default();
+    a.fail_sends_to(to_b, &mut ha);
+    assert_eq!(ha.sends_done, vec![(7, Err(Error::PeerDead))]);
+    assert!(a.timed_reads.is_empty(), "the ended read's record stayed");
 }
 
 /// Answers placed in the sender's own buffers (`answer_into`): every size up to
@@ -3109,6 +3150,8 @@ fn expect_two_pushed_reads(b: &mut Endpoint, len: usize) {
     b.params.measure_protocol = true;
     let below = b.early_split_min() - 1;
     assert_eq!(b.choose_busy_read(below), None, "a reply below half of split_min is not split");
+    let early = b.early_split_min();
+    assert!(early < len / 2 && b.choose_busy_read(early).is_some(), "a reply of half of split_min is split");
     let mut expected = 0;
     // Runs of three while learning, CMA first, the first of each run untimed.
     for _ in 0..6 {
@@ -3146,6 +3189,19 @@ fn pushed_reads_are_learnt_from_the_split_of_their_replies() {
     assert!(b.pushed_timed.is_empty(), "both expectations met");
     let (pushed, _) = b.busy_read_figures(len);
     assert!(pushed > 0, "the pushed reads' figure is learnt from the heads");
+}
+
+/// A split head of `head` bytes of `len`, read in `took`, is a pushed read of `len` bytes that
+/// took as long for each half (`learn_pushed_head`); a split of another length is no sample.
+#[test]
+fn a_split_head_counts_for_both_halves() {
+    let len = 128 * 1024;
+    let Some((_, mut b, _)) = split_pair_expecting_pushed_reads("pushedhalves", len) else { return };
+    b.learn_pushed_head(len as u64 * 2, len as u64, std::time::Duration::from_micros(10));
+    assert_eq!((b.pushed_timed.len(), b.busy_read_figures(len).0), (2, 0), "another length taught");
+    b.learn_pushed_head(len as u64, len as u64 / 2, std::time::Duration::from_micros(10));
+    // 10 us for half: 20 us for all 128 KiB, 156 ns a KiB.
+    assert_eq!((b.pushed_timed.len(), b.busy_read_figures(len).0), (1, 20_000 * 1024 / len as u64));
 }
 
 /// A split whose offer the sender never takes (the receiver reads the tail itself) is no
