@@ -361,8 +361,8 @@ pub struct Stats {
     pub splits_taken: u64,
     pub splits_written: u64,
     pub split_writes_failed: u64,
-    /// System calls that read the heads of several split copies at once, and wrote the tails of
-    /// several (`split::together`).
+    /// System calls that read the heads of several split copies at once, and calls that wrote
+    /// the tails of several whole (`split::together`).
     pub split_heads_together: u64,
     pub split_tails_together: u64,
     /// Messages copied out of their sender with CMA (tests check that CMA really carried data).

@@ -164,6 +164,6 @@ impl Endpoint {
         crate::wake::notify(link.region.wake_word());
         self.stats.splits_written += written;
         self.stats.split_writes_failed += run.len() as u64 - written;
-        self.stats.split_tails_together += u64::from(run.len() > 1);
+        self.stats.split_tails_together += u64::from(all_written);
     }
 }
