@@ -3347,6 +3347,47 @@ fn split_with_a_polling_sender(tag: &str, fail_writes: bool) {
     assert_eq!((b.outstanding(), b.stats().corrupt_commands), (0, 0));
 }
 
+/// A claim word its sender scribbled while the tail was taken (neither this message's state nor
+/// any other's): the receiver fails the message (`Claim::Garbage`) rather than take it for one
+/// it may read itself (a withdrawal or a FAILED write) and complete it while the sender may
+/// still write into its buffer.
+#[test]
+fn a_scribbled_split_claim_word_fails_the_message() {
+    use crate::sync::Ordering::Relaxed;
+    let len = 1 << 20;
+    // The sender stops 300 ms between its take and its write.
+    let Some((mut a, mut b, to_b)) = split_pair_slow_writer("splitscribble", 300) else { return };
+    let sender = std::thread::spawn(move || {
+        let mut ha = Collect::default();
+        let hdr = MsgHeader { app: 0, tag: 1, data: 0, aux: 0, len: len as u64 };
+        a.send(to_b, hdr, LocalIov::owned(pattern(len, 5)), SendOpts::default()).unwrap();
+        let dl = deadline();
+        while ha.sends_done.is_empty() {
+            assert!(std::time::Instant::now() < dl, "the send never ended");
+            a.progress(&mut ha);
+        }
+        ha.sends_done
+    });
+    let mut hb = Collect::default();
+    let dl = deadline();
+    // Once the sender took the tail (its claim word TAKEN), scribble over the word.
+    'taken: loop {
+        assert!(std::time::Instant::now() < dl, "the sender never took the tail");
+        b.progress(&mut hb);
+        for word in b.region.peer_slots().iter().flat_map(|slot| slot.split.iter()) {
+            let now = word.load(Relaxed);
+            if now != 0 && now & 7 == 2 {
+                word.store(now ^ (1 << 40), Relaxed);
+                break 'taken;
+            }
+        }
+    }
+    receive_until(&mut b, &mut hb, 1, "the scribbled message never ended");
+    assert!(matches!(hb.received[0].1, Err(Error::Corrupt(_))), "{:?}", hb.received[0].1);
+    assert_eq!(sender.join().unwrap().len(), 1);
+    assert_eq!(b.stats().splits_taken, 0);
+}
+
 /// A sender that took the tail of a split copy and stops before writing it (a SIGSTOP, a
 /// debugger, a host that does not run it) for longer than a receiver closing once waited (2 s):
 /// the receiver's close waits for it, so that the tail lands while the buffer is still the
