@@ -3670,11 +3670,14 @@ fn a_receiver_closing_takes_back_an_offer_left_open() {
     assert!(buf == at_close, "the sender wrote into the buffer after the receiver's close returned");
 }
 
-/// A split offer naming a claim word the receiver does not have (a peer's garbage, past
-/// `SPLIT_WORDS`): the sender counts it corrupt and writes nothing where it points; the message
-/// still arrives, every byte.
+/// Split offers a receiver forged (its own claim word set to OFFERED for the message, so that the
+/// sender's take would succeed): a claim word it does not have (past `SPLIT_WORDS`), a tail that
+/// starts at the message's end, and tails shorter or longer than the rest of the message. The
+/// sender counts each corrupt and writes nothing where it points; the message still arrives,
+/// every byte.
 #[test]
-fn a_split_offer_naming_no_claim_word_is_refused() {
+fn forged_split_offers_are_refused() {
+    use crate::sync::Ordering::Relaxed;
     let Some((mut a, mut b, to_b)) = split_pair("splitbadword") else { return };
     let (mut ha, mut hb) = (Collect::default(), Collect::default());
     // A first message connects the two, so that the receiver knows its sender.
@@ -3686,24 +3689,31 @@ fn a_split_offer_naming_no_claim_word_is_refused() {
     a.send(to_b, hdr, LocalIov::owned(pattern(len, 2)), SendOpts { cookie: 1, ..SendOpts::default() }).unwrap();
     let msg_id = *a.pending.keys().next().expect("the large send waits for its answer");
     let src = b.inp.iter().next().expect("the receiver knows its sender").0;
-    // Where the forged offer asks the tail to go: it must stay as it is.
-    let mut target = vec![0u8; len];
-    let half = (len / 2) as u64;
-    let mut entry =
-        RespEntry { kind: resp::SPLIT, status: Status::Ok as u32, msg_id, value: half, ..Default::default() };
-    entry.data[..8].copy_from_slice(&(target.as_mut_ptr() as u64 + half).to_le_bytes());
-    entry.data[8..16].copy_from_slice(&half.to_le_bytes());
-    entry.data[16..24].copy_from_slice(&(crate::layout::SPLIT_WORDS as u64).to_le_bytes());
-    b.send_resp(src, entry);
-    a.progress(&mut ha);
-    assert_eq!((a.stats().corrupt_commands, a.stats().splits_written), (1, 0));
+    // Where the forged offers ask the tail to go: it must stay as it is.
+    let mut target = vec![0u8; 2 * len];
+    let (half, words) = ((len / 2) as u64, crate::layout::SPLIT_WORDS as u64);
+    let forged = [(half, half, words), (len as u64, 0, 0), (half, half - 4096, 0), (half, half + 4096, 0)];
+    for (i, &(offset, tail_len, word)) in forged.iter().enumerate() {
+        let claim = &b.region.peer_slots()[src as usize].split[0];
+        claim.store((msg_id << 3) | 1, Relaxed);
+        let mut entry =
+            RespEntry { kind: resp::SPLIT, status: Status::Ok as u32, msg_id, value: offset, ..Default::default() };
+        entry.data[..8].copy_from_slice(&(target.as_mut_ptr() as u64).to_le_bytes());
+        entry.data[8..16].copy_from_slice(&tail_len.to_le_bytes());
+        entry.data[16..24].copy_from_slice(&word.to_le_bytes());
+        b.send_resp(src, entry);
+        a.progress(&mut ha);
+        assert_eq!((a.stats().corrupt_commands, a.stats().splits_written), (i as u64 + 1, 0), "offer {i} taken");
+        let claim = &b.region.peer_slots()[src as usize].split[0];
+        assert_eq!(claim.swap(0, Relaxed), (msg_id << 3) | 1, "offer {i}: the claim word taken");
+    }
     pump_until((&mut a, &mut ha), (&mut b, &mut hb), "the large message", |ha, hb| {
         hb.received.len() == 2 && ha.sends_done.iter().any(|(cookie, _)| *cookie == 1)
     });
     let (hdr, result, bytes) = &hb.received[1];
     assert_eq!((hdr.tag, result), (1, &Ok(len)));
     assert!(*bytes == pattern(len, 2), "the large message differs");
-    assert!(target.iter().all(|&x| x == 0), "the forged offer was written");
+    assert!(target.iter().all(|&x| x == 0), "a forged offer was written");
     assert!(ha.sends_done.iter().all(|(_, r)| r.is_ok()), "{:?}", ha.sends_done);
 }
 
