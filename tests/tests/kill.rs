@@ -171,13 +171,15 @@ fn receiver_killed_during_delivery_complete_inject_stream_fails_the_sender() {
 /// A streamer (`rshm-peer node`, sending `how` to `node` until killed) sends `mark` messages
 /// and goes on for `run_on`, then is killed; returns what `node` received from it, including
 /// what it drained over the next 800 ms (past any slot the streamer claimed but never published).
-/// The buffers the streamer held may come back later (`pump_until_back`).
+/// `node` stops taking messages for `hold` once the mark is seen, so that the streamer's next
+/// ones wait in its ring together. The buffers the streamer held may come back later
+/// (`pump_until_back`).
 fn stream_and_kill(
     sc: &mut Scenario,
     node: &mut Node,
     node_name: &str,
     how: &[&str],
-    mark: u32,
+    (mark, hold): (u32, Duration),
     run_on: Duration,
 ) -> Vec<Received> {
     let name = sc.name("s1");
@@ -194,6 +196,7 @@ fn stream_and_kill(
             node.pump_or_wait(Duration::from_millis(1));
         }
     };
+    std::thread::sleep(hold);
     pump_until(node, Instant::now() + run_on);
     let killed = sc.child(s).kill();
     pump_until(node, killed + Duration::from_millis(800));
@@ -236,7 +239,14 @@ fn sender_killed_mid_stream_leaves_the_receiver_working() {
     let mut sc = Scenario::new(PEER, "kbs");
     let me = sc.name("r");
     let mut node = Node::create(&me, params(false)).unwrap();
-    let from_dead = stream_and_kill(&mut sc, &mut node, &me, &["--sizes", "300,1000,4096,100"], 500, Duration::ZERO);
+    let from_dead = stream_and_kill(
+        &mut sc,
+        &mut node,
+        &me,
+        &["--sizes", "300,1000,4096,100"],
+        (500, Duration::ZERO),
+        Duration::ZERO,
+    );
     assert!(from_dead.len() >= 500, "only {} messages from the streamer", from_dead.len());
     // Every inject buffer is back: those of the messages taken, and the one the streamer held
     // when it died (its spare, or the buffer of a message it was copying), which we take back
@@ -283,7 +293,7 @@ fn sender_killed_mid_sar_stream_leaves_every_buffer() {
     // anywhere in it.
     let run_on = Duration::from_micros(u64::from(std::process::id() % 97) * 100);
     let sizes = ["--sar", "--sizes", "300,200000,2000,70000"];
-    let from_dead = stream_and_kill(&mut sc, &mut node, &me, &sizes, 200, run_on);
+    let from_dead = stream_and_kill(&mut sc, &mut node, &me, &sizes, (200, Duration::ZERO), run_on);
     assert!(from_dead.len() >= 150, "only {} messages from the streamer", from_dead.len());
     // Each once, and whole but for the SAR message the streamer died in. Not in the order sent:
     // a small message pushed behind a SAR message's first segment completes before that
@@ -342,7 +352,11 @@ fn killed_mid_split_copies(test: &str, tag: &str, sizes: &str, batched: bool) {
     node.ep.set_split_offer_wait(Duration::from_millis(200));
     let run_on = Duration::from_micros(u64::from(std::process::id() % 97) * 100);
     let sizes = ["--sizes", sizes];
-    let from_dead = stream_and_kill(&mut sc, &mut node, &me, &sizes, 100, run_on);
+    // Batched: the next messages wait together in the ring, whatever the host's pace (pumped
+    // without a pause, the receiver kept up with the streamer in half the runs on a slow host
+    // and never read two heads in one call).
+    let hold = if batched { Duration::from_millis(20) } else { Duration::ZERO };
+    let from_dead = stream_and_kill(&mut sc, &mut node, &me, &sizes, (100, hold), run_on);
     assert!(from_dead.len() >= 50, "only {} messages from the streamer", from_dead.len());
     let mut seen: Vec<u32> = from_dead.iter().map(|m| split_tag(m.hdr.tag).1).collect();
     seen.sort_unstable();
