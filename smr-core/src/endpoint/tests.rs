@@ -1,6 +1,6 @@
 //! In-process tests of two endpoints: every protocol, held and direct delivery, truncation.
 
-use super::measured::{Overlap, Via};
+use super::measured::{Choice, Overlap, Via};
 use super::*;
 use crate::cmd::SAR_FIRST_SEGMENT;
 use crate::cmd::{resp, CmdEntry, RemoteIov, RespEntry, Status, COMPACT_MAX};
@@ -2287,10 +2287,30 @@ fn sar_messages_enter_the_ring_whole_in_send_order() {
 
 /// Send `request(buf, len)` with `buf` reserved for its answer.
 fn send_request(a: &mut Endpoint, to_b: PeerId, cookie: u64, len: usize) -> Result<SendStatus> {
+    send_read_request(a, to_b, cookie, len, None)
+}
+
+/// `send_request` for a read the chooser chose answered (`timed`: its choice): the request asks
+/// its target to time its copy (`AnswerBuf::timed`) when the choice is to be learnt.
+fn send_read_request(
+    a: &mut Endpoint,
+    to_b: PeerId,
+    cookie: u64,
+    len: usize,
+    timed: Option<Choice>,
+) -> Result<SendStatus> {
     let buf = a.reserve_answer_buf(len)?;
-    let req = request(buf, len);
+    let req = request(if timed.is_some() { buf.timed() } else { buf }, len);
     let opts = SendOpts { cookie, delivery_complete: true, more: false, pull: false, split_early: false };
-    a.send_bytes_answered(to_b, request_hdr(cookie, &req), &req, opts, buf, None)
+    a.send_bytes_answered(to_b, request_hdr(cookie, &req), &req, opts, buf, timed.map(|c| (c, len)))
+}
+
+/// The fifth choice of `choose_read` for reads of `len` bytes, a timed answered read: the
+/// chooser learns in runs of three, CMA first, the first of each untimed.
+fn fifth_read_choice(a: &mut Endpoint, len: usize) -> Choice {
+    let choice = (0..5).map(|_| a.choose_read(len).expect("measuring")).last().unwrap();
+    assert!(choice.via == Via::Sar && choice.timed());
+    choice
 }
 
 /// Reads timed for `choose_read` (`read_way.rs`): a read of one SAR buffer's size goes one way
@@ -2313,12 +2333,7 @@ fn answered_reads_are_timed_and_learnt_beside_cma_reads() {
             // As if read with CMA in 5 us.
             Via::Cma => a.learn_read(choice, len, 5_000),
             Via::Sar => {
-                let buf = a.reserve_answer_buf(len).unwrap();
-                let req = request(buf.timed(), len);
-                let opts =
-                    SendOpts { cookie: i, delivery_complete: true, more: false, pull: false, split_early: false };
-                let sent = a.send_bytes_answered(to_b, request_hdr(i, &req), &req, opts, buf, Some((choice, len)));
-                assert_eq!(sent, Ok(SendStatus::Pending));
+                assert_eq!(send_read_request(&mut a, to_b, i, len, Some(choice)), Ok(SendStatus::Pending));
                 answered += 1;
             }
         }
@@ -2340,10 +2355,7 @@ fn only_a_placed_and_timed_answer_teaches_the_read_chooser() {
     let params = Params { measure_protocol: true, ..Params::default() };
     let len = params.counts.sar_size as usize;
     let (_, mut a, _) = pair("readwayanswer", params);
-    // Learning runs of three, CMA first, the first of each untimed: the fifth is a timed answered read.
-    let choice = (0..5).map(|_| a.choose_read(len).expect("measuring")).last().unwrap();
-    assert!(choice.via == Via::Sar && choice.timed());
-    let timed = (choice, len as u64);
+    let timed = (fifth_read_choice(&mut a, len), len as u64);
     let started = std::time::Instant::now();
     a.learn_answer(timed, &RespEntry::done_timed(1, Status::Placed, len as u64, 0), started);
     a.learn_answer(timed, &RespEntry::done_timed(1, Status::Dropped, 0, 5_000), started);
@@ -2359,12 +2371,8 @@ fn a_timed_read_that_ends_unanswered_is_forgotten() {
     let params = Params { measure_protocol: true, ..Params::default() };
     let len = params.counts.sar_size as usize;
     let (mut a, _b, to_b) = pair("readwayforget", params);
-    let choice = (0..5).map(|_| a.choose_read(len).expect("measuring")).last().unwrap();
-    assert!(choice.via == Via::Sar && choice.timed());
-    let buf = a.reserve_answer_buf(len).unwrap();
-    let req = request(buf.timed(), len);
-    let opts = SendOpts { cookie: 7, delivery_complete: true, more: false, pull: false, split_early: false };
-    let sent = a.send_bytes_answered(to_b, request_hdr(7, &req), &req, opts, buf, Some((choice, len)));
+    let choice = fifth_read_choice(&mut a, len);
+    let sent = send_read_request(&mut a, to_b, 7, len, Some(choice));
     assert_eq!((sent, a.timed_reads.len()), (Ok(SendStatus::Pending), 1));
     let mut ha = Collect::default();
     a.fail_sends_to(to_b, &mut ha);
