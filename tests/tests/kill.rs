@@ -179,7 +179,8 @@ fn stream_and_kill(
     node: &mut Node,
     node_name: &str,
     how: &[&str],
-    (mark, hold): (u32, Duration),
+    mark: u32,
+    hold: Duration,
     run_on: Duration,
 ) -> Vec<Received> {
     let name = sc.name("s1");
@@ -244,7 +245,8 @@ fn sender_killed_mid_stream_leaves_the_receiver_working() {
         &mut node,
         &me,
         &["--sizes", "300,1000,4096,100"],
-        (500, Duration::ZERO),
+        500,
+        Duration::ZERO,
         Duration::ZERO,
     );
     assert!(from_dead.len() >= 500, "only {} messages from the streamer", from_dead.len());
@@ -293,7 +295,7 @@ fn sender_killed_mid_sar_stream_leaves_every_buffer() {
     // anywhere in it.
     let run_on = Duration::from_micros(u64::from(std::process::id() % 97) * 100);
     let sizes = ["--sar", "--sizes", "300,200000,2000,70000"];
-    let from_dead = stream_and_kill(&mut sc, &mut node, &me, &sizes, (200, Duration::ZERO), run_on);
+    let from_dead = stream_and_kill(&mut sc, &mut node, &me, &sizes, 200, Duration::ZERO, run_on);
     assert!(from_dead.len() >= 150, "only {} messages from the streamer", from_dead.len());
     // Each once, and whole but for the SAR message the streamer died in. Not in the order sent:
     // a small message pushed behind a SAR message's first segment completes before that
@@ -356,7 +358,7 @@ fn killed_mid_split_copies(test: &str, tag: &str, sizes: &str, batched: bool) {
     // without a pause, the receiver kept up with the streamer in half the runs on a slow host
     // and never read two heads in one call).
     let hold = if batched { Duration::from_millis(20) } else { Duration::ZERO };
-    let from_dead = stream_and_kill(&mut sc, &mut node, &me, &sizes, (100, hold), run_on);
+    let from_dead = stream_and_kill(&mut sc, &mut node, &me, &sizes, 100, hold, run_on);
     assert!(from_dead.len() >= 50, "only {} messages from the streamer", from_dead.len());
     let mut seen: Vec<u32> = from_dead.iter().map(|m| split_tag(m.hdr.tag).1).collect();
     seen.sort_unstable();
