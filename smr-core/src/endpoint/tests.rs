@@ -1,6 +1,7 @@
 //! In-process tests of two endpoints: every protocol, held and direct delivery, truncation.
 
 use super::measured::{Choice, Overlap, Via};
+use super::split::{state_word, OFFERED, TAKEN};
 use super::*;
 use crate::cmd::SAR_FIRST_SEGMENT;
 use crate::cmd::{resp, CmdEntry, RemoteIov, RespEntry, Status, COMPACT_MAX};
@@ -3384,7 +3385,7 @@ fn a_scribbled_split_claim_word_fails_the_message() {
         b.progress(&mut hb);
         for word in b.region.peer_slots().iter().flat_map(|slot| slot.split.iter()) {
             let now = word.load(Relaxed);
-            if now != 0 && now & 7 == 2 {
+            if now != 0 && now == state_word(now >> 3, TAKEN) {
                 word.store(now ^ (1 << 40), Relaxed);
                 break 'taken;
             }
@@ -3703,7 +3704,7 @@ fn forged_split_offers_are_refused() {
     let forged = [(half, half, words), (len as u64, 0, 0), (half, half - 4096, 0), (half, half + 4096, 0)];
     for (i, &(offset, tail_len, word)) in forged.iter().enumerate() {
         let claim = &b.region.peer_slots()[src as usize].split[0];
-        claim.store((msg_id << 3) | 1, Relaxed);
+        claim.store(state_word(msg_id, OFFERED), Relaxed);
         let mut entry =
             RespEntry { kind: resp::SPLIT, status: Status::Ok as u32, msg_id, value: offset, ..Default::default() };
         entry.data[..8].copy_from_slice(&(target.as_mut_ptr() as u64).to_le_bytes());
@@ -3713,7 +3714,7 @@ fn forged_split_offers_are_refused() {
         a.progress(&mut ha);
         assert_eq!((a.stats().corrupt_commands, a.stats().splits_written), (i as u64 + 1, 0), "offer {i} taken");
         let claim = &b.region.peer_slots()[src as usize].split[0];
-        assert_eq!(claim.swap(0, Relaxed), (msg_id << 3) | 1, "offer {i}: the claim word taken");
+        assert_eq!(claim.swap(0, Relaxed), state_word(msg_id, OFFERED), "offer {i}: the claim word taken");
     }
     pump_until((&mut a, &mut ha), (&mut b, &mut hb), "the large message", |ha, hb| {
         hb.received.len() == 2 && ha.sends_done.iter().any(|(cookie, _)| *cookie == 1)

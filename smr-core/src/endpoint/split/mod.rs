@@ -35,13 +35,13 @@ use crate::layout::SPLIT_WORDS;
 use crate::sync::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-const OFFERED: u64 = 1;
-const TAKEN: u64 = 2;
+pub(super) const OFFERED: u64 = 1;
+pub(super) const TAKEN: u64 = 2;
 const WRITTEN: u64 = 3;
 const FAILED: u64 = 4;
 const WITHDRAWN: u64 = 5;
 
-fn state_word(msg_id: u64, state: u64) -> u64 {
+pub(super) fn state_word(msg_id: u64, state: u64) -> u64 {
     (msg_id << 3) | state
 }
 
