@@ -767,10 +767,13 @@ mod tests {
         let ring = Ring::new(&ctl, &slots);
         let mut c = Consumer::new();
         assert_eq!(c.pop(&ring), Pop::Empty);
+        assert!(!c.ready(&ring), "nothing published yet");
         for i in 0..4 {
             ring.push(&Val(i)).unwrap();
         }
+        assert!(c.ready(&ring) && c.ready_at(&ring, 3) && !c.ready_at(&ring, 4));
         assert_eq!(ring.push(&Val(9)), Err(PushError::Full));
+        assert_eq!(ring.push_batch(&[Val(9), Val(10)]), Err(PushError::Full), "a batch is refused as full, not busy");
         for i in 0..4 {
             assert_eq!(c.pop(&ring), Pop::Item(Val(i)));
         }
@@ -880,6 +883,7 @@ mod tests {
         assert!(!names(0, 0), "a cleared record names nothing");
         let one = claim_word(7, 1);
         assert!(names(one, 7) && !names(one, 6) && !names(one, 8));
+        assert!(!names(one & !CLAIMING, 7), "a word without the claiming bit (a scribble) names nothing");
         let batch = claim_word(u64::from(u32::MAX) - 1, 3); // across the 32-bit wrap
         for pos in [u64::from(u32::MAX) - 1, u64::from(u32::MAX), 1 << 32] {
             assert!(names(batch, pos), "{pos}");
@@ -956,8 +960,10 @@ mod tests {
         }
         assert_eq!(c.pop(&ring), Pop::Item(Val(0)));
         assert!(!c.repair_tail(&ring), "an honest counter is left alone");
+        assert_eq!(c.claimed(&ring), 3);
         for bad in [u64::MAX - 5, 0, 1000, c.position() + 4 + 1] {
             ctl.tail.store(bad, Ordering::Relaxed);
+            assert_eq!(c.claimed(&ring), c.position() + 4, "{bad}: at most a lap past the head is claimed");
             let refused = ring.push(&Val(9));
             assert!(matches!(refused, Err(PushError::Full | PushError::Busy)), "{bad}: {refused:?}");
             assert!(c.repair_tail(&ring), "{bad}");
@@ -975,6 +981,13 @@ mod tests {
             ring.push(&Val(i)).unwrap();
         }
         assert!(!c.repair_tail(&ring));
+        // Two taken: the first free position from the head (7) is 9, in the ring's second slot.
+        for i in 0..2 {
+            assert_eq!(c.pop(&ring), Pop::Item(Val(i)));
+        }
+        ctl.tail.store(1000, Ordering::Relaxed);
+        assert!(c.repair_tail(&ring));
+        assert_eq!(ctl.tail.load(Ordering::Relaxed), 9);
     }
 
     #[test]
