@@ -282,6 +282,9 @@ const _: () = {
     assert!(COMPACT_AUX_AT == 40 && COMPACT_AUX_MAX == 16);
     assert!(std::mem::size_of::<RespEntry>() == RESP_HEADER_BYTES + ANSWER_DATA_MAX);
     assert!(FIRST_LINE_DATA == 32 && 8 + RESP_HEADER_BYTES + ANSWER_DATA_MAX == 2 * 64);
+    // An IOV command's count word and as many 16-byte ranges as the payload holds (the
+    // provider's `iov_limit`): all of them fit, one more would not.
+    assert!(8 + IOV_MAX * 16 <= INLINE_MAX && 8 + (IOV_MAX + 1) * 16 > INLINE_MAX);
 };
 
 pub mod op {
@@ -833,6 +836,49 @@ mod tests {
         assert_eq!(compact_proto(&plain(0, 1), false), Some(proto::COMPACT_AUX), "aux");
         assert_eq!(compact_proto(&plain(1, 1), false), None, "aux and CQ data");
         assert_eq!(compact_proto(&plain(1, 0), true), None, "answer wanted and CQ data");
+    }
+
+    /// The ring copies a command's header and the part of its payload its protocol uses, and
+    /// no more (`wire_len`): pushed through a ring into an entry full of other bytes, each kind
+    /// of command decodes as it was sent, with every range (as many as an IOV command holds) and
+    /// every segment field, while a small one costs only the bytes it needs.
+    #[test]
+    fn a_command_crosses_the_ring_with_the_bytes_it_uses_and_no_more() {
+        let ranges: Vec<RemoteIov> = (1..=IOV_MAX as u64).map(|i| RemoteIov { addr: i << 12, len: i }).collect();
+        let mut inline = CmdEntry::message(1, 2, &hdr(10), true);
+        inline.proto = proto::INLINE;
+        inline.payload[..10].copy_from_slice(b"0123456789");
+        let mut inject = CmdEntry::message(1, 2, &hdr(100), false);
+        inject.set_inject(3);
+        let mut iov = CmdEntry::message(1, 2, &hdr(ranges.iter().map(|r| r.len).sum()), false);
+        iov.set_iovs(&ranges);
+        let mut sar = CmdEntry::message(1, 2, &hdr(100_000), false);
+        sar.op = op::SAR_SEG;
+        sar.set_sar(SarSeg { buf: 1, len: 65536, offset: 4096, seq: 7 });
+        // (the command, the payload bytes it uses)
+        let sent = [(CmdEntry::connect(1, 0xc0ffee), 0), (inline, 10), (inject, 4), (iov, 8 + IOV_MAX * 16), (sar, 24)];
+        let ctl = crate::ring::RingCtl::new();
+        let slots: Vec<crate::ring::Slot<CmdEntry>> = (0..2).map(crate::ring::Slot::new).collect();
+        let ring = crate::ring::Ring::new(&ctl, &slots);
+        let mut rx = crate::ring::Consumer::new();
+        for (i, (entry, used)) in sent.into_iter().enumerate() {
+            assert_eq!(entry.wire_len(), HEADER_BYTES + used, "command {i}");
+            ring.push(&entry).unwrap();
+            let mut got = CmdEntry::default();
+            got.payload.fill(0xee);
+            assert_eq!(rx.pop_into(&ring, &mut got), crate::ring::Pop::Item(()), "command {i}");
+            let command = decode(&got, &LIMITS);
+            assert_eq!(command, decode(&entry, &LIMITS), "command {i}");
+            match command.unwrap() {
+                Command::Msg { body: Body::Inline { len }, .. } => {
+                    assert_eq!(&got.inline_bytes()[..len], b"0123456789")
+                }
+                Command::Msg { body: Body::Iov { count, .. }, .. } => {
+                    assert_eq!((0..count).map(|k| got.iov(k)).collect::<Vec<_>>(), ranges, "every range")
+                }
+                _ => {}
+            }
+        }
     }
 
     #[test]
