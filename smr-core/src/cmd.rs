@@ -766,7 +766,13 @@ mod tests {
         }
         let mut e = CmdEntry::message(1, 2, &hdr(300), false);
         e.set_iovs(&[RemoteIov { addr: 0x1000, len: 100 }, RemoteIov { addr: 0x9000, len: 200 }]);
-        assert!(matches!(decode(&e, &LIMITS).unwrap(), Command::Msg { body: Body::Iov { count: 2, .. }, .. }));
+        for (flags, timed, split_early) in
+            [(0, false, false), (FLAG_TIMED, true, false), (FLAG_SPLIT_EARLY, false, true), (FLAG_ACK, false, false)]
+        {
+            e.flags = flags;
+            let body = Body::Iov { count: 2, timed, split_early };
+            assert!(matches!(decode(&e, &LIMITS).unwrap(), Command::Msg { body: b, .. } if b == body), "{flags:#x}");
+        }
         let mut e = CmdEntry::message(1, 2, &hdr(100_000), false);
         e.op = op::SAR_SEG;
         e.set_sar(SarSeg { buf: 1, len: 65536, offset: 0, seq: u64::MAX - 1 });
@@ -906,6 +912,18 @@ mod tests {
                 e.proto = proto::IOV;
                 e.payload[0..4].copy_from_slice(&13u32.to_le_bytes())
             },
+            // No range, for a message of no bytes.
+            |e| {
+                e.len = 0;
+                e.set_iovs(&[RemoteIov { addr: 0, len: 0 }]);
+                e.payload[0..4].copy_from_slice(&0u32.to_le_bytes())
+            },
+            // One range more than a command holds, their lengths adding up.
+            |e| {
+                e.len = IOV_MAX as u64;
+                e.set_iovs(&[RemoteIov { addr: 0x1000, len: 1 }; IOV_MAX]);
+                e.payload[0..4].copy_from_slice(&(IOV_MAX as u32 + 1).to_le_bytes())
+            },
             |e| e.set_sar(SarSeg { buf: 2, len: 10, offset: 0, seq: 1 }),
             |e| e.set_sar(SarSeg { buf: 0, len: 65537, offset: 0, seq: 1 }),
             |e| e.set_sar(SarSeg { buf: 0, len: 10, offset: 95, seq: 1 }),
@@ -916,5 +934,13 @@ mod tests {
             break_it(&mut e);
             assert!(matches!(decode(&e, &LIMITS), Err(Error::Corrupt(_))), "case {i}");
         }
+        // A segment of a message of `max_msg_size` bytes is taken, of one byte more is not
+        // (nothing else about a segment bounds its message's length).
+        let mut seg = CmdEntry::message(1, 2, &hdr(LIMITS.max_msg_size), false);
+        seg.op = op::SAR_SEG;
+        seg.set_sar(SarSeg { buf: 0, len: 10, offset: 0, seq: 1 });
+        assert!(decode(&seg, &LIMITS).is_ok());
+        seg.len += 1;
+        assert_eq!(decode(&seg, &LIMITS), Err(Error::Corrupt("message longer than max_msg_size")));
     }
 }
