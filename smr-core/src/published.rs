@@ -542,6 +542,9 @@ mod tests {
         count(&t, &e, REMOTE_WRITE);
         count(&t, &e, REMOTE_READ);
         assert_eq!(p.take_counts(&t, slot), Counted { reads: 1, writes: 1, scribbled: false });
+        // A move of exactly `COUNT_STEP_MAX` is one copies could make: it is counted.
+        t[3].counts.writes.fetch_add(COUNT_STEP_MAX, Ordering::Relaxed);
+        assert_eq!(p.take_counts(&t, slot), Counted { reads: 0, writes: COUNT_STEP_MAX, scribbled: false });
         assert_eq!(p.take_counts(&t, 99), Counted::default(), "a slot outside the table");
     }
 
