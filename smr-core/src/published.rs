@@ -487,6 +487,11 @@ mod tests {
         assert_eq!(lookup(&t, 69), None);
         assert!(!unchanged(&t, &found), "a withdrawn entry must fail the check after a copy");
         assert_eq!(lookup(&t, 133).unwrap().base, 0x3000, "found past a withdrawn slot");
+        // A withdrawn entry keeps key 0, which is a key too (OpenSHMEM's data segment is key 0).
+        let zero = p.publish(&t, 0, 0x5000, 50, REMOTE_READ).unwrap();
+        assert_eq!(lookup(&t, 0).map(|e| e.base), Some(0x5000));
+        p.withdraw(&t, zero, &nobody);
+        assert_eq!(lookup(&t, 0), None, "key 0 withdrawn");
         assert_eq!(p.count(), 2);
         let again = p.publish(&t, 69, 0x4000, 10, REMOTE_READ).unwrap();
         assert_eq!(again, 6, "the withdrawn slot is reused");
