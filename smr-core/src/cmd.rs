@@ -918,7 +918,7 @@ mod tests {
                 e.set_iovs(&[RemoteIov { addr: 0, len: 0 }]);
                 e.payload[0..4].copy_from_slice(&0u32.to_le_bytes())
             },
-            // One range more than a command holds, their lengths adding up.
+            // One range more than a command holds (the ones it holds add up to the length).
             |e| {
                 e.len = IOV_MAX as u64;
                 e.set_iovs(&[RemoteIov { addr: 0x1000, len: 1 }; IOV_MAX]);
