@@ -492,5 +492,16 @@ mod tests {
         }
         assert!(!watch.alive_lately(), "a look that found it gone stood for the next");
         assert!(!watch.alive());
+        // A look older than ALIVE_FOR (and the coarse clock's tick) stands for nothing: a process
+        // that exits after it is gone at the next ask.
+        let mut child = std::process::Command::new("sleep").arg("5").spawn().unwrap();
+        let ident =
+            ProcessIdentity { pid: child.id(), start: start_time(child.id()).unwrap().unwrap(), ns: own_namespace() };
+        let mut watch = Watch::new(ident);
+        assert!(watch.alive_lately());
+        std::thread::sleep(ALIVE_FOR + Duration::from_millis(30));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(!watch.alive_lately(), "a stale look was trusted");
     }
 }
