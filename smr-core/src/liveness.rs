@@ -385,9 +385,7 @@ mod tests {
             How::Pidfd(fd) => Arc::clone(fd),
             other => panic!("a child of ours watched by {other:?}"),
         };
-        let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
-        let ident =
-            ProcessIdentity { pid: child.id(), start: start_time(child.id()).unwrap().unwrap(), ns: own_namespace() };
+        let (mut child, ident) = sleeping_child("30");
         let (a, b) = (Watch::new(ident), Watch::new(ident));
         let fd = pidfd_of(&a);
         assert!(Arc::ptr_eq(&fd, &pidfd_of(&b)), "two pidfds for one process");
@@ -460,11 +458,17 @@ mod tests {
         crate::shm::unlink(&name).unwrap();
     }
 
-    #[test]
-    fn a_watch_sees_its_process_exit() {
-        let mut child = std::process::Command::new("sleep").arg("5").spawn().unwrap();
+    /// A child that sleeps `secs` seconds, and its identity as a peer's region records it.
+    fn sleeping_child(secs: &str) -> (std::process::Child, ProcessIdentity) {
+        let child = std::process::Command::new("sleep").arg(secs).spawn().unwrap();
         let ident =
             ProcessIdentity { pid: child.id(), start: start_time(child.id()).unwrap().unwrap(), ns: own_namespace() };
+        (child, ident)
+    }
+
+    #[test]
+    fn a_watch_sees_its_process_exit() {
+        let (mut child, ident) = sleeping_child("5");
         let watch = Watch::new(ident);
         assert!(watch.alive());
         child.kill().unwrap();
@@ -477,9 +481,7 @@ mod tests {
     /// it gone stands for nothing (the next asks again, and says gone).
     #[test]
     fn a_look_found_alive_stands_for_a_while_only() {
-        let mut child = std::process::Command::new("sleep").arg("5").spawn().unwrap();
-        let ident =
-            ProcessIdentity { pid: child.id(), start: start_time(child.id()).unwrap().unwrap(), ns: own_namespace() };
+        let (mut child, ident) = sleeping_child("5");
         let mut watch = Watch::new(ident);
         assert!(watch.alive_lately());
         child.kill().unwrap();
@@ -494,9 +496,7 @@ mod tests {
         assert!(!watch.alive());
         // A look older than ALIVE_FOR (and the coarse clock's tick) stands for nothing: a process
         // that exits after it is gone at the next ask.
-        let mut child = std::process::Command::new("sleep").arg("5").spawn().unwrap();
-        let ident =
-            ProcessIdentity { pid: child.id(), start: start_time(child.id()).unwrap().unwrap(), ns: own_namespace() };
+        let (mut child, ident) = sleeping_child("5");
         let mut watch = Watch::new(ident);
         assert!(watch.alive_lately());
         std::thread::sleep(ALIVE_FOR + Duration::from_millis(30));
