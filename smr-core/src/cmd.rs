@@ -718,6 +718,14 @@ mod tests {
         MsgHeader { app: 3, tag: 0xfeed, data: 42, aux: 0x7000, len }
     }
 
+    /// A segment command (from peer 1, message 2) of a message of `len` bytes.
+    fn sar_segment(len: u64, seg: SarSeg) -> CmdEntry {
+        let mut e = CmdEntry::message(1, 2, &hdr(len), false);
+        e.op = op::SAR_SEG;
+        e.set_sar(seg);
+        e
+    }
+
     /// Only an answer of more than `FIRST_LINE_DATA` bytes makes the ring copy the slot's second
     /// line (so only it takes that line across), whatever a peer wrote in `value`; a run of
     /// answers whose count reads as `Status::Answered` stays in the first.
@@ -773,9 +781,7 @@ mod tests {
             let body = Body::Iov { count: 2, timed, split_early };
             assert!(matches!(decode(&e, &LIMITS).unwrap(), Command::Msg { body: b, .. } if b == body), "{flags:#x}");
         }
-        let mut e = CmdEntry::message(1, 2, &hdr(100_000), false);
-        e.op = op::SAR_SEG;
-        e.set_sar(SarSeg { buf: 1, len: 65536, offset: 0, seq: u64::MAX - 1 });
+        let e = sar_segment(100_000, SarSeg { buf: 1, len: 65536, offset: 0, seq: u64::MAX - 1 });
         assert_eq!(
             decode(&e, &LIMITS).unwrap(),
             Command::SarSeg { src: 1, msg_id: 2, seg: SarSeg { buf: 1, len: 65536, offset: 0, seq: u64::MAX - 1 } }
@@ -858,9 +864,7 @@ mod tests {
         inject.set_inject(3);
         let mut iov = CmdEntry::message(1, 2, &hdr(ranges.iter().map(|r| r.len).sum()), false);
         iov.set_iovs(&ranges);
-        let mut sar = CmdEntry::message(1, 2, &hdr(100_000), false);
-        sar.op = op::SAR_SEG;
-        sar.set_sar(SarSeg { buf: 1, len: 65536, offset: 4096, seq: 7 });
+        let sar = sar_segment(100_000, SarSeg { buf: 1, len: 65536, offset: 4096, seq: 7 });
         // (the command, the payload bytes it uses)
         let sent = [(CmdEntry::connect(1, 0xc0ffee), 0), (inline, 10), (inject, 4), (iov, 8 + IOV_MAX * 16), (sar, 24)];
         let ctl = crate::ring::RingCtl::new();
@@ -936,9 +940,7 @@ mod tests {
         }
         // A segment of a message of `max_msg_size` bytes is taken, of one byte more is not
         // (nothing else about a segment bounds its message's length).
-        let mut seg = CmdEntry::message(1, 2, &hdr(LIMITS.max_msg_size), false);
-        seg.op = op::SAR_SEG;
-        seg.set_sar(SarSeg { buf: 0, len: 10, offset: 0, seq: 1 });
+        let mut seg = sar_segment(LIMITS.max_msg_size, SarSeg { buf: 0, len: 10, offset: 0, seq: 1 });
         assert!(decode(&seg, &LIMITS).is_ok());
         seg.len += 1;
         assert_eq!(decode(&seg, &LIMITS), Err(Error::Corrupt("message longer than max_msg_size")));
