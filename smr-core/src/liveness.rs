@@ -348,9 +348,11 @@ mod tests {
         assert_eq!(parse_namespace_link("pid:[4026531836]"), Some(4026531836));
         assert_eq!(parse_namespace_link("net:[4026531836]"), None);
         assert_eq!(parse_namespace_link("pid:[]"), None);
-        // This process is in some pid namespace, and asking twice gives the same one.
+        // This process's namespace: the inode of /proc/self/ns/pid, as every process of it reads.
         let ns = pid_namespace().expect("/proc/self/ns/pid on Linux");
-        assert_eq!(pid_namespace(), Some(ns));
+        let inode = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata("/proc/self/ns/pid").unwrap());
+        assert_eq!(u64::from(ns), inode);
+        assert_eq!(own_namespace(), ns);
     }
 
     #[test]
@@ -377,14 +379,18 @@ mod tests {
         assert!(!ident.is_alive());
     }
 
+    /// The pidfd a watch of a child of ours polls.
+    fn pidfd_of(w: &Watch) -> Arc<OwnedFd> {
+        match &w.how {
+            How::Pidfd(fd) => Arc::clone(fd),
+            other => panic!("a child of ours watched by {other:?}"),
+        }
+    }
+
     /// Every watch of one process in this process polls one pidfd (`PIDFDS`), which goes with
     /// the last of them; and it tells that process's death to each.
     #[test]
     fn watches_of_one_process_share_its_pidfd() {
-        let pidfd_of = |w: &Watch| match &w.how {
-            How::Pidfd(fd) => Arc::clone(fd),
-            other => panic!("a child of ours watched by {other:?}"),
-        };
         let (mut child, ident) = sleeping_child("30");
         let (a, b) = (Watch::new(ident), Watch::new(ident));
         let fd = pidfd_of(&a);
@@ -409,6 +415,36 @@ mod tests {
         let weak = Arc::downgrade(&fd);
         drop((a, b, late, fd));
         assert_eq!(weak.strong_count(), 0, "the pidfd outlived its watches");
+    }
+
+    /// As it grows, the cache of pidfds forgets the processes no longer watched (a process
+    /// watched by many endpoints over a long run would otherwise stay in it for good) and keeps
+    /// those still watched: a watch made after that shares their pidfd still.
+    #[test]
+    fn the_pidfd_cache_forgets_processes_no_longer_watched() {
+        let cached = |ident: &ProcessIdentity| {
+            let cache = PIDFDS.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            cache.by_process.as_ref().is_some_and(|by_process| by_process.contains_key(ident))
+        };
+        let (mut kept_child, kept) = sleeping_child("30");
+        let watch = Watch::new(kept);
+        let mut first = None;
+        // The cache prunes when it reaches `prune_at` entries (64, or twice those still watched
+        // by other tests): a few hundred processes watched once each are more than enough.
+        for _ in 0..300 {
+            let (mut child, ident) = sleeping_child("30");
+            drop(Watch::new(ident));
+            child.kill().unwrap();
+            child.wait().unwrap();
+            if !cached(first.get_or_insert(ident)) {
+                break;
+            }
+        }
+        assert!(!cached(&first.unwrap()), "a process no longer watched stayed in the cache");
+        assert!(cached(&kept), "a process still watched was forgotten");
+        assert!(Arc::ptr_eq(&pidfd_of(&watch), &pidfd_of(&Watch::new(kept))), "a second pidfd for one process");
+        kept_child.kill().unwrap();
+        kept_child.wait().unwrap();
     }
 
     #[test]
@@ -438,6 +474,9 @@ mod tests {
         let me = ProcessIdentity::current().unwrap();
         let stranger = ProcessIdentity { pid: dead, ns: me.ns.wrapping_add(1), ..me };
         assert!(ProcessIdentity { pid: dead, ..me }.pid_is_ours());
+        // A peer that could not tell its namespace (0) is judged by its pid, as one of ours.
+        let unknown = ProcessIdentity { pid: dead, ns: 0, ..me };
+        assert!(unknown.pid_is_ours() && !unknown.is_alive(), "a namespace unknown to the peer counts as ours");
         assert!(!stranger.pid_is_ours() && stranger.is_alive(), "judged by a pid of another namespace");
 
         let name = format!("rshm_test_lock_{}", std::process::id());
