@@ -199,11 +199,22 @@ fn pair(tag: &str, params: Params) -> (Endpoint, Endpoint, PeerId) {
 /// Makes the tests named for CMA fail where CMA is not permitted, instead of skipping.
 const REQUIRE_CMA_ENV: &str = "RSHM_TEST_REQUIRE_CMA";
 
+/// Sets the bound of every wait loop here in seconds (20 by default). A mutation run sets it
+/// below its per-mutant timeout, so that a mutant that loses a message fails a test in seconds
+/// instead of holding the run to its timeout (docs/reliability.md).
+const DEADLINE_ENV: &str = "RSHM_TEST_DEADLINE_SECS";
+
 /// The bound of every wait loop here.
-const DEADLINE: std::time::Duration = std::time::Duration::from_secs(20);
+fn deadline_span() -> std::time::Duration {
+    static SPAN: std::sync::OnceLock<std::time::Duration> = std::sync::OnceLock::new();
+    *SPAN.get_or_init(|| {
+        let secs = std::env::var(DEADLINE_ENV).ok().and_then(|v| v.parse().ok()).unwrap_or(20);
+        std::time::Duration::from_secs(secs)
+    })
+}
 
 fn deadline() -> std::time::Instant {
-    std::time::Instant::now() + DEADLINE
+    std::time::Instant::now() + deadline_span()
 }
 
 /// Whether a test of CMA can run. Where CMA is not permitted (Yama, seccomp, or
@@ -542,7 +553,9 @@ fn a_name_whose_owner_is_gone_fails_sends_after_the_dead_owner_timeout() {
     let start = std::time::Instant::now();
     let failed = loop {
         match send(gone) {
-            Err(Error::Again) => assert!(start.elapsed() < DEADLINE, "a send to a gone owner's name never failed"),
+            Err(Error::Again) => {
+                assert!(start.elapsed() < deadline_span(), "a send to a gone owner's name never failed")
+            }
             other => break other,
         }
     };
