@@ -121,10 +121,6 @@ impl<'a> FreeStack<'a> {
         FreeStack { head, links }
     }
 
-    pub fn len_max(&self) -> usize {
-        self.links.len()
-    }
-
     /// No free buffer at this instant (a peer may push one right after): one load of the head.
     pub fn looks_empty(&self) -> bool {
         self.head.head.load(Ordering::Relaxed) & INDEX_MASK == 0
@@ -538,6 +534,140 @@ mod tests {
         assert_eq!(all_free(&stack), vec![0, 1, 2, 3]);
     }
 
+    /// A pop marks its buffer as its tag's (`popped_as`), and an untagged pop (the owner's own,
+    /// `pop`) as nobody's: a dead holder whose record names a buffer the owner took must not
+    /// have it given back.
+    #[test]
+    fn a_pop_is_known_by_its_own_tag_only() {
+        let (head, links) = heap_parts(3);
+        let stack = FreeStack::new(&head, &links);
+        stack.fill();
+        let owners = stack.pop().unwrap();
+        let fifth = stack.pop_as(5, |_| {}).unwrap();
+        let first = stack.pop_as(0, |_| {}).unwrap();
+        for tag in [0, 1, 5, UNTAGGED - 1, UNTAGGED, u32::MAX] {
+            assert!(!stack.popped_as(owners, tag), "an untagged pop is known as tag {tag:#x}'s");
+            assert_eq!(stack.popped_as(fifth, tag), tag == 5, "tag 5's pop asked for tag {tag:#x}");
+            assert_eq!(stack.popped_as(first, tag), tag == 0, "tag 0's pop asked for tag {tag:#x}");
+        }
+        stack.push(fifth).unwrap();
+        assert!(!stack.popped_as(fifth, 5), "a buffer pushed back is still known as popped");
+        assert!(!stack.popped_as(3, 5), "an index out of range");
+    }
+
+    /// A push says whether the stack was empty until it (a waiting sender's cue), and only then.
+    #[test]
+    fn a_push_onto_an_empty_stack_says_so() {
+        let (head, links) = heap_parts(3);
+        let stack = FreeStack::new(&head, &links);
+        stack.fill();
+        let all: Vec<u32> = (0..3).map(|_| stack.pop().unwrap()).collect();
+        assert!(stack.looks_empty());
+        assert_eq!(stack.push_refilling(all[1]), Ok(true));
+        assert!(!stack.looks_empty());
+        assert_eq!(stack.push_refilling(all[0]), Ok(false));
+        assert_eq!(stack.push_refilling(all[2]), Ok(false));
+    }
+
+    /// The generation of the head word (its high half).
+    fn generation(head: &StackHead) -> u64 {
+        head.head.load(Ordering::Relaxed) >> 32
+    }
+
+    /// Every change of the head moves its generation on by one, a repair by two (its detach and
+    /// its rebuild): a head that went from A to B and back to A is never the one a stalled pop
+    /// or push read, so their CAS fails instead of installing a next link that is stale.
+    #[test]
+    fn every_change_of_the_head_moves_its_generation_on() {
+        let (head, links) = heap_parts(4);
+        let stack = FreeStack::new(&head, &links);
+        stack.fill();
+        let mut was = generation(&head);
+        let mut moved_by = |by: u64, what: &str| {
+            let now = generation(&head);
+            assert_eq!(now, was + by, "{what}: generation {was} -> {now}");
+            was = now;
+        };
+        let a = stack.pop().unwrap();
+        moved_by(1, "a pop");
+        let b = stack.pop_as(3, |_| {}).unwrap();
+        moved_by(1, "a tagged pop");
+        stack.push(a).unwrap();
+        moved_by(1, "a push");
+        // A link cut short: the buffers behind it are orphans, which a repair links again.
+        let top = (head.head.load(Ordering::Relaxed) & INDEX_MASK) as usize;
+        links[top - 1].store(0, Ordering::Relaxed);
+        assert!(stack.repair(&mut StackCheck::default(), 1, Vec::new));
+        moved_by(2, "a repair");
+        stack.push(b).unwrap();
+        moved_by(1, "a push after the repair");
+        assert_eq!(all_free(&stack), vec![0, 1, 2, 3]);
+    }
+
+    /// The owner acts on orphans only when the same ones stayed for `patience` checks: other
+    /// orphans under the same head (a push that moved on, another buffer cut off) start the
+    /// count again.
+    #[test]
+    fn other_orphans_start_the_count_again() {
+        let (head, links) = heap_parts(4);
+        let stack = FreeStack::new(&head, &links);
+        stack.fill();
+        let (a, b) = (stack.pop().unwrap(), stack.pop().unwrap());
+        let mut check = StackCheck::default();
+        // `a` cut off: out of the list and not marked in use (a link of 0 reads as free).
+        links[a as usize].store(0, Ordering::Relaxed);
+        assert!(!stack.repair(&mut check, 2, Vec::new), "one check of orphan {a}");
+        // Now `b` instead, the head unmoved.
+        links[a as usize].store(IN_USE, Ordering::Relaxed);
+        links[b as usize].store(0, Ordering::Relaxed);
+        assert!(!stack.repair(&mut check, 2, Vec::new), "a check of another orphan was counted as the same");
+        assert!(stack.repair(&mut check, 2, Vec::new), "two checks of orphan {b}");
+        stack.push(a).unwrap();
+        assert_eq!(all_free(&stack), vec![0, 1, 2, 3]);
+    }
+
+    /// The ABA case, played out: a pop reads the head (top A, next B), and before its CAS
+    /// (`announce`) others take A and B and give A back over a buffer they held before, so the
+    /// head's top is A again with another next. The stalled pop must see that and retry, not
+    /// install B, which is held, as the top. Played twice: the head's last change a push of A,
+    /// and a pop (of B, pushed over A and taken again), so that a generation that a pop or a
+    /// push sets back or starts again is caught either way.
+    #[test]
+    fn a_pop_stalled_while_its_top_went_and_came_back_retries() {
+        for last_a_pop in [false, true] {
+            let (head, links) = heap_parts(4);
+            let stack = FreeStack::new(&head, &links);
+            stack.fill();
+            let held_before = stack.pop().unwrap();
+            let (mut played, mut inner_held) = (false, None);
+            let got = stack
+                .pop_as(UNTAGGED, |top| {
+                    if std::mem::replace(&mut played, true) {
+                        return;
+                    }
+                    let a = stack.pop().unwrap();
+                    assert_eq!(a, top);
+                    let b = stack.pop().unwrap();
+                    stack.push(held_before).unwrap();
+                    stack.push(a).unwrap();
+                    if last_a_pop {
+                        stack.push(b).unwrap();
+                        assert_eq!(stack.pop(), Ok(b));
+                    }
+                    inner_held = Some(b);
+                })
+                .unwrap();
+            let b = inner_held.unwrap();
+            assert_ne!(got, b, "the held buffer was handed out again (last change a pop: {last_a_pop})");
+            // Honest pops hand out the rest, each once: never the held B, never a corrupt stack.
+            let mut rest: Vec<u32> = std::iter::from_fn(|| stack.pop().ok()).collect();
+            assert_eq!(stack.pop(), Err(StackError::Empty), "last change a pop: {last_a_pop}");
+            rest.extend([got, b]);
+            rest.sort();
+            assert_eq!(rest, vec![0, 1, 2, 3]);
+        }
+    }
+
     #[test]
     fn threads_never_hold_the_same_index() {
         let (head, links) = heap_parts(8);
@@ -549,10 +679,14 @@ mod tests {
                 s.spawn(|| {
                     // Miri interprets every step: a few hundred rounds still interleave there.
                     for _ in 0..if cfg!(miri) { 200 } else { 50_000 } {
-                        if let Ok(i) = stack.pop() {
-                            assert_eq!(owners[i as usize].fetch_add(1, Ordering::SeqCst), 0);
-                            owners[i as usize].fetch_sub(1, Ordering::SeqCst);
-                            stack.push(i).unwrap();
+                        match stack.pop() {
+                            Ok(i) => {
+                                assert_eq!(owners[i as usize].fetch_add(1, Ordering::SeqCst), 0);
+                                owners[i as usize].fetch_sub(1, Ordering::SeqCst);
+                                stack.push(i).unwrap();
+                            }
+                            // Contention is no corruption: a pop whose top another took retries.
+                            Err(e) => assert_eq!(e, StackError::Empty),
                         }
                     }
                 });
