@@ -208,3 +208,189 @@ impl Record<'_> {
         back
     }
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::free_stack::heap_parts;
+
+    /// Our incarnation, and another holder's (a predecessor's, or a scribble), which differs
+    /// from ours in the highest bit a record keeps only.
+    const US: u64 = 0x1234;
+    const OTHER: u64 = US ^ 1 << 44;
+    /// Our slot in the owner's peer table: the tag of our pops.
+    const TAG: u32 = 3;
+
+    /// Runs `test` on a stack of four free buffers and an empty record, both on the heap.
+    fn with_pool(test: impl FnOnce(&FreeStack<'_>, Record<'_>)) {
+        let (head, links) = heap_parts(4);
+        let stack = FreeStack::new(&head, &links);
+        stack.fill();
+        let (word, msg) = (AtomicU64::new(NONE), AtomicU64::new(0));
+        test(&stack, Record { word: &word, msg: &msg });
+    }
+
+    /// The record's first word, for the checks that a call left it alone.
+    fn word(rec: &Record<'_>) -> u64 {
+        rec.word.load(Ordering::Relaxed)
+    }
+
+    /// A spare is taken once, for the message it then carries, and only from our own record.
+    #[test]
+    fn a_spare_is_taken_once_and_only_from_our_record() {
+        with_pool(|_, rec| {
+            assert_eq!(rec.take_spare(US, 7), None, "an empty record holds no spare");
+            rec.sent(US, Some(5));
+            assert!(!rec.wants_spare(US), "a record that holds a spare wants none");
+            assert_eq!(rec.pending(), None);
+            assert_eq!(rec.take_spare(OTHER, 7), None, "another holder took our spare");
+            assert_eq!(rec.take_spare(US, 7), Some(5));
+            assert_eq!(rec.msg.load(Ordering::Relaxed), 7, "the message the spare carries");
+            assert_eq!(word(&rec), held(US, 5) | IN_FLIGHT, "the spare taken is recorded in flight");
+            assert_eq!(rec.take_spare(US, 8), None, "a spare in flight taken again");
+            assert!(rec.wants_spare(US), "a record whose buffer is in flight may take a spare");
+            assert!(!rec.wants_spare(OTHER));
+            rec.sent(US, None);
+            assert_eq!(word(&rec), NONE);
+            assert!(rec.wants_spare(OTHER), "an empty record is anyone's");
+        });
+    }
+
+    /// A pop's announcement writes over an empty record or ours, never another holder's; it
+    /// is pending until the pop returned, and then in flight (popped) or gone (nothing popped).
+    #[test]
+    fn a_pop_is_announced_pending_then_held_in_flight_or_forgotten() {
+        with_pool(|_, rec| {
+            rec.announce(US, 4, Some(9));
+            assert_eq!(rec.pending(), Some(4));
+            assert_eq!(rec.msg.load(Ordering::Relaxed), 9);
+            rec.announce(US, 6, Some(9));
+            assert_eq!(rec.pending(), Some(6), "a later attempt's announcement replaces ours");
+            rec.hold_in_flight(US, Some(6), 9);
+            assert_eq!(rec.pending(), None, "held in flight once the pop returned");
+            assert!(rec.wants_spare(US) && rec.take_spare(US, 10).is_none());
+            rec.clear(US, 5);
+            assert_ne!(word(&rec), NONE, "cleared for another buffer");
+            rec.clear(OTHER, 6);
+            assert_ne!(word(&rec), NONE, "cleared by another holder");
+            rec.clear(US, 6);
+            assert_eq!(word(&rec), NONE);
+            // A pop that found no buffer: the pending record goes, and a later pop is recorded.
+            rec.announce(US, 2, None);
+            assert_eq!(rec.pending(), Some(2));
+            rec.hold_in_flight(US, None, 11);
+            assert_eq!(word(&rec), NONE, "a pop that took nothing left its announcement");
+            rec.hold_in_flight(US, Some(3), 11);
+            assert!(rec.wants_spare(US) && rec.pending().is_none());
+            assert_eq!(rec.msg.load(Ordering::Relaxed), 11);
+            // A pop that found nothing leaves a record that is not pending alone.
+            let before = word(&rec);
+            rec.hold_in_flight(US, None, 12);
+            assert_eq!(word(&rec), before, "a record in flight dropped by a pop that took nothing");
+            rec.sent(US, Some(1));
+            let spare = word(&rec);
+            rec.hold_in_flight(US, None, 12);
+            assert_eq!(word(&rec), spare, "a spare dropped by a pop that took nothing");
+            // Another holder's record (a scribble): neither an announcement nor a pop writes over it.
+            rec.word.store(held(OTHER, 8) | IN_FLIGHT, Ordering::Relaxed);
+            rec.msg.store(77, Ordering::Relaxed);
+            let theirs = word(&rec);
+            rec.announce(US, 4, Some(13));
+            rec.hold_in_flight(US, Some(4), 13);
+            rec.hold_in_flight(US, None, 13);
+            assert_eq!(
+                (word(&rec), rec.msg.load(Ordering::Relaxed)),
+                (theirs, 77),
+                "another holder's record was written"
+            );
+            rec.announce(US, 4, None);
+            assert_eq!(word(&rec), theirs);
+            // Nor over another holder's pending one.
+            let pending = held(OTHER, 8) | PENDING;
+            rec.word.store(pending, Ordering::Relaxed);
+            rec.hold_in_flight(US, Some(4), 13);
+            assert_eq!(word(&rec), pending, "another holder's pending record taken for ours");
+            rec.hold_in_flight(US, None, 13);
+            assert_eq!(word(&rec), pending, "another holder's pending record dropped");
+        });
+    }
+
+    /// Giving a buffer back: a spare through the record (pending while the push runs), a
+    /// buffer in flight likewise if the record names it, else pushed back unannounced.
+    #[test]
+    fn buffers_given_back_leave_the_record_empty() {
+        with_pool(|stack, rec| {
+            let spare = stack.pop_as(TAG, |i| rec.announce(US, i, None)).unwrap();
+            rec.sent(US, Some(spare));
+            rec.clear(US, spare);
+            assert_ne!(word(&rec), NONE, "a spare cleared as if its message were sent");
+            rec.give_back(OTHER, &stack);
+            assert!(stack.in_use(spare), "another holder gave our spare back");
+            rec.give_back(US, &stack);
+            assert!(!stack.in_use(spare) && word(&rec) == NONE);
+            // In flight: given back only through the record that names it.
+            let a = stack.pop_as(TAG, |i| rec.announce(US, i, Some(1))).unwrap();
+            rec.hold_in_flight(US, Some(a), 1);
+            rec.give_back(US, &stack);
+            assert!(stack.in_use(a), "a buffer in flight given back as a spare");
+            let b = stack.pop().unwrap();
+            rec.give_back_in_flight(US, b, &stack);
+            assert!(!stack.in_use(b), "a buffer the record does not name is pushed back all the same");
+            assert!(stack.in_use(a) && word(&rec) != NONE, "and the record stays");
+            rec.give_back_in_flight(US, a, &stack);
+            assert!(!stack.in_use(a) && word(&rec) == NONE);
+            // Another holder's record naming the buffer we give back: it stays, ours goes back.
+            let c = stack.pop().unwrap();
+            let theirs = held(OTHER, c) | IN_FLIGHT;
+            rec.word.store(theirs, Ordering::Relaxed);
+            rec.give_back_in_flight(US, c, &stack);
+            assert!(!stack.in_use(c) && word(&rec) == theirs, "another holder's record taken for ours");
+        });
+    }
+
+    /// The receiver's decision about a holder that is gone: a spare goes back, a buffer in flight
+    /// unless the receiver handled its message, a pending one if the stack marks it the holder's;
+    /// another holder's record is left alone. A decided record is empty.
+    #[test]
+    fn the_receiver_gives_back_exactly_what_a_gone_holder_kept() {
+        with_pool(|stack, rec| {
+            // A spare.
+            let spare = stack.pop_as(TAG, |i| rec.announce(US, i, None)).unwrap();
+            rec.sent(US, Some(spare));
+            assert!(!rec.decide(OTHER, 0, TAG, &stack), "decided as another holder's");
+            assert!(stack.in_use(spare) && word(&rec) != NONE);
+            assert!(rec.decide(US, 0, TAG, &stack));
+            assert!(!stack.in_use(spare) && word(&rec) == NONE);
+            // In flight with message 5: kept once message 5 (or a later one) was handled.
+            for (handled, back) in [(4, true), (5, false), (6, false)] {
+                let a = stack.pop_as(TAG, |i| rec.announce(US, i, Some(5))).unwrap();
+                rec.hold_in_flight(US, Some(a), 5);
+                assert_eq!(rec.decide(US, handled, TAG, &stack), back, "message 5 in flight, {handled} handled");
+                assert_eq!(stack.in_use(a), !back);
+                assert_eq!(word(&rec), NONE);
+                if !back {
+                    stack.push(a).unwrap();
+                }
+            }
+            // Pending, the pop done (the stack marks the buffer ours): it goes back, whatever the
+            // receiver handled.
+            let a = stack.pop_as(TAG, |i| rec.announce(US, i, Some(5))).unwrap();
+            assert_eq!(rec.pending(), Some(a));
+            assert!(rec.decide(US, 9, TAG, &stack));
+            assert!(!stack.in_use(a) && word(&rec) == NONE);
+            // Pending, the pop never took it (another tag's, or free): it stays where it is.
+            let theirs = stack.pop_as(TAG + 1, |_| {}).unwrap();
+            rec.announce(US, theirs, Some(6));
+            assert!(!rec.decide(US, 0, TAG, &stack));
+            assert!(stack.popped_as(theirs, TAG + 1) && word(&rec) == NONE);
+            let free = (0..4).find(|&i| !stack.in_use(i)).unwrap();
+            rec.announce(US, free, None);
+            assert!(!rec.decide(US, 0, TAG, &stack));
+            assert!(!stack.in_use(free) && word(&rec) == NONE);
+            stack.push(theirs).unwrap();
+            let mut all: Vec<u32> = std::iter::from_fn(|| stack.pop().ok()).collect();
+            all.sort();
+            assert_eq!(all, vec![0, 1, 2, 3], "a buffer went back twice or never");
+        });
+    }
+}
