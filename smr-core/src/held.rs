@@ -324,26 +324,26 @@ mod tests {
             rec.sent(US, Some(spare));
             rec.clear(US, spare);
             assert_ne!(word(&rec), NONE, "a spare cleared as if its message were sent");
-            rec.give_back(OTHER, &stack);
+            rec.give_back(OTHER, stack);
             assert!(stack.in_use(spare), "another holder gave our spare back");
-            rec.give_back(US, &stack);
+            rec.give_back(US, stack);
             assert!(!stack.in_use(spare) && word(&rec) == NONE);
             // In flight: given back only through the record that names it.
             let a = stack.pop_as(TAG, |i| rec.announce(US, i, Some(1))).unwrap();
             rec.hold_in_flight(US, Some(a), 1);
-            rec.give_back(US, &stack);
+            rec.give_back(US, stack);
             assert!(stack.in_use(a), "a buffer in flight given back as a spare");
             let b = stack.pop().unwrap();
-            rec.give_back_in_flight(US, b, &stack);
+            rec.give_back_in_flight(US, b, stack);
             assert!(!stack.in_use(b), "a buffer the record does not name is pushed back all the same");
             assert!(stack.in_use(a) && word(&rec) != NONE, "and the record stays");
-            rec.give_back_in_flight(US, a, &stack);
+            rec.give_back_in_flight(US, a, stack);
             assert!(!stack.in_use(a) && word(&rec) == NONE);
             // Another holder's record naming the buffer we give back: it stays, ours goes back.
             let c = stack.pop().unwrap();
             let theirs = held(OTHER, c) | IN_FLIGHT;
             rec.word.store(theirs, Ordering::Relaxed);
-            rec.give_back_in_flight(US, c, &stack);
+            rec.give_back_in_flight(US, c, stack);
             assert!(!stack.in_use(c) && word(&rec) == theirs, "another holder's record taken for ours");
         });
     }
@@ -357,15 +357,15 @@ mod tests {
             // A spare.
             let spare = stack.pop_as(TAG, |i| rec.announce(US, i, None)).unwrap();
             rec.sent(US, Some(spare));
-            assert!(!rec.decide(OTHER, 0, TAG, &stack), "decided as another holder's");
+            assert!(!rec.decide(OTHER, 0, TAG, stack), "decided as another holder's");
             assert!(stack.in_use(spare) && word(&rec) != NONE);
-            assert!(rec.decide(US, 0, TAG, &stack));
+            assert!(rec.decide(US, 0, TAG, stack));
             assert!(!stack.in_use(spare) && word(&rec) == NONE);
             // In flight with message 5: kept once message 5 (or a later one) was handled.
             for (handled, back) in [(4, true), (5, false), (6, false)] {
                 let a = stack.pop_as(TAG, |i| rec.announce(US, i, Some(5))).unwrap();
                 rec.hold_in_flight(US, Some(a), 5);
-                assert_eq!(rec.decide(US, handled, TAG, &stack), back, "message 5 in flight, {handled} handled");
+                assert_eq!(rec.decide(US, handled, TAG, stack), back, "message 5 in flight, {handled} handled");
                 assert_eq!(stack.in_use(a), !back);
                 assert_eq!(word(&rec), NONE);
                 if !back {
@@ -376,16 +376,16 @@ mod tests {
             // receiver handled.
             let a = stack.pop_as(TAG, |i| rec.announce(US, i, Some(5))).unwrap();
             assert_eq!(rec.pending(), Some(a));
-            assert!(rec.decide(US, 9, TAG, &stack));
+            assert!(rec.decide(US, 9, TAG, stack));
             assert!(!stack.in_use(a) && word(&rec) == NONE);
             // Pending, the pop never took it (another tag's, or free): it stays where it is.
             let theirs = stack.pop_as(TAG + 1, |_| {}).unwrap();
             rec.announce(US, theirs, Some(6));
-            assert!(!rec.decide(US, 0, TAG, &stack));
+            assert!(!rec.decide(US, 0, TAG, stack));
             assert!(stack.popped_as(theirs, TAG + 1) && word(&rec) == NONE);
             let free = (0..4).find(|&i| !stack.in_use(i)).unwrap();
             rec.announce(US, free, None);
-            assert!(!rec.decide(US, 0, TAG, &stack));
+            assert!(!rec.decide(US, 0, TAG, stack));
             assert!(!stack.in_use(free) && word(&rec) == NONE);
             stack.push(theirs).unwrap();
             let mut all: Vec<u32> = std::iter::from_fn(|| stack.pop().ok()).collect();
