@@ -442,6 +442,77 @@ mod tests {
         assert!(g.inject_offset(8).is_err());
     }
 
+    /// Every part holds what it was laid out for, in layout order, before the next part starts:
+    /// a part too short would let one ring's slots or one pool's buffers run into the next.
+    #[test]
+    fn each_part_holds_its_contents_before_the_next() {
+        for c in [
+            counts(),
+            Counts { cmd_len: 2, resp_len: 1 << 20, inject_count: 1000, sar_count: 2000, sar_size: 4160, max_peers: 1 },
+        ] {
+            let g = Geometry::compute(c).unwrap();
+            let lens = [
+                size_of::<WakeWord>() as u64,
+                size_of::<RingCtl>() as u64,
+                c.cmd_len * size_of::<Slot<CmdEntry>>() as u64,
+                size_of::<RingCtl>() as u64,
+                c.resp_len * size_of::<Slot<RespEntry>>() as u64,
+                size_of::<StackHead>() as u64,
+                c.inject_count * 4,
+                c.inject_count * INJECT_SIZE,
+                size_of::<StackHead>() as u64,
+                c.sar_count * 4,
+                c.sar_count * c.sar_size,
+                c.max_peers * size_of::<PeerSlot>() as u64,
+                MR_SLOTS * size_of::<MrSlot>() as u64,
+                size_of::<OwnerBeat>() as u64,
+            ];
+            let offs = g.part_offsets();
+            assert!(offs[0] >= size_of::<RegionHeader>() as u64, "the wake word overlaps the header");
+            let ends: Vec<u64> = offs.iter().zip(lens).map(|(o, l)| o + l).collect();
+            assert!(ends.iter().zip(&offs[1..]).all(|(end, next)| end <= next), "{c:?}: {offs:?} {ends:?}");
+            assert!(ends[13] <= g.size && g.size % PART_ALIGN == 0 && g.size - ends[13] < PART_ALIGN);
+            for part in [g.cmd_ctl, g.resp_ctl, g.inject_head, g.inject_data, g.sar_head, g.sar_data, g.peers, g.mrs] {
+                assert_eq!(part % PART_ALIGN, 0);
+            }
+            // The buffers: each at its own place in its pool, the last ending where the pool does.
+            let last_inject = c.inject_count as u32 - 1;
+            assert_eq!(g.inject_offset(0).unwrap(), g.inject_data);
+            assert_eq!(g.inject_offset(last_inject).unwrap() + INJECT_SIZE, g.inject_data + g.inject_pool_len());
+            assert!(g.inject_offset(last_inject + 1).is_err());
+            assert_eq!(g.sar_offset(1).unwrap(), g.sar_data + c.sar_size);
+            assert_eq!(g.sar_offset(c.sar_count as u32 - 1).unwrap() + c.sar_size, g.sar_data + g.sar_pool_len());
+            assert_eq!(g.pools(), [(g.inject_data, lens[7]), (g.sar_data, lens[10])]);
+            assert_eq!(g.reserved_at_creation(), g.size - lens[7] - lens[10]);
+        }
+    }
+
+    /// Each limit is taken at its bound and refused one past it, so that neither an owner's
+    /// largest legal region is refused by its peers nor a hostile header's one step further is
+    /// mapped.
+    #[test]
+    fn counts_are_taken_up_to_their_limits_and_no_further() {
+        let ok = |c: Counts| Geometry::compute(c).is_ok();
+        for (at_limit, past) in [
+            (Counts { cmd_len: 2, ..counts() }, Counts { cmd_len: 1, ..counts() }),
+            (Counts { cmd_len: MAX_RING, ..counts() }, Counts { cmd_len: MAX_RING * 2, ..counts() }),
+            (Counts { resp_len: 2, ..counts() }, Counts { resp_len: 0, ..counts() }),
+            (Counts { resp_len: MAX_RING, ..counts() }, Counts { resp_len: 96, ..counts() }),
+            (Counts { inject_count: 1, ..counts() }, Counts { inject_count: 0, ..counts() }),
+            (Counts { inject_count: MAX_BUFFERS, ..counts() }, Counts { inject_count: MAX_BUFFERS + 1, ..counts() }),
+            (Counts { sar_count: 1, ..counts() }, Counts { sar_count: 0, ..counts() }),
+            (Counts { sar_count: MAX_BUFFERS, ..counts() }, Counts { sar_count: MAX_BUFFERS + 1, ..counts() }),
+            (Counts { sar_size: 4096, ..counts() }, Counts { sar_size: 4032, ..counts() }),
+            (Counts { sar_size: MAX_SAR_SIZE, ..counts() }, Counts { sar_size: MAX_SAR_SIZE + 64, ..counts() }),
+            (Counts { sar_size: 4096 + 64, ..counts() }, Counts { sar_size: 4096 + 32, ..counts() }),
+            (Counts { max_peers: 1, ..counts() }, Counts { max_peers: 0, ..counts() }),
+            (Counts { max_peers: MAX_PEERS, ..counts() }, Counts { max_peers: MAX_PEERS + 1, ..counts() }),
+        ] {
+            assert!(ok(at_limit), "refused {at_limit:?}");
+            assert!(!ok(past), "took {past:?}");
+        }
+    }
+
     #[test]
     fn absurd_counts_are_rejected() {
         for bad in [
