@@ -613,6 +613,39 @@ mod tests {
         assert!(!owner.repair_header() && owner.closed(), "a close is the owner's: never repaired away");
     }
 
+    /// Either half of a scribble alone is put back too: the fields with `ready` intact, and
+    /// `ready` with the fields intact.
+    #[test]
+    fn the_owner_puts_back_either_half_of_its_header_alone() {
+        let name = unique("half");
+        let owner = Region::create(&name, counts(), 0).unwrap();
+        owner.mapping().write_bytes(0, b"XX").unwrap();
+        assert!(owner.repair_header(), "a scribbled magic, `ready` intact");
+        assert!(Region::open(&name).is_ok());
+        owner.header().ready.store(CLOSED, Ordering::Release);
+        assert!(owner.repair_header(), "a scribbled `ready`, the fields intact");
+        assert!(!owner.closed() && !owner.repair_header());
+    }
+
+    /// A pool's pages are reserved in /dev/shm at its first use through any mapping, all of
+    /// them at once (ENOSPC then, rather than a SIGBUS at some later touch), and not before.
+    #[test]
+    fn a_pool_is_reserved_whole_at_its_first_use() {
+        use std::os::unix::fs::MetadataExt;
+        let name = unique("pools");
+        let owner = Region::create(&name, counts(), 0).unwrap();
+        let peer = Region::open(&name).unwrap();
+        let geo = *owner.geometry();
+        let reserved = || std::fs::metadata(format!("{}/{name}", shm::SHM_DIR)).unwrap().blocks() * 512;
+        let fresh = reserved();
+        assert!(fresh <= geo.reserved_at_creation(), "{fresh} bytes reserved at creation");
+        peer.map_sar_pool().unwrap();
+        assert_eq!(reserved(), fresh + geo.sar_pool_len(), "the SAR pool, first used by a peer");
+        owner.map_sar_pool().unwrap();
+        owner.map_inject_pool().unwrap();
+        assert_eq!(reserved(), fresh + geo.sar_pool_len() + geo.inject_pool_len(), "both pools");
+    }
+
     fn counts() -> Counts {
         Counts { cmd_len: 64, resp_len: 64, inject_count: 4, sar_count: 2, sar_size: 65536, max_peers: 8 }
     }
@@ -718,6 +751,155 @@ mod tests {
         unsafe { (*hdr).magic = 0 };
         assert!(matches!(Region::open(&name), Err(Error::Again)));
         assert!(Region::open("no/slash").is_err());
+    }
+
+    /// A peer opens only a ready region of the version it speaks, named as it asked, whose file
+    /// holds the geometry its header gives; what is being created or closed is told apart from
+    /// what is broken.
+    #[test]
+    fn open_takes_only_a_ready_region_that_is_what_its_header_says() {
+        let name = unique("open");
+        let owner = Region::create(&name, counts(), 0).unwrap();
+        let hdr = owner.mapping().bytes_ptr(0, 4096).unwrap().cast::<RegionHeader>();
+        let corrupt = |why: &str| match Region::open(&name) {
+            Err(Error::Corrupt(_)) => {}
+            Err(e) => panic!("{why}: {e:?}"),
+            Ok(_) => panic!("{why}: opened"),
+        };
+        // Scribbles on our own header, as a peer or an owner of another version might leave it;
+        // each is undone before the next.
+        let write = |at: usize, bytes: &[u8]| owner.mapping().write_bytes(at as u64, bytes).unwrap();
+        let version_at = std::mem::offset_of!(RegionHeader, layout_version);
+        write(version_at, &(LAYOUT_VERSION + 1).to_ne_bytes());
+        corrupt("another layout version");
+        write(version_at, &LAYOUT_VERSION.to_ne_bytes());
+        let last_letter = std::mem::offset_of!(RegionHeader, name) + name.len() - 1;
+        write(last_letter, b"!");
+        corrupt("a header naming another endpoint");
+        write(last_letter, &name.as_bytes()[name.len() - 1..]);
+        // Geometry that matches its counts, but of a larger region than the file.
+        let larger = Geometry::compute(Counts { max_peers: 64, ..counts() }).unwrap();
+        assert!(larger.size > owner.geometry().size);
+        // SAFETY: test-only write to our own header (a plain-integer field), as a peer might.
+        unsafe { (*hdr).geometry = larger };
+        corrupt("a geometry larger than the file");
+        // SAFETY: as above, putting it back.
+        unsafe { (*hdr).geometry = *owner.geometry() };
+        for (ready, want) in [(0, Error::Again), (7, Error::Again), (CLOSED, Error::NoSuchPeer)] {
+            owner.header().ready.store(ready, Ordering::Release);
+            match Region::open(&name) {
+                Err(e) => assert_eq!(e, want, "ready {ready}"),
+                Ok(_) => panic!("opened with ready {ready}"),
+            }
+        }
+        owner.header().ready.store(READY, Ordering::Release);
+        let peer = Region::open(&name).expect("the header restored opens");
+        assert_eq!((peer.name(), peer.owner(), peer.flags()), (owner.name(), owner.owner(), owner.flags()));
+        assert!(!peer.closed() && peer.intact());
+
+        // A file shorter than a header, and an empty one (sized by nobody yet).
+        let short = unique("short");
+        let path = format!("{}/{short}", shm::SHM_DIR);
+        std::fs::write(&path, [0xA5u8; 100]).unwrap();
+        let opened = Region::open(&short).map(|_| ());
+        std::fs::write(&path, []).unwrap();
+        let empty = Region::open(&short).map(|_| ());
+        std::fs::remove_file(&path).unwrap();
+        assert!(matches!(opened, Err(Error::Corrupt(_))), "{opened:?}");
+        assert_eq!(empty, Err(Error::Again));
+    }
+
+    /// Names are endpoint addresses: 1 to 63 printable characters of a small set.
+    #[test]
+    fn names_are_short_and_printable() {
+        for good in ["a", "rshm_1.2:3-x", &"n".repeat(NAME_MAX)] {
+            assert!(check_name(good).is_ok(), "{good}");
+            assert_eq!(&name_bytes(good)[..good.len()], good.as_bytes());
+            assert!(name_bytes(good)[good.len()..].iter().all(|&b| b == 0));
+        }
+        for bad in ["", "a/b", "a b", "nul\0", "é", &"n".repeat(NAME_MAX + 1)] {
+            assert!(check_name(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    /// A peer's mapping reads as intact until the file shrinks under it.
+    #[test]
+    fn a_region_whose_file_shrank_is_not_intact() {
+        let name = unique("shrunk");
+        let owner = Region::create(&name, counts(), 0).unwrap();
+        let peer = Region::open(&name).unwrap();
+        assert!(peer.intact() && owner.intact());
+        let file = std::fs::OpenOptions::new().write(true).open(format!("{}/{name}", shm::SHM_DIR)).unwrap();
+        file.set_len(owner.geometry().size - 4096).unwrap();
+        assert!(!peer.intact() && !owner.intact());
+    }
+
+    /// What a look at a region file finds, trusting nothing in it: the owner that lives, one
+    /// that died, and a file without a header, young (being created) or old (a crashed
+    /// creation).
+    #[test]
+    fn inspect_tells_live_dead_and_unfinished_regions_apart() {
+        let name = unique("inspect");
+        let owner = Region::create(&name, counts(), 0).unwrap();
+        assert_eq!(inspect(&name), Ok(Occupant::Alive(owner.owner())));
+        assert!(named_owner_alive(&name, owner.incarnation()));
+        assert!(!named_owner_alive(&name, owner.incarnation() ^ 2), "another incarnation of the name");
+        let hdr = owner.mapping().bytes_ptr(0, 4096).unwrap().cast::<RegionHeader>();
+        // SAFETY: test-only write to our own header: its owner now reads as a process that
+        // cannot exist, as after a SIGKILL.
+        unsafe { (*hdr).owner_start = 1 };
+        let dead = ProcessIdentity { start: 1, ..owner.owner() };
+        assert_eq!(inspect(&name), Ok(Occupant::Dead(Some(dead))));
+        assert!(!named_owner_alive(&name, owner.incarnation()));
+        // SAFETY: as above: the owner lives again, but the header has no magic (not yet
+        // written, or scribbled).
+        unsafe {
+            (*hdr).owner_start = owner.owner().start;
+            (*hdr).magic = 0;
+        }
+        assert_eq!(inspect(&name), Ok(Occupant::Creating), "a fresh file without a header");
+        assert!(!named_owner_alive(&name, owner.incarnation()));
+        let file = std::fs::File::options().write(true).open(format!("{}/{name}", shm::SHM_DIR)).unwrap();
+        file.set_modified(SystemTime::now() - HALF_CREATED_GRACE * 2).unwrap();
+        assert_eq!(inspect(&name), Ok(Occupant::Dead(None)), "an old file without a header");
+        drop(owner);
+        assert_eq!(inspect(&name), Err(Error::NoSuchPeer));
+        assert!(!named_owner_alive(&name, 0));
+    }
+
+    /// An owner of another pid namespace is judged by its lock on the region file if its
+    /// header says it holds one, and is taken for alive (nothing can judge it) if it says not.
+    #[test]
+    fn an_owner_of_another_namespace_is_judged_by_its_lock_only_if_it_holds_one() {
+        let name = unique("nolock");
+        let mut owner = Region::create(&name, counts(), 0).unwrap();
+        let hdr = owner.mapping().bytes_ptr(0, 4096).unwrap().cast::<RegionHeader>();
+        // SAFETY: test-only write to our own header: the owner now reads as of another pid
+        // namespace.
+        unsafe { (*hdr).owner_ns = crate::liveness::own_namespace().wrapping_add(1) };
+        let foreign = header_owner(owner.header());
+        assert_eq!(inspect(&name), Ok(Occupant::Alive(foreign)), "its lock is held");
+        owner._owner_lock = None;
+        assert_eq!(inspect(&name), Ok(Occupant::Dead(Some(foreign))), "it said it holds a lock, and none is held");
+        let flags_at = std::mem::offset_of!(RegionHeader, flags) as u64;
+        owner.mapping().write_bytes(flags_at, &(owner.flags() & !FLAG_OWNER_LOCK).to_ne_bytes()).unwrap();
+        assert_eq!(inspect(&name), Ok(Occupant::Alive(foreign)), "it holds no lock: nothing tells");
+        assert!(named_owner_alive(&name, owner.incarnation()));
+    }
+
+    /// An owner unlinks its name only while the file is its own: a successor that took over
+    /// the name (another incarnation in the header) keeps its region.
+    #[test]
+    fn an_owner_leaves_a_successors_region_in_place() {
+        let name = unique("succ");
+        let owner = Region::create(&name, counts(), 0).unwrap();
+        let hdr = owner.mapping().bytes_ptr(0, 4096).unwrap().cast::<RegionHeader>();
+        // SAFETY: test-only write to our own header, as a successor's creation would leave it.
+        unsafe { (*hdr).incarnation ^= 2 };
+        drop(owner);
+        let left = Region::open(&name).map(|r| r.incarnation());
+        shm::unlink(&name).unwrap();
+        assert!(left.is_ok(), "the successor's region was unlinked: {left:?}");
     }
 
     #[test]
