@@ -166,3 +166,129 @@ fn futex_wake(word: &crate::sync::AtomicU32) {
     // SAFETY: FUTEX_WAKE on a live, aligned u32; wakes every sleeper.
     unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, i32::MAX) };
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::pod::CachePadded;
+    use crate::sync::{AtomicBool, AtomicU32};
+    use std::time::Instant;
+
+    fn word() -> WakeWord {
+        WakeWord { seq: CachePadded(AtomicU32::new(0)), armed: AtomicU32::new(0), room_wanted: AtomicU32::new(0) }
+    }
+
+    /// Far longer than any wake-up takes: a wait that reaches it was never woken.
+    const NEVER: Duration = Duration::from_secs(60);
+
+    /// A producer's notify moves the sequence (and makes the system call) only while a waiter is
+    /// armed.
+    #[test]
+    fn notify_wakes_only_an_armed_waiter() {
+        let w = word();
+        notify(&w);
+        assert_eq!(w.seq.load(Ordering::Relaxed), 0, "nobody armed");
+        let seq = arm(&w);
+        assert_eq!((seq, w.armed.load(Ordering::Relaxed)), (0, 1));
+        notify(&w);
+        assert_eq!(w.seq.load(Ordering::Relaxed), 1);
+        disarm(&w);
+        assert_eq!(w.armed.load(Ordering::Relaxed), 0);
+        // Asleep on a sequence already moved on: back at once.
+        let t = Instant::now();
+        sleep(&w, seq, Some(NEVER));
+        assert!(t.elapsed() < NEVER / 2);
+    }
+
+    /// `wait` sleeps until a producer notifies (not before: it returns only after the
+    /// producer's work is there), returns at once when its work is already there, and leaves
+    /// the word disarmed either way.
+    #[test]
+    fn wait_sleeps_until_notified_and_not_when_work_waits() {
+        let w = word();
+        let work = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                // Until the waiter is armed, a notify would wake nobody (bounded: a waiter that
+                // never sleeps must fail the test, not hang it).
+                let t = Instant::now();
+                while w.armed.load(Ordering::SeqCst) == 0 && t.elapsed() < NEVER / 2 {
+                    std::thread::yield_now();
+                }
+                std::thread::sleep(Duration::from_millis(20));
+                work.store(true, Ordering::SeqCst);
+                notify(&w);
+            });
+            let t = Instant::now();
+            wait(&w, Some(NEVER), || work.load(Ordering::SeqCst));
+            assert!(work.load(Ordering::SeqCst), "woke before the producer's work was there");
+            assert!(t.elapsed() < NEVER / 2, "slept through the notify");
+        });
+        assert_eq!(w.armed.load(Ordering::Relaxed), 0);
+        let t = Instant::now();
+        wait(&w, Some(NEVER), || true);
+        assert!(t.elapsed() < NEVER / 2, "slept with its work there");
+        assert_eq!(w.armed.load(Ordering::Relaxed), 0);
+    }
+
+    /// futex_waitv over several words, shared and private: back as soon as one of them moves
+    /// (or was off its expected value already), else at its timeout, neither before nor far
+    /// after; more words than the kernel takes are refused for the caller to sleep another way.
+    #[test]
+    fn sleep_any_wakes_for_any_word_or_at_its_timeout() {
+        let (a, b) = (AtomicU32::new(5), AtomicU32::new(7));
+        let on = |b_expected: u32| {
+            [WaitOn { word: &a, expected: 5, private: false }, WaitOn { word: &b, expected: b_expected, private: true }]
+        };
+        assert!(sleep_any(&on(8), NEVER), "futex_waitv (Linux 5.16) on a word already moved");
+        let timeout = Duration::from_millis(30);
+        for _ in 0..3 {
+            let t = Instant::now();
+            assert!(sleep_any(&on(7), timeout));
+            let slept = t.elapsed();
+            assert!(slept >= timeout && slept < NEVER / 2, "slept {slept:?} for a timeout of {timeout:?}");
+        }
+        let moved = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                std::thread::sleep(Duration::from_millis(20));
+                moved.store(true, Ordering::SeqCst);
+                b.store(8, Ordering::SeqCst);
+                futex_wake_private(&b);
+            });
+            let t = Instant::now();
+            assert!(sleep_any(&on(7), NEVER));
+            assert!(moved.load(Ordering::SeqCst) && t.elapsed() < NEVER / 2);
+        });
+        let many: Vec<AtomicU32> = (0..129).map(AtomicU32::new).collect();
+        let waits =
+            |n: usize| many[..n].iter().map(|w| WaitOn { word: w, expected: 0, private: false }).collect::<Vec<_>>();
+        assert!(!sleep_any(&waits(129), NEVER), "129 words");
+        assert!(sleep_any(&waits(128), NEVER), "128 words, one of them moved");
+        assert!(!sleep_any(&[], NEVER), "no word");
+    }
+
+    fn futex_wake_private(word: &AtomicU32) {
+        // SAFETY: FUTEX_WAKE_PRIVATE on a live, aligned u32 of this process.
+        unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG, i32::MAX) };
+    }
+
+    /// A sender's bit in `room_wanted` is its entry modulo 31, never the responders' bit; the
+    /// owner sees requests until it takes them, and takes them all at once.
+    #[test]
+    fn requests_for_room_are_seen_until_taken() {
+        assert_eq!(
+            [room_sender_bit(0), room_sender_bit(30), room_sender_bit(31), room_sender_bit(33)],
+            [1, 1 << 30, 1, 4]
+        );
+        let w = word();
+        assert!(!room_wanted(&w));
+        assert_eq!(take_room_wanted(&w), 0);
+        want_room(&w, room_sender_bit(2));
+        want_room(&w, ROOM_RESPONDERS);
+        want_room(&w, room_sender_bit(2));
+        assert!(room_wanted(&w));
+        assert_eq!(take_room_wanted(&w), ROOM_RESPONDERS | 4);
+        assert!(!room_wanted(&w));
+    }
+}
