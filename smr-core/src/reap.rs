@@ -189,6 +189,12 @@ mod tests {
         // A live process reclaims the name (unlink, create) between our look and our unlink.
         let successor = Region::create(&name, counts(), 0).unwrap();
         assert!(!unlink_if_dead(&name, ino).unwrap(), "another file now");
+        // The file looked at, its owner still dead: removed.
+        let dead = format!("rshm_reaptest_looked_{}", std::process::id());
+        left_by_dead_process(&dead);
+        let dead_ino = std::fs::metadata(format!("{SHM_DIR}/{dead}")).unwrap().ino();
+        assert!(unlink_if_dead(&dead, dead_ino).unwrap(), "the dead region looked at");
+        assert!(!exists(&dead));
         let new_ino = std::fs::metadata(format!("{SHM_DIR}/{name}")).unwrap().ino();
         assert!(!unlink_if_dead(&name, new_ino).unwrap(), "the same file, but alive");
         assert!(exists(&name));
