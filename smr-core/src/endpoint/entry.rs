@@ -137,3 +137,86 @@ pub(super) fn claim_slot(region: &Region, name: &str, me: ProcessIdentity, incar
     }
     Err(Error::Again)
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::layout::Counts;
+
+    /// A region of `max_peers` entries, named for the test `tag`.
+    fn table(tag: &str, max_peers: u64) -> Region {
+        let counts = Counts { cmd_len: 16, resp_len: 16, inject_count: 4, sar_count: 1, sar_size: 4096, max_peers };
+        Region::create(&format!("rshm_test_entry_{tag}_{}", std::process::id()), counts, 0).unwrap()
+    }
+
+    /// A pid no process has any more (a child that exited and was reaped).
+    fn dead_pid() -> u32 {
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        child.wait().unwrap();
+        pid
+    }
+
+    /// A sender that claims again under its incarnation gets its own entry back, filled in with
+    /// its name and identity; under another incarnation it is another sender, in another entry.
+    #[test]
+    fn a_sender_claims_its_own_entry_again() {
+        let r = table("again", 6);
+        let me = ProcessIdentity::current().unwrap();
+        let first = claim_slot(&r, "sender_a", me, 11).unwrap();
+        assert_eq!(claim_slot(&r, "sender_a", me, 11), Ok(first));
+        let entry = &r.peer_slots()[first as usize];
+        assert_eq!(slot_name(entry).as_deref(), Some("sender_a"));
+        let state = entry.state.load(Ordering::Acquire);
+        assert_eq!((state & 3, slot_sender(state, entry)), (SLOT_READY, me));
+        let successor = claim_slot(&r, "sender_a", me, 12).unwrap();
+        assert_ne!(successor, first, "a new incarnation took its predecessor's entry");
+    }
+
+    /// Every entry of a table of any length is found, whatever entry a sender's search starts
+    /// at; one being claimed by a live process is left to it, one whose claimant died is taken.
+    #[test]
+    fn every_entry_is_found_and_a_live_claimant_keeps_its_own() {
+        let r = table("full", 6);
+        let me = ProcessIdentity::current().unwrap();
+        let claimed = r.peer_slots()[2].state.load(Ordering::Relaxed);
+        assert_eq!(claimed, SLOT_FREE);
+        // Entry 2 is being claimed by a live process (this one).
+        r.peer_slots()[2].state.store(slot_word(SLOT_CLAIMED, me), Ordering::Release);
+        let mut got: Vec<u32> = (0..5).map(|i| claim_slot(&r, &format!("sender_{i}"), me, 100 + i).unwrap()).collect();
+        got.sort();
+        assert_eq!(got, vec![0, 1, 3, 4, 5]);
+        assert_eq!(claim_slot(&r, "sender_5", me, 105), Err(Error::Again), "a live claimant's entry was taken");
+        let dead = ProcessIdentity { pid: dead_pid(), ..me };
+        r.peer_slots()[2].state.store(slot_word(SLOT_CLAIMED, dead), Ordering::Release);
+        assert_eq!(claim_slot(&r, "sender_5", me, 105), Ok(2), "a dead claimant's entry");
+        // The one free entry of a table of any length is found from wherever a sender's
+        // search starts (its name's hash).
+        for n in [1, 5, 6, 7] {
+            let r = table(&format!("len{n}"), n);
+            for free in 0..n as usize {
+                for (i, entry) in r.peer_slots().iter().enumerate() {
+                    let state = if i == free { SLOT_FREE } else { slot_word(SLOT_CLAIMED, me) };
+                    entry.state.store(state, Ordering::Release);
+                }
+                for i in 0..16 {
+                    assert_eq!(claim_slot(&r, &format!("s{i}"), me, 200), Ok(free as u32), "{n} entries, sender {i}");
+                    assert!(free_entry_of(&r.peer_slots()[free], 200, me));
+                }
+            }
+        }
+    }
+
+    /// A sender's search starts among the first `CLAIM_START_WINDOW` entries of however long a
+    /// table: the receiver's tables indexed by sender grow to the highest entry in use.
+    #[test]
+    fn a_search_starts_near_the_head_of_the_table() {
+        let r = table("window", 1024);
+        let me = ProcessIdentity::current().unwrap();
+        for i in 0..200 {
+            let got = claim_slot(&r, &format!("a_sender_named_{i}"), me, 300 + i).unwrap();
+            assert!((got as usize) < CLAIM_START_WINDOW, "sender {i} in entry {got}");
+            assert!(free_entry_of(&r.peer_slots()[got as usize], 300 + i, me));
+        }
+    }
+}
