@@ -214,6 +214,26 @@ mod tests {
         assert_eq!(cold.take(&stack), None);
     }
 
+    /// `give_back` says when a buffer went onto an empty stack, whether buffers are held back
+    /// or not: a sender that found the pool empty may be asleep, waiting to be woken for it.
+    #[test]
+    fn a_give_back_that_refills_an_empty_stack_says_so() {
+        let (head, links) = pool(16);
+        let stack = FreeStack::new(&head, &links);
+        for hold in [0, 8] {
+            let mut cold = ColdReuse::new(hold, 16);
+            let all: Vec<u32> = (0..16).map(|_| stack.pop().unwrap()).collect();
+            assert!(cold.give_back(&stack, all[0]), "hold {hold}: onto the empty stack");
+            assert!(!cold.give_back(&stack, all[1]), "hold {hold}: onto a stack with a buffer");
+            for &b in &all[2..] {
+                assert!(!cold.give_back(&stack, b), "hold {hold}: onto a stack with a buffer");
+            }
+            while let Some(b) = cold.take(&stack) {
+                stack.push(b).unwrap();
+            }
+        }
+    }
+
     #[test]
     fn hold_is_clamped_to_leave_part_of_the_pool_circulating() {
         assert_eq!(ColdReuse::new(usize::MAX, 64).hold, 56);
