@@ -133,6 +133,7 @@ mod tests {
     #[test]
     fn sends_come_out_by_id_in_table_and_overflow() {
         let mut acked = AckedSends::default();
+        assert!(acked.is_empty());
         // Id 1 stays outstanding while WINDOW more go out: 1 + WINDOW lands on its place.
         let ids: Vec<u64> = (1..=(WINDOW as u64 + 2)).collect();
         for &id in &ids {
@@ -146,12 +147,14 @@ mod tests {
             assert!(acked.remove(bogus).is_none(), "id {bogus}");
         }
         assert_eq!(acked.len(), ids.len());
+        assert!(!acked.is_empty());
         // Out of order, each exactly once.
         for &id in ids.iter().rev().step_by(2).chain(ids.iter().step_by(2)) {
             assert_eq!(acked.remove(id).map(|s| s.cookie), Some(id * 10), "id {id}");
             assert!(acked.remove(id).is_none(), "id {id} came out twice");
         }
         assert_eq!(acked.len(), 0);
+        assert!(acked.is_empty());
         assert_eq!(acked.values().count(), 0);
     }
 
