@@ -234,6 +234,25 @@ mod tests {
         }
     }
 
+    /// The held marks of a pool of several words of them: a buffer of any index is held once,
+    /// however often a peer names it, and comes out once.
+    #[test]
+    fn each_buffer_of_a_large_pool_is_held_once() {
+        let (head, links) = pool(200);
+        let stack = FreeStack::new(&head, &links);
+        let mut cold = ColdReuse::new(150, 200);
+        let mut taken: Vec<u32> = (0..150).map(|_| stack.pop().unwrap()).collect();
+        for &b in &taken {
+            cold.give_back(&stack, b);
+            cold.give_back(&stack, b);
+        }
+        assert_eq!(cold.held(), 150);
+        let mut back: Vec<u32> = std::iter::from_fn(|| cold.take(&stack)).collect();
+        back.sort_unstable();
+        taken.sort_unstable();
+        assert_eq!(back, taken);
+    }
+
     #[test]
     fn hold_is_clamped_to_leave_part_of_the_pool_circulating() {
         assert_eq!(ColdReuse::new(usize::MAX, 64).hold, 56);
