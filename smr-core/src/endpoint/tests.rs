@@ -937,6 +937,8 @@ fn inline_messages_take_the_express_path() {
             b.progress(&mut hb);
         }
         assert_eq!(ha.sends_done.len(), 1, "answered twice");
+        // Nor was a message answered whose sender asked for no answer (a answers no peer).
+        assert_eq!(a.stats().corrupt_commands, 0, "answers no send waited for (take {take})");
     }
 }
 
