@@ -248,6 +248,12 @@ mod tests {
             let slept = t.elapsed();
             assert!(slept >= timeout && slept < NEVER / 2, "slept {slept:?} for a timeout of {timeout:?}");
         }
+        // A timeout whose nanoseconds carry a second into the deadline's seconds (unless the
+        // clock reads exactly a whole second): still slept in full.
+        let carried = Duration::from_nanos(999_999_999);
+        let t = Instant::now();
+        assert!(sleep_any(&on(7), carried));
+        assert!(t.elapsed() >= carried, "slept {:?} for a timeout of {carried:?}", t.elapsed());
         let moved = AtomicBool::new(false);
         std::thread::scope(|s| {
             s.spawn(|| {
