@@ -323,9 +323,37 @@ mod tests {
         }
         // SAFETY: an empty range is never read.
         let empty = unsafe { LocalIov::from_ranges(smallvec::smallvec![(base, 0)]) };
-        assert!(empty.is_empty());
+        assert!(empty.is_empty() && !one.is_empty());
         let mut z = [0xEEu8; 4];
         // SAFETY: nothing is copied.
         assert_eq!(unsafe { empty.read_to_raw(0, z.as_mut_ptr(), 4) }, 0);
+    }
+
+    /// A peer is told the ranges to copy with CMA only if they fit its description (`max`):
+    /// one range as itself, several as their non-empty pieces, none for too many or none.
+    #[test]
+    fn ranges_are_described_for_a_peer_only_if_they_fit() {
+        let src = [0u8; 40];
+        let base = src.as_ptr() as usize;
+        // SAFETY: `src` outlives the view, which is only described.
+        let one = unsafe { LocalIov::from_ranges(smallvec::smallvec![(base, 40)]) };
+        assert_eq!(one.lent_single(), Some((base, 40)));
+        assert_eq!(one.as_remote(1).map(|v| v.len()), Some(1));
+        assert!(one.as_remote(0).is_none());
+        // SAFETY: as above.
+        let three = unsafe { LocalIov::from_ranges(smallvec::smallvec![(base, 10), (base + 10, 0), (base + 20, 20)]) };
+        assert_eq!(three.lent_single(), None);
+        let pieces = three.as_remote(2).expect("two non-empty pieces fit two places");
+        assert_eq!(
+            pieces.iter().map(|r| (r.addr, r.len)).collect::<Vec<_>>(),
+            [(base as u64, 10), (base as u64 + 20, 20)]
+        );
+        assert!(three.as_remote(1).is_none(), "two pieces described in one place");
+        assert_eq!(LocalIov::owned(vec![1, 2]).lent_single(), None);
+        // SAFETY: never read.
+        let range = unsafe { LentRange::new(base, 0) };
+        // SAFETY: as above.
+        let full = unsafe { LentRange::new(base, 3) };
+        assert!(range.is_empty() && !full.is_empty());
     }
 }
