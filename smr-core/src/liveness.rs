@@ -319,6 +319,15 @@ fn parse_stat(text: &str) -> Option<Stat> {
     Some(Stat { state, flags, start })
 }
 
+/// Tests: a pid no process has any more (a child that exited and was reaped).
+#[cfg(test)]
+pub(crate) fn dead_pid() -> u32 {
+    let mut child = std::process::Command::new("true").spawn().unwrap();
+    let pid = child.id();
+    child.wait().unwrap();
+    pid
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -468,9 +477,7 @@ mod tests {
     /// the file's last descriptor of the owner's does.
     #[test]
     fn another_namespace_is_judged_by_the_owner_lock() {
-        let mut child = std::process::Command::new("true").spawn().unwrap();
-        let dead = child.id();
-        child.wait().unwrap();
+        let dead = dead_pid();
         let me = ProcessIdentity::current().unwrap();
         let stranger = ProcessIdentity { pid: dead, ns: me.ns.wrapping_add(1), ..me };
         assert!(ProcessIdentity { pid: dead, ..me }.pid_is_ours());

@@ -152,9 +152,7 @@ mod tests {
         let prefix = format!("rshm_reaptest_ns_{}_", std::process::id());
         let own_prefix = format!("{prefix}p_");
         let other_ns = crate::liveness::own_namespace().wrapping_add(1);
-        let mut reaped_child = std::process::Command::new("true").spawn().unwrap();
-        let unused_pid = reaped_child.id();
-        reaped_child.wait().unwrap();
+        let unused_pid = crate::liveness::dead_pid();
         // Its pid is dead here, but it is another namespace's, and its owner holds the lock.
         let live = Region::create(&format!("{prefix}live"), counts(), 0).unwrap();
         edit_header(live.name(), |h| {

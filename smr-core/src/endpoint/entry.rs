@@ -149,14 +149,6 @@ mod tests {
         Region::create(&format!("rshm_test_entry_{tag}_{}", std::process::id()), counts, 0).unwrap()
     }
 
-    /// A pid no process has any more (a child that exited and was reaped).
-    fn dead_pid() -> u32 {
-        let mut child = std::process::Command::new("true").spawn().unwrap();
-        let pid = child.id();
-        child.wait().unwrap();
-        pid
-    }
-
     /// A sender that claims again under its incarnation gets its own entry back, filled in with
     /// its name and identity; under another incarnation it is another sender, in another entry.
     #[test]
@@ -179,15 +171,14 @@ mod tests {
     fn every_entry_is_found_and_a_live_claimant_keeps_its_own() {
         let r = table("full", 6);
         let me = ProcessIdentity::current().unwrap();
-        let claimed = r.peer_slots()[2].state.load(Ordering::Relaxed);
-        assert_eq!(claimed, SLOT_FREE);
+        assert_eq!(r.peer_slots()[2].state.load(Ordering::Relaxed), SLOT_FREE, "a fresh table");
         // Entry 2 is being claimed by a live process (this one).
         r.peer_slots()[2].state.store(slot_word(SLOT_CLAIMED, me), Ordering::Release);
         let mut got: Vec<u32> = (0..5).map(|i| claim_slot(&r, &format!("sender_{i}"), me, 100 + i).unwrap()).collect();
         got.sort();
         assert_eq!(got, vec![0, 1, 3, 4, 5]);
         assert_eq!(claim_slot(&r, "sender_5", me, 105), Err(Error::Again), "a live claimant's entry was taken");
-        let dead = ProcessIdentity { pid: dead_pid(), ..me };
+        let dead = ProcessIdentity { pid: crate::liveness::dead_pid(), ..me };
         r.peer_slots()[2].state.store(slot_word(SLOT_CLAIMED, dead), Ordering::Release);
         assert_eq!(claim_slot(&r, "sender_5", me, 105), Ok(2), "a dead claimant's entry");
         // The one free entry of a table of any length is found from wherever a sender's

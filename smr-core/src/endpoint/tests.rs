@@ -1572,9 +1572,7 @@ fn successor_in_entry(
 /// cannot kill an endpoint of its own process).
 fn take_entry(b: &mut Endpoint, src: u32, tag: &str, params: Params) -> Endpoint {
     if let Some(known) = b.inp.get_mut(&(src as SrcId)) {
-        let mut child = std::process::Command::new("true").spawn().unwrap();
-        let pid = child.id();
-        child.wait().unwrap();
+        let pid = crate::liveness::dead_pid();
         known.watch = crate::liveness::Watch::new(crate::liveness::ProcessIdentity { pid, ..known.watch.ident() });
         assert!(!known.watch.alive(), "a watch of a dead process");
     }
@@ -1592,9 +1590,7 @@ fn entries_left_half_claimed_by_the_dead_are_claimed_again() {
     use crate::liveness::ProcessIdentity;
     use crate::sync::Ordering::Relaxed;
     let mut b = Endpoint::create(&name("halfb"), Params::default()).unwrap();
-    let mut child = std::process::Command::new("true").spawn().unwrap();
-    let dead = child.id();
-    child.wait().unwrap();
+    let dead = crate::liveness::dead_pid();
     let region = Arc::clone(&b.region);
     let entries = region.peer_slots();
     let me = crate::liveness::ProcessIdentity::current().unwrap();
@@ -1646,9 +1642,7 @@ fn a_gone_senders_entry_passes_on_only_once_its_receiver_freed_it() {
         ..d
     };
     let mut b = Endpoint::create(&name("unmetb"), params).unwrap();
-    let mut child = std::process::Command::new("true").spawn().unwrap();
-    let dead = child.id();
-    child.wait().unwrap();
+    let dead = crate::liveness::dead_pid();
     let me = ProcessIdentity::current().unwrap();
     let region = Arc::clone(&b.region);
     let entry = &region.peer_slots()[0];
