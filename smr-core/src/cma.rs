@@ -294,4 +294,210 @@ mod tests {
         assert_eq!(read_from(std::process::id(), &remote, &mut local, 0), Err(Error::Os(libc::EFAULT)));
         assert_eq!(write_to(std::process::id(), &local, &remote), Err(Error::Os(libc::EFAULT)));
     }
+
+    /// A copy asked to start at or past the end of a one-range buffer copies nothing, either
+    /// way, and touches nothing beyond the range lent (the bytes after it here).
+    #[test]
+    fn nothing_is_copied_from_an_offset_at_or_past_the_end() {
+        let src = [0xABu8; 64];
+        let remote = [RemoteIov { addr: src.as_ptr() as u64, len: 64 }];
+        let mut buf = [0u8; 128];
+        for off in [64, 65, 1000] {
+            // SAFETY: the first 64 bytes of `buf` outlive `local` and are not otherwise touched.
+            let mut local = unsafe { LocalIov::from_raw(&[(buf.as_mut_ptr(), 64)]) };
+            assert_eq!(read_from(std::process::id(), &remote, &mut local, off), Ok(0));
+            drop(local);
+            assert!(buf.iter().all(|&b| b == 0), "a read from offset {off} wrote somewhere");
+        }
+        let mut target = [0u8; 64];
+        let remote = [RemoteIov { addr: target.as_mut_ptr() as u64, len: 64 }];
+        let buf = [0xCDu8; 128];
+        for off in [64, 65, 1000] {
+            // SAFETY: the first 64 bytes of `buf` outlive `local` and are only read.
+            let local = unsafe { LocalIov::from_raw(&[(buf.as_ptr().cast_mut(), 64)]) };
+            assert_eq!(write_part_to(std::process::id(), &local, off, &remote), Ok(0));
+            assert!(target.iter().all(|&b| b == 0), "a write from offset {off} wrote something");
+        }
+    }
+
+    /// From an offset inside a one-range buffer, a copy fills the rest of the range and no more,
+    /// however much the peer offers.
+    #[test]
+    fn a_copy_from_an_offset_ends_at_the_range_lent() {
+        let src: Vec<u8> = (0..64u8).collect();
+        let remote = [RemoteIov { addr: src.as_ptr() as u64, len: 64 }];
+        let mut buf = [0u8; 128];
+        // SAFETY: the first 64 bytes of `buf` outlive `local` and are not otherwise touched.
+        let mut local = unsafe { LocalIov::from_raw(&[(buf.as_mut_ptr(), 64)]) };
+        assert_eq!(read_from(std::process::id(), &remote, &mut local, 16), Ok(48));
+        drop(local);
+        assert_eq!(&buf[16..64], &src[..48]);
+        assert!(buf[..16].iter().chain(&buf[64..]).all(|&b| b == 0), "bytes outside the copy changed");
+        let mut target = [0u8; 64];
+        let remote = [RemoteIov { addr: target.as_mut_ptr() as u64, len: 64 }];
+        // SAFETY: `src` outlives `local` and is only read.
+        let local = unsafe { LocalIov::from_raw(&[(src.as_ptr().cast_mut(), 40)]) };
+        assert_eq!(write_part_to(std::process::id(), &local, 16, &remote), Ok(24));
+        assert_eq!(&target[..24], &src[16..40]);
+        assert!(target[24..].iter().all(|&b| b == 0), "bytes past the copy changed");
+    }
+
+    /// Lists longer than the kernel takes in one call (1024 iovecs) go in several, each going on
+    /// where the last stopped: at a range's end on one side, inside a range on the other.
+    #[test]
+    fn lists_longer_than_one_call_takes_are_copied_whole_and_in_order() {
+        let src: Vec<u8> = (0..20_000u32).map(|i| (i % 251) as u8).collect();
+        // 1500 local ranges of 7 bytes, 3 remote ranges; then 2,000 remote ranges of 5 bytes.
+        let remote = [6_000, 4_000, 10_000].iter().scan(0u64, |at, &len| {
+            let r = RemoteIov { addr: src.as_ptr() as u64 + *at, len };
+            *at += len;
+            Some(r)
+        });
+        let remote: Vec<RemoteIov> = remote.collect();
+        let mut dst = vec![0u8; 1500 * 7];
+        let parts: Vec<(*mut u8, usize)> = dst.chunks_mut(7).map(|c| (c.as_mut_ptr(), 7)).collect();
+        // SAFETY: `dst` outlives `local` and is not touched while it lives.
+        let mut local = unsafe { LocalIov::from_raw(&parts) };
+        assert_eq!(read_from(std::process::id(), &remote, &mut local, 3), Ok(1500 * 7 - 3));
+        drop(local);
+        assert_eq!(&dst[3..], &src[..1500 * 7 - 3]);
+        assert_eq!(&dst[..3], &[0; 3]);
+
+        let mut target = vec![0u8; 10_000];
+        let remote: Vec<RemoteIov> =
+            target.chunks_mut(5).map(|c| RemoteIov { addr: c.as_mut_ptr() as u64, len: 5 }).collect();
+        // SAFETY: `src` outlives `local` and is only read.
+        let local = unsafe {
+            LocalIov::from_raw(&[
+                (src.as_ptr().cast_mut(), 7_001),
+                (src.as_ptr().cast_mut().wrapping_add(9_000), 11_000),
+            ])
+        };
+        assert_eq!(write_to(std::process::id(), &local, &remote), Ok(10_000));
+        assert_eq!(&target[..7_001], &src[..7_001]);
+        assert_eq!(&target[7_001..], &src[9_000..11_999]);
+    }
+
+    /// A peer's range may claim any length (the kernel refuses iovec lists whose total passes
+    /// `isize::MAX`): only as many bytes as our side holds are asked for, and copied.
+    #[test]
+    fn a_remote_length_beyond_any_buffer_is_cut_to_ours() {
+        let src: Vec<u8> = (0..100u8).collect();
+        for remote in [
+            vec![RemoteIov { addr: src.as_ptr() as u64, len: u64::MAX }],
+            vec![
+                RemoteIov { addr: src.as_ptr() as u64, len: 30 },
+                RemoteIov { addr: src.as_ptr() as u64 + 30, len: u64::MAX },
+            ],
+        ] {
+            let (mut a, mut b) = ([0u8; 50], [0u8; 50]);
+            // SAFETY: `a` and `b` outlive `local` and are not touched while it lives.
+            let mut local = unsafe { LocalIov::from_raw(&[(a.as_mut_ptr(), 50), (b.as_mut_ptr(), 50)]) };
+            assert_eq!(read_from(std::process::id(), &remote, &mut local, 0), Ok(100));
+            drop(local);
+            assert_eq!((&a[..], &b[..]), (&src[..50], &src[50..]));
+        }
+    }
+
+    #[test]
+    fn refused_means_by_policy_not_by_a_bad_address() {
+        for errno in [libc::EPERM, libc::EACCES, libc::ENOSYS] {
+            assert!(refused(&Error::Os(errno)), "errno {errno}");
+        }
+        for e in [Error::Os(libc::EFAULT), Error::Os(libc::ESRCH), Error::Os(libc::EINVAL), Error::Again] {
+            assert!(!refused(&e), "{e:?}");
+        }
+    }
+
+    /// The variable that the child below reads, and what it is set to: how the child's CMA is
+    /// to be denied ("env", "seccomp") or not ("none").
+    const CHILD: &str = "RSHM_CMA_PROBE_CHILD";
+
+    /// As a child (this binary run again by the tests below): deny CMA as `CHILD` says, then
+    /// print what `probe` and `why_denied` answer and whether a copy was refused by policy.
+    #[test]
+    fn child_reporting_the_probe() {
+        let Ok(how) = std::env::var(CHILD) else { return };
+        if how == "seccomp" {
+            refuse_cma_by_seccomp();
+        }
+        let src = [1u8; 8];
+        let mut local = LocalIov::owned(vec![0; 8]);
+        let copy = read_from(std::process::id(), &[RemoteIov { addr: src.as_ptr() as u64, len: 8 }], &mut local, 0);
+        println!("probe={} why={:?} refused={}", probe(), why_denied(), copy.as_ref().is_err_and(refused));
+    }
+
+    /// What `child_reporting_the_probe` printed when run with `CHILD` = `how` and `DENY_ENV` =
+    /// `deny` (None: unset).
+    fn probe_in_a_child(how: &str, deny: Option<&str>) -> String {
+        let mut cmd = crate::test_child::rerun("cma::tests::child_reporting_the_probe", CHILD, how);
+        match deny {
+            Some(v) => cmd.env(DENY_ENV, v),
+            None => cmd.env_remove(DENY_ENV),
+        };
+        let out = cmd.output().unwrap();
+        assert!(out.status.success(), "the child failed: {out:?}");
+        let stdout = String::from_utf8(out.stdout).unwrap();
+        // (libtest prints the test's name on the same line, before it.)
+        let at = stdout.find("probe=").unwrap_or_else(|| panic!("no report in {stdout}"));
+        stdout[at..].lines().next().unwrap().to_owned()
+    }
+
+    /// `RSHM_TEST_DENY_CMA=1` turns CMA off and says so; any other value leaves the host's
+    /// answer (here: allowed, with a copy that works).
+    #[test]
+    fn the_test_switch_denies_cma_and_names_itself() {
+        assert_eq!(probe_in_a_child("env", Some("1")), r#"probe=false why=Some("RSHM_TEST_DENY_CMA=1") refused=false"#);
+        let host = if probe_now() { "probe=true why=None refused=false" } else { "probe=false" };
+        assert!(probe_in_a_child("none", Some("0")).starts_with(host));
+        assert!(probe_in_a_child("none", None).starts_with(host));
+    }
+
+    /// A process whose seccomp filter refuses the CMA system calls (as some container runtimes'
+    /// do) finds CMA off, blames the policy, and its copies fail as refused, not as bad addresses.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn a_seccomp_filter_against_cma_is_found_and_named() {
+        let report = probe_in_a_child("seccomp", None);
+        assert_eq!(
+            report,
+            r#"probe=false why=Some("process_vm_readv is refused (seccomp or a container policy)") refused=true"#
+        );
+    }
+
+    /// Install, for this thread, a seccomp filter that fails process_vm_readv and
+    /// process_vm_writev with EPERM and allows everything else.
+    #[cfg(target_arch = "x86_64")]
+    fn refuse_cma_by_seccomp() {
+        const AUDIT_ARCH_X86_64: u32 = 0xC000_003E;
+        let stmt = |code: u32, k: u32| libc::sock_filter { code: code as u16, jt: 0, jf: 0, k };
+        let jeq = |k: libc::c_long, jt: u8| libc::sock_filter {
+            code: (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16,
+            jt,
+            jf: 0,
+            k: k as u32,
+        };
+        let load = |at: u32| stmt(libc::BPF_LD | libc::BPF_W | libc::BPF_ABS, at);
+        let allow = stmt(libc::BPF_RET | libc::BPF_K, libc::SECCOMP_RET_ALLOW);
+        let mut prog = [
+            load(4), // seccomp_data.arch
+            jeq(AUDIT_ARCH_X86_64.into(), 1),
+            allow,
+            load(0), // seccomp_data.nr
+            jeq(libc::SYS_process_vm_readv, 2),
+            jeq(libc::SYS_process_vm_writev, 1),
+            allow,
+            stmt(libc::BPF_RET | libc::BPF_K, libc::SECCOMP_RET_ERRNO | libc::EPERM as u32),
+        ];
+        let fprog = libc::sock_fprog { len: prog.len() as u16, filter: prog.as_mut_ptr() };
+        // SAFETY: prctl with plain integer arguments, and then with a pointer to a filter program
+        // that outlives the call (the kernel copies it).
+        unsafe {
+            assert_eq!(libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), 0);
+            assert_eq!(libc::prctl(libc::PR_SET_SECCOMP, libc::SECCOMP_MODE_FILTER, &fprog as *const _), 0);
+        }
+    }
+
+    #[cfg(not(target_arch = "x86_64"))]
+    fn refuse_cma_by_seccomp() {}
 }

@@ -42,6 +42,8 @@ pub mod region;
 pub mod shm;
 #[cfg(not(loom))]
 pub mod signal_unlink;
+#[cfg(test)]
+mod test_child;
 #[cfg(feature = "test-hooks")]
 pub mod testing;
 #[cfg(not(loom))]

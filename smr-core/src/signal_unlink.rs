@@ -223,13 +223,10 @@ mod tests {
         std::thread::sleep(std::time::Duration::from_secs(30));
     }
 
-    /// This test binary run again as a child, running only the test `name` (of this module),
-    /// with `var` set to `value`: the handlers are process-wide, so each case gets a process.
+    /// This test binary run again as a child, running only the test `name` of this module, with
+    /// `var` set to `value`: the handlers are process-wide, so each case gets a process.
     fn child_test(name: &str, var: &str, value: &str) -> std::process::Command {
-        let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
-        cmd.args(["--exact", &format!("signal_unlink::tests::{name}"), "--nocapture", "--test-threads=1"])
-            .env(var, value);
-        cmd
+        crate::test_child::rerun(&format!("signal_unlink::tests::{name}"), var, value)
     }
 
     /// Run `child_waiting_for_a_signal` as a child process with region `name`, send it `sig`
