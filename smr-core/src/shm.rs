@@ -348,3 +348,204 @@ pub fn remove(name: &str) -> Result<bool> {
 /// Every bit pattern must be valid and all interior mutation must go through atomics or
 /// `UnsafeCell`s holding `Pod` data.
 pub unsafe trait SharedSafe {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sync::{AtomicU32, Ordering};
+
+    /// A name of this test process's own, removed (if left over) before it is used.
+    fn fresh(tag: &str) -> String {
+        let name = format!("rshm_test_shm_{tag}_{}", std::process::id());
+        unlink(&name).unwrap();
+        name
+    }
+
+    /// Bytes the file system holds for the file (its allocated blocks): what `create` reserved.
+    fn allocated(map: &Mapping) -> u64 {
+        fstat(map.fd()).unwrap().st_blocks as u64 * 512
+    }
+
+    /// Every view a peer's offsets and lengths can ask for is checked against the mapping: the
+    /// last whole word is given, one byte further is not, nor an offset or a count whose
+    /// arithmetic overflows, nor a misaligned word.
+    #[test]
+    fn views_end_at_the_mapping_and_words_are_aligned() {
+        let name = fresh("views");
+        let map = Mapping::create(&name, 3 * PAGE).unwrap();
+        let len = map.len() as u64;
+        assert_eq!(len, 3 * PAGE as u64);
+        assert!(!map.is_empty());
+        let last = map.at::<AtomicU32>(len - 4).expect("the last whole word");
+        last.store(7, Ordering::Relaxed);
+        assert_eq!(map.slice::<AtomicU32>(len - 8, 2).unwrap()[1].load(Ordering::Relaxed), 7);
+        let corrupt = |r: Result<()>| matches!(r, Err(Error::Corrupt(_)));
+        assert!(corrupt(map.at::<AtomicU32>(len).map(drop)), "a word just past the end");
+        assert!(corrupt(map.at::<AtomicU32>(len - 2).map(drop)), "a word across the end");
+        assert!(corrupt(map.at::<AtomicU32>(u64::MAX - 1).map(drop)), "an offset that wraps");
+        assert!(corrupt(map.at::<AtomicU32>(2).map(drop)), "a misaligned word");
+        assert!(corrupt(map.slice::<AtomicU32>(0, len / 4 + 1).map(drop)), "one word too many");
+        assert!(corrupt(map.slice::<AtomicU32>(4, u64::MAX / 2).map(drop)), "a count whose length wraps");
+        assert!(map.slice::<AtomicU32>(len, 0).unwrap().is_empty(), "nothing, at the very end");
+        assert!(corrupt(map.bytes_ptr(len, 1).map(drop)));
+        assert!(corrupt(map.reserve(len - 1, 2)));
+        map.reserve(0, len).unwrap();
+        drop(map);
+        unlink(&name).unwrap();
+    }
+
+    /// Bytes written through the mapping are read back through another mapping of the same
+    /// file (a peer's), where the copy asked for lies inside; anything reaching past the end is
+    /// refused and leaves the bytes as they were.
+    #[test]
+    fn bytes_cross_between_two_mappings_of_a_file_and_stop_at_its_end() {
+        let name = fresh("bytes");
+        let owner = Mapping::create(&name, PAGE).unwrap();
+        let peer = Mapping::open(&name).unwrap();
+        assert_eq!(peer.len(), PAGE);
+        let data: Vec<u8> = (0..100u8).collect();
+        owner.write_bytes(PAGE as u64 - 100, &data).unwrap();
+        let mut back = [0u8; 100];
+        peer.read_bytes(PAGE as u64 - 100, &mut back).unwrap();
+        assert_eq!(&back[..], &data[..]);
+        assert!(matches!(owner.write_bytes(PAGE as u64 - 99, &[0xEE; 100]), Err(Error::Corrupt(_))));
+        let mut over = [0u8; 101];
+        assert!(matches!(peer.read_bytes(PAGE as u64 - 100, &mut over), Err(Error::Corrupt(_))));
+        assert!(over.iter().all(|&b| b == 0), "a refused read copies nothing");
+        peer.read_bytes(PAGE as u64 - 100, &mut back).unwrap();
+        assert_eq!(&back[..], &data[..], "a refused write changes nothing");
+        // SAFETY: the pointer is to the 100 bytes checked above, inside the peer's mapping.
+        let via_ptr = unsafe { *peer.bytes_ptr(PAGE as u64 - 1, 1).unwrap() };
+        assert_eq!(via_ptr, 99);
+        drop((owner, peer));
+        unlink(&name).unwrap();
+    }
+
+    /// `create` is exclusive and reserves every page but the lazy ranges'; `reserve` then
+    /// reserves those.
+    #[test]
+    fn create_reserves_every_page_but_the_lazy_ones() {
+        let name = fresh("lazy");
+        let len = 16 * PAGE;
+        let lazy = [(2 * PAGE as u64, 3 * PAGE as u64), (10 * PAGE as u64, 4 * PAGE as u64)];
+        let map = Mapping::create_lazy(&name, len, &lazy).unwrap();
+        assert_eq!(map.file_len().unwrap(), len);
+        assert_eq!(allocated(&map), (len - 7 * PAGE) as u64, "all but the 7 lazy pages");
+        assert!(matches!(Mapping::create(&name, PAGE), Err(Error::Os(libc::EEXIST))), "created twice");
+        map.reserve(lazy[1].0, lazy[1].1).unwrap();
+        assert_eq!(allocated(&map), (len - 3 * PAGE) as u64);
+        map.reserve(lazy[0].0, lazy[0].1).unwrap();
+        assert_eq!(allocated(&map), len as u64);
+        drop(map);
+        let whole = fresh("whole");
+        let map = Mapping::create(&whole, 5 * PAGE).unwrap();
+        assert_eq!(allocated(&map), 5 * PAGE as u64);
+        drop(map);
+        unlink(&name).unwrap();
+        unlink(&whole).unwrap();
+    }
+
+    /// The kilobytes of the mapping at `base` that this process's page tables hold (its `Rss` in
+    /// /proc/self/smaps), or None where no mapping starts there.
+    fn resident_kib(base: *mut u8) -> Option<u64> {
+        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+        let start = format!("{:x}-", base as usize);
+        let mut lines = smaps.lines().skip_while(|l| !l.starts_with(&start));
+        lines.next()?;
+        let rss = lines.find_map(|l| l.strip_prefix("Rss:")).unwrap();
+        Some(rss.trim().trim_end_matches("kB").trim().parse().unwrap())
+    }
+
+    /// `populate` maps in exactly the pages its range touches, from the page holding its first
+    /// byte to the one holding its last, and nothing for a range outside the mapping; a dropped
+    /// mapping is gone from the process.
+    #[test]
+    fn populate_maps_the_pages_of_its_range_and_drop_unmaps() {
+        let name = fresh("populate");
+        let map = Mapping::create(&name, 16 * PAGE).unwrap();
+        let page = PAGE as u64;
+        assert_eq!(resident_kib(map.base), Some(0), "nothing touched yet");
+        map.populate(16 * page - 10, 11, true);
+        assert_eq!(resident_kib(map.base), Some(0), "a range past the end maps nothing");
+        map.populate(page + 100, 2 * page, true);
+        assert_eq!(resident_kib(map.base), Some(12), "pages 1, 2 and 3");
+        map.populate(8 * page, page, false);
+        assert_eq!(resident_kib(map.base), Some(16), "and page 8");
+        map.populate(15 * page + 1, page - 1, true);
+        assert_eq!(resident_kib(map.base), Some(20), "and the last page");
+        let base = map.base;
+        drop(map);
+        assert_eq!(resident_kib(base), None, "still mapped after drop");
+        unlink(&name).unwrap();
+    }
+
+    /// A reservation the file system refuses is an error (here: a descriptor opened for reading
+    /// only), not taken for a file system that cannot reserve.
+    #[test]
+    fn a_refused_reservation_is_an_error() {
+        let name = fresh("refused");
+        let map = Mapping::create_lazy(&name, 4 * PAGE, &[(0, 4 * PAGE as u64)]).unwrap();
+        let read_only = reopen(&name, &map).unwrap();
+        assert_eq!(reserve_range(&read_only, 0, PAGE as u64), Err(Error::Os(libc::EBADF)));
+        assert_eq!(reserve_range(&read_only, 0, 0), Ok(()), "nothing to reserve");
+        drop(map);
+        unlink(&name).unwrap();
+    }
+
+    /// A shared file grows to the largest length asked for and is never cut back.
+    #[test]
+    fn open_or_create_grows_a_file_and_never_shrinks_it() {
+        let name = fresh("grow");
+        let small = Mapping::open_or_create(&name, PAGE).unwrap();
+        assert_eq!((small.len(), small.file_len().unwrap()), (PAGE, PAGE));
+        small.write_bytes(0, b"kept").unwrap();
+        let large = Mapping::open_or_create(&name, 4 * PAGE).unwrap();
+        assert_eq!((large.len(), large.file_len().unwrap()), (4 * PAGE, 4 * PAGE));
+        let again = Mapping::open_or_create(&name, 2 * PAGE).unwrap();
+        assert_eq!((again.len(), again.file_len().unwrap()), (2 * PAGE, 4 * PAGE), "not shrunk");
+        let mut kept = [0u8; 4];
+        again.read_bytes(0, &mut kept).unwrap();
+        assert_eq!(&kept, b"kept");
+        drop((small, large, again));
+        unlink(&name).unwrap();
+    }
+
+    /// `open`: a missing file is no peer; a created but not yet sized one is "come back later";
+    /// a file a peer cut short shows in `file_len`.
+    #[test]
+    fn open_tells_a_missing_file_from_one_not_yet_sized() {
+        let name = fresh("open");
+        assert!(matches!(Mapping::open(&name), Err(Error::NoSuchPeer)));
+        let fd = open_fd(&name, libc::O_CREAT | libc::O_EXCL | libc::O_RDWR, 0o600).unwrap();
+        assert!(matches!(Mapping::open(&name), Err(Error::Again)));
+        // SAFETY: plain syscall on an fd we own.
+        assert_eq!(unsafe { libc::ftruncate(fd.as_raw_fd(), 2 * PAGE as libc::off_t) }, 0);
+        let map = Mapping::open(&name).unwrap();
+        assert_eq!(map.len(), 2 * PAGE);
+        // SAFETY: as above.
+        assert_eq!(unsafe { libc::ftruncate(fd.as_raw_fd(), PAGE as libc::off_t) }, 0);
+        assert_eq!((map.len(), map.file_len().unwrap()), (2 * PAGE, PAGE));
+        drop(map);
+        unlink(&name).unwrap();
+    }
+
+    /// `reopen` gives a description of the file a mapping maps, and "again" once the name has
+    /// come to name another file; `remove` says whether it removed the name.
+    #[test]
+    fn reopen_knows_a_name_that_names_another_file_now() {
+        let name = fresh("reopen");
+        let first = Mapping::create(&name, PAGE).unwrap();
+        let fd = reopen(&name, &first).unwrap();
+        assert_eq!(file_id(&fd).unwrap(), file_id(first.fd()).unwrap());
+        assert!(!Arc::ptr_eq(&first.shared_fd(), &Arc::new(fd)));
+        assert!(remove(&name).unwrap(), "the name was there");
+        assert!(!remove(&name).unwrap(), "and is gone");
+        assert!(matches!(reopen(&name, &first), Err(Error::NoSuchPeer | Error::Os(libc::ENOENT))));
+        let second = Mapping::create(&name, PAGE).unwrap();
+        assert!(matches!(reopen(&name, &first), Err(Error::Again)));
+        assert!(reopen(&name, &second).is_ok());
+        drop((first, second));
+        unlink(&name).unwrap();
+        assert!(matches!(shm_path("a\0b"), Err(Error::Invalid(_))));
+    }
+}
