@@ -263,6 +263,44 @@ mod tests {
         assert!(!std::path::Path::new(&format!("/dev/shm/{name}")).exists(), "the file outlived the signal");
     }
 
+    /// As a child: register a name of ours, take the handlers, fork a process that SIGTERM
+    /// kills, and report whether our name outlived it.
+    #[test]
+    fn child_forking_a_signalled_child() {
+        let Ok(name) = std::env::var("RSHM_SIGNAL_FORK_CHILD") else { return };
+        let map = crate::shm::Mapping::create(&name, 4096).unwrap();
+        let registered = register(&name).unwrap();
+        install();
+        // SAFETY: the forked process only raises a signal (whose handler is async-signal-safe)
+        // and exits.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            // SAFETY: as above.
+            unsafe {
+                libc::raise(libc::SIGTERM);
+                libc::_exit(0)
+            }
+        }
+        let mut status = 0;
+        // SAFETY: waiting for our own child, into a valid int.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        assert!(libc::WIFSIGNALED(status) && libc::WTERMSIG(status) == libc::SIGTERM, "status {status:#x}");
+        let kept = std::path::Path::new(&format!("/dev/shm/{name}")).exists();
+        println!("{}", if kept { "kept" } else { "lost" });
+        drop((registered, map));
+        crate::shm::unlink(&name).unwrap();
+    }
+
+    /// A process forked without exec inherits the table and the handlers; a signal that kills
+    /// it leaves its parent's names alone.
+    #[test]
+    fn a_forked_child_killed_by_a_signal_leaves_its_parents_names() {
+        let name = format!("rshm_sigtest_fork_{}", std::process::id());
+        let out = child_test("child_forking_a_signalled_child", "RSHM_SIGNAL_FORK_CHILD", &name).output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success() && stdout.contains("kept"), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    }
+
     /// As a child: take the handlers, then give them back, and report whether SIGTERM's
     /// action is the default again.
     #[test]
@@ -304,5 +342,11 @@ mod tests {
         drop(a);
         assert_eq!(TABLE[freed].state.load(Ordering::Relaxed), FREE);
         assert!(register(&"x".repeat(crate::layout::NAME_MAX + 1)).is_none());
+        assert!(register("a\0b").is_none(), "a name with a NUL");
+        let longest = "y".repeat(crate::layout::NAME_MAX);
+        let c = register(&longest).expect("a name of NAME_MAX bytes");
+        // SAFETY: as above.
+        let path = unsafe { &*TABLE[c.index].path.get() };
+        assert_eq!((path[0], &path[1..=longest.len()], path[longest.len() + 1]), (b'/', longest.as_bytes(), 0));
     }
 }
