@@ -96,4 +96,20 @@ mod tests {
         assert!(b.still(far % a.cpus, 5), "CPUs beyond the file share its words");
         crate::shm::unlink(&file_name(uid)).expect("remove the test's file");
     }
+
+    /// Every CPU of the machine has a word of its own, in a file named with the prefix that the
+    /// region tools pass by.
+    #[test]
+    fn each_cpu_has_its_own_word() {
+        let uid = 4_100_000_000 + std::process::id() % 1_000_000;
+        let marks = CpuMarks::open(uid).expect("create");
+        assert!(std::path::Path::new(&format!("{}/{FILE_PREFIX}{uid}", crate::shm::SHM_DIR)).exists());
+        for cpu in 0..marks.cpus {
+            marks.mark(cpu, 1_000 + cpu as u64);
+        }
+        for cpu in 0..marks.cpus {
+            assert!(marks.still(cpu, 1_000 + cpu as u64), "CPU {cpu} of {} lost its mark", marks.cpus);
+        }
+        crate::shm::unlink(&file_name(uid)).expect("remove the test's file");
+    }
 }

@@ -152,6 +152,17 @@ mod tests {
         assert!((0..10_000u64).all(|i| m[&(i as u32 % 7, ids(i))] == i));
     }
 
+    /// A key of two words (a peer's index and an id of its) spreads as well as one: the second
+    /// word's bits are not lost under the first's.
+    #[test]
+    fn keys_of_two_words_spread_over_buckets() {
+        let buckets: std::collections::HashSet<u64> = (0..4u32)
+            .flat_map(|peer| (0..256u64).map(move |id| (peer, id)))
+            .map(|key| BuildHasherDefault::<IdHasher>::default().hash_one(key) & 1023)
+            .collect();
+        assert!(buckets.len() > 600, "1,024 keys in only {} buckets of 1,024", buckets.len());
+    }
+
     #[test]
     fn map_works_with_tuples_and_integers() {
         let mut m: IdMap<(u32, u64), u64> = IdMap::default();
