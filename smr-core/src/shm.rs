@@ -354,11 +354,28 @@ mod tests {
     use super::*;
     use crate::sync::{AtomicU32, Ordering};
 
-    /// A name of this test process's own, removed (if left over) before it is used.
-    fn fresh(tag: &str) -> String {
-        let name = format!("rshm_test_shm_{tag}_{}", std::process::id());
-        unlink(&name).unwrap();
-        name
+    /// A region name of this test process's own, removed (if left over) before it is used and
+    /// again when dropped, also by a test that fails.
+    struct Fresh(String);
+
+    impl Fresh {
+        fn new(tag: &str) -> Fresh {
+            let name = format!("rshm_test_shm_{tag}_{}", std::process::id());
+            Fresh(name)
+        }
+    }
+
+    impl std::ops::Deref for Fresh {
+        type Target = str;
+        fn deref(&self) -> &str {
+            &self.0
+        }
+    }
+
+    impl Drop for Fresh {
+        fn drop(&mut self) {
+            let _ = unlink(&self.0);
+        }
     }
 
     /// Bytes the file system holds for the file (its allocated blocks): what `create` reserved.
@@ -371,7 +388,7 @@ mod tests {
     /// arithmetic overflows, nor a misaligned word.
     #[test]
     fn views_end_at_the_mapping_and_words_are_aligned() {
-        let name = fresh("views");
+        let name = Fresh::new("views");
         let map = Mapping::create(&name, 3 * PAGE).unwrap();
         let len = map.len() as u64;
         assert_eq!(len, 3 * PAGE as u64);
@@ -390,8 +407,6 @@ mod tests {
         assert!(corrupt(map.bytes_ptr(len, 1).map(drop)));
         assert!(corrupt(map.reserve(len - 1, 2)));
         map.reserve(0, len).unwrap();
-        drop(map);
-        unlink(&name).unwrap();
     }
 
     /// Bytes written through the mapping are read back through another mapping of the same
@@ -399,7 +414,7 @@ mod tests {
     /// refused and leaves the bytes as they were.
     #[test]
     fn bytes_cross_between_two_mappings_of_a_file_and_stop_at_its_end() {
-        let name = fresh("bytes");
+        let name = Fresh::new("bytes");
         let owner = Mapping::create(&name, PAGE).unwrap();
         let peer = Mapping::open(&name).unwrap();
         assert_eq!(peer.len(), PAGE);
@@ -417,15 +432,13 @@ mod tests {
         // SAFETY: the pointer is to the 100 bytes checked above, inside the peer's mapping.
         let via_ptr = unsafe { *peer.bytes_ptr(PAGE as u64 - 1, 1).unwrap() };
         assert_eq!(via_ptr, 99);
-        drop((owner, peer));
-        unlink(&name).unwrap();
     }
 
     /// `create` is exclusive and reserves every page but the lazy ranges'; `reserve` then
     /// reserves those.
     #[test]
     fn create_reserves_every_page_but_the_lazy_ones() {
-        let name = fresh("lazy");
+        let name = Fresh::new("lazy");
         let len = 16 * PAGE;
         let lazy = [(2 * PAGE as u64, 3 * PAGE as u64), (10 * PAGE as u64, 4 * PAGE as u64)];
         let map = Mapping::create_lazy(&name, len, &lazy).unwrap();
@@ -436,13 +449,9 @@ mod tests {
         assert_eq!(allocated(&map), (len - 3 * PAGE) as u64);
         map.reserve(lazy[0].0, lazy[0].1).unwrap();
         assert_eq!(allocated(&map), len as u64);
-        drop(map);
-        let whole = fresh("whole");
+        let whole = Fresh::new("whole");
         let map = Mapping::create(&whole, 5 * PAGE).unwrap();
         assert_eq!(allocated(&map), 5 * PAGE as u64);
-        drop(map);
-        unlink(&name).unwrap();
-        unlink(&whole).unwrap();
     }
 
     /// The kilobytes of the mapping at `base` that this process's page tables hold (its `Rss` in
@@ -461,7 +470,7 @@ mod tests {
     /// mapping is gone from the process.
     #[test]
     fn populate_maps_the_pages_of_its_range_and_drop_unmaps() {
-        let name = fresh("populate");
+        let name = Fresh::new("populate");
         let map = Mapping::create(&name, 16 * PAGE).unwrap();
         let page = PAGE as u64;
         assert_eq!(resident_kib(map.base), Some(0), "nothing touched yet");
@@ -476,26 +485,23 @@ mod tests {
         let base = map.base;
         drop(map);
         assert_eq!(resident_kib(base), None, "still mapped after drop");
-        unlink(&name).unwrap();
     }
 
     /// A reservation the file system refuses is an error (here: a descriptor opened for reading
     /// only), not taken for a file system that cannot reserve.
     #[test]
     fn a_refused_reservation_is_an_error() {
-        let name = fresh("refused");
+        let name = Fresh::new("refused");
         let map = Mapping::create_lazy(&name, 4 * PAGE, &[(0, 4 * PAGE as u64)]).unwrap();
         let read_only = reopen(&name, &map).unwrap();
         assert_eq!(reserve_range(&read_only, 0, PAGE as u64), Err(Error::Os(libc::EBADF)));
         assert_eq!(reserve_range(&read_only, 0, 0), Ok(()), "nothing to reserve");
-        drop(map);
-        unlink(&name).unwrap();
     }
 
     /// A shared file grows to the largest length asked for and is never cut back.
     #[test]
     fn open_or_create_grows_a_file_and_never_shrinks_it() {
-        let name = fresh("grow");
+        let name = Fresh::new("grow");
         let small = Mapping::open_or_create(&name, PAGE).unwrap();
         assert_eq!((small.len(), small.file_len().unwrap()), (PAGE, PAGE));
         small.write_bytes(0, b"kept").unwrap();
@@ -506,15 +512,13 @@ mod tests {
         let mut kept = [0u8; 4];
         again.read_bytes(0, &mut kept).unwrap();
         assert_eq!(&kept, b"kept");
-        drop((small, large, again));
-        unlink(&name).unwrap();
     }
 
     /// `open`: a missing file is no peer; a created but not yet sized one is "come back later";
     /// a file a peer cut short shows in `file_len`.
     #[test]
     fn open_tells_a_missing_file_from_one_not_yet_sized() {
-        let name = fresh("open");
+        let name = Fresh::new("open");
         assert!(matches!(Mapping::open(&name), Err(Error::NoSuchPeer)));
         let fd = open_fd(&name, libc::O_CREAT | libc::O_EXCL | libc::O_RDWR, 0o600).unwrap();
         assert!(matches!(Mapping::open(&name), Err(Error::Again)));
@@ -525,15 +529,13 @@ mod tests {
         // SAFETY: as above.
         assert_eq!(unsafe { libc::ftruncate(fd.as_raw_fd(), PAGE as libc::off_t) }, 0);
         assert_eq!((map.len(), map.file_len().unwrap()), (2 * PAGE, PAGE));
-        drop(map);
-        unlink(&name).unwrap();
     }
 
     /// `reopen` gives a description of the file a mapping maps, and "again" once the name has
     /// come to name another file; `remove` says whether it removed the name.
     #[test]
     fn reopen_knows_a_name_that_names_another_file_now() {
-        let name = fresh("reopen");
+        let name = Fresh::new("reopen");
         let first = Mapping::create(&name, PAGE).unwrap();
         let fd = reopen(&name, &first).unwrap();
         assert_eq!(file_id(&fd).unwrap(), file_id(first.fd()).unwrap());
@@ -544,8 +546,6 @@ mod tests {
         let second = Mapping::create(&name, PAGE).unwrap();
         assert!(matches!(reopen(&name, &first), Err(Error::Again)));
         assert!(reopen(&name, &second).is_ok());
-        drop((first, second));
-        unlink(&name).unwrap();
         assert!(matches!(shm_path("a\0b"), Err(Error::Invalid(_))));
     }
 }
