@@ -2183,6 +2183,65 @@ fn long_more_runs_go_out_in_bounded_batches() {
     }
 }
 
+/// Messages staged for several peers: a peer whose ring is full keeps the rest of its messages
+/// staged, in order, ahead of any later send to it, and holds back no other peer's, which go out
+/// with the same flush; every message arrives once, and every staged one is reported once.
+#[test]
+fn a_full_ring_holds_back_only_its_own_peers_staged_messages() {
+    let mut small = Params::default();
+    small.counts.cmd_len = 8;
+    let (mut a, mut b, to_b) = pair("morepeers", small);
+    let mut c = Endpoint::create(&name("morepeersc"), Params::default()).unwrap();
+    let to_c = a.add_peer(c.name()).unwrap();
+    let (mut ha, mut hb, mut hc) = (Collect::default(), Collect::default(), Collect::default());
+    let pump_c = |a: &mut Endpoint, ha: &mut Collect, c: &mut Endpoint, hc: &mut Collect, n: usize| {
+        let dl = deadline();
+        while hc.received.len() < n {
+            assert!(std::time::Instant::now() < dl, "timed out waiting for {n} messages at c");
+            a.progress(ha);
+            c.progress(hc);
+        }
+    };
+    // The connection handshakes first, so that the rings below hold messages only.
+    a.send_bytes(to_b, hdr(1000), &pattern(8, 0), SendOpts::default()).unwrap();
+    a.send_bytes(to_c, hdr(1001), &pattern(8, 0), SendOpts::default()).unwrap();
+    pump_until((&mut a, &mut ha), (&mut b, &mut hb), "hello b", |_, hb| hb.received.len() == 1);
+    pump_c(&mut a, &mut ha, &mut c, &mut hc, 1);
+    hb.received.clear();
+    hc.received.clear();
+
+    // 10 for b (whose ring takes 8), 2 for c, 1 for b, 1 for c: 14, fewer than a batch.
+    let peers = [[to_b; 10].as_slice(), &[to_c, to_c, to_b, to_c]].concat();
+    for (tag, &to) in peers.iter().enumerate() {
+        let opts = SendOpts { cookie: tag as u64, more: true, ..SendOpts::default() };
+        assert_eq!(a.send_bytes(to, hdr(tag as u64), &pattern(8, tag as u8), opts), Ok(SendStatus::Pending));
+    }
+    // A send to c flushes: b's ring takes 8, c's messages all go, b's last stays behind b's two.
+    assert_eq!(a.send_bytes(to_c, hdr(14), &pattern(8, 14), SendOpts::default()), Ok(SendStatus::Done));
+    pump_c(&mut a, &mut ha, &mut c, &mut hc, 4);
+    // b has not taken anything yet: a send to it must not overtake its three staged messages.
+    assert_eq!(a.send_bytes(to_b, hdr(15), &pattern(8, 15), SendOpts::default()), Err(Error::Again));
+    pump_until((&mut a, &mut ha), (&mut b, &mut hb), "b's eleven", |_, hb| hb.received.len() == 11);
+    assert_eq!(a.send_bytes(to_b, hdr(15), &pattern(8, 15), SendOpts::default()), Ok(SendStatus::Done));
+    pump_until((&mut a, &mut ha), (&mut b, &mut hb), "b's last", |ha, hb| {
+        hb.received.len() == 12 && ha.sends_done.len() == 14
+    });
+    for _ in 0..50 {
+        a.progress(&mut ha);
+        b.progress(&mut hb);
+        c.progress(&mut hc);
+    }
+    let tags = |h: &Collect| h.received.iter().map(|r| r.0.tag).collect::<Vec<u64>>();
+    assert_eq!(tags(&hb), [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 15], "b's messages, once each, in order");
+    assert_eq!(tags(&hc), [10, 11, 13, 14], "c's messages, once each, in order");
+    for (hdr, result, bytes) in hb.received.iter().chain(&hc.received) {
+        assert_eq!((result, bytes), (&Ok(8), &pattern(8, hdr.tag as u8)), "message {}", hdr.tag);
+    }
+    let mut done: Vec<u64> = ha.sends_done.iter().map(|d| d.0).collect();
+    done.sort_unstable();
+    assert_eq!(done, (0..14).collect::<Vec<u64>>(), "each staged message reported once");
+}
+
 /// A SAR message whose first segment waits for a receiver buffer must not be overtaken by a
 /// small message sent after it: messages are matched in send order (found by the 10-minute soak,
 /// about once per 700,000 messages to SAR receivers).
