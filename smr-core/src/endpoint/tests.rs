@@ -1697,6 +1697,31 @@ fn a_dead_senders_sar_buffer_comes_back_unless_its_segment_arrived() {
     assert_sar_records_decided(&mut b);
 }
 
+/// A SAR message of a sender we forgot (it died), still in our ring when we come to it, names a
+/// buffer of our pool: the buffer comes back, once, though the message goes nowhere.
+#[test]
+fn a_forgotten_senders_sar_message_gives_its_buffer_back() {
+    let params = Params { cma: false, ..Params::default() };
+    let sar_count = params.counts.sar_count as usize;
+    let (mut a, mut b, to_b) = pair("sarforgot", params);
+    let (mut ha, mut hb) = (Collect::default(), Collect::default());
+    a.send_bytes(to_b, hdr(1), &pattern(8, 1), SendOpts::default()).unwrap();
+    pump_until((&mut a, &mut ha), (&mut b, &mut hb), "hello", |_, hb| hb.received.len() == 1);
+    let free_before = free_buffers(&b);
+    assert_eq!(free_before.1, sar_count);
+    // A SAR message pushed into b's ring, which b has not looked at yet.
+    send_numbered(&mut a, to_b, 2, 10_000);
+    assert!(free_buffers(&b).1 < sar_count, "the message took none of b's SAR buffers");
+    let src = b.inp.iter().map(|(src, _)| src).next().expect("b knows a");
+    b.forget_in_peer(src, &mut hb);
+    drop(a);
+    for _ in 0..64 {
+        b.progress(&mut hb);
+    }
+    assert_eq!(hb.received.len(), 1, "the forgotten sender's SAR message went somewhere");
+    assert_eq!(free_buffers(&b), free_before, "b's buffers, every one back once");
+}
+
 /// A SAR segment is named by its sender's count of the segments it pushed, not by its message's
 /// id and offset. That key kept 30 bits for the offset (messages up to 1 GiB), and message ids
 /// shifted past them wrapped after 2^34 messages: from there on every segment named a key below
