@@ -103,7 +103,7 @@ mod tests {
     fn each_cpu_has_its_own_word() {
         let uid = 4_100_000_000 + std::process::id() % 1_000_000;
         let marks = CpuMarks::open(uid).expect("create");
-        assert!(std::path::Path::new(&format!("{}/{FILE_PREFIX}{uid}", crate::shm::SHM_DIR)).exists());
+        assert!(std::path::Path::new(&crate::shm::file_of(&format!("{FILE_PREFIX}{uid}"))).exists());
         for cpu in 0..marks.cpus {
             marks.mark(cpu, 1_000 + cpu as u64);
         }

@@ -523,14 +523,9 @@ pub fn inspect(name: &str) -> Result<Occupant> {
         Err(Error::Again) => {}
         Err(e) => return Err(e),
     }
-    let meta = std::fs::metadata(file_of(name))?;
+    let meta = std::fs::metadata(shm::file_of(name))?;
     let age = meta.modified().ok().and_then(|m| SystemTime::now().duration_since(m).ok()).unwrap_or_default();
     Ok(if age > HALF_CREATED_GRACE { Occupant::Dead(None) } else { Occupant::Creating })
-}
-
-/// The file of region `name`.
-fn file_of(name: &str) -> String {
-    format!("{}/{name}", shm::SHM_DIR)
 }
 
 /// The owner a region's header names.
@@ -641,7 +636,7 @@ mod tests {
         let owner = Region::create(&name, counts(), 0).unwrap();
         let peer = Region::open(&name).unwrap();
         let geo = *owner.geometry();
-        let reserved = || std::fs::metadata(file_of(&name)).unwrap().blocks() * 512;
+        let reserved = || std::fs::metadata(shm::file_of(&name)).unwrap().blocks() * 512;
         let fresh = reserved();
         assert!(fresh <= geo.reserved_at_creation(), "{fresh} bytes reserved at creation");
         peer.map_sar_pool().unwrap();
@@ -804,7 +799,7 @@ mod tests {
 
         // A file shorter than a header, and an empty one (sized by nobody yet).
         let short = unique("short");
-        let path = file_of(&short);
+        let path = shm::file_of(&short);
         std::fs::write(&path, [0xA5u8; 100]).unwrap();
         let opened = Region::open(&short).map(|_| ());
         std::fs::write(&path, []).unwrap();
@@ -834,7 +829,7 @@ mod tests {
         let owner = Region::create(&name, counts(), 0).unwrap();
         let peer = Region::open(&name).unwrap();
         assert!(peer.intact() && owner.intact());
-        let file = std::fs::OpenOptions::new().write(true).open(file_of(&name)).unwrap();
+        let file = std::fs::OpenOptions::new().write(true).open(shm::file_of(&name)).unwrap();
         file.set_len(owner.geometry().size - 4096).unwrap();
         assert!(!peer.intact() && !owner.intact());
     }
@@ -864,7 +859,7 @@ mod tests {
         }
         assert_eq!(inspect(&name), Ok(Occupant::Creating), "a fresh file without a header");
         assert!(!named_owner_alive(&name, owner.incarnation()));
-        let file = std::fs::File::options().write(true).open(file_of(&name)).unwrap();
+        let file = std::fs::File::options().write(true).open(shm::file_of(&name)).unwrap();
         file.set_modified(SystemTime::now() - HALF_CREATED_GRACE * 2).unwrap();
         assert_eq!(inspect(&name), Ok(Occupant::Dead(None)), "an old file without a header");
         drop(owner);

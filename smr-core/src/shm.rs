@@ -30,6 +30,11 @@ const PAGE: usize = 4096;
 /// Where POSIX shared memory lives on Linux: a region named `n` is the file `SHM_DIR/n`.
 pub const SHM_DIR: &str = "/dev/shm";
 
+/// The file of region (or any shm object) `name`.
+pub fn file_of(name: &str) -> String {
+    format!("{SHM_DIR}/{name}")
+}
+
 fn shm_path(name: &str) -> Result<CString> {
     CString::new(format!("/{name}")).map_err(|_| Error::Invalid("region name contains NUL"))
 }

@@ -241,7 +241,7 @@ mod tests {
         let mut child = cmd.spawn().unwrap();
         let out = std::io::BufReader::new(child.stdout.take().unwrap());
         assert!(out.lines().map_while(|l| l.ok()).any(|l| l.contains("ready")), "the child never got ready");
-        assert!(std::path::Path::new(&format!("/dev/shm/{name}")).exists(), "the child's region file");
+        assert!(std::path::Path::new(&crate::shm::file_of(name)).exists(), "the child's region file");
         // SAFETY: a signal to our own child.
         unsafe { libc::kill(child.id() as libc::pid_t, sig) };
         child.wait().unwrap()
@@ -255,12 +255,12 @@ mod tests {
         let name = format!("rshm_sigtest_{}", std::process::id());
         let status = signalled_child(&name, libc::SIGTERM, false);
         assert_eq!(status.signal(), Some(libc::SIGTERM), "the child died of the signal: {status:?}");
-        assert!(!std::path::Path::new(&format!("/dev/shm/{name}")).exists(), "the file outlived the signal");
+        assert!(!std::path::Path::new(&crate::shm::file_of(&name)).exists(), "the file outlived the signal");
 
         let name = format!("rshm_sigtest_own_{}", std::process::id());
         let status = signalled_child(&name, libc::SIGTERM, true);
         assert_eq!(status.code(), Some(42), "the application's own handler ran: {status:?}");
-        assert!(!std::path::Path::new(&format!("/dev/shm/{name}")).exists(), "the file outlived the signal");
+        assert!(!std::path::Path::new(&crate::shm::file_of(&name)).exists(), "the file outlived the signal");
     }
 
     /// As a child: register a name of ours, take the handlers, fork a process that SIGTERM
@@ -285,7 +285,7 @@ mod tests {
         // SAFETY: waiting for our own child, into a valid int.
         assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
         assert!(libc::WIFSIGNALED(status) && libc::WTERMSIG(status) == libc::SIGTERM, "status {status:#x}");
-        let kept = std::path::Path::new(&format!("/dev/shm/{name}")).exists();
+        let kept = std::path::Path::new(&crate::shm::file_of(&name)).exists();
         println!("{}", if kept { "kept" } else { "lost" });
         drop((registered, map));
         crate::shm::unlink(&name).unwrap();

@@ -335,7 +335,7 @@ fn every_size_through_sar() {
 /// Bytes of /dev/shm that region `name` holds (its allocated pages).
 fn region_bytes(name: &str) -> u64 {
     use std::os::unix::fs::MetadataExt;
-    std::fs::metadata(format!("/dev/shm/{name}")).expect("region file").blocks() * 512
+    std::fs::metadata(crate::shm::file_of(name)).expect("region file").blocks() * 512
 }
 
 /// The pools' pages (inject and SAR buffers) are reserved by the first process that copies into
