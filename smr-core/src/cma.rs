@@ -419,7 +419,7 @@ mod tests {
     fn child_reporting_the_probe() {
         let Ok(how) = std::env::var(CHILD) else { return };
         if how == "seccomp" {
-            refuse_cma_by_seccomp();
+            crate::test_child::refuse_cma_by_seccomp();
         }
         let src = [1u8; 8];
         let mut local = LocalIov::owned(vec![0; 8]);
@@ -464,40 +464,4 @@ mod tests {
             r#"probe=false why=Some("process_vm_readv is refused (seccomp or a container policy)") refused=true"#
         );
     }
-
-    /// Install, for this thread, a seccomp filter that fails process_vm_readv and
-    /// process_vm_writev with EPERM and allows everything else.
-    #[cfg(target_arch = "x86_64")]
-    fn refuse_cma_by_seccomp() {
-        const AUDIT_ARCH_X86_64: u32 = 0xC000_003E;
-        let stmt = |code: u32, k: u32| libc::sock_filter { code: code as u16, jt: 0, jf: 0, k };
-        let jeq = |k: libc::c_long, jt: u8| libc::sock_filter {
-            code: (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16,
-            jt,
-            jf: 0,
-            k: k as u32,
-        };
-        let load = |at: u32| stmt(libc::BPF_LD | libc::BPF_W | libc::BPF_ABS, at);
-        let allow = stmt(libc::BPF_RET | libc::BPF_K, libc::SECCOMP_RET_ALLOW);
-        let mut prog = [
-            load(4), // seccomp_data.arch
-            jeq(AUDIT_ARCH_X86_64.into(), 1),
-            allow,
-            load(0), // seccomp_data.nr
-            jeq(libc::SYS_process_vm_readv, 2),
-            jeq(libc::SYS_process_vm_writev, 1),
-            allow,
-            stmt(libc::BPF_RET | libc::BPF_K, libc::SECCOMP_RET_ERRNO | libc::EPERM as u32),
-        ];
-        let fprog = libc::sock_fprog { len: prog.len() as u16, filter: prog.as_mut_ptr() };
-        // SAFETY: prctl with plain integer arguments, and then with a pointer to a filter program
-        // that outlives the call (the kernel copies it).
-        unsafe {
-            assert_eq!(libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), 0);
-            assert_eq!(libc::prctl(libc::PR_SET_SECCOMP, libc::SECCOMP_MODE_FILTER, &fprog as *const _), 0);
-        }
-    }
-
-    #[cfg(not(target_arch = "x86_64"))]
-    fn refuse_cma_by_seccomp() {}
 }
