@@ -205,3 +205,186 @@ fn a_withdrawal_waits_for_a_published_writer_stopped_before_its_copy() {
     assert!(at_withdrawal == pattern(1000, 9), "the withdrawal returned before the stopped writer's copy");
     drop(mem);
 }
+
+/// Two pages of our own, the first filled with `pattern(page, 4)` and the second made
+/// unreadable: a range whose copy the kernel stops at the page boundary (and `cma` then fails
+/// with EFAULT). Not unmapped: another test thread's mapping could land in the hole.
+struct CutShort {
+    at: *mut u8,
+    page: usize,
+}
+
+impl CutShort {
+    fn new() -> Self {
+        // SAFETY: sysconf has no memory arguments.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
+        let (rw, anon) = (libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS);
+        // SAFETY: a new anonymous mapping of two pages, at an address the kernel chooses.
+        let at = unsafe { libc::mmap(std::ptr::null_mut(), 2 * page, rw, anon, -1, 0) };
+        assert_ne!(at, libc::MAP_FAILED);
+        let at = at.cast::<u8>();
+        // SAFETY: the first page of the mapping just made, readable and writable.
+        unsafe { std::slice::from_raw_parts_mut(at, page) }.copy_from_slice(&pattern(page, 4));
+        // SAFETY: the second page of the same mapping; nothing refers to it.
+        assert_eq!(unsafe { libc::mprotect(at.add(page).cast(), page, libc::PROT_NONE) }, 0);
+        CutShort { at, page }
+    }
+
+    fn base(&self) -> u64 {
+        self.at as u64
+    }
+}
+
+impl Drop for CutShort {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `new`, which no one uses once the test drops this.
+        unsafe { libc::munmap(self.at.cast(), 2 * self.page) };
+    }
+}
+
+/// A read of a published registration returns its bytes only when the kernel copied them all
+/// and the entry still stood after the copy. One cut short (the owner's range ends in memory it
+/// made unreadable: part of the bytes arrived), or whose entry the owner withdrew, or withdrew
+/// and published anew, since the reader looked it up, is refused (take the ordinary path) and
+/// counted nowhere, whether the owner counts reads or not.
+#[test]
+fn a_published_read_cut_short_or_outliving_its_entry_is_refused() {
+    use crate::published::{Counted, COUNT_READS, REMOTE_READ};
+    if !cma_or_skip("pubread") {
+        return;
+    }
+    let (mut a, mut b, to_b) = pair("pubread", Params::default());
+    let mem = CutShort::new();
+    let page = mem.page;
+    b.publish_mr(1, mem.base(), 2 * page as u64, REMOTE_READ).expect("room");
+    let counted = b.publish_mr(2, mem.base(), 2 * page as u64, REMOTE_READ | COUNT_READS).expect("room");
+    for key in [1, 2] {
+        let entry = a.peer_mr(to_b, key).expect("published");
+        let mut whole = LocalIov::owned(vec![0; page]);
+        assert_eq!(a.read_published(to_b, &entry, 0, &mut whole), Ok(page), "key {key}: the readable page");
+        assert_eq!(whole.into_owned().unwrap(), pattern(page, 4), "key {key}");
+        let mut across = LocalIov::owned(vec![0; 2 * page]);
+        assert_eq!(a.read_published(to_b, &entry, 0, &mut across), Err(Error::Again), "key {key}: a read cut short");
+    }
+    assert_eq!(b.take_mr_counts(counted), Counted { reads: 1, writes: 0, scribbled: false }, "only the whole read");
+    let stale = b.publish_mr(3, mem.base(), page as u64, REMOTE_READ).expect("room");
+    let entry = a.peer_mr(to_b, 3).expect("published");
+    b.withdraw_mr(stale);
+    let mut back = LocalIov::owned(vec![0; page]);
+    assert_eq!(a.read_published(to_b, &entry, 0, &mut back), Err(Error::Again), "a withdrawn entry");
+    b.publish_mr(3, mem.base(), page as u64, REMOTE_READ).expect("room");
+    assert_eq!(a.read_published(to_b, &entry, 0, &mut back), Err(Error::Again), "an entry published anew");
+    let fresh = a.peer_mr(to_b, 3).expect("published");
+    assert_eq!(a.read_published(to_b, &fresh, 0, &mut back), Ok(page), "the new entry");
+    assert_eq!((a.stats().published_reads, a.stats().cma_reads), (3, 3), "whole reads only");
+}
+
+/// A write of more than `published::WRITE_MAX` bytes is never made without the owner (a
+/// withdrawal would wait for it too long); one of exactly that many is.
+#[test]
+fn a_published_write_is_made_up_to_its_bound_and_no_further() {
+    use crate::published::{REMOTE_WRITE, WRITE_MAX};
+    if !cma_or_skip("pubmax") {
+        return;
+    }
+    let (mut a, mut b, to_b) = pair("pubmax", Params::default());
+    let max = WRITE_MAX as usize;
+    let mut mem = vec![0u8; max + 1];
+    b.publish_mr(1, mem.as_mut_ptr() as u64, max as u64 + 1, REMOTE_WRITE).expect("room");
+    let entry = a.peer_mr(to_b, 1).expect("published");
+    let data = vec![0x5au8; max + 1];
+    let over = LocalIov::owned(data);
+    assert_eq!(a.write_published(to_b, &entry, 0, &over), Err(Error::Again), "one byte over the bound");
+    std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+    assert!(mem[..4096].iter().all(|&x| x == 0), "a refused write touched the memory");
+    let mut data = over.into_owned().unwrap();
+    data.pop();
+    assert_eq!(a.write_published(to_b, &entry, 1, &LocalIov::owned(data)), Ok(max), "exactly the bound");
+    std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+    assert!(mem[0] == 0 && mem[1..].iter().all(|&x| x == 0x5a));
+    assert_eq!(a.stats().published_writes, 1);
+}
+
+/// The variable that makes `child_refused_by_seccomp` do its work.
+const REFUSED_CHILD: &str = "RSHM_PUBLISHED_REFUSED_CHILD";
+
+/// As a child (this binary run again by the test below): two pairs that found CMA allowed and
+/// looked up a published entry each; then a seccomp filter refuses CMA (as a policy that
+/// judges each peer would, like Yama's); print what a read through one pair and a write
+/// through the other return, and whether the entries can still be looked up.
+#[test]
+fn child_refused_by_seccomp() {
+    use crate::published::{REMOTE_READ, REMOTE_WRITE};
+    if std::env::var_os(REFUSED_CHILD).is_none() || !crate::cma::probe() {
+        return;
+    }
+    let mut mem = vec![7u8; 4096];
+    let base = mem.as_mut_ptr() as u64;
+    let (mut r, mut rb, r_to) = pair("refusedr", Params::default());
+    let (mut w, mut wb, w_to) = pair("refusedw", Params::default());
+    rb.publish_mr(1, base, 4096, REMOTE_READ).expect("room");
+    wb.publish_mr(1, base, 4096, REMOTE_WRITE).expect("room");
+    let (read_entry, write_entry) = (r.peer_mr(r_to, 1).unwrap(), w.peer_mr(w_to, 1).unwrap());
+    crate::test_child::refuse_cma_by_seccomp();
+    let read = r.read_published(r_to, &read_entry, 0, &mut LocalIov::owned(vec![0; 100]));
+    let write = w.write_published(w_to, &write_entry, 0, &LocalIov::owned(vec![1; 100]));
+    println!(
+        "read={read:?} then={:?} write={write:?} then={:?}",
+        r.peer_mr(r_to, 1).map(|p| p.key),
+        w.peer_mr(w_to, 1).map(|p| p.key)
+    );
+    assert!(mem.iter().all(|&x| x == 7));
+}
+
+/// A copy the kernel refuses by policy (seccomp here; Yama or a container's rules elsewhere),
+/// after CMA was found allowed: the read or write says "take the ordinary path", and CMA is
+/// never tried again for that peer (its entries are no longer offered).
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn a_copy_refused_by_policy_turns_cma_off_for_that_peer() {
+    if !cma_or_skip("pubrefused") {
+        return;
+    }
+    let mut cmd = crate::test_child::rerun("endpoint::tests::direct::child_refused_by_seccomp", REFUSED_CHILD, "1");
+    let out = cmd.output().unwrap();
+    assert!(out.status.success(), "the child failed: {out:?}");
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let at = stdout.find("read=").unwrap_or_else(|| panic!("no report in {stdout}"));
+    assert_eq!(stdout[at..].lines().next().unwrap(), "read=Err(Again) then=None write=Err(Again) then=None");
+}
+
+/// A look long after the last one watches the owner for a moment: an owner polling right now
+/// (a thread here) is seen free and progressing though nothing recent is known of it.
+#[test]
+fn a_peer_polling_now_is_seen_after_a_long_gap() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let (mut a, b, to_b) = pair("pollnow", Params::default());
+    a.link(to_b).unwrap();
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let polling = stop.clone();
+    let poller = std::thread::spawn(move || {
+        let mut b = b;
+        while !polling.load(Ordering::Relaxed) {
+            b.note_poll(true);
+            for _ in 0..10 {
+                std::hint::spin_loop();
+            }
+        }
+        b
+    });
+    let mut seen = [false; 2];
+    // The poller and this thread must run at once for a look to see it: on a busy host not in
+    // every attempt.
+    for _ in 0..200 {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+        seen[0] |= a.peer_is_free(to_b);
+        std::thread::sleep(std::time::Duration::from_millis(1));
+        seen[1] |= a.peer_progresses(to_b);
+        if seen == [true, true] {
+            break;
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    drop(poller.join().unwrap());
+    assert_eq!(seen, [true, true], "[free, progresses] never seen while it polled");
+}
