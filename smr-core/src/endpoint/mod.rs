@@ -500,6 +500,10 @@ pub struct Endpoint {
     /// registration and its copy (`direct::write_published`).
     #[cfg(test)]
     published_pause_after_count: Duration,
+    /// Tests: every open of a sender's region fails for want of descriptors (EMFILE), as in a
+    /// process that ran out of them (`parked`).
+    #[cfg(test)]
+    opens_short: bool,
     /// Tests: how long this receiver leaves a split offer open for its sender before it looks,
     /// and before it takes back one left open while the sender wrote an earlier tail (so that a
     /// test's sender, however it is scheduled, takes it).
@@ -590,6 +594,8 @@ impl Endpoint {
             split_heads_max: None,
             #[cfg(test)]
             published_pause_after_count: Duration::ZERO,
+            #[cfg(test)]
+            opens_short: false,
             #[cfg(any(test, feature = "test-hooks"))]
             split_offer_wait: Duration::ZERO,
             stats: Stats::default(),

@@ -484,6 +484,8 @@ impl Endpoint {
         // is gone or belongs to a successor. What it queued inline or in our inject buffers is
         // complete in our memory and is still delivered (as for senders we knew, `forgotten`).
         let opened = self.mapped_region(&name, Some(incarnation)).map_or_else(|| Region::open(&name).map(Arc::new), Ok);
+        #[cfg(test)]
+        let opened = if self.opens_short { Err(Error::Os(libc::EMFILE)) } else { opened };
         let region = match opened {
             Ok(r) if r.incarnation() == incarnation && r.owner() == ident => r,
             // A shortage of ours, not the sender's fault: its commands wait (`parked`).

@@ -8,6 +8,7 @@ use crate::cmd::{resp, CmdEntry, RemoteIov, RespEntry, Status, COMPACT_MAX};
 use crate::layout::INJECT_SIZE;
 
 mod direct;
+mod parked;
 
 /// A handler that delivers straight into owned buffers of the message's size (or holds).
 #[derive(Default)]
