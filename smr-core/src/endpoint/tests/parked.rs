@@ -87,3 +87,44 @@ fn arrived(h: &Collect) -> Vec<(SrcId, u64, Vec<u8>)> {
     let delivered = h.received.iter().map(|(hdr, r, bytes)| (hdr.tag, r.clone().map(|n| bytes[..n].to_vec())));
     h.offered.iter().zip(delivered).map(|(m, (tag, bytes))| (m.src, tag, bytes.expect("delivered"))).collect()
 }
+
+/// What parked senders set aside is bounded (`PARKED_COMMANDS_MAX`, 4,096 commands): a sender
+/// is still parked with that many, given up at the next (long before its timeout), and then
+/// its messages are all delivered, in order.
+#[test]
+fn a_parked_sender_is_given_up_past_the_command_bound_and_not_before() {
+    const BOUND: usize = 4096;
+    let params = Params { parked_timeout: Duration::from_secs(3600), ..Params::default() };
+    let mut b = Endpoint::create(&name("parkboundb"), params).unwrap();
+    b.opens_short = true;
+    let mut hb = Collect::default();
+    let mut a = Endpoint::create(&name("parkbounda"), Params::default()).unwrap();
+    let to_b = a.add_peer(b.name()).unwrap();
+    let set_aside = |b: &Endpoint| b.parked.iter().map(|p| p.commands.len()).sum::<usize>();
+    let dl = deadline();
+    let mut send = |a: &mut Endpoint, b: &mut Endpoint, hb: &mut Collect, seq: u64| {
+        let hdr = MsgHeader { app: 0, tag: seq, data: 0, aux: 0, len: 64 };
+        while a.send_bytes(to_b, hdr, &pattern(64, seq as u8), SendOpts::default()) == Err(Error::Again) {
+            assert!(std::time::Instant::now() < dl, "message {seq} still refused");
+            b.progress(hb);
+        }
+    };
+    // Its CONNECT and BOUND - 1 messages.
+    for seq in 0..BOUND as u64 - 1 {
+        send(&mut a, &mut b, &mut hb, seq);
+    }
+    while set_aside(&b) < BOUND {
+        assert!(std::time::Instant::now() < dl, "{} commands set aside", set_aside(&b));
+        b.progress(&mut hb);
+    }
+    assert_eq!((b.parked.len(), set_aside(&b), hb.received.len()), (1, BOUND, 0), "parked at the bound");
+    send(&mut a, &mut b, &mut hb, BOUND as u64 - 1);
+    while hb.received.len() < BOUND {
+        assert!(std::time::Instant::now() < dl, "{} delivered", hb.received.len());
+        b.progress(&mut hb);
+    }
+    assert!(b.parked.is_empty(), "still parked past the bound");
+    let want: Vec<_> = (0..BOUND as u64).map(|seq| (seq, pattern(64, seq as u8))).collect();
+    let got: Vec<_> = arrived(&hb).into_iter().map(|(_, tag, bytes)| (tag, bytes)).collect();
+    assert!(got == want, "the messages, in order");
+}
