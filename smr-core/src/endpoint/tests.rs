@@ -7,6 +7,7 @@ use crate::cmd::SAR_FIRST_SEGMENT;
 use crate::cmd::{resp, CmdEntry, RemoteIov, RespEntry, Status, COMPACT_MAX};
 use crate::layout::INJECT_SIZE;
 
+mod cma_refused;
 mod direct;
 mod parked;
 
@@ -197,6 +198,53 @@ fn pair(tag: &str, params: Params) -> (Endpoint, Endpoint, PeerId) {
     let mut a = a;
     let to_b = a.add_peer(b.name()).unwrap();
     (a, b, to_b)
+}
+
+fn page_size() -> usize {
+    // SAFETY: sysconf has no memory arguments.
+    unsafe { libc::sysconf(libc::_SC_PAGESIZE) as usize }
+}
+
+/// Whole pages of our own mapping, zeroed, for tests that make part of a range unreadable: with
+/// mprotect, not munmap, since another test thread's mapping could land in a hole.
+struct OwnPages {
+    at: *mut u8,
+    len: usize,
+}
+
+impl OwnPages {
+    /// At least `len` bytes.
+    fn new(len: usize) -> Self {
+        let len = len.div_ceil(page_size()) * page_size();
+        let (rw, anon) = (libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS);
+        // SAFETY: a new anonymous mapping, at an address the kernel chooses.
+        let at = unsafe { libc::mmap(std::ptr::null_mut(), len, rw, anon, -1, 0) };
+        assert_ne!(at, libc::MAP_FAILED);
+        OwnPages { at: at.cast(), len }
+    }
+
+    fn base(&self) -> u64 {
+        self.at as u64
+    }
+
+    /// The bytes, while all are readable and writable (before `forbid`).
+    fn bytes(&mut self) -> &mut [u8] {
+        // SAFETY: the mapping made in `new`, ours alone.
+        unsafe { std::slice::from_raw_parts_mut(self.at, self.len) }
+    }
+
+    /// Make the pages from byte `from` (a page boundary) on unreadable.
+    fn forbid(&self, from: usize) {
+        // SAFETY: pages of our mapping; no reference to them is used after this.
+        assert_eq!(unsafe { libc::mprotect(self.at.add(from).cast(), self.len - from, libc::PROT_NONE) }, 0);
+    }
+}
+
+impl Drop for OwnPages {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `new`, which nothing uses once the test drops this.
+        unsafe { libc::munmap(self.at.cast(), self.len) };
+    }
 }
 
 /// Makes the tests named for CMA fail where CMA is not permitted, instead of skipping.

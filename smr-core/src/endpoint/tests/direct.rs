@@ -206,42 +206,6 @@ fn a_withdrawal_waits_for_a_published_writer_stopped_before_its_copy() {
     drop(mem);
 }
 
-/// Two pages of our own, the first filled with `pattern(page, 4)` and the second made
-/// unreadable: a range whose copy the kernel stops at the page boundary (and `cma` then fails
-/// with EFAULT). Not unmapped: another test thread's mapping could land in the hole.
-struct CutShort {
-    at: *mut u8,
-    page: usize,
-}
-
-impl CutShort {
-    fn new() -> Self {
-        // SAFETY: sysconf has no memory arguments.
-        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
-        let (rw, anon) = (libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS);
-        // SAFETY: a new anonymous mapping of two pages, at an address the kernel chooses.
-        let at = unsafe { libc::mmap(std::ptr::null_mut(), 2 * page, rw, anon, -1, 0) };
-        assert_ne!(at, libc::MAP_FAILED);
-        let at = at.cast::<u8>();
-        // SAFETY: the first page of the mapping just made, readable and writable.
-        unsafe { std::slice::from_raw_parts_mut(at, page) }.copy_from_slice(&pattern(page, 4));
-        // SAFETY: the second page of the same mapping; nothing refers to it.
-        assert_eq!(unsafe { libc::mprotect(at.add(page).cast(), page, libc::PROT_NONE) }, 0);
-        CutShort { at, page }
-    }
-
-    fn base(&self) -> u64 {
-        self.at as u64
-    }
-}
-
-impl Drop for CutShort {
-    fn drop(&mut self) {
-        // SAFETY: the mapping made in `new`, which no one uses once the test drops this.
-        unsafe { libc::munmap(self.at.cast(), 2 * self.page) };
-    }
-}
-
 /// A read of a published registration returns its bytes only when the kernel copied them all
 /// and the entry still stood after the copy. One cut short (the owner's range ends in memory it
 /// made unreadable: part of the bytes arrived), or whose entry the owner withdrew, or withdrew
@@ -254,8 +218,12 @@ fn a_published_read_cut_short_or_outliving_its_entry_is_refused() {
         return;
     }
     let (mut a, mut b, to_b) = pair("pubread", Params::default());
-    let mem = CutShort::new();
-    let page = mem.page;
+    // The first page readable, the second not: a copy across them stops at the boundary (and
+    // `cma` then fails with EFAULT).
+    let page = page_size();
+    let mut mem = OwnPages::new(2 * page);
+    mem.bytes()[..page].copy_from_slice(&pattern(page, 4));
+    mem.forbid(page);
     b.publish_mr(1, mem.base(), 2 * page as u64, REMOTE_READ).expect("room");
     let counted = b.publish_mr(2, mem.base(), 2 * page as u64, REMOTE_READ | COUNT_READS).expect("room");
     for key in [1, 2] {

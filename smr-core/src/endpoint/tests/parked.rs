@@ -102,7 +102,7 @@ fn a_parked_sender_is_given_up_past_the_command_bound_and_not_before() {
     let to_b = a.add_peer(b.name()).unwrap();
     let set_aside = |b: &Endpoint| b.parked.iter().map(|p| p.commands.len()).sum::<usize>();
     let dl = deadline();
-    let mut send = |a: &mut Endpoint, b: &mut Endpoint, hb: &mut Collect, seq: u64| {
+    let send = |a: &mut Endpoint, b: &mut Endpoint, hb: &mut Collect, seq: u64| {
         let hdr = MsgHeader { app: 0, tag: seq, data: 0, aux: 0, len: 64 };
         while a.send_bytes(to_b, hdr, &pattern(64, seq as u8), SendOpts::default()) == Err(Error::Again) {
             assert!(std::time::Instant::now() < dl, "message {seq} still refused");
