@@ -355,9 +355,11 @@ pub enum Status {
     Truncated = 1,
     /// The receiver could not read our memory with CMA: resend another way.
     CmaFailed = 2,
-    /// The receiver dropped it (discarded, canceled, or bad).
+    /// The receiver dropped it (discarded or canceled): the send completes.
     Dropped = 3,
-    /// The receiver refused it (the handler said why: `value` holds a positive errno).
+    /// The receiver refused it (the handler said why), or could not read it (a CMA read that
+    /// failed other than by policy: `recv::unread`): `value` holds a positive errno, and the
+    /// send fails.
     Refused = 4,
     /// The handler answered it with data: `value` bytes in the entry's `data`.
     Answered = 5,

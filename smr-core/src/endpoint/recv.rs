@@ -95,6 +95,18 @@ pub(super) fn time_since(started: Option<std::time::Instant>) -> u64 {
     started.map_or(0, |t| (t.elapsed().as_nanos() as u64).max(1))
 }
 
+/// The answer to message `msg_id` whose bytes we could not read (`e`: a CMA read that failed
+/// other than by policy, which falls back to SAR instead; a split whose tail went missing): its
+/// sender's send fails, as our receive does, instead of completing as if it was delivered.
+/// The errno (EIO where there is none) rides in `Status::Refused`.
+pub(super) fn unread(msg_id: u64, e: &Error) -> RespEntry {
+    let errno = match *e {
+        Error::Os(n) if n > 0 => n as u64,
+        _ => libc::EIO as u64,
+    };
+    RespEntry::done(msg_id, Status::Refused, errno)
+}
+
 pub(super) fn status_of(result: &Result<usize>) -> Status {
     match result {
         Ok(_) => Status::Ok,
@@ -474,7 +486,7 @@ impl Endpoint {
                 return self.refuse_cma(src, msg_id, hdr, Sink::Deliver { dest, ctx, answer: true });
             }
             Some(super::split::Split::Done(Err(e))) => {
-                self.send_resp(src, RespEntry::done(msg_id, Status::Dropped, 0));
+                self.send_resp(src, unread(msg_id, &e));
                 return h.on_recv_done(ctx, Err(e), dest);
             }
         }
@@ -488,7 +500,7 @@ impl Endpoint {
                 self.refuse_cma(src, msg_id, hdr, Sink::Deliver { dest, ctx, answer: true });
             }
             Err(e) => {
-                self.send_resp(src, RespEntry::done(msg_id, Status::Dropped, 0));
+                self.send_resp(src, unread(msg_id, &e));
                 h.on_recv_done(ctx, Err(e), dest);
             }
         }
@@ -702,7 +714,7 @@ impl Endpoint {
                     Ok(Delivered::Later)
                 }
                 Err(e) => {
-                    self.send_resp(src, RespEntry::done(msg_id, Status::Dropped, 0));
+                    self.send_resp(src, unread(msg_id, &e));
                     Ok(Delivered::Now(Err(e), dest))
                 }
             },

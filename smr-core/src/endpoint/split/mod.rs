@@ -431,7 +431,7 @@ impl Endpoint {
         let ns = (took.as_nanos() as u64).max(1);
         let entry = match result {
             Ok(n) => RespEntry::done_timed(s.msg_id, Status::Ok, n as u64, ns),
-            Err(_) => RespEntry::done(s.msg_id, Status::Dropped, 0),
+            Err(ref e) => super::recv::unread(s.msg_id, e),
         };
         self.send_resp(s.src, entry);
         h.on_recv_done(s.ctx, result, s.dest);

@@ -71,3 +71,32 @@ fn a_cma_message_whose_read_is_refused_arrives_through_sar() {
         );
     }
 }
+
+/// A CMA read that fails for any other reason than a refusal (here the sender's range is no
+/// longer readable, as when an application gives its buffer back before its send completed,
+/// or a sender names ranges it does not have) is not retried through SAR buffers: the receive
+/// fails with EFAULT, the send fails, and the sender's range is never touched again.
+#[test]
+fn a_cma_read_of_an_unreadable_range_fails_both_sides_without_falling_back() {
+    if !cma_or_skip("cmaunreadable") {
+        return;
+    }
+    let len = 200_000;
+    let params = Params { cma_min: 0, measure_protocol: false, ..Params::default() };
+    let (mut a, mut b, to_b) = pair("cmaunreadable", params);
+    let (mut ha, mut hb) = (Collect::default(), Collect::default());
+    let mut mem = OwnPages::new(len);
+    mem.bytes()[..len].copy_from_slice(&pattern(len, 2));
+    // SAFETY: readable until `forbid`; then only the kernel reads it (the test's point).
+    let iov = unsafe { LocalIov::from_raw(&[(mem.at, len)]) };
+    let hdr = MsgHeader { app: 0, tag: 1, data: 0, aux: 0, len: len as u64 };
+    assert_eq!(a.send(to_b, hdr, iov, acked(5)), Ok(SendStatus::Pending));
+    mem.forbid(0);
+    pump_until((&mut a, &mut ha), (&mut b, &mut hb), "both ends", |ha, hb| {
+        !ha.sends_done.is_empty() && !hb.received.is_empty()
+    });
+    let received: Vec<_> = hb.received.iter().map(|(_, r, _)| r.clone()).collect();
+    assert_eq!(received, [Err(Error::Os(libc::EFAULT))]);
+    assert_eq!(ha.sends_done, [(5, Err(Error::Refused(libc::EFAULT as u32)))], "the send fails too");
+    assert_eq!((b.stats().cma_fallbacks, a.stats().sent_cma), (0, 1));
+}
