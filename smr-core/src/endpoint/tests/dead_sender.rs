@@ -39,7 +39,7 @@ fn one_senders_death_fails_only_its_own_arriving_messages() {
     let (mut a, mut b, a_to_b) = pair("twosenders", params.clone());
     let mut c = Endpoint::create(&name("twosendersc"), params).unwrap();
     let c_to_b = c.add_peer(b.name()).unwrap();
-    let (mut ha, mut hb, mut hc) = (Collect::default(), Collect::default(), Collect::default());
+    let (mut hb, mut hc) = (Collect::default(), Collect::default());
     let len = 300_000;
     for (ep, to, seed) in [(&mut a, a_to_b, 1), (&mut c, c_to_b, 2)] {
         let hdr = MsgHeader { app: 0, tag: seed.into(), data: 0, aux: 0, len: len as u64 };
