@@ -89,17 +89,17 @@ fn a_cma_read_of_an_unreadable_range_fails_both_sides_without_falling_back() {
     if !cma_or_skip("cmaunreadable") {
         return;
     }
-    for hold in [false, true] {
-        read_of_an_unreadable_range(hold);
+    for (hold, split_min) in [(false, usize::MAX), (false, 64 * 1024), (true, usize::MAX)] {
+        read_of_an_unreadable_range(hold, split_min);
     }
 }
 
-/// The case above, the message delivered at once or held for the handler (`hold`) and
-/// delivered then.
-fn read_of_an_unreadable_range(hold: bool) {
+/// The case above, the message delivered at once (read whole, or split with its sender from
+/// `split_min`) or held for the handler (`hold`) and delivered then.
+fn read_of_an_unreadable_range(hold: bool, split_min: usize) {
     let len = 200_000;
-    let params = Params { cma_min: 0, measure_protocol: false, ..Params::default() };
-    let (mut a, mut b, to_b) = pair(&format!("cmaunreadable{hold}"), params);
+    let params = Params { cma_min: 0, split_min, measure_protocol: false, ..Params::default() };
+    let (mut a, mut b, to_b) = pair(&format!("cmaunreadable{hold}{split_min}"), params);
     let (mut ha, mut hb) = (Collect::default(), Collect { hold, ..Default::default() });
     let mut mem = OwnPages::new(len);
     mem.bytes()[..len].copy_from_slice(&pattern(len, 2));
@@ -119,7 +119,9 @@ fn read_of_an_unreadable_range(hold: bool) {
         !ha.sends_done.is_empty() && !hb.received.is_empty()
     });
     let received: Vec<_> = hb.received.iter().map(|(_, r, _)| r.clone()).collect();
-    assert_eq!(received, [Err(Error::Os(libc::EFAULT))], "held: {hold}");
-    assert_eq!(ha.sends_done, [(5, Err(Error::Refused(libc::EFAULT as u32)))], "the send fails too (held: {hold})");
-    assert_eq!((b.stats().cma_fallbacks, a.stats().sent_cma), (0, 1));
+    let case = format!("held: {hold}, split from {split_min}");
+    assert_eq!(received, [Err(Error::Os(libc::EFAULT))], "{case}");
+    assert_eq!(ha.sends_done, [(5, Err(Error::Refused(libc::EFAULT as u32)))], "the send fails too ({case})");
+    let s = b.stats();
+    assert_eq!((s.cma_fallbacks, s.splits_offered, a.stats().sent_cma), (0, (split_min < len).into(), 1), "{case}");
 }
