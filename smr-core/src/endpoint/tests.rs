@@ -3998,3 +3998,39 @@ fn writes_alone_up_to_an_inject_buffer_learn_apart_from_larger_ones() {
     assert!(!a.lone_settled_on_cma(Lone::Write, SMALL_WRITE_TOP + 1), "larger writes settled on our copy too");
     assert!(!a.lone_settled_on_cma(Lone::Read, 3000), "reads learnt from writes");
 }
+
+/// A request taken with `Disposition::Later` and answered afterwards into the buffers its
+/// sender named (`answer_into`: how the provider answers a read whose request came as a
+/// delivery): each request completes with its answer's bytes, one buffer's worth or several;
+/// once its sender is gone, one more is answered to nobody.
+#[test]
+fn requests_taken_later_are_answered_into_their_senders_buffers() {
+    let (mut a, mut b, to_b) = pair("laterinto", Params::default());
+    let (mut ha, mut hb) = (Collect::default(), Collect { later: true, ..Default::default() });
+    let sizes = [(1u64, 1000usize), (2, 100_000), (3, 64)];
+    for (cookie, len) in sizes {
+        assert_eq!(send_read_request(&mut a, to_b, cookie, len, None), Ok(SendStatus::Pending));
+    }
+    receive_until(&mut b, &mut hb, 3, "the requests");
+    let requests: Vec<_> = hb.offered.iter().zip(&hb.received).map(|(m, (_, _, req))| (*m, req.clone())).collect();
+    for (m, req) in &requests[..2] {
+        let (buf, len) = parse_request(req);
+        b.answer_into(m.answer_to(), buf, &LocalIov::owned(pattern(len, m.hdr.tag as u8)));
+    }
+    pump_until((&mut a, &mut ha), (&mut b, &mut hb), "the answers", |ha, _| ha.sends_done.len() == 2);
+    assert_eq!(ha.sends_done, [(1, Ok(())), (2, Ok(()))]);
+    let answers: Vec<_> =
+        ha.answers.iter().map(|(c, data)| (*c, data.len(), data == &pattern(data.len(), *c as u8))).collect();
+    assert_eq!(answers, [(1, 1000, true), (2, 100_000, true)]);
+    // The third request's sender is gone when it is answered: nothing is written for it.
+    let (m, req) = &requests[2];
+    let src = m.src;
+    b.forget_in_peer(src, &mut hb);
+    let (buf, len) = parse_request(req);
+    b.answer_into(m.answer_to(), buf, &LocalIov::owned(pattern(len, 3)));
+    for _ in 0..20 {
+        a.progress(&mut ha);
+        b.progress(&mut hb);
+    }
+    assert_eq!(ha.sends_done.len(), 2, "a forgotten sender's request answered: {:?}", ha.sends_done);
+}
