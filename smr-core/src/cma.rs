@@ -435,12 +435,7 @@ mod tests {
             Some(v) => cmd.env(DENY_ENV, v),
             None => cmd.env_remove(DENY_ENV),
         };
-        let out = cmd.output().unwrap();
-        assert!(out.status.success(), "the child failed: {out:?}");
-        let stdout = String::from_utf8(out.stdout).unwrap();
-        // (libtest prints the test's name on the same line, before it.)
-        let at = stdout.find("probe=").unwrap_or_else(|| panic!("no report in {stdout}"));
-        stdout[at..].lines().next().unwrap().to_owned()
+        crate::test_child::report_line(&mut cmd, "probe=")
     }
 
     /// `RSHM_TEST_DENY_CMA=1` turns CMA off and says so; any other value leaves the host's

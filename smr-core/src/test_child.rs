@@ -10,6 +10,16 @@ pub(crate) fn rerun(path: &str, var: &str, value: &str) -> std::process::Command
     cmd
 }
 
+/// Run `cmd` (from `rerun`), which must pass, and return the line of its output that starts
+/// with `marker` (libtest prints the test's name on the same line, before it), from `marker` on.
+pub(crate) fn report_line(cmd: &mut std::process::Command, marker: &str) -> String {
+    let out = cmd.output().unwrap();
+    assert!(out.status.success(), "the child failed: {out:?}");
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let at = stdout.find(marker).unwrap_or_else(|| panic!("no report {marker:?} in {stdout}"));
+    stdout[at..].lines().next().unwrap().to_owned()
+}
+
 /// Install, for this thread, a seccomp filter that fails process_vm_readv and
 /// process_vm_writev with EPERM and allows everything else.
 #[cfg(target_arch = "x86_64")]

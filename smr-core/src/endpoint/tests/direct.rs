@@ -314,11 +314,8 @@ fn a_copy_refused_by_policy_turns_cma_off_for_that_peer() {
         return;
     }
     let mut cmd = crate::test_child::rerun("endpoint::tests::direct::child_refused_by_seccomp", REFUSED_CHILD, "1");
-    let out = cmd.output().unwrap();
-    assert!(out.status.success(), "the child failed: {out:?}");
-    let stdout = String::from_utf8(out.stdout).unwrap();
-    let at = stdout.find("read=").unwrap_or_else(|| panic!("no report in {stdout}"));
-    assert_eq!(stdout[at..].lines().next().unwrap(), "read=Err(Again) then=None write=Err(Again) then=None");
+    let report = crate::test_child::report_line(&mut cmd, "read=");
+    assert_eq!(report, "read=Err(Again) then=None write=Err(Again) then=None");
 }
 
 /// A look long after the last one watches the owner for a moment: an owner polling right now
