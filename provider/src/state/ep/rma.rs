@@ -159,6 +159,8 @@ use std::collections::{HashMap, VecDeque};
 
 mod answers;
 #[cfg(test)]
+mod delivered;
+#[cfg(test)]
 mod hostile;
 pub mod lone;
 pub mod segments;
