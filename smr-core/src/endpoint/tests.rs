@@ -11,6 +11,7 @@ mod cma_refused;
 mod dead_sender;
 mod direct;
 mod parked;
+mod receiver_gone;
 
 /// A handler that delivers straight into owned buffers of the message's size (or holds).
 #[derive(Default)]

@@ -1,0 +1,60 @@
+//! What a sender's liveness check (`check_peers`) makes of a receiver that will answer nothing
+//! more: its process died, or it dropped us (freed our entry of its table, which may then hold
+//! another sender). The sends it answered complete; those it never answered fail with
+//! `PeerDead`.
+
+use super::*;
+use crate::sync::Ordering;
+
+/// A pair whose receiver `b` answered message 1 and took message 2 to answer later (it never
+/// does).
+fn one_answered_one_not(tag: &str) -> (Endpoint, Endpoint, PeerId, Collect, Collect) {
+    let (mut a, mut b, to_b) = pair(tag, Params::default());
+    let (mut ha, mut hb) = (Collect::default(), Collect::default());
+    assert_eq!(a.send_bytes(to_b, hdr(1), &pattern(8, 1), acked(1)), Ok(SendStatus::Pending));
+    pump_until((&mut a, &mut ha), (&mut b, &mut hb), "the first answer", |ha, _| ha.sends_done.len() == 1);
+    hb.later = true;
+    assert_eq!(a.send_bytes(to_b, hdr(2), &pattern(8, 2), acked(2)), Ok(SendStatus::Pending));
+    receive_until(&mut b, &mut hb, 2, "the second message not received");
+    (a, b, to_b, ha, hb)
+}
+
+/// After `a`'s liveness check: send 2 failed, send 1 kept its answer, and the receiver's link is
+/// gone (a later send looks for the receiver's name afresh).
+fn assert_unanswered_failed(a: &Endpoint, to_b: PeerId, ha: &Collect, why: &str) {
+    assert_eq!(ha.sends_done, vec![(1, Ok(())), (2, Err(Error::PeerDead))], "{why}");
+    assert!(a.out[to_b as usize].link.is_none(), "{why}: the link kept");
+}
+
+/// The receiver's process died, its region left open and whole (it had no time to close it).
+#[test]
+fn a_receiver_whose_process_died_fails_the_sends_it_never_answered() {
+    let (mut a, _b, to_b, mut ha, _hb) = one_answered_one_not("rxdied");
+    a.check_peers(&mut ha);
+    assert_eq!(ha.sends_done.len(), 1, "a live receiver's pending send failed");
+    let link = a.out[to_b as usize].link.as_mut().unwrap();
+    assert!(link.region.intact() && !link.region.closed());
+    let pid = crate::liveness::dead_pid();
+    link.owner = crate::liveness::Watch::new(crate::liveness::ProcessIdentity { pid, ..link.owner.ident() });
+    a.check_peers(&mut ha);
+    assert_unanswered_failed(&a, to_b, &ha, "the receiver's process died");
+}
+
+/// The receiver forgot us (as it does a sender it gives up) and freed our entry once past our
+/// commands; its process lives and its region is open. The entry then free, or held by another
+/// sender.
+#[test]
+fn a_receiver_that_freed_our_entry_fails_the_sends_it_never_answered() {
+    for successor in [false, true] {
+        let tag = if successor { "rxdropsucc" } else { "rxdrop" };
+        let (mut a, mut b, to_b, mut ha, mut hb) = one_answered_one_not(tag);
+        let src = a.link(to_b).unwrap().slot;
+        b.forget_in_peer(src as SrcId, &mut hb);
+        b.decide_due();
+        let entry = &b.region.peer_slots()[src as usize];
+        assert_eq!(entry.state.load(Ordering::Acquire) & 3, crate::layout::SLOT_FREE, "the entry not freed");
+        let _holder = successor.then(|| take_entry(&mut b, src, &format!("{tag}c"), Params::default()));
+        a.check_peers(&mut ha);
+        assert_unanswered_failed(&a, to_b, &ha, &format!("our entry freed (then taken: {successor})"));
+    }
+}
