@@ -63,3 +63,35 @@ fn one_senders_death_fails_only_its_own_arriving_messages() {
     assert_eq!(got, [(1, Err(Error::PeerDead), false), (2, Ok(len), true)]);
     assert_eq!(hc.sends_done, [(2, Ok(()))]);
 }
+
+/// Three senders: once one is forgotten (it disconnected), the deaths of the other two are
+/// still found by the liveness check, each forgotten once.
+#[test]
+fn a_forgotten_sender_leaves_the_others_watched() {
+    let (mut a, mut b, a_to_b) = pair("watchedrest", Params::default());
+    let mut hb = Collect::default();
+    let mut senders = vec![(a_to_b, Collect::default())];
+    let mut others: Vec<Endpoint> =
+        (0..2).map(|i| Endpoint::create(&name(&format!("watchedrest{i}")), Params::default()).unwrap()).collect();
+    for ep in others.iter_mut() {
+        senders.push((ep.add_peer(b.name()).unwrap(), Collect::default()));
+    }
+    let mut srcs = Vec::new();
+    for (i, ep) in std::iter::once(&mut a).chain(others.iter_mut()).enumerate() {
+        let (to_b, h) = &mut senders[i];
+        assert_eq!(ep.send_bytes(*to_b, hdr(i as u64), &pattern(8, i as u8), acked(1)), Ok(SendStatus::Pending));
+        pump_until((ep, h), (&mut b, &mut hb), "the message answered", |h, _| h.sends_done.len() == 1);
+        srcs.push(ep.link(*to_b).unwrap().slot as SrcId);
+    }
+    b.forget_in_peer(srcs[0], &mut hb);
+    for &src in &srcs[1..] {
+        let known = b.inp.get_mut(&src).expect("a sender known");
+        let pid = crate::liveness::dead_pid();
+        known.watch = crate::liveness::Watch::new(crate::liveness::ProcessIdentity { pid, ..known.watch.ident() });
+    }
+    b.check_peers(&mut hb);
+    for &src in &srcs {
+        assert!(!b.inp.contains_key(&src) && b.forgotten.contains_key(&src), "sender at {src} still known");
+    }
+    assert_eq!(b.inp.iter().count(), 0);
+}
