@@ -12,6 +12,7 @@ mod dead_sender;
 mod direct;
 mod parked;
 mod receiver_gone;
+mod reply_peer;
 
 /// A handler that delivers straight into owned buffers of the message's size (or holds).
 #[derive(Default)]
