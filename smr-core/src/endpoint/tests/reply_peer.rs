@@ -1,5 +1,5 @@
 //! The peer a receiver sends a reply to (`peer_of`): the sender of the message it answers, by
-//! that sender's name, whatever else the receiver sends to.
+//! that sender's name (`src_name`), whatever else the receiver sends to.
 
 use super::*;
 
@@ -23,6 +23,7 @@ fn a_reply_goes_to_the_sender_of_the_message_answered() {
     }
     let mut peers = Vec::new();
     for (to, sender) in &from {
+        assert_eq!(b.src_name(to.src), Some(sender.as_str()));
         let peer = b.peer_of(*to).unwrap();
         assert_eq!(b.peer_name(peer), Some(sender.as_str()), "a reply to another than the sender");
         assert_eq!(b.peer_of(*to), Ok(peer), "a second reply to another peer");
@@ -33,4 +34,5 @@ fn a_reply_goes_to_the_sender_of_the_message_answered() {
     assert_eq!(b.peer_name(elsewhere).map(str::to_owned), Some(name("replypeerd")));
     b.forget_in_peer(from[0].0.src, &mut hb);
     assert_eq!(b.peer_of(from[0].0), Err(Error::PeerDead), "a reply to a sender forgotten");
+    assert_eq!(b.src_name(from[0].0.src), None);
 }
