@@ -10,6 +10,7 @@ use crate::layout::INJECT_SIZE;
 mod cma_refused;
 mod dead_sender;
 mod direct;
+mod linking;
 mod parked;
 mod receiver_gone;
 mod reply_peer;
