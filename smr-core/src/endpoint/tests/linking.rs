@@ -131,3 +131,28 @@ fn a_sender_in_the_entry_another_left_is_met_by_its_request() {
     assert_eq!(hb.received[1], (hdr(2), Ok(8), pattern(8, 2)));
     assert_eq!(b.src_name(entry as SrcId), Some(c.name()));
 }
+
+/// A sender that closed before its receiver met it, its name taken at once by a new endpoint:
+/// the receiver, opening the name, finds a region of another incarnation and does not take it
+/// for the first sender's. Its inline message is still delivered, and nothing is answered into
+/// the newcomer's ring, where the first sender's message ids would look like its own.
+#[test]
+fn a_request_whose_name_has_passed_to_a_successor_is_not_met_as_it() {
+    let (mut a, mut b, to_b) = pair("namepassed", Params::default());
+    let mut hb = Collect::default();
+    assert_eq!(a.send_bytes(to_b, hdr(1), &pattern(8, 1), acked(1)), Ok(SendStatus::Pending));
+    let first = a.name().to_owned();
+    drop(a);
+    let mut successor = Endpoint::create(&first, Params::default()).unwrap();
+    receive_until(&mut b, &mut hb, 1, "the first sender's message");
+    assert_eq!(hb.received[0], (hdr(1), Ok(8), pattern(8, 1)));
+    b.progress(&mut hb);
+    let mut hs = Collect::default();
+    successor.progress(&mut hs);
+    assert!(hs.sends_done.is_empty());
+    assert_eq!(
+        (successor.stats().late_answers, successor.stats().corrupt_commands),
+        (0, 0),
+        "answered into the successor"
+    );
+}
