@@ -156,3 +156,33 @@ fn a_request_whose_name_has_passed_to_a_successor_is_not_met_as_it() {
         "answered into the successor"
     );
 }
+
+/// A receiver that sends to a peer, which closes, and whose name a new endpoint then takes:
+/// the newcomer's messages are met with its own region, not the mapping of its predecessor's
+/// that the receiver still holds for sending, and the receiver's next send reaches it.
+#[test]
+fn a_newcomer_in_a_closed_peers_name_is_met_with_its_own_region() {
+    let (mut b, mut old, to_old) = pair("newcomer", Params::default());
+    let mut h = Collect::default();
+    assert_eq!(b.send_bytes(to_old, hdr(1), &pattern(8, 1), SendOpts::default()), Ok(SendStatus::Done));
+    receive_until(&mut old, &mut h, 1, "b's message");
+    let taken = old.name().to_owned();
+    drop(old);
+    let mut newcomer = Endpoint::create(&taken, Params::default()).unwrap();
+    let to_b = newcomer.add_peer(b.name()).unwrap();
+    let (mut hn, mut hb) = (Collect::default(), Collect::default());
+    assert_eq!(newcomer.send_bytes(to_b, hdr(2), &pattern(8, 2), acked(2)), Ok(SendStatus::Pending));
+    pump_until((&mut newcomer, &mut hn), (&mut b, &mut hb), "the answer", |hn, _| !hn.sends_done.is_empty());
+    assert_eq!(hn.sends_done, vec![(2, Ok(()))], "the newcomer not met");
+    assert_eq!(hb.received, vec![(hdr(2), Ok(8), pattern(8, 2))]);
+    let dl = deadline();
+    loop {
+        match b.send_bytes(to_old, hdr(3), &pattern(8, 3), SendOpts::default()) {
+            Ok(SendStatus::Done) => break,
+            other => assert!(std::time::Instant::now() < dl, "no send to the newcomer: {other:?}"),
+        }
+        b.progress(&mut hb);
+    }
+    receive_until(&mut newcomer, &mut hn, 1, "b's message to the newcomer");
+    assert_eq!(hn.received, vec![(hdr(3), Ok(8), pattern(8, 3))]);
+}

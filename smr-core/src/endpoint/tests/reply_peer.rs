@@ -36,3 +36,40 @@ fn a_reply_goes_to_the_sender_of_the_message_answered() {
     assert_eq!(b.peer_of(from[0].0), Err(Error::PeerDead), "a reply to a sender forgotten");
     assert_eq!(b.src_name(from[0].0.src), None);
 }
+
+/// `b` sends to `d`, then meets senders `a` and `c`, and replies to each: every peer gets
+/// its own messages, and each direction between `b` and a sender shares one mapping of the
+/// sender's region (`mapped_region`), the sender's own.
+#[test]
+fn replies_reach_their_senders_through_the_mapping_of_their_messages() {
+    let (mut a, mut b, a_to_b) = pair("replymap", Params::default());
+    let mut c = Endpoint::create(&name("replymapc"), Params::default()).unwrap();
+    let mut d = Endpoint::create(&name("replymapd"), Params::default()).unwrap();
+    let c_to_b = c.add_peer(b.name()).unwrap();
+    let (mut hb, mut hd) = (Collect::default(), Collect::default());
+    let to_d = b.add_peer(d.name()).unwrap();
+    assert_eq!(b.send_bytes(to_d, hdr(9), &pattern(8, 9), SendOpts::default()), Ok(SendStatus::Done));
+    receive_until(&mut d, &mut hd, 1, "b's message to d");
+    let mut senders = [(&mut a, a_to_b, Collect::default()), (&mut c, c_to_b, Collect::default())];
+    let mut replies = Vec::new();
+    for (tag, (ep, to_b, h)) in (1u64..).zip(senders.iter_mut()) {
+        assert_eq!(ep.send_bytes(*to_b, hdr(tag), &pattern(8, tag as u8), acked(tag)), Ok(SendStatus::Pending));
+        pump_until((&mut **ep, &mut *h), (&mut b, &mut hb), "the answer", |h, _| h.sends_done.len() == 1);
+        assert_eq!(h.sends_done, vec![(tag, Ok(()))], "a sender met in the mapping of another peer");
+        let to = hb.offered.last().unwrap().answer_to();
+        replies.push((to.src, b.peer_of(to).unwrap()));
+    }
+    for (tag, (ep, _, h)) in (1u64..).zip(senders.iter_mut()) {
+        let (src, peer) = replies[tag as usize - 1];
+        assert_eq!(
+            b.send_bytes(peer, hdr(10 + tag), &pattern(8, tag as u8), SendOpts::default()),
+            Ok(SendStatus::Done)
+        );
+        receive_until(ep, h, 1, "the reply");
+        assert_eq!(h.received, vec![(hdr(10 + tag), Ok(8), pattern(8, tag as u8))], "another peer's reply");
+        let link = Arc::clone(&b.link(peer).unwrap().region);
+        assert!(Arc::ptr_eq(&link, &b.inp.get(&src).unwrap().region), "two mappings of one sender's region");
+    }
+    d.progress(&mut hd);
+    assert_eq!(hd.received.len(), 1, "a reply reached d");
+}
