@@ -58,3 +58,22 @@ fn a_receiver_that_freed_our_entry_fails_the_sends_it_never_answered() {
         assert_unanswered_failed(&a, to_b, &ha, &format!("our entry freed (then taken: {successor})"));
     }
 }
+
+/// A receiver that died when nothing waited on it but a send had gone to it since the last
+/// check (one that completed when queued): its link is dropped too, so that the next send
+/// looks for the name afresh rather than queue into the dead receiver's ring, to be lost.
+#[test]
+fn a_receiver_sent_to_since_the_last_check_is_watched_though_nothing_waits() {
+    let (mut a, mut b, to_b) = pair("rxdiedused", Params::default());
+    let (mut ha, mut hb) = (Collect::default(), Collect::default());
+    assert_eq!(a.send_bytes(to_b, hdr(1), &pattern(8, 1), acked(1)), Ok(SendStatus::Pending));
+    pump_until((&mut a, &mut ha), (&mut b, &mut hb), "the answer", |ha, _| ha.sends_done.len() == 1);
+    a.check_peers(&mut ha);
+    assert_eq!(a.send_bytes(to_b, hdr(2), &pattern(8, 2), SendOpts::default()), Ok(SendStatus::Done));
+    let link = a.out[to_b as usize].link.as_mut().unwrap();
+    let pid = crate::liveness::dead_pid();
+    link.owner = crate::liveness::Watch::new(crate::liveness::ProcessIdentity { pid, ..link.owner.ident() });
+    a.check_peers(&mut ha);
+    assert!(a.out[to_b as usize].link.is_none(), "a dead receiver's link kept");
+    assert_eq!(ha.sends_done, vec![(1, Ok(()))]);
+}
