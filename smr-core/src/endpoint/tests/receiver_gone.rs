@@ -77,3 +77,31 @@ fn a_receiver_sent_to_since_the_last_check_is_watched_though_nothing_waits() {
     assert!(a.out[to_b as usize].link.is_none(), "a dead receiver's link kept");
     assert_eq!(ha.sends_done, vec![(1, Ok(()))]);
 }
+
+/// A sender whose receiver's ring is full looks at the receiver's owner at most once a
+/// liveness interval: once the receiver died, a send that finds the ring full an interval
+/// after the last look fails with `PeerDead` (no liveness tick of the sender's needed), not
+/// "again" for ever.
+#[test]
+fn a_full_ring_of_a_receiver_that_died_fails_the_send_after_the_liveness_interval() {
+    let interval = std::time::Duration::from_millis(30);
+    let d = Params::default();
+    let params = Params { liveness_interval: interval, counts: crate::layout::Counts { cmd_len: 16, ..d.counts }, ..d };
+    let (mut a, _b, to_b) = pair("rxdiedfull", params);
+    let mut sent = 0;
+    let full = loop {
+        match a.send_bytes(to_b, hdr(sent), &pattern(8, 1), SendOpts::default()) {
+            Ok(SendStatus::Done) => sent += 1,
+            other => break other,
+        }
+        assert!(sent <= 64, "a ring of 16 took {sent} messages");
+    };
+    assert_eq!(full, Err(Error::Again), "the ring full, its receiver alive");
+    let link = a.out[to_b as usize].link.as_mut().unwrap();
+    let pid = crate::liveness::dead_pid();
+    link.owner = crate::liveness::Watch::new(crate::liveness::ProcessIdentity { pid, ..link.owner.ident() });
+    std::thread::sleep(2 * interval);
+    let failed = a.send_bytes(to_b, hdr(99), &pattern(8, 1), SendOpts::default());
+    assert_eq!(failed, Err(Error::PeerDead));
+    assert!(a.out[to_b as usize].link.is_none());
+}
