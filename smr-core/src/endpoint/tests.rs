@@ -8,6 +8,7 @@ use crate::cmd::{resp, CmdEntry, RemoteIov, RespEntry, Status, COMPACT_MAX};
 use crate::layout::INJECT_SIZE;
 
 mod cma_refused;
+mod command_stall;
 mod dead_sender;
 mod direct;
 mod linking;
