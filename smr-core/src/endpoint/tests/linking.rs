@@ -186,3 +186,46 @@ fn a_newcomer_in_a_closed_peers_name_is_met_with_its_own_region() {
     receive_until(&mut newcomer, &mut hn, 1, "b's message to the newcomer");
     assert_eq!(hn.received, vec![(hdr(3), Ok(8), pattern(8, 3))]);
 }
+
+/// A peer that closed, with nothing of ours waiting on it, is linked afresh to the successor
+/// that took its name, while a send to another peer still waits (for its answer, or whole for
+/// its receiver to take it): only sends waiting on the closed peer itself hold the new link back
+/// until the liveness tick fails them.
+#[test]
+fn a_closed_peers_successor_is_linked_while_sends_to_others_wait() {
+    for large in [false, true] {
+        let tag = if large { "waitslarge" } else { "waitsother" };
+        let (mut a, old, to_old) = pair(tag, Params::default());
+        let mut y = Endpoint::create(&name(&format!("{tag}y")), Params::default()).unwrap();
+        let to_y = a.add_peer(y.name()).unwrap();
+        let (mut ha, mut h) = (Collect::default(), Collect::default());
+        if large {
+            // Never taken: y does not progress.
+            let len = 100_000;
+            let hdr = MsgHeader { app: 0, tag: 1, data: 0, aux: 0, len: len as u64 };
+            assert_eq!(a.send(to_y, hdr, LocalIov::owned(pattern(len, 1)), acked(1)), Ok(SendStatus::Pending));
+            assert_eq!((a.pending.len(), a.acked.len()), (1, 0));
+        } else {
+            // Taken, never answered.
+            let mut hy = Collect { later: true, ..Default::default() };
+            assert_eq!(a.send_bytes(to_y, hdr(1), &pattern(8, 1), acked(1)), Ok(SendStatus::Pending));
+            receive_until(&mut y, &mut hy, 1, "y's message");
+            assert_eq!((a.pending.len(), a.acked.len()), (0, 1));
+        }
+        assert_eq!(a.send_bytes(to_old, hdr(2), &pattern(8, 2), SendOpts::default()), Ok(SendStatus::Done));
+        let taken = old.name().to_owned();
+        drop(old);
+        let mut successor = Endpoint::create(&taken, Params::default()).unwrap();
+        let dl = deadline();
+        loop {
+            match a.send_bytes(to_old, hdr(3), &pattern(8, 3), SendOpts::default()) {
+                Ok(SendStatus::Done) => break,
+                other => assert!(std::time::Instant::now() < dl, "never linked to the successor: {other:?}"),
+            }
+            a.progress(&mut ha);
+        }
+        receive_until(&mut successor, &mut h, 1, "the message to the successor");
+        assert_eq!(h.received, vec![(hdr(3), Ok(8), pattern(8, 3))]);
+        assert!(ha.sends_done.is_empty(), "the send waiting on y completed");
+    }
+}
