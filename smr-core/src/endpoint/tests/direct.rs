@@ -206,6 +206,30 @@ fn a_withdrawal_waits_for_a_published_writer_stopped_before_its_copy() {
     drop(mem);
 }
 
+/// A writer count that stays up in a published entry with no live peer marking that it writes
+/// there (a writer that died mid-copy, or a scribble): the owner's withdrawal returns once it
+/// has looked past `WRITERS_LOOK_AFTER`, rather than wait for ever, though a live sender, not
+/// writing, holds an entry of its table.
+#[test]
+fn a_withdrawal_does_not_wait_for_a_writer_count_no_live_peer_explains() {
+    use crate::published::REMOTE_WRITE;
+    let (mut a, mut b, to_b) = pair("pubstuck", Params::default());
+    let mut hb = Collect::default();
+    assert_eq!(a.send_bytes(to_b, hdr(1), &pattern(8, 1), SendOpts::default()), Ok(SendStatus::Done));
+    receive_until(&mut b, &mut hb, 1, "a's message");
+    let mut mem = vec![0u8; 4096];
+    let slot = b.publish_mr(3, mem.as_mut_ptr() as u64, 4096, REMOTE_WRITE).expect("room");
+    b.region.mr_slots()[slot as usize].writers.store(1, crate::sync::Ordering::Relaxed);
+    let (done, withdrawn) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        b.withdraw_mr(slot);
+        let _ = done.send(b);
+    });
+    let b = withdrawn.recv_timeout(deadline_span()).expect("the withdrawal waited on a count no live peer explains");
+    assert!(b.region.mr_slots()[slot as usize].writers.load(crate::sync::Ordering::Relaxed) == 1);
+    drop((a, mem));
+}
+
 /// A read of a published registration returns its bytes only when the kernel copied them all
 /// and the entry still stood after the copy. One cut short (the owner's range ends in memory it
 /// made unreadable: part of the bytes arrived), or whose entry the owner withdrew, or withdrew
