@@ -7,14 +7,15 @@ use crate::cmd::SAR_FIRST_SEGMENT;
 use crate::cmd::{resp, CmdEntry, RemoteIov, RespEntry, Status, COMPACT_MAX};
 use crate::layout::INJECT_SIZE;
 
+mod claimed_heads;
 mod cma_refused;
-mod command_stall;
 mod dead_sender;
 mod direct;
 mod linking;
 mod parked;
 mod receiver_gone;
 mod reply_peer;
+mod send_gates;
 
 /// A handler that delivers straight into owned buffers of the message's size (or holds).
 #[derive(Default)]
