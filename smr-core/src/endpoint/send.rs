@@ -396,6 +396,10 @@ impl Endpoint {
         if bytes.len() as u64 != hdr.len || bytes.len() > self.params.inject_max {
             return Err(Error::Invalid("send_bytes takes one inject-sized buffer of the header's length"));
         }
+        // As `send` does (the express path below checks it too).
+        if hdr.len > self.params.max_msg_size {
+            return Err(Error::Invalid("message longer than max_msg_size"));
+        }
         let opts = self.more_if_inline(opts, bytes.len());
         let msg_id = self.next_msg_id;
         if !opts.more && self.send_express_with(peer, &hdr, bytes, opts.delivery_complete) {

@@ -41,18 +41,32 @@ fn a_small_send_goes_at_once_behind_a_sar_message_under_way() {
     small_after_large("behindsar", params, 100_000);
 }
 
-/// `max_msg_size` bounds a message's length: a message of exactly that many bytes is sent and
+/// `max_msg_size` bounds a message's length, through `send` and through `send_bytes` (by the
+/// express path and the general one): a message of exactly that many bytes is sent and
 /// arrives, one byte more is refused before anything goes.
 #[test]
 fn a_message_of_max_msg_size_goes_and_one_byte_more_is_refused() {
-    let max = 10_000usize;
-    let (mut a, mut b, to_b) = pair("maxmsg", Params { max_msg_size: max as u64, ..Params::default() });
-    let (mut ha, mut hb) = (Collect::default(), Collect::default());
-    let over = MsgHeader { app: 0, tag: 1, data: 0, aux: 0, len: max as u64 + 1 };
-    assert!(matches!(a.send(to_b, over, LocalIov::owned(pattern(max + 1, 1)), acked(1)), Err(Error::Invalid(_))));
-    let at = MsgHeader { len: max as u64, ..over };
-    assert_eq!(a.send(to_b, at, LocalIov::owned(pattern(max, 2)), acked(2)), Ok(SendStatus::Pending));
-    pump_until((&mut a, &mut ha), (&mut b, &mut hb), "the send", |ha, _| !ha.sends_done.is_empty());
-    assert_eq!(ha.sends_done, [(2, Ok(()))]);
-    assert_eq!(hb.received, [(at, Ok(max), pattern(max, 2))]);
+    for max in [10_000usize, 100] {
+        let tag = format!("maxmsg{max}");
+        let (mut a, mut b, to_b) = pair(&tag, Params { max_msg_size: max as u64, ..Params::default() });
+        let (mut ha, mut hb) = (Collect::default(), Collect::default());
+        let over = MsgHeader { app: 0, tag: 1, data: 0, aux: 0, len: max as u64 + 1 };
+        let refused = |r: Result<SendStatus>| matches!(r, Err(Error::Invalid(_)));
+        assert!(refused(a.send(to_b, over, LocalIov::owned(pattern(max + 1, 1)), acked(1))), "{tag}");
+        let at = MsgHeader { len: max as u64, ..over };
+        assert_eq!(a.send(to_b, at, LocalIov::owned(pattern(max, 2)), acked(2)), Ok(SendStatus::Pending));
+        pump_until((&mut a, &mut ha), (&mut b, &mut hb), "the send", |ha, _| !ha.sends_done.is_empty());
+        assert_eq!(ha.sends_done, [(2, Ok(()))]);
+        assert_eq!(hb.received, [(at, Ok(max), pattern(max, 2))]);
+        if max <= INJECT_SIZE as usize {
+            // Linked and acknowledged now: the express path first, then the general one (an
+            // acknowledged send, or one behind a staged batch, takes it).
+            for opts in [SendOpts::default(), acked(3), SendOpts { more: true, ..SendOpts::default() }] {
+                assert!(refused(a.send_bytes(to_b, over, &pattern(max + 1, 3), opts)), "{tag}: {opts:?}");
+            }
+            assert_eq!(a.send_bytes(to_b, at, &pattern(max, 4), SendOpts::default()), Ok(SendStatus::Done));
+            receive_until(&mut b, &mut hb, 2, "the message sent with send_bytes");
+            assert_eq!(hb.received[1], (at, Ok(max), pattern(max, 4)));
+        }
+    }
 }
