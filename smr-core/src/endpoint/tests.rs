@@ -732,13 +732,7 @@ fn an_answer_read_after_its_send_failed_at_the_stall_timeout_is_late_not_corrupt
 /// then does the successor get messages.
 #[test]
 fn a_send_left_unanswered_by_a_predecessor_fails_before_its_successor_is_linked() {
-    let (mut a, mut b, to_b) = pair("succlinked", Params::default());
-    let (mut ha, mut hb) = (Collect::default(), Collect::default());
-    assert_eq!(a.send_bytes(to_b, hdr(1), &pattern(8, 1), acked(1)), Ok(SendStatus::Pending));
-    pump_until((&mut a, &mut ha), (&mut b, &mut hb), "the first answer", |ha, _| ha.sends_done.len() == 1);
-    hb.later = true;
-    assert_eq!(a.send_bytes(to_b, hdr(2), &pattern(8, 2), acked(2)), Ok(SendStatus::Pending));
-    receive_until(&mut b, &mut hb, 2, "the second message not received");
+    let (mut a, b, to_b, mut ha, _) = one_answered_one_not("succlinked");
     let name = b.name().to_string();
     drop(b);
     let mut successor = Endpoint::create(&name, Params::default()).unwrap();
@@ -1624,13 +1618,32 @@ fn successor_in_entry(
     successor
 }
 
+/// A watch of `watch`'s process as if it had died: the same identity under a pid that has
+/// exited (a test cannot kill an endpoint of its own process).
+fn dead_watch(watch: &crate::liveness::Watch) -> crate::liveness::Watch {
+    let pid = crate::liveness::dead_pid();
+    crate::liveness::Watch::new(crate::liveness::ProcessIdentity { pid, ..watch.ident() })
+}
+
+/// A pair whose receiver `b` answered message 1 and took message 2 to answer later (it never
+/// does).
+fn one_answered_one_not(tag: &str) -> (Endpoint, Endpoint, PeerId, Collect, Collect) {
+    let (mut a, mut b, to_b) = pair(tag, Params::default());
+    let (mut ha, mut hb) = (Collect::default(), Collect::default());
+    assert_eq!(a.send_bytes(to_b, hdr(1), &pattern(8, 1), acked(1)), Ok(SendStatus::Pending));
+    pump_until((&mut a, &mut ha), (&mut b, &mut hb), "the first answer", |ha, _| ha.sends_done.len() == 1);
+    hb.later = true;
+    assert_eq!(a.send_bytes(to_b, hdr(2), &pattern(8, 2), acked(2)), Ok(SendStatus::Pending));
+    receive_until(&mut b, &mut hb, 2, "the second message not received");
+    (a, b, to_b, ha, hb)
+}
+
 /// A new endpoint (`tag`) fills entry `src` of b's peer table, as a sender claiming it does
 /// once the sender b knows there died (b's watch of that sender says so from here on: a test
 /// cannot kill an endpoint of its own process).
 fn take_entry(b: &mut Endpoint, src: u32, tag: &str, params: Params) -> Endpoint {
     if let Some(known) = b.inp.get_mut(&(src as SrcId)) {
-        let pid = crate::liveness::dead_pid();
-        known.watch = crate::liveness::Watch::new(crate::liveness::ProcessIdentity { pid, ..known.watch.ident() });
+        known.watch = dead_watch(&known.watch);
         assert!(!known.watch.alive(), "a watch of a dead process");
     }
     let successor = Endpoint::create(&name(tag), params).unwrap();

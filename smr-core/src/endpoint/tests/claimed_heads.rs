@@ -52,8 +52,7 @@ fn a_live_senders_claimed_head_is_waited_for() {
 fn a_dead_senders_claimed_head_is_skipped_and_what_follows_arrives() {
     let ([_a, mut b, _c], mut hb, a_src) = stalled_behind_a("stalldead");
     let known = b.inp.get_mut(&a_src).unwrap();
-    let pid = crate::liveness::dead_pid();
-    known.watch = crate::liveness::Watch::new(crate::liveness::ProcessIdentity { pid, ..known.watch.ident() });
+    known.watch = dead_watch(&known.watch);
     b.check_stalls();
     assert_eq!(b.stats().skipped_slots, 1, "a dead sender's claim waited for");
     receive_until(&mut b, &mut hb, 3, "c's message behind the skipped head");
@@ -88,8 +87,7 @@ fn a_live_receivers_claimed_head_of_our_responses_is_waited_for() {
 fn a_dead_receivers_claimed_head_of_our_responses_is_skipped() {
     let ([mut a, _b], to_b) = answer_stalled("respstalldead");
     let link = a.out[to_b as usize].link.as_mut().unwrap();
-    let pid = crate::liveness::dead_pid();
-    link.owner = crate::liveness::Watch::new(crate::liveness::ProcessIdentity { pid, ..link.owner.ident() });
+    link.owner = dead_watch(&link.owner);
     a.check_stalls();
     assert_eq!(a.stats().skipped_slots, 1, "a dead receiver's claim waited for");
 }

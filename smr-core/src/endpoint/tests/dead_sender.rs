@@ -86,8 +86,7 @@ fn a_forgotten_sender_leaves_the_others_watched() {
     b.forget_in_peer(srcs[0], &mut hb);
     for &src in &srcs[1..] {
         let known = b.inp.get_mut(&src).expect("a sender known");
-        let pid = crate::liveness::dead_pid();
-        known.watch = crate::liveness::Watch::new(crate::liveness::ProcessIdentity { pid, ..known.watch.ident() });
+        known.watch = dead_watch(&known.watch);
     }
     b.check_peers(&mut hb);
     for &src in &srcs {

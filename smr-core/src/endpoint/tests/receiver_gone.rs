@@ -6,19 +6,6 @@
 use super::*;
 use crate::sync::Ordering;
 
-/// A pair whose receiver `b` answered message 1 and took message 2 to answer later (it never
-/// does).
-fn one_answered_one_not(tag: &str) -> (Endpoint, Endpoint, PeerId, Collect, Collect) {
-    let (mut a, mut b, to_b) = pair(tag, Params::default());
-    let (mut ha, mut hb) = (Collect::default(), Collect::default());
-    assert_eq!(a.send_bytes(to_b, hdr(1), &pattern(8, 1), acked(1)), Ok(SendStatus::Pending));
-    pump_until((&mut a, &mut ha), (&mut b, &mut hb), "the first answer", |ha, _| ha.sends_done.len() == 1);
-    hb.later = true;
-    assert_eq!(a.send_bytes(to_b, hdr(2), &pattern(8, 2), acked(2)), Ok(SendStatus::Pending));
-    receive_until(&mut b, &mut hb, 2, "the second message not received");
-    (a, b, to_b, ha, hb)
-}
-
 /// After `a`'s liveness check: send 2 failed, send 1 kept its answer, and the receiver's link is
 /// gone (a later send looks for the receiver's name afresh).
 fn assert_unanswered_failed(a: &Endpoint, to_b: PeerId, ha: &Collect, why: &str) {
@@ -34,8 +21,7 @@ fn a_receiver_whose_process_died_fails_the_sends_it_never_answered() {
     assert_eq!(ha.sends_done.len(), 1, "a live receiver's pending send failed");
     let link = a.out[to_b as usize].link.as_mut().unwrap();
     assert!(link.region.intact() && !link.region.closed());
-    let pid = crate::liveness::dead_pid();
-    link.owner = crate::liveness::Watch::new(crate::liveness::ProcessIdentity { pid, ..link.owner.ident() });
+    link.owner = dead_watch(&link.owner);
     a.check_peers(&mut ha);
     assert_unanswered_failed(&a, to_b, &ha, "the receiver's process died");
 }
@@ -71,8 +57,7 @@ fn a_receiver_sent_to_since_the_last_check_is_watched_though_nothing_waits() {
     a.check_peers(&mut ha);
     assert_eq!(a.send_bytes(to_b, hdr(2), &pattern(8, 2), SendOpts::default()), Ok(SendStatus::Done));
     let link = a.out[to_b as usize].link.as_mut().unwrap();
-    let pid = crate::liveness::dead_pid();
-    link.owner = crate::liveness::Watch::new(crate::liveness::ProcessIdentity { pid, ..link.owner.ident() });
+    link.owner = dead_watch(&link.owner);
     a.check_peers(&mut ha);
     assert!(a.out[to_b as usize].link.is_none(), "a dead receiver's link kept");
     assert_eq!(ha.sends_done, vec![(1, Ok(()))]);
@@ -98,8 +83,7 @@ fn a_full_ring_of_a_receiver_that_died_fails_the_send_after_the_liveness_interva
     };
     assert_eq!(full, Err(Error::Again), "the ring full, its receiver alive");
     let link = a.out[to_b as usize].link.as_mut().unwrap();
-    let pid = crate::liveness::dead_pid();
-    link.owner = crate::liveness::Watch::new(crate::liveness::ProcessIdentity { pid, ..link.owner.ident() });
+    link.owner = dead_watch(&link.owner);
     std::thread::sleep(2 * interval);
     let failed = a.send_bytes(to_b, hdr(99), &pattern(8, 1), SendOpts::default());
     assert_eq!(failed, Err(Error::PeerDead));
