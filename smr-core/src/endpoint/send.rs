@@ -276,14 +276,21 @@ impl Endpoint {
         if buf.len() as u64 != hdr.len {
             return Err(Error::Invalid("header length differs from the buffer length"));
         }
-        if hdr.len > self.params.max_msg_size {
-            return Err(Error::Invalid("message longer than max_msg_size"));
-        }
+        self.within_max_msg_size(hdr.len)?;
         let msg_id = self.new_msg_id();
         match self.start_send(peer, msg_id, hdr, buf, opts) {
             Err(Error::Again) => Err(self.check_full_peer(peer)),
             other => other,
         }
+    }
+
+    /// `Invalid` for a message longer than `max_msg_size`, which no path sends.
+    #[inline(always)]
+    fn within_max_msg_size(&self, len: u64) -> Result<()> {
+        if len > self.params.max_msg_size {
+            return Err(Error::Invalid("message longer than max_msg_size"));
+        }
+        Ok(())
     }
 
     /// Give the pending send with `cookie` a new buffer holding the same bytes: the segments not
@@ -396,15 +403,13 @@ impl Endpoint {
         if bytes.len() as u64 != hdr.len || bytes.len() > self.params.inject_max {
             return Err(Error::Invalid("send_bytes takes one inject-sized buffer of the header's length"));
         }
-        // As `send` does (the express path below checks it too).
-        if hdr.len > self.params.max_msg_size {
-            return Err(Error::Invalid("message longer than max_msg_size"));
-        }
         let opts = self.more_if_inline(opts, bytes.len());
         let msg_id = self.next_msg_id;
         if !opts.more && self.send_express_with(peer, &hdr, bytes, opts.delivery_complete) {
             return Ok(self.after_small(peer, msg_id, opts, answer));
         }
+        // Here, not above: the express path declines such a message itself.
+        self.within_max_msg_size(hdr.len)?;
         let msg_id = self.new_msg_id();
         match self.push_small(peer, msg_id, &hdr, opts, Small::Bytes(bytes)) {
             Err(Error::Again) => Err(self.check_full_peer(peer)),
