@@ -634,10 +634,7 @@ fn a_name_whose_owner_is_gone_fails_sends_after_the_dead_owner_timeout() {
 /// to finalize, used to fail with `PeerDead`). A send it never answered still fails.
 #[test]
 fn an_answer_left_by_a_receiver_that_closed_completes_its_send() {
-    let (mut a, mut b, to_b) = pair("answeredclosed", Params::default());
-    let (mut ha, mut hb) = (Collect::default(), Collect::default());
-    assert_eq!(a.send_bytes(to_b, hdr(1), &pattern(8, 1), acked(1)), Ok(SendStatus::Pending));
-    pump_until((&mut a, &mut ha), (&mut b, &mut hb), "the first answer", |ha, _| ha.sends_done.len() == 1);
+    let (mut a, mut b, to_b, mut ha, mut hb) = answered_once("answeredclosed", Params::default());
     assert_eq!(a.send_bytes(to_b, hdr(2), &pattern(8, 2), acked(2)), Ok(SendStatus::Pending));
     receive_until(&mut b, &mut hb, 2, "the second message not received");
     // Never answered: the receiver takes it to answer later (`later`), and closes first.
@@ -652,18 +649,9 @@ fn an_answer_left_by_a_receiver_that_closed_completes_its_send() {
 
 /// A pair whose receiver `b` took message 2 and answered it behind an entry another peer has
 /// claimed in `a`'s response ring and not yet published, then closed; `a`'s liveness tick has
-/// run once. The tick's drain stopped at the claimed entry, so the answer is unread. A short
-/// `stall_timeout`, and no liveness tick but the test's own.
+/// run once. The tick's drain stopped at the claimed entry, so the answer is unread.
 fn answered_behind_a_stalled_entry(name: &str) -> (Endpoint, Collect) {
-    let params = Params {
-        stall_timeout: std::time::Duration::from_millis(20),
-        liveness_interval: std::time::Duration::from_secs(3600),
-        ..Params::default()
-    };
-    let (mut a, mut b, to_b) = pair(name, params);
-    let (mut ha, mut hb) = (Collect::default(), Collect::default());
-    assert_eq!(a.send_bytes(to_b, hdr(1), &pattern(8, 1), acked(1)), Ok(SendStatus::Pending));
-    pump_until((&mut a, &mut ha), (&mut b, &mut hb), "the first answer", |ha, _| ha.sends_done.len() == 1);
+    let (mut a, mut b, to_b, mut ha, mut hb) = answered_once(name, stalls());
     assert_eq!(a.send_bytes(to_b, hdr(2), &pattern(8, 2), acked(2)), Ok(SendStatus::Pending));
     a.region.resp_ring().claim_unpublished();
     receive_until(&mut b, &mut hb, 2, "the second message not received");
@@ -1625,13 +1613,29 @@ fn dead_watch(watch: &crate::liveness::Watch) -> crate::liveness::Watch {
     crate::liveness::Watch::new(crate::liveness::ProcessIdentity { pid, ..watch.ident() })
 }
 
-/// A pair whose receiver `b` answered message 1 and took message 2 to answer later (it never
-/// does).
-fn one_answered_one_not(tag: &str) -> (Endpoint, Endpoint, PeerId, Collect, Collect) {
-    let (mut a, mut b, to_b) = pair(tag, Params::default());
+/// A pair (`a` sends to `b`) whose first message, acknowledged, has been answered: `a` linked,
+/// acknowledged and known to `b`. With both handlers.
+fn answered_once(tag: &str, params: Params) -> (Endpoint, Endpoint, PeerId, Collect, Collect) {
+    let (mut a, mut b, to_b) = pair(tag, params);
     let (mut ha, mut hb) = (Collect::default(), Collect::default());
     assert_eq!(a.send_bytes(to_b, hdr(1), &pattern(8, 1), acked(1)), Ok(SendStatus::Pending));
     pump_until((&mut a, &mut ha), (&mut b, &mut hb), "the first answer", |ha, _| ha.sends_done.len() == 1);
+    (a, b, to_b, ha, hb)
+}
+
+/// A short `stall_timeout`, and no liveness tick but the test's own.
+fn stalls() -> Params {
+    Params {
+        stall_timeout: std::time::Duration::from_millis(20),
+        liveness_interval: std::time::Duration::from_secs(3600),
+        ..Params::default()
+    }
+}
+
+/// A pair whose receiver `b` answered message 1 and took message 2 to answer later (it never
+/// does).
+fn one_answered_one_not(tag: &str) -> (Endpoint, Endpoint, PeerId, Collect, Collect) {
+    let (mut a, mut b, to_b, ha, mut hb) = answered_once(tag, Params::default());
     hb.later = true;
     assert_eq!(a.send_bytes(to_b, hdr(2), &pattern(8, 2), acked(2)), Ok(SendStatus::Pending));
     receive_until(&mut b, &mut hb, 2, "the second message not received");

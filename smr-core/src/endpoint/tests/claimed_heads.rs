@@ -6,15 +6,6 @@
 
 use super::*;
 
-/// A short `stall_timeout`, and no liveness tick but the test's own.
-fn stalls() -> Params {
-    Params {
-        stall_timeout: std::time::Duration::from_millis(20),
-        liveness_interval: std::time::Duration::from_secs(3600),
-        ..Params::default()
-    }
-}
-
 /// `a` and `c` send to `b`; `a` has claimed the head of `b`'s command ring (through its entry's
 /// claim record) and published nothing there, and `c`'s message waits behind it. `b`'s stall
 /// clock has run past `stall_timeout`. Returned: a, b, c (a and c kept open: a closing would
@@ -63,10 +54,7 @@ fn a_dead_senders_claimed_head_is_skipped_and_what_follows_arrives() {
 /// record, in its table's entry for `a`) and published nothing there; `a`'s stall clock has
 /// run past `stall_timeout`. Returned: a, b, a's link to b.
 fn answer_stalled(tag: &str) -> ([Endpoint; 2], PeerId) {
-    let (mut a, mut b, to_b) = pair(tag, stalls());
-    let (mut ha, mut hb) = (Collect::default(), Collect::default());
-    assert_eq!(a.send_bytes(to_b, hdr(1), &pattern(8, 1), acked(1)), Ok(SendStatus::Pending));
-    pump_until((&mut a, &mut ha), (&mut b, &mut hb), "the first answer", |ha, _| ha.sends_done.len() == 1);
+    let (mut a, b, to_b, _, _) = answered_once(tag, stalls());
     let entry = a.link(to_b).unwrap().slot as usize;
     a.region.resp_ring().with_claim_record(&b.region.peer_slots()[entry].resp_claim).claim_unpublished();
     a.check_stalls();

@@ -5,6 +5,31 @@
 
 use super::*;
 
+/// What `ep` sending message 1 (8 bytes, unacknowledged) to `to` gives once it no longer says
+/// "again", up to the tests' deadline (`what` if it never does).
+fn send_while_again(ep: &mut Endpoint, to: PeerId, what: &str) -> Result<SendStatus> {
+    let dl = deadline();
+    loop {
+        match ep.send_bytes(to, hdr(1), &pattern(8, 1), SendOpts::default()) {
+            Err(Error::Again) => assert!(std::time::Instant::now() < dl, "{what}"),
+            other => return other,
+        }
+    }
+}
+
+/// Send message `tag` (8 bytes, unacknowledged) from `ep` to `to` until it is in the ring,
+/// progressing `ep` between tries as an application does.
+fn send_until_done((ep, h): (&mut Endpoint, &mut Collect), to: PeerId, tag: u64, what: &str) {
+    let dl = deadline();
+    loop {
+        match ep.send_bytes(to, hdr(tag), &pattern(8, tag as u8), SendOpts::default()) {
+            Ok(SendStatus::Done) => return,
+            other => assert!(std::time::Instant::now() < dl, "{what}: {other:?}"),
+        }
+        ep.progress(h);
+    }
+}
+
 /// Set in the child of `a_region_whose_owner_died_fails_sends_after_the_dead_owner_timeout`: the
 /// name of the endpoint it creates before it exits without closing it.
 const ORPHAN_CHILD: &str = "RSHM_TEST_ORPHAN_REGION";
@@ -36,15 +61,7 @@ fn a_region_whose_owner_died_fails_sends_after_the_dead_owner_timeout() {
     };
     let mut a = Endpoint::create(&name("orphansender"), params).unwrap();
     let to = a.add_peer(&orphan).unwrap();
-    let start = std::time::Instant::now();
-    let failed = loop {
-        match a.send_bytes(to, hdr(1), &pattern(8, 1), SendOpts::default()) {
-            Err(Error::Again) => {
-                assert!(start.elapsed() < deadline_span(), "a send to a dead owner's name never failed")
-            }
-            other => break other,
-        }
-    };
+    let failed = send_while_again(&mut a, to, "a send to a dead owner's name never failed");
     let _ = std::fs::remove_file(format!("/dev/shm/{orphan}"));
     assert_eq!(failed, Err(Error::PeerDead));
     assert!(a.out[to as usize].link.is_none(), "linked to a dead owner's region");
@@ -58,12 +75,7 @@ fn a_name_nobody_holds_is_no_such_peer_after_the_absent_timeout() {
     let mut a = Endpoint::create(&name("absentsender"), params).unwrap();
     let to = a.add_peer(&name("absentnobody")).unwrap();
     let start = std::time::Instant::now();
-    let failed = loop {
-        match a.send_bytes(to, hdr(1), &pattern(8, 1), SendOpts::default()) {
-            Err(Error::Again) => assert!(start.elapsed() < deadline_span(), "a send to nobody never failed"),
-            other => break other,
-        }
-    };
+    let failed = send_while_again(&mut a, to, "a send to nobody never failed");
     assert_eq!(failed, Err(Error::NoSuchPeer));
     assert!(start.elapsed() >= std::time::Duration::from_millis(35), "failed before the absent timeout");
 }
@@ -175,14 +187,7 @@ fn a_newcomer_in_a_closed_peers_name_is_met_with_its_own_region() {
     pump_until((&mut newcomer, &mut hn), (&mut b, &mut hb), "the answer", |hn, _| !hn.sends_done.is_empty());
     assert_eq!(hn.sends_done, vec![(2, Ok(()))], "the newcomer not met");
     assert_eq!(hb.received, vec![(hdr(2), Ok(8), pattern(8, 2))]);
-    let dl = deadline();
-    loop {
-        match b.send_bytes(to_old, hdr(3), &pattern(8, 3), SendOpts::default()) {
-            Ok(SendStatus::Done) => break,
-            other => assert!(std::time::Instant::now() < dl, "no send to the newcomer: {other:?}"),
-        }
-        b.progress(&mut hb);
-    }
+    send_until_done((&mut b, &mut hb), to_old, 3, "no send to the newcomer");
     receive_until(&mut newcomer, &mut hn, 1, "b's message to the newcomer");
     assert_eq!(hn.received, vec![(hdr(3), Ok(8), pattern(8, 3))]);
 }
@@ -216,14 +221,7 @@ fn a_closed_peers_successor_is_linked_while_sends_to_others_wait() {
         let taken = old.name().to_owned();
         drop(old);
         let mut successor = Endpoint::create(&taken, Params::default()).unwrap();
-        let dl = deadline();
-        loop {
-            match a.send_bytes(to_old, hdr(3), &pattern(8, 3), SendOpts::default()) {
-                Ok(SendStatus::Done) => break,
-                other => assert!(std::time::Instant::now() < dl, "never linked to the successor: {other:?}"),
-            }
-            a.progress(&mut ha);
-        }
+        send_until_done((&mut a, &mut ha), to_old, 3, "never linked to the successor");
         receive_until(&mut successor, &mut h, 1, "the message to the successor");
         assert_eq!(h.received, vec![(hdr(3), Ok(8), pattern(8, 3))]);
         assert!(ha.sends_done.is_empty(), "the send waiting on y completed");

@@ -50,10 +50,7 @@ fn a_receiver_that_freed_our_entry_fails_the_sends_it_never_answered() {
 /// looks for the name afresh rather than queue into the dead receiver's ring, to be lost.
 #[test]
 fn a_receiver_sent_to_since_the_last_check_is_watched_though_nothing_waits() {
-    let (mut a, mut b, to_b) = pair("rxdiedused", Params::default());
-    let (mut ha, mut hb) = (Collect::default(), Collect::default());
-    assert_eq!(a.send_bytes(to_b, hdr(1), &pattern(8, 1), acked(1)), Ok(SendStatus::Pending));
-    pump_until((&mut a, &mut ha), (&mut b, &mut hb), "the answer", |ha, _| ha.sends_done.len() == 1);
+    let (mut a, _b, to_b, mut ha, _) = answered_once("rxdiedused", Params::default());
     a.check_peers(&mut ha);
     assert_eq!(a.send_bytes(to_b, hdr(2), &pattern(8, 2), SendOpts::default()), Ok(SendStatus::Done));
     let link = a.out[to_b as usize].link.as_mut().unwrap();
