@@ -4,6 +4,7 @@
 //! request names, as they were when it arrived (FI_ORDER_WAR), in the answer buffer it named or
 //! in the answer itself.
 
+use super::segments::Segment;
 use super::*;
 use crate::state::ep::sinks::Bindings;
 use crate::state::mr::MrEntry;
@@ -19,9 +20,10 @@ fn pattern() -> Vec<u8> {
     (0..SIZE).map(|i| (i * 13 % 251) as u8).collect()
 }
 
-/// Serve `cmds` (header, payload) from one peer in turn, as the engine would: a payload here in
-/// full is offered with its command, except the last command's, which is delivered later. Then
-/// overwrite the memory, and return what the target queued to send.
+/// Serve a read request for `len` bytes at `AT` of `mem`, to be returned `by`, as the engine
+/// would one that came through SAR or CMA: taken later, its bytes delivered, then
+/// `on_delivered`. With `segmented`, the ranges come first in a list of their own, served whole
+/// in its command. Then overwrite the memory, and return what the target queued to send.
 fn serve_delivered(mem: &mut [u8], segmented: bool, by: ReturnBy, len: u64) -> Vec<Outgoing> {
     let mut mrs = MrTable::default();
     let access = ffi::FI_REMOTE_READ as u64;
@@ -36,12 +38,10 @@ fn serve_delivered(mem: &mut [u8], segmented: bool, by: ReturnBy, len: u64) -> V
     if segmented {
         // Two ranges, the second first: the answer gathers them in the list's order.
         let half = len / 2;
-        let mut list = Vec::new();
-        for [addr, n] in [[AT as u64 + half, len - half], [AT as u64, half]] {
-            [KEY, addr, n].iter().for_each(|w| list.extend_from_slice(&w.to_le_bytes()));
-        }
-        let msg = incoming(header(app(KIND_SEGMENTS, 0), 0, 0, 0, list.len()), 1);
-        assert!(matches!(target.on_payload(&msg, &list, &mut sinks), Some(Disposition::Taken { .. })));
+        let at = |addr: usize, len| Segment { key: KEY, addr: addr as u64, len };
+        let (list, n) = Segments::new(&[at(AT + half as usize, len - half), at(AT, half)]).unwrap().encode();
+        let msg = incoming(header(app(KIND_SEGMENTS, 0), 0, 0, 0, n), 1);
+        assert!(matches!(target.on_payload(&msg, &list[..n], &mut sinks), Some(Disposition::Taken { .. })));
         app_bits = APP_SEGMENTED;
     }
     let payload = ReadReq { op_id: 0, len, by }.encode();
